@@ -1,0 +1,134 @@
+"""Hardware profiles: which target, which draft or head per method, server arguments, matrix.
+
+A profile is a small TOML file shipped in this package (`cpu.toml`, later the GPU ones) or a
+user's own file.  Model names `zoo:NAME` resolve to the packaged CPU zoo.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..server import ServerSpec
+
+PROFILE_DIR = Path(__file__).parent
+#: Speculation methods vLLM knows (vllm/config/speculative.py), plus `none` for the reference.
+VLLM_METHODS = (
+    "ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator",
+)
+
+
+def builtin_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A parsed profile; `speculative_config()` gives the vLLM JSON for one method and k."""
+
+    name: str
+    path: Path
+    device: str
+    target: str
+    tensor_parallel_size: int
+    server_args: tuple[str, ...]
+    server_env: tuple[tuple[str, str], ...]
+    methods: dict[str, dict[str, Any]]
+    matrix: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def method_names(self) -> list[str]:
+        return ["none", *self.methods]
+
+    def speculative_config(self, method: str, k: int | None) -> dict[str, Any] | None:
+        """vLLM's --speculative-config for `method` (a preset of this profile) with k tokens."""
+        if method == "none":
+            return None
+        if method not in self.methods:
+            raise ConfigError(
+                f"method {method!r} is not in profile {self.name!r} ({self.path}); "
+                f"allowed: {', '.join(self.method_names())}"
+            )
+        config = copy.deepcopy(self.methods[method])
+        if k is not None:
+            config["num_speculative_tokens"] = k
+        if "num_speculative_tokens" not in config:
+            raise ConfigError(f"method {method!r} needs k (num_speculative_tokens)")
+        return config
+
+
+def _resolve(value: Any) -> Any:
+    """Replace `zoo:NAME` strings with the packaged model paths (checked against the manifest)."""
+    if isinstance(value, str) and value.startswith("zoo:"):
+        from ..zoo import zoo_path
+
+        return str(zoo_path(value[4:]))
+    if isinstance(value, dict):
+        return {k: _resolve(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v) for v in value]
+    return value
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """Load a built-in profile by name, or a user's TOML file by path."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PROFILE_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        raise ConfigError(
+            f"profile {name_or_path!r} not found; built-in profiles: {', '.join(builtin_profiles())}, "
+            "or give the path of a .toml file"
+        )
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"profile {path}: {exc}") from exc
+    try:
+        methods: dict[str, dict[str, Any]] = {}
+        for name, entry in raw.get("methods", {}).items():
+            config = _resolve(dict(entry["speculative_config"]))
+            if config.get("method") not in VLLM_METHODS:
+                raise ConfigError(
+                    f"profile {path}: methods.{name}.speculative_config.method must be one of "
+                    f"{', '.join(VLLM_METHODS)}, got {config.get('method')!r}"
+                )
+            methods[name] = config
+        server = raw.get("server", {})
+        return Profile(
+            name=raw["name"],
+            path=path,
+            device=raw.get("device", "cuda"),
+            target=_resolve(raw["target"]["model"]),
+            tensor_parallel_size=int(raw["target"].get("tensor_parallel_size", 1)),
+            server_args=tuple(str(a) for a in server.get("args", [])),
+            server_env=tuple(sorted((str(k), str(v)) for k, v in server.get("env", {}).items())),
+            methods=methods,
+            matrix=dict(raw.get("matrix", {})),
+            raw=raw,
+        )
+    except KeyError as exc:
+        raise ConfigError(f"profile {path}: missing key {exc.args[0]!r}") from exc
+
+
+def server_spec(profile: Profile, method: str, k: int | None, extra_env: dict[str, str] | None = None) -> ServerSpec:
+    """The server for `method` at k on `profile` (reference when method is `none`)."""
+    from ..server import ServerSpec
+
+    args = list(profile.server_args)
+    if profile.tensor_parallel_size > 1:
+        args += ["--tensor-parallel-size", str(profile.tensor_parallel_size)]
+    env = dict(profile.server_env)
+    env.update(extra_env or {})
+    return ServerSpec(
+        model=profile.target,
+        speculative_config=profile.speculative_config(method, k),
+        args=tuple(args),
+        env=tuple(sorted(env.items())),
+    )

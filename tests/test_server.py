@@ -1,0 +1,89 @@
+"""Server lifecycle against a fake `vllm serve`: readiness, crash, deadline, group kill, config."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.errors import ServerStartError
+from pytest_specdec.server import ServerSpec, VllmServer, build_command, parse_engine_config
+
+FAKE = [sys.executable, str(Path(__file__).with_name("fake_vllm.py"))]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); read its state.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _server(tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch, timeout: float = 30) -> VllmServer:
+    monkeypatch.setenv("FAKE_VLLM_MODE", mode)
+    monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
+    spec = ServerSpec(model="m", speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+    return VllmServer(spec, log_dir=tmp_path, launcher=FAKE, startup_timeout_s=timeout)
+
+
+def test_command_binds_loopback_and_pins_generation_config() -> None:
+    spec = ServerSpec(model="/m", speculative_config={"method": "eagle3", "model": "/h", "num_speculative_tokens": 3},
+                      args=("--dtype", "float32"))
+    cmd = build_command(spec, 1234, launcher=["vllm"])
+    assert cmd[:3] == ["vllm", "serve", "/m"]
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--generation-config") + 1] == "vllm"
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1])["method"] == "eagle3"
+    assert cmd[-2:] == ["--dtype", "float32"]
+    reference = build_command(ServerSpec(model="/m"), 1, launcher=["vllm"])
+    assert "--speculative-config" not in reference
+
+
+def test_start_ready_then_stop_kills_the_whole_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _server(tmp_path, "slow", monkeypatch)
+    with server:
+        assert server.alive()
+        assert server.startup_s is not None and server.startup_s >= 1.0
+        child = int((tmp_path / "child.pid").read_text())
+        assert _alive(child)
+        config = server.engine_config()
+        assert config["vllm_version"] == "0.0.0-fake"
+        assert config["enable_prefix_caching"] == "True"
+        assert config["compilation_config"].startswith("{")
+    assert not server.alive()
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "a process of the server's group survived stop()"
+
+
+def test_crash_while_starting_raises_with_log_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _server(tmp_path, "crash", monkeypatch)
+    t0 = time.monotonic()
+    with pytest.raises(ServerStartError) as info:
+        server.start()
+    assert time.monotonic() - t0 < 20, "a crash must be noticed before the deadline"
+    message = str(info.value)
+    assert "exited with code 3" in message
+    assert "fake engine failed to start" in message  # the log tail
+    assert f"port: {server.port}" in message and "command:" in message
+
+
+def test_deadline_stops_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _server(tmp_path, "hang", monkeypatch, timeout=2)
+    with pytest.raises(ServerStartError, match="not ready after 2 s"):
+        server.start()
+    assert not server.alive()
+
+
+def test_parse_engine_config_ignores_other_lines() -> None:
+    assert parse_engine_config("nothing here\n") == {}
