@@ -1,0 +1,483 @@
+"""The async streaming client: drives load against an OpenAI-compatible vLLM server.
+
+It times requests the way ``vllm bench serve`` does (``vllm/benchmarks/lib/endpoint_request_func.py``:
+``async_request_openai_chat_completions``): TTFT is the arrival of the first chunk, E2E the arrival of
+the last token-carrying chunk, both from a ``perf_counter`` taken just before the POST. Unlike the bench
+client it counts tokens per chunk from vLLM's continuous usage stats, because with speculative decoding
+one chunk carries 1 + accepted tokens, so chunk counts undercount output and overstate ITL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+
+from pytest_specdec.errors import ConfigError, SpecDecError
+
+Api = Literal["chat", "completions"]
+
+_PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_TICK_S = 0.01  # event-loop lag probe period: fine enough to see a stalled client, cheap enough to ignore
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prompt:
+    """One request to send: either chat ``messages`` or a completions ``prompt``, never both."""
+
+    id: str
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    max_tokens: int
+    category: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.prompt is None):
+            raise ConfigError(f"prompt {self.id!r}: give exactly one of `messages` (chat) or `prompt` (completions)")
+        if self.max_tokens < 1:
+            raise ConfigError(f"prompt {self.id!r}: max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling settings, all sent explicitly so a server default can never change what is measured.
+
+    ``temperature`` has no default on purpose: recent vLLM takes the model's generation_config default
+    (often not 0), and acceptance depends strongly on temperature. ``top_k=0`` is vLLM's "disabled"
+    (``SamplingParams._verify_args`` accepts -1 too, but prefers 0).
+    """
+
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    ignore_eos: bool = False
+
+    def to_request(self) -> dict[str, Any]:
+        """The request-body fields; every one is present even when it equals vLLM's default."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "repetition_penalty": self.repetition_penalty,
+            "ignore_eos": self.ignore_eos,
+        }
+
+
+@dataclass
+class RequestSample:
+    """What one request did, with times relative to its own ``start`` (``time.perf_counter``).
+
+    ``chunks`` holds only chunks that carried tokens (the chat role chunk and the final usage chunk carry
+    none), as ``(arrival_s, n_tokens)``.
+    """
+
+    prompt_id: str
+    start: float
+    category: str = ""
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    chunks: list[tuple[float, int]] = field(default_factory=list)
+    output_tokens: int = 0
+    prompt_tokens: int | None = None
+    text: str = ""
+    finish_reason: str | None = None
+    queue_s: float = 0.0  # open loop only: how long the request waited for a free slot after its arrival
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the request streamed to the end without any error."""
+        return self.error is None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first, as ``vllm bench serve`` defines TPOT."""
+        if self.ttft_s is None or self.e2e_s is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+    @property
+    def itls_chunk_s(self) -> list[float]:
+        """Gaps between token-carrying chunks: what ``vllm bench serve`` reports as ITL."""
+        c = self.chunks
+        return [c[i][0] - c[i - 1][0] for i in range(1, len(c))]
+
+    @property
+    def itls_token_s(self) -> list[float]:
+        """Per-token ITL: each chunk gap split evenly over the tokens it carried, once per token.
+
+        Extra tokens in the first chunk have no gap of their own and are left out.
+        """
+        out: list[float] = []
+        c = self.chunks
+        for i in range(1, len(c)):
+            n = c[i][1]
+            out.extend([(c[i][0] - c[i - 1][0]) / n] * n)
+        return out
+
+
+@dataclass(repr=False)
+class LoadResult:
+    """One measured run: the samples plus what is needed to judge whether the client kept up."""
+
+    samples: list[RequestSample]
+    t_start: float
+    t_end: float
+    max_in_flight: int
+    loop_lag_max_s: float
+    loop_lag_mean_s: float
+    sampling: Sampling
+    base_url: str
+    model: str
+    api: Api
+    concurrency: int
+    rate: float | None
+    seed: int
+    cache_salt: str | None
+    warmup: int
+    timeout_s: float
+    warmup_failed: int = 0
+    metrics_before: str | None = None  # /metrics text taken after warm-up, just before t_start
+    metrics_after: str | None = None  # /metrics text taken just after t_end
+    metrics_error: str | None = None
+
+    @property
+    def duration_s(self) -> float:
+        """Wall time of the measured phase (warm-up excluded)."""
+        return self.t_end - self.t_start
+
+    @property
+    def n_failed(self) -> int:
+        """How many measured requests ended with an error."""
+        return sum(1 for s in self.samples if s.error is not None)
+
+    @property
+    def all_failed(self) -> bool:
+        """True when no request succeeded: usually a server that is down or rejects every request."""
+        return bool(self.samples) and self.n_failed == len(self.samples)
+
+    @property
+    def reached_concurrency(self) -> bool:
+        """Whether the requested number of requests were ever in flight at once."""
+        return self.max_in_flight >= min(self.concurrency, len(self.samples))
+
+    def __repr__(self) -> str:
+        # Short on purpose: asyncio.run reprs the finished task (signal handler restore on 3.11), and
+        # pytest shows reprs in failures; thousands of samples would cost time and bury the message.
+        return (f"LoadResult({len(self.samples)} samples, {self.n_failed} failed, {self.duration_s:.3f} s, "
+                f"concurrency {self.concurrency}, max in flight {self.max_in_flight}, {self.base_url})")
+
+    def error_counts(self) -> dict[str, int]:
+        """Distinct error messages with their counts, most frequent first, for a failure report."""
+        c = collections.Counter(s.error for s in self.samples if s.error is not None)
+        return dict(c.most_common())
+
+
+def _body(p: Prompt, model: str, sampling: Sampling, api: Api, cache_salt: str | None) -> dict[str, Any]:
+    """The JSON body for one request; no per-request ``seed`` (vLLM's seeded sampling path is slower)."""
+    body: dict[str, Any] = {"model": model, "stream": True,
+                            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    if api == "chat":
+        if p.messages is None:
+            raise ConfigError(f"prompt {p.id!r} has no `messages` but the chat API was asked for")
+        body["messages"] = p.messages
+        body["max_completion_tokens"] = p.max_tokens
+    else:
+        if p.prompt is None:
+            raise ConfigError(f"prompt {p.id!r} has no `prompt` but the completions API was asked for")
+        body["prompt"] = p.prompt
+        body["max_tokens"] = p.max_tokens
+    body.update(sampling.to_request())
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt
+    return body
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+class _Flight:
+    """Counts requests in flight, remembering the peak."""
+
+    __slots__ = ("now", "peak")
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+    def enter(self) -> None:
+        self.now += 1
+        if self.now > self.peak:
+            self.peak = self.now
+
+    def leave(self) -> None:
+        self.now -= 1
+
+
+async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str],
+                       prompt: Prompt, api: Api, timeout: aiohttp.ClientTimeout, flight: _Flight,
+                       queued_at: float | None = None) -> RequestSample:
+    """Send one streaming request and record it; every failure ends up in ``sample.error``."""
+    perf = time.perf_counter
+    loads = json.loads
+    chat = api == "chat"
+    st = perf()
+    sample = RequestSample(prompt_id=prompt.id, start=st, category=prompt.category,
+                           queue_s=0.0 if queued_at is None else st - queued_at)
+    chunks = sample.chunks
+    pieces: list[str] = []
+    seen = 0  # completion_tokens reported so far
+    done = False
+    flight.enter()
+    try:
+        async with session.post(url, json=body, headers=headers, timeout=timeout) as resp:
+            if resp.status != 200:
+                detail = (await resp.text())[:300]
+                sample.error = f"HTTP {resp.status}: {detail}"
+                return sample
+            buf = b""
+            async for data in resp.content.iter_any():
+                t = perf() - st
+                buf += data
+                if b"\n" not in data:
+                    continue
+                lines = buf.split(b"\n")
+                buf = lines.pop()
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue  # blank separators, SSE comments (pings), event: lines
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        done = True
+                        break
+                    obj = loads(payload)
+                    if "error" in obj and not obj.get("choices"):
+                        err = obj["error"]
+                        msg = err.get("message", err) if isinstance(err, dict) else err
+                        sample.error = f"server error in stream: {msg}"
+                        return sample
+                    usage = obj.get("usage")
+                    choices = obj.get("choices")
+                    if usage is None:
+                        sample.error = ("a chunk carried no usage: the server ignored "
+                                        "stream_options.continuous_usage_stats, so tokens cannot be counted")
+                        return sample
+                    ct = usage["completion_tokens"]
+                    n = ct - seen
+                    if n < 0:
+                        sample.error = f"usage.completion_tokens went backwards ({seen} -> {ct})"
+                        return sample
+                    if n:
+                        seen = ct
+                        chunks.append((t, n))
+                    if sample.prompt_tokens is None:
+                        sample.prompt_tokens = usage.get("prompt_tokens")
+                    if choices:
+                        c0 = choices[0]
+                        piece = (c0.get("delta") or {}).get("content") if chat else c0.get("text")
+                        if piece:
+                            pieces.append(piece)
+                        if c0.get("finish_reason") is not None:
+                            sample.finish_reason = c0["finish_reason"]
+                if done:
+                    break
+    except asyncio.TimeoutError:  # an alias of TimeoutError since 3.11; distinct (and raised by aiohttp) on 3.10
+        sample.error = f"timeout after {timeout.total} s"
+    except aiohttp.ClientError as e:
+        sample.error = f"{type(e).__name__}: {e}"
+    except (ValueError, KeyError, TypeError) as e:  # malformed JSON or usage: the server broke the protocol
+        sample.error = f"bad stream data: {type(e).__name__}: {e}"
+    finally:
+        flight.leave()
+        sample.output_tokens = seen
+        sample.text = "".join(pieces)
+        if chunks:
+            sample.ttft_s = chunks[0][0]
+            sample.e2e_s = chunks[-1][0]
+    if sample.error is None:
+        if not done:
+            sample.error = "stream ended before data: [DONE]"
+        elif not chunks:
+            sample.error = "no token received"
+    return sample
+
+
+async def _ticker(stop: asyncio.Event, lags: list[float]) -> None:
+    """Sleep in short periods and record how late each wake-up is: a late loop means a busy client."""
+    perf = time.perf_counter
+    while not stop.is_set():
+        t0 = perf()
+        await asyncio.sleep(_TICK_S)
+        lags.append(max(0.0, perf() - t0 - _TICK_S))
+
+
+Job = tuple[Prompt, dict[str, Any]]
+RunFn = Callable[[Prompt, dict[str, Any], float | None], Awaitable[RequestSample]]
+
+
+async def _closed_loop(run: RunFn, jobs: list[Job], concurrency: int) -> list[RequestSample]:
+    """At most ``concurrency`` requests in flight; each worker sends its next request when one ends."""
+    out: list[RequestSample | None] = [None] * len(jobs)
+    it = iter(range(len(jobs)))
+
+    async def worker() -> None:
+        for i in it:
+            out[i] = await run(jobs[i][0], jobs[i][1], None)
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(jobs)))))
+    return [s for s in out if s is not None]
+
+
+async def _open_loop(run: RunFn, jobs: list[Job], concurrency: int, rate: float, seed: int) -> list[RequestSample]:
+    """Poisson arrivals at ``rate``/s (seeded), still capped at ``concurrency`` in flight."""
+    rng = random.Random(seed)
+    sem = asyncio.Semaphore(concurrency)
+    t0 = time.perf_counter()
+    arrival = 0.0
+    tasks: list[asyncio.Task[RequestSample]] = []
+
+    async def gated(p: Prompt, body: dict[str, Any], at: float) -> RequestSample:
+        async with sem:
+            return await run(p, body, at)
+
+    for p, body in jobs:
+        delay = t0 + arrival - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(gated(p, body, time.perf_counter())))
+        arrival += rng.expovariate(rate)
+    return list(await asyncio.gather(*tasks))
+
+
+async def fetch_metrics_text(base_url: str, api_key: str | None = None,
+                             session: aiohttp.ClientSession | None = None, timeout_s: float = 30) -> str:
+    """GET ``/metrics`` as text; raises SpecDecError naming the URL when the server does not answer."""
+    url = base_url.rstrip("/") + "/metrics"
+    own = session is None
+    s = aiohttp.ClientSession() if own else session
+    assert s is not None
+    try:
+        async with s.get(url, headers=_headers(api_key), timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            if r.status != 200:
+                raise SpecDecError(f"GET {url} answered HTTP {r.status}; is the server a vLLM server?")
+            return await r.text()
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        raise SpecDecError(f"GET {url} failed: {type(e).__name__}: {e}") from e
+    finally:
+        if own:
+            await s.close()
+
+
+async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: Sampling, *, concurrency: int,
+                   api: Api = "chat", rate: float | None = None, seed: int = 0, cache_salt: str | None = None,
+                   api_key: str | None = None, timeout_s: float = 600, warmup: int = 0,
+                   collect_metrics: bool = True) -> LoadResult:
+    """Send every prompt once (after ``warmup`` discarded requests) and record each request.
+
+    Closed loop when ``rate`` is None (``concurrency`` requests always in flight), else open loop with
+    seeded Poisson arrivals. Request errors are recorded per sample, never raised. With
+    ``collect_metrics`` the server's /metrics is read right after warm-up and right after the run, so the
+    counter delta covers exactly the measured requests.
+    """
+    if concurrency < 1:
+        raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
+    if rate is not None and rate <= 0:
+        raise ConfigError(f"rate must be > 0 requests/s or None (closed loop), got {rate}")
+    if api not in _PATHS:
+        raise ConfigError(f"api must be 'chat' or 'completions', got {api!r}")
+    if not prompts:
+        raise ConfigError("run_load needs at least one prompt")
+    base = base_url.rstrip("/")
+    url = base + _PATHS[api]
+    headers = _headers(api_key)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    # Bodies are built up front so a bad prompt fails before any load, and so building is not timed.
+    jobs = [(p, _body(p, model, sampling, api, cache_salt)) for p in prompts]
+    # Warm-up gets its own salt so it cannot fill the prefix cache for the measured requests.
+    wsalt = None if cache_salt is None else f"{cache_salt}:warmup"
+    wjobs = [(p, _body(p, model, sampling, api, wsalt)) for p in (prompts[i % len(prompts)] for i in range(warmup))]
+    flight = _Flight()
+    connector = aiohttp.TCPConnector(limit=concurrency + 2, limit_per_host=0, ttl_dns_cache=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        wflight = _Flight()
+
+        async def wrun(p: Prompt, body: dict[str, Any], queued_at: float | None) -> RequestSample:
+            return await _one_request(session, url, body, headers, p, api, timeout, wflight, queued_at)
+
+        async def run(p: Prompt, body: dict[str, Any], queued_at: float | None) -> RequestSample:
+            return await _one_request(session, url, body, headers, p, api, timeout, flight, queued_at)
+
+        warmup_failed = 0
+        if wjobs:
+            wsamples = await _closed_loop(wrun, wjobs, concurrency)
+            warmup_failed = sum(1 for s in wsamples if s.error is not None)
+
+        metrics_before = metrics_after = metrics_error = None
+        if collect_metrics:
+            try:
+                metrics_before = await fetch_metrics_text(base, api_key, session)
+            except SpecDecError as e:
+                metrics_error = str(e)
+
+        stop = asyncio.Event()
+        lags: list[float] = []
+        ticker = asyncio.create_task(_ticker(stop, lags))
+        t_start = time.perf_counter()
+        if rate is None:
+            samples = await _closed_loop(run, jobs, concurrency)
+        else:
+            samples = await _open_loop(run, jobs, concurrency, rate, seed)
+        t_end = time.perf_counter()
+        stop.set()
+        await ticker
+
+        if collect_metrics and metrics_error is None:
+            try:
+                metrics_after = await fetch_metrics_text(base, api_key, session)
+            except SpecDecError as e:
+                metrics_error = str(e)
+
+    return LoadResult(samples=samples, t_start=t_start, t_end=t_end, max_in_flight=flight.peak,
+                      loop_lag_max_s=max(lags, default=0.0),
+                      loop_lag_mean_s=sum(lags) / len(lags) if lags else 0.0,
+                      sampling=sampling, base_url=base, model=model, api=api, concurrency=concurrency,
+                      rate=rate, seed=seed, cache_salt=cache_salt, warmup=warmup, timeout_s=timeout_s,
+                      warmup_failed=warmup_failed, metrics_before=metrics_before, metrics_after=metrics_after,
+                      metrics_error=metrics_error)
+
+
+def run_load_sync(base_url: str, model: str, prompts: list[Prompt], sampling: Sampling, *, concurrency: int,
+                  api: Api = "chat", rate: float | None = None, seed: int = 0, cache_salt: str | None = None,
+                  api_key: str | None = None, timeout_s: float = 600, warmup: int = 0,
+                  collect_metrics: bool = True) -> LoadResult:
+    """``run_load`` for synchronous callers (a pytest test body): runs its own event loop."""
+    return asyncio.run(run_load(base_url, model, prompts, sampling, concurrency=concurrency, api=api, rate=rate,
+                                seed=seed, cache_salt=cache_salt, api_key=api_key, timeout_s=timeout_s,
+                                warmup=warmup, collect_metrics=collect_metrics))
+
+
+def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:
+    """The first model id the server lists (GET /v1/models): what requests must name."""
+    import urllib.request
+
+    req = urllib.request.Request(f"{base_url.rstrip('/')}/v1/models")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the server under test
+        data = json.loads(resp.read())
+    return str(data["data"][0]["id"])

@@ -1,0 +1,305 @@
+"""Per-request samples and a /metrics counter delta → the figures of one run.
+
+Latency figures follow ``vllm bench serve`` exactly (``vllm/benchmarks/serve.py: calculate_metrics``):
+only successful requests count; TPOT only for requests with more than one output token; ITL is the flat
+list of every successful request's chunk gaps; percentiles are ``np.percentile`` (linear interpolation),
+means ``np.mean``, both on seconds and then multiplied by 1000. Speculative-decoding figures follow the
+same file's counter deltas and ``vllm/v1/spec_decode/metrics.py`` (acceptance length counts the bonus
+token). Where a figure is undefined this module gives None, where vLLM's bench gives 0 or NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+from pytest_specdec.errors import SpecDecError
+from pytest_specdec.load import LoadResult, RequestSample, Sampling
+
+# Counters.<field> ← vLLM family name (prometheus_client's parser strips the `_total` suffix).
+# Names from vllm/v1/spec_decode/metrics.py (SpecDecodingProm) and vllm/v1/metrics/loggers.py.
+COUNTER_NAMES: dict[str, str] = {
+    "drafts": "vllm:spec_decode_num_drafts",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
+    "generation_tokens": "vllm:generation_tokens",
+    "prompt_tokens": "vllm:prompt_tokens",
+    "preemptions": "vllm:num_preemptions",
+    "prefix_cache_queries": "vllm:prefix_cache_queries",
+    "prefix_cache_hits": "vllm:prefix_cache_hits",
+}
+PER_POS_NAME = "vllm:spec_decode_num_accepted_tokens_per_pos"
+PERCENTILES: tuple[int, ...] = (50, 95, 99)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """vLLM's cumulative counters at one moment, summed over engines (and every label but ``position``).
+
+    ``spec_decode`` tells whether the server exports spec-decode counters at all (it registers them
+    only when started with a speculative config), so "no drafts" can be told from "no speculation".
+    """
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted_tokens: float = 0.0
+    accepted_per_pos: tuple[float, ...] = ()
+    generation_tokens: float = 0.0
+    prompt_tokens: float = 0.0
+    preemptions: float = 0.0
+    prefix_cache_queries: float = 0.0
+    prefix_cache_hits: float = 0.0
+    spec_decode: bool = False
+
+    def __sub__(self, before: Counters) -> Counters:
+        """``after - before``; a counter that went down means the server restarted between the two."""
+        vals: dict[str, Any] = {}
+        for name, metric in COUNTER_NAMES.items():
+            d = getattr(self, name) - getattr(before, name)
+            if d < 0:
+                raise SpecDecError(_reset_msg(metric, getattr(before, name), getattr(self, name)))
+            vals[name] = d
+        n = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
+        a = self.accepted_per_pos + (0.0,) * (n - len(self.accepted_per_pos))
+        b = before.accepted_per_pos + (0.0,) * (n - len(before.accepted_per_pos))
+        per_pos = []
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x - y < 0:
+                raise SpecDecError(_reset_msg(f'{PER_POS_NAME}{{position="{i}"}}', y, x))
+            per_pos.append(x - y)
+        return Counters(accepted_per_pos=tuple(per_pos), spec_decode=self.spec_decode, **vals)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values."""
+        d = dataclasses.asdict(self)
+        d["accepted_per_pos"] = list(self.accepted_per_pos)
+        return d
+
+
+def _reset_msg(metric: str, before: float, after: float) -> str:
+    return (f"counter {metric} went down from {before:g} to {after:g} during the run: the server restarted "
+            "or was replaced mid-run, so this run's counter delta is meaningless; rerun it")
+
+
+def delta(before: Counters, after: Counters) -> Counters:
+    """Counter increase over a run; raises SpecDecError naming the counter if one went down."""
+    return after - before
+
+
+def parse_counters(text: str) -> Counters:
+    """Read the counters this plugin uses from a Prometheus text exposition (a /metrics body)."""
+    wanted = {v: k for k, v in COUNTER_NAMES.items()}
+    sums: dict[str, float] = dict.fromkeys(COUNTER_NAMES, 0.0)
+    per_pos: dict[int, float] = {}
+    spec = False
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as e:
+        raise SpecDecError(f"/metrics text is not Prometheus exposition format: {e}") from e
+    for fam in families:
+        key = wanted.get(fam.name)
+        if key is None and fam.name != PER_POS_NAME:
+            continue
+        if fam.name.startswith("vllm:spec_decode"):
+            spec = True
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue  # creation timestamps, not counts
+            if key is not None:
+                sums[key] += s.value
+            else:
+                pos = int(s.labels["position"])
+                per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+    n = max(per_pos) + 1 if per_pos else 0
+    return Counters(accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(n)), spec_decode=spec, **sums)
+
+
+def counters_delta(load: LoadResult) -> Counters | None:
+    """The counter delta over a ``run_load`` that collected /metrics before and after; None otherwise."""
+    if load.metrics_before is None or load.metrics_after is None:
+        return None
+    return delta(parse_counters(load.metrics_before), parse_counters(load.metrics_after))
+
+
+def summarize(values_s: Iterable[float]) -> dict[str, float] | None:
+    """``{p50, p95, p99, mean}`` in ms, computed as ``vllm bench serve`` does; None for no values."""
+    arr = np.asarray(list(values_s), dtype=float)
+    if arr.size == 0:
+        return None
+    out = {f"p{p}": float(np.percentile(arr, p) * 1000) for p in PERCENTILES}
+    out["mean"] = float(np.mean(arr) * 1000)
+    return out
+
+
+@dataclass
+class RunMetrics:
+    """The figures of one run; every value is plain (JSON-able) and None where undefined."""
+
+    n_requests: int
+    n_failed: int
+    duration_s: float
+    output_tok_s: float | None
+    request_s: float | None
+    total_output_tokens: int
+    ttft_ms: dict[str, float] | None
+    tpot_ms: dict[str, float] | None
+    e2e_ms: dict[str, float] | None
+    itl_chunk_ms: dict[str, float] | None
+    itl_token_ms: dict[str, float] | None
+    max_in_flight: int | None = None
+    concurrency: int | None = None
+    loop_lag_max_ms: float | None = None
+    drafts: int | None = None
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    acceptance_rate: float | None = None
+    acceptance_length: float | None = None
+    per_position_acceptance: list[float] | None = None
+    decode_steps: float | None = None
+    draft_coverage: float | None = None
+    generation_tokens: int | None = None
+    token_counter_mismatch: int | None = None
+    preemptions: int | None = None
+    prefix_cache_hit_rate: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (for baselines and reports)."""
+        return dataclasses.asdict(self)
+
+
+def _spec_figures(d: Counters, n_started: int, usage_tokens: int) -> dict[str, Any]:
+    """Figures from a counter delta.
+
+    Decode steps and draft coverage: every request's first token comes from its prefill step, which
+    carries no draft; each later (decode) step yields one token plus the draft tokens it accepted. So
+    over the run ``generation_tokens = N + S + accepted``, hence ``S = generation_tokens - N - accepted``
+    (N = requests that produced a token) and ``draft_coverage = drafts / S``. Approximations: tokens
+    accepted in a request's last step but cut by max_tokens/EOS/stop are counted in ``accepted`` but not
+    in ``generation_tokens`` (S is then low by at most k per request, so the ratio is clamped to 1); a
+    preempted request's recompute step counts as a draft-less step (correct, it has none); requests from
+    other clients of the same server during the run pollute the delta.
+    """
+    out: dict[str, Any] = {
+        "generation_tokens": int(d.generation_tokens),
+        "token_counter_mismatch": int(d.generation_tokens) - usage_tokens,
+        "preemptions": int(d.preemptions),
+        "prefix_cache_hit_rate": (d.prefix_cache_hits / d.prefix_cache_queries
+                                  if d.prefix_cache_queries > 0 else None),
+    }
+    if not d.spec_decode:
+        return out
+    out.update(drafts=int(d.drafts), draft_tokens=int(d.draft_tokens), accepted_tokens=int(d.accepted_tokens))
+    if d.draft_tokens > 0:
+        out["acceptance_rate"] = d.accepted_tokens / d.draft_tokens
+    if d.drafts > 0:
+        out["acceptance_length"] = 1 + d.accepted_tokens / d.drafts
+        out["per_position_acceptance"] = [a / d.drafts for a in d.accepted_per_pos]
+    steps = d.generation_tokens - n_started - d.accepted_tokens
+    if steps > 0:
+        out["decode_steps"] = float(steps)
+        out["draft_coverage"] = min(1.0, d.drafts / steps)
+    return out
+
+
+def compute_run_metrics(load: LoadResult, delta: Counters | None) -> RunMetrics:
+    """One run's figures from its samples and (optionally) the /metrics counter delta over it."""
+    ok = [s for s in load.samples if s.error is None]
+    dur = load.duration_s
+    total_out = sum(s.output_tokens for s in ok)
+    ttfts = [s.ttft_s for s in ok if s.ttft_s is not None]
+    e2es = [s.e2e_s for s in ok if s.e2e_s is not None]
+    tpots = [t for t in (s.tpot_s for s in ok) if t is not None]
+    itl_chunk = [x for s in ok for x in s.itls_chunk_s]
+    itl_token = [x for s in ok for x in s.itls_token_s]
+    rm = RunMetrics(
+        n_requests=len(load.samples), n_failed=len(load.samples) - len(ok), duration_s=dur,
+        output_tok_s=total_out / dur if dur > 0 else None,
+        request_s=len(ok) / dur if dur > 0 else None,
+        total_output_tokens=total_out,
+        ttft_ms=summarize(ttfts), tpot_ms=summarize(tpots), e2e_ms=summarize(e2es),
+        itl_chunk_ms=summarize(itl_chunk), itl_token_ms=summarize(itl_token),
+        max_in_flight=load.max_in_flight, concurrency=load.concurrency,
+        loop_lag_max_ms=load.loop_lag_max_s * 1000, errors=load.error_counts(),
+    )
+    if delta is not None:
+        # Counters see every token generated in the window, including those of requests that failed late.
+        usage_tokens = sum(s.output_tokens for s in load.samples)
+        n_started = sum(1 for s in load.samples if s.output_tokens > 0)
+        for k, v in _spec_figures(delta, n_started, usage_tokens).items():
+            setattr(rm, k, v)
+    return rm
+
+
+# --- `vllm bench serve --save-result --save-detailed` files -------------------------------------------
+
+def load_bench_result(result: dict[str, Any] | str | os.PathLike[str]) -> LoadResult:
+    """Turn a ``vllm bench serve --save-result --save-detailed`` JSON into a LoadResult.
+
+    Field names are those of ``vllm/benchmarks/serve.py: benchmark`` (``ttfts``, ``itls``,
+    ``latencies``, ``output_lens``, ``input_lens``, ``start_times``, ``errors``, ``duration``). A request
+    succeeded when its ``errors`` entry is empty. The bench does not save tokens per chunk, so each
+    chunk is given one token: per-token ITL then equals per-chunk ITL for such a file.
+    """
+    if not isinstance(result, dict):
+        with open(result, encoding="utf-8") as f:
+            result = json.load(f)
+    assert isinstance(result, dict)
+    missing = [k for k in ("ttfts", "itls", "latencies", "output_lens", "duration") if k not in result]
+    if missing:
+        raise SpecDecError(f"bench result lacks {missing}: was it saved with --save-result --save-detailed?")
+    n = len(result["ttfts"])
+    errors = result.get("errors") or [""] * n
+    starts = result.get("start_times") or [0.0] * n
+    inputs = result.get("input_lens") or [None] * n
+    samples: list[RequestSample] = []
+    for i in range(n):
+        ttft, itl = float(result["ttfts"][i]), [float(x) for x in result["itls"][i]]
+        s = RequestSample(prompt_id=str(i), start=float(starts[i]), prompt_tokens=inputs[i],
+                          output_tokens=int(result["output_lens"][i]), error=errors[i] or None)
+        if s.error is None:
+            t, chunks = ttft, [(ttft, 1)]
+            for g in itl:
+                t += g
+                chunks.append((t, 1))
+            s.chunks, s.ttft_s, s.e2e_s = chunks, ttft, float(result["latencies"][i])
+        samples.append(s)
+    temp = result.get("temperature")
+    return LoadResult(samples=samples, t_start=0.0, t_end=float(result["duration"]), max_in_flight=0,
+                      loop_lag_max_s=0.0, loop_lag_mean_s=0.0,
+                      sampling=Sampling(temperature=float(temp) if temp is not None else float("nan")),
+                      base_url=str(result.get("base_url", "")), model=str(result.get("model_id", "")),
+                      api="chat" if result.get("backend") == "openai-chat" else "completions",
+                      concurrency=int(result.get("max_concurrency") or 0),
+                      rate=None, seed=int(result.get("seed") or 0), cache_salt=None, warmup=0,
+                      timeout_s=0.0)
+
+
+def bench_run_metrics(result: dict[str, Any] | str | os.PathLike[str]) -> RunMetrics:
+    """RunMetrics of a ``vllm bench serve`` detailed result, through the same code as our own runs.
+
+    Speculative-decoding figures are copied from the file's ``spec_decode_*`` fields (its acceptance
+    rate is a percentage there and a fraction here).
+    """
+    if not isinstance(result, dict):
+        with open(result, encoding="utf-8") as f:
+            result = json.load(f)
+    assert isinstance(result, dict)
+    rm = compute_run_metrics(load_bench_result(result), None)
+    rm.max_in_flight, rm.loop_lag_max_ms = None, None
+    if "spec_decode_num_drafts" in result:
+        drafts = int(result["spec_decode_num_drafts"])
+        rm.drafts = drafts
+        rm.draft_tokens = int(result["spec_decode_draft_tokens"])
+        rm.accepted_tokens = int(result["spec_decode_accepted_tokens"])
+        rm.acceptance_rate = result["spec_decode_acceptance_rate"] / 100
+        rm.acceptance_length = result["spec_decode_acceptance_length"] if drafts else None
+        rm.per_position_acceptance = list(result.get("spec_decode_per_position_acceptance_rates") or []) or None
+    return rm

@@ -1,0 +1,454 @@
+"""A small simulated vLLM OpenAI-compatible server for fast, deterministic tests.
+
+It streams SSE chunks in vLLM's format (``vllm/entrypoints/openai/chat_completion/serving.py`` and
+``completion/serving.py``: a role chunk first for chat, continuous usage on every chunk when asked, a
+final ``choices: []`` usage chunk, then ``data: [DONE]``) and keeps vLLM's Prometheus counters
+(``vllm/v1/metrics/loggers.py``, ``vllm/v1/spec_decode/metrics.py``) consistent with what it streamed.
+
+Speculation model: the prefill step emits one token without a draft; every later step is one chunk.
+With probability ``draft_share`` a step carries a draft of ``k`` tokens; one uniform draw ``u`` then
+accepts positions ``i`` with ``u < acceptance[i]``, so ``acceptance`` (non-increasing) is exactly the
+expected per-position acceptance rate ``accepted_per_pos[i] / drafts`` that vLLM reports. Like vLLM,
+accepted tokens are counted before the output is cut at ``max_tokens`` or EOS.
+
+Use it in-process (``with FakeServer(FakeConfig(k=3, acceptance=(.8, .6, .4))) as url: ...``), in a
+child process (``FakeServerProcess``, so its CPU is not the caller's), or from the command line:
+``python tests/fake_server.py --port 0 --k 3 --acceptance 0.8,0.6,0.4`` prints the port on its first line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import random
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+_DUMPS = json.JSONEncoder(separators=(",", ":")).encode  # compact, like pydantic's model_dump_json
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    """How the fake server behaves; every field is also a ``--flag`` of the CLI."""
+
+    model: str = "fake-model"
+    ttft_s: float = 0.0  # delay before the first token
+    step_s: float = 0.0  # delay per decode step (one chunk = 1 + accepted tokens)
+    k: int = 0  # speculative tokens per draft; 0 = no speculation (no spec-decode counters, like vLLM)
+    acceptance: tuple[float, ...] = ()  # P(position i accepted), non-increasing, one per draft position
+    draft_share: float = 1.0  # share of decode steps that carry a draft (ngram finds no match otherwise)
+    output_tokens: int | None = None  # tokens per request; None = the request's max tokens
+    eos_prob: float = 0.0  # per-token chance of stopping early (ignored when the request sets ignore_eos)
+    error_share: float = 0.0  # share of requests answered with HTTP 500
+    abort_share: float = 0.0  # share of requests whose stream is cut before data: [DONE]
+    continuous_usage: bool = True  # False: ignore continuous_usage_stats, like servers that lack it
+    engines: int = 1  # requests round-robin over this many `engine` label values
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.k and len(self.acceptance) != self.k:
+            raise ValueError(f"acceptance needs k={self.k} values, got {self.acceptance}")
+        if any(b > a for a, b in zip(self.acceptance, self.acceptance[1:], strict=False)):
+            raise ValueError(f"acceptance must be non-increasing by position, got {self.acceptance}")
+
+    def to_args(self) -> list[str]:
+        """The CLI flags that rebuild this config in a child process."""
+        args: list[str] = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(v, bool):
+                args.append(flag if v else "--no-" + f.name.replace("_", "-"))
+            elif isinstance(v, tuple):
+                args += [flag, ",".join(repr(x) for x in v)] if v else []
+            else:
+                args += [flag, str(v)]
+        return args
+
+
+class _State:
+    """Counters and the request log of one server instance (its own Prometheus registry)."""
+
+    def __init__(self, cfg: FakeConfig) -> None:
+        self.cfg = cfg
+        self.requests: list[dict[str, Any]] = []
+        self.n = 0
+        self.active = 0  # requests streaming right now, and the most ever at once
+        self.peak_active = 0
+        self.seen_prefixes: set[tuple[str | None, str]] = set()
+        self.registry = CollectorRegistry()
+        r, lab = self.registry, ["model_name", "engine"]
+
+        def counter(name: str, extra: list[str] | None = None) -> Counter:
+            return Counter(name, name, lab + (extra or []), registry=r)
+
+        self.generation = counter("vllm:generation_tokens")
+        self.prompt = counter("vllm:prompt_tokens")
+        self.preemptions = counter("vllm:num_preemptions")
+        self.pc_queries = counter("vllm:prefix_cache_queries")
+        self.pc_hits = counter("vllm:prefix_cache_hits")
+        self.success = counter("vllm:request_success", ["finished_reason"])
+        self.running = Gauge("vllm:num_requests_running", "running", lab, registry=r)
+        engines = [str(e) for e in range(cfg.engines)]
+        for e in engines:  # vLLM creates every labelled child up front, so zeros are exported
+            for c in (self.generation, self.prompt, self.preemptions, self.pc_queries, self.pc_hits, self.running):
+                c.labels(cfg.model, e)
+        if cfg.k:
+            self.drafts = counter("vllm:spec_decode_num_drafts")
+            self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens")
+            self.accepted = counter("vllm:spec_decode_num_accepted_tokens")
+            self.per_pos = counter("vllm:spec_decode_num_accepted_tokens_per_pos", ["position"])
+            for e in engines:
+                for c in (self.drafts, self.draft_tokens, self.accepted):
+                    c.labels(cfg.model, e)
+                for p in range(cfg.k):
+                    self.per_pos.labels(cfg.model, e, str(p))
+
+
+def _error(status: int, message: str) -> web.Response:
+    """An error body shaped like vLLM's ``ErrorResponse``."""
+    return web.json_response({"error": {"message": message, "type": "BadRequestError", "param": None,
+                                        "code": status}}, status=status)
+
+
+def _prompt_text(body: dict[str, Any], chat: bool) -> str | None:
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            return None
+        return "\n".join(m["content"] if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
+                         for m in msgs)
+    p = body.get("prompt")
+    return p if isinstance(p, str) else None
+
+
+def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
+    """The aiohttp application and the state it updates (exposed so tests can inspect requests)."""
+    st = _State(cfg)
+
+    async def complete(request: web.Request, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "body is not JSON")
+        if "temperature" not in body:
+            return _error(400, "temperature is required (the fake server refuses server-side defaults)")
+        if body.get("model") != cfg.model:
+            return _error(404, f"The model `{body.get('model')}` does not exist.")
+        if not body.get("stream"):
+            return _error(400, "the fake server only streams")
+        text = _prompt_text(body, chat)
+        if text is None:
+            return _error(400, "no messages" if chat else "no prompt")
+        st.requests.append(body)
+        st.n += 1
+        engine = str((st.n - 1) % cfg.engines)
+        salt = body.get("cache_salt")
+        # Seeded from the prompt, not the arrival order, so results do not depend on concurrency.
+        rng = random.Random(zlib.crc32(f"{cfg.seed}\0{salt}\0{text}".encode()))
+        if cfg.error_share and rng.random() < cfg.error_share:
+            return _error(500, "injected error")
+        abort = bool(cfg.abort_share) and rng.random() < cfg.abort_share
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        n_out = min(cfg.output_tokens or max_tokens, max_tokens)
+        eos_prob = 0.0 if body.get("ignore_eos") else cfg.eos_prob
+        so = body.get("stream_options") or {}
+        include_usage = bool(so.get("include_usage"))
+        continuous = include_usage and bool(so.get("continuous_usage_stats")) and cfg.continuous_usage
+        n_prompt = max(1, len(text.split()))
+        m, lab = cfg.model, (cfg.model, engine)
+        st.pc_queries.labels(*lab).inc(n_prompt)
+        if (salt, text) in st.seen_prefixes:
+            st.pc_hits.labels(*lab).inc(n_prompt)
+        st.seen_prefixes.add((salt, text))
+        st.prompt.labels(*lab).inc(n_prompt)
+
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{st.n}"
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choices: list[dict[str, Any]], done_tokens: int | None) -> bytes:
+            d: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": m, "choices": choices}
+            if done_tokens is not None:
+                d["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": done_tokens,
+                              "total_tokens": n_prompt + done_tokens}
+            return b"data: " + _DUMPS(d).encode() + b"\n\n"
+
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await resp.prepare(request)
+        running = st.running.labels(*lab)
+        running.inc()
+        st.active += 1
+        st.peak_active = max(st.peak_active, st.active)
+        try:
+            await asyncio.sleep(cfg.ttft_s)
+            emitted, n, finish = 0, 1, None  # the prefill step yields one token and no draft
+            if chat:
+                await resp.write(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                         "logprobs": None, "finish_reason": None}], 0 if continuous else None))
+            while True:
+                n = min(n, n_out - emitted)
+                if eos_prob:
+                    for j in range(n):
+                        if rng.random() < eos_prob:
+                            n, finish = j + 1, "stop"
+                            break
+                emitted += n
+                if finish is None and emitted >= n_out:
+                    finish = "length"
+                st.generation.labels(*lab).inc(n)
+                piece = " tok" * n
+                c0: dict[str, Any] = ({"index": 0, "delta": {"content": piece}, "logprobs": None,
+                                       "finish_reason": finish} if chat else
+                                      {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish,
+                                       "stop_reason": None})
+                await resp.write(chunk([c0], emitted if continuous else None))
+                if finish is not None:
+                    break
+                if abort and emitted * 2 >= n_out:
+                    return resp  # cut the stream: no usage chunk, no [DONE]
+                await asyncio.sleep(cfg.step_s)
+                n = 1
+                if cfg.k and rng.random() < cfg.draft_share:
+                    u = rng.random()
+                    a = sum(1 for r in cfg.acceptance if u < r)
+                    st.drafts.labels(*lab).inc()
+                    st.draft_tokens.labels(*lab).inc(cfg.k)
+                    st.accepted.labels(*lab).inc(a)
+                    for p in range(a):
+                        st.per_pos.labels(m, engine, str(p)).inc()
+                    n += a
+            st.success.labels(m, engine, finish).inc()
+            if include_usage:
+                await resp.write(chunk([], emitted))
+            await resp.write(b"data: [DONE]\n\n")
+        finally:
+            running.dec()
+            st.active -= 1
+        return resp
+
+    async def chat_completions(request: web.Request) -> web.StreamResponse:
+        return await complete(request, True)
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return await complete(request, False)
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": cfg.model, "object": "model",
+                                                              "created": 0, "owned_by": "vllm", "root": cfg.model}]})
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response()
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(st.registry), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    return app, st
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+class FakeServer:
+    """The fake server on its own event loop in a background thread of this process."""
+
+    def __init__(self, config: FakeConfig | None = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config or FakeConfig()
+        self.host, self.port = host, port
+        self.app, self.state = build_app(self.config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Every accepted request body, in arrival order (for assertions on what the client sent)."""
+        return self.state.requests
+
+    def start(self) -> str:
+        """Start serving and return the base URL once the socket accepts connections."""
+        sock = _bind(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        loop = self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        async def setup() -> None:
+            self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+            await self._runner.setup()
+            await web.SockSite(self._runner, sock).start()
+
+        def main() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(setup())
+            except BaseException as e:  # surfaced to start()
+                failure.append(e)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=main, name="fake-vllm", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        if failure:
+            raise failure[0]
+        return self.base_url
+
+    def stop(self) -> None:
+        """Close connections and the loop; safe to call twice."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        self._loop = self._thread = self._runner = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class FakeServerProcess:
+    """The fake server as a child process (``python tests/fake_server.py``): its CPU is not ours."""
+
+    def __init__(self, config: FakeConfig | None = None, *, host: str = "127.0.0.1") -> None:
+        self.config = config or FakeConfig()
+        self.host = host
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 20) -> str:
+        """Spawn, read the port from the first stdout line against a deadline, return the base URL."""
+        cmd = [sys.executable, os.path.abspath(__file__), "--host", self.host, "--port", "0",
+               *self.config.to_args()]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(timeout_s)
+        sel.close()
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.strip().isdigit():
+            self.proc.kill()
+            err = self.proc.stderr.read()[-2000:] if self.proc.stderr else ""
+            self.stop()
+            raise RuntimeError(f"fake server did not start: {' '.join(cmd)}\nstdout: {line!r}\nstderr: {err}")
+        self.port = int(line)
+        return self.base_url
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 5 s."""
+        p = self.proc
+        if p is None:
+            return
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        for f in (p.stdout, p.stderr):
+            if f is not None:
+                f.close()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def _floats(s: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in s.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 0.8,0.6,0.4, got {s!r}") from None
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[FakeConfig, str, int]:
+    """CLI flags → (config, host, port); flags mirror FakeConfig field names."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 picks a free port; the port is printed first")
+    d = FakeConfig()
+    for f in dataclasses.fields(FakeConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(d, f.name)
+        if isinstance(default, bool):
+            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        elif f.name == "acceptance":
+            ap.add_argument(flag, type=_floats, default=default, metavar="P0,P1,...")
+        elif f.name == "output_tokens":
+            ap.add_argument(flag, type=int, default=None)
+        else:
+            ap.add_argument(flag, type=type(default), default=default)
+    ns = vars(ap.parse_args(argv))
+    host, port = ns.pop("host"), ns.pop("port")
+    return FakeConfig(**ns), host, port
+
+
+async def _serve(cfg: FakeConfig, host: str, port: int) -> None:
+    app, _ = build_app(cfg)
+    sock = _bind(host, port)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    print(sock.getsockname()[1], flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, host, port = parse_args(argv)
+    asyncio.run(_serve(cfg, host, port))
+
+
+if __name__ == "__main__":
+    main()
