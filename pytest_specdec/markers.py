@@ -1,0 +1,166 @@
+"""The `specdec` marker: validation, expansion to the test matrix, readable ids, server grouping.
+
+Every field takes a value or a list; lists expand to their cross product.  Methods are presets of
+the active profile; `speculative_config` passes raw vLLM JSON through.  Anything unknown or
+impossible is a collection error that says what is allowed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .profiles import Profile
+
+MARKER = "specdec"
+MARKER_SIGNATURE = (
+    "specdec(method=..., k=..., temperature=..., concurrency=..., dataset=..., max_tokens=..., "
+    "num_prompts=..., speculative_config=...): measure the spec config(s) against the no-spec "
+    "reference on a vLLM server; each field takes a value or a list (cross product)"
+)
+FIELDS = (
+    "method", "k", "temperature", "concurrency", "dataset", "max_tokens", "num_prompts", "speculative_config",
+)
+#: The name the matrix is parametrized under; the `specdec` fixture reads it.
+PARAM = "_specdec_case"
+
+
+@dataclass(frozen=True, order=True)
+class Case:
+    """One point of the matrix: what one test measures."""
+
+    method: str
+    k: int | None
+    temperature: float
+    concurrency: int
+    dataset: str = "builtin"
+    max_tokens: int | None = None
+    num_prompts: int | None = None
+    speculative_config_json: str | None = None  # raw vLLM JSON, when given instead of a preset
+
+    @property
+    def speculative_config(self) -> dict[str, Any] | None:
+        return json.loads(self.speculative_config_json) if self.speculative_config_json else None
+
+    def id(self, varying: frozenset[str] = frozenset()) -> str:
+        """`eagle3-k3-t0.0-c8`; k is left out for `none`; other fields only when they vary."""
+        parts = [self.method]
+        if self.method != "none" and self.k is not None:
+            parts.append(f"k{self.k}")
+        parts += [f"t{self.temperature}", f"c{self.concurrency}"]
+        if "dataset" in varying:
+            parts.append(self.dataset.rsplit("/", 1)[-1])
+        if "max_tokens" in varying:
+            parts.append(f"m{self.max_tokens}")
+        if "num_prompts" in varying:
+            parts.append(f"n{self.num_prompts}")
+        return "-".join(parts)
+
+    def params(self) -> dict[str, Any]:
+        """What results carry as `params`."""
+        out = asdict(self)
+        out.pop("speculative_config_json")
+        out["speculative_config"] = self.speculative_config
+        return out
+
+    def server_key(self) -> tuple[str, str]:
+        """Tests with equal keys share a server: ordering by it keeps them together."""
+        return (self.method, self.speculative_config_json or str(self.k))
+
+
+def _as_list(name: str, value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ConfigError(f"specdec marker: {name}=[] is empty; give a value or a non-empty list")
+        return list(value)
+    return [value]
+
+
+def _int(name: str, value: Any, minimum: int = 1, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"specdec marker: {name} must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = ()) -> list[Case]:
+    """The cross product of the marker's fields, validated against `profile`, without duplicates."""
+    if args:
+        raise ConfigError(f"specdec marker takes keyword arguments only ({', '.join(FIELDS)}), got {args!r}")
+    unknown = sorted(set(kwargs) - set(FIELDS))
+    if unknown:
+        raise ConfigError(
+            f"specdec marker: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(FIELDS)}"
+        )
+    if "method" not in kwargs and "speculative_config" not in kwargs:
+        raise ConfigError(
+            f"specdec marker needs method= (one of {', '.join(profile.method_names())}) or speculative_config="
+        )
+    default_k = profile.matrix.get("k", [3])
+    lists = {
+        "method": _as_list("method", kwargs.get("method", [None])),
+        "k": _as_list("k", kwargs.get("k", default_k)),
+        "temperature": _as_list("temperature", kwargs.get("temperature", 0.0)),
+        "concurrency": _as_list("concurrency", kwargs.get("concurrency", 1)),
+        "dataset": _as_list("dataset", kwargs.get("dataset", "builtin")),
+        "max_tokens": _as_list("max_tokens", kwargs.get("max_tokens", None)),
+        "num_prompts": _as_list("num_prompts", kwargs.get("num_prompts", None)),
+        "speculative_config": _as_list("speculative_config", kwargs.get("speculative_config", None)),
+    }
+    cases: list[Case] = []
+    for method, k, temperature, concurrency, dataset, max_tokens, num_prompts, raw in itertools.product(
+        *lists.values()
+    ):
+        raw_json = None
+        if raw is not None:
+            if not isinstance(raw, dict) or "method" not in raw:
+                raise ConfigError(
+                    f"specdec marker: speculative_config must be a dict with a 'method' key (vLLM's "
+                    f"--speculative-config JSON), got {raw!r}"
+                )
+            if method is not None:
+                raise ConfigError("specdec marker: give method= or speculative_config=, not both")
+            method = str(raw["method"])
+            k = raw.get("num_speculative_tokens", k)
+            raw = {**raw, "num_speculative_tokens": k}
+            raw_json = json.dumps(raw, sort_keys=True)
+        elif method not in profile.method_names():
+            raise ConfigError(
+                f"specdec marker: method {method!r} is not a preset of profile {profile.name!r}; "
+                f"allowed: {', '.join(profile.method_names())} (or pass speculative_config=)"
+            )
+        if method == "none":
+            k = None
+        else:
+            k = _int("k", k)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+            raise ConfigError(f"specdec marker: temperature must be a number in [0, 2], got {temperature!r}")
+        if not isinstance(dataset, str) or not dataset:
+            raise ConfigError(f"specdec marker: dataset must be 'builtin' or a file path, got {dataset!r}")
+        cases.append(
+            Case(
+                method=method,
+                k=k,
+                temperature=float(temperature),
+                concurrency=_int("concurrency", concurrency),  # type: ignore[arg-type]
+                dataset=dataset,
+                max_tokens=_int("max_tokens", max_tokens, allow_none=True),
+                num_prompts=_int("num_prompts", num_prompts, allow_none=True),
+                speculative_config_json=raw_json,
+            )
+        )
+    return list(dict.fromkeys(cases))  # `none` at several k collapses to one case
+
+
+def varying_fields(cases: list[Case]) -> frozenset[str]:
+    """Fields that take more than one value across `cases` (they go into the ids)."""
+    return frozenset(
+        name for name in ("dataset", "max_tokens", "num_prompts")
+        if len({getattr(c, name) for c in cases}) > 1
+    )

@@ -1,0 +1,222 @@
+"""Interleaved runs of the reference (method `none`) and a spec config on the same workload.
+
+Reference and spec runs alternate (reference, spec, reference, spec, ...) so machine drift hits
+both arms alike, and speedup is computed per pair.  Every run gets a fresh `cache_salt` so prefix
+caching cannot leak between runs.  A run that breaks a validity rule is kept and shown with its
+reasons, never averaged into the summary.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+if TYPE_CHECKING:
+    from .load import LoadResult, Prompt, Sampling
+    from .metrics import RunMetrics
+    from .pool import Endpoint
+
+Arm = Literal["reference", "spec"]
+
+
+@dataclass(frozen=True)
+class ValidityRules:
+    """When a run is not to be trusted."""
+
+    max_failed_share: float = 0.0
+    max_loop_lag_ms: float = 250.0
+    max_token_mismatch_share: float = 0.0
+
+
+def invalid_reasons(m: RunMetrics, n_prompts: int, rules: ValidityRules) -> list[str]:
+    """Why a run cannot be trusted (empty when it can)."""
+    reasons: list[str] = []
+    if m.n_requests and m.n_failed / m.n_requests > rules.max_failed_share:
+        top = ", ".join(f"{k} x{v}" for k, v in sorted(m.errors.items(), key=lambda kv: -kv[1])[:2])
+        reasons.append(f"{m.n_failed}/{m.n_requests} requests failed ({top})")
+    if m.preemptions:
+        reasons.append(f"{m.preemptions} preemption(s) during the run (KV cache too small for the load)")
+    wanted = min(m.concurrency or 1, n_prompts)
+    if m.max_in_flight is not None and m.max_in_flight < wanted:
+        reasons.append(f"concurrency not reached: at most {m.max_in_flight} in flight, wanted {wanted}")
+    if m.token_counter_mismatch and m.generation_tokens is not None:
+        share = abs(m.token_counter_mismatch) / max(1, m.total_output_tokens)
+        if share > rules.max_token_mismatch_share:
+            reasons.append(
+                f"server generated {m.generation_tokens} tokens but responses carried {m.total_output_tokens} "
+                "(another client, or replicas behind the endpoint): acceptance is untrusted"
+            )
+    if m.loop_lag_max_ms is not None and m.loop_lag_max_ms > rules.max_loop_lag_ms:
+        reasons.append(f"client event loop lagged {m.loop_lag_max_ms:.0f} ms (client-bound)")
+    return reasons
+
+
+@dataclass
+class RunRecord:
+    """One run of one arm, with its validity."""
+
+    arm: Arm
+    index: int
+    metrics: RunMetrics
+    cache_salt: str
+    invalid: list[str] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "arm": self.arm, "index": self.index, "valid": self.valid, "invalid_reasons": self.invalid,
+            "cache_salt": self.cache_salt, **self.metrics.to_dict(),
+        }
+
+
+def geomean(values: list[float]) -> float | None:
+    vals = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+
+
+def _median(values: list[float]) -> float | None:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def speedups(reference: list[RunRecord], spec: list[RunRecord]) -> list[float | None]:
+    """Per pair i: spec tok/s / reference tok/s, None when either run of the pair is invalid."""
+    out: list[float | None] = []
+    for ref, sp in zip(reference, spec):
+        r, s = ref.metrics.output_tok_s, sp.metrics.output_tok_s
+        out.append(s / r if ref.valid and sp.valid and r and s else None)
+    return out
+
+
+def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, Any]:
+    """The test's summary over valid runs: geometric means for rates, pooled counters for acceptance,
+    medians of per-run percentiles for latencies (of the spec arm; the reference's when no spec arm)."""
+    ref_ok = [r for r in reference if r.valid]
+    arm = [r for r in spec if r.valid] if spec else ref_ok
+    pair = [s for s in speedups(reference, spec) if s is not None]
+    drafts = sum(r.metrics.drafts or 0 for r in arm)
+    draft_tokens = sum(r.metrics.draft_tokens or 0 for r in arm)
+    accepted = sum(r.metrics.accepted_tokens or 0 for r in arm)
+    per_pos: list[float] | None = None
+    if drafts:
+        width = max(len(r.metrics.per_position_acceptance or []) for r in arm)
+        per_pos = [
+            sum((r.metrics.per_position_acceptance or [0] * width)[i] * (r.metrics.drafts or 0) for r in arm) / drafts
+            for i in range(width)
+        ]
+    steps = sum(r.metrics.decode_steps or 0 for r in arm)
+
+    def latency(name: str) -> dict[str, float | None]:
+        return {
+            p: _median([(getattr(r.metrics, name) or {}).get(p) for r in arm])  # type: ignore[misc]
+            for p in ("p50", "p95", "p99")
+        }
+
+    return {
+        "valid_runs": len(arm),
+        "valid_reference_runs": len(ref_ok),
+        "output_tps": geomean([r.metrics.output_tok_s for r in arm]),  # type: ignore[misc]
+        "reference_output_tps": geomean([r.metrics.output_tok_s for r in ref_ok]),  # type: ignore[misc]
+        "speedup": geomean(pair) if spec else None,
+        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        "acceptance_length": 1 + accepted / drafts if drafts else None,
+        "per_position_acceptance": per_pos,
+        "draft_coverage": min(1.0, drafts / steps) if steps and spec else None,
+        "ttft_ms": latency("ttft_ms"),
+        "tpot_ms": latency("tpot_ms"),
+        "itl_ms": latency("itl_token_ms"),
+        "itl_chunk_ms": latency("itl_chunk_ms"),
+        "e2e_ms": latency("e2e_ms"),
+    }
+
+
+@dataclass
+class CaseResult:
+    """What a specdec test measured."""
+
+    reference_runs: list[RunRecord]
+    runs: list[RunRecord]
+    summary: dict[str, Any]
+    speedup_per_pair: list[float | None]
+
+    @property
+    def invalid_runs(self) -> list[RunRecord]:
+        return [r for r in [*self.reference_runs, *self.runs] if not r.valid]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs": [r.to_dict() for r in self.runs],
+            "reference_runs": [r.to_dict() for r in self.reference_runs],
+            "speedup_per_pair": self.speedup_per_pair,
+            "summary": self.summary,
+            "validity": {
+                "valid": not self.invalid_runs,
+                "invalid_runs": [
+                    {"arm": r.arm, "index": r.index, "reasons": r.invalid} for r in self.invalid_runs
+                ],
+            },
+        }
+
+
+def one_run(
+    endpoint: Endpoint, arm: Arm, index: int, prompts: list[Prompt], sampling: Sampling, *,
+    concurrency: int, api_key: str | None, rules: ValidityRules, warmup: int = 0, timeout_s: float = 600.0,
+) -> RunRecord:
+    """One pass of the prompts; the /metrics delta covers exactly the measured requests."""
+    from .load import run_load_sync
+    from .metrics import compute_run_metrics, counters_delta
+
+    salt = uuid.uuid4().hex
+    load: LoadResult = run_load_sync(
+        endpoint.base_url, endpoint.model, prompts, sampling, concurrency=concurrency,
+        cache_salt=salt, api_key=api_key, warmup=warmup, timeout_s=timeout_s,
+    )
+    metrics = compute_run_metrics(load, counters_delta(load))
+    record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
+                       texts={s.prompt_id: s.text for s in load.samples if s.error is None})
+    record.invalid = invalid_reasons(metrics, len(prompts), rules)
+    if load.metrics_error:
+        record.invalid.append(f"could not read /metrics: {load.metrics_error}")
+    return record
+
+
+def measure_case(
+    reference: Endpoint,
+    spec: Endpoint | None,
+    prompts: list[Prompt],
+    sampling: Sampling,
+    *,
+    concurrency: int,
+    runs: int,
+    api_key: str | None = None,
+    rules: ValidityRules = ValidityRules(),
+    progress: Callable[[str], None] = lambda line: None,
+) -> CaseResult:
+    """`runs` interleaved pairs (reference, spec); the reference alone when `spec` is None."""
+    warmup = min(len(prompts), 2 * concurrency)
+    ref_runs: list[RunRecord] = []
+    spec_runs: list[RunRecord] = []
+    for i in range(runs):
+        for arm, endpoint, bucket in (("reference", reference, ref_runs), ("spec", spec, spec_runs)):
+            if endpoint is None:
+                continue
+            rec = one_run(endpoint, arm, i, prompts, sampling, concurrency=concurrency, api_key=api_key,  # type: ignore[arg-type]
+                          rules=rules, warmup=warmup if i == 0 else 0)
+            bucket.append(rec)
+            m = rec.metrics
+            acc = "" if m.acceptance_rate is None else f", acceptance {m.acceptance_rate:.3f}"
+            bad = "" if rec.valid else f"  INVALID: {'; '.join(rec.invalid)}"
+            progress(f"specdec:   run {i + 1}/{runs} {arm:9s} {m.output_tok_s or 0:8.1f} tok/s{acc}{bad}")
+    return CaseResult(
+        reference_runs=ref_runs, runs=spec_runs, summary=summarize(ref_runs, spec_runs),
+        speedup_per_pair=speedups(ref_runs, spec_runs) if spec_runs else [],
+    )

@@ -1,0 +1,138 @@
+"""Command-line options and ini values: one group, `--specdec-*` (plus the users' `--gpu`).
+
+Values stay plain strings/ints on `config.option` so pytest-xdist can serialise them; `Settings`
+is the one frozen, validated view the rest of the plugin reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def positive_int(value: str) -> int:
+    """argparse type: an integer >= 1, with the accepted format in the error."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return number
+
+
+def positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}")
+    return number
+
+
+def endpoint_url(value: str) -> str:
+    """argparse type: an http(s) base URL (no /v1 suffix needed)."""
+    if not value.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {value!r}")
+    value = value.rstrip("/")
+    return value[: -len("/v1")] if value.endswith("/v1") else value
+
+
+def addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("specdec", "speculative decoding regression checks (pytest-specdec)")
+    group.addoption(
+        "--gpu", metavar="NAME", default="auto",
+        help="hardware profile: cpu, or a GPU profile; auto = cpu when no CUDA device. Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-profile", metavar="PATH", default=None,
+        help="a profile TOML file of your own instead of the built-in one named by --gpu. Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-runs", metavar="N", type=positive_int, default=None,
+        help="interleaved reference/spec run pairs per test. Default: the profile's (cpu: 3)",
+    )
+    group.addoption(
+        "--specdec-dry-run", action="store_true", default=False,
+        help="print every server command and the test matrix; start nothing. Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-endpoint", metavar="URL", type=endpoint_url, default=None,
+        help="measure a spec server someone else started (needs --specdec-reference-endpoint). Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-reference-endpoint", metavar="URL", type=endpoint_url, default=None,
+        help="the matching no-speculation server for --specdec-endpoint. Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-api-key-env", metavar="VAR", default="OPENAI_API_KEY",
+        help="environment variable holding the endpoints' API key (never printed or stored). Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-json", metavar="PATH", default=None,
+        help="also write the JSON results here (they always go under reports/). Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-reports", metavar="DIR", default="reports",
+        help="directory for JSON results and server logs. Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-max-servers", metavar="N", type=positive_int, default=2,
+        help="vLLM servers alive at once; the least recently used one is stopped first. Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-startup-timeout", metavar="SECONDS", type=positive_float, default=900.0,
+        help="how long a vLLM server may take to become ready. Default: %(default)r",
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated options of one pytest session."""
+
+    gpu: str
+    profile_path: str | None
+    runs: int | None
+    dry_run: bool
+    endpoint: str | None
+    reference_endpoint: str | None
+    api_key_env: str
+    json_path: Path | None
+    reports_dir: Path
+    max_servers: int
+    startup_timeout_s: float
+
+    @property
+    def api_key(self) -> str | None:
+        """Read on use, never stored in results."""
+        return os.environ.get(self.api_key_env) or None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        opt: Any = config.option
+        if bool(opt.specdec_endpoint) != bool(opt.specdec_reference_endpoint):
+            raise pytest.UsageError(
+                "--specdec-endpoint and --specdec-reference-endpoint go together: the speedup needs "
+                "the no-speculation reference server as well"
+            )
+        root = Path(str(config.rootpath))
+        reports = Path(opt.specdec_reports)
+        return cls(
+            gpu=opt.gpu,
+            profile_path=opt.specdec_profile,
+            runs=opt.specdec_runs,
+            dry_run=opt.specdec_dry_run,
+            endpoint=opt.specdec_endpoint,
+            reference_endpoint=opt.specdec_reference_endpoint,
+            api_key_env=opt.specdec_api_key_env,
+            json_path=Path(opt.specdec_json) if opt.specdec_json else None,
+            reports_dir=reports if reports.is_absolute() else root / reports,
+            max_servers=opt.specdec_max_servers,
+            startup_timeout_s=opt.specdec_startup_timeout,
+        )

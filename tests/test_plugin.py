@@ -1,0 +1,100 @@
+"""The plugin end to end through pytester, against simulated vLLM servers (endpoint mode)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+SUITE = """
+import pytest
+
+@pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=[1, 4], num_prompts=8, max_tokens=24)
+def test_ngram(specdec):
+    s = specdec.summary
+    assert s["acceptance_rate"] is not None
+    assert specdec.params["method"] == "ngram"
+"""
+
+
+def _args(fake_profile: Path, endpoints: tuple[str, str], reports: Path) -> list[str]:
+    spec, ref = endpoints
+    return [
+        f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
+        f"--specdec-reports={reports}", "-p", "no:cacheprovider",
+    ]
+
+
+def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines([
+        "*speculative decoding regression checks (pytest-specdec)*",
+        "*--gpu=NAME*hardware profile*",
+        "*Default: 'auto'",
+        "*--specdec-runs=N*",
+        "*--specdec-dry-run*",
+        "*--specdec-endpoint=URL*",
+    ])
+
+
+def test_marker_is_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.specdec(method=..., k=..., temperature=..., concurrency=*"])
+
+
+def test_measures_interleaved_runs_and_writes_json(
+    pytester: pytest.Pytester, fake_endpoints: tuple[str, str], fake_profile: Path
+) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    reports = pytester.path / "reports"
+    result = pytester.runpytest(*_args(fake_profile, fake_endpoints, reports), "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "*test_ngram?ngram-k3-t0.0-c1? PASSED*",
+        "*run 1/2 reference*tok/s*",
+        "*run 1/2 spec*tok/s, acceptance 0.*",
+        "*specdec results: *latest.json",
+    ])
+    data = json.loads((reports / "latest.json").read_text())
+    assert data["profile"] == "fake"
+    test = data["tests"][0]
+    assert test["params"] == {
+        "method": "ngram", "k": 3, "temperature": 0.0, "concurrency": 1, "dataset": "builtin",
+        "max_tokens": 24, "num_prompts": 8, "speculative_config": None,
+    }
+    assert test["outcome"] == "passed"
+    assert [r["arm"] for r in test["reference_runs"]] == ["reference", "reference"]
+    assert len(test["runs"]) == 2 and len(test["speedup_per_pair"]) == 2
+    summary = test["summary"]
+    # The fake server accepts position i with probability (.8, .6, .4): mean 0.6.
+    assert 0.4 < summary["acceptance_rate"] < 0.8
+    assert summary["per_position_acceptance"][0] > summary["per_position_acceptance"][2]
+    assert summary["speedup"] > 1.0
+    assert set(summary["tpot_ms"]) == {"p50", "p95", "p99"}
+    assert test["validity"]["valid"], test["validity"]
+
+
+def test_unknown_marker_key_is_a_collection_error(pytester: pytest.Pytester, fake_profile: Path) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        @pytest.mark.specdec(method="ngram", kk=3)
+        def test_x(specdec):
+            pass
+        """
+    )
+    result = pytester.runpytest(f"--specdec-profile={fake_profile}", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*unknown key(s) kk; allowed: method, k, temperature*"])
+
+
+def test_dry_run_prints_commands_and_starts_nothing(pytester: pytest.Pytester, fake_profile: Path) -> None:
+    pytester.makepyfile(test_suite=SUITE.replace('method="ngram"', 'method=["ngram", "eagle3"]'))
+    result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=4)
+    result.stdout.fnmatch_lines([
+        "specdec dry run: profile fake*4 test(s)",
+        "specdec dry run: 3 distinct server(s):",
+        "*serve fake-model --host 127.0.0.1 --port $PORT --generation-config vllm --speculative-config*eagle3*",
+    ])
