@@ -1,0 +1,516 @@
+"""Per-run figures of tonight's session vs the stored baseline → one verdict per metric (pure functions).
+
+Why it is built this way:
+
+* **Scale.** Rates (speedup, tok/s) and P95 latencies are compared on the log scale: run-to-run noise
+  on a machine is multiplicative, and a difference of mean logs is a ratio of geometric means, reported
+  as a relative change in %. Acceptance figures are already rates in [0, 1] with additive noise, so
+  they are compared raw and reported in percentage points. Per-run rates, never a pooled test over
+  tokens: tokens within a run share the run's conditions and are not independent.
+* **Unit.** A baseline holding one session is compared run by run (Welch's t, ``method`` ends in
+  ``/run``). A baseline holding several sessions (nights) is compared by session means, because the
+  night-to-night shift is real noise a run-level test would call a change; tonight's single session
+  then gets the between-night variance too (``/session``, see :func:`_session_core`).
+* **Decision** (all in the metric's natural unit, ``threshold`` is the signed limit on the bad side,
+  e.g. -5 % for speedup, -2 points for acceptance, +10 % for a P95 latency; ``p`` is the one-sided
+  p-value in the direction of the estimate, after the look correction):
+
+  - ``regressed``: ``p < alpha`` **and** the point estimate is beyond the threshold on the bad side
+    (a 1 % drop that is significant is *not* a regression);
+  - ``improved``: ``p < alpha`` and the estimate is beyond the mirrored threshold on the good side;
+  - ``unchanged``: otherwise, when the whole two-sided ``1 - 2*alpha`` CI (90 % at alpha 0.05) lies
+    strictly inside ``±|threshold|`` (an equivalence test: both one-sided tests at alpha);
+  - ``inconclusive``: anything else, and whenever a side has fewer than 2 units.
+
+  ``p < alpha`` one-sided is the same event as "the 90 % CI excludes 0 on that side".
+* **Near-deterministic** metrics (acceptance at temperature 0 on the CPU repeats exactly) break a t-test
+  (zero variance). When the sd of the units on *both* sides is at most ``Thresholds.exact_sd`` (natural
+  units, default 0.1 % or 0.1 points) the exact rule decides on the difference of means:
+  ``|delta| <= exact_tolerance`` → unchanged, beyond the threshold → regressed/improved, else
+  inconclusive. Its ``p`` is None and its "CI" is the range of all pairwise differences.
+* **Many metrics** per session: :func:`adjust` (Benjamini–Hochberg by default) re-decides on adjusted p.
+* **Sequential looks**: Bonferroni over the planned looks (:func:`alpha_for_look`); valid whatever the
+  spacing of looks and however correlated they are, at a small cost in power against Pocock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats as sps
+from scipy.stats import mstats
+
+from pytest_specdec.errors import ConfigError
+
+Kind = Literal["rate", "acceptance", "latency"]
+VERDICTS: tuple[str, ...] = ("improved", "unchanged", "regressed", "inconclusive", "not-comparable")
+
+# How each known metric is compared; names follow RunMetrics fields (P95s as `<name>_p95_ms`).
+METRIC_KINDS: dict[str, Kind] = {
+    "speedup": "rate",
+    "output_tok_s": "rate",
+    "reference_tok_s": "rate",
+    "request_s": "rate",
+    "acceptance_length": "rate",
+    "acceptance_rate": "acceptance",
+    "draft_coverage": "acceptance",
+    "tpot_p95_ms": "latency",
+    "ttft_p95_ms": "latency",
+    "e2e_p95_ms": "latency",
+    "itl_token_p95_ms": "latency",
+    "itl_chunk_p95_ms": "latency",
+}
+_LOG_KINDS = ("rate", "latency")
+
+
+def kind_of(metric: str) -> Kind:
+    """The comparison kind of a metric name; ``per_position_acceptance*`` is acceptance, ``*_ms`` latency."""
+    if metric in METRIC_KINDS:
+        return METRIC_KINDS[metric]
+    if metric.startswith("per_position_acceptance"):
+        return "acceptance"
+    if metric.endswith("_ms"):
+        return "latency"
+    raise ConfigError(f"metric {metric!r}: unknown kind; pass kind='rate', 'acceptance' or 'latency'")
+
+
+def _check_kind(metric: str, kind: str | None) -> Kind:
+    if kind is None:
+        return kind_of(metric)
+    if kind not in ("rate", "acceptance", "latency"):
+        raise ConfigError(f"metric {metric!r}: kind must be 'rate', 'acceptance' or 'latency', got {kind!r}")
+    return kind  # type: ignore[return-value]
+
+
+def _unit(kind: Kind) -> str:
+    return "points" if kind == "acceptance" else "%"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Practical limits in natural units (magnitudes: % for rates and latencies, points for acceptance).
+
+    ``per_metric`` overrides the kind's default for one metric name. ``exact_sd`` is the sd (natural
+    units, both sides) at or below which a metric counts as near-deterministic; ``exact_tolerance`` is
+    the difference such a metric may show and still be ``unchanged``.
+    """
+
+    rate_pct: float = 5.0
+    acceptance_points: float = 2.0
+    latency_pct: float = 10.0
+    per_metric: Mapping[str, float] = field(default_factory=dict)
+    exact_sd: float = 0.1
+    exact_tolerance: float = 0.5
+
+    def __post_init__(self) -> None:
+        named = {"rate_pct": self.rate_pct, "acceptance_points": self.acceptance_points,
+                 "latency_pct": self.latency_pct, "exact_sd": self.exact_sd,
+                 **{f"per_metric[{k!r}]": v for k, v in self.per_metric.items()}}
+        for name, v in named.items():
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ConfigError(f"Thresholds.{name} must be a positive number, got {v!r}")
+        if not (math.isfinite(self.exact_tolerance) and self.exact_tolerance >= 0):
+            raise ConfigError(f"Thresholds.exact_tolerance must be >= 0, got {self.exact_tolerance!r}")
+        smallest = min(v for k, v in named.items() if k != "exact_sd")
+        if self.exact_tolerance >= smallest:
+            raise ConfigError(f"Thresholds.exact_tolerance ({self.exact_tolerance}) must be below every "
+                              f"threshold (smallest {smallest})")
+
+    def bad_side(self, metric: str, kind: Kind) -> float:
+        """The signed threshold: negative for higher-is-better kinds, positive for latencies."""
+        mag = self.per_metric.get(metric)
+        if mag is None:
+            mag = {"rate": self.rate_pct, "acceptance": self.acceptance_points, "latency": self.latency_pct}[kind]
+        return float(mag) if kind == "latency" else -float(mag)
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One metric's comparison. ``delta``/CI in ``unit`` (% relative or points); ``baseline``/``now`` in
+    the metric's own unit (geometric mean for rates and latencies, mean for acceptance); ``n_*`` count
+    the units compared (runs, or sessions for the baseline when ``method`` ends in ``/session``)."""
+
+    metric: str
+    verdict: str
+    baseline: float | None
+    now: float | None
+    delta: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p: float | None
+    n_baseline: int
+    n_now: int
+    unit: str
+    method: str
+    threshold: float | None
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values (for baselines and reports)."""
+        return dataclasses.asdict(self)
+
+
+# ---- input checking -------------------------------------------------------------------------------
+
+
+def _values(metric: str, values: Iterable[Any], kind: Kind, where: str) -> np.ndarray:
+    """Checked float array; None/NaN/inf/out-of-domain raise (nothing is silently dropped)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ConfigError(f"metric {metric!r}: {where} must be a list of per-run values, got {values!r}")
+    out = []
+    for i, v in enumerate(values):
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise ConfigError(f"metric {metric!r}: {where}[{i}] is {v!r}, not a number; "
+                              "drop failed runs before comparing, never pass None")
+        fv = float(v)
+        if not math.isfinite(fv):
+            raise ConfigError(f"metric {metric!r}: {where}[{i}] is {fv}; NaN/inf values are rejected")
+        if kind in _LOG_KINDS and fv <= 0:
+            raise ConfigError(f"metric {metric!r}: {where}[{i}] is {fv}; a {kind} must be > 0")
+        if kind == "acceptance" and not 0.0 <= fv <= 1.0:
+            raise ConfigError(f"metric {metric!r}: {where}[{i}] is {fv}; acceptance must lie in [0, 1]")
+        out.append(fv)
+    return np.asarray(out, dtype=float)
+
+
+def _sessions(metric: str, baseline: Sequence[Sequence[Any]], kind: Kind) -> list[np.ndarray]:
+    """The baseline's non-empty sessions; a flat list of numbers is refused (it hides the unit)."""
+    if isinstance(baseline, (str, bytes)) or not isinstance(baseline, Iterable):
+        raise ConfigError(f"metric {metric!r}: baseline must be a list of sessions, got {baseline!r}")
+    out = []
+    for j, s in enumerate(baseline):
+        if s is None or isinstance(s, (int, float, np.number)):
+            raise ConfigError(f"metric {metric!r}: baseline must be a list of sessions (lists of run "
+                              f"values); baseline[{j}] is {s!r}")
+        arr = _values(metric, s, kind, f"baseline[{j}]")
+        if arr.size:
+            out.append(arr)
+    return out
+
+
+# ---- the shared (vectorised) cores ---------------------------------------------------------------
+
+
+def _scale(kind: Kind, x: np.ndarray) -> np.ndarray:
+    return np.log(x) if kind in _LOG_KINDS else np.asarray(x, dtype=float)
+
+
+def _natural(kind: Kind, d: Any) -> Any:
+    """A difference on the comparison scale → % relative change (log kinds) or points."""
+    return 100.0 * np.expm1(d) if kind in _LOG_KINDS else 100.0 * np.asarray(d)
+
+
+def _center(kind: Kind, m: float) -> float:
+    return float(np.exp(m)) if kind in _LOG_KINDS else float(m)
+
+
+def _welch_core(xb: np.ndarray, xn: np.ndarray, a: float) -> tuple[np.ndarray, ...]:
+    """Welch's t of now − baseline along the last axis: estimate, 1−2a CI, one-sided p in its direction."""
+    with warnings.catch_warnings():
+        # One side may be constant (acceptance at temperature 0 against a sampled session): its zero
+        # variance is right and the other side carries the test, but scipy warns on any constant
+        # sample. Both sides near-constant never get here (the exact rule takes them).
+        warnings.filterwarnings("ignore", message="Precision loss occurred", category=RuntimeWarning)
+        res = sps.ttest_ind(xn, xb, equal_var=False, axis=-1)
+        ci = res.confidence_interval(confidence_level=1.0 - 2.0 * a)
+    d = np.mean(xn, axis=-1) - np.mean(xb, axis=-1)
+    return d, np.asarray(ci.low), np.asarray(ci.high), np.asarray(res.pvalue) / 2.0
+
+
+def _session_core(means: np.ndarray, inv_r: np.ndarray, ss_within: np.ndarray, df_within: np.ndarray,
+                  now_mean: np.ndarray, n_now: int, a: float) -> tuple[np.ndarray, ...]:
+    """t of tonight's session mean against the mean of k baseline session means (last axis of ``means``).
+
+    ``Var(baseline mean) = s_B²/k`` (s_B² = variance of the session means). Tonight is one draw of a
+    session, so its mean varies like a baseline session's: ``s_B²``, adjusted by ``s_W²(1/n_now −
+    mean(1/r_j))`` when tonight has a different number of runs (s_W² = pooled within-session variance,
+    tonight included; the night part is floored at 0). df = k − 1 (the between-night estimate).
+    """
+    k = means.shape[-1]
+    s_b2 = np.var(means, axis=-1, ddof=1)
+    s_w2 = np.divide(ss_within, df_within, out=np.zeros_like(ss_within, dtype=float), where=df_within > 0)
+    var_now = np.maximum(s_b2 + s_w2 * (1.0 / n_now - inv_r), s_w2 / n_now)
+    se = np.sqrt(s_b2 / k + var_now)
+    d = now_mean - np.mean(means, axis=-1)
+    df = k - 1
+    q = sps.t.ppf(1.0 - a, df)
+    p = sps.t.sf(np.abs(d) / se, df)
+    return d, d - q * se, d + q * se, p
+
+
+def _decide(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float) -> np.ndarray:
+    """The decision rule (module docstring), elementwise; all arguments in natural units."""
+    delta, lo, hi, p, bad = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (delta, lo, hi, p, bad)))
+    mag, sign = np.abs(bad), np.sign(bad)
+    sig = p < alpha
+    regressed = sig & (sign * delta > mag)
+    improved = sig & (-sign * delta > mag)
+    unchanged = ~regressed & ~improved & (lo > -mag) & (hi < mag)
+    return np.select([regressed, improved, unchanged], ["regressed", "improved", "unchanged"], "inconclusive")
+
+
+def _fmt(x: float, unit: str) -> str:
+    return f"{x:+.2f}{' %' if unit == '%' else ' pt'}"
+
+
+def _explain(verdict: str, delta: float, lo: float, hi: float, p: float, bad: float, alpha: float,
+             unit: str, ci_level: float) -> str:
+    ci = f"{ci_level:.4g}% CI {_fmt(lo, unit)} to {_fmt(hi, unit)}"
+    head = f"{_fmt(delta, unit)} ({ci}), p={p:.3g}"
+    mag = f"{abs(bad):g}{' %' if unit == '%' else ' pt'}"
+    if verdict == "regressed":
+        return f"{head} < {alpha:g} and beyond the {_fmt(bad, unit)} threshold"
+    if verdict == "improved":
+        return f"{head} < {alpha:g} and beyond the {_fmt(-bad, unit)} mirror threshold"
+    if verdict == "unchanged":
+        extra = " (significant, but smaller than the threshold)" if p < alpha else ""
+        return f"{head}; the CI lies inside ±{mag}{extra}"
+    if p < alpha:
+        return f"{head}: significant but the estimate is within ±{mag} and the CI is not; need more runs"
+    return f"{head}: not significant at {alpha:g} and the CI reaches beyond ±{mag}; need more runs"
+
+
+def _inconclusive(metric: str, kind: Kind, n_b: int, n_n: int, bad: float, method: str, note: str,
+                  baseline: float | None = None, now: float | None = None) -> Verdict:
+    return Verdict(metric, "inconclusive", baseline, now, None, None, None, None, n_b, n_n,
+                   _unit(kind), method, bad, note)
+
+
+# ---- public API ----------------------------------------------------------------------------------
+
+
+def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[float], *,
+            kind: Kind | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS, alpha: float = 0.05,
+            look: int = 1, max_looks: int = 1) -> Verdict:
+    """One metric's verdict: ``baseline`` is a list of sessions (each a list of per-run values), ``now``
+    tonight's runs. ``look``/``max_looks`` apply the sequential split (:func:`alpha_for_look`): the
+    reported ``p`` is multiplied by ``max_looks`` so it stays comparable with ``alpha`` in :func:`adjust`.
+    """
+    kind = _check_kind(metric, kind)
+    sessions = _sessions(metric, baseline, kind)
+    xn_raw = _values(metric, now, kind, "now")
+    a = alpha_for_look(alpha, look, max_looks)
+    bad = thresholds.bad_side(metric, kind)
+    unit = _unit(kind)
+    by_session = len(sessions) > 1
+    unit_name = "session" if by_session else "run"
+    log = "-log" if kind in _LOG_KINDS else ""
+    xs = [_scale(kind, s) for s in sessions]
+    xn = _scale(kind, xn_raw)
+    units_b = np.array([s.mean() for s in xs]) if by_session else (xs[0] if xs else np.array([]))
+    n_b, n_n = len(units_b), len(xn)
+    base_c = _center(kind, units_b.mean()) if n_b else None
+    now_c = _center(kind, xn.mean()) if n_n else None
+    what = (f"unit: session mean (baseline {n_b} sessions of {sum(len(s) for s in xs)} runs)" if by_session
+            else f"unit: run (baseline 1 session of {n_b} runs)")
+
+    if n_b < 2 or n_n < 2:
+        need = "sessions" if by_session else "runs"
+        return _inconclusive(metric, kind, n_b, n_n, bad, f"none/{unit_name}",
+                             f"too little data: {n_b} baseline {need}, {n_n} runs now (need 2 each); {what}",
+                             base_c, now_c)
+
+    sd_b = float(100.0 * np.std(units_b, ddof=1))  # natural units: % (log sd ≈ relative sd) or points
+    sd_n = float(100.0 * np.std(xn, ddof=1))
+    if max(sd_b, sd_n) <= thresholds.exact_sd:
+        d = float(_natural(kind, xn.mean() - units_b.mean()))
+        # min/max so rounding in the means cannot put delta outside its own range
+        lo = min(d, float(_natural(kind, xn.min() - units_b.max())))
+        hi = max(d, float(_natural(kind, xn.max() - units_b.min())))
+        tol, mag = thresholds.exact_tolerance, abs(bad)
+        sign = math.copysign(1.0, bad)
+        if abs(d) <= tol:
+            v, why = "unchanged", f"|{d:.3g}| <= tolerance {tol:g}"
+        elif sign * d > mag:
+            v, why = "regressed", f"worse than the {_fmt(bad, unit)} threshold"
+        elif -sign * d > mag:
+            v, why = "improved", f"better than the {_fmt(-bad, unit)} mirror threshold"
+        else:
+            v, why = "inconclusive", f"beyond tolerance {tol:g} but within ±{mag:g}"
+        note = (f"near-deterministic (sd {sd_b:.2f}/{sd_n:.2f} <= {thresholds.exact_sd:g} {unit}): exact rule, "
+                f"{_fmt(d, unit)} {why}; CI is the range of differences; {what}")
+        return Verdict(metric, v, base_c, now_c, d, lo, hi, None, n_b, n_n, unit, f"exact/{unit_name}",
+                       bad, note)
+
+    if by_session:
+        inv_r = np.mean([1.0 / len(s) for s in xs])
+        ss = sum(float(((s - s.mean()) ** 2).sum()) for s in xs) + float(((xn - xn.mean()) ** 2).sum())
+        dfw = sum(len(s) - 1 for s in xs) + n_n - 1
+        d, lo, hi, p = _session_core(units_b, np.float64(inv_r), np.float64(ss), np.float64(dfw),
+                                     np.float64(xn.mean()), n_n, a)
+        method = f"session-t{log}/session"
+    else:
+        d, lo, hi, p = _welch_core(units_b, xn, a)
+        method = f"welch{log}/run"
+    p_rep = float(min(1.0, float(p) * max_looks))
+    d_n, lo_n, hi_n = (float(_natural(kind, v)) for v in (d, lo, hi))
+    v = str(_decide(d_n, lo_n, hi_n, p_rep, bad, alpha))
+    level = 100.0 * (1.0 - 2.0 * a)
+    note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
+    if max_looks > 1:
+        note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
+    return Verdict(metric, v, base_c, now_c, d_n, lo_n, hi_n, p_rep, n_b, n_n, unit, method, bad, note)
+
+
+def not_comparable(metric: str, fields: Mapping[str, tuple[Any, Any]]) -> Verdict:
+    """The verdict when the baseline was measured under different conditions (``field: (old, new)``)."""
+    diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in fields.items())
+    try:
+        unit = _unit(kind_of(metric))
+    except ConfigError:
+        unit = ""
+    return Verdict(metric, "not-comparable", None, None, None, None, None, None, 0, 0, unit, "none", None,
+                   f"baseline not comparable: {diff or 'comparability keys differ'}")
+
+
+def _holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (scipy has BH/BY only)."""
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adj
+    return out
+
+
+def adjusted_p(p: Any, method: str = "bh") -> np.ndarray:
+    """BH (``scipy.stats.false_discovery_control``) or Holm adjusted p-values along the last axis."""
+    p = np.asarray(p, dtype=float)
+    if method == "bh":
+        return sps.false_discovery_control(p, axis=-1, method="bh") if p.size else p
+    if method == "holm":
+        return np.apply_along_axis(_holm, -1, p) if p.size else p
+    raise ConfigError(f"adjust method must be 'bh' or 'holm', got {method!r}")
+
+
+def adjust(verdicts: Sequence[Verdict], method: str = "bh", alpha: float = 0.05) -> list[Verdict]:
+    """Re-decide a session's verdicts on BH- (default) or Holm-adjusted p-values.
+
+    Only verdicts with a p take part (the exact rule, too-little-data and not-comparable verdicts pass
+    through). CIs are left as they were: ``unchanged`` does not depend on p, so only regressed/improved
+    can fall back to inconclusive (or unchanged). Each p is one-sided in its estimate's direction, so BH
+    at alpha here is BH at 2*alpha on two-sided p-values: the expected share of false calls among
+    regressed + improved is at most 2*alpha (directional FDR, Benjamini & Yekutieli 2005), about alpha
+    per direction; the practical threshold keeps the realised rate far lower (scripts/stats_simulation.py).
+    """
+    _check_alpha(alpha)
+    idx = [i for i, v in enumerate(verdicts) if v.p is not None and v.verdict != "not-comparable"]
+    out = list(verdicts)
+    if not idx:
+        adjusted_p(np.array([]), method)  # still validate the method name
+        return out
+    ps = np.array([verdicts[i].p for i in idx], dtype=float)
+    padj = adjusted_p(ps, method)
+    name = {"bh": "Benjamini-Hochberg", "holm": "Holm"}[method]
+    for i, pa in zip(idx, padj, strict=True):
+        v = verdicts[i]
+        new = str(_decide(v.delta, v.ci_low, v.ci_high, pa, v.threshold, alpha))
+        change = f", {v.verdict} -> {new}" if new != v.verdict else ""
+        note = f"{v.note}; {name} over {len(idx)} tests: p {v.p:.3g} -> {pa:.3g}{change}"
+        out[i] = dataclasses.replace(v, verdict=new, p=float(pa), note=note)
+    return out
+
+
+def _check_alpha(alpha: float) -> None:
+    if not (isinstance(alpha, (int, float)) and 0.0 < alpha < 0.5):
+        raise ConfigError(f"alpha must lie in (0, 0.5), got {alpha!r}")
+
+
+def alpha_for_look(alpha: float, look: int, max_looks: int) -> float:
+    """The one-sided level for one of ``max_looks`` planned looks: Bonferroni, ``alpha / max_looks``.
+
+    Chosen over Pocock's constant because it needs no assumption about how runs are spaced between
+    looks or how correlated the looks are, and the chance of any false call over all looks stays
+    <= alpha; it costs little power for 2-3 looks (Pocock's constant for 2 looks is ~0.6 alpha vs 0.5).
+    """
+    _check_alpha(alpha)
+    if not (isinstance(max_looks, int) and max_looks >= 1 and isinstance(look, int) and 1 <= look <= max_looks):
+        raise ConfigError(f"look must satisfy 1 <= look <= max_looks, got look={look!r}, max_looks={max_looks!r}")
+    return alpha / max_looks
+
+
+def planned_looks(first_runs: int, step: int, max_runs: int) -> list[int]:
+    """Run counts at each look (e.g. 3, 5, 7 for first 3, step 2, max 7); its length is ``max_looks``."""
+    if not (1 <= first_runs <= max_runs and step >= 1):
+        raise ConfigError(f"need 1 <= first_runs <= max_runs and step >= 1, got {first_runs}, {step}, {max_runs}")
+    looks = list(range(first_runs, max_runs + 1, step))
+    if looks[-1] != max_runs:
+        looks.append(max_runs)
+    return looks
+
+
+def should_continue(verdict: Verdict, n_now: int, max_runs: int) -> bool:
+    """True when more interleaved runs could settle an inconclusive verdict: under the run budget, and the
+    baseline has the 2 units a test needs (more runs tonight cannot fix a thin baseline)."""
+    return verdict.verdict == "inconclusive" and n_now < max_runs and verdict.n_baseline >= 2
+
+
+def harrell_davis_p95(samples: Sequence[float]) -> float | None:
+    """One run's P95 from its per-request values by the Harrell–Davis estimator (a weighted mean of all
+    order statistics: steadier than the interpolated sample P95 for the few hundred requests of a run).
+    None for no samples; a single sample is its own estimate."""
+    if any(s is None for s in samples):
+        raise ConfigError("harrell_davis_p95: samples contain None")
+    arr = np.asarray(samples, dtype=float)
+    if arr.ndim != 1 or not np.all(np.isfinite(arr)):
+        raise ConfigError("harrell_davis_p95: samples must be a flat list of finite numbers")
+    if arr.size == 0:
+        return None
+    if arr.size == 1:
+        return float(arr[0])
+    return float(mstats.hdquantiles(arr, prob=[0.95])[0])
+
+
+_OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le,
+                                                   ">": operator.gt, "<": operator.lt}
+
+
+@dataclass(frozen=True)
+class SloResult:
+    """An absolute check of one metric: the statistic used, its value and the message to show."""
+
+    metric: str
+    passed: bool
+    statistic: str
+    value: float | None
+    op: str
+    bound: float
+    n: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values."""
+        return dataclasses.asdict(self)
+
+
+def check_slo(metric: str, values: Sequence[float], op: str, bound: float, *, kind: Kind | None = None) -> SloResult:
+    """Check tonight's runs against an absolute bound (e.g. speedup >= 1.5, P95 TPOT <= 20 ms).
+
+    The statistic follows the kind: geometric mean for rates (ratios average multiplicatively), mean for
+    acceptance, median for latencies (robust to one bad run). No values is a failure, not an error.
+    """
+    kind = _check_kind(metric, kind)
+    if op not in _OPS:
+        raise ConfigError(f"metric {metric!r}: SLO operator must be one of {sorted(_OPS)}, got {op!r}")
+    if not (isinstance(bound, (int, float)) and math.isfinite(bound)):
+        raise ConfigError(f"metric {metric!r}: SLO bound must be a finite number, got {bound!r}")
+    x = _values(metric, values, kind, "values")
+    stat = {"rate": "geometric mean", "acceptance": "mean", "latency": "median"}[kind]
+    if x.size == 0:
+        return SloResult(metric, False, stat, None, op, float(bound), 0,
+                         f"{metric}: no values to check against {op} {bound:g}: FAIL")
+    val = {"rate": lambda: float(np.exp(np.log(x).mean())), "acceptance": lambda: float(x.mean()),
+           "latency": lambda: float(np.median(x))}[kind]()
+    ok = _OPS[op](val, bound)
+    msg = f"{metric}: {stat} {val:.4g} over {x.size} runs {op} {bound:g}: {'pass' if ok else 'FAIL'}"
+    return SloResult(metric, ok, stat, val, op, float(bound), int(x.size), msg)

@@ -1,0 +1,275 @@
+"""Simulated false-alarm rate and power of pytest_specdec.stats on synthetic per-run values.
+
+    .venv/bin/python scripts/stats_simulation.py [--suites 2000] [--seed 20240611]
+
+Values are drawn directly on the comparison scale (log for rates and latencies, raw rate for
+acceptance) and go through the same cores, decision rule and p-value adjustment as ``stats.compare``
+and ``stats.adjust`` (tests/test_stats.py checks that this batch path and the per-metric API agree).
+A suite is ``tests`` benchmark tests x the 6 metrics below; "any regressed" is decided after
+Benjamini-Hochberg over the whole suite, as the plugin does at session end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from pytest_specdec.stats import (  # noqa: E402
+    DEFAULT_THRESHOLDS,
+    Kind,
+    _decide,
+    _natural,
+    _session_core,
+    _welch_core,
+    adjusted_p,
+    alpha_for_look,
+)
+
+# The six metrics of one simulated benchmark test.
+METRICS: tuple[tuple[str, Kind], ...] = (
+    ("speedup", "rate"), ("output_tok_s", "rate"), ("reference_tok_s", "rate"),
+    ("acceptance_rate", "acceptance"), ("tpot_p95_ms", "latency"), ("ttft_p95_ms", "latency"),
+)
+COL = {name: i for i, (name, _) in enumerate(METRICS)}
+DROP_10 = math.log(0.9)  # a true 10 % throughput drop on the log scale
+
+
+@dataclass(frozen=True)
+class Noise:
+    """sd on the comparison scale: log (≈ relative) for rates/latencies, rate units for acceptance.
+
+    ``shared_night``: one night effect per session for the whole machine (all tests move together),
+    instead of an independent one per test.
+    """
+
+    run_log: float = 0.03
+    night_log: float = 0.0
+    run_acc: float = 0.01
+    night_acc: float = 0.0
+    shared_night: bool = False
+
+
+Draws = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def draw(rng: np.random.Generator, suites: int, tests: int, *, runs_base: int = 5, runs_now: int = 5,
+         sessions: int = 1, noise: Noise = Noise(), shift: dict[str, float] | None = None,
+         shift_tests: int | None = None) -> Draws:
+    """metric → (baseline (suites, tests, sessions, runs), now (suites, tests, runs)).
+
+    Tonight gets its own night effect. ``shift`` adds a true change (scale units) to tonight's runs of
+    the first ``shift_tests`` tests (all when None).
+    """
+    out: Draws = {}
+    nt = 1 if noise.shared_night else tests
+    for name, kind in METRICS:
+        run_sd, night_sd = (noise.run_acc, noise.night_acc) if kind == "acceptance" else (noise.run_log, noise.night_log)
+        base = rng.normal(0.0, run_sd, (suites, tests, sessions, runs_base))
+        now = rng.normal(0.0, run_sd, (suites, tests, runs_now))
+        if night_sd:
+            base += rng.normal(0.0, night_sd, (suites, nt, sessions, 1))
+            now += rng.normal(0.0, night_sd, (suites, nt, 1))
+        if shift and name in shift:
+            now[:, : (tests if shift_tests is None else shift_tests)] += shift[name]
+        out[name] = (base, now)
+    return out
+
+
+def natural(draws: Draws, *, runs_now: int | None = None, alpha: float = 0.05, look: int = 1,
+            max_looks: int = 1, pool_sessions: bool = False) -> tuple[np.ndarray, ...]:
+    """(delta, ci_low, ci_high, p, threshold), each (suites, tests, 6), as ``compare`` computes them.
+
+    ``runs_now`` uses only tonight's first runs (a sequential look); ``pool_sessions`` compares a
+    multi-session baseline run by run (the wrong unit, shown for contrast).
+    """
+    cols: list[list[np.ndarray]] = [[], [], [], [], []]
+    a = alpha_for_look(alpha, look, max_looks)
+    for name, kind in METRICS:
+        base, now = draws[name]
+        now = now[..., :runs_now] if runs_now else now
+        n_now, (suites, tests, sessions, runs_base) = now.shape[-1], base.shape
+        if sessions == 1 or pool_sessions:
+            d, lo, hi, p = _welch_core(base.reshape(suites, tests, -1), now, a)
+        else:
+            means = base.mean(axis=-1)
+            ss = (((base - means[..., None]) ** 2).sum(axis=(-1, -2))
+                  + ((now - now.mean(-1, keepdims=True)) ** 2).sum(-1))
+            dfw = np.full(ss.shape, sessions * (runs_base - 1) + n_now - 1, dtype=float)
+            d, lo, hi, p = _session_core(means, np.float64(1.0 / runs_base), ss, dfw, now.mean(-1), n_now, a)
+        vals = (_natural(kind, d), _natural(kind, lo), _natural(kind, hi), np.minimum(1.0, p * max_looks),
+                np.full(d.shape, DEFAULT_THRESHOLDS.bad_side(name, kind)))
+        for col, v in zip(cols, vals, strict=True):
+            col.append(v)
+    return tuple(np.stack(c, -1) for c in cols)
+
+
+def decide(nat: tuple[np.ndarray, ...], method: str = "bh", alpha: float = 0.05) -> np.ndarray:
+    """Verdicts (suites, tests, 6) after BH/Holm over each suite ("none": unadjusted): batch ``adjust``."""
+    delta, lo, hi, p, bad = nat
+    if method != "none":
+        p = adjusted_p(p.reshape(p.shape[0], -1), method).reshape(p.shape)
+    return _decide(delta, lo, hi, p, bad, alpha)
+
+
+def sequential(draws: Draws, looks: tuple[int, ...], alpha: float = 0.05) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Each test stops at the first look where none of its metrics is inconclusive (own verdicts, before
+    the session's adjustment), else at the last look; returns the figures it stopped with and its runs."""
+    k = len(looks)
+    final: tuple[np.ndarray, ...] | None = None
+    runs = None
+    for i, n in enumerate(looks, start=1):
+        nat = natural(draws, runs_now=n, alpha=alpha, look=i, max_looks=k)
+        if final is None:
+            final, runs = nat, np.full(nat[0].shape[:2], n)
+            going = (decide(nat, "none", alpha) == "inconclusive").any(-1)
+            continue
+        final = tuple(np.where(going[..., None], new, old) for new, old in zip(nat, final, strict=True))
+        runs = np.where(going, n, runs)
+        going &= (decide(nat, "none", alpha) == "inconclusive").any(-1)
+    assert final is not None and runs is not None
+    return final, runs
+
+
+def _bad_side_rate(nat: tuple[np.ndarray, ...], alpha: float = 0.05) -> float:
+    delta, _lo, _hi, p, bad = nat
+    return float(((p < alpha) & (np.sign(bad) * delta > 0)).mean())
+
+
+def any_regressed(verdicts: np.ndarray) -> float:
+    """Share of suites where any test x metric is ``regressed``."""
+    return float((verdicts == "regressed").any(axis=(1, 2)).mean())
+
+
+def figures(suites: int = 2000, tests: int = 30, seed: int = 20240611) -> dict[str, float]:
+    """Every figure the report quotes, keyed by a short name; deterministic for a seed."""
+    rng = np.random.default_rng(seed)
+    f: dict[str, float] = {}
+
+    # A/A, single-session baseline of 5 runs vs 5 runs tonight, run noise only.
+    nat = natural(draw(rng, suites, tests))
+    bh = decide(nat)
+    f["aa_single_bh_any_regressed"] = any_regressed(bh)
+    f["aa_single_bh_any_improved"] = float((bh == "improved").any(axis=(1, 2)).mean())
+    f["aa_single_holm_any_regressed"] = any_regressed(decide(nat, "holm"))
+    f["aa_single_unadjusted_any_regressed"] = any_regressed(decide(nat, "none"))
+    f["aa_single_share_metrics_unchanged"] = float((bh == "unchanged").mean())
+    f["aa_single_share_tests_inconclusive"] = float((bh == "inconclusive").any(-1).mean())
+
+    # A/A, baseline of 5 nights x 5 runs, night sd 3 % (1 pt acceptance) + run sd 3 % (1 pt); tonight
+    # has its own night effect. Session unit (what compare does), and the run unit for contrast.
+    night = Noise(night_log=0.03, night_acc=0.01)
+    dr = draw(rng, suites, tests, sessions=5, noise=night)
+    f["aa_nights_session_bh_any_regressed"] = any_regressed(decide(natural(dr)))
+    f["aa_nights_session_unadjusted_any_regressed"] = any_regressed(decide(natural(dr), "none"))
+    f["aa_nights_pooled_runs_bh_any_regressed"] = any_regressed(decide(natural(dr, pool_sessions=True)))
+    shared = Noise(night_log=0.03, night_acc=0.01, shared_night=True)
+    f["aa_nights_shared_session_bh_any_regressed"] = any_regressed(decide(natural(
+        draw(rng, suites, tests, sessions=5, noise=shared))))
+
+    # A/A, sequential looks at 3 then 5 runs (Bonferroni over 2 looks), baseline 5 runs.
+    nat_seq, runs = sequential(draw(rng, suites, tests), (3, 5))
+    f["aa_sequential_bh_any_regressed"] = any_regressed(decide(nat_seq))
+    f["aa_sequential_mean_runs"] = float(runs.mean())
+
+    # Calibration of the one-sided test alone (no threshold): share of A/A metric tests with p < 0.05
+    # on the bad side; a calibrated test gives 5 %.
+    f["calib_welch_bad_side_p"] = _bad_side_rate(natural(draw(rng, suites, tests)))
+    f["calib_session_bad_side_p"] = _bad_side_rate(natural(draw(rng, suites, tests, sessions=5, noise=night)))
+    f["calib_session_now3_bad_side_p"] = _bad_side_rate(natural(draw(rng, suites, tests, sessions=5,
+                                                                     runs_now=3, noise=night)))
+
+    # A/A with BH per test (6 metrics) instead of per suite, for contrast.
+    delta, lo, hi, p, bad = natural(draw(rng, suites, tests))
+    f["aa_single_bh_per_test_any_regressed"] = any_regressed(
+        _decide(delta, lo, hi, adjusted_p(p, "bh"), bad, 0.05))
+
+    # A/A, a longer sequential budget: looks at 3, 5, 7, 9 runs (alpha/4 each).
+    nat_seq, runs = sequential(draw(rng, suites, tests, runs_now=9), (3, 5, 7, 9))
+    v = decide(nat_seq)
+    f["aa_sequential_3_9_bh_any_regressed"] = any_regressed(v)
+    f["aa_sequential_3_9_mean_runs"] = float(runs.mean())
+    f["aa_sequential_3_9_share_metrics_unchanged"] = float((v == "unchanged").mean())
+
+    # Power: a true 10 % drop of output tok/s at 3 % run noise, single-session baseline.
+    drop = {"output_tok_s": DROP_10}
+    col = COL["output_tok_s"]
+    dr = draw(rng, suites, tests, shift=drop, shift_tests=1)
+    nat = natural(dr)
+    f["power_5v5_single_test"] = float((decide(nat, "none")[:, 0, col] == "regressed").mean())
+    f["power_5v5_one_of_suite_bh"] = float((decide(nat)[:, 0, col] == "regressed").mean())
+    f["power_3v3_single_test"] = float((decide(natural(draw(rng, suites, 1, runs_base=3, runs_now=3,
+                                                            shift=drop)), "none")[:, 0, col] == "regressed").mean())
+    nat_seq, runs = sequential(dr, (3, 5))
+    f["power_sequential_3_5_single_test"] = float((decide(nat_seq, "none")[:, 0, col] == "regressed").mean())
+    f["power_sequential_3_5_mean_runs"] = float(runs[:, 0].mean())
+    everywhere = {"output_tok_s": DROP_10, "speedup": DROP_10}
+    v = decide(natural(draw(rng, suites, tests, shift=everywhere)))
+    f["power_5v5_all_tests_drop_bh"] = float((v[..., [COL["output_tok_s"], COL["speedup"]]] == "regressed").mean())
+    f["power_nights_5x5_single_test"] = float((decide(natural(draw(
+        rng, suites, 1, sessions=5, noise=night, shift=drop)), "none")[:, 0, col] == "regressed").mean())
+    return f
+
+
+DESCRIPTIONS = {
+    "aa_single_bh_any_regressed": "A/A 1 baseline session, 5 v 5 runs, BH: suites with any regressed",
+    "aa_single_bh_any_improved": "  ... suites with any improved",
+    "aa_single_holm_any_regressed": "  ... Holm instead of BH: any regressed",
+    "aa_single_unadjusted_any_regressed": "  ... no adjustment: any regressed",
+    "aa_single_share_metrics_unchanged": "  ... share of metric verdicts 'unchanged'",
+    "aa_single_share_tests_inconclusive": "  ... share of tests with an inconclusive metric",
+    "aa_nights_session_bh_any_regressed": "A/A 5 nights x 5 runs, night 3 % + run 3 %, session unit, BH",
+    "aa_nights_session_unadjusted_any_regressed": "  ... no adjustment",
+    "aa_nights_pooled_runs_bh_any_regressed": "  ... WRONG unit (runs pooled over nights), BH",
+    "aa_nights_shared_session_bh_any_regressed": "  ... night effect shared by all tests, session unit, BH",
+    "aa_sequential_bh_any_regressed": "A/A sequential looks at 3 and 5 runs (alpha/2 each), BH",
+    "aa_sequential_mean_runs": "  ... mean runs tonight per test",
+    "calib_welch_bad_side_p": "calibration: A/A metric tests with p < 0.05 on the bad side, Welch (want 5)",
+    "calib_session_bad_side_p": "  ... session unit, 5 nights x 5 runs v 5 runs, night 3 %",
+    "calib_session_now3_bad_side_p": "  ... session unit, 5 nights x 5 runs v 3 runs, night 3 %",
+    "aa_single_bh_per_test_any_regressed": "A/A 1 session, BH within each test only (not the suite): any regressed",
+    "aa_sequential_3_9_bh_any_regressed": "A/A sequential looks at 3, 5, 7, 9 runs (alpha/4 each), BH",
+    "aa_sequential_3_9_mean_runs": "  ... mean runs tonight per test",
+    "aa_sequential_3_9_share_metrics_unchanged": "  ... share of metric verdicts 'unchanged'",
+    "power_5v5_single_test": "power, -10 % tok/s, 3 % noise, 5 v 5 runs, one test, no adjustment",
+    "power_5v5_one_of_suite_bh": "  ... the only changed test of 30 x 6, after BH",
+    "power_5v5_all_tests_drop_bh": "  ... every test's tok/s and speedup drop, after BH",
+    "power_3v3_single_test": "  ... 3 v 3 runs, one test",
+    "power_sequential_3_5_single_test": "  ... sequential 3 then 5 runs (alpha/2 each), one test",
+    "power_sequential_3_5_mean_runs": "  ... mean runs tonight",
+    "power_nights_5x5_single_test": "  ... baseline 5 nights x 5 runs (night 3 %), session unit, one test",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the figures with their Monte Carlo standard errors (per suite; per metric test for calib)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suites", type=int, default=2000, help="simulated suites per figure (default 2000)")
+    ap.add_argument("--tests", type=int, default=30, help="benchmark tests per suite, 6 metrics each (default 30)")
+    ap.add_argument("--seed", type=int, default=20240611)
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    f = figures(args.suites, args.tests, args.seed)
+    print(f"{args.suites} suites of {args.tests} tests x {len(METRICS)} metrics, seed {args.seed}; "
+          f"alpha 0.05 one-sided (90 % CIs); thresholds -5 % rates, -2 pt acceptance, +10 % P95")
+    for key, text in DESCRIPTIONS.items():
+        v = f[key]
+        if key.endswith("_runs"):
+            print(f"{text:<78} {v:6.2f}")
+        else:
+            n = args.suites * (args.tests * len(METRICS) if key.startswith("calib") else 1)
+            se = math.sqrt(max(v * (1 - v), 1e-12) / n)
+            print(f"{text:<78} {100 * v:6.2f} %  (± {100 * se:.2f})")
+    print(f"({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
