@@ -157,6 +157,7 @@ class RunMetrics:
     max_in_flight: int | None = None
     concurrency: int | None = None
     loop_lag_max_ms: float | None = None
+    loop_lag_mean_ms: float | None = None
     drafts: int | None = None
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
@@ -229,7 +230,8 @@ def compute_run_metrics(load: LoadResult, delta: Counters | None) -> RunMetrics:
         ttft_ms=summarize(ttfts), tpot_ms=summarize(tpots), e2e_ms=summarize(e2es),
         itl_chunk_ms=summarize(itl_chunk), itl_token_ms=summarize(itl_token),
         max_in_flight=load.max_in_flight, concurrency=load.concurrency,
-        loop_lag_max_ms=load.loop_lag_max_s * 1000, errors=load.error_counts(),
+        loop_lag_max_ms=load.loop_lag_max_s * 1000, loop_lag_mean_ms=load.loop_lag_mean_s * 1000,
+        errors=load.error_counts(),
         finish_reasons=dict(Counter(str(s.finish_reason) for s in ok)),
     )
     if delta is not None:
@@ -296,7 +298,7 @@ def bench_run_metrics(result: dict[str, Any] | str | os.PathLike[str]) -> RunMet
             result = json.load(f)
     assert isinstance(result, dict)
     rm = compute_run_metrics(load_bench_result(result), None)
-    rm.max_in_flight, rm.loop_lag_max_ms = None, None
+    rm.max_in_flight, rm.loop_lag_max_ms, rm.loop_lag_mean_ms = None, None, None
     if "spec_decode_num_drafts" in result:
         drafts = int(result["spec_decode_num_drafts"])
         rm.drafts = drafts

@@ -49,9 +49,12 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     assert not leftover, f"vLLM processes left running: {leftover}"
 
 
-def _run(zoo: dict[str, Any], method: str, key: str) -> dict[str, Any]:
+def _run(zoo: dict[str, Any], method: str, key: str, timing: bool = False) -> dict[str, Any]:
+    """One run's figures; invalid runs fail the test. Acceptance and output checks (timing=False)
+    do not depend on the client's timing, so a lagging client does not invalidate them."""
     run = zoo["methods"][method]["runs"][key]
-    assert not run["invalid_reasons"], f"{method} {key} invalid: {run['invalid_reasons']}"
+    reasons = [r for r in run["invalid_reasons"] if timing or not r.startswith("client event loop lagged")]
+    assert not reasons, f"{method} {key} invalid: {reasons}"
     return run
 
 
@@ -116,4 +119,4 @@ def test_cpu_fix_is_recorded_and_repairs_temperature_one(zoo: dict[str, Any]) ->
 def test_throughput_is_reported_with_and_without_speculation(zoo: dict[str, Any]) -> None:
     for method in ("none", "ngram", "draft_model", "eagle3"):
         for c in (1, 8):
-            assert _run(zoo, method, f"t0.0-c{c}")["output_tok_s"] > 0
+            assert _run(zoo, method, f"t0.0-c{c}", timing=True)["output_tok_s"] > 0

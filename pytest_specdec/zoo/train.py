@@ -90,9 +90,13 @@ AUX_LAYER_IDS = [1, 2, 3]  # target residual streams after layers 1, 2, 3 (vLLM'
 TTT_STEPS = 3
 #: Sampling weights of the training mixture (rows of a batch).  "edit" rows are packed copy/edit
 #: chat samples (see ``Mixture.edit_turns``); "chat" rows are packed free-answer chat samples.
-MIX = {"code": 0.30, "topics": 0.13, "licenses": 0.05, "chat": 0.22, "edit": 0.30}
-#: Share of the copy/edit samples whose block is code (the rest repeat a reference paragraph).
-EDIT_CODE_SHARE = 0.9
+MIX = {"code": 0.26, "topics": 0.11, "licenses": 0.04, "chat": 0.19, "edit": 0.40}
+#: Kinds of copy/edit samples: a code block (edited or not), a list of random corpus identifiers
+#: (unpredictable except by copying: the pure induction signal that makes copying learnable in a
+#: few hundred steps), a reference-text paragraph.
+EDIT_KINDS = {"code": 0.6, "names": 0.3, "text": 0.1}
+NAMES_INSTRUCTIONS = ["Repeat these names exactly:", "Return this list unchanged:",
+                      "Copy these identifiers and return them:"]
 RENAMES = ["payload", "value", "item", "result", "count", "name", "buf", "node", "entry", "total"]
 ECHO_INSTRUCTIONS = ["Return this unchanged:", "Repeat the following exactly:",
                      "Copy this and return it:", "Reformat this and return the whole text:"]
@@ -284,6 +288,9 @@ class Mixture:
                 ids.extend(enc.ids)
                 ids.append(EOS)
             self.streams[source] = torch.tensor(ids, dtype=torch.long)
+        #: identifiers of the code corpus (sorted, deduplicated) for the "names" copy samples
+        self.names = sorted({w for doc in corpus["code"]
+                             for w in re.findall(r"\b[A-Za-z_][A-Za-z0-9_]{2,15}\b", doc)})
         self.sources = sorted(MIX)
         self.weights = [MIX[s] for s in self.sources]
 
@@ -331,7 +338,14 @@ class Mixture:
         by ``logging.info(``, delete whole-line comments, insert a docstring after a one-line
         ``def``, or return the block unchanged.
         """
-        code = self.rng.random() < EDIT_CODE_SHARE
+        kind = self.rng.choices(sorted(EDIT_KINDS), [EDIT_KINDS[k] for k in sorted(EDIT_KINDS)])[0]
+        if kind == "names":
+            lines = [" ".join(self.rng.choice(self.names) for _ in range(self.rng.randint(2, 6)))
+                     for _ in range(self.rng.randint(2, 12))]
+            block = "\n".join(lines)
+            instruction = self.rng.choice(NAMES_INSTRUCTIONS)
+            return f"{instruction}\n```\n{block}\n```", f"```\n{block}\n```"
+        code = kind == "code"
         doc = self.rng.choice(self.corpus["code" if code else "topics"])
         raw = [q.strip("\n") for q in doc.split("\n\n") if q.strip()]
         paras = [i for i, q in enumerate(raw) if 40 <= len(q.strip()) <= 700]
@@ -885,8 +899,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"Training mixture {MIX} (rows); chat rows = chat samples with a corpus paragraph "
                 "(or its first line) as the user turn and the next 1-2 paragraphs as the assistant "
                 "turn + eos; edit rows = copy/edit requests (a fenced block: "
-                f"{EDIT_CODE_SHARE:.0%} code with a rename / print->logging / comment removal / "
-                "docstring / no edit, the rest a reference paragraph) whose answer repeats the "
+                f"kinds {EDIT_KINDS}: code with a rename / print->logging / comment removal / "
+                "docstring / no edit, random corpus identifiers, a reference paragraph) whose "
+                "answer repeats the "
                 "block with the edit in a fence + eos; all rendered with the shipped template; "
                 "drafters also train on target-generated answers (half of each batch)."),
             "stdlib": str(stdlib_dir()),
