@@ -41,34 +41,39 @@ class ServerPool:
         max_alive: int,
         startup_timeout_s: float,
         progress: Callable[[str], None] = lambda line: None,
+        launcher: list[str] | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.max_alive = max_alive
         self.startup_timeout_s = startup_timeout_s
         self.progress = progress
-        self._alive: OrderedDict[ServerSpec, VllmServer] = OrderedDict()
+        self.launcher = launcher  # None: vLLM itself; tests pass a stand-in
+        # Keyed by ServerSpec.key(): specs hold dicts (the speculative config), so are not hashable.
+        self._alive: OrderedDict[str, VllmServer] = OrderedDict()
         self.starts: list[StartRecord] = []
-        self.servers: dict[ServerSpec, VllmServer] = {}  # every server ever started, for reports
+        self.servers: dict[str, VllmServer] = {}  # every server ever started, for reports
 
     def get(self, spec: ServerSpec) -> VllmServer:
         """The running server for `spec`, starting it (and stopping the LRU one) if needed."""
-        server = self._alive.get(spec)
+        key = spec.key()
+        server = self._alive.get(key)
         if server is not None and server.alive():
-            self._alive.move_to_end(spec)
+            self._alive.move_to_end(key)
             return server
         if server is not None:  # died since last use: drop it and start afresh
-            self._alive.pop(spec)
+            self._alive.pop(key)
         while len(self._alive) >= self.max_alive:
-            old_spec, old = self._alive.popitem(last=False)
-            self.progress(f"specdec: stopping vLLM ({old_spec.method}, {old_spec.key()}) to stay within "
+            old_key, old = self._alive.popitem(last=False)
+            self.progress(f"specdec: stopping vLLM ({old.spec.method}, {old_key}) to stay within "
                           f"--specdec-max-servers={self.max_alive}")
             old.stop()
-        server = VllmServer(spec, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s)
-        self.servers[spec] = server
+        server = VllmServer(spec, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s,
+                            launcher=self.launcher)
+        self.servers[key] = server
         self.progress(f"specdec: starting vLLM ({spec.method}, {spec.key()}) ...")
         t0 = time.monotonic()
         server.start()
-        self._alive[spec] = server
+        self._alive[key] = server
         assert server.startup_s is not None
         self.starts.append(StartRecord(spec.key(), spec.method, server.startup_s, tuple(server.command)))
         self.progress(

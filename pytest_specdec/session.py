@@ -208,7 +208,7 @@ class SpecDecSession:
         record = self.records.get(nodeid)
         if record is None or self._pool is None:
             return []
-        by_key = {spec.key(): server for spec, server in self._pool.servers.items()}
+        by_key = self._pool.servers
         return [
             (f"vLLM {arm} server log (tail, {by_key[key].log_path})", by_key[key].log_tail())
             for arm, key in record.servers.items() if key in by_key
@@ -241,7 +241,7 @@ class SpecDecSession:
         import importlib.metadata as md
 
         dist = vllm_distribution()
-        servers = self._pool.servers.values() if self._pool else []
+        servers = list(self._pool.servers.values()) if self._pool else []
         return {
             "hardware": _cpu_model() if self.profile.device == "cpu" else self.profile.name,
             "device": self.profile.device,
@@ -267,14 +267,14 @@ class SpecDecSession:
             "profile": self.profile.name,
             "environment": env,
             "servers": {
-                spec.key(): {
-                    "method": spec.method,
+                key: {
+                    "method": server.spec.method,
                     "command": server.command,
-                    "env": dict(spec.env),
+                    "env": dict(server.spec.env),
                     "startup_s": server.startup_s,
                     "engine_config": server.engine_config(),
                 }
-                for spec, server in servers.items()
+                for key, server in servers.items()
             },
             "server_starts": len(self._pool.starts) if self._pool else 0,
             "tests": [r.to_dict() for r in self.records.values()],

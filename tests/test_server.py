@@ -87,3 +87,24 @@ def test_deadline_stops_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_parse_engine_config_ignores_other_lines() -> None:
     assert parse_engine_config("nothing here\n") == {}
+
+
+def test_pool_reuses_per_spec_and_respects_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_specdec.pool import ServerPool
+
+    monkeypatch.setenv("FAKE_VLLM_MODE", "ok")
+    monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
+    lines: list[str] = []
+    pool = ServerPool(tmp_path, max_alive=1, startup_timeout_s=30, progress=lines.append, launcher=FAKE)
+    ngram = ServerSpec(model="m", speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+    reference = ServerSpec(model="m")
+    try:
+        first = pool.get(ngram)
+        assert pool.get(ServerSpec(model="m", speculative_config={"method": "ngram", "num_speculative_tokens": 3})) is first
+        pool.get(reference)  # the cap of 1 stops the ngram server first
+        assert not first.alive()
+        assert any("to stay within --specdec-max-servers=1" in line for line in lines)
+        assert [s.method for s in pool.starts] == ["ngram", "none"]
+    finally:
+        pool.stop_all()
+    assert not any(server.alive() for server in pool.servers.values())
