@@ -193,7 +193,7 @@ class SpecDecSession:
         result = measure_case(
             reference, spec, prompts, Sampling(temperature=case.temperature),
             concurrency=case.concurrency, runs=self.runs(), api_key=self.settings.api_key,
-            progress=self.progress,
+            rules=self.profile.validity_rules(), progress=self.progress,
         )
         record.result = result
         s = result.summary

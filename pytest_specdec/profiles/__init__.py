@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
+    from ..measurement import ValidityRules
     from ..server import ServerSpec
 
 PROFILE_DIR = Path(__file__).parent
@@ -41,7 +42,20 @@ class Profile:
     server_env: tuple[tuple[str, str], ...]
     methods: dict[str, dict[str, Any]]
     matrix: dict[str, Any] = field(default_factory=dict)
+    validity: dict[str, float] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def validity_rules(self) -> ValidityRules:
+        """The profile's run-validity limits (`[validity]`), defaults for the rest."""
+        import dataclasses
+
+        from ..measurement import ValidityRules
+
+        known = {f.name for f in dataclasses.fields(ValidityRules)}
+        unknown = sorted(set(self.validity) - known)
+        if unknown:
+            raise ConfigError(f"profile {self.path}: unknown [validity] key(s) {unknown}; allowed: {sorted(known)}")
+        return ValidityRules(**{k: float(v) for k, v in self.validity.items()})
 
     def method_names(self) -> list[str]:
         return ["none", *self.methods]
@@ -111,6 +125,7 @@ def load_profile(name_or_path: str) -> Profile:
             server_env=tuple(sorted((str(k), str(v)) for k, v in server.get("env", {}).items())),
             methods=methods,
             matrix=dict(raw.get("matrix", {})),
+            validity=dict(raw.get("validity", {})),
             raw=raw,
         )
     except KeyError as exc:

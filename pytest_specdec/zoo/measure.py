@@ -44,12 +44,13 @@ class MethodResult:
 
 def _run(server: Any, model: str, prompts: list[Any], temperature: float, concurrency: int) -> RunRecord:
     from ..load import Sampling
-    from ..measurement import ValidityRules, one_run
+    from ..measurement import one_run
     from ..pool import Endpoint
+    from ..profiles import load_profile
 
     return one_run(
         Endpoint(server.base_url, model, owned=True), "spec", 0, prompts, Sampling(temperature=temperature),
-        concurrency=concurrency, api_key=None, rules=ValidityRules(),
+        concurrency=concurrency, api_key=None, rules=load_profile("cpu").validity_rules(),
     )
 
 

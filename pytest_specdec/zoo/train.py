@@ -1,7 +1,7 @@
 """Train the tiny CPU model zoo from scratch: ``python -m pytest_specdec.zoo.train [--out DIR] [--quick]``.
 
 Why a zoo of our own: the plugin must measure real speculative decoding on machines with no GPU
-and no model hub.  Four small models, trained here in 11-14 minutes on 2 CPU cores, give vLLM
+and no model hub.  Four small models, trained here in about 15 minutes on 2 CPU cores, give vLLM
 something real to accept and reject.
 
 Corpus (offline, present on every Debian machine with a CPython install; nothing is downloaded):
@@ -14,15 +14,20 @@ Corpus (offline, present on every Debian machine with a CPython install; nothing
 * Debian's licence texts: the regular files (not the symlinks) in ``/usr/share/common-licenses/``
   ("licenses", legal prose).
 
-Every document is wrapped as ``<|bos|> text <|eos|>``.  Training windows are drawn from these
-streams and from chat samples (weights in ``MIX``): a chat sample takes a random paragraph of a
-random document (blank-line separated; 40% of the time only its first line, like a question) as
-the user turn and the next one or two whole paragraphs as the assistant turn, followed by
-``<|eos|>`` and rendered with the template the tokenizer ships, so the models answer chat prompts
-and end an answer with eos after a finished paragraph or code block.  ``EDIT_SHARE`` of the chat
-samples instead ask to return a code block (70%; 60% of those with a variable renamed, done with
-``re.sub``) or a paragraph of the reference text, and answer with the edited copy in a fence: real
-assistants copy much of the input when editing it, which prompt-lookup (ngram) drafting exploits.  The SHA-256 of the corpus
+Every document is wrapped as ``<|bos|> text <|eos|>``.  Training rows (weights in ``MIX``) are
+windows of these streams, "chat" rows and "edit" rows, each packed with samples rendered with the
+template the tokenizer ships.  A chat sample takes a random paragraph of a random document
+(blank-line separated; 40% of the time only its first line, like a question) as the user turn and
+the next one or two whole paragraphs as the assistant turn, followed by ``<|eos|>``, so the models
+answer chat prompts and end an answer with eos after a finished paragraph or code block.  An edit
+sample (``Mixture.edit_turns``, kinds weighted by ``EDIT_KINDS``) shows a fenced block in the user
+turn with an instruction, and the assistant turn repeats the block in a fence, then eos: a code
+block (one or two dedented paragraphs of a code document) with a variable renamed (``re.sub``),
+``print(`` replaced by ``logging.info(``, whole-line comments removed, a docstring added, or
+unchanged; a list of random identifiers of the code corpus (only copying predicts it: the plain
+induction signal); or a reference-text paragraph.  Real assistants copy much of the input when
+editing it, which prompt-lookup (ngram) drafting exploits; the edit rows are there from the first
+step so the target learns to copy from its prompt.  The SHA-256 of the corpus
 text is in MANIFEST.json: it depends on the Python version whose stdlib was read (the shipped zoo
 used CPython 3.11.7).
 
@@ -152,7 +157,7 @@ class Schedule:
 
 
 FULL = Schedule(tokenizer_chars=6_000_000,
-                target_steps=360, target_batch=8, target_seq=512, target_lr=3e-3,
+                target_steps=800, target_batch=8, target_seq=384, target_lr=3e-3,
                 draft_steps=220, draft_batch=8, draft_seq=384, draft_lr=2e-3,
                 head_steps=200, head_batch=8, head_seq=384, head_lr=3e-3,
                 degraded_step=25, gen_count=192, gen_tokens=192)
@@ -331,12 +336,12 @@ class Mixture:
 
         Real assistants copy most of the input when asked to edit it; this teaches the target
         to copy from its prompt (an induction skill, which prompt-lookup (ngram) drafting then
-        exploits) and to end with eos after the closing fence.  The block is one or two
-        consecutive blank-line separated paragraphs (dedented, 40-700 characters) of a code
-        document (``EDIT_CODE_SHARE``) or of a reference-text topic.  Code edits, chosen among
-        those that apply: rename a variable (``re.sub`` on word boundaries), replace ``print(``
-        by ``logging.info(``, delete whole-line comments, insert a docstring after a one-line
-        ``def``, or return the block unchanged.
+        exploits) and to end with eos after the closing fence.  Kinds (``EDIT_KINDS``): "code",
+        one or two consecutive blank-line separated paragraphs (dedented, 40-700 characters) of a
+        code document, edited with one of the edits that apply: rename a variable (``re.sub`` on
+        word boundaries), replace ``print(`` by ``logging.info(``, delete whole-line comments,
+        insert a docstring after a one-line ``def``, or none; "names", lines of random
+        identifiers of the code corpus; "text", a reference-text paragraph, unchanged.
         """
         kind = self.rng.choices(sorted(EDIT_KINDS), [EDIT_KINDS[k] for k in sorted(EDIT_KINDS)])[0]
         if kind == "names":
