@@ -1,7 +1,7 @@
 """Train the tiny CPU model zoo from scratch: ``python -m pytest_specdec.zoo.train [--out DIR] [--quick]``.
 
 Why a zoo of our own: the plugin must measure real speculative decoding on machines with no GPU
-and no model hub.  Four small models, trained here in about 15 minutes on 2 CPU cores, give vLLM
+and no model hub.  Four small models, trained here in 11-14 minutes on 2 CPU cores, give vLLM
 something real to accept and reject.
 
 Corpus (offline, present on every Debian machine with a CPython install; nothing is downloaded):
@@ -14,20 +14,15 @@ Corpus (offline, present on every Debian machine with a CPython install; nothing
 * Debian's licence texts: the regular files (not the symlinks) in ``/usr/share/common-licenses/``
   ("licenses", legal prose).
 
-Every document is wrapped as ``<|bos|> text <|eos|>``.  Training rows (weights in ``MIX``) are
-windows of these streams, "chat" rows and "edit" rows, each packed with samples rendered with the
-template the tokenizer ships.  A chat sample takes a random paragraph of a random document
-(blank-line separated; 40% of the time only its first line, like a question) as the user turn and
-the next one or two whole paragraphs as the assistant turn, followed by ``<|eos|>``, so the models
-answer chat prompts and end an answer with eos after a finished paragraph or code block.  An edit
-sample (``Mixture.edit_turns``, kinds weighted by ``EDIT_KINDS``) shows a fenced block in the user
-turn with an instruction, and the assistant turn repeats the block in a fence, then eos: a code
-block (one or two dedented paragraphs of a code document) with a variable renamed (``re.sub``),
-``print(`` replaced by ``logging.info(``, whole-line comments removed, a docstring added, or
-unchanged; a list of random identifiers of the code corpus (only copying predicts it: the plain
-induction signal); or a reference-text paragraph.  Real assistants copy much of the input when
-editing it, which prompt-lookup (ngram) drafting exploits; the edit rows are there from the first
-step so the target learns to copy from its prompt.  The SHA-256 of the corpus
+Every document is wrapped as ``<|bos|> text <|eos|>``.  Training windows are drawn from these
+streams and from chat samples (weights in ``MIX``): a chat sample takes a random paragraph of a
+random document (blank-line separated; 40% of the time only its first line, like a question) as
+the user turn and the next one or two whole paragraphs as the assistant turn, followed by
+``<|eos|>`` and rendered with the template the tokenizer ships, so the models answer chat prompts
+and end an answer with eos after a finished paragraph or code block.  ``EDIT_SHARE`` of the chat
+samples instead ask to return a code block (70%; 60% of those with a variable renamed, done with
+``re.sub``) or a paragraph of the reference text, and answer with the edited copy in a fence: real
+assistants copy much of the input when editing it, which prompt-lookup (ngram) drafting exploits.  The SHA-256 of the corpus
 text is in MANIFEST.json: it depends on the Python version whose stdlib was read (the shipped zoo
 used CPython 3.11.7).
 
@@ -77,7 +72,6 @@ import shutil
 import sys
 import sysconfig
 import tempfile
-import textwrap
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -93,27 +87,13 @@ SPECIALS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|user|>", "<|assistant|>", "<|sys
 BOS, EOS, PAD = 0, 1, 2  # ids of the first three specials (added first, in this order)
 AUX_LAYER_IDS = [1, 2, 3]  # target residual streams after layers 1, 2, 3 (vLLM's numbering)
 TTT_STEPS = 3
-#: Sampling weights of the training mixture (rows of a batch).  "edit" rows are packed copy/edit
-#: chat samples (see ``Mixture.edit_turns``); "chat" rows are packed free-answer chat samples.
-MIX = {"code": 0.26, "topics": 0.11, "licenses": 0.04, "chat": 0.19, "edit": 0.40}
-#: Kinds of copy/edit samples: a code block (edited or not), a list of random corpus identifiers
-#: (unpredictable except by copying: the pure induction signal that makes copying learnable in a
-#: few hundred steps), a reference-text paragraph.
-EDIT_KINDS = {"code": 0.6, "names": 0.3, "text": 0.1}
-NAMES_INSTRUCTIONS = ["Repeat these names exactly:", "Return this list unchanged:",
-                      "Copy these identifiers and return them:"]
+#: Sampling weights of the training mixture.
+MIX = {"code": 0.40, "topics": 0.18, "licenses": 0.07, "chat": 0.35}
+#: Share of chat samples that ask to edit (rename) or repeat a code block or paragraph.
+EDIT_SHARE = 0.3
 RENAMES = ["payload", "value", "item", "result", "count", "name", "buf", "node", "entry", "total"]
 ECHO_INSTRUCTIONS = ["Return this unchanged:", "Repeat the following exactly:",
                      "Copy this and return it:", "Reformat this and return the whole text:"]
-#: Requests whose answer is the code block unchanged (a tiny model cannot do these edits; what it
-#: must learn is that the answer to "...return the whole code" repeats the code).
-CODE_ECHO_INSTRUCTIONS = [
-    "Return this code unchanged:", "Repeat this code exactly:",
-    "Reformat this code and return the whole code:",
-    "Check this function and return the whole function:",
-    "Review this code and return the whole code:",
-    "Clean up this function and return the whole function:",
-]
 SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"}
 LICENSE_DIR = Path("/usr/share/common-licenses")
 REBUILD_COMMAND = "python -m pytest_specdec.zoo.train"
@@ -157,7 +137,7 @@ class Schedule:
 
 
 FULL = Schedule(tokenizer_chars=6_000_000,
-                target_steps=800, target_batch=8, target_seq=384, target_lr=3e-3,
+                target_steps=360, target_batch=8, target_seq=512, target_lr=3e-3,
                 draft_steps=220, draft_batch=8, draft_seq=384, draft_lr=2e-3,
                 head_steps=200, head_batch=8, head_seq=384, head_lr=3e-3,
                 degraded_step=25, gen_count=192, gen_tokens=192)
@@ -293,9 +273,6 @@ class Mixture:
                 ids.extend(enc.ids)
                 ids.append(EOS)
             self.streams[source] = torch.tensor(ids, dtype=torch.long)
-        #: identifiers of the code corpus (sorted, deduplicated) for the "names" copy samples
-        self.names = sorted({w for doc in corpus["code"]
-                             for w in re.findall(r"\b[A-Za-z_][A-Za-z0-9_]{2,15}\b", doc)})
         self.sources = sorted(MIX)
         self.weights = [MIX[s] for s in self.sources]
 
@@ -316,6 +293,8 @@ class Mixture:
         the eos that follows it comes at a predictable place: after a finished paragraph or
         code block.  Short user turns (one line) imitate questions; long ones, pasted text.
         """
+        if self.rng.random() < EDIT_SHARE:
+            return self.edit_turns()
         source = self.rng.choices(["code", "topics", "licenses"], [0.45, 0.4, 0.15])[0]
         doc = self.rng.choice(self.corpus[source])
         paras = [q.strip("\n") for q in doc.split("\n\n") if q.strip()]
@@ -332,81 +311,39 @@ class Mixture:
         return user[:800], assistant[:1200]
 
     def edit_turns(self) -> tuple[str, str]:
-        """A copy/edit chat pair: the answer repeats the user's code (or text) with a small edit.
+        """An edit-and-return-it chat pair: the answer repeats the user's code or text.
 
         Real assistants copy most of the input when asked to edit it; this teaches the target
-        to copy from its prompt (an induction skill, which prompt-lookup (ngram) drafting then
-        exploits) and to end with eos after the closing fence.  Kinds (``EDIT_KINDS``): "code",
-        one or two consecutive blank-line separated paragraphs (dedented, 40-700 characters) of a
-        code document, edited with one of the edits that apply: rename a variable (``re.sub`` on
-        word boundaries), replace ``print(`` by ``logging.info(``, delete whole-line comments,
-        insert a docstring after a one-line ``def``, or none; "names", lines of random
-        identifiers of the code corpus; "text", a reference-text paragraph, unchanged.
+        to do so (and so gives prompt-lookup drafting something to find) and to end with eos
+        after the closing fence.
         """
-        kind = self.rng.choices(sorted(EDIT_KINDS), [EDIT_KINDS[k] for k in sorted(EDIT_KINDS)])[0]
-        if kind == "names":
-            lines = [" ".join(self.rng.choice(self.names) for _ in range(self.rng.randint(2, 6)))
-                     for _ in range(self.rng.randint(2, 12))]
-            block = "\n".join(lines)
-            instruction = self.rng.choice(NAMES_INSTRUCTIONS)
-            return f"{instruction}\n```\n{block}\n```", f"```\n{block}\n```"
-        code = kind == "code"
+        code = self.rng.random() < 0.7
         doc = self.rng.choice(self.corpus["code" if code else "topics"])
-        raw = [q.strip("\n") for q in doc.split("\n\n") if q.strip()]
-        paras = [i for i, q in enumerate(raw) if 40 <= len(q.strip()) <= 700]
-        if paras:
-            i = self.rng.choice(paras)
-            block = raw[i]
-            if i + 1 < len(raw) and self.rng.random() < 0.4 and len(block) + len(raw[i + 1]) <= 700:
-                block = block + "\n\n" + raw[i + 1]
-        else:
-            block = doc.strip()[:500]
-        block = textwrap.dedent(block).strip("\n")
-        if not code:
-            return (f"{self.rng.choice(ECHO_INSTRUCTIONS)}\n```\n{block}\n```",
-                    f"```\n{block}\n```")
-        unit = "function" if block.lstrip().startswith(("def ", "async def ")) else "code"
-        options: list[tuple[str, str]] = []
+        paras = [q.strip("\n") for q in doc.split("\n\n") if 40 <= len(q.strip()) <= 700]
+        block = self.rng.choice(paras) if paras else doc.strip()[:500]
         words = sorted({w for w in re.findall(r"\b[a-z_][a-z0-9_]{2,}\b", block)
                         if not keyword.iskeyword(w)})
-        if words:
+        if code and words and self.rng.random() < 0.6:
             old = self.rng.choice(words)
             new = self.rng.choice(RENAMES)
-            options.append((f"Rename the variable `{old}` to `{new}` everywhere in this {unit} "
-                            f"and return the whole {unit}:",
-                            re.sub(rf"\b{re.escape(old)}\b", new, block)))
-        if "print(" in block:
-            options.append((f"Replace the print calls with logging calls in this {unit} and "
-                            f"return the whole {unit}:", block.replace("print(", "logging.info(")))
-        lines = block.split("\n")
-        if any(ln.lstrip().startswith("#") for ln in lines):
-            options.append((f"Remove the comments from this {unit} and return the whole {unit}:",
-                            "\n".join(ln for ln in lines if not ln.lstrip().startswith("#"))))
-        head = re.match(r"(\s*)(?:async )?def (\w+)\(.*\):\s*$", lines[0])
-        if head and len(lines) > 1 and '"""' not in lines[1]:
-            indent = head.group(1) + "    "
-            options.append((f"Add a docstring to this function and return the whole function:",
-                            "\n".join([lines[0], f'{indent}"""{head.group(2).replace("_", " ").strip().capitalize()}."""']
-                                      + lines[1:])))
-        options.append((self.rng.choice(CODE_ECHO_INSTRUCTIONS), block))
-        instruction, answer = self.rng.choice(options)
-        return (f"{instruction}\n```python\n{block}\n```", f"```python\n{answer}\n```")
-
-    def edit_sample(self) -> list[int]:
-        return self._render(*self.edit_turns())
+            instruction = (f"Rename the variable `{old}` to `{new}` everywhere in this code "
+                           "and return the whole code:")
+            answer = re.sub(rf"\b{re.escape(old)}\b", new, block)
+        else:
+            instruction = self.rng.choice(ECHO_INSTRUCTIONS)
+            answer = block
+        fence = "```python\n" if code else "```\n"
+        return (f"{instruction}\n{fence}{block}\n```", f"{fence}{answer}\n```")
 
     def chat_prompt_ids(self) -> list[int]:
         """Token ids of a rendered user turn plus the assistant generation prompt."""
-        mix = MIX["chat"] + MIX["edit"]
-        user, _ = self.edit_turns() if self.rng.random() < MIX["edit"] / mix else self.chat_turns()
+        user, _ = self.chat_turns()
         text = self.tok.apply_chat_template([{"role": "user", "content": user or "Continue."}],
                                             tokenize=False, add_generation_prompt=True)
         return self.tok.backend_tokenizer.encode(text, add_special_tokens=False).ids
 
     def _chat_sample(self) -> list[int]:
-        return self._render(*self.chat_turns())
-
-    def _render(self, user: str, assistant: str) -> list[int]:
+        user, assistant = self.chat_turns()
         messages = [{"role": "user", "content": user or "Continue."},
                     {"role": "assistant", "content": assistant}]
         text = self.tok.apply_chat_template(messages, tokenize=False)
@@ -414,11 +351,10 @@ class Mixture:
 
     def _row(self, seq: int) -> torch.Tensor:
         source = self.rng.choices(self.sources, self.weights)[0]
-        if source in ("chat", "edit"):
-            make = self._chat_sample if source == "chat" else self.edit_sample
+        if source == "chat":
             ids: list[int] = []
             while len(ids) < seq:
-                ids.extend(make())
+                ids.extend(self._chat_sample())
             return torch.tensor(ids[:seq], dtype=torch.long)
         stream = self.streams[source]
         start = self.rng.randint(0, stream.numel() - seq - 1)
@@ -901,14 +837,11 @@ def main(argv: list[str] | None = None) -> int:
                 "Offline sources only: every *.py under sysconfig stdlib (skipping "
                 + ", ".join(sorted(SKIP_DIRS)) + "); the string values of pydoc_data/topics.py's "
                 "`topics` dict; the regular files (not symlinks) in /usr/share/common-licenses. "
-                f"Training mixture {MIX} (rows); chat rows = chat samples with a corpus paragraph "
-                "(or its first line) as the user turn and the next 1-2 paragraphs as the assistant "
-                "turn + eos; edit rows = copy/edit requests (a fenced block: "
-                f"kinds {EDIT_KINDS}: code with a rename / print->logging / comment removal / "
-                "docstring / no edit, random corpus identifiers, a reference paragraph) whose "
-                "answer repeats the "
-                "block with the edit in a fence + eos; all rendered with the shipped template; "
-                "drafters also train on target-generated answers (half of each batch)."),
+                f"Training mixture {MIX}; chat samples = a corpus paragraph (or its first line) as the "
+                "user turn and the next 1-2 paragraphs as the assistant turn + eos, or "
+                f"({EDIT_SHARE:.0%} of them) a rename/repeat request whose answer copies the "
+                "block, rendered with the shipped template; drafters also train on "
+                "target-generated answers (half of each batch)."),
             "stdlib": str(stdlib_dir()),
             "python": platform.python_version(),
             "documents": {k: len(v) for k, v in corpus.items()},
