@@ -51,7 +51,8 @@ def manifest(models_dir: Path = MODELS_DIR) -> dict[str, Any]:
     return data
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks (also used by train.py to write the manifest)."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -75,7 +76,7 @@ def _check_files(models_dir: Path, names: tuple[str, ...]) -> None:
             key = (str(path), size, path.stat().st_mtime_ns)
             if _verified.get(key):
                 continue
-            if size != meta.get("size") or _sha256(path) != meta.get("sha256"):
+            if size != meta.get("size") or sha256_file(path) != meta.get("sha256"):
                 raise ZooError(f"zoo file {path} is corrupted (size/sha256 differ from "
                                f"MANIFEST.json; a Git LFS pointer or a partial checkout?); "
                                f"rebuild the zoo with `{REBUILD_COMMAND}`")

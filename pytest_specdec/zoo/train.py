@@ -81,6 +81,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import sha256_file
+
 SEED = 1234
 VOCAB_SIZE = 2048
 SPECIALS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|user|>", "<|assistant|>", "<|system|>"]
@@ -741,14 +743,6 @@ def save_head(state: dict[str, torch.Tensor], target: nn.Module, out: Path) -> N
 
 
 # ------------------------------------------------------------------------------------ manifest
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write_manifest(out: Path, info: dict[str, Any]) -> None:
