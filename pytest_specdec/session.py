@@ -250,16 +250,14 @@ class SpecDecSession:
             "plugin_version": __version__,
             "python": platform.python_version(),
             "target_model": self.profile.target,
-            "workarounds": sorted(
-                {json.dumps({k: v for k, v in w.items() if k != "pid"}, sort_keys=True)
-                 for s in servers for w in s.workarounds()}
+            "workarounds": _unique(
+                {k: v for k, v in w.items() if k != "pid"} for s in servers for w in s.workarounds()
             ),
         }
 
     def results(self) -> dict[str, Any]:
         servers = self._pool.servers if self._pool else {}
         env = self.environment()
-        env["workarounds"] = [json.loads(w) for w in env["workarounds"]]
         return {
             "schema": 1,
             "started": dt.datetime.fromtimestamp(self.started, dt.timezone.utc).isoformat(),
@@ -299,6 +297,14 @@ class SpecDecSession:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.stop_all()
+
+
+def _unique(entries: Any) -> list[dict[str, Any]]:
+    """Distinct dicts in first-seen order (each server process records the same workaround)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        seen.setdefault(json.dumps(entry, sort_keys=True), entry)
+    return list(seen.values())
 
 
 def _f(x: float | None, spec: str = ".1f") -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..measurement import RunRecord
+    from ..measurement import RunRecord, ValidityRules
 
 K = 3
 ZOO_METHODS = ("none", "ngram", "draft_model", "eagle3", "eagle3-degraded")
@@ -42,15 +42,16 @@ class MethodResult:
     command: list[str] = field(default_factory=list)
 
 
-def _run(server: Any, model: str, prompts: list[Any], temperature: float, concurrency: int) -> RunRecord:
+def _run(
+    server: Any, model: str, prompts: list[Any], temperature: float, concurrency: int, rules: ValidityRules
+) -> RunRecord:
     from ..load import Sampling
     from ..measurement import one_run
     from ..pool import Endpoint
-    from ..profiles import load_profile
 
     return one_run(
         Endpoint(server.base_url, model, owned=True), "spec", 0, prompts, Sampling(temperature=temperature),
-        concurrency=concurrency, api_key=None, rules=load_profile("cpu").validity_rules(),
+        concurrency=concurrency, api_key=None, rules=rules,
     )
 
 
@@ -71,6 +72,7 @@ def measure_method(
     from ..server import VllmServer
 
     profile = load_profile("cpu")
+    rules = profile.validity_rules()
     env = None if fix else {"SPECDEC_VLLM_CPU_FIX": "0"}
     spec = server_spec(profile, method, None if method == "none" else K, extra_env=env)
     server = VllmServer(spec, log_dir=log_dir)
@@ -82,13 +84,13 @@ def measure_method(
         result = MethodResult(method=label, startup_s=server.startup_s, command=server.command)
         model = served_model(server.base_url)
         # Warm-up: the first requests of a fresh server compile new shapes.
-        _run(server, model, prompts[:4], 0.0, 4)
+        _run(server, model, prompts[:4], 0.0, 4, rules)
         # Throughput at every concurrency for greedy decoding; T > 0 only at the first (acceptance).
         points = [(0.0, c) for c in concurrencies if 0.0 in temperatures]
         points += [(t, concurrencies[0]) for t in temperatures if t != 0.0]
         for temperature, concurrency in points:
             t0 = time.monotonic()
-            run = _run(server, model, prompts, temperature, concurrency)
+            run = _run(server, model, prompts, temperature, concurrency, rules)
             key = f"t{temperature}-c{concurrency}"
             result.runs[key] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid}
             if temperature == 0.0 and concurrency == 1:
@@ -102,7 +104,7 @@ def measure_method(
         if per_category:
             for name, cats in (("prose", PROSE), ("code_editing", CODE_EDIT)):
                 subset = [p for p in prompts if p.category in cats]
-                run = _run(server, model, subset, 0.0, 1)
+                run = _run(server, model, subset, 0.0, 1, rules)
                 result.runs[f"t0.0-c1-{name}"] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid}
         result.workarounds = server.workarounds()
     return result
