@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+import pytest
+
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -11,16 +13,18 @@ if TYPE_CHECKING:
 
     from .markers import Case
     from .measurement import CaseResult, RunRecord
-    from .session import SpecDecSession
+    from .session import SpecDecSession, VerdictOptions
 
 
 class SpecDec:
     """A specdec test's view: `result`/`summary` of its interleaved runs, plus custom measurements."""
 
-    def __init__(self, session: SpecDecSession, nodeid: str, case: Case) -> None:
+    def __init__(self, session: SpecDecSession, nodeid: str, case: Case,
+                 verdicts: VerdictOptions | None = None) -> None:
         self._session = session
         self.nodeid = nodeid
         self.case = case
+        self._verdicts = verdicts
         self._result: CaseResult | None = None
 
     @property
@@ -30,7 +34,7 @@ class SpecDec:
     @property
     def result(self) -> CaseResult:
         if self._result is None:
-            self._result = self._session.measure(self.nodeid, self.case)
+            self._result = self._session.measure(self.nodeid, self.case, self._verdicts)
         return self._result
 
     @property
@@ -48,6 +52,50 @@ class SpecDec:
     @property
     def valid(self) -> bool:
         return not self.result.invalid_runs
+
+    def assert_slo(
+        self, *, speedup: float | None = None, acceptance: float | None = None,
+        output_tok_s: float | None = None, p95_tpot_ms: float | None = None,
+        p95_ttft_ms: float | None = None, p95_e2e_ms: float | None = None,
+    ) -> None:
+        """Absolute service levels over this test's valid runs, e.g. ``assert_slo(speedup=1.5,
+        acceptance=0.6, p95_tpot_ms=20)``: minimums for speedup/acceptance/tok/s, maximums for P95s.
+
+        Unlike the baseline verdicts these need no history; on failure every check is shown in one
+        table with the statistic used and the per-run values, so the message alone says what happened.
+        """
+        __tracebackhide__ = True
+        from .baselines import metric_values, session_entry
+        from .stats import check_slo
+
+        wanted = [  # (label, metric, op, bound)
+            ("speedup", "speedup", ">=", speedup), ("acceptance", "acceptance_rate", ">=", acceptance),
+            ("spec tok/s", "output_tok_s", ">=", output_tok_s), ("P95 TPOT ms", "tpot_p95_ms", "<=", p95_tpot_ms),
+            ("P95 TTFT ms", "ttft_p95_ms", "<=", p95_ttft_ms), ("P95 E2E ms", "e2e_p95_ms", "<=", p95_e2e_ms),
+        ]
+        wanted = [w for w in wanted if w[3] is not None]
+        if not wanted:
+            raise ConfigError("specdec.assert_slo() needs at least one bound, e.g. speedup=1.5, acceptance=0.6, "
+                              "p95_tpot_ms=20")
+        values = metric_values(session_entry(self.result, "", {}))
+        results = [(label, check_slo(metric, values.get(metric, []), op, float(bound)))  # type: ignore[arg-type]
+                   for label, metric, op, bound in wanted]
+        failed = [r for _, r in results if not r.passed]
+        if not failed:
+            return
+        rows = [("check", "statistic", "value", "runs", "result")]
+        for label, r in results:
+            value = "no values" if r.value is None else f"{r.value:.4g}"
+            rows.append((f"{label} {r.op} {r.bound:g}", r.statistic, value, str(r.n), "pass" if r.passed else "FAIL"))
+        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        table = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+        per_run = "\n".join(f"  {r.metric}: {[round(v, 4) for v in values.get(r.metric, [])]}" for r in failed)
+        invalid = len(self.result.invalid_runs)
+        pytest.fail(
+            f"specdec SLO: {len(failed)} of {len(results)} check(s) failed for {self.nodeid}\n{table}\n"
+            f"per-run values of the failed checks (valid runs only; {invalid} invalid run(s) left out):\n{per_run}",
+            pytrace=False,
+        )
 
     def measure(self, **fields: Any) -> CaseResult:
         """Measure another single point (marker fields; lists not allowed) inside this test."""

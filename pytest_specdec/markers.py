@@ -26,6 +26,12 @@ MARKER_SIGNATURE = (
 FIELDS = (
     "method", "k", "temperature", "concurrency", "dataset", "max_tokens", "num_prompts", "speculative_config",
 )
+VERDICTS_MARKER_SIGNATURE = (
+    "specdec_verdicts(check=True, thresholds={metric or kind: magnitude}): check=False lets a specdec test "
+    "opt out of the baseline assertion (verdicts are still recorded); thresholds override the practical "
+    "thresholds (% for rates and latencies, points for acceptance) for this test"
+)
+VERDICTS_FIELDS = ("check", "thresholds")
 #: The name the matrix is parametrized under; the `specdec` fixture reads it.
 PARAM = "_specdec_case"
 
@@ -164,3 +170,24 @@ def varying_fields(cases: list[Case]) -> frozenset[str]:
         name for name in ("dataset", "max_tokens", "num_prompts")
         if len({getattr(c, name) for c in cases}) > 1
     )
+
+
+def verdict_options(marker: Any) -> Any:
+    """The `specdec_verdicts` marker → VerdictOptions; unknown keys and bad values name what is allowed."""
+    from .session import VerdictOptions
+    from .verdicts import check_mapping
+
+    if marker is None:
+        return VerdictOptions()
+    if marker.args:
+        raise ConfigError(f"specdec_verdicts marker takes keyword arguments only ({', '.join(VERDICTS_FIELDS)}), "
+                          f"got {marker.args!r}")
+    unknown = sorted(set(marker.kwargs) - set(VERDICTS_FIELDS))
+    if unknown:
+        raise ConfigError(f"specdec_verdicts marker: unknown key(s) {', '.join(unknown)}; allowed: "
+                          f"{', '.join(VERDICTS_FIELDS)}")
+    check = marker.kwargs.get("check", True)
+    if not isinstance(check, bool):
+        raise ConfigError(f"specdec_verdicts marker: check must be True or False, got {check!r}")
+    thresholds = check_mapping(marker.kwargs.get("thresholds", {}), "specdec_verdicts marker")
+    return VerdictOptions(check=check, thresholds=thresholds)

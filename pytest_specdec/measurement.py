@@ -68,6 +68,9 @@ class RunRecord:
     cache_salt: str
     invalid: list[str] = field(default_factory=list)
     texts: dict[str, str] = field(default_factory=dict, repr=False)
+    # Per-run P95 by Harrell-Davis (ms) of tpot/ttft/e2e: steadier than the interpolated sample P95 for
+    # the few dozen requests of a run; these are what the P95 verdicts compare.
+    hd_p95_ms: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
@@ -76,8 +79,21 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         return {
             "arm": self.arm, "index": self.index, "valid": self.valid, "invalid_reasons": self.invalid,
-            "cache_salt": self.cache_salt, **self.metrics.to_dict(),
+            "cache_salt": self.cache_salt, **self.metrics.to_dict(), "hd_p95_ms": self.hd_p95_ms,
         }
+
+
+def hd_p95s(load: LoadResult) -> dict[str, float | None]:
+    """Harrell-Davis P95 in ms of the successful requests' TPOT, TTFT and E2E of one run."""
+    from .stats import harrell_davis_p95
+
+    ok = [s for s in load.samples if s.error is None]
+    out: dict[str, float | None] = {}
+    for name, attr in (("tpot", "tpot_s"), ("ttft", "ttft_s"), ("e2e", "e2e_s")):
+        vals = [v for v in (getattr(s, attr) for s in ok) if v is not None]
+        p95 = harrell_davis_p95(vals)
+        out[name] = None if p95 is None else p95 * 1000.0
+    return out
 
 
 def geomean(values: list[float]) -> float | None:
@@ -189,6 +205,7 @@ def one_run(
     record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
                        texts={s.prompt_id: s.text for s in load.samples if s.error is None})
     record.invalid = invalid_reasons(metrics, len(prompts), rules)
+    record.hd_p95_ms = hd_p95s(load)
     if load.metrics_error:
         record.invalid.append(f"could not read /metrics: {load.metrics_error}")
     return record
@@ -207,10 +224,30 @@ def measure_case(
     progress: Callable[[str], None] = lambda line: None,
 ) -> CaseResult:
     """`runs` interleaved pairs (reference, spec); the reference alone when `spec` is None."""
+    result = CaseResult(reference_runs=[], runs=[], summary={}, speedup_per_pair=[])
+    extend_case(result, reference, spec, prompts, sampling, concurrency=concurrency, runs=runs,
+                api_key=api_key, rules=rules, progress=progress)
+    return result
+
+
+def extend_case(
+    result: CaseResult,
+    reference: Endpoint,
+    spec: Endpoint | None,
+    prompts: list[Prompt],
+    sampling: Sampling,
+    *,
+    concurrency: int,
+    runs: int,
+    api_key: str | None = None,
+    rules: ValidityRules = ValidityRules(),
+    progress: Callable[[str], None] = lambda line: None,
+) -> CaseResult:
+    """Continue the interleaving of `result` up to `runs` pairs (sequential looks add runs this way);
+    the warm-up is done only before the very first run. Summary and speedups are recomputed."""
     warmup = min(len(prompts), 2 * concurrency)
-    ref_runs: list[RunRecord] = []
-    spec_runs: list[RunRecord] = []
-    for i in range(runs):
+    ref_runs, spec_runs = result.reference_runs, result.runs
+    for i in range(len(ref_runs), runs):
         for arm, endpoint, bucket in (("reference", reference, ref_runs), ("spec", spec, spec_runs)):
             if endpoint is None:
                 continue
@@ -221,7 +258,6 @@ def measure_case(
             acc = "" if m.acceptance_rate is None else f", acceptance {m.acceptance_rate:.3f}"
             bad = "" if rec.valid else f"  INVALID: {'; '.join(rec.invalid)}"
             progress(f"specdec:   run {i + 1}/{runs} {arm:9s} {m.output_tok_s or 0:8.1f} tok/s{acc}{bad}")
-    return CaseResult(
-        reference_runs=ref_runs, runs=spec_runs, summary=summarize(ref_runs, spec_runs),
-        speedup_per_pair=speedups(ref_runs, spec_runs) if spec_runs else [],
-    )
+    result.summary = summarize(ref_runs, spec_runs)
+    result.speedup_per_pair = speedups(ref_runs, spec_runs) if spec_runs else []
+    return result

@@ -44,6 +44,37 @@ def endpoint_url(value: str) -> str:
     return value[: -len("/v1")] if value.endswith("/v1") else value
 
 
+def update_mode(value: str) -> str:
+    """argparse type of --update-baselines: all (the bare flag) or missing."""
+    if value not in ("all", "missing"):
+        raise argparse.ArgumentTypeError(
+            f"expected --update-baselines (all) or --update-baselines=missing, got {value!r}"
+        )
+    return value
+
+
+def alpha_value(value: str) -> float:
+    """argparse type: a one-sided significance level in (0, 0.5)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 0.5) like 0.05, got {value!r}") from None
+    if not 0 < number < 0.5:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 0.5) like 0.05, got {value!r}")
+    return number
+
+
+def threshold_item(value: str) -> str:
+    """argparse type: METRIC=MAGNITUDE (kept as the string, checked again when the thresholds are built)."""
+    from .verdicts import parse_threshold_items
+
+    try:
+        parse_threshold_items([value], "--specdec-threshold")
+    except Exception as exc:  # ConfigError: its message names what is allowed
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specdec", "speculative decoding regression checks (pytest-specdec)")
     group.addoption(
@@ -90,6 +121,48 @@ def addoption(parser: pytest.Parser) -> None:
         "--specdec-startup-timeout", metavar="SECONDS", type=positive_float, default=900.0,
         help="how long a vLLM server may take to become ready. Default: %(default)r",
     )
+    group.addoption(
+        "--specdec-baselines", metavar="DIR", default="baselines",
+        help="root of the stored baselines (<DIR>/<profile>/<suite module>/<test id>.json). Default: %(default)r",
+    )
+    group.addoption(
+        "--update-baselines", metavar="MODE", nargs="?", const="all", type=update_mode, default=None,
+        help="write baselines at session end: the bare flag adds tonight's session to every baseline "
+             "(accepting any change); =missing only creates missing ones. Never written without it. "
+             "Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-strict", action="store_true", default=False,
+        help="fail (not just warn) when a baseline was measured under different comparability keys. "
+             "Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-max-runs", metavar="N", type=positive_int, default=None,
+        help="when a verdict is inconclusive, add interleaved run pairs two at a time up to N per arm "
+             "(alpha split over the looks). Default: the profile's [verdicts] max_runs (cpu: 5), else no extra runs",
+    )
+    group.addoption(
+        "--specdec-alpha", metavar="ALPHA", type=alpha_value, default=0.05,
+        help="one-sided significance level of the verdicts (the CIs are 1-2*ALPHA). Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-fdr", metavar="METHOD", choices=("bh", "holm"), default="bh",
+        help="multiplicity control across the session's metric tests: bh (Benjamini-Hochberg) or holm. "
+             "Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-threshold", metavar="METRIC=VALUE", action="append", type=threshold_item, default=[],
+        help="practical threshold of a metric (%% for rates and latencies, points for acceptance), or of a "
+             "kind (rate, acceptance, latency); repeatable; overrides ini and profile. Default: %(default)r",
+    )
+    parser.addini(
+        "specdec_keep_sessions", type="string", default="5",
+        help="measurement sessions (server starts) --update-baselines keeps per baseline file. Default: 5",
+    )
+    parser.addini(
+        "specdec_thresholds", type="linelist", default=[],
+        help="practical thresholds, one METRIC=VALUE per line (see --specdec-threshold). Default: none",
+    )
 
 
 @dataclass(frozen=True)
@@ -107,6 +180,15 @@ class Settings:
     reports_dir: Path
     max_servers: int
     startup_timeout_s: float
+    baselines_dir: Path = Path("baselines")
+    update_baselines: str | None = None
+    strict: bool = False
+    max_runs: int | None = None
+    alpha: float = 0.05
+    fdr: str = "bh"
+    cli_thresholds: tuple[str, ...] = ()
+    ini_thresholds: tuple[str, ...] = ()
+    keep_sessions: int = 5
 
     @property
     def api_key(self) -> str | None:
@@ -123,6 +205,20 @@ class Settings:
             )
         root = Path(str(config.rootpath))
         reports = Path(opt.specdec_reports)
+        baselines = Path(opt.specdec_baselines)
+        keep_raw = str(config.getini("specdec_keep_sessions")).strip()
+        try:
+            keep = positive_int(keep_raw)
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(f"ini specdec_keep_sessions: {exc}") from None
+        ini_thresholds = tuple(str(x) for x in config.getini("specdec_thresholds"))
+        from .errors import ConfigError
+        from .verdicts import parse_threshold_items
+
+        try:
+            parse_threshold_items(ini_thresholds, "ini specdec_thresholds")
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
         return cls(
             gpu=opt.gpu,
             profile_path=opt.specdec_profile,
@@ -135,4 +231,13 @@ class Settings:
             reports_dir=reports if reports.is_absolute() else root / reports,
             max_servers=opt.specdec_max_servers,
             startup_timeout_s=opt.specdec_startup_timeout,
+            baselines_dir=baselines if baselines.is_absolute() else root / baselines,
+            update_baselines=opt.update_baselines,
+            strict=opt.specdec_strict,
+            max_runs=opt.specdec_max_runs,
+            alpha=opt.specdec_alpha,
+            fdr=opt.specdec_fdr,
+            cli_thresholds=tuple(opt.specdec_threshold),
+            ini_thresholds=ini_thresholds,
+            keep_sessions=keep,
         )

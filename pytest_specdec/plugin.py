@@ -26,6 +26,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     addoption(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    # `--update-baselines` takes an optional value; spelled bare before a path, argparse would take the
+    # path as the value. Make the bare flag explicit so `pytest --update-baselines suites/` works.
+    args[:] = ["--update-baselines=all" if a == "--update-baselines" else a for a in args]
+
+
 def _progress(config: pytest.Config) -> Callable[[str], None]:
     """Progress lines that reach the terminal even while output is captured."""
 
@@ -42,12 +49,17 @@ def _progress(config: pytest.Config) -> Callable[[str], None]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from .markers import MARKER_SIGNATURE
+    from .markers import MARKER_SIGNATURE, VERDICTS_MARKER_SIGNATURE
     from .options import Settings
     from .session import SpecDecSession
 
     config.addinivalue_line("markers", MARKER_SIGNATURE)
-    config.stash[session_key] = SpecDecSession(Settings.from_config(config), config.rootpath, _progress(config))
+    config.addinivalue_line("markers", VERDICTS_MARKER_SIGNATURE)
+    settings = Settings.from_config(config)
+    if settings.update_baselines and getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError("--update-baselines with pytest-xdist (-n) is not supported yet: the workers' "
+                                "measurements do not reach the controller that writes; run without -n")
+    config.stash[session_key] = SpecDecSession(settings, config.rootpath, _progress(config))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -87,6 +99,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for i, item in zip(slots, ordered):
         items[i] = item
     session = config.stash[session_key]
+    from .verdicts import metrics_per_test
+
+    session.family_size = sum(metrics_per_test(c.method, c.k) for c in (_case(items[i]) for i in slots) if c)
     if session.settings.dry_run and slots:
         for line in session.dry_run_lines([(items[i].nodeid, _case(items[i])) for i in slots]):  # type: ignore[misc]
             session.progress(line)
@@ -106,9 +121,24 @@ def specdec(request: pytest.FixtureRequest, _specdec_case: Case) -> SpecDec:
     session = request.config.stash[session_key]
     if session.settings.dry_run:
         pytest.skip("specdec dry run: nothing started")
-    handle = SpecDec(session, request.node.nodeid, _specdec_case)
+    from .markers import verdict_options
+
+    options = verdict_options(request.node.get_closest_marker("specdec_verdicts"))
+    handle = SpecDec(session, request.node.nodeid, _specdec_case, options)
     handle.result  # measure now, so failures to start show as setup errors with the log tail
     return handle
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    # After the test body passed: compare with the baseline (a regression fails this test).
+    yield
+    session = item.config.stash.get(session_key, None)
+    if session is None or _case(item) is None or session.settings.dry_run:
+        return
+    message = session.check(item.nodeid)
+    if message:
+        pytest.fail(message, pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -127,10 +157,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    specdec = session.config.stash.get(session_key, None)
+    if specdec is None or not specdec.records or hasattr(session.config, "workerinput"):
+        return  # baselines are written by the controller only
+    specdec.summary_lines = specdec.finalize()
+    if specdec.late_regressions and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     session = config.stash.get(session_key, None)
     if session is None or not session.records:
         return
+    for line in session.summary_lines:
+        terminalreporter.write_line(line)
     paths = session.write_results()
     if session._pool is not None:
         starts = session._pool.starts

@@ -144,6 +144,7 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
     st = _State(cfg)
 
     async def complete(request: web.Request, chat: bool) -> web.StreamResponse:
+        cfg = st.cfg  # read per request, so FakeServer.reconfigure() takes effect on the next one
         try:
             body = await request.json()
         except ValueError:
@@ -290,6 +291,16 @@ class FakeServer:
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def reconfigure(self, **changes: Any) -> FakeConfig:
+        """Change the behaviour of the running server from the next request on (e.g. ``step_s`` to inject
+        a slowdown, ``acceptance`` to inject an acceptance drop). ``k``, ``model`` and ``engines`` shape the
+        exported counters and cannot change."""
+        fixed = {"k", "model", "engines"} & set(changes)
+        if fixed:
+            raise ValueError(f"cannot change {sorted(fixed)} of a running fake server")
+        self.config = self.state.cfg = dataclasses.replace(self.state.cfg, **changes)
+        return self.config
 
     @property
     def requests(self) -> list[dict[str, Any]]:

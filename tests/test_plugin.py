@@ -35,12 +35,23 @@ def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
         "*--specdec-runs=N*",
         "*--specdec-dry-run*",
         "*--specdec-endpoint=URL*",
+        "*--specdec-baselines=DIR*",
+        "*Default: 'baselines'",
+        "*--update-baselines=[[]MODE]*",
+        "*--specdec-strict*",
+        "*--specdec-max-runs=N*",
+        "*--specdec-alpha=ALPHA*",
+        "*--specdec-fdr=METHOD*",
+        "*--specdec-threshold=METRIC=VALUE*",
+        "*specdec_keep_sessions (string)*",
+        "*specdec_thresholds (linelist)*",
     ])
 
 
 def test_marker_is_registered(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.specdec(method=..., k=..., temperature=..., concurrency=*"])
+    result.stdout.fnmatch_lines(["@pytest.mark.specdec(method=..., k=..., temperature=..., concurrency=*",
+                                 "@pytest.mark.specdec_verdicts(check=True, thresholds=*"])
 
 
 def test_measures_interleaved_runs_and_writes_json(
@@ -48,7 +59,8 @@ def test_measures_interleaved_runs_and_writes_json(
 ) -> None:
     pytester.makepyfile(test_suite=SUITE)
     reports = pytester.path / "reports"
-    result = pytester.runpytest(*_args(fake_profile, fake_endpoints, reports), "-v")
+    # No baselines yet: creating them is what makes a first session pass (test_baselines_e2e.py has the rest).
+    result = pytester.runpytest(*_args(fake_profile, fake_endpoints, reports), "-v", "--update-baselines=missing")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "*test_ngram?ngram-k3-t0.0-c1? PASSED*",

@@ -1,0 +1,390 @@
+"""Stored baselines: where they live, what they hold, how they are read, and how they are written.
+
+One JSON file per test: ``<root>/<profile>/<suite module>/<test id>.json``. It holds
+
+* ``comparability`` — what must be equal for a comparison to mean anything (hardware, target model and
+  its hash, dataset and its hash, workload, sampling, server args that shape the workload, the
+  speculation knobs). A mismatch gives ``not-comparable`` with the differing fields;
+* ``under_test`` — what the gate exists to judge (vLLM/torch/CUDA/driver versions, the draft/head hash,
+  the plugin version, the resolved engine config): diffed and shown, never blocking;
+* ``sessions`` — raw per-run values grouped by measurement session (one server start each), the last
+  ``keep`` of them, so the file learns the night-to-night variance.
+
+Files are deterministic and diff-friendly: sorted keys, one value per line, floats rounded to 6
+significant digits, a schema version. Nothing is written unless ``--update-baselines`` asks for it;
+then all writes happen once at session end on the controller, under a file lock, by atomic rename.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import SpecDecError
+
+if TYPE_CHECKING:
+    from .measurement import CaseResult, RunRecord
+
+SCHEMA = 1
+SIGNIFICANT = 6
+#: The per-run P95s (Harrell-Davis, ms) that get verdicts, by RunRecord.hd_p95_ms key.
+LATENCIES = ("tpot", "ttft", "e2e")
+
+
+class BaselineError(SpecDecError):
+    """A baseline file that cannot be used as it is; the message names the file and the fix."""
+
+
+# ---- paths --------------------------------------------------------------------------------------
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._\-\[\]=+,@]")
+
+
+def _safe(part: str) -> str:
+    return _UNSAFE.sub("_", part) or "_"
+
+
+def split_nodeid(nodeid: str) -> tuple[str, str]:
+    """``suites/test_methods.py::test_methods[ngram-k3]`` → (``suites.test_methods``, ``test_methods[ngram-k3]``)."""
+    path, _, rest = nodeid.partition("::")
+    module = path[:-3] if path.endswith(".py") else path
+    module = ".".join(_safe(p) for p in module.replace("\\", "/").split("/") if p not in ("", "."))
+    return module or "_", _safe(rest.replace("::", ".")) if rest else "_"
+
+
+def baseline_path(root: Path, profile: str, nodeid: str) -> Path:
+    """Where the baseline of ``nodeid`` lives under ``root`` for ``profile``."""
+    module, test = split_nodeid(nodeid)
+    return root / _safe(profile) / module / f"{test}.json"
+
+
+# ---- identities ---------------------------------------------------------------------------------
+
+_hash_cache: dict[str, dict[str, Any]] = {}
+
+
+def model_identity(name: str, revision: str | None = None) -> dict[str, Any]:
+    """A model as a comparability/under-test value: content hash for local paths, id + revision for hub names.
+
+    A zoo directory is hashed from the zoo's MANIFEST.json; another local directory from its files
+    (configs, tokenizer, weights); a hub name is taken as given, with its revision (None = unpinned).
+    """
+    if name in _hash_cache:
+        return _hash_cache[name]
+    path = Path(name)
+    if not path.exists():
+        out: dict[str, Any] = {"id": name, "revision": revision}
+    else:
+        from .zoo import MODELS_DIR, manifest, sha256_file
+
+        h = hashlib.sha256()
+        resolved = path.resolve()
+        if resolved.is_dir() and resolved.parent == MODELS_DIR:
+            files = manifest()["files"]
+            for rel in sorted(f for f in files if f.startswith(resolved.name + "/")):
+                h.update(f"{rel.split('/', 1)[1]}\0{files[rel]['sha256']}\n".encode())
+        elif resolved.is_dir():
+            for f in sorted(p for p in resolved.rglob("*") if p.is_file() and not p.name.startswith(".")):
+                h.update(f"{f.relative_to(resolved).as_posix()}\0{sha256_file(f)}\n".encode())
+        else:
+            h.update(sha256_file(resolved).encode())
+        out = {"id": path.name, "sha256": h.hexdigest()}
+    _hash_cache[name] = out
+    return out
+
+
+# ---- values -------------------------------------------------------------------------------------
+
+
+def rounded(value: Any) -> Any:
+    """Floats to SIGNIFICANT digits (recursively); NaN/inf refused (nothing unreadable is stored)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise BaselineError(f"refusing to store the non-finite value {value!r} in a baseline")
+        return float(f"{value:.{SIGNIFICANT}g}")
+    if isinstance(value, dict):
+        return {str(k): rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
+
+
+def render(data: dict[str, Any]) -> str:
+    """The file text: sorted keys, one value per line, rounded floats, trailing newline."""
+    return json.dumps(rounded(data), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _run_entry(run: RunRecord) -> dict[str, Any]:
+    m = run.metrics
+    per_pos = None
+    if m.per_position_acceptance is not None and m.drafts is not None:
+        per_pos = [round(a * m.drafts) for a in m.per_position_acceptance]
+
+    def pct(d: dict[str, float] | None) -> dict[str, float] | None:
+        return None if d is None else {k: d[k] for k in ("p50", "p95", "p99") if k in d}
+
+    return {
+        "index": run.index,
+        "valid": run.valid,
+        "invalid_reasons": list(run.invalid),
+        "output_tok_s": m.output_tok_s,
+        "n_requests": m.n_requests,
+        "total_output_tokens": m.total_output_tokens,
+        "drafts": m.drafts,
+        "draft_tokens": m.draft_tokens,
+        "accepted_tokens": m.accepted_tokens,
+        "accepted_per_pos": per_pos,
+        "acceptance_rate": m.acceptance_rate,
+        "draft_coverage": m.draft_coverage,
+        "ttft_ms": pct(m.ttft_ms),
+        "tpot_ms": pct(m.tpot_ms),
+        "itl_ms": pct(m.itl_token_ms),
+        "e2e_ms": pct(m.e2e_ms),
+        "hd_p95_ms": dict(run.hd_p95_ms),
+    }
+
+
+def session_entry(result: CaseResult, started: str, under_test: dict[str, Any]) -> dict[str, Any]:
+    """Tonight's measurement session as stored: every run (invalid ones too, flagged), speedup per pair."""
+    return {
+        "started": started,
+        "under_test": under_test,
+        "runs": {
+            "reference": [_run_entry(r) for r in result.reference_runs],
+            "spec": [_run_entry(r) for r in result.runs],
+        },
+        "speedup_per_pair": list(result.speedup_per_pair),
+    }
+
+
+def metric_values(entry: dict[str, Any]) -> dict[str, list[float]]:
+    """Per-run values of every verdict metric in one session entry (valid runs only, None left out).
+
+    The reference arm gives ``reference_tok_s``; the spec arm everything else; latencies come from the
+    spec arm, or from the reference when the test has no spec arm (method ``none``).
+    """
+    ref = [r for r in entry["runs"]["reference"] if r["valid"]]
+    spec = [r for r in entry["runs"]["spec"] if r["valid"]]
+    out: dict[str, list[float]] = {}
+
+    def put(name: str, values: list[Any]) -> None:
+        vals = [float(v) for v in values if v is not None]
+        if vals:
+            out[name] = vals
+
+    put("speedup", list(entry.get("speedup_per_pair") or []))
+    put("output_tok_s", [r["output_tok_s"] for r in spec])
+    put("reference_tok_s", [r["output_tok_s"] for r in ref])
+    put("acceptance_rate", [r["acceptance_rate"] for r in spec])
+    width = max((len(r["accepted_per_pos"] or []) for r in spec), default=0)
+    for i in range(width):
+        put(f"per_position_acceptance[{i}]", [
+            r["accepted_per_pos"][i] / r["drafts"] for r in spec
+            if r["drafts"] and r["accepted_per_pos"] and i < len(r["accepted_per_pos"])
+        ])
+    put("draft_coverage", [r["draft_coverage"] for r in spec])
+    for name in LATENCIES:
+        put(f"{name}_p95_ms", [r["hd_p95_ms"].get(name) for r in (spec or ref)])
+    return out
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts → dotted keys (lists and scalars are leaves)."""
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for k in sorted(data):
+            out.update(flatten(data[k], f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: data}
+
+
+def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``dotted key: (old, new)`` for every leaf that differs (missing on one side is None)."""
+    a, b = flatten(rounded(old)), flatten(rounded(new))
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+
+def load(path: Path, create_hint: str) -> dict[str, Any] | None:
+    """The parsed, validated baseline at ``path``; None when there is none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    fix = f"fix or delete it, then recreate it with `{create_hint}`"
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise BaselineError(f"baseline {path} is not valid JSON ({exc}); {fix}") from None
+    if not isinstance(data, dict):
+        raise BaselineError(f"baseline {path} is not a JSON object; {fix}")
+    if data.get("schema") != SCHEMA:
+        raise BaselineError(f"baseline {path} has schema {data.get('schema')!r}, this plugin reads schema "
+                            f"{SCHEMA}; {fix}")
+    for key, kind in (("comparability", dict), ("under_test", dict), ("sessions", list)):
+        if not isinstance(data.get(key), kind):
+            raise BaselineError(f"baseline {path}: '{key}' is missing or not a {kind.__name__}; {fix}")
+    for i, s in enumerate(data["sessions"]):
+        ok = (isinstance(s, dict) and isinstance(s.get("runs"), dict)
+              and all(isinstance(s["runs"].get(a), list) for a in ("reference", "spec")))
+        if not ok:
+            raise BaselineError(f"baseline {path}: sessions[{i}] has no runs.reference/runs.spec lists; {fix}")
+    return data
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Pending:
+    """One write queued for the end of the session."""
+
+    nodeid: str
+    path: Path
+    comparability: dict[str, Any]
+    under_test: dict[str, Any]
+    session: dict[str, Any]
+    accepted_change: str = ""  # non-empty: tonight differs from the file (e.g. "speedup regressed"): start afresh
+
+
+@dataclass
+class WriteSummary:
+    """What ``--update-baselines`` did, for the terminal summary."""
+
+    created: list[Path] = field(default_factory=list)
+    updated: list[tuple[Path, str]] = field(default_factory=list)  # (path, "old → new" headline)
+    unchanged: list[tuple[Path, str]] = field(default_factory=list)  # (path, why not written)
+    unused: list[Path] = field(default_factory=list)
+
+    def lines(self, root: Path) -> list[str]:
+        def rel(p: Path) -> str:
+            try:
+                return str(p.relative_to(root))
+            except ValueError:
+                return str(p)
+
+        out = [f"specdec baselines ({root}): {len(self.created)} created, {len(self.updated)} updated, "
+               f"{len(self.unchanged)} unchanged, {len(self.unused)} unused"]
+        out += [f"  created   {rel(p)}" for p in self.created]
+        out += [f"  updated   {rel(p)}: {what}" for p, what in self.updated]
+        out += [f"  unchanged {rel(p)}: {why}" for p, why in self.unchanged]
+        out += [f"  unused    {rel(p)} (no test of this session; delete it if the test is gone)" for p in self.unused]
+        return out
+
+
+def headline(entry: dict[str, Any]) -> dict[str, float]:
+    """Geometric means of the headline metrics of one session (for the old → new summary)."""
+    vals = metric_values(entry)
+    out = {}
+    for name in ("speedup", "output_tok_s", "reference_tok_s", "acceptance_rate"):
+        v = [x for x in vals.get(name, []) if x > 0]
+        if v:
+            out[name] = math.exp(sum(map(math.log, v)) / len(v))
+    return out
+
+
+def _headline_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
+    a = headline(old) if old else {}
+    b = headline(new)
+    parts = []
+    for name, nv in b.items():
+        ov = a.get(name)
+        parts.append(f"{name} {'—' if ov is None else f'{ov:.4g}'} → {nv:.4g}")
+    return ", ".join(parts) or "no valid values"
+
+
+class BaselineStore:
+    """Reads baselines for one profile and queues writes; ``flush`` writes them (controller only)."""
+
+    def __init__(self, root: Path, profile: str, *, mode: str | None, keep: int) -> None:
+        self.root = root
+        self.profile = profile
+        self.mode = mode
+        self.keep = keep
+        self.pending: dict[Path, Pending] = {}
+        self.used: set[Path] = set()
+        self.modules: set[Path] = set()
+
+    def path(self, nodeid: str) -> Path:
+        return baseline_path(self.root, self.profile, nodeid)
+
+    def read(self, nodeid: str, create_hint: str) -> tuple[Path, dict[str, Any] | None]:
+        path = self.path(nodeid)
+        self.used.add(path)
+        self.modules.add(path.parent)
+        return path, load(path, create_hint)
+
+    def all_files(self) -> list[Path]:
+        base = self.root / _safe(self.profile)
+        return sorted(base.rglob("*.json")) if base.is_dir() else []
+
+    def queue(self, item: Pending) -> None:
+        if item.path in self.pending:
+            raise BaselineError(f"two tests map to the same baseline file {item.path}: "
+                                f"{self.pending[item.path].nodeid} and {item.nodeid}; rename one of them")
+        self.pending[item.path] = item
+
+    def flush(self) -> WriteSummary:
+        """Write every queued baseline under one lock, each by atomic rename; list what happened."""
+        from filelock import FileLock
+
+        summary = WriteSummary()
+        self.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.root / ".specdec-baselines.lock"), timeout=600):
+            for path in sorted(self.pending):
+                item = self.pending[path]
+                try:
+                    old = load(path, "pytest --update-baselines")
+                except BaselineError as exc:
+                    old = None
+                    summary.updated.append((path, f"replaced an unreadable file ({exc})"))
+                if old is not None and self.mode == "missing":
+                    summary.unchanged.append((path, "exists (--update-baselines=missing writes only missing files)"))
+                    continue
+                sessions: list[dict[str, Any]] = []
+                note = ""
+                if old is not None:
+                    changed = diff(old["comparability"], item.comparability)
+                    if changed:
+                        note = (f" (replaced {len(old['sessions'])} non-comparable session(s): "
+                                + ", ".join(changed) + ")")
+                    elif item.accepted_change:
+                        note = (f" (accepted a change, {item.accepted_change}: the {len(old['sessions'])} older "
+                                "session(s) measured the old state and were dropped)")
+                    else:
+                        sessions = list(old["sessions"])
+                sessions.append(item.session)
+                dropped = max(0, len(sessions) - self.keep)
+                sessions = sessions[-self.keep:]
+                data = {
+                    "schema": SCHEMA, "nodeid": item.nodeid, "profile": self.profile,
+                    "comparability": item.comparability, "under_test": item.under_test, "sessions": sessions,
+                }
+                _atomic_write(path, render(data))
+                if old is None and not any(p == path for p, _ in summary.updated):
+                    summary.created.append(path)
+                elif old is not None:
+                    last = old["sessions"][-1] if old["sessions"] else None
+                    kept = f"; {len(sessions)} session(s) kept" + (f", {dropped} oldest dropped" if dropped else "")
+                    summary.updated.append((path, _headline_change(last, item.session) + kept + note))
+        written = set(self.pending)
+        for module in sorted(self.modules):
+            for f in sorted(module.glob("*.json")) if module.is_dir() else []:
+                if f not in self.used and f not in written:
+                    summary.unused.append(f)
+        return summary
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
