@@ -145,8 +145,10 @@ def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thres
     out = []
     for name in sorted(now_vals, key=metric_order):
         sessions = base_sessions.get(name, [])
-        unit = "session" if len(sessions) > 1 else "run"
-        prior = (priors or {}).get((unit, name))
+        # Only the run unit is moderated: run-to-run noise is independent between tests, while the
+        # night-to-night shift is shared by every test of the machine, so the spread of other tests'
+        # session means is no independent evidence (moderating it false-alarms: stats_simulation.py).
+        prior = (priors or {}).get(("run", name)) if len(sessions) <= 1 else None
         out.append(compare(name, sessions or [[]], now_vals[name], thresholds=thresholds, alpha=alpha,
                            look=look, max_looks=max_looks, prior=prior))
     return out

@@ -400,3 +400,60 @@ def test_simulation_script_prints_every_figure(sim: ModuleType, capsys: pytest.C
     assert sim.main(["--suites", "20", "--tests", "5"]) == 0
     out = capsys.readouterr().out
     assert all(text in out for text in sim.DESCRIPTIONS.values())
+
+
+# ---- moderated variance and the session-wide family ----------------------------------------------
+
+
+def test_estimate_prior_recovers_a_common_variance_and_gives_few_df_when_variances_differ() -> None:
+    from pytest_specdec.stats import estimate_prior
+
+    rng = np.random.default_rng(3)
+    same = rng.normal(0, 0.03, (200, 5)).var(axis=1, ddof=1)
+    prior = estimate_prior(same, [4] * 200)
+    assert prior is not None and prior.var == pytest.approx(0.03**2, rel=0.15) and prior.df > 50
+    sds = 0.03 * np.exp(rng.uniform(-np.log(3), np.log(3), 200))
+    mixed = (rng.normal(0, 1, (200, 5)) * sds[:, None]).var(axis=1, ddof=1)
+    low = estimate_prior(mixed, [4] * 200)
+    assert low is not None and low.df < 10
+    assert estimate_prior([0.001, 0.002], [4, 4]) is None  # too few sources
+
+
+def test_moderation_adds_df_but_never_shrinks_a_noisy_test() -> None:
+    from pytest_specdec.stats import Prior
+
+    base = [100.0, 103.0, 97.0, 101.5, 98.5]  # ~2.4 % noise
+    now = scaled(0.9, [98.0, 102.0, 99.0, 101.0, 100.0])
+    plain = compare("output_tok_s", [base], now)
+    mod = compare("output_tok_s", [base], now, prior=Prior(var=0.024**2, df=100, n_sources=30))
+    assert mod.method == "moderated-t-log/run" and "prior from 30 stored baselines" in mod.note
+    assert mod.p < plain.p  # same data, more df
+    # A prior far quieter than this test's own noise must not make it look significant.
+    noisy = [100.0, 120.0, 85.0, 110.0, 90.0]
+    v = compare("output_tok_s", [noisy], scaled(0.93, noisy), prior=Prior(var=0.001**2, df=1000))
+    assert v.verdict == "inconclusive" and v.p > 0.05
+
+
+def test_adjust_pads_the_family_and_stays_monotone() -> None:
+    vs = [compare("output_tok_s", [BASE], scaled(f)) for f in (0.9, 0.93, 1.0)]
+    alone = adjust(vs)
+    padded = adjust(vs, family_size=40)
+    assert "37 not measured yet" in padded[0].note
+    assert all(p.p >= a.p for p, a in zip(padded, alone))
+    # What is regressed with unseen p-values taken as 1 stays regressed once they are known (monotone).
+    final = adjust([*vs, *[compare("output_tok_s", [BASE], scaled(1.0))] * 37])
+    for p, f in zip(padded, final):
+        if p.verdict == "regressed":
+            assert f.verdict == "regressed"
+    with pytest.raises(ConfigError, match="family_size 2 is smaller than the 3"):
+        adjust(vs, family_size=2)
+
+
+def test_plugin_design_false_alarms_and_power(sim: ModuleType) -> None:
+    """The figures scripts/stats_simulation.py prints for the plugin's design, at a smaller size."""
+    rng = np.random.default_rng(21)
+    assert sim.any_regressed(sim.decide(sim.natural(sim.draw(rng, 600, 30), moderate=True))) <= 0.05
+    col = sim.COL["output_tok_s"]
+    v = sim.decide(sim.natural(sim.draw(rng, 600, 30, shift={"output_tok_s": sim.DROP_10}, shift_tests=1),
+                               moderate=True))
+    assert (v[:, 0, col] == "regressed").mean() >= 0.90
