@@ -197,3 +197,24 @@ def test_bad_threshold_and_marker_are_clear_errors(pytester: pytest.Pytester, fa
     r.stderr.fnmatch_lines(["*threshold of speedup must be a positive number*got '-1'"])
     r = pytester.runpytest(f"--specdec-profile={fake_profile}", "--update-baselines=some")
     r.stderr.fnmatch_lines(["*expected --update-baselines (all) or --update-baselines=missing, got 'some'"])
+
+
+def test_inconclusive_takes_more_runs_up_to_the_maximum(
+    pytester: pytest.Pytester, fake_profile: Path, servers: tuple[FakeServer, FakeServer]
+) -> None:
+    pytester.makepyfile(test_suite=SUITE.format(max_tokens=24))
+    spec, ref = servers
+    common = [f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec.base_url}",
+              f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+              "--specdec-runs=2", "-p", "no:cacheprovider"]
+    pytester.runpytest(*common, "--update-baselines").assert_outcomes(passed=1)
+    # 2 v 2 runs cannot put a CI inside +-1 %: inconclusive, so two more pairs are taken (looks at 2 and 4).
+    r = pytester.runpytest(*common, "--specdec-max-runs=4", "--specdec-threshold=rate=1")
+    r.stdout.fnmatch_lines(["*inconclusive at look 1 of 2: 4 interleaved runs",
+                            "*run 4/4 spec*"])
+    test = results(pytester)
+    assert test["baseline"]["looks"] == [2, 4] and test["baseline"]["max_looks"] == 2
+    assert test["verdicts"]["output_tok_s"]["n_now"] == 4
+    assert "look 2 of 2: p x2" in test["verdicts"]["output_tok_s"]["note"]
+    r = pytester.runpytest(*common, "--specdec-max-runs=1")
+    r.stdout.fnmatch_lines(["*--specdec-max-runs / [[]verdicts] max_runs (1) is below the runs per test (2)*"])
