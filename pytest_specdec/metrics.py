@@ -308,3 +308,31 @@ def bench_run_metrics(result: dict[str, Any] | str | os.PathLike[str]) -> RunMet
         rm.acceptance_length = result["spec_decode_acceptance_length"] if drafts else None
         rm.per_position_acceptance = list(result.get("spec_decode_per_position_acceptance_rates") or []) or None
     return rm
+
+
+#: ``vllm bench serve`` summary field -> (RunMetrics field, statistic or "" for a plain value).
+BENCH_FIELDS: dict[str, tuple[str, str]] = {
+    "output_throughput": ("output_tok_s", ""),
+    "request_throughput": ("request_s", ""),
+    **{f"{stat_name}_{bench}_ms": (ours, stat)
+       for bench, ours in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_chunk_ms"), ("e2el", "e2e_ms"))
+       for stat_name, stat in (("mean", "mean"), ("median", "p50"), ("p50", "p50"), ("p95", "p95"), ("p99", "p99"))},
+}
+
+
+def bench_parity(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """bench serve's own summary figures next to the plugin's, recomputed from its per-request records.
+
+    Why: the plugin claims ``vllm bench serve``'s definitions; this is the check (relative difference
+    per figure), run on real files by ``scripts/vs_bench_serve.py ab`` and in tests/test_metrics.py.
+    """
+    ours = bench_run_metrics(result).to_dict()
+    out: dict[str, dict[str, float]] = {}
+    for name, (attr, stat) in BENCH_FIELDS.items():
+        if name not in result or ours.get(attr) is None:
+            continue
+        value = float(ours[attr][stat] if stat else ours[attr])
+        theirs = float(result[name])
+        rel = abs(value - theirs) / abs(theirs) if theirs else abs(value)
+        out[name] = {"bench": theirs, "plugin": value, "rel_diff": rel}
+    return out

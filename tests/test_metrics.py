@@ -21,6 +21,7 @@ from pytest_specdec.errors import SpecDecError
 from pytest_specdec.load import LoadResult, Prompt, RequestSample, Sampling, run_load_sync
 from pytest_specdec.metrics import (
     Counters,
+    bench_parity,
     bench_run_metrics,
     compute_run_metrics,
     counters_delta,
@@ -234,23 +235,17 @@ def synthetic_bench_result(seed: int = 7, n: int = 60) -> dict[str, Any]:
 
 def assert_matches_bench_summary(res: dict[str, Any], rel: float = 1e-3) -> int:
     """Compare our figures for a bench result with the summary figures stored in it; returns how many."""
+    figures = bench_parity(res)
+    worse = {k: v for k, v in figures.items() if not v["rel_diff"] <= rel}
+    assert not worse, worse
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        assert any(k.endswith(f"_{name}_ms") for k in figures), f"no {name} figures compared"
     m = bench_run_metrics(res)
-    ours = {"ttft": m.ttft_ms, "tpot": m.tpot_ms, "itl": m.itl_chunk_ms, "e2el": m.e2e_ms}
-    checked = 0
-    for name, fig in ours.items():
-        for key, theirs in ((f"mean_{name}_ms", "mean"), (f"median_{name}_ms", "p50"),
-                            (f"p50_{name}_ms", "p50"), (f"p95_{name}_ms", "p95"), (f"p99_{name}_ms", "p99")):
-            if key in res:
-                assert fig is not None, key
-                assert fig[theirs] == pytest.approx(res[key], rel=rel), key
-                checked += 1
-    assert m.request_s == pytest.approx(res["request_throughput"], rel=rel)
-    assert m.output_tok_s == pytest.approx(res["output_throughput"], rel=rel)
     assert m.n_requests - m.n_failed == res["completed"]
     if "spec_decode_num_drafts" in res:
         assert m.acceptance_rate == pytest.approx(res["spec_decode_acceptance_rate"] / 100)
         assert m.acceptance_length == pytest.approx(res["spec_decode_acceptance_length"])
-    return checked + 2
+    return len(figures)
 
 
 def test_percentile_parity_with_bench_formulas() -> None:
@@ -307,14 +302,14 @@ def test_percentile_parity_with_installed_vllm_bench() -> None:
     assert assert_matches_bench_summary({**mine, **theirs}) >= 20
 
 
+REAL_BENCH_FILE = Path(__file__).parent / "data" / "bench_serve_detailed_eagle3.json"
+
+
 def test_real_bench_file() -> None:
-    """Run on a real file: SPECDEC_BENCH_RESULT=path.json, written by
-    `vllm bench serve ... --save-result --save-detailed --percentile-metrics ttft,tpot,itl,e2el
-    --metric-percentiles 50,95,99`."""
-    path = os.environ.get("SPECDEC_BENCH_RESULT")
-    if not path:
-        pytest.skip("set SPECDEC_BENCH_RESULT to a `vllm bench serve --save-detailed` JSON to run this")
-    with open(path, encoding="utf-8") as f:
+    """A real `vllm bench serve --save-result --save-detailed` file from vLLM CPU serving the zoo's eagle3
+    (written by `python scripts/vs_bench_serve.py ab --keep-detailed tests/data/...`): every summary
+    figure bench serve printed agrees with ours, recomputed from its per-request records, within 0.1%."""
+    with REAL_BENCH_FILE.open(encoding="utf-8") as f:
         res = json.load(f)
-    assert assert_matches_bench_summary(res) > 2
-    assert not math.isnan(res["duration"])
+    assert res["completed"] >= 20 and res["spec_decode_num_drafts"] > 0
+    assert assert_matches_bench_summary(res) >= 20

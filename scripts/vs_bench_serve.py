@@ -1,0 +1,255 @@
+"""Check the plugin's measurements against `vllm bench serve` (issue 3's "same definitions" evidence).
+
+    python scripts/vs_bench_serve.py ab        # real vLLM CPU server, zoo model
+    python scripts/vs_bench_serve.py overhead  # client CPU per streamed token, fake server
+
+`ab` starts one zoo server (cpu profile, `--method`, k=3, prefix caching off so neither client gets
+cache hits: `vllm bench serve` sends no cache_salt) and alternates the plugin's client and
+`vllm bench serve` over the same prompts (the built-in dataset's user turns and max_tokens),
+concurrency and temperature, in ABBA order so drift cancels.  For every bench run it also feeds the
+`--save-detailed` file through the plugin's metric code (`metrics.bench_run_metrics`) and reports the
+largest relative difference from bench serve's own figures (parity).  It reports, per pair, output
+tok/s of each client, the 90% t-interval of the mean log ratio, and acceptance of each.
+
+`overhead` runs each client against the simulated streaming server (tests/fake_server.py, in its own
+process) at concurrency 256 twice, with N and 2N requests, and divides the difference in the client
+process's CPU seconds by the difference in streamed tokens, so start-up and import cost cancel.
+
+`vllm bench serve` needs pandas for its custom dataset (`pip install pandas`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+def bench_prompts_file(prompts: list[Any], path: Path) -> None:
+    """The built-in prompts as bench serve's custom JSONL: the user turn and its max_tokens."""
+    with path.open("w", encoding="utf-8") as f:
+        for p in prompts:
+            if not p.messages or len(p.messages) != 1 or p.messages[0]["role"] != "user":
+                raise SystemExit(f"prompt {p.id}: bench serve's custom dataset takes one user turn")
+            f.write(json.dumps({"prompt": p.messages[0]["content"], "output_tokens": p.max_tokens}) + "\n")
+
+
+def bench_command(base_url: str, model: str, tokenizer: str, data: Path, n: int, concurrency: int,
+                  temperature: float, result_dir: Path, name: str) -> list[str]:
+    return [
+        sys.executable, "-m", "pytest_specdec.vllm_cli", "bench", "serve",
+        "--backend", "openai-chat", "--base-url", base_url, "--endpoint", "/v1/chat/completions",
+        "--model", model, "--tokenizer", tokenizer,
+        "--dataset-name", "custom", "--dataset-path", str(data), "--custom-output-len", "-1",
+        "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(n),
+        "--max-concurrency", str(concurrency), "--request-rate", "inf",
+        "--temperature", str(temperature), "--num-warmups", "0", "--seed", "0",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
+        "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", name,
+        "--ready-check-timeout-sec", "0",
+    ]
+
+
+def run_bench(cmd: list[str], env: dict[str, str], result: Path) -> tuple[dict[str, Any], float]:
+    """Run bench serve; return its result JSON and the CPU seconds its process used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench serve failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return json.loads(result.read_text()), cpu
+
+
+def t_interval(xs: list[float], level: float = 0.90) -> tuple[float, float, float]:
+    from scipy import stats
+
+    n = len(xs)
+    mean = sum(xs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from pytest_specdec.metrics import bench_parity
+    from pytest_specdec.datasets import builtin
+    from pytest_specdec.load import Sampling, served_model
+    from pytest_specdec.measurement import ValidityRules, one_run
+    from pytest_specdec.pool import Endpoint
+    from pytest_specdec.profiles import load_profile, server_spec
+    from pytest_specdec.server import VllmServer
+
+    profile = load_profile("cpu")
+    prompts = list(builtin().prompts[: args.prompts])
+    spec = server_spec(profile, args.method, None if args.method == "none" else args.k)
+    spec = dataclasses.replace(spec, args=(*spec.args, "--no-enable-prefix-caching"))
+    out_dir = Path(args.out).parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rules = ValidityRules(max_loop_lag_mean_ms=1e9)  # report lag; do not drop runs here
+    pairs: list[dict[str, Any]] = []
+    parities: list[dict[str, dict[str, float]]] = []
+    env = {**os.environ, **dict(spec.env)}
+    with tempfile.TemporaryDirectory() as tmp, VllmServer(spec, log_dir=out_dir / "vs-bench-logs") as server:
+        print(f"server ready in {server.startup_s:.0f} s: {' '.join(server.command)}", flush=True)
+        model = served_model(server.base_url)
+        data = Path(tmp) / "prompts.jsonl"
+        bench_prompts_file(prompts, data)
+        endpoint = Endpoint(server.base_url, model, owned=True)
+        sampling = Sampling(temperature=args.temperature)
+
+        def ours(i: int) -> dict[str, Any]:
+            rec = one_run(endpoint, "spec", i, prompts, sampling, concurrency=args.concurrency,
+                          api_key=None, rules=rules)
+            m = rec.metrics
+            return {"output_tok_s": m.output_tok_s, "acceptance_rate": m.acceptance_rate,
+                    "output_tokens": m.total_output_tokens, "loop_lag_mean_ms": m.loop_lag_mean_ms,
+                    "invalid": rec.invalid}
+
+        def theirs(i: int) -> dict[str, Any]:
+            name = f"bench-{i}.json"
+            cmd = bench_command(server.base_url, model, str(profile.target), data, len(prompts),
+                                args.concurrency, args.temperature, Path(tmp), name)
+            res, _ = run_bench(cmd, env, Path(tmp) / name)
+            parities.append(bench_parity(res))
+            if i == 0 and args.keep_detailed:
+                Path(args.keep_detailed).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.keep_detailed).write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+            rate = res.get("spec_decode_acceptance_rate")
+            return {"output_tok_s": res["output_throughput"], "output_tokens": res["total_output_tokens"],
+                    "acceptance_rate": None if rate is None else rate / 100, "failed": res.get("failed", 0)}
+
+        print("warm-up (both clients, not counted)", flush=True)
+        ours(-1)
+        theirs(-1)
+        parities.clear()
+        for i in range(args.pairs):
+            order = ("plugin", "bench") if i % 2 == 0 else ("bench", "plugin")
+            pair: dict[str, Any] = {"order": order}
+            for who in order:
+                pair[who] = ours(i) if who == "plugin" else theirs(i)
+                print(f"pair {i} {who}: {pair[who]['output_tok_s']:.1f} tok/s, "
+                      f"acceptance {pair[who]['acceptance_rate']}", flush=True)
+            pairs.append(pair)
+    logs = [math.log(p["plugin"]["output_tok_s"] / p["bench"]["output_tok_s"]) for p in pairs]
+    mean, lo, hi = t_interval(logs)
+    acc = [p["plugin"]["acceptance_rate"] - p["bench"]["acceptance_rate"] for p in pairs
+           if p["plugin"]["acceptance_rate"] is not None and p["bench"]["acceptance_rate"] is not None]
+    worst = max(((f, d["rel_diff"]) for par in parities for f, d in par.items()), key=lambda x: x[1])
+    summary = {
+        "method": args.method, "k": args.k, "concurrency": args.concurrency, "temperature": args.temperature,
+        "prompts": len(prompts), "pairs": pairs,
+        "tok_s_ratio_plugin_over_bench": {"mean": math.exp(mean), "ci90": [math.exp(lo), math.exp(hi)]},
+        "acceptance_diff_points": {"mean": 100 * sum(acc) / len(acc) if acc else None,
+                                   "max_abs": 100 * max(map(abs, acc)) if acc else None},
+        "parity_max_rel_diff": {"field": worst[0], "rel_diff": worst[1]},
+        "parity": parities,
+    }
+    Path(args.out).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    print(f"tok/s plugin/bench: {math.exp(mean):.4f} (90% CI {math.exp(lo):.4f} – {math.exp(hi):.4f}) over "
+          f"{len(pairs)} pairs; acceptance difference mean {summary['acceptance_diff_points']['mean']:.3f} pt, "
+          f"max |diff| {summary['acceptance_diff_points']['max_abs']:.3f} pt; parity: largest relative "
+          f"difference {worst[1]:.2e} ({worst[0]}) over {len(parities)} bench runs -> {args.out}")
+    return 0
+
+
+OVERHEAD_CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, {root!r})
+from pytest_specdec.load import Prompt, Sampling, run_load_sync
+base_url, n, c, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+prompts = [Prompt(id=str(i), messages=[{{"role": "user", "content": "hello %d" % i}}], max_tokens=max_tokens)
+           for i in range(n)]
+t0 = resource.getrusage(resource.RUSAGE_SELF)
+res = run_load_sync(base_url, "fake-model", prompts, Sampling(temperature=0.0), concurrency=c, collect_metrics=False)
+t1 = resource.getrusage(resource.RUSAGE_SELF)
+tokens = sum(s.output_tokens or 0 for s in res.samples if s.error is None)
+print(json.dumps({{"tokens": tokens, "failed": sum(s.error is not None for s in res.samples)}}))
+"""
+
+
+def cmd_overhead(args: argparse.Namespace) -> int:
+    from fake_server import FakeConfig, FakeServerProcess
+
+    from pytest_specdec.zoo import zoo_path
+
+    cfg = FakeConfig(output_tokens=args.max_tokens, k=3, acceptance=(0.0, 0.0, 0.0))
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp, FakeServerProcess(cfg) as url:
+        data = Path(tmp) / "prompts.jsonl"
+        with data.open("w") as f:
+            for i in range(2 * args.requests):
+                f.write(json.dumps({"prompt": f"hello {i}", "output_tokens": args.max_tokens}) + "\n")
+        child = Path(tmp) / "child.py"
+        child.write_text(OVERHEAD_CHILD.format(root=str(ROOT)))
+        for who in ("plugin", "bench"):
+            points = []
+            for n in (args.requests, 2 * args.requests):
+                for _ in range(args.repeats):
+                    t = time.monotonic()
+                    if who == "plugin":
+                        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                        proc = subprocess.run([sys.executable, str(child), url, str(n), str(args.concurrency),
+                                               str(args.max_tokens)], capture_output=True, text=True, check=True)
+                        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+                        tokens = json.loads(proc.stdout.strip().splitlines()[-1])["tokens"]
+                    else:
+                        name = f"o-{n}.json"
+                        cmd = bench_command(url, "fake-model", str(zoo_path("target")), data, n, args.concurrency,
+                                            0.0, Path(tmp), name)
+                        res, cpu = run_bench(cmd, {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}, Path(tmp) / name)
+                        tokens = res["total_output_tokens"]
+                    points.append({"requests": n, "tokens": tokens, "cpu_s": cpu, "wall_s": time.monotonic() - t})
+                    print(f"{who} n={n}: {tokens} tokens, {cpu:.2f} CPU s", flush=True)
+            small = [p for p in points if p["requests"] == args.requests]
+            big = [p for p in points if p["requests"] == 2 * args.requests]
+            d_cpu = sum(p["cpu_s"] for p in big) / len(big) - sum(p["cpu_s"] for p in small) / len(small)
+            d_tok = sum(p["tokens"] for p in big) / len(big) - sum(p["tokens"] for p in small) / len(small)
+            results[who] = {"points": points, "cpu_us_per_token": 1e6 * d_cpu / d_tok}
+    summary = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "requests": args.requests,
+               "fake_server": dataclasses.asdict(cfg), "clients": results}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    print(f"CPU per streamed token at c={args.concurrency}: plugin {results['plugin']['cpu_us_per_token']:.1f} µs, "
+          f"vllm bench serve {results['bench']['cpu_us_per_token']:.1f} µs -> {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ab = sub.add_parser("ab", help="interleaved A/B and parity on a real vLLM CPU server")
+    ab.add_argument("--method", default="eagle3", help="cpu-profile method (default: %(default)s)")
+    ab.add_argument("--k", type=int, default=3, help="num_speculative_tokens (default: %(default)s)")
+    ab.add_argument("--concurrency", type=int, default=4, help="(default: %(default)s)")
+    ab.add_argument("--temperature", type=float, default=0.0, help="(default: %(default)s)")
+    ab.add_argument("--prompts", type=int, default=32, help="first N built-in prompts (default: %(default)s)")
+    ab.add_argument("--pairs", type=int, default=6, help="A/B pairs after warm-up (default: %(default)s)")
+    ab.add_argument("--out", default="reports/vs-bench-serve-ab.json", help="(default: %(default)s)")
+    ab.add_argument("--keep-detailed", default=None, metavar="PATH",
+                    help="also save the first measured bench serve detailed result here")
+    ov = sub.add_parser("overhead", help="client CPU per streamed token against the fake server")
+    ov.add_argument("--concurrency", type=int, default=256, help="(default: %(default)s)")
+    ov.add_argument("--requests", type=int, default=2048, help="N; runs use N and 2N (default: %(default)s)")
+    ov.add_argument("--max-tokens", type=int, default=128, help="tokens per request (default: %(default)s)")
+    ov.add_argument("--repeats", type=int, default=2, help="runs per size and client (default: %(default)s)")
+    ov.add_argument("--out", default="reports/vs-bench-serve-overhead.json", help="(default: %(default)s)")
+    args = ap.parse_args(argv)
+    return cmd_ab(args) if args.cmd == "ab" else cmd_overhead(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
