@@ -132,6 +132,11 @@ def addoption(parser: pytest.Parser) -> None:
              "Default: %(default)r",
     )
     group.addoption(
+        "--specdec-draft", metavar="METHOD=MODEL", action="append", default=[],
+        help="use MODEL (a path, hub id or zoo:NAME) as METHOD's draft/head instead of the profile's, under "
+             "the same test ids, e.g. eagle3=/heads/new (repeatable). Default: the profile's",
+    )
+    group.addoption(
         "--specdec-strict", action="store_true", default=False,
         help="fail (not just warn) when a baseline was measured under different comparability keys. "
              "Default: %(default)r",
@@ -189,6 +194,7 @@ class Settings:
     cli_thresholds: tuple[str, ...] = ()
     ini_thresholds: tuple[str, ...] = ()
     keep_sessions: int = 5
+    drafts: tuple[tuple[str, str], ...] = ()
 
     @property
     def api_key(self) -> str | None:
@@ -234,6 +240,7 @@ class Settings:
             baselines_dir=baselines if baselines.is_absolute() else root / baselines,
             update_baselines=opt.update_baselines,
             strict=opt.specdec_strict,
+            drafts=_drafts(opt.specdec_draft),
             max_runs=opt.specdec_max_runs,
             alpha=opt.specdec_alpha,
             fdr=opt.specdec_fdr,
@@ -241,3 +248,16 @@ class Settings:
             ini_thresholds=ini_thresholds,
             keep_sessions=keep,
         )
+
+
+def _drafts(values: list[str]) -> tuple[tuple[str, str], ...]:
+    """Parse repeated `--specdec-draft METHOD=MODEL`; a method given twice is an error, not a silent override."""
+    out: dict[str, str] = {}
+    for v in values:
+        method, sep, model = v.partition("=")
+        if not sep or not method.strip() or not model.strip():
+            raise pytest.UsageError(f"--specdec-draft expects METHOD=MODEL (e.g. eagle3=/path/to/head), got {v!r}")
+        if method.strip() in out:
+            raise pytest.UsageError(f"--specdec-draft names {method.strip()!r} twice")
+        out[method.strip()] = model.strip()
+    return tuple(sorted(out.items()))

@@ -175,7 +175,7 @@ class SpecDecSession:
             name = self.settings.profile_path or (
                 detect_profile_name() if self.settings.gpu == "auto" else self.settings.gpu
             )
-            self._profile = load_profile(name)
+            self._profile = load_profile(name).with_drafts(dict(self.settings.drafts))
         return self._profile
 
     @property

@@ -110,3 +110,17 @@ def test_dry_run_prints_commands_and_starts_nothing(pytester: pytest.Pytester, f
         "specdec dry run: 3 distinct server(s):",
         "*serve fake-model --host 127.0.0.1 --port $PORT --generation-config vllm --speculative-config*eagle3*",
     ])
+
+
+def test_specdec_draft_replaces_a_methods_head_under_the_same_test_ids(
+    pytester: pytest.Pytester, fake_profile: Path
+) -> None:
+    pytester.makepyfile(test_suite=SUITE.replace('method="ngram"', 'method="eagle3"'))
+    result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider",
+                                "--specdec-draft", "eagle3=/heads/new-head", "-v")
+    result.stdout.fnmatch_lines(["*--speculative-config*/heads/new-head*"])
+    bad = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider",
+                             "--specdec-draft", "nosuch=/x")
+    bad.stdout.fnmatch_lines(["*--specdec-draft nosuch=...: method 'nosuch' is not in profile*allowed: ngram, eagle3*"])
+    worse = pytester.runpytest("--specdec-draft", "eagle3")
+    worse.stderr.fnmatch_lines(["*--specdec-draft expects METHOD=MODEL*got 'eagle3'*"])

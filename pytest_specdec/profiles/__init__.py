@@ -60,6 +60,31 @@ class Profile:
     def method_names(self) -> list[str]:
         return ["none", *self.methods]
 
+    def with_drafts(self, overrides: dict[str, str]) -> Profile:
+        """This profile with the draft/head `model` of some methods replaced (`--specdec-draft`).
+
+        Why: the nightly after a draft-head upgrade measures the new head under the *same* test ids,
+        so its verdicts compare with the old head's baselines (the head's hash is an under-test field).
+        """
+        if not overrides:
+            return self
+        import dataclasses
+
+        methods = copy.deepcopy(self.methods)
+        for method, model in overrides.items():
+            if method not in methods:
+                raise ConfigError(
+                    f"--specdec-draft {method}=...: method {method!r} is not in profile {self.name!r}; "
+                    f"allowed: {', '.join(methods)}"
+                )
+            if "model" not in methods[method]:
+                raise ConfigError(
+                    f"--specdec-draft {method}=...: method {method!r} of profile {self.name!r} has no draft "
+                    f"model to replace (its speculative_config is {methods[method]})"
+                )
+            methods[method]["model"] = _resolve(model)
+        return dataclasses.replace(self, methods=methods)
+
     def speculative_config(self, method: str, k: int | None) -> dict[str, Any] | None:
         """vLLM's --speculative-config for `method` (a preset of this profile) with k tokens."""
         if method == "none":
