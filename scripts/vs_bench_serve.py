@@ -166,15 +166,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 OVERHEAD_CHILD = r"""
-import json, resource, sys, time
+import json, sys
 sys.path.insert(0, {root!r})
 from pytest_specdec.load import Prompt, Sampling, run_load_sync
 base_url, n, c, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 prompts = [Prompt(id=str(i), messages=[{{"role": "user", "content": "hello %d" % i}}], max_tokens=max_tokens)
            for i in range(n)]
-t0 = resource.getrusage(resource.RUSAGE_SELF)
 res = run_load_sync(base_url, "fake-model", prompts, Sampling(temperature=0.0), concurrency=c, collect_metrics=False)
-t1 = resource.getrusage(resource.RUSAGE_SELF)
 tokens = sum(s.output_tokens or 0 for s in res.samples if s.error is None)
 print(json.dumps({{"tokens": tokens, "failed": sum(s.error is not None for s in res.samples)}}))
 """
