@@ -10,30 +10,31 @@ import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import pytest
+
+N = TypeVar("N", int, float)
+
+
+def _number(value: str, convert: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
+    """Parse `value` with `convert` and check it; the argparse error says what was expected."""
+    try:
+        number = convert(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}") from None
+    if not ok(number):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
+    return number
 
 
 def positive_int(value: str) -> int:
     """argparse type: an integer >= 1, with the accepted format in the error."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
-    return number
+    return _number(value, int, lambda n: n >= 1, "a whole number >= 1")
 
 
 def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}") from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}")
-    return number
+    return _number(value, float, lambda n: n > 0, "a number > 0")
 
 
 def endpoint_url(value: str) -> str:
@@ -55,13 +56,7 @@ def update_mode(value: str) -> str:
 
 def alpha_value(value: str) -> float:
     """argparse type: a one-sided significance level in (0, 0.5)."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 0.5) like 0.05, got {value!r}") from None
-    if not 0 < number < 0.5:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 0.5) like 0.05, got {value!r}")
-    return number
+    return _number(value, float, lambda n: 0 < n < 0.5, "a number in (0, 0.5) like 0.05")
 
 
 def threshold_item(value: str) -> str:
