@@ -37,6 +37,8 @@ class Prompt:
     prompt: str | None = None
     max_tokens: int
     category: str = ""
+    #: completions only: False when `prompt` was rendered from a chat template that holds BOS already
+    add_special_tokens: bool | None = None
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -201,6 +203,8 @@ def _body(p: Prompt, model: str, sampling: Sampling, api: Api, cache_salt: str |
             raise ConfigError(f"prompt {p.id!r} has no `prompt` but the completions API was asked for")
         body["prompt"] = p.prompt
         body["max_tokens"] = p.max_tokens
+        if p.add_special_tokens is not None:
+            body["add_special_tokens"] = p.add_special_tokens
     body.update(sampling.to_request())
     if cache_salt is not None:
         body["cache_salt"] = cache_salt

@@ -20,12 +20,14 @@ if TYPE_CHECKING:
 MARKER = "specdec"
 MARKER_SIGNATURE = (
     "specdec(method=..., k=..., temperature=..., concurrency=..., dataset=..., max_tokens=..., "
-    "num_prompts=..., speculative_config=...): measure the spec config(s) against the no-spec "
+    "num_prompts=..., speculative_config=..., api=..., request_rate=...): measure the spec config(s) against the no-spec "
     "reference on a vLLM server; each field takes a value or a list (cross product)"
 )
 FIELDS = (
     "method", "k", "temperature", "concurrency", "dataset", "max_tokens", "num_prompts", "speculative_config",
+    "api", "request_rate",
 )
+APIS = ("chat", "completions")
 VERDICTS_MARKER_SIGNATURE = (
     "specdec_verdicts(check=True, thresholds={metric or kind: magnitude}): check=False lets a specdec test "
     "opt out of the baseline assertion (verdicts are still recorded); thresholds override the practical "
@@ -48,6 +50,8 @@ class Case:
     max_tokens: int | None = None
     num_prompts: int | None = None
     speculative_config_json: str | None = None  # raw vLLM JSON, when given instead of a preset
+    api: str = "chat"  # or "completions"
+    request_rate: float | None = None  # requests/s, open loop (Poisson); None = closed loop
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
@@ -65,6 +69,10 @@ class Case:
             parts.append(f"m{self.max_tokens}")
         if "num_prompts" in varying:
             parts.append(f"n{self.num_prompts}")
+        if self.api != "chat" or "api" in varying:
+            parts.append(self.api)
+        if self.request_rate is not None:
+            parts.append(f"r{self.request_rate:g}")
         return "-".join(parts)
 
     def params(self) -> dict[str, Any]:
@@ -95,8 +103,13 @@ def _int(name: str, value: Any, minimum: int = 1, allow_none: bool = False) -> i
     return value
 
 
-def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = ()) -> list[Case]:
-    """The cross product of the marker's fields, validated against `profile`, without duplicates."""
+def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
+           defaults: dict[str, Any] | None = None) -> list[Case]:
+    """The cross product of the marker's fields, validated against `profile`, without duplicates.
+
+    ``defaults`` (from the command line: api, request_rate) apply where the marker does not set a field.
+    """
+    defaults = defaults or {}
     if args:
         raise ConfigError(f"specdec marker takes keyword arguments only ({', '.join(FIELDS)}), got {args!r}")
     unknown = sorted(set(kwargs) - set(FIELDS))
@@ -118,11 +131,12 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = ())
         "max_tokens": _as_list("max_tokens", kwargs.get("max_tokens", None)),
         "num_prompts": _as_list("num_prompts", kwargs.get("num_prompts", None)),
         "speculative_config": _as_list("speculative_config", kwargs.get("speculative_config", None)),
+        "api": _as_list("api", kwargs.get("api", defaults.get("api", "chat"))),
+        "request_rate": _as_list("request_rate", kwargs.get("request_rate", defaults.get("request_rate"))),
     }
     cases: list[Case] = []
-    for method, k, temperature, concurrency, dataset, max_tokens, num_prompts, raw in itertools.product(
-        *lists.values()
-    ):
+    for (method, k, temperature, concurrency, dataset, max_tokens, num_prompts, raw, api,
+         rate) in itertools.product(*lists.values()):
         raw_json = None
         if raw is not None:
             if not isinstance(raw, dict) or "method" not in raw:
@@ -149,6 +163,13 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = ())
             raise ConfigError(f"specdec marker: temperature must be a number in [0, 2], got {temperature!r}")
         if not isinstance(dataset, str) or not dataset:
             raise ConfigError(f"specdec marker: dataset must be 'builtin' or a file path, got {dataset!r}")
+        if api not in APIS:
+            raise ConfigError(f"specdec marker: api must be one of {', '.join(APIS)}, got {api!r}")
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0):
+            raise ConfigError(
+                f"specdec marker: request_rate must be a number of requests/s > 0 (open loop) or None "
+                f"(closed loop), got {rate!r}"
+            )
         cases.append(
             Case(
                 method=method,
@@ -159,6 +180,8 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = ())
                 max_tokens=_int("max_tokens", max_tokens, allow_none=True),
                 num_prompts=_int("num_prompts", num_prompts, allow_none=True),
                 speculative_config_json=raw_json,
+                api=api,
+                request_rate=None if rate is None else float(rate),
             )
         )
     return list(dict.fromkeys(cases))  # `none` at several k collapses to one case
@@ -167,7 +190,7 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = ())
 def varying_fields(cases: list[Case]) -> frozenset[str]:
     """Fields that take more than one value across `cases` (they go into the ids)."""
     return frozenset(
-        name for name in ("dataset", "max_tokens", "num_prompts")
+        name for name in ("dataset", "max_tokens", "num_prompts", "api")
         if len({getattr(c, name) for c in cases}) > 1
     )
 

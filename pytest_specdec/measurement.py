@@ -1,8 +1,11 @@
 """Interleaved runs of the reference (method `none`) and a spec config on the same workload.
 
 Reference and spec runs alternate (reference, spec, reference, spec, ...) so machine drift hits
-both arms alike, and speedup is computed per pair.  Every run gets a fresh `cache_salt` so prefix
-caching cannot leak between runs.  A run that breaks a validity rule is kept and shown with its
+both arms alike, and speedup is computed per pair.  Where the two servers cannot be alive at once
+(`--specdec-max-servers 1`, or a profile whose servers need the whole GPU), the arms alternate in
+blocks instead, in ABBA order so a block switch restarts one server, not two; the result records
+which alternation was used.  Every run gets a fresh `cache_salt` so prefix caching cannot leak
+between runs.  A run that breaks a validity rule is kept and shown with its
 reasons, never averaged into the summary.
 """
 
@@ -19,6 +22,29 @@ if TYPE_CHECKING:
     from .pool import Endpoint
 
 Arm = Literal["reference", "spec"]
+
+
+def schedule(start: int, runs: int, block: int | None, block_index: int = 0) -> list[tuple[int, Arm]]:
+    """The order of (pair index, arm) for pairs `start`..`runs`-1.
+
+    ``block=None`` interleaves per pair: (i, reference), (i, spec).  ``block=b`` runs b pairs' worth of
+    one arm, then of the other, and swaps which arm goes first every block (ABBA), so the server that
+    is up at the end of a block serves the start of the next; ``block_index`` continues that parity
+    when sequential looks extend a case.
+    """
+    out: list[tuple[int, Arm]] = []
+    if block is None:
+        for i in range(start, runs):
+            out += [(i, "reference"), (i, "spec")]
+        return out
+    if block < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    for n, first in enumerate(range(start, runs, block), start=block_index):
+        idx = range(first, min(first + block, runs))
+        arms: tuple[Arm, Arm] = ("reference", "spec") if n % 2 == 0 else ("spec", "reference")
+        for arm in arms:
+            out += [(i, arm) for i in idx]
+    return out
 
 
 @dataclass(frozen=True)
@@ -168,6 +194,9 @@ class CaseResult:
     runs: list[RunRecord]
     summary: dict[str, Any]
     speedup_per_pair: list[float | None]
+    #: "interleaved" (pairs alternate), or blocks of N runs per arm when the servers cannot co-reside
+    alternation: str = "interleaved"
+    blocks: int = 0  # blocks done so far (block alternation), so later looks continue the ABBA order
 
     @property
     def invalid_runs(self) -> list[RunRecord]:
@@ -178,6 +207,7 @@ class CaseResult:
             "runs": [r.to_dict() for r in self.runs],
             "reference_runs": [r.to_dict() for r in self.reference_runs],
             "speedup_per_pair": self.speedup_per_pair,
+            "alternation": self.alternation,
             "summary": self.summary,
             "validity": {
                 "valid": not self.invalid_runs,
@@ -191,6 +221,7 @@ class CaseResult:
 def one_run(
     endpoint: Endpoint, arm: Arm, index: int, prompts: list[Prompt], sampling: Sampling, *,
     concurrency: int, api_key: str | None, rules: ValidityRules, warmup: int = 0, timeout_s: float = 600.0,
+    api: str = "chat", rate: float | None = None,
 ) -> RunRecord:
     """One pass of the prompts; the /metrics delta covers exactly the measured requests."""
     from .load import run_load_sync
@@ -199,7 +230,8 @@ def one_run(
     salt = uuid.uuid4().hex
     load: LoadResult = run_load_sync(
         endpoint.base_url, endpoint.model, prompts, sampling, concurrency=concurrency,
-        cache_salt=salt, api_key=api_key, warmup=warmup, timeout_s=timeout_s,
+        cache_salt=salt, api_key=api_key, warmup=warmup, timeout_s=timeout_s, api=api,  # type: ignore[arg-type]
+        rate=rate,
     )
     metrics = compute_run_metrics(load, counters_delta(load))
     record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
@@ -212,8 +244,8 @@ def one_run(
 
 
 def measure_case(
-    reference: Endpoint,
-    spec: Endpoint | None,
+    reference: Endpoint | Callable[[], Endpoint],
+    spec: Endpoint | Callable[[], Endpoint] | None,
     prompts: list[Prompt],
     sampling: Sampling,
     *,
@@ -222,18 +254,23 @@ def measure_case(
     api_key: str | None = None,
     rules: ValidityRules = ValidityRules(),
     progress: Callable[[str], None] = lambda line: None,
+    block: int | None = None,
+    api: str = "chat",
+    rate: float | None = None,
 ) -> CaseResult:
-    """`runs` interleaved pairs (reference, spec); the reference alone when `spec` is None."""
-    result = CaseResult(reference_runs=[], runs=[], summary={}, speedup_per_pair=[])
+    """`runs` pairs (reference, spec), interleaved or in blocks of `block`; the reference alone when
+    `spec` is None."""
+    result = CaseResult(reference_runs=[], runs=[], summary={}, speedup_per_pair=[],
+                        alternation="interleaved" if block is None or spec is None else f"blocks of {block}")
     extend_case(result, reference, spec, prompts, sampling, concurrency=concurrency, runs=runs,
-                api_key=api_key, rules=rules, progress=progress)
+                api_key=api_key, rules=rules, progress=progress, block=block, api=api, rate=rate)
     return result
 
 
 def extend_case(
     result: CaseResult,
-    reference: Endpoint,
-    spec: Endpoint | None,
+    reference: Endpoint | Callable[[], Endpoint],
+    spec: Endpoint | Callable[[], Endpoint] | None,
     prompts: list[Prompt],
     sampling: Sampling,
     *,
@@ -242,22 +279,44 @@ def extend_case(
     api_key: str | None = None,
     rules: ValidityRules = ValidityRules(),
     progress: Callable[[str], None] = lambda line: None,
+    block: int | None = None,
+    api: str = "chat",
+    rate: float | None = None,
 ) -> CaseResult:
-    """Continue the interleaving of `result` up to `runs` pairs (sequential looks add runs this way);
-    the warm-up is done only before the very first run. Summary and speedups are recomputed."""
+    """Continue the alternation of `result` up to `runs` pairs (sequential looks add runs this way).
+
+    Interleaved, the warm-up is done only before the very first run of each arm; in blocks, before
+    the first run of every block, since a block switch may have restarted the server.  Summary and
+    speedups are recomputed.
+    """
     warmup = min(len(prompts), 2 * concurrency)
     ref_runs, spec_runs = result.reference_runs, result.runs
-    for i in range(len(ref_runs), runs):
-        for arm, endpoint, bucket in (("reference", reference, ref_runs), ("spec", spec, spec_runs)):
-            if endpoint is None:
-                continue
-            rec = one_run(endpoint, arm, i, prompts, sampling, concurrency=concurrency, api_key=api_key,  # type: ignore[arg-type]
-                          rules=rules, warmup=warmup if i == 0 else 0)
-            bucket.append(rec)
-            m = rec.metrics
-            acc = "" if m.acceptance_rate is None else f", acceptance {m.acceptance_rate:.3f}"
-            bad = "" if rec.valid else f"  INVALID: {'; '.join(rec.invalid)}"
-            progress(f"specdec:   run {i + 1}/{runs} {arm:9s} {m.output_tok_s or 0:8.1f} tok/s{acc}{bad}")
+    start = len(ref_runs)
+    if spec is None:
+        order: list[tuple[int, Arm]] = [(i, "reference") for i in range(start, runs)]
+        block = None
+    else:
+        if len(spec_runs) != start:
+            raise ValueError(f"cannot extend: {start} reference runs but {len(spec_runs)} spec runs")
+        order = schedule(start, runs, block, result.blocks)
+        if block is not None:
+            result.blocks += len(range(start, runs, block))
+    sources = {"reference": reference, "spec": spec}
+    buckets = {"reference": ref_runs, "spec": spec_runs}
+    previous: Arm | None = None
+    for i, arm in order:
+        source = sources[arm]
+        assert source is not None
+        endpoint = source() if callable(source) else source
+        first = (i == 0) if block is None else (arm != previous)
+        rec = one_run(endpoint, arm, i, prompts, sampling, concurrency=concurrency, api_key=api_key,
+                      rules=rules, warmup=warmup if first else 0, api=api, rate=rate)
+        buckets[arm].append(rec)
+        previous = arm
+        m = rec.metrics
+        acc = "" if m.acceptance_rate is None else f", acceptance {m.acceptance_rate:.3f}"
+        bad = "" if rec.valid else f"  INVALID: {'; '.join(rec.invalid)}"
+        progress(f"specdec:   run {i + 1}/{runs} {arm:9s} {m.output_tok_s or 0:8.1f} tok/s{acc}{bad}")
     result.summary = summarize(ref_runs, spec_runs)
     result.speedup_per_pair = speedups(ref_runs, spec_runs) if spec_runs else []
     return result

@@ -113,6 +113,23 @@ def addoption(parser: pytest.Parser) -> None:
         help="vLLM servers alive at once; the least recently used one is stopped first. Default: %(default)r",
     )
     group.addoption(
+        "--specdec-block-runs", metavar="N", type=positive_int, default=None,
+        help="when the reference and spec servers cannot be alive at once (--specdec-max-servers 1 or the "
+             "profile's [placement] co_resident = false), alternate the arms in blocks of N runs (ABBA). "
+             "Default: half the runs, rounded up",
+    )
+    group.addoption(
+        "--specdec-api", metavar="API", choices=("chat", "completions"), default="chat",
+        help="endpoint for tests whose marker sets no api=: chat (the model's chat template, as EAGLE heads "
+             "are trained) or completions (chat prompts rendered with the target's chat template). "
+             "Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-request-rate", metavar="RATE", type=positive_float, default=None,
+        help="open loop for tests whose marker sets no request_rate=: seeded Poisson arrivals at RATE "
+             "requests/s, still capped at the test's concurrency. Default: closed loop",
+    )
+    group.addoption(
         "--specdec-startup-timeout", metavar="SECONDS", type=positive_float, default=900.0,
         help="how long a vLLM server may take to become ready. Default: %(default)r",
     )
@@ -190,6 +207,9 @@ class Settings:
     ini_thresholds: tuple[str, ...] = ()
     keep_sessions: int = 5
     drafts: tuple[tuple[str, str], ...] = ()
+    block_runs: int | None = None
+    api: str = "chat"
+    request_rate: float | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -242,6 +262,9 @@ class Settings:
             cli_thresholds=tuple(opt.specdec_threshold),
             ini_thresholds=ini_thresholds,
             keep_sessions=keep,
+            block_runs=opt.specdec_block_runs,
+            api=opt.specdec_api,
+            request_rate=opt.specdec_request_rate,
         )
 
 

@@ -157,6 +157,7 @@ class SpecDecSession:
         self._profile: Profile | None = None
         self._pool: ServerPool | None = None
         self._datasets: dict[str, Dataset] = {}
+        self._tokenizer: Any = None  # the target's, for completions prompts rendered from chat
         self.records: dict[str, TestRecord] = {}
         self._store: BaselineStore | None = None
         self._priors: dict[tuple[str, str], Prior] | None = None
@@ -184,13 +185,26 @@ class SpecDecSession:
             from .pool import ServerPool
 
             self._pool = ServerPool(
-                self.settings.reports_dir / "logs", self.settings.max_servers,
+                self.settings.reports_dir / "logs", self.settings.max_servers if self.co_resident() else 1,
                 self.settings.startup_timeout_s, progress=self.progress,
             )
         return self._pool
 
     def runs(self) -> int:
         return self.settings.runs or int(self.profile.matrix.get("runs", 3))
+
+    def co_resident(self) -> bool:
+        """Whether a test's reference and spec servers can be alive at once (always, on the CPU)."""
+        placement = self.profile.raw.get("placement", {})
+        return self.settings.endpoint is not None or (
+            self.settings.max_servers >= 2 and bool(placement.get("co_resident", True))
+        )
+
+    def block_runs(self) -> int | None:
+        """None: interleave pairs; else the block size of the arms' alternation (servers cannot co-reside)."""
+        if self.co_resident():
+            return None
+        return self.settings.block_runs or -(-self.runs() // 2)
 
     def dataset(self, name: str) -> Dataset:
         if name not in self._datasets:
@@ -220,7 +234,38 @@ class SpecDecSession:
             prompts = random.Random(0).sample(prompts, case.num_prompts)
         if case.max_tokens is not None:
             prompts = [dataclasses.replace(p, max_tokens=case.max_tokens) for p in prompts]
+        if case.api == "completions":
+            prompts = self._as_completions(prompts)
         return prompts
+
+    def _as_completions(self, prompts: list[Prompt]) -> list[Prompt]:
+        """Chat prompts rendered with the target's own chat template, for the completions API.
+
+        The rendered text already holds the template's special tokens (BOS), so the request says
+        add_special_tokens=false, as vLLM's chat endpoint does; the token stream then matches chat's.
+        """
+        import dataclasses
+
+        if all(p.messages is None for p in prompts):
+            return prompts
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.profile.target)
+        tok = self._tokenizer
+        if not getattr(tok, "chat_template", None):
+            raise ConfigError(
+                f"api='completions' with chat prompts needs the target's chat template to render them, but "
+                f"{self.profile.target} has none: use a dataset with plain `prompt` fields, or api='chat'"
+            )
+        out = []
+        for p in prompts:
+            if p.messages is None:
+                out.append(p)
+                continue
+            text = tok.apply_chat_template(p.messages, tokenize=False, add_generation_prompt=True)
+            out.append(dataclasses.replace(p, messages=None, prompt=text, add_special_tokens=False))
+        return out
 
     def server_spec(self, case: Case, reference: bool) -> ServerSpec:
         from .profiles import server_spec
@@ -260,12 +305,19 @@ class SpecDecSession:
         ref_spec = self.server_spec(case, reference=True)
         spec_spec = None if case.method == "none" else self.server_spec(case, reference=False)
         record.servers = {"reference": ref_spec.key(), **({"spec": spec_spec.key()} if spec_spec else {})}
-        reference = self.endpoint(ref_spec, reference=True)
-        spec = self.endpoint(spec_spec, reference=False) if spec_spec else None
-        self.progress(f"specdec: {nodeid}: {len(prompts)} prompts x {self.runs()} interleaved runs")
+        block = self.block_runs() if spec_spec is not None else None
+        if block is None:
+            reference: Any = self.endpoint(ref_spec, reference=True)
+            spec: Any = self.endpoint(spec_spec, reference=False) if spec_spec else None
+        else:  # one server at a time: each run asks the pool, which restarts the other arm's server
+            reference = lambda: self.endpoint(ref_spec, reference=True)  # noqa: E731
+            spec = lambda: self.endpoint(spec_spec, reference=False)  # noqa: E731
+        how = "interleaved" if block is None else f"in blocks of {block} (one server at a time)"
+        self.progress(f"specdec: {nodeid}: {len(prompts)} prompts x {self.runs()} runs {how}")
         sampling = Sampling(temperature=case.temperature)
         kw: dict[str, Any] = dict(concurrency=case.concurrency, api_key=self.settings.api_key,
-                                  rules=self.profile.validity_rules(), progress=self.progress)
+                                  rules=self.profile.validity_rules(), progress=self.progress,
+                                  block=block, api=case.api, rate=case.request_rate)
         result = measure_case(reference, spec, prompts, sampling, runs=self.runs(), **kw)
         record.result = result
         if verdicts is not None:
@@ -371,7 +423,7 @@ class SpecDecSession:
             "target": model_identity(self.profile.target, self.profile.raw.get("target", {}).get("revision")),
             "dataset": {"name": case.dataset, "sha256": self.dataset(case.dataset).sha256},
             "workload": {"concurrency": case.concurrency, "max_tokens": case.max_tokens,
-                         "num_prompts": case.num_prompts, "rate": None},
+                         "num_prompts": case.num_prompts, "rate": case.request_rate, "api": case.api},
             "sampling": sampling.to_request(),
             "server_args": args,
             "method": case.method,

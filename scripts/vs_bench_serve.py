@@ -12,8 +12,11 @@ largest relative difference from bench serve's own figures (parity).  It reports
 tok/s of each client, the 90% t-interval of the mean log ratio, and acceptance of each.
 
 `overhead` runs each client against the simulated streaming server (tests/fake_server.py, in its own
-process) at concurrency 256 twice, with N and 2N requests, and divides the difference in the client
-process's CPU seconds by the difference in streamed tokens, so start-up and import cost cancel.
+process) at concurrency 256 with N and 2N requests, and divides the difference in the client
+process's CPU seconds by the difference in streamed tokens, so start-up and import cost cancel.  The
+clients alternate in order from one repetition to the next, and the ratio of their slopes gets a 90%
+t-interval over the repetitions (bench serve's start-up alone costs ~9 CPU s and varies by ~1 s, so N
+must be large for its slope to be precise).
 
 `vllm bench serve` needs pandas for its custom dataset (`pip install pandas`).
 """
@@ -179,12 +182,14 @@ print(json.dumps({{"tokens": tokens, "failed": sum(s.error is not None for s in 
 
 
 def cmd_overhead(args: argparse.Namespace) -> int:
+    """Per repetition, each client (order alternating) at N and 2N requests; slope = CPU per token."""
     from fake_server import FakeConfig, FakeServerProcess
 
     from pytest_specdec.zoo import zoo_path
 
     cfg = FakeConfig(output_tokens=args.max_tokens, k=3, acceptance=(0.0, 0.0, 0.0))
-    results: dict[str, dict[str, Any]] = {}
+    points: list[dict[str, Any]] = []
+    slopes: dict[str, list[float]] = {"plugin": [], "bench": []}
     with tempfile.TemporaryDirectory() as tmp, FakeServerProcess(cfg) as url:
         data = Path(tmp) / "prompts.jsonl"
         with data.open("w") as f:
@@ -192,37 +197,45 @@ def cmd_overhead(args: argparse.Namespace) -> int:
                 f.write(json.dumps({"prompt": f"hello {i}", "output_tokens": args.max_tokens}) + "\n")
         child = Path(tmp) / "child.py"
         child.write_text(OVERHEAD_CHILD.format(root=str(ROOT)))
-        for who in ("plugin", "bench"):
-            points = []
-            for n in (args.requests, 2 * args.requests):
-                for _ in range(args.repeats):
-                    t = time.monotonic()
-                    if who == "plugin":
-                        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                        proc = subprocess.run([sys.executable, str(child), url, str(n), str(args.concurrency),
-                                               str(args.max_tokens)], capture_output=True, text=True, check=True)
-                        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-                        tokens = json.loads(proc.stdout.strip().splitlines()[-1])["tokens"]
-                    else:
-                        name = f"o-{n}.json"
-                        cmd = bench_command(url, "fake-model", str(zoo_path("target")), data, n, args.concurrency,
-                                            0.0, Path(tmp), name)
-                        res, cpu = run_bench(cmd, {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}, Path(tmp) / name)
-                        tokens = res["total_output_tokens"]
-                    points.append({"requests": n, "tokens": tokens, "cpu_s": cpu, "wall_s": time.monotonic() - t})
-                    print(f"{who} n={n}: {tokens} tokens, {cpu:.2f} CPU s", flush=True)
-            small = [p for p in points if p["requests"] == args.requests]
-            big = [p for p in points if p["requests"] == 2 * args.requests]
-            d_cpu = sum(p["cpu_s"] for p in big) / len(big) - sum(p["cpu_s"] for p in small) / len(small)
-            d_tok = sum(p["tokens"] for p in big) / len(big) - sum(p["tokens"] for p in small) / len(small)
-            results[who] = {"points": points, "cpu_us_per_token": 1e6 * d_cpu / d_tok}
+
+        def one(who: str, n: int) -> tuple[int, float]:
+            if who == "plugin":
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                proc = subprocess.run([sys.executable, str(child), url, str(n), str(args.concurrency),
+                                       str(args.max_tokens)], capture_output=True, text=True, check=True)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+                return json.loads(proc.stdout.strip().splitlines()[-1])["tokens"], cpu
+            name = f"o-{n}.json"
+            cmd = bench_command(url, "fake-model", str(zoo_path("target")), data, n, args.concurrency,
+                                0.0, Path(tmp), name)
+            res, cpu = run_bench(cmd, {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}, Path(tmp) / name)
+            return res["total_output_tokens"], cpu
+
+        for rep in range(args.repeats):
+            order = ("plugin", "bench") if rep % 2 == 0 else ("bench", "plugin")
+            for who in order:
+                got = {}
+                for n in (args.requests, 2 * args.requests):
+                    tokens, cpu = one(who, n)
+                    got[n] = (tokens, cpu)
+                    points.append({"rep": rep, "client": who, "requests": n, "tokens": tokens, "cpu_s": cpu})
+                (t1, c1), (t2, c2) = got[args.requests], got[2 * args.requests]
+                slopes[who].append(1e6 * (c2 - c1) / (t2 - t1))
+                print(f"rep {rep} {who}: {c1:.2f} / {c2:.2f} CPU s for {t1} / {t2} tokens -> "
+                      f"{slopes[who][-1]:.1f} µs per token", flush=True)
+    logs = [math.log(a / b) for a, b in zip(slopes["plugin"], slopes["bench"])]
+    mean, lo, hi = t_interval(logs) if len(logs) > 1 else (logs[0], float("nan"), float("nan"))
+    med = {who: sorted(v)[len(v) // 2] for who, v in slopes.items()}
     summary = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "requests": args.requests,
-               "fake_server": dataclasses.asdict(cfg), "clients": results}
+               "repeats": args.repeats, "fake_server": dataclasses.asdict(cfg), "points": points,
+               "cpu_us_per_token": slopes,
+               "ratio_plugin_over_bench": {"mean": math.exp(mean), "ci90": [math.exp(lo), math.exp(hi)]}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
-    print(f"CPU per streamed token at c={args.concurrency}: plugin {results['plugin']['cpu_us_per_token']:.1f} µs, "
-          f"vllm bench serve {results['bench']['cpu_us_per_token']:.1f} µs -> {args.out}")
+    print(f"CPU per streamed token at c={args.concurrency} (median of {args.repeats}): plugin "
+          f"{med['plugin']:.1f} µs, vllm bench serve {med['bench']:.1f} µs; plugin/bench {math.exp(mean):.3f} "
+          f"(90% CI {math.exp(lo):.3f}-{math.exp(hi):.3f}) -> {args.out}")
     return 0
 
 
@@ -241,9 +254,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also save the first measured bench serve detailed result here")
     ov = sub.add_parser("overhead", help="client CPU per streamed token against the fake server")
     ov.add_argument("--concurrency", type=int, default=256, help="(default: %(default)s)")
-    ov.add_argument("--requests", type=int, default=2048, help="N; runs use N and 2N (default: %(default)s)")
+    ov.add_argument("--requests", type=int, default=4096, help="N; runs use N and 2N (default: %(default)s)")
     ov.add_argument("--max-tokens", type=int, default=128, help="tokens per request (default: %(default)s)")
-    ov.add_argument("--repeats", type=int, default=2, help="runs per size and client (default: %(default)s)")
+    ov.add_argument("--repeats", type=int, default=5, help="repetitions, each a pair of slopes (default: %(default)s)")
     ov.add_argument("--out", default="reports/vs-bench-serve-overhead.json", help="(default: %(default)s)")
     args = ap.parse_args(argv)
     return cmd_ab(args) if args.cmd == "ab" else cmd_overhead(args)

@@ -90,7 +90,8 @@ def test_workflow_update_regress_accept(
                             esc(f"  created   {FILE}")])
     data = json.loads(path.read_text())
     assert data["schema"] == 1 and len(data["sessions"]) == 1
-    assert data["comparability"]["workload"] == {"concurrency": 4, "max_tokens": 24, "num_prompts": 8, "rate": None}
+    assert data["comparability"]["workload"] == {"concurrency": 4, "max_tokens": 24, "num_prompts": 8, "rate": None,
+                                                  "api": "chat"}
     assert data["under_test"]["plugin"] and "engine_config" in data["under_test"]
     runs = data["sessions"][0]["runs"]
     assert len(runs["spec"]) == len(runs["reference"]) == 3 and runs["spec"][0]["accepted_per_pos"]

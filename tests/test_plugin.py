@@ -73,9 +73,10 @@ def test_measures_interleaved_runs_and_writes_json(
     test = data["tests"][0]
     assert test["params"] == {
         "method": "ngram", "k": 3, "temperature": 0.0, "concurrency": 1, "dataset": "builtin",
-        "max_tokens": 24, "num_prompts": 8, "speculative_config": None,
+        "max_tokens": 24, "num_prompts": 8, "speculative_config": None, "api": "chat", "request_rate": None,
     }
     assert test["outcome"] == "passed"
+    assert test["alternation"] == "interleaved"
     assert [r["arm"] for r in test["reference_runs"]] == ["reference", "reference"]
     assert len(test["runs"]) == 2 and len(test["speedup_per_pair"]) == 2
     summary = test["summary"]
