@@ -80,7 +80,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             f"{metafunc.definition.nodeid} has the specdec marker but does not use the `specdec` "
             "fixture: add `specdec` to its arguments"
         )
-    cases = expand(dict(marker.kwargs), metafunc.config.stash[session_key].profile, marker.args)
+    session = metafunc.config.stash[session_key]
+    kwargs = dict(marker.kwargs)
+    kwargs.setdefault("dataset", session.settings.dataset)  # --specdec-dataset: only where the marker names none
+    cases = expand(kwargs, session.profile, marker.args)
     varying = varying_fields(cases)
     metafunc.parametrize(PARAM, cases, ids=[c.id(varying) for c in cases], indirect=True)
 
