@@ -70,6 +70,18 @@ def threshold_item(value: str) -> str:
     return value
 
 
+def dataset_spec(value: str) -> str:
+    """argparse type: builtin or [FORMAT:]PATH[#CATEGORY,...] (kept as the string; the file is read later)."""
+    from .datasets import DatasetSpec
+    from .errors import ConfigError
+
+    try:
+        DatasetSpec.parse(value)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
 def addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specdec", "speculative decoding regression checks (pytest-specdec)")
     group.addoption(
@@ -172,6 +184,13 @@ def addoption(parser: pytest.Parser) -> None:
         help="practical threshold of a metric (%% for rates and latencies, points for acceptance), or of a "
              "kind (rate, acceptance, latency); repeatable; overrides ini and profile. Default: %(default)r",
     )
+    group.addoption(
+        "--specdec-dataset", metavar="[FORMAT:]PATH[#CATEGORY,...]", type=dataset_spec, default="builtin",
+        help="prompts of every specdec test whose marker names no dataset= (a marker's dataset= wins): builtin, "
+             "or a prompts JSONL, ShareGPT JSON, spec_bench/MT-Bench JSONL or InstructCoder JSON(L) file, format "
+             "detected from the content unless prefixed (prompts:, sharegpt:, spec_bench:, instructcoder:); "
+             "#CATEGORY keeps only those categories. Default: %(default)r",
+    )
     parser.addini(
         "specdec_keep_sessions", type="string", default="5",
         help="measurement sessions (server starts) --update-baselines keeps per baseline file. Default: 5",
@@ -210,6 +229,7 @@ class Settings:
     block_runs: int | None = None
     api: str = "chat"
     request_rate: float | None = None
+    dataset: str = "builtin"  # --specdec-dataset, a relative path made absolute from the invocation dir
 
     @property
     def api_key(self) -> str | None:
@@ -265,7 +285,23 @@ class Settings:
             block_runs=opt.specdec_block_runs,
             api=opt.specdec_api,
             request_rate=opt.specdec_request_rate,
+            dataset=_dataset(opt.specdec_dataset, Path(str(config.invocation_params.dir))),
         )
+
+
+def _dataset(value: str, cwd: Path) -> str:
+    """--specdec-dataset with its path resolved where pytest was invoked; a missing file stops the session
+    before any server starts."""
+    from .datasets import DatasetSpec
+
+    spec = DatasetSpec.parse(value)
+    if spec.path == "builtin":
+        return value
+    path = Path(spec.path).expanduser()
+    path = path if path.is_absolute() else cwd / path
+    if not path.is_file():
+        raise pytest.UsageError(f"--specdec-dataset {value!r}: no such file ({path})")
+    return str(spec.with_path(str(path)))
 
 
 def _drafts(values: list[str]) -> tuple[tuple[str, str], ...]:

@@ -81,7 +81,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             "fixture: add `specdec` to its arguments"
         )
     session = metafunc.config.stash[session_key]
-    defaults = {"api": session.settings.api, "request_rate": session.settings.request_rate}
+    # Command-line defaults apply only where the marker does not set the field.
+    defaults = {"api": session.settings.api, "request_rate": session.settings.request_rate,
+                "dataset": session.settings.dataset}
     cases = expand(dict(marker.kwargs), session.profile, marker.args, defaults)
     varying = varying_fields(cases)
     metafunc.parametrize(PARAM, cases, ids=[c.id(varying) for c in cases], indirect=True)

@@ -207,18 +207,12 @@ class SpecDecSession:
         return self.settings.block_runs or -(-self.runs() // 2)
 
     def dataset(self, name: str) -> Dataset:
+        """The dataset a spec names (loaded once); what loading skipped or defaulted is shown once."""
         if name not in self._datasets:
-            from .datasets import builtin, load_jsonl
+            from .datasets import load
 
-            if name == "builtin":
-                self._datasets[name] = builtin()
-            else:
-                path = Path(name)
-                if not path.is_absolute():
-                    path = self.rootpath / path
-                if not path.is_file():
-                    raise ConfigError(f"dataset {name!r}: no such file ({path}); use 'builtin' or a JSONL path")
-                self._datasets[name] = load_jsonl(path)
+            self._datasets[name] = load(name, self.rootpath)
+            self.progress(f"specdec: dataset {self._datasets[name].summary()}")
         return self._datasets[name]
 
     def prompts(self, case: Case) -> list[Prompt]:
@@ -229,7 +223,8 @@ class SpecDecSession:
         if case.num_prompts is not None:
             if case.num_prompts > len(prompts):
                 raise ConfigError(
-                    f"num_prompts={case.num_prompts} but dataset {case.dataset!r} has {len(prompts)} prompts"
+                    f"num_prompts={case.num_prompts} but dataset {case.dataset!r} has {len(prompts)} prompts; "
+                    f"lower num_prompts or use a larger dataset (prompts are never repeated)"
                 )
             prompts = random.Random(0).sample(prompts, case.num_prompts)
         if case.max_tokens is not None:
@@ -421,7 +416,7 @@ class SpecDecSession:
             "tensor_parallel_size": self.profile.tensor_parallel_size,
             "data_parallel_size": int(dp),
             "target": model_identity(self.profile.target, self.profile.raw.get("target", {}).get("revision")),
-            "dataset": {"name": case.dataset, "sha256": self.dataset(case.dataset).sha256},
+            "dataset": self.dataset(case.dataset).identity(),
             "workload": {"concurrency": case.concurrency, "max_tokens": case.max_tokens,
                          "num_prompts": case.num_prompts, "rate": case.request_rate, "api": case.api},
             "sampling": sampling.to_request(),
@@ -687,6 +682,7 @@ class SpecDecSession:
                 for key, server in servers.items()
             },
             "server_starts": len(self._pool.starts) if self._pool else 0,
+            "datasets": {name: d.describe() for name, d in self._datasets.items()},
             "tests": [r.to_dict() for r in self.records.values()],
         }
 

@@ -1,15 +1,31 @@
-"""Prompt sets: the built-in one written for this project, and (later) loaders for user files.
+"""Prompt sets: the built-in one written for this project, and loaders for the files users bring.
 
-Each line of a JSONL prompt file is {"id", "category", "messages" | "prompt", "max_tokens"}.
+A dataset is named by a spec string ``[FORMAT:]PATH[#CATEGORY,...]`` (the marker's ``dataset=`` or
+``--specdec-dataset``): ``builtin`` or a file path, an optional format prefix that overrides the
+detection by content, and an optional category filter.  Formats:
+
+- ``prompts`` (alias ``jsonl``): one object per line (or a JSON array) with chat ``messages`` or a
+  ``prompt`` string, optional ``id``, ``category`` and ``max_tokens`` (or ``output_tokens``, as in
+  ``vllm bench serve``'s custom JSONL).  The built-in set is such a file.
+- ``sharegpt``: a JSON array of ``{"id", "conversations": [{"from": "human"|"gpt", "value"}]}``.
+- ``spec_bench`` (alias ``mt_bench``): JSONL of ``{"question_id", "category", "turns": [...]}``.
+- ``instructcoder``: JSON or JSONL of ``{"instruction", "input", "output"}``.
+
+The plugin measures through the chat API, so every prompt becomes chat ``messages`` (a ``prompt``
+string or a first turn is the single user message, as ``vllm bench serve`` sends it).
+Output length (``max_tokens``) rules are in ``OUTPUT_LENGTH_RULES`` and recorded with each dataset.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import math
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 
@@ -17,53 +33,422 @@ if TYPE_CHECKING:
     from ..load import Prompt
 
 BUILTIN = Path(__file__).with_name("builtin.jsonl")
+FORMATS = ("prompts", "sharegpt", "spec_bench", "instructcoder")
+ALIASES = {"jsonl": "prompts", "mt_bench": "spec_bench"}
+
+#: Output length when a record carries neither a length nor a reference answer (vLLM bench's MT-Bench
+#: default, also what ``vllm bench serve --dataset-name spec_bench`` sends).
+DEFAULT_OUTPUT_TOKENS = 256
+#: Token estimate of a reference answer: characters / 4 (English prose and code in Llama-3-class
+#: tokenizers), no tokenizer needed; clamped so every request decodes for a while but none runs away.
+CHARS_PER_TOKEN = 4
+MIN_OUTPUT_TOKENS = 16
+MAX_OUTPUT_TOKENS = 1024
+#: What ``vllm bench serve`` appends to an InstructCoder prompt (vllm/benchmarks/datasets), kept so
+#: numbers stay comparable with it.
+INSTRUCTCODER_SUFFIX = " Just output the code, do not include any explanation."
+
+_ESTIMATE = (f"estimated from the reference answer: ceil(characters / {CHARS_PER_TOKEN}) clamped to "
+             f"[{MIN_OUTPUT_TOKENS}, {MAX_OUTPUT_TOKENS}]")
+OUTPUT_LENGTH_RULES = {
+    "prompts": f"max_tokens (or output_tokens) of each record; missing: {DEFAULT_OUTPUT_TOKENS}",
+    "sharegpt": f"{_ESTIMATE} (the first gpt turn after the prompt); no reply: {DEFAULT_OUTPUT_TOKENS}",
+    "spec_bench": f"{DEFAULT_OUTPUT_TOKENS} (the format carries no model answer; MT-Bench `reference` "
+                  f"entries are judge hints and are not used)",
+    "instructcoder": f"{_ESTIMATE} (the `output` code); empty output: {DEFAULT_OUTPUT_TOKENS}",
+}
+_HUMAN = frozenset({"human", "user"})
+_ASSISTANT = frozenset({"gpt", "chatgpt", "assistant", "bing", "bard", "model"})
+_ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
+
+
+def estimate_tokens(text: str) -> int:
+    """Output length from a reference answer, by the documented rule (no tokenizer: the target's may
+    not be at hand, and the same file must give the same workload on every machine)."""
+    return min(MAX_OUTPUT_TOKENS, max(MIN_OUTPUT_TOKENS, math.ceil(len(text) / CHARS_PER_TOKEN)))
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A parsed ``[FORMAT:]PATH[#CATEGORY,...]``."""
+
+    path: str
+    format: str | None = None
+    categories: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> DatasetSpec:
+        """Split the spec; a prefix before ``:`` is a format only when it names one (``C:\\x`` is a path)."""
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError(f"dataset: expected 'builtin' or [FORMAT:]PATH[#CATEGORY,...], got {text!r}")
+        rest, fmt = text.strip(), None
+        prefix, sep, after = rest.partition(":")
+        if sep and (prefix in FORMATS or prefix in ALIASES):
+            fmt, rest = ALIASES.get(prefix, prefix), after
+        categories: tuple[str, ...] = ()
+        if "#" in rest:
+            rest, _, cats = rest.rpartition("#")
+            categories = tuple(c.strip() for c in cats.split(","))
+            if not all(categories):
+                raise ConfigError(f"dataset {text!r}: expected #CATEGORY[,CATEGORY...] after the path, got #{cats!r}")
+        if not rest:
+            raise ConfigError(f"dataset {text!r}: no path; expected 'builtin' or [FORMAT:]PATH[#CATEGORY,...]")
+        if rest == "builtin" and fmt not in (None, "prompts"):
+            raise ConfigError(f"dataset {text!r}: the built-in set is in the prompts format, not {fmt}")
+        return cls(rest, fmt, categories)
+
+    def with_path(self, path: str) -> DatasetSpec:
+        return DatasetSpec(path, self.format, self.categories)
+
+    def __str__(self) -> str:
+        return (f"{self.format}:" if self.format else "") + self.path + (
+            "#" + ",".join(self.categories) if self.categories else "")
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Prompts plus the identity that goes into comparability keys."""
+    """Prompts plus the identity that goes into comparability keys and what loading did to the file."""
 
     name: str
     prompts: tuple[Prompt, ...]
-    sha256: str
+    sha256: str  # of the file's bytes (check it with sha256sum)
+    format: str = "prompts"
+    path: str = ""
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> records left out (never silent)
+    lengths: dict[str, int] = field(default_factory=dict)  # given / estimated / default -> prompts
 
     def by_category(self, *categories: str) -> list[Prompt]:
         return [p for p in self.prompts if p.category in categories]
 
+    @property
+    def prompts_sha256(self) -> str:
+        """Hash of what is sent (ids, categories, messages, max_tokens): changes exactly when the workload
+        does, also when the file is the same but the category filter or a loader rule differs."""
+        rows = [[p.id, p.category, p.messages, p.prompt, p.max_tokens] for p in self.prompts]
+        blob = json.dumps(rows, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
 
-def load_jsonl(path: Path, name: str | None = None) -> Dataset:
-    """Read a prompt JSONL file; a malformed line is an error naming the line and what was expected."""
+    def identity(self) -> dict[str, Any]:
+        """The comparability key: a baseline measured on other prompts is not comparable."""
+        return {"name": self.name, "format": self.format, "prompts_sha256": self.prompts_sha256}
+
+    def describe(self) -> dict[str, Any]:
+        """What the JSON results record about the dataset."""
+        return {
+            **self.identity(), "path": self.path, "file_sha256": self.sha256, "prompts": len(self.prompts),
+            "categories": dict(sorted(Counter(p.category for p in self.prompts).items())),
+            "skipped": dict(self.skipped),
+            "output_lengths": {"rule": OUTPUT_LENGTH_RULES[self.format], **self.lengths},
+        }
+
+    def summary(self) -> str:
+        """One progress line: how many prompts, and anything left out or defaulted."""
+        parts = [f"{self.name}: {len(self.prompts)} prompts ({self.format}, sha256 {self.sha256[:12]})"]
+        if self.skipped:
+            parts.append("skipped " + ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items())))
+        if self.lengths.get("default"):
+            parts.append(f"{self.lengths['default']} without a length got max_tokens={DEFAULT_OUTPUT_TOKENS}")
+        if self.lengths.get("estimated"):
+            parts.append(f"{self.lengths['estimated']} lengths estimated from reference answers")
+        return "; ".join(parts)
+
+    def select(self, categories: tuple[str, ...]) -> Dataset:
+        """Only the prompts of ``categories``; an unknown category is an error naming the ones there are."""
+        import dataclasses
+
+        have = sorted({p.category for p in self.prompts})
+        unknown = [c for c in categories if c not in have]
+        if unknown:
+            raise ConfigError(f"dataset {self.name}: no prompts of category {', '.join(map(repr, unknown))}; "
+                              f"categories in {self.path}: {', '.join(have) or '(none)'}")
+        name = f"{self.name}#{','.join(categories)}"
+        return dataclasses.replace(self, name=name, prompts=tuple(self.by_category(*categories)))
+
+
+class _Bad(Exception):
+    """A record does not fit its format: where inside the record, and what was expected."""
+
+    def __init__(self, where: str, expected: str, got: Any = ...) -> None:
+        super().__init__(where)
+        self.where, self.expected, self.got = where, expected, got
+
+
+class _Skip(Exception):
+    """A well-formed record with nothing to send (e.g. a ShareGPT conversation without a human turn)."""
+
+
+class _Said(str):
+    """A `got` already in words (e.g. "both"), shown as is."""
+
+
+def _got(value: Any) -> str:
+    if value is ...:
+        return "nothing"
+    if isinstance(value, _Said):
+        return str(value)
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return f"{type(value).__name__} {text[:60]}{'…' if len(text) > 60 else ''}"
+
+
+def _str(obj: dict[str, Any], key: str, *, empty: bool = False) -> str:
+    value = obj.get(key, ...)
+    if not isinstance(value, str) or (not empty and not value.strip()):
+        raise _Bad(key, "a string" if empty else "a non-empty string", value)
+    return value
+
+
+def _id(obj: dict[str, Any], key: str, default: str) -> str:
+    value = obj.get(key, ...)
+    if value is ... or value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
+        raise _Bad(key, "a string or whole number", value)
+    return str(value)
+
+
+def _from_reference(answer: str) -> tuple[str, int]:
+    """(where the length came from, max_tokens) for a record whose reference answer may be empty."""
+    return ("estimated", estimate_tokens(answer)) if answer.strip() else ("default", DEFAULT_OUTPUT_TOKENS)
+
+
+def _user(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]
+
+
+Row = tuple["Prompt", str]  # the prompt and where its max_tokens came from: given / estimated / default
+
+
+def _prompts_row(obj: dict[str, Any], default_id: str) -> Row:
     from ..load import Prompt
 
-    raw = path.read_bytes()
-    prompts: list[Prompt] = []
-    for lineno, line in enumerate(raw.decode().splitlines(), 1):
-        if not line.strip():
-            continue
+    has_messages, has_prompt = "messages" in obj, "prompt" in obj
+    if has_messages == has_prompt:
+        raise _Bad("messages", 'exactly one of "messages" (chat) or "prompt" (the user turn)',
+                   _Said("both") if has_messages else ...)
+    if has_prompt:
+        messages = _user(_str(obj, "prompt"))
+    else:
+        messages = obj["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise _Bad("messages", 'a non-empty list of {"role", "content"} objects', messages)
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise _Bad(f"messages[{i}]", 'an object {"role", "content"}', m)
+            if m.get("role") not in _ROLES:
+                raise _Bad(f"messages[{i}].role", f"one of {', '.join(sorted(_ROLES))}", m.get("role", ...))
+            if not isinstance(m.get("content", ...), str):
+                raise _Bad(f"messages[{i}].content", "a string", m.get("content", ...))
+        if not any(m["role"] == "user" and m["content"].strip() for m in messages):
+            raise _Bad("messages", "at least one non-empty user message", messages)
+    keys = [k for k in ("max_tokens", "output_tokens") if k in obj]
+    if len(keys) == 2:
+        raise _Bad("output_tokens", 'only one of "max_tokens" or "output_tokens"', obj["output_tokens"])
+    source, max_tokens = "default", DEFAULT_OUTPUT_TOKENS
+    if keys:
+        value = obj[keys[0]]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _Bad(keys[0], "a whole number >= 1", value)
+        source, max_tokens = "given", value
+    category = obj.get("category", "")
+    if not isinstance(category, str):
+        raise _Bad("category", "a string", category)
+    prompt = Prompt(id=_id(obj, "id", default_id), messages=messages, max_tokens=max_tokens, category=category)
+    return prompt, source
+
+
+def _sharegpt_row(obj: dict[str, Any], default_id: str) -> Row:
+    from ..load import Prompt
+
+    turns = obj.get("conversations", ...)
+    if not isinstance(turns, list):
+        raise _Bad("conversations", 'a list of {"from": "human"|"gpt", "value"} turns', turns)
+    for i, t in enumerate(turns):
+        if not isinstance(t, dict) or not isinstance(t.get("from"), str):
+            raise _Bad(f"conversations[{i}]", 'an object {"from": "human"|"gpt", "value": string}', t)
+        if not isinstance(t.get("value", ...), str):
+            raise _Bad(f"conversations[{i}].value", "a string", t.get("value", ...))
+    if not turns:
+        raise _Skip("empty conversations")
+    first = next((i for i, t in enumerate(turns) if t["from"] in _HUMAN and t["value"].strip()), None)
+    if first is None:
+        raise _Skip("without a non-empty human turn")
+    reply = next((t["value"] for t in turns[first + 1:] if t["from"] in _ASSISTANT), "")
+    source, max_tokens = _from_reference(reply)
+    category = obj.get("category", "")
+    prompt = Prompt(id=_id(obj, "id", default_id), messages=_user(turns[first]["value"]), max_tokens=max_tokens,
+                    category=category if isinstance(category, str) else "")
+    return prompt, source
+
+
+def _spec_bench_row(obj: dict[str, Any], default_id: str) -> Row:
+    from ..load import Prompt
+
+    turns = obj.get("turns", ...)
+    if not isinstance(turns, list) or not turns:
+        raise _Bad("turns", "a non-empty list of strings (the first turn is the prompt)", turns)
+    if not isinstance(turns[0], str) or not turns[0].strip():
+        raise _Bad("turns[0]", "a non-empty string", turns[0])
+    category = obj.get("category", "")
+    if not isinstance(category, str):
+        raise _Bad("category", "a string", category)
+    prompt = Prompt(id=_id(obj, "question_id", default_id), messages=_user(turns[0]),
+                    max_tokens=DEFAULT_OUTPUT_TOKENS, category=category)
+    return prompt, "default"
+
+
+def _instructcoder_row(obj: dict[str, Any], default_id: str) -> Row:
+    from ..load import Prompt
+
+    instruction = _str(obj, "instruction")
+    code = _str(obj, "input", empty=True)
+    output = _str(obj, "output", empty=True)
+    text = (f"{code}\n\n" if code.strip() else "") + instruction + INSTRUCTCODER_SUFFIX
+    source, max_tokens = _from_reference(output)
+    prompt = Prompt(id=_id(obj, "id", default_id), messages=_user(text), max_tokens=max_tokens,
+                    category="code_editing")
+    return prompt, source
+
+
+_PARSERS: dict[str, Callable[[dict[str, Any], str], Row]] = {
+    "prompts": _prompts_row, "sharegpt": _sharegpt_row, "spec_bench": _spec_bench_row,
+    "instructcoder": _instructcoder_row,
+}
+_DETECT_HELP = ('"messages" or "prompt" (prompts), "conversations" (sharegpt), "turns" (spec_bench / MT-Bench) '
+                'or "instruction" + "output" (instructcoder)')
+
+
+def detect_format(obj: Any) -> str | None:
+    """The format a first record looks like, by its keys; None when it fits none."""
+    if not isinstance(obj, dict):
+        return None
+    if "conversations" in obj:
+        return "sharegpt"
+    if "turns" in obj:
+        return "spec_bench"
+    if "instruction" in obj and "output" in obj:
+        return "instructcoder"
+    if "messages" in obj or "prompt" in obj:
+        return "prompts"
+    return None
+
+
+def _records(path: Path, text: str) -> tuple[bool, Iterator[tuple[str, str, Any]]]:
+    """(is a JSON document, iterator of (location, default id suffix, record)).
+
+    Locations are ``file:LINE`` for JSONL and ``file: $[i]`` (a JSON path) for a JSON array.
+    """
+    stripped = text.lstrip()
+    if not stripped:
+        raise ConfigError(f"{path}: empty file; expected JSONL (one JSON object per line) or a JSON array of records")
+    if stripped[0] == "[":
         try:
-            obj = json.loads(line)
-            messages = obj.get("messages")
-            prompt = obj.get("prompt")
-            if (messages is None) == (prompt is None):
-                raise ValueError('exactly one of "messages" (chat) or "prompt" (completions)')
-            max_tokens = int(obj["max_tokens"])
-            if max_tokens < 1:
-                raise ValueError('"max_tokens" >= 1')
-            prompts.append(
-                Prompt(
-                    id=str(obj.get("id", f"{path.stem}-{lineno}")),
-                    messages=messages,
-                    prompt=prompt,
-                    max_tokens=max_tokens,
-                    category=str(obj.get("category", "")),
-                )
-            )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ConfigError(f"{path}:{lineno}: expected a JSON object with {exc}") from exc
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg}); expected one JSON "
+                              "array of records") from None
+        return True, ((f"{path}: $[{i}]", str(i), obj) for i, obj in enumerate(doc))
+    if stripped[0] != "{":
+        raise ConfigError(f"{path}:1: expected JSONL (a JSON object per line) or a JSON array of records, got "
+                          f"{stripped[:30]!r}")
+
+    def lines() -> Iterator[tuple[str, str, Any]]:
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                hint = ""
+                if lineno == 1:
+                    try:
+                        whole = json.loads(text)
+                    except json.JSONDecodeError:
+                        whole = None
+                    if isinstance(whole, dict):
+                        hint = " (the file is one JSON object: put the records in a JSON array or one per line)"
+                raise ConfigError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}); expected "
+                                  f"one JSON object per line{hint}") from None
+            yield f"{path}:{lineno}", str(lineno), obj
+
+    return False, lines()
+
+
+def load_file(path: Path, fmt: str | None = None, name: str | None = None) -> Dataset:
+    """Read a prompt file in any supported format (detected from its first record unless ``fmt``).
+
+    A malformed record is an error naming the file, the line (JSONL) or JSON path (JSON array), the
+    field and what was expected.  Records with nothing to send are counted in ``skipped``, never dropped
+    silently.
+    """
+    if fmt is not None and fmt not in _PARSERS:
+        raise ConfigError(f"dataset format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"dataset {path}: cannot read it ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected JSON or "
+                          "JSONL") from None
+    is_doc, records = _records(path, text)
+    prompts: list[Prompt] = []
+    seen: dict[str, str] = {}
+    skipped: Counter[str] = Counter()
+    lengths: Counter[str] = Counter()
+    parser = _PARSERS[fmt] if fmt else None
+    for loc, suffix, obj in records:
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{loc}: expected a JSON object (a record), got {_got(obj)}")
+        if parser is None:
+            fmt = detect_format(obj)
+            if fmt is None:
+                raise ConfigError(f"{loc}: cannot tell the dataset format from the keys {sorted(obj)}; expected "
+                                  f"{_DETECT_HELP}, or name the format: FORMAT:{path} with FORMAT one of "
+                                  f"{', '.join(FORMATS)}")
+            parser = _PARSERS[fmt]
+        try:
+            prompt, source = parser(obj, f"{path.stem}-{suffix}")
+        except _Skip as skip:
+            skipped[str(skip)] += 1
+            continue
+        except _Bad as bad:
+            sep = "." if is_doc else ": "
+            raise ConfigError(f"{loc}{sep}{bad.where}: expected {bad.expected}, got {_got(bad.got)} "
+                              f"(reading the file as {fmt}; force another format with FORMAT:{path})") from None
+        if prompt.id in seen:
+            raise ConfigError(f"{loc}: duplicate id {prompt.id!r} (also at {seen[prompt.id]}); ids must be unique "
+                              "because outputs are matched by id")
+        seen[prompt.id] = loc
+        prompts.append(prompt)
+        lengths[source] += 1
     if not prompts:
-        raise ConfigError(f"{path}: no prompts")
-    return Dataset(name=name or path.stem, prompts=tuple(prompts), sha256=hashlib.sha256(raw).hexdigest())
+        why = f" (skipped: {', '.join(f'{n} {r}' for r, n in skipped.items())})" if skipped else ""
+        raise ConfigError(f"{path}: no prompts{why}")
+    assert fmt is not None
+    return Dataset(name=name or path.name, prompts=tuple(prompts), sha256=hashlib.sha256(raw).hexdigest(),
+                   format=fmt, path=str(path), skipped=dict(skipped), lengths=dict(lengths))
+
+
+def load_jsonl(path: Path, name: str | None = None) -> Dataset:
+    """A prompts-format file (``messages`` or ``prompt`` per line)."""
+    return load_file(path, "prompts", name=name or path.stem)
 
 
 def builtin() -> Dataset:
-    return load_jsonl(BUILTIN, name="builtin")
+    return load_file(BUILTIN, "prompts", name="builtin")
+
+
+def load(spec: str, root: Path) -> Dataset:
+    """The dataset a spec string names; a relative path is relative to ``root`` (the rootdir)."""
+    parsed = DatasetSpec.parse(spec)
+    if parsed.path == "builtin":
+        dataset = builtin()
+    else:
+        path = Path(parsed.path).expanduser()
+        if not path.is_absolute():
+            path = root / path
+        if not path.is_file():
+            raise ConfigError(f"dataset {spec!r}: no such file ({path}); use 'builtin' or a file path")
+        dataset = load_file(path, parsed.format)
+    return dataset.select(parsed.categories) if parsed.categories else dataset
