@@ -67,7 +67,8 @@ def invalid_reasons(m: RunMetrics, n_prompts: int, rules: ValidityRules) -> list
     if m.preemptions:
         reasons.append(f"{m.preemptions} preemption(s) during the run (KV cache too small for the load)")
     wanted = min(m.concurrency or 1, n_prompts)
-    if m.max_in_flight is not None and m.max_in_flight < wanted:
+    # In an open loop the concurrency is a cap, not a target: the arrival rate sets what is in flight.
+    if m.request_rate is None and m.max_in_flight is not None and m.max_in_flight < wanted:
         reasons.append(f"concurrency not reached: at most {m.max_in_flight} in flight, wanted {wanted}")
     if m.token_counter_mismatch and m.generation_tokens is not None:
         share = abs(m.token_counter_mismatch) / max(1, m.total_output_tokens)

@@ -156,6 +156,7 @@ class RunMetrics:
     itl_token_ms: dict[str, float] | None
     max_in_flight: int | None = None
     concurrency: int | None = None
+    request_rate: float | None = None  # open loop (requests/s); None = closed loop
     loop_lag_max_ms: float | None = None
     loop_lag_mean_ms: float | None = None
     drafts: int | None = None
@@ -229,7 +230,7 @@ def compute_run_metrics(load: LoadResult, delta: Counters | None) -> RunMetrics:
         total_output_tokens=total_out,
         ttft_ms=summarize(ttfts), tpot_ms=summarize(tpots), e2e_ms=summarize(e2es),
         itl_chunk_ms=summarize(itl_chunk), itl_token_ms=summarize(itl_token),
-        max_in_flight=load.max_in_flight, concurrency=load.concurrency,
+        max_in_flight=load.max_in_flight, concurrency=load.concurrency, request_rate=load.rate,
         loop_lag_max_ms=load.loop_lag_max_s * 1000, loop_lag_mean_ms=load.loop_lag_mean_s * 1000,
         errors=load.error_counts(),
         finish_reasons=dict(Counter(str(s.finish_reason) for s in ok)),

@@ -18,6 +18,18 @@ def test_ngram(specdec):
 """
 
 
+FAKE_PROFILE_TEMPLATE = """
+name = "zoo-target"
+device = "cpu"
+[target]
+model = "{target}"
+[methods.ngram]
+speculative_config = {{ method = "ngram", prompt_lookup_max = 4, prompt_lookup_min = 2 }}
+[matrix]
+runs = 1
+"""
+
+
 def _args(fake_profile: Path, endpoints: tuple[str, str], reports: Path) -> list[str]:
     spec, ref = endpoints
     return [
@@ -125,3 +137,53 @@ def test_specdec_draft_replaces_a_methods_head_under_the_same_test_ids(
     bad.stdout.fnmatch_lines(["*--specdec-draft nosuch=...: method 'nosuch' is not in profile*allowed: ngram, eagle3*"])
     worse = pytester.runpytest("--specdec-draft", "eagle3")
     worse.stderr.fnmatch_lines(["*--specdec-draft expects METHOD=MODEL*got 'eagle3'*"])
+
+
+def test_completions_api_and_open_loop_rate_from_marker_and_command_line(pytester: pytest.Pytester) -> None:
+    """api='completions' renders the chat prompts with the target's template (here the zoo's) and sends
+    them to /v1/completions without a second BOS; request_rate= turns the run into an open loop."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fake_server import FakeConfig, FakeServer
+
+    from pytest_specdec.zoo import zoo_path
+
+    profile = pytester.path / "zoo.toml"
+    profile.write_text(FAKE_PROFILE_TEMPLATE.format(target=zoo_path("target")))
+    pytester.makepyfile(test_suite="""
+        import pytest
+
+        @pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=2, num_prompts=4, max_tokens=8,
+                             api="completions", request_rate=None)
+        @pytest.mark.specdec_verdicts(check=False)
+        def test_completions(specdec):
+            assert specdec.params["api"] == "completions" and specdec.params["request_rate"] is None
+
+        @pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=2, num_prompts=4, max_tokens=8)
+        @pytest.mark.specdec_verdicts(check=False)
+        def test_rate_from_cli(specdec):
+            assert specdec.params["api"] == "chat" and specdec.params["request_rate"] == 40.0
+    """)
+    spec_srv = FakeServer(FakeConfig(k=3, acceptance=(0.8, 0.6, 0.4), output_tokens=8))
+    ref_srv = FakeServer(FakeConfig(output_tokens=8))
+    with spec_srv as spec_url, ref_srv as ref_url:
+        result = pytester.runpytest(
+            f"--specdec-profile={profile}", f"--specdec-endpoint={spec_url}", f"--specdec-reference-endpoint={ref_url}",
+            f"--specdec-reports={pytester.path / 'reports'}", "--specdec-request-rate=40", "-p", "no:cacheprovider",
+            "-k", "completions or rate", "-v",
+        )
+        sent = spec_srv.requests
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_completions[[]ngram-k3-t0.0-c2-completions[]] PASSED*",
+                                 "*test_rate_from_cli[[]ngram-k3-t0.0-c2-r40[]] PASSED*"])
+    completions = [r for r in sent if "prompt" in r]
+    chats = [r for r in sent if "messages" in r]
+    assert completions and chats
+    assert all(r["prompt"].startswith("<|bos|><|user|>\n") and r["prompt"].endswith("<|assistant|>\n")
+               for r in completions)
+    assert all(r["add_special_tokens"] is False and r["max_tokens"] == 8 for r in completions)
+    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    assert {t["params"]["api"] for t in data["tests"]} == {"completions", "chat"}
+    rated = next(t for t in data["tests"] if t["params"]["request_rate"] == 40.0)
+    assert rated["validity"]["valid"] and rated["runs"][0]["request_rate"] == 40.0
