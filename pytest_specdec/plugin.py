@@ -102,6 +102,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from .verdicts import metrics_per_test
 
     session.family_size = sum(metrics_per_test(c.method, c.k) for c in (_case(items[i]) for i in slots) if c)
+    session.collected = [c for c in (_case(items[i]) for i in slots) if c is not None]
     if session.settings.dry_run and slots:
         for line in session.dry_run_lines([(items[i].nodeid, _case(items[i])) for i in slots]):  # type: ignore[misc]
             session.progress(line)

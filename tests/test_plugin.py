@@ -106,9 +106,9 @@ def test_dry_run_prints_commands_and_starts_nothing(pytester: pytest.Pytester, f
     result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=4)
     result.stdout.fnmatch_lines([
-        "specdec dry run: profile fake*4 test(s)",
-        "specdec dry run: 3 distinct server(s):",
-        "*serve fake-model --host 127.0.0.1 --port $PORT --generation-config vllm --speculative-config*eagle3*",
+        "specdec dry run: profile fake*4 test(s)*",
+        "*spec [[]*[]]: *serve fake-model --host 127.0.0.1 --port $PORT --generation-config vllm --speculative-config*eagle3*",
+        "specdec dry run: 3 distinct server(s)*",
     ])
 
 
