@@ -86,7 +86,9 @@ def addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specdec", "speculative decoding regression checks (pytest-specdec)")
     group.addoption(
         "--gpu", metavar="NAME", default="auto",
-        help="hardware profile: cpu, or a GPU profile; auto = cpu when no CUDA device. Default: %(default)r",
+        help="hardware profile: cpu, h100, h200, a100 or l40s. A GPU profile stops unless nvidia-smi lists only "
+             "its GPU class (e.g. h100 = H100 SXM; not PCIe); auto picks the profile from nvidia-smi, cpu without "
+             "GPUs. --specdec-dry-run skips the check. Default: %(default)r",
     )
     group.addoption(
         "--specdec-profile", metavar="PATH", default=None,

@@ -80,11 +80,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             f"{metafunc.definition.nodeid} has the specdec marker but does not use the `specdec` "
             "fixture: add `specdec` to its arguments"
         )
+    from .errors import ConfigError
+
     session = metafunc.config.stash[session_key]
     # Command-line defaults apply only where the marker does not set the field.
     defaults = {"api": session.settings.api, "request_rate": session.settings.request_rate,
                 "dataset": session.settings.dataset}
-    cases = expand(dict(marker.kwargs), session.profile, marker.args, defaults)
+    try:
+        cases = expand(dict(marker.kwargs), session.profile, marker.args, defaults)
+    except ConfigError as exc:  # bad input: the message says what to fix; a traceback would bury it
+        raise pytest.Collector.CollectError(f"{metafunc.definition.nodeid}: {exc}") from None
     varying = varying_fields(cases)
     metafunc.parametrize(PARAM, cases, ids=[c.id(varying) for c in cases], indirect=True)
 
@@ -106,6 +111,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from .verdicts import metrics_per_test
 
     session.family_size = sum(metrics_per_test(c.method, c.k) for c in (_case(items[i]) for i in slots) if c)
+    session.collected = [c for c in (_case(items[i]) for i in slots) if c is not None]
     if session.settings.dry_run and slots:
         for line in session.dry_run_lines([(items[i].nodeid, _case(items[i])) for i in slots]):  # type: ignore[misc]
             session.progress(line)

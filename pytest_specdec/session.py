@@ -29,6 +29,8 @@ from .options import Settings
 if TYPE_CHECKING:
     from .baselines import BaselineStore
     from .datasets import Dataset
+    from .endpoints import EndpointFacts
+    from .hardware import GpuList
     from .load import Prompt
     from .measurement import CaseResult
     from .pool import Endpoint, ServerPool
@@ -88,21 +90,13 @@ class BaselineCheck:
         }
 
 
-def detect_profile_name() -> str:
-    """`--gpu auto`: cpu unless nvidia-smi lists a GPU."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return "cpu"
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "cpu"
-    if "GPU" not in out:
-        return "cpu"
-    raise ConfigError(
-        f"--gpu auto found NVIDIA GPUs ({out.splitlines()[0]}) but no GPU profile is built in yet: "
-        "pass --gpu cpu, or --specdec-profile PATH with your own profile"
-    )
+def detect_profile_name(gpus: GpuList | None = None) -> str:
+    """`--gpu auto`: cpu without NVIDIA GPUs, else the built-in profile for the GPUs nvidia-smi lists."""
+    from .hardware import list_gpus, pick_profile
+    from .profiles import builtin_profiles, load_profile
+
+    candidates = {name: load_profile(name).nvidia_smi_names for name in builtin_profiles()}
+    return pick_profile(list_gpus() if gpus is None else gpus, candidates)
 
 
 def _cpu_model() -> str:
@@ -166,17 +160,42 @@ class SpecDecSession:
         self.family_size = 0
         self.late_regressions: list[str] = []
         self.summary_lines: list[str] = []
+        #: How the profile was (or was not) checked against this machine's GPUs, for the dry run.
+        self.hardware_note = ""
+        #: Every collected specdec case (endpoint mode asks which spec configs the session wants).
+        self.collected: list[Case] = []
+        self._endpoint_facts: dict[str, EndpointFacts] = {}
 
     # --- configuration -------------------------------------------------------------------------
     @property
     def profile(self) -> Profile:
+        """The active profile; a GPU profile is checked against nvidia-smi, except in a dry run."""
         if self._profile is None:
+            from .hardware import check_profile, list_gpus
             from .profiles import load_profile
 
-            name = self.settings.profile_path or (
-                detect_profile_name() if self.settings.gpu == "auto" else self.settings.gpu
-            )
-            self._profile = load_profile(name).with_drafts(dict(self.settings.drafts))
+            gpus = None
+            name = self.settings.profile_path or self.settings.gpu
+            if name == "auto":
+                gpus = list_gpus()
+                name = detect_profile_name(gpus)
+            profile = load_profile(name)
+            if gpus is not None and gpus.names:  # --gpu=auto chose it from these GPUs
+                self.hardware_note = f"--gpu=auto picked profile {profile.name} for {gpus.describe()}"
+            elif profile.nvidia_smi_names and self.settings.endpoint:
+                self.hardware_note = (f"profile {profile.name} was NOT checked against GPUs: in endpoint mode the "
+                                      f"servers run elsewhere; make sure they run on {' / '.join(profile.nvidia_smi_names)}")
+            elif profile.nvidia_smi_names and self.settings.dry_run:
+                self.hardware_note = (f"profile {profile.name} was NOT checked against this machine's GPUs (dry run); "
+                                      f"it is for {' / '.join(profile.nvidia_smi_names)}")
+            elif profile.nvidia_smi_names:
+                gpus = gpus or list_gpus()
+                check_profile(profile.name, profile.nvidia_smi_names, gpus)
+                self.hardware_note = f"GPUs checked: {gpus.describe()}"
+            elif profile.device == "cuda":
+                self.hardware_note = (f"profile {profile.name} names no nvidia_smi_names: the GPUs it runs on are "
+                                      "not checked")
+            self._profile = profile.with_drafts(dict(self.settings.drafts))
         return self._profile
 
     @property
@@ -275,6 +294,41 @@ class SpecDecSession:
         return server_spec(self.profile, case.method, case.k)
 
     # --- measuring -----------------------------------------------------------------------------
+    def endpoint_facts(self, url: str) -> EndpointFacts:
+        """What an external endpoint serves (read once per session)."""
+        if url not in self._endpoint_facts:
+            from .endpoints import read_facts
+
+            self._endpoint_facts[url] = read_facts(url, self.settings.api_key)
+        return self._endpoint_facts[url]
+
+    def endpoint_skip_reason(self, case: Case) -> str | None:
+        """Endpoint mode: why the endpoints cannot stand for this test's servers (None: they can).
+
+        A speculating reference endpoint is a configuration error, not a skip: no test could be measured.
+        """
+        from .endpoints import reference_problem, unserved_reason
+
+        assert self.settings.endpoint and self.settings.reference_endpoint
+        problem = reference_problem(self.endpoint_facts(self.settings.reference_endpoint))
+        if problem:
+            raise ConfigError(problem)
+        if case.method == "none":
+            return None
+        want = self.server_spec(case, reference=False).speculative_config
+        assert want is not None
+        facts = self.endpoint_facts(self.settings.endpoint)
+        configs = {json.dumps(c, sort_keys=True) for c in (
+            self.server_spec(other, reference=False).speculative_config
+            for other in [*self.collected, case] if other.method != "none") if c is not None
+            and (facts.k is None or c.get("num_speculative_tokens") == facts.k)}
+        reason = unserved_reason(want, facts, rivals=len(configs))
+        if reason is None and facts.speculative_config is None:
+            self.progress(f"specdec: {self.settings.endpoint} speculates with k={facts.k}; its method and draft "
+                          f"cannot be read (no /server_info), so it is measured as {json.dumps(want, sort_keys=True)}"
+                          " unverified")
+        return reason
+
     def endpoint(self, spec: ServerSpec, reference: bool) -> Endpoint:
         from .pool import Endpoint
         from .load import served_model
@@ -295,6 +349,10 @@ class SpecDecSession:
         from .load import Sampling
         from .measurement import extend_case, measure_case
 
+        if self.settings.endpoint:
+            reason = self.endpoint_skip_reason(case)
+            if reason:
+                pytest.skip(f"specdec endpoint mode: {reason}")
         record = self.records.setdefault(nodeid, TestRecord(nodeid, case))
         prompts = self.prompts(case)
         ref_spec = self.server_spec(case, reference=True)
@@ -623,24 +681,62 @@ class SpecDecSession:
 
     # --- output --------------------------------------------------------------------------------
     def dry_run_lines(self, cases: list[tuple[str, Case]]) -> list[str]:
-        """The test matrix and every server command, without starting anything."""
-        from .server import build_command
+        """Every test's exact server commands and each suite's estimated run time, without starting anything."""
+        from .estimate import PlannedTest, Timings, estimate, minutes
 
-        lines = [f"specdec dry run: profile {self.profile.name} ({self.profile.path}), {len(cases)} test(s)"]
+        profile = self.profile
+        lines = [f"specdec dry run: profile {profile.name} ({profile.path}), {len(cases)} test(s); nothing is started"]
+        if self.hardware_note:
+            lines.append(f"specdec dry run: {self.hardware_note}")
+        if self.settings.endpoint:
+            lines.append(f"specdec dry run: endpoint mode: the commands are what the endpoints "
+                         f"({self.settings.endpoint}, reference {self.settings.reference_endpoint}) would need to run")
         specs: dict[str, ServerSpec] = {}
+        planned: list[PlannedTest] = []
+        unknown: list[str] = []
         for nodeid, case in cases:
-            ref = self.server_spec(case, reference=True)
-            specs.setdefault(ref.key(), ref)
-            servers = f"reference {ref.key()}"
+            arms = [("reference", self.server_spec(case, reference=True))]
             if case.method != "none":
-                spec = self.server_spec(case, reference=False)
+                arms.append(("spec", self.server_spec(case, reference=False)))
+            lines.append(f"  {nodeid}")
+            for arm, spec in arms:
                 specs.setdefault(spec.key(), spec)
-                servers += f", spec {spec.key()}"
-            lines.append(f"  {nodeid}  [{servers}]")
-        lines.append(f"specdec dry run: {len(specs)} distinct server(s):")
-        for key, spec in specs.items():
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env)
-            lines.append(f"  [{key}] {env} {shlex.join(build_command(spec, '$PORT'))}".replace("'$PORT'", "$PORT"))
+                lines.append(f"    {arm} [{spec.key()}]: {_command_line(spec)}")
+            try:
+                prompts = self.prompts(case)
+            except ConfigError as exc:
+                unknown.append(f"{nodeid}: {exc}")
+                continue
+            warm = prompts[: min(len(prompts), 2 * case.concurrency)]  # measurement.extend_case's warm-up
+            planned.append(PlannedTest(
+                nodeid, tuple(spec.key() for _, spec in arms), sum(p.max_tokens for p in prompts), len(prompts),
+                case.concurrency, sum(p.max_tokens for p in warm), len(warm),
+            ))
+        methods = ", ".join(f"{key} {spec.method}" for key, spec in specs.items())
+        lines.append(f"specdec dry run: {len(specs)} distinct server(s): {methods}")
+        timings = Timings.from_profile(profile.raw, profile.path)
+        if timings is None:
+            lines.append(f"specdec dry run: no run-time estimate: profile {profile.path} has no [timings]")
+            return lines
+        max_runs = self._looks()[-1]
+        modules = estimate(planned, timings, runs=self.runs(), max_runs=max_runs,
+                           max_servers=self.settings.max_servers)
+        lines.append(
+            f"specdec dry run: estimated run time per suite ([timings] of {profile.name}: {timings.server_start_s:g} s "
+            f"per server start, {timings.stream_tok_s:g} tok/s per request, {timings.max_tok_s:g} tok/s at most; "
+            f"{self.runs()} interleaved run(s) per arm, every request to its max_tokens, spec runs at the "
+            f"reference's rate):"
+        )
+        for m in modules:
+            lines.append(f"  {m.module}: {m.tests} test(s), {m.starts} server start(s), {m.runs} run(s): "
+                         f"~{minutes(m.seconds)} (up to {minutes(m.seconds_max)} if verdicts take {max_runs} "
+                         f"run(s) per arm)")
+        total = sum(m.seconds for m in modules)
+        total_max = sum(m.seconds_max for m in modules)
+        price = profile.raw.get("price_per_hour_usd")
+        cost = f"; ${total / 3600 * price:.2f} to ${total_max / 3600 * price:.2f} at ${price:g}/h" if price else ""
+        lines.append(f"  total: ~{minutes(total)} (up to {minutes(total_max)}){cost}")
+        lines += [f"  no estimate for {u}" for u in unknown]
         return lines
 
     def environment(self) -> dict[str, Any]:
@@ -683,6 +779,7 @@ class SpecDecSession:
             },
             "server_starts": len(self._pool.starts) if self._pool else 0,
             "datasets": {name: d.describe() for name, d in self._datasets.items()},
+            "endpoints": {url: facts.to_dict() for url, facts in self._endpoint_facts.items()},
             "tests": [r.to_dict() for r in self.records.values()],
         }
 
@@ -705,6 +802,14 @@ class SpecDecSession:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.stop_all()
+
+
+def _command_line(spec: ServerSpec) -> str:
+    """`ENV=... vllm serve ...` as a shell line, the port left as $PORT (the pool picks a free one)."""
+    from .server import build_command
+
+    env = "".join(f"{k}={shlex.quote(v)} " for k, v in spec.env)
+    return (env + shlex.join(build_command(spec, "$PORT"))).replace("'$PORT'", "$PORT")
 
 
 def _rel(path: Path, root: Path) -> str:

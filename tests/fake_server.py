@@ -59,6 +59,9 @@ class FakeConfig:
     continuous_usage: bool = True  # False: ignore continuous_usage_stats, like servers that lack it
     engines: int = 1  # requests round-robin over this many `engine` label values
     seed: int = 0
+    # JSON of the speculative config to show on /server_info, like vLLM with VLLM_SERVER_DEV_MODE=1;
+    # "" = no /server_info (404), like vLLM by default.
+    server_info: str = ""
 
     def __post_init__(self) -> None:
         if self.k and len(self.acceptance) != self.k:
@@ -255,6 +258,11 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
         return web.json_response({"object": "list", "data": [{"id": cfg.model, "object": "model",
                                                               "created": 0, "owned_by": "vllm", "root": cfg.model}]})
 
+    async def server_info(request: web.Request) -> web.Response:
+        config = json.loads(cfg.server_info)
+        return web.json_response({"vllm_config": {"model_config": {"model": cfg.model},
+                                                  "speculative_config": config}, "vllm_env": {}})
+
     async def health(request: web.Request) -> web.Response:
         return web.Response()
 
@@ -267,6 +275,8 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
+    if cfg.server_info:
+        app.router.add_get("/server_info", server_info)
     return app, st
 
 

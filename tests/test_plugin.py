@@ -119,9 +119,9 @@ def test_dry_run_prints_commands_and_starts_nothing(pytester: pytest.Pytester, f
     result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=4)
     result.stdout.fnmatch_lines([
-        "specdec dry run: profile fake*4 test(s)",
-        "specdec dry run: 3 distinct server(s):",
-        "*serve fake-model --host 127.0.0.1 --port $PORT --generation-config vllm --speculative-config*eagle3*",
+        "specdec dry run: profile fake*4 test(s)*",
+        "*spec [[]*[]]: *serve fake-model --host 127.0.0.1 --port $PORT --generation-config vllm --speculative-config*eagle3*",
+        "specdec dry run: 3 distinct server(s)*",
     ])
 
 
@@ -168,7 +168,9 @@ def test_completions_api_and_open_loop_rate_from_marker_and_command_line(pyteste
     spec_srv = FakeServer(FakeConfig(k=3, acceptance=(0.8, 0.6, 0.4), output_tokens=8))
     ref_srv = FakeServer(FakeConfig(output_tokens=8))
     with spec_srv as spec_url, ref_srv as ref_url:
-        result = pytester.runpytest(
+        # A subprocess: rendering loads transformers (torch), which an in-process run would unload
+        # afterwards, and torch cannot be imported twice in one process.
+        result = pytester.runpytest_subprocess(
             f"--specdec-profile={profile}", f"--specdec-endpoint={spec_url}", f"--specdec-reference-endpoint={ref_url}",
             f"--specdec-reports={pytester.path / 'reports'}", "--specdec-request-rate=40", "-p", "no:cacheprovider",
             "-k", "completions or rate", "-v",

@@ -1,7 +1,9 @@
 """Hardware profiles: which target, which draft or head per method, server arguments, matrix.
 
-A profile is a small TOML file shipped in this package (`cpu.toml`, later the GPU ones) or a
-user's own file.  Model names `zoo:NAME` resolve to the packaged CPU zoo.
+A profile is a small TOML file shipped in this package (`cpu.toml`, `h100.toml`, `h200.toml`,
+`a100.toml`, `l40s.toml`) or a user's own file.  Model names `zoo:NAME` resolve to the packaged CPU
+zoo.  Every key is checked against `SCHEMA` when the file is read: a misspelt key would otherwise be
+ignored and the session would measure something other than what the file says.
 """
 
 from __future__ import annotations
@@ -25,8 +27,92 @@ VLLM_METHODS = (
 )
 
 
+#: The keys a profile may have, per table. `methods.NAME` tables take `speculative_config` only.
+#: Add a key here (and read it somewhere) when the plugin starts to use it.
+SCHEMA: dict[str, frozenset[str]] = {
+    "": frozenset({
+        "name", "description", "device", "hardware", "gpus", "nvidia_smi_names", "price_per_hour_usd",
+        "target", "server", "methods", "matrix", "validity", "verdicts", "timings", "placement",
+    }),
+    "target": frozenset({"model", "tensor_parallel_size", "revision"}),
+    "server": frozenset({"args", "env"}),
+    "methods.*": frozenset({"speculative_config"}),
+    "matrix": frozenset({"k", "temperature", "concurrency", "runs"}),
+    "verdicts": frozenset({"max_runs", "thresholds"}),
+    "timings": frozenset({"server_start_s", "stream_tok_s", "max_tok_s", "run_overhead_s"}),
+    # co_resident = false: the reference and spec servers cannot be alive at once (arms alternate in blocks)
+    "placement": frozenset({"co_resident"}),
+}
+
+
 def builtin_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+def _check_keys(raw: dict[str, Any], path: Path) -> None:
+    """Unknown keys are an error naming the key, its table, the file and what is allowed."""
+
+    def check(table: dict[str, Any], allowed: frozenset[str], where: str) -> None:
+        for key in table:
+            if key not in allowed:
+                raise ConfigError(
+                    f"profile {path}: unknown key {key!r} in {where}; allowed: {', '.join(sorted(allowed))}"
+                )
+
+    check(raw, SCHEMA[""], "the top level")
+    for section in ("target", "server", "matrix", "verdicts", "timings", "methods", "validity", "placement"):
+        if section in raw and not isinstance(raw[section], dict):
+            raise ConfigError(f"profile {path}: {section} must be a table ([{section}]), got {raw[section]!r}")
+    for section in ("target", "server", "matrix", "verdicts", "timings", "placement"):
+        check(raw.get(section, {}), SCHEMA[section], f"[{section}]")
+    if not isinstance(raw.get("placement", {}).get("co_resident", True), bool):
+        raise ConfigError(f"profile {path}: [placement] co_resident must be true or false")
+    if "validity" in raw:
+        import dataclasses
+
+        from ..measurement import ValidityRules
+
+        check(raw["validity"], frozenset(f.name for f in dataclasses.fields(ValidityRules)), "[validity]")
+    for name, entry in raw.get("methods", {}).items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"profile {path}: methods.{name} must be a table, got {entry!r}")
+        check(entry, SCHEMA["methods.*"], f"[methods.{name}]")
+
+
+def _positive_list(raw: Any, what: str, path: Path, *, kind: type, low: float, high: float | None = None) -> None:
+    values = raw if isinstance(raw, list) else [raw]
+    for v in values:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (kind is float or isinstance(v, int))
+        if not ok or v < low or (high is not None and v > high):
+            bound = f">= {low}" + (f" and <= {high}" if high is not None else "")
+            raise ConfigError(f"profile {path}: {what} must be {'a whole number' if kind is int else 'a number'} "
+                              f"{bound} (or a list of them), got {v!r}")
+
+
+def _check_values(raw: dict[str, Any], path: Path) -> None:
+    """Values the plugin reads later, checked now so a bad file fails before any server starts."""
+    matrix = raw.get("matrix", {})
+    for key, kind, low, high in (("k", int, 1, None), ("temperature", float, 0, 2), ("concurrency", int, 1, None)):
+        if key in matrix:
+            _positive_list(matrix[key], f"[matrix] {key}", path, kind=kind, low=low, high=high)
+    if "runs" in matrix:
+        _positive_list(matrix["runs"], "[matrix] runs", path, kind=int, low=1)
+        if isinstance(matrix["runs"], list):
+            raise ConfigError(f"profile {path}: [matrix] runs must be one whole number, got {matrix['runs']!r}")
+    timings = raw.get("timings", {})
+    for key, value in timings.items():
+        _positive_list(value, f"[timings] {key}", path, kind=float, low=0 if key == "run_overhead_s" else 1e-9)
+        if isinstance(value, list):
+            raise ConfigError(f"profile {path}: [timings] {key} must be one number, got {value!r}")
+    if "price_per_hour_usd" in raw:
+        _positive_list(raw["price_per_hour_usd"], "price_per_hour_usd", path, kind=float, low=0)
+    names = raw.get("nvidia_smi_names")
+    if names is not None and (not isinstance(names, list) or not names
+                              or not all(isinstance(n, str) and n.strip() for n in names)):
+        raise ConfigError(f"profile {path}: nvidia_smi_names must be a non-empty list of GPU names as "
+                          f"`nvidia-smi --query-gpu=name --format=csv,noheader` prints them, got {names!r}")
+    if raw.get("device", "cuda") not in ("cpu", "cuda"):
+        raise ConfigError(f"profile {path}: device must be 'cpu' or 'cuda', got {raw.get('device')!r}")
 
 
 @dataclass(frozen=True)
@@ -44,6 +130,9 @@ class Profile:
     matrix: dict[str, Any] = field(default_factory=dict)
     validity: dict[str, float] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: GPU names (`nvidia-smi --query-gpu=name`) this profile's figures hold for; empty = not checked.
+    nvidia_smi_names: tuple[str, ...] = ()
+    builtin: bool = False
 
     def validity_rules(self) -> ValidityRules:
         """The profile's run-validity limits (`[validity]`), defaults for the rest."""
@@ -129,6 +218,8 @@ def load_profile(name_or_path: str) -> Profile:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"profile {path}: {exc}") from exc
+    _check_keys(raw, path)
+    _check_values(raw, path)
     try:
         methods: dict[str, dict[str, Any]] = {}
         for name, entry in raw.get("methods", {}).items():
@@ -152,6 +243,8 @@ def load_profile(name_or_path: str) -> Profile:
             matrix=dict(raw.get("matrix", {})),
             validity=dict(raw.get("validity", {})),
             raw=raw,
+            nvidia_smi_names=tuple(n.strip() for n in raw.get("nvidia_smi_names", [])),
+            builtin=path.resolve().parent == PROFILE_DIR.resolve(),
         )
     except KeyError as exc:
         raise ConfigError(f"profile {path}: missing key {exc.args[0]!r}") from exc

@@ -1,0 +1,152 @@
+"""Endpoint mode: what an externally run vLLM server serves, and whether a test's server spec is it.
+
+Why: with `--specdec-endpoint` the suites run unchanged against servers someone else started (under
+Kubernetes, say), which serve one speculative config.  A test asking for another one (eagle3 at k=5
+against an ngram k=3 server) would measure the endpoint and label it with the test's parameters.
+Such tests are skipped with the reason.
+
+What can be read, from vLLM 0.32's own endpoints:
+- `/metrics`: whether the server speculates at all (vLLM registers the `vllm:spec_decode_*` counters
+  only with a speculative config) and k (it creates one `..._per_pos` child per draft position up front).
+- `/server_info?config_format=json`: the whole speculative config (method, draft model, ...), but only
+  when the server runs with `VLLM_SERVER_DEV_MODE=1` (a development endpoint; vLLM warns against it in
+  production).
+- `/v1/models`: the served model ids; vLLM exposes no speculation there.
+So without `/server_info` the method and draft cannot be told apart: an ngram k=3 server and an eagle3
+k=3 server look the same from outside.  Then a session whose tests ask for several spec configs at the
+endpoint's k cannot know which one the endpoint is, and all of them are skipped with that reason; a
+session asking for exactly one is measured, and the result records that the method was not verified.
+No pytest import.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import ConfigError
+
+Fetch = Callable[[str, "str | None"], "str | None"]
+
+
+def fetch_text(url: str, api_key: str | None, timeout_s: float = 30.0) -> str | None:
+    """GET `url`; None on 404 (an endpoint this server does not have). Other failures raise ConfigError."""
+    req = urllib.request.Request(url)
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the server under test
+            return resp.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise ConfigError(f"endpoint {url}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise ConfigError(f"endpoint {url}: cannot connect ({exc})") from None
+
+
+@dataclass(frozen=True)
+class EndpointFacts:
+    """What one endpoint serves, as far as it can be read from outside."""
+
+    url: str
+    models: tuple[str, ...]
+    speculating: bool
+    k: int | None  # from /metrics: the per-position counters' children
+    speculative_config: dict[str, Any] | None = None  # from /server_info (VLLM_SERVER_DEV_MODE=1)
+    server_info: bool = False  # whether /server_info answered
+
+    def describe(self) -> str:
+        if not self.speculating:
+            return "no vllm:spec_decode_* counters on /metrics"
+        if self.speculative_config is not None:
+            return f"speculative config {json.dumps(self.speculative_config, sort_keys=True)} (/server_info)"
+        return f"speculation with k={self.k} (/metrics); method and draft unknown (no /server_info)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "models": list(self.models), "speculating": self.speculating, "k": self.k,
+                "speculative_config": self.speculative_config, "server_info": self.server_info}
+
+
+#: The keys of vLLM's speculative config that say *what* is served (others tune how).
+_IDENTITY = ("method", "model", "num_speculative_tokens")
+
+
+def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> EndpointFacts:
+    """Ask the endpoint's /v1/models, /metrics and (if it has it) /server_info."""
+    from .metrics import parse_counters
+
+    models_text = fetch(f"{url}/v1/models", api_key)
+    if models_text is None:
+        raise ConfigError(f"endpoint {url}: no /v1/models (is it an OpenAI-compatible vLLM server?)")
+    try:
+        models = tuple(str(m["id"]) for m in json.loads(models_text)["data"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"endpoint {url}/v1/models: not an OpenAI model list ({exc})") from None
+    metrics_text = fetch(f"{url}/metrics", api_key)
+    if metrics_text is None:
+        raise ConfigError(f"endpoint {url}: no /metrics; the plugin reads vLLM's spec-decode counters there")
+    counters = parse_counters(metrics_text)
+    k = len(counters.accepted_per_pos) or None
+    info_text = fetch(f"{url}/server_info?config_format=json", api_key)
+    config = None
+    if info_text is not None:
+        try:
+            vllm_config = json.loads(info_text).get("vllm_config")
+        except (ValueError, AttributeError):
+            vllm_config = None
+        if isinstance(vllm_config, dict) and isinstance(vllm_config.get("speculative_config"), dict):
+            config = {key: vllm_config["speculative_config"][key] for key in _IDENTITY
+                      if vllm_config["speculative_config"].get(key) is not None}
+            config.update({key: value for key, value in vllm_config["speculative_config"].items()
+                           if key.startswith("prompt_lookup_") and value is not None})
+    return EndpointFacts(url, models, counters.spec_decode, k if counters.spec_decode else None, config,
+                         info_text is not None)
+
+
+def _same_model(want: str, served: str) -> bool:
+    """A hub id and a local copy of it (`/models/yuhuili/EAGLE3-...`) count as the same draft."""
+    want, served = want.rstrip("/"), served.rstrip("/")
+    return (want == served or served.endswith("/" + want.lstrip("/"))
+            or want.endswith("/" + served.lstrip("/")))
+
+
+def unserved_reason(want: dict[str, Any], facts: EndpointFacts, rivals: int = 1) -> str | None:
+    """Why the spec endpoint cannot stand for a server with speculative config `want` (None: it can).
+
+    `rivals` is how many distinct spec configs of the session ask for the endpoint's k: with more than
+    one and no /server_info, which of them the endpoint serves cannot be told.
+    """
+    wanted = json.dumps(want, sort_keys=True)
+    if not facts.speculating:
+        return f"the spec endpoint {facts.url} does not speculate ({facts.describe()}); this test needs {wanted}"
+    k = want.get("num_speculative_tokens")
+    if facts.k is not None and k is not None and k != facts.k:
+        return (f"this test needs k={k} ({wanted}); the spec endpoint {facts.url} speculates with k={facts.k} "
+                f"(from its /metrics per-position counters)")
+    served = facts.speculative_config
+    if served is not None:
+        for key, value in want.items():
+            if key not in served:
+                continue
+            same = _same_model(str(value), str(served[key])) if key == "model" else value == served[key]
+            if not same:
+                return (f"this test needs {key}={value!r}; the spec endpoint {facts.url} serves {key}="
+                        f"{served[key]!r} ({facts.describe()})")
+        return None
+    if rivals > 1:
+        return (f"the spec endpoint {facts.url} speculates with k={facts.k}, but which method and draft it runs "
+                f"cannot be read (no /server_info: start vLLM with VLLM_SERVER_DEV_MODE=1 to expose it), and this "
+                f"session asks for {rivals} different spec configs at that k; measuring it as {wanted} could be wrong")
+    return None
+
+
+def reference_problem(facts: EndpointFacts) -> str | None:
+    """The reference endpoint must not speculate: the speedup is against the no-speculation server."""
+    if facts.speculating:
+        return (f"--specdec-reference-endpoint {facts.url} speculates ({facts.describe()}); the reference must be "
+                "a server started without --speculative-config")
+    return None

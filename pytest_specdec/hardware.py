@@ -1,0 +1,105 @@
+"""Which GPUs this machine has, and whether a profile's figures hold for them.
+
+A GPU profile's baselines, thresholds and timings belong to one GPU class: an H100 PCIe compared with
+H100 SXM baselines would "regress" by its lower memory bandwidth alone.  So `--gpu=h100` stops unless
+every GPU nvidia-smi lists is one the profile names, and `--gpu=auto` picks the profile whose names
+cover them.  No pytest import; nvidia-smi is reached through `list_gpus`, which tests replace with a
+fake executable (`SPECDEC_NVIDIA_SMI`) or call the pure functions with a list.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import ConfigError
+
+#: Path of the nvidia-smi to run instead of the one on PATH (tests point it at a fake script).
+SMI_ENV = "SPECDEC_NVIDIA_SMI"
+QUERY = ["--query-gpu=name", "--format=csv,noheader"]
+
+
+@dataclass(frozen=True)
+class GpuList:
+    """What nvidia-smi said: the GPU names in its order, or why there are none."""
+
+    names: tuple[str, ...]
+    problem: str | None = None  # no nvidia-smi, or it failed: the reason, for the stop message
+
+    def describe(self) -> str:
+        if not self.names:
+            return self.problem or "nvidia-smi lists no GPU"
+        counts = Counter(self.names)
+        return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items())
+
+
+def list_gpus(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> GpuList:
+    """`nvidia-smi --query-gpu=name --format=csv,noheader`, one name per GPU (every GPU of the machine,
+    whatever CUDA_VISIBLE_DEVICES says)."""
+    smi = os.environ.get(SMI_ENV)
+    if smi:
+        if not (os.path.isfile(smi) and os.access(smi, os.X_OK)):
+            raise ConfigError(f"{SMI_ENV}={smi!r} is not an executable file; unset it to use nvidia-smi from PATH")
+    else:
+        smi = shutil.which("nvidia-smi")
+        if smi is None:
+            return GpuList((), "no nvidia-smi on PATH (no NVIDIA driver on this machine)")
+    try:
+        done = run([smi, *QUERY], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return GpuList((), f"{smi} {' '.join(QUERY)} could not run: {exc}")
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        return GpuList((), f"{smi} {' '.join(QUERY)} exited with {done.returncode}"
+                           + (f": {said[0]}" if said else ""))
+    return GpuList(tuple(line.strip() for line in done.stdout.splitlines() if line.strip()))
+
+
+def pick_profile(gpus: GpuList, candidates: dict[str, tuple[str, ...]]) -> str:
+    """`--gpu=auto`: `cpu` without GPUs, else the one built-in profile naming every GPU listed.
+
+    `candidates` maps profile name -> the nvidia-smi names it is for.  Unknown or mixed GPUs stop:
+    guessing a class would compare with baselines measured on different hardware.
+    """
+    if not gpus.names:
+        return "cpu"
+    found = set(gpus.names)
+    matching = sorted(name for name, names in candidates.items() if names and found <= set(names))
+    if len(matching) == 1:
+        return matching[0]
+    known = "; ".join(f"{name}: {', '.join(names)}" for name, names in sorted(candidates.items()) if names)
+    if len(found) > 1:
+        why = "GPUs of different classes (a server could land on either, and no profile's figures hold for both)"
+    elif matching:
+        why = f"GPUs that several profiles claim ({', '.join(matching)})"
+    else:
+        why = "GPUs no built-in profile is for"
+    raise ConfigError(
+        f"--gpu=auto: this machine has {why}: {gpus.describe()}. Built-in GPU profiles and the nvidia-smi "
+        f"names they are for: {known}. Pass --gpu=cpu, or --specdec-profile PATH with a profile for these GPUs"
+    )
+
+
+def check_profile(profile_name: str, names: tuple[str, ...], gpus: GpuList) -> None:
+    """Stop unless every GPU nvidia-smi lists is one of `names` (the profile's class)."""
+    if not names:
+        return
+    if not gpus.names:
+        raise ConfigError(
+            f"--gpu={profile_name}: the {profile_name} profile is for {' / '.join(names)}, but this machine has "
+            f"none: {gpus.describe()}. Its baselines and thresholds would mean nothing here. Use --gpu=auto "
+            "(cpu without GPUs), or --specdec-dry-run to see the commands without running them"
+        )
+    foreign = [n for n in dict.fromkeys(gpus.names) if n not in names]
+    if foreign:
+        mixed = " (mixed GPUs: every GPU must be of the profile's class)" if len(foreign) < len(set(gpus.names)) else ""
+        raise ConfigError(
+            f"--gpu={profile_name}: the {profile_name} profile is for {' / '.join(names)} only, but nvidia-smi "
+            f"lists {gpus.describe()}{mixed}. Comparing with {profile_name} baselines would measure the hardware "
+            f"difference, not speculative decoding. Use --gpu=auto, or --specdec-profile PATH with a profile "
+            f"whose nvidia_smi_names list {', '.join(foreign)}"
+        )
