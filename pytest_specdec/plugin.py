@@ -7,7 +7,9 @@ the hooks so `pytest --help` stays fast.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Generator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
@@ -59,10 +61,23 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = Settings.from_config(config)
     if _xdist_controller(config):
         _check_xdist(config, settings)
-    session = SpecDecSession(settings, config.rootpath, _progress(config))
     workerinput = getattr(config, "workerinput", None)
-    session.worker = workerinput["workerid"] if workerinput else None
+    worker = workerinput["workerid"] if workerinput else None
+    progress = _worker_progress(settings.reports_dir / "logs" / worker / "progress.log") if worker else _progress(config)
+    session = SpecDecSession(settings, config.rootpath, progress)
+    session.worker = worker
     config.stash[session_key] = session
+
+
+def _worker_progress(path: Path) -> Callable[[str], None]:
+    """xdist workers have no terminal: their progress lines (server starts, GPU waits) go to a file."""
+
+    def write(line: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+
+    return write
 
 
 def _xdist_controller(config: pytest.Config) -> bool:

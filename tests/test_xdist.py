@@ -130,7 +130,9 @@ def test_workers_measure_on_disjoint_gpus_and_the_controller_writes_once(
     assert workers == {"gw0", "gw1"}, data["servers"]  # both workers measured
     assert {s["cuda_visible_devices"] for s in data["servers"].values()} <= {"0", "1"}
     assert data["server_starts"] == 4  # a reference and a spec server per worker
-    assert (project / "reports" / "logs" / "gw0").is_dir() and (project / "reports" / "logs" / "gw1").is_dir()
+    for worker in ("gw0", "gw1"):  # workers have no terminal: their progress lines go to a file each
+        progress = (project / "reports" / "logs" / worker / "progress.log").read_text()
+        assert "specdec: starting vLLM (ngram, " in progress and " on GPU " in progress, progress
 
     # Every server got one leased GPU; servers of different workers alive at once never shared one,
     # while a worker's reference and spec servers co-resided on its GPU.
