@@ -640,7 +640,9 @@ class SpecDecSession:
                 "startup_s": server.startup_s,
                 "engine_config": server.engine_config(),
                 "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES"),
-                **({"workers": [self.worker]} if self.worker else {}),
+                **({"placements": [{"worker": self.worker, "startup_s": server.startup_s,
+                                    "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES")}]}
+                   if self.worker else {}),
             }
             for key, server in servers.items()
         }
@@ -652,10 +654,10 @@ class SpecDecSession:
     def results(self) -> dict[str, Any]:
         env = self.environment()
         servers = self._local_servers()
-        for remote in self._remote:  # xdist: a spec two workers both started is listed once, with both
+        for remote in self._remote:  # xdist: a spec several workers started is listed once, with each placement
             for key, info in remote["servers"].items():
                 if key in servers:
-                    servers[key]["workers"] = sorted({*servers[key].get("workers", []), *info["workers"]})
+                    servers[key]["placements"] = [*servers[key].get("placements", []), *info["placements"]]
                 else:
                     servers[key] = info
         return {

@@ -126,10 +126,10 @@ def test_workers_measure_on_disjoint_gpus_and_the_controller_writes_once(
     data = json.loads((project / "reports" / "latest.json").read_text())
     assert sorted(t["nodeid"] for t in data["tests"]) == sorted(IDS)
     assert all(t["outcome"] == "passed" and t["baseline"]["status"] == "missing" for t in data["tests"])
-    workers = {w for s in data["servers"].values() for w in s["workers"]}
-    assert workers == {"gw0", "gw1"}, data["servers"]  # both workers measured
-    assert {s["cuda_visible_devices"] for s in data["servers"].values()} <= {"0", "1"}
-    assert data["server_starts"] == 4  # a reference and a spec server per worker
+    placements = [p for s in data["servers"].values() for p in s["placements"]]
+    assert len(placements) == data["server_starts"] == 4  # a reference and a spec server per worker
+    by_worker = {p["worker"]: p["cuda_visible_devices"] for p in placements}
+    assert sorted(by_worker) == ["gw0", "gw1"] and sorted(by_worker.values()) == ["0", "1"], placements
     for worker in ("gw0", "gw1"):  # workers have no terminal: their progress lines go to a file each
         progress = (project / "reports" / "logs" / worker / "progress.log").read_text()
         assert "specdec: starting vLLM (ngram, " in progress and " on GPU " in progress, progress
