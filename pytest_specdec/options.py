@@ -82,6 +82,17 @@ def dataset_spec(value: str) -> str:
     return value
 
 
+def gpu_list(value: str) -> str:
+    """argparse type: comma-separated GPU ids (kept as the string; gpus.parse_gpu_list splits it)."""
+    from .gpus import GpuLeaseError, parse_gpu_list
+
+    try:
+        parse_gpu_list(value, "--specdec-gpus")
+    except GpuLeaseError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--specdec-gpus: ")) from None
+    return value
+
+
 def addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specdec", "speculative decoding regression checks (pytest-specdec)")
     group.addoption(
@@ -193,6 +204,26 @@ def addoption(parser: pytest.Parser) -> None:
              "detected from the content unless prefixed (prompts:, sharegpt:, spec_bench:, instructcoder:); "
              "#CATEGORY keeps only those categories. Default: %(default)r",
     )
+    group.addoption(
+        "--specdec-gpus", metavar="LIST", type=gpu_list, default=None,
+        help="GPU ids the servers may lease, e.g. 0,1,2,3 (GPU profiles; each server gets its TP size in GPUs "
+             "as CUDA_VISIBLE_DEVICES). Default: CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists",
+    )
+    group.addoption(
+        "--specdec-lease-dir", metavar="DIR", default=".pytest_cache/specdec-gpus",
+        help="where the GPU lease file and its lock live; share it between every session on a host "
+             "(e.g. /var/tmp/specdec-gpus) so they never measure on the same GPU. Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-gpu-wait", metavar="SECONDS", type=positive_float, default=3600.0,
+        help="how long a server waits for GPUs other workers hold before failing with who holds them. "
+             "Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-pin-cpus", action="store_true", default=False,
+        help="pin each vLLM server to the CPUs local to its leased GPUs (their NUMA node, as in "
+             "`nvidia-smi topo -m`). Default: %(default)r",
+    )
     parser.addini(
         "specdec_keep_sessions", type="string", default="5",
         help="measurement sessions (server starts) --update-baselines keeps per baseline file. Default: 5",
@@ -232,6 +263,10 @@ class Settings:
     api: str = "chat"
     request_rate: float | None = None
     dataset: str = "builtin"  # --specdec-dataset, a relative path made absolute from the invocation dir
+    gpus: str | None = None  # --specdec-gpus as given; parsed when a GPU server is first started
+    lease_dir: Path = Path(".pytest_cache/specdec-gpus")
+    gpu_wait_s: float = 3600.0
+    pin_cpus: bool = False
 
     @property
     def api_key(self) -> str | None:
@@ -249,6 +284,7 @@ class Settings:
         root = Path(str(config.rootpath))
         reports = Path(opt.specdec_reports)
         baselines = Path(opt.specdec_baselines)
+        lease_dir = Path(opt.specdec_lease_dir)
         keep_raw = str(config.getini("specdec_keep_sessions")).strip()
         try:
             keep = positive_int(keep_raw)
@@ -288,6 +324,10 @@ class Settings:
             api=opt.specdec_api,
             request_rate=opt.specdec_request_rate,
             dataset=_dataset(opt.specdec_dataset, Path(str(config.invocation_params.dir))),
+            gpus=opt.specdec_gpus,
+            lease_dir=lease_dir if lease_dir.is_absolute() else root / lease_dir,
+            gpu_wait_s=opt.specdec_gpu_wait,
+            pin_cpus=opt.specdec_pin_cpus,
         )
 
 

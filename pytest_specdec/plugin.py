@@ -7,7 +7,9 @@ the hooks so `pytest --help` stays fast.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Generator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 if TYPE_CHECKING:
     from .fixture import SpecDec
     from .markers import Case
+    from .options import Settings
     from .session import SpecDecSession
 
 session_key = pytest.StashKey["SpecDecSession"]()
@@ -56,10 +59,44 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_SIGNATURE)
     config.addinivalue_line("markers", VERDICTS_MARKER_SIGNATURE)
     settings = Settings.from_config(config)
-    if settings.update_baselines and getattr(config.option, "numprocesses", None):
-        raise pytest.UsageError("--update-baselines with pytest-xdist (-n) is not supported yet: the workers' "
-                                "measurements do not reach the controller that writes; run without -n")
-    config.stash[session_key] = SpecDecSession(settings, config.rootpath, _progress(config))
+    if _xdist_controller(config):
+        _check_xdist(config, settings)
+    workerinput = getattr(config, "workerinput", None)
+    worker = workerinput["workerid"] if workerinput else None
+    progress = _worker_progress(settings.reports_dir / "logs" / worker / "progress.log") if worker else _progress(config)
+    session = SpecDecSession(settings, config.rootpath, progress)
+    session.worker = worker
+    config.stash[session_key] = session
+
+
+def _worker_progress(path: Path) -> Callable[[str], None]:
+    """xdist workers have no terminal: their progress lines (server starts, GPU waits) go to a file."""
+
+    def write(line: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+
+    return write
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that hands tests to pytest-xdist workers (-n N, --dist ...)."""
+    return getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
+
+
+def _check_xdist(config: pytest.Config, settings: Settings) -> None:
+    """Refuse what cannot be measured in parallel, saying how to run it instead."""
+    if config.option.dist == "each":
+        raise pytest.UsageError("pytest-specdec with --dist each would measure every test once per worker; "
+                                "use -n N with the default --dist load (or loadscope/loadgroup)")
+    if settings.endpoint:
+        raise pytest.UsageError("--specdec-endpoint with pytest-xdist (-n): the workers would load the same "
+                                "servers at once and their /metrics counters cannot be split per worker; run "
+                                "without -n (or -n 0)")
+    if settings.dry_run:
+        raise pytest.UsageError("--specdec-dry-run starts nothing and prints from collection, which xdist "
+                                "workers do not show: run it without -n (or -n 0)")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -112,6 +149,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     session.family_size = sum(metrics_per_test(c.method, c.k) for c in (_case(items[i]) for i in slots) if c)
     session.collected = [c for c in (_case(items[i]) for i in slots) if c is not None]
+    if slots and session.worker == "gw0":  # one worker says it, not each
+        warning = session.parallel_warning(getattr(config, "workerinput", {}).get("workercount", 0))
+        if warning is not None:
+            import warnings
+
+            warnings.warn(warning, stacklevel=1)
     if session.settings.dry_run and slots:
         for line in session.dry_run_lines([(items[i].nodeid, _case(items[i])) for i in slots]):  # type: ignore[misc]
             session.progress(line)
@@ -167,27 +210,52 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object | None) -> None:
+    # xdist controller: a worker finished; its records join the session's before sessionfinish.
+    specdec = node.config.stash.get(session_key, None)
+    if specdec is None:
+        return
+    blob = getattr(node, "workeroutput", {}).get("specdec")
+    if blob is not None:
+        specdec.xdist_lines += specdec.merge_worker(blob)
+    elif error is not None:
+        specdec.xdist_lines.append(
+            f"specdec: xdist worker {node.gateway.id} went down ({error}) before sending its measurements: "
+            "its specdec tests are missing from the results and wrote no baselines")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     specdec = session.config.stash.get(session_key, None)
-    if specdec is None or not specdec.records or hasattr(session.config, "workerinput"):
-        return  # baselines are written by the controller only
-    specdec.summary_lines = specdec.finalize()
+    if specdec is None:
+        return
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller adjusts and writes
+        workeroutput["specdec"] = specdec.worker_output()
+        return
+    if not specdec.records:
+        specdec.summary_lines = list(specdec.xdist_lines)
+        return
+    specdec.summary_lines = [*specdec.xdist_lines, *specdec.finalize()]
     if specdec.late_regressions and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     session = config.stash.get(session_key, None)
-    if session is None or not session.records:
+    if session is None or hasattr(config, "workerinput"):
         return
     for line in session.summary_lines:
         terminalreporter.write_line(line)
+    if not session.records:
+        return
     paths = session.write_results()
-    if session._pool is not None:
-        starts = session._pool.starts
+    starts = session.server_starts()
+    if starts:
         terminalreporter.write_sep("-", f"specdec: {len(starts)} vLLM server start(s), "
-                                        f"{len(session._pool.servers)} distinct server spec(s)")
+                                        f"{len({s.spec_key for s in starts})} distinct server spec(s)")
         for start in starts:
-            terminalreporter.write_line(f"  {start.method:16s} {start.spec_key}  ready in {start.startup_s:.0f} s")
+            gpus = f"  GPU {start.gpus}" if start.gpus else ""
+            terminalreporter.write_line(f"  {start.method:16s} {start.spec_key}  ready in {start.startup_s:.0f} s{gpus}")
     for path in paths:
         terminalreporter.write_line(f"specdec results: {path}")

@@ -2,6 +2,8 @@
 
 No pytest import: the session object drives it.  A cap on servers alive at once stops the least
 recently used server first; needing it again later restarts it, and every start is recorded.
+With a `GpuPool` (GPU profiles) each server leases its GPUs before it starts and gives them back
+when it stops, dies or fails to start (see gpus.py).
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .server import ServerSpec, VllmServer
+
+if TYPE_CHECKING:
+    from .gpus import GpuPool, Lease
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class StartRecord:
     method: str
     startup_s: float
     command: tuple[str, ...]
+    gpus: str | None = None  # the CUDA_VISIBLE_DEVICES it got, when GPUs are leased
 
 
 class ServerPool:
@@ -42,6 +48,10 @@ class ServerPool:
         startup_timeout_s: float,
         progress: Callable[[str], None] = lambda line: None,
         launcher: list[str] | None = None,
+        gpus: GpuPool | None = None,
+        gpu_wait_s: float = 3600.0,
+        pin_cpus: bool = False,
+        worker: str | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.max_alive = max_alive
@@ -52,9 +62,50 @@ class ServerPool:
         self._alive: OrderedDict[str, VllmServer] = OrderedDict()
         self.starts: list[StartRecord] = []
         self.servers: dict[str, VllmServer] = {}  # every server ever started, for reports
+        self.gpus = gpus  # None: no leasing (the cpu profile)
+        self.gpu_wait_s = gpu_wait_s
+        self.pin_cpus = pin_cpus
+        self.worker = worker  # the xdist worker id, named in lease owners
+        self._leases: dict[str, Lease] = {}
+        self._local_cpus: dict[str, set[int]] | None = None
 
-    def get(self, spec: ServerSpec) -> VllmServer:
-        """The running server for `spec`, starting it (and stopping the LRU one) if needed."""
+    def _release(self, key: str) -> None:
+        lease = self._leases.pop(key, None)
+        if lease is not None and self.gpus is not None:
+            self.gpus.release(lease)
+
+    def _stop(self, key: str, server: VllmServer) -> None:
+        # Interrupted mid-stop, the lease stays: it goes stale (and is reclaimed) once the server is gone.
+        server.stop()
+        self._release(key)
+
+    def _placement(self, spec: ServerSpec, owner: str) -> tuple[Lease | None, dict[str, str], frozenset[int] | None]:
+        """Lease GPUs for `spec` (waiting for other workers if needed): its lease, env and CPU pinning."""
+        if self.gpus is None:
+            return None, {}, None
+        import os
+
+        from .gpus import cpus_for, gpu_local_cpus, gpus_needed
+
+        n = gpus_needed(spec.args, spec.speculative_config)
+        lease = self.gpus.acquire(n, owner, self.gpu_wait_s, progress=self.progress)
+        # nvidia-smi numbers GPUs in PCI bus order, CUDA (by default) fastest first: make them agree.
+        env = {"CUDA_VISIBLE_DEVICES": lease.cuda_visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        cpus = None
+        try:
+            if self.pin_cpus:
+                if self._local_cpus is None:
+                    self._local_cpus = gpu_local_cpus()
+                cpus = cpus_for(lease.gpus, self._local_cpus, os.sched_getaffinity(0))
+        except BaseException:
+            self.gpus.release(lease)
+            raise
+        return lease, env, cpus
+
+    def get(self, spec: ServerSpec, test: str | None = None) -> VllmServer:
+        """The running server for `spec`, starting it (and stopping the LRU one) if needed.
+
+        `test` (the node id that needs it) is only named in the GPU lease, for the people waiting."""
         key = spec.key()
         server = self._alive.get(key)
         if server is not None and server.alive():
@@ -62,28 +113,47 @@ class ServerPool:
             return server
         if server is not None:  # died since last use: drop it and start afresh
             self._alive.pop(key)
+            self._stop(key, server)  # its group may linger; its GPUs go back
         while len(self._alive) >= self.max_alive:
             old_key, old = self._alive.popitem(last=False)
             self.progress(f"specdec: stopping vLLM ({old.spec.method}, {old_key}) to stay within "
                           f"--specdec-max-servers={self.max_alive}")
-            old.stop()
+            self._stop(old_key, old)
+        owner = " ".join(x for x in (self.worker, test, f"server {key} ({spec.method})") if x)
+        lease, env, cpus = self._placement(spec, owner)
         server = VllmServer(spec, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s,
-                            launcher=self.launcher)
+                            launcher=self.launcher, placement_env=env, cpus=cpus)
+        if lease is not None:
+            self._leases[key] = lease
+            gpus = self.gpus
+            assert gpus is not None
+
+            def attach(pid: int) -> None:
+                self._leases[key] = gpus.attach(self._leases[key], pid)
+
+            server.on_spawn = attach
         self.servers[key] = server
-        self.progress(f"specdec: starting vLLM ({spec.method}, {spec.key()}) ...")
+        where = f" on GPU {lease.cuda_visible_devices}" if lease else ""
+        self.progress(f"specdec: starting vLLM ({spec.method}, {spec.key()}){where} ...")
         t0 = time.monotonic()
-        server.start()
+        try:
+            server.start()  # stops the server itself when it fails
+        except BaseException:
+            if not server.alive():
+                self._release(key)
+            raise
         self._alive[key] = server
         assert server.startup_s is not None
-        self.starts.append(StartRecord(spec.key(), spec.method, server.startup_s, tuple(server.command)))
+        self.starts.append(StartRecord(spec.key(), spec.method, server.startup_s, tuple(server.command),
+                                       lease.cuda_visible_devices if lease else None))
         self.progress(
             f"specdec: vLLM ({spec.method}, {spec.key()}) ready in {time.monotonic() - t0:.0f} s "
-            f"at {server.base_url}"
+            f"at {server.base_url}{where}"
         )
         return server
 
     def stop_all(self) -> None:
-        """Stop every server we started (also on failure and Ctrl-C)."""
+        """Stop every server we started and give back their GPUs (also on failure and Ctrl-C)."""
         while self._alive:
-            _, server = self._alive.popitem()
-            server.stop()
+            key, server = self._alive.popitem()
+            self._stop(key, server)

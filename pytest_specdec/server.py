@@ -127,6 +127,12 @@ class VllmServer:
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     startup_s: float | None = None
     command: list[str] = field(default_factory=list)
+    #: Placement, not identity (so not in the spec's key): e.g. the leased CUDA_VISIBLE_DEVICES.
+    placement_env: dict[str, str] = field(default_factory=dict)
+    #: CPUs the server's process tree is pinned to (opt-in --specdec-pin-cpus); None = not pinned.
+    cpus: frozenset[int] | None = None
+    #: Called with the server's pid right after it is spawned (the GPU lease records it).
+    on_spawn: Callable[[int], None] | None = field(default=None, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -145,7 +151,7 @@ class VllmServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port(self.spec.host)
         self.command = build_command(self.spec, self.port, self.launcher)
-        env = {**os.environ, **dict(self.spec.env)}
+        env = {**os.environ, **dict(self.spec.env), **self.placement_env}
         if env.get(OPT_IN_ENV) == "1":
             shutil.rmtree(self.record_dir, ignore_errors=True)
             self.record_dir.mkdir(parents=True)
@@ -161,9 +167,12 @@ class VllmServer:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # own process group: we kill the whole tree
+                preexec_fn=_pin(self.cpus) if self.cpus else None,
             )
         deadline = t0 + self.startup_timeout_s
         try:
+            if self.on_spawn is not None:
+                self.on_spawn(self.proc.pid)
             while True:
                 code = self.proc.poll()
                 if code is not None:
@@ -221,6 +230,15 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _pin(cpus: frozenset[int]) -> Callable[[], None]:
+    """preexec_fn: set the child's CPU affinity before exec (its threads and children inherit it)."""
+
+    def pin() -> None:
+        os.sched_setaffinity(0, cpus)
+
+    return pin
 
 
 def terminate_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:

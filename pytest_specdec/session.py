@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .hardware import GpuList
     from .load import Prompt
     from .measurement import CaseResult
-    from .pool import Endpoint, ServerPool
+    from .pool import Endpoint, ServerPool, StartRecord
     from .profiles import Profile
     from .server import ServerSpec
     from .stats import Prior, Thresholds, Verdict
@@ -165,6 +165,12 @@ class SpecDecSession:
         #: Every collected specdec case (endpoint mode asks which spec configs the session wants).
         self.collected: list[Case] = []
         self._endpoint_facts: dict[str, EndpointFacts] = {}
+        #: pytest-xdist: this worker's id ("gw0"), None on the controller and without xdist
+        self.worker: str | None = None
+        #: on the controller: what each finished worker sent besides its records (servers, starts)
+        self._remote: list[dict[str, Any]] = []
+        self._measured_by: dict[str, str] = {}  # nodeid -> worker, to catch a test measured twice
+        self.xdist_lines: list[str] = []  # controller: what went wrong collecting workers' results
 
     # --- configuration -------------------------------------------------------------------------
     @property
@@ -203,9 +209,20 @@ class SpecDecSession:
         if self._pool is None:
             from .pool import ServerPool
 
+            gpus = None
+            if self.profile.device != "cpu":  # the cpu profile leases nothing
+                from .gpus import GpuPool, discover_gpus, parse_gpu_list
+
+                ids = (parse_gpu_list(self.settings.gpus, "--specdec-gpus") if self.settings.gpus
+                       else discover_gpus())
+                gpus = GpuPool(self.settings.lease_dir, ids)
+            logs = self.settings.reports_dir / "logs"
             self._pool = ServerPool(
-                self.settings.reports_dir / "logs", self.settings.max_servers if self.co_resident() else 1,
-                self.settings.startup_timeout_s, progress=self.progress,
+                logs / self.worker if self.worker else logs,  # workers may run the same spec at once
+                self.settings.max_servers if self.co_resident() else 1, self.settings.startup_timeout_s,
+                progress=self.progress,
+                gpus=gpus, gpu_wait_s=self.settings.gpu_wait_s, pin_cpus=self.settings.pin_cpus,
+                worker=self.worker,
             )
         return self._pool
 
@@ -329,7 +346,7 @@ class SpecDecSession:
                           " unverified")
         return reason
 
-    def endpoint(self, spec: ServerSpec, reference: bool) -> Endpoint:
+    def endpoint(self, spec: ServerSpec, reference: bool, test: str | None = None) -> Endpoint:
         from .pool import Endpoint
         from .load import served_model
 
@@ -337,7 +354,7 @@ class SpecDecSession:
             url = self.settings.reference_endpoint if reference else self.settings.endpoint
             assert url is not None
             return Endpoint(url, served_model(url, self.settings.api_key), owned=False)
-        server = self.pool.get(spec)
+        server = self.pool.get(spec, test)
         return Endpoint(server.base_url, served_model(server.base_url), owned=True)
 
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
@@ -360,11 +377,11 @@ class SpecDecSession:
         record.servers = {"reference": ref_spec.key(), **({"spec": spec_spec.key()} if spec_spec else {})}
         block = self.block_runs() if spec_spec is not None else None
         if block is None:
-            reference: Any = self.endpoint(ref_spec, reference=True)
-            spec: Any = self.endpoint(spec_spec, reference=False) if spec_spec else None
+            reference: Any = self.endpoint(ref_spec, reference=True, test=nodeid)
+            spec: Any = self.endpoint(spec_spec, reference=False, test=nodeid) if spec_spec else None
         else:  # one server at a time: each run asks the pool, which restarts the other arm's server
-            reference = lambda: self.endpoint(ref_spec, reference=True)  # noqa: E731
-            spec = lambda: self.endpoint(spec_spec, reference=False)  # noqa: E731
+            reference = lambda: self.endpoint(ref_spec, reference=True, test=nodeid)  # noqa: E731
+            spec = lambda: self.endpoint(spec_spec, reference=False, test=nodeid)  # noqa: E731
         how = "interleaved" if block is None else f"in blocks of {block} (one server at a time)"
         self.progress(f"specdec: {nodeid}: {len(prompts)} prompts x {self.runs()} runs {how}")
         sampling = Sampling(temperature=case.temperature)
@@ -745,6 +762,7 @@ class SpecDecSession:
 
         dist = vllm_distribution()
         servers = list(self._pool.servers.values()) if self._pool else []
+        local = [{k: v for k, v in w.items() if k != "pid"} for s in servers for w in s.workarounds()]
         return {
             "hardware": _cpu_model() if self.profile.device == "cpu" else self.profile.name,
             "device": self.profile.device,
@@ -753,31 +771,47 @@ class SpecDecSession:
             "plugin_version": __version__,
             "python": platform.python_version(),
             "target_model": self.profile.target,
-            "workarounds": _unique(
-                {k: v for k, v in w.items() if k != "pid"} for s in servers for w in s.workarounds()
-            ),
+            "workarounds": _unique([*local, *(w for r in self._remote for w in r["workarounds"])]),
         }
 
-    def results(self) -> dict[str, Any]:
+    def _local_servers(self) -> dict[str, dict[str, Any]]:
         servers = self._pool.servers if self._pool else {}
+        return {
+            key: {
+                "method": server.spec.method,
+                "command": server.command,
+                "env": dict(server.spec.env),
+                "startup_s": server.startup_s,
+                "engine_config": server.engine_config(),
+                "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES"),
+                **({"placements": [{"worker": self.worker, "startup_s": server.startup_s,
+                                    "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES")}]}
+                   if self.worker else {}),
+            }
+            for key, server in servers.items()
+        }
+
+    def server_starts(self) -> list[StartRecord]:
+        """Every vLLM start of the session: this process's, and on the xdist controller every worker's."""
+        return [*(self._pool.starts if self._pool else []), *(x for r in self._remote for x in r["starts"])]
+
+    def results(self) -> dict[str, Any]:
         env = self.environment()
+        servers = self._local_servers()
+        for remote in self._remote:  # xdist: a spec several workers started is listed once, with each placement
+            for key, info in remote["servers"].items():
+                if key in servers:
+                    servers[key]["placements"] = [*servers[key].get("placements", []), *info["placements"]]
+                else:
+                    servers[key] = info
         return {
             "schema": 1,
             "started": dt.datetime.fromtimestamp(self.started, dt.timezone.utc).isoformat(),
             "duration_s": round(time.time() - self.started, 1),
             "profile": self.profile.name,
             "environment": env,
-            "servers": {
-                key: {
-                    "method": server.spec.method,
-                    "command": server.command,
-                    "env": dict(server.spec.env),
-                    "startup_s": server.startup_s,
-                    "engine_config": server.engine_config(),
-                }
-                for key, server in servers.items()
-            },
-            "server_starts": len(self._pool.starts) if self._pool else 0,
+            "servers": servers,
+            "server_starts": len(self.server_starts()),
             "datasets": {name: d.describe() for name, d in self._datasets.items()},
             "endpoints": {url: facts.to_dict() for url, facts in self._endpoint_facts.items()},
             "tests": [r.to_dict() for r in self.records.values()],
@@ -802,6 +836,57 @@ class SpecDecSession:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.stop_all()
+
+    # --- pytest-xdist: workers measure, the controller alone adjusts, writes results and baselines ---
+    def worker_output(self) -> bytes:
+        """What a worker sends the controller at its session end (via `config.workeroutput`).
+
+        Pickled: the records hold dataclasses (results, verdicts) that execnet cannot send as they are;
+        both ends run the same plugin code.  The baseline files this worker read go too, so the
+        controller's "unused" count sees every worker's tests.
+        """
+        import pickle
+
+        store = self._store
+        return pickle.dumps({
+            "worker": self.worker,
+            "records": self.records,
+            "servers": self._local_servers(),
+            "starts": self._pool.starts if self._pool else [],
+            "workarounds": self.environment()["workarounds"] if self._pool else [],
+            "used": store.used if store else set(),
+            "modules": store.modules if store else set(),
+        })
+
+    def parallel_warning(self, workers: int) -> SpecDecWarning | None:
+        """Why -n on a cpu-device profile measures badly (a GPU profile leases disjoint GPUs instead)."""
+        if self.profile.device != "cpu":
+            return None
+        return SpecDecWarning(
+            f"pytest-xdist runs {workers} workers on the {self.profile.name} profile (device cpu): their vLLM "
+            "servers and load generators share this host's CPU cores, so every worker's timings disturb the "
+            "others' and there are no GPUs to lease apart; use -n on GPU profiles, and keep baselines from "
+            "sequential sessions")
+
+    def merge_worker(self, blob: bytes) -> list[str]:
+        """Controller: take a finished worker's records; returns problems to show (never dropped silently)."""
+        import pickle
+
+        data = pickle.loads(blob)  # noqa: S301 - sent by our own worker process over xdist's channel
+        worker = str(data["worker"])
+        problems = []
+        for nodeid, record in data["records"].items():
+            if nodeid in self.records:
+                problems.append(f"specdec: {nodeid} was measured by both {self._measured_by[nodeid]} and {worker}; "
+                                f"kept {self._measured_by[nodeid]}'s measurement")
+                continue
+            self.records[nodeid] = record
+            self._measured_by[nodeid] = worker
+        if data["used"] or data["modules"]:
+            self.store.used |= data["used"]
+            self.store.modules |= data["modules"]
+        self._remote.append({k: data[k] for k in ("worker", "servers", "starts", "workarounds")})
+        return problems
 
 
 def _command_line(spec: ServerSpec) -> str:
