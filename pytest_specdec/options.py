@@ -155,6 +155,21 @@ def addoption(parser: pytest.Parser) -> None:
         help="practical threshold of a metric (%% for rates and latencies, points for acceptance), or of a "
              "kind (rate, acceptance, latency); repeatable; overrides ini and profile. Default: %(default)r",
     )
+    group.addoption(
+        "--specdec-report", metavar="PATH", default=None,
+        help="write the HTML report here instead of reports/specdec-<UTC stamp>.html and reports/latest.html. "
+             "Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-gpu-hourly-usd", metavar="USD", type=positive_float, default=None,
+        help="price of one GPU hour (the machine hour on cpu), for the report's cost per 1M output tokens; "
+             "overrides the profile's price_per_hour_usd. Default: the profile's, else no cost",
+    )
+    group.addoption(
+        "--specdec-benchmark-json", metavar="PATH", default=None,
+        help="also write the runs in pytest-benchmark's JSON format (seconds per output token, TPOT, E2E; "
+             "lower is better) for `pytest-benchmark compare`. Default: %(default)r",
+    )
     parser.addini(
         "specdec_keep_sessions", type="string", default="5",
         help="measurement sessions (server starts) --update-baselines keeps per baseline file. Default: 5",
@@ -190,6 +205,9 @@ class Settings:
     ini_thresholds: tuple[str, ...] = ()
     keep_sessions: int = 5
     drafts: tuple[tuple[str, str], ...] = ()
+    report_path: Path | None = None
+    gpu_hourly_usd: float | None = None
+    benchmark_json: Path | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -242,7 +260,18 @@ class Settings:
             cli_thresholds=tuple(opt.specdec_threshold),
             ini_thresholds=ini_thresholds,
             keep_sessions=keep,
+            report_path=_under(root, opt.specdec_report),
+            gpu_hourly_usd=opt.specdec_gpu_hourly_usd,
+            benchmark_json=_under(root, opt.specdec_benchmark_json),
         )
+
+
+def _under(root: Path, value: str | None) -> Path | None:
+    """An output path option: relative paths are under the rootdir, like --specdec-reports."""
+    if not value:
+        return None
+    path = Path(value)
+    return path if path.is_absolute() else root / path
 
 
 def _drafts(values: list[str]) -> tuple[tuple[str, str], ...]:
