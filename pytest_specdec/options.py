@@ -224,6 +224,21 @@ def addoption(parser: pytest.Parser) -> None:
         help="pin each vLLM server to the CPUs local to its leased GPUs (their NUMA node, as in "
              "`nvidia-smi topo -m`). Default: %(default)r",
     )
+    group.addoption(
+        "--specdec-report", metavar="PATH", default=None,
+        help="write the HTML report here instead of reports/specdec-<UTC stamp>.html and reports/latest.html. "
+             "Default: %(default)r",
+    )
+    group.addoption(
+        "--specdec-gpu-hourly-usd", metavar="USD", type=positive_float, default=None,
+        help="price of one GPU hour (the machine hour on cpu), for the report's cost per 1M output tokens; "
+             "overrides the profile's price_per_hour_usd. Default: the profile's, else no cost",
+    )
+    group.addoption(
+        "--specdec-benchmark-json", metavar="PATH", default=None,
+        help="also write the runs in pytest-benchmark's JSON format (seconds per output token, TPOT, E2E; "
+             "lower is better) for `pytest-benchmark compare`. Default: %(default)r",
+    )
     parser.addini(
         "specdec_keep_sessions", type="string", default="5",
         help="measurement sessions (server starts) --update-baselines keeps per baseline file. Default: 5",
@@ -267,6 +282,9 @@ class Settings:
     lease_dir: Path = Path(".pytest_cache/specdec-gpus")
     gpu_wait_s: float = 3600.0
     pin_cpus: bool = False
+    report_path: Path | None = None
+    gpu_hourly_usd: float | None = None
+    benchmark_json: Path | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -328,6 +346,9 @@ class Settings:
             lease_dir=lease_dir if lease_dir.is_absolute() else root / lease_dir,
             gpu_wait_s=opt.specdec_gpu_wait,
             pin_cpus=opt.specdec_pin_cpus,
+            report_path=_under(root, opt.specdec_report),
+            gpu_hourly_usd=opt.specdec_gpu_hourly_usd,
+            benchmark_json=_under(root, opt.specdec_benchmark_json),
         )
 
 
@@ -344,6 +365,14 @@ def _dataset(value: str, cwd: Path) -> str:
     if not path.is_file():
         raise pytest.UsageError(f"--specdec-dataset {value!r}: no such file ({path})")
     return str(spec.with_path(str(path)))
+
+
+def _under(root: Path, value: str | None) -> Path | None:
+    """An output path option: relative paths are under the rootdir, like --specdec-reports."""
+    if not value:
+        return None
+    path = Path(value)
+    return path if path.is_absolute() else root / path
 
 
 def _drafts(values: list[str]) -> tuple[tuple[str, str], ...]:

@@ -205,7 +205,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if record.outcome in ("pending", "passed"):
             record.outcome = report.outcome if report.when == "call" else f"{report.outcome} ({report.when})"
     if report.failed:
-        for title, tail in session.log_tails(item.nodeid):
+        from .errors import SpecDecError
+
+        exc = call.excinfo.value if call.excinfo is not None else None
+        # A server that did not start or a regression: the message says it all; else pytest's traceback.
+        text = str(exc) if isinstance(exc, (SpecDecError, pytest.fail.Exception)) else report.longreprtext
+        for title, tail in session.record_failure(item.nodeid, text):
             report.sections.append((title, tail))
     return report
 
@@ -241,7 +246,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> Generator[None, None, None]:
+    # Outermost wrapper: after pytest's own summary (failures, short summary), so the report line ends it.
+    yield
     session = config.stash.get(session_key, None)
     if session is None or hasattr(config, "workerinput"):
         return
@@ -259,3 +267,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(f"  {start.method:16s} {start.spec_key}  ready in {start.startup_s:.0f} s{gpus}")
     for path in paths:
         terminalreporter.write_line(f"specdec results: {path}")
+    for path in session.report_paths[-1:]:  # last line of the summary, also when the session failed
+        terminalreporter.write_sep("-", f"specdec report: {path.resolve().as_uri()}")

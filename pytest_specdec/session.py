@@ -74,6 +74,14 @@ class BaselineCheck:
     def shown(self) -> list[Verdict]:
         return self.final if self.final is not None else (self.verdicts or self.raw)
 
+    def under_test_diff(self) -> dict[str, list[Any]]:
+        """What changed under test since the baseline's last session (the report shows it per test)."""
+        if not self.baseline:
+            return {}
+        from .baselines import diff
+
+        return {k: [a, b] for k, (a, b) in diff(self.baseline.get("under_test", {}), self.under_test).items()}
+
     def to_dict(self) -> dict[str, Any]:
         from .verdicts import attribution
 
@@ -86,6 +94,8 @@ class BaselineCheck:
             "looks": self.looks, "max_looks": self.max_looks,
             "adjusted": "session" if self.final is not None else "test-end",
             "attribution": attribution(shown) if shown else None,
+            "under_test": self.under_test,
+            "under_test_diff": self.under_test_diff(),
             **({"error": self.error} if self.error else {}),
         }
 
@@ -120,6 +130,8 @@ class TestRecord:
     servers: dict[str, str] = field(default_factory=dict)  # arm -> server spec key
     error: str | None = None
     baseline: BaselineCheck | None = None
+    #: tails of the servers' logs when the test failed, so the HTML report can show them the morning after
+    server_logs: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -132,6 +144,8 @@ class TestRecord:
             out.update(self.result.to_dict())
         if self.error:
             out["error"] = self.error
+        if self.server_logs:
+            out["server_logs"] = self.server_logs
         if self.baseline is not None:
             from .verdicts import to_json
 
@@ -171,6 +185,7 @@ class SpecDecSession:
         self._remote: list[dict[str, Any]] = []
         self._measured_by: dict[str, str] = {}  # nodeid -> worker, to catch a test measured twice
         self.xdist_lines: list[str] = []  # controller: what went wrong collecting workers' results
+        self.report_paths: list[Path] = []
 
     # --- configuration -------------------------------------------------------------------------
     @property
@@ -696,6 +711,23 @@ class SpecDecSession:
             for arm, key in record.servers.items() if key in by_key
         ]
 
+    def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
+        """A failed test: keep its failure text and its servers' log tails in the results (the HTML
+        report shows them); returns the (title, tail) sections for the terminal report."""
+        tails = self.log_tails(nodeid)
+        record = self.records.get(nodeid)
+        if record is None:
+            return tails
+        if record.error is None and message:
+            record.error = message if len(message) <= 6000 else "…" + message[-6000:]
+        by_key = self._pool.servers if self._pool else {}
+        seen = {(e["arm"], e["server"]) for e in record.server_logs}
+        for arm, key in record.servers.items():
+            if key in by_key and (arm, key) not in seen:
+                record.server_logs.append({"arm": arm, "server": key, "path": str(by_key[key].log_path),
+                                           "tail": by_key[key].log_tail()})
+        return tails
+
     # --- output --------------------------------------------------------------------------------
     def dry_run_lines(self, cases: list[tuple[str, Case]]) -> list[str]:
         """Every test's exact server commands and each suite's estimated run time, without starting anything."""
@@ -771,6 +803,7 @@ class SpecDecSession:
             "plugin_version": __version__,
             "python": platform.python_version(),
             "target_model": self.profile.target,
+            "commit": _commit_info(),
             "workarounds": _unique([*local, *(w for r in self._remote for w in r["workarounds"])]),
         }
 
@@ -814,14 +847,48 @@ class SpecDecSession:
             "server_starts": len(self.server_starts()),
             "datasets": {name: d.describe() for name, d in self._datasets.items()},
             "endpoints": {url: facts.to_dict() for url, facts in self._endpoint_facts.items()},
+            "price": self.price(),
             "tests": [r.to_dict() for r in self.records.values()],
         }
 
+    def price(self) -> dict[str, Any] | None:
+        """Hourly price of one server's hardware for the report's cost per 1M output tokens:
+        --specdec-gpu-hourly-usd, else the profile's `price_per_hour_usd` (per GPU), times the GPUs a server uses."""
+        per_gpu, source = self.settings.gpu_hourly_usd, "--specdec-gpu-hourly-usd"
+        if per_gpu is None:
+            raw = self.profile.raw.get("price_per_hour_usd")
+            if raw is None:
+                return None
+            per_gpu, source = float(raw), f"profile {self.profile.name} price_per_hour_usd"
+        gpus = 1 if self.profile.device == "cpu" else self.profile.tensor_parallel_size
+        return {"usd_per_hour": per_gpu * gpus, "usd_per_gpu_hour": per_gpu, "gpus": gpus, "source": source}
+
+    def write_report(self, results: dict[str, Any]) -> list[Path]:
+        """The HTML report next to the JSON (timestamped + latest.html), or at --specdec-report; and the
+        pytest-benchmark export at --specdec-benchmark-json. Returns the HTML paths."""
+        from .report import benchmark_json, render_html
+
+        stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        html = render_html(results)
+        paths = ([self.settings.report_path] if self.settings.report_path else
+                 [self.settings.reports_dir / f"specdec-{stamp}.html", self.settings.reports_dir / "latest.html"])
+        writes = [(path, html) for path in paths]
+        if self.settings.benchmark_json:
+            writes.append((self.settings.benchmark_json, json.dumps(benchmark_json(results), indent=1, default=str)))
+        for path, text in writes:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+        return paths
+
     def write_results(self) -> list[Path]:
-        """Always under reports/ (timestamped + latest), and at --specdec-json when given."""
+        """Always under reports/ (timestamped + latest), and at --specdec-json when given; then the HTML
+        report from the same data (its paths are `self.report_paths`)."""
         if not self.records:
             return []
-        data = json.dumps(self.results(), indent=1, sort_keys=True, default=str)
+        results = self.results()
+        data = json.dumps(results, indent=1, sort_keys=True, default=str)
         stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         paths = [self.settings.reports_dir / f"specdec-{stamp}.json", self.settings.reports_dir / "latest.json"]
         if self.settings.json_path:
@@ -831,6 +898,7 @@ class SpecDecSession:
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             tmp.write_text(data)
             tmp.replace(path)
+        self.report_paths = self.write_report(json.loads(data))
         return paths
 
     def close(self) -> None:
@@ -902,6 +970,14 @@ def _rel(path: Path, root: Path) -> str:
         return str(path.relative_to(root))
     except ValueError:
         return str(path)
+
+
+def _commit_info() -> dict[str, Any] | None:
+    """The suite repository's commit, from the working directory like pytest-benchmark (its helper)."""
+    from pytest_benchmark.utils import get_commit_info
+
+    info = get_commit_info()
+    return None if info.get("id") in (None, "unversioned", "unknown") else dict(info)
 
 
 def _driver_version() -> str | None:

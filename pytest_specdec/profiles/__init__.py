@@ -104,8 +104,9 @@ def _check_values(raw: dict[str, Any], path: Path) -> None:
         _positive_list(value, f"[timings] {key}", path, kind=float, low=0 if key == "run_overhead_s" else 1e-9)
         if isinstance(value, list):
             raise ConfigError(f"profile {path}: [timings] {key} must be one number, got {value!r}")
-    if "price_per_hour_usd" in raw:
-        _positive_list(raw["price_per_hour_usd"], "price_per_hour_usd", path, kind=float, low=0)
+    price = raw.get("price_per_hour_usd")
+    if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float)) or price <= 0):
+        raise ConfigError(f"profile {path}: price_per_hour_usd must be a number > 0 (USD per GPU hour), got {price!r}")
     names = raw.get("nvidia_smi_names")
     if names is not None and (not isinstance(names, list) or not names
                               or not all(isinstance(n, str) and n.strip() for n in names)):

@@ -1,0 +1,115 @@
+"""Records `report_results.json`, the results file the HTML report tests render.
+
+Two real plugin sessions in a scratch project, with `tests/fake_vllm_spec.py` standing in for `vllm
+serve` (owned servers, so commands, start-up times, engine configs and a failed start are real):
+
+1. `--update-baselines`: writes the baselines;
+2. the same suite with `SPECDEC_FAKE_DEGRADE=ngram:2` (ngram k=2 accepts half as much): its verdicts
+   regress; `eagle3` fails to start (log tail recorded); ngram k=5 drops 4 % of requests (invalid runs).
+
+    python tests/data/record_report_results.py          # rewrites tests/data/report_results.json
+
+Nothing is edited by hand afterwards; the file is the second session's `reports/latest.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+LAUNCHER = HERE.parent / "fake_vllm_spec.py"
+
+PROFILE = """
+name = "fake-gpu"
+description = "recorded with tests/fake_vllm_spec.py (simulated servers)"
+device = "cpu"
+hardware = "fake-gpu"
+price_per_hour_usd = 2.5
+[target]
+model = "fake-model"
+[server]
+args = ["--max-num-batched-tokens", "256", "--seed", "0"]
+[methods.ngram]
+speculative_config = { method = "ngram", prompt_lookup_max = 4, prompt_lookup_min = 2 }
+[methods.draft_model]
+speculative_config = { method = "draft_model", model = "/fake/draft" }
+[methods.eagle3]
+speculative_config = { method = "eagle3", model = "/fake/eagle3-head" }
+[matrix]
+k = [3]
+runs = 2
+"""
+
+CONFTEST = f"""
+import sys
+import pytest_specdec.server as server
+
+server.vllm_launcher = lambda: [sys.executable, {str(LAUNCHER)!r}]
+"""
+
+SUITE = """
+import pytest
+
+W = dict(num_prompts=16, max_tokens=24)
+
+@pytest.mark.specdec(method=["ngram", "draft_model"], k=3, temperature=0.0, concurrency=[1, 2, 4, 8, 16], **W)
+def test_concurrency(specdec):
+    assert specdec.summary["acceptance_rate"] is not None
+
+@pytest.mark.specdec(method="draft_model", k=3, temperature=[0.0, 0.5, 1.0], concurrency=2, **W)
+def test_temperature(specdec):
+    assert specdec.summary["acceptance_rate"] is not None
+
+@pytest.mark.specdec(method="ngram", k=[1, 2, 3, 5], temperature=0.0, concurrency=2, **W)
+def test_k(specdec):
+    assert specdec.summary["valid_reference_runs"] == 2
+
+@pytest.mark.specdec(method="eagle3", k=3, temperature=0.0, concurrency=1, **W)
+def test_eagle3(specdec):
+    assert specdec.valid
+
+@pytest.mark.parametrize("label", ["<script>alert('id')"])
+@pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=1, **W)
+def test_label(specdec, label):
+    assert specdec.valid
+"""
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="specdec-record-") as tmp:
+        d = Path(tmp)
+        (d / "fake.toml").write_text(PROFILE)
+        (d / "conftest.py").write_text(CONFTEST)
+        (d / "test_nightly.py").write_text(SUITE)
+        (d / "pytest.ini").write_text("[pytest]\n")
+        (d / ".gitignore").write_text("reports/\nbaselines/\n")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # A suite repository, so the results carry a commit (pytest-benchmark's commit info).
+        git = ["git", "-c", "user.name=specdec", "-c", "user.email=specdec@example.invalid"]
+        subprocess.run(["git", "init", "-q", "-b", "nightly"], cwd=d, check=True)
+        subprocess.run([*git, "add", "."], cwd=d, check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "suite"], cwd=d, check=True)
+        common = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--specdec-profile=fake.toml",
+                  "--specdec-threshold=rate=40", "--specdec-threshold=latency=150",
+                  "--specdec-threshold=acceptance=6"]
+        first = subprocess.run([*common, "--update-baselines"], cwd=d, env=env, text=True, capture_output=True)
+        print(first.stdout[-3000:])
+        second = subprocess.run([*common], cwd=d, text=True,
+                                capture_output=True, env={**env, "SPECDEC_FAKE_DEGRADE": "ngram:2"})
+        print(second.stdout[-6000:], second.stderr[-2000:])
+        data = json.loads((d / "reports" / "latest.json").read_text())
+        out = HERE / "report_results.json"
+        out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {out} ({len(data['tests'])} tests)")
+        shutil.rmtree(d / "reports", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
