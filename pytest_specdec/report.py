@@ -401,16 +401,9 @@ def cost_rows(tests: Iterable[dict[str, Any]], price: dict[str, Any] | None) -> 
 
 
 def _value(metric: str, x: Any) -> str:
-    v = _num(x)
-    if v is None:
-        return "—"
-    if metric.startswith(("acceptance", "per_position", "draft_coverage")):
-        return f"{v:.3f}"
-    if metric == "speedup":
-        return f"{v:.3f}×"
-    if metric.endswith("_ms"):
-        return f"{v:.4g} ms"
-    return f"{v:.4g}"
+    from .verdicts import format_value
+
+    return format_value(metric, _num(x), times="×")
 
 
 def _delta(x: Any, unit: str) -> str:

@@ -179,13 +179,14 @@ def to_json(v: Verdict) -> dict[str, Any]:
 # ---- messages -----------------------------------------------------------------------------------
 
 
-def _value(name: str, x: float | None) -> str:
+def format_value(name: str, x: float | None, times: str = "x") -> str:
+    """A metric's value as the failure table and the HTML report show it."""
     if x is None:
         return "—"
     if name.startswith(("acceptance", "per_position", "draft_coverage")):
         return f"{x:.3f}"
     if name == "speedup":
-        return f"{x:.3f}x"
+        return f"{x:.3f}{times}"
     if name.endswith("_ms"):
         return f"{x:.4g} ms"
     return f"{x:.4g}"
@@ -203,8 +204,8 @@ def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI") -> str:
     for v in verdicts:
         ci = "—" if v.ci_low is None else f"{_delta(v.ci_low, v.unit)} .. {_delta(v.ci_high, v.unit)}"
         p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
-        rows.append((LABELS.get(v.metric, v.metric), _value(v.metric, v.baseline), _value(v.metric, v.now),
-                     _delta(v.delta, v.unit), ci, p, v.verdict))
+        rows.append((LABELS.get(v.metric, v.metric), format_value(v.metric, v.baseline),
+                     format_value(v.metric, v.now), _delta(v.delta, v.unit), ci, p, v.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -2,6 +2,7 @@
 
     python scripts/vs_bench_serve.py ab        # real vLLM CPU server, zoo model
     python scripts/vs_bench_serve.py overhead  # client CPU per streamed token, fake server
+    python scripts/vs_bench_serve.py overhead-inproc  # the request paths alone, in one process
 
 `ab` starts one zoo server (cpu profile, `--method`, k=3, prefix caching off so neither client gets
 cache hits: `vllm bench serve` sends no cache_salt) and alternates the plugin's client and
@@ -239,6 +240,72 @@ def cmd_overhead(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_overhead_inproc(args: argparse.Namespace) -> int:
+    """The request paths alone, in one process: the plugin's `run_load` and bench serve's own request
+    function (`async_request_openai_chat_completions`, with bench serve's connector settings) alternate
+    against the same fake server; CPU seconds of each pass / its streamed tokens.  No start-up or
+    dataset handling, so the per-token cost is not diluted by bench serve's ~9 s of imports."""
+    import asyncio
+    import statistics
+
+    import aiohttp
+    from fake_server import FakeConfig, FakeServerProcess
+    from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_chat_completions
+
+    from pytest_specdec.load import Prompt, Sampling, run_load_sync
+
+    n, c, mt = args.requests, args.concurrency, args.max_tokens
+
+    async def bench(url: str) -> int:
+        conn = aiohttp.TCPConnector(limit=c, limit_per_host=c, ttl_dns_cache=300, use_dns_cache=True,
+                                    keepalive_timeout=60, enable_cleanup_closed=True, force_close=False, ssl=False)
+        async with aiohttp.ClientSession(connector=conn, trust_env=True,
+                                         timeout=aiohttp.ClientTimeout(total=6 * 60 * 60)) as session:
+            sem = asyncio.Semaphore(c)
+
+            async def one(i: int) -> Any:
+                async with sem:
+                    return await async_request_openai_chat_completions(RequestFuncInput(
+                        prompt=f"hello {i}", api_url=url + "/v1/chat/completions", prompt_len=3, output_len=mt,
+                        model="fake-model", extra_body={"temperature": 0.0}), session)
+
+            outs = await asyncio.gather(*(asyncio.create_task(one(i)) for i in range(n)))
+        return sum(o.output_tokens or 0 for o in outs)
+
+    def plugin(url: str) -> int:
+        prompts = [Prompt(id=str(i), messages=[{"role": "user", "content": f"hello {i}"}], max_tokens=mt)
+                   for i in range(n)]
+        res = run_load_sync(url, "fake-model", prompts, Sampling(temperature=0.0), concurrency=c,
+                            collect_metrics=False)
+        return sum(s.output_tokens for s in res.samples)
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    cfg = FakeConfig(output_tokens=mt, k=3, acceptance=(0.0, 0.0, 0.0))
+    us: dict[str, list[float]] = {"plugin": [], "bench": []}
+    with FakeServerProcess(cfg) as url:
+        plugin(url), asyncio.run(bench(url))  # warm both paths once
+        for rep in range(args.repeats):
+            for who in (("plugin", "bench") if rep % 2 == 0 else ("bench", "plugin")):
+                t0 = cpu()
+                tokens = plugin(url) if who == "plugin" else asyncio.run(bench(url))
+                us[who].append(1e6 * (cpu() - t0) / tokens)
+                print(f"rep {rep} {who}: {us[who][-1]:.1f} µs per token", flush=True)
+    logs = [math.log(a / b) for a, b in zip(us["plugin"], us["bench"])]
+    mean, lo, hi = t_interval(logs)
+    summary = {"concurrency": c, "max_tokens": mt, "requests": n, "repeats": args.repeats, "cpu_us_per_token": us,
+               "ratio_plugin_over_bench": {"mean": math.exp(mean), "ci90": [math.exp(lo), math.exp(hi)]}}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    print(f"request path CPU per token at c={c} (median of {args.repeats}): plugin "
+          f"{statistics.median(us['plugin']):.1f} µs, bench serve's request function "
+          f"{statistics.median(us['bench']):.1f} µs; plugin/bench {math.exp(mean):.3f} "
+          f"(90% CI {math.exp(lo):.3f}-{math.exp(hi):.3f}) -> {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -258,8 +325,14 @@ def main(argv: list[str] | None = None) -> int:
     ov.add_argument("--max-tokens", type=int, default=128, help="tokens per request (default: %(default)s)")
     ov.add_argument("--repeats", type=int, default=5, help="repetitions, each a pair of slopes (default: %(default)s)")
     ov.add_argument("--out", default="reports/vs-bench-serve-overhead.json", help="(default: %(default)s)")
+    oi = sub.add_parser("overhead-inproc", help="request paths only, in one process, against the fake server")
+    oi.add_argument("--concurrency", type=int, default=256, help="(default: %(default)s)")
+    oi.add_argument("--requests", type=int, default=1024, help="requests per pass (default: %(default)s)")
+    oi.add_argument("--max-tokens", type=int, default=128, help="tokens per request (default: %(default)s)")
+    oi.add_argument("--repeats", type=int, default=8, help="alternating pairs of passes (default: %(default)s)")
+    oi.add_argument("--out", default="reports/vs-bench-serve-overhead-inproc.json", help="(default: %(default)s)")
     args = ap.parse_args(argv)
-    return cmd_ab(args) if args.cmd == "ab" else cmd_overhead(args)
+    return {"ab": cmd_ab, "overhead": cmd_overhead, "overhead-inproc": cmd_overhead_inproc}[args.cmd](args)
 
 
 if __name__ == "__main__":

