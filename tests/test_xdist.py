@@ -97,7 +97,9 @@ def _run(pytester: pytest.Pytester, device: str, *extra: str) -> pytest.RunResul
     name = "fakegpu" if device == "cuda" else "fakecpu"
     profile = pytester.path / f"{name}.toml"
     profile.write_text(PROFILE.format(name=name, device=device))
-    return pytester.runpytest(
+    # A subprocess: the conftest replaces pytest_specdec.server.vllm_launcher, and in-process that
+    # replacement would outlive the run and send later tests' "real vLLM" servers to the fake one.
+    return pytester.runpytest_subprocess(
         "-n", "2", f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}",
         "-p", "no:cacheprovider",
         # Four fake servers and two workers share 2 busy cores: wide thresholds keep "unchanged" from flaking.
