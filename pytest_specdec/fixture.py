@@ -131,9 +131,7 @@ class SpecDec:
 
     def measure(self, **fields: Any) -> CaseResult:
         """Measure another single point (marker fields; lists not allowed) inside this test."""
-        from .markers import expand
-
-        cases = expand(fields, self._session.profile)
+        cases = self._session.expand(fields)
         if len(cases) != 1:
             raise ConfigError(f"specdec.measure() takes single values, got {len(cases)} combinations from {fields}")
         (case,) = cases

@@ -74,7 +74,9 @@ def discover_gpus(
             raise GpuLeaseError(f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU: unset it, or pass "
                                 "--specdec-gpus 0,1,... to say which GPUs the servers may use")
         return parse_gpu_list(visible, "CUDA_VISIBLE_DEVICES")
-    smi = which("nvidia-smi")
+    from .hardware import nvidia_smi
+
+    smi = nvidia_smi(which)
     if smi is None:
         raise GpuLeaseError("no GPUs to lease: nvidia-smi is not on PATH and CUDA_VISIBLE_DEVICES is unset; "
                             "pass --specdec-gpus 0,1,... or use the cpu profile")
@@ -337,7 +339,9 @@ def gpu_local_cpus(
 ) -> dict[str, set[int]]:
     """CPUs local to each GPU (its NUMA node), keyed by index and UUID: the `CPU Affinity` column of
     `nvidia-smi topo -m`, read from the PCI device's `local_cpulist`."""
-    smi = shutil.which("nvidia-smi") or "nvidia-smi"
+    from .hardware import nvidia_smi
+
+    smi = nvidia_smi() or "nvidia-smi"
     try:
         proc = run([smi, "--query-gpu=index,uuid,pci.bus_id", "--format=csv,noheader"], capture_output=True,
                    text=True, timeout=60)

@@ -37,17 +37,25 @@ class GpuList:
         return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items())
 
 
-def list_gpus(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> GpuList:
-    """`nvidia-smi --query-gpu=name --format=csv,noheader`, one name per GPU (every GPU of the machine,
-    whatever CUDA_VISIBLE_DEVICES says)."""
+def nvidia_smi(which: Callable[[str], str | None] = shutil.which) -> str | None:
+    """The nvidia-smi to run: `SPECDEC_NVIDIA_SMI` when set (tests), else the one on PATH, else None.
+
+    One lookup for every caller (the GPU class check, the lease pool, CPU pinning), so a replaced
+    nvidia-smi is replaced everywhere."""
     smi = os.environ.get(SMI_ENV)
     if smi:
         if not (os.path.isfile(smi) and os.access(smi, os.X_OK)):
             raise ConfigError(f"{SMI_ENV}={smi!r} is not an executable file; unset it to use nvidia-smi from PATH")
-    else:
-        smi = shutil.which("nvidia-smi")
-        if smi is None:
-            return GpuList((), "no nvidia-smi on PATH (no NVIDIA driver on this machine)")
+        return smi
+    return which("nvidia-smi")
+
+
+def list_gpus(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> GpuList:
+    """`nvidia-smi --query-gpu=name --format=csv,noheader`, one name per GPU (every GPU of the machine,
+    whatever CUDA_VISIBLE_DEVICES says)."""
+    smi = nvidia_smi()
+    if smi is None:
+        return GpuList((), "no nvidia-smi on PATH (no NVIDIA driver on this machine)")
     try:
         done = run([smi, *QUERY], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as exc:

@@ -109,8 +109,7 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
 
     ``defaults`` (from the command line: api, request_rate, dataset) apply where the marker does not set a
     field; k, temperature, concurrency, num_prompts and max_tokens left out take the profile's ``[matrix]``
-    values, so one suite
-    sweeps what each hardware profile can afford.
+    values, so one suite sweeps what each hardware profile can afford.
     """
     defaults = defaults or {}
     if args:

@@ -268,6 +268,12 @@ def measure_case(
     return result
 
 
+def warmup_requests(n_prompts: int, concurrency: int) -> int:
+    """Requests sent (and discarded) before a server's first measured run: enough to fill every slot
+    twice, never more than the workload (the dry-run estimate counts them too)."""
+    return min(n_prompts, 2 * concurrency)
+
+
 def extend_case(
     result: CaseResult,
     reference: Endpoint | Callable[[], Endpoint],
@@ -290,7 +296,7 @@ def extend_case(
     the first run of every block, since a block switch may have restarted the server.  Summary and
     speedups are recomputed.
     """
-    warmup = min(len(prompts), 2 * concurrency)
+    warmup = warmup_requests(len(prompts), concurrency)
     ref_runs, spec_runs = result.reference_runs, result.runs
     start = len(ref_runs)
     if spec is None:

@@ -110,7 +110,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("specdec")
     if marker is None:
         return
-    from .markers import PARAM, expand, varying_fields
+    from .markers import PARAM, varying_fields
 
     if PARAM not in metafunc.fixturenames:
         raise pytest.UsageError(
@@ -119,12 +119,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
     from .errors import ConfigError
 
-    session = metafunc.config.stash[session_key]
-    # Command-line defaults apply only where the marker does not set the field.
-    defaults = {"api": session.settings.api, "request_rate": session.settings.request_rate,
-                "dataset": session.settings.dataset}
     try:
-        cases = expand(dict(marker.kwargs), session.profile, marker.args, defaults)
+        cases = metafunc.config.stash[session_key].expand(dict(marker.kwargs), marker.args)
     except ConfigError as exc:  # bad input: the message says what to fix; a traceback would bury it
         raise pytest.Collector.CollectError(f"{metafunc.definition.nodeid}: {exc}") from None
     varying = varying_fields(cases)

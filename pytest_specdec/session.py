@@ -234,8 +234,7 @@ class SpecDecSession:
             logs = self.settings.reports_dir / "logs"
             self._pool = ServerPool(
                 logs / self.worker if self.worker else logs,  # workers may run the same spec at once
-                self.settings.max_servers if self.co_resident() else 1, self.settings.startup_timeout_s,
-                progress=self.progress,
+                self.max_alive(), self.settings.startup_timeout_s, progress=self.progress,
                 gpus=gpus, gpu_wait_s=self.settings.gpu_wait_s, pin_cpus=self.settings.pin_cpus,
                 worker=self.worker,
             )
@@ -244,12 +243,25 @@ class SpecDecSession:
     def runs(self) -> int:
         return self.settings.runs or int(self.profile.matrix.get("runs", 3))
 
+    def expand(self, kwargs: dict[str, Any], args: tuple[Any, ...] = ()) -> list[Case]:
+        """A marker's (or `specdec.measure()`'s) fields as cases of the active profile; the command line's
+        --specdec-api / --specdec-request-rate / --specdec-dataset apply where the fields do not say."""
+        from .markers import expand
+
+        defaults = {"api": self.settings.api, "request_rate": self.settings.request_rate,
+                    "dataset": self.settings.dataset}
+        return expand(kwargs, self.profile, args, defaults)
+
     def co_resident(self) -> bool:
         """Whether a test's reference and spec servers can be alive at once (always, on the CPU)."""
         placement = self.profile.raw.get("placement", {})
         return self.settings.endpoint is not None or (
             self.settings.max_servers >= 2 and bool(placement.get("co_resident", True))
         )
+
+    def max_alive(self) -> int:
+        """Servers the pool keeps alive at once (the dry-run estimate counts restarts with it too)."""
+        return self.settings.max_servers if self.co_resident() else 1
 
     def block_runs(self) -> int | None:
         """None: interleave pairs; else the block size of the arms' alternation (servers cannot co-reside)."""
@@ -700,38 +712,32 @@ class SpecDecSession:
             lines += self.store.flush().lines(self.store.root)
         return lines
 
-    def log_tails(self, nodeid: str) -> list[tuple[str, str]]:
-        """(title, tail) of the server logs a test used, for its failure report."""
-        record = self.records.get(nodeid)
-        if record is None or self._pool is None:
-            return []
-        by_key = self._pool.servers
-        return [
-            (f"vLLM {arm} server log (tail, {by_key[key].log_path})", by_key[key].log_tail())
-            for arm, key in record.servers.items() if key in by_key
-        ]
-
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML
         report shows them); returns the (title, tail) sections for the terminal report."""
-        tails = self.log_tails(nodeid)
         record = self.records.get(nodeid)
         if record is None:
-            return tails
+            return []
         if record.error is None and message:
             record.error = message if len(message) <= 6000 else "…" + message[-6000:]
         by_key = self._pool.servers if self._pool else {}
         seen = {(e["arm"], e["server"]) for e in record.server_logs}
+        sections = []
         for arm, key in record.servers.items():
-            if key in by_key and (arm, key) not in seen:
-                record.server_logs.append({"arm": arm, "server": key, "path": str(by_key[key].log_path),
-                                           "tail": by_key[key].log_tail()})
-        return tails
+            if key not in by_key:
+                continue
+            server = by_key[key]
+            tail = server.log_tail()  # read once: the terminal section and the results share it
+            sections.append((f"vLLM {arm} server log (tail, {server.log_path})", tail))
+            if (arm, key) not in seen:
+                record.server_logs.append({"arm": arm, "server": key, "path": str(server.log_path), "tail": tail})
+        return sections
 
     # --- output --------------------------------------------------------------------------------
     def dry_run_lines(self, cases: list[tuple[str, Case]]) -> list[str]:
         """Every test's exact server commands and each suite's estimated run time, without starting anything."""
         from .estimate import PlannedTest, Timings, estimate, minutes
+        from .measurement import warmup_requests
 
         profile = self.profile
         lines = [f"specdec dry run: profile {profile.name} ({profile.path}), {len(cases)} test(s); nothing is started"]
@@ -756,7 +762,7 @@ class SpecDecSession:
             except ConfigError as exc:
                 unknown.append(f"{nodeid}: {exc}")
                 continue
-            warm = prompts[: min(len(prompts), 2 * case.concurrency)]  # measurement.extend_case's warm-up
+            warm = prompts[: warmup_requests(len(prompts), case.concurrency)]
             planned.append(PlannedTest(
                 nodeid, tuple(spec.key() for _, spec in arms), sum(p.max_tokens for p in prompts), len(prompts),
                 case.concurrency, sum(p.max_tokens for p in warm), len(warm),
@@ -768,8 +774,7 @@ class SpecDecSession:
             lines.append(f"specdec dry run: no run-time estimate: profile {profile.path} has no [timings]")
             return lines
         max_runs = self._looks()[-1]
-        modules = estimate(planned, timings, runs=self.runs(), max_runs=max_runs,
-                           max_servers=self.settings.max_servers)
+        modules = estimate(planned, timings, runs=self.runs(), max_runs=max_runs, max_servers=self.max_alive())
         lines.append(
             f"specdec dry run: estimated run time per suite ([timings] of {profile.name}: {timings.server_start_s:g} s "
             f"per server start, {timings.stream_tok_s:g} tok/s per request, {timings.max_tok_s:g} tok/s at most; "
@@ -782,8 +787,9 @@ class SpecDecSession:
                          f"run(s) per arm)")
         total = sum(m.seconds for m in modules)
         total_max = sum(m.seconds_max for m in modules)
-        price = profile.raw.get("price_per_hour_usd")
-        cost = f"; ${total / 3600 * price:.2f} to ${total_max / 3600 * price:.2f} at ${price:g}/h" if price else ""
+        price = self.price()  # the report's price too: --specdec-gpu-hourly-usd, else the profile's, per server
+        hourly = price["usd_per_hour"] if price else None
+        cost = f"; ${total / 3600 * hourly:.2f} to ${total_max / 3600 * hourly:.2f} at ${hourly:g}/h" if hourly else ""
         lines.append(f"  total: ~{minutes(total)} (up to {minutes(total_max)}){cost}")
         lines += [f"  no estimate for {u}" for u in unknown]
         return lines
