@@ -135,20 +135,68 @@ def cmd_ab(args: argparse.Namespace) -> int:
             return {"output_tok_s": res["output_throughput"], "output_tokens": res["total_output_tokens"],
                     "acceptance_rate": None if rate is None else rate / 100, "failed": res.get("failed", 0)}
 
-        print("warm-up (both clients, not counted)", flush=True)
-        ours(-1)
-        theirs(-1)
+        def bench_fn(i: int) -> dict[str, Any]:
+            # bench serve's own request function, in this process, with bench serve's connector: the
+            # requests bench serve sends (no continuous usage stats), without its process and start-up.
+            import asyncio
+
+            import aiohttp
+            from vllm.benchmarks.lib.endpoint_request_func import (
+                RequestFuncInput, async_request_openai_chat_completions)
+
+            async def go() -> tuple[int, float, int]:
+                conn = aiohttp.TCPConnector(limit=args.concurrency, limit_per_host=args.concurrency,
+                                            ttl_dns_cache=300, use_dns_cache=True, keepalive_timeout=60,
+                                            enable_cleanup_closed=True, force_close=False, ssl=False)
+                async with aiohttp.ClientSession(connector=conn, trust_env=True,
+                                                 timeout=aiohttp.ClientTimeout(total=6 * 60 * 60)) as session:
+                    sem = asyncio.Semaphore(args.concurrency)
+
+                    async def one(p: Any) -> Any:
+                        async with sem:
+                            return await async_request_openai_chat_completions(RequestFuncInput(
+                                prompt=p.messages[0]["content"], api_url=server.base_url + "/v1/chat/completions",
+                                prompt_len=0, output_len=p.max_tokens, model=model,
+                                extra_body={"temperature": args.temperature}), session)
+
+                    t0 = time.perf_counter()
+                    outs = await asyncio.gather(*(asyncio.create_task(one(p)) for p in prompts))
+                    dt = time.perf_counter() - t0
+                return sum(o.output_tokens or 0 for o in outs), dt, sum(not o.success for o in outs)
+
+            tokens, dt, failed = asyncio.run(go())
+            return {"output_tok_s": tokens / dt, "output_tokens": tokens, "acceptance_rate": None, "failed": failed}
+
+        arms = {"plugin": ours, "bench": theirs, "bench-fn": bench_fn}
+        chosen = [a.strip() for a in args.arms.split(",")]
+        unknown = [a for a in chosen if a not in arms] or (["(need plugin and bench)"]
+                                                          if not {"plugin", "bench"} <= set(chosen) else [])
+        if unknown:
+            raise SystemExit(f"--arms: unknown or missing {unknown}; choose from {sorted(arms)}")
+        print("warm-up (every client, not counted)", flush=True)
+        for a in chosen:
+            arms[a](-1)
         parities.clear()
         for i in range(args.pairs):
-            order = ("plugin", "bench") if i % 2 == 0 else ("bench", "plugin")
+            order = tuple(chosen[(j + i) % len(chosen)] for j in range(len(chosen)))
+            if i % 2:
+                order = order[::-1]
             pair: dict[str, Any] = {"order": order}
             for who in order:
-                pair[who] = ours(i) if who == "plugin" else theirs(i)
+                pair[who] = arms[who](i)
                 print(f"pair {i} {who}: {pair[who]['output_tok_s']:.1f} tok/s, "
                       f"acceptance {pair[who]['acceptance_rate']}", flush=True)
             pairs.append(pair)
     logs = [math.log(p["plugin"]["output_tok_s"] / p["bench"]["output_tok_s"]) for p in pairs]
     mean, lo, hi = t_interval(logs)
+    extra: dict[str, Any] = {}
+    if "bench-fn" in chosen:
+        for other in ("plugin", "bench"):
+            m2, l2, h2 = t_interval([math.log(p[other]["output_tok_s"] / p["bench-fn"]["output_tok_s"])
+                                     for p in pairs])
+            extra[f"tok_s_ratio_{other.replace('-', '_')}_over_bench_fn"] = {
+                "mean": math.exp(m2), "ci90": [math.exp(l2), math.exp(h2)]}
+            print(f"tok/s {other}/bench-fn: {math.exp(m2):.4f} (90% CI {math.exp(l2):.4f} – {math.exp(h2):.4f})")
     acc = [p["plugin"]["acceptance_rate"] - p["bench"]["acceptance_rate"] for p in pairs
            if p["plugin"]["acceptance_rate"] is not None and p["bench"]["acceptance_rate"] is not None]
     worst = max(((f, d["rel_diff"]) for par in parities for f, d in par.items()), key=lambda x: x[1])
@@ -160,6 +208,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
                                    "max_abs": 100 * max(map(abs, acc)) if acc else None},
         "parity_max_rel_diff": {"field": worst[0], "rel_diff": worst[1]},
         "parity": parities,
+        **extra,
     }
     Path(args.out).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     print(f"tok/s plugin/bench: {math.exp(mean):.4f} (90% CI {math.exp(lo):.4f} – {math.exp(hi):.4f}) over "
@@ -316,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--temperature", type=float, default=0.0, help="(default: %(default)s)")
     ab.add_argument("--prompts", type=int, default=32, help="first N built-in prompts (default: %(default)s)")
     ab.add_argument("--pairs", type=int, default=6, help="A/B pairs after warm-up (default: %(default)s)")
+    ab.add_argument("--arms", default="plugin,bench", help="clients to alternate, comma-separated, from plugin, "
+                    "bench, bench-fn (bench serve's request function in this process) (default: %(default)s)")
     ab.add_argument("--out", default="reports/vs-bench-serve-ab.json", help="(default: %(default)s)")
     ab.add_argument("--keep-detailed", default=None, metavar="PATH",
                     help="also save the first measured bench serve detailed result here")

@@ -54,7 +54,8 @@ def _run(zoo: dict[str, Any], method: str, key: str, timing: bool = False) -> di
     do not depend on the client's timing, so a lagging client does not invalidate them."""
     run = zoo["methods"][method]["runs"][key]
     reasons = [r for r in run["invalid_reasons"] if timing or not r.startswith("client event loop lagged")]
-    assert not reasons, f"{method} {key} invalid: {reasons}"
+    earlier = [a["invalid_reasons"] for a in run.get("earlier_attempts", [])]
+    assert not reasons, f"{method} {key} invalid: {reasons} (earlier attempts: {earlier})"
     return run
 
 

@@ -45,6 +45,15 @@ class MethodResult:
     command: list[str] = field(default_factory=list)
 
 
+#: Attempts per throughput point when the only invalid reason is a lagging client event loop.
+LAG_ATTEMPTS = 3
+
+
+def _only_client_lag(reasons: list[str]) -> bool:
+    """True when a run is invalid only because the client's event loop lagged (a starved client)."""
+    return bool(reasons) and all(r.startswith("client event loop lagged") for r in reasons)
+
+
 def _run(
     server: Any, model: str, prompts: list[Any], temperature: float, concurrency: int, rules: ValidityRules
 ) -> RunRecord:
@@ -93,9 +102,18 @@ def measure_method(
         points += [(t, concurrencies[0]) for t in temperatures if t != 0.0]
         for temperature, concurrency in points:
             t0 = time.monotonic()
-            run = _run(server, model, prompts, temperature, concurrency, rules)
             key = f"t{temperature}-c{concurrency}"
-            result.runs[key] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid}
+            earlier: list[dict[str, Any]] = []
+            run = _run(server, model, prompts, temperature, concurrency, rules)
+            # On 2 shared cores a busy moment starves the client's event loop and invalidates a run's
+            # timing (not its counters or texts): take a greedy (throughput) run again, up to LAG_ATTEMPTS
+            # in all, and keep every earlier attempt in the summary.
+            while temperature == 0.0 and _only_client_lag(run.invalid) and len(earlier) + 1 < LAG_ATTEMPTS:
+                earlier.append({"output_tok_s": run.metrics.output_tok_s, "invalid_reasons": run.invalid})
+                progress(f"[zoo] {label} {key}: client-bound ({run.invalid[0]}), measuring again")
+                run = _run(server, model, prompts, temperature, concurrency, rules)
+            result.runs[key] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid,
+                                "earlier_attempts": earlier}
             if temperature == 0.0 and concurrency == 1:
                 result.texts_t0 = run.texts
             m = result.runs[key]
