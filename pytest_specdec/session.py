@@ -29,6 +29,7 @@ from .options import Settings
 if TYPE_CHECKING:
     from .baselines import BaselineStore
     from .datasets import Dataset
+    from .distribution import Collected
     from .endpoints import EndpointFacts
     from .hardware import GpuList
     from .load import Prompt
@@ -132,6 +133,8 @@ class TestRecord:
     baseline: BaselineCheck | None = None
     #: tails of the servers' logs when the test failed, so the HTML report can show them the morning after
     server_logs: list[dict[str, str]] = field(default_factory=list)
+    #: the temperature > 0 distribution check (specdec.distribution_check), when the test ran it
+    distribution: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -146,6 +149,8 @@ class TestRecord:
             out["error"] = self.error
         if self.server_logs:
             out["server_logs"] = self.server_logs
+        if self.distribution is not None:
+            out["distribution"] = self.distribution
         if self.baseline is not None:
             from .verdicts import to_json
 
@@ -186,6 +191,7 @@ class SpecDecSession:
         self._measured_by: dict[str, str] = {}  # nodeid -> worker, to catch a test measured twice
         self.xdist_lines: list[str] = []  # controller: what went wrong collecting workers' results
         self.report_paths: list[Path] = []
+        self._distributions: dict[tuple[str, int], Collected] = {}  # (nodeid, samples per prompt) -> scored samples
 
     # --- configuration -------------------------------------------------------------------------
     @property
@@ -441,6 +447,32 @@ class SpecDecSession:
             f"speedup {_f(s['speedup'], '.2f')}x, acceptance {_f(s['acceptance_rate'], '.3f')}"
         )
         return result
+
+    def distribution_check(self, nodeid: str, case: Case, samples_per_prompt: int, alpha: float,
+                           tolerance_nats: float) -> dict[str, Any]:
+        """Temperature > 0: the spec server's samples vs the reference's, scored by the reference server
+        (`distribution.py`); sampled once per test and samples-per-prompt, recorded for the JSON."""
+        from .distribution import collect
+        from .load import Sampling
+
+        key = (nodeid, samples_per_prompt)
+        if key not in self._distributions:
+            ref_spec = self.server_spec(case, reference=True)
+            spec_spec = self.server_spec(case, reference=False)
+            prompts = self.prompts(case)
+            self.progress(f"specdec: {nodeid}: distribution check, {len(prompts)} prompts x {samples_per_prompt} "
+                          "samples from the spec server and twice from the reference, scored by the reference")
+            self._distributions[key] = collect(
+                lambda: self.endpoint(spec_spec, reference=False, test=nodeid),
+                lambda: self.endpoint(ref_spec, reference=True, test=nodeid),
+                prompts, Sampling(temperature=case.temperature), samples_per_prompt, api=case.api,  # type: ignore[arg-type]
+                api_key=self.settings.api_key, progress=self.progress)
+        out = self._distributions[key].summary(alpha, tolerance_nats)
+        self.records.setdefault(nodeid, TestRecord(nodeid, case)).distribution = out
+        m = out["mean_logprob"]
+        self.progress(f"specdec: {nodeid}: distribution {out['verdict']}: mean log-prob per token spec "
+                      f"{_f(m['spec'], '.3f')} vs reference {_f(m['reference_a'], '.3f')}, p {_f(out['p'], '.2g')}")
+        return out
 
     # --- baselines and verdicts ------------------------------------------------------------------
     @property

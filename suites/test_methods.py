@@ -7,7 +7,7 @@ baselines catch a method that got slower or accepts less after an upgrade.
 Losslessness: at temperature 0 the spec server must produce the reference's output as often as two
 reference runs agree with each other (batching can flip near-ties, so bitwise equality is not the bar),
 judged by a one-sided Fisher test of the two match rates.  At temperature > 0 the temperature suite's
-per-position check catches a broken rejection sampler.
+per-position and distribution checks catch a broken rejection sampler.
 """
 
 from __future__ import annotations

@@ -11,6 +11,13 @@ accepts positions ``i`` with ``u < acceptance[i]``, so ``acceptance`` (non-incre
 expected per-position acceptance rate ``accepted_per_pos[i] / drafts`` that vLLM reports. Like vLLM,
 accepted tokens are counted before the output is cut at ``max_tokens`` or EOS.
 
+Non-streamed requests (``stream`` false, for ``specdec.distribution_check``) are answered from a toy language
+model instead: ``vocab`` tokens (0 = EOS, 1 = BOS, words of the prompt hashed onto the rest), next-token
+log-probs a seeded function of the previous token (``lm_seed``, the same on every server, like one target
+model). They honour ``n``, ``return_token_ids``, the sampling fields and, on completions, token-id prompts and
+``prompt_logprobs`` in vLLM's format, so a score is the toy model's exact log-prob. ``sampler_bias`` (spec servers
+only) breaks the sampler: with that probability a token is the argmax instead of a draw.
+
 Use it in-process (``with FakeServer(FakeConfig(k=3, acceptance=(.8, .6, .4))) as url: ...``), in a
 child process (``FakeServerProcess``, so its CPU is not the caller's), or from the command line:
 ``python tests/fake_server.py --port 0 --k 3 --acceptance 0.8,0.6,0.4`` prints the port on its first line.
@@ -22,6 +29,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import os
 import random
 import selectors
@@ -62,8 +70,16 @@ class FakeConfig:
     # JSON of the speculative config to show on /server_info, like vLLM with VLLM_SERVER_DEV_MODE=1;
     # "" = no /server_info (404), like vLLM by default.
     server_info: str = ""
+    vocab: int = 64  # toy language model of the non-streamed path: vocabulary size
+    lm_seed: int = 0  # and its seed (the "target model": keep it equal on the spec and reference server)
+    sampler_bias: float = 0.0  # spec servers: P(a sampled token is the argmax instead): a broken rejection sampler
+    return_token_ids: bool = True  # False: ignore return_token_ids, like servers that lack it
 
     def __post_init__(self) -> None:
+        if self.sampler_bias and not self.k:
+            raise ValueError("sampler_bias breaks a spec server's sampler; this server has k=0 (no speculation)")
+        if self.vocab < 3:
+            raise ValueError(f"vocab needs EOS, BOS and at least one word token, got {self.vocab}")
         if self.k and len(self.acceptance) != self.k:
             raise ValueError(f"acceptance needs k={self.k} values, got {self.acceptance}")
         if any(b > a for a, b in zip(self.acceptance, self.acceptance[1:], strict=False)):
@@ -96,6 +112,7 @@ class _State:
         self.active = 0  # requests streaming right now, and the most ever at once
         self.peak_active = 0
         self.seen_prefixes: set[tuple[str | None, str]] = set()
+        self.asked: dict[str, int] = {}  # non-streamed prompts: how often each was asked (seeds its samples)
         self.registry = CollectorRegistry()
         r, lab = self.registry, ["model_name", "engine"]
 
@@ -142,6 +159,95 @@ def _prompt_text(body: dict[str, Any], chat: bool) -> str | None:
     return p if isinstance(p, str) else None
 
 
+EOS, BOS = 0, 1
+
+
+class ToyLM:
+    """A Markov "target model": the next token's log-probs depend only on the previous token."""
+
+    def __init__(self, vocab: int, seed: int) -> None:
+        self.vocab = vocab
+        self.table: list[list[float]] = []
+        for prev in range(vocab):
+            rng = random.Random(seed * 1_000_003 + prev)
+            logits = [rng.gauss(0.0, 2.0) for _ in range(vocab)]
+            logits[EOS] -= 3.0  # answers of a few dozen tokens, not of one or two
+            logits[BOS] = -1e9  # never generated
+            top = max(logits)
+            lse = top + math.log(sum(math.exp(x - top) for x in logits))
+            self.table.append([x - lse for x in logits])
+
+    def tokenize(self, text: str, bos: bool = True) -> list[int]:
+        return [BOS] * bos + [2 + zlib.crc32(w.encode()) % (self.vocab - 2) for w in text.split()]
+
+    def logprob(self, prev: int, tok: int) -> float:
+        return self.table[prev][tok]
+
+    def rank(self, prev: int, tok: int) -> int:
+        row = self.table[prev]
+        return 1 + sum(1 for x in row if x > row[tok])
+
+    def next_token(self, prev: int, rng: random.Random, body: dict[str, Any], bias: float = 0.0) -> int:
+        """One token with the request's temperature, top_k, top_p and min_p (vLLM's order); with chance
+        ``bias`` the argmax instead (the broken sampler)."""
+        row = self.table[prev]
+        t = float(body.get("temperature") or 0.0)
+        if t <= 0 or (bias and rng.random() < bias):
+            return max(range(self.vocab), key=row.__getitem__)
+        order = sorted(range(self.vocab), key=lambda v: -row[v])
+        top = row[order[0]] / t
+        probs = {v: math.exp(row[v] / t - top) for v in order}
+        k = int(body.get("top_k") or 0)
+        if k > 0:
+            order = order[:k]
+        top_p = float(body.get("top_p", 1.0))
+        if top_p < 1.0:
+            total, cum, keep = sum(probs[v] for v in order), 0.0, []
+            for v in order:
+                keep.append(v)
+                cum += probs[v] / total
+                if cum >= top_p:
+                    break
+            order = keep
+        min_p = float(body.get("min_p") or 0.0)
+        if min_p > 0:
+            order = [v for v in order if probs[v] >= min_p * probs[order[0]]]
+        u = rng.random() * sum(probs[v] for v in order)
+        for v in order:
+            u -= probs[v]
+            if u <= 0:
+                return v
+        return order[-1]
+
+
+_LMS: dict[tuple[int, int], ToyLM] = {}
+
+
+def toy_lm(cfg: FakeConfig) -> ToyLM:
+    """The toy model of a config (built once per vocab and seed)."""
+    key = (cfg.vocab, cfg.lm_seed)
+    if key not in _LMS:
+        _LMS[key] = ToyLM(*key)
+    return _LMS[key]
+
+
+def _prompt_logprobs(lm: ToyLM, ids: list[int], k: Any) -> list[dict[str, dict[str, Any]] | None] | None:
+    """vLLM's prompt_logprobs: None for the first position, then per position a dict keyed by token id
+    (a string in JSON) holding the actual token (with its rank) and the top ``k`` (-1: all)."""
+    if k is None:
+        return None
+    k = lm.vocab if int(k) == -1 else int(k)
+    out: list[dict[str, dict[str, Any]] | None] = [None]
+    for prev, tok in zip(ids, ids[1:]):
+        row = lm.table[prev]
+        entries = {tok: lm.rank(prev, tok)}
+        for r, v in enumerate(sorted(range(lm.vocab), key=lambda v: -row[v])[:k], start=1):
+            entries.setdefault(v, r)
+        out.append({str(v): {"logprob": max(row[v], -9999.0), "rank": r, "decoded_token": f" t{v}"}
+                    for v, r in entries.items()})
+    return out
+
+
 def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
     """The aiohttp application and the state it updates (exposed so tests can inspect requests)."""
     st = _State(cfg)
@@ -157,7 +263,7 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
         if body.get("model") != cfg.model:
             return _error(404, f"The model `{body.get('model')}` does not exist.")
         if not body.get("stream"):
-            return _error(400, "the fake server only streams")
+            return respond(body, chat)
         text = _prompt_text(body, chat)
         if text is None:
             return _error(400, "no messages" if chat else "no prompt")
@@ -247,6 +353,79 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
             running.dec()
             st.active -= 1
         return resp
+
+    def respond(body: dict[str, Any], chat: bool) -> web.Response:
+        """A non-streamed response from the toy model, in vLLM's JSON (``ChatCompletionResponse`` /
+        ``CompletionResponse`` of vllm/entrypoints/openai/*/protocol.py, as serving.py fills them)."""
+        cfg = st.cfg
+        lm = toy_lm(cfg)
+        raw = body.get("prompt")
+        if not chat and isinstance(raw, list):
+            if not raw or not all(isinstance(t, int) and 0 <= t < cfg.vocab for t in raw):
+                return _error(400, f"prompt token ids must be in [0, {cfg.vocab})")
+            prompt_ids, key = list(raw), ",".join(map(str, raw))
+        else:
+            text = _prompt_text(body, chat)
+            if text is None:
+                return _error(400, "no messages" if chat else "no prompt")
+            prompt_ids, key = lm.tokenize(text, bos=chat or body.get("add_special_tokens", True) is not False), text
+        st.requests.append(body)
+        st.n += 1
+        engine = str((st.n - 1) % cfg.engines)
+        # Seeded by the prompt and how often it was asked before, so the same requests in the same order give
+        # the same samples whatever the concurrency, and a repeated prompt gets new ones (no seed sent); k in
+        # the seed, so a spec and a reference server draw different samples, as two vLLM servers do.
+        again = st.asked.get(key, 0)
+        st.asked[key] = again + 1
+        rng = random.Random(zlib.crc32(f"{cfg.seed}\0{cfg.k}\0{again}\0{key}".encode()))
+        n = int(body.get("n") or 1)
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        cap = min(cfg.output_tokens or max_tokens, max_tokens)
+        bias = cfg.sampler_bias if cfg.k else 0.0
+        with_ids = bool(body.get("return_token_ids")) and cfg.return_token_ids
+        choices, generated = [], 0
+        for i in range(n):
+            out: list[int] = []
+            finish = "length"
+            while len(out) < cap:
+                tok = lm.next_token((prompt_ids + out)[-1], rng, body, bias)
+                out.append(tok)
+                if tok == EOS and not body.get("ignore_eos"):
+                    finish = "stop"
+                    break
+            generated += len(out)
+            text_out = "".join(f" t{t}" for t in out if t != EOS)
+            c: dict[str, Any] = {"index": i}
+            if chat:
+                c["message"] = {"role": "assistant", "content": text_out, "refusal": None, "annotations": None,
+                                "audio": None, "function_call": None, "reasoning": None}
+            else:
+                c["text"] = text_out
+            c.update({"logprobs": None, "finish_reason": finish, "stop_reason": None,
+                      "token_ids": out if with_ids else None})
+            if not chat:
+                c["prompt_logprobs"] = _prompt_logprobs(lm, prompt_ids, body.get("prompt_logprobs"))
+                c["prompt_token_ids"] = prompt_ids if with_ids else None
+            c["routed_experts"] = None
+            choices.append(c)
+        lab = (cfg.model, engine)
+        st.prompt.labels(*lab).inc(len(prompt_ids))
+        st.generation.labels(*lab).inc(generated)
+        for c in choices:
+            st.success.labels(cfg.model, engine, c["finish_reason"]).inc()
+        d: dict[str, Any] = {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{st.n}", "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": cfg.model, "choices": choices, "service_tier": None,
+            "system_fingerprint": None,
+            "usage": {"prompt_tokens": len(prompt_ids), "total_tokens": len(prompt_ids) + generated,
+                      "completion_tokens": generated, "prompt_tokens_details": None,
+                      "completion_tokens_details": None},
+        }
+        if chat:
+            d.update({"prompt_logprobs": _prompt_logprobs(lm, prompt_ids, body.get("prompt_logprobs")),
+                      "prompt_token_ids": prompt_ids if with_ids else None, "prompt_text": None})
+        d.update({"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None})
+        return web.Response(body=_DUMPS(d), content_type="application/json")
 
     async def chat_completions(request: web.Request) -> web.StreamResponse:
         return await complete(request, True)
