@@ -98,6 +98,8 @@ class RunRecord:
     # Per-run P95 by Harrell-Davis (ms) of tpot/ttft/e2e: steadier than the interpolated sample P95 for
     # the few dozen requests of a run; these are what the P95 verdicts compare.
     hd_p95_ms: dict[str, float | None] = field(default_factory=dict)
+    #: The wait for the servers to go idle before the run: waited_s, quiet, cores (None: not waited).
+    settle: dict[str, Any] | None = None
 
     @property
     def valid(self) -> bool:
@@ -107,6 +109,7 @@ class RunRecord:
         return {
             "arm": self.arm, "index": self.index, "valid": self.valid, "invalid_reasons": self.invalid,
             "cache_salt": self.cache_salt, **self.metrics.to_dict(), "hd_p95_ms": self.hd_p95_ms,
+            "settle": self.settle,
         }
 
 
@@ -258,13 +261,15 @@ def measure_case(
     block: int | None = None,
     api: str = "chat",
     rate: float | None = None,
+    settle: Callable[[], Any] | None = None,
 ) -> CaseResult:
     """`runs` pairs (reference, spec), interleaved or in blocks of `block`; the reference alone when
     `spec` is None."""
     result = CaseResult(reference_runs=[], runs=[], summary={}, speedup_per_pair=[],
                         alternation="interleaved" if block is None or spec is None else f"blocks of {block}")
     extend_case(result, reference, spec, prompts, sampling, concurrency=concurrency, runs=runs,
-                api_key=api_key, rules=rules, progress=progress, block=block, api=api, rate=rate)
+                api_key=api_key, rules=rules, progress=progress, block=block, api=api, rate=rate,
+                settle=settle)
     return result
 
 
@@ -289,12 +294,15 @@ def extend_case(
     block: int | None = None,
     api: str = "chat",
     rate: float | None = None,
+    settle: Callable[[], Any] | None = None,
 ) -> CaseResult:
     """Continue the alternation of `result` up to `runs` pairs (sequential looks add runs this way).
 
     Interleaved, the warm-up is done only before the very first run of each arm; in blocks, before
     the first run of every block, since a block switch may have restarted the server.  Summary and
-    speedups are recomputed.
+    speedups are recomputed.  `settle` (e.g. the pool's wait for idle servers) is called right before
+    every measured run, after its endpoint is ready and its warm-up is not yet sent; what it returns
+    (a `server.Quiet`) is kept with the run.
     """
     warmup = warmup_requests(len(prompts), concurrency)
     ref_runs, spec_runs = result.reference_runs, result.runs
@@ -316,14 +324,19 @@ def extend_case(
         assert source is not None
         endpoint = source() if callable(source) else source
         first = (i == 0) if block is None else (arm != previous)
+        quiet = settle() if settle is not None else None
         rec = one_run(endpoint, arm, i, prompts, sampling, concurrency=concurrency, api_key=api_key,
                       rules=rules, warmup=warmup if first else 0, api=api, rate=rate)
+        if quiet is not None:
+            rec.settle = {"waited_s": round(quiet.waited_s, 3), "quiet": quiet.quiet, "cores": round(quiet.cores, 3)}
         buckets[arm].append(rec)
         previous = arm
         m = rec.metrics
         acc = "" if m.acceptance_rate is None else f", acceptance {m.acceptance_rate:.3f}"
         bad = "" if rec.valid else f"  INVALID: {'; '.join(rec.invalid)}"
-        progress(f"specdec:   run {i + 1}/{runs} {arm:9s} {m.output_tok_s or 0:8.1f} tok/s{acc}{bad}")
+        noisy = "" if quiet is None or quiet.quiet else (f"  (servers still busy after {quiet.waited_s:.1f} s: "
+                                                         f"{quiet.cores:.2f} cores)")
+        progress(f"specdec:   run {i + 1}/{runs} {arm:9s} {m.output_tok_s or 0:8.1f} tok/s{acc}{bad}{noisy}")
     result.summary = summarize(ref_runs, spec_runs)
     result.speedup_per_pair = speedups(ref_runs, spec_runs) if spec_runs else []
     return result

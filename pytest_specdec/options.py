@@ -37,6 +37,10 @@ def positive_float(value: str) -> float:
     return _number(value, float, lambda n: n > 0, "a number > 0")
 
 
+def non_negative_float(value: str) -> float:
+    return _number(value, float, lambda n: n >= 0, "a number >= 0")
+
+
 def endpoint_url(value: str) -> str:
     """argparse type: an http(s) base URL (no /v1 suffix needed)."""
     if not value.startswith(("http://", "https://")):
@@ -159,6 +163,12 @@ def addoption(parser: pytest.Parser) -> None:
         help="how long a vLLM server may take to become ready. Default: %(default)r",
     )
     group.addoption(
+        "--specdec-quiet-timeout", metavar="SECONDS", type=non_negative_float, default=3.0,
+        help="before each run, wait up to SECONDS for every server this session started to go idle (vLLM's "
+             "processes busy-wait for 1 s after their last step and would share the cores with the run); "
+             "0 skips the wait. Default: %(default)r",
+    )
+    group.addoption(
         "--specdec-baselines", metavar="DIR", default="baselines",
         help="root of the stored baselines (<DIR>/<profile>/<suite module>/<test id>.json). Default: %(default)r",
     )
@@ -264,6 +274,7 @@ class Settings:
     reports_dir: Path
     max_servers: int
     startup_timeout_s: float
+    quiet_timeout_s: float = 3.0
     baselines_dir: Path = Path("baselines")
     update_baselines: str | None = None
     strict: bool = False
@@ -328,6 +339,7 @@ class Settings:
             reports_dir=reports if reports.is_absolute() else root / reports,
             max_servers=opt.specdec_max_servers,
             startup_timeout_s=opt.specdec_startup_timeout,
+            quiet_timeout_s=opt.specdec_quiet_timeout,
             baselines_dir=baselines if baselines.is_absolute() else root / baselines,
             update_baselines=opt.update_baselines,
             strict=opt.specdec_strict,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .server import ServerSpec, VllmServer
+from .server import Quiet, ServerSpec, VllmServer
 
 if TYPE_CHECKING:
     from .gpus import GpuPool, Lease
@@ -151,6 +151,13 @@ class ServerPool:
             f"at {server.base_url}{where}"
         )
         return server
+
+    def wait_quiet(self, timeout_s: float) -> Quiet:
+        """Wait for every live server of this pool to go idle (see `server.wait_quiet`)."""
+        from .server import wait_quiet
+
+        pgids = {s.proc.pid for s in self._alive.values() if s.proc is not None and s.alive()}
+        return wait_quiet(pgids, timeout_s=timeout_s)
 
     def stop_all(self) -> None:
         """Stop every server we started and give back their GPUs (also on failure and Ctrl-C)."""

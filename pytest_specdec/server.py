@@ -241,6 +241,60 @@ def _pin(cpus: frozenset[int]) -> Callable[[], None]:
     return pin
 
 
+def group_cpu_ticks(pgids: set[int]) -> int:
+    """CPU time (clock ticks, user + system) used so far by every process in the process groups `pgids`."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # gone, or not ours to read
+            continue
+        # Fields after the ")" that closes the command name: state ppid pgrp ... utime(14) stime(15).
+        rest = stat[stat.rindex(b")") + 2:].split()
+        if int(rest[2]) in pgids:
+            total += int(rest[11]) + int(rest[12])
+    return total
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """How long a run waited for the servers to go quiet, and whether they did before the deadline."""
+
+    waited_s: float
+    quiet: bool
+    cores: float  # CPU use of the servers in the last window, in cores
+
+
+def wait_quiet(pgids: set[int], *, timeout_s: float = 3.0, window_s: float = 0.2, max_cores: float = 0.1,
+               ticks: Callable[[set[int]], int] = group_cpu_ticks, sleep: Callable[[float], None] = time.sleep,
+               clock: Callable[[], float] = time.monotonic) -> Quiet:
+    """Wait until the vLLM process groups `pgids` use at most `max_cores` over a `window_s` window.
+
+    Why: vLLM's engine and worker processes busy-wait (``sched_yield``) on their shared-memory queues for
+    1 s after their last message (``shm_broadcast.SpinCondition``, ``busy_loop_s = 1``).  A run that starts
+    right after another server's run shares the cores with that server's spinning processes: on the 2-core
+    CPU profile the worker of an idle server spinning on the same core cut the next run's tok/s by up to 4x.
+    """
+    if not pgids or timeout_s <= 0:
+        return Quiet(0.0, True, 0.0)
+    hz = os.sysconf("SC_CLK_TCK")
+    t0 = clock()
+    before = ticks(pgids)
+    while True:
+        sleep(window_s)
+        now = ticks(pgids)
+        cores = (now - before) / hz / window_s
+        waited = clock() - t0
+        if cores <= max_cores:
+            return Quiet(waited, True, cores)
+        if waited >= timeout_s:
+            return Quiet(waited, False, cores)
+        before = now
+
+
 def terminate_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
     """Stop `proc` and every process in its group: SIGTERM, wait, then SIGKILL."""
     try:

@@ -390,6 +390,13 @@ class SpecDecSession:
         server = self.pool.get(spec, test)
         return Endpoint(server.base_url, served_model(server.base_url), owned=True)
 
+    def _settle(self) -> Callable[[], Any] | None:
+        """Before each run, wait for the servers this session started to go idle (none in endpoint mode)."""
+        timeout = self.settings.quiet_timeout_s
+        if self.settings.endpoint or timeout <= 0:
+            return None
+        return lambda: self.pool.wait_quiet(timeout)
+
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
         """Run the case's interleaved reference/spec runs; the result is recorded for the JSON.
 
@@ -420,7 +427,7 @@ class SpecDecSession:
         sampling = Sampling(temperature=case.temperature)
         kw: dict[str, Any] = dict(concurrency=case.concurrency, api_key=self.settings.api_key,
                                   rules=self.profile.validity_rules(), progress=self.progress,
-                                  block=block, api=case.api, rate=case.request_rate)
+                                  block=block, api=case.api, rate=case.request_rate, settle=self._settle())
         result = measure_case(reference, spec, prompts, sampling, runs=self.runs(), **kw)
         record.result = result
         if verdicts is not None:
