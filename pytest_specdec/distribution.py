@@ -226,7 +226,7 @@ def _mean_ci(d: Sequence[float]) -> tuple[float, list[float]]:
 
 
 def compare(spec: Mapping[str, Sequence[float]], ref_a: Mapping[str, Sequence[float]],
-            ref_b: Mapping[str, Sequence[float]], alpha: float = 0.01, tolerance_nats: float = 0.05) -> dict[str, Any]:
+            ref_b: Mapping[str, Sequence[float]], alpha: float = 0.001, tolerance_nats: float = 0.05) -> dict[str, Any]:
     """Spec vs reference mean log-prob per token, paired by (prompt, sample), against the reference-vs-reference
     control.
 
@@ -281,7 +281,7 @@ class Collected:
     samples_per_prompt: int
     prompts: int
 
-    def summary(self, alpha: float = 0.01, tolerance_nats: float = 0.05) -> dict[str, Any]:
+    def summary(self, alpha: float = 0.001, tolerance_nats: float = 0.05) -> dict[str, Any]:
         """``compare`` over the arms, plus what was sent and how many samples came back empty."""
         out = compare(*(per_prompt(self.arms[a]) for a in ARMS), alpha=alpha, tolerance_nats=tolerance_nats)
         out["samples_per_prompt"] = self.samples_per_prompt

@@ -69,7 +69,7 @@ def test_a_shift_within_the_tolerance_is_the_same() -> None:
 def test_too_few_prompts_or_a_drifting_control_is_inconclusive() -> None:
     assert min_prompts(0.01) == 8 and min_prompts(0.05) == 6  # the exact test's smallest p is 2 / 2^n
     spec, ref_a, ref_b = _arms(random.Random(4), 7, 1.0, samples=1)
-    d = compare(spec, ref_a, ref_b)
+    d = compare(spec, ref_a, ref_b, alpha=0.01)
     assert d["verdict"] == "inconclusive" and d["p"] is None
     assert "7 (prompt, sample) pair(s)" in d["why"] and "at least 8" in d["why"]
     # A prompt without scored samples in one arm is left out of the pairing.
@@ -84,7 +84,7 @@ def test_too_few_prompts_or_a_drifting_control_is_inconclusive() -> None:
     assert "not reproducible" in d["why"]
     # Identical arms: no evidence at all (scipy would divide by zero).
     same = {f"p{i}": [-2.0] for i in range(8)}
-    assert compare(same, same, same)["p"] == 1.0
+    assert compare(same, same, same, alpha=0.01)["p"] == 1.0
 
 
 def test_empty_outputs_are_counted_not_averaged() -> None:
@@ -93,7 +93,7 @@ def test_empty_outputs_are_counted_not_averaged() -> None:
 
     arms = {arm: [s(f"p{i}", [3, 4], [-1.0, -2.0]) for i in range(8)] + [s("p0", [], [])]
             for arm in ("spec", "reference_a", "reference_b")}
-    d = Collected(arms, samples_per_prompt=2, prompts=8).summary()
+    d = Collected(arms, samples_per_prompt=2, prompts=8).summary(alpha=0.01)
     assert d["empty_samples"] == {"spec": 1, "reference_a": 1, "reference_b": 1}
     assert d["n_samples"]["spec"] == 8 and d["mean_logprob"]["spec"] == -1.5
     assert d["output_tokens"]["spec"] == 16
@@ -220,7 +220,7 @@ def test_a_sound_sampler_passes_and_the_check_is_in_the_json(
     assert d["empty_samples"] == {"spec": 0, "reference_a": 0, "reference_b": 0}
 
 
-@pytest.mark.parametrize("endpoints", [0.2], indirect=True)
+@pytest.mark.parametrize("endpoints", [0.4], indirect=True)
 def test_a_biased_sampler_fails_with_the_statistic(
     pytester: pytest.Pytester, endpoints: tuple[str, str], fake_profile: Path
 ) -> None:
@@ -232,7 +232,7 @@ def test_a_biased_sampler_fails_with_the_statistic(
         "*specdec distribution check failed for *test_sampler?ngram-k3-t1.0-c2?: at temperature 1.0 the target's "
         "mean log-prob per token is -* nats for the spec server's samples and -* for the reference server's "
         "(12 prompts, 48 and 48 scored samples, all scored by the reference server): difference +0.* nats, 90% CI "
-        "+0.* .. +0.*, Wilcoxon p=* < 0.01 and beyond ±0.05; two reference samples differ by * nats (p=*). The spec "
+        "+0.* .. +0.*, Wilcoxon p=* < 0.001 and beyond ±0.05; two reference samples differ by * nats (p=*). The spec "
         "server does not sample from the target's distribution: the rejection sampler is likely broken*",
     ])
     test = json.loads((reports / "latest.json").read_text())["tests"][0]
