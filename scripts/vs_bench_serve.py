@@ -87,6 +87,12 @@ def t_interval(xs: list[float], level: float = 0.90) -> tuple[float, float, floa
     return mean, mean - half, mean + half
 
 
+def _cpus(text: str | None) -> frozenset[int] | None:
+    """`--server-cpus 1,3` → {1, 3}: the CPUs the server's processes start on (vLLM's CPU worker then binds
+    itself to its own cores)."""
+    return None if not text else frozenset(int(x) for x in text.split(","))
+
+
 def cmd_ab(args: argparse.Namespace) -> int:
     from pytest_specdec.metrics import bench_parity
     from pytest_specdec.datasets import builtin
@@ -94,7 +100,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from pytest_specdec.measurement import ValidityRules, one_run
     from pytest_specdec.pool import Endpoint
     from pytest_specdec.profiles import load_profile, server_spec
-    from pytest_specdec.server import VllmServer
+    from pytest_specdec.server import VllmServer, wait_quiet
 
     profile = load_profile("cpu")
     prompts = list(builtin().prompts[: args.prompts])
@@ -106,7 +112,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     pairs: list[dict[str, Any]] = []
     parities: list[dict[str, dict[str, float]]] = []
     env = {**os.environ, **dict(spec.env)}
-    with tempfile.TemporaryDirectory() as tmp, VllmServer(spec, log_dir=out_dir / "vs-bench-logs") as server:
+    with tempfile.TemporaryDirectory() as tmp, VllmServer(spec, log_dir=out_dir / "vs-bench-logs",
+                                                                  cpus=_cpus(args.server_cpus)) as server:
         print(f"server ready in {server.startup_s:.0f} s: {' '.join(server.command)}", flush=True)
         model = served_model(server.base_url)
         data = Path(tmp) / "prompts.jsonl"
@@ -183,6 +190,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
                 order = order[::-1]
             pair: dict[str, Any] = {"order": order}
             for who in order:
+                wait_quiet({server.proc.pid})  # as the plugin does before every run: no leftover busy-wait
                 pair[who] = arms[who](i)
                 print(f"pair {i} {who}: {pair[who]['output_tok_s']:.1f} tok/s, "
                       f"acceptance {pair[who]['acceptance_rate']}", flush=True)
@@ -365,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--temperature", type=float, default=0.0, help="(default: %(default)s)")
     ab.add_argument("--prompts", type=int, default=32, help="first N built-in prompts (default: %(default)s)")
     ab.add_argument("--pairs", type=int, default=6, help="A/B pairs after warm-up (default: %(default)s)")
+    ab.add_argument("--server-cpus", default=None, metavar="CPUS",
+                    help="start the server's processes on these CPUs, e.g. 1 (default: not pinned)")
     ab.add_argument("--arms", default="plugin,bench", help="clients to alternate, comma-separated, from plugin, "
                     "bench, bench-fn (bench serve's request function in this process) (default: %(default)s)")
     ab.add_argument("--out", default="reports/vs-bench-serve-ab.json", help="(default: %(default)s)")
