@@ -7,7 +7,7 @@ This check samples each prompt ``n`` times from the spec server and twice as oft
 server (two arms: the second is the control), then asks the *reference* server for the target's
 log-probability of every sampled token (``prompt_logprobs`` over prompt + output token ids). A sound
 sampler draws tokens the target rates exactly as it rates its own samples; a broken one shifts the mean
-log-prob per token. The test is paired by prompt (Wilcoxon signed-rank), judged against the
+log-prob per token. The test is paired by (prompt, sample) (Wilcoxon signed-rank), judged against the
 reference-vs-reference control.
 
 The requests are separate from the measured runs and never timed.
@@ -243,7 +243,7 @@ def compare(spec: Mapping[str, Sequence[float]], ref_a: Mapping[str, Sequence[fl
     ids = sorted(p for p in spec if spec[p] and ref_a.get(p) and ref_b.get(p))
     arms = dict(zip(ARMS, (spec, ref_a, ref_b)))
     out: dict[str, Any] = {
-        "statistic": "mean target log-prob per output token (nats), per prompt, scored by the reference server",
+        "statistic": "mean target log-prob per output token (nats) of each sample, scored by the reference server",
         "test": "two-sided Wilcoxon signed-rank over (prompt, sample) pairs", "alpha": alpha, "tolerance_nats": tolerance_nats,
         "n_prompts": len(ids), "n_samples": {a: sum(len(v[p]) for p in ids) for a, v in arms.items()},
         "mean_logprob": {a: None for a in ARMS}, "diff": None, "ci": None, "ci_level": CI_LEVEL, "p": None,

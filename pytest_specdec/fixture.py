@@ -132,7 +132,7 @@ class SpecDec:
     def distribution_check(self, samples_per_prompt: int = 4, *, alpha: float = 0.001,
                            tolerance_nats: float = 0.05) -> dict[str, Any]:
         """Temperature > 0 losslessness: the target's mean log-prob per token of the spec server's samples vs
-        the reference server's own, paired by prompt, against a second reference sample (the control); every
+        the reference server's own, paired by (prompt, sample), against a second reference sample (the control); every
         sample scored by the reference server. Outputs differ by design above temperature 0, so this compares
         distributions where `output_match` compares outputs."""
         if self.case.temperature == 0:
