@@ -54,6 +54,21 @@ def _only_client_lag(reasons: list[str]) -> bool:
     return bool(reasons) and all(r.startswith("client event loop lagged") for r in reasons)
 
 
+def server_cpus() -> frozenset[int] | None:
+    """The CPU the zoo's servers start on: the last one this process may use, leaving the others to the
+    client (vLLM's CPU worker then binds itself to that CPU too).
+
+    Why: on 2 cores, with vLLM's worker pinned to core 0 and its busy-waiting engine core (and, for
+    ngram, its proposer) free to float, the client's event loop stalled for up to 2 s in CI and made
+    ngram runs invalid three times in a row; with the server started on core 1, `scripts/vs_bench_serve.py
+    ab --server-cpus 1` measured no half-speed runs.  None on a 1-CPU machine (nothing to separate).
+    """
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    return frozenset(cpus[-1:]) if len(cpus) >= 2 else None
+
+
 def _run(
     server: Any, model: str, prompts: list[Any], temperature: float, concurrency: int, rules: ValidityRules
 ) -> RunRecord:
@@ -87,7 +102,7 @@ def measure_method(
     rules = profile.validity_rules()
     env = None if fix else {"SPECDEC_VLLM_CPU_FIX": "0"}
     spec = server_spec(profile, method, None if method == "none" else K, extra_env=env)
-    server = VllmServer(spec, log_dir=log_dir)
+    server = VllmServer(spec, log_dir=log_dir, cpus=server_cpus())
     label = method if fix else f"{method} (no fix)"
     progress(f"[zoo] starting vLLM for {label} ...")
     with server:
@@ -174,6 +189,7 @@ def measure(
     reference_texts = results["none"].texts_t0 if "none" in results else {}
     summary: dict[str, Any] = {
         "k": K,
+        "server_cpus": sorted(server_cpus() or []),
         "prompts": len(prompts),
         "dataset_sha256": dataset.sha256,
         "max_tokens": sorted({p.max_tokens for p in prompts}),
