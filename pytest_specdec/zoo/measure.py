@@ -51,7 +51,9 @@ LAG_ATTEMPTS = 3
 
 def _only_client_lag(reasons: list[str]) -> bool:
     """True when a run is invalid only because the client's event loop lagged (a starved client)."""
-    return bool(reasons) and all(r.startswith("client event loop lagged") for r in reasons)
+    from ..measurement import CLIENT_LAG
+
+    return bool(reasons) and all(r.startswith(CLIENT_LAG) for r in reasons)
 
 
 def server_cpus() -> frozenset[int] | None:
