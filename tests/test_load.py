@@ -189,3 +189,39 @@ def test_timeout_recorded(server: FakeServer) -> None:
                         timeout_s=0.2, collect_metrics=False)
     assert [s.error for s in res.samples] == ["timeout after 0.2 s"] * 2
     assert res.metrics_before is None and res.metrics_error is None
+
+
+@pytest.mark.parametrize(("payload", "error"), [
+    (b'{"choices": [', "bad stream data: JSONDecodeError: Expecting value*"),
+    (b'{"choices": [], "usage": {"completion_tokens": 1}} {"x": 1}', "bad stream data: ValueError: extra data*"),
+    (b'{"choices": [{"delta": {"content": "\xff"}}]}', "bad stream data: UnicodeDecodeError*"),
+], ids=["truncated", "trailing", "not-utf8"])
+def test_malformed_stream_is_a_sample_error(payload: bytes, error: str) -> None:
+    """A server that breaks the SSE/JSON protocol fails the request with what it sent, never the run."""
+    import fnmatch
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(b"data: " + payload + b"\n\ndata: [DONE]\n\n")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        res = run_load_sync(f"http://127.0.0.1:{httpd.server_address[1]}", MODEL, chat_prompts(1),
+                            Sampling(temperature=0.0), concurrency=1, collect_metrics=False, timeout_s=10)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    (sample,) = res.samples
+    assert sample.error is not None and fnmatch.fnmatch(sample.error, error), sample.error
