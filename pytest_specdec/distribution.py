@@ -309,11 +309,13 @@ def collect(spec: Callable[[], Endpoint], reference: Callable[[], Endpoint], pro
     if sampling.temperature <= 0:
         raise ConfigError("the distribution check needs temperature > 0; at temperature 0 compare outputs "
                           "directly (measurement.output_match)")
+    from .load import run_coroutine
+
     arms: dict[str, list[Sample]] = {}
 
     def draw(endpoint: Endpoint) -> list[Sample]:
-        return asyncio.run(sample(endpoint.base_url, endpoint.model, prompts, sampling, samples_per_prompt,
-                                  api=api, api_key=api_key, concurrency=concurrency))
+        return run_coroutine(sample(endpoint.base_url, endpoint.model, prompts, sampling, samples_per_prompt,
+                                    api=api, api_key=api_key, concurrency=concurrency))
 
     ep = spec()
     progress(f"specdec:   distribution: {len(prompts)} prompts x {samples_per_prompt} samples from the spec server")
@@ -325,5 +327,5 @@ def collect(spec: Callable[[], Endpoint], reference: Callable[[], Endpoint], pro
         arms[arm] = draw(ref)
     every = [s for a in ARMS for s in arms[a]]
     progress(f"specdec:   distribution: scoring {len(every)} samples on the reference server")
-    asyncio.run(score(ref.base_url, ref.model, every, api_key=api_key, concurrency=concurrency))
+    run_coroutine(score(ref.base_url, ref.model, every, api_key=api_key, concurrency=concurrency))
     return Collected(arms=arms, samples_per_prompt=samples_per_prompt, prompts=len(prompts))

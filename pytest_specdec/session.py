@@ -834,6 +834,7 @@ class SpecDecSession:
         return lines
 
     def environment(self) -> dict[str, Any]:
+        from .load import event_loop_name
         from .vllm_cli import vllm_distribution
         import importlib.metadata as md
 
@@ -847,6 +848,7 @@ class SpecDecSession:
             "vllm_version": md.version(dist) if dist else None,
             "plugin_version": __version__,
             "python": platform.python_version(),
+            "client_event_loop": event_loop_name(),
             "target_model": self.profile.target,
             "commit": _commit_info(),
             "workarounds": _unique([*local, *(w for r in self._remote for w in r["workarounds"])]),

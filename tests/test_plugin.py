@@ -82,6 +82,9 @@ def test_measures_interleaved_runs_and_writes_json(
     ])
     data = json.loads((reports / "latest.json").read_text())
     assert data["profile"] == "fake"
+    import uvloop  # installed with vLLM: the client runs on its loop, and the results say so
+
+    assert data["environment"]["client_event_loop"] == f"uvloop {uvloop.__version__}"
     test = data["tests"][0]
     assert test["params"] == {
         "method": "ngram", "k": 3, "temperature": 0.0, "concurrency": 1, "dataset": "builtin",
