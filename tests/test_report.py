@@ -313,7 +313,7 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def test_report_renders_in_headless_chromium(html: str, tmp_path: Path) -> None:
+def test_report_renders_in_headless_chromium(html: str, tmp_path: Path, pytestconfig: pytest.Config) -> None:
     browser = _chromium()
     if browser is None:
         if os.environ.get("SPECDEC_REQUIRE_CHROMIUM") == "1":
@@ -329,7 +329,11 @@ def test_report_renders_in_headless_chromium(html: str, tmp_path: Path) -> None:
            f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1400,2600",
            page.as_uri()]
     subprocess.run(cmd, capture_output=True, timeout=120, check=True)
-    print(f"report screenshot: {shot}")
+    # The artifact a reviewer looks at (reports/ is git-ignored; CI keeps the tree).
+    artifact = pytestconfig.rootpath / "reports" / "test-artifacts" / "report-screenshot.png"
+    artifact.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, artifact)
+    print(f"report screenshot: {artifact}")
     img = Image.open(shot).convert("RGB")
     assert img.size == (1400, 2600)
     counts = {rgb: n for n, rgb in img.getcolors(maxcolors=1 << 24)}
