@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from html import escape
@@ -27,6 +28,8 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8
 #: Params a sweep chart can take as its x axis (numeric), with the axis label.
 SWEEP_AXES = {"concurrency": "concurrency (requests in flight)", "temperature": "temperature",
               "k": "k (num_speculative_tokens)"}
+#: Short names in legend labels (they are cut at 30 characters): "draft_model k=3 T=0.5".
+_AXIS_SHORT = {"concurrency": "c", "temperature": "T"}
 
 
 # ---- reading the results --------------------------------------------------------------------------
@@ -182,7 +185,11 @@ def svg_chart(chart: Chart, width: int = 430, height: int = 250) -> str:
     notes += [f"┆ from {axis} {_fmt(x)}: {lb}" if (x, lb) in inside
               else f"{lb}: only from {axis} {_fmt(x)}, beyond the swept range" for x, lb in chart.vmarks]
     notes += [chart.note] if chart.note else []
-    total_h = top + ph + 44 + 13 * rows + 13 * len(notes) + 4
+    # Notes wrap inside the chart (9 px text, ~5 px a character) instead of running past its edge.
+    note_lines = [line for i, note in enumerate(notes)
+                  for line in textwrap.wrap(("①②③④⑤⑥⑦⑧⑨"[i % 9] + " " if i < len(chart.marks) else "") + note,
+                                            width=max(20, (width - left - 8) // 5), subsequent_indent="   ")]
+    total_h = top + ph + 44 + 13 * rows + 13 * len(note_lines) + 4
     ys = [y for _, y in pts] + [y for y, _ in chart.hlines]
     x0, x1 = min(map(fx, xs)), max(map(fx, xs))
     if x1 == x0:
@@ -238,9 +245,9 @@ def svg_chart(chart: Chart, width: int = 430, height: int = 250) -> str:
         ly = base + 13 * row
         out.append(f'<line x1="{lx}" x2="{lx + 16}" y1="{ly - 4}" y2="{ly - 4}" stroke="{color}" stroke-width="2.5"'
                    f'{dash}/><text x="{lx + 20}" y="{ly}" class="lg">{label}</text>')
-    for i, note in enumerate(notes):
-        mark = "①②③④⑤⑥⑦⑧⑨"[i % 9] + " " if i < len(chart.marks) else ""
-        out.append(f'<text x="{left}" y="{base + 13 * rows + 13 * i}" class="note">{escape(mark + note)}</text>')
+    for i, line in enumerate(note_lines):
+        out.append(f'<text x="{left}" y="{base + 13 * rows + 13 * i}" class="note" xml:space="preserve">'
+                   f'{escape(line)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -356,7 +363,7 @@ def sweep_charts(sweep: Sweep, servers: dict[str, Any]) -> list[str]:
         for t in it:
             pp = t["summary"].get("per_position_acceptance") or []
             if pp:
-                pos.append(Series(f"{lb} {axis}={_fmt(float(t['params'][axis]))}",
+                pos.append(Series(f"{lb} {_AXIS_SHORT.get(axis, axis)}={_fmt(float(t['params'][axis]))}",
                                   [(float(i + 1), float(v)) for i, v in enumerate(pp)]))
     if pos:
         charts.append(Chart("per-position acceptance", "draft position", "accepted at position ÷ drafts", pos,
@@ -475,6 +482,7 @@ def test_view(test: dict[str, Any], servers: dict[str, Any]) -> dict[str, Any]:
         "error": test.get("error"),
         "logs": test.get("server_logs") or [],
         "per_position": s.get("per_position_acceptance") or [],
+        "distribution": test.get("distribution"),
     }
 
 

@@ -99,13 +99,31 @@ def test_charts_only_for_swept_params_with_their_marks(html: str, recorded: dict
     assert html.count('<svg class="chart"') == 3 * 5
     assert "1.0 = no gain" in html
     # The recorded speedups fall below 1 at c=16 for both methods: each crossing is marked.
-    crossings = re.findall(r'class="note">[①②] (ngram|draft_model) k=3 crosses 1.0 at concurrency ≈ ([\d.]+)<', html)
+    notes = _chart_notes(html)
+    crossings = [m.groups() for n in notes
+                 if (m := re.fullmatch(r"[①②] (ngram|draft_model) k=3 crosses 1.0 at concurrency ≈ ([\d.]+)", n))]
     assert sorted(m for m, _ in crossings) == ["draft_model", "ngram"]
     assert all(8 < float(c) < 16 for _, c in crossings)  # between the last point above 1 and the first below
     # c × (1 + k) passes the capture size 16 at c = 4 (k=3); max_num_batched_tokens 256 lies beyond c=16.
-    assert "┆ from concurrency 4: c×(1+k) &gt; 16 (CUDA-graph capture size, k=3)" in html
+    assert "┆ from concurrency 4: c×(1+k) > 16 (CUDA-graph capture size, k=3)" in notes
     assert 'class="regt" text-anchor="start">c×(1+k) &gt; 16</text>' in html  # the dashed line, labelled
-    assert "c×(1+k) &gt; 256 (max_num_batched_tokens, k=3): only from concurrency 64, beyond the swept range" in html
+    assert "c×(1+k) > 256 (max_num_batched_tokens, k=3): only from concurrency 64, beyond the swept range" in notes
+    # Per-position legends name the swept value shortly enough not to be cut: "draft_model k=3 T=0.5".
+    assert 'class="lg">draft_model k=3 T=0.5</text>' in html
+
+
+def _chart_notes(html: str) -> list[str]:
+    """The notes under the charts, unescaped, with wrapped continuation lines joined back."""
+    import html as html_mod
+
+    notes: list[str] = []
+    for line in re.findall(r'class="note" xml:space="preserve">([^<]*)</text>', html):
+        line = html_mod.unescape(line)
+        if line.startswith("   ") and notes:
+            notes[-1] += " " + line.strip()
+        else:
+            notes.append(line)
+    return notes
 
 
 def test_each_test_shows_ci_n_p_thresholds_attribution_commands_and_logs(html: str, recorded: dict[str, Any]) -> None:
@@ -125,6 +143,28 @@ def test_each_test_shows_ci_n_p_thresholds_attribution_commands_and_logs(html: s
     assert "spec server log (tail," in failed and "hidden size 512 does not match" in failed
     invalid = html.split('id="t3"', 1)[1].split("</details>", 1)[0]
     assert "invalid runs (shown, never averaged in)" in invalid and "1/16 requests failed" in invalid
+
+
+def test_distribution_check_is_shown_with_its_control(recorded: dict[str, Any]) -> None:
+    """Temperature > 0 tests carry the distribution check (issue 6): verdict, both comparisons, alpha."""
+    from pytest_specdec.distribution import compare
+
+    data = copy.deepcopy(recorded)
+    t = next(t for t in data["tests"] if "test_temperature" in t["nodeid"] and t["params"]["temperature"] > 0)
+    # A real `compare` over made-up per-prompt scores: the spec arm sits 0.5 nats above both reference sets.
+    ref = {f"p{i}": [-4.0 - 0.1 * i - 0.01 * j for j in range(4)] for i in range(8)}
+    spec = {p: [v + 0.5 for v in vs] for p, vs in ref.items()}
+    t["distribution"] = {**compare(spec, ref, {p: [v + 0.001 for v in vs] for p, vs in ref.items()}),
+                         "samples_per_prompt": 4}
+    t["distribution"]["why"] = "<script>alert('why')</script>"
+    html = report.render_html(data)
+    section = html.split("distribution check", 1)[1].split("</details>", 1)[0]
+    assert t["distribution"]["verdict"] == "shifted"
+    assert 'distribution check (temperature &gt; 0): <span class="v-regressed">shifted</span>' in html
+    assert "spec vs reference" in html and "control: reference vs reference" in html
+    assert "alpha 0.001" in html and "8 prompts × 4 samples" in html
+    assert "+0.500" in html  # the spec arm's shift, in nats per token
+    assert "&lt;script&gt;alert(&#39;why&#39;)&lt;/script&gt;" in section
 
 
 def test_everything_from_prompts_ids_configs_and_logs_is_escaped(html: str) -> None:
