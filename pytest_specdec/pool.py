@@ -12,6 +12,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Callable
 
 from .server import Quiet, ServerSpec, VllmServer, wait_quiet
@@ -38,6 +39,32 @@ class StartRecord:
     gpus: str | None = None  # the CUDA_VISIBLE_DEVICES it got, when GPUs are leased
 
 
+def split_cpus(client_cpus: int, available: Iterable[int] | None = None) -> frozenset[int] | None:
+    """The CPUs servers start on when the first `client_cpus` of `available` (default: this process's
+    affinity) are left to the client; None when that leaves the servers nothing or nothing is reserved.
+
+    Why: on the 2-core cpu profile vLLM's busy-waiting engine core floated onto its worker's core and
+    halved runs; with the server on core 1 and the client on core 0, `scripts/vs_bench_serve.py ab
+    --server-cpus 1` measured no half-speed run (README, "Same definitions as `vllm bench serve`")."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0) if available is None else available)
+    if client_cpus <= 0 or len(cpus) <= client_cpus:
+        return None
+    return frozenset(cpus[client_cpus:])
+
+
+def format_cpus(cpus: Iterable[int]) -> str:
+    """CPU numbers as taskset writes them: 1 / 1,3 / 2-5."""
+    out: list[str] = []
+    for c in sorted(cpus):
+        if out and out[-1].split("-")[-1] == str(c - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{c}"
+        else:
+            out.append(str(c))
+    return ",".join(out)
+
+
 class ServerPool:
     """Starts servers on demand, keeps at most `max_alive`, stops them all at the end."""
 
@@ -52,6 +79,7 @@ class ServerPool:
         gpu_wait_s: float = 3600.0,
         pin_cpus: bool = False,
         worker: str | None = None,
+        server_cpus: frozenset[int] | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.max_alive = max_alive
@@ -65,6 +93,7 @@ class ServerPool:
         self.gpus = gpus  # None: no leasing (the cpu profile)
         self.gpu_wait_s = gpu_wait_s
         self.pin_cpus = pin_cpus
+        self.server_cpus = server_cpus  # no GPUs: every server starts on these CPUs (None = not pinned)
         self.worker = worker  # the xdist worker id, named in lease owners
         self._leases: dict[str, Lease] = {}
         self._local_cpus: dict[str, set[int]] | None = None
@@ -82,7 +111,7 @@ class ServerPool:
     def _placement(self, spec: ServerSpec, owner: str) -> tuple[Lease | None, dict[str, str], frozenset[int] | None]:
         """Lease GPUs for `spec` (waiting for other workers if needed): its lease, env and CPU pinning."""
         if self.gpus is None:
-            return None, {}, None
+            return None, {}, self.server_cpus
         import os
 
         from .gpus import cpus_for, gpu_local_cpus, gpus_needed
@@ -133,7 +162,8 @@ class ServerPool:
 
             server.on_spawn = attach
         self.servers[key] = server
-        where = f" on GPU {lease.cuda_visible_devices}" if lease else ""
+        where = (f" on GPU {lease.cuda_visible_devices}" if lease
+                 else f" on CPU {format_cpus(cpus)}" if cpus else "")
         self.progress(f"specdec: starting vLLM ({spec.method}, {spec.key()}){where} ...")
         t0 = time.monotonic()
         try:

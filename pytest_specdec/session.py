@@ -242,7 +242,7 @@ class SpecDecSession:
                 logs / self.worker if self.worker else logs,  # workers may run the same spec at once
                 self.max_alive(), self.settings.startup_timeout_s, progress=self.progress,
                 gpus=gpus, gpu_wait_s=self.settings.gpu_wait_s, pin_cpus=self.settings.pin_cpus,
-                worker=self.worker,
+                worker=self.worker, server_cpus=self.server_cpus(),
             )
         return self._pool
 
@@ -264,6 +264,14 @@ class SpecDecSession:
         return self.settings.endpoint is not None or (
             self.settings.max_servers >= 2 and bool(placement.get("co_resident", True))
         )
+
+    def server_cpus(self) -> frozenset[int] | None:
+        """CPU profiles: where servers start, leaving the profile's `[placement] client_cpus` to the client."""
+        from .pool import split_cpus
+
+        if self.profile.device != "cpu":
+            return None
+        return split_cpus(int(self.profile.raw.get("placement", {}).get("client_cpus", 0)))
 
     def max_alive(self) -> int:
         """Servers the pool keeps alive at once (the dry-run estimate counts restarts with it too)."""
@@ -808,6 +816,15 @@ class SpecDecSession:
             ))
         methods = ", ".join(f"{key} {spec.method}" for key, spec in specs.items())
         lines.append(f"specdec dry run: {len(specs)} distinct server(s): {methods}")
+        cpus = None if self.settings.endpoint else self.server_cpus()
+        if cpus:
+            import os
+
+            from .pool import format_cpus
+
+            client = format_cpus(os.sched_getaffinity(0) - cpus)
+            lines.append(f"specdec dry run: servers start on CPU {format_cpus(cpus)}, leaving CPU {client} to the "
+                         f"client ([placement] client_cpus = {self.profile.raw['placement']['client_cpus']})")
         timings = Timings.from_profile(profile.raw, profile.path)
         if timings is None:
             lines.append(f"specdec dry run: no run-time estimate: profile {profile.path} has no [timings]")
@@ -864,6 +881,7 @@ class SpecDecSession:
                 "startup_s": server.startup_s,
                 "engine_config": server.engine_config(),
                 "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES"),
+                "cpus": sorted(server.cpus) if server.cpus else None,
                 **({"placements": [{"worker": self.worker, "startup_s": server.startup_s,
                                     "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES")}]}
                    if self.worker else {}),

@@ -12,6 +12,7 @@ breaks (`_CopyMode.IF_NEEDED is neither True nor False`) when vLLM's import pull
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import stat
 from pathlib import Path
@@ -84,6 +85,9 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
         ('[timings]\nserver_start_s = -1\nstream_tok_s = 1\nmax_tok_s = 1\n', "[timings] server_start_s must be a number"),
         ('nvidia_smi_names = []\n', "nvidia_smi_names must be a non-empty list of GPU names"),
         ('device = "tpu"\n', "device must be 'cpu' or 'cuda', got 'tpu'"),
+        ('[placement]\nclient_cpus = -1\n', "[placement] client_cpus must be a whole number >= 0"),
+        ('[placement]\nclient_cpus = "0"\n', "[placement] client_cpus must be a whole number >= 0"),
+        ('[placement]\nclient_cpus = 1\n', "[placement] client_cpus is for device = 'cpu' profiles"),
         ('name = "again"\n', "Cannot overwrite a value"),  # TOML's own error, with the file named
     ],
 )
@@ -208,6 +212,24 @@ def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_
         method, k = nodeid.split("[", 1)[1].split("-")[:2]
         assert ns_spec.speculative_config == {**load_profile(gpu).methods[method], "num_speculative_tokens": int(k[1:])}
         assert ns_ref.model_tag == ns_spec.model_tag == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to split")
+def test_cpu_profile_dry_run_says_where_servers_start(pytester: pytest.Pytester) -> None:
+    """The cpu profile leaves its first CPU to the client ([placement] client_cpus = 1)."""
+    from pytest_specdec.pool import format_cpus, split_cpus
+
+    cpus = split_cpus(1)
+    assert cpus is not None
+    (pytester.path / "suites").mkdir()
+    for name in ("conftest.py", "test_methods.py"):
+        (pytester.path / "suites" / name).write_text((SUITES / name).read_text())
+    result = pytester.runpytest("suites", "--gpu=cpu", "--specdec-dry-run", "-p", "no:cacheprovider")
+    client = format_cpus(os.sched_getaffinity(0) - cpus)
+    result.stdout.fnmatch_lines([
+        f"specdec dry run: servers start on CPU {format_cpus(cpus)}, leaving CPU {client} to the client "
+        "([[]placement[]] client_cpus = 1)",
+    ])
 
 
 # --- the GPU class check ---------------------------------------------------------------------------

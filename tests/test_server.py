@@ -154,3 +154,34 @@ def test_group_cpu_ticks_sees_a_spinning_child() -> None:
         child.kill()
         child.wait()
     assert wait_quiet({child.pid}, timeout_s=1.0).quiet  # gone: nothing left to wait for
+
+
+# --- cpu profiles: servers on their own CPUs -------------------------------------------------------------
+def test_split_cpus_leaves_the_first_to_the_client() -> None:
+    from pytest_specdec.pool import format_cpus, split_cpus
+
+    assert split_cpus(1, [0, 1]) == frozenset({1})
+    assert split_cpus(2, [4, 0, 7, 5]) == frozenset({5, 7})  # in CPU order, whatever the affinity's order
+    assert split_cpus(1, [3]) is None  # nothing would be left for the servers: not pinned
+    assert split_cpus(0, [0, 1]) is None
+    assert [format_cpus(c) for c in ({1}, {1, 3}, {2, 3, 4, 5}, {0, 2, 3, 7})] == ["1", "1,3", "2-5", "0,2-3,7"]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to split")
+def test_pool_starts_cpu_servers_on_the_server_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
+    from pytest_specdec.pool import ServerPool, split_cpus
+
+    cpus = split_cpus(1)
+    assert cpus is not None
+    lines: list[str] = []
+    pool = ServerPool(tmp_path / "logs", max_alive=2, startup_timeout_s=30, launcher=FAKE,
+                      progress=lines.append, server_cpus=cpus)
+    try:
+        server = pool.get(ServerSpec(model="m"))
+        assert server.proc is not None and os.sched_getaffinity(server.proc.pid) == set(cpus)
+    finally:
+        pool.stop_all()
+    from pytest_specdec.pool import format_cpus
+
+    assert any(line.endswith(f"on CPU {format_cpus(cpus)} ...") for line in lines), lines

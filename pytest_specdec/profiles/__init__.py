@@ -42,7 +42,8 @@ SCHEMA: dict[str, frozenset[str]] = {
     "verdicts": frozenset({"max_runs", "thresholds"}),
     "timings": frozenset({"server_start_s", "stream_tok_s", "max_tok_s", "run_overhead_s"}),
     # co_resident = false: the reference and spec servers cannot be alive at once (arms alternate in blocks)
-    "placement": frozenset({"co_resident"}),
+    # client_cpus = N (cpu profiles): the first N CPUs are left to the client, the servers start on the rest
+    "placement": frozenset({"co_resident", "client_cpus"}),
 }
 
 
@@ -114,6 +115,14 @@ def _check_values(raw: dict[str, Any], path: Path) -> None:
                               or not all(isinstance(n, str) and n.strip() for n in names)):
         raise ConfigError(f"profile {path}: nvidia_smi_names must be a non-empty list of GPU names as "
                           f"`nvidia-smi --query-gpu=name --format=csv,noheader` prints them, got {names!r}")
+    client_cpus = raw.get("placement", {}).get("client_cpus")
+    if client_cpus is not None:
+        if isinstance(client_cpus, bool) or not isinstance(client_cpus, int) or client_cpus < 0:
+            raise ConfigError(f"profile {path}: [placement] client_cpus must be a whole number >= 0 (CPUs left to "
+                              f"the client; 0 = servers not pinned), got {client_cpus!r}")
+        if raw.get("device", "cuda") != "cpu":
+            raise ConfigError(f"profile {path}: [placement] client_cpus is for device = 'cpu' profiles; on GPUs "
+                              "use --specdec-pin-cpus (CPUs local to the leased GPUs)")
     if raw.get("device", "cuda") not in ("cpu", "cuda"):
         raise ConfigError(f"profile {path}: device must be 'cpu' or 'cuda', got {raw.get('device')!r}")
 
