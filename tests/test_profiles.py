@@ -25,7 +25,7 @@ from fake_server import FakeConfig, FakeServer
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.estimate import PlannedTest, Timings, estimate
 from pytest_specdec.hardware import SMI_ENV, GpuList, check_profile, list_gpus, pick_profile
-from pytest_specdec.profiles import VLLM_METHODS, builtin_profiles, load_profile, server_spec
+from pytest_specdec.profiles import PROFILE_DIR, VLLM_METHODS, builtin_profiles, load_profile, server_spec
 
 GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
 SUITES = Path(__file__).parent.parent / "suites"
@@ -216,20 +216,27 @@ def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to split")
 def test_cpu_profile_dry_run_says_where_servers_start(pytester: pytest.Pytester) -> None:
-    """The cpu profile leaves its first CPU to the client ([placement] client_cpus = 1)."""
+    """A cpu profile with [placement] client_cpus = 1 leaves its first CPU to the client; the built-in
+    one (client_cpus = 0) pins nothing and says nothing."""
     from pytest_specdec.pool import format_cpus, split_cpus
 
     cpus = split_cpus(1)
     assert cpus is not None
+    builtin = PROFILE_DIR / "cpu.toml"
+    assert "\nclient_cpus = 0\n" in builtin.read_text()
+    pinned = pytester.path / "cpu-pinned.toml"
+    pinned.write_text(builtin.read_text().replace("\nclient_cpus = 0\n", "\nclient_cpus = 1\n"))
     (pytester.path / "suites").mkdir()
     for name in ("conftest.py", "test_methods.py"):
         (pytester.path / "suites" / name).write_text((SUITES / name).read_text())
-    result = pytester.runpytest("suites", "--gpu=cpu", "--specdec-dry-run", "-p", "no:cacheprovider")
+    result = pytester.runpytest("suites", f"--specdec-profile={pinned}", "--specdec-dry-run", "-p", "no:cacheprovider")
     client = format_cpus(os.sched_getaffinity(0) - cpus)
     result.stdout.fnmatch_lines([
         f"specdec dry run: servers start on CPU {format_cpus(cpus)}, leaving CPU {client} to the client "
         "([[]placement[]] client_cpus = 1)",
     ])
+    result = pytester.runpytest("suites", "--gpu=cpu", "--specdec-dry-run", "-p", "no:cacheprovider")
+    assert not [line for line in result.outlines if "servers start on CPU" in line]
 
 
 # --- the GPU class check ---------------------------------------------------------------------------
