@@ -397,8 +397,11 @@ async def fetch_metrics_text(base_url: str, api_key: str | None = None,
 async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: Sampling, *, concurrency: int,
                    api: Api = "chat", rate: float | None = None, seed: int = 0, cache_salt: str | None = None,
                    api_key: str | None = None, timeout_s: float = 600, warmup: int = 0,
-                   collect_metrics: bool = True) -> LoadResult:
+                   collect_metrics: bool = True, warmup_prompts: list[Prompt] | None = None) -> LoadResult:
     """Send every prompt once (after ``warmup`` discarded requests) and record each request.
+
+    The warm-up cycles through ``prompts``, or sends ``warmup_prompts`` (all of them) when given: a
+    drafter that learns from what it served (suffix decoding) must not see the measured prompts first.
 
     Closed loop when ``rate`` is None (``concurrency`` requests always in flight), else open loop with
     seeded Poisson arrivals. Request errors are recorded per sample, never raised. With
@@ -421,7 +424,10 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
     jobs = [(p, _body(p, model, sampling, api, cache_salt)) for p in prompts]
     # Warm-up gets its own salt so it cannot fill the prefix cache for the measured requests.
     wsalt = None if cache_salt is None else f"{cache_salt}:warmup"
-    wjobs = [(p, _body(p, model, sampling, api, wsalt)) for p in (prompts[i % len(prompts)] for i in range(warmup))]
+    if warmup_prompts is None:
+        warmup_prompts = [prompts[i % len(prompts)] for i in range(warmup)]
+    warmup = len(warmup_prompts)
+    wjobs = [(p, _body(p, model, sampling, api, wsalt)) for p in warmup_prompts]
     flight = _Flight()
     connector = aiohttp.TCPConnector(limit=concurrency + 2, limit_per_host=0, ttl_dns_cache=None)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
@@ -498,11 +504,11 @@ def run_coroutine(coro: Awaitable[_T]) -> _T:
 def run_load_sync(base_url: str, model: str, prompts: list[Prompt], sampling: Sampling, *, concurrency: int,
                   api: Api = "chat", rate: float | None = None, seed: int = 0, cache_salt: str | None = None,
                   api_key: str | None = None, timeout_s: float = 600, warmup: int = 0,
-                  collect_metrics: bool = True) -> LoadResult:
+                  collect_metrics: bool = True, warmup_prompts: list[Prompt] | None = None) -> LoadResult:
     """``run_load`` for synchronous callers (a pytest test body): runs its own event loop."""
     return run_coroutine(run_load(base_url, model, prompts, sampling, concurrency=concurrency, api=api, rate=rate,
                                 seed=seed, cache_salt=cache_salt, api_key=api_key, timeout_s=timeout_s,
-                                warmup=warmup, collect_metrics=collect_metrics))
+                                warmup=warmup, collect_metrics=collect_metrics, warmup_prompts=warmup_prompts))
 
 
 def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:

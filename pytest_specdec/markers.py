@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+from .profiles import VLLM_METHODS
 
 if TYPE_CHECKING:
     from .profiles import Profile
@@ -20,12 +21,12 @@ if TYPE_CHECKING:
 MARKER = "specdec"
 MARKER_SIGNATURE = (
     "specdec(method=..., k=..., temperature=..., concurrency=..., dataset=..., max_tokens=..., "
-    "num_prompts=..., speculative_config=..., api=..., request_rate=...): measure the spec config(s) against the no-spec "
+    "num_prompts=..., speculative_config=..., api=..., request_rate=..., ignore_eos=...): measure the spec config(s) against the no-spec "
     "reference on a vLLM server; each field takes a value or a list (cross product)"
 )
 FIELDS = (
     "method", "k", "temperature", "concurrency", "dataset", "max_tokens", "num_prompts", "speculative_config",
-    "api", "request_rate",
+    "api", "request_rate", "ignore_eos",
 )
 APIS = ("chat", "completions")
 VERDICTS_MARKER_SIGNATURE = (
@@ -52,6 +53,8 @@ class Case:
     speculative_config_json: str | None = None  # raw vLLM JSON, when given instead of a preset
     api: str = "chat"  # or "completions"
     request_rate: float | None = None  # requests/s, open loop (Poisson); None = closed loop
+    #: generate max_tokens whatever the model says (vLLM's ignore_eos); off by default, as in production
+    ignore_eos: bool = False
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
@@ -73,6 +76,8 @@ class Case:
             parts.append(self.api)
         if self.request_rate is not None:
             parts.append(f"r{self.request_rate:g}")
+        if self.ignore_eos:
+            parts.append("noeos")
         return "-".join(parts)
 
     def params(self) -> dict[str, Any]:
@@ -135,10 +140,11 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
         "speculative_config": _as_list("speculative_config", kwargs.get("speculative_config", None)),
         "api": _as_list("api", kwargs.get("api", defaults.get("api", "chat"))),
         "request_rate": _as_list("request_rate", kwargs.get("request_rate", defaults.get("request_rate"))),
+        "ignore_eos": _as_list("ignore_eos", kwargs.get("ignore_eos", False)),
     }
     cases: list[Case] = []
     for (method, k, temperature, concurrency, dataset, max_tokens, num_prompts, raw, api,
-         rate) in itertools.product(*lists.values()):
+         rate, ignore_eos) in itertools.product(*lists.values()):
         raw_json = None
         if raw is not None:
             if not isinstance(raw, dict) or "method" not in raw:
@@ -149,6 +155,11 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
             if method is not None:
                 raise ConfigError("specdec marker: give method= or speculative_config=, not both")
             method = str(raw["method"])
+            if method not in VLLM_METHODS:
+                raise ConfigError(
+                    f"specdec marker: speculative_config method {method!r} is not one vLLM knows; allowed: "
+                    f"{', '.join(VLLM_METHODS)}"
+                )
             k = raw.get("num_speculative_tokens", k)
             raw = {**raw, "num_speculative_tokens": k}
             raw_json = json.dumps(raw, sort_keys=True)
@@ -172,6 +183,8 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
                 f"specdec marker: request_rate must be a number of requests/s > 0 (open loop) or None "
                 f"(closed loop), got {rate!r}"
             )
+        if not isinstance(ignore_eos, bool):
+            raise ConfigError(f"specdec marker: ignore_eos must be True or False, got {ignore_eos!r}")
         cases.append(
             Case(
                 method=method,
@@ -184,6 +197,7 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
                 speculative_config_json=raw_json,
                 api=api,
                 request_rate=None if rate is None else float(rate),
+                ignore_eos=ignore_eos,
             )
         )
     return list(dict.fromkeys(cases))  # `none` at several k collapses to one case

@@ -5,13 +5,16 @@ both arms alike, and speedup is computed per pair.  Where the two servers cannot
 (`--specdec-max-servers 1`, or a profile whose servers need the whole GPU), the arms alternate in
 blocks instead, in ABBA order so a block switch restarts one server, not two; the result records
 which alternation was used.  Every run gets a fresh `cache_salt` so prefix caching cannot leak
-between runs.  A run that breaks a validity rule is kept and shown with its
+between runs.  Suffix decoding also learns the responses it served (a global tree per server), so its
+runs take prompts their server has never been sent (`FreshPrompts`), and the server is restarted when
+the dataset runs out of such prompts.  A run that breaks a validity rule is kept and shown with its
 reasons, never averaged into the summary.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
@@ -64,6 +67,65 @@ class ValidityRules:
 CLIENT_LAG = "client event loop lagged"
 
 
+class FixedPrompts:
+    """The same prompts for every run (what every method but a learning drafter gets)."""
+
+    fresh = False
+
+    def __init__(self, prompts: list[Prompt]) -> None:
+        self.prompts = prompts
+
+    def run(self, index: int) -> list[Prompt]:
+        return self.prompts
+
+    def warmup(self, n: int) -> list[Prompt]:
+        return [self.prompts[i % len(self.prompts)] for i in range(n)] if n else []
+
+
+class FreshPrompts:
+    """Prompts a learning drafter has never been sent.
+
+    vLLM's suffix decoding keeps the responses it served in a global tree (up to
+    `suffix_decoding_max_cached_requests`), so a prompt sent twice to one server is drafted from its own
+    earlier answer and acceptance soars.  Each pair index gets its own seeded sample of `size` prompts,
+    shared by the two arms (pairs stay comparable), drawn without replacement from the prompts `seen`
+    (shared by every test on that server) does not hold; warm-ups draw too.  When too few are left,
+    `exhausted()` is called (the session restarts the server: a fresh tree) and the draw starts over.
+    """
+
+    fresh = True
+
+    def __init__(self, pool: list[Prompt], size: int, seen: set[str], exhausted: Callable[[], None],
+                 seed: int = 0) -> None:
+        if size > len(pool):
+            raise ValueError(f"{size} prompts per run but the dataset has {len(pool)}")
+        self.pool, self.size, self.seen, self.exhausted = pool, size, seen, exhausted
+        self.rng = random.Random(seed)
+        self.by_run: dict[int, list[Prompt]] = {}
+
+    def _draw(self, n: int) -> list[Prompt]:
+        unseen = [p for p in self.pool if p.id not in self.seen]
+        if len(unseen) < n:
+            self.exhausted()
+            self.seen.clear()
+            unseen = list(self.pool)
+        drawn = self.rng.sample(unseen, min(n, len(unseen)))
+        self.seen.update(p.id for p in drawn)
+        return drawn
+
+    def run(self, index: int) -> list[Prompt]:
+        if index not in self.by_run:
+            self.by_run[index] = self._draw(self.size)
+        return self.by_run[index]
+
+    def warmup(self, n: int) -> list[Prompt]:
+        # Never more than a run's worth, so a warm-up alone cannot use up a small dataset.
+        return self._draw(min(n, self.size)) if n else []
+
+
+PromptSource = FixedPrompts | FreshPrompts
+
+
 def invalid_reasons(m: RunMetrics, n_prompts: int, rules: ValidityRules) -> list[str]:
     """Why a run cannot be trusted (empty when it can)."""
     reasons: list[str] = []
@@ -106,6 +168,8 @@ class RunRecord:
     hd_p95_ms: dict[str, float | None] = field(default_factory=dict)
     #: The wait for the servers to go idle before the run: waited_s, quiet, cores (None: not waited).
     settle: dict[str, Any] | None = None
+    #: The prompt ids of the run when they differ from run to run (FreshPrompts), else None.
+    prompt_ids: list[str] | None = None
 
     @property
     def valid(self) -> bool:
@@ -115,7 +179,7 @@ class RunRecord:
         return {
             "arm": self.arm, "index": self.index, "valid": self.valid, "invalid_reasons": self.invalid,
             "cache_salt": self.cache_salt, **self.metrics.to_dict(), "hd_p95_ms": self.hd_p95_ms,
-            "settle": self.settle,
+            "settle": self.settle, **({"prompt_ids": self.prompt_ids} if self.prompt_ids is not None else {}),
         }
 
 
@@ -207,6 +271,9 @@ class CaseResult:
     #: "interleaved" (pairs alternate), or blocks of N runs per arm when the servers cannot co-reside
     alternation: str = "interleaved"
     blocks: int = 0  # blocks done so far (block alternation), so later looks continue the ABBA order
+    #: Per arm, the server instance its last run used: a run on another instance (first run, a block
+    #: switch's restart, a fresh suffix server) is warmed up first.
+    instances: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def invalid_runs(self) -> list[RunRecord]:
@@ -231,9 +298,10 @@ class CaseResult:
 def one_run(
     endpoint: Endpoint, arm: Arm, index: int, prompts: list[Prompt], sampling: Sampling, *,
     concurrency: int, api_key: str | None, rules: ValidityRules, warmup: int = 0, timeout_s: float = 600.0,
-    api: str = "chat", rate: float | None = None,
+    api: str = "chat", rate: float | None = None, warmup_prompts: list[Prompt] | None = None,
 ) -> RunRecord:
-    """One pass of the prompts; the /metrics delta covers exactly the measured requests."""
+    """One pass of the prompts; the /metrics delta covers exactly the measured requests.  The warm-up
+    sends `warmup_prompts` when given, else `warmup` requests cycling through `prompts`."""
     from .load import run_load_sync
     from .metrics import compute_run_metrics, counters_delta
 
@@ -241,7 +309,7 @@ def one_run(
     load: LoadResult = run_load_sync(
         endpoint.base_url, endpoint.model, prompts, sampling, concurrency=concurrency,
         cache_salt=salt, api_key=api_key, warmup=warmup, timeout_s=timeout_s, api=api,  # type: ignore[arg-type]
-        rate=rate,
+        rate=rate, warmup_prompts=warmup_prompts,
     )
     metrics = compute_run_metrics(load, counters_delta(load))
     record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
@@ -256,7 +324,7 @@ def one_run(
 def measure_case(
     reference: Endpoint | Callable[[], Endpoint],
     spec: Endpoint | Callable[[], Endpoint] | None,
-    prompts: list[Prompt],
+    prompts: list[Prompt] | PromptSource,
     sampling: Sampling,
     *,
     concurrency: int,
@@ -289,7 +357,7 @@ def extend_case(
     result: CaseResult,
     reference: Endpoint | Callable[[], Endpoint],
     spec: Endpoint | Callable[[], Endpoint] | None,
-    prompts: list[Prompt],
+    prompts: list[Prompt] | PromptSource,
     sampling: Sampling,
     *,
     concurrency: int,
@@ -304,13 +372,14 @@ def extend_case(
 ) -> CaseResult:
     """Continue the alternation of `result` up to `runs` pairs (sequential looks add runs this way).
 
-    Interleaved, the warm-up is done only before the very first run of each arm; in blocks, before
-    the first run of every block, since a block switch may have restarted the server.  Summary and
-    speedups are recomputed.  `settle` (e.g. the pool's wait for idle servers) is called right before
+    A run is warmed up when its arm's server instance is not the one the arm's previous run used: the
+    first run of each arm, and after a restart (a block switch with one server at a time, a fresh
+    suffix server).  A run's prompts are drawn before its server is asked for, so a draw that needs a
+    fresh server gets one.  Summary and speedups are recomputed.  `settle` (e.g. the pool's wait for idle servers) is called right before
     every measured run, after its endpoint is ready and its warm-up is not yet sent; what it returns
     is kept with the run.
     """
-    warmup = warmup_requests(len(prompts), concurrency)
+    source = prompts if isinstance(prompts, (FixedPrompts, FreshPrompts)) else FixedPrompts(prompts)
     ref_runs, spec_runs = result.reference_runs, result.runs
     start = len(ref_runs)
     if spec is None:
@@ -324,19 +393,24 @@ def extend_case(
             result.blocks += len(range(start, runs, block))
     sources = {"reference": reference, "spec": spec}
     buckets = {"reference": ref_runs, "spec": spec_runs}
-    previous: Arm | None = None
     for i, arm in order:
-        source = sources[arm]
-        assert source is not None
-        endpoint = source() if callable(source) else source
-        first = (i == 0) if block is None else (arm != previous)
+        run_prompts = source.run(i)
+        server = sources[arm]
+        assert server is not None
+        endpoint = server() if callable(server) else server
+        warm = result.instances.get(arm) != endpoint.instance
+        n_warm = warmup_requests(len(run_prompts), concurrency) if warm else 0
+        # Only the spec arm can learn from what it served; the reference warms up on the run's prompts.
+        warmup = source.warmup(n_warm) if arm == "spec" else FixedPrompts(run_prompts).warmup(n_warm)
         quiet = settle() if settle is not None else None
-        rec = one_run(endpoint, arm, i, prompts, sampling, concurrency=concurrency, api_key=api_key,
-                      rules=rules, warmup=warmup if first else 0, api=api, rate=rate)
+        rec = one_run(endpoint, arm, i, run_prompts, sampling, concurrency=concurrency, api_key=api_key,
+                      rules=rules, api=api, rate=rate, warmup_prompts=warmup)
         if quiet is not None:
             rec.settle = quiet.to_dict()
+        if source.fresh:
+            rec.prompt_ids = [p.id for p in run_prompts]
+        result.instances[arm] = endpoint.instance
         buckets[arm].append(rec)
-        previous = arm
         m = rec.metrics
         acc = "" if m.acceptance_rate is None else f", acceptance {m.acceptance_rate:.3f}"
         bad = "" if rec.valid else f"  INVALID: {'; '.join(rec.invalid)}"

@@ -28,6 +28,8 @@ class Endpoint:
     base_url: str
     model: str
     owned: bool
+    #: Which start of the server this is (its pid for servers we own): a new one needs a warm-up.
+    instance: str = ""
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,15 @@ class ServerPool:
             f"at {server.base_url}{where}"
         )
         return server
+
+    def retire(self, spec: ServerSpec, why: str) -> None:
+        """Stop `spec`'s server if it runs, so the next `get` starts a fresh one (e.g. a suffix decoder
+        that has seen every prompt the dataset has)."""
+        key = spec.key()
+        server = self._alive.pop(key, None)
+        if server is not None:
+            self.progress(f"specdec: stopping vLLM ({spec.method}, {key}): {why}")
+            self._stop(key, server)
 
     def wait_quiet(self, timeout_s: float) -> Quiet:
         """Wait for every live server of this pool to go idle (see `server.wait_quiet`)."""

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
     from .distribution import Collected
     from .endpoints import EndpointFacts
     from .hardware import GpuList
-    from .load import Prompt
-    from .measurement import CaseResult
+    from .load import Prompt, Sampling
+    from .measurement import CaseResult, PromptSource
     from .pool import Endpoint, ServerPool, StartRecord
     from .profiles import Profile
     from .server import Quiet, ServerSpec
@@ -135,11 +136,14 @@ class TestRecord:
     server_logs: list[dict[str, str]] = field(default_factory=list)
     #: the temperature > 0 distribution check (specdec.distribution_check), when the test ran it
     distribution: dict[str, Any] | None = None
+    #: every sampling parameter the requests carried (Sampling.to_request)
+    sampling: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "nodeid": self.nodeid,
             "params": self.case.params(),
+            **({"sampling": self.sampling} if self.sampling is not None else {}),
             "outcome": self.outcome,
             "servers": self.servers,
         }
@@ -183,6 +187,8 @@ class SpecDecSession:
         self.hardware_note = ""
         #: Every collected specdec case (endpoint mode asks which spec configs the session wants).
         self.collected: list[Case] = []
+        #: per spec server key, the prompt ids a learning drafter's server was sent (see _prompt_source)
+        self._sent: dict[str, set[str]] = {}
         self._endpoint_facts: dict[str, EndpointFacts] = {}
         #: pytest-xdist: this worker's id ("gw0"), None on the controller and without xdist
         self.worker: str | None = None
@@ -191,6 +197,7 @@ class SpecDecSession:
         self._measured_by: dict[str, str] = {}  # nodeid -> worker, to catch a test measured twice
         self.xdist_lines: list[str] = []  # controller: what went wrong collecting workers' results
         self.report_paths: list[Path] = []
+        self.gpu_names: str | None = None  # nvidia-smi's GPUs ("NVIDIA H100 80GB HBM3 x8"), once listed
         self._distributions: dict[tuple[str, int], Collected] = {}  # (nodeid, samples per prompt) -> scored samples
 
     # --- configuration -------------------------------------------------------------------------
@@ -208,6 +215,7 @@ class SpecDecSession:
                 name = detect_profile_name(gpus)
             profile = load_profile(name)
             if gpus is not None and gpus.names:  # --gpu=auto chose it from these GPUs
+                self.gpu_names = gpus.describe()
                 self.hardware_note = f"--gpu=auto picked profile {profile.name} for {gpus.describe()}"
             elif profile.nvidia_smi_names and self.settings.endpoint:
                 self.hardware_note = (f"profile {profile.name} was NOT checked against GPUs: in endpoint mode the "
@@ -218,7 +226,8 @@ class SpecDecSession:
             elif profile.nvidia_smi_names:
                 gpus = gpus or list_gpus()
                 check_profile(profile.name, profile.nvidia_smi_names, gpus)
-                self.hardware_note = f"GPUs checked: {gpus.describe()}"
+                self.gpu_names = gpus.describe()
+                self.hardware_note = f"GPUs checked: {self.gpu_names}"
             elif profile.device == "cuda":
                 self.hardware_note = (f"profile {profile.name} names no nvidia_smi_names: the GPUs it runs on are "
                                       "not checked")
@@ -256,7 +265,43 @@ class SpecDecSession:
 
         defaults = {"api": self.settings.api, "request_rate": self.settings.request_rate,
                     "dataset": self.settings.dataset}
-        return expand(kwargs, self.profile, args, defaults)
+        cases = expand(kwargs, self.profile, args, defaults)
+        for case in cases:
+            self._check_possible(case)
+        return cases
+
+    def _check_possible(self, case: Case) -> None:
+        """What only the profile and the dataset can tell is impossible: an error at collection, not later.
+
+        Endpoint mode skips the model-length check: someone else's server has its own limit.
+        """
+        size = len(self.dataset(case.dataset).prompts)
+        if case.num_prompts is not None and case.num_prompts > size:
+            raise ConfigError(
+                f"specdec: num_prompts={case.num_prompts} but dataset {case.dataset!r} has {size} prompts; "
+                f"lower num_prompts or use a larger dataset (prompts are never repeated within a run)"
+            )
+        limit = self.max_model_len()
+        if case.max_tokens is not None and limit is not None and not self.settings.endpoint \
+                and case.max_tokens >= limit:
+            raise ConfigError(
+                f"specdec: max_tokens={case.max_tokens} leaves no room for the prompt: profile "
+                f"{self.profile.name!r} serves with --max-model-len {limit}; lower max_tokens below {limit}"
+            )
+
+    def max_model_len(self) -> int | None:
+        """The profile's `--max-model-len` (None when its server args leave it to the model)."""
+        args = list(self.profile.server_args)
+        for i, arg in enumerate(args):
+            value = args[i + 1] if arg == "--max-model-len" and i + 1 < len(args) else (
+                arg.split("=", 1)[1] if arg.startswith("--max-model-len=") else None)
+            if value is not None:
+                try:
+                    return int(value)
+                except ValueError:
+                    raise ConfigError(f"profile {self.profile.name!r}: --max-model-len {value!r} is not a "
+                                      f"whole number") from None
+        return None
 
     def co_resident(self) -> bool:
         """Whether a test's reference and spec servers can be alive at once (always, on the CPU)."""
@@ -396,7 +441,8 @@ class SpecDecSession:
             assert url is not None
             return Endpoint(url, served_model(url, self.settings.api_key), owned=False)
         server = self.pool.get(spec, test)
-        return Endpoint(server.base_url, served_model(server.base_url), owned=True)
+        assert server.proc is not None
+        return Endpoint(server.base_url, served_model(server.base_url), owned=True, instance=str(server.proc.pid))
 
     def _settle(self) -> Callable[[], Quiet] | None:
         """Before each run, wait for the servers this session started to go idle (none in endpoint mode)."""
@@ -411,7 +457,6 @@ class SpecDecSession:
         With ``verdicts`` the runs are compared with the stored baseline, and while a verdict is
         inconclusive more pairs are added two at a time up to the maximum (alpha split over the looks).
         """
-        from .load import Sampling
         from .measurement import extend_case, measure_case
 
         if self.settings.endpoint:
@@ -430,13 +475,18 @@ class SpecDecSession:
         else:  # one server at a time: each run asks the pool, which restarts the other arm's server
             reference = lambda: self.endpoint(ref_spec, reference=True, test=nodeid)  # noqa: E731
             spec = lambda: self.endpoint(spec_spec, reference=False, test=nodeid)  # noqa: E731
+        source = self._prompt_source(case, spec_spec, prompts)
+        if source.fresh and block is None and spec_spec is not None:  # the spec server may be restarted
+            spec = lambda: self.endpoint(spec_spec, reference=False, test=nodeid)  # noqa: E731
         how = "interleaved" if block is None else f"in blocks of {block} (one server at a time)"
-        self.progress(f"specdec: {nodeid}: {len(prompts)} prompts x {self.runs()} runs {how}")
-        sampling = Sampling(temperature=case.temperature)
+        fresh = ", fresh prompts every run (suffix decoding learns what it served)" if source.fresh else ""
+        self.progress(f"specdec: {nodeid}: {len(prompts)} prompts x {self.runs()} runs {how}{fresh}")
+        sampling = self.sampling(case)
+        record.sampling = sampling.to_request()
         kw: dict[str, Any] = dict(concurrency=case.concurrency, api_key=self.settings.api_key,
                                   rules=self.profile.validity_rules(), progress=self.progress,
                                   block=block, api=case.api, rate=case.request_rate, settle=self._settle())
-        result = measure_case(reference, spec, prompts, sampling, runs=self.runs(), **kw)
+        result = measure_case(reference, spec, source, sampling, runs=self.runs(), **kw)
         record.result = result
         if verdicts is not None:
             check = self._start_check(nodeid, case, record, ref_spec, spec_spec, sampling, verdicts)
@@ -447,7 +497,7 @@ class SpecDecSession:
                 if len(result.reference_runs) < n:
                     self.progress(f"specdec: {nodeid}: inconclusive at look {i - 1} of {len(looks)}: "
                                   f"{n} interleaved runs")
-                    extend_case(result, reference, spec, prompts, sampling, runs=n, **kw)
+                    extend_case(result, reference, spec, source, sampling, runs=n, **kw)
                 check.looks.append(len(result.reference_runs))
                 self._evaluate(check, result, thresholds, look=i, max_looks=len(looks))
                 from .stats import should_continue
@@ -463,12 +513,36 @@ class SpecDecSession:
         )
         return result
 
+    @staticmethod
+    def sampling(case: Case) -> Sampling:
+        """Every sampling parameter of a case's requests (all sent explicitly, all recorded)."""
+        from .load import Sampling
+
+        return Sampling(temperature=case.temperature, ignore_eos=case.ignore_eos)
+
+    def _prompt_source(self, case: Case, spec_spec: ServerSpec | None, prompts: list[Prompt]) -> PromptSource:
+        """Fixed prompts, or for a drafter that learns across requests (suffix decoding, unless its global
+        cache is off) prompts its server has never been sent, drawn from the whole dataset."""
+        from .measurement import FixedPrompts, FreshPrompts
+
+        config = spec_spec.speculative_config if spec_spec is not None else None
+        if not config or config.get("method") != "suffix" or config.get("suffix_decoding_max_cached_requests") == 0:
+            return FixedPrompts(prompts)
+        pool = self.prompts(dataclasses.replace(case, num_prompts=None))
+        key = spec_spec.key()  # type: ignore[union-attr]
+        seen = self._sent.setdefault(key, set())
+        n = len(prompts)
+
+        def exhausted() -> None:
+            self.pool.retire(spec_spec, f"every prompt of {case.dataset!r} left has been sent to it and "  # type: ignore[arg-type]
+                                        f"suffix decoding learns responses; a fresh server for the next {n}")
+        return FreshPrompts(pool, n, seen, exhausted, seed=len(seen))
+
     def distribution_check(self, nodeid: str, case: Case, samples_per_prompt: int, alpha: float,
                            tolerance_nats: float) -> dict[str, Any]:
         """Temperature > 0: the spec server's samples vs the reference's, scored by the reference server
         (`distribution.py`); sampled once per test and samples-per-prompt, recorded for the JSON."""
         from .distribution import collect
-        from .load import Sampling
 
         key = (nodeid, samples_per_prompt)
         if key not in self._distributions:
@@ -480,7 +554,7 @@ class SpecDecSession:
             self._distributions[key] = collect(
                 lambda: self.endpoint(spec_spec, reference=False, test=nodeid),
                 lambda: self.endpoint(ref_spec, reference=True, test=nodeid),
-                prompts, Sampling(temperature=case.temperature), samples_per_prompt, api=case.api,  # type: ignore[arg-type]
+                prompts, self.sampling(case), samples_per_prompt, api=case.api,  # type: ignore[arg-type]
                 api_key=self.settings.api_key, progress=self.progress)
         out = self._distributions[key].summary(alpha, tolerance_nats)
         self.records.setdefault(nodeid, TestRecord(nodeid, case)).distribution = out
@@ -859,7 +933,7 @@ class SpecDecSession:
         servers = list(self._pool.servers.values()) if self._pool else []
         local = [{k: v for k, v in w.items() if k != "pid"} for s in servers for w in s.workarounds()]
         return {
-            "hardware": _cpu_model() if self.profile.device == "cpu" else self.profile.name,
+            "hardware": self.hardware(),
             "device": self.profile.device,
             "vllm_distribution": dist,
             "vllm_version": md.version(dist) if dist else None,
@@ -870,6 +944,15 @@ class SpecDecSession:
             "commit": _commit_info(),
             "workarounds": _unique([*local, *(w for r in self._remote for w in r["workarounds"])]),
         }
+
+    def hardware(self) -> str:
+        """What the results say the session ran on: the CPU model, or the GPUs nvidia-smi listed (the SKU);
+        without that look (dry run, endpoint mode) the profile's `hardware`, marked as not checked."""
+        if self.profile.device == "cpu":
+            return _cpu_model()
+        if self.gpu_names:
+            return self.gpu_names
+        return f"{self.profile.raw.get('hardware', self.profile.name)} (profile; GPUs not checked)"
 
     def _local_servers(self) -> dict[str, dict[str, Any]]:
         servers = self._pool.servers if self._pool else {}

@@ -17,7 +17,9 @@ def test_category(specdec):
     enough_pairs(specdec)
 
 
-@pytest.mark.specdec(method=["ngram", "eagle3"], k=3, temperature=0.0, concurrency=1,
+# 8 of the category's 16 prompts on every profile (the GPU profiles' default of 64 per run is more than
+# the category has, which is a collection error).
+@pytest.mark.specdec(method=["ngram", "eagle3"], k=3, temperature=0.0, concurrency=1, num_prompts=8,
                      dataset="builtin#code_editing")
 def test_prompt_overlap(specdec):
     enough_pairs(specdec)

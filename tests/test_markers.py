@@ -35,6 +35,13 @@ def test_varying_extra_fields_enter_the_id(profile: Profile) -> None:
     assert [c.id(varying_fields(cases)) for c in cases] == ["ngram-k3-t0.0-c1-m64", "ngram-k3-t0.0-c1-m128"]
 
 
+def test_ignore_eos_is_a_field_and_enters_the_id(profile: Profile) -> None:
+    cases = expand({"method": "ngram", "ignore_eos": [False, True]}, profile)
+    assert [c.ignore_eos for c in cases] == [False, True]
+    assert [c.id() for c in cases] == ["ngram-k3-t0.0-c1", "ngram-k3-t0.0-c1-noeos"]
+    assert cases[1].params()["ignore_eos"] is True
+
+
 def test_raw_speculative_config_passes_through(profile: Profile) -> None:
     (case,) = expand({"speculative_config": {"method": "suffix"}, "k": 5}, profile)
     assert case.method == "suffix" and case.k == 5
@@ -51,6 +58,9 @@ def test_raw_speculative_config_passes_through(profile: Profile) -> None:
         ({"method": "ngram", "concurrency": []}, "concurrency=[] is empty"),
         ({"temperature": 0.0}, "needs method= (one of none, ngram, eagle3) or speculative_config="),
         ({"speculative_config": {"k": 1}}, "must be a dict with a 'method' key"),
+        ({"speculative_config": {"method": "eagle4"}},
+         "speculative_config method 'eagle4' is not one vLLM knows; allowed: ngram, suffix, draft_model"),
+        ({"method": "ngram", "ignore_eos": "yes"}, "ignore_eos must be True or False, got 'yes'"),
     ],
 )
 def test_bad_marker_values_name_what_is_allowed(profile: Profile, kwargs: dict, message: str) -> None:

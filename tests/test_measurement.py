@@ -37,8 +37,11 @@ class _Arm:
         self.name, self.url, self.calls = name, url, calls
 
     def __call__(self) -> Endpoint:
+        # One server alive at a time, like the pool: asked right after the other arm, it is a new start.
+        restarted = not self.calls or self.calls[-1] != self.name
         self.calls.append(self.name)
-        return Endpoint(self.url, "fake-model", owned=True)
+        self.starts = getattr(self, "starts", 0) + restarted
+        return Endpoint(self.url, "fake-model", owned=True, instance=f"{self.name}-{self.starts}")
 
 
 def test_blocks_run_each_arm_in_turn_with_a_warmup_per_block() -> None:

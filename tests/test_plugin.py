@@ -89,7 +89,11 @@ def test_measures_interleaved_runs_and_writes_json(
     assert test["params"] == {
         "method": "ngram", "k": 3, "temperature": 0.0, "concurrency": 1, "dataset": "builtin",
         "max_tokens": 24, "num_prompts": 8, "speculative_config": None, "api": "chat", "request_rate": None,
+        "ignore_eos": False,
     }
+    # Every sampling parameter the requests carried, explicitly (none left to the server's defaults).
+    assert test["sampling"] == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "presence_penalty": 0.0,
+                                "frequency_penalty": 0.0, "repetition_penalty": 1.0, "ignore_eos": False}
     assert test["outcome"] == "passed"
     assert test["alternation"] == "interleaved"
     assert [r["arm"] for r in test["reference_runs"]] == ["reference", "reference"]
@@ -115,6 +119,30 @@ def test_unknown_marker_key_is_a_collection_error(pytester: pytest.Pytester, fak
     result = pytester.runpytest(f"--specdec-profile={fake_profile}", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*unknown key(s) kk; allowed: method, k, temperature*"])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ("num_prompts=500", "*num_prompts=500 but dataset 'builtin' has 128 prompts; lower num_prompts*"),
+        ("max_tokens=2048", "*max_tokens=2048 leaves no room for the prompt: profile 'fake' serves with "
+                            "--max-model-len 1024; lower max_tokens below 1024*"),
+    ],
+)
+def test_impossible_workloads_are_collection_errors(
+    pytester: pytest.Pytester, fake_profile: Path, fields: str, message: str
+) -> None:
+    fake_profile.write_text(fake_profile.read_text().replace('[target]', '[server]\nargs = ["--max-model-len", "1024"]\n'
+                                                                            '[target]'))
+    pytester.makepyfile(f"""
+        import pytest
+        @pytest.mark.specdec(method="ngram", {fields})
+        def test_x(specdec):
+            pass
+        """)
+    result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([message])
 
 
 def test_dry_run_prints_commands_and_starts_nothing(pytester: pytest.Pytester, fake_profile: Path) -> None:

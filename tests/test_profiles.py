@@ -472,3 +472,20 @@ def test_speculating_reference_endpoint_is_an_error(pytester: pytest.Pytester, f
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*--specdec-reference-endpoint http://127.0.0.1:* speculates (*); the reference "
                                  "must be a server started without --speculative-config"])
+
+
+def test_results_name_the_gpus_nvidia_smi_listed_not_the_profile(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_specdec.options import Settings
+    from pytest_specdec.session import SpecDecSession
+
+    def session(dry_run: bool = False) -> SpecDecSession:
+        settings = Settings(gpu="h100", profile_path=None, runs=None, dry_run=dry_run, endpoint=None,
+                            reference_endpoint=None, api_key_env="NO_KEY", json_path=None, reports_dir=tmp_path,
+                            max_servers=1, startup_timeout_s=1.0)
+        return SpecDecSession(settings, tmp_path, progress=lambda line: None)
+
+    monkeypatch.setenv(SMI_ENV, str(_fake_smi(tmp_path, f"{SXM}\n{SXM}\n")))
+    assert session().hardware() == f"{SXM} x2"
+    # Not looked at (dry run): the profile's SKU, said to be unchecked.
+    assert session(dry_run=True).hardware() == f"{SXM} (profile; GPUs not checked)"
