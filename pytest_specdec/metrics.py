@@ -171,6 +171,10 @@ class RunMetrics:
     token_counter_mismatch: int | None = None
     preemptions: int | None = None
     prefix_cache_hit_rate: float | None = None
+    # The raw counter deltas behind the hit rate: with a fresh cache_salt per run, hits are only the
+    # run's own shared prefixes (e.g. the system prompt), never an earlier run's.
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
     errors: dict[str, int] = field(default_factory=dict)
     finish_reasons: dict[str, int] = field(default_factory=dict)  # "stop" (EOS) vs "length" (max_tokens)
 
@@ -197,6 +201,8 @@ def _spec_figures(d: Counters, n_started: int, usage_tokens: int) -> dict[str, A
         "preemptions": int(d.preemptions),
         "prefix_cache_hit_rate": (d.prefix_cache_hits / d.prefix_cache_queries
                                   if d.prefix_cache_queries > 0 else None),
+        "prefix_cache_queries": int(d.prefix_cache_queries),
+        "prefix_cache_hits": int(d.prefix_cache_hits),
     }
     if not d.spec_decode:
         return out

@@ -153,6 +153,7 @@ def test_acceptance_figures_match_fake_server(engines: int) -> None:
     assert m.draft_coverage == pytest.approx(0.7, abs=0.05)
     assert m.acceptance_rate == pytest.approx(m.accepted_tokens / m.draft_tokens)  # type: ignore[operator]
     assert m.prefix_cache_hit_rate == 0.0  # a fresh salt: nothing cached, warm-up salted apart
+    assert m.prefix_cache_hits == 0 and m.prefix_cache_queries is not None and m.prefix_cache_queries > 0
     assert m.output_tok_s is not None and m.output_tok_s > 0
     assert m.ttft_ms is not None and set(m.ttft_ms) == {"p50", "p95", "p99", "mean"}
     json.dumps(m.to_dict())
