@@ -142,6 +142,11 @@ def addoption(parser: pytest.Parser) -> None:
         help="vLLM servers alive at once; the least recently used one is stopped first. Default: %(default)r",
     )
     group.addoption(
+        "--specdec-host", metavar="ADDR", type=host_address, default="127.0.0.1",
+        help="address the vLLM servers the plugin starts bind to (vLLM's own default is 0.0.0.0: every "
+             "interface); the client connects there too. Default: %(default)r",
+    )
+    group.addoption(
         "--specdec-block-runs", metavar="N", type=positive_int, default=None,
         help="when the reference and spec servers cannot be alive at once (--specdec-max-servers 1 or the "
              "profile's [placement] co_resident = false), alternate the arms in blocks of N runs (ABBA). "
@@ -296,6 +301,7 @@ class Settings:
     report_path: Path | None = None
     gpu_hourly_usd: float | None = None
     benchmark_json: Path | None = None
+    host: str = "127.0.0.1"  # --specdec-host: where the servers we start bind
 
     @property
     def api_key(self) -> str | None:
@@ -361,7 +367,22 @@ class Settings:
             report_path=_under(root, opt.specdec_report),
             gpu_hourly_usd=opt.specdec_gpu_hourly_usd,
             benchmark_json=_under(root, opt.specdec_benchmark_json),
+            host=opt.specdec_host,
         )
+
+
+def host_address(value: str) -> str:
+    """argparse type: an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name of this machine."""
+    import ipaddress
+    import re
+
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", value):
+        return value
+    raise argparse.ArgumentTypeError(f"expected an IP address (e.g. 127.0.0.1) or a host name, got {value!r}")
 
 
 def _dataset(value: str, cwd: Path) -> str:

@@ -389,12 +389,14 @@ class SpecDecSession:
         from .server import ServerSpec
 
         if reference or case.method == "none":
-            return server_spec(self.profile, "none", None)
-        if case.speculative_config is not None:
+            spec = server_spec(self.profile, "none", None)
+        elif case.speculative_config is not None:
             base = server_spec(self.profile, "none", None)
-            return ServerSpec(model=base.model, speculative_config=case.speculative_config,
+            spec = ServerSpec(model=base.model, speculative_config=case.speculative_config,
                               args=base.args, env=base.env)
-        return server_spec(self.profile, case.method, case.k)
+        else:
+            spec = server_spec(self.profile, case.method, case.k)
+        return dataclasses.replace(spec, host=self.settings.host)
 
     # --- measuring -----------------------------------------------------------------------------
     def endpoint_facts(self, url: str) -> EndpointFacts:

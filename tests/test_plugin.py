@@ -156,6 +156,18 @@ def test_dry_run_prints_commands_and_starts_nothing(pytester: pytest.Pytester, f
     ])
 
 
+def test_specdec_host_is_where_servers_bind_and_a_bad_one_is_a_usage_error(
+    pytester: pytest.Pytester, fake_profile: Path
+) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "--specdec-host=0.0.0.0",
+                                "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*serve fake-model --host 0.0.0.0 --port $PORT --generation-config vllm*"])
+    bad = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-host=not a host", "-p", "no:cacheprovider")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--specdec-host: expected an IP address (e.g. 127.0.0.1) or a host name, got 'not a host'*"])
+
+
 def test_specdec_draft_replaces_a_methods_head_under_the_same_test_ids(
     pytester: pytest.Pytester, fake_profile: Path
 ) -> None:
