@@ -67,8 +67,8 @@ class FakeConfig:
     continuous_usage: bool = True  # False: ignore continuous_usage_stats, like servers that lack it
     engines: int = 1  # requests round-robin over this many `engine` label values
     seed: int = 0
-    # JSON of the speculative config to show on /server_info, like vLLM with VLLM_SERVER_DEV_MODE=1;
-    # "" = no /server_info (404), like vLLM by default.
+    # JSON of the speculative config to show, verbatim, in a vLLM-shaped /server_info (``vllm_server_info``),
+    # like vLLM with VLLM_SERVER_DEV_MODE=1 ("null": no speculation); "" = no /server_info (404), vLLM's default.
     server_info: str = ""
     vocab: int = 64  # toy language model of the non-streamed path: vocabulary size
     lm_seed: int = 0  # and its seed (the "target model": keep it equal on the spec and reference server)
@@ -246,6 +246,77 @@ def _prompt_logprobs(lm: ToyLM, ids: list[int], k: Any) -> list[dict[str, dict[s
         out.append({str(v): {"logprob": max(row[v], -9999.0), "rank": r, "decoded_token": f" t{v}"}
                     for v, r in entries.items()})
     return out
+
+
+VLLM_VERSION = "0.32.0-fake"  # what the fakes say they are (a real 0.32.0 answers "0.32.0")
+
+
+def resolve_speculative_config(spec: dict[str, Any] | None, target: str) -> dict[str, Any] | None:
+    """``--speculative-config`` as vLLM 0.32 resolves it (``SpeculativeConfig.__post_init__``), reduced to the
+    fields a client reads: ngram's ``model`` is the placeholder "ngram", its prompt-lookup window defaults
+    to 5..5 and is 0..0 for other methods, a draft gets TP 1 and its own model config."""
+    if not spec:
+        return None
+    method = spec.get("method")
+    ngram = method in ("ngram", "ngram_gpu")
+    lo, hi = spec.get("prompt_lookup_min"), spec.get("prompt_lookup_max")
+    if ngram:
+        lo, hi = (lo or hi or 5), (hi or lo or 5)
+    draft = spec.get("model") or (target if method in ("mtp", "draft_model") else None)
+    model = {"ngram": "ngram", "ngram_gpu": "ngram_gpu", "suffix": "suffix"}.get(str(method), draft)
+    return {
+        "enforce_eager": spec.get("enforce_eager"), "num_speculative_tokens": spec.get("num_speculative_tokens"),
+        "model": model, "method": method, "draft_tensor_parallel_size": spec.get("draft_tensor_parallel_size", 1),
+        "tensor_parallel_size": None, "quantization": spec.get("quantization"),
+        "max_model_len": spec.get("max_model_len"),
+        "revision": spec.get("revision"), "code_revision": None, "prompt_lookup_max": hi if ngram else 0,
+        "prompt_lookup_min": lo if ngram else 0, "parallel_drafting": False, "disable_padded_drafter_batch": False,
+        "target_model_config": {"model": target, "dtype": "torch.float32"},
+        "draft_model_config": None if ngram or method == "suffix" else {"model": model, "runner": "draft"},
+        "draft_parallel_config": None, "draft_load_config": None,
+        "rejection_sample_method": "standard", "draft_sample_method": "greedy",
+    }
+
+
+def vllm_server_info(model: str, speculative_config: dict[str, Any] | None, *, dtype: str = "float32",
+                     max_model_len: int = 1024, max_num_seqs: int = 256, max_num_batched_tokens: int = 2048,
+                     enforce_eager: bool = False, tensor_parallel_size: int = 1, seed: int = 0,
+                     capture_sizes: tuple[int, ...] = (), device: str = "cpu") -> dict[str, Any]:
+    """``/server_info?config_format=json`` as vLLM 0.32 answers it (vllm/entrypoints/serve/dev/server_info/
+    api_router.py: the pydantic dump of VllmConfig, enums by value, dtype as ``str``), reduced to a few fields
+    of each section; ``speculative_config`` is served as given."""
+    graphs = bool(capture_sizes) and not enforce_eager
+    return {
+        "vllm_config": {
+            "model_config": {"model": model, "tokenizer": model, "tokenizer_mode": "auto", "trust_remote_code": False,
+                             "dtype": f"torch.{dtype}", "seed": seed, "revision": None, "max_model_len": max_model_len,
+                             "quantization": None, "enforce_eager": enforce_eager, "served_model_name": model,
+                             "generation_config": "vllm", "max_logprobs": 20},
+            "cache_config": {"block_size": 128, "gpu_memory_utilization": 0.92, "cache_dtype": "auto",
+                             "enable_prefix_caching": True, "prefix_caching_hash_algo": "sha256",
+                             "num_gpu_blocks": 819},
+            "parallel_config": {"pipeline_parallel_size": 1, "tensor_parallel_size": tensor_parallel_size,
+                                "data_parallel_size": 1, "distributed_executor_backend": "mp", "world_size": 1},
+            "scheduler_config": {"runner_type": "generate", "max_num_batched_tokens": max_num_batched_tokens,
+                                 "max_num_seqs": max_num_seqs, "enable_chunked_prefill": True, "policy": "fcfs",
+                                 "async_scheduling": False},
+            "device_config": {"device": device},
+            "load_config": {"load_format": "auto", "download_dir": None},
+            "attention_config": {"backend": None},
+            "speculative_config": speculative_config,
+            "compilation_config": {
+                "mode": 3 if graphs else 0, "backend": "inductor", "custom_ops": ["all"],
+                "cudagraph_mode": [2, 1] if graphs else 0, "cudagraph_capture_sizes": list(capture_sizes),
+                "pass_config": {"fuse_norm_quant": True},
+                "max_cudagraph_capture_size": max(capture_sizes, default=None),
+                "dynamic_shapes_config": {"type": "backed"},
+            },
+            "lora_config": None, "additional_config": {}, "optimization_level": 2, "performance_mode": "balanced",
+        },
+        "vllm_env": {"VLLM_SERVER_DEV_MODE": True, "VLLM_TARGET_DEVICE": device},
+        "system_env": {"torch_version": "2.13.0+cpu", "is_cuda_available": "False", "vllm_version": VLLM_VERSION,
+                       "vllm_build_flags": "CUDA Archs: Not Set; ROCm: Disabled; XPU: Disabled"},
+    }
 
 
 def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
@@ -438,9 +509,7 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
                                                               "created": 0, "owned_by": "vllm", "root": cfg.model}]})
 
     async def server_info(request: web.Request) -> web.Response:
-        config = json.loads(cfg.server_info)
-        return web.json_response({"vllm_config": {"model_config": {"model": cfg.model},
-                                                  "speculative_config": config}, "vllm_env": {}})
+        return web.json_response(vllm_server_info(cfg.model, json.loads(cfg.server_info)))
 
     async def health(request: web.Request) -> web.Response:
         return web.Response()

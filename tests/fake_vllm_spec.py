@@ -1,7 +1,9 @@
 """Stands in for `vllm serve` with speculation, for recording report data without real vLLM.
 
-`python fake_vllm_spec.py serve MODEL --host H --port P [--speculative-config JSON] ...` prints vLLM's
-engine-config line (with a CUDA-graph capture size) and serves `fake_server.build_app` on the port.
+`python fake_vllm_spec.py serve MODEL --host H --port P [--speculative-config JSON] ...` prints vLLM 0.32's
+engine-config line (with a CUDA-graph capture size) and serves `fake_server.build_app` on the port, plus,
+with VLLM_SERVER_DEV_MODE=1 like vLLM, `/server_info?config_format=json` (`fake_server.vllm_server_info`,
+from the command's --max-num-batched-tokens, --max-num-seqs, --max-model-len, --dtype, --enforce-eager, ...).
 Unlike the plain fake server, a decode step costs more when more tokens are in flight: the step
 time is `step_s * max(1, active_requests * (1 + k) / CAPACITY)`, so the speedup falls with
 concurrency and crosses 1.0 like on a real GPU; acceptance falls with the requested temperature.
@@ -30,6 +32,7 @@ import fake_server  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 CAPACITY = 16  # tokens in flight per step before a step gets slower (= the capture size printed)
+CAPTURE_SIZES = (1, 2, 4, 8, CAPACITY)
 STEP_S = 0.003
 
 
@@ -51,6 +54,51 @@ def config_for(model: str, spec: dict[str, Any] | None) -> tuple[fake_server.Fak
     return cfg, cost
 
 
+def _option(argv: list[str], flag: str, default: Any, kind: type = int) -> Any:
+    return kind(argv[argv.index(flag) + 1]) if flag in argv[:-1] else default
+
+
+def server_info(argv: list[str], spec: dict[str, Any] | None) -> dict[str, Any]:
+    """What vLLM 0.32 would answer on /server_info for this command (the scheduler's limits from the flags)."""
+    model = argv[1]
+    return fake_server.vllm_server_info(
+        model, fake_server.resolve_speculative_config(spec, model),
+        dtype=_option(argv, "--dtype", "float32", str), max_model_len=_option(argv, "--max-model-len", 1024),
+        max_num_seqs=_option(argv, "--max-num-seqs", 256),
+        max_num_batched_tokens=_option(argv, "--max-num-batched-tokens", 2048),
+        enforce_eager="--enforce-eager" in argv, tensor_parallel_size=_option(argv, "--tensor-parallel-size", 1),
+        seed=_option(argv, "--seed", 0), capture_sizes=CAPTURE_SIZES, device="cuda")
+
+
+def config_line(argv: list[str], spec: dict[str, Any] | None) -> str:
+    """vLLM 0.32's start-up config line (VllmConfig.__str__, shortened), with SpeculativeConfig's repr."""
+    model = argv[1]
+    if spec:
+        draft = None if spec["method"] in ("ngram", "suffix") else spec.get("model")
+        k = spec.get("num_speculative_tokens", 3)
+        sc = f"SpeculativeConfig(method={spec['method']!r}, model={draft!r}, num_spec_tokens={k})"
+    else:
+        sc = "None"
+    eager = "--enforce-eager" in argv
+    sizes = [] if eager else list(CAPTURE_SIZES)
+    modes = ("<CompilationMode.NONE: 0>", "<CUDAGraphMode.NONE: 0>") if eager else (
+        "<CompilationMode.VLLM_COMPILE: 3>", "<CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>")
+    return (
+        f"(EngineCore pid={os.getpid()}) INFO 11-24 03:05:13 [core.py:133] Initializing a V1 LLM engine "
+        f"(v{fake_server.VLLM_VERSION}) with config: model={model!r}, speculative_config={sc}, "
+        f"tokenizer={model!r}, skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, "
+        f"dtype=torch.{_option(argv, '--dtype', 'float32', str)}, "
+        f"max_seq_len={_option(argv, '--max-model-len', 1024)}, "
+        f"tensor_parallel_size={_option(argv, '--tensor-parallel-size', 1)}, enforce_eager={eager}, "
+        f"kv_cache_dtype=auto, device_config=cuda, seed={_option(argv, '--seed', 0)}, served_model_name={model}, "
+        f"enable_prefix_caching=True, enable_chunked_prefill=True, "
+        f"compilation_config={{'mode': {modes[0]}, 'backend': 'inductor', 'custom_ops': ['all'], "
+        f"'cudagraph_mode': {modes[1]}, 'cudagraph_capture_sizes': {sizes}, "
+        f"'pass_config': {{'fuse_norm_quant': True}}, 'max_cudagraph_capture_size': {max(sizes, default=None)}}}, "
+        f"kernel_config=KernelConfig(ir_op_priority=IrOpPriorityConfig(rms_norm=['native']), moe_backend='auto')"
+    )
+
+
 def main(argv: list[str]) -> None:
     assert argv[0] == "serve", argv
     model = argv[1]
@@ -62,15 +110,16 @@ def main(argv: list[str]) -> None:
         print("INFO Loading EAGLE-3 head <script>alert('log')</script> from " + str(spec.get("model")), flush=True)
         print("ERROR RuntimeError: draft head hidden size 512 does not match the target's 256", flush=True)
         sys.exit(1)
-    print(
-        f"INFO Initializing a V1 LLM engine (v0.32.0-fake) with config: model='{model}', "
-        f"speculative_config={spec!r}, max_seq_len=1024, enable_prefix_caching=True, "
-        f"compilation_config={{'mode': 3, 'cudagraph_capture_sizes': [1, 2, 4, 8, {CAPACITY}], "
-        f"'max_cudagraph_capture_size': {CAPACITY}}}, seed=0",
-        flush=True,
-    )
+    print(config_line(argv, spec), flush=True)
     base, _ = config_for(model, spec)
     app, st = fake_server.build_app(base)
+    if os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
+        info = server_info(argv, spec)
+
+        async def show_server_info(request: web.Request) -> web.Response:
+            return web.json_response(info)
+
+        app.router.add_get("/server_info", show_server_info)
 
     class _LoadedAsyncio:
         """`asyncio` for the fake server, whose decode-step sleep grows with the tokens in flight."""

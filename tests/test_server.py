@@ -13,9 +13,19 @@ from typing import Any
 import pytest
 
 from pytest_specdec.errors import ServerStartError
-from pytest_specdec.server import ServerSpec, VllmServer, build_command, parse_engine_config
+from pytest_specdec.server import (
+    ServerSpec,
+    VllmServer,
+    build_command,
+    engine_config_from_server_info,
+    parse_config_line,
+    parse_engine_config,
+)
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_vllm.py"))]
+FAKE_SPEC = [sys.executable, str(Path(__file__).with_name("fake_vllm_spec.py"))]
+DATA = Path(__file__).with_name("data")
+ZOO = "/work/main/pytest_specdec/zoo/models"  # where the fixtures below were captured
 
 
 def _alive(pid: int) -> bool:
@@ -58,9 +68,13 @@ def test_start_ready_then_stop_kills_the_whole_group(tmp_path: Path, monkeypatch
         child = int((tmp_path / "child.pid").read_text())
         assert _alive(child)
         config = server.engine_config()
-        assert config["vllm_version"] == "0.0.0-fake"
-        assert config["enable_prefix_caching"] == "True"
-        assert config["compilation_config"].startswith("{")
+        # fake_vllm.py has no /server_info (404, as vLLM without VLLM_SERVER_DEV_MODE): the log line's config.
+        assert server.server_info_s is not None and not server.config_path.exists()
+        assert config["config_source"] == "log" and config["vllm_version"] == "0.0.0-fake"
+        assert config["model"] == "m"  # not the `model=` inside SpeculativeConfig(...)
+        assert config["enable_prefix_caching"] is True and config["max_model_len"] == 1024
+        assert config["compilation_level"] == 3
+        assert config["speculative_config"] == {"method": "ngram", "model": None, "num_speculative_tokens": 3}
     assert not server.alive()
     deadline = time.monotonic() + 10
     while _alive(child) and time.monotonic() < deadline:
@@ -89,6 +103,158 @@ def test_deadline_stops_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_parse_engine_config_ignores_other_lines() -> None:
     assert parse_engine_config("nothing here\n") == {}
+
+
+# --- engine config: /server_info and the log line ------------------------------------------------------
+#: The flat engine config of the eagle3 zoo server (cpu profile) as vLLM 0.32's /server_info gave it;
+#: tests/data/vllm_0.32_server_info_eagle3.json is that answer (env values and host details trimmed).
+EAGLE3_SERVER_INFO = {
+    "config_source": "server_info", "vllm_version": "0.32.0",
+    "model": f"{ZOO}/target", "served_model_name": f"{ZOO}/target", "tokenizer": f"{ZOO}/target",
+    "revision": None, "dtype": "float32", "max_model_len": 1024, "seed": 0, "quantization": None,
+    "enforce_eager": True, "trust_remote_code": False, "generation_config": "vllm",
+    "kv_cache_dtype": "auto", "block_size": 128, "enable_prefix_caching": True, "gpu_memory_utilization": 0.92,
+    "max_num_batched_tokens": 2048, "max_num_seqs": 16, "enable_chunked_prefill": True, "async_scheduling": False,
+    "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "device": "cpu",
+    "load_format": "auto", "attention_backend": None,
+    "compilation_mode": "NONE", "cudagraph_mode": "NONE", "cudagraph_capture_sizes": [],
+    "max_cudagraph_capture_size": None,
+    "speculative_config": {
+        "method": "eagle3", "model": f"{ZOO}/eagle3", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1,
+        "revision": None, "quantization": None, "max_model_len": None, "prompt_lookup_min": 0,
+        "prompt_lookup_max": 0, "parallel_drafting": False, "disable_padded_drafter_batch": False,
+        "rejection_sample_method": "standard", "draft_sample_method": "greedy",
+    },
+}
+
+
+def _real_lines() -> list[str]:
+    """vLLM 0.32's config lines of the zoo servers (cpu profile): none, ngram, draft_model, eagle3."""
+    return (DATA / "vllm_0.32_config_lines.log").read_text().splitlines()
+
+
+def test_server_info_of_real_vllm_is_flattened() -> None:
+    info = json.loads((DATA / "vllm_0.32_server_info_eagle3.json").read_text())
+    assert engine_config_from_server_info(info) == EAGLE3_SERVER_INFO
+    assert engine_config_from_server_info({"vllm_config": "model=..."}) == {}  # config_format=text
+    assert engine_config_from_server_info(None) == {}
+
+
+def test_log_lines_of_real_vllm_keep_nested_values_whole() -> None:
+    none, ngram, draft, eagle3 = (parse_engine_config(line) for line in _real_lines())
+    for config in (none, ngram, draft, eagle3):
+        assert config["model"] == f"{ZOO}/target"  # the target, never the draft's path
+        assert config["config_source"] == "log" and config["vllm_version"] == "0.32.0"
+        assert config["max_model_len"] == 1024 and config["dtype"] == "float32" and config["enforce_eager"] is True
+        assert (config["cudagraph_mode"], config["cudagraph_capture_sizes"]) == ("NONE", [])
+        # The line has no scheduler limits: absent, not guessed.
+        assert "max_num_batched_tokens" not in config and "max_num_seqs" not in config
+    assert none["speculative_config"] is None
+    assert ngram["speculative_config"] == {"method": "ngram", "model": None, "num_speculative_tokens": 3}
+    assert draft["speculative_config"] == {"method": "draft_model", "model": f"{ZOO}/draft",
+                                           "num_speculative_tokens": 3}
+    assert eagle3["speculative_config"] == {"method": "eagle3", "model": f"{ZOO}/eagle3", "num_speculative_tokens": 3}
+
+
+def test_log_line_and_server_info_agree_on_what_both_show() -> None:
+    # The eagle3 line and the /server_info answer come from the same server start.
+    from_log = parse_engine_config(_real_lines()[3])
+    for key, value in from_log.items():
+        if key == "speculative_config":
+            assert value.items() <= EAGLE3_SERVER_INFO[key].items()
+        elif key != "config_source":
+            assert EAGLE3_SERVER_INFO[key] == value, key
+
+
+def test_config_line_values_nested_to_any_depth() -> None:
+    raw = _real_lines()[3].split(" with config: ", 1)[1]
+    parsed = parse_config_line(raw)
+    assert parsed["speculative_config"] == {"method": "eagle3", "model": f"{ZOO}/eagle3", "num_spec_tokens": 3}
+    assert parsed["kernel_config"]["ir_op_priority"] == {"rms_norm": ["native"], "fused_add_rms_norm": ["native"],
+                                                          "gelu_and_mul_sparse": ["native"]}
+    assert parsed["kernel_config"]["linear_backend_per_quant"] is None
+    assert parsed["aux_output_config"] == {"enable_return_routed_experts": False, "max_bytes": None}
+    # <DynamicShapesType.BACKED: 'backed'> → its name
+    assert parsed["compilation_config"]["dynamic_shapes_config"]["type"] == "BACKED"
+    assert parsed["served_model_name"] == f"{ZOO}/target"  # unquoted in the line
+    assert parsed["device_config"] == "cpu" and parsed["tokenizer_mode"] == "auto"
+    # Quotes, brackets and commas inside values; a quote inside an unquoted path opens no string.
+    odd = parse_config_line("a='x, (y]', b=Foo(c=[1, (2, 3)], d={'e': 'f)'}), g=/m/it's, h=None, i=P('/x')")
+    assert odd == {"a": "x, (y]", "b": {"c": [1, (2, 3)], "d": {"e": "f)"}}, "g": "/m/it's", "h": None,
+                   "i": "P('/x')"}
+
+
+def test_compilation_config_that_is_no_literal_is_read_by_pattern() -> None:
+    # Shaped like a CUDA build's line (constructed): graphs captured, and a value literal_eval cannot read.
+    line = ("INFO Initializing a V1 LLM engine (v0.32.0) with config: model='/m', speculative_config=None, "
+            "compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cache_dir': PosixPath('/c'), "
+            "'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, 'cudagraph_capture_sizes': [1, 2, 4, 512], "
+            "'max_cudagraph_capture_size': 512}, seed=0")
+    config = parse_engine_config(line)
+    assert (config["compilation_mode"], config["cudagraph_mode"]) == ("VLLM_COMPILE", "FULL_AND_PIECEWISE")
+    assert config["cudagraph_capture_sizes"] == [1, 2, 4, 512] and config["max_cudagraph_capture_size"] == 512
+    assert config["model"] == "/m" and config["seed"] == 0
+
+
+def test_owned_server_config_comes_from_server_info(tmp_path: Path) -> None:
+    spec = ServerSpec(model="fake-model", speculative_config={"method": "draft_model", "model": "/fake/draft",
+                                                              "num_speculative_tokens": 3},
+                      args=("--max-num-batched-tokens", "256", "--max-num-seqs", "16", "--seed", "0"))
+    with VllmServer(spec, log_dir=tmp_path, launcher=FAKE_SPEC, startup_timeout_s=30) as server:
+        assert server.dev_mode and server.server_info_s is not None
+        config = server.engine_config()
+        assert config["config_source"] == "server_info"
+        assert (config["max_num_batched_tokens"], config["max_num_seqs"], config["model"]) == (256, 16, "fake-model")
+        assert config["cudagraph_capture_sizes"] == [1, 2, 4, 8, 16]
+        assert config["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+        assert config["speculative_config"]["model"] == "/fake/draft"
+        assert config["speculative_config"]["num_speculative_tokens"] == 3
+        assert json.loads(server.config_path.read_text())["scheduler_config"]["max_num_batched_tokens"] == 256
+        config["model"] = "edited"
+        assert server.engine_config()["model"] == "fake-model"  # callers get copies
+    assert server.engine_config()["config_source"] == "server_info"  # still known after the stop
+    # The report's regime lines read the flat keys (capture size from the graphs, then the token budget).
+    from pytest_specdec.report import regime_limits
+
+    assert regime_limits({"engine_config": config, "command": []}) == [
+        (16, "CUDA-graph capture size"), (256, "max_num_batched_tokens")]
+
+
+def test_dev_mode_only_on_loopback_and_unless_the_spec_says_otherwise(tmp_path: Path) -> None:
+    off = ServerSpec(model="fake-model", env=(("VLLM_SERVER_DEV_MODE", "0"),))
+    with VllmServer(off, log_dir=tmp_path, launcher=FAKE_SPEC, startup_timeout_s=30) as server:
+        assert not server.dev_mode and server.server_info_s is None
+        config = server.engine_config()
+        assert config["config_source"] == "log" and config["model"] == "fake-model"
+        assert config["speculative_config"] is None and config["max_cudagraph_capture_size"] == 16
+    assert not VllmServer(ServerSpec(model="m", host="0.0.0.0"), log_dir=tmp_path).dev_mode
+    assert VllmServer(ServerSpec(model="m", host="localhost"), log_dir=tmp_path).dev_mode
+
+
+def test_fake_server_info_has_vllm_shape() -> None:
+    from fake_server import FakeConfig, FakeServer
+
+    served = {"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}
+    with FakeServer(FakeConfig(model="t", k=3, acceptance=(0.5, 0.4, 0.3), server_info=json.dumps(served))) as url:
+        from pytest_specdec.server import fetch_server_info
+
+        info = fetch_server_info(url)
+    real = json.loads((DATA / "vllm_0.32_server_info_eagle3.json").read_text())
+    assert info is not None and set(info) == set(real)
+    assert set(info["vllm_config"]) <= set(real["vllm_config"])
+    for section, fields in info["vllm_config"].items():
+        if isinstance(fields, dict) and section != "speculative_config":
+            assert set(fields) <= set(real["vllm_config"][section]), section
+    config = engine_config_from_server_info(info)
+    assert config["model"] == "t" and config["speculative_config"] == served
+    # fake_vllm_spec's resolved speculative config: vLLM's fields, nested configs included.
+    from fake_server import resolve_speculative_config
+
+    resolved = resolve_speculative_config({"method": "draft_model", "model": "/d", "num_speculative_tokens": 2}, "t")
+    real_sc = real["vllm_config"]["speculative_config"]
+    assert resolved is not None and set(resolved) <= set(real_sc)
+    assert set(resolved["target_model_config"]) <= set(real_sc["target_model_config"])
+    assert set(resolved["draft_model_config"]) <= set(real_sc["draft_model_config"])
 
 
 def test_pool_reuses_per_spec_and_respects_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
