@@ -210,6 +210,26 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
+def _legacy_engine(under_test: dict[str, Any]) -> bool:
+    """An engine config stored before it came from /server_info (log-line strings, no `config_source`)."""
+    return any(isinstance(c, dict) and c and "config_source" not in c
+               for c in (under_test.get("engine_config") or {}).values())
+
+
+def under_test_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """`diff` of two `under_test` records; an engine config stored in the old log-line format is one line
+    saying so (its ~90 mangled strings would bury the real changes), not a leaf-by-leaf diff."""
+    if _legacy_engine(old) and not _legacy_engine(new):
+        def strip(d: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in d.items() if k != "engine_config"}
+
+        out = diff(strip(old), strip(new))
+        out["engine_config"] = ("(stored in the old log-line format)",
+                                "(now from /server_info; --update-baselines records it)")
+        return out
+    return diff(old, new)
+
+
 # ---- reading ------------------------------------------------------------------------------------
 
 

@@ -80,9 +80,10 @@ class BaselineCheck:
         """What changed under test since the baseline's last session (the report shows it per test)."""
         if not self.baseline:
             return {}
-        from .baselines import diff
+        from .baselines import under_test_changes
 
-        return {k: [a, b] for k, (a, b) in diff(self.baseline.get("under_test", {}), self.under_test).items()}
+        return {k: [a, b] for k, (a, b) in
+                under_test_changes(self.baseline.get("under_test", {}), self.under_test).items()}
 
     def to_dict(self) -> dict[str, Any]:
         from .verdicts import attribution

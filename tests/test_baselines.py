@@ -100,6 +100,23 @@ def test_diff_lists_dotted_fields() -> None:
         "w.m": (24, 20), "x": (1, None), "y": (None, 2)}
 
 
+def test_an_engine_config_in_the_old_log_line_format_is_one_line_of_diff() -> None:
+    from pytest_specdec.baselines import under_test_changes
+
+    old = {"vllm": "0.31.0", "engine_config": {"spec": {"speculative_config": "SpeculativeConfig(method='eagle3'",
+                                                         "max_seq_len": "1024"}}}
+    new = {"vllm": "0.32.0", "engine_config": {"spec": {"config_source": "server_info", "max_model_len": 1024,
+                                                         "speculative_config": {"method": "eagle3"}}}}
+    assert under_test_changes(old, new) == {
+        "vllm": ("0.31.0", "0.32.0"),
+        "engine_config": ("(stored in the old log-line format)",
+                          "(now from /server_info; --update-baselines records it)"),
+    }
+    # Both in the new format: leaf by leaf, as before.
+    newer = {"vllm": "0.32.0", "engine_config": {"spec": {**new["engine_config"]["spec"], "max_model_len": 2048}}}
+    assert under_test_changes(new, newer) == {"engine_config.spec.max_model_len": (1024, 2048)}
+
+
 def _pending(store: BaselineStore, nodeid: str, scale: float, comp: dict[str, Any] | None = None,
              change: str = "") -> Pending:
     return Pending(nodeid, store.path(nodeid), comp or {"hardware": "cpu"}, {"vllm": "0.32.0"}, entry(scale), change)
