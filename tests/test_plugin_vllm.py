@@ -74,6 +74,12 @@ def test_cpu_profile_measures_real_vllm_through_the_plugin(pytester: pytest.Pyte
         cmd = " ".join(server["command"])
         assert "--host 127.0.0.1" in cmd and "--generation-config vllm" in cmd
         assert server["startup_s"] > 0
-        assert server["engine_config"].get("max_model_len") in (1024, "1024"), server["engine_config"]
+        engine = server["engine_config"]
+        # The resolved config, read from the live server's /server_info (not guessed from its command).
+        assert engine["config_source"] == "server_info", engine
+        assert engine["max_model_len"] == 1024 and engine["max_num_seqs"] == 16, engine
+        assert isinstance(engine["max_num_batched_tokens"], int) and engine["max_num_batched_tokens"] > 0
+        spec = engine["speculative_config"]
+        assert (spec is None) if server["method"] == "none" else (spec["method"] == "ngram"), engine
     # The pool stopped its servers (process groups) when the session ended.
     assert not _vllm_processes(str(pytester.path)), _vllm_processes(str(pytester.path))
