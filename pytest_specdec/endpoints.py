@@ -58,6 +58,8 @@ class EndpointFacts:
     k: int | None  # from /metrics: the per-position counters' children
     speculative_config: dict[str, Any] | None = None  # from /server_info (VLLM_SERVER_DEV_MODE=1)
     server_info: bool = False  # whether /server_info answered
+    #: the resolved engine config from /server_info, flattened as for owned servers; None without it
+    engine_config: dict[str, Any] | None = None
 
     def describe(self) -> str:
         if not self.speculating:
@@ -68,7 +70,8 @@ class EndpointFacts:
 
     def to_dict(self) -> dict[str, Any]:
         return {"url": self.url, "models": list(self.models), "speculating": self.speculating, "k": self.k,
-                "speculative_config": self.speculative_config, "server_info": self.server_info}
+                "speculative_config": self.speculative_config, "server_info": self.server_info,
+                "engine_config": self.engine_config}
 
 
 #: The keys of vLLM's speculative config that say *what* is served (others tune how).
@@ -91,20 +94,24 @@ def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> Endp
         raise ConfigError(f"endpoint {url}: no /metrics; the plugin reads vLLM's spec-decode counters there")
     counters = parse_counters(metrics_text)
     k = len(counters.accepted_per_pos) or None
+    from .server import engine_config_from_server_info
+
     info_text = fetch(f"{url}/server_info?config_format=json", api_key)
-    config = None
+    config = engine = None
     if info_text is not None:
         try:
-            vllm_config = json.loads(info_text).get("vllm_config")
+            info = json.loads(info_text)
+            vllm_config = info.get("vllm_config")
         except (ValueError, AttributeError):
-            vllm_config = None
+            info = vllm_config = None
+        engine = engine_config_from_server_info(info) or None
         if isinstance(vllm_config, dict) and isinstance(vllm_config.get("speculative_config"), dict):
             config = {key: vllm_config["speculative_config"][key] for key in _IDENTITY
                       if vllm_config["speculative_config"].get(key) is not None}
             config.update({key: value for key, value in vllm_config["speculative_config"].items()
                            if key.startswith("prompt_lookup_") and value is not None})
     return EndpointFacts(url, models, counters.spec_decode, k if counters.spec_decode else None, config,
-                         info_text is not None)
+                         info_text is not None, engine)
 
 
 def _same_model(want: str, served: str) -> bool:

@@ -448,6 +448,13 @@ def test_endpoint_method_is_checked_when_server_info_shows_it(pytester: pytest.P
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED*this test needs method='ngram'; the spec endpoint * serves "
                                  "method='eagle3' (speculative config*(/server_info))"])
+    # The endpoint's resolved engine config is in the results, flattened as for servers the plugin starts;
+    # the reference endpoint has no /server_info, so none is claimed for it.
+    endpoints = json.loads((pytester.path / "reports" / "latest.json").read_text())["endpoints"]
+    engines = {facts["speculating"]: facts["engine_config"] for facts in endpoints.values()}
+    assert engines[False] is None
+    assert engines[True]["config_source"] == "server_info"
+    assert engines[True]["speculative_config"]["method"] == "eagle3"
 
 
 def test_endpoint_method_unknown_with_rival_configs_skips_them_all(pytester: pytest.Pytester,
