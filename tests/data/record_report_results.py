@@ -7,6 +7,13 @@ serve` (owned servers, so commands, start-up times, engine configs and a failed 
 2. the same suite with `SPECDEC_FAKE_DEGRADE=ngram:2` (ngram k=2 accepts half as much): its verdicts
    regress; `eagle3` fails to start (log tail recorded); ngram k=5 drops 4 % of requests (invalid runs).
 
+Between the two, the regressed test's baseline is rewritten as if it had been recorded on vLLM 0.31.0 with
+a smaller CUDA-graph capture size (`as_if_older_vllm`), so the second session's own code finds a change
+under test (`baseline.under_test_diff`: vLLM 0.31.0 → 0.32.0 and the engine config) for the report to show.
+
+The acceptance threshold is 12 pt: the injected drop is ~35 pt, and with 2 runs the T > 0 tests' sampling
+noise alone crossed a 6 pt threshold (a false regression at T=0.5 in one of three recordings).
+
     python tests/data/record_report_results.py          # rewrites tests/data/report_results.json
 
 Nothing is edited by hand afterwards; the file is the second session's `reports/latest.json`.
@@ -82,6 +89,22 @@ def test_label(specdec, label):
 """
 
 
+#: The test whose baseline pretends to come from an older vLLM (the one SPECDEC_FAKE_DEGRADE regresses).
+OLDER_VLLM_TEST = "test_k[ngram-k2-t0.0-c2]"
+
+
+def as_if_older_vllm(under_test: dict) -> dict:
+    """`under_test` as vLLM 0.31.0 would have recorded it: the version, and each server's engine config
+    with the older version string and a CUDA-graph capture list ending at 8 instead of 16."""
+    old = json.loads(json.dumps(under_test))
+    old["vllm"] = "0.31.0"
+    for config in (old.get("engine_config") or {}).values():
+        config["vllm_version"] = "0.31.0-fake"
+        config["compilation_config"] = ("{'mode': 3, 'cudagraph_capture_sizes': [1, 2, 4, 8], "
+                                        "'max_cudagraph_capture_size': 8}")
+    return old
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="specdec-record-") as tmp:
         d = Path(tmp)
@@ -98,9 +121,16 @@ def main() -> None:
         subprocess.run([*git, "commit", "-q", "-m", "suite"], cwd=d, check=True)
         common = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--specdec-profile=fake.toml",
                   "--specdec-threshold=rate=40", "--specdec-threshold=latency=150",
-                  "--specdec-threshold=acceptance=6"]
+                  "--specdec-threshold=acceptance=12"]
         first = subprocess.run([*common, "--update-baselines"], cwd=d, env=env, text=True, capture_output=True)
         print(first.stdout[-3000:])
+        baseline = d / "baselines" / "fake-gpu" / "test_nightly" / f"{OLDER_VLLM_TEST}.json"
+        stored = json.loads(baseline.read_text())
+        stored["under_test"] = as_if_older_vllm(stored["under_test"])
+        for session in stored["sessions"]:
+            if "under_test" in session:
+                session["under_test"] = as_if_older_vllm(session["under_test"])
+        baseline.write_text(json.dumps(stored, indent=1))
         second = subprocess.run([*common], cwd=d, text=True,
                                 capture_output=True, env={**env, "SPECDEC_FAKE_DEGRADE": "ngram:2"})
         print(second.stdout[-6000:], second.stderr[-2000:])
