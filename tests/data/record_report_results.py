@@ -100,8 +100,14 @@ def as_if_older_vllm(under_test: dict) -> dict:
     old["vllm"] = "0.31.0"
     for config in (old.get("engine_config") or {}).values():
         config["vllm_version"] = "0.31.0-fake"
-        config["compilation_config"] = ("{'mode': 3, 'cudagraph_capture_sizes': [1, 2, 4, 8], "
-                                        "'max_cudagraph_capture_size': 8}")
+        # Flat typed keys (from /server_info, or parsed from the log line), else the log line's string.
+        if "cudagraph_capture_sizes" in config:
+            config["cudagraph_capture_sizes"] = [1, 2, 4, 8]
+        if "max_cudagraph_capture_size" in config:
+            config["max_cudagraph_capture_size"] = 8
+        if isinstance(config.get("compilation_config"), str):
+            config["compilation_config"] = ("{'mode': 3, 'cudagraph_capture_sizes': [1, 2, 4, 8], "
+                                            "'max_cudagraph_capture_size': 8}")
     return old
 
 
