@@ -72,6 +72,7 @@ class BaselineCheck:
     max_looks: int = 1
     failed: bool = False
     error: str | None = None
+    alpha: float = 0.05  # one-sided, split over the looks: the CIs of Δ are two-sided 1 - 2·alpha/max_looks
 
     def shown(self) -> list[Verdict]:
         return self.final if self.final is not None else (self.verdicts or self.raw)
@@ -95,6 +96,7 @@ class BaselineCheck:
             "path": path, "status": self.status, "checked": self.check, "sessions": sessions,
             "not_comparable_fields": {k: [a, b] for k, (a, b) in self.fields.items()},
             "looks": self.looks, "max_looks": self.max_looks,
+            "alpha": self.alpha, "ci_level": 1 - 2 * self.alpha / max(1, self.max_looks),
             "adjusted": "session" if self.final is not None else "test-end",
             "attribution": attribution(shown) if shown else None,
             "under_test": self.under_test,
@@ -687,7 +689,7 @@ class SpecDecSession:
         ut = self.under_test(record, spec_spec)
         path = self.store.path(nodeid)
         check = BaselineCheck(path=path, status="missing", check=options.check, comparability=comp,
-                              under_test=ut, entry={})
+                              under_test=ut, entry={}, alpha=self.settings.alpha)
         try:
             path, data = self.store.read(nodeid, self.create_command(nodeid, "missing"))
         except BaselineError as exc:

@@ -95,6 +95,9 @@ def test_measures_interleaved_runs_and_writes_json(
     assert test["sampling"] == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "presence_penalty": 0.0,
                                 "frequency_penalty": 0.0, "repetition_penalty": 1.0, "ignore_eos": False}
     assert test["outcome"] == "passed"
+    # The CIs' level goes with the results, so a reader (the HTML report) never has to guess it.
+    assert test["baseline"]["alpha"] == 0.05
+    assert test["baseline"]["ci_level"] == pytest.approx(1 - 2 * 0.05 / test["baseline"]["max_looks"])
     assert test["alternation"] == "interleaved"
     assert [r["arm"] for r in test["reference_runs"]] == ["reference", "reference"]
     assert len(test["runs"]) == 2 and len(test["speedup_per_pair"]) == 2
