@@ -671,7 +671,8 @@ class SpecDecSession:
             cfg = spec_spec.speculative_config
             draft = model_identity(str(cfg["model"]), cfg.get("revision"))
         servers = self._pool.servers if self._pool else {}
-        engine = {arm: servers[key].engine_config() for arm, key in record.servers.items() if key in servers}
+        engine = {arm: _portable(servers[key].engine_config()) for arm, key in record.servers.items()
+                  if key in servers}
         dist = vllm_distribution()
         return {
             "vllm": version(dist), "vllm_distribution": dist, "torch": version("torch"),
@@ -1108,6 +1109,21 @@ class SpecDecSession:
             self.store.modules |= data["modules"]
         self._remote.append({k: data[k] for k in ("worker", "servers", "starts", "workarounds")})
         return problems
+
+
+def _portable(value: Any) -> Any:
+    """The zoo's model paths written `zoo:NAME` again: where a checkout lives is no change under test
+    (the models' identity is in `draft` and the comparability's `target`, by sha256)."""
+    from .zoo import MODELS_DIR
+
+    prefix = f"{MODELS_DIR}/"
+    if isinstance(value, str) and value.startswith(prefix):
+        return "zoo:" + value[len(prefix):]
+    if isinstance(value, dict):
+        return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_portable(v) for v in value]
+    return value
 
 
 def _command_line(spec: ServerSpec) -> str:

@@ -117,6 +117,16 @@ def test_an_engine_config_in_the_old_log_line_format_is_one_line_of_diff() -> No
     assert under_test_changes(new, newer) == {"engine_config.spec.max_model_len": (1024, 2048)}
 
 
+def test_zoo_paths_under_test_are_portable() -> None:
+    from pytest_specdec.session import _portable
+    from pytest_specdec.zoo import MODELS_DIR
+
+    engine = {"model": str(MODELS_DIR / "target"), "tokenizer": "/elsewhere/target",
+              "speculative_config": {"model": str(MODELS_DIR / "eagle3")}, "sizes": [1, 2]}
+    assert _portable(engine) == {"model": "zoo:target", "tokenizer": "/elsewhere/target",
+                                 "speculative_config": {"model": "zoo:eagle3"}, "sizes": [1, 2]}
+
+
 def _pending(store: BaselineStore, nodeid: str, scale: float, comp: dict[str, Any] | None = None,
              change: str = "") -> Pending:
     return Pending(nodeid, store.path(nodeid), comp or {"hardware": "cpu"}, {"vllm": "0.32.0"}, entry(scale), change)

@@ -81,5 +81,8 @@ def test_cpu_profile_measures_real_vllm_through_the_plugin(pytester: pytest.Pyte
         assert isinstance(engine["max_num_batched_tokens"], int) and engine["max_num_batched_tokens"] > 0
         spec = engine["speculative_config"]
         assert (spec is None) if server["method"] == "none" else (spec["method"] == "ngram"), engine
+    # What is under test names the zoo's models portably: another checkout of the repository is no change.
+    engines = test["baseline"]["under_test"]["engine_config"]
+    assert engines["reference"]["model"] == engines["spec"]["model"] == "zoo:target", engines
     # The pool stopped its servers (process groups) when the session ended.
     assert not _vllm_processes(str(pytester.path)), _vllm_processes(str(pytester.path))
