@@ -93,19 +93,14 @@ def discover_gpus(
 
 def gpus_needed(args: Sequence[str], speculative_config: Mapping[str, Any] | None) -> int:
     """GPUs one vLLM server uses: TP x PP x DP from its args, TP raised to the draft's TP if that is larger."""
+    from .server import arg_value
+
     sizes: dict[str, int] = {}
     for kind, flags in _PARALLEL_FLAGS.items():
-        sizes[kind] = 1
-        for i, arg in enumerate(args):
-            value: str | None = None
-            if arg in flags and i + 1 < len(args):
-                value = args[i + 1]
-            elif any(arg.startswith(f + "=") for f in flags):
-                value = arg.split("=", 1)[1]
-            if value is not None:
-                if not value.isdigit() or int(value) < 1:
-                    raise GpuLeaseError(f"server argument {arg} {value}: expected a whole number >= 1")
-                sizes[kind] = int(value)
+        value = arg_value(args, *flags)
+        if value is not None and (not value.isdigit() or int(value) < 1):
+            raise GpuLeaseError(f"server argument {flags[0]} {value}: expected a whole number >= 1")
+        sizes[kind] = 1 if value is None else int(value)
     draft_tp = (speculative_config or {}).get("draft_tensor_parallel_size")
     draft_tp = 1 if draft_tp is None else draft_tp
     if isinstance(draft_tp, bool) or not isinstance(draft_tp, int) or draft_tp < 1:

@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from .errors import ServerStartError
@@ -82,6 +83,18 @@ def build_command(spec: ServerSpec, port: int | str, launcher: list[str] | None 
         cmd += ["--speculative-config", json.dumps(spec.speculative_config, sort_keys=True)]
     cmd += list(spec.args)
     return cmd
+
+
+def arg_value(args: Sequence[str], *flags: str) -> str | None:
+    """The value a vLLM command line gives any of `flags` (`--flag V` or `--flag=V`); the last one wins,
+    as in argparse. None when absent."""
+    value: str | None = None
+    for i, arg in enumerate(args):
+        if arg in flags and i + 1 < len(args):
+            value = args[i + 1]
+        elif any(arg.startswith(f + "=") for f in flags):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -282,7 +282,7 @@ class SpecDecSession:
         if case.num_prompts is not None and case.num_prompts > size:
             raise ConfigError(
                 f"specdec: num_prompts={case.num_prompts} but dataset {case.dataset!r} has {size} prompts; "
-                f"lower num_prompts or use a larger dataset (prompts are never repeated within a run)"
+                f"lower num_prompts or use a larger dataset (prompts are never repeated)"
             )
         limit = self.max_model_len()
         if case.max_tokens is not None and limit is not None and not self.settings.endpoint \
@@ -294,17 +294,16 @@ class SpecDecSession:
 
     def max_model_len(self) -> int | None:
         """The profile's `--max-model-len` (None when its server args leave it to the model)."""
-        args = list(self.profile.server_args)
-        for i, arg in enumerate(args):
-            value = args[i + 1] if arg == "--max-model-len" and i + 1 < len(args) else (
-                arg.split("=", 1)[1] if arg.startswith("--max-model-len=") else None)
-            if value is not None:
-                try:
-                    return int(value)
-                except ValueError:
-                    raise ConfigError(f"profile {self.profile.name!r}: --max-model-len {value!r} is not a "
-                                      f"whole number") from None
-        return None
+        from .server import arg_value
+
+        value = arg_value(self.profile.server_args, "--max-model-len")
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"profile {self.profile.name!r}: --max-model-len {value!r} is not a "
+                              f"whole number") from None
 
     def co_resident(self) -> bool:
         """Whether a test's reference and spec servers can be alive at once (always, on the CPU)."""
@@ -344,13 +343,9 @@ class SpecDecSession:
         """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied."""
         import dataclasses
 
+        self._check_possible(case)
         prompts = list(self.dataset(case.dataset).prompts)
         if case.num_prompts is not None:
-            if case.num_prompts > len(prompts):
-                raise ConfigError(
-                    f"num_prompts={case.num_prompts} but dataset {case.dataset!r} has {len(prompts)} prompts; "
-                    f"lower num_prompts or use a larger dataset (prompts are never repeated)"
-                )
             prompts = random.Random(0).sample(prompts, case.num_prompts)
         if case.max_tokens is not None:
             prompts = [dataclasses.replace(p, max_tokens=case.max_tokens) for p in prompts]
