@@ -170,6 +170,13 @@ class Verdict:
     method: str
     threshold: float | None
     note: str
+    #: se(n)² = var_fixed + var_run / n on the comparison scale, n = runs (pairs) tonight: what more runs
+    #: could buy (:func:`can_settle`) and what the baseline can catch (:func:`detectable`). None: no model.
+    var_fixed: float | None = None
+    var_run: float | None = None
+    df: float | None = None
+    family: str = "gated"
+    mde: float | None = None  # smallest bad-side change (natural units) caught with power 0.9, see detectable()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (for baselines and reports)."""
@@ -391,17 +398,143 @@ def _inconclusive(metric: str, kind: Kind, n_b: int, n_n: int, bad: float, metho
                    _unit(kind), method, bad, note)
 
 
+# ---- night-to-night variance pooled over a profile's baselines --------------------------------------
+
+
+@dataclass(frozen=True)
+class NightVariance:
+    """Variance components of one metric on the comparison scale, pooled over a profile's baselines.
+
+    ``between`` (σ_N²) is the night-to-night variance of a test's night mean beyond what its runs' noise
+    explains; ``within`` (s_W²) the run-to-run (pair-to-pair) variance inside a night. Each stored file
+    has only a few nights, so σ_N² is estimated from all of them (method of moments, df = Σ(nights − 1)),
+    never from tonight. ``homogeneity_p`` is Bartlett's test that the files share one night variance;
+    below ``HOMOGENEITY_P`` a test whose own nights spread wider keeps its own (larger) estimate.
+    """
+
+    between: float
+    df_between: float
+    within: float
+    df_within: float
+    n_sources: int
+    homogeneity_p: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values."""
+        return dataclasses.asdict(self)
+
+
+HOMOGENEITY_P = 0.01
+
+
+def night_components(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Kind | None = None
+                     ) -> tuple[float, int, float, int, float] | None:
+    """One file's (between-night estimate, its df, within ss, within df, mean 1/runs) on the comparison
+    scale; the between estimate is ``var(night means) − s_W²·mean(1/n_j)`` (unbiased, may be negative).
+    None without 2 nights of 2+ runs... the within part alone is kept when there is one night."""
+    kind = _check_kind(metric, kind)
+    xs = [_scale(kind, s) for s in _sessions(metric, baseline, kind)]
+    xs = [x for x in xs if x.size]
+    if not xs:
+        return None
+    ss = sum(float(((x - x.mean()) ** 2).sum()) for x in xs)
+    dfw = sum(x.size - 1 for x in xs)
+    h = float(np.mean([1.0 / x.size for x in xs]))
+    if len(xs) < 2:
+        return (0.0, 0, ss, dfw, h)
+    s_w2 = ss / dfw if dfw > 0 else 0.0
+    between = float(np.var([x.mean() for x in xs], ddof=1)) - s_w2 * h
+    return (between, len(xs) - 1, ss, dfw, h)
+
+
+def estimate_night_variance(metric: str, files: Sequence[Sequence[Sequence[Any]]], *,
+                            kind: Kind | None = None) -> NightVariance | None:
+    """Pool :func:`night_components` over every stored file of a profile (each a list of nights).
+
+    None when no file has 2 nights and within-night df together (no night-to-night variance is known:
+    the caller falls back to comparing runs and says so)."""
+    kind = _check_kind(metric, kind)
+    comps = [c for c in (night_components(metric, f, kind=kind) for f in files) if c is not None]
+    dfb = sum(c[1] for c in comps)
+    dfw = sum(c[3] for c in comps)
+    if dfb < 1 or dfw < 1:
+        return None
+    within = sum(c[2] for c in comps) / dfw
+    between = max(0.0, sum(c[0] * c[1] for c in comps) / dfb)
+    groups = []
+    for f in files:
+        xs = [_scale(kind, s) for s in _sessions(metric, f, kind) if len(s)]
+        if len(xs) >= 2:
+            groups.append(np.array([x.mean() for x in xs]))
+    homog = None
+    if len(groups) >= 2 and all(np.ptp(g) > 0 for g in groups):
+        homog = float(sps.bartlett(*groups).pvalue)
+    return NightVariance(between=between, df_between=float(dfb), within=within, df_within=float(dfw),
+                         n_sources=len(comps), homogeneity_p=homog)
+
+
+def _nights_core(means: np.ndarray, h_b: float, xn: np.ndarray, s_w2: float, df_w: float, sig_n2: float,
+                 df_n: float, a: float) -> tuple[float, float, float, float, float, float, float]:
+    """Tonight's mean against the mean of J baseline night means, both drawn with a night effect:
+    ``Var = σ_N²(1 + 1/J) + s_W²(1/n + mean(1/n_j)/J)``; Satterthwaite df from the two components.
+    Returns (estimate, CI low, CI high, one-sided p, var_fixed, var_run, df)."""
+    j, n = means.size, xn.size
+    var_fixed = sig_n2 * (1.0 + 1.0 / j) + s_w2 * h_b / j
+    var = var_fixed + s_w2 / n
+    b_term = sig_n2 * (1.0 + 1.0 / j)
+    w_term = s_w2 * (1.0 / n + h_b / j)
+    denom = (b_term ** 2 / df_n if df_n > 0 and b_term > 0 else 0.0) + (w_term ** 2 / df_w if df_w > 0 else 0.0)
+    df = var ** 2 / denom if denom > 0 else max(df_w, 1.0)
+    se = math.sqrt(var)
+    d = float(xn.mean() - means.mean())
+    q = float(sps.t.ppf(1.0 - a, df))
+    p = float(sps.t.sf(abs(d) / se, df)) if se > 0 else (0.0 if d else 0.5)
+    return d, d - q * se, d + q * se, p, var_fixed, s_w2, df
+
+
+def _to_scale(kind: Kind, natural: float) -> float:
+    """A signed change in natural units (% or points) → the comparison scale (log ratio or fraction)."""
+    return math.log1p(natural / 100.0) if kind in _LOG_KINDS else natural / 100.0
+
+
+def detectable(kind: Kind, bad: float, var: float, df: float, alpha: float, power: float = 0.9) -> float:
+    """The smallest bad-side change (magnitude, natural units) that is called ``regressed`` with
+    probability ``power`` when tests are at one-sided level ``alpha``: the estimate must be significant
+    and beyond the threshold, so the effect must exceed max(threshold, t_α·se) by t_power·se."""
+    se = math.sqrt(var)
+    thr = abs(_to_scale(kind, bad))
+    eff = max(thr, float(sps.t.ppf(1.0 - alpha, df)) * se) + float(sps.t.ppf(power, df)) * se
+    sign = math.copysign(1.0, bad)
+    return abs(float(_natural(kind, sign * eff)))
+
+
+def can_settle(v: Verdict, n_max: int, alpha: float) -> bool:
+    """Whether ``n_max`` runs per arm could turn an inconclusive verdict into a conclusive one, taking the
+    estimate where it is now: its CI inside ±threshold, or significant and beyond the threshold."""
+    if v.verdict != "inconclusive" or v.var_fixed is None or v.var_run is None or v.delta is None:
+        return False
+    kind: Kind = "acceptance" if v.unit == "points" else "rate"
+    se = math.sqrt(v.var_fixed + v.var_run / n_max)
+    q = float(sps.t.ppf(1.0 - alpha, v.df or 1.0)) * se
+    d = abs(_to_scale(kind, v.delta))
+    thr = abs(_to_scale(kind, v.threshold or 0.0))
+    return d + q < thr or (d > thr and d > q)
+
+
 # ---- public API ----------------------------------------------------------------------------------
 
 
 def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[float], *,
             kind: Kind | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS, alpha: float = 0.05,
-            look: int = 1, max_looks: int = 1, prior: Prior | None = None) -> Verdict:
+            look: int = 1, max_looks: int = 1, prior: Prior | None = None,
+            nights: NightVariance | None = None) -> Verdict:
     """One metric's verdict: ``baseline`` is a list of sessions (each a list of per-run values), ``now``
     tonight's runs. ``look``/``max_looks`` apply the sequential split (:func:`alpha_for_look`): the
     reported ``p`` is multiplied by ``max_looks`` so it stays comparable with ``alpha`` in :func:`adjust`.
     ``prior`` moderates the variance (module docstring): of the runs for a one-session baseline, of the
-    session means for several sessions.
+    session means for several sessions. ``nights`` (the profile's pooled night-to-night variance, see
+    :class:`NightVariance`) compares tonight's mean with the baseline's night means, whatever their number,
+    and takes precedence over ``prior``.
     """
     kind = _check_kind(metric, kind)
     sessions = _sessions(metric, baseline, kind)
@@ -448,6 +581,33 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
                 f"{_fmt(d, unit)} {why}; CI is the range of differences; {what}")
         return Verdict(metric, v, base_c, now_c, d, lo, hi, None, n_b, n_n, unit, f"exact/{unit_name}",
                        bad, note)
+
+    if nights is not None:
+        means = np.array([s.mean() for s in xs])
+        ss = sum(float(((s - s.mean()) ** 2).sum()) for s in xs) + float(((xn - xn.mean()) ** 2).sum())
+        dfw = sum(len(s) - 1 for s in xs) + n_n - 1
+        own_w = ss / dfw if dfw > 0 else 0.0
+        s_w2 = max((nights.df_within * nights.within + ss) / (nights.df_within + dfw), own_w)
+        df_w = nights.df_within + dfw
+        sig_n2, df_n, whose = nights.between, nights.df_between, "pooled"
+        h_b = float(np.mean([1.0 / len(s) for s in xs]))
+        if (len(xs) > 1 and nights.homogeneity_p is not None and nights.homogeneity_p < HOMOGENEITY_P):
+            own_b = float(np.var(means, ddof=1)) - own_w * h_b
+            if own_b > sig_n2:
+                sig_n2, df_n, whose = own_b, float(len(xs) - 1), "this test's own (files disagree)"
+        d, lo, hi, p, var_fixed, var_run, df = _nights_core(means, h_b, xn, s_w2, df_w, sig_n2, df_n, a)
+        p_rep = float(min(1.0, p * max_looks))
+        d_n, lo_n, hi_n = (float(_natural(kind, v)) for v in (d, lo, hi))
+        v = str(_decide(d_n, lo_n, hi_n, p_rep, bad, alpha))
+        level = 100.0 * (1.0 - 2.0 * a)
+        what = (f"unit: night mean (baseline {len(xs)} night(s) of {sum(len(s) for s in xs)} runs, "
+                f"{n_n} runs now); night-to-night sd {100 * math.sqrt(sig_n2):.3g} % ({whose}, "
+                f"{nights.n_sources} stored baselines, {df_n:.0f} df), run sd {100 * math.sqrt(s_w2):.3g} %")
+        note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
+        if max_looks > 1:
+            note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
+        return Verdict(metric, v, base_c, now_c, d_n, lo_n, hi_n, p_rep, len(xs), n_n, unit,
+                       f"nights-t{log}/night", bad, note, var_fixed=var_fixed, var_run=var_run, df=df)
 
     if by_session:
         inv_r = np.mean([1.0 / len(s) for s in xs])
@@ -568,6 +728,21 @@ def planned_looks(first_runs: int, step: int, max_runs: int) -> list[int]:
     if looks[-1] != max_runs:
         looks.append(max_runs)
     return looks
+
+
+def next_look_useful(verdicts: Sequence[Verdict], n_now: int, max_runs: int, alpha_look: float) -> bool:
+    """Take the next look only when it can change a gated verdict: some gated verdict is inconclusive
+    and, with ``max_runs`` runs per arm and its estimate where it is, could become conclusive
+    (:func:`can_settle`). Verdicts without a variance model fall back to :func:`should_continue`."""
+    for v in verdicts:
+        if v.family != "gated" or v.verdict != "inconclusive" or n_now >= max_runs:
+            continue
+        if v.var_fixed is None:
+            if v.p is not None and should_continue(v, n_now, max_runs):
+                return True
+        elif can_settle(v, max_runs, alpha_look):
+            return True
+    return False
 
 
 def should_continue(verdict: Verdict, n_now: int, max_runs: int) -> bool:
