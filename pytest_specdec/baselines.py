@@ -191,6 +191,13 @@ def metric_values(entry: dict[str, Any]) -> dict[str, list[float]]:
     put("draft_coverage", [r["draft_coverage"] for r in spec])
     for name in LATENCIES:
         put(f"{name}_p95_ms", [r["hd_p95_ms"].get(name) for r in (spec or ref)])
+    # The gated latency: spec P95 E2E ÷ reference P95 E2E of the same interleaved pair (run index), so
+    # the machine's speed that night cancels as it does in the speedup. E2E, not TPOT or TTFT: a stream
+    # whose chunks arrive merged still ends when the request ends.
+    by_index = {r["index"]: r for r in ref}
+    put("e2e_p95_ratio", [r["hd_p95_ms"].get("e2e") / by_index[r["index"]]["hd_p95_ms"]["e2e"] for r in spec
+                          if r["index"] in by_index and r["hd_p95_ms"].get("e2e")
+                          and by_index[r["index"]]["hd_p95_ms"].get("e2e")])
     return out
 
 

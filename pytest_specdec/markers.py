@@ -30,11 +30,12 @@ FIELDS = (
 )
 APIS = ("chat", "completions")
 VERDICTS_MARKER_SIGNATURE = (
-    "specdec_verdicts(check=True, thresholds={metric or kind: magnitude}): check=False lets a specdec test "
-    "opt out of the baseline assertion (verdicts are still recorded); thresholds override the practical "
-    "thresholds (% for rates and latencies, points for acceptance) for this test"
+    "specdec_verdicts(check=True, thresholds={metric or kind: magnitude}, gate=[metric, ...]): check=False "
+    "lets a specdec test opt out of the baseline assertion (verdicts are still recorded); thresholds override "
+    "the practical thresholds (% for rates and latencies, points for acceptance) for this test; gate adds "
+    "metrics to the gated family that fails the test (speedup, acceptance_rate, e2e_p95_ratio always are)"
 )
-VERDICTS_FIELDS = ("check", "thresholds")
+VERDICTS_FIELDS = ("check", "thresholds", "gate")
 #: The name the matrix is parametrized under; the `specdec` fixture reads it.
 PARAM = "_specdec_case"
 
@@ -214,7 +215,7 @@ def varying_fields(cases: list[Case]) -> frozenset[str]:
 def verdict_options(marker: Any) -> Any:
     """The `specdec_verdicts` marker → VerdictOptions; unknown keys and bad values name what is allowed."""
     from .session import VerdictOptions
-    from .verdicts import check_mapping
+    from .verdicts import check_gate, check_mapping
 
     if marker is None:
         return VerdictOptions()
@@ -229,4 +230,5 @@ def verdict_options(marker: Any) -> Any:
     if not isinstance(check, bool):
         raise ConfigError(f"specdec_verdicts marker: check must be True or False, got {check!r}")
     thresholds = check_mapping(marker.kwargs.get("thresholds", {}), "specdec_verdicts marker")
-    return VerdictOptions(check=check, thresholds=thresholds)
+    gate = check_gate(marker.kwargs.get("gate", []), "specdec_verdicts marker")
+    return VerdictOptions(check=check, thresholds=thresholds, gate=tuple(gate))

@@ -208,6 +208,16 @@ def addoption(parser: pytest.Parser) -> None:
              "Default: %(default)r",
     )
     group.addoption(
+        "--specdec-fail-inconclusive", action="store_true", default=None,
+        help="fail a test whose gated metric (speedup, acceptance, P95 E2E ratio, or what `gate` adds) stays "
+             "inconclusive after its last look; by default it passes with a warning. Ini: specdec_fail_inconclusive",
+    )
+    group.addoption(
+        "--specdec-fail-machine", action="store_true", default=None,
+        help="fail the session when the machine factor (tonight's reference speed against the baseline "
+             "nights) is beyond the reference_tok_s threshold; by default it warns. Ini: specdec_fail_machine",
+    )
+    group.addoption(
         "--specdec-threshold", metavar="METRIC=VALUE", action="append", type=threshold_item, default=[],
         help="practical threshold of a metric (%% for rates and latencies, points for acceptance), or of a "
              "kind (rate, acceptance, latency); repeatable; overrides ini and profile. Default: %(default)r",
@@ -259,6 +269,20 @@ def addoption(parser: pytest.Parser) -> None:
         help="measurement sessions (server starts) --update-baselines keeps per baseline file. Default: 5",
     )
     parser.addini(
+        "specdec_fail_inconclusive", type="bool", default=False,
+        help="as --specdec-fail-inconclusive. Default: false",
+    )
+    parser.addini(
+        "specdec_fail_machine", type="bool", default=False,
+        help="as --specdec-fail-machine. Default: false",
+    )
+    parser.addini(
+        "specdec_gate", type="linelist", default=[],
+        help="metrics added to the gated family of every test (e.g. output_tok_s, tpot_p95_ms); the gated "
+             "family fails tests, the others are judged and shown. Default: none (speedup, acceptance_rate "
+             "and e2e_p95_ratio are always gated)",
+    )
+    parser.addini(
         "specdec_thresholds", type="linelist", default=[],
         help="practical thresholds, one METRIC=VALUE per line (see --specdec-threshold). Default: none",
     )
@@ -302,6 +326,9 @@ class Settings:
     gpu_hourly_usd: float | None = None
     benchmark_json: Path | None = None
     host: str = "127.0.0.1"  # --specdec-host: where the servers we start bind
+    fail_inconclusive: bool = False
+    fail_machine: bool = False
+    gate: tuple[str, ...] = ()  # ini specdec_gate: metrics added to the gated family
 
     @property
     def api_key(self) -> str | None:
@@ -333,7 +360,20 @@ class Settings:
             parse_threshold_items(ini_thresholds, "ini specdec_thresholds")
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
+        from .verdicts import check_gate
+
+        try:
+            gate = tuple(check_gate([str(x) for x in config.getini("specdec_gate")], "ini specdec_gate"))
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+        def flag(option: bool | None, ini: str) -> bool:
+            return bool(config.getini(ini)) if option is None else option
+
         return cls(
+            fail_inconclusive=flag(opt.specdec_fail_inconclusive, "specdec_fail_inconclusive"),
+            fail_machine=flag(opt.specdec_fail_machine, "specdec_fail_machine"),
+            gate=gate,
             gpu=opt.gpu,
             profile_path=opt.specdec_profile,
             runs=opt.specdec_runs,

@@ -141,9 +141,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for i, item in zip(slots, ordered):
         items[i] = item
     session = config.stash[session_key]
-    from .verdicts import metrics_per_test
+    from .verdicts import gated_per_test, metrics_per_test
 
-    session.family_size = sum(metrics_per_test(c.method, c.k) for c in (_case(items[i]) for i in slots) if c)
+    cases = [c for c in (_case(items[i]) for i in slots) if c]
+    session.family_size = sum(metrics_per_test(c.method, c.k) for c in cases)
+    session.gated_family_size = sum(gated_per_test(c.method, session.gate()) for c in cases)
     session.collected = [c for c in (_case(items[i]) for i in slots) if c is not None]
     if slots and session.worker == "gw0":  # one worker says it, not each
         warning = session.parallel_warning(getattr(config, "workerinput", {}).get("workercount", 0))
@@ -238,7 +240,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         specdec.summary_lines = list(specdec.xdist_lines)
         return
     specdec.summary_lines = [*specdec.xdist_lines, *specdec.finalize()]
-    if specdec.late_regressions and session.exitstatus == pytest.ExitCode.OK:
+    if (specdec.late_regressions or specdec.machine_failed) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -261,6 +263,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for start in starts:
             gpus = f"  GPU {start.gpus}" if start.gpus else ""
             terminalreporter.write_line(f"  {start.method:16s} {start.spec_key}  ready in {start.startup_s:.0f} s{gpus}")
+    for line in session.gate_summary:
+        terminalreporter.write_line(line)
     for path in paths:
         terminalreporter.write_line(f"specdec results: {path}")
     for path in session.report_paths[-1:]:  # last line of the summary, also when the session failed

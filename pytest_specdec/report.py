@@ -20,9 +20,10 @@ from typing import Any
 #: Worst first: the order of the summary table and of the per-test sections.
 STATUS_ORDER = ("regressed", "failed", "invalid", "inconclusive", "not-comparable", "no baseline", "improved",
                 "unchanged", "passed")
-#: Verdict badges in the summary table: (column, verdict metric).
-BADGE_METRICS = (("speedup", "speedup"), ("spec tok/s", "output_tok_s"), ("acceptance", "acceptance_rate"),
-                 ("P95 TPOT", "tpot_p95_ms"), ("P95 TTFT", "ttft_p95_ms"))
+#: Verdict badges in the summary table: (column, verdict metric). The gated three first: they decide the
+#: test; then two shown-family figures a reader looks for (drawn lighter: they never fail a test).
+BADGE_METRICS = (("speedup", "speedup"), ("acceptance", "acceptance_rate"), ("P95 E2E spec/ref", "e2e_p95_ratio"),
+                 ("spec tok/s", "output_tok_s"), ("P95 TPOT", "tpot_p95_ms"))
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22")
 #: Params a sweep chart can take as its x axis (numeric), with the axis label.
@@ -41,22 +42,36 @@ def test_name(nodeid: str) -> tuple[str, str]:
     return base, rest[:-1] if sep and rest.endswith("]") else rest
 
 
+def family(verdict: dict[str, Any]) -> str:
+    """A verdict's family: "gated" (it can fail the test) or "shown" (judged and shown, never fails).
+    Older result files have no family; every verdict of theirs could fail a test, so they count as gated."""
+    return "shown" if verdict.get("family") == "shown" else "gated"
+
+
+def _verdicts(test: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in (test.get("verdicts") or {}).items() if isinstance(v, dict)}
+
+
 def status(test: dict[str, Any]) -> str:
-    """One word per test: what the morning reader must look at first."""
-    verdicts = [v.get("verdict") for v in (test.get("verdicts") or {}).values()]
-    if "regressed" in verdicts:
+    """One word per test: what the morning reader must look at first. Only the gated family decides
+    regressed, inconclusive and improved, as it decides whether the test fails; a shown-family change is
+    listed with the test's metrics but does not colour the test."""
+    verdicts = list(_verdicts(test).values())
+    gated = [v.get("verdict") for v in verdicts if family(v) == "gated"]
+    if "regressed" in gated:
         return "regressed"
     if str(test.get("outcome", "")).startswith(("failed", "error")):
         return "failed"
     if test.get("validity") and not test["validity"].get("valid", True):
         return "invalid"
-    for word in ("inconclusive", "not-comparable"):
-        if word in verdicts:
-            return word
+    if "inconclusive" in gated:
+        return "inconclusive"
+    if any(v.get("verdict") == "not-comparable" for v in verdicts):
+        return "not-comparable"
     baseline = test.get("baseline") or {}
     if baseline.get("status") in ("missing", "error"):
         return "no baseline"
-    if "improved" in verdicts:
+    if "improved" in gated:
         return "improved"
     return "unchanged" if verdicts else "passed"
 
@@ -457,7 +472,7 @@ def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str,
         latency.append(Chart(f"{name} P95 vs {axis} (spec solid, reference dotted)", xl, f"{name} P95 ms", arms,
                              log_x=log_x))
     flagged += [(latency[0], ("tpot_p95_ms",), " P95"), (latency[1], ("ttft_p95_ms",), " spec"),
-                (latency[2], ("e2e_p95_ms",), " spec")]
+                (latency[2], ("e2e_p95_ratio", "e2e_p95_ms"), " spec")]
     for chart, metrics, suffix in flagged:
         _flag(chart, lines, axis, metrics, suffix)
     groups = [("throughput and acceptance", charts), ("latency", latency)]
@@ -605,12 +620,35 @@ def ci_header(level: float | None) -> str:
     return f"{level:.4g}% CI of Δ" if level is not None else "CI of Δ"
 
 
+def catches(v: dict[str, Any]) -> str:
+    """What a verdict's comparison can catch, from its JSON (`mde`, `threshold`, `method`): the twin of
+    `verdicts.guard_text`, which needs a `stats.Verdict`. "—" when the file predates `mde`."""
+    if str(v.get("method", "")).startswith("exact"):
+        return "exact: repeats run to run"
+    if v.get("verdict") == "not-comparable" or "mde" not in v:
+        return "—"
+    mde = _num(v.get("mde"))
+    if mde is None:
+        return "no variance model"
+    way = "rise" if (_num(v.get("threshold")) or 0.0) > 0 else "drop"
+    return f"catches a {way} ≥ {mde:.3g} {'%' if (v.get('delta_unit') or '%') == '%' else 'pt'}"
+
+
+def _catches_title(v: dict[str, Any]) -> str:
+    """The standard error and degrees of freedom behind `catches` (the cell's tooltip)."""
+    se, df = _num(v.get("se")), _num(v.get("df"))
+    parts = [f"se {se:.3g} (comparison scale)" if se is not None else "", f"df {df:.3g}" if df is not None else ""]
+    return ", ".join(p for p in parts if p) or "smallest bad-side change caught with power 0.9"
+
+
 def verdict_rows(test: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per verdict, the gated family first (what fails the test), each family in metric order."""
     from .verdicts import LABELS, metric_order
 
     rows = []
-    for name in sorted(test.get("verdicts") or {}, key=metric_order):
-        v = test["verdicts"][name]
+    verdicts = _verdicts(test)
+    for name in sorted(verdicts, key=lambda n: (family(verdicts[n]) != "gated", metric_order(n))):
+        v = verdicts[name]
         unit = v.get("delta_unit") or "%"
         ci = v.get("ci") or [None, None]
         p = v.get("p")
@@ -625,8 +663,46 @@ def verdict_rows(test: dict[str, Any]) -> list[dict[str, str]]:
             "n": f"{v.get('n_baseline', '—')} / {v.get('n_now', '—')}",
             "threshold": "—" if _num(v.get("threshold")) is None else f"{v['threshold']:g} {'%' if unit == '%' else 'pt'}",
             "verdict": str(v.get("verdict")), "note": str(v.get("note") or ""),
+            "family": family(v), "catches": catches(v), "catches_title": _catches_title(v),
         })
     return rows
+
+
+def _change_rank(row: dict[str, str]) -> int:
+    """Order of the regressions table: gated regressions, gated improvements, then the shown family's."""
+    return 2 * (row["family"] != "gated") + (row["verdict"] != "regressed")
+
+
+def changed_rows(rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """The regressed and improved rows of one test, in the order of `_change_rank`."""
+    moved = [r for r in rows if r["verdict"] in ("regressed", "improved")]
+    return sorted(moved, key=_change_rank)
+
+
+def gate_metrics(tests: Iterable[dict[str, Any]]) -> list[str]:
+    """Columns of the "what the gate guards" table: the default gated three, plus any metric a test's
+    marker or the ini moved into its gate."""
+    from .verdicts import GATED, metric_order
+
+    extra = {m for t in tests for m in (t.get("baseline") or {}).get("gate") or [] if m not in GATED}
+    return [*GATED, *sorted(extra, key=metric_order)]
+
+
+def gate_cells(test: dict[str, Any], metrics: Sequence[str]) -> list[dict[str, str | None]]:
+    """Per gated column, the test's verdict and what it can catch; `family` "shown" where this test does not
+    gate that metric, None where it has no verdict on it."""
+    verdicts = _verdicts(test)
+    gate = (test.get("baseline") or {}).get("gate")
+    out: list[dict[str, str | None]] = []
+    for m in metrics:
+        v = verdicts.get(m)
+        if v is None:
+            out.append({"metric": m, "verdict": None, "catches": "", "title": "", "family": None})
+            continue
+        fam = family(v) if "family" in v or not gate else ("gated" if m in gate else "shown")
+        out.append({"metric": m, "verdict": str(v.get("verdict")), "catches": catches(v),
+                    "title": _catches_title(v), "family": fam})
+    return out
 
 
 def diff_summary(diff: dict[str, Any]) -> list[str]:
@@ -683,6 +759,18 @@ def test_view(test: dict[str, Any], servers: dict[str, Any]) -> dict[str, Any]:
                      "valid": spec.get("valid", True) if spec else True,
                      "acceptance": _num(spec.get("acceptance_rate")) if spec else None,
                      "speedup": _num(pairs[i]) if i < len(pairs) else None})
+    from .verdicts import GATED, LABELS, metric_order
+
+    rows = verdict_rows(test)
+    open_gated = baseline.get("inconclusive_gated")
+    if open_gated is None:  # older result files: every verdict counted as gated
+        open_gated = [r["key"] for r in rows if r["family"] == "gated" and r["verdict"] == "inconclusive"]
+    deviation = _num(baseline.get("machine_deviation"))
+    badges = []
+    for label, metric in BADGE_METRICS:
+        v = verdicts.get(metric) or {}
+        fam = family(v) if v else ("gated" if metric in GATED else "shown")
+        badges.append((label, v.get("verdict"), fam))
     return {
         "nodeid": test["nodeid"], "function": base, "id": ident, "status": status(test),
         "outcome": test.get("outcome"), "params": params,
@@ -690,8 +778,15 @@ def test_view(test: dict[str, Any], servers: dict[str, Any]) -> dict[str, Any]:
         "acceptance_length": _num(s.get("acceptance_length")),
         "tps": _num(s.get("output_tps")), "ref_tps": _num(s.get("reference_output_tps")),
         "tpot_p95": _num((s.get("tpot_ms") or {}).get("p95")), "ttft_p95": _num((s.get("ttft_ms") or {}).get("p95")),
-        "badges": [(label, (verdicts.get(metric) or {}).get("verdict")) for label, metric in BADGE_METRICS],
-        "verdict_rows": verdict_rows(test), "ci_header": ci_header(ci_level(test)),
+        "badges": badges,
+        "verdict_rows": rows, "changed_rows": changed_rows(rows), "ci_header": ci_header(ci_level(test)),
+        "shown_regressed": [r["metric"] for r in rows if r["family"] == "shown" and r["verdict"] == "regressed"],
+        "inconclusive_gated": [LABELS.get(m, m) for m in sorted(open_gated, key=metric_order)],
+        "unspent": baseline.get("unspent_runs") if isinstance(baseline.get("unspent_runs"), int) else 0,
+        "stop_reason": str(baseline.get("stop_reason") or ""),
+        "runs_per_arm": (baseline.get("looks") or [None])[-1],
+        # this test's term of the session's machine factor, as a percentage of the baseline's speed
+        "machine_deviation": None if deviation is None else 100 * (math.exp(deviation) - 1),
         "baseline": baseline, "attribution": baseline.get("attribution"),
         # versions, hashes and the plugin first, then the engine config fields (long values)
         "under_test_diff": dict(sorted((baseline.get("under_test_diff") or {}).items(),
@@ -747,13 +842,24 @@ def render_html(results: dict[str, Any]) -> str:
     active, inactive = workarounds(env)
     cost = cost_rows(tests, results.get("price"))
     views = [test_view(t, servers) for t in ordered]
-    for i, v in enumerate(views):
+    columns = gate_metrics(ordered)
+    for i, (v, t) in enumerate(zip(views, ordered)):
         v["anchor"] = f"t{i + 1}"
+        v["gate_cells"] = gate_cells(t, columns)
+    from .verdicts import GATED, LABELS
+
+    machine = results.get("machine_factor") if isinstance(results.get("machine_factor"), dict) else None
+    changed = [v for v in views if v["changed_rows"]]
+    changed.sort(key=lambda v: min(_change_rank(r) for r in v["changed_rows"]))  # stable: worst tests first
     return _env().get_template("report.html.j2").render(
         results=results, env=env, started=started.replace("T", " ")[:19] + (" UTC" if started else ""),
         duration=_num(results.get("duration_s")), totals=totals(tests),
-        tests=views, charts=charts, badge_labels=[label for label, _ in BADGE_METRICS],
-        changed=[v for v in views if any(r["verdict"] in ("regressed", "improved") for r in v["verdict_rows"])],
+        tests=views, charts=charts,
+        badge_labels=[(label, "gated" if metric in GATED else "shown") for label, metric in BADGE_METRICS],
+        machine=machine, machine_line=str((machine or {}).get("line") or "").removeprefix("specdec: "),
+        gate=results.get("gate") if isinstance(results.get("gate"), dict) else {},
+        guard_columns=[LABELS.get(m, m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
+        changed=changed,
         cost=cost, peaks=cost_peaks(cost), price=results.get("price"),
         workarounds_active=active, workarounds_inactive=inactive,
         commit=env.get("commit") or {}, status_order=STATUS_ORDER,

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from .pool import Endpoint, ServerPool, StartRecord
     from .profiles import Profile
     from .server import Quiet, ServerSpec
-    from .stats import Prior, Thresholds, Verdict
+    from .stats import NightVariance, Prior, Thresholds, Verdict
+    from .verdicts import MachineFactor
 
 
 class SpecDecWarning(pytest.PytestWarning):
@@ -51,6 +52,7 @@ class VerdictOptions:
 
     check: bool = True
     thresholds: dict[str, float] = field(default_factory=dict)
+    gate: tuple[str, ...] = ()  # metrics added to the gated family for this test
 
 
 @dataclass
@@ -73,6 +75,11 @@ class BaselineCheck:
     failed: bool = False
     error: str | None = None
     alpha: float = 0.05  # one-sided, split over the looks: the CIs of Δ are two-sided 1 - 2·alpha/max_looks
+    gate: tuple[str, ...] = ()  # the gated family's metrics for this test
+    unspent: int = 0  # runs per arm planned but not spent: no further look could change a gated verdict
+    stop_reason: str = ""
+    deviation: float | None = None  # log(tonight's reference speed ÷ the baseline's): one term of the machine factor
+    thresholds: Any = None  # the Thresholds its verdicts used (re-used when the machine factor is final)
 
     def shown(self) -> list[Verdict]:
         return self.final if self.final is not None else (self.verdicts or self.raw)
@@ -95,7 +102,10 @@ class BaselineCheck:
         return {
             "path": path, "status": self.status, "checked": self.check, "sessions": sessions,
             "not_comparable_fields": {k: [a, b] for k, (a, b) in self.fields.items()},
-            "looks": self.looks, "max_looks": self.max_looks,
+            "looks": self.looks, "max_looks": self.max_looks, "unspent_runs": self.unspent,
+            "stop_reason": self.stop_reason, "gate": list(self.gate),
+            "inconclusive_gated": [v.metric for v in shown if v.family == "gated" and v.verdict == "inconclusive"],
+            "machine_deviation": self.deviation,
             "alpha": self.alpha, "ci_level": 1 - 2 * self.alpha / max(1, self.max_looks),
             "adjusted": "session" if self.final is not None else "test-end",
             "attribution": attribution(shown) if shown else None,
@@ -181,11 +191,18 @@ class SpecDecSession:
         self.records: dict[str, TestRecord] = {}
         self._store: BaselineStore | None = None
         self._priors: dict[tuple[str, str], Prior] | None = None
+        self._stored: list[dict[str, Any]] | None = None
+        self._nights: dict[str, NightVariance] | None = None
+        self._night_factors: dict[str, float] | None = None
+        self.machine: MachineFactor | None = None  # set at session end
+        self.machine_failed = False
         self._base_thresholds: list[dict[str, float]] | None = None
         #: metric tests the collected specdec tests can add to the family (for BH before all are known)
         self.family_size = 0
+        self.gated_family_size = 0
         self.late_regressions: list[str] = []
         self.summary_lines: list[str] = []
+        self.gate_summary: list[str] = []  # the terminal's last lines: per test, the gated verdicts
         #: How the profile was (or was not) checked against this machine's GPUs, for the dry run.
         self.hardware_note = ""
         #: Every collected specdec case (endpoint mode asks which spec configs the session wants).
@@ -492,7 +509,10 @@ class SpecDecSession:
             check = self._start_check(nodeid, case, record, ref_spec, spec_spec, sampling, verdicts)
             looks = self._looks() if check.check and check.status == "compared" and not self._updating_all() else [self.runs()]
             check.max_looks = len(looks)
+            record.baseline = check  # its machine deviation joins the session's factor from the first look
             thresholds = self.thresholds(verdicts)
+            from .stats import alpha_for_look, next_look_useful
+
             for i, n in enumerate(looks, start=1):
                 if len(result.reference_runs) < n:
                     self.progress(f"specdec: {nodeid}: inconclusive at look {i - 1} of {len(looks)}: "
@@ -500,10 +520,18 @@ class SpecDecSession:
                     extend_case(result, reference, spec, source, sampling, runs=n, **kw)
                 check.looks.append(len(result.reference_runs))
                 self._evaluate(check, result, thresholds, look=i, max_looks=len(looks))
-                from .stats import should_continue
-
-                if not any(should_continue(v, len(result.reference_runs), looks[-1]) for v in check.raw
-                           if v.p is not None):
+                n_now = len(result.reference_runs)
+                if i == len(looks) or n_now >= looks[-1]:
+                    break
+                if not next_look_useful(check.raw, n_now, looks[-1], alpha_for_look(self.settings.alpha, i,
+                                                                                      len(looks))):
+                    open_ = [v.metric for v in check.raw if v.family == "gated" and v.verdict == "inconclusive"]
+                    check.unspent = looks[-1] - n_now
+                    check.stop_reason = (
+                        f"{', '.join(open_)} inconclusive, but {looks[-1]} runs could not settle it" if open_
+                        else "every gated verdict is conclusive")
+                    self.progress(f"specdec: {nodeid}: {check.unspent} run(s) per arm not spent: "
+                                  f"{check.stop_reason}")
                     break
             record.baseline = check
         s = result.summary
@@ -590,6 +618,12 @@ class SpecDecSession:
                               f"({runs}); raise it or lower --specdec-runs")
         return planned_looks(runs, 2, raw)
 
+    def gate(self, options: VerdictOptions | None = None) -> tuple[str, ...]:
+        """The gated family's metrics: speedup, acceptance, P95 E2E ratio, plus ini and marker additions."""
+        from .verdicts import GATED
+
+        return tuple(dict.fromkeys((*GATED, *self.settings.gate, *(options.gate if options else ()))))
+
     def thresholds(self, options: VerdictOptions | None = None) -> Thresholds:
         """Defaults < profile [verdicts.thresholds] < ini specdec_thresholds < --specdec-threshold < marker."""
         from .verdicts import build_thresholds, check_mapping, parse_threshold_items
@@ -603,11 +637,10 @@ class SpecDecSession:
             ]
         return build_thresholds(*self._base_thresholds, *([options.thresholds] if options else []))
 
-    def priors(self) -> dict[tuple[str, str], Prior]:
-        """Variance priors from every readable stored baseline of this profile (computed once)."""
-        if self._priors is None:
+    def stored(self) -> list[dict[str, Any]]:
+        """Every readable stored baseline of this profile (read once, before any verdict)."""
+        if self._stored is None:
             from .baselines import BaselineError, load
-            from .verdicts import priors_from
 
             datas = []
             for f in self.store.all_files():
@@ -617,8 +650,38 @@ class SpecDecSession:
                     continue  # its own test reports it
                 if data is not None:
                     datas.append(data)
-            self._priors = priors_from(datas)
+            self._stored = datas
+        return self._stored
+
+    def priors(self) -> dict[tuple[str, str], Prior]:
+        """Variance priors from every readable stored baseline of this profile (computed once)."""
+        if self._priors is None:
+            from .verdicts import priors_from
+
+            self._priors = priors_from(self.stored())
         return self._priors
+
+    def night_factors(self) -> dict[str, float]:
+        """Each stored night's machine factor (log), from every file of the profile."""
+        if self._night_factors is None:
+            from .verdicts import night_factors
+
+            self._night_factors = night_factors(self.stored())
+        return self._night_factors
+
+    def nights(self) -> dict[str, NightVariance]:
+        """Per metric, the night-to-night variance pooled over the profile's stored baselines."""
+        if self._nights is None:
+            from .verdicts import night_variances
+
+            self._nights = night_variances(self.stored(), self.night_factors())
+        return self._nights
+
+    def _machine_log(self) -> float | None:
+        """The machine factor (log) from every test compared so far (the session's, once all are in)."""
+        devs = [r.baseline.deviation for r in self.records.values()
+                if r.baseline is not None and r.baseline.deviation is not None]
+        return sum(devs) / len(devs) if devs else None
 
     def comparability(self, case: Case, ref_spec: ServerSpec, spec_spec: ServerSpec | None,
                       sampling: Any) -> dict[str, Any]:
@@ -684,8 +747,9 @@ class SpecDecSession:
         comp = self.comparability(case, ref_spec, spec_spec, sampling)
         ut = self.under_test(record, spec_spec)
         path = self.store.path(nodeid)
+        gate = self.gate(options)
         check = BaselineCheck(path=path, status="missing", check=options.check, comparability=comp,
-                              under_test=ut, entry={}, alpha=self.settings.alpha)
+                              under_test=ut, entry={}, alpha=self.settings.alpha, gate=gate)
         try:
             path, data = self.store.read(nodeid, self.create_command(nodeid, "missing"))
         except BaselineError as exc:
@@ -704,9 +768,14 @@ class SpecDecSession:
 
         started = dt.datetime.fromtimestamp(self.started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         check.entry = session_entry(result, started, check.under_test)
+        check.thresholds = thresholds
         if check.status == "compared" and check.baseline is not None:
+            from .verdicts import tonight_deviation
+
+            check.deviation = tonight_deviation(check.baseline, check.entry, self.night_factors())
             check.raw = evaluate(check.baseline, check.entry, thresholds=thresholds, alpha=self.settings.alpha,
-                                 look=look, max_looks=max_looks, priors=self.priors())
+                                 look=look, max_looks=max_looks, priors=self.priors(), nights=self.nights(),
+                                 factors=self.night_factors(), tonight_log=self._machine_log(), gate=check.gate)
         elif check.status == "not-comparable":
             check.raw = not_comparable_verdicts(check.entry, check.fields)
 
@@ -719,13 +788,30 @@ class SpecDecSession:
     def _adjusted(self, nodeid: str, *, final: bool) -> list[Verdict]:
         """This test's verdicts after BH/Holm over every raw verdict so far (padded with p=1 to the family
         size collected, unless ``final``)."""
-        from .stats import adjust
+        import dataclasses
+
+        from .stats import adjust, detectable, kind_of
 
         order = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None and r.baseline.raw]
         flat = [v for _, c in order for v in c.raw]  # type: ignore[union-attr]
-        with_p = sum(1 for v in flat if v.p is not None and v.verdict != "not-comparable")
-        size = None if final else max(self.family_size, with_p)
-        adjusted = adjust(flat, self.settings.fdr, self.settings.alpha, family_size=size)
+        looks_of = [c.max_looks for _, c in order for _ in c.raw]  # type: ignore[union-attr]
+        adjusted = list(flat)
+        sizes = {"gated": self.gated_family_size, "shown": self.family_size - self.gated_family_size}
+        for family in ("gated", "shown"):
+            idx = [i for i, v in enumerate(flat) if v.family == family]
+            part = [flat[i] for i in idx]
+            with_p = sum(1 for v in part if v.p is not None and v.verdict != "not-comparable")
+            size = None if final else max(sizes[family], with_p)
+            for i, v in zip(idx, adjust(part, self.settings.fdr, self.settings.alpha, family_size=size)):
+                adjusted[i] = v
+            # What a lone regression must clear: BH/Holm over m tests is alpha/m for the smallest p.
+            m = max(1, size or with_p)
+            for i in idx:
+                v, c_looks = adjusted[i], looks_of[i]
+                if v.var_fixed is not None and v.var_run is not None and v.threshold is not None and v.n_now:
+                    mde = detectable(kind_of(v.metric), v.threshold, v.var_fixed + v.var_run / v.n_now,
+                                     v.df or 1.0, self.settings.alpha / (c_looks * m))
+                    adjusted[i] = dataclasses.replace(v, mde=mde)
         start = 0
         for n, c in order:
             k = len(c.raw)  # type: ignore[union-attr]
@@ -767,16 +853,31 @@ class SpecDecSession:
                 return "specdec: " + msg
             warnings.warn(SpecDecWarning(f"{nodeid}: {msg}"), stacklevel=1)
             return None
-        bad = [v for v in c.verdicts if v.verdict == "regressed"]
-        if not bad:
-            return None
-        c.failed = True
-        return self.regression_message(nodeid, c, c.verdicts)
+        bad = [v for v in c.verdicts if v.verdict == "regressed" and v.family == "gated"]
+        if bad:
+            c.failed = True
+            return self.regression_message(nodeid, c, c.verdicts)
+        open_ = [v for v in c.verdicts if v.verdict == "inconclusive" and v.family == "gated"]
+        if open_:
+            from .verdicts import guard_text
+
+            what = "; ".join(f"{v.metric} {guard_text(v)}" for v in open_)
+            msg = (f"{len(open_)} gated metric(s) inconclusive after {c.looks[-1] if c.looks else '?'} run(s) per "
+                   f"arm: {what}")
+            if self.settings.fail_inconclusive:
+                c.failed = True
+                from .verdicts import table
+
+                level = 100 * (1 - 2 * self.settings.alpha / max(1, c.max_looks))
+                return (f"specdec: {msg} (--specdec-fail-inconclusive)\n\n{table(c.verdicts, f'{level:.4g}% CI')}")
+            warnings.warn(SpecDecWarning(f"{nodeid}: {msg}; the test passes (--specdec-fail-inconclusive fails it)"),
+                          stacklevel=1)
+        return None
 
     def regression_message(self, nodeid: str, c: BaselineCheck, verdicts: list[Verdict]) -> str:
         from .verdicts import attribution, table, under_test_diff
 
-        bad = [v for v in verdicts if v.verdict == "regressed"]
+        bad = [v for v in verdicts if v.verdict == "regressed" and v.family == "gated"]
         assert c.baseline is not None
         sessions = c.baseline["sessions"]
         unit = "session means" if len(sessions) > 1 else "runs"
@@ -806,8 +907,30 @@ class SpecDecSession:
         """Session end: final adjustment over the whole family, queued baseline writes, summary lines."""
         from .baselines import Pending
 
+        from .verdicts import evaluate, machine_factor
+
         lines: list[str] = []
         checked = [(n, r) for n, r in self.records.items() if r.baseline is not None]
+        compared = [r.baseline for _, r in checked if r.baseline is not None and r.baseline.status == "compared"
+                    and r.baseline.raw]
+        threshold = abs(self.thresholds().bad_side("reference_tok_s", "rate"))
+        self.machine = machine_factor([c.deviation for c in compared if c.deviation is not None], threshold,
+                                      self.settings.alpha)
+        if self.machine is not None:
+            # Absolute figures are re-judged with the whole session's factor (the gated ratios do not use it).
+            for c in compared:
+                assert c.baseline is not None
+                c.raw = evaluate(c.baseline, c.entry, thresholds=c.thresholds, alpha=self.settings.alpha,
+                                 look=len(c.looks) or 1, max_looks=c.max_looks, priors=self.priors(),
+                                 nights=self.nights(), factors=self.night_factors(), tonight_log=self.machine.log,
+                                 gate=c.gate)
+            lines.append(self.machine.line())
+            if self.machine.beyond and not self._updating_all():
+                if self.settings.fail_machine:
+                    self.machine_failed = True
+                    lines.append("specdec: the session fails on the machine factor (--specdec-fail-machine)")
+                else:
+                    warnings.warn(SpecDecWarning(self.machine.line().removeprefix("specdec: ")), stacklevel=1)
         for nodeid, record in checked:
             c = record.baseline
             assert c is not None
@@ -820,6 +943,7 @@ class SpecDecSession:
         if self.late_regressions:
             lines.insert(0, f"specdec: {len(self.late_regressions)} test(s) passed at their end but regressed once "
                             "every p-value of the session was known (Benjamini-Hochberg/Holm need all of them):")
+        self.gate_summary = self.gate_lines()
         if self.settings.update_baselines and self._store is not None:
             for nodeid, record in checked:
                 c = record.baseline
@@ -829,10 +953,45 @@ class SpecDecSession:
                     why = "no valid runs" if not valid else f"the test {record.outcome}"
                     lines.append(f"specdec: not writing {_rel(c.path, self.rootpath)}: {why}")
                     continue
-                changed = ", ".join(f"{v.metric} {v.verdict}" for v in c.shown() if v.verdict in ("regressed", "improved"))
+                # Only a gated change is a change being accepted (it drops the older nights); a shown-family
+                # figure that moved with the machine must not wipe the file's history.
+                changed = ", ".join(f"{v.metric} {v.verdict}" for v in c.shown()
+                                    if v.verdict in ("regressed", "improved") and v.family == "gated")
                 self.store.queue(Pending(nodeid, c.path, c.comparability, c.under_test, c.entry, changed))
             lines += self.store.flush().lines(self.store.root)
         return lines
+
+    def gate_lines(self) -> list[str]:
+        """Per test, each gated verdict and what the baseline can catch; then the inconclusive count."""
+        from .verdicts import LABELS, guard_text
+
+        rows = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None and r.baseline.final]
+        if not rows:
+            return []
+        m = sum(1 for _, c in rows for v in c.final or [] if v.family == "gated" and v.p is not None)
+        out = [f"specdec gate: per test, the gated verdicts and the smallest change each would catch "
+               f"(power 0.9, {self.settings.fdr.upper()} over {m} gated tests at alpha {self.settings.alpha:g}):"]
+        counts: dict[str, int] = {}
+        open_tests: list[str] = []
+        unspent = 0
+        for nodeid, c in rows:
+            gated = [v for v in c.final or [] if v.family == "gated"]
+            for v in gated:
+                counts[v.verdict] = counts.get(v.verdict, 0) + 1
+            parts = [f"{LABELS.get(v.metric, v.metric)} {v.verdict} ({guard_text(v)})" for v in gated]
+            out.append(f"  {nodeid.split('::')[-1]}: " + "; ".join(parts))
+            n_open = sum(1 for v in gated if v.verdict == "inconclusive")
+            if n_open:
+                open_tests.append(f"{nodeid.split('::')[-1]} ({n_open})")
+            unspent += c.unspent
+        total = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("unchanged", "regressed", "improved", "inconclusive",
+                                                             "not-comparable") if counts.get(k))
+        out.append(f"specdec gate: {len(rows)} test(s), gated verdicts {total or 'none'}; "
+                   f"{unspent} run(s) per arm not spent (no look could change a verdict)")
+        out.append(f"specdec gate: inconclusive gated metrics per test: {', '.join(open_tests) or 'none'}"
+                   + (" (they fail with --specdec-fail-inconclusive)" if open_tests and not self.settings.fail_inconclusive
+                      else ""))
+        return out
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML
@@ -997,6 +1156,10 @@ class SpecDecSession:
             "datasets": {name: d.describe() for name, d in self._datasets.items()},
             "endpoints": {url: facts.to_dict() for url, facts in self._endpoint_facts.items()},
             "price": self.price(),
+            "machine_factor": self.machine.to_dict() if self.machine is not None else None,
+            "gate": {"fail_inconclusive": self.settings.fail_inconclusive, "fail_machine": self.settings.fail_machine,
+                     "machine_failed": self.machine_failed,
+                     "night_variance": {k: v.to_dict() for k, v in (self._nights or {}).items()}},
             "tests": [r.to_dict() for r in self.records.values()],
         }
 

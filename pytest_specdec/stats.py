@@ -78,6 +78,7 @@ METRIC_KINDS: dict[str, Kind] = {
     "tpot_p95_ms": "latency",
     "ttft_p95_ms": "latency",
     "e2e_p95_ms": "latency",
+    "e2e_p95_ratio": "latency",
     "itl_token_p95_ms": "latency",
     "itl_chunk_p95_ms": "latency",
 }
@@ -418,6 +419,11 @@ class NightVariance:
     df_within: float
     n_sources: int
     homogeneity_p: float | None = None
+    #: The metric's pooled response to the machine's speed (log per log of the night's machine factor):
+    #: on 2 busy CPU cores a slower night raises the speedup of some methods. Tonight's expected shift
+    #: ``slope·(f_tonight − f̄_baseline)`` is taken out before comparing; ``slope_var`` is its variance.
+    slope: float = 0.0
+    slope_var: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values."""
@@ -448,11 +454,14 @@ def night_components(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Ki
 
 
 def estimate_night_variance(metric: str, files: Sequence[Sequence[Sequence[Any]]], *,
-                            kind: Kind | None = None) -> NightVariance | None:
+                            kind: Kind | None = None,
+                            factors: Sequence[Sequence[float]] | None = None) -> NightVariance | None:
     """Pool :func:`night_components` over every stored file of a profile (each a list of nights).
 
-    None when no file has 2 nights and within-night df together (no night-to-night variance is known:
-    the caller falls back to comparing runs and says so)."""
+    ``factors`` (per file, one log machine factor per night) fits one pooled slope of the night means on
+    the machine's speed and leaves the residual night variance. None when no file has 2 nights and
+    within-night df together (no night-to-night variance is known: the caller falls back to comparing
+    runs and says so)."""
     kind = _check_kind(metric, kind)
     comps = [c for c in (night_components(metric, f, kind=kind) for f in files) if c is not None]
     dfb = sum(c[1] for c in comps)
@@ -460,17 +469,33 @@ def estimate_night_variance(metric: str, files: Sequence[Sequence[Sequence[Any]]
     if dfb < 1 or dfw < 1:
         return None
     within = sum(c[2] for c in comps) / dfw
-    between = max(0.0, sum(c[0] * c[1] for c in comps) / dfb)
-    groups = []
-    for f in files:
+    tables: list[tuple[np.ndarray, np.ndarray, float]] = []  # (night means, factors, mean 1/n)
+    for i, f in enumerate(files):
         xs = [_scale(kind, s) for s in _sessions(metric, f, kind) if len(s)]
+        fs = [float(x) for x in (factors[i] if factors is not None else [0.0] * len(xs))]
+        if len(fs) != len(xs):
+            raise ConfigError(f"metric {metric!r}: file {i} has {len(xs)} nights but {len(fs)} machine factors")
         if len(xs) >= 2:
-            groups.append(np.array([x.mean() for x in xs]))
+            tables.append((np.array([x.mean() for x in xs]), np.array(fs), float(np.mean([1 / x.size for x in xs]))))
+    sxx = sum(float(((fs - fs.mean()) ** 2).sum()) for _, fs, _ in tables)
+    slope = slope_var = 0.0
+    if sxx > 1e-9 and dfb > 1:
+        slope = sum(float(((fs - fs.mean()) * (m - m.mean())).sum()) for m, fs, _ in tables) / sxx
+    resid = [(m - slope * fs, h) for m, fs, h in tables]
+    df_b = dfb - (1 if slope else 0)
+    ms = sum(float(((r - r.mean()) ** 2).sum()) for r, _ in resid) / max(df_b, 1)
+    h_bar = float(np.mean([h for _, h in resid])) if resid else 0.0
+    between = max(0.0, ms - within * h_bar)
+    if slope:
+        # Files share their nights, so their residuals are not independent: count the slope's information
+        # as one file's, not the sum over files (conservative).
+        slope_var = ms * len(tables) / sxx
+    groups = [r for r, _ in resid]
     homog = None
     if len(groups) >= 2 and all(np.ptp(g) > 0 for g in groups):
         homog = float(sps.bartlett(*groups).pvalue)
-    return NightVariance(between=between, df_between=float(dfb), within=within, df_within=float(dfw),
-                         n_sources=len(comps), homogeneity_p=homog)
+    return NightVariance(between=between, df_between=float(max(df_b, 1)), within=within, df_within=float(dfw),
+                         n_sources=len(comps), homogeneity_p=homog, slope=slope, slope_var=slope_var)
 
 
 def _nights_core(means: np.ndarray, h_b: float, xn: np.ndarray, s_w2: float, df_w: float, sig_n2: float,
@@ -527,14 +552,16 @@ def can_settle(v: Verdict, n_max: int, alpha: float) -> bool:
 def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[float], *,
             kind: Kind | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS, alpha: float = 0.05,
             look: int = 1, max_looks: int = 1, prior: Prior | None = None,
-            nights: NightVariance | None = None) -> Verdict:
+            nights: NightVariance | None = None, night_factors: Sequence[float] | None = None,
+            tonight_factor: float | None = None) -> Verdict:
     """One metric's verdict: ``baseline`` is a list of sessions (each a list of per-run values), ``now``
     tonight's runs. ``look``/``max_looks`` apply the sequential split (:func:`alpha_for_look`): the
     reported ``p`` is multiplied by ``max_looks`` so it stays comparable with ``alpha`` in :func:`adjust`.
     ``prior`` moderates the variance (module docstring): of the runs for a one-session baseline, of the
     session means for several sessions. ``nights`` (the profile's pooled night-to-night variance, see
     :class:`NightVariance`) compares tonight's mean with the baseline's night means, whatever their number,
-    and takes precedence over ``prior``.
+    and takes precedence over ``prior``. ``night_factors`` (one log machine factor per non-empty baseline
+    night) and ``tonight_factor`` apply the pooled slope on the machine's speed (``nights.slope``).
     """
     kind = _check_kind(metric, kind)
     sessions = _sessions(metric, baseline, kind)
@@ -595,7 +622,20 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
             own_b = float(np.var(means, ddof=1)) - own_w * h_b
             if own_b > sig_n2:
                 sig_n2, df_n, whose = own_b, float(len(xs) - 1), "this test's own (files disagree)"
-        d, lo, hi, p, var_fixed, var_run, df = _nights_core(means, h_b, xn, s_w2, df_w, sig_n2, df_n, a)
+        shift_note = ""
+        xn_adj = xn
+        if nights.slope and night_factors is not None and tonight_factor is not None:
+            fs = np.asarray([float(f) for f in night_factors], dtype=float)
+            if fs.size != means.size:
+                raise ConfigError(f"metric {metric!r}: {means.size} baseline nights but {fs.size} machine factors")
+            means = means - nights.slope * fs
+            xn_adj = xn - nights.slope * tonight_factor
+            lever = tonight_factor - float(fs.mean())
+            sig_n2 = sig_n2 + nights.slope_var * lever ** 2 * len(xs) / (len(xs) + 1)
+            shift_note = (f"; machine-speed slope {nights.slope:+.3g} (log per log): tonight's factor "
+                          f"{math.exp(tonight_factor):.3f} vs the baseline nights' {math.exp(float(fs.mean())):.3f} "
+                          f"moves the expected value {_fmt(float(_natural(kind, nights.slope * lever)), unit)}")
+        d, lo, hi, p, var_fixed, var_run, df = _nights_core(means, h_b, xn_adj, s_w2, df_w, sig_n2, df_n, a)
         p_rep = float(min(1.0, p * max_looks))
         d_n, lo_n, hi_n = (float(_natural(kind, v)) for v in (d, lo, hi))
         v = str(_decide(d_n, lo_n, hi_n, p_rep, bad, alpha))
@@ -603,7 +643,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         what = (f"unit: night mean (baseline {len(xs)} night(s) of {sum(len(s) for s in xs)} runs, "
                 f"{n_n} runs now); night-to-night sd {100 * math.sqrt(sig_n2):.3g} % ({whose}, "
                 f"{nights.n_sources} stored baselines, {df_n:.0f} df), run sd {100 * math.sqrt(s_w2):.3g} %")
-        note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
+        note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}{shift_note}"
         if max_looks > 1:
             note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
         return Verdict(metric, v, base_c, now_c, d_n, lo_n, hi_n, p_rep, len(xs), n_n, unit,
@@ -616,12 +656,21 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         d, lo, hi, p = _session_core(units_b, np.float64(inv_r), np.float64(ss), np.float64(dfw),
                                      np.float64(xn.mean()), n_n, a, *((prior.var, prior.df) if prior else ()))
         method = f"{'moderated-' if prior else ''}session-t{log}/session"
+        var_fixed = var_run = df_v = None
     elif prior is not None:
         d, lo, hi, p = _moderated_core(units_b, xn, prior.var, prior.df, a)
         method = f"moderated-t{log}/run"
+        ss = float(((units_b - units_b.mean()) ** 2).sum() + ((xn - xn.mean()) ** 2).sum())
+        df_v = prior.df + n_b + n_n - 2
+        var_run = max((prior.df * prior.var + ss) / df_v, ss / (n_b + n_n - 2))
+        var_fixed = var_run / n_b
     else:
         d, lo, hi, p = _welch_core(units_b, xn, a)
         method = f"welch{log}/run"
+        vb, vn = float(np.var(units_b, ddof=1)) / n_b, float(np.var(xn, ddof=1))
+        var_fixed, var_run = vb, vn
+        den = vb ** 2 / (n_b - 1) + (vn / n_n) ** 2 / (n_n - 1)
+        df_v = (vb + vn / n_n) ** 2 / den if den > 0 else float(n_b + n_n - 2)
     p_rep = float(min(1.0, float(p) * max_looks))
     d_n, lo_n, hi_n = (float(_natural(kind, v)) for v in (d, lo, hi))
     v = str(_decide(d_n, lo_n, hi_n, p_rep, bad, alpha))
@@ -631,7 +680,8 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         note += f"; variance moderated by a prior from {prior.n_sources} stored baselines ({prior.df:.0f} df)"
     if max_looks > 1:
         note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
-    return Verdict(metric, v, base_c, now_c, d_n, lo_n, hi_n, p_rep, n_b, n_n, unit, method, bad, note)
+    return Verdict(metric, v, base_c, now_c, d_n, lo_n, hi_n, p_rep, n_b, n_n, unit, method, bad, note,
+                   var_fixed=var_fixed, var_run=var_run, df=df_v)
 
 
 def not_comparable(metric: str, fields: Mapping[str, tuple[Any, Any]]) -> Verdict:

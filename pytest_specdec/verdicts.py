@@ -8,25 +8,32 @@ so that ``pytest --help`` stays fast (options import :func:`parse_threshold_item
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from .stats import Prior, Thresholds, Verdict
+    from .stats import NightVariance, Prior, Thresholds, Verdict
 
 #: Verdict metrics in table order. Per-position acceptance is `per_position_acceptance[i]`.
 METRICS = (
-    "speedup", "output_tok_s", "reference_tok_s", "acceptance_rate", "per_position_acceptance",
+    "speedup", "acceptance_rate", "e2e_p95_ratio", "output_tok_s", "reference_tok_s", "per_position_acceptance",
     "draft_coverage", "tpot_p95_ms", "ttft_p95_ms", "e2e_p95_ms",
 )
+#: The gated family (the mission's three per test): they fail a test, and only they share its multiplicity
+#: correction. Every other metric is judged and shown in its own family; the `specdec_verdicts` marker's
+#: ``gate=[...]`` or the ini `specdec_gate` moves one in.
+GATED = ("speedup", "acceptance_rate", "e2e_p95_ratio")
+#: Absolute figures: judged after the session's machine factor is divided out (see machine_factor).
+ABSOLUTE = ("output_tok_s", "reference_tok_s", "tpot_p95_ms", "ttft_p95_ms", "e2e_p95_ms")
 KINDS = ("rate", "acceptance", "latency")
 _KIND_FIELD = {"rate": "rate_pct", "acceptance": "acceptance_points", "latency": "latency_pct"}
 LABELS = {
     "speedup": "speedup", "output_tok_s": "spec tok/s", "reference_tok_s": "reference tok/s",
     "acceptance_rate": "acceptance", "draft_coverage": "draft coverage", "tpot_p95_ms": "P95 TPOT",
-    "ttft_p95_ms": "P95 TTFT", "e2e_p95_ms": "P95 E2E",
+    "ttft_p95_ms": "P95 TTFT", "e2e_p95_ms": "P95 E2E", "e2e_p95_ratio": "P95 E2E spec/ref",
 }
 
 
@@ -37,7 +44,12 @@ def metric_order(name: str) -> tuple[int, int]:
 
 def metrics_per_test(method: str, k: int | None) -> int:
     """How many metric tests one specdec test can add to the session's family (an upper bound)."""
-    return 4 if method == "none" else 8 + (k or 0)
+    return 4 if method == "none" else 9 + (k or 0)
+
+
+def gated_per_test(method: str, gate: Iterable[str] = GATED) -> int:
+    """How many gated metric tests one specdec test can add (an upper bound for the family's padding)."""
+    return len(list(gate)) if method != "none" else sum(1 for m in gate if m in ABSOLUTE)
 
 
 def _check_name(name: str, where: str) -> str:
@@ -60,6 +72,20 @@ def _magnitude(name: str, value: Any, where: str) -> float:
         raise ConfigError(f"{where}: threshold of {name} must be a positive number (% for rates and "
                           f"latencies, points for acceptance), got {value!r}")
     return number
+
+
+def check_gate(names: Any, where: str) -> list[str]:
+    """Metric names to add to the gated family, validated (a kind name is not a metric here)."""
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        raise ConfigError(f"{where}: gate must be a list of metric names like ['output_tok_s'], got {names!r}")
+    out = []
+    for name in names:
+        name = str(name).strip()
+        if name in KINDS or _check_name(name, where) != name:
+            raise ConfigError(f"{where}: gate takes metric names, not the kind {name!r}; allowed: "
+                              f"{', '.join(METRICS)}")
+        out.append(name)
+    return out
 
 
 def parse_threshold_items(items: Iterable[str], where: str) -> dict[str, float]:
@@ -130,27 +156,179 @@ def priors_from(baselines: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Pr
     return out
 
 
+def _absolute_scale(name: str, log_factor: float) -> float:
+    """Multiply an absolute figure by this to remove a machine factor exp(log_factor): a machine that runs
+    slower (factor < 1) gives lower tok/s and longer latencies."""
+    from .stats import kind_of
+
+    return math.exp(-log_factor) if kind_of(name) == "rate" else math.exp(log_factor)
+
+
+def _ref_log(entry: dict[str, Any]) -> float | None:
+    """Mean log reference tok/s of one session entry (valid runs), the machine's speed that night."""
+    vals = [r["output_tok_s"] for r in entry["runs"]["reference"] if r["valid"] and r.get("output_tok_s")]
+    return sum(math.log(v) for v in vals) / len(vals) if vals else None
+
+
+def night_factors(files: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Each stored night's machine factor (log, by its session's ``started``): the mean over every file
+    holding that night of its reference speed's deviation from the file's mean night. Pure storage in,
+    so it is fixed before any test runs."""
+    devs: dict[str, list[float]] = {}
+    for data in files:
+        logs = [(e.get("started", ""), _ref_log(e)) for e in data["sessions"]]
+        logs = [(k, x) for k, x in logs if x is not None]
+        if len(logs) < 2:
+            continue
+        mean = sum(x for _, x in logs) / len(logs)
+        for k, x in logs:
+            devs.setdefault(k, []).append(x - mean)
+    return {k: sum(v) / len(v) for k, v in devs.items()}
+
+
+def tonight_deviation(baseline: dict[str, Any], now: dict[str, Any], factors: Mapping[str, float]) -> float | None:
+    """log(tonight's reference speed ÷ the baseline's machine-neutral level) for one test: one term of the
+    session's machine factor."""
+    now_log = _ref_log(now)
+    logs = [(x - factors.get(e.get("started", ""), 0.0)) for e in baseline["sessions"]
+            if (x := _ref_log(e)) is not None]
+    if now_log is None or not logs:
+        return None
+    return now_log - sum(logs) / len(logs)
+
+
+@dataclass(frozen=True)
+class MachineFactor:
+    """How fast this machine ran tonight against the baseline nights, from every reference arm of the
+    session (mean of the tests' log deviations). It divides out of absolute figures; it never moves the
+    gated, within-session ratios."""
+
+    log: float
+    ci_low: float
+    ci_high: float
+    n_tests: int
+    threshold: float  # % either way before it warns
+    level: float
+
+    @property
+    def factor(self) -> float:
+        return math.exp(self.log)
+
+    @property
+    def beyond(self) -> bool:
+        return abs(self.factor - 1.0) * 100.0 > self.threshold
+
+    def line(self) -> str:
+        pct = 100.0 * (self.factor - 1.0)
+        way = "slower" if pct < 0 else "faster"
+        ci = (f"{self.level:.3g}% CI {100 * (math.exp(self.ci_low) - 1):+.1f} % to "
+              f"{100 * (math.exp(self.ci_high) - 1):+.1f} %" if self.n_tests > 1 else "one test")
+        tail = (f"; beyond ±{self.threshold:g} %: absolute figures are compared after dividing it out"
+                if self.beyond else f"; within ±{self.threshold:g} %")
+        return (f"specdec: this machine ran {abs(pct):.1f} % {way} than the baseline nights "
+                f"(reference tok/s, factor {self.factor:.3f}, {ci}, {self.n_tests} test(s)){tail}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"factor": self.factor, "log": self.log, "ci": [math.exp(self.ci_low), math.exp(self.ci_high)],
+                "ci_level": self.level, "n_tests": self.n_tests, "threshold": self.threshold,
+                "beyond_threshold": self.beyond, "line": self.line()}
+
+
+def machine_factor(deviations: Iterable[float], threshold: float, alpha: float) -> MachineFactor | None:
+    """The session's machine factor from the tests' log deviations (t interval over tests)."""
+    from scipy import stats as sps
+
+    d = [float(x) for x in deviations]
+    if not d:
+        return None
+    mean = sum(d) / len(d)
+    if len(d) > 1:
+        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
+        q = float(sps.t.ppf(1 - alpha, len(d) - 1)) * sd / math.sqrt(len(d))
+    else:
+        q = 0.0
+    return MachineFactor(mean, mean - q, mean + q, len(d), threshold, 100 * (1 - 2 * alpha))
+
+
+def _sessions_of(baseline: dict[str, Any], factors: Mapping[str, float]
+                 ) -> tuple[dict[str, list[list[float]]], dict[str, list[float]]]:
+    """metric → per-night values of a stored file (absolute figures with each night's machine factor
+    divided out), and metric → those nights' machine factors (log), aligned."""
+    from .baselines import metric_values
+
+    out: dict[str, list[list[float]]] = {}
+    night_f: dict[str, list[float]] = {}
+    for entry in baseline["sessions"]:
+        f = factors.get(entry.get("started", ""), 0.0)
+        for name, vals in metric_values(entry).items():
+            if name in ABSOLUTE and f:
+                vals = [v * _absolute_scale(name, f) for v in vals]
+            out.setdefault(name, []).append(vals)
+            night_f.setdefault(name, []).append(f)
+    return out, night_f
+
+
+def night_variances(files: Iterable[dict[str, Any]], factors: Mapping[str, float]) -> dict[str, NightVariance]:
+    """Per metric, the night-to-night and run-to-run variance pooled over every stored file of the profile."""
+    from .stats import estimate_night_variance
+
+    per_metric: dict[str, list[list[list[float]]]] = {}
+    per_factors: dict[str, list[list[float]]] = {}
+    for data in files:
+        sessions_by, factors_by = _sessions_of(data, factors)
+        for name, sessions in sessions_by.items():
+            per_metric.setdefault(name, []).append(sessions)
+            per_factors.setdefault(name, []).append(factors_by[name])
+    out: dict[str, NightVariance] = {}
+    for name, tables in per_metric.items():
+        try:
+            # Absolute figures already have the machine factor divided out; the others learn their slope.
+            nv = estimate_night_variance(name, tables, factors=None if name in ABSOLUTE else per_factors[name])
+        except ConfigError:
+            continue  # a bad value is reported by the verdict of that file's own test
+        if nv is not None:
+            out[name] = nv
+    return out
+
+
 def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thresholds, alpha: float,
-             look: int = 1, max_looks: int = 1, priors: Mapping[tuple[str, str], Prior] | None = None
-             ) -> list[Verdict]:
-    """One verdict per metric present tonight (raw, before the session's multiplicity adjustment)."""
+             look: int = 1, max_looks: int = 1, priors: Mapping[tuple[str, str], Prior] | None = None,
+             nights: Mapping[str, NightVariance] | None = None, factors: Mapping[str, float] | None = None,
+             tonight_log: float | None = None, gate: Iterable[str] = GATED) -> list[Verdict]:
+    """One verdict per metric present tonight (raw, before the session's multiplicity adjustment).
+
+    With ``nights`` (pooled night variances) every metric is compared night mean against night means;
+    absolute figures first have the machine factor divided out: each stored night's (``factors``) and
+    tonight's (``tonight_log``, the session's). Without them, the older run/session comparison."""
+    import dataclasses
+
     from .baselines import metric_values
     from .stats import compare
 
+    factors = factors or {}
+    gate = set(gate)
     now_vals = metric_values(now)
-    base_sessions: dict[str, list[list[float]]] = {}
-    for entry in baseline["sessions"]:
-        for name, vals in metric_values(entry).items():
-            base_sessions.setdefault(name, []).append(vals)
+    base_sessions, base_factors = _sessions_of(baseline, factors)
     out = []
     for name in sorted(now_vals, key=metric_order):
         sessions = base_sessions.get(name, [])
+        values = now_vals[name]
+        note = ""
+        if name in ABSOLUTE and tonight_log is not None:
+            values = [v * _absolute_scale(name, tonight_log) for v in values]
+            note = f"; machine factor {math.exp(tonight_log):.3f} divided out"
+        nv = (nights or {}).get(name)
         # Only the run unit is moderated: run-to-run noise is independent between tests, while the
-        # night-to-night shift is shared by every test of the machine, so the spread of other tests'
-        # session means is no independent evidence (moderating it false-alarms: stats_simulation.py).
-        prior = (priors or {}).get(("run", name)) if len(sessions) <= 1 else None
-        out.append(compare(name, sessions or [[]], now_vals[name], thresholds=thresholds, alpha=alpha,
-                           look=look, max_looks=max_looks, prior=prior))
+        # night-to-night shift is shared by every test of the machine.
+        prior = (priors or {}).get(("run", name)) if len(sessions) <= 1 and nv is None else None
+        covariate = name not in ABSOLUTE and tonight_log is not None
+        v = compare(name, sessions or [[]], values, thresholds=thresholds, alpha=alpha,
+                    look=look, max_looks=max_looks, prior=prior, nights=nv,
+                    night_factors=[f for f, vals in zip(base_factors.get(name, []), sessions) if vals]
+                    if covariate else None,
+                    tonight_factor=tonight_log if covariate else None)
+        family = "gated" if name.split("[", 1)[0] in gate or name in gate else "shown"
+        out.append(dataclasses.replace(v, family=family, note=v.note + note))
     return out
 
 
@@ -172,7 +350,9 @@ def to_json(v: Verdict) -> dict[str, Any]:
         "verdict": v.verdict, "baseline": v.baseline, "now": v.now, "delta": v.delta,
         "ci": None if v.ci_low is None else [v.ci_low, v.ci_high], "p": v.p,
         "n_baseline": v.n_baseline, "n_now": v.n_now, "unit": unit_of(v), "delta_unit": v.unit,
-        "threshold": v.threshold, "method": v.method, "note": v.note,
+        "threshold": v.threshold, "method": v.method, "note": v.note, "family": v.family,
+        "mde": v.mde, "se": None if v.var_fixed is None or v.var_run is None or not v.n_now
+        else math.sqrt(v.var_fixed + v.var_run / v.n_now), "df": v.df,
     }
 
 
@@ -198,13 +378,23 @@ def _delta(x: float | None, unit: str) -> str:
     return f"{x:+.1f} %" if unit == "%" else f"{x:+.2f} pt"
 
 
+def guard_text(v: Verdict) -> str:
+    """What a gated verdict can catch: "catches a drop >= 21 %", "exact", or why nothing is known."""
+    if v.method.startswith("exact"):
+        return "exact: repeats run to run"
+    if v.mde is None:
+        return "no variance model"
+    way = "rise" if (v.threshold or 0) > 0 else "drop"
+    return f"catches a {way} >= {v.mde:.3g}{' %' if v.unit == '%' else ' pt'}"
+
+
 def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI") -> str:
-    """metric | baseline | now | Δ | 90% CI | p | verdict, aligned."""
-    rows = [("metric", "baseline", "now", "Δ", ci_label, "p", "verdict")]
+    """metric | family | baseline | now | Δ | 90% CI | p | verdict, aligned."""
+    rows = [("metric", "family", "baseline", "now", "Δ", ci_label, "p", "verdict")]
     for v in verdicts:
         ci = "—" if v.ci_low is None else f"{_delta(v.ci_low, v.unit)} .. {_delta(v.ci_high, v.unit)}"
         p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
-        rows.append((LABELS.get(v.metric, v.metric), format_value(v.metric, v.baseline),
+        rows.append((LABELS.get(v.metric, v.metric), v.family, format_value(v.metric, v.baseline),
                      format_value(v.metric, v.now), _delta(v.delta, v.unit), ci, p, v.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]

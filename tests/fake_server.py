@@ -50,6 +50,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 _DUMPS = json.JSONEncoder(separators=(",", ":")).encode  # compact, like pydantic's model_dump_json
 
 
+def _drift(cfg: FakeConfig) -> float:
+    """This moment's speed multiplier of a drifting machine (1.0 without drift)."""
+    if not cfg.drift_sd:
+        return 1.0
+    window = int(time.monotonic() / cfg.drift_period_s)
+    return math.exp(random.Random(cfg.seed * 7919 + window).gauss(0.0, cfg.drift_sd))
+
+
 @dataclass(frozen=True)
 class FakeConfig:
     """How the fake server behaves; every field is also a ``--flag`` of the CLI."""
@@ -74,6 +82,10 @@ class FakeConfig:
     lm_seed: int = 0  # and its seed (the "target model": keep it equal on the spec and reference server)
     sampler_bias: float = 0.0  # spec servers: P(a sampled token is the argmax instead): a broken rejection sampler
     return_token_ids: bool = True  # False: ignore return_token_ids, like servers that lack it
+    # A machine whose speed wanders: step_s is multiplied by exp(N(0, drift_sd)), drawn anew every
+    # drift_period_s of wall time (seeded by the window), so runs differ as on a shared host.
+    drift_sd: float = 0.0
+    drift_period_s: float = 0.3
 
     def __post_init__(self) -> None:
         if self.sampler_bias and not self.k:
@@ -405,7 +417,7 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
                     break
                 if abort and emitted * 2 >= n_out:
                     return resp  # cut the stream: no usage chunk, no [DONE]
-                await asyncio.sleep(cfg.step_s)
+                await asyncio.sleep(cfg.step_s * _drift(cfg))
                 n = 1
                 if cfg.k and rng.random() < cfg.draft_share:
                     u = rng.random()

@@ -6,12 +6,17 @@ sweep of ngram and draft_model (the speedup crosses 1.0), a temperature and a k 
 regression (ngram k=2) whose baseline the script rewrote between the sessions as if recorded on vLLM 0.31.0
 (so the plugin finds a change under test), invalid runs (ngram k=5), a server that fails to start (eagle3,
 its log holds `<script>`) and a test id holding `<script>`. Nothing in the file was edited by hand.
+
+The file predates the speed gate's keys. `with_gate` adds them in memory, derived from what was recorded
+(see its docstring), and the tests render that; the file as recorded stays an older results file, which
+must still render (`test_older_results_file_without_the_gate_still_renders`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 import shutil
@@ -38,8 +43,61 @@ from pytest_specdec import report
 DATA = Path(__file__).parent / "data" / "report_results.json"
 
 
+def with_gate(data: dict[str, Any]) -> dict[str, Any]:
+    """The recorded results with the keys the speed gate adds (in place), derived from what was recorded:
+
+    - per verdict `family` (gated: `verdicts.GATED`), and `mde`, `se`, `df` from its CI: the half-width h
+      stands in for t·se in docs/gate.md's `max(threshold, t·se) + t(0.9)·se` (mde = max(|threshold|, h)
+      + 0.78·h), se = h / 1.645 on the comparison scale; none without a CI or for the exact rule;
+    - per test an `e2e_p95_ratio` verdict: now = the geometric mean over valid pairs of spec ÷ reference
+      P95 E2E, with the E2E P95 verdict's Δ, CI, p and verdict and a +40 % threshold;
+    - per baseline `gate`, `inconclusive_gated`, `machine_deviation` (log(1 + reference tok/s Δ)), and
+      `unspent_runs`/`stop_reason` (2, conclusive) for test_concurrency[ngram-k3-t0.0-c4];
+    - the session's `machine_factor` from `verdicts.machine_factor` over those deviations (±35 %), and `gate`.
+    """
+    from pytest_specdec.verdicts import GATED, machine_factor
+
+    deviations = []
+    for t in data["tests"]:
+        verdicts = t.get("verdicts") or {}
+        if not verdicts:
+            continue
+        e2e = verdicts.get("e2e_p95_ms")
+        pairs = [s["e2e_ms"]["p95"] / r["e2e_ms"]["p95"] for s, r in zip(t["runs"], t["reference_runs"])
+                 if s["valid"] and r["valid"]]
+        if e2e and pairs:
+            now = math.exp(sum(map(math.log, pairs)) / len(pairs))
+            delta = e2e["delta"]
+            verdicts["e2e_p95_ratio"] = {**e2e, "now": now, "threshold": 40.0,
+                                         "baseline": None if delta is None else now / (1 + delta / 100)}
+        for name, v in verdicts.items():
+            v["family"] = "gated" if name.split("[", 1)[0] in GATED else "shown"
+            ci = v.get("ci")
+            if ci and ci[0] is not None and not v["method"].startswith("exact"):
+                h = (ci[1] - ci[0]) / 2
+                v.update(mde=max(abs(v["threshold"]), h) + 0.78 * h, se=h / 1.645 / 100, df=4.0)
+            else:
+                v.update(mde=None, se=None, df=None)
+        ref = verdicts.get("reference_tok_s") or {}
+        deviation = math.log1p(ref["delta"] / 100) if ref.get("delta") is not None else None
+        if deviation is not None:
+            deviations.append(deviation)
+        conclusive = "ngram-k3-t0.0-c4]" in t["nodeid"]
+        t["baseline"].update(
+            gate=list(GATED), machine_deviation=deviation, unspent_runs=2 if conclusive else 0,
+            stop_reason="every gated verdict is conclusive" if conclusive else "",
+            inconclusive_gated=[n for n, v in verdicts.items() if v["family"] == "gated"
+                                and v["verdict"] == "inconclusive"])
+    factor = machine_factor(deviations, 35.0, 0.05)
+    data["machine_factor"] = factor.to_dict() if factor else None
+    data["gate"] = {"fail_inconclusive": False, "fail_machine": False, "machine_failed": False,
+                    "night_variance": {}}
+    return data
+
+
 @pytest.fixture(scope="module")
-def recorded() -> dict[str, Any]:
+def recorded_file() -> dict[str, Any]:
+    """The recorded file as it is: an older results file, without the speed gate's keys."""
     data = json.loads(DATA.read_text())
     # What the file must hold for these tests to mean anything (re-record if one of these fails).
     tests = data["tests"]
@@ -52,7 +110,14 @@ def recorded() -> dict[str, Any]:
     regressed = next(t for t in tests if report.status(t) == "regressed")
     assert regressed["baseline"]["under_test_diff"]["vllm"] == ["0.31.0", "0.32.0"]
     assert all(not t["baseline"]["under_test_diff"] for t in tests if t.get("baseline") and t is not regressed)
+    assert "machine_factor" not in data and all("family" not in v for t in tests for v in (t.get("verdicts") or {}).values())
     return data
+
+
+@pytest.fixture(scope="module")
+def recorded(recorded_file: dict[str, Any]) -> dict[str, Any]:
+    """The recorded results in the current schema (`with_gate`)."""
+    return with_gate(copy.deepcopy(recorded_file))
 
 
 @pytest.fixture(scope="module")
@@ -480,6 +545,163 @@ def test_status_and_order() -> None:
     inv = {**_test("d"), "validity": {"valid": False, "invalid_runs": []}}
     assert [report.status(t) for t in (ok, bad, err, inv)] == ["unchanged", "regressed", "failed", "invalid"]
     assert [t["nodeid"] for t in report.sort_tests([ok, inv, err, bad])] == ["b", "c", "d", "a"]
+
+
+def test_status_counts_only_the_gated_family() -> None:
+    """Only a gated verdict (speedup, acceptance, P95 E2E spec/ref by default) makes a test regressed,
+    inconclusive or improved; a verdict without a family (older results) counts as gated."""
+    def t(**verdicts: tuple[str, str | None]) -> dict[str, Any]:
+        return {**_test("x"), "verdicts": {m: {"verdict": v, **({"family": f} if f else {})}
+                                           for m, (v, f) in verdicts.items()}}
+
+    assert report.status(t(speedup=("unchanged", "gated"), output_tok_s=("regressed", "shown"))) == "unchanged"
+    assert report.status(t(speedup=("unchanged", "gated"), tpot_p95_ms=("inconclusive", "shown"))) == "unchanged"
+    assert report.status(t(speedup=("unchanged", "gated"), ttft_p95_ms=("improved", "shown"))) == "unchanged"
+    assert report.status(t(e2e_p95_ratio=("regressed", "gated"), output_tok_s=("improved", "shown"))) == "regressed"
+    assert report.status(t(acceptance_rate=("inconclusive", "gated"), e2e_p95_ms=("regressed", "shown"))) == "inconclusive"
+    assert report.status(t(speedup=("improved", "gated"), e2e_p95_ms=("regressed", "shown"))) == "improved"
+    assert report.status(t(output_tok_s=("regressed", "gated"))) == "regressed"  # moved into the gate by a marker
+    assert report.status(t(**{"per_position_acceptance[1]": ("regressed", None)})) == "regressed"  # older file
+    assert report.status(t(speedup=("not-comparable", "gated"), output_tok_s=("not-comparable", "shown"))) == "not-comparable"
+
+
+def test_shown_family_regression_is_listed_but_does_not_colour_the_test(recorded: dict[str, Any]) -> None:
+    data = copy.deepcopy(recorded)
+    t = next(t for t in data["tests"] if t["nodeid"].endswith("test_concurrency[draft_model-k3-t0.0-c2]"))
+    v = t["verdicts"]["output_tok_s"]
+    v.update(verdict="regressed", delta=-45.0, ci=[-52.0, -38.0])
+    assert report.status(t) == "unchanged"
+    html = report.render_html(data)
+    row = next(r for r in html.split('<table class="summary">', 1)[1].split("</table>", 1)[0].split("</tr>")
+               if "test_concurrency[draft_model-k3-t0.0-c2]" in r)
+    assert '<span class="badge b-unchanged">unchanged</span>' in row
+    assert 'title="regressed in the shown family (never fails the test): spec tok/s">▼ shown</span>' in row
+    assert '<span class="badge b-regressed shown">regressed</span>' in row  # the spec tok/s badge, lighter
+    # The regressions table: the gated regression first, the shown one after it, marked as shown.
+    changed = html.split('<table class="changed">', 1)[1].split("</table>", 1)[0]
+    assert changed.index("test_k[ngram-k2-t0.0-c2]") < changed.index("test_concurrency[draft_model-k3-t0.0-c2]")
+    shown = changed.split("test_concurrency[draft_model-k3-t0.0-c2]", 1)[1]
+    assert '<td class="l">spec tok/s</td><td class="l"><span class="fam-tag">shown</span></td>' in shown
+    assert "-45.0 %</td>" in shown
+    gated = changed.split("test_k[ngram-k2-t0.0-c2]", 1)[1].split("test_concurrency[", 1)[0]
+    assert '<tr class="gated">' in changed and '<td class="l">acceptance</td><td class="l">gated</td>' in gated
+    # Within a test, gated rows before shown ones: acceptance (gated) above per-position acceptance (shown).
+    assert gated.index(">acceptance</td>") < gated.index(">per_position_acceptance[0]</td>")
+
+
+def test_each_test_table_has_family_and_catches_gated_first(html: str, recorded: dict[str, Any]) -> None:
+    regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
+    section = html.split('id="t1"', 1)[1].split("</details>", 1)[0]
+    table = section.split("baseline vs now", 1)[1].split("</table>", 1)[0]
+    assert '<th class="l">family</th>' in table and '<th class="l">catches</th>' in table
+    rows = [r for r in table.split("</tr>") if "<td" in r]
+    families = [re.search(r'<tr class="(\w+)"', r).group(1) for r in rows]
+    assert families == ["gated"] * 3 + ["shown"] * (len(rows) - 3)
+    assert [re.search(r'<td class="l">([^<]+)</td>', r).group(1) for r in rows[:3]] == [
+        "speedup", "acceptance", "P95 E2E spec/ref"]
+    acc = regressed["verdicts"]["acceptance_rate"]
+    assert f"catches a drop ≥ {acc['mde']:.3g} pt</td>" in rows[1]
+    assert f"se {acc['se']:.3g} (comparison scale), df 4" in rows[1]
+    ratio = regressed["verdicts"]["e2e_p95_ratio"]
+    assert f"catches a rise ≥ {ratio['mde']:.3g} %</td>" in rows[2]
+    # Runs not spent and the gated inconclusive metrics, named in their tests' sections.
+    idx = next(i for i, t in enumerate(report.sort_tests(recorded["tests"])) if t["nodeid"].endswith("ngram-k3-t0.0-c4]"))
+    spent = html.split(f'id="t{idx + 1}"', 1)[1].split("</details>", 1)[0]
+    assert '<p class="muted">2 run(s) per arm not spent: every gated verdict is conclusive</p>' in spent
+    idx = next(i for i, t in enumerate(report.sort_tests(recorded["tests"])) if t["nodeid"].endswith("test_k[ngram-k3-t0.0-c2]"))
+    open_ = html.split(f'id="t{idx + 1}"', 1)[1].split("</details>", 1)[0]
+    assert '<p class="v-inconclusive">gated inconclusive: acceptance</p>' in open_
+    assert "not spent" not in open_
+
+
+def test_catches_from_the_json_mde() -> None:
+    assert (report.catches({"mde": 21.3, "threshold": -20.0, "delta_unit": "%", "method": "t"})
+            == "catches a drop ≥ 21.3 %")
+    assert report.catches({"mde": 40, "threshold": 40.0, "delta_unit": "%", "method": "t"}) == "catches a rise ≥ 40 %"
+    assert (report.catches({"mde": 2.5, "threshold": -2.0, "delta_unit": "points", "method": "t"})
+            == "catches a drop ≥ 2.5 pt")
+    assert report.catches({"mde": None, "threshold": -2.0, "method": "exact/run"}) == "exact: repeats run to run"
+    assert report.catches({"mde": None, "threshold": -2.0, "method": "none/run"}) == "no variance model"
+    assert report.catches({"threshold": -2.0, "method": "t"}) == "—"  # older results: no mde recorded
+
+
+def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, recorded: dict[str, Any]) -> None:
+    assert html.index('<table class="changed">') < html.index('<table class="guard">') < html.index(
+        '<table class="summary">')
+    guard = html.split('<table class="guard">', 1)[1].split("</table>", 1)[0]
+    rows = guard.split("</tr>")
+    assert ('<th class="l">speedup</th><th class="l">acceptance</th><th class="l">P95 E2E spec/ref</th>'
+            '<th>runs / arm</th>') in rows[0]
+    measured = [t for t in report.sort_tests(recorded["tests"]) if t.get("verdicts")]
+    assert len(rows) - 2 == len(measured)  # one row per test with verdicts; the failed start has none
+    regressed = measured[0]
+    assert report.status(regressed) == "regressed" and "test_k[ngram-k2-t0.0-c2]" in rows[1]
+    cells = re.findall(r'<td class="l">(.*?)</td>', rows[1])  # the test's own cell is "l id"
+    assert len(cells) == 3
+    for cell, metric in zip(cells, ("speedup", "acceptance_rate", "e2e_p95_ratio")):
+        v = regressed["verdicts"][metric]
+        way, unit = ("rise", "%") if metric == "e2e_p95_ratio" else ("drop", "pt" if metric == "acceptance_rate" else "%")
+        assert f'<span class="badge b-{v["verdict"]}">{v["verdict"]}</span>' in cell
+        assert f'>catches a {way} ≥ {v["mde"]:.3g} {unit}</span>' in cell
+    assert '<span class="badge b-regressed">regressed</span><span class="c"' in rows[1]  # acceptance
+    no_model = next(r for r in rows if "test_k[ngram-k5-t0.0-c2]" in r)
+    assert no_model.count(">no variance model</span>") == 3
+    assert "(+2 not spent)</span>" in next(r for r in rows if "ngram-k3-t0.0-c4]" in r)
+    assert "inconclusive one passes with a warning (--specdec-fail-inconclusive fails it)" in html
+    strict = report.render_html({**recorded, "gate": {**recorded["gate"], "fail_inconclusive": True}})
+    assert "inconclusive one fails it too (--specdec-fail-inconclusive)" in strict
+
+
+def test_machine_factor_line_in_the_header_escaped_and_highlighted(recorded: dict[str, Any]) -> None:
+    from html import escape
+
+    from pytest_specdec.verdicts import machine_factor
+
+    def header(data: dict[str, Any]) -> str:
+        return report.render_html(data).split("<header>", 1)[1].split("</header>", 1)[0]
+
+    line = recorded["machine_factor"]["line"]
+    assert line.startswith("specdec: this machine ran ") and not recorded["machine_factor"]["beyond_threshold"]
+    within = header(recorded)
+    assert ('<div class="meta mf"><b>machine factor</b> <span class="line">'
+            + escape(line.removeprefix("specdec: ")) + "</span>") in within
+    assert "failed on the machine factor" not in within
+    # 18 % slower is beyond a ±10 % threshold: highlighted; with --specdec-fail-machine the session failed.
+    slow = machine_factor([math.log(0.82)] * 3, 10.0, 0.05)
+    assert slow is not None and slow.beyond
+    data = {**recorded, "machine_factor": slow.to_dict(), "gate": {**recorded["gate"], "machine_failed": True}}
+    beyond = header(data)
+    assert '<div class="meta mf beyond"><b>machine factor</b> <span class="line">this machine ran 18.0 % slower' in beyond
+    assert "beyond ±10 %: absolute figures are compared after dividing it out</span>" in beyond
+    assert '<span class="failed">the session failed on the machine factor (--specdec-fail-machine)</span>' in beyond
+    evil = {**recorded["machine_factor"], "line": "specdec: <script>alert('mf')</script> & more"}
+    escaped = header({**recorded, "machine_factor": evil})
+    assert "&lt;script&gt;alert(&#39;mf&#39;)&lt;/script&gt; &amp; more" in escaped and "<script" not in escaped
+    assert "machine factor" not in header({**recorded, "machine_factor": None})
+
+
+def test_summary_badges_gated_three_first_then_shown(html: str) -> None:
+    head = html.split('<table class="summary">', 1)[1].split("</tr>", 1)[0]
+    labels = re.findall(r'<th(?: class="fam-shown"[^>]*)?>([^<]+)<br><span class="fam">(\w+)</span></th>', head)
+    assert labels == [("speedup", "gated"), ("acceptance", "gated"), ("P95 E2E spec/ref", "gated"),
+                      ("spec tok/s", "shown"), ("P95 TPOT", "shown")]
+    assert head.count('class="fam-shown"') == 2
+
+
+def test_older_results_file_without_the_gate_still_renders(recorded_file: dict[str, Any]) -> None:
+    """A results file from before the speed gate: every verdict counts as gated, nothing claims an mde."""
+    html = report.render_html(recorded_file)
+    assert _statuses_in_summary(html)[:3] == ["regressed", "failed", "invalid"]
+    assert "machine factor" not in html.split("</header>", 1)[0]
+    section = html.split('id="t1"', 1)[1].split("</details>", 1)[0]
+    table = section.split("baseline vs now", 1)[1].split("</table>", 1)[0]
+    assert '<tr class="shown"' not in table and '<tr class="gated"' in table
+    guard = html.split('<table class="guard">', 1)[1].split("</table>", 1)[0]
+    assert ">P95 E2E spec/ref</th>" in guard and ">—</span>" in guard  # no e2e_p95_ratio verdict recorded
+    assert "catches a" not in guard and "not spent" not in html
+    # Old per-position inconclusives counted as gated, as the old gate failed on them.
+    t = next(t for t in recorded_file["tests"] if t["nodeid"].endswith("draft_model-k3-t0.0-c8]"))
+    assert report.status(t) == "inconclusive"
 
 
 # ---- the plugin writes it -------------------------------------------------------------------------------

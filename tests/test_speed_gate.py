@@ -1,0 +1,101 @@
+"""The speed gate end to end through pytester, against simulated vLLM servers (endpoint mode).
+
+Three baseline nights on a machine that ran at 0.8x, 1.0x and 1.25x speed (both arms alike) with
+run-to-run drift; then an A/A night at 0.9x must leave the speedup `unchanged` (conclusive), and a night
+at 1.1x whose speculative path is 25 % slower must make it `regressed` and fail the test, while the
+machine factor is reported on its own line and divided out of the absolute figures.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_server import FakeConfig, FakeServer
+
+# pytester's in-process runs drop modules first imported inside them; numpy warns when imported twice.
+import filelock  # noqa: F401
+import numpy  # noqa: F401
+import pytest_specdec.baselines  # noqa: F401
+import pytest_specdec.stats  # noqa: F401
+import pytest_specdec.verdicts  # noqa: F401
+import scipy.special  # noqa: F401
+import scipy.stats  # noqa: F401
+
+# Two tests (c=2 and c=4) against the same endpoints, so the night-to-night variance is pooled over files.
+SUITE = """
+import pytest
+
+@pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=[2, 4], num_prompts=8, max_tokens=24)
+def test_ngram(specdec):
+    assert len([s for s in specdec.result.speedup_per_pair if s is not None]) >= 2
+"""
+REF_STEP_S = 0.004  # per decode step at machine speed 1.0
+SPEC_STEP_S = 0.005  # k=3 with acceptance ~0.6: ~2.8 tokens a step, ~2.2x the reference's tok/s
+DRIFT = 0.05  # sd of the log speed multiplier, redrawn every 0.3 s on each server
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[FakeServer, FakeServer]]:
+    spec = FakeServer(FakeConfig(k=3, acceptance=(0.8, 0.6, 0.4), step_s=SPEC_STEP_S, output_tokens=24,
+                                 drift_sd=DRIFT, seed=1))
+    ref = FakeServer(FakeConfig(k=0, step_s=REF_STEP_S, output_tokens=24, drift_sd=DRIFT, seed=2))
+    spec.start()
+    ref.start()
+    yield spec, ref
+    spec.stop()
+    ref.stop()
+
+
+def night(pytester: pytest.Pytester, profile: Path, servers: tuple[FakeServer, FakeServer], speed: float,
+          spec_slower: float = 1.0, *extra: str) -> pytest.RunResult:
+    """One session on a machine running at ``speed``; the spec path's steps take ``spec_slower`` times longer."""
+    spec, ref = servers
+    spec.reconfigure(step_s=SPEC_STEP_S * spec_slower / speed)
+    ref.reconfigure(step_s=REF_STEP_S / speed)
+    return pytester.runpytest(
+        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        "--specdec-runs=4", "--specdec-max-runs=8", "-p", "no:cacheprovider",
+        "--specdec-threshold=speedup=15", "--specdec-threshold=e2e_p95_ratio=40",
+        "--specdec-threshold=acceptance=6", "--specdec-threshold=rate=40", "--specdec-threshold=latency=150",
+        *extra,
+    )
+
+
+def verdicts(pytester: pytest.Pytester) -> list[dict]:
+    return [t["verdicts"] for t in json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]]
+
+
+def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
+    pytester: pytest.Pytester, fake_profile: Path, servers: tuple[FakeServer, FakeServer]
+) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    for speed in (0.8, 1.0, 1.25):
+        night(pytester, fake_profile, servers, speed, 1.0, "--update-baselines").assert_outcomes(passed=2)
+    files = sorted((pytester.path / "baselines" / "fake" / "test_suite").glob("*.json"))
+    assert len(files) == 2 and all(len(json.loads(f.read_text())["sessions"]) == 3 for f in files)
+
+    # A/A at 0.9x: the speedup is conclusively unchanged; the machine factor says ~10 % slower.
+    r = night(pytester, fake_profile, servers, 0.9)
+    r.assert_outcomes(passed=2)
+    r.stdout.fnmatch_lines(["specdec: this machine ran * % slower than the baseline nights*",
+                            "specdec gate: per test, the gated verdicts*"])
+    results = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    factor = results["machine_factor"]["factor"]
+    assert 0.75 < factor < 1.05, factor
+    for v in verdicts(pytester):
+        assert v["speedup"]["verdict"] == "unchanged", v["speedup"]
+        assert v["speedup"]["family"] == "gated" and v["speedup"]["mde"] is not None
+        assert v["reference_tok_s"]["family"] == "shown" and "machine factor" in v["reference_tok_s"]["note"]
+
+    # 1.1x machine, spec path 25 % slower (its tok/s x 0.75): speedup regressed, acceptance unchanged.
+    r = night(pytester, fake_profile, servers, 1.1, 1 / 0.75)
+    r.assert_outcomes(failed=2)
+    r.stdout.fnmatch_lines(["*specdec: * metric(s) regressed: speedup*",
+                            "*speculation gains less at the same acceptance*"])
+    for v in verdicts(pytester):
+        assert v["speedup"]["verdict"] == "regressed", v["speedup"]
+        assert v["acceptance_rate"]["verdict"] in ("unchanged", "inconclusive"), v["acceptance_rate"]
