@@ -2,7 +2,8 @@
 
 Why a zoo of our own: the plugin must measure real speculative decoding on machines with no GPU
 and no model hub.  Four small models, trained here in 11-14 minutes on 2 CPU cores, give vLLM
-something real to accept and reject.
+something real to accept and reject; a fifth, ``draft-slow``, is derived from the draft without
+training (stage 7).
 
 Corpus (offline, present on every Debian machine with a CPython install; nothing is downloaded):
 
@@ -51,6 +52,13 @@ as float16 safetensors):
    ``head_steps`` (1/8 of the training; deterministic, no noise).  It is a genuinely under-trained
    head with the identical layout, so its acceptance is lower for an honest reason: the injected
    regression a benchmark must catch.
+7. ``draft-slow``: the draft's weights plus ``DRAFT_SLOW_EXTRA_LAYERS`` decoder layers appended
+   after its one layer, each a copy of layer 0 except that ``self_attn.o_proj`` and
+   ``mlp.down_proj`` are all zeros.  Such a layer still runs its attention and MLP but adds exactly
+   zero to the residual stream, so the logits are bit-identical to the draft's while every drafting
+   step costs more: a pure timing regression with unchanged acceptance
+   (``--specdec-draft draft_model=zoo:draft-slow``).  No training; ``--only draft-slow`` rebuilds it
+   from the shipped draft in a second and updates MANIFEST.json.
 
 ``--quick`` runs every stage for a handful of steps (about a minute) into a temporary directory
 unless ``--out`` is given: it tests the training code, not the models.
@@ -81,7 +89,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import sha256_file
+from . import NAMES, sha256_file
 
 SEED = 1234
 VOCAB_SIZE = 2048
@@ -114,6 +122,11 @@ CHAT_TEMPLATE = (
 TARGET_ARCH = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
                    num_attention_heads=4, num_key_value_heads=4)
 DRAFT_LAYERS = 1
+#: Zero-output layers appended to the draft for ``draft-slow``.  Each costs 1.31 MB (float16);
+#: 4 is what the 25 MiB zoo budget (tests/test_zoo.py) leaves room for, and makes each drafting
+#: forward pass 5 layers deep, more than the 4-layer target's.
+DRAFT_SLOW_EXTRA_LAYERS = 4
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 @dataclass(frozen=True)
@@ -437,8 +450,64 @@ def save_llama(model: nn.Module, out: Path, tok_dir: Path) -> None:
     cfg["dtype"] = "float16"
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     save_safetensors(model.state_dict(), out / "model.safetensors")
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+    for name in TOKENIZER_FILES:
         shutil.copy(tok_dir / name, out / name)
+
+
+def build_draft_slow(draft_dir: Path, out_dir: Path, extra_layers: int) -> dict[str, Any]:
+    """Write ``draft-slow``: the draft plus ``extra_layers`` decoder layers that add exactly zero.
+
+    Each appended layer is a copy of the draft's layer 0 (norms, q/k/v, gate/up: real, finite
+    weights, so the kernels do the same work as in a trained layer) with ``self_attn.o_proj`` and
+    ``mlp.down_proj`` set to zero: both branches of the layer then return exact zeros, the residual
+    stream passes through unchanged, and the logits equal the draft's bit for bit.  The config only
+    changes ``num_hidden_layers``; dtype (float16) and tokenizer files are the draft's.  Returns
+    the MANIFEST.json ``draft_slow`` entry.
+    """
+    from safetensors.torch import load_file
+
+    if extra_layers < 1:
+        raise ValueError(f"extra_layers must be >= 1, got {extra_layers}")
+    cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
+    layers = int(cfg["num_hidden_layers"])
+    state = load_file(str(draft_dir / "model.safetensors"))
+    if any(v.dtype != torch.float16 for v in state.values()):
+        raise ValueError(f"{draft_dir} is not stored as float16")
+    prefix = "model.layers.0."
+    layer0 = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    zeroed = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+    missing = [z for z in zeroed if z not in layer0]
+    if missing:
+        raise ValueError(f"{draft_dir} layer 0 has no {', '.join(missing)}")
+    for i in range(layers, layers + extra_layers):
+        for name, weight in layer0.items():
+            new = torch.zeros_like(weight) if name in zeroed else weight.clone()
+            state[f"model.layers.{i}.{name}"] = new
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    cfg["num_hidden_layers"] = layers + extra_layers
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    save_safetensors(state, out_dir / "model.safetensors")
+    for name in TOKENIZER_FILES:
+        shutil.copy(draft_dir / name, out_dir / name)
+    return {
+        "source": "draft",
+        "source_sha256": sha256_file(draft_dir / "model.safetensors"),
+        "draft_layers": layers,
+        "extra_layers": extra_layers,
+        "num_hidden_layers": layers + extra_layers,
+        "zeroed": [f"model.layers.{layers}..{layers + extra_layers - 1}.{z}" for z in zeroed],
+        "command": REBUILD_COMMAND + " --only draft-slow"
+                   + ("" if extra_layers == DRAFT_SLOW_EXTRA_LAYERS
+                      else f" --extra-layers {extra_layers}"),
+    }
+
+
+def draft_slow_description(extra_layers: int) -> str:
+    return (f"Pure timing regression: the draft plus {extra_layers} appended copies of its layer "
+            "with self_attn.o_proj and mlp.down_proj zeroed (each adds exactly zero), so outputs "
+            "and acceptance equal the draft's and only the drafting cost grows")
 
 
 # --------------------------------------------------------------------------------- target, draft
@@ -747,7 +816,7 @@ def save_head(state: dict[str, torch.Tensor], target: nn.Module, out: Path) -> N
 
 def write_manifest(out: Path, info: dict[str, Any]) -> None:
     files = {}
-    for name in ("target", "draft", "eagle3", "eagle3-degraded"):
+    for name in NAMES:
         for p in sorted((out / name).iterdir()):
             if p.is_file():
                 files[f"{name}/{p.name}"] = {"sha256": sha256_file(p), "size": p.stat().st_size}
@@ -768,7 +837,16 @@ def main(argv: list[str] | None = None) -> int:
                              "--quick a new temporary directory)")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny smoke run (about a minute) that tests the training code")
+    parser.add_argument("--only", choices=["draft-slow"], default=None,
+                        help="rebuild only this derived model from the zoo already in --out (no "
+                             "training; the other models are verified against MANIFEST.json, "
+                             "which is then updated)")
+    parser.add_argument("--extra-layers", type=int, default=DRAFT_SLOW_EXTRA_LAYERS,
+                        help="zero-output layers appended to the draft for draft-slow "
+                             f"(default {DRAFT_SLOW_EXTRA_LAYERS})")
     args = parser.parse_args(argv)
+    if args.only == "draft-slow":
+        return rebuild_draft_slow(args.out or default_out(), args.extra_layers)
     sched = QUICK if args.quick else FULL
     out: Path = args.out or (Path(tempfile.mkdtemp(prefix="specdec-zoo-quick-")) if args.quick
                              else default_out())
@@ -793,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         target = train_target(mix, sched)
         times["target"] = time.monotonic() - t0
-        for name in ("target", "draft", "eagle3", "eagle3-degraded"):
+        for name in NAMES:
             if (out / name).exists():
                 shutil.rmtree(out / name)
         save_llama(target, out / "target", tok_dir)
@@ -807,6 +885,7 @@ def main(argv: list[str] | None = None) -> int:
         draft = train_draft(target, mix.fork(SEED + 1), sched, generated)
         times["draft"] = time.monotonic() - t0
         save_llama(draft, out / "draft", tok_dir)
+        draft_slow = build_draft_slow(out / "draft", out / "draft-slow", args.extra_layers)
 
         t0 = time.monotonic()
         good, degraded = train_eagle3(target, mix.fork(SEED + 2), sched, generated)
@@ -855,13 +934,39 @@ def main(argv: list[str] | None = None) -> int:
                 f"Deliberately degraded: the same EAGLE-3 training run saved at step "
                 f"{sched.degraded_step} of {sched.head_steps} (under-trained; same layout, "
                 "deterministic, no noise added)."),
+            "draft-slow": draft_slow_description(args.extra_layers),
         },
+        "draft_slow": draft_slow,
         "degradation": (f"eagle3-degraded = eagle3's own training run stopped at step "
                         f"{sched.degraded_step}/{sched.head_steps}"),
         "dtype": "float16",
         "chat_template": CHAT_TEMPLATE,
     })
     log(f"done in {times['total']:.0f}s -> {out}")
+    return 0
+
+
+def rebuild_draft_slow(out: Path, extra_layers: int) -> int:
+    """``--only draft-slow``: derive draft-slow from the zoo in ``out`` and update its manifest.
+
+    The other models are checked against the existing MANIFEST.json first, so rewriting the
+    manifest never records the sums of a corrupted file.
+    """
+    from . import manifest, zoo_path
+
+    old = manifest(out)
+    for name in NAMES:
+        if name != "draft-slow":
+            zoo_path(name, models_dir=out)
+    t0 = time.monotonic()
+    entry = build_draft_slow(out / "draft", out / "draft-slow", extra_layers)
+    info = {k: v for k, v in old.items() if k not in ("files", "total_bytes")}
+    info["models"] = dict(info.get("models", {}))
+    info["models"]["draft-slow"] = draft_slow_description(extra_layers)
+    info["draft_slow"] = entry
+    write_manifest(out, info)
+    log(f"draft-slow ({entry['num_hidden_layers']} layers) in {time.monotonic() - t0:.1f}s -> "
+        f"{out / 'draft-slow'}")
     return 0
 
 

@@ -1,0 +1,126 @@
+"""zoo:draft-slow is zoo:draft plus layers that add exactly zero: the same logits, only slower.
+
+It is the zoo's pure timing regression (`--specdec-draft draft_model=zoo:draft-slow`): acceptance
+must not move, so any difference in outputs would make it a different regression.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.zoo import NAMES, manifest, verify_zoo, zoo_path
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+#: Token sequences from the zoo's own tokenizer range (vocab 2048; 0-5 are the specials).
+SEQUENCES = [
+    [0, 3, 1800, 17, 912, 40, 40, 40, 5, 1000],
+    [0, 4, 260, 261, 262, 263, 264, 265, 266, 267, 268, 269, 270, 271, 272, 273, 274, 275],
+    [0] + list(range(100, 2048, 37)),
+]
+
+
+def _load(name: str) -> "transformers.LlamaForCausalLM":
+    model = transformers.LlamaForCausalLM.from_pretrained(zoo_path(name), dtype=torch.float32)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[object, object]:
+    torch.manual_seed(0)
+    return _load("draft"), _load("draft-slow")
+
+
+def _greedy(model: object, prompt: list[int], steps: int) -> tuple[list[int], list[object]]:
+    """Greedy decoding with a KV cache, one token per forward pass (as vLLM drafts)."""
+    ids = torch.tensor([prompt])
+    tokens: list[int] = []
+    logits: list[object] = []
+    past = None
+    with torch.no_grad():
+        for _ in range(steps):
+            out = model(input_ids=ids, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            last = out.logits[0, -1]
+            logits.append(last)
+            tokens.append(int(last.argmax()))
+            ids = torch.tensor([[tokens[-1]]])
+    return tokens, logits
+
+
+def test_draft_slow_logits_are_bit_identical_to_the_draft(models: tuple[object, object]) -> None:
+    draft, slow = models
+    with torch.no_grad():
+        for seq in SEQUENCES:
+            ids = torch.tensor([seq])
+            a, b = draft(input_ids=ids).logits, slow(input_ids=ids).logits
+            assert torch.isfinite(a).all()
+            gap = (a - b).abs().max()
+            assert torch.equal(a, b), f"logits differ by up to {gap:.3g} on {seq[:6]}..."
+
+
+def test_draft_slow_greedy_generation_is_identical(models: tuple[object, object]) -> None:
+    draft, slow = models
+    for seq in SEQUENCES[:2]:
+        tok_a, log_a = _greedy(draft, seq, 32)
+        tok_b, log_b = _greedy(slow, seq, 32)
+        assert tok_a == tok_b
+        assert all(torch.equal(x, y) for x, y in zip(log_a, log_b))
+
+
+def test_draft_slow_is_deeper_with_zero_output_extra_layers() -> None:
+    draft_dir, slow_dir = zoo_path("draft"), zoo_path("draft-slow")
+    cfg_a = json.loads((draft_dir / "config.json").read_text())
+    cfg_b = json.loads((slow_dir / "config.json").read_text())
+    base, total = cfg_a["num_hidden_layers"], cfg_b["num_hidden_layers"]
+    assert total > base
+    # Only the depth differs: same width, vocab, dtype, rope, norms.
+    assert {k: v for k, v in cfg_b.items() if k != "num_hidden_layers"} == \
+        {k: v for k, v in cfg_a.items() if k != "num_hidden_layers"}
+    a = safetensors_torch.load_file(str(draft_dir / "model.safetensors"))
+    b = safetensors_torch.load_file(str(slow_dir / "model.safetensors"))
+    assert all(t.dtype == torch.float16 for t in b.values())
+    for name, tensor in a.items():  # the draft's own weights are carried over unchanged
+        assert torch.equal(b[name], tensor), name
+    layer0 = sorted(k.split(".", 3)[3] for k in a if k.startswith("model.layers.0."))
+    extra = set(b) - set(a)
+    assert extra == {f"model.layers.{i}.{w}" for i in range(base, total) for w in layer0}
+    zeroed = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
+    for i in range(base, total):
+        for w in layer0:
+            t = b[f"model.layers.{i}.{w}"]
+            if w in zeroed:
+                assert not t.any(), f"layer {i} {w} is not all zeros"
+            else:  # real weights, so the layer's attention and MLP do real work
+                assert t.any() and torch.isfinite(t).all(), f"layer {i} {w} is empty"
+
+
+def test_draft_slow_is_in_the_verified_manifest() -> None:
+    assert "draft-slow" in NAMES
+    data = verify_zoo()
+    files = {rel for rel in data["files"] if rel.startswith("draft-slow/")}
+    shipped = {f"draft-slow/{p.name}" for p in zoo_path("draft-slow").iterdir() if p.is_file()}
+    assert files == shipped and "draft-slow/model.safetensors" in files
+    assert data["total_bytes"] == sum(f["size"] for f in data["files"].values())
+    entry = manifest()["draft_slow"]
+    depth = json.loads((zoo_path("draft-slow") / "config.json").read_text())["num_hidden_layers"]
+    assert entry["draft_layers"] + entry["extra_layers"] == depth
+    assert entry["source_sha256"] == data["files"]["draft/model.safetensors"]["sha256"]
+    for rel in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        assert data["files"][f"draft-slow/{rel}"] == data["files"][f"draft/{rel}"]
+
+
+def test_rebuild_reproduces_the_shipped_draft_slow(tmp_path: Path) -> None:
+    from pytest_specdec.zoo.train import build_draft_slow
+
+    entry = manifest()["draft_slow"]
+    out = tmp_path / "draft-slow"
+    build_draft_slow(zoo_path("draft"), out, entry["extra_layers"])
+    shipped = zoo_path("draft-slow")
+    for p in sorted(shipped.iterdir()):
+        assert (out / p.name).read_bytes() == p.read_bytes(), p.name
