@@ -17,9 +17,10 @@ Why it is built this way:
 
   - ``regressed``: ``p < alpha`` **and** the point estimate is beyond the threshold on the bad side
     (a 1 % drop that is significant is *not* a regression);
-  - ``improved``: ``p < alpha`` and the estimate is beyond the mirrored threshold on the good side;
+  - ``improved``: ``p < alpha`` and the estimate is beyond the mirrored threshold on the good side
+    (:func:`mirror`: the same distance on the log scale for ratios, -25 % ↔ +33.3 %);
   - ``unchanged``: otherwise, when the whole two-sided ``1 - 2*alpha`` CI (90 % at alpha 0.05) lies
-    strictly inside ``±|threshold|`` (an equivalence test: both one-sided tests at alpha);
+    strictly between the threshold and its mirror (an equivalence test: both one-sided tests at alpha);
   - ``inconclusive``: anything else, and whenever a side has fewer than 2 units.
 
   ``p < alpha`` one-sided is the same event as "the 90 % CI excludes 0 on that side".
@@ -361,14 +362,24 @@ def _session_core(means: np.ndarray, inv_r: np.ndarray, ss_within: np.ndarray, d
     return d, d - q * se, d + q * se, p
 
 
-def _decide(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float) -> np.ndarray:
+def mirror(bad: float, unit: str) -> float:
+    """The good-side limit: the same distance as ``bad`` on the comparison scale. For ratios that is the
+    log scale, so a -25 % speedup threshold mirrors to +33.3 % and a +40 % latency one to -28.6 %."""
+    if unit == "%":
+        return 100.0 / (1.0 + bad / 100.0) - 100.0
+    return -bad
+
+
+def _decide(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float, unit: str = "%") -> np.ndarray:
     """The decision rule (module docstring), elementwise; all arguments in natural units."""
     delta, lo, hi, p, bad = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (delta, lo, hi, p, bad)))
-    mag, sign = np.abs(bad), np.sign(bad)
+    good = np.vectorize(lambda b: mirror(float(b), unit), otypes=[float])(bad) if bad.size else bad
+    sign = np.sign(bad)
     sig = p < alpha
-    regressed = sig & (sign * delta > mag)
-    improved = sig & (-sign * delta > mag)
-    unchanged = ~regressed & ~improved & (lo > -mag) & (hi < mag)
+    regressed = sig & (sign * delta > sign * bad)
+    improved = sig & (sign * delta < sign * good)
+    inside = np.where(sign < 0, (lo > bad) & (hi < good), (lo > good) & (hi < bad))
+    unchanged = ~regressed & ~improved & inside
     return np.select([regressed, improved, unchanged], ["regressed", "improved", "unchanged"], "inconclusive")
 
 
@@ -380,17 +391,17 @@ def _explain(verdict: str, delta: float, lo: float, hi: float, p: float, bad: fl
              unit: str, ci_level: float) -> str:
     ci = f"{ci_level:.4g}% CI {_fmt(lo, unit)} to {_fmt(hi, unit)}"
     head = f"{_fmt(delta, unit)} ({ci}), p={p:.3g}"
-    mag = f"{abs(bad):g}{' %' if unit == '%' else ' pt'}"
+    band = f"{_fmt(min(bad, mirror(bad, unit)), unit)} .. {_fmt(max(bad, mirror(bad, unit)), unit)}"
     if verdict == "regressed":
         return f"{head} < {alpha:g} and beyond the {_fmt(bad, unit)} threshold"
     if verdict == "improved":
-        return f"{head} < {alpha:g} and beyond the {_fmt(-bad, unit)} mirror threshold"
+        return f"{head} < {alpha:g} and beyond the {_fmt(mirror(bad, unit), unit)} mirror threshold"
     if verdict == "unchanged":
         extra = " (significant, but smaller than the threshold)" if p < alpha else ""
-        return f"{head}; the CI lies inside ±{mag}{extra}"
+        return f"{head}; the CI lies inside {band}{extra}"
     if p < alpha:
-        return f"{head}: significant but the estimate is within ±{mag} and the CI is not; need more runs"
-    return f"{head}: not significant at {alpha:g} and the CI reaches beyond ±{mag}; need more runs"
+        return f"{head}: significant but the estimate is within {band} and the CI is not; need more runs"
+    return f"{head}: not significant at {alpha:g} and the CI reaches beyond {band}; need more runs"
 
 
 def _inconclusive(metric: str, kind: Kind, n_b: int, n_n: int, bad: float, method: str, note: str,
@@ -419,11 +430,6 @@ class NightVariance:
     df_within: float
     n_sources: int
     homogeneity_p: float | None = None
-    #: The metric's pooled response to the machine's speed (log per log of the night's machine factor):
-    #: on 2 busy CPU cores a slower night raises the speedup of some methods. Tonight's expected shift
-    #: ``slope·(f_tonight − f̄_baseline)`` is taken out before comparing; ``slope_var`` is its variance.
-    slope: float = 0.0
-    slope_var: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values."""
@@ -454,14 +460,11 @@ def night_components(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Ki
 
 
 def estimate_night_variance(metric: str, files: Sequence[Sequence[Sequence[Any]]], *,
-                            kind: Kind | None = None,
-                            factors: Sequence[Sequence[float]] | None = None) -> NightVariance | None:
+                            kind: Kind | None = None) -> NightVariance | None:
     """Pool :func:`night_components` over every stored file of a profile (each a list of nights).
 
-    ``factors`` (per file, one log machine factor per night) fits one pooled slope of the night means on
-    the machine's speed and leaves the residual night variance. None when no file has 2 nights and
-    within-night df together (no night-to-night variance is known: the caller falls back to comparing
-    runs and says so)."""
+    None when no file has 2 nights and within-night df together (no night-to-night variance is known:
+    the caller falls back to comparing runs and says so)."""
     kind = _check_kind(metric, kind)
     comps = [c for c in (night_components(metric, f, kind=kind) for f in files) if c is not None]
     dfb = sum(c[1] for c in comps)
@@ -469,33 +472,16 @@ def estimate_night_variance(metric: str, files: Sequence[Sequence[Sequence[Any]]
     if dfb < 1 or dfw < 1:
         return None
     within = sum(c[2] for c in comps) / dfw
-    tables: list[tuple[np.ndarray, np.ndarray, float]] = []  # (night means, factors, mean 1/n)
-    for i, f in enumerate(files):
-        xs = [_scale(kind, s) for s in _sessions(metric, f, kind) if len(s)]
-        fs = [float(x) for x in (factors[i] if factors is not None else [0.0] * len(xs))]
-        if len(fs) != len(xs):
-            raise ConfigError(f"metric {metric!r}: file {i} has {len(xs)} nights but {len(fs)} machine factors")
-        if len(xs) >= 2:
-            tables.append((np.array([x.mean() for x in xs]), np.array(fs), float(np.mean([1 / x.size for x in xs]))))
-    sxx = sum(float(((fs - fs.mean()) ** 2).sum()) for _, fs, _ in tables)
-    slope = slope_var = 0.0
-    if sxx > 1e-9 and dfb > 1:
-        slope = sum(float(((fs - fs.mean()) * (m - m.mean())).sum()) for m, fs, _ in tables) / sxx
-    resid = [(m - slope * fs, h) for m, fs, h in tables]
-    df_b = dfb - (1 if slope else 0)
-    ms = sum(float(((r - r.mean()) ** 2).sum()) for r, _ in resid) / max(df_b, 1)
-    h_bar = float(np.mean([h for _, h in resid])) if resid else 0.0
+    groups = [np.array([x.mean() for x in xs]) for xs in
+              ([_scale(kind, s) for s in _sessions(metric, f, kind) if len(s)] for f in files) if len(xs) >= 2]
+    ms = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / dfb
+    h_bar = float(np.mean([c[4] for c in comps if c[1] > 0]))
     between = max(0.0, ms - within * h_bar)
-    if slope:
-        # Files share their nights, so their residuals are not independent: count the slope's information
-        # as one file's, not the sum over files (conservative).
-        slope_var = ms * len(tables) / sxx
-    groups = [r for r, _ in resid]
     homog = None
     if len(groups) >= 2 and all(np.ptp(g) > 0 for g in groups):
         homog = float(sps.bartlett(*groups).pvalue)
-    return NightVariance(between=between, df_between=float(max(df_b, 1)), within=within, df_within=float(dfw),
-                         n_sources=len(comps), homogeneity_p=homog, slope=slope, slope_var=slope_var)
+    return NightVariance(between=between, df_between=float(dfb), within=within, df_within=float(dfw),
+                         n_sources=len(comps), homogeneity_p=homog)
 
 
 def _nights_core(means: np.ndarray, h_b: float, xn: np.ndarray, s_w2: float, df_w: float, sig_n2: float,
@@ -540,7 +526,8 @@ def can_settle(v: Verdict, n_max: int, alpha: float) -> bool:
         return False
     kind: Kind = "acceptance" if v.unit == "points" else "rate"
     se = math.sqrt(v.var_fixed + v.var_run / n_max)
-    q = float(sps.t.ppf(1.0 - alpha, v.df or 1.0)) * se
+    df = (v.df or 1.0) + max(0, n_max - v.n_now)  # the extra runs add their df too
+    q = float(sps.t.ppf(1.0 - alpha, df)) * se
     d = abs(_to_scale(kind, v.delta))
     thr = abs(_to_scale(kind, v.threshold or 0.0))
     return d + q < thr or (d > thr and d > q)
@@ -552,16 +539,14 @@ def can_settle(v: Verdict, n_max: int, alpha: float) -> bool:
 def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[float], *,
             kind: Kind | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS, alpha: float = 0.05,
             look: int = 1, max_looks: int = 1, prior: Prior | None = None,
-            nights: NightVariance | None = None, night_factors: Sequence[float] | None = None,
-            tonight_factor: float | None = None) -> Verdict:
+            nights: NightVariance | None = None) -> Verdict:
     """One metric's verdict: ``baseline`` is a list of sessions (each a list of per-run values), ``now``
     tonight's runs. ``look``/``max_looks`` apply the sequential split (:func:`alpha_for_look`): the
     reported ``p`` is multiplied by ``max_looks`` so it stays comparable with ``alpha`` in :func:`adjust`.
     ``prior`` moderates the variance (module docstring): of the runs for a one-session baseline, of the
     session means for several sessions. ``nights`` (the profile's pooled night-to-night variance, see
     :class:`NightVariance`) compares tonight's mean with the baseline's night means, whatever their number,
-    and takes precedence over ``prior``. ``night_factors`` (one log machine factor per non-empty baseline
-    night) and ``tonight_factor`` apply the pooled slope on the machine's speed (``nights.slope``).
+    and takes precedence over ``prior``.
     """
     kind = _check_kind(metric, kind)
     sessions = _sessions(metric, baseline, kind)
@@ -594,16 +579,16 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         # min/max so rounding in the means cannot put delta outside its own range
         lo = min(d, float(_natural(kind, xn.min() - units_b.max())))
         hi = max(d, float(_natural(kind, xn.max() - units_b.min())))
-        tol, mag = thresholds.exact_tolerance, abs(bad)
+        tol, good = thresholds.exact_tolerance, mirror(bad, unit)
         sign = math.copysign(1.0, bad)
         if abs(d) <= tol:
             v, why = "unchanged", f"|{d:.3g}| <= tolerance {tol:g}"
-        elif sign * d > mag:
+        elif sign * d > sign * bad:
             v, why = "regressed", f"worse than the {_fmt(bad, unit)} threshold"
-        elif -sign * d > mag:
-            v, why = "improved", f"better than the {_fmt(-bad, unit)} mirror threshold"
+        elif sign * d < sign * good:
+            v, why = "improved", f"better than the {_fmt(good, unit)} mirror threshold"
         else:
-            v, why = "inconclusive", f"beyond tolerance {tol:g} but within ±{mag:g}"
+            v, why = "inconclusive", f"beyond tolerance {tol:g} but within {_fmt(bad, unit)} .. {_fmt(good, unit)}"
         note = (f"near-deterministic (sd {sd_b:.2f}/{sd_n:.2f} <= {thresholds.exact_sd:g} {unit}): exact rule, "
                 f"{_fmt(d, unit)} {why}; CI is the range of differences; {what}")
         return Verdict(metric, v, base_c, now_c, d, lo, hi, None, n_b, n_n, unit, f"exact/{unit_name}",
@@ -622,28 +607,15 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
             own_b = float(np.var(means, ddof=1)) - own_w * h_b
             if own_b > sig_n2:
                 sig_n2, df_n, whose = own_b, float(len(xs) - 1), "this test's own (files disagree)"
-        shift_note = ""
-        xn_adj = xn
-        if nights.slope and night_factors is not None and tonight_factor is not None:
-            fs = np.asarray([float(f) for f in night_factors], dtype=float)
-            if fs.size != means.size:
-                raise ConfigError(f"metric {metric!r}: {means.size} baseline nights but {fs.size} machine factors")
-            means = means - nights.slope * fs
-            xn_adj = xn - nights.slope * tonight_factor
-            lever = tonight_factor - float(fs.mean())
-            sig_n2 = sig_n2 + nights.slope_var * lever ** 2 * len(xs) / (len(xs) + 1)
-            shift_note = (f"; machine-speed slope {nights.slope:+.3g} (log per log): tonight's factor "
-                          f"{math.exp(tonight_factor):.3f} vs the baseline nights' {math.exp(float(fs.mean())):.3f} "
-                          f"moves the expected value {_fmt(float(_natural(kind, nights.slope * lever)), unit)}")
-        d, lo, hi, p, var_fixed, var_run, df = _nights_core(means, h_b, xn_adj, s_w2, df_w, sig_n2, df_n, a)
+        d, lo, hi, p, var_fixed, var_run, df = _nights_core(means, h_b, xn, s_w2, df_w, sig_n2, df_n, a)
         p_rep = float(min(1.0, p * max_looks))
         d_n, lo_n, hi_n = (float(_natural(kind, v)) for v in (d, lo, hi))
-        v = str(_decide(d_n, lo_n, hi_n, p_rep, bad, alpha))
+        v = str(_decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
         level = 100.0 * (1.0 - 2.0 * a)
         what = (f"unit: night mean (baseline {len(xs)} night(s) of {sum(len(s) for s in xs)} runs, "
                 f"{n_n} runs now); night-to-night sd {100 * math.sqrt(sig_n2):.3g} % ({whose}, "
                 f"{nights.n_sources} stored baselines, {df_n:.0f} df), run sd {100 * math.sqrt(s_w2):.3g} %")
-        note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}{shift_note}"
+        note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
         if max_looks > 1:
             note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
         return Verdict(metric, v, base_c, now_c, d_n, lo_n, hi_n, p_rep, len(xs), n_n, unit,
@@ -673,7 +645,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         df_v = (vb + vn / n_n) ** 2 / den if den > 0 else float(n_b + n_n - 2)
     p_rep = float(min(1.0, float(p) * max_looks))
     d_n, lo_n, hi_n = (float(_natural(kind, v)) for v in (d, lo, hi))
-    v = str(_decide(d_n, lo_n, hi_n, p_rep, bad, alpha))
+    v = str(_decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
     level = 100.0 * (1.0 - 2.0 * a)
     note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
     if prior is not None:
@@ -745,7 +717,7 @@ def adjust(verdicts: Sequence[Verdict], method: str = "bh", alpha: float = 0.05,
     unseen = f" ({m - len(idx)} not measured yet, taken as p=1)" if m > len(idx) else ""
     for i, pa in zip(idx, padj, strict=True):
         v = verdicts[i]
-        new = str(_decide(v.delta, v.ci_low, v.ci_high, pa, v.threshold, alpha))
+        new = str(_decide(v.delta, v.ci_low, v.ci_high, pa, v.threshold, alpha, v.unit))
         change = f", {v.verdict} -> {new}" if new != v.verdict else ""
         note = f"{v.note}; {name} over {m} tests{unseen}: p {v.p:.3g} -> {pa:.3g}{change}"
         out[i] = dataclasses.replace(v, verdict=new, p=float(pa), note=note)

@@ -114,7 +114,8 @@ def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
     kinds: dict[str, float] = {}
     per_metric: dict[str, float] = {}
     for layer in layers:
-        for name, value in layer.items():
+        # Within a layer a metric beats its kind whatever the order: `speedup=15 rate=40` keeps 15.
+        for name, value in sorted(layer.items(), key=lambda item: item[0] not in KINDS):
             if name in KINDS:
                 kinds[_KIND_FIELD[name]] = value
                 # a kind set by a later layer beats an earlier per-metric value of that kind
@@ -250,22 +251,19 @@ def machine_factor(deviations: Iterable[float], threshold: float, alpha: float) 
     return MachineFactor(mean, mean - q, mean + q, len(d), threshold, 100 * (1 - 2 * alpha))
 
 
-def _sessions_of(baseline: dict[str, Any], factors: Mapping[str, float]
-                 ) -> tuple[dict[str, list[list[float]]], dict[str, list[float]]]:
-    """metric → per-night values of a stored file (absolute figures with each night's machine factor
-    divided out), and metric → those nights' machine factors (log), aligned."""
+def _sessions_of(baseline: dict[str, Any], factors: Mapping[str, float]) -> dict[str, list[list[float]]]:
+    """metric → per-night values of a stored file, absolute figures with each night's machine factor
+    divided out."""
     from .baselines import metric_values
 
     out: dict[str, list[list[float]]] = {}
-    night_f: dict[str, list[float]] = {}
     for entry in baseline["sessions"]:
         f = factors.get(entry.get("started", ""), 0.0)
         for name, vals in metric_values(entry).items():
             if name in ABSOLUTE and f:
                 vals = [v * _absolute_scale(name, f) for v in vals]
             out.setdefault(name, []).append(vals)
-            night_f.setdefault(name, []).append(f)
-    return out, night_f
+    return out
 
 
 def night_variances(files: Iterable[dict[str, Any]], factors: Mapping[str, float]) -> dict[str, NightVariance]:
@@ -273,17 +271,13 @@ def night_variances(files: Iterable[dict[str, Any]], factors: Mapping[str, float
     from .stats import estimate_night_variance
 
     per_metric: dict[str, list[list[list[float]]]] = {}
-    per_factors: dict[str, list[list[float]]] = {}
     for data in files:
-        sessions_by, factors_by = _sessions_of(data, factors)
-        for name, sessions in sessions_by.items():
+        for name, sessions in _sessions_of(data, factors).items():
             per_metric.setdefault(name, []).append(sessions)
-            per_factors.setdefault(name, []).append(factors_by[name])
     out: dict[str, NightVariance] = {}
     for name, tables in per_metric.items():
         try:
-            # Absolute figures already have the machine factor divided out; the others learn their slope.
-            nv = estimate_night_variance(name, tables, factors=None if name in ABSOLUTE else per_factors[name])
+            nv = estimate_night_variance(name, tables)
         except ConfigError:
             continue  # a bad value is reported by the verdict of that file's own test
         if nv is not None:
@@ -308,7 +302,7 @@ def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thres
     factors = factors or {}
     gate = set(gate)
     now_vals = metric_values(now)
-    base_sessions, base_factors = _sessions_of(baseline, factors)
+    base_sessions = _sessions_of(baseline, factors)
     out = []
     for name in sorted(now_vals, key=metric_order):
         sessions = base_sessions.get(name, [])
@@ -321,12 +315,8 @@ def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thres
         # Only the run unit is moderated: run-to-run noise is independent between tests, while the
         # night-to-night shift is shared by every test of the machine.
         prior = (priors or {}).get(("run", name)) if len(sessions) <= 1 and nv is None else None
-        covariate = name not in ABSOLUTE and tonight_log is not None
         v = compare(name, sessions or [[]], values, thresholds=thresholds, alpha=alpha,
-                    look=look, max_looks=max_looks, prior=prior, nights=nv,
-                    night_factors=[f for f, vals in zip(base_factors.get(name, []), sessions) if vals]
-                    if covariate else None,
-                    tonight_factor=tonight_log if covariate else None)
+                    look=look, max_looks=max_looks, prior=prior, nights=nv)
         family = "gated" if name.split("[", 1)[0] in gate or name in gate else "shown"
         out.append(dataclasses.replace(v, family=family, note=v.note + note))
     return out

@@ -1,0 +1,85 @@
+"""The gate's statistics as pure functions: the log-symmetric mirror threshold, threshold layering,
+pooled night-to-night variance, and when another look can settle a verdict."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_specdec.stats import Verdict, _decide, can_settle, estimate_night_variance, mirror
+from pytest_specdec.verdicts import build_thresholds
+
+
+def test_mirror_is_the_same_distance_on_the_log_scale() -> None:
+    assert mirror(-25.0, "%") == pytest.approx(100 / 0.75 - 100)  # a 25 % drop mirrors to a 33.3 % rise
+    assert mirror(40.0, "%") == pytest.approx(100 / 1.4 - 100)  # a 40 % latency rise mirrors to -28.6 %
+    assert mirror(-2.0, "points") == 2.0  # acceptance is compared on its raw scale
+
+
+@pytest.mark.parametrize(("delta", "lo", "hi", "p", "expected"), [
+    (30.0, 26.0, 32.0, 0.001, "unchanged"),  # significant, inside -25 .. +33.3 %: not an improvement
+    (30.0, 20.0, 40.0, 0.001, "inconclusive"),  # the CI reaches past +33.3 %
+    (36.0, 34.0, 38.0, 0.001, "improved"),
+    (-26.0, -30.0, -22.0, 0.001, "regressed"),
+    (-26.0, -30.0, -22.0, 0.2, "inconclusive"),  # beyond the threshold but not significant
+    (-20.0, -24.0, -16.0, 0.001, "unchanged"),
+])
+def test_decision_uses_the_threshold_and_its_mirror(delta: float, lo: float, hi: float, p: float,
+                                                    expected: str) -> None:
+    assert str(_decide(delta, lo, hi, p, -25.0, 0.05, "%")) == expected
+
+
+def test_latency_band_is_mirrored_below() -> None:
+    # +40 % is the bad side of a latency; the good side ends at -28.6 %, so a CI down to -30 % is not inside.
+    assert str(_decide(-10.0, -30.0, 10.0, 0.3, 40.0, 0.05, "%")) == "inconclusive"
+    assert str(_decide(-10.0, -28.0, 10.0, 0.3, 40.0, 0.05, "%")) == "unchanged"
+
+
+@pytest.mark.parametrize("layer", [{"speedup": 15.0, "rate": 40.0}, {"rate": 40.0, "speedup": 15.0}])
+def test_a_metric_beats_its_kind_within_one_layer(layer: dict[str, float]) -> None:
+    t = build_thresholds(layer)
+    assert t.bad_side("speedup", "rate") == -15.0 and t.bad_side("output_tok_s", "rate") == -40.0
+
+
+def test_a_later_kind_still_beats_an_earlier_metric() -> None:
+    t = build_thresholds({"speedup": 15.0}, {"rate": 40.0})
+    assert t.bad_side("speedup", "rate") == -40.0
+
+
+def test_pooled_night_variance_recovers_known_components() -> None:
+    """100 files of 3 nights x 4 runs, night sd 0.05 and run sd 0.10 on the log scale."""
+    rng = np.random.default_rng(1)
+    files = []
+    for _ in range(100):
+        nights = []
+        for _ in range(3):
+            shift = rng.normal(0.0, 0.05)
+            nights.append(list(np.exp(1.0 + shift + rng.normal(0.0, 0.10, 4))))
+        files.append(nights)
+    nv = estimate_night_variance("speedup", files)
+    assert nv is not None and nv.df_between == 200 and nv.df_within == 900 and nv.n_sources == 100
+    assert math.sqrt(nv.within) == pytest.approx(0.10, rel=0.15)
+    assert math.sqrt(nv.between) == pytest.approx(0.05, rel=0.35)
+
+
+def test_no_night_variance_without_two_nights() -> None:
+    assert estimate_night_variance("speedup", [[[1.0, 1.1, 1.2]]]) is None
+
+
+def _inconclusive(delta: float, var_fixed: float, var_run: float, n_now: int, df: float) -> Verdict:
+    return Verdict("speedup", "inconclusive", 1.0, 1.0, delta, None, None, 0.5, 3, n_now, "%", "nights-t-log/night",
+                   -25.0, "", var_fixed=var_fixed, var_run=var_run, df=df)
+
+
+def test_a_look_is_useful_only_when_it_can_settle() -> None:
+    # Near zero with a run variance that dominates: more runs narrow the CI inside the band.
+    assert can_settle(_inconclusive(1.0, 0.001, 0.03, 3, 4.0), 12, 0.05)
+    # The night-to-night part alone is wider than the band: no number of runs helps.
+    assert not can_settle(_inconclusive(1.0, 0.05, 0.03, 3, 4.0), 12, 0.05)
+    # A run-level comparison at 2 runs has 1 df; the planned runs bring their own df.
+    assert can_settle(_inconclusive(1.0, 0.0005, 0.02, 2, 1.0), 12, 0.05)
+    # Not inconclusive: nothing to settle.
+    assert not can_settle(Verdict("speedup", "unchanged", 1.0, 1.0, 0.0, -1.0, 1.0, 0.5, 3, 3, "%", "m", -25.0, ""),
+                          12, 0.05)
