@@ -853,11 +853,12 @@ class SpecDecSession:
                 return "specdec: " + msg
             warnings.warn(SpecDecWarning(f"{nodeid}: {msg}"), stacklevel=1)
             return None
-        bad = [v for v in c.verdicts if v.verdict == "regressed" and v.family == "gated"]
-        if bad:
+        from .verdicts import gated_with
+
+        if gated_with(c.verdicts, "regressed"):
             c.failed = True
             return self.regression_message(nodeid, c, c.verdicts)
-        open_ = [v for v in c.verdicts if v.verdict == "inconclusive" and v.family == "gated"]
+        open_ = gated_with(c.verdicts, "inconclusive")
         if open_:
             from .verdicts import guard_text
 
@@ -875,9 +876,9 @@ class SpecDecSession:
         return None
 
     def regression_message(self, nodeid: str, c: BaselineCheck, verdicts: list[Verdict]) -> str:
-        from .verdicts import attribution, table, under_test_diff
+        from .verdicts import attribution, gated_with, table, under_test_diff
 
-        bad = [v for v in verdicts if v.verdict == "regressed" and v.family == "gated"]
+        bad = gated_with(verdicts, "regressed")
         assert c.baseline is not None
         sessions = c.baseline["sessions"]
         unit = "session means" if len(sessions) > 1 else "runs"
@@ -907,7 +908,7 @@ class SpecDecSession:
         """Session end: final adjustment over the whole family, queued baseline writes, summary lines."""
         from .baselines import Pending
 
-        from .verdicts import evaluate, machine_factor
+        from .verdicts import evaluate, gated_with, machine_factor
 
         lines: list[str] = []
         checked = [(n, r) for n, r in self.records.items() if r.baseline is not None]
@@ -935,7 +936,7 @@ class SpecDecSession:
             c = record.baseline
             assert c is not None
             c.final = self._adjusted(nodeid, final=True) if c.raw else []
-            late = [v for v in c.final if v.verdict == "regressed"]
+            late = gated_with(c.final, "regressed")  # a shown metric never fails the session
             if (late and c.check and not c.failed and not self._updating_all() and c.status == "compared"):
                 self.late_regressions.append(nodeid)
                 lines.append(self.regression_message(nodeid, c, c.final).replace(

@@ -392,6 +392,12 @@ def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI") -> str:
     return "\n".join(lines)
 
 
+def gated_with(verdicts: Iterable[Verdict], verdict: str) -> list[Verdict]:
+    """The gated verdicts that are ``verdict``: only these fail a test or the session (a shown metric
+    that regresses is reported, never a failure)."""
+    return [v for v in verdicts if v.family == "gated" and v.verdict == verdict]
+
+
 def attribution(verdicts: Iterable[Verdict]) -> str:
     """Which arm moved: the reference decoding, the speedup, the acceptance, and what that points at."""
     by = {v.metric: v for v in verdicts}

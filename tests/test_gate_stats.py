@@ -83,3 +83,23 @@ def test_a_look_is_useful_only_when_it_can_settle() -> None:
     # Not inconclusive: nothing to settle.
     assert not can_settle(Verdict("speedup", "unchanged", 1.0, 1.0, 0.0, -1.0, 1.0, 0.5, 3, 3, "%", "m", -25.0, ""),
                           12, 0.05)
+
+
+def test_only_gated_verdicts_fail() -> None:
+    """A shown metric that regresses (alone, or only once the session's whole family is known) is reported
+    but never fails the test or the session: the session's end uses the same helper as the test's end."""
+    from pytest_specdec.verdicts import gated_with
+
+    def v(metric: str, verdict: str, family: str) -> Verdict:
+        return Verdict(metric, verdict, 1.0, 0.5, -50.0, -60.0, -40.0, 0.001, 5, 3, "%", "m", -25.0, "",
+                       family=family)
+
+    shown = v("ttft_p95_ms", "regressed", "shown")
+    gated = v("speedup", "regressed", "gated")
+    assert gated_with([shown, v("speedup", "unchanged", "gated")], "regressed") == []
+    assert gated_with([shown, gated], "regressed") == [gated]
+    import inspect
+
+    from pytest_specdec.session import SpecDecSession
+
+    assert 'late = gated_with(c.final, "regressed")' in inspect.getsource(SpecDecSession.finalize)
