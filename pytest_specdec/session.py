@@ -672,10 +672,18 @@ class SpecDecSession:
     def nights(self) -> dict[str, NightVariance]:
         """Per metric, the night-to-night variance pooled over the profile's stored baselines."""
         if self._nights is None:
-            from .verdicts import night_variances
+            from .verdicts import night_variances, with_floor
 
-            self._nights = night_variances(self.stored(), self.night_factors())
+            self._nights = with_floor(night_variances(self.stored(), self.night_factors()), self.min_night_sd())
         return self._nights
+
+    def min_night_sd(self) -> float:
+        """The profile's floor on the night-to-night sd of log-scale metrics, in % (0: none)."""
+        raw = self.profile.raw.get("verdicts", {}).get("min_night_sd", 0.0)
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw < 100:
+            raise ConfigError(f"profile {self.profile.path}: [verdicts] min_night_sd must be a number of % in "
+                              f"[0, 100), got {raw!r}")
+        return float(raw)
 
     def _machine_log(self) -> float | None:
         """The machine factor (log) from every test compared so far (the session's, once all are in)."""

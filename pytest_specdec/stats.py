@@ -430,6 +430,7 @@ class NightVariance:
     df_within: float
     n_sources: int
     homogeneity_p: float | None = None
+    floor: bool = False  # ``between`` is the profile's floor (min_night_sd), not the pooled estimate
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values."""
@@ -601,7 +602,8 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         own_w = ss / dfw if dfw > 0 else 0.0
         s_w2 = max((nights.df_within * nights.within + ss) / (nights.df_within + dfw), own_w)
         df_w = nights.df_within + dfw
-        sig_n2, df_n, whose = nights.between, nights.df_between, "pooled"
+        sig_n2, df_n = nights.between, nights.df_between
+        whose = "the profile's floor, min_night_sd" if nights.floor else "pooled"
         h_b = float(np.mean([1.0 / len(s) for s in xs]))
         if (len(xs) > 1 and nights.homogeneity_p is not None and nights.homogeneity_p < HOMOGENEITY_P):
             own_b = float(np.var(means, ddof=1)) - own_w * h_b

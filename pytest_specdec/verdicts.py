@@ -285,6 +285,21 @@ def night_variances(files: Iterable[dict[str, Any]], factors: Mapping[str, float
     return out
 
 
+def with_floor(nights: Mapping[str, NightVariance], min_sd_pct: float) -> dict[str, NightVariance]:
+    """Night variances of log-scale metrics raised to at least ``min_sd_pct`` % sd. Stored nights recorded
+    close together in time spread less than real nights do (docs/validation.md), and an underestimated
+    night variance turns a quiet night into false `regressed` verdicts; the profile's floor says how far
+    its nights are known to move."""
+    import dataclasses
+
+    from .stats import kind_of
+
+    floor = math.log1p(min_sd_pct / 100.0) ** 2
+    return {name: (dataclasses.replace(nv, between=floor, floor=True)
+                   if floor > nv.between and kind_of(name) != "acceptance" else nv)
+            for name, nv in nights.items()}
+
+
 def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thresholds, alpha: float,
              look: int = 1, max_looks: int = 1, priors: Mapping[tuple[str, str], Prior] | None = None,
              nights: Mapping[str, NightVariance] | None = None, factors: Mapping[str, float] | None = None,

@@ -103,3 +103,43 @@ def test_only_gated_verdicts_fail() -> None:
     from pytest_specdec.session import SpecDecSession
 
     assert 'late = gated_with(c.final, "regressed")' in inspect.getsource(SpecDecSession.finalize)
+
+
+# ---- the gate simulation (full-size figures: scripts/gate_simulation.py, docs/validation.md) -----
+
+
+@pytest.fixture(scope="module")
+def gate_sim():  # type: ignore[no-untyped-def]
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gate_simulation.py"
+    spec = importlib.util.spec_from_file_location("gate_simulation", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gate_simulation_measures_the_stored_noise(gate_sim) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    noise = gate_sim.measured_noise(Path(__file__).resolve().parents[1] / "baselines" / "cpu")
+    assert 0.03 < noise.run["speedup"] < 0.3 and 0.03 < noise.run["e2e_p95_ratio"] < 0.5
+    assert all(v >= 0 for d in (noise.night, noise.shared) for v in d.values())
+
+
+def test_gate_simulation_aa_and_power(gate_sim) -> None:  # type: ignore[no-untyped-def]
+    """Seeded, small: no false `regressed` in A/A suites at CPU noise, a lone -40 % speedup drop caught,
+    and at GPU-like noise a lone -10 % drop caught."""
+    rng = np.random.default_rng(3)
+    cpu = gate_sim.Noise(run={"speedup": 0.10, "e2e_p95_ratio": 0.13, "acceptance_rate": 0.004},
+                         night={"speedup": 0.02, "e2e_p95_ratio": 0.0, "acceptance_rate": 0.0},
+                         shared={"speedup": 0.0, "e2e_p95_ratio": 0.0, "acceptance_rate": 0.0})
+    aa = gate_sim.scenario(rng, 60, cpu, "cpu", 5)
+    assert aa["false_regressed"] <= 0.05 and aa["speedup_unchanged"] >= 0.85
+    assert gate_sim.scenario(rng, 40, cpu, "cpu", 5, 0.60)["caught"] >= 0.9
+    assert gate_sim.scenario(rng, 40, cpu, "cpu", 5, 0.90)["caught"] <= 0.1  # inside the 25 % threshold
+    assert gate_sim.scenario(rng, 40, gate_sim.gpu_noise(), "h100", 5, 0.90)["caught"] >= 0.9

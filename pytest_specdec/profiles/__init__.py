@@ -39,7 +39,7 @@ SCHEMA: dict[str, frozenset[str]] = {
     "methods.*": frozenset({"speculative_config"}),
     # num_prompts / max_tokens: the workload size of tests whose marker does not set them
     "matrix": frozenset({"k", "temperature", "concurrency", "runs", "num_prompts", "max_tokens"}),
-    "verdicts": frozenset({"max_runs", "thresholds"}),
+    "verdicts": frozenset({"max_runs", "thresholds", "min_night_sd"}),
     "timings": frozenset({"server_start_s", "stream_tok_s", "max_tok_s", "run_overhead_s"}),
     # co_resident = false: the reference and spec servers cannot be alive at once (arms alternate in blocks)
     # client_cpus = N (cpu profiles): the first N CPUs are left to the client, the servers start on the rest

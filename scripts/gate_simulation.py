@@ -1,0 +1,253 @@
+"""Simulated false alarms and power of the speed gate, decided by pytest_specdec.stats itself.
+
+    .venv/bin/python scripts/gate_simulation.py [--suites 1000] [--power-suites 400] [--seed 7]
+
+One simulated suite is what `pytest suites/` runs against stored baselines: 19 tests, each with the
+gated family (speedup, P95 E2E ratio spec/reference, acceptance rate). Every stored file holds J nights
+of the profile's `runs` interleaved pairs; tonight takes as many, and each further look (2 more pairs,
+up to `max_runs`) only when ``next_look_useful`` says it could settle a gated verdict (alpha split over
+the planned looks). The night
+variances are pooled over the suite's 19 simulated files (``estimate_night_variance``, never tonight,
+raised to the profile's ``min_night_sd``),
+each metric goes through ``compare(..., nights=)`` and the session's gated family through BH
+(``adjust``), as in the plugin.
+
+Noise: each metric's run-to-run and night-to-night sd, and the share of the night effect common to all
+tests, are measured on the stored baselines (printed first). Every night the machine also runs at a
+speed drawn from 0.75x to 1.25x for both arms; it multiplies both arms' tok/s and E2E times, so it
+divides out of the per-pair ratios, as on the real machine where only the measured residual is left.
+The GPU-like rows use a 3 % run CV and a 1 % night sd instead, with the h100 profile's thresholds and runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from pytest_specdec.stats import (  # noqa: E402
+    Thresholds,
+    adjust,
+    alpha_for_look,
+    compare,
+    detectable,
+    estimate_night_variance,
+    kind_of,
+    next_look_useful,
+    planned_looks,
+)
+from pytest_specdec.verdicts import (  # noqa: E402
+    GATED,
+    build_thresholds,
+    night_factors,
+    night_variances,
+    with_floor,
+)
+
+TESTS = 19
+STORED_RUNS = 3  # pairs per stored night in baselines/cpu
+ALPHA = 0.05
+# True levels (the simulation's truth; only the ratios to them matter).
+LEVEL = {"speedup": 1.0, "e2e_p95_ratio": 1.0, "acceptance_rate": 0.6}
+REF_TOK_S, REF_E2E_MS = 200.0, 400.0
+
+
+@dataclass(frozen=True)
+class Noise:
+    """sd on the comparison scale (log for ratios, fraction for acceptance) per gated metric."""
+
+    run: dict[str, float]
+    night: dict[str, float]  # a test's own night effect
+    shared: dict[str, float]  # the part of the night effect every test shares
+
+
+def measured_noise(directory: Path) -> Noise:
+    """Run, night and shared-night sd of the gated metrics, pooled over a profile's stored baselines."""
+    files = [json.loads(Path(f).read_text()) for f in sorted(glob.glob(str(directory / "*" / "*.json")))]
+    if not files:
+        raise SystemExit(f"no stored baselines under {directory}")
+    nv = night_variances(files, night_factors(files))
+    # Acceptance repeats exactly run to run at temperature 0 (the exact rule, no p-value); every simulated
+    # test gets the noise of the stored tests where it does vary, which is the harder case for the gate.
+    varying = [f for f in files if any(len(set(_values(e, "acceptance_rate"))) > 1 for e in f["sessions"])]
+    nv["acceptance_rate"] = night_variances(varying, night_factors(files))["acceptance_rate"]
+    run = {m: math.sqrt(nv[m].within) for m in GATED}
+    night: dict[str, float] = {}
+    shared: dict[str, float] = {}
+    for m in GATED:
+        # The night effect every test shares: the spread of each night's mean deviation over the files,
+        # less what the tests' own night and run noise leave in such a mean.
+        scale = math.log if kind_of(m) != "acceptance" else float
+        devs: dict[str, list[float]] = {}
+        for data in varying if m == "acceptance_rate" else files:
+            means = {e["started"]: sum(map(scale, v)) / len(v) for e in data["sessions"] if (v := _values(e, m))}
+            mu = sum(means.values()) / len(means) if len(means) > 1 else None
+            for k, x in means.items() if mu is not None else ():
+                devs.setdefault(k, []).append(x - mu)
+        spread = float(np.var([np.mean(v) for v in devs.values()], ddof=1))
+        own = (nv[m].between + nv[m].within / STORED_RUNS) / np.mean([len(v) for v in devs.values()])
+        shared[m] = math.sqrt(max(0.0, spread - own))
+        night[m] = math.sqrt(max(0.0, nv[m].between - shared[m] ** 2))  # the pooled between holds both
+    return Noise(run, night, shared)
+
+
+def _values(entry: dict, metric: str) -> list[float]:
+    from pytest_specdec.baselines import metric_values
+
+    return metric_values(entry).get(metric, [])
+
+
+def gpu_noise() -> Noise:
+    """GPU-like: 3 % run CV and 1 % night sd on the ratios, 0.5 / 0.3 points on acceptance; no shared part."""
+    return Noise(run={"speedup": 0.03, "e2e_p95_ratio": 0.03, "acceptance_rate": 0.005},
+                 night={"speedup": 0.01, "e2e_p95_ratio": 0.01, "acceptance_rate": 0.003},
+                 shared={"speedup": 0.0, "e2e_p95_ratio": 0.0, "acceptance_rate": 0.0})
+
+
+def profile_gate(name: str) -> tuple[Thresholds, list[int], float]:
+    """A profile's thresholds, planned looks (runs per arm at each look) and night sd floor (%)."""
+    raw = tomllib.loads((ROOT / "pytest_specdec" / "profiles" / f"{name}.toml").read_text())
+    runs, v = raw["matrix"]["runs"], raw["verdicts"]
+    return (build_thresholds(v["thresholds"]), planned_looks(runs, 2, v.get("max_runs", runs)),
+            float(v.get("min_night_sd", 0.0)))
+
+
+def _night(rng: np.random.Generator, noise: Noise, shared: dict[str, float], runs: int,
+           slowdown: float = 1.0, extra: float = 0.0) -> dict[str, list[float]]:
+    """One night of one test: per-run values of the gated metrics, with the machine's speed that night
+    applied to both arms before the ratios are taken."""
+    machine = rng.uniform(0.75, 1.25)
+    out: dict[str, list[float]] = {}
+    for m in GATED:
+        effect = rng.normal(0.0, noise.night[m]) + shared[m]
+        if m != "acceptance_rate":
+            effect += rng.normal(0.0, extra)
+        # half the pair's run variance on each arm: the ratio's run sd is noise.run[m]
+        e_ref = rng.normal(0.0, noise.run[m] / math.sqrt(2), runs)
+        e_spec = rng.normal(0.0, noise.run[m] / math.sqrt(2), runs)
+        if m == "acceptance_rate":
+            out[m] = list(LEVEL[m] + effect + e_spec * math.sqrt(2))
+        elif m == "speedup":
+            ref = REF_TOK_S * machine * np.exp(e_ref)
+            spec = REF_TOK_S * machine * LEVEL[m] * slowdown * np.exp(effect + e_spec)
+            out[m] = list(spec / ref)
+        else:  # P95 E2E ratio: a slower spec arm takes longer per request
+            ref = REF_E2E_MS / machine * np.exp(e_ref)
+            spec = REF_E2E_MS / machine * LEVEL[m] / slowdown * np.exp(effect + e_spec)
+            out[m] = list(spec / ref)
+    return out
+
+
+def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights: int, looks: list[int],
+          floor: float, slowdown: float = 1.0, extra: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One session: (verdicts [test, metric], runs per arm per test, speedup MDE per test). ``extra``: an
+    sd of tonight's own night effect on the ratios that the stored nights did not show (nights recorded
+    back to back understate it)."""
+    def shared_draw() -> dict[str, float]:
+        return {m: rng.normal(0.0, noise.shared[m]) for m in GATED}
+
+    stored = [[None] * nights for _ in range(TESTS)]
+    for j in range(nights):
+        sh = shared_draw()
+        for t in range(TESTS):
+            stored[t][j] = _night(rng, noise, sh, looks[0])
+    nv = with_floor({m: estimate_night_variance(m, [[night[m] for night in stored[t]] for t in range(TESTS)])
+                     for m in GATED}, floor)
+    sh = shared_draw()
+    tonight = [_night(rng, noise, sh, looks[-1], slowdown if t == 0 else 1.0, extra) for t in range(TESTS)]
+    raw, runs = [], np.zeros(TESTS, int)
+    for t in range(TESTS):
+        for look, n in enumerate(looks, start=1):
+            vs = [compare(m, [night[m] for night in stored[t]], tonight[t][m][:n], thresholds=thresholds,
+                          alpha=ALPHA, look=look, max_looks=len(looks), nights=nv[m]) for m in GATED]
+            runs[t] = n
+            if look < len(looks) and not next_look_useful(vs, n, looks[-1], alpha_for_look(ALPHA, look, len(looks))):
+                break
+        raw.extend(vs)
+    final = adjust(raw, "bh", ALPHA)
+    verdicts = np.array([v.verdict for v in final]).reshape(TESTS, len(GATED))
+    i = GATED.index("speedup")
+    mde = np.array([detectable("rate", v.threshold, v.var_fixed + v.var_run / v.n_now, v.df,
+                               ALPHA / (len(looks) * len(raw))) for v in final[i::len(GATED)]])
+    return verdicts, runs, mde
+
+
+def scenario(rng: np.random.Generator, suites: int, noise: Noise, profile: str, nights: int,
+             slowdown: float = 1.0, extra: float = 0.0) -> dict[str, float]:
+    """Share of suites with any gated `regressed` (any false call), speedup verdict shares, runs, MDE."""
+    thresholds, looks, floor = profile_gate(profile)
+    i = GATED.index("speedup")
+    truth = np.zeros((TESTS, len(GATED)), bool)  # cells whose true value changed
+    if slowdown != 1.0:
+        truth[0, i] = truth[0, GATED.index("e2e_p95_ratio")] = True
+    any_reg = any_call = caught = unchanged = 0.0
+    runs, mdes = [], []
+    for _ in range(suites):
+        v, r, mde = suite(rng, noise, thresholds, nights, looks, floor, slowdown, extra)
+        any_reg += bool((v[~truth] == "regressed").any())
+        any_call += bool(np.isin(v[~truth], ("regressed", "improved")).any())
+        caught += v[0, i] == "regressed"
+        unchanged += float((v[:, i] == "unchanged").mean())
+        runs.append(r.mean())
+        mdes.append(float(np.median(mde)))
+    return {"false_regressed": any_reg / suites, "any_call": any_call / suites, "caught": caught / suites,
+            "speedup_unchanged": unchanged / suites, "runs": float(np.mean(runs)), "mde": float(np.median(mdes))}
+
+
+DESCRIPTIONS = {
+    "aa": "A/A: suites with any gated false `regressed`",
+    "unchanged": "A/A: share of tests with speedup `unchanged`",
+    "power": "lone speedup drop in one test: share called `regressed`",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suites", type=int, default=1000, help="simulated suites per A/A row")
+    ap.add_argument("--power-suites", type=int, default=400, help="simulated suites per power row")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--baselines", type=Path, default=ROOT / "baselines" / "cpu")
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    cpu = measured_noise(args.baselines)
+    print(f"noise measured on {args.baselines} (sd on the comparison scale: log, or fraction for acceptance):")
+    for m in GATED:
+        print(f"  {m}: run {cpu.run[m]:.4f}, night {cpu.night[m]:.4f}, shared by all tests {cpu.shared[m]:.4f}")
+    rows = [("cpu", cpu, "cpu", 5, 1.0, 0.0), ("cpu", cpu, "cpu", 3, 1.0, 0.0),
+            ("cpu", cpu, "cpu", 5, 1.0, 0.05), ("cpu", cpu, "cpu", 5, 1.0, 0.10),
+            ("cpu", cpu, "cpu", 5, 0.80, 0.0), ("cpu", cpu, "cpu", 5, 0.70, 0.0), ("cpu", cpu, "cpu", 5, 0.60, 0.0),
+            ("gpu-like", gpu_noise(), "h100", 5, 1.0, 0.0), ("gpu-like", gpu_noise(), "h100", 5, 0.90, 0.0)]
+    (_, cpu_looks, cpu_floor), (_, gpu_looks, _) = profile_gate("cpu"), profile_gate("h100")
+    print(f"\n{TESTS} tests x {len(GATED)} gated metrics; pairs per look {cpu_looks} (cpu, night sd floor "
+          f"{cpu_floor:g} %), {gpu_looks} (h100); BH at alpha {ALPHA}; "
+          f"machine speed per night uniform in 0.75..1.25 for both arms\n")
+    print("| noise | thresholds | nights | tonight's extra night sd | true speedup change | suites | any false `regressed` | "
+          "any call | speedup `unchanged` | lone drop `regressed` | mean pairs | median speedup MDE |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for noise_name, noise, prof, nights, slow, extra in rows:
+        n = args.suites if slow == 1.0 else args.power_suites
+        t0 = time.monotonic()
+        r = scenario(rng, n, noise, prof, nights, slow, extra)
+        change = "none (A/A)" if slow == 1.0 else f"{100 * (slow - 1):+.0f} % in 1 test"
+        caught = "" if slow == 1.0 else f"{r['caught']:.3f}"
+        print(f"| {noise_name} | {prof} | {nights} | {extra:g} | {change} | {n} | {r['false_regressed']:.3f} | "
+              f"{r['any_call']:.3f} | {r['speedup_unchanged']:.3f} | {caught} | {r['runs']:.2f} | "
+              f"{r['mde']:.1f} % |", flush=True)
+        print(f"<!-- {time.monotonic() - t0:.0f} s -->", file=sys.stderr)
+    print("\n" + "\n".join(f"- {d}" for d in DESCRIPTIONS.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
