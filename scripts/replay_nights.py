@@ -4,7 +4,7 @@
 
 For every night index i present in every file, night i of each file plays "tonight" and the file's other
 nights are the baseline; the pooled night variances and machine factors come from those other nights
-only, as in a real session. Prints, per replayed night, how many gated verdicts of each kind the
+only, as in a real session, with the profile's night sd floor. Prints, per replayed night, how many gated verdicts of each kind the
 suite would get (after Benjamini-Hochberg over the gated family) and the median smallest speedup drop
 each test catches. No looks are replayed: tonight has the runs the night stored.
 """
@@ -27,8 +27,8 @@ from pytest_specdec.stats import adjust, detectable, kind_of  # noqa: E402
 PROFILES = Path(__file__).resolve().parents[1] / "pytest_specdec" / "profiles"
 
 
-def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], alpha: float = 0.05
-           ) -> tuple[Counter, list[float], str]:
+def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], floor: float = 0.0,
+           alpha: float = 0.05) -> tuple[Counter, list[float], str]:
     """(verdict counts per gated metric, speedup MDEs, machine-factor line) with night ``index`` as tonight."""
     base, now = {}, {}
     for path, data in files.items():
@@ -36,7 +36,7 @@ def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], alp
         rest = [e for j, e in enumerate(nights) if j != index % len(nights)]
         base[path], now[path] = dict(data, sessions=rest), nights[index]
     factors = V.night_factors(base.values())
-    nights_var = V.night_variances(base.values(), factors)
+    nights_var = V.with_floor(V.night_variances(base.values(), factors), floor)
     devs = [d for p in base if (d := V.tonight_deviation(base[p], now[p], factors)) is not None]
     machine = V.machine_factor(devs, thresholds.get("reference_tok_s", 35.0), alpha)
     built = V.build_thresholds(thresholds)
@@ -70,13 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     nights = min(len(d["sessions"]) for d in files.values())
     profile = tomllib.loads((PROFILES / f"{args.profile}.toml").read_text())
     thresholds = dict(profile.get("verdicts", {}).get("thresholds", {}))
+    floor = float(profile.get("verdicts", {}).get("min_night_sd", 0.0))
     thresholds.update(V.parse_threshold_items(args.threshold, "--threshold"))
-    print(f"{len(files)} files with >= 3 nights; thresholds {thresholds}")
+    print(f"{len(files)} files with >= 3 nights; thresholds {thresholds}; night sd floor {floor:g} %")
     print("| tonight = night | speedup unchanged / inconclusive / regressed | P95 E2E ratio conclusive "
           "| acceptance conclusive | median speedup drop caught |")
     print("|---|---|---|---|---|")
     for i in range(nights):
-        c, mdes, line = replay(files, i, thresholds)
+        c, mdes, line = replay(files, i, thresholds, floor)
         n = len(files)
         conc = lambda metric: n - c[(metric, "inconclusive")] - c[(metric, "not-comparable")]  # noqa: E731
         print(f"| {i + 1} of {nights} | {c[('speedup', 'unchanged')]} / {c[('speedup', 'inconclusive')]} / "

@@ -218,7 +218,8 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
     assert test["verdicts"]["output_tok_s"]["n_now"] == 4
     assert "look 2 of 2: p x2" in test["verdicts"]["output_tok_s"]["note"]
     # No number of runs up to 4 can put a CI inside +-1 %: the runs are not spent, and the terminal says so.
-    r = pytester.runpytest(*common, "--specdec-max-runs=4", "--specdec-threshold=rate=1")
+    r = pytester.runpytest(*common, "--specdec-max-runs=4", "--specdec-threshold=rate=1",
+                         "--specdec-threshold=latency=1", "--specdec-threshold=acceptance=1")
     r.stdout.fnmatch_lines(["*2 run(s) per arm not spent: * inconclusive, but 4 runs could not settle it"])
     assert results(pytester)["baseline"]["looks"] == [2]
     r = pytester.runpytest(*common, "--specdec-max-runs=1")

@@ -143,3 +143,21 @@ def test_gate_simulation_aa_and_power(gate_sim) -> None:  # type: ignore[no-unty
     assert gate_sim.scenario(rng, 40, cpu, "cpu", 5, 0.60)["caught"] >= 0.9
     assert gate_sim.scenario(rng, 40, cpu, "cpu", 5, 0.90)["caught"] <= 0.1  # inside the 25 % threshold
     assert gate_sim.scenario(rng, 40, gate_sim.gpu_noise(), "h100", 5, 0.90)["caught"] >= 0.9
+
+
+def test_night_floor_widens_log_metrics_only_and_says_so() -> None:
+    """Nights recorded minutes apart barely spread; the profile's floor (min_night_sd) stands in for the
+    night-to-night variance they cannot show, so the same small shift is no longer significant."""
+    from pytest_specdec.stats import NightVariance, compare
+    from pytest_specdec.verdicts import with_floor
+
+    tight = NightVariance(between=0.0001, df_between=40, within=0.0004, df_within=100, n_sources=20)
+    floored = with_floor({"speedup": tight, "acceptance_rate": tight}, 6.0)
+    assert floored["speedup"].between == pytest.approx(math.log1p(0.06) ** 2) and floored["speedup"].floor
+    assert floored["acceptance_rate"] == tight  # acceptance is not on the log scale
+    assert with_floor({"speedup": tight}, 0.5)["speedup"] == tight  # a floor below the estimate changes nothing
+    nights = [[2.0, 2.02, 1.98], [2.01, 1.99, 2.0], [2.0, 2.01, 1.99]]
+    now = [1.80, 1.81, 1.79]  # -10 %
+    loose = compare("speedup", nights, now, nights=floored["speedup"])
+    assert compare("speedup", nights, now, nights=tight).p < 0.001 < loose.p
+    assert "the profile's floor, min_night_sd" in loose.note
