@@ -118,8 +118,10 @@ def test_workflow_update_regress_accept(
         "*metric * baseline * now * Δ * 90% CI * p * verdict",
         "speedup *gated *x *x *-* % *-* % .. -* % *regressed",
         "acceptance *gated *0.* 0.* -* pt *regressed",
-        "reference tok/s *shown *unchanged",
-        "attribution: reference decoding unchanged *; speedup regressed -* %; acceptance regressed -* pt*: "
+        # One test: the machine factor is its own reference deviation, so reference tok/s is +0.0 % by
+        # construction and unchanged or inconclusive only as its run noise allows.
+        "reference tok/s *shown *",
+        "attribution: reference decoding * +0.0 %; speedup regressed -* %; acceptance regressed -* pt*: "
         "speculation gains less because fewer drafted tokens are accepted*",
         "under test, baseline (*) → now:",
         "*to accept this change: --update-baselines*",
@@ -219,7 +221,7 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
     assert "look 2 of 2: p x2" in test["verdicts"]["output_tok_s"]["note"]
     # No number of runs up to 4 can put a CI inside +-1 %: the runs are not spent, and the terminal says so.
     r = pytester.runpytest(*common, "--specdec-max-runs=4", "--specdec-threshold=rate=1",
-                         "--specdec-threshold=latency=1", "--specdec-threshold=acceptance=1")
+                           "--specdec-threshold=latency=1", "--specdec-threshold=acceptance=1")
     r.stdout.fnmatch_lines(["*2 run(s) per arm not spent: * inconclusive, but 4 runs could not settle it"])
     assert results(pytester)["baseline"]["looks"] == [2]
     r = pytester.runpytest(*common, "--specdec-max-runs=1")
