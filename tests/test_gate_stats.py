@@ -110,17 +110,9 @@ def test_only_gated_verdicts_fail() -> None:
 
 @pytest.fixture(scope="module")
 def gate_sim():  # type: ignore[no-untyped-def]
-    import importlib.util
-    import sys
-    from pathlib import Path
+    from script_loader import load_script
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gate_simulation.py"
-    spec = importlib.util.spec_from_file_location("gate_simulation", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("gate_simulation")
 
 
 def test_gate_simulation_measures_the_stored_noise(gate_sim) -> None:  # type: ignore[no-untyped-def]

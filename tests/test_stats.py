@@ -4,15 +4,13 @@ and (with fixed seeds) the simulated false-alarm rate and power that scripts/sta
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from script_loader import load_script
 from scipy.stats import false_discovery_control
 
 from pytest_specdec.errors import ConfigError
@@ -39,19 +37,9 @@ def scaled(factor: float, values: list[float] = BASE) -> list[float]:
     return [v * factor for v in values]
 
 
-def load_simulation() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "scripts" / "stats_simulation.py"
-    spec = importlib.util.spec_from_file_location("stats_simulation", path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def sim() -> ModuleType:
-    return load_simulation()
+    return load_script("stats_simulation")
 
 
 # ---- kinds and thresholds -------------------------------------------------------------------------
