@@ -94,7 +94,7 @@ class BaselineCheck:
                 under_test_changes(self.baseline.get("under_test", {}), self.under_test).items()}
 
     def to_dict(self) -> dict[str, Any]:
-        from .verdicts import attribution
+        from .verdicts import attribution, gated_with
 
         shown = self.shown()
         path = str(self.path)
@@ -104,7 +104,7 @@ class BaselineCheck:
             "not_comparable_fields": {k: [a, b] for k, (a, b) in self.fields.items()},
             "looks": self.looks, "max_looks": self.max_looks, "unspent_runs": self.unspent,
             "stop_reason": self.stop_reason, "gate": list(self.gate),
-            "inconclusive_gated": [v.metric for v in shown if v.family == "gated" and v.verdict == "inconclusive"],
+            "inconclusive_gated": [v.metric for v in gated_with(shown, "inconclusive")],
             "machine_deviation": self.deviation,
             "alpha": self.alpha, "ci_level": 1 - 2 * self.alpha / max(1, self.max_looks),
             "adjusted": "session" if self.final is not None else "test-end",
@@ -512,6 +512,7 @@ class SpecDecSession:
             record.baseline = check  # its machine deviation joins the session's factor from the first look
             thresholds = self.thresholds(verdicts)
             from .stats import alpha_for_look, next_look_useful
+            from .verdicts import gated_with
 
             for i, n in enumerate(looks, start=1):
                 if len(result.reference_runs) < n:
@@ -525,7 +526,7 @@ class SpecDecSession:
                     break
                 if not next_look_useful(check.raw, n_now, looks[-1], alpha_for_look(self.settings.alpha, i,
                                                                                       len(looks))):
-                    open_ = [v.metric for v in check.raw if v.family == "gated" and v.verdict == "inconclusive"]
+                    open_ = [v.metric for v in gated_with(check.raw, "inconclusive")]
                     check.unspent = looks[-1] - n_now
                     check.stop_reason = (
                         f"{', '.join(open_)} inconclusive, but {looks[-1]} runs could not settle it" if open_
