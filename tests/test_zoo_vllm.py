@@ -102,7 +102,17 @@ def test_degraded_head_is_a_real_regression(zoo: dict[str, Any]) -> None:
     assert good - bad >= 0.10, (good, bad)
 
 
-@pytest.mark.parametrize("method", ["ngram", "draft_model", "eagle3", "eagle3-degraded"])
+def test_slow_draft_is_a_pure_speed_regression(zoo: dict[str, Any]) -> None:
+    """zoo:draft-slow on real vLLM: the draft's tokens and acceptance exactly, at a clearly lower speed."""
+    draft, slow = _run(zoo, "draft_model", "t0.0-c1"), _run(zoo, "draft-slow", "t0.0-c1")
+    assert zoo["methods"]["draft-slow"]["output_match_twin_t0"] == 1.0
+    assert slow["acceptance_rate"] == draft["acceptance_rate"]
+    assert slow["per_position_acceptance"] == draft["per_position_acceptance"]
+    fast, slower = _run(zoo, "draft_model", "t0.0-c1", timing=True), _run(zoo, "draft-slow", "t0.0-c1", timing=True)
+    assert slower["output_tok_s"] < 0.85 * fast["output_tok_s"], (slower["output_tok_s"], fast["output_tok_s"])
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft_model", "eagle3", "eagle3-degraded", "draft-slow"])
 def test_greedy_speculation_is_lossless(zoo: dict[str, Any], method: str) -> None:
     assert zoo["methods"][method]["output_match_t0"] >= 0.9
 

@@ -1,6 +1,7 @@
 """Measure how realistic the zoo is on real vLLM CPU: `python -m pytest_specdec.zoo.measure`.
 
-For each zoo method (none, ngram, draft_model, eagle3, eagle3-degraded) at k=3 it starts one
+For each zoo method (none, ngram, draft_model, eagle3, eagle3-degraded, and draft-slow greedy at
+concurrency 1 only, against draft_model) at k=3 it starts one
 vLLM server from the `cpu` profile and measures, through vLLM's /metrics counters:
 acceptance rate and per-position acceptance at temperature 0 and 1.0, ngram acceptance per prompt
 category, output tok/s at concurrency 1 and 8, and whether spec output equals the reference
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
     from ..measurement import RunRecord, ValidityRules
 
 K = 3
-ZOO_METHODS = ("none", "ngram", "draft_model", "eagle3", "eagle3-degraded")
+ZOO_METHODS = ("none", "ngram", "draft_model", "eagle3", "eagle3-degraded", "draft-slow")
+#: A variant that must give its twin's tokens and acceptance, only slower: measured greedy at c=1 only.
+TWINS = {"draft-slow": "draft_model"}
 PROSE = ("short_qa", "summarization", "creative_writing", "translation", "reasoning")
 CODE_EDIT = ("code_editing",)
 #: The first 32 built-in prompts: the set the README's zoo table was measured with (the built-in set
@@ -179,8 +182,10 @@ def measure(
     prompts = list(dataset.prompts[:n_prompts or ZOO_PROMPTS])
     results: dict[str, MethodResult] = {}
     for method in methods:
+        twin = method in TWINS
         results[method] = measure_method(
-            method, prompts, log_dir, concurrencies=concurrencies,
+            method, prompts, log_dir, temperatures=(0.0,) if twin else (0.0, 1.0),
+            concurrencies=concurrencies[:1] if twin else concurrencies,
             per_category=(method == "ngram"), progress=progress,
         )
     if no_fix_method:
@@ -206,6 +211,8 @@ def measure(
         }
         if reference_texts and res.texts_t0 and name != "none":
             entry["output_match_t0"] = output_match(reference_texts, res.texts_t0)
+        if name in TWINS and TWINS[name] in results:
+            entry["output_match_twin_t0"] = output_match(results[TWINS[name]].texts_t0, res.texts_t0)
         summary["methods"][name] = entry
     return summary
 
