@@ -134,6 +134,17 @@ def _case(item: pytest.Item) -> Case | None:
     return callspec.params.get(PARAM) if callspec is not None else None
 
 
+def _options(item: pytest.Item) -> Any:
+    """The test's `specdec_verdicts` options; a bad marker is reported by the fixture, so none here."""
+    from .errors import ConfigError
+    from .markers import verdict_options
+
+    try:
+        return verdict_options(item.get_closest_marker("specdec_verdicts"))
+    except ConfigError:
+        return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Tests sharing a server run together: reorder the specdec tests among their own slots.
     slots = [i for i, item in enumerate(items) if _case(item) is not None]
@@ -143,10 +154,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = config.stash[session_key]
     from .verdicts import gated_per_test, metrics_per_test
 
-    cases = [c for c in (_case(items[i]) for i in slots) if c]
+    pairs = [(items[i], _case(items[i])) for i in slots]
+    cases = [c for _, c in pairs if c is not None]
     session.family_size = sum(metrics_per_test(c.method, c.k) for c in cases)
-    session.gated_family_size = sum(gated_per_test(c.method, session.gate()) for c in cases)
-    session.collected = [c for c in (_case(items[i]) for i in slots) if c is not None]
+    # The test-end padding counts what a marker's gate=[...] adds, or a test-end `regressed` could fall
+    # back to `inconclusive` once the session's gated family is known.
+    session.gated_family_size = sum(gated_per_test(c.method, session.gate(_options(item)))
+                                    for item, c in pairs if c is not None)
+    session.collected = cases
     if slots and session.worker == "gw0":  # one worker says it, not each
         warning = session.parallel_warning(getattr(config, "workerinput", {}).get("workercount", 0))
         if warning is not None:

@@ -584,10 +584,9 @@ def _value(metric: str, x: Any) -> str:
 
 
 def _delta(x: Any, unit: str) -> str:
-    v = _num(x)
-    if v is None:
-        return "—"
-    return f"{v:+.1f} %" if unit == "%" else f"{v:+.2f} pt"
+    from .verdicts import format_delta
+
+    return format_delta(_num(x), unit)
 
 
 #: "90% CI" in a verdict's note: `stats.compare` writes the level it used (1 - 2·alpha/max_looks).

@@ -972,8 +972,9 @@ class SpecDecSession:
         return lines
 
     def gate_lines(self) -> list[str]:
-        """Per test, each gated verdict and what the baseline can catch; then the inconclusive count."""
-        from .verdicts import LABELS, guard_text
+        """Per test, each gated verdict and what the baseline can catch, and the absolute figures once the
+        machine factor is divided out (shown family); then the inconclusive count."""
+        from .verdicts import ABSOLUTE, LABELS, format_delta, guard_text
 
         rows = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None and r.baseline.final]
         if not rows:
@@ -990,6 +991,11 @@ class SpecDecSession:
                 counts[v.verdict] = counts.get(v.verdict, 0) + 1
             parts = [f"{LABELS.get(v.metric, v.metric)} {v.verdict} ({guard_text(v)})" for v in gated]
             out.append(f"  {nodeid.split('::')[-1]}: " + "; ".join(parts))
+            absolute = [v for v in c.final or [] if v.metric in ABSOLUTE and v.family != "gated"]
+            if absolute and self.machine is not None:
+                out.append(f"    after the machine factor ({self.machine.factor:.3f}): " + "; ".join(
+                    f"{LABELS.get(v.metric, v.metric)} {v.verdict}"
+                    + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}") for v in absolute))
             n_open = sum(1 for v in gated if v.verdict == "inconclusive")
             if n_open:
                 open_tests.append(f"{nodeid.split('::')[-1]} ({n_open})")

@@ -29,9 +29,8 @@ Why it is built this way:
   units, default 0.1 % or 0.1 points) the exact rule decides on the difference of means:
   ``|delta| <= exact_tolerance`` → unchanged, beyond the threshold → regressed/improved, else
   inconclusive. Its ``p`` is None and its "CI" is the range of all pairwise differences.
-* **Moderated variance** (optional ``prior``): with 5 runs a side a t-test has ~8 df, and over a family of
-  ~200 metric tests the BH threshold (~alpha/200) then needs t > 5.6: a lone true -10 % drop at 3 % noise
-  is found only ~45 % of the time. Run-to-run noise is mostly a property of the machine and the metric,
+* **Moderated variance** (optional ``prior``): with 5 runs a side a t-test has ~8 df, and the smallest
+  BH step over a family of m metric tests (alpha/m) then needs a large t. Run-to-run noise is mostly a property of the machine and the metric,
   so, like limma (Smyth 2004), the variance of one test is shrunk towards a prior estimated from the
   variances in *all* stored baselines of the profile (:func:`estimate_prior`, empirical Bayes, by the
   method of moments on log variances): ``s~² = max((d0 s0² + d s²) / (d0 + d), s²)`` with ``d0 + d`` df

@@ -377,7 +377,8 @@ def format_value(name: str, x: float | None, times: str = "x") -> str:
     return f"{x:.4g}"
 
 
-def _delta(x: float | None, unit: str) -> str:
+def format_delta(x: float | None, unit: str) -> str:
+    """A change as the terminal, JSON readers and the report show it: "+3.1 %" or "-0.40 pt"."""
     if x is None:
         return "—"
     return f"{x:+.1f} %" if unit == "%" else f"{x:+.2f} pt"
@@ -397,10 +398,10 @@ def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI") -> str:
     """metric | family | baseline | now | Δ | 90% CI | p | verdict, aligned."""
     rows = [("metric", "family", "baseline", "now", "Δ", ci_label, "p", "verdict")]
     for v in verdicts:
-        ci = "—" if v.ci_low is None else f"{_delta(v.ci_low, v.unit)} .. {_delta(v.ci_high, v.unit)}"
+        ci = "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
         p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
         rows.append((LABELS.get(v.metric, v.metric), v.family, format_value(v.metric, v.baseline),
-                     format_value(v.metric, v.now), _delta(v.delta, v.unit), ci, p, v.verdict))
+                     format_value(v.metric, v.now), format_delta(v.delta, v.unit), ci, p, v.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -421,7 +422,7 @@ def attribution(verdicts: Iterable[Verdict]) -> str:
                         ("acceptance", "acceptance_rate"), ("spec tok/s", "output_tok_s")):
         v = by.get(name)
         if v is not None:
-            parts.append(f"{label} {v.verdict}" + ("" if v.delta is None else f" {_delta(v.delta, v.unit)}"))
+            parts.append(f"{label} {v.verdict}" + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}"))
 
     def bad(name: str) -> bool:
         return name in by and by[name].verdict == "regressed"

@@ -120,7 +120,9 @@ def test_gate_simulation_measures_the_stored_noise(gate_sim) -> None:  # type: i
 
     noise = gate_sim.measured_noise(Path(__file__).resolve().parents[1] / "baselines" / "cpu")
     assert 0.03 < noise.run["speedup"] < 0.3 and 0.03 < noise.run["e2e_p95_ratio"] < 0.5
-    assert all(v >= 0 for d in (noise.night, noise.shared) for v in d.values())
+    # Nights recorded minutes apart spread far less than the runs within them, and every gated metric is there.
+    assert set(noise.night) == set(noise.shared) == {"speedup", "e2e_p95_ratio", "acceptance_rate"}
+    assert noise.night["speedup"] < noise.run["speedup"] / 2
 
 
 def test_gate_simulation_aa_and_power(gate_sim) -> None:  # type: ignore[no-untyped-def]
