@@ -82,7 +82,9 @@ def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
     r = night(pytester, fake_profile, servers, 0.9)
     r.assert_outcomes(passed=3)
     r.stdout.fnmatch_lines(["specdec: this machine ran * % slower than the baseline nights*",
-                            "specdec gate: per test, the gated verdicts*"])
+                            "specdec gate: per test, the gated verdicts*",
+                            "  test_ngram*: speedup unchanged (catches a drop >= *",
+                            "    after the machine factor (0.*): spec tok/s * %; reference tok/s * %; *"])
     results = json.loads((pytester.path / "reports" / "latest.json").read_text())
     factor = results["machine_factor"]["factor"]
     assert 0.75 < factor < 1.05, factor
