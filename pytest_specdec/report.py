@@ -626,11 +626,11 @@ def catches(v: dict[str, Any]) -> str:
         return "exact: repeats run to run"
     if v.get("verdict") == "not-comparable" or "mde" not in v:
         return "—"
-    mde = _num(v.get("mde"))
-    if mde is None:
-        return "no variance model"
-    way = "rise" if (_num(v.get("threshold")) or 0.0) > 0 else "drop"
-    return f"catches a {way} ≥ {mde:.3g} {'%' if (v.get('delta_unit') or '%') == '%' else 'pt'}"
+    from .verdicts import catch_text
+
+    return catch_text(str(v.get("method", "")), _num(v.get("mde")), _num(v.get("threshold")),
+                      v.get("delta_unit") or "%", modelled=_num(v.get("mde")) is not None or v.get("se") is not None,
+                      ge="≥")
 
 
 def _catches_title(v: dict[str, Any]) -> str:

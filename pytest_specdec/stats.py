@@ -515,6 +515,8 @@ def detectable(kind: Kind, bad: float, var: float, df: float, alpha: float, powe
     se = math.sqrt(var)
     thr = abs(_to_scale(kind, bad))
     eff = max(thr, float(sps.t.ppf(1.0 - alpha, df)) * se) + float(sps.t.ppf(power, df)) * se
+    if kind in _LOG_KINDS and bad > 0 and eff > 700.0:  # exp would overflow: no rise is caught at all
+        return math.inf
     sign = math.copysign(1.0, bad)
     return abs(float(_natural(kind, sign * eff)))
 

@@ -356,7 +356,8 @@ def to_json(v: Verdict) -> dict[str, Any]:
         "ci": None if v.ci_low is None else [v.ci_low, v.ci_high], "p": v.p,
         "n_baseline": v.n_baseline, "n_now": v.n_now, "unit": unit_of(v), "delta_unit": v.unit,
         "threshold": v.threshold, "method": v.method, "note": v.note, "family": v.family,
-        "mde": v.mde, "se": None if v.var_fixed is None or v.var_run is None or not v.n_now
+        "mde": v.mde if v.mde is not None and math.isfinite(v.mde) else None,  # null beside an se: unbounded
+        "se": None if v.var_fixed is None or v.var_run is None or not v.n_now
         else math.sqrt(v.var_fixed + v.var_run / v.n_now), "df": v.df,
     }
 
@@ -386,12 +387,21 @@ def format_delta(x: float | None, unit: str) -> str:
 
 def guard_text(v: Verdict) -> str:
     """What a gated verdict can catch: "catches a drop >= 21 %", "exact", or why nothing is known."""
-    if v.method.startswith("exact"):
+    return catch_text(v.method, v.mde, v.threshold, v.unit, modelled=v.mde is not None)
+
+
+def catch_text(method: str, mde: float | None, threshold: float | None, unit: str, *, modelled: bool,
+               ge: str = ">=") -> str:
+    """The one wording of what a comparison catches, for the terminal (a Verdict) and the report (its JSON,
+    where an unbounded ``mde`` is stored as null beside a variance)."""
+    if method.startswith("exact"):
         return "exact: repeats run to run"
-    if v.mde is None:
+    if not modelled:
         return "no variance model"
-    way = "rise" if (v.threshold or 0) > 0 else "drop"
-    return f"catches a {way} >= {v.mde:.3g}{' %' if v.unit == '%' else ' pt'}"
+    way = "rise" if (threshold or 0) > 0 else "drop"
+    if mde is None or not math.isfinite(mde):
+        return f"catches no {way}: too few runs for any bound"
+    return f"catches a {way} {ge} {mde:.3g}{' %' if unit == '%' else ' pt'}"
 
 
 def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI") -> str:

@@ -155,3 +155,19 @@ def test_night_floor_widens_log_metrics_only_and_says_so() -> None:
     loose = compare("speedup", nights, now, nights=floored["speedup"])
     assert compare("speedup", nights, now, nights=tight).p < 0.001 < loose.p
     assert "the profile's floor, min_night_sd" in loose.note
+
+
+def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
+    """One run and a tiny alpha on a latency: no rise is caught at all. That is `inf` (no numpy overflow
+    warning, which is an error here), null in the JSON, and the same words in the terminal and the report."""
+    from pytest_specdec.report import catches
+    from pytest_specdec.stats import detectable
+    from pytest_specdec.verdicts import guard_text, to_json
+
+    assert detectable("latency", 1.0, 0.16, 1.0, 0.001 / 6) == float("inf")
+    assert detectable("rate", -25.0, 0.16, 1.0, 0.001 / 6) <= 100.0  # a drop saturates at -100 %, no warning
+    v = Verdict("ttft_p95_ms", "inconclusive", 10.0, 30.0, 200.0, -50.0, 900.0, 0.2, 1, 1, "%", "m", 40.0, "",
+                family="shown", mde=float("inf"), var_fixed=0.1, var_run=0.06, df=1.0)
+    stored = to_json(v)
+    assert stored["mde"] is None and stored["se"] is not None
+    assert guard_text(v) == "catches no rise: too few runs for any bound" == catches(stored)
