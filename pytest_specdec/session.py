@@ -786,7 +786,7 @@ class SpecDecSession:
                                  look=look, max_looks=max_looks, priors=self.priors(), nights=self.nights(),
                                  factors=self.night_factors(), tonight_log=self._machine_log(), gate=check.gate)
         elif check.status == "not-comparable":
-            check.raw = not_comparable_verdicts(check.entry, check.fields)
+            check.raw = not_comparable_verdicts(check.entry, check.fields, check.gate)
 
     def create_command(self, nodeid: str, mode: str) -> str:
         flag = "--update-baselines" + ("=missing" if mode == "missing" else "")
@@ -989,6 +989,10 @@ class SpecDecSession:
             gated = [v for v in c.final or [] if v.family == "gated"]
             for v in gated:
                 counts[v.verdict] = counts.get(v.verdict, 0) + 1
+            if c.status == "not-comparable":  # one line: no verdict was possible, and why
+                fields = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in c.fields.items())
+                out.append(f"  {nodeid.split('::')[-1]}: not comparable with its baseline ({fields})")
+                continue
             parts = [f"{LABELS.get(v.metric, v.metric)} {v.verdict} ({guard_text(v)})" for v in gated]
             out.append(f"  {nodeid.split('::')[-1]}: " + "; ".join(parts))
             absolute = [v for v in c.final or [] if v.metric in ABSOLUTE and v.family != "gated"]

@@ -7,6 +7,7 @@ so that ``pytest --help`` stays fast (options import :func:`parse_threshold_item
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
@@ -290,8 +291,6 @@ def with_floor(nights: Mapping[str, NightVariance], min_sd_pct: float) -> dict[s
     close together in time spread less than real nights do (docs/validation.md), and an underestimated
     night variance turns a quiet night into false `regressed` verdicts; the profile's floor says how far
     its nights are known to move."""
-    import dataclasses
-
     from .stats import kind_of
 
     floor = math.log1p(min_sd_pct / 100.0) ** 2
@@ -309,8 +308,6 @@ def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thres
     With ``nights`` (pooled night variances) every metric is compared night mean against night means;
     absolute figures first have the machine factor divided out: each stored night's (``factors``) and
     tonight's (``tonight_log``, the session's). Without them, the older run/session comparison."""
-    import dataclasses
-
     from .baselines import metric_values
     from .stats import compare
 
@@ -332,16 +329,24 @@ def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thres
         prior = (priors or {}).get(("run", name)) if len(sessions) <= 1 and nv is None else None
         v = compare(name, sessions or [[]], values, thresholds=thresholds, alpha=alpha,
                     look=look, max_looks=max_looks, prior=prior, nights=nv)
-        family = "gated" if name.split("[", 1)[0] in gate or name in gate else "shown"
-        out.append(dataclasses.replace(v, family=family, note=v.note + note))
+        out.append(dataclasses.replace(v, family=family_of(name, gate), note=v.note + note))
     return out
 
 
-def not_comparable_verdicts(now: dict[str, Any], fields: Mapping[str, tuple[Any, Any]]) -> list[Verdict]:
+def family_of(name: str, gate: Iterable[str]) -> str:
+    """"gated" when the metric (or, for per_position_acceptance[i], its base name) is in the gate."""
+    gate = set(gate)
+    return "gated" if name.split("[", 1)[0] in gate or name in gate else "shown"
+
+
+def not_comparable_verdicts(now: dict[str, Any], fields: Mapping[str, tuple[Any, Any]],
+                            gate: Iterable[str] = GATED) -> list[Verdict]:
+    """Every metric `not-comparable`, each in its own family (a shown metric is never counted as gated)."""
     from .baselines import metric_values
     from .stats import not_comparable
 
-    return [not_comparable(name, fields) for name in sorted(metric_values(now), key=metric_order)]
+    return [dataclasses.replace(not_comparable(name, fields), family=family_of(name, gate))
+            for name in sorted(metric_values(now), key=metric_order)]
 
 
 def unit_of(v: Verdict) -> str:

@@ -152,8 +152,11 @@ def test_not_comparable_warns_or_fails_strict_and_opt_out(
     # (the outer run's filterwarnings=error reaches in-process pytester runs: let this one show as a warning)
     r = run(pytester, fake_profile, servers, "-W", "default::pytest_specdec.session.SpecDecWarning")
     r.assert_outcomes(passed=1, warnings=1)
-    r.stdout.fnmatch_lines(["*SpecDecWarning*not-comparable*", "*workload.max_tokens: 24 → 20*"])
-    assert results(pytester)["verdicts"]["speedup"]["verdict"] == "not-comparable"
+    r.stdout.fnmatch_lines(["*SpecDecWarning*not-comparable*", "*workload.max_tokens: 24 → 20*",
+                            "  test_ngram*: not comparable with its baseline (workload.max_tokens 24 → 20)"])
+    got = results(pytester)["verdicts"]
+    assert got["speedup"]["verdict"] == got["output_tok_s"]["verdict"] == "not-comparable"
+    assert (got["speedup"]["family"], got["output_tok_s"]["family"]) == ("gated", "shown")
     r = run(pytester, fake_profile, servers, "--specdec-strict")
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*specdec: baseline * was measured under different conditions (not-comparable):",
