@@ -387,7 +387,9 @@ def format_delta(x: float | None, unit: str) -> str:
     """A change as the terminal, JSON readers and the report show it: "+3.1 %" or "-0.40 pt"."""
     if x is None:
         return "—"
-    return f"{x:+.1f} %" if unit == "%" else f"{x:+.2f} pt"
+    digits = 1 if unit == "%" else 2
+    shown = round(x, digits) + 0.0  # a zero is "+0.0", never "-0.0"
+    return f"{shown:+.1f} %" if unit == "%" else f"{shown:+.2f} pt"
 
 
 def guard_text(v: Verdict) -> str:

@@ -59,9 +59,10 @@ def run(pytester: pytest.Pytester, profile: Path, servers: tuple[FakeServer, Fak
         f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
         f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
         "--specdec-runs=3", "-p", "no:cacheprovider",
-        # The fake server's timing shares 2 busy cores with everything else: wide rate/latency thresholds
-        # keep "unchanged" from flaking; the injected changes are far beyond them.
-        "--specdec-threshold=rate=40", "--specdec-threshold=latency=150", "--specdec-threshold=acceptance=6",
+        # The fake server's timing shares 2 busy cores with everything else, and its acceptance varies by
+        # ~4 points per run (salted prompts): wide thresholds keep "unchanged" from flaking (6 points gave a
+        # false `regressed` in a few % of sessions); the injected changes (-83 % speedup, -30 points) are far beyond.
+        "--specdec-threshold=rate=40", "--specdec-threshold=latency=150", "--specdec-threshold=acceptance=15",
         *extra,
     )
 
@@ -206,7 +207,8 @@ def test_bad_threshold_and_marker_are_clear_errors(pytester: pytest.Pytester, fa
 
 
 def test_inconclusive_takes_more_runs_up_to_the_maximum(
-    pytester: pytest.Pytester, fake_profile: Path, servers: tuple[FakeServer, FakeServer]
+    pytester: pytest.Pytester, fake_profile: Path, servers: tuple[FakeServer, FakeServer],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pytester.makepyfile(test_suite=SUITE.format(max_tokens=24))
     spec, ref = servers
@@ -214,18 +216,25 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
               f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
               "--specdec-runs=2", "-p", "no:cacheprovider"]
     pytester.runpytest(*common, "--update-baselines").assert_outcomes(passed=1)
-    # 2 v 2 runs leave a wide CI; 4 could put it inside +-30 %: the second look is taken.
-    r = pytester.runpytest(*common, "--specdec-max-runs=4", "--specdec-threshold=rate=30")
+    # When a look can settle a verdict (stats.next_look_useful, tested on its own in test_gate_stats),
+    # the runs are added and the alpha is split. Whether 2 v 2 fake runs leave one open depends on the
+    # machine's timing noise, so the decision is pinned here (pytester runs in this process).
+    with monkeypatch.context() as m:
+        m.setattr(pytest_specdec.stats, "next_look_useful", lambda *args, **kwargs: True)
+        r = pytester.runpytest(*common, "--specdec-max-runs=4")
     r.stdout.fnmatch_lines(["*inconclusive at look 1 of 2: 4 interleaved runs",
                             "*run 4/4 spec*"])
     test = results(pytester)
     assert test["baseline"]["looks"] == [2, 4] and test["baseline"]["max_looks"] == 2
+    assert test["baseline"]["unspent_runs"] == 0
     assert test["verdicts"]["output_tok_s"]["n_now"] == 4
     assert "look 2 of 2: p x2" in test["verdicts"]["output_tok_s"]["note"]
-    # No number of runs up to 4 can put a CI inside +-1 %: the runs are not spent, and the terminal says so.
-    r = pytester.runpytest(*common, "--specdec-max-runs=4", "--specdec-threshold=rate=1",
-                           "--specdec-threshold=latency=1", "--specdec-threshold=acceptance=1")
-    r.stdout.fnmatch_lines(["*2 run(s) per arm not spent: * inconclusive, but 4 runs could not settle it"])
-    assert results(pytester)["baseline"]["looks"] == [2]
+    # When no look can change a gated verdict the runs are not spent, and the terminal and JSON say so.
+    with monkeypatch.context() as m:
+        m.setattr(pytest_specdec.stats, "next_look_useful", lambda *args, **kwargs: False)
+        r = pytester.runpytest(*common, "--specdec-max-runs=4")
+    r.stdout.fnmatch_lines(["*: 2 run(s) per arm not spent: *"])
+    test = results(pytester)
+    assert test["baseline"]["looks"] == [2] and test["baseline"]["unspent_runs"] == 2
     r = pytester.runpytest(*common, "--specdec-max-runs=1")
     r.stdout.fnmatch_lines(["*--specdec-max-runs / [[]verdicts] max_runs (1) is below the runs per test (2)*"])

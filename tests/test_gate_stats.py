@@ -171,3 +171,11 @@ def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
     stored = to_json(v)
     assert stored["mde"] is None and stored["se"] is not None
     assert guard_text(v) == "catches no rise: too few runs for any bound" == catches(stored)
+
+
+def test_a_zero_change_reads_plus_zero() -> None:
+    """A machine factor that is one test's own deviation leaves exactly 0 up to rounding: "+0.0 %"."""
+    from pytest_specdec.verdicts import format_delta
+
+    assert [format_delta(x, "%") for x in (-1e-12, 0.0, -0.06)] == ["+0.0 %", "+0.0 %", "-0.1 %"]
+    assert format_delta(-1e-9, "points") == "+0.00 pt" and format_delta(None, "%") == "—"
