@@ -97,6 +97,15 @@ def gpu_list(value: str) -> str:
     return value
 
 
+#: Opt-in failures, each a flag with an ini twin: what it makes fail.
+FAIL_FLAGS = {
+    "fail-inconclusive": "fail a test whose gated metric (speedup, acceptance, P95 E2E ratio, or what `gate` "
+                         "adds) stays inconclusive after its last look; by default it passes with a warning",
+    "fail-machine": "fail the session when the machine factor (tonight's reference speed against the baseline "
+                    "nights) is beyond the reference_tok_s threshold; by default it warns",
+}
+
+
 def addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specdec", "speculative decoding regression checks (pytest-specdec)")
     group.addoption(
@@ -204,19 +213,13 @@ def addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--specdec-fdr", metavar="METHOD", choices=("bh", "holm"), default="bh",
-        help="multiplicity control across the session's metric tests: bh (Benjamini-Hochberg) or holm. "
-             "Default: %(default)r",
+        help="multiplicity control within each family (gated, shown) of the session's metric tests: bh "
+             "(Benjamini-Hochberg) or holm. Default: %(default)r",
     )
-    group.addoption(
-        "--specdec-fail-inconclusive", action="store_true", default=None,
-        help="fail a test whose gated metric (speedup, acceptance, P95 E2E ratio, or what `gate` adds) stays "
-             "inconclusive after its last look; by default it passes with a warning. Ini: specdec_fail_inconclusive",
-    )
-    group.addoption(
-        "--specdec-fail-machine", action="store_true", default=None,
-        help="fail the session when the machine factor (tonight's reference speed against the baseline "
-             "nights) is beyond the reference_tok_s threshold; by default it warns. Ini: specdec_fail_machine",
-    )
+    for flag, what in FAIL_FLAGS.items():  # each with an ini twin; the command line wins when given
+        ini = "specdec_" + flag.replace("-", "_")
+        group.addoption(f"--specdec-{flag}", action="store_true", default=None, help=f"{what}. Ini: {ini}")
+        parser.addini(ini, type="bool", default=False, help=f"as --specdec-{flag}. Default: false")
     group.addoption(
         "--specdec-threshold", metavar="METRIC=VALUE", action="append", type=threshold_item, default=[],
         help="practical threshold of a metric (%% for rates and latencies, points for acceptance), or of a "
@@ -267,14 +270,6 @@ def addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "specdec_keep_sessions", type="string", default="5",
         help="measurement sessions (server starts) --update-baselines keeps per baseline file. Default: 5",
-    )
-    parser.addini(
-        "specdec_fail_inconclusive", type="bool", default=False,
-        help="as --specdec-fail-inconclusive. Default: false",
-    )
-    parser.addini(
-        "specdec_fail_machine", type="bool", default=False,
-        help="as --specdec-fail-machine. Default: false",
     )
     parser.addini(
         "specdec_gate", type="linelist", default=[],
