@@ -205,7 +205,8 @@ def addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--specdec-max-runs", metavar="N", type=positive_int, default=None,
         help="when a verdict is inconclusive, add interleaved run pairs two at a time up to N per arm "
-             "(alpha split over the looks). Default: the profile's [verdicts] max_runs (cpu: 4, as many as its runs), else no extra runs",
+             "(alpha split over the looks). Default: the profile's [verdicts] max_runs (cpu: 4, as many as its "
+             "runs), else no extra runs",
     )
     group.addoption(
         "--specdec-alpha", metavar="ALPHA", type=alpha_value, default=0.05,

@@ -628,9 +628,9 @@ def catches(v: dict[str, Any]) -> str:
         return "—"
     from .verdicts import catch_text
 
-    return catch_text(str(v.get("method", "")), _num(v.get("mde")), _num(v.get("threshold")),
-                      v.get("delta_unit") or "%", modelled=_num(v.get("mde")) is not None or v.get("se") is not None,
-                      ge="≥")
+    mde = _num(v.get("mde"))  # null beside an se: no bound at all (see verdicts.to_json)
+    return catch_text(str(v.get("method", "")), mde, _num(v.get("threshold")), v.get("delta_unit") or "%",
+                      modelled=mde is not None or v.get("se") is not None, ge="≥")
 
 
 def _catches_title(v: dict[str, Any]) -> str:

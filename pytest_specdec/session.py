@@ -974,7 +974,7 @@ class SpecDecSession:
     def gate_lines(self) -> list[str]:
         """Per test, each gated verdict and what the baseline can catch, and the absolute figures once the
         machine factor is divided out (shown family); then the inconclusive count."""
-        from .verdicts import ABSOLUTE, LABELS, format_delta, guard_text
+        from .verdicts import ABSOLUTE, LABELS, guard_text, verdict_phrase
 
         rows = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None and r.baseline.final]
         if not rows:
@@ -986,23 +986,23 @@ class SpecDecSession:
         open_tests: list[str] = []
         unspent = 0
         for nodeid, c in rows:
+            name = nodeid.split("::")[-1]
             gated = [v for v in c.final or [] if v.family == "gated"]
             for v in gated:
                 counts[v.verdict] = counts.get(v.verdict, 0) + 1
             if c.status == "not-comparable":  # one line: no verdict was possible, and why
                 fields = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in c.fields.items())
-                out.append(f"  {nodeid.split('::')[-1]}: not comparable with its baseline ({fields})")
+                out.append(f"  {name}: not comparable with its baseline ({fields})")
                 continue
             parts = [f"{LABELS.get(v.metric, v.metric)} {v.verdict} ({guard_text(v)})" for v in gated]
-            out.append(f"  {nodeid.split('::')[-1]}: " + "; ".join(parts))
+            out.append(f"  {name}: " + "; ".join(parts))
             absolute = [v for v in c.final or [] if v.metric in ABSOLUTE and v.family != "gated"]
             if absolute and self.machine is not None:
-                out.append(f"    after the machine factor ({self.machine.factor:.3f}): " + "; ".join(
-                    f"{LABELS.get(v.metric, v.metric)} {v.verdict}"
-                    + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}") for v in absolute))
+                out.append(f"    after the machine factor ({self.machine.factor:.3f}): "
+                           + "; ".join(verdict_phrase(LABELS.get(v.metric, v.metric), v) for v in absolute))
             n_open = sum(1 for v in gated if v.verdict == "inconclusive")
             if n_open:
-                open_tests.append(f"{nodeid.split('::')[-1]} ({n_open})")
+                open_tests.append(f"{name} ({n_open})")
             unspent += c.unspent
         total = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("unchanged", "regressed", "improved", "inconclusive",
                                                              "not-comparable") if counts.get(k))

@@ -29,17 +29,18 @@ Why it is built this way:
   units, default 0.1 % or 0.1 points) the exact rule decides on the difference of means:
   ``|delta| <= exact_tolerance`` → unchanged, beyond the threshold → regressed/improved, else
   inconclusive. Its ``p`` is None and its "CI" is the range of all pairwise differences.
-* **Moderated variance** (optional ``prior``): with 5 runs a side a t-test has ~8 df, and the smallest
-  BH step over a family of m metric tests (alpha/m) then needs a large t. Run-to-run noise is mostly a property of the machine and the metric,
-  so, like limma (Smyth 2004), the variance of one test is shrunk towards a prior estimated from the
-  variances in *all* stored baselines of the profile (:func:`estimate_prior`, empirical Bayes, by the
-  method of moments on log variances): ``s~² = max((d0 s0² + d s²) / (d0 + d), s²)`` with ``d0 + d`` df
-  (the max is a conservative departure from limma: a test noisier than the profile's typical one keeps
-  its own variance; plain shrinkage false-alarms there, 7.8 % of A/A suites at a 1.5x spread). When the
-  stored variances disagree (heterogeneous noise) ``d0`` comes out small and the test falls back to the
-  plain t. The prior comes from the baselines only, never from tonight's runs, so it is fixed before any
-  test runs. With a prior the run unit uses the pooled (equal-variance) t: under "no change" both sides
-  are draws of the same distribution, so the variances are equal exactly when it matters.
+* **Moderated variance** (optional ``prior``): with 5 runs a side a t-test has ~8 df, and the smallest BH
+  step over a family of m metric tests (alpha/m) then needs a large t. Run-to-run noise is mostly a
+  property of the machine and the metric, so, like limma (Smyth 2004), the variance of one test is shrunk
+  towards a prior estimated from the variances in *all* stored baselines of the profile
+  (:func:`estimate_prior`, empirical Bayes, by the method of moments on log variances): ``s~² = max((d0
+  s0² + d s²) / (d0 + d), s²)`` with ``d0 + d`` df (the max is a conservative departure from limma: a test
+  noisier than the profile's typical one keeps its own variance; plain shrinkage false-alarms there, 7.8 %
+  of A/A suites at a 1.5x spread). When the stored variances disagree (heterogeneous noise) ``d0`` comes
+  out small and the test falls back to the plain t. The prior comes from the baselines only, never from
+  tonight's runs, so it is fixed before any test runs. With a prior the run unit uses the pooled
+  (equal-variance) t: under "no change" both sides are draws of the same distribution, so the variances
+  are equal exactly when it matters.
 * **Many metrics** per session: :func:`adjust` (Benjamini–Hochberg by default) re-decides on adjusted p;
   ``family_size`` pads the p-values not seen yet with 1 (BH and Holm are monotone, so what is rejected
   with the padding stays rejected once the rest is known: a test can fail itself before the session ends).

@@ -392,6 +392,11 @@ def format_delta(x: float | None, unit: str) -> str:
     return f"{shown:+.1f} %" if unit == "%" else f"{shown:+.2f} pt"
 
 
+def verdict_phrase(label: str, v: Verdict) -> str:
+    """"speedup regressed -41.2 %": a metric's verdict and change, in one phrase of a summary line."""
+    return f"{label} {v.verdict}" + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}")
+
+
 def guard_text(v: Verdict) -> str:
     """What a gated verdict can catch: "catches a drop >= 21 %", "exact", or why nothing is known."""
     return catch_text(v.method, v.mde, v.threshold, v.unit, modelled=v.mde is not None)
@@ -439,7 +444,7 @@ def attribution(verdicts: Iterable[Verdict]) -> str:
                         ("acceptance", "acceptance_rate"), ("spec tok/s", "output_tok_s")):
         v = by.get(name)
         if v is not None:
-            parts.append(f"{label} {v.verdict}" + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}"))
+            parts.append(verdict_phrase(label, v))
 
     def bad(name: str) -> bool:
         return name in by and by[name].verdict == "regressed"

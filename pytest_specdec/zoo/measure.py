@@ -1,8 +1,8 @@
 """Measure how realistic the zoo is on real vLLM CPU: `python -m pytest_specdec.zoo.measure`.
 
-For each zoo method (none, ngram, draft_model, eagle3, eagle3-degraded, and draft-slow greedy at
-concurrency 1 only, against draft_model) at k=3 it starts one
-vLLM server from the `cpu` profile and measures, through vLLM's /metrics counters:
+For each zoo method (none, ngram, draft_model, eagle3, eagle3-degraded, and draft-slow, greedy at
+concurrency 1 only, against draft_model) at k=3 it starts one vLLM server from the `cpu` profile and
+measures, through vLLM's /metrics counters:
 acceptance rate and per-position acceptance at temperature 0 and 1.0, ngram acceptance per prompt
 category, output tok/s at concurrency 1 and 8, and whether spec output equals the reference
 (method `none`) output at temperature 0.  It also starts eagle3 once more *without* the CPU
