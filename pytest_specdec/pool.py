@@ -82,6 +82,7 @@ class ServerPool:
         pin_cpus: bool = False,
         worker: str | None = None,
         server_cpus: frozenset[int] | None = None,
+        server_nice: int = 0,
     ) -> None:
         self.log_dir = log_dir
         self.max_alive = max_alive
@@ -96,6 +97,7 @@ class ServerPool:
         self.gpu_wait_s = gpu_wait_s
         self.pin_cpus = pin_cpus
         self.server_cpus = server_cpus  # no GPUs: every server starts on these CPUs (None = not pinned)
+        self.server_nice = server_nice  # every server's priority is lowered by this much (0-19)
         self.worker = worker  # the xdist worker id, named in lease owners
         self._leases: dict[str, Lease] = {}
         self._local_cpus: dict[str, set[int]] | None = None
@@ -153,7 +155,7 @@ class ServerPool:
         owner = " ".join(x for x in (self.worker, test, f"server {key} ({spec.method})") if x)
         lease, env, cpus = self._placement(spec, owner)
         server = VllmServer(spec, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s,
-                            launcher=self.launcher, placement_env=env, cpus=cpus)
+                            launcher=self.launcher, placement_env=env, cpus=cpus, nice=self.server_nice)
         if lease is not None:
             self._leases[key] = lease
             gpus = self.gpus

@@ -390,6 +390,10 @@ class VllmServer:
     placement_env: dict[str, str] = field(default_factory=dict)
     #: CPUs the server's process tree is pinned to (opt-in --specdec-pin-cpus); None = not pinned.
     cpus: frozenset[int] | None = None
+    #: How much lower than the client's the server's scheduling priority is (0-19; profile [placement]).
+    nice: int = 0
+    #: What the lowered priority reached: {"nice": N, "autogroup": True/False/None (no autogroups)}.
+    priority: dict[str, Any] | None = None
     #: Called with the server's pid right after it is spawned (the GPU lease records it).
     on_spawn: Callable[[int], None] | None = field(default=None, repr=False)
     #: Seconds the /server_info read took after readiness (not in startup_s); None when not asked.
@@ -444,8 +448,9 @@ class VllmServer:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # own process group: we kill the whole tree
-                preexec_fn=_pin(self.cpus) if self.cpus else None,
+                preexec_fn=_preexec(self.cpus, self.nice),
             )
+        self.priority = lower_priority(self.proc.pid, self.nice) if self.nice else None
         deadline = t0 + self.startup_timeout_s
         try:
             if self.on_spawn is not None:
@@ -534,13 +539,44 @@ class VllmServer:
         self.stop()
 
 
-def _pin(cpus: frozenset[int]) -> Callable[[], None]:
-    """preexec_fn: set the child's CPU affinity before exec (its threads and children inherit it)."""
+def _preexec(cpus: frozenset[int] | None, nice: int) -> Callable[[], None] | None:
+    """preexec_fn: the child's CPU affinity and niceness, set before exec (threads and children inherit them)."""
+    if not cpus and not nice:
+        return None
 
-    def pin() -> None:
-        os.sched_setaffinity(0, cpus)
+    def setup() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if nice:
+            os.nice(nice)
 
-    return pin
+    return setup
+
+
+def lower_priority(pid: int, nice: int) -> dict[str, Any]:
+    """Lower the scheduling priority of the session `pid` leads (a server started with its own session).
+
+    Why: a process's nice value only weighs against tasks of its own autogroup, and Linux puts every
+    session in an autogroup of its own (``sched_autogroup_enabled``), so the server's session gets the
+    nice value too, through ``/proc/PID/autogroup``. On 2 cores the busy-waiting server otherwise keeps
+    the client from reading for up to ~200 ms, and a whole stream arrives in one read
+    (docs/measurement.md). Raising a nice value needs no privilege. Returns what took effect.
+    """
+    autogroup: bool | None = False
+    for _ in range(5):  # unprivileged writes are rate-limited to one per 100 ms, machine-wide (EAGAIN)
+        try:
+            with open(f"/proc/{pid}/autogroup", "w") as f:
+                f.write(str(nice))
+            autogroup = True
+            break
+        except FileNotFoundError:  # a kernel without autogroups: the process nice value is all there is
+            autogroup = None
+            break
+        except BlockingIOError:
+            time.sleep(0.11)
+        except OSError:
+            break
+    return {"nice": nice, "autogroup": autogroup}
 
 
 def group_cpu_ticks(pgids: set[int]) -> int:

@@ -351,3 +351,37 @@ def test_pool_starts_cpu_servers_on_the_server_cpus(tmp_path: Path, monkeypatch:
     from pytest_specdec.pool import format_cpus
 
     assert any(line.endswith(f"on CPU {format_cpus(cpus)} ...") for line in lines), lines
+
+
+def _nice(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19 of proc(5): nice
+
+
+def test_pool_lowers_the_servers_priority_and_their_sessions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """[placement] server_nice: the server, its children and (under autogroups) its session get the nice
+    value, so the client is scheduled first; the client's own priority is untouched."""
+    monkeypatch.setenv("FAKE_VLLM_MODE", "ok")
+    monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
+    from pytest_specdec.pool import ServerPool
+
+    pool = ServerPool(tmp_path / "logs", max_alive=1, startup_timeout_s=30, launcher=FAKE, server_nice=7)
+    try:
+        server = pool.get(ServerSpec(model="m"))
+        assert server.proc is not None
+        child = int((tmp_path / "child.pid").read_text())
+        assert _nice(server.proc.pid) == 7 and _nice(child) == 7 and _nice(os.getpid()) == os.nice(0)
+        group = Path(f"/proc/{server.proc.pid}/autogroup")
+        if group.exists():
+            assert server.priority == {"nice": 7, "autogroup": True}
+            assert group.read_text().split()[-1] == "7"  # "/autogroup-N nice 7"
+        else:
+            assert server.priority == {"nice": 7, "autogroup": None}
+    finally:
+        pool.stop_all()
+    plain = ServerPool(tmp_path / "logs2", max_alive=1, startup_timeout_s=30, launcher=FAKE)
+    try:
+        server = plain.get(ServerSpec(model="m"))
+        assert server.proc is not None and _nice(server.proc.pid) == os.nice(0) and server.priority is None
+    finally:
+        plain.stop_all()

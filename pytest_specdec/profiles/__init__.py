@@ -43,7 +43,8 @@ SCHEMA: dict[str, frozenset[str]] = {
     "timings": frozenset({"server_start_s", "stream_tok_s", "max_tok_s", "run_overhead_s"}),
     # co_resident = false: the reference and spec servers cannot be alive at once (arms alternate in blocks)
     # client_cpus = N (cpu profiles): the first N CPUs are left to the client, the servers start on the rest
-    "placement": frozenset({"co_resident", "client_cpus"}),
+    # server_nice = N (0-19): the servers' scheduling priority is lowered by N, so the client reads on time
+    "placement": frozenset({"co_resident", "client_cpus", "server_nice"}),
 }
 
 
@@ -123,6 +124,10 @@ def _check_values(raw: dict[str, Any], path: Path) -> None:
         if raw.get("device", "cuda") != "cpu":
             raise ConfigError(f"profile {path}: [placement] client_cpus is for device = 'cpu' profiles; on GPUs "
                               "use --specdec-pin-cpus (CPUs local to the leased GPUs)")
+    nice = raw.get("placement", {}).get("server_nice")
+    if nice is not None and (isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19):
+        raise ConfigError(f"profile {path}: [placement] server_nice must be a whole number from 0 (the client's "
+                          f"priority) to 19 (the lowest), got {nice!r}")
     if raw.get("device", "cuda") not in ("cpu", "cuda"):
         raise ConfigError(f"profile {path}: device must be 'cpu' or 'cuda', got {raw.get('device')!r}")
 
