@@ -133,6 +133,7 @@ def _run_entry(run: RunRecord) -> dict[str, Any]:
         "index": run.index,
         "valid": run.valid,
         "invalid_reasons": list(run.invalid),
+        "latency_untrusted": list(run.untrusted),
         "output_tok_s": m.output_tok_s,
         "n_requests": m.n_requests,
         "total_output_tokens": m.total_output_tokens,
@@ -167,10 +168,13 @@ def metric_values(entry: dict[str, Any]) -> dict[str, list[float]]:
     """Per-run values of every verdict metric in one session entry (valid runs only, None left out).
 
     The reference arm gives ``reference_tok_s``; the spec arm everything else; latencies come from the
-    spec arm, or from the reference when the test has no spec arm (method ``none``).
+    spec arm, or from the reference when the test has no spec arm (method ``none``), and only from runs
+    whose stream was not coalesced (``latency_untrusted`` empty; files without the key predate it).
     """
     ref = [r for r in entry["runs"]["reference"] if r["valid"]]
     spec = [r for r in entry["runs"]["spec"] if r["valid"]]
+    ref_t = [r for r in ref if not r.get("latency_untrusted")]
+    spec_t = [r for r in spec if not r.get("latency_untrusted")]
     out: dict[str, list[float]] = {}
 
     def put(name: str, values: list[Any]) -> None:
@@ -190,12 +194,12 @@ def metric_values(entry: dict[str, Any]) -> dict[str, list[float]]:
         ])
     put("draft_coverage", [r["draft_coverage"] for r in spec])
     for name in LATENCIES:
-        put(f"{name}_p95_ms", [r["hd_p95_ms"].get(name) for r in (spec or ref)])
+        put(f"{name}_p95_ms", [r["hd_p95_ms"].get(name) for r in (spec_t if spec else ref_t)])
     # The gated latency: spec P95 E2E ÷ reference P95 E2E of the same interleaved pair (run index), so
     # the machine's speed that night cancels as it does in the speedup. E2E, not TPOT or TTFT: a stream
     # whose chunks arrive merged still ends when the request ends.
-    by_index = {r["index"]: r for r in ref}
-    put("e2e_p95_ratio", [r["hd_p95_ms"].get("e2e") / by_index[r["index"]]["hd_p95_ms"]["e2e"] for r in spec
+    by_index = {r["index"]: r for r in ref_t}
+    put("e2e_p95_ratio", [r["hd_p95_ms"].get("e2e") / by_index[r["index"]]["hd_p95_ms"]["e2e"] for r in spec_t
                           if r["index"] in by_index and r["hd_p95_ms"].get("e2e")
                           and by_index[r["index"]]["hd_p95_ms"].get("e2e")])
     return out

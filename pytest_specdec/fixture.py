@@ -91,10 +91,12 @@ class SpecDec:
         widths = [max(len(row[i]) for row in rows) for i in range(5)]
         table = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
         per_run = "\n".join(f"  {r.metric}: {[round(v, 4) for v in values.get(r.metric, [])]}" for r in failed)
-        invalid = len(self.result.invalid_runs)
+        invalid, untrusted = len(self.result.invalid_runs), len(self.result.untrusted_runs)
+        coalesced = f"; latencies of {untrusted} coalesced run(s) left out" if untrusted else ""
         pytest.fail(
             f"specdec SLO: {len(failed)} of {len(results)} check(s) failed for {self.nodeid}\n{table}\n"
-            f"per-run values of the failed checks (valid runs only; {invalid} invalid run(s) left out):\n{per_run}",
+            f"per-run values of the failed checks (valid runs only; {invalid} invalid run(s) left out{coalesced}):"
+            f"\n{per_run}",
             pytrace=False,
         )
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 if TYPE_CHECKING:
     from .load import LoadResult, Prompt, Sampling
-    from .metrics import RunMetrics
+    from .metrics import Chunking, RunMetrics
     from .pool import Endpoint
     from .server import Quiet
 
@@ -60,6 +60,9 @@ class ValidityRules:
     # descheduling the client once on a small machine) only shows in the max, which is reported.
     max_loop_lag_mean_ms: float = 20.0
     max_token_mismatch_share: float = 0.0
+    # Share of a run's tokens that may arrive more per chunk than one engine step makes (1, or k + 1)
+    # before the run's latency figures are untrusted (metrics.Chunking; docs/measurement.md).
+    max_coalesced_share: float = 0.05
 
 
 #: How a client-bound run's invalid reason starts: the lag invalidates the run's timing, not its counters
@@ -153,9 +156,20 @@ def invalid_reasons(m: RunMetrics, n_prompts: int, rules: ValidityRules) -> list
     return reasons
 
 
+def latency_untrusted(chunks: Chunking, rules: ValidityRules) -> list[str]:
+    """Why a run's latency figures (TTFT, TPOT, ITL, E2E) cannot be trusted: its stream was coalesced.
+
+    The run stays valid (its tokens, counters and throughput are right); only its latencies leave the
+    verdicts and the summary."""
+    if chunks.over_limit_share <= rules.max_coalesced_share:
+        return []
+    return [f"coalesced stream: {chunks.over_limit_share:.0%} of tokens arrived more than {chunks.step_limit} per "
+            f"chunk (limit {rules.max_coalesced_share:.0%}); {chunks.cause()}"]
+
+
 @dataclass
 class RunRecord:
-    """One run of one arm, with its validity."""
+    """One run of one arm, with its validity, and whether its latency figures can be trusted."""
 
     arm: Arm
     index: int
@@ -170,16 +184,27 @@ class RunRecord:
     settle: dict[str, Any] | None = None
     #: The prompt ids of the run when they differ from run to run (FreshPrompts), else None.
     prompt_ids: list[str] | None = None
+    #: How the run's tokens arrived per chunk (None: not recorded, e.g. a run built by hand).
+    chunking: Chunking | None = None
+    #: Why the run's latency figures are left out of verdicts and summary (empty: they are trusted).
+    untrusted: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
         return not self.invalid
+
+    @property
+    def latency_trusted(self) -> bool:
+        """Valid, and its stream arrived as the engine made it."""
+        return self.valid and not self.untrusted
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "arm": self.arm, "index": self.index, "valid": self.valid, "invalid_reasons": self.invalid,
             "cache_salt": self.cache_salt, **self.metrics.to_dict(), "hd_p95_ms": self.hd_p95_ms,
             "settle": self.settle, **({"prompt_ids": self.prompt_ids} if self.prompt_ids is not None else {}),
+            "latency_untrusted": self.untrusted,
+            "chunking": None if self.chunking is None else self.chunking.to_dict(),
         }
 
 
@@ -223,6 +248,7 @@ def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, An
     medians of per-run percentiles for latencies (of the spec arm; the reference's when no spec arm)."""
     ref_ok = [r for r in reference if r.valid]
     arm = [r for r in spec if r.valid] if spec else ref_ok
+    timed = [r for r in arm if r.latency_trusted]  # a coalesced stream's latencies are left out
     pair = [s for s in speedups(reference, spec) if s is not None]
     drafts = sum(r.metrics.drafts or 0 for r in arm)
     draft_tokens = sum(r.metrics.draft_tokens or 0 for r in arm)
@@ -238,12 +264,13 @@ def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, An
 
     def latency(name: str) -> dict[str, float | None]:
         return {
-            p: _median([(getattr(r.metrics, name) or {}).get(p) for r in arm])  # type: ignore[misc]
+            p: _median([(getattr(r.metrics, name) or {}).get(p) for r in timed])  # type: ignore[misc]
             for p in ("p50", "p95", "p99")
         }
 
     return {
         "valid_runs": len(arm),
+        "latency_runs": len(timed),
         "valid_reference_runs": len(ref_ok),
         "output_tps": geomean([r.metrics.output_tok_s for r in arm]),  # type: ignore[misc]
         "reference_output_tps": geomean([r.metrics.output_tok_s for r in ref_ok]),  # type: ignore[misc]
@@ -279,6 +306,11 @@ class CaseResult:
     def invalid_runs(self) -> list[RunRecord]:
         return [r for r in [*self.reference_runs, *self.runs] if not r.valid]
 
+    @property
+    def untrusted_runs(self) -> list[RunRecord]:
+        """Valid runs whose latency figures are left out (coalesced streams)."""
+        return [r for r in [*self.reference_runs, *self.runs] if r.valid and r.untrusted]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "runs": [r.to_dict() for r in self.runs],
@@ -291,6 +323,9 @@ class CaseResult:
                 "invalid_runs": [
                     {"arm": r.arm, "index": r.index, "reasons": r.invalid} for r in self.invalid_runs
                 ],
+                "latency_untrusted_runs": [
+                    {"arm": r.arm, "index": r.index, "reasons": r.untrusted} for r in self.untrusted_runs
+                ],
             },
         }
 
@@ -299,11 +334,14 @@ def one_run(
     endpoint: Endpoint, arm: Arm, index: int, prompts: list[Prompt], sampling: Sampling, *,
     concurrency: int, api_key: str | None, rules: ValidityRules, warmup: int = 0, timeout_s: float = 600.0,
     api: str = "chat", rate: float | None = None, warmup_prompts: list[Prompt] | None = None,
+    step_limit: int | None = 1,
 ) -> RunRecord:
     """One pass of the prompts; the /metrics delta covers exactly the measured requests.  The warm-up
-    sends `warmup_prompts` when given, else `warmup` requests cycling through `prompts`."""
+    sends `warmup_prompts` when given, else `warmup` requests cycling through `prompts`.  `step_limit` is
+    the most tokens one engine step makes per request (1, or k + 1 with speculation); None: unknown, so
+    the stream's chunking is not judged."""
     from .load import run_load_sync
-    from .metrics import compute_run_metrics, counters_delta
+    from .metrics import chunking, compute_run_metrics, counters_delta
 
     salt = uuid.uuid4().hex
     load: LoadResult = run_load_sync(
@@ -316,6 +354,9 @@ def one_run(
                        texts={s.prompt_id: s.text for s in load.samples if s.error is None})
     record.invalid = invalid_reasons(metrics, len(prompts), rules)
     record.hd_p95_ms = hd_p95s(load)
+    if step_limit is not None:
+        record.chunking = chunking(load.samples, step_limit)
+        record.untrusted = latency_untrusted(record.chunking, rules)
     if load.metrics_error:
         record.invalid.append(f"could not read /metrics: {load.metrics_error}")
     return record
@@ -336,14 +377,15 @@ def measure_case(
     api: str = "chat",
     rate: float | None = None,
     settle: Callable[[], Quiet] | None = None,
+    spec_tokens: int | None = None,
 ) -> CaseResult:
     """`runs` pairs (reference, spec), interleaved or in blocks of `block`; the reference alone when
-    `spec` is None."""
+    `spec` is None.  `spec_tokens` is the spec arm's k (None: unknown, its chunking is not judged)."""
     result = CaseResult(reference_runs=[], runs=[], summary={}, speedup_per_pair=[],
                         alternation="interleaved" if block is None or spec is None else f"blocks of {block}")
     extend_case(result, reference, spec, prompts, sampling, concurrency=concurrency, runs=runs,
                 api_key=api_key, rules=rules, progress=progress, block=block, api=api, rate=rate,
-                settle=settle)
+                settle=settle, spec_tokens=spec_tokens)
     return result
 
 
@@ -369,6 +411,7 @@ def extend_case(
     api: str = "chat",
     rate: float | None = None,
     settle: Callable[[], Quiet] | None = None,
+    spec_tokens: int | None = None,
 ) -> CaseResult:
     """Continue the alternation of `result` up to `runs` pairs (sequential looks add runs this way).
 
@@ -403,8 +446,9 @@ def extend_case(
         # Only the spec arm can learn from what it served; the reference warms up on the run's prompts.
         warmup = source.warmup(n_warm) if arm == "spec" else FixedPrompts(run_prompts).warmup(n_warm)
         quiet = settle() if settle is not None else None
+        limit = 1 if arm == "reference" else None if spec_tokens is None else 1 + spec_tokens
         rec = one_run(endpoint, arm, i, run_prompts, sampling, concurrency=concurrency, api_key=api_key,
-                      rules=rules, api=api, rate=rate, warmup_prompts=warmup)
+                      rules=rules, api=api, rate=rate, warmup_prompts=warmup, step_limit=limit)
         if quiet is not None:
             rec.settle = quiet.to_dict()
         if source.fresh:
@@ -413,7 +457,8 @@ def extend_case(
         buckets[arm].append(rec)
         m = rec.metrics
         acc = "" if m.acceptance_rate is None else f", acceptance {m.acceptance_rate:.3f}"
-        bad = "" if rec.valid else f"  INVALID: {'; '.join(rec.invalid)}"
+        bad = (f"  INVALID: {'; '.join(rec.invalid)}" if not rec.valid
+               else f"  LATENCY UNTRUSTED: {'; '.join(rec.untrusted)}" if rec.untrusted else "")
         noisy = "" if quiet is None or quiet.quiet else (f"  (servers still busy after {quiet.waited_s:.1f} s: "
                                                          f"{quiet.cores:.2f} cores)")
         progress(f"specdec:   run {i + 1}/{runs} {arm:9s} {m.output_tok_s or 0:8.1f} tok/s{acc}{bad}{noisy}")

@@ -250,6 +250,90 @@ def compute_run_metrics(load: LoadResult, delta: Counters | None) -> RunMetrics:
     return rm
 
 
+# --- coalesced streams ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Chunking:
+    """How one run's tokens reached the client: per SSE event and per read of the client.
+
+    One engine step makes at most ``step_limit`` tokens per request (1 without speculation, k + 1 with
+    it), and vLLM streams each step as it ends. More tokens at one moment mean the stream was held
+    back and released at once, so its timestamps are not the engine's:
+
+    * an **event** carrying more: vLLM's API server merged several steps' deltas because it fell behind
+      the engine (``RequestOutputCollector`` merges when the producer gets ahead);
+    * a **read** carrying more, from events of at most ``step_limit`` each: the events waited in the
+      socket because the client was late to read them (descheduled, or busy).
+
+    ``over_limit_share`` is the share of the run's tokens that arrived in reads carrying more than
+    ``step_limit`` tokens (a merged event is also such a read).
+    """
+
+    step_limit: int
+    events: dict[int, int]  # tokens per SSE event -> how many events
+    reads: dict[int, int]  # tokens per client read (events that arrived together) -> how many reads
+    tokens: int
+    over_limit_tokens: int
+    merged_events: int  # events carrying more than step_limit tokens
+    max_event_tokens: int
+    max_read_events: int  # most events in one read
+
+    @property
+    def over_limit_share(self) -> float:
+        return self.over_limit_tokens / self.tokens if self.tokens else 0.0
+
+    def cause(self) -> str:
+        """Who held the stream back, in words a GPU user recognises."""
+        if self.merged_events:
+            return (f"vLLM's API server merged up to {self.max_event_tokens} tokens into one event, more than one "
+                    f"engine step makes ({self.step_limit}): the API server was the bottleneck")
+        return (f"the client read up to {self.max_read_events} events at once: it was late to read "
+                "(descheduled or busy), not the server")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step_limit": self.step_limit, "tokens": self.tokens,
+                "over_limit_tokens": self.over_limit_tokens, "over_limit_share": self.over_limit_share,
+                "merged_events": self.merged_events, "max_event_tokens": self.max_event_tokens,
+                "max_read_events": self.max_read_events,
+                # JSON keys are strings; sorted by token count
+                "events": {str(k): v for k, v in sorted(self.events.items())},
+                "reads": {str(k): v for k, v in sorted(self.reads.items())}}
+
+
+def chunking(samples: Iterable[RequestSample], step_limit: int) -> Chunking:
+    """The tokens-per-chunk distribution of a run's successful requests (see `Chunking`).
+
+    The client timestamps each read, so events with the same arrival time in one request came in one
+    read."""
+    if step_limit < 1:
+        raise ValueError(f"step_limit must be >= 1 (tokens one engine step makes), got {step_limit}")
+    events: Counter[int] = Counter()
+    reads: Counter[int] = Counter()
+    tokens = over = merged = max_read_events = 0
+    for s in samples:
+        if s.error is not None:
+            continue
+        t_prev, read_tokens, read_events = None, 0, 0
+        for t, n in [*s.chunks, (None, 0)]:  # a sentinel closes the last read
+            if t != t_prev and read_events:
+                reads[read_tokens] += 1
+                max_read_events = max(max_read_events, read_events)
+                if read_tokens > step_limit:
+                    over += read_tokens
+                read_tokens = read_events = 0
+            if t is None:
+                break
+            t_prev = t
+            events[n] += 1
+            tokens += n
+            merged += n > step_limit
+            read_tokens += n
+            read_events += 1
+    return Chunking(step_limit=step_limit, events=dict(events), reads=dict(reads), tokens=tokens,
+                    over_limit_tokens=over, merged_events=merged, max_event_tokens=max(events, default=0),
+                    max_read_events=max_read_events)
+
+
 # --- `vllm bench serve --save-result --save-detailed` files -------------------------------------------
 
 def load_bench_result(result: dict[str, Any] | str | os.PathLike[str]) -> LoadResult:

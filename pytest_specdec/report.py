@@ -389,12 +389,14 @@ def _points(items: list[dict[str, Any]], axis: str, get: Any) -> list[tuple[floa
 
 
 def _reference(metric: str, pct: str) -> Any:
-    """A reference-arm latency the way the summary gives the spec arm's: the median over the valid runs of
-    each run's percentile (`summary` has no reference latencies; the runs do)."""
+    """A reference-arm latency the way the summary gives the spec arm's: the median over the valid runs
+    whose stream was not coalesced of each run's percentile (`summary` has no reference latencies; the
+    runs do). A burst against a stream would compare the client's lateness, not the engines."""
     from statistics import median
 
     def get(test: dict[str, Any]) -> float | None:
         values = [v for r in test.get("reference_runs") or [] if r.get("valid", True)
+                  and not r.get("latency_untrusted")
                   if (v := _num((r.get(metric) or {}).get(pct))) is not None]
         return median(values) if values else None
 
@@ -793,6 +795,7 @@ def test_view(test: dict[str, Any], servers: dict[str, Any]) -> dict[str, Any]:
         "diff_summary": diff_summary(baseline.get("under_test_diff") or {}),
         "not_comparable": baseline.get("not_comparable_fields") or {},
         "invalid": (test.get("validity") or {}).get("invalid_runs") or [],
+        "untrusted": (test.get("validity") or {}).get("latency_untrusted_runs") or [],
         "runs": runs,
         "servers": [(arm, key, command_line(servers[key]) if key in servers else "(not recorded)",
                      (servers.get(key) or {}).get("startup_s"))

@@ -272,6 +272,7 @@ class SpecDecSession:
                 self.max_alive(), self.settings.startup_timeout_s, progress=self.progress,
                 gpus=gpus, gpu_wait_s=self.settings.gpu_wait_s, pin_cpus=self.settings.pin_cpus,
                 worker=self.worker, server_cpus=self.server_cpus(),
+                server_nice=int(self.profile.raw.get("placement", {}).get("server_nice", 0)),
             )
         return self._pool
 
@@ -502,7 +503,8 @@ class SpecDecSession:
         record.sampling = sampling.to_request()
         kw: dict[str, Any] = dict(concurrency=case.concurrency, api_key=self.settings.api_key,
                                   rules=self.profile.validity_rules(), progress=self.progress,
-                                  block=block, api=case.api, rate=case.request_rate, settle=self._settle())
+                                  block=block, api=case.api, rate=case.request_rate, settle=self._settle(),
+                                  spec_tokens=_spec_tokens(spec_spec))
         result = measure_case(reference, spec, source, sampling, runs=self.runs(), **kw)
         record.result = result
         if verdicts is not None:
@@ -540,6 +542,8 @@ class SpecDecSession:
             f"specdec: {nodeid}: {_f(s['output_tps'])} tok/s vs reference {_f(s['reference_output_tps'])}, "
             f"speedup {_f(s['speedup'], '.2f')}x, acceptance {_f(s['acceptance_rate'], '.3f')}"
         )
+        for line in coalesced_lines(nodeid, result):
+            self.progress(line)
         return result
 
     @staticmethod
@@ -950,6 +954,14 @@ class SpecDecSession:
                 self.late_regressions.append(nodeid)
                 lines.append(self.regression_message(nodeid, c, c.final).replace(
                     "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
+        untrusted = {n: r.result.untrusted_runs for n, r in self.records.items()
+                     if r.result is not None and r.result.untrusted_runs}
+        if untrusted:
+            runs = sum(map(len, untrusted.values()))
+            lines.append(f"specdec: {runs} run(s) of {len(untrusted)} test(s) had a coalesced stream; their latency "
+                         "figures are left out of the verdicts (throughput kept):")
+            lines += [line for n, r in self.records.items() if n in untrusted
+                      for line in coalesced_lines(n, r.result, indent="  ")]  # type: ignore[arg-type]
         if self.late_regressions:
             lines.insert(0, f"specdec: {len(self.late_regressions)} test(s) passed at their end but regressed once "
                             "every p-value of the session was known (Benjamini-Hochberg/Holm need all of them):")
@@ -1145,6 +1157,7 @@ class SpecDecSession:
                 "engine_config": server.engine_config(),
                 "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES"),
                 "cpus": sorted(server.cpus) if server.cpus else None,
+                "priority": server.priority,
                 **({"placements": [{"worker": self.worker, "startup_s": server.startup_s,
                                     "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES")}]}
                    if self.worker else {}),
@@ -1345,6 +1358,18 @@ def _unique(entries: Any) -> list[dict[str, Any]]:
     for entry in entries:
         seen.setdefault(json.dumps(entry, sort_keys=True), entry)
     return list(seen.values())
+
+
+def coalesced_lines(nodeid: str, result: CaseResult, indent: str = "specdec: ") -> list[str]:
+    """One line per run whose stream was coalesced: its latency figures are left out, and why."""
+    return [f"{indent}{nodeid}: {r.arm} run {r.index + 1}: latency left out: {'; '.join(r.untrusted)}"
+            for r in result.untrusted_runs]
+
+
+def _spec_tokens(spec: ServerSpec | None) -> int | None:
+    """The spec server's k: with it one engine step makes at most k + 1 tokens per request."""
+    k = (spec.speculative_config or {}).get("num_speculative_tokens") if spec is not None else None
+    return int(k) if isinstance(k, int) and not isinstance(k, bool) else None
 
 
 def _f(x: float | None, spec: str = ".1f") -> str:

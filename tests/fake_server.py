@@ -86,8 +86,15 @@ class FakeConfig:
     # drift_period_s of wall time (seeded by the window), so runs differ as on a shared host.
     drift_sd: float = 0.0
     drift_period_s: float = 0.3
+    # A stream held back and released in bursts: `merge_steps` steps' tokens go out as one event (vLLM's
+    # API server merging deltas when it falls behind the engine); `batch_events` events go out in one write
+    # (what a client that is late to read finds in its socket). 1 = every step streamed as it ends.
+    merge_steps: int = 1
+    batch_events: int = 1
 
     def __post_init__(self) -> None:
+        if self.merge_steps < 1 or self.batch_events < 1:
+            raise ValueError(f"merge_steps and batch_events must be >= 1, got {self.merge_steps}, {self.batch_events}")
         if self.sampler_bias and not self.k:
             raise ValueError("sampler_bias breaks a spec server's sampler; this server has k=0 (no speculation)")
         if self.vocab < 3:
@@ -390,6 +397,16 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
         running.inc()
         st.active += 1
         st.peak_active = max(st.peak_active, st.active)
+        held: list[bytes] = []  # events not yet written (batch_events)
+        merged = 0  # steps merged into the pending event (merge_steps)
+        pending = 0  # tokens of the pending event
+
+        async def send(data: bytes, last: bool) -> None:
+            held.append(data)
+            if last or len(held) >= cfg.batch_events:
+                await resp.write(b"".join(held))
+                held.clear()
+
         try:
             await asyncio.sleep(cfg.ttft_s)
             emitted, n, finish = 0, 1, None  # the prefill step yields one token and no draft
@@ -407,15 +424,21 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
                 if finish is None and emitted >= n_out:
                     finish = "length"
                 st.generation.labels(*lab).inc(n)
-                piece = " tok" * n
-                c0: dict[str, Any] = ({"index": 0, "delta": {"content": piece}, "logprobs": None,
-                                       "finish_reason": finish} if chat else
-                                      {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish,
-                                       "stop_reason": None})
-                await resp.write(chunk([c0], emitted if continuous else None))
+                pending += n
+                merged += 1
+                if finish is not None or merged >= cfg.merge_steps:
+                    piece = " tok" * pending
+                    c0: dict[str, Any] = ({"index": 0, "delta": {"content": piece}, "logprobs": None,
+                                           "finish_reason": finish} if chat else
+                                          {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish,
+                                           "stop_reason": None})
+                    await send(chunk([c0], emitted if continuous else None), finish is not None)
+                    pending = merged = 0
                 if finish is not None:
                     break
                 if abort and emitted * 2 >= n_out:
+                    if held:
+                        await resp.write(b"".join(held))
                     return resp  # cut the stream: no usage chunk, no [DONE]
                 await asyncio.sleep(cfg.step_s * _drift(cfg))
                 n = 1
