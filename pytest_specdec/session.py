@@ -463,11 +463,32 @@ class SpecDecSession:
         return Endpoint(server.base_url, served_model(server.base_url), owned=True, instance=str(server.proc.pid))
 
     def _settle(self) -> Callable[[], Quiet] | None:
-        """Before each run, wait for the servers this session started to go idle (none in endpoint mode)."""
+        """Before each run, wait for the servers to go idle: those this session started, or in endpoint
+        mode the processes listening on loopback endpoints' ports; endpoints whose processes cannot be
+        found (another host, another user) get a fixed delay instead."""
         timeout = self.settings.quiet_timeout_s
-        if self.settings.endpoint or timeout <= 0:
+        if timeout <= 0:
             return None
-        return lambda: self.pool.wait_quiet(timeout)
+        if not self.settings.endpoint:
+            return lambda: self.pool.wait_quiet(timeout)
+        from .server import idle_delay, listening_pgids, wait_quiet
+
+        urls = [u for u in (self.settings.endpoint, self.settings.reference_endpoint) if u]
+
+        def settle() -> Quiet:
+            pgids: set[int] = set()
+            for url in urls:
+                host, port = _host_port(url)
+                loopback = host.startswith(("127.", "localhost")) or host == "::1"
+                found = listening_pgids(port) if loopback and port else set()
+                if not found:
+                    return idle_delay()
+                pgids |= found
+            # A server in our own process group (a simulated one in tests) cannot be told from the client.
+            pgids.discard(os.getpgid(0))
+            return wait_quiet(pgids, timeout_s=timeout)
+
+        return settle
 
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
         """Run the case's interleaved reference/spec runs; the result is recorded for the JSON.
@@ -1364,6 +1385,14 @@ def coalesced_lines(nodeid: str, result: CaseResult, indent: str = "specdec: ") 
     """One line per run whose stream was coalesced: its latency figures are left out, and why."""
     return [f"{indent}{nodeid}: {r.arm} run {r.index + 1}: latency left out: {'; '.join(r.untrusted)}"
             for r in result.untrusted_runs]
+
+
+def _host_port(url: str) -> tuple[str, int | None]:
+    """An endpoint URL's host and port (None when it names none and its scheme implies one)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port
 
 
 def _spec_tokens(spec: ServerSpec | None) -> int | None:

@@ -385,3 +385,37 @@ def test_pool_lowers_the_servers_priority_and_their_sessions(tmp_path: Path, mon
         assert server.proc is not None and _nice(server.proc.pid) == os.nice(0) and server.priority is None
     finally:
         plain.stop_all()
+
+
+def test_listening_pgids_finds_the_group_of_a_loopback_server() -> None:
+    """Endpoint mode's settle step: the hand-started server behind a loopback port, found by its socket."""
+    import socket
+    import subprocess
+    import sys
+
+    from pytest_specdec.server import free_port, listening_pgids
+
+    port = free_port()
+    code = (f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
+            "print('up', flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == b"up"
+        assert listening_pgids(port) == {p.pid}
+    finally:
+        p.kill()
+        p.wait()
+        assert p.stdout is not None
+        p.stdout.close()
+    assert listening_pgids(port) == set()
+    with socket.socket() as s:  # connected, not listening: not a server
+        s.bind(("127.0.0.1", 0))
+        assert listening_pgids(s.getsockname()[1]) == set()
+
+
+def test_idle_delay_is_recorded_as_a_delay() -> None:
+    from pytest_specdec.server import idle_delay
+
+    waited: list[float] = []
+    q = idle_delay(0.5, sleep=waited.append)
+    assert waited == [0.5] and q.to_dict() == {"waited_s": 0.5, "quiet": True, "cores": 0.0, "how": "delay"}
