@@ -1009,6 +1009,9 @@ class SpecDecSession:
         machine factor is divided out (shown family); then the inconclusive count."""
         from .verdicts import ABSOLUTE, LABELS, guard_text, verdict_phrase
 
+        # Gated metrics that come from latencies: a coalesced stream can leave them without values.
+        latency_gated = {"e2e_p95_ratio", "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms"}
+
         rows = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None and r.baseline.final]
         if not rows:
             return []
@@ -1028,6 +1031,11 @@ class SpecDecSession:
                 out.append(f"  {name}: not comparable with its baseline ({fields})")
                 continue
             parts = [f"{LABELS.get(v.metric, v.metric)} {v.verdict} ({guard_text(v)})" for v in gated]
+            result = self.records[nodeid].result
+            if result is not None and result.untrusted_runs:  # a latency left with no trusted run
+                judged = {v.metric for v in gated}
+                parts += [f"{LABELS.get(m, m)} not judged (coalesced streams: no run's latency trusted)"
+                          for m in c.gate if m not in judged and m in latency_gated]
             out.append(f"  {name}: " + "; ".join(parts))
             absolute = [v for v in c.final or [] if v.metric in ABSOLUTE and v.family != "gated"]
             if absolute and self.machine is not None:
