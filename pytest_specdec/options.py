@@ -179,7 +179,8 @@ def addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--specdec-quiet-timeout", metavar="SECONDS", type=non_negative_float, default=3.0,
         help="before each run, wait up to SECONDS for every server this session started to go idle (vLLM's "
-             "processes busy-wait for 1 s after their last step and would share the cores with the run); "
+             "processes busy-wait for 1 s after their last step and would share the cores with the run); in "
+             "endpoint mode for the processes behind loopback endpoints, else a fixed 1.2 s; "
              "0 skips the wait. Default: %(default)r",
     )
     group.addoption(
