@@ -119,6 +119,11 @@ DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 SERVER_INFO_TIMEOUT_S = 60.0
 _LOOPBACK = ("127.", "::1", "localhost")
 
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine's loopback interface (an IPv4 127.x, ::1 or localhost)."""
+    return host.startswith(_LOOPBACK)
+
 #: Flat engine-config key ← (section of vLLM's VllmConfig, field), for /server_info?config_format=json.
 _FROM_SERVER_INFO: tuple[tuple[str, str, str], ...] = (
     ("model", "model_config", "model"),
@@ -417,7 +422,7 @@ class VllmServer:
     def dev_mode(self) -> bool:
         """Whether the server gets VLLM_SERVER_DEV_MODE=1 (for /server_info): on loopback, unless the spec's
         env says otherwise (dev mode also opens routes like /collective_rpc, never on a public interface)."""
-        return self.spec.host.startswith(_LOOPBACK) and DEV_MODE_ENV not in dict(self.spec.env)
+        return is_loopback(self.spec.host) and DEV_MODE_ENV not in dict(self.spec.env)
 
     @property
     def record_dir(self) -> Path:

@@ -471,7 +471,7 @@ class SpecDecSession:
             return None
         if not self.settings.endpoint:
             return lambda: self.pool.wait_quiet(timeout)
-        from .server import idle_delay, listening_pgids, wait_quiet
+        from .server import idle_delay, is_loopback, listening_pgids, wait_quiet
 
         urls = [u for u in (self.settings.endpoint, self.settings.reference_endpoint) if u]
 
@@ -479,8 +479,7 @@ class SpecDecSession:
             pgids: set[int] = set()
             for url in urls:
                 host, port = _host_port(url)
-                loopback = host.startswith(("127.", "localhost")) or host == "::1"
-                found = listening_pgids(port) if loopback and port else set()
+                found = listening_pgids(port) if is_loopback(host) and port else set()
                 if not found:
                     return idle_delay()
                 pgids |= found
