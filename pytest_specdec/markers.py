@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
-from .profiles import VLLM_METHODS
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.profiles import VLLM_METHODS
 
 if TYPE_CHECKING:
-    from .profiles import Profile
+    from pytest_specdec.profiles import Profile
 
 MARKER = "specdec"
 MARKER_SIGNATURE = (
@@ -91,6 +91,15 @@ class Case:
     def server_key(self) -> tuple[str, str]:
         """Tests with equal keys share a server: ordering by it keeps them together."""
         return (self.method, self.speculative_config_json or str(self.k))
+
+
+@dataclass
+class VerdictOptions:
+    """What the `specdec_verdicts` marker says for one test."""
+
+    check: bool = True
+    thresholds: dict[str, float] = field(default_factory=dict)
+    gate: tuple[str, ...] = ()  # metrics added to the gated family for this test
 
 
 def _as_list(name: str, value: Any) -> list[Any]:
@@ -214,8 +223,7 @@ def varying_fields(cases: list[Case]) -> frozenset[str]:
 
 def verdict_options(marker: Any) -> Any:
     """The `specdec_verdicts` marker → VerdictOptions; unknown keys and bad values name what is allowed."""
-    from .session import VerdictOptions
-    from .verdicts import check_gate, check_mapping
+    from pytest_specdec.gate.verdicts import check_gate, check_mapping
 
     if marker is None:
         return VerdictOptions()

@@ -65,7 +65,7 @@ def alpha_value(value: str) -> float:
 
 def threshold_item(value: str) -> str:
     """argparse type: METRIC=MAGNITUDE (kept as the string, checked again when the thresholds are built)."""
-    from .verdicts import parse_threshold_items
+    from pytest_specdec.gate.verdicts import parse_threshold_items
 
     try:
         parse_threshold_items([value], "--specdec-threshold")
@@ -76,8 +76,8 @@ def threshold_item(value: str) -> str:
 
 def dataset_spec(value: str) -> str:
     """argparse type: builtin or [FORMAT:]PATH[#CATEGORY,...] (kept as the string; the file is read later)."""
-    from .datasets import DatasetSpec
-    from .errors import ConfigError
+    from pytest_specdec.measure.datasets import DatasetSpec
+    from pytest_specdec.errors import ConfigError
 
     try:
         DatasetSpec.parse(value)
@@ -88,7 +88,7 @@ def dataset_spec(value: str) -> str:
 
 def gpu_list(value: str) -> str:
     """argparse type: comma-separated GPU ids (kept as the string; gpus.parse_gpu_list splits it)."""
-    from .gpus import GpuLeaseError, parse_gpu_list
+    from pytest_specdec.servers.gpus import GpuLeaseError, parse_gpu_list
 
     try:
         parse_gpu_list(value, "--specdec-gpus")
@@ -350,14 +350,14 @@ class Settings:
         except argparse.ArgumentTypeError as exc:
             raise pytest.UsageError(f"ini specdec_keep_sessions: {exc}") from None
         ini_thresholds = tuple(str(x) for x in config.getini("specdec_thresholds"))
-        from .errors import ConfigError
-        from .verdicts import parse_threshold_items
+        from pytest_specdec.errors import ConfigError
+        from pytest_specdec.gate.verdicts import parse_threshold_items
 
         try:
             parse_threshold_items(ini_thresholds, "ini specdec_thresholds")
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
-        from .verdicts import check_gate
+        from pytest_specdec.gate.verdicts import check_gate
 
         try:
             gate = tuple(check_gate([str(x) for x in config.getini("specdec_gate")], "ini specdec_gate"))
@@ -425,7 +425,7 @@ def host_address(value: str) -> str:
 def _dataset(value: str, cwd: Path) -> str:
     """--specdec-dataset with its path resolved where pytest was invoked; a missing file stops the session
     before any server starts."""
-    from .datasets import DatasetSpec
+    from pytest_specdec.measure.datasets import DatasetSpec
 
     spec = DatasetSpec.parse(value)
     if spec.path == "builtin":

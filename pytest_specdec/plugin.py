@@ -15,16 +15,15 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 if TYPE_CHECKING:
-    from .fixture import SpecDec
-    from .markers import Case
-    from .options import Settings
-    from .session import SpecDecSession
+    from pytest_specdec.fixture import SpecDec
+    from pytest_specdec.markers import Case
+    from pytest_specdec.options import Settings
 
 session_key = pytest.StashKey["SpecDecSession"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from .options import addoption
+    from pytest_specdec.options import addoption
 
     addoption(parser)
 
@@ -52,9 +51,9 @@ def _progress(config: pytest.Config) -> Callable[[str], None]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from .markers import MARKER_SIGNATURE, VERDICTS_MARKER_SIGNATURE
-    from .options import Settings
-    from .session import SpecDecSession
+    from pytest_specdec.markers import MARKER_SIGNATURE, VERDICTS_MARKER_SIGNATURE
+    from pytest_specdec.options import Settings
+    from pytest_specdec.session import SpecDecSession
 
     config.addinivalue_line("markers", MARKER_SIGNATURE)
     config.addinivalue_line("markers", VERDICTS_MARKER_SIGNATURE)
@@ -110,14 +109,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("specdec")
     if marker is None:
         return
-    from .markers import PARAM, varying_fields
+    from pytest_specdec.markers import PARAM, varying_fields
 
     if PARAM not in metafunc.fixturenames:
         raise pytest.UsageError(
             f"{metafunc.definition.nodeid} has the specdec marker but does not use the `specdec` "
             "fixture: add `specdec` to its arguments"
         )
-    from .errors import ConfigError
+    from pytest_specdec.errors import ConfigError
 
     try:
         cases = metafunc.config.stash[session_key].expand(dict(marker.kwargs), marker.args)
@@ -128,7 +127,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _case(item: pytest.Item) -> Case | None:
-    from .markers import PARAM
+    from pytest_specdec.markers import PARAM
 
     callspec = getattr(item, "callspec", None)
     return callspec.params.get(PARAM) if callspec is not None else None
@@ -136,8 +135,8 @@ def _case(item: pytest.Item) -> Case | None:
 
 def _options(item: pytest.Item) -> Any:
     """The test's `specdec_verdicts` options; a bad marker is reported by the fixture, so none here."""
-    from .errors import ConfigError
-    from .markers import verdict_options
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.markers import verdict_options
 
     try:
         return verdict_options(item.get_closest_marker("specdec_verdicts"))
@@ -152,7 +151,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for i, item in zip(slots, ordered):
         items[i] = item
     session = config.stash[session_key]
-    from .verdicts import gated_per_test, metrics_per_test
+    from pytest_specdec.gate.verdicts import gated_per_test, metrics_per_test
 
     pairs = [(items[i], _case(items[i])) for i in slots]
     cases = [c for _, c in pairs if c is not None]
@@ -163,7 +162,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                     for item, c in pairs if c is not None)
     session.collected = cases
     if slots and session.worker == "gw0":  # one worker says it, not each
-        warning = session.parallel_warning(getattr(config, "workerinput", {}).get("workercount", 0))
+        from pytest_specdec.parallel import parallel_warning
+
+        warning = parallel_warning(session, getattr(config, "workerinput", {}).get("workercount", 0))
         if warning is not None:
             import warnings
 
@@ -182,12 +183,12 @@ def _specdec_case(request: pytest.FixtureRequest) -> Case:
 @pytest.fixture
 def specdec(request: pytest.FixtureRequest, _specdec_case: Case) -> SpecDec:
     """This test's measurement: interleaved reference and spec runs on the active profile."""
-    from .fixture import SpecDec
+    from pytest_specdec.fixture import SpecDec
 
     session = request.config.stash[session_key]
     if session.settings.dry_run:
         pytest.skip("specdec dry run: nothing started")
-    from .markers import verdict_options
+    from pytest_specdec.markers import verdict_options
 
     options = verdict_options(request.node.get_closest_marker("specdec_verdicts"))
     handle = SpecDec(session, request.node.nodeid, _specdec_case, options)
@@ -218,7 +219,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if record.outcome in ("pending", "passed"):
             record.outcome = report.outcome if report.when == "call" else f"{report.outcome} ({report.when})"
     if report.failed:
-        from .errors import SpecDecError
+        from pytest_specdec.errors import SpecDecError
 
         exc = call.excinfo.value if call.excinfo is not None else None
         # A server that did not start or a regression: the message says it all; else pytest's traceback.
@@ -236,7 +237,9 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
         return
     blob = getattr(node, "workeroutput", {}).get("specdec")
     if blob is not None:
-        specdec.xdist_lines += specdec.merge_worker(blob)
+        from pytest_specdec.parallel import merge_worker
+
+        specdec.xdist_lines += merge_worker(specdec, blob)
     elif error is not None:
         specdec.xdist_lines.append(
             f"specdec: xdist worker {node.gateway.id} went down ({error}) before sending its measurements: "
@@ -249,7 +252,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller adjusts and writes
-        workeroutput["specdec"] = specdec.worker_output()
+        from pytest_specdec.parallel import worker_output
+
+        workeroutput["specdec"] = worker_output(specdec)
         return
     if not specdec.records:
         specdec.summary_lines = list(specdec.xdist_lines)

@@ -16,12 +16,13 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from pytest_specdec.datasets import builtin
-from pytest_specdec.load import Sampling, served_model
-from pytest_specdec.measurement import measure_case
-from pytest_specdec.pool import Endpoint, ServerPool
+from pytest_specdec.measure.datasets import builtin
+from pytest_specdec.measure.types import Sampling
+from pytest_specdec.measure.client import served_model
+from pytest_specdec.measure.runner import measure_case
+from pytest_specdec.servers.pool import Endpoint, ServerPool
 from pytest_specdec.profiles import load_profile, server_spec
-from pytest_specdec.server import DEV_MODE_ENV
+from pytest_specdec.vllm.engine_config import DEV_MODE_ENV
 
 
 def main() -> None:

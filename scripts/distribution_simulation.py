@@ -18,7 +18,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from test_distribution import _arms  # noqa: E402
 
-from pytest_specdec.distribution import compare  # noqa: E402
+from pytest_specdec.measure.lossless import compare  # noqa: E402
 
 CASES = ((0.01, 8, 0.0, 2000), (0.01, 16, 0.0, 1000), (0.01, 8, 0.3, 400), (0.01, 16, 0.3, 400),
          (0.01, 8, 0.15, 400), (0.001, 8, 0.0, 4000), (0.001, 8, 0.3, 400), (0.001, 16, 0.3, 400),

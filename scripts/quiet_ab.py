@@ -22,12 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_specdec.datasets import builtin  # noqa: E402
-from pytest_specdec.load import Sampling, served_model  # noqa: E402
-from pytest_specdec.measurement import ValidityRules, one_run  # noqa: E402
-from pytest_specdec.pool import Endpoint  # noqa: E402
+from pytest_specdec.measure.datasets import builtin  # noqa: E402
+from pytest_specdec.measure.types import Sampling  # noqa: E402
+from pytest_specdec.measure.client import served_model
+from pytest_specdec.measure.runner import ValidityRules, one_run  # noqa: E402
+from pytest_specdec.servers.pool import Endpoint  # noqa: E402
 from pytest_specdec.profiles import load_profile, server_spec  # noqa: E402
-from pytest_specdec.server import VllmServer, wait_quiet  # noqa: E402
+from pytest_specdec.servers.process import VllmServer, wait_quiet  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The built-in prompt set's categories (pytest_specdec/datasets/builtin.jsonl).
+#: The built-in prompt set's categories (pytest_specdec/measure/datasets/builtin.jsonl).
 CATEGORIES = ("short_qa", "summarization", "code_generation", "code_editing", "creative_writing",
               "translation", "structured_output", "reasoning")
 

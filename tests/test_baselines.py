@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.baselines import (
+from pytest_specdec.gate.baselines import (
     SCHEMA,
     BaselineError,
     BaselineStore,
@@ -101,7 +101,7 @@ def test_diff_lists_dotted_fields() -> None:
 
 
 def test_an_engine_config_in_the_old_log_line_format_is_one_line_of_diff() -> None:
-    from pytest_specdec.baselines import under_test_changes
+    from pytest_specdec.gate.baselines import under_test_changes
 
     old = {"vllm": "0.31.0", "engine_config": {"spec": {"speculative_config": "SpeculativeConfig(method='eagle3'",
                                                          "max_seq_len": "1024"}}}
@@ -117,13 +117,13 @@ def test_an_engine_config_in_the_old_log_line_format_is_one_line_of_diff() -> No
     assert under_test_changes(new, newer) == {"engine_config.spec.max_model_len": (1024, 2048)}
 
 
-def test_zoo_paths_under_test_are_portable() -> None:
-    from pytest_specdec.session import _portable
+def test_zoo_paths_under_test_areportable() -> None:
+    from pytest_specdec.gate.baselines import portable
     from pytest_specdec.zoo import MODELS_DIR
 
     engine = {"model": str(MODELS_DIR / "target"), "tokenizer": "/elsewhere/target",
               "speculative_config": {"model": str(MODELS_DIR / "eagle3")}, "sizes": [1, 2]}
-    assert _portable(engine) == {"model": "zoo:target", "tokenizer": "/elsewhere/target",
+    assert portable(engine) == {"model": "zoo:target", "tokenizer": "/elsewhere/target",
                                  "speculative_config": {"model": "zoo:eagle3"}, "sizes": [1, 2]}
 
 

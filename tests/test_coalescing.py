@@ -9,9 +9,9 @@ import pytest
 
 from conftest import FAKE_PROFILE
 from fake_server import FakeConfig, FakeServer
-from pytest_specdec.load import RequestSample
-from pytest_specdec.measurement import ValidityRules, latency_untrusted
-from pytest_specdec.metrics import chunking
+from pytest_specdec.measure.types import RequestSample
+from pytest_specdec.measure.runner import ValidityRules, latency_untrusted
+from pytest_specdec.measure.metrics import chunking
 
 
 def _sample(chunks: list[tuple[float, int]]) -> RequestSample:
@@ -137,7 +137,7 @@ def test_a_bursty_server_is_flagged_and_its_latencies_leave_the_verdicts(
 
 def test_the_reports_reference_latency_skips_coalesced_runs() -> None:
     """The TTFT/E2E charts draw the reference arm from its runs: a burst must not be drawn against a stream."""
-    from pytest_specdec.report import _reference
+    from pytest_specdec.output.report import _reference
 
     test = {"reference_runs": [
         {"valid": True, "latency_untrusted": [], "ttft_ms": {"p95": 10.0}},

@@ -13,7 +13,7 @@ from typing import Any
 import numpy  # noqa: F401  (pytester's in-process runs drop modules first imported inside them; numpy warns
 import pytest  # when imported twice: import it here, as tests/test_baselines_e2e.py does)
 
-from pytest_specdec.datasets import (
+from pytest_specdec.measure.datasets import (
     BUILTIN,
     DEFAULT_OUTPUT_TOKENS,
     INSTRUCTCODER_SUFFIX,
@@ -32,7 +32,7 @@ from pytest_specdec.session import SpecDecSession
 
 CATEGORIES = {"short_qa", "summarization", "code_generation", "code_editing", "creative_writing", "translation",
               "structured_output", "reasoning"}
-#: sha256 of the 32 prompts the zoo was measured with (README) and that zoo/measure.py still sends.
+#: sha256 of the 32 prompts the zoo was measured with (README) and that zoo_measure.py still sends.
 FIRST_32_SHA256 = "b626dd172c409349903ce3da1f716603db0bf510bd0f17a85f1d5a8c0dfc382a"
 CPU_MAX_MODEL_LEN = 1024  # the cpu profile's --max-model-len
 
@@ -90,7 +90,9 @@ def test_builtin_transform_prompts_carry_their_text() -> None:
 def test_builtin_fits_the_cpu_profile_context() -> None:
     """Prompt + max_tokens must fit the zoo's --max-model-len, or vLLM rejects the request."""
     tokenizers = pytest.importorskip("tokenizers")
-    tok = tokenizers.Tokenizer.from_file(str(BUILTIN.parent.parent / "zoo/models/target/tokenizer.json"))
+    from pytest_specdec.zoo import MODELS_DIR
+
+    tok = tokenizers.Tokenizer.from_file(str(MODELS_DIR / "target" / "tokenizer.json"))
     for p in builtin().prompts:
         prompt_tokens = sum(len(tok.encode(m["content"]).ids) + 8 for m in p.messages)  # + template per turn
         assert prompt_tokens + p.max_tokens <= CPU_MAX_MODEL_LEN - 64, (p.id, prompt_tokens, p.max_tokens)

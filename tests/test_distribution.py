@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fake_server import FakeConfig, FakeServer, toy_lm
 
-from pytest_specdec.distribution import (
+from pytest_specdec.measure.lossless import (
     Collected,
     DistributionError,
     Sample,
@@ -23,8 +23,8 @@ from pytest_specdec.distribution import (
     sample,
     score,
 )
-from pytest_specdec.load import Prompt, Sampling
-from pytest_specdec.pool import Endpoint
+from pytest_specdec.measure.types import Prompt, Sampling
+from pytest_specdec.servers.pool import Endpoint
 
 
 def _arms(rng: random.Random, n_prompts: int, shift: float, *, samples: int = 4,

@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # fake_server sits next to the t
 
 from fake_server import FakeConfig, FakeServer, FakeServerProcess
 
-from pytest_specdec.load import Prompt, RequestSample, Sampling, run_load_sync
+from pytest_specdec.measure.types import Prompt, RequestSample, Sampling
+from pytest_specdec.measure.client import run_load_sync
 
 MODEL = "fake-model"
 

@@ -23,8 +23,8 @@ import scipy.stats  # noqa: F401
 
 from fake_server import FakeConfig, FakeServer
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.estimate import PlannedTest, Timings, estimate
-from pytest_specdec.hardware import SMI_ENV, GpuList, check_profile, list_gpus, pick_profile
+from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
+from pytest_specdec.servers.hardware import SMI_ENV, GpuList, check_profile, list_gpus, pick_profile
 from pytest_specdec.profiles import PROFILE_DIR, VLLM_METHODS, builtin_profiles, load_profile, server_spec
 
 GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
@@ -114,7 +114,7 @@ def test_a_good_user_profile_loads(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def parser():  # type: ignore[no-untyped-def]
     """`vllm serve`'s argument parser from the installed vLLM; nothing is started."""
-    from pytest_specdec.vllm_check import serve_parser
+    from pytest_specdec.vllm.check import serve_parser
 
     return serve_parser()
 
@@ -126,8 +126,8 @@ def _serve_argv(command: list[str]) -> list[str]:
 @pytest.mark.parametrize("name", [*GPU_PROFILES, "cpu"])
 def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here(parser, name: str) -> None:
     """Each method at each k of the profile's matrix, and the reference, as vLLM would parse them."""
-    from pytest_specdec.server import build_command
-    from pytest_specdec.vllm_check import check_command
+    from pytest_specdec.vllm.command import build_command
+    from pytest_specdec.vllm.check import check_command
 
     profile = load_profile(name)
     for method in profile.method_names():
@@ -144,7 +144,7 @@ def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here
 
 
 def test_profile_methods_are_vllms_method_literal_not_run_on_a_gpu_here() -> None:
-    from pytest_specdec.vllm_check import speculative_config_problems, speculative_methods
+    from pytest_specdec.vllm.check import speculative_config_problems, speculative_methods
 
     allowed = speculative_methods()
     assert set(VLLM_METHODS) <= set(allowed), set(VLLM_METHODS) - set(allowed)
@@ -155,7 +155,7 @@ def test_profile_methods_are_vllms_method_literal_not_run_on_a_gpu_here() -> Non
 
 
 def test_the_vllm_checks_can_fail(parser) -> None:
-    from pytest_specdec.vllm_check import check_command, speculative_config_problems
+    from pytest_specdec.vllm.check import check_command, speculative_config_problems
 
     assert speculative_config_problems({"method": "eagle4", "num_speculative_tokens": 0, "draft_model": "x"}) == [
         "method='eagle4': Input should be 'ngram', 'medusa', 'mlp_speculator', 'draft_model', 'suffix', "
@@ -170,7 +170,7 @@ def test_the_vllm_checks_can_fail(parser) -> None:
 
 
 def _rest_of_literal() -> str:
-    from pytest_specdec.vllm_check import speculative_methods
+    from pytest_specdec.vllm.check import speculative_methods
 
     rest = speculative_methods()[9:]
     return ", ".join(f"'{m}'" for m in rest[:-1]) + f" or '{rest[-1]}'"
@@ -181,7 +181,7 @@ def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_
     pytester: pytest.Pytester, parser, gpu: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`pytest suites/ --gpu=GPU --specdec-dry-run` on a machine without that GPU (this one has none)."""
-    from pytest_specdec.vllm_check import check_command
+    from pytest_specdec.vllm.check import check_command
 
     monkeypatch.setenv("PATH", str(pytester.path))  # no nvidia-smi at all: the dry run must not care
     monkeypatch.delenv(SMI_ENV, raising=False)
@@ -218,7 +218,7 @@ def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_
 def test_cpu_profile_dry_run_says_where_servers_start(pytester: pytest.Pytester) -> None:
     """A cpu profile with [placement] client_cpus = 1 leaves its first CPU to the client; the built-in
     one (client_cpus = 0) pins nothing and says nothing."""
-    from pytest_specdec.pool import format_cpus, split_cpus
+    from pytest_specdec.servers.pool import format_cpus, split_cpus
 
     cpus = split_cpus(1)
     assert cpus is not None
@@ -484,6 +484,7 @@ def test_speculating_reference_endpoint_is_an_error(pytester: pytest.Pytester, f
 def test_results_name_the_gpus_nvidia_smi_listed_not_the_profile(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_specdec.options import Settings
+    from pytest_specdec.output.results import hardware_name
     from pytest_specdec.session import SpecDecSession
 
     def session(dry_run: bool = False) -> SpecDecSession:
@@ -492,7 +493,10 @@ def test_results_name_the_gpus_nvidia_smi_listed_not_the_profile(tmp_path: Path,
                             max_servers=1, startup_timeout_s=1.0)
         return SpecDecSession(settings, tmp_path, progress=lambda line: None)
 
+    def hardware(s: SpecDecSession) -> str:
+        return hardware_name(s.profile, s.gpu_names)
+
     monkeypatch.setenv(SMI_ENV, str(_fake_smi(tmp_path, f"{SXM}\n{SXM}\n")))
-    assert session().hardware() == f"{SXM} x2"
+    assert hardware(session()) == f"{SXM} x2"
     # Not looked at (dry run): the profile's SKU, said to be unchecked.
-    assert session(dry_run=True).hardware() == f"{SXM} (profile; GPUs not checked)"
+    assert hardware(session(dry_run=True)) == f"{SXM} (profile; GPUs not checked)"

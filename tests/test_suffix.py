@@ -45,9 +45,9 @@ asyncio.run(main())
 
 CONFTEST = '''
 import sys
-import pytest_specdec.server
+import pytest_specdec.servers.process
 
-pytest_specdec.server.vllm_launcher = lambda: [sys.executable, {script!r}]
+pytest_specdec.vllm.command.vllm_launcher = lambda: [sys.executable, {script!r}]
 '''
 
 PROFILE = """

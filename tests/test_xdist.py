@@ -14,13 +14,13 @@ import pytest
 # (the controller unpickles the workers' records, which imports these).
 import filelock  # noqa: F401
 import numpy  # noqa: F401
-import pytest_specdec.baselines  # noqa: F401
-import pytest_specdec.gpus  # noqa: F401
-import pytest_specdec.load  # noqa: F401
-import pytest_specdec.measurement  # noqa: F401
-import pytest_specdec.metrics  # noqa: F401
-import pytest_specdec.stats  # noqa: F401
-import pytest_specdec.verdicts  # noqa: F401
+import pytest_specdec.gate.baselines  # noqa: F401
+import pytest_specdec.servers.gpus  # noqa: F401
+import pytest_specdec.measure.client  # noqa: F401
+import pytest_specdec.measure.runner  # noqa: F401
+import pytest_specdec.measure.metrics  # noqa: F401
+import pytest_specdec.gate.stats  # noqa: F401
+import pytest_specdec.gate.verdicts  # noqa: F401
 import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401
 import xdist  # noqa: F401 - the [test] extra installs pytest-xdist
@@ -50,9 +50,9 @@ with open(os.path.join(os.environ["FAKE_SERVE_RECORDS"], f"{{os.getpid()}}.json"
 
 CONFTEST = '''
 import sys
-import pytest_specdec.server
+import pytest_specdec.servers.process
 
-pytest_specdec.server.vllm_launcher = lambda: [sys.executable, {script!r}]
+pytest_specdec.vllm.command.vllm_launcher = lambda: [sys.executable, {script!r}]
 '''
 
 SUITE = """
@@ -97,7 +97,7 @@ def _run(pytester: pytest.Pytester, device: str, *extra: str) -> pytest.RunResul
     name = "fakegpu" if device == "cuda" else "fakecpu"
     profile = pytester.path / f"{name}.toml"
     profile.write_text(PROFILE.format(name=name, device=device))
-    # A subprocess: the conftest replaces pytest_specdec.server.vllm_launcher, and in-process that
+    # A subprocess: the conftest replaces pytest_specdec.vllm.command.vllm_launcher, and in-process that
     # replacement would outlive the run and send later tests' "real vLLM" servers to the fake one.
     return pytester.runpytest_subprocess(
         "-n", "2", f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}",

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from pytest_specdec.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..measurement import ValidityRules
-    from ..server import ServerSpec
+    from pytest_specdec.measure.runner import ValidityRules
+    from pytest_specdec.vllm.command import ServerSpec
 
 PROFILE_DIR = Path(__file__).parent
 #: Speculation methods vLLM knows (vllm/config/speculative.py), plus `none` for the reference.
@@ -73,7 +73,7 @@ def _check_keys(raw: dict[str, Any], path: Path) -> None:
     if "validity" in raw:
         import dataclasses
 
-        from ..measurement import ValidityRules
+        from pytest_specdec.measure.runner import ValidityRules
 
         check(raw["validity"], frozenset(f.name for f in dataclasses.fields(ValidityRules)), "[validity]")
     for name, entry in raw.get("methods", {}).items():
@@ -155,7 +155,7 @@ class Profile:
         """The profile's run-validity limits (`[validity]`), defaults for the rest."""
         import dataclasses
 
-        from ..measurement import ValidityRules
+        from pytest_specdec.measure.runner import ValidityRules
 
         known = {f.name for f in dataclasses.fields(ValidityRules)}
         unknown = sorted(set(self.validity) - known)
@@ -211,7 +211,7 @@ class Profile:
 def _resolve(value: Any) -> Any:
     """Replace `zoo:NAME` strings with the packaged model paths (checked against the manifest)."""
     if isinstance(value, str) and value.startswith("zoo:"):
-        from ..zoo import zoo_path
+        from pytest_specdec.zoo import zoo_path
 
         return str(zoo_path(value[4:]))
     if isinstance(value, dict):
@@ -269,7 +269,7 @@ def load_profile(name_or_path: str) -> Profile:
 
 def server_spec(profile: Profile, method: str, k: int | None, extra_env: dict[str, str] | None = None) -> ServerSpec:
     """The server for `method` at k on `profile` (reference when method is `none`)."""
-    from ..server import ServerSpec
+    from pytest_specdec.vllm.command import ServerSpec
 
     args = list(profile.server_args)
     if profile.tensor_parallel_size > 1:

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecDecError
+from pytest_specdec.errors import SpecDecError
 
 __all__ = ["MODELS_DIR", "NAMES", "REBUILD_COMMAND", "ZooError", "manifest", "verify_zoo",
            "zoo_path"]

@@ -83,13 +83,13 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import NAMES, sha256_file
+from pytest_specdec.zoo import NAMES, sha256_file
 
 SEED = 1234
 VOCAB_SIZE = 2048
@@ -952,7 +952,7 @@ def rebuild_draft_slow(out: Path, extra_layers: int) -> int:
     The other models are checked against the existing MANIFEST.json first, so rewriting the
     manifest never records the sums of a corrupted file.
     """
-    from . import manifest, zoo_path
+    from pytest_specdec.zoo import manifest, zoo_path
 
     old = manifest(out)
     for name in NAMES:

@@ -10,13 +10,15 @@ fake executable (`SPECDEC_NVIDIA_SMI`) or call the pure functions with a list.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
-from .errors import ConfigError
+from pytest_specdec.errors import ConfigError
 
 #: Path of the nvidia-smi to run instead of the one on PATH (tests point it at a fake script).
 SMI_ENV = "SPECDEC_NVIDIA_SMI"
@@ -111,3 +113,27 @@ def check_profile(profile_name: str, names: tuple[str, ...], gpus: GpuList) -> N
             f"difference, not speculative decoding. Use --gpu=auto, or --specdec-profile PATH with a profile "
             f"whose nvidia_smi_names list {', '.join(foreign)}"
         )
+
+
+def cpu_model() -> str:
+    """The CPU's model name (what a CPU profile's baselines are comparable across)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version, recorded under test (None without nvidia-smi)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0] if out else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from pytest_specdec.errors import ConfigError
 
 
 @dataclass(frozen=True)

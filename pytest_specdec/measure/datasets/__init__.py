@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from pytest_specdec.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..load import Prompt
+    from pytest_specdec.measure.types import Prompt
 
 BUILTIN = Path(__file__).with_name("builtin.jsonl")
 FORMATS = ("prompts", "sharegpt", "spec_bench", "instructcoder")
@@ -219,7 +219,7 @@ Row = tuple["Prompt", str]  # the prompt and where its max_tokens came from: giv
 
 
 def _prompts_row(obj: dict[str, Any], default_id: str) -> Row:
-    from ..load import Prompt
+    from pytest_specdec.measure.types import Prompt
 
     has_messages, has_prompt = "messages" in obj, "prompt" in obj
     if has_messages == has_prompt:
@@ -257,7 +257,7 @@ def _prompts_row(obj: dict[str, Any], default_id: str) -> Row:
 
 
 def _sharegpt_row(obj: dict[str, Any], default_id: str) -> Row:
-    from ..load import Prompt
+    from pytest_specdec.measure.types import Prompt
 
     turns = obj.get("conversations", ...)
     if not isinstance(turns, list):
@@ -281,7 +281,7 @@ def _sharegpt_row(obj: dict[str, Any], default_id: str) -> Row:
 
 
 def _spec_bench_row(obj: dict[str, Any], default_id: str) -> Row:
-    from ..load import Prompt
+    from pytest_specdec.measure.types import Prompt
 
     turns = obj.get("turns", ...)
     if not isinstance(turns, list) or not turns:
@@ -297,7 +297,7 @@ def _spec_bench_row(obj: dict[str, Any], default_id: str) -> Row:
 
 
 def _instructcoder_row(obj: dict[str, Any], default_id: str) -> Row:
-    from ..load import Prompt
+    from pytest_specdec.measure.types import Prompt
 
     instruction = _str(obj, "instruction")
     code = _str(obj, "input", empty=True)

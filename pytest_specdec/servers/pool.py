@@ -15,10 +15,11 @@ from pathlib import Path
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Callable
 
-from .server import Quiet, ServerSpec, VllmServer, wait_quiet
+from pytest_specdec.servers.process import Quiet, VllmServer, wait_quiet
+from pytest_specdec.vllm.command import ServerSpec
 
 if TYPE_CHECKING:
-    from .gpus import GpuPool, Lease
+    from pytest_specdec.servers.gpus import GpuPool, Lease
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class ServerPool:
             return None, {}, self.server_cpus
         import os
 
-        from .gpus import cpus_for, gpu_local_cpus, gpus_needed
+        from pytest_specdec.servers.gpus import cpus_for, gpu_local_cpus, gpus_needed
 
         n = gpus_needed(spec.args, spec.speculative_config)
         lease = self.gpus.acquire(n, owner, self.gpu_wait_s, progress=self.progress)

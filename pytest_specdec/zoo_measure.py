@@ -1,4 +1,4 @@
-"""Measure how realistic the zoo is on real vLLM CPU: `python -m pytest_specdec.zoo.measure`.
+"""Measure how realistic the zoo is on real vLLM CPU: `python -m pytest_specdec.zoo_measure`.
 
 For each zoo method (none, ngram, draft_model, eagle3, eagle3-degraded, and draft-slow, greedy at
 concurrency 1 only, against draft_model) at k=3 it starts one vLLM server from the `cpu` profile and
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..measurement import RunRecord, ValidityRules
+    from pytest_specdec.measure.runner import RunRecord, ValidityRules
 
 K = 3
 ZOO_METHODS = ("none", "ngram", "draft_model", "eagle3", "eagle3-degraded", "draft-slow")
@@ -54,7 +54,7 @@ LAG_ATTEMPTS = 3
 
 def _only_client_lag(reasons: list[str]) -> bool:
     """True when a run is invalid only because the client's event loop lagged (a starved client)."""
-    from ..measurement import CLIENT_LAG
+    from pytest_specdec.measure.runner import CLIENT_LAG
 
     return bool(reasons) and all(r.startswith(CLIENT_LAG) for r in reasons)
 
@@ -77,9 +77,9 @@ def server_cpus() -> frozenset[int] | None:
 def _run(
     server: Any, model: str, prompts: list[Any], temperature: float, concurrency: int, rules: ValidityRules
 ) -> RunRecord:
-    from ..load import Sampling
-    from ..measurement import one_run
-    from ..pool import Endpoint
+    from pytest_specdec.measure.types import Sampling
+    from pytest_specdec.measure.runner import one_run
+    from pytest_specdec.servers.pool import Endpoint
 
     return one_run(
         Endpoint(server.base_url, model, owned=True), "spec", 0, prompts, Sampling(temperature=temperature),
@@ -99,9 +99,9 @@ def measure_method(
     progress: Any = print,
 ) -> MethodResult:
     """Start the server for `method`, warm it up, measure the runs, stop it (always)."""
-    from ..profiles import load_profile, server_spec
-    from ..load import served_model
-    from ..server import VllmServer
+    from pytest_specdec.profiles import load_profile, server_spec
+    from pytest_specdec.measure.client import served_model
+    from pytest_specdec.servers.process import VllmServer
 
     profile = load_profile("cpu")
     rules = profile.validity_rules()
@@ -176,7 +176,7 @@ def measure(
     progress: Any = print,
 ) -> dict[str, Any]:
     """Measure every method (and the no-fix control); return a JSON-able summary."""
-    from ..datasets import builtin
+    from pytest_specdec.measure.datasets import builtin
 
     dataset = builtin()
     prompts = list(dataset.prompts[:n_prompts or ZOO_PROMPTS])
@@ -254,7 +254,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_specdec.zoo.measure", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pytest_specdec.zoo_measure", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("reports/zoo-realism.json"), metavar="PATH",
                         help="where the JSON summary goes (default: %(default)s)")
     parser.add_argument("--log-dir", type=Path, default=Path("reports/zoo-logs"), metavar="DIR",

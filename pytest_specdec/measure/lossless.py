@@ -22,13 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, SpecDecError
+from pytest_specdec.errors import ConfigError, SpecDecError
 
 if TYPE_CHECKING:
     import aiohttp
 
-    from .load import Api, Prompt, Sampling
-    from .pool import Endpoint
+    from pytest_specdec.measure.types import Api, Prompt, Sampling
+    from pytest_specdec.servers.pool import Endpoint
 
 #: The arms, in the order they are sampled: the spec server once, the reference server twice.
 ARMS = ("spec", "reference_a", "reference_b")
@@ -65,7 +65,7 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], 
     """POST a non-streamed request; any failure is a DistributionError naming the URL and what was asked."""
     import aiohttp
 
-    from .load import _headers
+    from pytest_specdec.measure.client import _headers
 
     try:
         async with session.post(url, json=body, headers=_headers(api_key)) as resp:
@@ -85,7 +85,7 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], 
 
 def _request_body(p: Prompt, model: str, sampling: Sampling, api: Api, n: int) -> dict[str, Any]:
     """The load generator's body for this prompt (same rendering and sampling fields), non-streamed, n samples."""
-    from .load import _body
+    from pytest_specdec.measure.client import _body
 
     body = _body(p, model, sampling, api, cache_salt=None)
     body["stream"] = False
@@ -133,7 +133,7 @@ async def sample(base_url: str, model: str, prompts: Sequence[Prompt], sampling:
 
     if n < 1:
         raise ConfigError(f"samples per prompt must be >= 1, got {n}")
-    from .load import _PATHS
+    from pytest_specdec.measure.client import _PATHS
 
     url = base_url.rstrip("/") + _PATHS[api]
     bodies = [(p, _request_body(p, model, sampling, api, n)) for p in prompts]
@@ -309,7 +309,7 @@ def collect(spec: Callable[[], Endpoint], reference: Callable[[], Endpoint], pro
     if sampling.temperature <= 0:
         raise ConfigError("the distribution check needs temperature > 0; at temperature 0 compare outputs "
                           "directly (measurement.output_match)")
-    from .load import run_coroutine
+    from pytest_specdec.measure.client import run_coroutine
 
     arms: dict[str, list[Sample]] = {}
 

@@ -1,0 +1,76 @@
+"""What a baseline records besides its runs: the conditions that must match for tonight to be compared
+(comparability), and what the gate judges when they do (under test).
+
+Why two records: a different GPU, dataset or sampling makes a comparison meaningless (not-comparable),
+while a new vLLM, draft head or engine config is exactly the change the gate exists to judge.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec import __version__
+
+if TYPE_CHECKING:
+    from pytest_specdec.measure.types import Sampling
+    from pytest_specdec.profiles import Profile
+    from pytest_specdec.vllm.command import ServerSpec
+
+
+def comparability(profile: Profile, method: str, workload: dict[str, Any], dataset: dict[str, Any],
+                  ref_spec: ServerSpec, spec_spec: ServerSpec | None, sampling: Sampling) -> dict[str, Any]:
+    """What must be equal for tonight to be compared with the baseline."""
+    from pytest_specdec.gate.baselines import model_identity
+    from pytest_specdec.servers.hardware import cpu_model
+
+    args = list(ref_spec.args)
+    dp = args[args.index("--data-parallel-size") + 1] if "--data-parallel-size" in args[:-1] else "1"
+    speculation = None
+    if spec_spec is not None and spec_spec.speculative_config is not None:
+        speculation = {k: v for k, v in spec_spec.speculative_config.items() if k != "model"}
+    return {
+        "hardware": cpu_model() if profile.device == "cpu" else str(profile.raw.get("hardware", profile.name)),
+        "device": profile.device,
+        "device_count": (os.cpu_count() if profile.device == "cpu"
+                         else int(profile.raw.get("gpus", profile.tensor_parallel_size))),
+        "tensor_parallel_size": profile.tensor_parallel_size,
+        "data_parallel_size": int(dp),
+        "target": model_identity(profile.target, profile.raw.get("target", {}).get("revision")),
+        "dataset": dataset,
+        "workload": workload,
+        "sampling": sampling.to_request(),
+        "server_args": args,
+        "method": method,
+        "speculation": speculation,
+    }
+
+
+def _version(dist: str | None) -> str | None:
+    try:
+        return md.version(dist) if dist else None
+    except md.PackageNotFoundError:
+        return None
+
+
+def under_test(profile: Profile, engines: dict[str, dict[str, Any]], spec_spec: ServerSpec | None, *,
+               endpoint: bool) -> dict[str, Any]:
+    """What the gate judges: versions, the draft/head identity, the plugin, each arm's resolved engine
+    config (``engines``: arm -> the config its server reported)."""
+    from pytest_specdec.gate.baselines import model_identity, portable
+    from pytest_specdec.servers.hardware import driver_version
+    from pytest_specdec.vllm.cli import vllm_distribution
+
+    draft = None
+    if spec_spec is not None and spec_spec.speculative_config and spec_spec.speculative_config.get("model"):
+        cfg = spec_spec.speculative_config
+        draft = model_identity(str(cfg["model"]), cfg.get("revision"))
+    dist = vllm_distribution()
+    return {
+        "vllm": _version(dist), "vllm_distribution": dist, "torch": _version("torch"),
+        "cuda": None if profile.device == "cpu" else _version("nvidia-cuda-runtime-cu12"),
+        "driver": None if profile.device == "cpu" else driver_version(),
+        "plugin": __version__, "draft": draft, "engine_config": {arm: portable(e) for arm, e in engines.items()},
+        "endpoint": "external" if endpoint else "owned",
+    }

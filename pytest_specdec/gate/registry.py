@@ -1,0 +1,85 @@
+"""Every metric the gate knows, defined once: how it is compared, how it is shown, and which family it
+belongs to.  Statistics, verdicts, baselines, the report and the fixture all read this table.
+
+A metric's kind fixes its comparison: ``rate`` (throughput; compared on the log scale, in %, higher is
+better), ``latency`` (log scale, in %, lower is better) or ``acceptance`` (a proportion, in points,
+higher is better).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["rate", "acceptance", "latency"]
+Family = Literal["gated", "shown"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # as in verdicts, thresholds and the JSON; indexed ones are written `name[i]`
+    kind: Kind
+    label: str  # as the terminal and the report show it
+    family: Family = "shown"  # gated metrics fail a test; `gate=[...]` moves a shown one in
+    absolute: bool = False  # an absolute figure: judged after the session's machine factor is divided out
+    verdict: bool = True  # compared with the baseline (False: only an SLO or a summary figure)
+    badge: bool = False  # one of the report's per-test badges
+    indexed: bool = False  # one value per draft position: `name[i]`
+
+    @property
+    def unit(self) -> str:
+        """The unit of a change: % on the log scale, points for a proportion."""
+        return "pt" if self.kind == "acceptance" else "%"
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.kind != "latency"
+
+    def format(self, x: float | None, times: str = "x") -> str:
+        """A value as the failure table and the HTML report show it."""
+        if x is None:
+            return "—"
+        if self.kind == "acceptance":
+            return f"{x:.3f}"
+        if self.name == "speedup":
+            return f"{x:.3f}{times}"
+        if self.name.endswith("_ms"):
+            return f"{x:.4g} ms"
+        return f"{x:.4g}"
+
+
+#: In table order (verdict metrics first, as the failure table and the report list them).
+METRICS: tuple[Metric, ...] = (
+    Metric("speedup", "rate", "speedup", family="gated", badge=True),
+    Metric("acceptance_rate", "acceptance", "acceptance", family="gated", badge=True),
+    Metric("e2e_p95_ratio", "latency", "P95 E2E spec/ref", family="gated", badge=True),
+    Metric("output_tok_s", "rate", "spec tok/s", absolute=True, badge=True),
+    Metric("reference_tok_s", "rate", "reference tok/s", absolute=True),
+    Metric("per_position_acceptance", "acceptance", "per-position acceptance", indexed=True),
+    Metric("draft_coverage", "acceptance", "draft coverage"),
+    Metric("tpot_p95_ms", "latency", "P95 TPOT", absolute=True, badge=True),
+    Metric("ttft_p95_ms", "latency", "P95 TTFT", absolute=True),
+    Metric("e2e_p95_ms", "latency", "P95 E2E", absolute=True),
+    Metric("request_s", "rate", "requests/s", verdict=False),
+    Metric("acceptance_length", "rate", "acceptance length", verdict=False),
+    Metric("itl_token_p95_ms", "latency", "P95 ITL per token", verdict=False),
+    Metric("itl_chunk_p95_ms", "latency", "P95 ITL per chunk", verdict=False),
+)
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+VERDICT_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS if m.verdict)
+GATED: tuple[str, ...] = tuple(m.name for m in METRICS if m.family == "gated")
+ABSOLUTE: tuple[str, ...] = tuple(m.name for m in METRICS if m.absolute)
+LATENCY_VERDICTS: frozenset[str] = frozenset(m.name for m in METRICS if m.verdict and m.kind == "latency")
+BADGES: tuple[Metric, ...] = tuple(m for m in METRICS if m.badge)
+
+
+def metric(name: str) -> Metric | None:
+    """The registry entry of `name` (``per_position_acceptance[2]`` is ``per_position_acceptance``)."""
+    return BY_NAME.get(name.split("[", 1)[0])
+
+
+def label(name: str) -> str:
+    """How a metric is named to people; an unknown name is shown as it is."""
+    m = BY_NAME.get(name)
+    return m.label if m is not None else name

@@ -1,0 +1,74 @@
+"""The prompts a test sends: a dataset loaded once per session, a seeded sample of it, max_tokens applied,
+and for the completions API chat prompts rendered with the target's own chat template."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from pytest_specdec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pytest_specdec.measure.datasets import Dataset
+    from pytest_specdec.measure.types import Api, Prompt
+
+
+class Workload:
+    """Datasets (loaded once) and the tokenizer that renders chat prompts for the completions API."""
+
+    def __init__(self, rootpath: Path, progress: Callable[[str], None]) -> None:
+        self.rootpath = rootpath
+        self.progress = progress
+        self.datasets: dict[str, Dataset] = {}
+        self._tokenizer: Any = None  # the target's, for completions prompts rendered from chat
+
+    def dataset(self, name: str) -> Dataset:
+        """The dataset a spec names (loaded once); what loading skipped or defaulted is shown once."""
+        if name not in self.datasets:
+            from pytest_specdec.measure.datasets import load
+
+            self.datasets[name] = load(name, self.rootpath)
+            self.progress(f"specdec: dataset {self.datasets[name].summary()}")
+        return self.datasets[name]
+
+    def prompts(self, dataset: str, num_prompts: int | None, max_tokens: int | None, api: Api,
+                target: str) -> list[Prompt]:
+        """The dataset's prompts (a seeded sample of num_prompts, so every session sends the same ones),
+        max_tokens applied."""
+        prompts = list(self.dataset(dataset).prompts)
+        if num_prompts is not None:
+            prompts = random.Random(0).sample(prompts, num_prompts)
+        if max_tokens is not None:
+            prompts = [dataclasses.replace(p, max_tokens=max_tokens) for p in prompts]
+        if api == "completions":
+            prompts = self._as_completions(prompts, target)
+        return prompts
+
+    def _as_completions(self, prompts: list[Prompt], target: str) -> list[Prompt]:
+        """Chat prompts rendered with the target's own chat template, for the completions API.
+
+        The rendered text already holds the template's special tokens (BOS), so the request says
+        add_special_tokens=false, as vLLM's chat endpoint does; the token stream then matches chat's.
+        """
+        if all(p.messages is None for p in prompts):
+            return prompts
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(target)
+        tok = self._tokenizer
+        if not getattr(tok, "chat_template", None):
+            raise ConfigError(
+                f"api='completions' with chat prompts needs the target's chat template to render them, but "
+                f"{target} has none: use a dataset with plain `prompt` fields, or api='chat'"
+            )
+        out = []
+        for p in prompts:
+            if p.messages is None:
+                out.append(p)
+                continue
+            text = tok.apply_chat_template(p.messages, tokenize=False, add_generation_prompt=True)
+            out.append(dataclasses.replace(p, messages=None, prompt=text, add_special_tokens=False))
+        return out

@@ -1,0 +1,210 @@
+"""The session's results: one record per specdec test, the environment and servers they ran on, and the
+files written from them (the JSON under reports/, then the HTML report and the pytest-benchmark export
+from the same data).
+
+Files are written to a temporary name and renamed, so a reader (CI, the next session) never sees half a file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata as md
+import json
+import os
+import platform
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec import __version__
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.measure.runner import CaseResult
+    from pytest_specdec.profiles import Profile
+    from pytest_specdec.servers.process import VllmServer
+
+#: The results file format: readers check it before they trust a field.
+SCHEMA = 1
+
+
+@dataclass
+class TestRecord:
+    """One specdec test's entry in the JSON results."""
+
+    nodeid: str
+    params: dict[str, Any]  # the test's case, as its id reads
+    result: CaseResult | None = None
+    outcome: str = "pending"
+    servers: dict[str, str] = field(default_factory=dict)  # arm -> server spec key
+    error: str | None = None
+    baseline: BaselineCheck | None = None
+    #: tails of the servers' logs when the test failed, so the HTML report can show them the morning after
+    server_logs: list[dict[str, str]] = field(default_factory=list)
+    #: the temperature > 0 distribution check (specdec.distribution_check), when the test ran it
+    distribution: dict[str, Any] | None = None
+    #: every sampling parameter the requests carried (Sampling.to_request)
+    sampling: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "nodeid": self.nodeid,
+            "params": self.params,
+            **({"sampling": self.sampling} if self.sampling is not None else {}),
+            "outcome": self.outcome,
+            "servers": self.servers,
+        }
+        if self.result is not None:
+            out.update(self.result.to_dict())
+        if self.error:
+            out["error"] = self.error
+        if self.server_logs:
+            out["server_logs"] = self.server_logs
+        if self.distribution is not None:
+            out["distribution"] = self.distribution
+        if self.baseline is not None:
+            from pytest_specdec.gate.verdicts import to_json
+
+            out["verdicts"] = {v.metric: to_json(v) for v in self.baseline.shown()}
+            out["baseline"] = self.baseline.to_dict()
+        return out
+
+
+def hardware_name(profile: Profile, gpu_names: str | None) -> str:
+    """What the results say the session ran on: the CPU model, or the GPUs nvidia-smi listed (the SKU);
+    without that look (dry run, endpoint mode) the profile's `hardware`, marked as not checked."""
+    from pytest_specdec.servers.hardware import cpu_model
+
+    if profile.device == "cpu":
+        return cpu_model()
+    if gpu_names:
+        return gpu_names
+    return f"{profile.raw.get('hardware', profile.name)} (profile; GPUs not checked)"
+
+
+def environment(profile: Profile, gpu_names: str | None, servers: Iterable[VllmServer],
+                remote_workarounds: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Versions, hardware, the client's event loop, the suite's commit and the vLLM workarounds in effect."""
+    from pytest_specdec.measure.client import event_loop_name
+    from pytest_specdec.vllm.cli import vllm_distribution
+
+    dist = vllm_distribution()
+    local = [{k: v for k, v in w.items() if k != "pid"} for s in servers for w in s.workarounds()]
+    return {
+        "hardware": hardware_name(profile, gpu_names),
+        "device": profile.device,
+        "vllm_distribution": dist,
+        "vllm_version": md.version(dist) if dist else None,
+        "plugin_version": __version__,
+        "python": platform.python_version(),
+        "client_event_loop": event_loop_name(),
+        "target_model": profile.target,
+        "commit": commit_info(),
+        "workarounds": unique([*local, *remote_workarounds]),
+    }
+
+
+def server_entries(servers: dict[str, VllmServer], worker: str | None) -> dict[str, dict[str, Any]]:
+    """Each server this process started, by spec key: command, start-up time, engine config, placement."""
+    return {
+        key: {
+            "method": server.spec.method,
+            "command": server.command,
+            "env": dict(server.spec.env),
+            "startup_s": server.startup_s,
+            "engine_config": server.engine_config(),
+            "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES"),
+            "cpus": sorted(server.cpus) if server.cpus else None,
+            "priority": server.priority,
+            **({"placements": [{"worker": worker, "startup_s": server.startup_s,
+                                "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES")}]}
+               if worker else {}),
+        }
+        for key, server in servers.items()
+    }
+
+
+def merge_servers(local: dict[str, dict[str, Any]], remote: Sequence[dict[str, dict[str, Any]]]
+                  ) -> dict[str, dict[str, Any]]:
+    """xdist: a spec several workers started is listed once, with each placement."""
+    servers = dict(local)
+    for entries in remote:
+        for key, info in entries.items():
+            if key in servers:
+                servers[key]["placements"] = [*servers[key].get("placements", []), *info["placements"]]
+            else:
+                servers[key] = info
+    return servers
+
+
+def price(profile: Profile, gpu_hourly_usd: float | None) -> dict[str, Any] | None:
+    """Hourly price of one server's hardware for the report's cost per 1M output tokens:
+    --specdec-gpu-hourly-usd, else the profile's `price_per_hour_usd` (per GPU), times the GPUs a server uses."""
+    per_gpu, source = gpu_hourly_usd, "--specdec-gpu-hourly-usd"
+    if per_gpu is None:
+        raw = profile.raw.get("price_per_hour_usd")
+        if raw is None:
+            return None
+        per_gpu, source = float(raw), f"profile {profile.name} price_per_hour_usd"
+    gpus = 1 if profile.device == "cpu" else profile.tensor_parallel_size
+    return {"usd_per_hour": per_gpu * gpus, "usd_per_gpu_hour": per_gpu, "gpus": gpus, "source": source}
+
+
+def stamp(started: float) -> str:
+    """The session's start as it appears in file names (UTC)."""
+    return dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_results(results: dict[str, Any], reports_dir: Path, started: float, json_path: Path | None = None
+                  ) -> tuple[list[Path], dict[str, Any]]:
+    """The JSON, always under reports/ (timestamped + latest) and at --specdec-json when given. Returns the
+    paths and the data as written (what the report renders, so both say the same)."""
+    data = json.dumps(results, indent=1, sort_keys=True, default=str)
+    paths = [reports_dir / f"specdec-{stamp(started)}.json", reports_dir / "latest.json"]
+    if json_path:
+        paths.append(json_path)
+    for path in paths:
+        write_atomic(path, data)
+    return paths, json.loads(data)
+
+
+def write_report(results: dict[str, Any], reports_dir: Path, started: float, report_path: Path | None = None,
+                 benchmark_json: Path | None = None) -> list[Path]:
+    """The HTML report next to the JSON (timestamped + latest.html), or at --specdec-report; and the
+    pytest-benchmark export at --specdec-benchmark-json. Returns the HTML paths."""
+    from pytest_specdec.output.report import benchmark_json as to_benchmark
+    from pytest_specdec.output.report import render_html
+
+    html = render_html(results)
+    paths = ([report_path] if report_path else
+             [reports_dir / f"specdec-{stamp(started)}.html", reports_dir / "latest.html"])
+    writes = [(path, html) for path in paths]
+    if benchmark_json:
+        writes.append((benchmark_json, json.dumps(to_benchmark(results), indent=1, default=str)))
+    for path, text in writes:
+        write_atomic(path, text)
+    return paths
+
+
+def commit_info() -> dict[str, Any] | None:
+    """The suite repository's commit, from the working directory like pytest-benchmark (its helper)."""
+    from pytest_benchmark.utils import get_commit_info
+
+    info = get_commit_info()
+    return None if info.get("id") in (None, "unversioned", "unknown") else dict(info)
+
+
+def unique(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Distinct dicts in first-seen order (each server process records the same workaround)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        seen.setdefault(json.dumps(entry, sort_keys=True), entry)
+    return list(seen.values())

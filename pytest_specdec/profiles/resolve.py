@@ -1,0 +1,74 @@
+"""Which profile a session runs: the one named by --gpu/--specdec-profile, or for `--gpu=auto` the built-in
+profile whose GPU names cover what nvidia-smi lists; a GPU profile is checked against the GPUs, except
+where it cannot be (a dry run, endpoint mode), and the results say which."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pytest_specdec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pytest_specdec.profiles import Profile
+    from pytest_specdec.servers.hardware import GpuList
+
+
+@dataclass(frozen=True)
+class Resolved:
+    profile: Profile
+    gpu_names: str | None  # nvidia-smi's GPUs ("NVIDIA H100 80GB HBM3 x8"), when they were listed
+    note: str  # how the profile was (or was not) checked against this machine's GPUs
+
+
+def detect_profile_name(gpus: GpuList | None = None) -> str:
+    """`--gpu auto`: cpu without NVIDIA GPUs, else the built-in profile for the GPUs nvidia-smi lists."""
+    from pytest_specdec.profiles import builtin_profiles, load_profile
+    from pytest_specdec.servers.hardware import list_gpus, pick_profile
+
+    candidates = {name: load_profile(name).nvidia_smi_names for name in builtin_profiles()}
+    return pick_profile(list_gpus() if gpus is None else gpus, candidates)
+
+
+def resolve(name: str, *, endpoint: bool, dry_run: bool, drafts: dict[str, str]) -> Resolved:
+    """The active profile (with --specdec-draft overrides), checked against nvidia-smi where it can be."""
+    from pytest_specdec.profiles import load_profile
+    from pytest_specdec.servers.hardware import check_profile, list_gpus
+
+    gpus = None
+    gpu_names: str | None = None
+    note = ""
+    if name == "auto":
+        gpus = list_gpus()
+        name = detect_profile_name(gpus)
+    profile = load_profile(name)
+    names = " / ".join(profile.nvidia_smi_names)
+    if gpus is not None and gpus.names:  # --gpu=auto chose it from these GPUs
+        gpu_names = gpus.describe()
+        note = f"--gpu=auto picked profile {profile.name} for {gpu_names}"
+    elif profile.nvidia_smi_names and endpoint:
+        note = (f"profile {profile.name} was NOT checked against GPUs: in endpoint mode the servers run "
+                f"elsewhere; make sure they run on {names}")
+    elif profile.nvidia_smi_names and dry_run:
+        note = f"profile {profile.name} was NOT checked against this machine's GPUs (dry run); it is for {names}"
+    elif profile.nvidia_smi_names:
+        gpus = gpus or list_gpus()
+        check_profile(profile.name, profile.nvidia_smi_names, gpus)
+        gpu_names = gpus.describe()
+        note = f"GPUs checked: {gpu_names}"
+    elif profile.device == "cuda":
+        note = f"profile {profile.name} names no nvidia_smi_names: the GPUs it runs on are not checked"
+    return Resolved(profile.with_drafts(drafts), gpu_names, note)
+
+
+def max_model_len(profile: Profile) -> int | None:
+    """The profile's `--max-model-len` (None when its server args leave it to the model)."""
+    from pytest_specdec.vllm.command import arg_value
+
+    value = arg_value(profile.server_args, "--max-model-len")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"profile {profile.name!r}: --max-model-len {value!r} is not a whole number") from None

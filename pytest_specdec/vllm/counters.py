@@ -1,0 +1,108 @@
+"""vLLM's spec-decode counters from its Prometheus text: summed over engines, one delta per run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from pytest_specdec.errors import SpecDecError
+
+# Counters.<field> ← vLLM family name (prometheus_client's parser strips the `_total` suffix).
+# Names from vllm/v1/spec_decode/metrics.py (SpecDecodingProm) and vllm/v1/metrics/loggers.py.
+COUNTER_NAMES: dict[str, str] = {
+    "drafts": "vllm:spec_decode_num_drafts",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
+    "generation_tokens": "vllm:generation_tokens",
+    "prompt_tokens": "vllm:prompt_tokens",
+    "preemptions": "vllm:num_preemptions",
+    "prefix_cache_queries": "vllm:prefix_cache_queries",
+    "prefix_cache_hits": "vllm:prefix_cache_hits",
+}
+PER_POS_NAME = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+@dataclass(frozen=True)
+class Counters:
+    """vLLM's cumulative counters at one moment, summed over engines (and every label but ``position``).
+
+    ``spec_decode`` tells whether the server exports spec-decode counters at all (it registers them
+    only when started with a speculative config), so "no drafts" can be told from "no speculation".
+    """
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted_tokens: float = 0.0
+    accepted_per_pos: tuple[float, ...] = ()
+    generation_tokens: float = 0.0
+    prompt_tokens: float = 0.0
+    preemptions: float = 0.0
+    prefix_cache_queries: float = 0.0
+    prefix_cache_hits: float = 0.0
+    spec_decode: bool = False
+
+    def __sub__(self, before: Counters) -> Counters:
+        """``after - before``; a counter that went down means the server restarted between the two."""
+        vals: dict[str, Any] = {}
+        for name, metric in COUNTER_NAMES.items():
+            d = getattr(self, name) - getattr(before, name)
+            if d < 0:
+                raise SpecDecError(_reset_msg(metric, getattr(before, name), getattr(self, name)))
+            vals[name] = d
+        n = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
+        a = self.accepted_per_pos + (0.0,) * (n - len(self.accepted_per_pos))
+        b = before.accepted_per_pos + (0.0,) * (n - len(before.accepted_per_pos))
+        per_pos = []
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x - y < 0:
+                raise SpecDecError(_reset_msg(f'{PER_POS_NAME}{{position="{i}"}}', y, x))
+            per_pos.append(x - y)
+        return Counters(accepted_per_pos=tuple(per_pos), spec_decode=self.spec_decode, **vals)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values."""
+        d = dataclasses.asdict(self)
+        d["accepted_per_pos"] = list(self.accepted_per_pos)
+        return d
+
+
+def _reset_msg(metric: str, before: float, after: float) -> str:
+    return (f"counter {metric} went down from {before:g} to {after:g} during the run: the server restarted "
+            "or was replaced mid-run, so this run's counter delta is meaningless; rerun it")
+
+
+def delta(before: Counters, after: Counters) -> Counters:
+    """Counter increase over a run; raises SpecDecError naming the counter if one went down."""
+    return after - before
+
+
+def parse_counters(text: str) -> Counters:
+    """Read the counters this plugin uses from a Prometheus text exposition (a /metrics body)."""
+    wanted = {v: k for k, v in COUNTER_NAMES.items()}
+    sums: dict[str, float] = dict.fromkeys(COUNTER_NAMES, 0.0)
+    per_pos: dict[int, float] = {}
+    spec = False
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as e:
+        raise SpecDecError(f"/metrics text is not Prometheus exposition format: {e}") from e
+    for fam in families:
+        key = wanted.get(fam.name)
+        if key is None and fam.name != PER_POS_NAME:
+            continue
+        if fam.name.startswith("vllm:spec_decode"):
+            spec = True
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue  # creation timestamps, not counts
+            if key is not None:
+                sums[key] += s.value
+            else:
+                pos = int(s.labels["position"])
+                per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+    n = max(per_pos) + 1 if per_pos else 0
+    return Counters(accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(n)), spec_decode=spec, **sums)
