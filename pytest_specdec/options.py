@@ -49,13 +49,28 @@ def endpoint_url(value: str) -> str:
     return value[: -len("/v1")] if value.endswith("/v1") else value
 
 
-def update_mode(value: str) -> str:
-    """argparse type of --update-baselines: all (the bare flag) or missing."""
-    if value not in ("all", "missing"):
-        raise argparse.ArgumentTypeError(
-            f"expected --update-baselines (all) or --update-baselines=missing, got {value!r}"
-        )
-    return value
+UPDATE_MODES = ("all", "missing")
+
+
+class UpdateBaselines(argparse.Action):
+    """`--update-baselines [missing]`: the bare flag means all; `=missing` (or `missing` after a space)
+    only creates missing baselines.
+
+    The value is optional, so argparse hands this action whatever follows the bare flag, e.g. a test path
+    in `pytest --update-baselines suites/`. Such a value is not a mode: the flag means all, and the path
+    is kept (`specdec_update_paths`) for the plugin to give back to the command line's test paths.
+    """
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        value = "all" if values is None else str(values)
+        if value not in UPDATE_MODES:
+            if not os.path.exists(value.split("::", 1)[0]):  # neither a mode nor a test path: a typo
+                raise argparse.ArgumentError(self, f"expected --update-baselines (all) or "
+                                                   f"--update-baselines=missing, got {value!r}")
+            namespace.specdec_update_paths = [*getattr(namespace, "specdec_update_paths", []), value]
+            value = "all"
+        setattr(namespace, self.dest, value)
 
 
 def alpha_value(value: str) -> float:
@@ -188,7 +203,7 @@ def addoption(parser: pytest.Parser) -> None:
         help="root of the stored baselines (<DIR>/<profile>/<suite module>/<test id>.json). Default: %(default)r",
     )
     group.addoption(
-        "--update-baselines", metavar="MODE", nargs="?", const="all", type=update_mode, default=None,
+        "--update-baselines", metavar="MODE", nargs="?", action=UpdateBaselines, default=None,
         help="write baselines at session end: the bare flag adds tonight's session to every baseline "
              "(accepting any change); =missing only creates missing ones. Never written without it. "
              "Default: %(default)r",

@@ -28,13 +28,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     addoption(parser)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    # `--update-baselines` takes an optional value; spelled bare before a path, argparse would take the
-    # path as the value. Make the bare flag explicit so `pytest --update-baselines suites/` works.
-    args[:] = ["--update-baselines=all" if a == "--update-baselines" else a for a in args]
-
-
 def _progress(config: pytest.Config) -> Callable[[str], None]:
     """Progress lines that reach the terminal even while output is captured."""
 
@@ -55,6 +48,14 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_specdec.options import Settings
     from pytest_specdec.session import SpecDecSession
 
+    # `pytest --update-baselines suites/`: argparse gave the path to the flag's optional value; give it back
+    # (in place of the default, testpaths or the current directory, when it was the only path).
+    paths = getattr(config.option, "specdec_update_paths", [])
+    if paths and config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args[:] = paths
+        config.args_source = pytest.Config.ArgsSource.ARGS
+    elif paths:
+        config.args.extend(paths)
     config.addinivalue_line("markers", MARKER_SIGNATURE)
     config.addinivalue_line("markers", VERDICTS_MARKER_SIGNATURE)
     settings = Settings.from_config(config)
