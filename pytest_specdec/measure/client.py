@@ -333,8 +333,8 @@ def run_coroutine(coro: Awaitable[_T]) -> _T:
     """Run ``coro`` on a new event loop: uvloop's when it is installed (vLLM depends on it), else asyncio's.
 
     Why: the client's CPU per streamed token is what caps the concurrency one process can drive without
-    becoming the bottleneck; with uvloop it is below ``vllm bench serve``'s (README, "Same definitions as
-    `vllm bench serve`": ``scripts/vs_bench_serve.py overhead-inproc``).
+    becoming the bottleneck; with uvloop it is below ``vllm bench serve``'s (docs/validation.md, measured
+    by ``scripts/vs_bench_serve.py overhead-inproc``).
     """
     try:
         import uvloop

