@@ -104,7 +104,7 @@ class SpecDec:
 
     def output_match(self) -> dict[str, Any]:
         """Spec vs reference output match rate against the reference-vs-reference control (temperature 0)."""
-        from pytest_specdec.measure.runner import output_match
+        from pytest_specdec.measure.lossless import output_match
 
         return output_match(self.result)
 
@@ -122,7 +122,7 @@ class SpecDec:
 
     def assert_no_acceptance_collapse(self) -> None:
         """Fail when a later draft position accepts nothing while position 1 still does (broken sampler)."""
-        from pytest_specdec.measure.runner import collapsed_positions
+        from pytest_specdec.measure.lossless import collapsed_positions
 
         s = self.summary
         drafts = sum(r.metrics.drafts or 0 for r in self.runs if r.valid)

