@@ -137,7 +137,7 @@ def test_a_bursty_server_is_flagged_and_its_latencies_leave_the_verdicts(
 
 def test_the_reports_reference_latency_skips_coalesced_runs() -> None:
     """The TTFT/E2E charts draw the reference arm from its runs: a burst must not be drawn against a stream."""
-    from pytest_specdec.output.report import _reference
+    from pytest_specdec.output.sweeps import _reference
 
     test = {"reference_runs": [
         {"valid": True, "latency_untrusted": [], "ttft_ms": {"p95": 10.0}},

@@ -38,7 +38,7 @@ import pytest_specdec.gate.verdicts  # noqa: F401
 import scipy.ndimage  # noqa: F401
 import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401
-from pytest_specdec.output import report
+from pytest_specdec.output import benchmark, charts, fields, report, sweeps
 
 DATA = Path(__file__).parent / "data" / "report_results.json"
 
@@ -140,7 +140,7 @@ def test_summary_puts_regressions_first_then_failures(html: str, recorded: dict[
     assert order == sorted(order)
     regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
     first_row = html.split('<table class="summary">', 1)[1].split("</tr>")[1]
-    assert report.test_name(regressed["nodeid"])[1] in first_row
+    assert fields.test_name(regressed["nodeid"])[1] in first_row
     assert 'class="badge b-regressed">regressed' in first_row  # the per-metric badge of acceptance
 
 
@@ -162,10 +162,10 @@ def test_header_totals_and_environment(html: str, recorded: dict[str, Any]) -> N
 
 
 def test_charts_only_for_swept_params_with_their_marks(html: str, recorded: dict[str, Any]) -> None:
-    sweeps = {(s.function.split("::")[-1], s.axis): s for s in report.sweeps(recorded["tests"])}
-    assert set(sweeps) == {("test_concurrency", "concurrency"), ("test_temperature", "temperature"),
-                           ("test_k", "k")}  # test_label and test_eagle3 sweep nothing
-    assert set(sweeps["test_concurrency", "concurrency"].lines) == {"ngram k=3", "draft_model k=3"}
+    swept = {(s.function.split("::")[-1], s.axis): s for s in sweeps.sweeps(recorded["tests"])}
+    assert set(swept) == {("test_concurrency", "concurrency"), ("test_temperature", "temperature"),
+                          ("test_k", "k")}  # test_label and test_eagle3 sweep nothing
+    assert set(swept["test_concurrency", "concurrency"].lines) == {"ngram k=3", "draft_model k=3"}
     for title in ("speedup vs concurrency", "acceptance rate and draft coverage vs temperature",
                   "acceptance rate and draft coverage vs k", "speedup vs k", "per-position acceptance",
                   "acceptance rate and draft coverage vs concurrency", "TPOT P50 / P95 vs concurrency",
@@ -345,6 +345,22 @@ def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None
     assert report.verdict_rows(t)[0]["ci"] == "-10.0 % .. -10.0 % (range)"
 
 
+def test_ci_level_comes_from_the_recorded_field_not_the_notes(recorded: dict[str, Any]) -> None:
+    """A results file that records `baseline.ci_level` (every one `BaselineCheck.to_dict` writes) gives the
+    level from it alone: the verdict notes say "90% CI" and are not read; a null level claims none."""
+    data = copy.deepcopy(recorded)
+    t = next(t for t in data["tests"] if report.status(t) == "regressed")
+    assert "ci_level" not in t["baseline"]  # the recorded file predates the field: its notes name the level
+    assert any("(90% CI " in str(v.get("note")) for v in t["verdicts"].values())
+    t["baseline"]["ci_level"] = 0.95
+    assert report.ci_level(t) == pytest.approx(95.0)
+    assert "<th>95% CI of Δ</th>" in report.render_html(data).split('id="t1"', 1)[1].split("</details>", 1)[0]
+    t["baseline"].update(ci_level=None, alpha=0.05, max_looks=1)
+    assert report.ci_level(t) is None
+    section = report.render_html(data).split('id="t1"', 1)[1].split("</details>", 1)[0]
+    assert "<th>CI of Δ</th>" in section and "% CI of Δ" not in section
+
+
 def test_workarounds_show_applied_with_reason_and_the_rest_as_not_applied(
         recorded: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_specdec.vllm import cpu_fix as vllm_cpu_fix
@@ -423,8 +439,8 @@ def test_regressions_table_says_what_where_and_by_how_much(html: str, recorded: 
 def test_latency_charts_show_ttft_and_e2e_p95_of_both_arms(recorded: dict[str, Any]) -> None:
     from statistics import median
 
-    sweep = next(s for s in report.sweeps(recorded["tests"]) if s.axis == "concurrency")
-    groups = dict(report.sweep_chart_groups(sweep, recorded["servers"]))
+    sweep = next(s for s in sweeps.sweeps(recorded["tests"]) if s.axis == "concurrency")
+    groups = dict(sweeps.sweep_chart_groups(sweep, recorded["servers"]))
     assert list(groups) == ["throughput and acceptance", "latency"]
     assert [re.search(r'aria-label="([^"]+)"', svg).group(1) for svg in groups["latency"]] == [
         "TPOT P50 / P95 vs concurrency (spec arm)", "TTFT P95 vs concurrency (spec solid, reference dotted)",
@@ -444,7 +460,7 @@ def test_sweep_charts_flag_the_point_that_regressed_on_the_metric_that_did(recor
     acceptance chart of the k sweep, at k=2), with the Δ in red under it; no other chart has a flag."""
     regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
     v = regressed["verdicts"]["acceptance_rate"]
-    flagged = [svg for sw in report.sweeps(recorded["tests"]) for svg in report.sweep_charts(sw, recorded["servers"])
+    flagged = [svg for sw in sweeps.sweeps(recorded["tests"]) for svg in sweeps.sweep_charts(sw, recorded["servers"])
                if 'class="flag' in svg]
     assert len(flagged) == 1 and 'aria-label="acceptance rate and draft coverage vs k"' in flagged[0]
     svg = flagged[0]
@@ -468,30 +484,30 @@ def test_empty_session_renders() -> None:
 
 
 def test_crossovers_interpolate_on_the_log_axis() -> None:
-    assert report.crossovers([(1, 2.0), (2, 1.5), (4, 1.25), (8, 0.75)]) == [(pytest.approx(2 ** 2.5), 1.0)]
-    assert report.crossovers([(1, 2.0), (3, 0.0)], log_x=False) == [(2.0, 1.0)]
-    assert report.crossovers([(1, 2.0), (2, 1.5)]) == []
+    assert charts.crossovers([(1, 2.0), (2, 1.5), (4, 1.25), (8, 0.75)]) == [(pytest.approx(2 ** 2.5), 1.0)]
+    assert charts.crossovers([(1, 2.0), (3, 0.0)], log_x=False) == [(2.0, 1.0)]
+    assert charts.crossovers([(1, 2.0), (2, 1.5)]) == []
 
 
 def test_regime_limits_from_engine_config_then_command() -> None:
     real = {"engine_config": {"compilation_config": "{'level': 3, 'cudagraph_capture_sizes': [1, 2, 4, 8, 512], "
                                                     "'pass_config': {}}"},
             "command": ["vllm", "serve", "m", "--max-num-batched-tokens", "8192"]}
-    assert report.regime_limits(real) == [(512, "CUDA-graph capture size"), (8192, "max_num_batched_tokens")]
+    assert sweeps.regime_limits(real) == [(512, "CUDA-graph capture size"), (8192, "max_num_batched_tokens")]
     printed = {"engine_config": {"compilation_config": "{'max_cudagraph_capture_size': 256}",
                                  "max_num_batched_tokens": "2048"}, "command": []}
-    assert report.regime_limits(printed) == [(256, "CUDA-graph capture size"), (2048, "max_num_batched_tokens")]
-    assert report.regime_limits({"engine_config": {}, "command": ["vllm"]}) == []
-    assert report.regime_limits(None) == []
+    assert sweeps.regime_limits(printed) == [(256, "CUDA-graph capture size"), (2048, "max_num_batched_tokens")]
+    assert sweeps.regime_limits({"engine_config": {}, "command": ["vllm"]}) == []
+    assert sweeps.regime_limits(None) == []
 
 
 def test_crossovers_at_nearly_the_same_x_share_one_label() -> None:
-    chart = report.Chart("speedup", "concurrency (requests in flight)", "×",
-                         [report.Series("a", [(8.0, 1.2), (16.0, 0.8)]),
-                          report.Series("b", [(8.0, 1.21), (16.0, 0.79)])],
+    chart = charts.Chart("speedup", "concurrency (requests in flight)", "×",
+                         [charts.Series("a", [(8.0, 1.2), (16.0, 0.8)]),
+                          charts.Series("b", [(8.0, 1.21), (16.0, 0.79)])],
                          log_x=True, marks=[(11.3, 1.0, "a crosses 1.0"), (11.4, 1.0, "b crosses 1.0"),
                                             (9.0, 1.0, "far enough to the left")])
-    svg = report.svg_chart(chart)
+    svg = charts.svg_chart(chart)
     labels = [(float(x), float(y), text) for x, y, text in
               re.findall(r'<text x="([\d.]+)" y="([\d.]+)" class="crt">([^<]*)</text>', svg)]
     assert sorted(text for *_, text in labels) == ["①②", "③"]
@@ -505,11 +521,11 @@ def test_regime_line_sits_where_the_limit_is_passed_not_reached() -> None:
     """c × (1 + k) > 16 with k = 3 holds above c = 4: the line goes between c = 4 (4 × 4 = 16, within)
     and c = 8, the first swept point beyond; a limit passed before the first point or after the last is a note."""
     pts = [(1.0, 1.5), (2.0, 1.4), (4.0, 1.3), (8.0, 1.1), (16.0, 0.9)]
-    chart = report.Chart("speedup", "concurrency (requests in flight)", "×", [report.Series("a", pts)], log_x=True,
+    chart = charts.Chart("speedup", "concurrency (requests in flight)", "×", [charts.Series("a", pts)], log_x=True,
                          vmarks=[(4.0, "c×(1+k) > 16", "c×(1+k) > 16 (capture, k=3)"),
                                  (0.5, "c×(1+k) > 2", "c×(1+k) > 2 (tiny, k=3)"),
                                  (64.0, "c×(1+k) > 256", "c×(1+k) > 256 (budget, k=3)")])
-    svg = report.svg_chart(chart)
+    svg = charts.svg_chart(chart)
     lines = re.findall(r'<line x1="([\d.]+)" x2="[\d.]+" y1="[\d.]+" y2="[\d.]+" class="regime"/>', svg)
     ticks = {t: float(x) for x, t in re.findall(r'<text x="([\d.]+)" y="[\d.]+" class="xt">([^<]*)</text>', svg)}
     assert len(lines) == 1
@@ -530,12 +546,12 @@ def _test(nodeid: str, **params: Any) -> dict[str, Any]:
 def test_sweeps_need_two_values_and_keep_other_params_fixed() -> None:
     tests = [_test("s.py::t[a]", concurrency=1), _test("s.py::t[b]", concurrency=4),
              _test("s.py::t[c]", concurrency=1, temperature=1.0), _test("s.py::u[a]", temperature=0.5)]
-    found = report.sweeps(tests)
+    found = sweeps.sweeps(tests)
     assert [(s.function, s.axis) for s in found] == [("s.py::t", "concurrency"), ("s.py::t", "temperature")]
     assert found[0].fixed["temperature"] == 0.0 and found[1].fixed["concurrency"] == 1  # t[c] is T=1: not in it
     conc = found[0]
     assert [t["params"]["concurrency"] for t in conc.lines["ngram k=3"]] == [1, 4]
-    assert report.sweeps([_test("s.py::t[a]")]) == []
+    assert sweeps.sweeps([_test("s.py::t[a]")]) == []
 
 
 def test_status_and_order() -> None:
@@ -799,9 +815,9 @@ def _bench_compare(cwd: Path, *args: str) -> str:
 
 
 def test_benchmark_export_is_read_by_pytest_benchmark_compare(recorded: dict[str, Any], tmp_path: Path) -> None:
-    data = report.benchmark_json(recorded)
+    data = benchmark.benchmark_json(recorded)
     measured = [t for t in recorded["tests"] if t.get("summary")]
-    assert len(data["benchmarks"]) == len(measured) * 2 * len(report.BENCH_METRICS)
+    assert len(data["benchmarks"]) == len(measured) * 2 * len(benchmark.BENCH_METRICS)
     first = next(b for b in data["benchmarks"] if b["name"].endswith("::spec::s_per_output_token"))
     test = next(t for t in measured if t["nodeid"] in first["fullname"])
     valid = [r for r in test["runs"] if r["valid"]]
@@ -899,13 +915,13 @@ def test_report_renders_in_headless_chromium(html: str, tmp_path: Path, pytestco
     # first two palette colours, counted only there, so red badges or legend keys cannot stand in for them.
     boxes = _plot_areas(full)
     assert len(boxes) == html.count('<svg class="chart"') == 18
-    drawn = [_line_pixels(full, boxes, c) for c in report.PALETTE[:2]]
+    drawn = [_line_pixels(full, boxes, c) for c in charts.PALETTE[:2]]
     assert min(drawn) > LINE_PIXELS, drawn
     # The same page without its polylines (markers, legends and badges kept) fails that check: it sees lines.
     bare = _screenshot(browser, re.sub(r"<polyline [^>]*/>", "", html), tmp_path / "bare", 7200)
     bare_boxes = _plot_areas(bare)
     assert len(bare_boxes) == 18
-    left = [_line_pixels(bare, bare_boxes, c) for c in report.PALETTE[:2]]
+    left = [_line_pixels(bare, bare_boxes, c) for c in charts.PALETTE[:2]]
     assert max(left) < LINE_PIXELS and all(d > 2 * b for d, b in zip(drawn, left)), (drawn, left)
 
 

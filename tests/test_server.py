@@ -213,7 +213,7 @@ def test_owned_server_config_comes_from_server_info(tmp_path: Path) -> None:
         assert server.engine_config()["model"] == "fake-model"  # callers get copies
     assert server.engine_config()["config_source"] == "server_info"  # still known after the stop
     # The report's regime lines read the flat keys (capture size from the graphs, then the token budget).
-    from pytest_specdec.output.report import regime_limits
+    from pytest_specdec.output.sweeps import regime_limits
 
     assert regime_limits({"engine_config": config, "command": []}) == [
         (16, "CUDA-graph capture size"), (256, "max_num_batched_tokens")]

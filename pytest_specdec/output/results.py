@@ -180,7 +180,7 @@ def write_report(results: dict[str, Any], reports_dir: Path, started: float, rep
                  benchmark_json: Path | None = None) -> list[Path]:
     """The HTML report next to the JSON (timestamped + latest.html), or at --specdec-report; and the
     pytest-benchmark export at --specdec-benchmark-json. Returns the HTML paths."""
-    from pytest_specdec.output.report import benchmark_json as to_benchmark
+    from pytest_specdec.output.benchmark import benchmark_json as to_benchmark
     from pytest_specdec.output.report import render_html
 
     html = render_html(results)

@@ -1,0 +1,63 @@
+"""The session's results as a pytest-benchmark JSON file (--specdec-benchmark-json), from the results dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_specdec.output.fields import number, test_name
+
+#: (name suffix, group, run field → seconds): lower is better, as pytest-benchmark assumes.
+BENCH_METRICS = (
+    ("s_per_output_token", "seconds per output token", lambda r: 1.0 / r["output_tok_s"] if number(r.get("output_tok_s")) else None),
+    ("tpot_p50", "TPOT P50 (s)", lambda r: (r.get("tpot_ms") or {}).get("p50") and r["tpot_ms"]["p50"] / 1000),
+    ("e2e_p50", "E2E P50 (s)", lambda r: (r.get("e2e_ms") or {}).get("p50") and r["e2e_ms"]["p50"] / 1000),
+)
+
+
+def benchmark_json(results: dict[str, Any], *, machine_info: dict[str, Any] | None = None,
+                   commit_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The session's valid runs as a pytest-benchmark JSON file: one benchmark per test, arm and metric,
+    its per-run values as `stats.data`. Statistics, machine and commit info come from pytest-benchmark's
+    own code; vLLM's version and the draft/head revisions go in `extra_info` (commit_info is the suite's)."""
+    from pytest_benchmark import __version__ as bench_version
+    # No public helper builds machine_info (pytest-benchmark 5.3): its plugin's hook implementation does.
+    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
+    from pytest_benchmark.stats import Stats
+    from pytest_benchmark.utils import get_commit_info
+
+    env = results.get("environment") or {}
+    benchmarks = []
+    for test in results.get("tests") or []:
+        base, ident = test_name(test["nodeid"])
+        params = test.get("params") or {}
+        under = (test.get("baseline") or {}).get("under_test") or {}
+        heads = {arm: (results.get("servers") or {}).get(key, {}).get("engine_config", {}).get("speculative_config")
+                 for arm, key in (test.get("servers") or {}).items() if arm == "spec"}
+        extra = {"vllm_version": env.get("vllm_version"), "vllm_distribution": env.get("vllm_distribution"),
+                 "draft": under.get("draft"), "speculative_config": heads.get("spec"),
+                 "hardware": env.get("hardware"), "profile": results.get("profile"),
+                 "summary": {k: test.get("summary", {}).get(k) for k in ("speedup", "acceptance_rate")}}
+        for arm, runs in (("spec", test.get("runs") or []), ("reference", test.get("reference_runs") or [])):
+            valid = [r for r in runs if r.get("valid", True)]
+            for suffix, group, get in BENCH_METRICS:
+                values = [float(v) for v in (get(r) for r in valid) if number(v) is not None]
+                if not values:
+                    continue
+                stats = Stats()
+                for v in values:
+                    stats.update(v)
+                name = f"{base.rsplit('::', 1)[-1]}[{ident}]::{arm}::{suffix}"
+                benchmarks.append({
+                    "group": group, "name": name, "fullname": f"{test['nodeid']}::{arm}::{suffix}",
+                    "params": {**{k: v for k, v in params.items() if not isinstance(v, dict)}, "arm": arm},
+                    "param": f"{ident}-{arm}", "extra_info": {**extra, "arm": arm},
+                    "options": {"disable_gc": False, "timer": "wall clock of a vLLM run", "min_rounds": len(values),
+                                "max_time": None, "min_time": None, "warmup": True},
+                    "stats": {**stats.as_dict(), "data": values, "iterations": 1},
+                })
+    return {
+        "machine_info": machine_info if machine_info is not None else {
+            **pytest_benchmark_generate_machine_info(), "specdec_hardware": env.get("hardware")},
+        "commit_info": commit_info if commit_info is not None else (env.get("commit") or get_commit_info()),
+        "benchmarks": benchmarks, "datetime": results.get("started"), "version": bench_version,
+    }
