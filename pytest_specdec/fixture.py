@@ -69,7 +69,7 @@ class SpecDec:
         __tracebackhide__ = True
         from pytest_specdec.gate.baselines import metric_values, session_entry
         from pytest_specdec.gate.registry import BY_NAME
-        from pytest_specdec.gate.stats import check_slo
+        from pytest_specdec.gate.slo import check_slo
 
         bounds = {"speedup": speedup, "acceptance_rate": acceptance, "output_tok_s": output_tok_s,
                   "tpot_p95_ms": p95_tpot_ms, "ttft_p95_ms": p95_ttft_ms, "e2e_p95_ms": p95_e2e_ms}

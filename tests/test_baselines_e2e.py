@@ -15,6 +15,8 @@ from fake_server import FakeConfig, FakeServer
 import filelock  # noqa: F401
 import numpy  # noqa: F401
 import pytest_specdec.gate.baselines  # noqa: F401
+import pytest_specdec.gate.sequential
+import pytest_specdec.gate.slo  # noqa: F401
 import pytest_specdec.gate.stats  # noqa: F401
 import pytest_specdec.gate.verdicts  # noqa: F401
 import scipy.special  # noqa: F401
@@ -216,11 +218,11 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
               f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
               "--specdec-runs=2", "-p", "no:cacheprovider"]
     pytester.runpytest(*common, "--update-baselines").assert_outcomes(passed=1)
-    # When a look can settle a verdict (stats.next_look_useful, tested on its own in test_gate_stats),
+    # When a look can settle a verdict (sequential.next_look_useful, tested on its own in test_gate_stats),
     # the runs are added and the alpha is split. Whether 2 v 2 fake runs leave one open depends on the
     # machine's timing noise, so the decision is pinned here (pytester runs in this process).
     with monkeypatch.context() as m:
-        m.setattr(pytest_specdec.gate.stats, "next_look_useful", lambda *args, **kwargs: True)
+        m.setattr(pytest_specdec.gate.sequential, "next_look_useful", lambda *args, **kwargs: True)
         r = pytester.runpytest(*common, "--specdec-max-runs=4")
     r.stdout.fnmatch_lines(["*inconclusive at look 1 of 2: 4 interleaved runs",
                             "*run 4/4 spec*"])
@@ -231,7 +233,7 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
     assert "look 2 of 2: p x2" in test["verdicts"]["output_tok_s"]["note"]
     # When no look can change a gated verdict the runs are not spent, and the terminal and JSON say so.
     with monkeypatch.context() as m:
-        m.setattr(pytest_specdec.gate.stats, "next_look_useful", lambda *args, **kwargs: False)
+        m.setattr(pytest_specdec.gate.sequential, "next_look_useful", lambda *args, **kwargs: False)
         r = pytester.runpytest(*common, "--specdec-max-runs=4")
     r.stdout.fnmatch_lines(["*: 2 run(s) per arm not spent: *"])
     test = results(pytester)

@@ -8,7 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from pytest_specdec.gate.stats import Verdict, _decide, can_settle, estimate_night_variance, mirror
+from pytest_specdec.gate.sequential import can_settle
+from pytest_specdec.gate.stats import Verdict, _decide, mirror
+from pytest_specdec.gate.variance import estimate_night_variance
 from pytest_specdec.gate.verdicts import build_thresholds
 
 
@@ -142,7 +144,8 @@ def test_gate_simulation_aa_and_power(gate_sim) -> None:  # type: ignore[no-unty
 def test_night_floor_widens_log_metrics_only_and_says_so() -> None:
     """Nights recorded minutes apart barely spread; the profile's floor (min_night_sd) stands in for the
     night-to-night variance they cannot show, so the same small shift is no longer significant."""
-    from pytest_specdec.gate.stats import NightVariance, compare
+    from pytest_specdec.gate.stats import compare
+    from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.gate.verdicts import with_floor
 
     tight = NightVariance(between=0.0001, df_between=40, within=0.0004, df_within=100, n_sources=20)
@@ -161,7 +164,7 @@ def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
     """One run and a tiny alpha on a latency: no rise is caught at all. That is `inf` (no numpy overflow
     warning, which is an error here), null in the JSON, and the same words in the terminal and the report."""
     from pytest_specdec.output.report import catches
-    from pytest_specdec.gate.stats import detectable
+    from pytest_specdec.gate.sequential import detectable
     from pytest_specdec.gate.verdicts import guard_text, to_json
 
     assert detectable("latency", 1.0, 0.16, 1.0, 0.001 / 6) == float("inf")

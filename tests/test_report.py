@@ -34,6 +34,8 @@ import numpy
 import pytest_benchmark.stats  # noqa: F401
 import pytest_specdec.gate.baselines  # noqa: F401
 import pytest_specdec.gate.stats  # noqa: F401
+import pytest_specdec.gate.sequential  # noqa: F401
+import pytest_specdec.gate.slo  # noqa: F401
 import pytest_specdec.gate.verdicts  # noqa: F401
 import scipy.ndimage  # noqa: F401
 import scipy.special  # noqa: F401

@@ -20,6 +20,8 @@ import filelock  # noqa: F401
 import numpy  # noqa: F401
 import pytest_specdec.gate.baselines  # noqa: F401
 import pytest_specdec.gate.stats  # noqa: F401
+import pytest_specdec.gate.sequential  # noqa: F401
+import pytest_specdec.gate.slo  # noqa: F401
 import pytest_specdec.gate.verdicts  # noqa: F401
 import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401

@@ -14,19 +14,10 @@ from script_loader import load_script
 from scipy.stats import false_discovery_control
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.stats import (
-    Thresholds,
-    Verdict,
-    adjust,
-    adjusted_p,
-    alpha_for_look,
-    check_slo,
-    compare,
-    kind_of,
-    not_comparable,
-    planned_looks,
-    should_continue,
-)
+from pytest_specdec.gate.scale import kind_of
+from pytest_specdec.gate.sequential import adjust, adjusted_p, planned_looks, should_continue
+from pytest_specdec.gate.slo import check_slo
+from pytest_specdec.gate.stats import Thresholds, Verdict, alpha_for_look, compare, not_comparable
 from pytest_specdec.measure.metrics import harrell_davis_p95
 
 BASE = [100.0, 101.0, 99.0, 100.5, 99.5]  # tok/s, ~0.8 % run noise
@@ -394,7 +385,7 @@ def test_simulation_script_prints_every_figure(sim: ModuleType, capsys: pytest.C
 
 
 def test_estimate_prior_recovers_a_common_variance_and_gives_few_df_when_variances_differ() -> None:
-    from pytest_specdec.gate.stats import estimate_prior
+    from pytest_specdec.gate.variance import estimate_prior
 
     rng = np.random.default_rng(3)
     same = rng.normal(0, 0.03, (200, 5)).var(axis=1, ddof=1)
@@ -408,7 +399,7 @@ def test_estimate_prior_recovers_a_common_variance_and_gives_few_df_when_varianc
 
 
 def test_moderation_adds_df_but_never_shrinks_a_noisy_test() -> None:
-    from pytest_specdec.gate.stats import Prior
+    from pytest_specdec.gate.variance import Prior
 
     base = [100.0, 103.0, 97.0, 101.5, 98.5]  # ~2.4 % noise
     now = scaled(0.9, [98.0, 102.0, 99.0, 101.0, 100.0])

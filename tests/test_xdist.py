@@ -20,6 +20,8 @@ import pytest_specdec.measure.client  # noqa: F401
 import pytest_specdec.measure.runner  # noqa: F401
 import pytest_specdec.measure.metrics  # noqa: F401
 import pytest_specdec.gate.stats  # noqa: F401
+import pytest_specdec.gate.sequential  # noqa: F401
+import pytest_specdec.gate.slo  # noqa: F401
 import pytest_specdec.gate.verdicts  # noqa: F401
 import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401

@@ -84,7 +84,8 @@ def adjusted(checks: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, final:
              gated_size: int, family_size: int) -> list[Verdict]:
     """This test's verdicts after BH/Holm over every raw verdict so far, each family (gated, shown) on its
     own; padded with p=1 to the family size collected, unless ``final``."""
-    from pytest_specdec.gate.stats import adjust, detectable, kind_of
+    from pytest_specdec.gate.scale import kind_of
+    from pytest_specdec.gate.sequential import adjust, detectable
 
     order = [(n, c) for n, c in checks if c.raw]
     flat = [v for _, c in order for v in c.raw]

@@ -18,7 +18,8 @@ from pytest_specdec.gate.check import BaselineCheck
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.baselines import BaselineStore
-    from pytest_specdec.gate.stats import NightVariance, Prior, Thresholds, Verdict
+    from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.gate.variance import NightVariance, Prior
     from pytest_specdec.gate.verdicts import MachineFactor
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.profiles import Profile
@@ -79,7 +80,7 @@ class Judge:
 
     def looks(self) -> list[int]:
         """Runs per arm at each planned look: first the profile's runs, then two more at a time."""
-        from pytest_specdec.gate.stats import planned_looks
+        from pytest_specdec.gate.sequential import planned_looks
 
         profile, runs = self.cfg.profile, self.cfg.runs
         raw = self.cfg.max_runs or profile.raw.get("verdicts", {}).get("max_runs") or runs
@@ -264,7 +265,8 @@ class Judge:
                   progress: Callable[[str], None]) -> None:
         """Compare after the first runs; while a gated verdict is inconclusive and another look could settle
         it, add runs (``extend(n)``: n per arm in all) and look again, alpha split over the looks."""
-        from pytest_specdec.gate.stats import alpha_for_look, next_look_useful
+        from pytest_specdec.gate.sequential import next_look_useful
+        from pytest_specdec.gate.stats import alpha_for_look
         from pytest_specdec.gate.verdicts import gated_with
 
         compared = c.check and c.status == "compared" and not self.updating_all

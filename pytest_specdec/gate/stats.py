@@ -1,60 +1,19 @@
-"""Per-run figures of tonight's session vs the stored baseline → one verdict per metric (pure functions).
+"""Tonight's per-run values against a stored baseline → one verdict per metric (pure functions).
 
-Why it is built this way:
-
-* **Scale.** Rates (speedup, tok/s) and P95 latencies are compared on the log scale: run-to-run noise
-  on a machine is multiplicative, and a difference of mean logs is a ratio of geometric means, reported
-  as a relative change in %. Acceptance figures are already rates in [0, 1] with additive noise, so
-  they are compared raw and reported in percentage points. Per-run rates, never a pooled test over
-  tokens: tokens within a run share the run's conditions and are not independent.
-* **Unit.** A baseline holding one session is compared run by run (Welch's t, ``method`` ends in
-  ``/run``). A baseline holding several sessions (nights) is compared by session means, because the
-  night-to-night shift is real noise a run-level test would call a change; tonight's single session
-  then gets the between-night variance too (``/session``, see :func:`_session_core`).
-* **Decision** (all in the metric's natural unit, ``threshold`` is the signed limit on the bad side,
-  e.g. -5 % for speedup, -2 points for acceptance, +10 % for a P95 latency; ``p`` is the one-sided
-  p-value in the direction of the estimate, after the look correction):
-
-  - ``regressed``: ``p < alpha`` **and** the point estimate is beyond the threshold on the bad side
-    (a 1 % drop that is significant is *not* a regression);
-  - ``improved``: ``p < alpha`` and the estimate is beyond the mirrored threshold on the good side
-    (:func:`mirror`: the same distance on the log scale for ratios, -25 % ↔ +33.3 %);
-  - ``unchanged``: otherwise, when the whole two-sided ``1 - 2*alpha`` CI (90 % at alpha 0.05) lies
-    strictly between the threshold and its mirror (an equivalence test: both one-sided tests at alpha);
-  - ``inconclusive``: anything else, and whenever a side has fewer than 2 units.
-
-  ``p < alpha`` one-sided is the same event as "the 90 % CI excludes 0 on that side".
-* **Near-deterministic** metrics (acceptance at temperature 0 on the CPU repeats exactly) break a t-test
-  (zero variance). When the sd of the units on *both* sides is at most ``Thresholds.exact_sd`` (natural
-  units, default 0.1 % or 0.1 points) the exact rule decides on the difference of means:
-  ``|delta| <= exact_tolerance`` → unchanged, beyond the threshold → regressed/improved, else
-  inconclusive. Its ``p`` is None and its "CI" is the range of all pairwise differences.
-* **Moderated variance** (optional ``prior``): with 5 runs a side a t-test has ~8 df, and the smallest BH
-  step over a family of m metric tests (alpha/m) then needs a large t. Run-to-run noise is mostly a
-  property of the machine and the metric, so, like limma (Smyth 2004), the variance of one test is shrunk
-  towards a prior estimated from the variances in *all* stored baselines of the profile
-  (:func:`estimate_prior`, empirical Bayes, by the method of moments on log variances): ``s~² = max((d0
-  s0² + d s²) / (d0 + d), s²)`` with ``d0 + d`` df (the max is a conservative departure from limma: a test
-  noisier than the profile's typical one keeps its own variance; plain shrinkage false-alarms there, 7.8 %
-  of A/A suites at a 1.5x spread). When the stored variances disagree (heterogeneous noise) ``d0`` comes
-  out small and the test falls back to the plain t. The prior comes from the baselines only, never from
-  tonight's runs, so it is fixed before any test runs. With a prior the run unit uses the pooled
-  (equal-variance) t: under "no change" both sides are draws of the same distribution, so the variances
-  are equal exactly when it matters.
-* **Many metrics** per session: :func:`adjust` (Benjamini–Hochberg by default) re-decides on adjusted p;
-  ``family_size`` pads the p-values not seen yet with 1 (BH and Holm are monotone, so what is rejected
-  with the padding stays rejected once the rest is known: a test can fail itself before the session ends).
-* **Sequential looks**: Bonferroni over the planned looks (:func:`alpha_for_look`); valid whatever the
-  spacing of looks and however correlated they are, at a small cost in power against Pocock.
+:func:`compare` compares tonight's mean with the baseline's night means, given the profile's
+night-to-night variance (else with its runs or session means), and calls the metric regressed,
+improved, unchanged or inconclusive against its practical threshold; docs/gate.md has the rule and why.
+Beside it: :mod:`.scale` (kinds and scales), :mod:`.variance` (variance models from the stored
+baselines), :mod:`.sequential` (multiplicity, looks, what a baseline can catch) and :mod:`.slo`
+(absolute bounds).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,33 +22,20 @@ from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.registry import Kind
-from pytest_specdec.gate.registry import metric as registry_metric
+from pytest_specdec.gate.scale import (
+    _LOG_KINDS,
+    _center,
+    _check_kind,
+    _natural,
+    _scale,
+    _sessions,
+    _unit,
+    _values,
+    kind_of,
+)
+from pytest_specdec.gate.variance import HOMOGENEITY_P, NightVariance, Prior
 
 VERDICTS: tuple[str, ...] = ("improved", "unchanged", "regressed", "inconclusive", "not-comparable")
-
-_LOG_KINDS = ("rate", "latency")
-
-
-def kind_of(metric: str) -> Kind:
-    """The comparison kind of a metric name; ``per_position_acceptance*`` is acceptance, ``*_ms`` latency."""
-    known = registry_metric(metric)
-    if known is not None:
-        return known.kind
-    if metric.endswith("_ms"):
-        return "latency"
-    raise ConfigError(f"metric {metric!r}: unknown kind; pass kind='rate', 'acceptance' or 'latency'")
-
-
-def _check_kind(metric: str, kind: str | None) -> Kind:
-    if kind is None:
-        return kind_of(metric)
-    if kind not in ("rate", "acceptance", "latency"):
-        raise ConfigError(f"metric {metric!r}: kind must be 'rate', 'acceptance' or 'latency', got {kind!r}")
-    return kind  # type: ignore[return-value]
-
-
-def _unit(kind: Kind) -> str:
-    return "points" if kind == "acceptance" else "%"
 
 
 @dataclass(frozen=True)
@@ -156,7 +102,8 @@ class Verdict:
     threshold: float | None
     note: str
     #: se(n)² = var_fixed + var_run / n on the comparison scale, n = runs (pairs) tonight: what more runs
-    #: could buy (:func:`can_settle`) and what the baseline can catch (:func:`detectable`). None: no model.
+    #: could buy (:func:`.sequential.can_settle`) and what the baseline can catch
+    #: (:func:`.sequential.detectable`). None: no model.
     var_fixed: float | None = None
     var_run: float | None = None
     df: float | None = None
@@ -168,127 +115,7 @@ class Verdict:
         return dataclasses.asdict(self)
 
 
-@dataclass(frozen=True)
-class Prior:
-    """A prior variance on the comparison scale (log for rates/latencies, raw for acceptance) and its df."""
-
-    var: float
-    df: float
-    n_sources: int = 0
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.var) and self.var > 0 and math.isfinite(self.df) and self.df > 0):
-            raise ConfigError(f"Prior needs a finite var > 0 and df > 0, got var={self.var!r}, df={self.df!r}")
-
-
-def _trigamma_inverse(x: float) -> float:
-    """y with trigamma(y) = x (Smyth's Newton iteration, limma's ``trigammaInverse``)."""
-    from scipy.special import polygamma
-
-    if x > 1e7:
-        return 1.0 / math.sqrt(x)
-    if x < 1e-6:
-        return 1.0 / x
-    y = 0.5 + 1.0 / x
-    for _ in range(50):
-        tri = float(polygamma(1, y))
-        dif = tri * (1.0 - tri / x) / float(polygamma(2, y))
-        y += dif
-        if -dif / y < 1e-8:
-            break
-    return y
-
-
-def estimate_prior(variances: Sequence[float], dfs: Sequence[float]) -> Prior | None:
-    """The empirical-Bayes prior (s0², d0) from many tests' sample variances, each with its df (Smyth 2004,
-    limma's ``fitFDist`` without covariates). None with fewer than 3 usable variances. ``d0`` is capped at
-    the total df of the sources (the prior cannot know more than the data it came from)."""
-    from scipy.special import digamma, polygamma
-
-    s2 = np.asarray(variances, dtype=float)
-    d = np.asarray(dfs, dtype=float)
-    ok = np.isfinite(s2) & (s2 > 0) & np.isfinite(d) & (d > 0)
-    s2, d = s2[ok], d[ok]
-    g = s2.size
-    if g < 3:
-        return None
-    e = np.log(s2) - digamma(d / 2) + np.log(d / 2)
-    emean = float(e.mean())
-    evar = float(((e - emean) ** 2).sum() / (g - 1) - polygamma(1, d / 2).mean())
-    cap = float(d.sum())
-    d0 = cap if evar <= 0 else min(cap, 2.0 * _trigamma_inverse(evar))
-    s0 = math.exp(emean + float(digamma(d0 / 2)) - math.log(d0 / 2))
-    return Prior(var=s0, df=d0, n_sources=g)
-
-
-def variance_sources(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Kind | None = None
-                     ) -> dict[str, tuple[float, int]]:
-    """What one stored baseline contributes to the priors of :func:`estimate_prior`, on the comparison scale:
-    ``run``: the pooled within-session variance of the runs and its df; ``session``: the variance of the
-    session means and its df (only with 2+ sessions)."""
-    kind = _check_kind(metric, kind)
-    xs = [_scale(kind, s) for s in _sessions(metric, baseline, kind)]
-    out: dict[str, tuple[float, int]] = {}
-    df = sum(len(x) - 1 for x in xs)
-    if df > 0:
-        out["run"] = (sum(float(((x - x.mean()) ** 2).sum()) for x in xs) / df, df)
-    if len(xs) > 1:
-        out["session"] = (float(np.var([x.mean() for x in xs], ddof=1)), len(xs) - 1)
-    return out
-
-
-# ---- input checking -------------------------------------------------------------------------------
-
-
-def _values(metric: str, values: Iterable[Any], kind: Kind, where: str) -> np.ndarray:
-    """Checked float array; None/NaN/inf/out-of-domain raise (nothing is silently dropped)."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise ConfigError(f"metric {metric!r}: {where} must be a list of per-run values, got {values!r}")
-    out = []
-    for i, v in enumerate(values):
-        if v is None or isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-            raise ConfigError(f"metric {metric!r}: {where}[{i}] is {v!r}, not a number; "
-                              "drop failed runs before comparing, never pass None")
-        fv = float(v)
-        if not math.isfinite(fv):
-            raise ConfigError(f"metric {metric!r}: {where}[{i}] is {fv}; NaN/inf values are rejected")
-        if kind in _LOG_KINDS and fv <= 0:
-            raise ConfigError(f"metric {metric!r}: {where}[{i}] is {fv}; a {kind} must be > 0")
-        if kind == "acceptance" and not 0.0 <= fv <= 1.0:
-            raise ConfigError(f"metric {metric!r}: {where}[{i}] is {fv}; acceptance must lie in [0, 1]")
-        out.append(fv)
-    return np.asarray(out, dtype=float)
-
-
-def _sessions(metric: str, baseline: Sequence[Sequence[Any]], kind: Kind) -> list[np.ndarray]:
-    """The baseline's non-empty sessions; a flat list of numbers is refused (it hides the unit)."""
-    if isinstance(baseline, (str, bytes)) or not isinstance(baseline, Iterable):
-        raise ConfigError(f"metric {metric!r}: baseline must be a list of sessions, got {baseline!r}")
-    out = []
-    for j, s in enumerate(baseline):
-        if s is None or isinstance(s, (int, float, np.number)):
-            raise ConfigError(f"metric {metric!r}: baseline must be a list of sessions (lists of run "
-                              f"values); baseline[{j}] is {s!r}")
-        arr = _values(metric, s, kind, f"baseline[{j}]")
-        if arr.size:
-            out.append(arr)
-    return out
-
-
 # ---- the shared (vectorised) cores ---------------------------------------------------------------
-
-
-def _scale(kind: Kind, x: np.ndarray) -> np.ndarray:
-    return np.log(x) if kind in _LOG_KINDS else np.asarray(x, dtype=float)
-
-
-def _natural(kind: Kind, d: Any) -> Any:
-    """A difference on the comparison scale → % relative change (log kinds) or points."""
-    return 100.0 * np.expm1(d) if kind in _LOG_KINDS else 100.0 * np.asarray(d)
-
-
-def _center(kind: Kind, m: float) -> float:
-    return float(np.exp(m)) if kind in _LOG_KINDS else float(m)
 
 
 def _welch_core(xb: np.ndarray, xn: np.ndarray, a: float) -> tuple[np.ndarray, ...]:
@@ -311,7 +138,8 @@ def _moderated_core(xb: np.ndarray, xn: np.ndarray, var0: Any, df0: Any, a: floa
     d = nb + nn - 2
     df = np.asarray(df0, dtype=float) + d
     # Never below the test's own variance: the prior only adds df. A test noisier than the profile's
-    # typical one keeps its own noise (plain moderation under-states it and false-alarms, see the script).
+    # typical one keeps its own noise (plain moderation under-states it and false-alarms, see
+    # scripts/stats_simulation.py).
     s2 = np.maximum((np.asarray(df0, dtype=float) * np.asarray(var0, dtype=float) + ss) / df, ss / d)
     se = np.sqrt(s2 * (1.0 / nb + 1.0 / nn))
     est = xn.mean(-1) - xb.mean(-1)
@@ -345,6 +173,25 @@ def _session_core(means: np.ndarray, inv_r: np.ndarray, ss_within: np.ndarray, d
     return d, d - q * se, d + q * se, p
 
 
+def _nights_core(means: np.ndarray, h_b: float, xn: np.ndarray, s_w2: float, df_w: float, sig_n2: float,
+                 df_n: float, a: float) -> tuple[float, float, float, float, float, float, float]:
+    """Tonight's mean against the mean of J baseline night means, both drawn with a night effect:
+    ``Var = σ_N²(1 + 1/J) + s_W²(1/n + mean(1/n_j)/J)``; Satterthwaite df from the two components.
+    Returns (estimate, CI low, CI high, one-sided p, var_fixed, var_run, df)."""
+    j, n = means.size, xn.size
+    var_fixed = sig_n2 * (1.0 + 1.0 / j) + s_w2 * h_b / j
+    var = var_fixed + s_w2 / n
+    b_term = sig_n2 * (1.0 + 1.0 / j)
+    w_term = s_w2 * (1.0 / n + h_b / j)
+    denom = (b_term ** 2 / df_n if df_n > 0 and b_term > 0 else 0.0) + (w_term ** 2 / df_w if df_w > 0 else 0.0)
+    df = var ** 2 / denom if denom > 0 else max(df_w, 1.0)
+    se = math.sqrt(var)
+    d = float(xn.mean() - means.mean())
+    q = float(sps.t.ppf(1.0 - a, df))
+    p = float(sps.t.sf(abs(d) / se, df)) if se > 0 else (0.0 if d else 0.5)
+    return d, d - q * se, d + q * se, p, var_fixed, s_w2, df
+
+
 def mirror(bad: float, unit: str) -> float:
     """The good-side limit: the same distance as ``bad`` on the comparison scale. For ratios that is the
     log scale, so a -25 % speedup threshold mirrors to +33.3 % and a +40 % latency one to -28.6 %."""
@@ -354,7 +201,7 @@ def mirror(bad: float, unit: str) -> float:
 
 
 def _decide(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float, unit: str = "%") -> np.ndarray:
-    """The decision rule (module docstring), elementwise; all arguments in natural units."""
+    """The decision rule (docs/gate.md), elementwise; all arguments in natural units."""
     delta, lo, hi, p, bad = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (delta, lo, hi, p, bad)))
     good = np.vectorize(lambda b: mirror(float(b), unit), otypes=[float])(bad) if bad.size else bad
     sign = np.sign(bad)
@@ -393,132 +240,6 @@ def _inconclusive(metric: str, kind: Kind, n_b: int, n_n: int, bad: float, metho
                    _unit(kind), method, bad, note)
 
 
-# ---- night-to-night variance pooled over a profile's baselines --------------------------------------
-
-
-@dataclass(frozen=True)
-class NightVariance:
-    """Variance components of one metric on the comparison scale, pooled over a profile's baselines.
-
-    ``between`` (σ_N²) is the night-to-night variance of a test's night mean beyond what its runs' noise
-    explains; ``within`` (s_W²) the run-to-run (pair-to-pair) variance inside a night. Each stored file
-    has only a few nights, so σ_N² is estimated from all of them (method of moments, df = Σ(nights − 1)),
-    never from tonight. ``homogeneity_p`` is Bartlett's test that the files share one night variance;
-    below ``HOMOGENEITY_P`` a test whose own nights spread wider keeps its own (larger) estimate.
-    """
-
-    between: float
-    df_between: float
-    within: float
-    df_within: float
-    n_sources: int
-    homogeneity_p: float | None = None
-    floor: bool = False  # ``between`` is the profile's floor (min_night_sd), not the pooled estimate
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able values."""
-        return dataclasses.asdict(self)
-
-
-HOMOGENEITY_P = 0.01
-
-
-def night_components(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Kind | None = None
-                     ) -> tuple[float, int, float, int, float] | None:
-    """One file's (between-night estimate, its df, within ss, within df, mean 1/runs) on the comparison
-    scale; the between estimate is ``var(night means) − s_W²·mean(1/n_j)`` (unbiased, may be negative).
-    None without 2 nights of 2+ runs... the within part alone is kept when there is one night."""
-    kind = _check_kind(metric, kind)
-    xs = [_scale(kind, s) for s in _sessions(metric, baseline, kind)]
-    xs = [x for x in xs if x.size]
-    if not xs:
-        return None
-    ss = sum(float(((x - x.mean()) ** 2).sum()) for x in xs)
-    dfw = sum(x.size - 1 for x in xs)
-    h = float(np.mean([1.0 / x.size for x in xs]))
-    if len(xs) < 2:
-        return (0.0, 0, ss, dfw, h)
-    s_w2 = ss / dfw if dfw > 0 else 0.0
-    between = float(np.var([x.mean() for x in xs], ddof=1)) - s_w2 * h
-    return (between, len(xs) - 1, ss, dfw, h)
-
-
-def estimate_night_variance(metric: str, files: Sequence[Sequence[Sequence[Any]]], *,
-                            kind: Kind | None = None) -> NightVariance | None:
-    """Pool :func:`night_components` over every stored file of a profile (each a list of nights).
-
-    None when no file has 2 nights and within-night df together (no night-to-night variance is known:
-    the caller falls back to comparing runs and says so)."""
-    kind = _check_kind(metric, kind)
-    comps = [c for c in (night_components(metric, f, kind=kind) for f in files) if c is not None]
-    dfb = sum(c[1] for c in comps)
-    dfw = sum(c[3] for c in comps)
-    if dfb < 1 or dfw < 1:
-        return None
-    within = sum(c[2] for c in comps) / dfw
-    groups = [np.array([x.mean() for x in xs]) for xs in
-              ([_scale(kind, s) for s in _sessions(metric, f, kind) if len(s)] for f in files) if len(xs) >= 2]
-    ms = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / dfb
-    h_bar = float(np.mean([c[4] for c in comps if c[1] > 0]))
-    between = max(0.0, ms - within * h_bar)
-    homog = None
-    if len(groups) >= 2 and all(np.ptp(g) > 0 for g in groups):
-        homog = float(sps.bartlett(*groups).pvalue)
-    return NightVariance(between=between, df_between=float(dfb), within=within, df_within=float(dfw),
-                         n_sources=len(comps), homogeneity_p=homog)
-
-
-def _nights_core(means: np.ndarray, h_b: float, xn: np.ndarray, s_w2: float, df_w: float, sig_n2: float,
-                 df_n: float, a: float) -> tuple[float, float, float, float, float, float, float]:
-    """Tonight's mean against the mean of J baseline night means, both drawn with a night effect:
-    ``Var = σ_N²(1 + 1/J) + s_W²(1/n + mean(1/n_j)/J)``; Satterthwaite df from the two components.
-    Returns (estimate, CI low, CI high, one-sided p, var_fixed, var_run, df)."""
-    j, n = means.size, xn.size
-    var_fixed = sig_n2 * (1.0 + 1.0 / j) + s_w2 * h_b / j
-    var = var_fixed + s_w2 / n
-    b_term = sig_n2 * (1.0 + 1.0 / j)
-    w_term = s_w2 * (1.0 / n + h_b / j)
-    denom = (b_term ** 2 / df_n if df_n > 0 and b_term > 0 else 0.0) + (w_term ** 2 / df_w if df_w > 0 else 0.0)
-    df = var ** 2 / denom if denom > 0 else max(df_w, 1.0)
-    se = math.sqrt(var)
-    d = float(xn.mean() - means.mean())
-    q = float(sps.t.ppf(1.0 - a, df))
-    p = float(sps.t.sf(abs(d) / se, df)) if se > 0 else (0.0 if d else 0.5)
-    return d, d - q * se, d + q * se, p, var_fixed, s_w2, df
-
-
-def _to_scale(kind: Kind, natural: float) -> float:
-    """A signed change in natural units (% or points) → the comparison scale (log ratio or fraction)."""
-    return math.log1p(natural / 100.0) if kind in _LOG_KINDS else natural / 100.0
-
-
-def detectable(kind: Kind, bad: float, var: float, df: float, alpha: float, power: float = 0.9) -> float:
-    """The smallest bad-side change (magnitude, natural units) that is called ``regressed`` with
-    probability ``power`` when tests are at one-sided level ``alpha``: the estimate must be significant
-    and beyond the threshold, so the effect must exceed max(threshold, t_α·se) by t_power·se."""
-    se = math.sqrt(var)
-    thr = abs(_to_scale(kind, bad))
-    eff = max(thr, float(sps.t.ppf(1.0 - alpha, df)) * se) + float(sps.t.ppf(power, df)) * se
-    if kind in _LOG_KINDS and bad > 0 and eff > 700.0:  # exp would overflow: no rise is caught at all
-        return math.inf
-    sign = math.copysign(1.0, bad)
-    return abs(float(_natural(kind, sign * eff)))
-
-
-def can_settle(v: Verdict, n_max: int, alpha: float) -> bool:
-    """Whether ``n_max`` runs per arm could turn an inconclusive verdict into a conclusive one, taking the
-    estimate where it is now: its CI inside ±threshold, or significant and beyond the threshold."""
-    if v.verdict != "inconclusive" or v.var_fixed is None or v.var_run is None or v.delta is None:
-        return False
-    kind: Kind = "acceptance" if v.unit == "points" else "rate"
-    se = math.sqrt(v.var_fixed + v.var_run / n_max)
-    df = (v.df or 1.0) + max(0, n_max - v.n_now)  # the extra runs add their df too
-    q = float(sps.t.ppf(1.0 - alpha, df)) * se
-    d = abs(_to_scale(kind, v.delta))
-    thr = abs(_to_scale(kind, v.threshold or 0.0))
-    return d + q < thr or (d > thr and d > q)
-
-
 # ---- public API ----------------------------------------------------------------------------------
 
 
@@ -528,8 +249,8 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
             nights: NightVariance | None = None) -> Verdict:
     """One metric's verdict: ``baseline`` is a list of sessions (each a list of per-run values), ``now``
     tonight's runs. ``look``/``max_looks`` apply the sequential split (:func:`alpha_for_look`): the
-    reported ``p`` is multiplied by ``max_looks`` so it stays comparable with ``alpha`` in :func:`adjust`.
-    ``prior`` moderates the variance (module docstring): of the runs for a one-session baseline, of the
+    reported ``p`` is multiplied by ``max_looks`` so it stays comparable with ``alpha`` in :func:`.sequential.adjust`.
+    ``prior`` moderates the variance (docs/gate.md): of the runs for a one-session baseline, of the
     session means for several sessions. ``nights`` (the profile's pooled night-to-night variance, see
     :class:`NightVariance`) compares tonight's mean with the baseline's night means, whatever their number,
     and takes precedence over ``prior``.
@@ -654,63 +375,6 @@ def not_comparable(metric: str, fields: Mapping[str, tuple[Any, Any]]) -> Verdic
                    f"baseline not comparable: {diff or 'comparability keys differ'}")
 
 
-def _holm(p: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values (scipy has BH/BY only)."""
-    m = len(p)
-    order = np.argsort(p, kind="stable")
-    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
-    out = np.empty(m)
-    out[order] = adj
-    return out
-
-
-def adjusted_p(p: Any, method: str = "bh") -> np.ndarray:
-    """BH (``scipy.stats.false_discovery_control``) or Holm adjusted p-values along the last axis."""
-    p = np.asarray(p, dtype=float)
-    if method == "bh":
-        return sps.false_discovery_control(p, axis=-1, method="bh") if p.size else p
-    if method == "holm":
-        return np.apply_along_axis(_holm, -1, p) if p.size else p
-    raise ConfigError(f"adjust method must be 'bh' or 'holm', got {method!r}")
-
-
-def adjust(verdicts: Sequence[Verdict], method: str = "bh", alpha: float = 0.05,
-           family_size: int | None = None) -> list[Verdict]:
-    """Re-decide a session's verdicts on BH- (default) or Holm-adjusted p-values.
-
-    Only verdicts with a p take part (the exact rule, too-little-data and not-comparable verdicts pass
-    through). CIs are left as they were: ``unchanged`` does not depend on p, so only regressed/improved
-    can fall back to inconclusive (or unchanged). Each p is one-sided in its estimate's direction, so BH
-    at alpha here is BH at 2*alpha on two-sided p-values: the expected share of false calls among
-    regressed + improved is at most 2*alpha (directional FDR, Benjamini & Yekutieli 2005), about alpha
-    per direction; the practical threshold keeps the realised rate far lower (scripts/stats_simulation.py).
-
-    ``family_size`` (>= the number of p-values given) counts metric tests not measured yet; their p-values
-    are taken as 1. BH and Holm are monotone in every p-value, so a verdict ``regressed`` here stays
-    ``regressed`` when the real p-values arrive and the family is adjusted as a whole.
-    """
-    _check_alpha(alpha)
-    idx = [i for i, v in enumerate(verdicts) if v.p is not None and v.verdict != "not-comparable"]
-    out = list(verdicts)
-    if not idx:
-        adjusted_p(np.array([]), method)  # still validate the method name
-        return out
-    ps = np.array([verdicts[i].p for i in idx], dtype=float)
-    m = len(idx) if family_size is None else family_size
-    if m < len(idx):
-        raise ConfigError(f"family_size {family_size} is smaller than the {len(idx)} p-values given")
-    padj = adjusted_p(np.concatenate([ps, np.ones(m - len(idx))]), method)[: len(idx)]
-    name = {"bh": "Benjamini-Hochberg", "holm": "Holm"}[method]
-    unseen = f" ({m - len(idx)} not measured yet, taken as p=1)" if m > len(idx) else ""
-    for i, pa in zip(idx, padj, strict=True):
-        v = verdicts[i]
-        new = str(_decide(v.delta, v.ci_low, v.ci_high, pa, v.threshold, alpha, v.unit))
-        change = f", {v.verdict} -> {new}" if new != v.verdict else ""
-        note = f"{v.note}; {name} over {m} tests{unseen}: p {v.p:.3g} -> {pa:.3g}{change}"
-        out[i] = dataclasses.replace(v, verdict=new, p=float(pa), note=note)
-    return out
-
-
 def _check_alpha(alpha: float) -> None:
     if not (isinstance(alpha, (int, float)) and 0.0 < alpha < 0.5):
         raise ConfigError(f"alpha must lie in (0, 0.5), got {alpha!r}")
@@ -727,79 +391,3 @@ def alpha_for_look(alpha: float, look: int, max_looks: int) -> float:
     if not (isinstance(max_looks, int) and max_looks >= 1 and isinstance(look, int) and 1 <= look <= max_looks):
         raise ConfigError(f"look must satisfy 1 <= look <= max_looks, got look={look!r}, max_looks={max_looks!r}")
     return alpha / max_looks
-
-
-def planned_looks(first_runs: int, step: int, max_runs: int) -> list[int]:
-    """Run counts at each look (e.g. 3, 5, 7 for first 3, step 2, max 7); its length is ``max_looks``."""
-    if not (1 <= first_runs <= max_runs and step >= 1):
-        raise ConfigError(f"need 1 <= first_runs <= max_runs and step >= 1, got {first_runs}, {step}, {max_runs}")
-    looks = list(range(first_runs, max_runs + 1, step))
-    if looks[-1] != max_runs:
-        looks.append(max_runs)
-    return looks
-
-
-def next_look_useful(verdicts: Sequence[Verdict], n_now: int, max_runs: int, alpha_look: float) -> bool:
-    """Take the next look only when it can change a gated verdict: some gated verdict is inconclusive
-    and, with ``max_runs`` runs per arm and its estimate where it is, could become conclusive
-    (:func:`can_settle`). Verdicts without a variance model fall back to :func:`should_continue`."""
-    for v in verdicts:
-        if v.family != "gated" or v.verdict != "inconclusive" or n_now >= max_runs:
-            continue
-        if v.var_fixed is None:
-            if v.p is not None and should_continue(v, n_now, max_runs):
-                return True
-        elif can_settle(v, max_runs, alpha_look):
-            return True
-    return False
-
-
-def should_continue(verdict: Verdict, n_now: int, max_runs: int) -> bool:
-    """True when more interleaved runs could settle an inconclusive verdict: under the run budget, and the
-    baseline has the 2 units a test needs (more runs tonight cannot fix a thin baseline)."""
-    return verdict.verdict == "inconclusive" and n_now < max_runs and verdict.n_baseline >= 2
-
-
-_OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le,
-                                                   ">": operator.gt, "<": operator.lt}
-
-
-@dataclass(frozen=True)
-class SloResult:
-    """An absolute check of one metric: the statistic used, its value and the message to show."""
-
-    metric: str
-    passed: bool
-    statistic: str
-    value: float | None
-    op: str
-    bound: float
-    n: int
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able values."""
-        return dataclasses.asdict(self)
-
-
-def check_slo(metric: str, values: Sequence[float], op: str, bound: float, *, kind: Kind | None = None) -> SloResult:
-    """Check tonight's runs against an absolute bound (e.g. speedup >= 1.5, P95 TPOT <= 20 ms).
-
-    The statistic follows the kind: geometric mean for rates (ratios average multiplicatively), mean for
-    acceptance, median for latencies (robust to one bad run). No values is a failure, not an error.
-    """
-    kind = _check_kind(metric, kind)
-    if op not in _OPS:
-        raise ConfigError(f"metric {metric!r}: SLO operator must be one of {sorted(_OPS)}, got {op!r}")
-    if not (isinstance(bound, (int, float)) and math.isfinite(bound)):
-        raise ConfigError(f"metric {metric!r}: SLO bound must be a finite number, got {bound!r}")
-    x = _values(metric, values, kind, "values")
-    stat = {"rate": "geometric mean", "acceptance": "mean", "latency": "median"}[kind]
-    if x.size == 0:
-        return SloResult(metric, False, stat, None, op, float(bound), 0,
-                         f"{metric}: no values to check against {op} {bound:g}: FAIL")
-    val = {"rate": lambda: float(np.exp(np.log(x).mean())), "acceptance": lambda: float(x.mean()),
-           "latency": lambda: float(np.median(x))}[kind]()
-    ok = _OPS[op](val, bound)
-    msg = f"{metric}: {stat} {val:.4g} over {x.size} runs {op} {bound:g}: {'pass' if ok else 'FAIL'}"
-    return SloResult(metric, ok, stat, val, op, float(bound), int(x.size), msg)

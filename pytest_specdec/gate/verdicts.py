@@ -18,7 +18,8 @@ from pytest_specdec.gate.registry import ABSOLUTE, GATED, label, metric
 from pytest_specdec.gate.registry import VERDICT_METRICS as METRICS
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.stats import NightVariance, Prior, Thresholds, Verdict
+    from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.gate.variance import NightVariance, Prior
 
 #: The gated family (speedup, acceptance, P95 E2E ratio per test) fails a test and alone shares its
 #: multiplicity correction; every other metric is judged and shown in its own family; the `specdec_verdicts`
@@ -109,7 +110,7 @@ def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
             if name in KINDS:
                 kinds[_KIND_FIELD[name]] = value
                 # a kind set by a later layer beats an earlier per-metric value of that kind
-                from pytest_specdec.gate.stats import kind_of
+                from pytest_specdec.gate.scale import kind_of
 
                 for m in [m for m in per_metric if kind_of(m) == name]:
                     del per_metric[m]
@@ -124,7 +125,7 @@ def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
 def priors_from(baselines: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Prior]:
     """Empirical-Bayes priors per (unit, metric) from stored baselines (their runs only, never tonight's)."""
     from pytest_specdec.gate.baselines import metric_values
-    from pytest_specdec.gate.stats import estimate_prior, variance_sources
+    from pytest_specdec.gate.variance import estimate_prior, variance_sources
 
     sources: dict[tuple[str, str], list[tuple[float, int]]] = {}
     for data in baselines:
@@ -150,7 +151,7 @@ def priors_from(baselines: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Pr
 def _absolute_scale(name: str, log_factor: float) -> float:
     """Multiply an absolute figure by this to remove a machine factor exp(log_factor): a machine that runs
     slower (factor < 1) gives lower tok/s and longer latencies."""
-    from pytest_specdec.gate.stats import kind_of
+    from pytest_specdec.gate.scale import kind_of
 
     return math.exp(-log_factor) if kind_of(name) == "rate" else math.exp(log_factor)
 
@@ -258,7 +259,7 @@ def _sessions_of(baseline: dict[str, Any], factors: Mapping[str, float]) -> dict
 
 def night_variances(files: Iterable[dict[str, Any]], factors: Mapping[str, float]) -> dict[str, NightVariance]:
     """Per metric, the night-to-night and run-to-run variance pooled over every stored file of the profile."""
-    from pytest_specdec.gate.stats import estimate_night_variance
+    from pytest_specdec.gate.variance import estimate_night_variance
 
     per_metric: dict[str, list[list[list[float]]]] = {}
     for data in files:
@@ -280,7 +281,7 @@ def with_floor(nights: Mapping[str, NightVariance], min_sd_pct: float) -> dict[s
     close together in time spread less than real nights do (docs/validation.md), and an underestimated
     night variance turns a quiet night into false `regressed` verdicts; the profile's floor says how far
     its nights are known to move."""
-    from pytest_specdec.gate.stats import kind_of
+    from pytest_specdec.gate.scale import kind_of
 
     floor = math.log1p(min_sd_pct / 100.0) ** 2
     return {name: (dataclasses.replace(nv, between=floor, floor=True)

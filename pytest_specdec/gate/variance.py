@@ -1,0 +1,165 @@
+"""Variance models estimated from a profile's stored baselines, fixed before any test runs (pure functions).
+
+:class:`Prior` moderates one test's variance (empirical Bayes over every stored baseline, as in limma);
+:class:`NightVariance` is the night-to-night variance pooled over them. :func:`.stats.compare` takes
+either; docs/gate.md says how they enter a verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.registry import Kind
+from pytest_specdec.gate.scale import _check_kind, _scale, _sessions
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A prior variance on the comparison scale (log for rates/latencies, raw for acceptance) and its df."""
+
+    var: float
+    df: float
+    n_sources: int = 0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.var) and self.var > 0 and math.isfinite(self.df) and self.df > 0):
+            raise ConfigError(f"Prior needs a finite var > 0 and df > 0, got var={self.var!r}, df={self.df!r}")
+
+
+def _trigamma_inverse(x: float) -> float:
+    """y with trigamma(y) = x (Smyth's Newton iteration, limma's ``trigammaInverse``)."""
+    from scipy.special import polygamma
+
+    if x > 1e7:
+        return 1.0 / math.sqrt(x)
+    if x < 1e-6:
+        return 1.0 / x
+    y = 0.5 + 1.0 / x
+    for _ in range(50):
+        tri = float(polygamma(1, y))
+        dif = tri * (1.0 - tri / x) / float(polygamma(2, y))
+        y += dif
+        if -dif / y < 1e-8:
+            break
+    return y
+
+
+def estimate_prior(variances: Sequence[float], dfs: Sequence[float]) -> Prior | None:
+    """The empirical-Bayes prior (s0², d0) from many tests' sample variances, each with its df (Smyth 2004,
+    limma's ``fitFDist`` without covariates). None with fewer than 3 usable variances. ``d0`` is capped at
+    the total df of the sources (the prior cannot know more than the data it came from)."""
+    from scipy.special import digamma, polygamma
+
+    s2 = np.asarray(variances, dtype=float)
+    d = np.asarray(dfs, dtype=float)
+    ok = np.isfinite(s2) & (s2 > 0) & np.isfinite(d) & (d > 0)
+    s2, d = s2[ok], d[ok]
+    g = s2.size
+    if g < 3:
+        return None
+    e = np.log(s2) - digamma(d / 2) + np.log(d / 2)
+    emean = float(e.mean())
+    evar = float(((e - emean) ** 2).sum() / (g - 1) - polygamma(1, d / 2).mean())
+    cap = float(d.sum())
+    d0 = cap if evar <= 0 else min(cap, 2.0 * _trigamma_inverse(evar))
+    s0 = math.exp(emean + float(digamma(d0 / 2)) - math.log(d0 / 2))
+    return Prior(var=s0, df=d0, n_sources=g)
+
+
+def variance_sources(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Kind | None = None
+                     ) -> dict[str, tuple[float, int]]:
+    """What one stored baseline contributes to the priors of :func:`estimate_prior`, on the comparison scale:
+    ``run``: the pooled within-session variance of the runs and its df; ``session``: the variance of the
+    session means and its df (only with 2+ sessions)."""
+    kind = _check_kind(metric, kind)
+    xs = [_scale(kind, s) for s in _sessions(metric, baseline, kind)]
+    out: dict[str, tuple[float, int]] = {}
+    df = sum(len(x) - 1 for x in xs)
+    if df > 0:
+        out["run"] = (sum(float(((x - x.mean()) ** 2).sum()) for x in xs) / df, df)
+    if len(xs) > 1:
+        out["session"] = (float(np.var([x.mean() for x in xs], ddof=1)), len(xs) - 1)
+    return out
+
+
+# ---- night-to-night variance pooled over a profile's baselines --------------------------------------
+
+
+@dataclass(frozen=True)
+class NightVariance:
+    """Variance components of one metric on the comparison scale, pooled over a profile's baselines.
+
+    ``between`` (σ_N²) is the night-to-night variance of a test's night mean beyond what its runs' noise
+    explains; ``within`` (s_W²) the run-to-run (pair-to-pair) variance inside a night. Each stored file
+    has only a few nights, so σ_N² is estimated from all of them (method of moments, df = Σ(nights − 1)),
+    never from tonight. ``homogeneity_p`` is Bartlett's test that the files share one night variance;
+    below ``HOMOGENEITY_P`` a test whose own nights spread wider keeps its own (larger) estimate.
+    """
+
+    between: float
+    df_between: float
+    within: float
+    df_within: float
+    n_sources: int
+    homogeneity_p: float | None = None
+    floor: bool = False  # ``between`` is the profile's floor (min_night_sd), not the pooled estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values."""
+        return dataclasses.asdict(self)
+
+
+HOMOGENEITY_P = 0.01
+
+
+def night_components(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Kind | None = None
+                     ) -> tuple[float, int, float, int, float] | None:
+    """One file's (between-night estimate, its df, within ss, within df, mean 1/runs) on the comparison
+    scale; the between estimate is ``var(night means) − s_W²·mean(1/n_j)`` (unbiased, may be negative).
+    None without 2 nights of 2+ runs... the within part alone is kept when there is one night."""
+    kind = _check_kind(metric, kind)
+    xs = [_scale(kind, s) for s in _sessions(metric, baseline, kind)]
+    xs = [x for x in xs if x.size]
+    if not xs:
+        return None
+    ss = sum(float(((x - x.mean()) ** 2).sum()) for x in xs)
+    dfw = sum(x.size - 1 for x in xs)
+    h = float(np.mean([1.0 / x.size for x in xs]))
+    if len(xs) < 2:
+        return (0.0, 0, ss, dfw, h)
+    s_w2 = ss / dfw if dfw > 0 else 0.0
+    between = float(np.var([x.mean() for x in xs], ddof=1)) - s_w2 * h
+    return (between, len(xs) - 1, ss, dfw, h)
+
+
+def estimate_night_variance(metric: str, files: Sequence[Sequence[Sequence[Any]]], *,
+                            kind: Kind | None = None) -> NightVariance | None:
+    """Pool :func:`night_components` over every stored file of a profile (each a list of nights).
+
+    None when no file has 2 nights and within-night df together (no night-to-night variance is known:
+    the caller falls back to comparing runs and says so)."""
+    kind = _check_kind(metric, kind)
+    comps = [c for c in (night_components(metric, f, kind=kind) for f in files) if c is not None]
+    dfb = sum(c[1] for c in comps)
+    dfw = sum(c[3] for c in comps)
+    if dfb < 1 or dfw < 1:
+        return None
+    within = sum(c[2] for c in comps) / dfw
+    groups = [np.array([x.mean() for x in xs]) for xs in
+              ([_scale(kind, s) for s in _sessions(metric, f, kind) if len(s)] for f in files) if len(xs) >= 2]
+    ms = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / dfb
+    h_bar = float(np.mean([c[4] for c in comps if c[1] > 0]))
+    between = max(0.0, ms - within * h_bar)
+    homog = None
+    if len(groups) >= 2 and all(np.ptp(g) > 0 for g in groups):
+        homog = float(sps.bartlett(*groups).pvalue)
+    return NightVariance(between=between, df_between=float(dfb), within=within, df_within=float(dfw),
+                         n_sources=len(comps), homogeneity_p=homog)
