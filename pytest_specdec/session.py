@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import time
 import warnings
 from pathlib import Path
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from pytest_specdec.vllm.command import ServerSpec
     from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.gate.judge import Judge
+    from pytest_specdec.profiles.placement import Placement
     from pytest_specdec.gate.verdicts import MachineFactor
 
 
@@ -51,6 +51,7 @@ class SpecDecSession:
         self.started = time.time()
         self._profile: Profile | None = None
         self._pool: ServerPool | None = None
+        self._placement: Placement | None = None
         self.workload = Workload(rootpath, progress)
         self.records: dict[str, TestRecord] = {}
         self._judge: Judge | None = None
@@ -66,8 +67,6 @@ class SpecDecSession:
         self.hardware_note = ""
         #: Every collected specdec case (endpoint mode asks which spec configs the session wants).
         self.collected: list[Case] = []
-        #: per spec server key, the prompt ids a learning drafter's server was sent (see _prompt_source)
-        self._sent: dict[str, set[str]] = {}
         self._endpoint_facts: dict[str, EndpointFacts] = {}
         #: pytest-xdist: this worker's id ("gw0"), None on the controller and without xdist
         self.worker: str | None = None
@@ -107,10 +106,10 @@ class SpecDecSession:
             logs = self.settings.reports_dir / "logs"
             self._pool = ServerPool(
                 logs / self.worker if self.worker else logs,  # workers may run the same spec at once
-                self.max_alive(), self.settings.startup_timeout_s, progress=self.progress,
+                self.placement.max_alive(), self.settings.startup_timeout_s, progress=self.progress,
                 gpus=gpus, gpu_wait_s=self.settings.gpu_wait_s, pin_cpus=self.settings.pin_cpus,
-                worker=self.worker, server_cpus=self.server_cpus(),
-                server_nice=int(self.profile.raw.get("placement", {}).get("server_nice", 0)),
+                worker=self.worker, server_cpus=self.placement.server_cpus(),
+                server_nice=self.placement.server_nice(),
             )
         return self._pool
 
@@ -129,51 +128,20 @@ class SpecDecSession:
             self._check_possible(case)
         return cases
 
+    @property
+    def placement(self) -> Placement:
+        if self._placement is None:
+            from pytest_specdec.profiles.placement import Placement
+
+            st = self.settings
+            self._placement = Placement(self.profile, st.endpoint is not None, st.max_servers, st.block_runs,
+                                        self.runs(), st.host)
+        return self._placement
+
     def _check_possible(self, case: Case) -> None:
-        """What only the profile and the dataset can tell is impossible: an error at collection, not later.
-
-        Endpoint mode skips the model-length check: someone else's server has its own limit.
-        """
+        """What only the profile and the dataset can tell is impossible: an error at collection, not later."""
         size = len(self.dataset(case.dataset).prompts)
-        if case.num_prompts is not None and case.num_prompts > size:
-            raise ConfigError(
-                f"specdec: num_prompts={case.num_prompts} but dataset {case.dataset!r} has {size} prompts; "
-                f"lower num_prompts or use a larger dataset (prompts are never repeated)"
-            )
-        from pytest_specdec.profiles.resolve import max_model_len
-
-        limit = max_model_len(self.profile)
-        if case.max_tokens is not None and limit is not None and not self.settings.endpoint \
-                and case.max_tokens >= limit:
-            raise ConfigError(
-                f"specdec: max_tokens={case.max_tokens} leaves no room for the prompt: profile "
-                f"{self.profile.name!r} serves with --max-model-len {limit}; lower max_tokens below {limit}"
-            )
-
-    def co_resident(self) -> bool:
-        """Whether a test's reference and spec servers can be alive at once (always, on the CPU)."""
-        placement = self.profile.raw.get("placement", {})
-        return self.settings.endpoint is not None or (
-            self.settings.max_servers >= 2 and bool(placement.get("co_resident", True))
-        )
-
-    def server_cpus(self) -> frozenset[int] | None:
-        """CPU profiles: where servers start, leaving the profile's `[placement] client_cpus` to the client."""
-        from pytest_specdec.servers.pool import split_cpus
-
-        if self.profile.device != "cpu":
-            return None
-        return split_cpus(int(self.profile.raw.get("placement", {}).get("client_cpus", 0)))
-
-    def max_alive(self) -> int:
-        """Servers the pool keeps alive at once (the dry-run estimate counts restarts with it too)."""
-        return self.settings.max_servers if self.co_resident() else 1
-
-    def block_runs(self) -> int | None:
-        """None: interleave pairs; else the block size of the arms' alternation (servers cannot co-reside)."""
-        if self.co_resident():
-            return None
-        return self.settings.block_runs or -(-self.runs() // 2)
+        self.placement.check_possible(case.dataset, size, case.num_prompts, case.max_tokens)
 
     def dataset(self, name: str) -> Dataset:
         return self.workload.dataset(name)
@@ -184,18 +152,7 @@ class SpecDecSession:
         return self.workload.prompts(case.dataset, case.num_prompts, case.max_tokens, case.api, self.profile.target)
 
     def server_spec(self, case: Case, reference: bool) -> ServerSpec:
-        from pytest_specdec.profiles import server_spec
-        from pytest_specdec.vllm.command import ServerSpec
-
-        if reference or case.method == "none":
-            spec = server_spec(self.profile, "none", None)
-        elif case.speculative_config is not None:
-            base = server_spec(self.profile, "none", None)
-            spec = ServerSpec(model=base.model, speculative_config=case.speculative_config,
-                              args=base.args, env=base.env)
-        else:
-            spec = server_spec(self.profile, case.method, case.k)
-        return dataclasses.replace(spec, host=self.settings.host)
+        return self.placement.server_spec(case.method, case.k, case.speculative_config, reference)
 
     # --- measuring -----------------------------------------------------------------------------
     def endpoint_facts(self, url: str) -> EndpointFacts:
@@ -211,27 +168,15 @@ class SpecDecSession:
 
         A speculating reference endpoint is a configuration error, not a skip: no test could be measured.
         """
-        from pytest_specdec.servers.endpoints import reference_problem, unserved_reason
+        from pytest_specdec.servers.endpoints import skip_reason
 
-        assert self.settings.endpoint and self.settings.reference_endpoint
-        problem = reference_problem(self.endpoint_facts(self.settings.reference_endpoint))
-        if problem:
-            raise ConfigError(problem)
-        if case.method == "none":
-            return None
-        want = self.server_spec(case, reference=False).speculative_config
-        assert want is not None
-        facts = self.endpoint_facts(self.settings.endpoint)
-        configs = {json.dumps(c, sort_keys=True) for c in (
-            self.server_spec(other, reference=False).speculative_config
-            for other in [*self.collected, case] if other.method != "none") if c is not None
-            and (facts.k is None or c.get("num_speculative_tokens") == facts.k)}
-        reason = unserved_reason(want, facts, rivals=len(configs))
-        if reason is None and facts.speculative_config is None:
-            self.progress(f"specdec: {self.settings.endpoint} speculates with k={facts.k}; its method and draft "
-                          f"cannot be read (no /server_info), so it is measured as {json.dumps(want, sort_keys=True)}"
-                          " unverified")
-        return reason
+        st = self.settings
+        assert st.endpoint and st.reference_endpoint
+        want = None if case.method == "none" else self.server_spec(case, reference=False).speculative_config
+        rivals = [c for c in (self.server_spec(o, reference=False).speculative_config
+                              for o in [*self.collected, case] if o.method != "none") if c is not None]
+        return skip_reason(self.endpoint_facts(st.reference_endpoint), self.endpoint_facts(st.endpoint), want, rivals,
+                           self.progress)
 
     def endpoint(self, spec: ServerSpec, reference: bool, test: str | None = None) -> Endpoint:
         from pytest_specdec.servers.pool import Endpoint
@@ -275,7 +220,7 @@ class SpecDecSession:
         ref_spec = self.server_spec(case, reference=True)
         spec_spec = None if case.method == "none" else self.server_spec(case, reference=False)
         record.servers = {"reference": ref_spec.key(), **({"spec": spec_spec.key()} if spec_spec else {})}
-        block = self.block_runs() if spec_spec is not None else None
+        block = self.placement.block_runs() if spec_spec is not None else None
         if block is None:
             reference: Any = self.endpoint(ref_spec, reference=True, test=nodeid)
             spec: Any = self.endpoint(spec_spec, reference=False, test=nodeid) if spec_spec else None
@@ -321,22 +266,15 @@ class SpecDecSession:
         return Sampling(temperature=case.temperature, ignore_eos=case.ignore_eos)
 
     def _prompt_source(self, case: Case, spec_spec: ServerSpec | None, prompts: list[Prompt]) -> PromptSource:
-        """Fixed prompts, or for a drafter that learns across requests (suffix decoding, unless its global
-        cache is off) prompts its server has never been sent, drawn from the whole dataset."""
-        from pytest_specdec.measure.runner import FixedPrompts, FreshPrompts
-
-        config = spec_spec.speculative_config if spec_spec is not None else None
-        if not config or config.get("method") != "suffix" or config.get("suffix_decoding_max_cached_requests") == 0:
-            return FixedPrompts(prompts)
-        pool = self.prompts(dataclasses.replace(case, num_prompts=None))
-        key = spec_spec.key()  # type: ignore[union-attr]
-        seen = self._sent.setdefault(key, set())
-        n = len(prompts)
+        def whole_dataset() -> list[Prompt]:
+            return self.prompts(dataclasses.replace(case, num_prompts=None))
 
         def exhausted() -> None:
-            self.pool.retire(spec_spec, f"every prompt of {case.dataset!r} left has been sent to it and "  # type: ignore[arg-type]
-                                        f"suffix decoding learns responses; a fresh server for the next {n}")
-        return FreshPrompts(pool, n, seen, exhausted, seed=len(seen))
+            assert spec_spec is not None
+            self.pool.retire(spec_spec, f"every prompt of {case.dataset!r} left has been sent to it and suffix "
+                                        f"decoding learns responses; a fresh server for the next {len(prompts)}")
+        config = spec_spec.speculative_config if spec_spec is not None else None
+        return self.workload.source(prompts, config, spec_spec.key() if spec_spec else "", whole_dataset, exhausted)
 
     def distribution_check(self, nodeid: str, case: Case, samples_per_prompt: int, alpha: float,
                            tolerance_nats: float) -> dict[str, Any]:
@@ -461,20 +399,7 @@ class SpecDecSession:
         record = self.records.get(nodeid)
         if record is None:
             return []
-        if record.error is None and message:
-            record.error = message if len(message) <= 6000 else "…" + message[-6000:]
-        by_key = self._pool.servers if self._pool else {}
-        seen = {(e["arm"], e["server"]) for e in record.server_logs}
-        sections = []
-        for arm, key in record.servers.items():
-            if key not in by_key:
-                continue
-            server = by_key[key]
-            tail = server.log_tail()  # read once: the terminal section and the results share it
-            sections.append((f"vLLM {arm} server log (tail, {server.log_path})", tail))
-            if (arm, key) not in seen:
-                record.server_logs.append({"arm": arm, "server": key, "path": str(server.log_path), "tail": tail})
-        return sections
+        return record.failed(message, self._pool.servers if self._pool else {})
 
     # --- output --------------------------------------------------------------------------------
     def dry_run_lines(self, cases: list[tuple[str, Case]]) -> list[str]:
@@ -494,8 +419,9 @@ class SpecDecSession:
         s = self.settings
         endpoints = (s.endpoint, str(s.reference_endpoint)) if s.endpoint else None
         return dry_run_lines(profile, tests, hardware_note=self.hardware_note, endpoints=endpoints,
-                             server_cpus=None if s.endpoint else self.server_cpus(), runs=self.runs(),
-                             max_runs=self.judge.looks()[-1], max_servers=self.max_alive(), price=self.price())
+                             server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
+                             max_runs=self.judge.looks()[-1], max_servers=self.placement.max_alive(),
+                             price=self.price())
 
     def server_starts(self) -> list[StartRecord]:
         """Every vLLM start of the session: this process's, and on the xdist controller every worker's."""
@@ -518,7 +444,8 @@ class SpecDecSession:
             "machine_factor": self.machine.to_dict() if self.machine is not None else None,
             "gate": {"fail_inconclusive": self.settings.fail_inconclusive, "fail_machine": self.settings.fail_machine,
                      "machine_failed": self.machine_failed,
-                     "night_variance": {k: v.to_dict() for k, v in (self._judge.night_variances if self._judge else {}).items()}},
+                     "night_variance": {k: v.to_dict() for k, v in
+                                        (self._judge.night_variances if self._judge else {}).items()}},
             "tests": [r.to_dict() for r in self.records.values()],
         }
 

@@ -12,6 +12,7 @@ from pytest_specdec.errors import ConfigError
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.datasets import Dataset
+    from pytest_specdec.measure.runner import PromptSource
     from pytest_specdec.measure.types import Api, Prompt
 
 
@@ -23,6 +24,8 @@ class Workload:
         self.progress = progress
         self.datasets: dict[str, Dataset] = {}
         self._tokenizer: Any = None  # the target's, for completions prompts rendered from chat
+        #: per spec server key, the prompt ids a learning drafter's server was sent (see `source`)
+        self.sent: dict[str, set[str]] = {}
 
     def dataset(self, name: str) -> Dataset:
         """The dataset a spec names (loaded once); what loading skipped or defaulted is shown once."""
@@ -45,6 +48,19 @@ class Workload:
         if api == "completions":
             prompts = self._as_completions(prompts, target)
         return prompts
+
+    def source(self, prompts: list[Prompt], speculative_config: dict[str, Any] | None, server_key: str,
+               whole_dataset: Callable[[], list[Prompt]], exhausted: Callable[[], None]) -> PromptSource:
+        """Fixed prompts, or for a drafter that learns across requests (suffix decoding, unless its global
+        cache is off) prompts its server has never been sent, drawn from the whole dataset; ``exhausted``
+        is called when none is left (the session then retires the server)."""
+        from pytest_specdec.measure.runner import FixedPrompts, FreshPrompts
+
+        config = speculative_config or {}
+        if config.get("method") != "suffix" or config.get("suffix_decoding_max_cached_requests") == 0:
+            return FixedPrompts(prompts)
+        seen = self.sent.setdefault(server_key, set())
+        return FreshPrompts(whole_dataset(), len(prompts), seen, exhausted, seed=len(seen))
 
     def _as_completions(self, prompts: list[Prompt], target: str) -> list[Prompt]:
         """Chat prompts rendered with the target's own chat template, for the completions API.

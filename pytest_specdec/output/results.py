@@ -47,6 +47,23 @@ class TestRecord:
     #: every sampling parameter the requests carried (Sampling.to_request)
     sampling: dict[str, Any] | None = None
 
+    def failed(self, message: str, servers: dict[str, VllmServer]) -> list[tuple[str, str]]:
+        """Keep the failure text and the test's servers' log tails (the HTML report shows them the morning
+        after); returns the (title, tail) sections for the terminal report."""
+        if self.error is None and message:
+            self.error = message if len(message) <= 6000 else "…" + message[-6000:]
+        seen = {(e["arm"], e["server"]) for e in self.server_logs}
+        sections = []
+        for arm, key in self.servers.items():
+            if key not in servers:
+                continue
+            server = servers[key]
+            tail = server.log_tail()  # read once: the terminal section and the results share it
+            sections.append((f"vLLM {arm} server log (tail, {server.log_path})", tail))
+            if (arm, key) not in seen:
+                self.server_logs.append({"arm": arm, "server": key, "path": str(server.log_path), "tail": tail})
+        return sections
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "nodeid": self.nodeid,

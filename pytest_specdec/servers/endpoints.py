@@ -190,3 +190,23 @@ def settle(urls: list[str], timeout_s: float) -> Callable[[], Quiet]:
         return wait_quiet(pgids, timeout_s=timeout_s)
 
     return wait
+
+
+def skip_reason(reference: EndpointFacts, facts: EndpointFacts, want: dict[str, Any] | None,
+                rivals: list[dict[str, Any]], progress: Callable[[str], None]) -> str | None:
+    """Endpoint mode: why the endpoints cannot stand for a test's servers (None: they can). ``want`` is the
+    test's speculative config (None for a no-speculation test), ``rivals`` every spec config the session
+    collected. A speculating reference endpoint is a configuration error, not a skip: no test could be
+    measured."""
+    problem = reference_problem(reference)
+    if problem:
+        raise ConfigError(problem)
+    if want is None:
+        return None
+    configs = {json.dumps(c, sort_keys=True) for c in rivals
+               if facts.k is None or c.get("num_speculative_tokens") == facts.k}
+    reason = unserved_reason(want, facts, rivals=len(configs))
+    if reason is None and facts.speculative_config is None:
+        progress(f"specdec: {facts.url} speculates with k={facts.k}; its method and draft cannot be read (no "
+                 f"/server_info), so it is measured as {json.dumps(want, sort_keys=True)} unverified")
+    return reason

@@ -1,0 +1,87 @@
+"""Where and how a session's servers run, from the profile's [placement] and the command line: which
+vLLM command each arm gets, whether the two arms' servers may be alive at once, on which CPUs, at which
+priority, and what the profile makes impossible (caught at collection, not hours later)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pytest_specdec.profiles import Profile
+    from pytest_specdec.vllm.command import ServerSpec
+
+
+@dataclass(frozen=True)
+class Placement:
+    profile: Profile
+    endpoint: bool  # --specdec-endpoint: the servers run elsewhere
+    max_servers: int  # --specdec-max-servers
+    block_runs_option: int | None  # --specdec-block-runs
+    runs: int  # runs per arm at the first look
+    host: str  # --specdec-host: where the servers we start bind
+
+    @property
+    def _raw(self) -> dict[str, Any]:
+        return dict(self.profile.raw.get("placement", {}))
+
+    def co_resident(self) -> bool:
+        """Whether a test's reference and spec servers can be alive at once (always, on the CPU)."""
+        return self.endpoint or (self.max_servers >= 2 and bool(self._raw.get("co_resident", True)))
+
+    def max_alive(self) -> int:
+        """Servers the pool keeps alive at once (the dry-run estimate counts restarts with it too)."""
+        return self.max_servers if self.co_resident() else 1
+
+    def block_runs(self) -> int | None:
+        """None: interleave pairs; else the block size of the arms' alternation (servers cannot co-reside)."""
+        if self.co_resident():
+            return None
+        return self.block_runs_option or -(-self.runs // 2)
+
+    def server_cpus(self) -> frozenset[int] | None:
+        """CPU profiles: where servers start, leaving the profile's `[placement] client_cpus` to the client."""
+        from pytest_specdec.servers.pool import split_cpus
+
+        if self.profile.device != "cpu":
+            return None
+        return split_cpus(int(self._raw.get("client_cpus", 0)))
+
+    def server_nice(self) -> int:
+        """How much lower the servers' scheduling priority is than the client's ([placement] server_nice)."""
+        return int(self._raw.get("server_nice", 0))
+
+    def server_spec(self, method: str, k: int | None, speculative_config: dict[str, Any] | None,
+                    reference: bool) -> ServerSpec:
+        """The server an arm of a test needs: the profile's preset for `method`, or raw vLLM JSON."""
+        from pytest_specdec.profiles import server_spec
+        from pytest_specdec.vllm.command import ServerSpec
+
+        if reference or method == "none":
+            spec = server_spec(self.profile, "none", None)
+        elif speculative_config is not None:
+            base = server_spec(self.profile, "none", None)
+            spec = ServerSpec(model=base.model, speculative_config=speculative_config, args=base.args, env=base.env)
+        else:
+            spec = server_spec(self.profile, method, k)
+        return dataclasses.replace(spec, host=self.host)
+
+    def check_possible(self, dataset: str, size: int, num_prompts: int | None, max_tokens: int | None) -> None:
+        """What only the profile and the dataset can tell is impossible. Endpoint mode skips the model-length
+        check: someone else's server has its own limit."""
+        from pytest_specdec.profiles.resolve import max_model_len
+
+        if num_prompts is not None and num_prompts > size:
+            raise ConfigError(
+                f"specdec: num_prompts={num_prompts} but dataset {dataset!r} has {size} prompts; "
+                f"lower num_prompts or use a larger dataset (prompts are never repeated)"
+            )
+        limit = max_model_len(self.profile)
+        if max_tokens is not None and limit is not None and not self.endpoint and max_tokens >= limit:
+            raise ConfigError(
+                f"specdec: max_tokens={max_tokens} leaves no room for the prompt: profile "
+                f"{self.profile.name!r} serves with --max-model-len {limit}; lower max_tokens below {limit}"
+            )
