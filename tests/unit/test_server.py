@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import LAUNCHER, FakeConfig, FakeServer, resolve_speculative_config
 
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.server import (
@@ -22,9 +23,7 @@ from pytest_specdec.server import (
     parse_engine_config,
 )
 
-FAKE = [sys.executable, str(Path(__file__).with_name("fake_vllm.py"))]
-FAKE_SPEC = [sys.executable, str(Path(__file__).with_name("fake_vllm_spec.py"))]
-DATA = Path(__file__).with_name("data")
+DATA = Path(__file__).resolve().parents[1] / "data"
 ZOO = "/work/main/pytest_specdec/zoo/models"  # where the fixtures below were captured
 
 
@@ -41,10 +40,12 @@ def _alive(pid: int) -> bool:
 
 
 def _server(tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch, timeout: float = 30) -> VllmServer:
+    """A server whose `vllm serve` is the stand-in in lifecycle mode `mode`, as a vLLM without /server_info."""
     monkeypatch.setenv("FAKE_VLLM_MODE", mode)
+    monkeypatch.setenv("FAKE_VLLM_LEGACY", "1")
     monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
     spec = ServerSpec(model="m", speculative_config={"method": "ngram", "num_speculative_tokens": 3})
-    return VllmServer(spec, log_dir=tmp_path, launcher=FAKE, startup_timeout_s=timeout)
+    return VllmServer(spec, log_dir=tmp_path, launcher=LAUNCHER, startup_timeout_s=timeout)
 
 
 def test_command_binds_loopback_and_pins_generation_config() -> None:
@@ -68,7 +69,7 @@ def test_start_ready_then_stop_kills_the_whole_group(tmp_path: Path, monkeypatch
         child = int((tmp_path / "child.pid").read_text())
         assert _alive(child)
         config = server.engine_config()
-        # fake_vllm.py has no /server_info (404, as vLLM without VLLM_SERVER_DEV_MODE): the log line's config.
+        # A legacy stand-in has no /server_info (404, as vLLM without VLLM_SERVER_DEV_MODE): the log line's config.
         assert server.server_info_s is not None and not server.config_path.exists()
         assert config["config_source"] == "log" and config["vllm_version"] == "0.0.0-fake"
         assert config["model"] == "m"  # not the `model=` inside SpeculativeConfig(...)
@@ -200,7 +201,7 @@ def test_owned_server_config_comes_from_server_info(tmp_path: Path) -> None:
     spec = ServerSpec(model="fake-model", speculative_config={"method": "draft_model", "model": "/fake/draft",
                                                               "num_speculative_tokens": 3},
                       args=("--max-num-batched-tokens", "256", "--max-num-seqs", "16", "--seed", "0"))
-    with VllmServer(spec, log_dir=tmp_path, launcher=FAKE_SPEC, startup_timeout_s=30) as server:
+    with VllmServer(spec, log_dir=tmp_path, launcher=LAUNCHER, startup_timeout_s=30) as server:
         assert server.dev_mode and server.server_info_s is not None
         config = server.engine_config()
         assert config["config_source"] == "server_info"
@@ -222,7 +223,7 @@ def test_owned_server_config_comes_from_server_info(tmp_path: Path) -> None:
 
 def test_dev_mode_only_on_loopback_and_unless_the_spec_says_otherwise(tmp_path: Path) -> None:
     off = ServerSpec(model="fake-model", env=(("VLLM_SERVER_DEV_MODE", "0"),))
-    with VllmServer(off, log_dir=tmp_path, launcher=FAKE_SPEC, startup_timeout_s=30) as server:
+    with VllmServer(off, log_dir=tmp_path, launcher=LAUNCHER, startup_timeout_s=30) as server:
         assert not server.dev_mode and server.server_info_s is None
         config = server.engine_config()
         assert config["config_source"] == "log" and config["model"] == "fake-model"
@@ -232,8 +233,6 @@ def test_dev_mode_only_on_loopback_and_unless_the_spec_says_otherwise(tmp_path: 
 
 
 def test_fake_server_info_has_vllm_shape() -> None:
-    from fake_server import FakeConfig, FakeServer
-
     served = {"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}
     with FakeServer(FakeConfig(model="t", k=3, acceptance=(0.5, 0.4, 0.3), server_info=json.dumps(served))) as url:
         from pytest_specdec.server import fetch_server_info
@@ -247,9 +246,7 @@ def test_fake_server_info_has_vllm_shape() -> None:
             assert set(fields) <= set(real["vllm_config"][section]), section
     config = engine_config_from_server_info(info)
     assert config["model"] == "t" and config["speculative_config"] == served
-    # fake_vllm_spec's resolved speculative config: vLLM's fields, nested configs included.
-    from fake_server import resolve_speculative_config
-
+    # The stand-in's resolved speculative config: vLLM's fields, nested configs included.
     resolved = resolve_speculative_config({"method": "draft_model", "model": "/d", "num_speculative_tokens": 2}, "t")
     real_sc = real["vllm_config"]["speculative_config"]
     assert resolved is not None and set(resolved) <= set(real_sc)
@@ -263,7 +260,7 @@ def test_pool_reuses_per_spec_and_respects_the_cap(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("FAKE_VLLM_MODE", "ok")
     monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
     lines: list[str] = []
-    pool = ServerPool(tmp_path, max_alive=1, startup_timeout_s=30, progress=lines.append, launcher=FAKE)
+    pool = ServerPool(tmp_path, max_alive=1, startup_timeout_s=30, progress=lines.append, launcher=LAUNCHER)
     ngram = ServerSpec(model="m", speculative_config={"method": "ngram", "num_speculative_tokens": 3})
     reference = ServerSpec(model="m")
     try:
@@ -341,7 +338,7 @@ def test_pool_starts_cpu_servers_on_the_server_cpus(tmp_path: Path, monkeypatch:
     cpus = split_cpus(1)
     assert cpus is not None
     lines: list[str] = []
-    pool = ServerPool(tmp_path / "logs", max_alive=2, startup_timeout_s=30, launcher=FAKE,
+    pool = ServerPool(tmp_path / "logs", max_alive=2, startup_timeout_s=30, launcher=LAUNCHER,
                       progress=lines.append, server_cpus=cpus)
     try:
         server = pool.get(ServerSpec(model="m"))
@@ -365,7 +362,7 @@ def test_pool_lowers_the_servers_priority_and_their_sessions(tmp_path: Path, mon
     monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
     from pytest_specdec.pool import ServerPool
 
-    pool = ServerPool(tmp_path / "logs", max_alive=1, startup_timeout_s=30, launcher=FAKE, server_nice=7)
+    pool = ServerPool(tmp_path / "logs", max_alive=1, startup_timeout_s=30, launcher=LAUNCHER, server_nice=7)
     try:
         server = pool.get(ServerSpec(model="m"))
         assert server.proc is not None
@@ -379,7 +376,7 @@ def test_pool_lowers_the_servers_priority_and_their_sessions(tmp_path: Path, mon
             assert server.priority == {"nice": 7, "autogroup": None}
     finally:
         pool.stop_all()
-    plain = ServerPool(tmp_path / "logs2", max_alive=1, startup_timeout_s=30, launcher=FAKE)
+    plain = ServerPool(tmp_path / "logs2", max_alive=1, startup_timeout_s=30, launcher=LAUNCHER)
     try:
         server = plain.get(ServerSpec(model="m"))
         assert server.proc is not None and _nice(server.proc.pid) == os.nice(0) and server.priority is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fake_server import FakeConfig, FakeServer
+from fakes import FakeConfig, FakeServer
 
 from pytest_specdec.load import Prompt, Sampling
 from pytest_specdec.measurement import extend_case, measure_case, schedule

@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fakes import FakeConfig, FakeServer
 
-SUITE = """
-import pytest
-
-@pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=[1, 4], num_prompts=8, max_tokens=24)
-def test_ngram(specdec):
-    s = specdec.summary
-    assert s["acceptance_rate"] is not None
-    assert specdec.params["method"] == "ngram"
-"""
-
-
-FAKE_PROFILE_TEMPLATE = """
-name = "zoo-target"
-device = "cpu"
-[target]
-model = "{target}"
-[methods.ngram]
-speculative_config = {{ method = "ngram", prompt_lookup_max = 4, prompt_lookup_min = 2 }}
-[matrix]
-runs = 1
-"""
+SUITE = {"concurrency": [1, 4], "num_prompts": 8, "max_tokens": 24, "body": """
+s = specdec.summary
+assert s["acceptance_rate"] is not None
+assert specdec.params["method"] == "ngram"
+"""}
 
 
 def _args(fake_profile: Path, endpoints: tuple[str, str], reports: Path) -> list[str]:
@@ -67,9 +53,9 @@ def test_marker_is_registered(pytester: pytest.Pytester) -> None:
 
 
 def test_measures_interleaved_runs_and_writes_json(
-    pytester: pytest.Pytester, fake_endpoints: tuple[str, str], fake_profile: Path
+    pytester: pytest.Pytester, fake_endpoints: tuple[str, str], fake_profile: Path, make_suite: Callable[..., str]
 ) -> None:
-    pytester.makepyfile(test_suite=SUITE)
+    pytester.makepyfile(test_suite=make_suite(**SUITE))
     reports = pytester.path / "reports"
     # No baselines yet: creating them is what makes a first session pass (test_baselines_e2e.py has the rest).
     result = pytester.runpytest(*_args(fake_profile, fake_endpoints, reports), "-v", "--update-baselines=missing")
@@ -148,8 +134,9 @@ def test_impossible_workloads_are_collection_errors(
     result.stdout.fnmatch_lines([message])
 
 
-def test_dry_run_prints_commands_and_starts_nothing(pytester: pytest.Pytester, fake_profile: Path) -> None:
-    pytester.makepyfile(test_suite=SUITE.replace('method="ngram"', 'method=["ngram", "eagle3"]'))
+def test_dry_run_prints_commands_and_starts_nothing(pytester: pytest.Pytester, fake_profile: Path,
+                                                    make_suite: Callable[..., str]) -> None:
+    pytester.makepyfile(test_suite=make_suite(**SUITE, method=["ngram", "eagle3"]))
     result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=4)
     result.stdout.fnmatch_lines([
@@ -160,9 +147,9 @@ def test_dry_run_prints_commands_and_starts_nothing(pytester: pytest.Pytester, f
 
 
 def test_specdec_host_is_where_servers_bind_and_a_bad_one_is_a_usage_error(
-    pytester: pytest.Pytester, fake_profile: Path
+    pytester: pytest.Pytester, fake_profile: Path, make_suite: Callable[..., str]
 ) -> None:
-    pytester.makepyfile(test_suite=SUITE)
+    pytester.makepyfile(test_suite=make_suite(**SUITE))
     result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "--specdec-host=0.0.0.0",
                                 "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*serve fake-model --host 0.0.0.0 --port $PORT --generation-config vllm*"])
@@ -172,9 +159,9 @@ def test_specdec_host_is_where_servers_bind_and_a_bad_one_is_a_usage_error(
 
 
 def test_specdec_draft_replaces_a_methods_head_under_the_same_test_ids(
-    pytester: pytest.Pytester, fake_profile: Path
+    pytester: pytest.Pytester, fake_profile: Path, make_suite: Callable[..., str]
 ) -> None:
-    pytester.makepyfile(test_suite=SUITE.replace('method="ngram"', 'method="eagle3"'))
+    pytester.makepyfile(test_suite=make_suite(**SUITE, method="eagle3"))
     result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider",
                                 "--specdec-draft", "eagle3=/heads/new-head", "-v")
     result.stdout.fnmatch_lines(["*--speculative-config*/heads/new-head*"])
@@ -185,18 +172,14 @@ def test_specdec_draft_replaces_a_methods_head_under_the_same_test_ids(
     worse.stderr.fnmatch_lines(["*--specdec-draft expects METHOD=MODEL*got 'eagle3'*"])
 
 
-def test_completions_api_and_open_loop_rate_from_marker_and_command_line(pytester: pytest.Pytester) -> None:
+def test_completions_api_and_open_loop_rate_from_marker_and_command_line(pytester: pytest.Pytester,
+                                                                         make_profile: Callable[..., Path]) -> None:
     """api='completions' renders the chat prompts with the target's template (here the zoo's) and sends
     them to /v1/completions without a second BOS; request_rate= turns the run into an open loop."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from fake_server import FakeConfig, FakeServer
-
     from pytest_specdec.zoo import zoo_path
 
-    profile = pytester.path / "zoo.toml"
-    profile.write_text(FAKE_PROFILE_TEMPLATE.format(target=zoo_path("target")))
+    profile = make_profile("zoo-target", model=str(zoo_path("target")), methods=("ngram",), k=None, runs=1,
+                           validity=None)
     pytester.makepyfile(test_suite="""
         import pytest
 

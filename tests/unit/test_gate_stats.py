@@ -109,16 +109,14 @@ def test_only_gated_verdicts_fail() -> None:
 
 
 @pytest.fixture(scope="module")
-def gate_sim():  # type: ignore[no-untyped-def]
-    from script_loader import load_script
-
+def gate_sim(load_script):  # type: ignore[no-untyped-def]
     return load_script("gate_simulation")
 
 
 def test_gate_simulation_measures_the_stored_noise(gate_sim) -> None:  # type: ignore[no-untyped-def]
     from pathlib import Path
 
-    noise = gate_sim.measured_noise(Path(__file__).resolve().parents[1] / "baselines" / "cpu")
+    noise = gate_sim.measured_noise(Path(__file__).resolve().parents[2] / "baselines" / "cpu")
     assert 0.03 < noise.run["speedup"] < 0.3 and 0.03 < noise.run["e2e_p95_ratio"] < 0.5
     # Nights recorded minutes apart spread far less than the runs within them, and every gated metric is there.
     assert set(noise.night) == set(noise.shared) == {"speedup", "e2e_p95_ratio", "acceptance_rate"}

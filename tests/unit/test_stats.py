@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
 import pytest
-from script_loader import load_script
 from scipy.stats import false_discovery_control
 
 from pytest_specdec.errors import ConfigError
@@ -38,7 +38,7 @@ def scaled(factor: float, values: list[float] = BASE) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def sim() -> ModuleType:
+def sim(load_script: Callable[[str], ModuleType]) -> ModuleType:
     return load_script("stats_simulation")
 
 

@@ -9,47 +9,29 @@ machine factor is reported on its own line and divided out of the absolute figur
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fake_server import FakeConfig, FakeServer
+from fakes import FakeServer
 
-# pytester's in-process runs drop modules first imported inside them; numpy warns when imported twice.
-import filelock  # noqa: F401
-import numpy  # noqa: F401
-import pytest_specdec.baselines  # noqa: F401
-import pytest_specdec.stats  # noqa: F401
-import pytest_specdec.verdicts  # noqa: F401
-import scipy.special  # noqa: F401
-import scipy.stats  # noqa: F401
-
+Servers = tuple[FakeServer, FakeServer]
 # Three tests (c=4, 8 and 16) against the same endpoints, so the night-to-night variance is pooled over files.
-SUITE = """
-import pytest
-
-@pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=[4, 8, 16], num_prompts=16, max_tokens=24)
-def test_ngram(specdec):
-    assert len([s for s in specdec.result.speedup_per_pair if s is not None]) >= 2
-"""
+SUITE = {"concurrency": [4, 8, 16], "num_prompts": 16, "max_tokens": 24,
+         "body": "assert len([s for s in specdec.result.speedup_per_pair if s is not None]) >= 2"}
 REF_STEP_S = 0.015  # per decode step at machine speed 1.0 (long enough that HTTP overhead stays small)
 SPEC_STEP_S = 0.024  # k=3, every draft accepted (acceptance repeats exactly, as at temperature 0): 4 tokens a step, 2.5x
 DRIFT = 0.02  # sd of the log speed multiplier, redrawn every 0.3 s on each server
 
 
 @pytest.fixture
-def servers() -> Iterator[tuple[FakeServer, FakeServer]]:
-    spec = FakeServer(FakeConfig(k=3, acceptance=(1.0, 1.0, 1.0), step_s=SPEC_STEP_S, output_tokens=24,
-                                 drift_sd=DRIFT, seed=1))
-    ref = FakeServer(FakeConfig(k=0, step_s=REF_STEP_S, output_tokens=24, drift_sd=DRIFT, seed=2))
-    spec.start()
-    ref.start()
-    yield spec, ref
-    spec.stop()
-    ref.stop()
+def servers(fake_server: Callable[..., FakeServer]) -> Servers:
+    spec = fake_server(k=3, acceptance=(1.0, 1.0, 1.0), step_s=SPEC_STEP_S, output_tokens=24, drift_sd=DRIFT, seed=1)
+    ref = fake_server(k=0, step_s=REF_STEP_S, output_tokens=24, drift_sd=DRIFT, seed=2)
+    return spec, ref
 
 
-def night(pytester: pytest.Pytester, profile: Path, servers: tuple[FakeServer, FakeServer], speed: float,
+def night(pytester: pytest.Pytester, profile: Path, servers: Servers, speed: float,
           spec_slower: float = 1.0, *extra: str) -> pytest.RunResult:
     """One session on a machine running at ``speed``; the spec path's steps take ``spec_slower`` times longer."""
     spec, ref = servers
@@ -70,9 +52,9 @@ def verdicts(pytester: pytest.Pytester) -> list[dict]:
 
 
 def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
-    pytester: pytest.Pytester, fake_profile: Path, servers: tuple[FakeServer, FakeServer]
+    pytester: pytest.Pytester, fake_profile: Path, servers: Servers, make_suite: Callable[..., str]
 ) -> None:
-    pytester.makepyfile(test_suite=SUITE)
+    pytester.makepyfile(test_suite=make_suite(**SUITE))
     for speed in (0.8, 1.0, 1.25):
         night(pytester, fake_profile, servers, speed, 1.0, "--update-baselines").assert_outcomes(passed=3)
     files = sorted((pytester.path / "baselines" / "fake" / "test_suite").glob("*.json"))

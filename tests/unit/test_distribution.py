@@ -1,16 +1,16 @@
-"""The temperature > 0 distribution check: the statistic on synthetic data, the client against the fake
-server's toy model, and the fixture methods end to end through pytester."""
+"""The temperature > 0 distribution check: the statistic on synthetic data (scripts/distribution_simulation.py's
+model), the client against the fake server's toy model (through the plugin:
+tests/functional/test_distribution_session.py)."""
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
 
 import pytest
-from fake_server import FakeConfig, FakeServer, toy_lm
+from fakes import FakeConfig, FakeServer, toy_lm
 
 from pytest_specdec.distribution import (
     Collected,
@@ -27,57 +27,54 @@ from pytest_specdec.load import Prompt, Sampling
 from pytest_specdec.pool import Endpoint
 
 
-def _arms(rng: random.Random, n_prompts: int, shift: float, *, samples: int = 4,
-          noise: float = 0.3) -> tuple[dict[str, list[float]], ...]:
-    """Per-sample mean log-probs of three arms: prompts differ (mean -2.5 ± 0.5 nats), samples scatter by
-    `noise`, and the spec arm is `shift` nats off."""
-    arms: tuple[dict[str, list[float]], ...] = ({}, {}, {})
-    for i in range(n_prompts):
-        mu = rng.gauss(-2.5, 0.5)
-        for j, arm in enumerate(arms):
-            arm[f"p{i}"] = [rng.gauss(mu + (shift if j == 0 else 0.0), noise) for _ in range(samples)]
-    return arms
+Arms = Callable[..., tuple[dict[str, list[float]], ...]]
+
+
+@pytest.fixture(scope="module")
+def arms(load_script: Callable[[str], ModuleType]) -> Arms:
+    """Simulated per-sample log-probs of the three arms: scripts/distribution_simulation.py's data model."""
+    return load_script("distribution_simulation").arms  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("n_prompts", [8, 16])
-def test_a_sound_sampler_is_rarely_called_shifted(n_prompts: int) -> None:
+def test_a_sound_sampler_is_rarely_called_shifted(n_prompts: int, arms: Arms) -> None:
     # 200 simulated sessions with no shift at alpha 0.01: the signed-rank test over (prompt, sample) pairs
     # holds its level (measured: 2000 sessions at 8 prompts × 4 samples 1.2 % shifted, 1000 at 16 0.9 %).
     rng = random.Random(1)
-    verdicts = [compare(*_arms(rng, n_prompts, 0.0))["verdict"] for _ in range(200)]
+    verdicts = [compare(*arms(rng, n_prompts, 0.0))["verdict"] for _ in range(200)]
     assert verdicts.count("shifted") <= 6  # P(more than 6 of 200 | a true rate of 1 %) < 0.5 %
     assert verdicts.count("inconclusive") <= 1
 
 
-def test_a_shifted_sampler_is_found() -> None:
+def test_a_shifted_sampler_is_found(arms: Arms) -> None:
     # A 0.3-nat shift (the fake server's sampler_bias=0.2 shifts its samples ~0.3 nats) at 16 prompts × 4
     # samples (measured: 397/400 shifted); at 8 prompts 329/400, at 8 prompts and 0.15 nats 86/400.
     rng = random.Random(1)
-    found = [compare(*_arms(rng, 16, 0.3))["verdict"] for _ in range(200)]
+    found = [compare(*arms(rng, 16, 0.3))["verdict"] for _ in range(200)]
     assert found.count("shifted") >= 180
-    d = compare(*_arms(random.Random(3), 16, -0.5))
+    d = compare(*arms(random.Random(3), 16, -0.5))
     assert d["verdict"] == "shifted" and d["diff"] < 0 and d["ci"][1] < 0 and d["p"] < 0.01
     assert d["n_prompts"] == 16 and d["n_samples"] == {"spec": 64, "reference_a": 64, "reference_b": 64}
     json.dumps(d)
 
 
-def test_a_shift_within_the_tolerance_is_the_same() -> None:
-    d = compare(*_arms(random.Random(3), 32, 0.03, noise=0.01))
+def test_a_shift_within_the_tolerance_is_the_same(arms: Arms) -> None:
+    d = compare(*arms(random.Random(3), 32, 0.03, noise=0.01))
     assert d["p"] < 0.01 and abs(d["diff"]) < 0.05 and d["verdict"] == "same"
 
 
-def test_too_few_prompts_or_a_drifting_control_is_inconclusive() -> None:
+def test_too_few_prompts_or_a_drifting_control_is_inconclusive(arms: Arms) -> None:
     assert min_prompts(0.01) == 8 and min_prompts(0.05) == 6  # the exact test's smallest p is 2 / 2^n
-    spec, ref_a, ref_b = _arms(random.Random(4), 7, 1.0, samples=1)
+    spec, ref_a, ref_b = arms(random.Random(4), 7, 1.0, samples=1)
     d = compare(spec, ref_a, ref_b, alpha=0.01)
     assert d["verdict"] == "inconclusive" and d["p"] is None
     assert "7 (prompt, sample) pair(s)" in d["why"] and "at least 8" in d["why"]
     # A prompt without scored samples in one arm is left out of the pairing.
-    spec, ref_a, ref_b = _arms(random.Random(4), 9, 1.0)
+    spec, ref_a, ref_b = arms(random.Random(4), 9, 1.0)
     ref_b["p0"] = []
     assert compare(spec, ref_a, ref_b)["n_prompts"] == 8
     # The reference disagrees with itself as much as with the spec arm: nothing to blame on the sampler.
-    spec, ref_a, ref_b = _arms(random.Random(4), 16, 1.0)
+    spec, ref_a, ref_b = arms(random.Random(4), 16, 1.0)
     ref_b = {p: [x + 1.0 for x in v] for p, v in ref_b.items()}
     d = compare(spec, ref_a, ref_b)
     assert d["verdict"] == "inconclusive" and d["p"] < 0.01 and d["control_p"] < 0.01
@@ -180,71 +177,3 @@ def test_a_biased_fake_sampler_shifts_the_spec_samples() -> None:
         FakeConfig(sampler_bias=0.1)
 
 
-SUITE = """
-import pytest
-
-@pytest.mark.specdec_verdicts(check=False)
-@pytest.mark.specdec(method="ngram", k=3, temperature=1.0, concurrency=2, num_prompts=12, max_tokens=16)
-def test_sampler(specdec):
-    d = specdec.assert_same_distribution()
-    assert d["verdict"] == "same"
-"""
-
-
-@pytest.fixture
-def endpoints(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
-    """(spec URL, reference URL) with the spec server's sampler biased by the test's parameter."""
-    bias = getattr(request, "param", 0.0)
-    spec = FakeConfig(k=3, acceptance=(0.8, 0.6, 0.4), output_tokens=16, sampler_bias=bias)
-    with FakeServer(spec) as spec_url, FakeServer(FakeConfig(output_tokens=16)) as ref_url:
-        yield spec_url, ref_url
-
-
-def _args(profile: Path, endpoints: tuple[str, str], reports: Path) -> list[str]:
-    spec, ref = endpoints
-    return [f"--specdec-profile={profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-            f"--specdec-reports={reports}", "-p", "no:cacheprovider"]
-
-
-def test_a_sound_sampler_passes_and_the_check_is_in_the_json(
-    pytester: pytest.Pytester, endpoints: tuple[str, str], fake_profile: Path
-) -> None:
-    pytester.makepyfile(test_suite=SUITE)
-    reports = pytester.path / "reports"
-    result = pytester.runpytest(*_args(fake_profile, endpoints, reports), "-v")
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*distribution same: mean log-prob per token spec -* vs reference -*, p *"])
-    d = json.loads((reports / "latest.json").read_text())["tests"][0]["distribution"]
-    assert d["verdict"] == "same" and d["n_prompts"] == 12 and d["samples_per_prompt"] == 4
-    assert d["n_samples"] == {"spec": 48, "reference_a": 48, "reference_b": 48}
-    assert d["empty_samples"] == {"spec": 0, "reference_a": 0, "reference_b": 0}
-
-
-@pytest.mark.parametrize("endpoints", [0.4], indirect=True)
-def test_a_biased_sampler_fails_with_the_statistic(
-    pytester: pytest.Pytester, endpoints: tuple[str, str], fake_profile: Path
-) -> None:
-    pytester.makepyfile(test_suite=SUITE)
-    reports = pytester.path / "reports"
-    result = pytester.runpytest(*_args(fake_profile, endpoints, reports))
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*specdec distribution check failed for *test_sampler?ngram-k3-t1.0-c2?: at temperature 1.0 the target's "
-        "mean log-prob per token is -* nats for the spec server's samples and -* for the reference server's "
-        "(12 prompts, 48 and 48 scored samples, all scored by the reference server): difference +0.* nats, 90% CI "
-        "+0.* .. +0.*, Wilcoxon p=* < 0.001 and beyond ±0.05; two reference samples differ by * nats (p=*). The spec "
-        "server does not sample from the target's distribution: the rejection sampler is likely broken*",
-    ])
-    test = json.loads((reports / "latest.json").read_text())["tests"][0]
-    assert test["outcome"] == "failed" and test["distribution"]["verdict"] == "shifted"
-
-
-def test_temperature_0_points_at_assert_lossless(
-    pytester: pytest.Pytester, endpoints: tuple[str, str], fake_profile: Path
-) -> None:
-    pytester.makepyfile(test_suite=SUITE.replace("temperature=1.0", "temperature=0.0"))
-    result = pytester.runpytest(*_args(fake_profile, endpoints, pytester.path / "reports"))
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*ConfigError: specdec.distribution_check() compares sampling distributions at "
-                                 "temperature > 0, but *test_sampler?ngram-k3-t0.0-c2? runs at temperature 0, *"
-                                 "use specdec.assert_lossless()*"])

@@ -12,10 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # fake_server sits next to the tests, whatever the import mode
-
-from fake_server import FakeConfig, FakeServer
+from fakes import FakeConfig, FakeServer
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.load import LoadResult, Prompt, RequestSample, Sampling, run_load_sync
@@ -303,7 +300,7 @@ def test_percentile_parity_with_installed_vllm_bench() -> None:
     assert assert_matches_bench_summary({**mine, **theirs}) >= 20
 
 
-REAL_BENCH_FILE = Path(__file__).parent / "data" / "bench_serve_detailed_eagle3.json"
+REAL_BENCH_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_serve_detailed_eagle3.json"
 
 
 def test_real_bench_file() -> None:

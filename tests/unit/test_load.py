@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # fake_server sits next to the tests, whatever the import mode
-
-from fake_server import FakeConfig, FakeServer, FakeServerProcess
+from fakes import FakeConfig, FakeServer, FakeServerProcess
 
 from pytest_specdec.load import Prompt, RequestSample, Sampling, run_load_sync
 
@@ -28,12 +23,9 @@ def chat_prompts(n: int, max_tokens: int = 16) -> list[Prompt]:
 
 
 @pytest.fixture
-def server(request: pytest.FixtureRequest) -> Iterator[FakeServer]:
-    cfg = getattr(request, "param", FakeConfig())
-    srv = FakeServer(cfg)
-    srv.start()
-    yield srv
-    srv.stop()
+def server(request: pytest.FixtureRequest, fake_server: Callable[..., FakeServer]) -> FakeServer:
+    """A fake server with the test's FakeConfig (indirect parameter), else the default one."""
+    return fake_server(getattr(request, "param", None))
 
 
 def test_sample_formulas() -> None:

@@ -1,4 +1,5 @@
-"""A small simulated vLLM OpenAI-compatible server for fast, deterministic tests.
+"""The simulated vLLM OpenAI-compatible server: its behaviour (``FakeConfig``), the aiohttp app, and two ways
+to run it from a test (in this process, or as a child process through the ``vllm serve`` stand-in).
 
 It streams SSE chunks in vLLM's format (``vllm/entrypoints/openai/chat_completion/serving.py`` and
 ``completion/serving.py``: a role chunk first for chat, continuous usage on every chunk when asked, a
@@ -9,7 +10,10 @@ Speculation model: the prefill step emits one token without a draft; every later
 With probability ``draft_share`` a step carries a draft of ``k`` tokens; one uniform draw ``u`` then
 accepts positions ``i`` with ``u < acceptance[i]``, so ``acceptance`` (non-increasing) is exactly the
 expected per-position acceptance rate ``accepted_per_pos[i] / drafts`` that vLLM reports. Like vLLM,
-accepted tokens are counted before the output is cut at ``max_tokens`` or EOS.
+accepted tokens are counted before the output is cut at ``max_tokens`` or EOS. With ``capacity`` a decode
+step costs more when more tokens are in flight (``step_s * max(1, active_requests * (1 + k) / capacity)``),
+so the speedup falls with concurrency like on a GPU; ``temperature_decay`` lowers acceptance with the
+request's temperature (``acceptance * exp(-decay * T)``).
 
 Non-streamed requests (``stream`` false, for ``specdec.distribution_check``) are answered from a toy language
 model instead: ``vocab`` tokens (0 = EOS, 1 = BOS, words of the prompt hashed onto the rest), next-token
@@ -18,22 +22,19 @@ model). They honour ``n``, ``return_token_ids``, the sampling fields and, on com
 ``prompt_logprobs`` in vLLM's format, so a score is the toy model's exact log-prob. ``sampler_bias`` (spec servers
 only) breaks the sampler: with that probability a token is the argmax instead of a draw.
 
-Use it in-process (``with FakeServer(FakeConfig(k=3, acceptance=(.8, .6, .4))) as url: ...``), in a
-child process (``FakeServerProcess``, so its CPU is not the caller's), or from the command line:
-``python tests/fake_server.py --port 0 --k 3 --acceptance 0.8,0.6,0.4`` prints the port on its first line.
+Use it in-process (``with FakeServer(FakeConfig(k=3, acceptance=(.8, .6, .4))) as url: ...``, or the
+``fake_server`` fixture of tests/conftest.py), or in a child process (``FakeServerProcess``, so its CPU is not
+the caller's), which runs ``fakes.serve`` (``python tests/fakes serve MODEL --port 0 --fake-config JSON``).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
 import math
-import os
 import random
 import selectors
-import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +42,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -58,9 +60,17 @@ def _drift(cfg: FakeConfig) -> float:
     return math.exp(random.Random(cfg.seed * 7919 + window).gauss(0.0, cfg.drift_sd))
 
 
+def _load(st: _State, cfg: FakeConfig) -> float:
+    """How much longer a decode step takes with this many tokens in flight (1.0 without ``capacity``)."""
+    if not cfg.capacity:
+        return 1.0
+    return max(1.0, st.active * (1 + cfg.k) / cfg.capacity)
+
+
 @dataclass(frozen=True)
 class FakeConfig:
-    """How the fake server behaves; every field is also a ``--flag`` of the CLI."""
+    """How the fake server behaves; the stand-in's ``--fake-config`` / ``FAKE_VLLM_CONFIG`` take these fields
+    as JSON."""
 
     model: str = "fake-model"
     ttft_s: float = 0.0  # delay before the first token
@@ -91,6 +101,11 @@ class FakeConfig:
     # (what a client that is late to read finds in its socket). 1 = every step streamed as it ends.
     merge_steps: int = 1
     batch_events: int = 1
+    # A GPU-like server: a decode step takes step_s * max(1, active requests * (1 + k) / capacity) (0 = never
+    # slower under load), and acceptance falls with the request's temperature T to acceptance * exp(-decay * T).
+    capacity: int = 0
+    temperature_decay: float = 0.0
+    fail_request: int = 0  # the Nth completion request (counting from 1) is answered with HTTP 500; 0 = none
 
     def __post_init__(self) -> None:
         if self.merge_steps < 1 or self.batch_events < 1:
@@ -104,21 +119,19 @@ class FakeConfig:
         if any(b > a for a, b in zip(self.acceptance, self.acceptance[1:], strict=False)):
             raise ValueError(f"acceptance must be non-increasing by position, got {self.acceptance}")
 
-    def to_args(self) -> list[str]:
-        """The CLI flags that rebuild this config in a child process."""
-        args: list[str] = []
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if v is None:
-                continue
-            flag = "--" + f.name.replace("_", "-")
-            if isinstance(v, bool):
-                args.append(flag if v else "--no-" + f.name.replace("_", "-"))
-            elif isinstance(v, tuple):
-                args += [flag, ",".join(repr(x) for x in v)] if v else []
-            else:
-                args += [flag, str(v)]
-        return args
+    def to_json(self) -> str:
+        """The fields as JSON, for ``--fake-config`` (what rebuilds this config in a child process)."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> FakeConfig:
+        """A config from JSON-decoded fields (``acceptance`` as a list); an unknown field is an error."""
+        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown FakeConfig field(s) {sorted(unknown)}")
+        if "acceptance" in fields:
+            fields = {**fields, "acceptance": tuple(float(a) for a in fields["acceptance"])}
+        return cls(**fields)
 
 
 class _State:
@@ -128,6 +141,7 @@ class _State:
         self.cfg = cfg
         self.requests: list[dict[str, Any]] = []
         self.n = 0
+        self.posts = 0  # completion requests received, valid or not (for fail_request)
         self.active = 0  # requests streaming right now, and the most ever at once
         self.peak_active = 0
         self.seen_prefixes: set[tuple[str | None, str]] = set()
@@ -338,16 +352,26 @@ def vllm_server_info(model: str, speculative_config: dict[str, Any] | None, *, d
     }
 
 
-def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
-    """The aiohttp application and the state it updates (exposed so tests can inspect requests)."""
+def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tuple[web.Application, _State]:
+    """The aiohttp application and the state it updates (exposed so tests can inspect requests).
+
+    ``server_info``: the whole ``/server_info`` answer to serve (the stand-in builds it from its command line);
+    without it ``cfg.server_info`` decides."""
     st = _State(cfg)
 
     async def complete(request: web.Request, chat: bool) -> web.StreamResponse:
         cfg = st.cfg  # read per request, so FakeServer.reconfigure() takes effect on the next one
+        st.posts += 1
+        if st.posts == cfg.fail_request:
+            return _error(500, f"injected error (fake vLLM: request {st.posts})")
         try:
             body = await request.json()
         except ValueError:
             return _error(400, "body is not JSON")
+        if cfg.temperature_decay and cfg.k:
+            t = float(body.get("temperature") or 0.0)
+            cfg = dataclasses.replace(cfg, acceptance=tuple(a * math.exp(-cfg.temperature_decay * t)
+                                                            for a in cfg.acceptance))
         if "temperature" not in body:
             return _error(400, "temperature is required (the fake server refuses server-side defaults)")
         if body.get("model") != cfg.model:
@@ -440,7 +464,7 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
                     if held:
                         await resp.write(b"".join(held))
                     return resp  # cut the stream: no usage chunk, no [DONE]
-                await asyncio.sleep(cfg.step_s * _drift(cfg))
+                await asyncio.sleep(cfg.step_s * _drift(cfg) * _load(st, cfg))
                 n = 1
                 if cfg.k and rng.random() < cfg.draft_share:
                     u = rng.random()
@@ -543,7 +567,9 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
         return web.json_response({"object": "list", "data": [{"id": cfg.model, "object": "model",
                                                               "created": 0, "owned_by": "vllm", "root": cfg.model}]})
 
-    async def server_info(request: web.Request) -> web.Response:
+    async def show_server_info(request: web.Request) -> web.Response:
+        if server_info is not None:
+            return web.json_response(server_info)
         return web.json_response(vllm_server_info(cfg.model, json.loads(cfg.server_info)))
 
     async def health(request: web.Request) -> web.Response:
@@ -558,12 +584,13 @@ def build_app(cfg: FakeConfig) -> tuple[web.Application, _State]:
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
-    if cfg.server_info:
-        app.router.add_get("/server_info", server_info)
+    if server_info is not None or cfg.server_info:
+        app.router.add_get("/server_info", show_server_info)
     return app, st
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port); port 0 picks a free one."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -602,7 +629,7 @@ class FakeServer:
 
     def start(self) -> str:
         """Start serving and return the base URL once the socket accepts connections."""
-        sock = _bind(self.host, self.port)
+        sock = bind_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
         loop = self._loop = asyncio.new_event_loop()
         ready = threading.Event()
@@ -650,8 +677,13 @@ class FakeServer:
         self.stop()
 
 
+#: argv prefix that runs the ``vllm`` stand-in (fakes/serve.py): ``[*LAUNCHER, "serve", MODEL, ...]``, what a
+#: ``launcher=`` of pytest_specdec's server pool or a replaced ``pytest_specdec.server.vllm_launcher`` takes.
+LAUNCHER = [sys.executable, str(Path(__file__).resolve().parent)]
+
+
 class FakeServerProcess:
-    """The fake server as a child process (``python tests/fake_server.py``): its CPU is not ours."""
+    """The fake server as a child process (the ``vllm serve`` stand-in with this config): its CPU is not ours."""
 
     def __init__(self, config: FakeConfig | None = None, *, host: str = "127.0.0.1") -> None:
         self.config = config or FakeConfig()
@@ -665,8 +697,8 @@ class FakeServerProcess:
 
     def start(self, timeout_s: float = 20) -> str:
         """Spawn, read the port from the first stdout line against a deadline, return the base URL."""
-        cmd = [sys.executable, os.path.abspath(__file__), "--host", self.host, "--port", "0",
-               *self.config.to_args()]
+        cmd = [*LAUNCHER, "serve", self.config.model, "--host", self.host, "--port", "0",
+               "--fake-config", self.config.to_json()]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         sel = selectors.DefaultSelector()
@@ -703,56 +735,3 @@ class FakeServerProcess:
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
-
-
-def _floats(s: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in s.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 0.8,0.6,0.4, got {s!r}") from None
-
-
-def parse_args(argv: list[str] | None = None) -> tuple[FakeConfig, str, int]:
-    """CLI flags → (config, host, port); flags mirror FakeConfig field names."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0, help="0 picks a free port; the port is printed first")
-    d = FakeConfig()
-    for f in dataclasses.fields(FakeConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = getattr(d, f.name)
-        if isinstance(default, bool):
-            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        elif f.name == "acceptance":
-            ap.add_argument(flag, type=_floats, default=default, metavar="P0,P1,...")
-        elif f.name == "output_tokens":
-            ap.add_argument(flag, type=int, default=None)
-        else:
-            ap.add_argument(flag, type=type(default), default=default)
-    ns = vars(ap.parse_args(argv))
-    host, port = ns.pop("host"), ns.pop("port")
-    return FakeConfig(**ns), host, port
-
-
-async def _serve(cfg: FakeConfig, host: str, port: int) -> None:
-    app, _ = build_app(cfg)
-    sock = _bind(host, port)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
-    await runner.setup()
-    await web.SockSite(runner, sock).start()
-    print(sock.getsockname()[1], flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await runner.cleanup()
-
-
-def main(argv: list[str] | None = None) -> None:
-    cfg, host, port = parse_args(argv)
-    asyncio.run(_serve(cfg, host, port))
-
-
-if __name__ == "__main__":
-    main()
