@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from pytest_specdec.distribution import compare  # noqa: E402
+from pytest_specdec.measure.lossless import compare  # noqa: E402
 
 CASES = ((0.01, 8, 0.0, 2000), (0.01, 16, 0.0, 1000), (0.01, 8, 0.3, 400), (0.01, 16, 0.3, 400),
          (0.01, 8, 0.15, 400), (0.001, 8, 0.0, 4000), (0.001, 8, 0.3, 400), (0.001, 16, 0.3, 400),

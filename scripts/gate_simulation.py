@@ -1,4 +1,4 @@
-"""Simulated false alarms and power of the speed gate, decided by pytest_specdec.stats itself.
+"""Simulated false alarms and power of the speed gate, decided by pytest_specdec.gate.stats itself.
 
     .venv/bin/python scripts/gate_simulation.py [--suites 1000] [--power-suites 400] [--seed 7]
 
@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from pytest_specdec.stats import (  # noqa: E402
+from pytest_specdec.gate.stats import (
     Thresholds,
     adjust,
     alpha_for_look,
@@ -47,13 +47,7 @@ from pytest_specdec.stats import (  # noqa: E402
     next_look_useful,
     planned_looks,
 )
-from pytest_specdec.verdicts import (  # noqa: E402
-    GATED,
-    build_thresholds,
-    night_factors,
-    night_variances,
-    with_floor,
-)
+from pytest_specdec.gate.verdicts import GATED, build_thresholds, night_factors, night_variances, with_floor
 
 TESTS = 19
 STORED_RUNS = 3  # pairs per stored night in baselines/cpu
@@ -103,7 +97,7 @@ def measured_noise(directory: Path) -> Noise:
 
 
 def _values(entry: dict, metric: str) -> list[float]:
-    from pytest_specdec.baselines import metric_values
+    from pytest_specdec.gate.baselines import metric_values
 
     return metric_values(entry).get(metric, [])
 

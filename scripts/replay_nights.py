@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from pytest_specdec import verdicts as V  # noqa: E402
-from pytest_specdec.stats import adjust, detectable, kind_of  # noqa: E402
+from pytest_specdec.gate import verdicts as V  # noqa: E402
+from pytest_specdec.gate.stats import adjust, detectable, kind_of  # noqa: E402
 
 PROFILES = Path(__file__).resolve().parents[1] / "pytest_specdec" / "profiles"
 

@@ -1,4 +1,4 @@
-"""Simulated false-alarm rate and power of pytest_specdec.stats on synthetic per-run values.
+"""Simulated false-alarm rate and power of pytest_specdec.gate.stats on synthetic per-run values.
 
     .venv/bin/python scripts/stats_simulation.py [--suites 2000] [--seed 20240611]
 
@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from pytest_specdec.stats import (  # noqa: E402
+from pytest_specdec.gate.stats import (
     DEFAULT_THRESHOLDS,
     Kind,
     _decide,

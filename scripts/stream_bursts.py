@@ -27,10 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_specdec.datasets import builtin  # noqa: E402
-from pytest_specdec.load import Sampling, run_load_sync, served_model  # noqa: E402
-from pytest_specdec.metrics import chunking  # noqa: E402
-from pytest_specdec.pool import ServerPool  # noqa: E402
+from pytest_specdec.measure.datasets import builtin  # noqa: E402
+from pytest_specdec.measure.types import Sampling  # noqa: E402
+from pytest_specdec.measure.client import run_load_sync, served_model
+from pytest_specdec.measure.metrics import chunking  # noqa: E402
+from pytest_specdec.servers.pool import ServerPool  # noqa: E402
 from pytest_specdec.profiles import load_profile, server_spec  # noqa: E402
 
 

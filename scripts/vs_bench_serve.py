@@ -53,7 +53,7 @@ def bench_prompts_file(prompts: list[Any], path: Path) -> None:
 def bench_command(base_url: str, model: str, tokenizer: str, data: Path, n: int, concurrency: int,
                   temperature: float, result_dir: Path, name: str) -> list[str]:
     return [
-        sys.executable, "-m", "pytest_specdec.vllm_cli", "bench", "serve",
+        sys.executable, "-m", "pytest_specdec.vllm.cli", "bench", "serve",
         "--backend", "openai-chat", "--base-url", base_url, "--endpoint", "/v1/chat/completions",
         "--model", model, "--tokenizer", tokenizer,
         "--dataset-name", "custom", "--dataset-path", str(data), "--custom-output-len", "-1",
@@ -94,13 +94,14 @@ def _cpus(text: str | None) -> frozenset[int] | None:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from pytest_specdec.metrics import bench_parity
-    from pytest_specdec.datasets import builtin
-    from pytest_specdec.load import Sampling, served_model
-    from pytest_specdec.measurement import ValidityRules, one_run
-    from pytest_specdec.pool import Endpoint
+    from pytest_specdec.measure.metrics import bench_parity
+    from pytest_specdec.measure.datasets import builtin
+    from pytest_specdec.measure.types import Sampling
+    from pytest_specdec.measure.client import served_model
+    from pytest_specdec.measure.runner import ValidityRules, one_run
+    from pytest_specdec.servers.pool import Endpoint
     from pytest_specdec.profiles import load_profile, server_spec
-    from pytest_specdec.server import VllmServer, wait_quiet
+    from pytest_specdec.servers.process import VllmServer, wait_quiet
 
     profile = load_profile("cpu")
     prompts = list(builtin().prompts[: args.prompts])
@@ -229,7 +230,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
 OVERHEAD_CHILD = r"""
 import json, sys
 sys.path.insert(0, {root!r})
-from pytest_specdec.load import Prompt, Sampling, run_load_sync
+from pytest_specdec.measure.types import Prompt, Sampling
+from pytest_specdec.measure.client import run_load_sync
 base_url, n, c, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 prompts = [Prompt(id=str(i), messages=[{{"role": "user", "content": "hello %d" % i}}], max_tokens=max_tokens)
            for i in range(n)]
@@ -309,7 +311,8 @@ def cmd_overhead_inproc(args: argparse.Namespace) -> int:
     from fakes import FakeConfig, FakeServerProcess
     from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_chat_completions
 
-    from pytest_specdec.load import Prompt, Sampling, run_load_sync
+    from pytest_specdec.measure.types import Prompt, Sampling
+    from pytest_specdec.measure.client import run_load_sync
 
     n, c, mt = args.requests, args.concurrency, args.max_tokens
 

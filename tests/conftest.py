@@ -33,13 +33,13 @@ import jinja2  # noqa: F401
 import numpy  # noqa: F401
 import pytest
 import pytest_benchmark.stats  # noqa: F401
-import pytest_specdec.baselines  # noqa: F401
-import pytest_specdec.gpus  # noqa: F401
-import pytest_specdec.load  # noqa: F401
-import pytest_specdec.measurement  # noqa: F401
-import pytest_specdec.metrics  # noqa: F401
-import pytest_specdec.stats  # noqa: F401
-import pytest_specdec.verdicts  # noqa: F401
+import pytest_specdec.gate.baselines  # noqa: F401
+import pytest_specdec.servers.gpus  # noqa: F401
+import pytest_specdec.measure.client  # noqa: F401
+import pytest_specdec.measure.runner  # noqa: F401
+import pytest_specdec.measure.metrics  # noqa: F401
+import pytest_specdec.gate.stats  # noqa: F401
+import pytest_specdec.gate.verdicts  # noqa: F401
 import scipy.ndimage  # noqa: F401
 import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401
@@ -154,11 +154,11 @@ def make_suite() -> Callable[..., str]:
 @pytest.fixture
 def fake_vllm(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> FakeVllm:
     """Make the stand-in the pytester project's ``vllm serve``: a conftest.py replaces
-    ``pytest_specdec.server.vllm_launcher`` with ``fakes.LAUNCHER``, and every stand-in records itself at exit.
+    ``pytest_specdec.vllm.command.vllm_launcher`` with ``fakes.LAUNCHER``, and every stand-in records itself at exit.
 
     Run the project with ``pytester.runpytest_subprocess``: in this process the replacement would outlive the
     run and send later tests' real vLLM servers to the stand-in."""
-    pytester.makeconftest(f"import pytest_specdec.server\n\npytest_specdec.server.vllm_launcher = lambda: {LAUNCHER!r}\n")
+    pytester.makeconftest(f"import pytest_specdec.servers.process\n\npytest_specdec.server.vllm_launcher = lambda: {LAUNCHER!r}\n")
     records = pytester.path / "serve-records"
     records.mkdir()
     monkeypatch.setenv("FAKE_VLLM_RECORDS", str(records))
@@ -202,6 +202,6 @@ def fake_nvidia_smi(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture(scope="session")
 def vllm_serve_parser() -> Any:
     """`vllm serve`'s argument parser from the installed vLLM; nothing is started."""
-    from pytest_specdec.vllm_check import serve_parser
+    from pytest_specdec.vllm.check import serve_parser
 
     return serve_parser()

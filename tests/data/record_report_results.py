@@ -58,7 +58,7 @@ runs = 2
 
 CONFTEST = f"""
 import sys
-import pytest_specdec.server as server
+import pytest_specdec.servers.process as server
 
 server.vllm_launcher = lambda: {LAUNCHER!r}
 """

@@ -678,7 +678,7 @@ class FakeServer:
 
 
 #: argv prefix that runs the ``vllm`` stand-in (fakes/serve.py): ``[*LAUNCHER, "serve", MODEL, ...]``, what a
-#: ``launcher=`` of pytest_specdec's server pool or a replaced ``pytest_specdec.server.vllm_launcher`` takes.
+#: ``launcher=`` of pytest_specdec's server pool or a replaced ``pytest_specdec.vllm.command.vllm_launcher`` takes.
 LAUNCHER = [sys.executable, str(Path(__file__).resolve().parent)]
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import pytest_specdec.stats
+import pytest_specdec.gate.stats
 from fakes import FakeServer
 
 Servers = tuple[FakeServer, FakeServer]
@@ -208,7 +208,7 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
     # the runs are added and the alpha is split. Whether 2 v 2 fake runs leave one open depends on the
     # machine's timing noise, so the decision is pinned here (pytester runs in this process).
     with monkeypatch.context() as m:
-        m.setattr(pytest_specdec.stats, "next_look_useful", lambda *args, **kwargs: True)
+        m.setattr(pytest_specdec.gate.stats, "next_look_useful", lambda *args, **kwargs: True)
         r = pytester.runpytest(*common, "--specdec-max-runs=4")
     r.stdout.fnmatch_lines(["*inconclusive at look 1 of 2: 4 interleaved runs",
                             "*run 4/4 spec*"])
@@ -219,7 +219,7 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
     assert "look 2 of 2: p x2" in test["verdicts"]["output_tok_s"]["note"]
     # When no look can change a gated verdict the runs are not spent, and the terminal and JSON say so.
     with monkeypatch.context() as m:
-        m.setattr(pytest_specdec.stats, "next_look_useful", lambda *args, **kwargs: False)
+        m.setattr(pytest_specdec.gate.stats, "next_look_useful", lambda *args, **kwargs: False)
         r = pytester.runpytest(*common, "--specdec-max-runs=4")
     r.stdout.fnmatch_lines(["*: 2 run(s) per arm not spent: *"])
     test = results(pytester)

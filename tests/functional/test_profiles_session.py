@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fakes import FakeConfig, FakeServer
 
-from pytest_specdec.hardware import SMI_ENV
+from pytest_specdec.servers.hardware import SMI_ENV
 from pytest_specdec.profiles import PROFILE_DIR, load_profile
 
 GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
@@ -33,7 +33,7 @@ def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_
     pytester: pytest.Pytester, vllm_serve_parser: Any, gpu: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`pytest suites/ --gpu=GPU --specdec-dry-run` on a machine without that GPU (this one has none)."""
-    from pytest_specdec.vllm_check import check_command
+    from pytest_specdec.vllm.check import check_command
 
     monkeypatch.setenv("PATH", str(pytester.path))  # no nvidia-smi at all: the dry run must not care
     monkeypatch.delenv(SMI_ENV, raising=False)
@@ -70,7 +70,7 @@ def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_
 def test_cpu_profile_dry_run_says_where_servers_start(pytester: pytest.Pytester) -> None:
     """A cpu profile with [placement] client_cpus = 1 leaves its first CPU to the client; the built-in
     one (client_cpus = 0) pins nothing and says nothing."""
-    from pytest_specdec.pool import format_cpus, split_cpus
+    from pytest_specdec.servers.pool import format_cpus, split_cpus
 
     cpus = split_cpus(1)
     assert cpus is not None

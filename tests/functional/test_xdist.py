@@ -43,7 +43,7 @@ def run(pytester: pytest.Pytester, project: Path,
     def go(device: str, *extra: str) -> pytest.RunResult:
         name = "fakegpu" if device == "cuda" else "fakecpu"
         profile = make_profile(name, device=device, tensor_parallel_size=1, methods=("ngram",), validity=None)
-        # A subprocess: the project's conftest replaces pytest_specdec.server.vllm_launcher (see fake_vllm).
+        # A subprocess: the project's conftest replaces pytest_specdec.vllm.command.vllm_launcher (see fake_vllm).
         return pytester.runpytest_subprocess(
             "-n", "2", f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}",
             "-p", "no:cacheprovider",

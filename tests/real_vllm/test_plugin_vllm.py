@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.vllm_cli import vllm_distribution
+from pytest_specdec.vllm.cli import vllm_distribution
 
 pytestmark = [
     pytest.mark.vllm,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.vllm_cli import vllm_distribution
+from pytest_specdec.vllm.cli import vllm_distribution
 
 pytestmark = pytest.mark.skipif(vllm_distribution() != "vllm-cpu", reason="needs the CPU install (vllm-cpu)")
 
@@ -35,7 +35,7 @@ CHECK = """
 import json
 from vllm.platforms import current_platform; current_platform.import_kernels()
 from vllm.utils import cpu_triton_utils as c
-from pytest_specdec import vllm_cpu_fix as f
+from pytest_specdec.vllm import cpu_fix as f
 before = f.detect_broken(c._expand_kernel_impl)
 f.register()
 after = f.detect_broken(c._expand_kernel_impl)
@@ -73,7 +73,7 @@ def test_other_versions_are_left_alone_and_recorded(tmp_path: Path) -> None:
 
 def test_fixed_kernel_matches_the_triton_kernel_semantics() -> None:
     torch = pytest.importorskip("torch")
-    from pytest_specdec.vllm_cpu_fix import fixed_expand_kernel_impl
+    from pytest_specdec.vllm.cpu_fix import fixed_expand_kernel_impl
 
     out = torch.empty(6, dtype=torch.int64)
     fixed_expand_kernel_impl(out, torch.tensor([0, 5, 9]), torch.tensor([2, 5, 6], dtype=torch.int32), 0, -1)

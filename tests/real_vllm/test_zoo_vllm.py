@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.measurement import CLIENT_LAG
-from pytest_specdec.vllm_cli import vllm_distribution
+from pytest_specdec.measure.runner import CLIENT_LAG
+from pytest_specdec.vllm.cli import vllm_distribution
 
 pytestmark = [
     pytest.mark.vllm,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.baselines import (
+from pytest_specdec.gate.baselines import (
     SCHEMA,
     BaselineError,
     BaselineStore,
@@ -101,7 +101,7 @@ def test_diff_lists_dotted_fields() -> None:
 
 
 def test_an_engine_config_in_the_old_log_line_format_is_one_line_of_diff() -> None:
-    from pytest_specdec.baselines import under_test_changes
+    from pytest_specdec.gate.baselines import under_test_changes
 
     old = {"vllm": "0.31.0", "engine_config": {"spec": {"speculative_config": "SpeculativeConfig(method='eagle3'",
                                                          "max_seq_len": "1024"}}}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_specdec.load import RequestSample
-from pytest_specdec.measurement import ValidityRules, latency_untrusted
-from pytest_specdec.metrics import chunking
+from pytest_specdec.measure.types import RequestSample
+from pytest_specdec.measure.runner import ValidityRules, latency_untrusted
+from pytest_specdec.measure.metrics import chunking
 
 
 def _sample(chunks: list[tuple[float, int]]) -> RequestSample:
@@ -63,7 +63,7 @@ def test_failed_requests_and_a_bad_limit() -> None:
 
 def test_the_reports_reference_latency_skips_coalesced_runs() -> None:
     """The TTFT/E2E charts draw the reference arm from its runs: a burst must not be drawn against a stream."""
-    from pytest_specdec.report import _reference
+    from pytest_specdec.output.report import _reference
 
     test = {"reference_runs": [
         {"valid": True, "latency_untrusted": [], "ttft_ms": {"p95": 10.0}},

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.datasets import (
+from pytest_specdec.measure.datasets import (
     BUILTIN,
     DEFAULT_OUTPUT_TOKENS,
     INSTRUCTCODER_SUFFIX,

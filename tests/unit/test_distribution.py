@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 from fakes import FakeConfig, FakeServer, toy_lm
 
-from pytest_specdec.distribution import (
+from pytest_specdec.measure.lossless import (
     Collected,
     DistributionError,
     Sample,
@@ -23,8 +23,8 @@ from pytest_specdec.distribution import (
     sample,
     score,
 )
-from pytest_specdec.load import Prompt, Sampling
-from pytest_specdec.pool import Endpoint
+from pytest_specdec.measure.types import Prompt, Sampling
+from pytest_specdec.servers.pool import Endpoint
 
 
 Arms = Callable[..., tuple[dict[str, list[float]], ...]]

@@ -55,7 +55,8 @@ def test_without_a_configuration_the_server_is_the_gpu_like_simulation(monkeypat
 def test_failing_request_and_temperature_decay_reach_the_streams() -> None:
     """fail_request and temperature_decay, the simulation's two request-level behaviours, reach the app."""
     from fakes import FakeServer
-    from pytest_specdec.load import Prompt, Sampling, run_load_sync
+    from pytest_specdec.measure.types import Prompt, Sampling
+    from pytest_specdec.measure.client import run_load_sync
 
     prompts = [Prompt(id=f"p{i}", messages=[{"role": "user", "content": f"q {i}"}], max_tokens=64) for i in range(3)]
     with FakeServer(FakeConfig(k=3, acceptance=(0.9, 0.9, 0.9), output_tokens=64, fail_request=2)) as url:

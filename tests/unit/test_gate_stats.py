@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from pytest_specdec.stats import Verdict, _decide, can_settle, estimate_night_variance, mirror
-from pytest_specdec.verdicts import build_thresholds
+from pytest_specdec.gate.stats import Verdict, _decide, can_settle, estimate_night_variance, mirror
+from pytest_specdec.gate.verdicts import build_thresholds
 
 
 def test_mirror_is_the_same_distance_on_the_log_scale() -> None:
@@ -88,7 +88,7 @@ def test_a_look_is_useful_only_when_it_can_settle() -> None:
 def test_only_gated_verdicts_fail() -> None:
     """A shown metric that regresses (alone, or only once the session's whole family is known) is reported
     but never fails the test or the session: the session's end uses the same helper as the test's end."""
-    from pytest_specdec.verdicts import gated_with
+    from pytest_specdec.gate.verdicts import gated_with
 
     def v(metric: str, verdict: str, family: str) -> Verdict:
         return Verdict(metric, verdict, 1.0, 0.5, -50.0, -60.0, -40.0, 0.001, 5, 3, "%", "m", -25.0, "",
@@ -140,8 +140,8 @@ def test_gate_simulation_aa_and_power(gate_sim) -> None:  # type: ignore[no-unty
 def test_night_floor_widens_log_metrics_only_and_says_so() -> None:
     """Nights recorded minutes apart barely spread; the profile's floor (min_night_sd) stands in for the
     night-to-night variance they cannot show, so the same small shift is no longer significant."""
-    from pytest_specdec.stats import NightVariance, compare
-    from pytest_specdec.verdicts import with_floor
+    from pytest_specdec.gate.stats import NightVariance, compare
+    from pytest_specdec.gate.verdicts import with_floor
 
     tight = NightVariance(between=0.0001, df_between=40, within=0.0004, df_within=100, n_sources=20)
     floored = with_floor({"speedup": tight, "acceptance_rate": tight}, 6.0)
@@ -158,9 +158,9 @@ def test_night_floor_widens_log_metrics_only_and_says_so() -> None:
 def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
     """One run and a tiny alpha on a latency: no rise is caught at all. That is `inf` (no numpy overflow
     warning, which is an error here), null in the JSON, and the same words in the terminal and the report."""
-    from pytest_specdec.report import catches
-    from pytest_specdec.stats import detectable
-    from pytest_specdec.verdicts import guard_text, to_json
+    from pytest_specdec.output.report import catches
+    from pytest_specdec.gate.stats import detectable
+    from pytest_specdec.gate.verdicts import guard_text, to_json
 
     assert detectable("latency", 1.0, 0.16, 1.0, 0.001 / 6) == float("inf")
     assert detectable("rate", -25.0, 0.16, 1.0, 0.001 / 6) <= 100.0  # a drop saturates at -100 %, no warning
@@ -173,7 +173,7 @@ def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
 
 def test_a_zero_change_reads_plus_zero() -> None:
     """A machine factor that is one test's own deviation leaves exactly 0 up to rounding: "+0.0 %"."""
-    from pytest_specdec.verdicts import format_delta
+    from pytest_specdec.gate.verdicts import format_delta
 
     assert [format_delta(x, "%") for x in (-1e-12, 0.0, -0.06)] == ["+0.0 %", "+0.0 %", "-0.1 %"]
     assert format_delta(-1e-9, "points") == "+0.00 pt" and format_delta(None, "%") == "—"

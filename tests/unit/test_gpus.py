@@ -1,4 +1,4 @@
-"""The GPU lease pool (pytest_specdec/gpus.py) with fake GPU lists: disjoint leases under concurrent
+"""The GPU lease pool (pytest_specdec/servers/gpus.py) with fake GPU lists: disjoint leases under concurrent
 worker processes, waiting, the timeout naming the holder, stale-lease reclaim, CPU pinning, and the
 server pool starting (fake) vLLM servers on leased GPUs."""
 
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_specdec.errors import ServerStartError
-from pytest_specdec.gpus import (
+from pytest_specdec.servers.gpus import (
     GpuLeaseError,
     GpuPool,
     Lease,
@@ -29,8 +29,8 @@ from pytest_specdec.gpus import (
     parse_cpulist,
     parse_gpu_list,
 )
-from pytest_specdec.pool import ServerPool
-from pytest_specdec.server import ServerSpec
+from pytest_specdec.servers.pool import ServerPool
+from pytest_specdec.vllm.command import ServerSpec
 
 GPUS = ("0", "1", "2", "3")
 SPAWN = mp.get_context("spawn")  # no fork of a threaded pytest process
@@ -294,7 +294,7 @@ def test_server_pool_starts_servers_on_leased_gpus_and_gives_them_back(
 
     monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
     first = min(os.sched_getaffinity(0))  # GPUs 0 and 1 are "local" to one CPU we may use
-    monkeypatch.setattr("pytest_specdec.gpus.gpu_local_cpus",
+    monkeypatch.setattr("pytest_specdec.servers.gpus.gpu_local_cpus",
                         lambda: {"0": {first}, "1": {first}, "2": {first + 1}, "3": {first + 1}})
     gpus = GpuPool(tmp_path / "leases", GPUS)
     pool = ServerPool(tmp_path / "logs", max_alive=2, startup_timeout_s=30, launcher=LAUNCHER, gpus=gpus,

@@ -12,7 +12,8 @@ from collections.abc import Callable
 import pytest
 from fakes import FakeConfig, FakeServer, FakeServerProcess
 
-from pytest_specdec.load import Prompt, RequestSample, Sampling, run_load_sync
+from pytest_specdec.measure.types import Prompt, RequestSample, Sampling
+from pytest_specdec.measure.client import run_load_sync
 
 MODEL = "fake-model"
 

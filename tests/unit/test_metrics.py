@@ -15,15 +15,14 @@ import pytest
 from fakes import FakeConfig, FakeServer
 
 from pytest_specdec.errors import SpecDecError
-from pytest_specdec.load import LoadResult, Prompt, RequestSample, Sampling, run_load_sync
-from pytest_specdec.metrics import (
-    Counters,
+from pytest_specdec.measure.types import LoadResult, Prompt, RequestSample, Sampling
+from pytest_specdec.measure.client import run_load_sync
+from pytest_specdec.vllm.counters import Counters, delta, parse_counters
+from pytest_specdec.measure.metrics import (
     bench_parity,
     bench_run_metrics,
     compute_run_metrics,
     counters_delta,
-    delta,
-    parse_counters,
     summarize,
 )
 

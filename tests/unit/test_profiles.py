@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.estimate import PlannedTest, Timings, estimate
-from pytest_specdec.hardware import SMI_ENV, GpuList, check_profile, list_gpus, pick_profile
+from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
+from pytest_specdec.servers.hardware import SMI_ENV, GpuList, check_profile, list_gpus, pick_profile
 from pytest_specdec.profiles import VLLM_METHODS, builtin_profiles, load_profile, server_spec
 
 GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
@@ -109,8 +109,8 @@ def _serve_argv(command: list[str]) -> list[str]:
 def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here(vllm_serve_parser: Any,
                                                                                   name: str) -> None:
     """Each method at each k of the profile's matrix, and the reference, as vLLM would parse them."""
-    from pytest_specdec.server import build_command
-    from pytest_specdec.vllm_check import check_command
+    from pytest_specdec.vllm.command import build_command
+    from pytest_specdec.vllm.check import check_command
 
     profile = load_profile(name)
     for method in profile.method_names():
@@ -127,7 +127,7 @@ def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here
 
 
 def test_profile_methods_are_vllms_method_literal_not_run_on_a_gpu_here() -> None:
-    from pytest_specdec.vllm_check import speculative_config_problems, speculative_methods
+    from pytest_specdec.vllm.check import speculative_config_problems, speculative_methods
 
     allowed = speculative_methods()
     assert set(VLLM_METHODS) <= set(allowed), set(VLLM_METHODS) - set(allowed)
@@ -138,7 +138,7 @@ def test_profile_methods_are_vllms_method_literal_not_run_on_a_gpu_here() -> Non
 
 
 def test_the_vllm_checks_can_fail(vllm_serve_parser: Any) -> None:
-    from pytest_specdec.vllm_check import check_command, speculative_config_problems
+    from pytest_specdec.vllm.check import check_command, speculative_config_problems
 
     assert speculative_config_problems({"method": "eagle4", "num_speculative_tokens": 0, "draft_model": "x"}) == [
         "method='eagle4': Input should be 'ngram', 'medusa', 'mlp_speculator', 'draft_model', 'suffix', "
@@ -153,7 +153,7 @@ def test_the_vllm_checks_can_fail(vllm_serve_parser: Any) -> None:
 
 
 def _rest_of_literal() -> str:
-    from pytest_specdec.vllm_check import speculative_methods
+    from pytest_specdec.vllm.check import speculative_methods
 
     rest = speculative_methods()[9:]
     return ", ".join(f"'{m}'" for m in rest[:-1]) + f" or '{rest[-1]}'"

@@ -28,7 +28,7 @@ from typing import Any
 import numpy
 import pytest
 
-from pytest_specdec import report
+from pytest_specdec.output import report
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "report_results.json"
 
@@ -45,7 +45,7 @@ def with_gate(data: dict[str, Any]) -> dict[str, Any]:
       `unspent_runs`/`stop_reason` (2, conclusive) for test_concurrency[ngram-k3-t0.0-c4];
     - the session's `machine_factor` from `verdicts.machine_factor` over those deviations (±35 %), and `gate`.
     """
-    from pytest_specdec.verdicts import GATED, machine_factor
+    from pytest_specdec.gate.verdicts import GATED, machine_factor
 
     deviations = []
     for t in data["tests"]:
@@ -214,7 +214,7 @@ def test_each_test_shows_ci_n_p_thresholds_attribution_commands_and_logs(html: s
 
 def test_distribution_check_is_shown_with_its_control(recorded: dict[str, Any]) -> None:
     """Temperature > 0 tests carry the distribution check (issue 6): verdict, both comparisons, alpha."""
-    from pytest_specdec.distribution import compare
+    from pytest_specdec.measure.lossless import compare
 
     data = copy.deepcopy(recorded)
     t = next(t for t in data["tests"] if "test_temperature" in t["nodeid"] and t["params"]["temperature"] > 0)
@@ -309,8 +309,8 @@ def test_cost_at_peak_throughput_per_method_k_and_temperature(html: str, recorde
 def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None:
     """The CI column says the level of the CI shown: 1 - 2·alpha/max_looks (alpha 0.05 and one look gives
     90 %, three looks 96.67 %), not a fixed 90 %."""
-    from pytest_specdec.stats import DEFAULT_THRESHOLDS, compare
-    from pytest_specdec.verdicts import to_json
+    from pytest_specdec.gate.stats import DEFAULT_THRESHOLDS, compare
+    from pytest_specdec.gate.verdicts import to_json
 
     data = copy.deepcopy(recorded)
     t = next(t for t in data["tests"] if report.status(t) == "regressed")
@@ -337,7 +337,7 @@ def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None
 
 def test_workarounds_show_applied_with_reason_and_the_rest_as_not_applied(
         recorded: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_specdec import vllm_cpu_fix
+    from pytest_specdec.vllm import cpu_fix as vllm_cpu_fix
 
     # What `vllm_cpu_fix.apply()` records (session.environment() drops the pid): applied on the broken
     # vllm-cpu 0.32.0, and the real not-applied record on a version the fix does not target.
@@ -645,7 +645,7 @@ def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, rec
 def test_machine_factor_line_in_the_header_escaped_and_highlighted(recorded: dict[str, Any]) -> None:
     from html import escape
 
-    from pytest_specdec.verdicts import machine_factor
+    from pytest_specdec.gate.verdicts import machine_factor
 
     def header(data: dict[str, Any]) -> str:
         return report.render_html(data).split("<header>", 1)[1].split("</header>", 1)[0]

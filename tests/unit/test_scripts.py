@@ -21,7 +21,7 @@ PYTHON_SCRIPTS = {
     "gate_simulation.py": "Simulated false alarms and power of the speed gate",
     "latency_check.py": "A session's measurement traps from its results JSON",
     "replay_nights.py": "Replay stored nights as tonight",
-    "stats_simulation.py": "Simulated false-alarm rate and power of pytest_specdec.stats",
+    "stats_simulation.py": "Simulated false-alarm rate and power of pytest_specdec.gate.stats",
     "stream_bursts.py": "Why the cpu profile's reference stream arrived in one burst",
     "vs_bench_serve.py": "Check the plugin's measurements against `vllm bench serve`",
 }

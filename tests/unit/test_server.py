@@ -14,10 +14,9 @@ import pytest
 from fakes import LAUNCHER, FakeConfig, FakeServer, resolve_speculative_config
 
 from pytest_specdec.errors import ServerStartError
-from pytest_specdec.server import (
-    ServerSpec,
-    VllmServer,
-    build_command,
+from pytest_specdec.vllm.command import ServerSpec, build_command
+from pytest_specdec.servers.process import VllmServer
+from pytest_specdec.vllm.engine_config import (
     engine_config_from_server_info,
     parse_config_line,
     parse_engine_config,
@@ -215,7 +214,7 @@ def test_owned_server_config_comes_from_server_info(tmp_path: Path) -> None:
         assert server.engine_config()["model"] == "fake-model"  # callers get copies
     assert server.engine_config()["config_source"] == "server_info"  # still known after the stop
     # The report's regime lines read the flat keys (capture size from the graphs, then the token budget).
-    from pytest_specdec.report import regime_limits
+    from pytest_specdec.output.report import regime_limits
 
     assert regime_limits({"engine_config": config, "command": []}) == [
         (16, "CUDA-graph capture size"), (256, "max_num_batched_tokens")]
@@ -235,7 +234,7 @@ def test_dev_mode_only_on_loopback_and_unless_the_spec_says_otherwise(tmp_path: 
 def test_fake_server_info_has_vllm_shape() -> None:
     served = {"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}
     with FakeServer(FakeConfig(model="t", k=3, acceptance=(0.5, 0.4, 0.3), server_info=json.dumps(served))) as url:
-        from pytest_specdec.server import fetch_server_info
+        from pytest_specdec.vllm.engine_config import fetch_server_info
 
         info = fetch_server_info(url)
     real = json.loads((DATA / "vllm_0.32_server_info_eagle3.json").read_text())
@@ -255,7 +254,7 @@ def test_fake_server_info_has_vllm_shape() -> None:
 
 
 def test_pool_reuses_per_spec_and_respects_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_specdec.pool import ServerPool
+    from pytest_specdec.servers.pool import ServerPool
 
     monkeypatch.setenv("FAKE_VLLM_MODE", "ok")
     monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
@@ -276,7 +275,7 @@ def test_pool_reuses_per_spec_and_respects_the_cap(tmp_path: Path, monkeypatch: 
 
 
 def test_wait_quiet_waits_for_busy_servers_and_gives_up_at_the_deadline() -> None:
-    from pytest_specdec.server import wait_quiet
+    from pytest_specdec.servers.process import wait_quiet
 
     hz = os.sysconf("SC_CLK_TCK")
     clock = [0.0]
@@ -303,7 +302,7 @@ def test_wait_quiet_waits_for_busy_servers_and_gives_up_at_the_deadline() -> Non
 
 
 def test_group_cpu_ticks_sees_a_spinning_child() -> None:
-    from pytest_specdec.server import group_cpu_ticks, wait_quiet
+    from pytest_specdec.servers.process import group_cpu_ticks, wait_quiet
 
     child = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
     try:
@@ -321,7 +320,7 @@ def test_group_cpu_ticks_sees_a_spinning_child() -> None:
 
 # --- cpu profiles: servers on their own CPUs -------------------------------------------------------------
 def test_split_cpus_leaves_the_first_to_the_client() -> None:
-    from pytest_specdec.pool import format_cpus, split_cpus
+    from pytest_specdec.servers.pool import format_cpus, split_cpus
 
     assert split_cpus(1, [0, 1]) == frozenset({1})
     assert split_cpus(2, [4, 0, 7, 5]) == frozenset({5, 7})  # in CPU order, whatever the affinity's order
@@ -333,7 +332,7 @@ def test_split_cpus_leaves_the_first_to_the_client() -> None:
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to split")
 def test_pool_starts_cpu_servers_on_the_server_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
-    from pytest_specdec.pool import ServerPool, split_cpus
+    from pytest_specdec.servers.pool import ServerPool, split_cpus
 
     cpus = split_cpus(1)
     assert cpus is not None
@@ -345,7 +344,7 @@ def test_pool_starts_cpu_servers_on_the_server_cpus(tmp_path: Path, monkeypatch:
         assert server.proc is not None and os.sched_getaffinity(server.proc.pid) == set(cpus)
     finally:
         pool.stop_all()
-    from pytest_specdec.pool import format_cpus
+    from pytest_specdec.servers.pool import format_cpus
 
     assert any(line.endswith(f"on CPU {format_cpus(cpus)} ...") for line in lines), lines
 
@@ -360,7 +359,7 @@ def test_pool_lowers_the_servers_priority_and_their_sessions(tmp_path: Path, mon
     value, so the client is scheduled first; the client's own priority is untouched."""
     monkeypatch.setenv("FAKE_VLLM_MODE", "ok")
     monkeypatch.setenv("FAKE_VLLM_CHILD_PID_FILE", str(tmp_path / "child.pid"))
-    from pytest_specdec.pool import ServerPool
+    from pytest_specdec.servers.pool import ServerPool
 
     pool = ServerPool(tmp_path / "logs", max_alive=1, startup_timeout_s=30, launcher=LAUNCHER, server_nice=7)
     try:
@@ -390,7 +389,7 @@ def test_listening_pgids_finds_the_group_of_a_loopback_server() -> None:
     import subprocess
     import sys
 
-    from pytest_specdec.server import free_port, listening_pgids
+    from pytest_specdec.servers.process import free_port, listening_pgids
 
     port = free_port()
     code = (f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
@@ -411,7 +410,7 @@ def test_listening_pgids_finds_the_group_of_a_loopback_server() -> None:
 
 
 def test_idle_delay_is_recorded_as_a_delay() -> None:
-    from pytest_specdec.server import idle_delay
+    from pytest_specdec.servers.process import idle_delay
 
     waited: list[float] = []
     q = idle_delay(0.5, sleep=waited.append)

@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import false_discovery_control
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.stats import (
+from pytest_specdec.gate.stats import (
     Thresholds,
     Verdict,
     adjust,
@@ -22,12 +22,12 @@ from pytest_specdec.stats import (
     alpha_for_look,
     check_slo,
     compare,
-    harrell_davis_p95,
     kind_of,
     not_comparable,
     planned_looks,
     should_continue,
 )
+from pytest_specdec.measure.metrics import harrell_davis_p95
 
 BASE = [100.0, 101.0, 99.0, 100.5, 99.5]  # tok/s, ~0.8 % run noise
 JITTER = np.array([0.0, 1.0, -1.0, 0.5, -0.5]) / 100  # the same relative noise for "now"
@@ -394,7 +394,7 @@ def test_simulation_script_prints_every_figure(sim: ModuleType, capsys: pytest.C
 
 
 def test_estimate_prior_recovers_a_common_variance_and_gives_few_df_when_variances_differ() -> None:
-    from pytest_specdec.stats import estimate_prior
+    from pytest_specdec.gate.stats import estimate_prior
 
     rng = np.random.default_rng(3)
     same = rng.normal(0, 0.03, (200, 5)).var(axis=1, ddof=1)
@@ -408,7 +408,7 @@ def test_estimate_prior_recovers_a_common_variance_and_gives_few_df_when_varianc
 
 
 def test_moderation_adds_df_but_never_shrinks_a_noisy_test() -> None:
-    from pytest_specdec.stats import Prior
+    from pytest_specdec.gate.stats import Prior
 
     base = [100.0, 103.0, 97.0, 101.5, 98.5]  # ~2.4 % noise
     now = scaled(0.9, [98.0, 102.0, 99.0, 101.0, 100.0])
