@@ -1,22 +1,21 @@
 """How often the temperature > 0 distribution check calls a sound sampler `shifted`, and how often it
 finds a shifted one, on simulated per-sample log-probs (the README's figures).
 
-    .venv/bin/python scripts/distribution_simulation.py
+    .venv/bin/python scripts/distribution_simulation.py [--seed 1] [--scale 1]
 
-The data model is tests/test_distribution.py's `_arms`: prompts at -2.5 ± 0.5 nats, samples scattered
-by 0.3 nats, 4 samples per prompt, the spec arm shifted by `shift`.
+The data model is `arms` (tests/unit/test_distribution.py checks the statistic on it too): prompts at
+-2.5 ± 0.5 nats, samples scattered by 0.3 nats, 4 samples per prompt, the spec arm shifted by `shift`.
+Each case (alpha, prompts, shift, comparisons) starts from the same seed.
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from test_distribution import _arms  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from pytest_specdec.measure.lossless import compare  # noqa: E402
 
@@ -24,8 +23,33 @@ CASES = ((0.01, 8, 0.0, 2000), (0.01, 16, 0.0, 1000), (0.01, 8, 0.3, 400), (0.01
          (0.01, 8, 0.15, 400), (0.001, 8, 0.0, 4000), (0.001, 8, 0.3, 400), (0.001, 16, 0.3, 400),
          (0.001, 8, 0.5, 400))
 
-for alpha, prompts, shift, n in CASES:
-    rng = random.Random(1)
-    verdicts = [compare(*_arms(rng, prompts, shift), alpha=alpha)["verdict"] for _ in range(n)]
-    counts = {v: verdicts.count(v) for v in sorted(set(verdicts))}
-    print(f"alpha {alpha}, {prompts} prompts x 4 samples, shift {shift} nats, {n} comparisons: {counts}")
+
+def arms(rng: random.Random, n_prompts: int, shift: float, *, samples: int = 4,
+         noise: float = 0.3) -> tuple[dict[str, list[float]], ...]:
+    """Per-sample mean log-probs of three arms (spec, reference_a, reference_b): prompts differ (mean
+    -2.5 ± 0.5 nats), samples scatter by `noise`, and the spec arm is `shift` nats off."""
+    out: tuple[dict[str, list[float]], ...] = ({}, {}, {})
+    for i in range(n_prompts):
+        mu = rng.gauss(-2.5, 0.5)
+        for j, arm in enumerate(out):
+            arm[f"p{i}"] = [rng.gauss(mu + (shift if j == 0 else 0.0), noise) for _ in range(samples)]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=1, help="seed of every case (default: %(default)s)")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="run this share of each case's comparisons, at least 1 (default: %(default)s)")
+    args = ap.parse_args(argv)
+    for alpha, prompts, shift, n in CASES:
+        n = max(1, round(n * args.scale))
+        rng = random.Random(args.seed)
+        verdicts = [compare(*arms(rng, prompts, shift), alpha=alpha)["verdict"] for _ in range(n)]
+        counts = {v: verdicts.count(v) for v in sorted(set(verdicts))}
+        print(f"alpha {alpha}, {prompts} prompts x 4 samples, shift {shift} nats, {n} comparisons: {counts}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -36,10 +36,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from pytest_specdec.gate.scale import kind_of
-from pytest_specdec.gate.sequential import adjust, detectable, next_look_useful, planned_looks
 from pytest_specdec.gate.stats import Thresholds, alpha_for_look, compare
+from pytest_specdec.gate.sequential import adjust, detectable, next_look_useful, planned_looks
 from pytest_specdec.gate.variance import estimate_night_variance
+from pytest_specdec.gate.scale import kind_of
 from pytest_specdec.gate.verdicts import GATED, build_thresholds, night_factors, night_variances, with_floor
 
 TESTS = 19

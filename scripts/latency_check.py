@@ -9,16 +9,16 @@ their ratio, and the runs flagged as coalesced (their latency is left out of eve
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        raise SystemExit(__doc__)
-    data = json.loads(Path(args[0]).read_text())
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, help="a session's results JSON, e.g. reports/latest.json")
+    args = ap.parse_args(argv)
+    data = json.loads(args.results.read_text())
     tests = data["tests"]
     invalid = [(t["nodeid"], r["arm"], r["index"], r["reasons"]) for t in tests
                for r in (t.get("validity") or {}).get("invalid_runs") or []]

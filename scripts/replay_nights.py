@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from pytest_specdec.gate import verdicts as V  # noqa: E402
-from pytest_specdec.gate.scale import kind_of  # noqa: E402
 from pytest_specdec.gate.sequential import adjust, detectable  # noqa: E402
+from pytest_specdec.gate.scale import kind_of
 
 PROFILES = Path(__file__).resolve().parents[1] / "pytest_specdec" / "profiles"
 

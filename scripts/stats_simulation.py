@@ -4,12 +4,12 @@
 
 Values are drawn directly on the comparison scale (log for rates and latencies, raw rate for
 acceptance) and go through the same cores, decision rule and p-value adjustment as ``stats.compare``
-and ``sequential.adjust`` (tests/test_stats.py checks that this batch path and the per-metric API agree).
+and ``stats.adjust`` (tests/test_stats.py checks that this batch path and the per-metric API agree).
 A suite is ``tests`` benchmark tests x the 6 metrics below; "any regressed" is decided after
 Benjamini-Hochberg over the whole suite, as the plugin does at session end.
 
 The plugin's design (the "moderated" figures): variances shrunk towards an empirical-Bayes prior from
-all of the profile's stored baselines (``variance.estimate_prior``; here from the suite's 30 simulated
+all of the profile's stored baselines (``stats.estimate_prior``; here from the suite's 30 simulated
 baselines), never below a test's own variance. Plain Welch with BH over 180 metric tests finds a lone
 -10 % drop at 3 % noise with 5 v 5 runs only ~45 % of the time; moderation brings that above 90 %.
 """
@@ -27,17 +27,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from pytest_specdec.gate.scale import _natural
-from pytest_specdec.gate.sequential import adjusted_p
 from pytest_specdec.gate.stats import (
     DEFAULT_THRESHOLDS,
-    Kind,
     _decide,
     _session_core,
     _moderated_core,
     _welch_core,
     alpha_for_look,
 )
+from pytest_specdec.gate.registry import Kind
+from pytest_specdec.gate.scale import _natural
+from pytest_specdec.gate.sequential import adjusted_p
 from pytest_specdec.gate.variance import estimate_prior
 
 # The six metrics of one simulated benchmark test.

@@ -12,7 +12,7 @@ concurrency and temperature, in ABBA order so drift cancels.  For every bench ru
 largest relative difference from bench serve's own figures (parity).  It reports, per pair, output
 tok/s of each client, the 90% t-interval of the mean log ratio, and acceptance of each.
 
-`overhead` runs each client against the simulated streaming server (tests/fake_server.py, in its own
+`overhead` runs each client against the simulated streaming server (tests/fakes, in its own
 process) at concurrency 256 with N and 2N requests, and divides the difference in the client
 process's CPU seconds by the difference in streamed tokens, so start-up and import cost cancel.  The
 clients alternate in order from one repetition to the next, and the ratio of their slopes gets a 90%
@@ -39,7 +39,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests"))  # the simulated server: tests/fakes
 
 def bench_prompts_file(prompts: list[Any], path: Path) -> None:
     """The built-in prompts as bench serve's custom JSONL: the user turn and its max_tokens."""
@@ -243,7 +243,7 @@ print(json.dumps({{"tokens": tokens, "failed": sum(s.error is not None for s in 
 
 def cmd_overhead(args: argparse.Namespace) -> int:
     """Per repetition, each client (order alternating) at N and 2N requests; slope = CPU per token."""
-    from fake_server import FakeConfig, FakeServerProcess
+    from fakes import FakeConfig, FakeServerProcess
 
     from pytest_specdec.zoo import zoo_path
 
@@ -308,7 +308,7 @@ def cmd_overhead_inproc(args: argparse.Namespace) -> int:
     import statistics
 
     import aiohttp
-    from fake_server import FakeConfig, FakeServerProcess
+    from fakes import FakeConfig, FakeServerProcess
     from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_chat_completions
 
     from pytest_specdec.measure.types import Prompt, Sampling

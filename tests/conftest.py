@@ -1,51 +1,211 @@
-"""Shared fixtures: simulated vLLM servers for fast end-to-end tests of the plugin."""
+"""Shared fixtures of the plugin's tests: simulated vLLM servers, and the profiles and suites of pytester projects.
+
+Layout:
+
+* ``unit/``: the plugin's modules called directly (against the simulated servers when they need one);
+* ``functional/``: whole pytest sessions of the plugin, through pytester;
+* ``real_vllm/``: against the installed vLLM; the tests that start real servers are marked ``vllm``
+  (``pytest tests/ -m "not vllm"`` leaves them out);
+* ``fakes/``: the simulated vLLM (``fakes.FakeServer`` in-process, ``fakes.LAUNCHER`` the ``vllm serve`` stand-in);
+* ``data/``: recorded inputs (tests/data/record_report_results.py writes report_results.json).
+
+pytest imports this file in its default ``prepend`` import mode, which puts tests/ on sys.path: that is how the
+test modules import ``fakes``. The test modules have unique names across the directories (none has an
+``__init__.py``).
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import shlex
+import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+# pytester's in-process runs drop the modules first imported inside them, and numpy warns (an error here) or
+# breaks (`_CopyMode.IF_NEEDED is neither True nor False`, when vLLM's import pulls in scipy.stats) when it is
+# imported a second time in one process: what the plugin's sessions import is imported here, before any such run.
+import filelock  # noqa: F401
+import jinja2  # noqa: F401
+import numpy  # noqa: F401
 import pytest
+import pytest_benchmark.stats  # noqa: F401
+import pytest_specdec.gate.baselines  # noqa: F401
+import pytest_specdec.gate.judge  # noqa: F401
+import pytest_specdec.gate.sequential  # noqa: F401
+import pytest_specdec.gate.slo  # noqa: F401
+import pytest_specdec.gate.stats  # noqa: F401
+import pytest_specdec.gate.verdicts  # noqa: F401
+import pytest_specdec.measure.client  # noqa: F401
+import pytest_specdec.measure.lossless  # noqa: F401
+import pytest_specdec.measure.metrics  # noqa: F401
+import pytest_specdec.measure.runner  # noqa: F401
+import pytest_specdec.servers.gpus  # noqa: F401
+import scipy.ndimage  # noqa: F401
+import scipy.special  # noqa: F401
+import scipy.stats  # noqa: F401
 
-sys.path.insert(0, str(Path(__file__).parent))
+from fakes import LAUNCHER, FakeConfig, FakeServer, FakeVllm
 
-from fake_server import FakeConfig, FakeServer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
-FAKE_PROFILE = """
-name = "fake"
-device = "cpu"
-[target]
-model = "fake-model"
-[methods.ngram]
-speculative_config = { method = "ngram", prompt_lookup_max = 4, prompt_lookup_min = 2 }
-[methods.eagle3]
-speculative_config = { method = "eagle3", model = "/nonexistent/head" }
-[matrix]
-k = [3]
-runs = 2
-# The simulated servers answer from a thread of the test's own process, so the client's event loop shares
-# the GIL with them and with pytester's in-process sessions: a lag that marks a real run client-bound is
-# ordinary here, and an invalid run made these tests flaky.
-[validity]
-max_loop_lag_mean_ms = 250
-# For the same reason the client often reads two of their 1-2 ms steps at once; tests/test_coalescing.py
-# checks the coalescing detector with its own profile and slower steps.
-max_coalesced_share = 0.5
-"""
+#: The speculative configs a simulated profile can name.
+METHODS = {
+    "ngram": '{ method = "ngram", prompt_lookup_max = 4, prompt_lookup_min = 2 }',
+    "eagle3": '{ method = "eagle3", model = "/nonexistent/head" }',
+    "suffix": '{ method = "suffix" }',
+}
+
+#: The validity limits of a profile measured against in-process servers (``FakeServer``).
+#: Those servers answer from a thread of the test's own process, so the client's event loop shares the GIL with
+#: them and with pytester's in-process sessions: a lag that marks a real run client-bound is ordinary here, and
+#: an invalid run made these tests flaky. For the same reason the client often reads two of their 1-2 ms steps
+#: at once (a coalesced stream); tests/functional/test_coalescing_session.py checks the coalescing detector
+#: without that allowance and with slower steps.
+IN_PROCESS_VALIDITY: dict[str, float] = {"max_loop_lag_mean_ms": 250, "max_coalesced_share": 0.5}
+
+
+def profile_toml(name: str = "fake", *, device: str = "cpu", model: str = "fake-model",
+                 tensor_parallel_size: int | None = None, methods: tuple[str, ...] = ("ngram", "eagle3"),
+                 k: tuple[int, ...] | None = (3,), runs: int = 2,
+                 validity: dict[str, float] | None = IN_PROCESS_VALIDITY) -> str:
+    """A profile for simulated servers: `fake-model`, ngram and eagle3 (a head that does not exist), k 3,
+    2 runs, and the in-process validity limits, unless told otherwise (``k=None``/``validity=None``: no such
+    line/section)."""
+    lines = [f'name = "{name}"', f'device = "{device}"', "[target]", f'model = "{model}"']
+    if tensor_parallel_size is not None:
+        lines.append(f"tensor_parallel_size = {tensor_parallel_size}")
+    for method in methods:
+        lines += [f"[methods.{method}]", f"speculative_config = {METHODS[method]}"]
+    lines.append("[matrix]")
+    if k is not None:
+        lines.append(f"k = {list(k)}")
+    lines.append(f"runs = {runs}")
+    if validity:
+        lines.append("[validity]")
+        lines += [f"{key} = {value}" for key, value in validity.items()]
+    return "\n".join(lines) + "\n"
+
+
+def suite_py(body: str = "pass", *, name: str = "test_ngram", verdicts: str | None = None, **marker: Any) -> str:
+    """A test module of one benchmark test: ``@pytest.mark.specdec(**marker)`` (method ngram, k 3 and
+    temperature 0.0 unless given; a key given as ``...`` is left out), ``@pytest.mark.specdec_verdicts(<verdicts>)``
+    when given, then ``def <name>(specdec): <body>``. Modules concatenate (a second ``import pytest`` is harmless)."""
+    params = {key: value for key, value in {"method": "ngram", "k": 3, "temperature": 0.0, **marker}.items()
+              if value is not ...}
+    lines = ["import pytest", "", ""]
+    lines.append(f"@pytest.mark.specdec({', '.join(f'{key}={value!r}' for key, value in params.items())})")
+    if verdicts is not None:
+        lines.append(f"@pytest.mark.specdec_verdicts({verdicts})")
+    lines.append(f"def {name}(specdec):")
+    lines += [f"    {line}" for line in body.strip().splitlines()]
+    return "\n".join(lines) + "\n\n"
 
 
 @pytest.fixture
-def fake_endpoints() -> Iterator[tuple[str, str]]:
+def fake_server() -> Iterator[Callable[..., FakeServer]]:
+    """Start simulated servers in this process: ``fake_server(FakeConfig(...))`` or ``fake_server(k=3, ...)``
+    (FakeConfig's fields) returns a running ``FakeServer`` (``.base_url``, ``.requests``, ``.reconfigure()``);
+    all are stopped at teardown."""
+    started: list[FakeServer] = []
+
+    def start(config: FakeConfig | None = None, **fields: Any) -> FakeServer:
+        server = FakeServer(config or FakeConfig(**fields))
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def fake_endpoints(fake_server: Callable[..., FakeServer]) -> tuple[str, str]:
     """(spec URL, reference URL): a fake spec server (k=3) and a fake no-spec server."""
-    spec_cfg = FakeConfig(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=24)
-    ref_cfg = FakeConfig(k=0, step_s=0.002, output_tokens=24)
-    with FakeServer(spec_cfg) as spec_url, FakeServer(ref_cfg) as ref_url:
-        yield spec_url, ref_url
+    spec = fake_server(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=24)
+    ref = fake_server(k=0, step_s=0.002, output_tokens=24)
+    return spec.base_url, ref.base_url
 
 
 @pytest.fixture
-def fake_profile(pytester: pytest.Pytester) -> Path:
-    path = pytester.path / "fake.toml"
-    path.write_text(FAKE_PROFILE)
-    return path
+def make_profile(pytester: pytest.Pytester) -> Callable[..., Path]:
+    """Write ``profile_toml(**kw)`` to ``<name>.toml`` in the pytester project; returns its path."""
+
+    def make(name: str = "fake", **kw: Any) -> Path:
+        path = pytester.path / f"{name}.toml"
+        path.write_text(profile_toml(name, **kw))
+        return path
+
+    return make
+
+
+@pytest.fixture
+def fake_profile(make_profile: Callable[..., Path]) -> Path:
+    """The pytester project's ``fake.toml``: ``profile_toml()``."""
+    return make_profile()
+
+
+@pytest.fixture
+def make_suite() -> Callable[..., str]:
+    """``suite_py``: the source of a test module of one benchmark test."""
+    return suite_py
+
+
+@pytest.fixture
+def fake_vllm(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> FakeVllm:
+    """Make the stand-in the pytester project's ``vllm serve``: a conftest.py replaces
+    ``pytest_specdec.vllm.command.vllm_launcher`` with ``fakes.LAUNCHER``, and every stand-in records itself at exit.
+
+    Run the project with ``pytester.runpytest_subprocess``: in this process the replacement would outlive the
+    run and send later tests' real vLLM servers to the stand-in."""
+    pytester.makeconftest(f"import pytest_specdec.vllm.command\n\npytest_specdec.vllm.command.vllm_launcher = lambda: {LAUNCHER!r}\n")
+    records = pytester.path / "serve-records"
+    records.mkdir()
+    monkeypatch.setenv("FAKE_VLLM_RECORDS", str(records))
+    for name in ("FAKE_VLLM_CONFIG", "FAKE_VLLM_MODE", "FAKE_VLLM_LEGACY", "FAKE_VLLM_CHILD_PID_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    return FakeVllm(records, monkeypatch)
+
+
+def _load_script(name: str) -> ModuleType:
+    path = ROOT / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def load_script() -> Callable[[str], ModuleType]:
+    """Import a file under scripts/ as a module, so tests check the figures those scripts print:
+    ``load_script("stats_simulation")``."""
+    return _load_script
+
+
+@pytest.fixture
+def fake_nvidia_smi(tmp_path: Path) -> Callable[..., Path]:
+    """``fake_nvidia_smi(out, code=0)``: an executable ``nvidia-smi`` in tmp_path that prints ``out`` and exits
+    with ``code`` when asked for the GPU names (``--query-gpu=name --format=csv,noheader``), else exits 9."""
+
+    def make(out: str, code: int = 0) -> Path:
+        script = tmp_path / "nvidia-smi"
+        script.write_text(f"#!/bin/sh\n[ \"$1 $2\" = '--query-gpu=name --format=csv,noheader' ] || exit 9\n"
+                          f"printf '%s' {shlex.quote(out)}\nexit {code}\n")
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+        return script
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def vllm_serve_parser() -> Any:
+    """`vllm serve`'s argument parser from the installed vLLM; nothing is started."""
+    from pytest_specdec.vllm.check import serve_parser
+
+    return serve_parser()

@@ -1,7 +1,8 @@
 """Records `report_results.json`, the results file the HTML report tests render.
 
-Two real plugin sessions in a scratch project, with `tests/fake_vllm_spec.py` standing in for `vllm
-serve` (owned servers, so commands, start-up times, engine configs and a failed start are real):
+Two real plugin sessions in a scratch project, with the `vllm serve` stand-in of tests/fakes (its GPU-like
+simulation, tests/fakes/serve.py) standing in for `vllm serve` (owned servers, so commands, start-up times,
+engine configs and a failed start are real):
 
 1. `--update-baselines`: writes the baselines;
 2. the same suite with `SPECDEC_FAKE_DEGRADE=ngram:2` (ngram k=2 accepts half as much): its verdicts
@@ -14,13 +15,14 @@ under test (`baseline.under_test_diff`: vLLM 0.31.0 → 0.32.0 and the engine co
 The acceptance threshold is 12 pt: the injected drop is ~35 pt, and with 2 runs the T > 0 tests' sampling
 noise alone crossed a 6 pt threshold (a false regression at T=0.5 in one of three recordings).
 
-    python tests/data/record_report_results.py          # rewrites tests/data/report_results.json
+    python tests/data/record_report_results.py [--out PATH]   # rewrites tests/data/report_results.json
 
 Nothing is edited by hand afterwards; the file is the second session's `reports/latest.json`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -31,11 +33,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-LAUNCHER = HERE.parent / "fake_vllm_spec.py"
+LAUNCHER = [sys.executable, str(HERE.parent / "fakes")]  # fakes.LAUNCHER, without importing the tests' package
 
 PROFILE = """
 name = "fake-gpu"
-description = "recorded with tests/fake_vllm_spec.py (simulated servers)"
+description = "recorded with the vllm serve stand-in of tests/fakes (simulated servers)"
 device = "cpu"
 hardware = "fake-gpu"
 price_per_hour_usd = 2.5
@@ -58,7 +60,7 @@ CONFTEST = f"""
 import sys
 import pytest_specdec.servers.process as server
 
-server.vllm_launcher = lambda: [sys.executable, {str(LAUNCHER)!r}]
+server.vllm_launcher = lambda: {LAUNCHER!r}
 """
 
 SUITE = """
@@ -111,7 +113,10 @@ def as_if_older_vllm(under_test: dict) -> dict:
     return old
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=HERE / "report_results.json", help="(default: %(default)s)")
+    args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="specdec-record-") as tmp:
         d = Path(tmp)
         (d / "fake.toml").write_text(PROFILE)
@@ -141,11 +146,12 @@ def main() -> None:
                                 capture_output=True, env={**env, "SPECDEC_FAKE_DEGRADE": "ngram:2"})
         print(second.stdout[-6000:], second.stderr[-2000:])
         data = json.loads((d / "reports" / "latest.json").read_text())
-        out = HERE / "report_results.json"
+        out = args.out
         out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         print(f"wrote {out} ({len(data['tests'])} tests)")
         shutil.rmtree(d / "reports", ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""The speed gate end to end through pytester, against simulated vLLM servers (endpoint mode).
+
+Three baseline nights on a machine that ran at 0.8x, 1.0x and 1.25x speed (both arms alike) with
+run-to-run drift; then an A/A night at 0.9x must leave the speedup `unchanged` (conclusive), and a night
+at 1.1x whose speculative path is 25 % slower must make it `regressed` and fail the test, while the
+machine factor is reported on its own line and divided out of the absolute figures.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fakes import FakeServer
+
+Servers = tuple[FakeServer, FakeServer]
+# Three tests (c=4, 8 and 16) against the same endpoints, so the night-to-night variance is pooled over files.
+SUITE = {"concurrency": [4, 8, 16], "num_prompts": 16, "max_tokens": 24,
+         "body": "assert len([s for s in specdec.result.speedup_per_pair if s is not None]) >= 2"}
+REF_STEP_S = 0.03  # per decode step at machine speed 1.0: long enough that HTTP overhead stays small and a
+# busy CI host (two CPU hogs on the two cores) cannot disturb the runs
+SPEC_STEP_S = 0.048  # k=3, every draft accepted (acceptance repeats exactly, as at temperature 0): 4 tokens a step, 2.5x
+DRIFT = 0.02  # sd of the log speed multiplier, redrawn every 0.3 s on each server
+
+
+@pytest.fixture
+def servers(fake_server: Callable[..., FakeServer]) -> Servers:
+    spec = fake_server(k=3, acceptance=(1.0, 1.0, 1.0), step_s=SPEC_STEP_S, output_tokens=24, drift_sd=DRIFT, seed=1)
+    ref = fake_server(k=0, step_s=REF_STEP_S, output_tokens=24, drift_sd=DRIFT, seed=2)
+    return spec, ref
+
+
+def night(pytester: pytest.Pytester, profile: Path, servers: Servers, speed: float,
+          spec_slower: float = 1.0, *extra: str) -> pytest.RunResult:
+    """One session on a machine running at ``speed``; the spec path's steps take ``spec_slower`` times longer."""
+    spec, ref = servers
+    spec.reconfigure(step_s=SPEC_STEP_S * spec_slower / speed)
+    ref.reconfigure(step_s=REF_STEP_S / speed)
+    return pytester.runpytest(
+        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        "--specdec-runs=4", "--specdec-max-runs=4", "-p", "no:cacheprovider",
+        "--specdec-threshold=speedup=15", "--specdec-threshold=e2e_p95_ratio=40",
+        "--specdec-threshold=acceptance=10", "--specdec-threshold=rate=40", "--specdec-threshold=latency=150",
+        *extra,
+    )
+
+
+def verdicts(pytester: pytest.Pytester) -> list[dict]:
+    return [t["verdicts"] for t in json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]]
+
+
+def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
+    pytester: pytest.Pytester, fake_profile: Path, servers: Servers, make_suite: Callable[..., str]
+) -> None:
+    pytester.makepyfile(test_suite=make_suite(**SUITE))
+    for speed in (0.8, 1.0, 1.25):
+        night(pytester, fake_profile, servers, speed, 1.0, "--update-baselines").assert_outcomes(passed=3)
+    files = sorted((pytester.path / "baselines" / "fake" / "test_suite").glob("*.json"))
+    assert len(files) == 3 and all(len(json.loads(f.read_text())["sessions"]) == 3 for f in files)
+
+    # A/A at 0.9x: the speedup is conclusively unchanged; the machine factor says ~10 % slower.
+    r = night(pytester, fake_profile, servers, 0.9)
+    r.assert_outcomes(passed=3)
+    r.stdout.fnmatch_lines(["specdec: this machine ran * % slower than the baseline nights*",
+                            "specdec gate: per test, the gated verdicts*",
+                            "  test_ngram*: speedup unchanged (catches a drop >= *",
+                            "    after the machine factor (0.*): spec tok/s * %; reference tok/s * %; *"])
+    results = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    factor = results["machine_factor"]["factor"]
+    assert 0.75 < factor < 1.05, factor
+    for v in verdicts(pytester):
+        assert v["speedup"]["verdict"] == "unchanged", v["speedup"]
+        assert v["speedup"]["family"] == "gated" and v["speedup"]["mde"] is not None
+        assert v["reference_tok_s"]["family"] == "shown" and "machine factor" in v["reference_tok_s"]["note"]
+
+    # 1.1x machine, spec path 25 % slower (its tok/s x 0.75): speedup regressed, acceptance unchanged.
+    r = night(pytester, fake_profile, servers, 1.1, 1 / 0.75)
+    r.assert_outcomes(failed=3)
+    r.stdout.fnmatch_lines(["*specdec: * metric(s) regressed: speedup*",
+                            "*speculation gains less at the same acceptance*"])
+    for v in verdicts(pytester):
+        assert v["speedup"]["verdict"] == "regressed", v["speedup"]
+        assert v["acceptance_rate"]["verdict"] == "unchanged", v["acceptance_rate"]

