@@ -1,6 +1,10 @@
-"""One base class for every error the plugin raises, so callers can catch them together."""
+"""One base class for every error the plugin raises, so callers can catch them together; and the one
+parse of a JSON object whose failure each caller words for its own file or server."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 
 class SpecDecError(Exception):
@@ -13,3 +17,11 @@ class ConfigError(SpecDecError):
 
 class ServerStartError(SpecDecError):
     """A vLLM server did not become ready; the message carries the command, port and log tail."""
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """`text` parsed as a JSON object: ValueError when it is not JSON, TypeError when it is other JSON."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise TypeError(f"{type(data).__name__}, not a JSON object")
+    return data

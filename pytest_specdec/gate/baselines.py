@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.errors import SpecDecError
+from pytest_specdec.errors import SpecDecError, json_object
 from pytest_specdec.gate.registry import METRICS
 
 if TYPE_CHECKING:
@@ -269,11 +269,11 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
         return None
     fix = f"fix or delete it, then recreate it with `{create_hint}`"
     try:
-        data = json.loads(text)
+        data = json_object(text)
     except ValueError as exc:
         raise BaselineError(f"baseline {path} is not valid JSON ({exc}); {fix}") from None
-    if not isinstance(data, dict):
-        raise BaselineError(f"baseline {path} is not a JSON object; {fix}")
+    except TypeError:
+        raise BaselineError(f"baseline {path} is not a JSON object; {fix}") from None
     if data.get("schema") != SCHEMA:
         raise BaselineError(f"baseline {path} has schema {data.get('schema')!r}, this plugin reads schema "
                             f"{SCHEMA}; {fix}")

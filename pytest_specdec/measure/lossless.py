@@ -18,13 +18,12 @@ The requests are separate from the measured runs and never timed.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.errors import ConfigError, SpecDecError
+from pytest_specdec.errors import ConfigError, SpecDecError, json_object
 
 if TYPE_CHECKING:
     import aiohttp
@@ -78,12 +77,10 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], 
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
         raise DistributionError(f"{what}: POST {url} failed: {type(e).__name__}: {e}") from e
     try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise DistributionError(f"{what}: POST {url} answered with something other than JSON: {text[:200]!r}") from e
-    if not isinstance(data, dict):
-        raise DistributionError(f"{what}: POST {url} answered {type(data).__name__}, not a JSON object")
-    return data
+        return json_object(text)
+    except (ValueError, TypeError) as e:
+        raise DistributionError(f"{what}: POST {url} answered something other than a JSON object ({e}): "
+                                f"{text[:200]!r}") from e
 
 
 def _request_body(p: Prompt, model: str, sampling: Sampling, api: Api, n: int) -> dict[str, Any]:

@@ -368,25 +368,15 @@ def measure_case(
     prompts: list[Prompt] | PromptSource,
     sampling: Sampling,
     *,
-    concurrency: int,
     runs: int,
-    api_key: str | None = None,
-    rules: ValidityRules = ValidityRules(),
-    progress: Callable[[str], None] = lambda line: None,
     block: int | None = None,
-    api: str = "chat",
-    rate: float | None = None,
-    settle: Callable[[], Quiet] | None = None,
-    spec_tokens: int | None = None,
+    **options: Any,
 ) -> CaseResult:
     """`runs` pairs (reference, spec), interleaved or in blocks of `block`; the reference alone when
-    `spec` is None.  `spec_tokens` is the spec arm's k (None: unknown, its chunking is not judged)."""
+    `spec` is None. ``options`` are :func:`extend_case`'s (concurrency, api_key, rules, ..., spec_tokens)."""
     result = CaseResult(reference_runs=[], runs=[], summary={}, speedup_per_pair=[],
                         alternation="interleaved" if block is None or spec is None else f"blocks of {block}")
-    extend_case(result, reference, spec, prompts, sampling, concurrency=concurrency, runs=runs,
-                api_key=api_key, rules=rules, progress=progress, block=block, api=api, rate=rate,
-                settle=settle, spec_tokens=spec_tokens)
-    return result
+    return extend_case(result, reference, spec, prompts, sampling, runs=runs, block=block, **options)
 
 
 def warmup_requests(n_prompts: int, concurrency: int) -> int:

@@ -406,6 +406,14 @@ def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
+def _step(loss: torch.Tensor, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+    """One optimizer step with the gradient norm clipped to 1 (both the target and the drafts train so)."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def kl_to_teacher(student_logits: torch.Tensor, teacher_logp: torch.Tensor,
                   mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean over tokens of KL(teacher || student); teacher given as log-probabilities."""
@@ -526,10 +534,7 @@ def train_target(mix: Mixture, sched: Schedule) -> nn.Module:
         set_lr(opt, lr_at(step, sched.target_steps, sched.target_lr))
         x = mix.batch(sched.target_batch, sched.target_seq)
         loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        _step(loss, model, opt)
         if step % 20 == 0 or step == sched.target_steps - 1:
             log(f"target step {step}/{sched.target_steps} loss {loss.item():.3f}")
     model.eval()
@@ -589,10 +594,7 @@ def train_draft(target: nn.Module, mix: Mixture, sched: Schedule,
         with torch.no_grad():
             teacher = F.log_softmax(target(input_ids=x).logits.float(), dim=-1)
         loss = kl_to_teacher(draft(input_ids=x).logits, teacher)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        _step(loss, draft, opt)
         if step % 20 == 0 or step == sched.draft_steps - 1:
             log(f"draft step {step}/{sched.draft_steps} KL {loss.item():.3f}")
     draft.eval()
