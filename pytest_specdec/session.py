@@ -1,6 +1,6 @@
-"""The one object a pytest session keeps in `config.stash`: profile, servers, results.
-
-`plugin.py` only forwards hooks here.  Nothing in this module starts work at import time.
+"""The one object a pytest session keeps in `config.stash`: it decides when each stage runs (servers,
+runs, verdicts, files) and holds what the stages share; the stages themselves live in their subpackages
+(docs/architecture.md). `plugin.py` only forwards hooks here; nothing here starts work at import time.
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ from pytest_specdec.options import Settings
 from pytest_specdec.output.results import TestRecord
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.judge import Judge
+    from pytest_specdec.gate.stats import Verdict
+    from pytest_specdec.gate.verdicts import MachineFactor
     from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.measure.lossless import Collected
-    from pytest_specdec.servers.endpoints import EndpointFacts
-    from pytest_specdec.measure.types import Prompt, Sampling
     from pytest_specdec.measure.runner import CaseResult, PromptSource
-    from pytest_specdec.servers.pool import Endpoint, ServerPool, StartRecord
+    from pytest_specdec.measure.types import Prompt, Sampling
     from pytest_specdec.profiles import Profile
+    from pytest_specdec.profiles.placement import Placement
+    from pytest_specdec.servers.endpoints import EndpointFacts
+    from pytest_specdec.servers.pool import Endpoint, ServerPool, StartRecord
     from pytest_specdec.servers.process import Quiet
     from pytest_specdec.vllm.command import ServerSpec
-    from pytest_specdec.gate.stats import Verdict
-    from pytest_specdec.gate.judge import Judge
-    from pytest_specdec.profiles.placement import Placement
-    from pytest_specdec.gate.verdicts import MachineFactor
 
 
 class SpecDecWarning(pytest.PytestWarning):
@@ -98,7 +98,11 @@ class SpecDecSession:
 
             gpus = None
             if self.profile.device != "cpu":  # the cpu profile leases nothing
-                from pytest_specdec.servers.gpus import GpuPool, discover_gpus, parse_gpu_list
+                from pytest_specdec.servers.gpus import (
+                    GpuPool,
+                    discover_gpus,
+                    parse_gpu_list,
+                )
 
                 ids = (parse_gpu_list(self.settings.gpus, "--specdec-gpus") if self.settings.gpus
                        else discover_gpus())
@@ -164,10 +168,7 @@ class SpecDecSession:
         return self._endpoint_facts[url]
 
     def endpoint_skip_reason(self, case: Case) -> str | None:
-        """Endpoint mode: why the endpoints cannot stand for this test's servers (None: they can).
-
-        A speculating reference endpoint is a configuration error, not a skip: no test could be measured.
-        """
+        """Endpoint mode: why the endpoints cannot stand for this test's servers (None: they can)."""
         from pytest_specdec.servers.endpoints import skip_reason
 
         st = self.settings
@@ -179,8 +180,8 @@ class SpecDecSession:
                            self.progress)
 
     def endpoint(self, spec: ServerSpec, reference: bool, test: str | None = None) -> Endpoint:
-        from pytest_specdec.servers.pool import Endpoint
         from pytest_specdec.measure.client import served_model
+        from pytest_specdec.servers.pool import Endpoint
 
         if self.settings.endpoint:
             url = self.settings.reference_endpoint if reference else self.settings.endpoint
