@@ -483,13 +483,6 @@ class SpecDecSession:
             self._pool.stop_all()
 
 
-def _rel(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
-
-
 def _spec_tokens(spec: ServerSpec | None) -> int | None:
     """The spec server's k: with it one engine step makes at most k + 1 tokens per request."""
     k = (spec.speculative_config or {}).get("num_speculative_tokens") if spec is not None else None

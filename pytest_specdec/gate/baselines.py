@@ -258,6 +258,14 @@ def under_test_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tu
     return diff(old, new)
 
 
+def relative(path: Path, root: Path) -> str:
+    """A baseline path as the user's checkout names it (absolute when it lies outside `root`)."""
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
 # ---- reading ------------------------------------------------------------------------------------
 
 
@@ -314,10 +322,7 @@ class WriteSummary:
 
     def lines(self, root: Path) -> list[str]:
         def rel(p: Path) -> str:
-            try:
-                return str(p.relative_to(root))
-            except ValueError:
-                return str(p)
+            return relative(p, root)
 
         out = [f"specdec baselines ({root}): {len(self.created)} created, {len(self.updated)} updated, "
                f"{len(self.unchanged)} unchanged, {len(self.unused)} unused"]

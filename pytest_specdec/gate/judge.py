@@ -170,10 +170,9 @@ class Judge:
 
     def rel(self, path: Path) -> str:
         """A baseline path as the user's checkout names it."""
-        try:
-            return str(path.relative_to(self.cfg.rootpath))
-        except ValueError:
-            return str(path)
+        from pytest_specdec.gate.baselines import relative
+
+        return relative(path, self.cfg.rootpath)
 
     def regression(self, nodeid: str, c: BaselineCheck, verdicts: list[Verdict]) -> str:
         """A failing test's message, naming its baseline file and the command that accepts the change."""

@@ -27,11 +27,6 @@ class Metric:
     indexed: bool = False  # one value per draft position: `name[i]`
 
     @property
-    def unit(self) -> str:
-        """The unit of a change: % on the log scale, points for a proportion."""
-        return "pt" if self.kind == "acceptance" else "%"
-
-    @property
     def higher_is_better(self) -> bool:
         return self.kind != "latency"
 
