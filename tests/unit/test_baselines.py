@@ -87,6 +87,9 @@ def test_load_rejects_bad_files_with_the_fix(tmp_path: Path) -> None:
     p.write_text("{nope")
     with pytest.raises(BaselineError, match=r"b.json is not valid JSON .*recreate it with `pytest x --update"):
         load(p, "pytest x --update-baselines")
+    p.write_text("[1, 2]")  # JSON, but not an object
+    with pytest.raises(BaselineError, match=r"b.json is not a JSON object; fix or delete it"):
+        load(p, "c")
     p.write_text(json.dumps({"schema": 99}))
     with pytest.raises(BaselineError, match="schema 99, this plugin reads schema 1"):
         load(p, "c")
