@@ -218,7 +218,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     record = session.records.get(item.nodeid)
     if record is not None and (report.when == "call" or report.failed or report.skipped):
         if record.outcome in ("pending", "passed"):
-            record.outcome = report.outcome if report.when == "call" else f"{report.outcome} ({report.when})"
+            record.outcome, record.when = report.outcome, report.when
     if report.failed:
         from pytest_specdec.errors import SpecDecError
 

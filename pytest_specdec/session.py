@@ -370,7 +370,7 @@ class SpecDecSession:
                     self.machine_failed = True
                     lines.append("specdec: the session fails on the machine factor (--specdec-fail-machine)")
                 else:
-                    warnings.warn(SpecDecWarning(self.machine.line().removeprefix("specdec: ")), stacklevel=1)
+                    warnings.warn(SpecDecWarning(self.machine.sentence()), stacklevel=1)
         for nodeid, record in checked:
             c = record.baseline
             assert c is not None

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from pytest_specdec.profiles import Profile
     from pytest_specdec.servers.process import VllmServer
 
-#: The results file format: readers check it before they trust a field.
-SCHEMA = 1
+#: The results file format; `output/schema.py` reads it, and older files through its one converter.
+SCHEMA = 2
 
 
 @dataclass
@@ -36,7 +36,8 @@ class TestRecord:
     nodeid: str
     params: dict[str, Any]  # the test's case, as its id reads
     result: CaseResult | None = None
-    outcome: str = "pending"
+    outcome: str = "pending"  # pytest's word: passed, failed or skipped
+    when: str | None = None  # the phase that decided it: setup, call or teardown
     servers: dict[str, str] = field(default_factory=dict)  # arm -> server spec key
     error: str | None = None
     baseline: BaselineCheck | None = None
@@ -70,6 +71,7 @@ class TestRecord:
             "params": self.params,
             **({"sampling": self.sampling} if self.sampling is not None else {}),
             "outcome": self.outcome,
+            "when": self.when,
             "servers": self.servers,
         }
         if self.result is not None:
