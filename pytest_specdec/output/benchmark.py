@@ -1,10 +1,11 @@
-"""The session's results as a pytest-benchmark JSON file (--specdec-benchmark-json), from the results dict."""
+"""The session's results as a pytest-benchmark JSON file (--specdec-benchmark-json), from the typed results."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pytest_specdec.output.fields import number, test_name
+from pytest_specdec.output.schema import load
 
 #: (name suffix, group, run field → seconds): lower is better, as pytest-benchmark assumes.
 BENCH_METRICS = (
@@ -14,7 +15,7 @@ BENCH_METRICS = (
 )
 
 
-def benchmark_json(results: dict[str, Any], *, machine_info: dict[str, Any] | None = None,
+def benchmark_json(data: Any, *, machine_info: dict[str, Any] | None = None,
                    commit_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """The session's valid runs as a pytest-benchmark JSON file: one benchmark per test, arm and metric,
     its per-run values as `stats.data`. Statistics, machine and commit info come from pytest-benchmark's
@@ -25,20 +26,22 @@ def benchmark_json(results: dict[str, Any], *, machine_info: dict[str, Any] | No
     from pytest_benchmark.stats import Stats
     from pytest_benchmark.utils import get_commit_info
 
-    env = results.get("environment") or {}
+    results = load(data)
+    env = results.environment
     benchmarks = []
-    for test in results.get("tests") or []:
-        base, ident = test_name(test["nodeid"])
-        params = test.get("params") or {}
-        under = (test.get("baseline") or {}).get("under_test") or {}
-        heads = {arm: (results.get("servers") or {}).get(key, {}).get("engine_config", {}).get("speculative_config")
-                 for arm, key in (test.get("servers") or {}).items() if arm == "spec"}
+    for test in results.tests:
+        base, ident = test_name(test.nodeid)
+        params = test.params
+        under = test.baseline.under_test if test.baseline else {}
+        spec_key = test.servers.get("spec")
+        spec_config = (results.servers.get(spec_key, {}).get("engine_config") or {}).get("speculative_config") \
+            if spec_key else None
         extra = {"vllm_version": env.get("vllm_version"), "vllm_distribution": env.get("vllm_distribution"),
-                 "draft": under.get("draft"), "speculative_config": heads.get("spec"),
-                 "hardware": env.get("hardware"), "profile": results.get("profile"),
-                 "summary": {k: test.get("summary", {}).get(k) for k in ("speedup", "acceptance_rate")}}
-        for arm, runs in (("spec", test.get("runs") or []), ("reference", test.get("reference_runs") or [])):
-            valid = [r for r in runs if r.get("valid", True)]
+                 "draft": under.get("draft"), "speculative_config": spec_config,
+                 "hardware": env.get("hardware"), "profile": results.profile,
+                 "summary": {k: test.summary.get(k) for k in ("speedup", "acceptance_rate")}}
+        for arm, runs in (("spec", test.runs), ("reference", test.reference_runs)):
+            valid = [r for r in runs if r["valid"]]
             for suffix, group, get in BENCH_METRICS:
                 values = [float(v) for v in (get(r) for r in valid) if number(v) is not None]
                 if not values:
@@ -48,7 +51,7 @@ def benchmark_json(results: dict[str, Any], *, machine_info: dict[str, Any] | No
                     stats.update(v)
                 name = f"{base.rsplit('::', 1)[-1]}[{ident}]::{arm}::{suffix}"
                 benchmarks.append({
-                    "group": group, "name": name, "fullname": f"{test['nodeid']}::{arm}::{suffix}",
+                    "group": group, "name": name, "fullname": f"{test.nodeid}::{arm}::{suffix}",
                     "params": {**{k: v for k, v in params.items() if not isinstance(v, dict)}, "arm": arm},
                     "param": f"{ident}-{arm}", "extra_info": {**extra, "arm": arm},
                     "options": {"disable_gc": False, "timer": "wall clock of a vLLM run", "min_rounds": len(values),
@@ -59,5 +62,5 @@ def benchmark_json(results: dict[str, Any], *, machine_info: dict[str, Any] | No
         "machine_info": machine_info if machine_info is not None else {
             **pytest_benchmark_generate_machine_info(), "specdec_hardware": env.get("hardware")},
         "commit_info": commit_info if commit_info is not None else (env.get("commit") or get_commit_info()),
-        "benchmarks": benchmarks, "datetime": results.get("started"), "version": bench_version,
+        "benchmarks": benchmarks, "datetime": results.started or None, "version": bench_version,
     }

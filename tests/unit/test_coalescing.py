@@ -63,12 +63,13 @@ def test_failed_requests_and_a_bad_limit() -> None:
 
 def test_the_reports_reference_latency_skips_coalesced_runs() -> None:
     """The TTFT/E2E charts draw the reference arm from its runs: a burst must not be drawn against a stream."""
+    from pytest_specdec.output.schema import load
     from pytest_specdec.output.sweeps import _reference
 
-    test = {"reference_runs": [
+    test = {"nodeid": "t", "outcome": "passed", "reference_runs": [
         {"valid": True, "latency_untrusted": [], "ttft_ms": {"p95": 10.0}},
         {"valid": True, "latency_untrusted": ["coalesced stream"], "ttft_ms": {"p95": 200.0}},
         {"valid": False, "latency_untrusted": [], "ttft_ms": {"p95": 300.0}},
         {"valid": True, "ttft_ms": {"p95": 12.0}},  # a results file from before the flag: trusted
     ]}
-    assert _reference("ttft_ms", "p95")(test) == 11.0
+    assert _reference("ttft_ms", "p95")(load({"schema": 1, "tests": [test]}).tests[0]) == 11.0

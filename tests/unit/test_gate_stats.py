@@ -162,6 +162,7 @@ def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
     """One run and a tiny alpha on a latency: no rise is caught at all. That is `inf` (no numpy overflow
     warning, which is an error here), null in the JSON, and the same words in the terminal and the report."""
     from pytest_specdec.output.report import catches
+    from pytest_specdec.output.schema import VerdictEntry
     from pytest_specdec.gate.sequential import detectable
     from pytest_specdec.gate.verdicts import guard_text, to_json
 
@@ -171,7 +172,7 @@ def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
                 family="shown", mde=float("inf"), var_fixed=0.1, var_run=0.06, df=1.0)
     stored = to_json(v)
     assert stored["mde"] is None and stored["se"] is not None
-    assert guard_text(v) == "catches no rise: too few runs for any bound" == catches(stored)
+    assert guard_text(v) == "catches no rise: too few runs for any bound" == catches(VerdictEntry.from_dict(v.metric, stored))
 
 
 def test_a_zero_change_reads_plus_zero() -> None:

@@ -29,6 +29,7 @@ import numpy
 import pytest
 
 from pytest_specdec.output import benchmark, charts, fields, report, sweeps
+from pytest_specdec.output.schema import TestEntry, VerdictEntry, load
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "report_results.json"
 
@@ -85,6 +86,15 @@ def with_gate(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def entry(test: dict[str, Any]) -> TestEntry:
+    """One test of a schema-1 results file as the report reads it (through the converter)."""
+    return load({"schema": 1, "tests": [test]}).tests[0]
+
+
+def entries(data: dict[str, Any]) -> tuple[TestEntry, ...]:
+    return load(data).tests
+
+
 @pytest.fixture(scope="module")
 def recorded_file() -> dict[str, Any]:
     """The recorded file as it is: an older results file, without the speed gate's keys."""
@@ -93,11 +103,11 @@ def recorded_file() -> dict[str, Any]:
     tests = data["tests"]
     assert {t["params"]["method"] for t in tests} >= {"ngram", "draft_model", "eagle3"}
     assert len({t["params"]["concurrency"] for t in tests if "test_concurrency" in t["nodeid"]}) >= 4
-    assert [report.status(t) for t in tests].count("regressed") == 1
+    assert [report.status(entry(t)) for t in tests].count("regressed") == 1
     assert any(not t["validity"]["valid"] for t in tests if "validity" in t)
     assert any(t["outcome"] == "failed (setup)" and t.get("server_logs") for t in tests)
     assert any("<script>" in t["nodeid"] for t in tests)
-    regressed = next(t for t in tests if report.status(t) == "regressed")
+    regressed = next(t for t in tests if report.status(entry(t)) == "regressed")
     assert regressed["baseline"]["under_test_diff"]["vllm"] == ["0.31.0", "0.32.0"]
     assert all(not t["baseline"]["under_test_diff"] for t in tests if t.get("baseline") and t is not regressed)
     assert "machine_factor" not in data and all("family" not in v for t in tests for v in (t.get("verdicts") or {}).values())
@@ -128,7 +138,7 @@ def test_summary_puts_regressions_first_then_failures(html: str, recorded: dict[
     assert len(statuses) == len(recorded["tests"])
     order = [report.STATUS_ORDER.index(s) for s in statuses]
     assert order == sorted(order)
-    regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
+    regressed = next(t for t in recorded["tests"] if report.status(entry(t)) == "regressed")
     first_row = html.split('<table class="summary">', 1)[1].split("</tr>")[1]
     assert fields.test_name(regressed["nodeid"])[1] in first_row
     assert 'class="badge b-regressed">regressed' in first_row  # the per-metric badge of acceptance
@@ -145,14 +155,14 @@ def test_header_totals_and_environment(html: str, recorded: dict[str, Any]) -> N
     assert f"pytest-specdec · {recorded['profile']} · " in html
     if env.get("commit"):
         assert env["commit"]["id"][:12] in html
-    totals = report.totals(recorded["tests"])
+    totals = report.totals(entries(recorded))
     assert sum(totals.values()) == len(recorded["tests"])
     for name, n in totals.items():
         assert f">{n} {name}</span>" in html
 
 
 def test_charts_only_for_swept_params_with_their_marks(html: str, recorded: dict[str, Any]) -> None:
-    swept = {(s.function.split("::")[-1], s.axis): s for s in sweeps.sweeps(recorded["tests"])}
+    swept = {(s.function.split("::")[-1], s.axis): s for s in sweeps.sweeps(entries(recorded))}
     assert set(swept) == {("test_concurrency", "concurrency"), ("test_temperature", "temperature"),
                           ("test_k", "k")}  # test_label and test_eagle3 sweep nothing
     assert set(swept["test_concurrency", "concurrency"].lines) == {"ngram k=3", "draft_model k=3"}
@@ -194,7 +204,7 @@ def _chart_notes(html: str) -> list[str]:
 
 
 def test_each_test_shows_ci_n_p_thresholds_attribution_commands_and_logs(html: str, recorded: dict[str, Any]) -> None:
-    regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
+    regressed = next(t for t in recorded["tests"] if report.status(entry(t)) == "regressed")
     section = html.split(f'id="t1"', 1)[1].split("</details>", 1)[0]
     assert "<th>90% CI of Δ</th>" in section and "n baseline / now" in section and "threshold" in section
     v = regressed["verdicts"]["acceptance_rate"]
@@ -265,20 +275,20 @@ def test_cost_per_million_tokens_at_each_concurrency_and_peak(html: str, recorde
     price = recorded["price"]
     assert price == {"usd_per_hour": 2.5, "usd_per_gpu_hour": 2.5, "gpus": 1,
                      "source": "profile fake-gpu price_per_hour_usd"}
-    rows = report.cost_rows(recorded["tests"], price)
+    rows = report.cost_rows(entries(recorded), price)
     assert len(rows) == sum(1 for t in recorded["tests"] if t.get("summary"))
     row = next(r for r in rows if r["method"] == "ngram" and r["concurrency"] == 16)
     assert row["cost"] == pytest.approx(2.5 / (row["tps"] * 3600) * 1e6)
     assert "Cost per 1M output tokens" in html and f"{row['cost']:.3g}" in html and "★" in html
     assert "per test (each concurrency)" in html
-    assert report.cost_rows(recorded["tests"], None) == []
+    assert report.cost_rows(entries(recorded), None) == []
     assert "No cost: give a price" in report.render_html({**recorded, "price": None})
 
 
 def test_cost_at_peak_throughput_per_method_k_and_temperature(html: str, recorded: dict[str, Any]) -> None:
     """Each method × (k, T) group's spec-arm peak and reference-arm peak, each with its cost; no mixing
     of ngram k=3 with the k sweep's other k, or of draft_model T=0 with T=0.5."""
-    rows = report.cost_rows(recorded["tests"], recorded["price"])
+    rows = report.cost_rows(entries(recorded), recorded["price"])
     peaks = report.cost_peaks(rows)
     keys = [(g["method"], g["k"], g["temperature"]) for g in peaks]
     assert len(keys) == len(set(keys))
@@ -313,26 +323,29 @@ def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None
     from pytest_specdec.gate.verdicts import to_json
 
     data = copy.deepcopy(recorded)
-    t = next(t for t in data["tests"] if report.status(t) == "regressed")
+    t = next(t for t in data["tests"] if report.status(entry(t)) == "regressed")
     base, now = [[100.0, 104.0, 98.0]], [80.0, 83.0, 79.0]
     three = compare("output_tok_s", base, now, thresholds=DEFAULT_THRESHOLDS, alpha=0.05, look=3, max_looks=3)
     t["verdicts"] = {"output_tok_s": to_json(three)}
     t["baseline"]["max_looks"] = 3
-    assert report.ci_level(t) == pytest.approx(100 * (1 - 2 * 0.05 / 3), abs=0.01)
+    assert report.ci_header(entry(t)) == "96.67% CI of Δ"
     section = report.render_html(data).split('id="t1"', 1)[1].split("</details>", 1)[0]
     assert "<th>96.67% CI of Δ</th>" in section and "<th>90% CI" not in section
-    # A recorded alpha (with max_looks) or ci_level is used before the notes; without any, no level is claimed.
-    assert report.ci_level({"baseline": {"alpha": 0.1, "max_looks": 2}, "verdicts": {}}) == pytest.approx(90.0)
-    assert report.ci_level({"baseline": {"ci_level": 0.95}, "verdicts": {}}) == pytest.approx(95.0)
+    # Schema 1 (the converter): a recorded alpha (with max_looks) or ci_level is used before the notes;
+    # without any, no level is claimed.
+    bare = {"nodeid": "x", "outcome": "passed", "verdicts": {}}
+    assert report.ci_header(entry({**bare, "baseline": {"alpha": 0.1, "max_looks": 2}})) == "90% CI of Δ"
+    assert report.ci_header(entry({**bare, "baseline": {"ci_level": 0.95}})) == "95% CI of Δ"
+    assert report.ci_header(entry({**bare, "baseline": {"ci_level": 95}})) == "95% CI of Δ"  # a percent
     t["verdicts"]["output_tok_s"]["note"] = "no level here"
-    assert report.ci_level(t) is None
+    assert report.ci_header(entry(t)) == "CI of Δ"
     assert "<th>CI of Δ</th>" in report.render_html(data).split('id="t1"', 1)[1]
     # The exact rule's interval is a range of differences, and says so.
     exact = compare("output_tok_s", [[100.0, 100.0, 100.0]], [90.0, 90.0, 90.0], thresholds=DEFAULT_THRESHOLDS,
                     alpha=0.05)
     assert exact.method.startswith("exact")
     t["verdicts"] = {"output_tok_s": to_json(exact)}
-    assert report.verdict_rows(t)[0]["ci"] == "-10.0 % .. -10.0 % (range)"
+    assert report.verdict_rows(entry(t))[0]["ci"] == "-10.0 % .. -10.0 % (range)"
 
 
 
@@ -340,14 +353,14 @@ def test_ci_level_comes_from_the_recorded_field_not_the_notes(recorded: dict[str
     """A results file that records `baseline.ci_level` (every one `BaselineCheck.to_dict` writes) gives the
     level from it alone: the verdict notes say "90% CI" and are not read; a null level claims none."""
     data = copy.deepcopy(recorded)
-    t = next(t for t in data["tests"] if report.status(t) == "regressed")
+    t = next(t for t in data["tests"] if report.status(entry(t)) == "regressed")
     assert "ci_level" not in t["baseline"]  # the recorded file predates the field: its notes name the level
     assert any("(90% CI " in str(v.get("note")) for v in t["verdicts"].values())
     t["baseline"]["ci_level"] = 0.95
-    assert report.ci_level(t) == pytest.approx(95.0)
+    assert report.ci_header(entry(t)) == "95% CI of Δ"
     assert "<th>95% CI of Δ</th>" in report.render_html(data).split('id="t1"', 1)[1].split("</details>", 1)[0]
     t["baseline"].update(ci_level=None, alpha=0.05, max_looks=1)
-    assert report.ci_level(t) is None
+    assert report.ci_header(entry(t)) == "CI of Δ"
     section = report.render_html(data).split('id="t1"', 1)[1].split("</details>", 1)[0]
     assert "<th>CI of Δ</th>" in section and "% CI of Δ" not in section
 
@@ -392,7 +405,7 @@ def test_hardware_and_profile_in_the_header(recorded: dict[str, Any]) -> None:
 
 
 def test_under_test_change_is_shown_for_the_regression(html: str, recorded: dict[str, Any]) -> None:
-    regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
+    regressed = next(t for t in recorded["tests"] if report.status(entry(t)) == "regressed")
     diff = regressed["baseline"]["under_test_diff"]
     # The capture sizes: `compilation_config` in a log-line config, `cudagraph_capture_sizes` from /server_info.
     engine = sorted(k for k in diff if k.startswith("engine_config.spec.") and not k.endswith(".vllm_version"))
@@ -416,7 +429,7 @@ def test_under_test_change_is_shown_for_the_regression(html: str, recorded: dict
 
 
 def test_regressions_table_says_what_where_and_by_how_much(html: str, recorded: dict[str, Any]) -> None:
-    regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
+    regressed = next(t for t in recorded["tests"] if report.status(entry(t)) == "regressed")
     changed = html.split('<table class="changed">', 1)[1].split("</table>", 1)[0]
     assert html.index('<table class="changed">') < html.index('<table class="summary">')  # above the summary
     assert '<a href="#t1">test_k[ngram-k2-t0.0-c2]</a>' in changed
@@ -430,7 +443,7 @@ def test_regressions_table_says_what_where_and_by_how_much(html: str, recorded: 
 def test_latency_charts_show_ttft_and_e2e_p95_of_both_arms(recorded: dict[str, Any]) -> None:
     from statistics import median
 
-    sweep = next(s for s in sweeps.sweeps(recorded["tests"]) if s.axis == "concurrency")
+    sweep = next(s for s in sweeps.sweeps(entries(recorded)) if s.axis == "concurrency")
     groups = dict(sweeps.sweep_chart_groups(sweep, recorded["servers"]))
     assert list(groups) == ["throughput and acceptance", "latency"]
     assert [re.search(r'aria-label="([^"]+)"', svg).group(1) for svg in groups["latency"]] == [
@@ -440,18 +453,18 @@ def test_latency_charts_show_ttft_and_e2e_p95_of_both_arms(recorded: dict[str, A
     assert 'class="lg">ngram k=3 spec</text>' in ttft and 'class="lg">ngram k=3 reference</text>' in ttft
     assert ttft.count('stroke-dasharray="1.5 3.5"') == 2 * 2  # the reference lines, and their legend keys
     t = sweep.lines["ngram k=3"][-1]
-    ref = median(r["ttft_ms"]["p95"] for r in t["reference_runs"] if r["valid"])
-    spec = t["summary"]["ttft_ms"]["p95"]
-    assert f"<title>ngram k=3 reference: {t['params']['concurrency']} → {ref:.3g}</title>" in ttft
-    assert f"<title>ngram k=3 spec: {t['params']['concurrency']} → {spec:.3g}</title>" in ttft
+    ref = median(r["ttft_ms"]["p95"] for r in t.reference_runs if r["valid"])
+    spec = t.summary["ttft_ms"]["p95"]
+    assert f"<title>ngram k=3 reference: {t.params['concurrency']} → {ref:.3g}</title>" in ttft
+    assert f"<title>ngram k=3 spec: {t.params['concurrency']} → {spec:.3g}</title>" in ttft
 
 
 def test_sweep_charts_flag_the_point_that_regressed_on_the_metric_that_did(recorded: dict[str, Any]) -> None:
     """Where in a sweep, at a glance: the regressed test's point is boxed on the chart of its metric (the
     acceptance chart of the k sweep, at k=2), with the Δ in red under it; no other chart has a flag."""
-    regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
+    regressed = next(t for t in recorded["tests"] if report.status(entry(t)) == "regressed")
     v = regressed["verdicts"]["acceptance_rate"]
-    flagged = [svg for sw in sweeps.sweeps(recorded["tests"]) for svg in sweeps.sweep_charts(sw, recorded["servers"])
+    flagged = [svg for sw in sweeps.sweeps(entries(recorded)) for svg in sweeps.sweep_charts(sw, recorded["servers"])
                if 'class="flag' in svg]
     assert len(flagged) == 1 and 'aria-label="acceptance rate and draft coverage vs k"' in flagged[0]
     svg = flagged[0]
@@ -465,10 +478,40 @@ def test_sweep_charts_flag_the_point_that_regressed_on_the_metric_that_did(recor
 
 
 def test_empty_session_renders() -> None:
-    for results in ({}, {"tests": [], "environment": {}, "price": {"usd_per_hour": 2.0}}):
+    for results in ({"schema": 2}, {"schema": 1, "tests": [], "environment": {}, "price": {"usd_per_hour": 2.0}}):
         page = report.render_html(results)
         assert "<h2>0 test(s)</h2>" in page and "No specdec test ran in this session." in page
         assert "<svg" not in page and "Sweeps" not in page
+
+
+def test_a_file_of_an_unknown_schema_is_an_error_naming_it() -> None:
+    from pytest_specdec.output.schema import SCHEMA, ResultsError
+
+    for data, says in (({"tests": []}, "`schema` is None"), ({"schema": SCHEMA + 1}, f"`schema` is {SCHEMA + 1}"),
+                       ([1, 2], "not a JSON object")):
+        with pytest.raises(ResultsError, match=re.escape(f"reports/x.json: {says}")):
+            report.render_html(data, "reports/x.json")
+    with pytest.raises(ResultsError, match=re.escape("reports/x.json: tests[1]: no `nodeid`")):
+        load({"schema": SCHEMA, "tests": [{"nodeid": "a", "outcome": "passed"}, {"outcome": "passed"}]},
+             "reports/x.json")
+
+
+def test_the_converter_brings_schema_1_to_the_current_schema(recorded: dict[str, Any]) -> None:
+    """Schema 1 → 2 in one place: the outcome's phase becomes `when`, the machine factor's prose goes, and
+    a converted file reads exactly as the same file written in schema 2 would."""
+    from pytest_specdec.output.schema import SCHEMA, upgrade
+
+    old = copy.deepcopy(recorded)
+    old["tests"][1]["outcome"] = "failed (setup)"
+    old["machine_factor"]["line"] = "specdec: prose"
+    new = upgrade(old)
+    assert new["schema"] == SCHEMA and old["schema"] == 1  # the input is not changed
+    assert (new["tests"][1]["outcome"], new["tests"][1]["when"]) == ("failed", "setup")
+    assert (new["tests"][0]["outcome"], new["tests"][0]["when"]) == ("passed", "call")
+    assert "line" not in new["machine_factor"]
+    assert upgrade(new) is new  # the current schema passes as it is
+    assert load(new).tests == load(old).tests and load(old).schema == 1 and load(new).schema == SCHEMA
+    assert report.render_html(new) == report.render_html(old).replace("(schema 1)", f"(schema {SCHEMA})")
 
 
 # ---- pure pieces --------------------------------------------------------------------------------------
@@ -537,12 +580,12 @@ def _test(nodeid: str, **params: Any) -> dict[str, Any]:
 def test_sweeps_need_two_values_and_keep_other_params_fixed() -> None:
     tests = [_test("s.py::t[a]", concurrency=1), _test("s.py::t[b]", concurrency=4),
              _test("s.py::t[c]", concurrency=1, temperature=1.0), _test("s.py::u[a]", temperature=0.5)]
-    found = sweeps.sweeps(tests)
+    found = sweeps.sweeps(map(entry, tests))
     assert [(s.function, s.axis) for s in found] == [("s.py::t", "concurrency"), ("s.py::t", "temperature")]
     assert found[0].fixed["temperature"] == 0.0 and found[1].fixed["concurrency"] == 1  # t[c] is T=1: not in it
     conc = found[0]
-    assert [t["params"]["concurrency"] for t in conc.lines["ngram k=3"]] == [1, 4]
-    assert sweeps.sweeps([_test("s.py::t[a]")]) == []
+    assert [t.params["concurrency"] for t in conc.lines["ngram k=3"]] == [1, 4]
+    assert sweeps.sweeps([entry(_test("s.py::t[a]"))]) == []
 
 
 def test_status_and_order() -> None:
@@ -550,8 +593,9 @@ def test_status_and_order() -> None:
     bad = {**_test("b"), "verdicts": {"speedup": {"verdict": "regressed"}}, "outcome": "failed"}
     err = {**_test("c"), "outcome": "failed (setup)"}
     inv = {**_test("d"), "validity": {"valid": False, "invalid_runs": []}}
-    assert [report.status(t) for t in (ok, bad, err, inv)] == ["unchanged", "regressed", "failed", "invalid"]
-    assert [t["nodeid"] for t in report.sort_tests([ok, inv, err, bad])] == ["b", "c", "d", "a"]
+    assert [report.status(entry(t)) for t in (ok, bad, err, inv)] == ["unchanged", "regressed", "failed", "invalid"]
+    assert [t.nodeid for t in report.sort_tests(map(entry, [ok, inv, err, bad]))] == ["b", "c", "d", "a"]
+    assert entry(err).outcome == "failed" and entry(err).when == "setup"  # schema 1's "failed (setup)"
 
 
 def test_status_counts_only_the_gated_family() -> None:
@@ -561,15 +605,15 @@ def test_status_counts_only_the_gated_family() -> None:
         return {**_test("x"), "verdicts": {m: {"verdict": v, **({"family": f} if f else {})}
                                            for m, (v, f) in verdicts.items()}}
 
-    assert report.status(t(speedup=("unchanged", "gated"), output_tok_s=("regressed", "shown"))) == "unchanged"
-    assert report.status(t(speedup=("unchanged", "gated"), tpot_p95_ms=("inconclusive", "shown"))) == "unchanged"
-    assert report.status(t(speedup=("unchanged", "gated"), ttft_p95_ms=("improved", "shown"))) == "unchanged"
-    assert report.status(t(e2e_p95_ratio=("regressed", "gated"), output_tok_s=("improved", "shown"))) == "regressed"
-    assert report.status(t(acceptance_rate=("inconclusive", "gated"), e2e_p95_ms=("regressed", "shown"))) == "inconclusive"
-    assert report.status(t(speedup=("improved", "gated"), e2e_p95_ms=("regressed", "shown"))) == "improved"
-    assert report.status(t(output_tok_s=("regressed", "gated"))) == "regressed"  # moved into the gate by a marker
-    assert report.status(t(**{"per_position_acceptance[1]": ("regressed", None)})) == "regressed"  # older file
-    assert report.status(t(speedup=("not-comparable", "gated"), output_tok_s=("not-comparable", "shown"))) == "not-comparable"
+    assert report.status(entry(t(speedup=("unchanged", "gated"), output_tok_s=("regressed", "shown")))) == "unchanged"
+    assert report.status(entry(t(speedup=("unchanged", "gated"), tpot_p95_ms=("inconclusive", "shown")))) == "unchanged"
+    assert report.status(entry(t(speedup=("unchanged", "gated"), ttft_p95_ms=("improved", "shown")))) == "unchanged"
+    assert report.status(entry(t(e2e_p95_ratio=("regressed", "gated"), output_tok_s=("improved", "shown")))) == "regressed"
+    assert report.status(entry(t(acceptance_rate=("inconclusive", "gated"), e2e_p95_ms=("regressed", "shown")))) == "inconclusive"
+    assert report.status(entry(t(speedup=("improved", "gated"), e2e_p95_ms=("regressed", "shown")))) == "improved"
+    assert report.status(entry(t(output_tok_s=("regressed", "gated")))) == "regressed"  # moved into the gate by a marker
+    assert report.status(entry(t(**{"per_position_acceptance[1]": ("regressed", None)}))) == "regressed"  # older file
+    assert report.status(entry(t(speedup=("not-comparable", "gated"), output_tok_s=("not-comparable", "shown")))) == "not-comparable"
 
 
 def test_shown_family_regression_is_listed_but_does_not_colour_the_test(recorded: dict[str, Any]) -> None:
@@ -577,7 +621,7 @@ def test_shown_family_regression_is_listed_but_does_not_colour_the_test(recorded
     t = next(t for t in data["tests"] if t["nodeid"].endswith("test_concurrency[draft_model-k3-t0.0-c2]"))
     v = t["verdicts"]["output_tok_s"]
     v.update(verdict="regressed", delta=-45.0, ci=[-52.0, -38.0])
-    assert report.status(t) == "unchanged"
+    assert report.status(entry(t)) == "unchanged"
     html = report.render_html(data)
     row = next(r for r in html.split('<table class="summary">', 1)[1].split("</table>", 1)[0].split("</tr>")
                if "test_concurrency[draft_model-k3-t0.0-c2]" in r)
@@ -597,7 +641,7 @@ def test_shown_family_regression_is_listed_but_does_not_colour_the_test(recorded
 
 
 def test_each_test_table_has_family_and_catches_gated_first(html: str, recorded: dict[str, Any]) -> None:
-    regressed = next(t for t in recorded["tests"] if report.status(t) == "regressed")
+    regressed = next(t for t in recorded["tests"] if report.status(entry(t)) == "regressed")
     section = html.split('id="t1"', 1)[1].split("</details>", 1)[0]
     table = section.split("baseline vs now", 1)[1].split("</table>", 1)[0]
     assert '<th class="l">family</th>' in table and '<th class="l">catches</th>' in table
@@ -612,24 +656,33 @@ def test_each_test_table_has_family_and_catches_gated_first(html: str, recorded:
     ratio = regressed["verdicts"]["e2e_p95_ratio"]
     assert f"catches a rise ≥ {ratio['mde']:.3g} %</td>" in rows[2]
     # Runs not spent and the gated inconclusive metrics, named in their tests' sections.
-    idx = next(i for i, t in enumerate(report.sort_tests(recorded["tests"])) if t["nodeid"].endswith("ngram-k3-t0.0-c4]"))
+    idx = next(i for i, t in enumerate(report.sort_tests(entries(recorded))) if t.nodeid.endswith("ngram-k3-t0.0-c4]"))
     spent = html.split(f'id="t{idx + 1}"', 1)[1].split("</details>", 1)[0]
     assert '<p class="muted">2 run(s) per arm not spent: every gated verdict is conclusive</p>' in spent
-    idx = next(i for i, t in enumerate(report.sort_tests(recorded["tests"])) if t["nodeid"].endswith("test_k[ngram-k3-t0.0-c2]"))
+    idx = next(i for i, t in enumerate(report.sort_tests(entries(recorded))) if t.nodeid.endswith("test_k[ngram-k3-t0.0-c2]"))
     open_ = html.split(f'id="t{idx + 1}"', 1)[1].split("</details>", 1)[0]
     assert '<p class="v-inconclusive">gated inconclusive: acceptance</p>' in open_
     assert "not spent" not in open_
 
 
+def _verdict(**fields: Any) -> VerdictEntry:
+    return VerdictEntry.from_dict("m", {"family": "gated", **fields})
+
+
 def test_catches_from_the_json_mde() -> None:
-    assert (report.catches({"mde": 21.3, "threshold": -20.0, "delta_unit": "%", "method": "t"})
+    assert (report.catches(_verdict(mde=21.3, threshold=-20.0, delta_unit="%", method="t"))
             == "catches a drop ≥ 21.3 %")
-    assert report.catches({"mde": 40, "threshold": 40.0, "delta_unit": "%", "method": "t"}) == "catches a rise ≥ 40 %"
-    assert (report.catches({"mde": 2.5, "threshold": -2.0, "delta_unit": "points", "method": "t"})
+    assert report.catches(_verdict(mde=40, threshold=40.0, delta_unit="%", method="t")) == "catches a rise ≥ 40 %"
+    assert (report.catches(_verdict(mde=2.5, threshold=-2.0, delta_unit="points", method="t"))
             == "catches a drop ≥ 2.5 pt")
-    assert report.catches({"mde": None, "threshold": -2.0, "method": "exact/run"}) == "exact: repeats run to run"
-    assert report.catches({"mde": None, "threshold": -2.0, "method": "none/run"}) == "no variance model"
-    assert report.catches({"threshold": -2.0, "method": "t"}) == "—"  # older results: no mde recorded
+    assert report.catches(_verdict(mde=None, threshold=-2.0, method="exact/run")) == "exact: repeats run to run"
+    assert report.catches(_verdict(mde=None, threshold=-2.0, method="none/run")) == "no variance model"
+    assert report.catches(_verdict(mde=None, se=0.02, threshold=-2.0, method="t")) == (
+        "catches no drop: too few runs for any bound")
+    assert report.catches(_verdict(verdict="not-comparable", method="t")) == "—"
+    # Schema 1 files from before `mde` recorded no variance model, and the converter says so.
+    old = entry({"nodeid": "x", "outcome": "passed", "verdicts": {"m": {"threshold": -2.0, "method": "t"}}})
+    assert report.catches(old.verdicts["m"]) == "no variance model"
 
 
 def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, recorded: dict[str, Any]) -> None:
@@ -639,17 +692,17 @@ def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, rec
     rows = guard.split("</tr>")
     assert ('<th class="l">speedup</th><th class="l">acceptance</th><th class="l">P95 E2E spec/ref</th>'
             '<th>runs / arm</th>') in rows[0]
-    measured = [t for t in report.sort_tests(recorded["tests"]) if t.get("verdicts")]
+    measured = [t for t in report.sort_tests(entries(recorded)) if t.verdicts]
     assert len(rows) - 2 == len(measured)  # one row per test with verdicts; the failed start has none
     regressed = measured[0]
     assert report.status(regressed) == "regressed" and "test_k[ngram-k2-t0.0-c2]" in rows[1]
     cells = re.findall(r'<td class="l">(.*?)</td>', rows[1])  # the test's own cell is "l id"
     assert len(cells) == 3
     for cell, metric in zip(cells, ("speedup", "acceptance_rate", "e2e_p95_ratio")):
-        v = regressed["verdicts"][metric]
+        v = regressed.verdicts[metric]
         way, unit = ("rise", "%") if metric == "e2e_p95_ratio" else ("drop", "pt" if metric == "acceptance_rate" else "%")
-        assert f'<span class="badge b-{v["verdict"]}">{v["verdict"]}</span>' in cell
-        assert f'>catches a {way} ≥ {v["mde"]:.3g} {unit}</span>' in cell
+        assert f'<span class="badge b-{v.verdict}">{v.verdict}</span>' in cell
+        assert f'>catches a {way} ≥ {v.mde:.3g} {unit}</span>' in cell
     assert '<span class="badge b-regressed">regressed</span><span class="c"' in rows[1]  # acceptance
     no_model = next(r for r in rows if "test_k[ngram-k5-t0.0-c2]" in r)
     assert no_model.count(">no variance model</span>") == 3
@@ -667,11 +720,12 @@ def test_machine_factor_line_in_the_header_escaped_and_highlighted(recorded: dic
     def header(data: dict[str, Any]) -> str:
         return report.render_html(data).split("<header>", 1)[1].split("</header>", 1)[0]
 
-    line = recorded["machine_factor"]["line"]
-    assert line.startswith("specdec: this machine ran ") and not recorded["machine_factor"]["beyond_threshold"]
+    from pytest_specdec.gate.verdicts import MachineFactor
+
+    line = MachineFactor.from_dict(recorded["machine_factor"]).sentence()
+    assert line.startswith("this machine ran ") and not recorded["machine_factor"]["beyond_threshold"]
     within = header(recorded)
-    assert ('<div class="meta mf"><b>machine factor</b> <span class="line">'
-            + escape(line.removeprefix("specdec: ")) + "</span>") in within
+    assert ('<div class="meta mf"><b>machine factor</b> <span class="line">' + escape(line) + "</span>") in within
     assert "failed on the machine factor" not in within
     # 18 % slower is beyond a ±10 % threshold: highlighted; with --specdec-fail-machine the session failed.
     slow = machine_factor([math.log(0.82)] * 3, 10.0, 0.05)
@@ -681,9 +735,9 @@ def test_machine_factor_line_in_the_header_escaped_and_highlighted(recorded: dic
     assert '<div class="meta mf beyond"><b>machine factor</b> <span class="line">this machine ran 18.0 % slower' in beyond
     assert "beyond ±10 %: absolute figures are compared after dividing it out</span>" in beyond
     assert '<span class="failed">the session failed on the machine factor (--specdec-fail-machine)</span>' in beyond
+    # The sentence is built from the stored fields; a schema-1 file's prose `line` is dropped, never shown.
     evil = {**recorded["machine_factor"], "line": "specdec: <script>alert('mf')</script> & more"}
-    escaped = header({**recorded, "machine_factor": evil})
-    assert "&lt;script&gt;alert(&#39;mf&#39;)&lt;/script&gt; &amp; more" in escaped and "<script" not in escaped
+    assert "alert" not in header({**recorded, "machine_factor": evil})
     assert "machine factor" not in header({**recorded, "machine_factor": None})
 
 
@@ -696,7 +750,8 @@ def test_summary_badges_gated_three_first_then_shown(html: str) -> None:
 
 
 def test_older_results_file_without_the_gate_still_renders(recorded_file: dict[str, Any]) -> None:
-    """A results file from before the speed gate: every verdict counts as gated, nothing claims an mde."""
+    """A results file from before the speed gate (schema 1, through the converter): every verdict counts as
+    gated, nothing claims an mde."""
     html = report.render_html(recorded_file)
     assert _statuses_in_summary(html)[:3] == ["regressed", "failed", "invalid"]
     assert "machine factor" not in html.split("</header>", 1)[0]
@@ -708,7 +763,7 @@ def test_older_results_file_without_the_gate_still_renders(recorded_file: dict[s
     assert "catches a" not in guard and "not spent" not in html
     # Old per-position inconclusives counted as gated, as the old gate failed on them.
     t = next(t for t in recorded_file["tests"] if t["nodeid"].endswith("draft_model-k3-t0.0-c8]"))
-    assert report.status(t) == "inconclusive"
+    assert report.status(entry(t)) == "inconclusive"
 
 
 # ---- pytest-benchmark ---------------------------------------------------------------------------------

@@ -1,0 +1,282 @@
+"""The results file read back as typed data: what the HTML report, the pytest-benchmark export and any
+tool render from. `load` takes a parsed `reports/*.json`; older schemas pass through `upgrade`, the one
+converter, so no reader below it guesses which version wrote a field.
+
+The per-run figures and a test's summary stay mappings keyed by the measure layer's names (`output_tps`,
+`tpot_ms`, ...): they are the metric registry's vocabulary, read by name where a chart or column needs one.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_specdec.errors import SpecDecError
+from pytest_specdec.gate.verdicts import MachineFactor
+from pytest_specdec.output.fields import number
+
+#: The results file format, written by `output/results.py`; bump it where a field changes meaning or
+#: shape, and teach `upgrade` the step from the one before.
+SCHEMA = 2
+
+Figures = Mapping[str, Any]
+
+
+class ResultsError(SpecDecError):
+    """A results file this plugin cannot read; the message names the file's field."""
+
+
+@dataclass(frozen=True)
+class VerdictEntry:
+    """One metric's verdict as a test recorded it (`gate.verdicts.to_json`)."""
+
+    metric: str
+    verdict: str
+    family: str  # "gated": it can fail the test; "shown": judged and shown, never fails
+    baseline: float | None
+    now: float | None
+    delta: float | None
+    delta_unit: str  # "%" or "pt"
+    ci: tuple[float, float] | None
+    p: float | None
+    n_baseline: int | None
+    n_now: int | None
+    threshold: float | None
+    method: str
+    note: str
+    mde: float | None  # None beside an se: no bound; None without one: no variance model
+    se: float | None
+    df: float | None
+
+    @property
+    def exact(self) -> bool:
+        return self.method.startswith("exact")
+
+    @classmethod
+    def from_dict(cls, metric: str, d: Mapping[str, Any]) -> VerdictEntry:
+        ci = d.get("ci")
+        lo, hi = (number(ci[0]), number(ci[1])) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
+        return cls(
+            metric=metric, verdict=str(d.get("verdict")), family=str(d["family"]),
+            baseline=number(d.get("baseline")), now=number(d.get("now")), delta=number(d.get("delta")),
+            delta_unit=str(d.get("delta_unit") or "%"), ci=None if lo is None or hi is None else (lo, hi),
+            p=number(d.get("p")), n_baseline=_int(d.get("n_baseline")), n_now=_int(d.get("n_now")),
+            threshold=number(d.get("threshold")), method=str(d.get("method") or ""), note=str(d.get("note") or ""),
+            mde=number(d.get("mde")), se=number(d.get("se")), df=number(d.get("df")))
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """How a test met its stored baseline (`gate.check.BaselineCheck.to_dict`)."""
+
+    path: str
+    status: str  # compared, missing, not-comparable, error, ...
+    sessions: int
+    looks: tuple[int, ...]
+    gate: tuple[str, ...]
+    inconclusive_gated: tuple[str, ...]
+    unspent_runs: int
+    stop_reason: str
+    machine_deviation: float | None  # log of this test's reference speed vs the baseline's
+    ci_level: float | None  # two-sided level of the CIs of Δ, a fraction; None: no CI was computed
+    adjusted: str
+    attribution: str | None
+    under_test: Mapping[str, Any]
+    under_test_diff: Mapping[str, Any]
+    not_comparable_fields: Mapping[str, Any]
+    error: str | None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BaselineEntry:
+        return cls(
+            path=str(d.get("path") or ""), status=str(d.get("status") or ""), sessions=_int(d.get("sessions")) or 0,
+            looks=tuple(x for x in (_int(v) for v in d.get("looks") or ()) if x is not None),
+            gate=tuple(d.get("gate") or ()), inconclusive_gated=tuple(d["inconclusive_gated"]),
+            unspent_runs=_int(d.get("unspent_runs")) or 0, stop_reason=str(d.get("stop_reason") or ""),
+            machine_deviation=number(d.get("machine_deviation")), ci_level=number(d["ci_level"]),
+            adjusted=str(d.get("adjusted") or ""), attribution=d.get("attribution"),
+            under_test=d.get("under_test") or {}, under_test_diff=d.get("under_test_diff") or {},
+            not_comparable_fields=d.get("not_comparable_fields") or {}, error=d.get("error"))
+
+
+@dataclass(frozen=True)
+class TestEntry:
+    """One specdec test: its case, outcome, runs, verdicts and baseline."""
+
+    __test__ = False  # a results entry, not a pytest test class
+
+    nodeid: str
+    params: Mapping[str, Any]
+    outcome: str  # pytest's word: passed, failed, skipped (pending: never reported)
+    when: str | None  # the phase that decided the outcome
+    servers: Mapping[str, str]  # arm -> server spec key
+    summary: Figures
+    runs: tuple[Figures, ...]
+    reference_runs: tuple[Figures, ...]
+    speedup_per_pair: tuple[float | None, ...]
+    valid: bool
+    invalid_runs: tuple[Figures, ...]
+    latency_untrusted_runs: tuple[Figures, ...]
+    verdicts: Mapping[str, VerdictEntry]
+    baseline: BaselineEntry | None
+    error: str | None = None
+    server_logs: tuple[Mapping[str, str], ...] = ()
+    distribution: Mapping[str, Any] | None = None
+    sampling: Mapping[str, Any] | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == "failed"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> TestEntry:
+        if not isinstance(d.get("nodeid"), str):
+            raise ResultsError(f"{where}: no `nodeid`")
+        validity = d.get("validity") or {}
+        verdicts = d.get("verdicts") or {}
+        baseline = d.get("baseline")
+        return cls(
+            nodeid=d["nodeid"], params=d.get("params") or {}, outcome=str(d["outcome"]), when=d.get("when"),
+            servers=d.get("servers") or {}, summary=d.get("summary") or {},
+            runs=tuple(d.get("runs") or ()), reference_runs=tuple(d.get("reference_runs") or ()),
+            speedup_per_pair=tuple(number(x) for x in d.get("speedup_per_pair") or ()),
+            valid=bool(validity.get("valid", True)), invalid_runs=tuple(validity.get("invalid_runs") or ()),
+            latency_untrusted_runs=tuple(validity.get("latency_untrusted_runs") or ()),
+            verdicts={k: VerdictEntry.from_dict(k, v) for k, v in verdicts.items()},
+            baseline=BaselineEntry.from_dict(baseline) if isinstance(baseline, Mapping) else None,
+            error=d.get("error"), server_logs=tuple(d.get("server_logs") or ()), distribution=d.get("distribution"),
+            sampling=d.get("sampling"))
+
+
+@dataclass(frozen=True)
+class GateEntry:
+    """The session's gate settings and outcome that are not per test."""
+
+    fail_inconclusive: bool = False
+    fail_machine: bool = False
+    machine_failed: bool = False
+    night_variance: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Results:
+    """One session's results file."""
+
+    schema: int  # as the file was written (older ones are read through `upgrade`)
+    started: str
+    duration_s: float | None
+    profile: str | None
+    environment: Mapping[str, Any]
+    servers: Mapping[str, Mapping[str, Any]]  # spec key -> command, env, engine config, start-up time
+    server_starts: int | None
+    price: Mapping[str, Any] | None
+    machine_factor: MachineFactor | None
+    gate: GateEntry
+    tests: tuple[TestEntry, ...]
+
+
+def load(data: Any, name: str = "results") -> Results:
+    """A parsed results file as typed data; ``name`` (the file's path) is what errors name."""
+    d = upgrade(data, name)
+    written = data["schema"]
+    machine = d.get("machine_factor")
+    gate = d.get("gate") or {}
+    return Results(
+        schema=written, started=str(d.get("started") or ""), duration_s=number(d.get("duration_s")),
+        profile=d.get("profile"), environment=d.get("environment") or {}, servers=d.get("servers") or {},
+        server_starts=_int(d.get("server_starts")), price=d.get("price"),
+        machine_factor=MachineFactor.from_dict(machine) if machine else None,
+        gate=GateEntry(**{k: gate[k] for k in ("fail_inconclusive", "fail_machine", "machine_failed",
+                                                 "night_variance") if k in gate}),
+        tests=tuple(TestEntry.from_dict(t, f"{name}: tests[{i}]") for i, t in enumerate(d.get("tests") or ())))
+
+
+# ---- the converter ----------------------------------------------------------------------------------------
+
+
+def upgrade(data: Any, name: str = "results") -> dict[str, Any]:
+    """A results file in the current schema (a copy when it was older); an error naming the file for a
+    schema this plugin does not know (a newer plugin's file, or not a results file)."""
+    if not isinstance(data, dict):
+        raise ResultsError(f"{name}: not a JSON object")
+    version = data.get("schema")
+    if version == SCHEMA:
+        return data
+    if version == 1:
+        return _from_1(copy.deepcopy(data))
+    raise ResultsError(f"{name}: `schema` is {version!r}; this plugin reads results of schema 1 to {SCHEMA} "
+                       "(a newer plugin wrote it, or it is not a pytest-specdec results file)")
+
+
+#: Schema-1 outcomes of a test that failed or skipped outside its call: "failed (setup)".
+_PHASED = re.compile(r"(\w+) \((setup|call|teardown)\)")
+#: The level a schema-1 verdict's note named ("90% CI ..."), for the files that recorded no `ci_level`.
+_CI_IN_NOTE = re.compile(r"(\d+(?:\.\d+)?)% CI\b")
+
+
+def _from_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 grew field by field; each missing field gets the value its absence meant:
+
+    - `outcome` "failed (setup)" splits into `outcome` and `when`; a run without `valid` or
+      `latency_untrusted` was valid and trusted;
+    - a verdict without `family` could fail its test: gated (or as its baseline's `gate` says);
+      without `mde`/`se`/`df` no variance model was recorded;
+    - a baseline without `ci_level` gets it from `alpha` and `max_looks`, else from its verdicts' notes (a
+      level given in percent becomes a fraction); without `inconclusive_gated`, from its verdicts;
+    - the machine factor's `line` (prose) goes; a workaround without `applied` was applied, its `detail`
+      is its `reason`.
+    """
+    data["schema"] = SCHEMA
+    for test in data.get("tests") or []:
+        outcome = str(test.get("outcome") or "pending")
+        phased = _PHASED.fullmatch(outcome)
+        test["outcome"], test["when"] = ((phased[1], phased[2]) if phased else
+                                         (outcome, "call" if outcome in ("passed", "failed", "skipped") else None))
+        verdicts = test.get("verdicts") or {}
+        baseline = test.get("baseline")
+        gate = (baseline or {}).get("gate")
+        for metric, v in verdicts.items():
+            v.setdefault("family", "gated" if not gate or metric in gate else "shown")
+            for key in ("mde", "se", "df"):
+                v.setdefault(key, None)
+        for run in (*(test.get("runs") or ()), *(test.get("reference_runs") or ())):
+            run.setdefault("valid", True)
+            run.setdefault("latency_untrusted", [])
+        if isinstance(baseline, dict):
+            level = number(baseline["ci_level"]) if "ci_level" in baseline else _ci_level_1(baseline, verdicts)
+            baseline["ci_level"] = None if level is None or not 0 < level < 100 else level / 100 if level >= 1 else level
+            baseline.setdefault("inconclusive_gated", [m for m, v in verdicts.items()
+                                                       if v["family"] == "gated" and v.get("verdict") == "inconclusive"])
+    machine = data.get("machine_factor")
+    if isinstance(machine, dict):
+        machine.pop("line", None)
+    env = data.get("environment") or {}
+    env["workarounds"] = [_workaround_1(w) for w in env.get("workarounds") or []]
+    return data
+
+
+def _ci_level_1(baseline: Mapping[str, Any], verdicts: Mapping[str, Mapping[str, Any]]) -> float | None:
+    alpha, looks = number(baseline.get("alpha")), baseline.get("max_looks")
+    if alpha is not None and 0 < alpha < 0.5:
+        return 1 - 2 * alpha / (looks if isinstance(looks, int) and looks >= 1 else 1)
+    for v in verdicts.values():
+        m = _CI_IN_NOTE.search(str(v.get("note") or ""))
+        if m:
+            return float(m.group(1)) / 100
+    return None
+
+
+def _workaround_1(w: Any) -> dict[str, Any]:
+    if not isinstance(w, dict):
+        return {"name": str(w), "applied": True, "reason": None}
+    out = dict(w)
+    out.setdefault("applied", True)
+    out.setdefault("reason", out.pop("detail", None))
+    return out
+
+
+def _int(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
