@@ -1,6 +1,7 @@
 """Command-line options and ini values: one group, `--specdec-*` (plus the users' `--gpu`).
 
-Values stay plain strings/ints on `config.option` so pytest-xdist can serialise them; `Settings`
+Each is declared once, as a row of `OPTIONS`: `addoption` registers the rows and `Settings.from_config` reads
+them. Values stay plain strings/ints on `config.option` so pytest-xdist can serialise them; `Settings`
 is the one frozen, validated view the rest of the plugin reads.
 """
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -112,192 +113,284 @@ def gpu_list(value: str) -> str:
     return value
 
 
-#: Opt-in failures, each a flag with an ini twin: what it makes fail.
-FAIL_FLAGS = {
-    "fail-inconclusive": "fail a test whose gated metric (speedup, acceptance, P95 E2E ratio, or what `gate` "
-                         "adds) stays inconclusive after its last look; by default it passes with a warning",
-    "fail-machine": "fail the session when the machine factor (tonight's reference speed against the baseline "
-                    "nights) is beyond the reference_tok_s threshold; by default it warns",
-}
+def host_address(value: str) -> str:
+    """argparse type: an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name of this machine."""
+    import ipaddress
+    import re
+
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", value):
+        return value
+    raise argparse.ArgumentTypeError(f"expected an IP address (e.g. 127.0.0.1) or a host name, got {value!r}")
+
+
+def _as_is(value: Any, config: pytest.Config) -> Any:
+    return value
+
+
+def _bool(value: Any, config: pytest.Config) -> bool:
+    return bool(value)
+
+
+def _rooted(value: str, config: pytest.Config) -> Path:
+    """An output or input directory: a relative path is under the rootdir."""
+    path = Path(value)
+    return path if path.is_absolute() else Path(str(config.rootpath)) / path
+
+
+def _rooted_or_none(value: str | None, config: pytest.Config) -> Path | None:
+    """An output path option: relative paths are under the rootdir, like --specdec-reports."""
+    return _rooted(value, config) if value else None
+
+
+def _path_or_none(value: str | None, config: pytest.Config) -> Path | None:
+    return Path(value) if value else None
+
+
+def _strings(value: list[Any], config: pytest.Config) -> tuple[str, ...]:
+    return tuple(str(x) for x in value)
+
+
+def _keep_sessions(value: str, config: pytest.Config) -> int:
+    try:
+        return positive_int(str(value).strip())
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"ini specdec_keep_sessions: {exc}") from None
+
+
+def _ini_thresholds(value: list[Any], config: pytest.Config) -> tuple[str, ...]:
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.gate.verdicts import parse_threshold_items
+
+    items = _strings(value, config)
+    try:
+        parse_threshold_items(items, "ini specdec_thresholds")
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    return items
+
+
+def _gate(value: list[Any], config: pytest.Config) -> tuple[str, ...]:
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.gate.verdicts import check_gate
+
+    try:
+        return tuple(check_gate(list(_strings(value, config)), "ini specdec_gate"))
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _dataset(value: str, config: pytest.Config) -> str:
+    """--specdec-dataset with its path resolved where pytest was invoked; a missing file stops the session
+    before any server starts."""
+    from pytest_specdec.measure.datasets import DatasetSpec
+
+    cwd = Path(str(config.invocation_params.dir))
+    spec = DatasetSpec.parse(value)
+    if spec.path == "builtin":
+        return value
+    path = Path(spec.path).expanduser()
+    path = path if path.is_absolute() else cwd / path
+    if not path.is_file():
+        raise pytest.UsageError(f"--specdec-dataset {value!r}: no such file ({path})")
+    return str(spec.with_path(str(path)))
+
+
+def _drafts(values: list[str], config: pytest.Config) -> tuple[tuple[str, str], ...]:
+    """Parse repeated `--specdec-draft METHOD=MODEL`; a method given twice is an error, not a silent override."""
+    out: dict[str, str] = {}
+    for v in values:
+        method, sep, model = v.partition("=")
+        if not sep or not method.strip() or not model.strip():
+            raise pytest.UsageError(f"--specdec-draft expects METHOD=MODEL (e.g. eagle3=/path/to/head), got {v!r}")
+        if method.strip() in out:
+            raise pytest.UsageError(f"--specdec-draft names {method.strip()!r} twice")
+        out[method.strip()] = model.strip()
+    return tuple(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class Option:
+    """One declaration: a command-line flag, an ini value, or a flag with an ini twin, and the `Settings`
+    field it fills (by default the flag's or ini value's name without `specdec_`: `--specdec-runs` -> `runs`).
+
+    The flag's value lands on `config.option` under argparse's dest (`--specdec-runs` -> `specdec_runs`).
+    An ini twin is read when its flag was not given (the command line wins); it is a bool, false by default.
+    """
+
+    flag: str | None = None  # None: an ini value only
+    _: KW_ONLY
+    setting: str = ""  # the Settings field, when it is not the name without `specdec_`
+    ini: str | None = None  # the ini value: alone, or the flag's twin
+    ini_type: str | None = None  # an ini value's type (pytest's addini types)
+    metavar: str | None = None
+    type: Callable[[str], Any] | None = None
+    action: str | type[argparse.Action] | None = None
+    nargs: str | None = None
+    choices: tuple[str, ...] | None = None
+    default: Any = None  # the flag's default, or an ini value's
+    help: str
+    shown_default: str = "%(default)r"  # the help's last words, "Default: <this>" ("": none); argparse's repr
+    read: Callable[[Any, pytest.Config], Any] = _as_is  # the option's (or ini's) value -> the setting
+
+    def __post_init__(self) -> None:
+        if self.flag is None and self.ini is None:
+            raise ValueError(f"option {self.setting!r}: neither a flag nor an ini value")
+        if not self.setting:
+            name = self.dest if self.flag is not None else str(self.ini)
+            object.__setattr__(self, "setting", name.removeprefix("specdec_"))
+
+    @property
+    def dest(self) -> str:
+        assert self.flag is not None
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def register(self, parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+        text = f"{self.help} Default: {self.shown_default}" if self.shown_default else self.help
+        if self.flag is None:
+            parser.addini(str(self.ini), type=self.ini_type, default=self.default, help=text)  # type: ignore[arg-type]
+            return
+        given = {"metavar": self.metavar, "type": self.type, "action": self.action, "nargs": self.nargs,
+                 "choices": self.choices}
+        group.addoption(self.flag, **{k: v for k, v in given.items() if v is not None}, default=self.default,
+                        help=text)
+        if self.ini is not None:
+            parser.addini(self.ini, type="bool", default=False, help=f"as {self.flag}. Default: false")
+
+    def value(self, config: pytest.Config) -> Any:
+        """This option's setting: the flag's value, else (not given) its ini value."""
+        raw = getattr(config.option, self.dest) if self.flag is not None else None
+        if raw is None and self.ini is not None:
+            raw = config.getini(self.ini)
+        return self.read(raw, config)
+
+
+def _fail_flag(name: str, what: str) -> Option:
+    """An opt-in failure: a flag with an ini twin, saying what it makes fail."""
+    ini = "specdec_" + name.replace("-", "_")
+    return Option(f"--specdec-{name}", ini=ini, action="store_true", help=f"{what}. Ini: {ini}", shown_default="",
+                  read=_bool)
+
+
+#: Every option and ini value of the plugin, in `pytest --help` order.
+OPTIONS: tuple[Option, ...] = (
+    Option("--gpu", metavar="NAME", default="auto",
+           help="hardware profile: cpu, h100, h200, a100 or l40s. A GPU profile stops unless nvidia-smi lists only "
+                "its GPU class (e.g. h100 = H100 SXM; not PCIe); auto picks the profile from nvidia-smi, cpu without "
+                "GPUs. --specdec-dry-run skips the check."),
+    Option("--specdec-profile", setting="profile_path", metavar="PATH",
+           help="a profile TOML file of your own instead of the built-in one named by --gpu."),
+    Option("--specdec-runs", metavar="N", type=positive_int, shown_default="the profile's (cpu: 4)",
+           help="interleaved reference/spec run pairs per test."),
+    Option("--specdec-dry-run", action="store_true", default=False,
+           help="print every server command and the test matrix; start nothing."),
+    Option("--specdec-endpoint", metavar="URL", type=endpoint_url,
+           help="measure a spec server someone else started (needs --specdec-reference-endpoint)."),
+    Option("--specdec-reference-endpoint", metavar="URL", type=endpoint_url,
+           help="the matching no-speculation server for --specdec-endpoint."),
+    Option("--specdec-api-key-env", metavar="VAR", default="OPENAI_API_KEY",
+           help="environment variable holding the endpoints' API key (never printed or stored)."),
+    Option("--specdec-json", setting="json_path", metavar="PATH", read=_path_or_none,
+           help="also write the JSON results here (they always go under reports/)."),
+    Option("--specdec-reports", setting="reports_dir", metavar="DIR", default="reports", read=_rooted,
+           help="directory for JSON results and server logs."),
+    Option("--specdec-max-servers", metavar="N", type=positive_int, default=2,
+           help="vLLM servers alive at once; the least recently used one is stopped first."),
+    Option("--specdec-host", metavar="ADDR", type=host_address, default="127.0.0.1",
+           help="address the vLLM servers the plugin starts bind to (vLLM's own default is 0.0.0.0: every "
+                "interface); the client connects there too."),
+    Option("--specdec-block-runs", metavar="N", type=positive_int,
+           help="when the reference and spec servers cannot be alive at once (--specdec-max-servers 1 or the "
+                "profile's [placement] co_resident = false), alternate the arms in blocks of N runs (ABBA).",
+           shown_default="half the runs, rounded up"),
+    Option("--specdec-api", metavar="API", choices=("chat", "completions"), default="chat",
+           help="endpoint for tests whose marker sets no api=: chat (the model's chat template, as EAGLE heads "
+                "are trained) or completions (chat prompts rendered with the target's chat template)."),
+    Option("--specdec-request-rate", metavar="RATE", type=positive_float,
+           help="open loop for tests whose marker sets no request_rate=: seeded Poisson arrivals at RATE "
+                "requests/s, still capped at the test's concurrency.", shown_default="closed loop"),
+    Option("--specdec-startup-timeout", setting="startup_timeout_s", metavar="SECONDS", type=positive_float,
+           default=900.0, help="how long a vLLM server may take to become ready."),
+    Option("--specdec-quiet-timeout", setting="quiet_timeout_s", metavar="SECONDS", type=non_negative_float,
+           default=3.0,
+           help="before each run, wait up to SECONDS for every server this session started to go idle (vLLM's "
+                "processes busy-wait for 1 s after their last step and would share the cores with the run); in "
+                "endpoint mode for the processes behind loopback endpoints, else a fixed 1.2 s; "
+                "0 skips the wait."),
+    Option("--specdec-baselines", setting="baselines_dir", metavar="DIR", default="baselines", read=_rooted,
+           help="root of the stored baselines (<DIR>/<profile>/<suite module>/<test id>.json)."),
+    Option("--update-baselines", metavar="MODE", nargs="?", action=UpdateBaselines,
+           help="write baselines at session end: the bare flag adds tonight's session to every baseline "
+                "(accepting any change); =missing only creates missing ones. Never written without it."),
+    Option("--specdec-draft", setting="drafts", metavar="METHOD=MODEL", action="append", default=[],
+           read=_drafts,
+           help="use MODEL (a path, hub id or zoo:NAME) as METHOD's draft/head instead of the profile's, under "
+                "the same test ids, e.g. eagle3=/heads/new (repeatable).", shown_default="the profile's"),
+    Option("--specdec-strict", action="store_true", default=False,
+           help="fail (not just warn) when a baseline was measured under different comparability keys."),
+    Option("--specdec-max-runs", metavar="N", type=positive_int,
+           help="when a verdict is inconclusive, add interleaved run pairs two at a time up to N per arm "
+                "(alpha split over the looks).",
+           shown_default="the profile's [verdicts] max_runs (cpu: 4, as many as its runs), else no extra runs"),
+    Option("--specdec-alpha", metavar="ALPHA", type=alpha_value, default=0.05,
+           help="one-sided significance level of the verdicts (the CIs are 1-2*ALPHA)."),
+    Option("--specdec-fdr", metavar="METHOD", choices=("bh", "holm"), default="bh",
+           help="multiplicity control within each family (gated, shown) of the session's metric tests: bh "
+                "(Benjamini-Hochberg) or holm."),
+    _fail_flag("fail-inconclusive",
+               "fail a test whose gated metric (speedup, acceptance, P95 E2E ratio, or what `gate` adds) stays "
+               "inconclusive after its last look; by default it passes with a warning"),
+    _fail_flag("fail-machine",
+               "fail the session when the machine factor (tonight's reference speed against the baseline nights) "
+               "is beyond the reference_tok_s threshold; by default it warns"),
+    Option("--specdec-threshold", setting="cli_thresholds", metavar="METRIC=VALUE", action="append",
+           type=threshold_item, default=[], read=_strings,
+           help="practical threshold of a metric (%% for rates and latencies, points for acceptance), or of a "
+                "kind (rate, acceptance, latency); repeatable; overrides ini and profile."),
+    Option("--specdec-dataset", metavar="[FORMAT:]PATH[#CATEGORY,...]", type=dataset_spec,
+           default="builtin", read=_dataset,
+           help="prompts of every specdec test whose marker names no dataset= (a marker's dataset= wins): builtin, "
+                "or a prompts JSONL, ShareGPT JSON, spec_bench/MT-Bench JSONL or InstructCoder JSON(L) file, format "
+                "detected from the content unless prefixed (prompts:, sharegpt:, spec_bench:, instructcoder:); "
+                "#CATEGORY keeps only those categories."),
+    Option("--specdec-gpus", metavar="LIST", type=gpu_list,
+           help="GPU ids the servers may lease, e.g. 0,1,2,3 (GPU profiles; each server gets its TP size in GPUs "
+                "as CUDA_VISIBLE_DEVICES).", shown_default="CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists"),
+    Option("--specdec-lease-dir", metavar="DIR", default=".pytest_cache/specdec-gpus",
+           read=_rooted,
+           help="where the GPU lease file and its lock live; share it between every session on a host "
+                "(e.g. /var/tmp/specdec-gpus) so they never measure on the same GPU."),
+    Option("--specdec-gpu-wait", setting="gpu_wait_s", metavar="SECONDS", type=positive_float, default=3600.0,
+           help="how long a server waits for GPUs other workers hold before failing with who holds them."),
+    Option("--specdec-pin-cpus", action="store_true", default=False,
+           help="pin each vLLM server to the CPUs local to its leased GPUs (their NUMA node, as in "
+                "`nvidia-smi topo -m`)."),
+    Option("--specdec-report", setting="report_path", metavar="PATH", read=_rooted_or_none,
+           help="write the HTML report here instead of reports/specdec-<UTC stamp>.html and reports/latest.html."),
+    Option("--specdec-gpu-hourly-usd", metavar="USD", type=positive_float,
+           help="price of one GPU hour (the machine hour on cpu), for the report's cost per 1M output tokens; "
+                "overrides the profile's price_per_hour_usd.", shown_default="the profile's, else no cost"),
+    Option("--specdec-benchmark-json", metavar="PATH", read=_rooted_or_none,
+           help="also write the runs in pytest-benchmark's JSON format (seconds per output token, TPOT, E2E; "
+                "lower is better) for `pytest-benchmark compare`."),
+    Option(ini="specdec_keep_sessions", ini_type="string", default="5", read=_keep_sessions,
+           help="measurement sessions (server starts) --update-baselines keeps per baseline file.", shown_default="5"),
+    Option(ini="specdec_gate", ini_type="linelist", default=[], read=_gate,
+           help="metrics added to the gated family of every test (e.g. output_tok_s, tpot_p95_ms); the gated "
+                "family fails tests, the others are judged and shown.",
+           shown_default="none (speedup, acceptance_rate and e2e_p95_ratio are always gated)"),
+    Option(ini="specdec_thresholds", setting="ini_thresholds", ini_type="linelist", default=[], read=_ini_thresholds,
+           help="practical thresholds, one METRIC=VALUE per line (see --specdec-threshold).", shown_default="none"),
+)
 
 
 def addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specdec", "speculative decoding regression checks (pytest-specdec)")
-    group.addoption(
-        "--gpu", metavar="NAME", default="auto",
-        help="hardware profile: cpu, h100, h200, a100 or l40s. A GPU profile stops unless nvidia-smi lists only "
-             "its GPU class (e.g. h100 = H100 SXM; not PCIe); auto picks the profile from nvidia-smi, cpu without "
-             "GPUs. --specdec-dry-run skips the check. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-profile", metavar="PATH", default=None,
-        help="a profile TOML file of your own instead of the built-in one named by --gpu. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-runs", metavar="N", type=positive_int, default=None,
-        help="interleaved reference/spec run pairs per test. Default: the profile's (cpu: 4)",
-    )
-    group.addoption(
-        "--specdec-dry-run", action="store_true", default=False,
-        help="print every server command and the test matrix; start nothing. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-endpoint", metavar="URL", type=endpoint_url, default=None,
-        help="measure a spec server someone else started (needs --specdec-reference-endpoint). Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-reference-endpoint", metavar="URL", type=endpoint_url, default=None,
-        help="the matching no-speculation server for --specdec-endpoint. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-api-key-env", metavar="VAR", default="OPENAI_API_KEY",
-        help="environment variable holding the endpoints' API key (never printed or stored). Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-json", metavar="PATH", default=None,
-        help="also write the JSON results here (they always go under reports/). Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-reports", metavar="DIR", default="reports",
-        help="directory for JSON results and server logs. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-max-servers", metavar="N", type=positive_int, default=2,
-        help="vLLM servers alive at once; the least recently used one is stopped first. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-host", metavar="ADDR", type=host_address, default="127.0.0.1",
-        help="address the vLLM servers the plugin starts bind to (vLLM's own default is 0.0.0.0: every "
-             "interface); the client connects there too. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-block-runs", metavar="N", type=positive_int, default=None,
-        help="when the reference and spec servers cannot be alive at once (--specdec-max-servers 1 or the "
-             "profile's [placement] co_resident = false), alternate the arms in blocks of N runs (ABBA). "
-             "Default: half the runs, rounded up",
-    )
-    group.addoption(
-        "--specdec-api", metavar="API", choices=("chat", "completions"), default="chat",
-        help="endpoint for tests whose marker sets no api=: chat (the model's chat template, as EAGLE heads "
-             "are trained) or completions (chat prompts rendered with the target's chat template). "
-             "Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-request-rate", metavar="RATE", type=positive_float, default=None,
-        help="open loop for tests whose marker sets no request_rate=: seeded Poisson arrivals at RATE "
-             "requests/s, still capped at the test's concurrency. Default: closed loop",
-    )
-    group.addoption(
-        "--specdec-startup-timeout", metavar="SECONDS", type=positive_float, default=900.0,
-        help="how long a vLLM server may take to become ready. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-quiet-timeout", metavar="SECONDS", type=non_negative_float, default=3.0,
-        help="before each run, wait up to SECONDS for every server this session started to go idle (vLLM's "
-             "processes busy-wait for 1 s after their last step and would share the cores with the run); in "
-             "endpoint mode for the processes behind loopback endpoints, else a fixed 1.2 s; "
-             "0 skips the wait. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-baselines", metavar="DIR", default="baselines",
-        help="root of the stored baselines (<DIR>/<profile>/<suite module>/<test id>.json). Default: %(default)r",
-    )
-    group.addoption(
-        "--update-baselines", metavar="MODE", nargs="?", action=UpdateBaselines, default=None,
-        help="write baselines at session end: the bare flag adds tonight's session to every baseline "
-             "(accepting any change); =missing only creates missing ones. Never written without it. "
-             "Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-draft", metavar="METHOD=MODEL", action="append", default=[],
-        help="use MODEL (a path, hub id or zoo:NAME) as METHOD's draft/head instead of the profile's, under "
-             "the same test ids, e.g. eagle3=/heads/new (repeatable). Default: the profile's",
-    )
-    group.addoption(
-        "--specdec-strict", action="store_true", default=False,
-        help="fail (not just warn) when a baseline was measured under different comparability keys. "
-             "Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-max-runs", metavar="N", type=positive_int, default=None,
-        help="when a verdict is inconclusive, add interleaved run pairs two at a time up to N per arm "
-             "(alpha split over the looks). Default: the profile's [verdicts] max_runs (cpu: 4, as many as its "
-             "runs), else no extra runs",
-    )
-    group.addoption(
-        "--specdec-alpha", metavar="ALPHA", type=alpha_value, default=0.05,
-        help="one-sided significance level of the verdicts (the CIs are 1-2*ALPHA). Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-fdr", metavar="METHOD", choices=("bh", "holm"), default="bh",
-        help="multiplicity control within each family (gated, shown) of the session's metric tests: bh "
-             "(Benjamini-Hochberg) or holm. Default: %(default)r",
-    )
-    for flag, what in FAIL_FLAGS.items():  # each with an ini twin; the command line wins when given
-        ini = "specdec_" + flag.replace("-", "_")
-        group.addoption(f"--specdec-{flag}", action="store_true", default=None, help=f"{what}. Ini: {ini}")
-        parser.addini(ini, type="bool", default=False, help=f"as --specdec-{flag}. Default: false")
-    group.addoption(
-        "--specdec-threshold", metavar="METRIC=VALUE", action="append", type=threshold_item, default=[],
-        help="practical threshold of a metric (%% for rates and latencies, points for acceptance), or of a "
-             "kind (rate, acceptance, latency); repeatable; overrides ini and profile. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-dataset", metavar="[FORMAT:]PATH[#CATEGORY,...]", type=dataset_spec, default="builtin",
-        help="prompts of every specdec test whose marker names no dataset= (a marker's dataset= wins): builtin, "
-             "or a prompts JSONL, ShareGPT JSON, spec_bench/MT-Bench JSONL or InstructCoder JSON(L) file, format "
-             "detected from the content unless prefixed (prompts:, sharegpt:, spec_bench:, instructcoder:); "
-             "#CATEGORY keeps only those categories. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-gpus", metavar="LIST", type=gpu_list, default=None,
-        help="GPU ids the servers may lease, e.g. 0,1,2,3 (GPU profiles; each server gets its TP size in GPUs "
-             "as CUDA_VISIBLE_DEVICES). Default: CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists",
-    )
-    group.addoption(
-        "--specdec-lease-dir", metavar="DIR", default=".pytest_cache/specdec-gpus",
-        help="where the GPU lease file and its lock live; share it between every session on a host "
-             "(e.g. /var/tmp/specdec-gpus) so they never measure on the same GPU. Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-gpu-wait", metavar="SECONDS", type=positive_float, default=3600.0,
-        help="how long a server waits for GPUs other workers hold before failing with who holds them. "
-             "Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-pin-cpus", action="store_true", default=False,
-        help="pin each vLLM server to the CPUs local to its leased GPUs (their NUMA node, as in "
-             "`nvidia-smi topo -m`). Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-report", metavar="PATH", default=None,
-        help="write the HTML report here instead of reports/specdec-<UTC stamp>.html and reports/latest.html. "
-             "Default: %(default)r",
-    )
-    group.addoption(
-        "--specdec-gpu-hourly-usd", metavar="USD", type=positive_float, default=None,
-        help="price of one GPU hour (the machine hour on cpu), for the report's cost per 1M output tokens; "
-             "overrides the profile's price_per_hour_usd. Default: the profile's, else no cost",
-    )
-    group.addoption(
-        "--specdec-benchmark-json", metavar="PATH", default=None,
-        help="also write the runs in pytest-benchmark's JSON format (seconds per output token, TPOT, E2E; "
-             "lower is better) for `pytest-benchmark compare`. Default: %(default)r",
-    )
-    parser.addini(
-        "specdec_keep_sessions", type="string", default="5",
-        help="measurement sessions (server starts) --update-baselines keeps per baseline file. Default: 5",
-    )
-    parser.addini(
-        "specdec_gate", type="linelist", default=[],
-        help="metrics added to the gated family of every test (e.g. output_tok_s, tpot_p95_ms); the gated "
-             "family fails tests, the others are judged and shown. Default: none (speedup, acceptance_rate "
-             "and e2e_p95_ratio are always gated)",
-    )
-    parser.addini(
-        "specdec_thresholds", type="linelist", default=[],
-        help="practical thresholds, one METRIC=VALUE per line (see --specdec-threshold). Default: none",
-    )
+    for option in OPTIONS:
+        option.register(parser, group)
 
 
 @dataclass(frozen=True)
@@ -355,119 +448,4 @@ class Settings:
                 "--specdec-endpoint and --specdec-reference-endpoint go together: the speedup needs "
                 "the no-speculation reference server as well"
             )
-        root = Path(str(config.rootpath))
-        reports = Path(opt.specdec_reports)
-        baselines = Path(opt.specdec_baselines)
-        lease_dir = Path(opt.specdec_lease_dir)
-        keep_raw = str(config.getini("specdec_keep_sessions")).strip()
-        try:
-            keep = positive_int(keep_raw)
-        except argparse.ArgumentTypeError as exc:
-            raise pytest.UsageError(f"ini specdec_keep_sessions: {exc}") from None
-        ini_thresholds = tuple(str(x) for x in config.getini("specdec_thresholds"))
-        from pytest_specdec.errors import ConfigError
-        from pytest_specdec.gate.verdicts import parse_threshold_items
-
-        try:
-            parse_threshold_items(ini_thresholds, "ini specdec_thresholds")
-        except ConfigError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        from pytest_specdec.gate.verdicts import check_gate
-
-        try:
-            gate = tuple(check_gate([str(x) for x in config.getini("specdec_gate")], "ini specdec_gate"))
-        except ConfigError as exc:
-            raise pytest.UsageError(str(exc)) from None
-
-        def flag(option: bool | None, ini: str) -> bool:
-            return bool(config.getini(ini)) if option is None else option
-
-        return cls(
-            fail_inconclusive=flag(opt.specdec_fail_inconclusive, "specdec_fail_inconclusive"),
-            fail_machine=flag(opt.specdec_fail_machine, "specdec_fail_machine"),
-            gate=gate,
-            gpu=opt.gpu,
-            profile_path=opt.specdec_profile,
-            runs=opt.specdec_runs,
-            dry_run=opt.specdec_dry_run,
-            endpoint=opt.specdec_endpoint,
-            reference_endpoint=opt.specdec_reference_endpoint,
-            api_key_env=opt.specdec_api_key_env,
-            json_path=Path(opt.specdec_json) if opt.specdec_json else None,
-            reports_dir=reports if reports.is_absolute() else root / reports,
-            max_servers=opt.specdec_max_servers,
-            startup_timeout_s=opt.specdec_startup_timeout,
-            quiet_timeout_s=opt.specdec_quiet_timeout,
-            baselines_dir=baselines if baselines.is_absolute() else root / baselines,
-            update_baselines=opt.update_baselines,
-            strict=opt.specdec_strict,
-            drafts=_drafts(opt.specdec_draft),
-            max_runs=opt.specdec_max_runs,
-            alpha=opt.specdec_alpha,
-            fdr=opt.specdec_fdr,
-            cli_thresholds=tuple(opt.specdec_threshold),
-            ini_thresholds=ini_thresholds,
-            keep_sessions=keep,
-            block_runs=opt.specdec_block_runs,
-            api=opt.specdec_api,
-            request_rate=opt.specdec_request_rate,
-            dataset=_dataset(opt.specdec_dataset, Path(str(config.invocation_params.dir))),
-            gpus=opt.specdec_gpus,
-            lease_dir=lease_dir if lease_dir.is_absolute() else root / lease_dir,
-            gpu_wait_s=opt.specdec_gpu_wait,
-            pin_cpus=opt.specdec_pin_cpus,
-            report_path=_under(root, opt.specdec_report),
-            gpu_hourly_usd=opt.specdec_gpu_hourly_usd,
-            benchmark_json=_under(root, opt.specdec_benchmark_json),
-            host=opt.specdec_host,
-        )
-
-
-def host_address(value: str) -> str:
-    """argparse type: an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name of this machine."""
-    import ipaddress
-    import re
-
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        pass
-    if re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", value):
-        return value
-    raise argparse.ArgumentTypeError(f"expected an IP address (e.g. 127.0.0.1) or a host name, got {value!r}")
-
-
-def _dataset(value: str, cwd: Path) -> str:
-    """--specdec-dataset with its path resolved where pytest was invoked; a missing file stops the session
-    before any server starts."""
-    from pytest_specdec.measure.datasets import DatasetSpec
-
-    spec = DatasetSpec.parse(value)
-    if spec.path == "builtin":
-        return value
-    path = Path(spec.path).expanduser()
-    path = path if path.is_absolute() else cwd / path
-    if not path.is_file():
-        raise pytest.UsageError(f"--specdec-dataset {value!r}: no such file ({path})")
-    return str(spec.with_path(str(path)))
-
-
-def _under(root: Path, value: str | None) -> Path | None:
-    """An output path option: relative paths are under the rootdir, like --specdec-reports."""
-    if not value:
-        return None
-    path = Path(value)
-    return path if path.is_absolute() else root / path
-
-
-def _drafts(values: list[str]) -> tuple[tuple[str, str], ...]:
-    """Parse repeated `--specdec-draft METHOD=MODEL`; a method given twice is an error, not a silent override."""
-    out: dict[str, str] = {}
-    for v in values:
-        method, sep, model = v.partition("=")
-        if not sep or not method.strip() or not model.strip():
-            raise pytest.UsageError(f"--specdec-draft expects METHOD=MODEL (e.g. eagle3=/path/to/head), got {v!r}")
-        if method.strip() in out:
-            raise pytest.UsageError(f"--specdec-draft names {method.strip()!r} twice")
-        out[method.strip()] = model.strip()
-    return tuple(sorted(out.items()))
+        return cls(**{option.setting: option.value(config) for option in OPTIONS})
