@@ -6,6 +6,7 @@ Kept apart from the HTTP client so datasets and metrics do not import it.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -53,16 +54,7 @@ class Sampling:
 
     def to_request(self) -> dict[str, Any]:
         """The request-body fields; every one is present even when it equals vLLM's default."""
-        return {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "min_p": self.min_p,
-            "presence_penalty": self.presence_penalty,
-            "frequency_penalty": self.frequency_penalty,
-            "repetition_penalty": self.repetition_penalty,
-            "ignore_eos": self.ignore_eos,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass

@@ -4,26 +4,20 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_specdec.errors import SpecDecError
 
-# Counters.<field> ← vLLM family name (prometheus_client's parser strips the `_total` suffix).
-# Names from vllm/v1/spec_decode/metrics.py (SpecDecodingProm) and vllm/v1/metrics/loggers.py.
-COUNTER_NAMES: dict[str, str] = {
-    "drafts": "vllm:spec_decode_num_drafts",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens",
-    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
-    "generation_tokens": "vllm:generation_tokens",
-    "prompt_tokens": "vllm:prompt_tokens",
-    "preemptions": "vllm:num_preemptions",
-    "prefix_cache_queries": "vllm:prefix_cache_queries",
-    "prefix_cache_hits": "vllm:prefix_cache_hits",
-}
 PER_POS_NAME = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def _counter(family: str) -> Any:
+    """A summed counter field, read from vLLM's family `family` (prometheus_client's parser strips the
+    `_total` suffix)."""
+    return field(default=0.0, metadata={"family": family})
 
 
 @dataclass(frozen=True)
@@ -34,15 +28,16 @@ class Counters:
     only when started with a speculative config), so "no drafts" can be told from "no speculation".
     """
 
-    drafts: float = 0.0
-    draft_tokens: float = 0.0
-    accepted_tokens: float = 0.0
-    accepted_per_pos: tuple[float, ...] = ()
-    generation_tokens: float = 0.0
-    prompt_tokens: float = 0.0
-    preemptions: float = 0.0
-    prefix_cache_queries: float = 0.0
-    prefix_cache_hits: float = 0.0
+    # Names from vllm/v1/spec_decode/metrics.py (SpecDecodingProm) and vllm/v1/metrics/loggers.py.
+    drafts: float = _counter("vllm:spec_decode_num_drafts")
+    draft_tokens: float = _counter("vllm:spec_decode_num_draft_tokens")
+    accepted_tokens: float = _counter("vllm:spec_decode_num_accepted_tokens")
+    accepted_per_pos: tuple[float, ...] = ()  # PER_POS_NAME, by its `position` label
+    generation_tokens: float = _counter("vllm:generation_tokens")
+    prompt_tokens: float = _counter("vllm:prompt_tokens")
+    preemptions: float = _counter("vllm:num_preemptions")
+    prefix_cache_queries: float = _counter("vllm:prefix_cache_queries")
+    prefix_cache_hits: float = _counter("vllm:prefix_cache_hits")
     spec_decode: bool = False
 
     def __sub__(self, before: Counters) -> Counters:
@@ -68,6 +63,10 @@ class Counters:
         d = dataclasses.asdict(self)
         d["accepted_per_pos"] = list(self.accepted_per_pos)
         return d
+
+
+#: Counters.<field> -> the vLLM family it sums.
+COUNTER_NAMES: dict[str, str] = {f.name: f.metadata["family"] for f in dataclasses.fields(Counters) if f.metadata}
 
 
 def _reset_msg(metric: str, before: float, after: float) -> str:
