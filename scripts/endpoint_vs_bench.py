@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from vs_bench_serve import bench_command, bench_prompts_file, run_bench  # noqa: E402
 
+from pytest_specdec.output.schema import load  # noqa: E402
+
 SUITE = """
 import pytest
 
@@ -81,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
             proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise SystemExit(f"pytest failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
-            test = json.loads((reports / "latest.json").read_text())["tests"][0]
-            runs = [*test["reference_runs"], *test["runs"]]
-            return {"tok_s": test["runs"][0]["output_tok_s"], "ref_tok_s": test["reference_runs"][0]["output_tok_s"],
+            test = load(json.loads((reports / "latest.json").read_text()), str(reports / "latest.json")).tests[0]
+            runs = [*test.reference_runs, *test.runs]
+            return {"tok_s": test.runs[0]["output_tok_s"], "ref_tok_s": test.reference_runs[0]["output_tok_s"],
                     "invalid": [f"{r['arm']}: {'; '.join(r['invalid_reasons'])}" for r in runs if not r["valid"]],
-                    "coalesced": [r["arm"] for r in runs if r.get("latency_untrusted")],
+                    "coalesced": [r["arm"] for r in runs if r["latency_untrusted"]],
                     "lag_ms": [round(r["loop_lag_mean_ms"], 1) for r in runs],
                     "settle": [r["settle"] for r in runs]}
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import math
 import sys
 import time
@@ -36,6 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from pytest_specdec.gate.baselines import load
 from pytest_specdec.gate.stats import Thresholds, alpha_for_look, compare
 from pytest_specdec.gate.sequential import adjust, detectable, next_look_useful, planned_looks
 from pytest_specdec.gate.variance import estimate_night_variance
@@ -61,7 +61,8 @@ class Noise:
 
 def measured_noise(directory: Path) -> Noise:
     """Run, night and shared-night sd of the gated metrics, pooled over a profile's stored baselines."""
-    files = [json.loads(Path(f).read_text()) for f in sorted(glob.glob(str(directory / "*" / "*.json")))]
+    files = [d for f in sorted(glob.glob(str(directory / "*" / "*.json")))
+             if (d := load(Path(f), "--update-baselines")) is not None]
     if not files:
         raise SystemExit(f"no stored baselines under {directory}")
     nv = night_variances(files, night_factors(files))

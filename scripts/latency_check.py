@@ -13,37 +13,35 @@ import argparse
 import json
 from pathlib import Path
 
+from pytest_specdec.output.schema import load
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, help="a session's results JSON, e.g. reports/latest.json")
     args = ap.parse_args(argv)
-    data = json.loads(args.results.read_text())
-    tests = data["tests"]
-    invalid = [(t["nodeid"], r["arm"], r["index"], r["reasons"]) for t in tests
-               for r in (t.get("validity") or {}).get("invalid_runs") or []]
-    coalesced = [(t["nodeid"], r["arm"], r["index"], r["reasons"]) for t in tests
-                 for r in (t.get("validity") or {}).get("latency_untrusted_runs") or []]
+    tests = load(json.loads(args.results.read_text()), str(args.results)).tests
+    invalid = [(t.nodeid, r["arm"], r["index"], r["reasons"]) for t in tests for r in t.invalid_runs]
+    coalesced = [(t.nodeid, r["arm"], r["index"], r["reasons"]) for t in tests for r in t.latency_untrusted_runs]
     print(f"{len(tests)} tests; {len(invalid)} invalid run(s); {len(coalesced)} coalesced run(s)")
     for nodeid, arm, index, reasons in invalid + coalesced:
         print(f"  {nodeid} {arm} run {index + 1}: {'; '.join(reasons)}")
     worst = 0.0
     for t in tests:
-        if t["params"].get("concurrency") != 1 or not t.get("runs"):
+        if t.params.get("concurrency") != 1 or not t.runs:
             continue
 
-        def p95s(runs: list[dict]) -> list[float]:
-            return [r["ttft_ms"]["p95"] for r in runs if r["valid"] and not r.get("latency_untrusted")
-                    and r.get("ttft_ms")]
+        def p95s(runs: tuple[dict, ...]) -> list[float]:
+            return [r["ttft_ms"]["p95"] for r in runs if r["valid"] and not r["latency_untrusted"] and r.get("ttft_ms")]
 
-        ref, spec = p95s(t["reference_runs"]), p95s(t["runs"])
+        ref, spec = p95s(t.reference_runs), p95s(t.runs)
         if not ref or not spec:
-            print(f"  {t['nodeid']}: no trusted runs in an arm")
+            print(f"  {t.nodeid}: no trusted runs in an arm")
             continue
         ratio = max(ref) / max(spec)
         worst = max(worst, ratio)
-        flagged = [f"{r['arm']} {r['index'] + 1}" for r in t["reference_runs"] + t["runs"] if r.get("latency_untrusted")]
-        print(f"  {t['nodeid']}: reference TTFT P95 max {max(ref):.0f} ms, spec {max(spec):.0f} ms, ratio {ratio:.2f}"
+        flagged = [f"{r['arm']} {r['index'] + 1}" for r in t.reference_runs + t.runs if r["latency_untrusted"]]
+        print(f"  {t.nodeid}: reference TTFT P95 max {max(ref):.0f} ms, spec {max(spec):.0f} ms, ratio {ratio:.2f}"
               + (f"; coalesced: {', '.join(flagged)}" if flagged else ""))
     print(f"largest reference/spec TTFT P95 ratio at c=1: {worst:.2f}")
     return 0

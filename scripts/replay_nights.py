@@ -12,7 +12,6 @@ each test catches. No looks are replayed: tonight has the runs the night stored.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tomllib
@@ -22,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from pytest_specdec.gate import verdicts as V  # noqa: E402
+from pytest_specdec.gate.baselines import load  # noqa: E402
 from pytest_specdec.gate.sequential import adjust, detectable  # noqa: E402
 from pytest_specdec.gate.scale import kind_of
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = sorted(args.baselines.glob("*/*.json"))
     if not paths:
         ap.error(f"no baseline files under {args.baselines}/*/")
-    files = {str(p): json.loads(p.read_text()) for p in paths}
+    files = {str(p): d for p in paths if (d := load(p, "--update-baselines")) is not None}
     files = {p: d for p, d in files.items() if len(d["sessions"]) >= 3}
     nights = min(len(d["sessions"]) for d in files.values())
     profile = tomllib.loads((PROFILES / f"{args.profile}.toml").read_text())

@@ -11,7 +11,7 @@ One JSON file per test: ``<root>/<profile>/<suite module>/<test id>.json``. It h
   ``keep`` of them, so the file learns the night-to-night variance.
 
 Files are deterministic and diff-friendly: sorted keys, one value per line, floats rounded to 6
-significant digits, a schema version. Nothing is written unless ``--update-baselines`` asks for it;
+significant digits, a schema version (older ones read through `upgrade`). Nothing is written unless ``--update-baselines`` asks for it;
 then all writes happen once at session end on the controller, under a file lock, by atomic rename.
 """
 
@@ -32,7 +32,10 @@ from pytest_specdec.gate.registry import METRICS
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult, RunRecord
 
-SCHEMA = 1
+SCHEMA = 2
+#: `config_source` of an engine config that schema 1 kept as vLLM's log line printed it (strings, no
+#: `config_source`), before it came from /server_info.
+LOG_LINE_ERA = "log line (schema 1)"
 SIGNIFICANT = 6
 #: The per-run P95s (Harrell-Davis, ms) that get verdicts, by RunRecord.hd_p95_ms key.
 #: The latencies whose P95 a run records: tpot, ttft, e2e.
@@ -238,16 +241,15 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def _legacy_engine(under_test: dict[str, Any]) -> bool:
-    """An engine config stored before it came from /server_info (log-line strings, no `config_source`)."""
-    return any(isinstance(c, dict) and c and "config_source" not in c
+def _log_line_era(under_test: dict[str, Any]) -> bool:
+    return any(isinstance(c, dict) and c.get("config_source") == LOG_LINE_ERA
                for c in (under_test.get("engine_config") or {}).values())
 
 
 def under_test_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """`diff` of two `under_test` records; an engine config stored in the old log-line format is one line
     saying so (its ~90 mangled strings would bury the real changes), not a leaf-by-leaf diff."""
-    if _legacy_engine(old) and not _legacy_engine(new):
+    if _log_line_era(old) and not _log_line_era(new):
         def strip(d: dict[str, Any]) -> dict[str, Any]:
             return {k: v for k, v in d.items() if k != "engine_config"}
 
@@ -282,8 +284,9 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
         raise BaselineError(f"baseline {path} is not valid JSON ({exc}); {fix}") from None
     except TypeError:
         raise BaselineError(f"baseline {path} is not a JSON object; {fix}") from None
-    if data.get("schema") != SCHEMA:
-        raise BaselineError(f"baseline {path} has schema {data.get('schema')!r}, this plugin reads schema "
+    version = data.get("schema")
+    if version not in (1, SCHEMA):
+        raise BaselineError(f"baseline {path} has schema {version!r}, this plugin reads schemas 1 to "
                             f"{SCHEMA}; {fix}")
     for key, kind in (("comparability", dict), ("under_test", dict), ("sessions", list)):
         if not isinstance(data.get(key), kind):
@@ -293,6 +296,18 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
               and all(isinstance(s["runs"].get(a), list) for a in ("reference", "spec")))
         if not ok:
             raise BaselineError(f"baseline {path}: sessions[{i}] has no runs.reference/runs.spec lists; {fix}")
+    return upgrade(data)
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """The one converter of older baselines, in place: schema 1 → 2 marks each engine config stored from
+    vLLM's log line (no `config_source`) as such, so its diff against a /server_info one is one line.
+    The file on disk changes only when --update-baselines rewrites it."""
+    if data["schema"] == 1:
+        for config in (data["under_test"].get("engine_config") or {}).values():
+            if isinstance(config, dict) and config and "config_source" not in config:
+                config["config_source"] = LOG_LINE_ERA
+        data["schema"] = 2
     return data
 
 

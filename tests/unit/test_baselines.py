@@ -91,7 +91,7 @@ def test_load_rejects_bad_files_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(BaselineError, match=r"b.json is not a JSON object; fix or delete it"):
         load(p, "c")
     p.write_text(json.dumps({"schema": 99}))
-    with pytest.raises(BaselineError, match="schema 99, this plugin reads schema 1"):
+    with pytest.raises(BaselineError, match="schema 99, this plugin reads schemas 1 to 2"):
         load(p, "c")
     p.write_text(json.dumps({"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": [{}]}))
     with pytest.raises(BaselineError, match=r"sessions\[0\] has no runs"):
@@ -103,11 +103,20 @@ def test_diff_lists_dotted_fields() -> None:
         "w.m": (24, 20), "x": (1, None), "y": (None, 2)}
 
 
-def test_an_engine_config_in_the_old_log_line_format_is_one_line_of_diff() -> None:
+def test_an_engine_config_in_the_old_log_line_format_is_one_line_of_diff(tmp_path: Path) -> None:
+    """Schema 1 kept the engine config as log-line strings without `config_source`; the converter marks
+    it, and its diff against a /server_info config is one line, not ~90 mangled leaves."""
     from pytest_specdec.gate.baselines import under_test_changes
 
-    old = {"vllm": "0.31.0", "engine_config": {"spec": {"speculative_config": "SpeculativeConfig(method='eagle3'",
-                                                         "max_seq_len": "1024"}}}
+    stored = {"schema": 1, "comparability": {}, "sessions": [],
+              "under_test": {"vllm": "0.31.0", "engine_config": {"spec": {
+                  "speculative_config": "SpeculativeConfig(method='eagle3'", "max_seq_len": "1024"}}}}
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(stored))
+    converted = load(path, "c")
+    assert converted is not None and converted["schema"] == SCHEMA == 2
+    old = converted["under_test"]
+    assert old["engine_config"]["spec"]["config_source"] == "log line (schema 1)"
     new = {"vllm": "0.32.0", "engine_config": {"spec": {"config_source": "server_info", "max_model_len": 1024,
                                                          "speculative_config": {"method": "eagle3"}}}}
     assert under_test_changes(old, new) == {
