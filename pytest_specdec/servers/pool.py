@@ -202,7 +202,11 @@ class ServerPool:
         return wait_quiet(pgids, timeout_s=timeout_s)
 
     def stop_all(self) -> None:
-        """Stop every server we started and give back their GPUs (also on failure and Ctrl-C)."""
-        while self._alive:
-            key, server = self._alive.popitem()
-            self._stop(key, server)
+        """Stop every server we started and give back their GPUs (also on failure and Ctrl-C); a second
+        Ctrl-C or a SIGTERM meanwhile waits until they are stopped."""
+        from pytest_specdec.servers.process import shielded
+
+        with shielded():
+            while self._alive:
+                key, server = self._alive.popitem()
+                self._stop(key, server)

@@ -8,6 +8,8 @@ imported at module level so `pytest --help` stays fast.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
 import shlex
@@ -20,6 +22,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from pytest_specdec.errors import ServerStartError
@@ -51,12 +54,21 @@ def _http_ok(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-_LOOPBACK = ("127.", "::1", "localhost")
-
-
 def is_loopback(host: str) -> bool:
-    """Whether `host` names this machine's loopback interface (an IPv4 127.x, ::1 or localhost)."""
-    return host.startswith(_LOOPBACK)
+    """Whether `host` is a loopback address (127.0.0.0/8, ::1, optionally in brackets) or exactly
+    `localhost`: parsed, never a prefix test, since `::100` or `localhost-gpu01` are other machines'
+    names and dev mode opens unauthenticated routes."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+#: Environment variable that marks a server this plugin started: "<owner pid>:<owner start ticks>", so
+#: a later session can tell its own strays (owner gone) from servers a live session still uses.
+OWNER_ENV = "PYTEST_SPECDEC_OWNER"
 
 
 @dataclass
@@ -114,7 +126,7 @@ class VllmServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port(self.spec.host)
         self.command = build_command(self.spec, self.port, self.launcher)
-        env = {**os.environ, **dict(self.spec.env), **self.placement_env}
+        env = {**os.environ, **dict(self.spec.env), **self.placement_env, OWNER_ENV: owner_tag(os.getpid())}
         if self.dev_mode:
             env[DEV_MODE_ENV] = "1"
         self._engine_config, self.server_info_s = None, None
@@ -133,7 +145,7 @@ class VllmServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                start_new_session=True,  # own process group: we kill the whole tree
+                start_new_session=True,  # own process group, whose id is the pid: we kill the whole tree
                 preexec_fn=_preexec(self.cpus, self.nice),
             )
         self.priority = lower_priority(self.proc.pid, self.nice) if self.nice else None
@@ -225,18 +237,132 @@ class VllmServer:
         self.stop()
 
 
-def _preexec(cpus: frozenset[int] | None, nice: int) -> Callable[[], None] | None:
-    """preexec_fn: the child's CPU affinity and niceness, set before exec (threads and children inherit them)."""
-    if not cpus and not nice:
-        return None
+def _preexec(cpus: frozenset[int] | None, nice: int) -> Callable[[], None]:
+    """preexec_fn: on Linux a parent-death signal (SIGTERM when the process that started the server dies,
+    even by SIGKILL, so vLLM shuts its engine down instead of orphaning it); the child's CPU affinity and
+    niceness, set before exec (threads and children inherit them)."""
+    prctl = _prctl()
+    parent = os.getpid()
 
     def setup() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:  # the parent died before the signal was armed
+                os._exit(1)
         if cpus:
             os.sched_setaffinity(0, cpus)
         if nice:
             os.nice(nice)
 
     return setup
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Callable[[int, int], int] | None:
+    """libc's prctl, loaded before the fork (nothing may be loaded between fork and exec); None off Linux."""
+    if not os.uname().sysname == "Linux":
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot, /proc/PID/stat field 22): with the pid it names
+    one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2:].split()[19])
+
+
+def owner_tag(pid: int) -> str:
+    return f"{pid}:{_start_ticks(pid)}"
+
+
+@dataclass(frozen=True)
+class Stray:
+    """A server an earlier session started and left running (its owner is gone)."""
+
+    pid: int
+    owner: str
+    command: str
+
+    def line(self) -> str:
+        return f"pid {self.pid} (started by pytest pid {self.owner.split(':')[0]}, now gone): {self.command}"
+
+
+def find_strays(proc: str = "/proc") -> list[Stray]:
+    """Group leaders carrying this plugin's owner tag whose owner process is gone. Only processes of this
+    user can be read, so only ours are ever found."""
+    out = []
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            with open(f"{proc}/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"{proc}/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            leader = os.getpgid(pid) == pid
+        except OSError:  # gone, or not ours
+            continue
+        tag = next((v.split(b"=", 1)[1].decode() for v in env if v.startswith(OWNER_ENV.encode() + b"=")), None)
+        if tag is None or not leader:
+            continue
+        owner = int(tag.split(":", 1)[0])
+        if owner_tag(owner) != tag:  # the owner exited (or its pid now names another process)
+            out.append(Stray(pid, tag, cmd))
+    return out
+
+
+def remove_strays(strays: list[Stray], grace_s: float = 10.0) -> None:
+    """SIGTERM each stray's process group, then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for stray in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(stray.pid, sig)
+        deadline = time.monotonic() + grace_s
+        while sig == signal.SIGTERM and time.monotonic() < deadline and any(_group_alive(x.pid) for x in strays):
+            time.sleep(0.2)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Hold off Ctrl-C, SIGTERM and SIGHUP while servers are being stopped, so a second Ctrl-C during
+    shutdown cannot leave a server behind; an interrupt that came in is raised once they are stopped.
+    Outside the main thread (where signals cannot be handled) it does nothing."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {sig: signal.signal(sig, lambda n, _f: caught.append(n)) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if caught:
+        raise KeyboardInterrupt(f"{signal.Signals(caught[0]).name} while stopping the vLLM servers")
 
 
 def lower_priority(pid: int, nice: int) -> dict[str, Any]:
@@ -380,27 +506,23 @@ def wait_quiet(pgids: set[int], *, timeout_s: float = 3.0, window_s: float = 0.2
 
 
 def terminate_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
-    """Stop `proc` and every process in its group: SIGTERM, wait, then SIGKILL."""
-    try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        pgid = None
+    """Stop `proc` and every process in its group: SIGTERM, wait, then SIGKILL.
+
+    The group id is the one created at start (`start_new_session`: the leader's pid), never looked up:
+    once the leader has exited and been reaped, a lookup fails and its children would survive."""
+    pgid = proc.pid
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        if pgid is not None:
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-        elif proc.poll() is None:
-            proc.send_signal(sig)
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:  # no process left in the group
+            break
         try:
             proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             continue
         # The leader is gone; children in the group may linger: kill them too.
-        if pgid is not None:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
         break
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=1.0)  # reap the leader

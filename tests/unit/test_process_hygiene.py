@@ -1,0 +1,132 @@
+"""Process hygiene: no server outlives the session that started it, whatever way that session ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.servers.process import (
+    OWNER_ENV,
+    find_strays,
+    is_loopback,
+    owner_tag,
+    remove_strays,
+    shielded,
+    terminate_group,
+)
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """Whether `pid` has exited (a zombie waiting for its reaper counts as gone)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_loopback_is_parsed_not_prefix_matched() -> None:
+    for host in ("127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LOCALHOST", "localhost."):
+        assert is_loopback(host), host
+    for host in ("::1:2", "::100", "localhost.example.com", "localhost-gpu01", "127.example.com", "0.0.0.0",
+                 "10.0.0.1", "::", ""):
+        assert not is_loopback(host), host
+
+
+def test_a_dead_leaders_children_are_killed_with_its_group(tmp_path: Path) -> None:
+    """The leader exits and is reaped; its child in the same group must still be killed."""
+    pidfile = tmp_path / "child"
+    proc = subprocess.Popen(["sh", "-c", f"sleep 300 & echo $! > {pidfile}; exit 3"], start_new_session=True)
+    assert proc.wait(timeout=10) == 3  # reaped: os.getpgid(proc.pid) now fails
+    child = int(pidfile.read_text())
+    assert not _gone(child, 0.2)
+    terminate_group(proc, grace_s=5)
+    assert _gone(child)
+
+
+def test_a_server_dies_with_a_sigkilled_parent(tmp_path: Path) -> None:
+    """The parent-death signal: SIGKILL the process that started a server and the server gets SIGTERM."""
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent("""
+        import subprocess, sys, time
+        from pytest_specdec.servers.process import _preexec
+        p = subprocess.Popen(["sleep", "300"], preexec_fn=_preexec(None, 0), start_new_session=True)
+        print(p.pid, flush=True)
+        time.sleep(300)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert not _gone(child, 0.2)
+    parent.kill()
+    parent.wait(timeout=10)
+    parent.stdout.close()
+    assert _gone(child)
+
+
+def test_strays_of_a_gone_session_are_found_and_removed_but_not_a_live_ones() -> None:
+    def server(tag: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: tag}, start_new_session=True)
+
+    dead_owner = subprocess.Popen(["true"])
+    dead_owner.wait()
+    stray = server(f"{dead_owner.pid}:1")  # the owner's pid with a start time no live process has
+    ours = server(owner_tag(os.getpid()))
+    try:
+        time.sleep(0.2)
+        found = {s.pid: s for s in find_strays()}
+        assert stray.pid in found and ours.pid not in found
+        assert found[stray.pid].line().startswith(f"pid {stray.pid} (started by pytest pid {dead_owner.pid}, now gone)")
+        assert "sleep 300" in found[stray.pid].line()
+        remove_strays([found[stray.pid]], grace_s=5)
+        assert stray.wait(timeout=10) == -signal.SIGTERM
+        assert ours.poll() is None
+    finally:
+        for p in (stray, ours):
+            p.kill()
+            p.wait()
+
+
+def test_a_second_interrupt_while_stopping_waits_until_the_servers_are_stopped() -> None:
+    stopped = []
+    with pytest.raises(KeyboardInterrupt, match="SIGINT while stopping"):
+        with shielded():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            stopped.append(True)  # reached: neither signal broke off the stopping
+    assert stopped == [True]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+def test_a_ctrl_c_while_the_pool_stops_servers_stops_them_all(tmp_path: Path) -> None:
+    """A second Ctrl-C during shutdown used to break off `stop_all` with servers left running."""
+    from pytest_specdec.servers.pool import ServerPool
+
+    class Server:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def stop(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C again while the first one stops
+            time.sleep(0.05)
+            stopped.append(self.name)
+
+    stopped: list[str] = []
+    pool = ServerPool(tmp_path, 2, 10.0)
+    pool._alive.update(a=Server("a"), b=Server("b"))  # type: ignore[dict-item]
+    with pytest.raises(KeyboardInterrupt):
+        pool.stop_all()
+    assert sorted(stopped) == ["a", "b"] and not pool._alive
