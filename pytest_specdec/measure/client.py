@@ -150,7 +150,9 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str,
                 if done:
                     break
     except asyncio.TimeoutError:  # an alias of TimeoutError since 3.11; distinct (and raised by aiohttp) on 3.10
-        sample.error = f"timeout after {timeout.total} s"
+        idle = timeout.sock_read is not None and (perf() - st) < (timeout.total or float("inf")) - 0.5
+        sample.error = (f"{IDLE_TIMEOUT_REASON}: nothing received for {timeout.sock_read:g} s" if idle
+                        else f"timeout after {timeout.total} s")
     except aiohttp.ClientError as e:
         sample.error = f"{type(e).__name__}: {e}"
     except (ValueError, KeyError, TypeError) as e:  # malformed JSON or usage: the server broke the protocol
@@ -236,9 +238,14 @@ async def fetch_metrics_text(base_url: str, api_key: str | None = None,
             await s.close()
 
 
+#: How a request that the server stopped answering is named in its error (the runner looks for it).
+IDLE_TIMEOUT_REASON = "idle stream"
+
+
 async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: Sampling, *, concurrency: int,
                    api: Api = "chat", rate: float | None = None, seed: int = 0, cache_salt: str | None = None,
-                   api_key: str | None = None, timeout_s: float = 600, warmup: int = 0,
+                   api_key: str | None = None, timeout_s: float = 600, idle_timeout_s: float | None = None,
+                   warmup: int = 0,
                    collect_metrics: bool = True, warmup_prompts: list[Prompt] | None = None) -> LoadResult:
     """Send every prompt once (after ``warmup`` discarded requests) and record each request.
 
@@ -249,6 +256,9 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
     seeded Poisson arrivals. Request errors are recorded per sample, never raised. With
     ``collect_metrics`` the server's /metrics is read right after warm-up and right after the run, so the
     counter delta covers exactly the measured requests.
+
+    ``idle_timeout_s`` bounds the wait for each next piece of a response (its first byte included): a
+    server that is alive but sends nothing fails the request in that time instead of ``timeout_s``.
     """
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
@@ -261,7 +271,9 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
     base = base_url.rstrip("/")
     url = base + _PATHS[api]
     headers = _headers(api_key)
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    if idle_timeout_s is not None and idle_timeout_s <= 0:
+        raise ConfigError(f"idle_timeout_s must be > 0 seconds or None, got {idle_timeout_s}")
+    timeout = aiohttp.ClientTimeout(total=timeout_s, sock_read=idle_timeout_s)
     # Bodies are built up front so a bad prompt fails before any load, and so building is not timed.
     jobs = [(p, _body(p, model, sampling, api, cache_salt)) for p in prompts]
     # Warm-up gets its own salt so it cannot fill the prefix cache for the measured requests.
@@ -345,11 +357,13 @@ def run_coroutine(coro: Awaitable[_T]) -> _T:
 
 def run_load_sync(base_url: str, model: str, prompts: list[Prompt], sampling: Sampling, *, concurrency: int,
                   api: Api = "chat", rate: float | None = None, seed: int = 0, cache_salt: str | None = None,
-                  api_key: str | None = None, timeout_s: float = 600, warmup: int = 0,
+                  api_key: str | None = None, timeout_s: float = 600, idle_timeout_s: float | None = None,
+                  warmup: int = 0,
                   collect_metrics: bool = True, warmup_prompts: list[Prompt] | None = None) -> LoadResult:
     """``run_load`` for synchronous callers (a pytest test body): runs its own event loop."""
     return run_coroutine(run_load(base_url, model, prompts, sampling, concurrency=concurrency, api=api, rate=rate,
                                 seed=seed, cache_salt=cache_salt, api_key=api_key, timeout_s=timeout_s,
+                                idle_timeout_s=idle_timeout_s,
                                 warmup=warmup, collect_metrics=collect_metrics, warmup_prompts=warmup_prompts))
 
 

@@ -184,6 +184,16 @@ def test_timeout_recorded(server: FakeServer) -> None:
     assert res.metrics_before is None and res.metrics_error is None
 
 
+@pytest.mark.parametrize("server", [FakeConfig(ttft_s=3.0), FakeConfig(step_s=3.0)], indirect=True,
+                         ids=["silent-from-the-start", "silent-mid-stream"])
+def test_a_server_that_sends_nothing_fails_in_the_idle_timeout_not_the_total(server: FakeServer) -> None:
+    t0 = time.monotonic()
+    res = run_load_sync(server.base_url, MODEL, chat_prompts(2), Sampling(temperature=0.0), concurrency=2,
+                        timeout_s=60, idle_timeout_s=0.5, collect_metrics=False)
+    assert [s.error for s in res.samples] == ["idle stream: nothing received for 0.5 s"] * 2
+    assert time.monotonic() - t0 < 2.5  # not the 3 s the server stays silent, let alone the 60 s total
+
+
 @pytest.mark.parametrize(("payload", "error"), [
     (b'{"choices": [', "bad stream data: JSONDecodeError: Expecting value*"),
     (b'{"choices": [], "usage": {"completion_tokens": 1}} {"x": 1}', "bad stream data: ValueError: extra data*"),
