@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.check import BaselineCheck, coalesced_lines, coalesced_summary
+from pytest_specdec.gate.check import coalesced_lines, machine_log
 from pytest_specdec.markers import Case, VerdictOptions
 from pytest_specdec.measure.workload import Workload
 from pytest_specdec.options import Settings
@@ -23,7 +23,6 @@ from pytest_specdec.output.results import TestRecord
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.judge import Judge
-    from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.gate.verdicts import MachineFactor
     from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.measure.lossless import Collected
@@ -243,13 +242,18 @@ class SpecDecSession:
         result = measure_case(reference, spec, source, sampling, runs=self.runs(), **kw)
         record.result = result
         if verdicts is not None:
-            check = self._start_check(nodeid, case, record, ref_spec, spec_spec, sampling, verdicts)
-            record.baseline = check  # its machine deviation joins the session's factor from the first look
+            servers = self._pool.servers if self._pool else {}
+            check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look
+                nodeid, case.method, {"concurrency": case.concurrency, "max_tokens": case.max_tokens,
+                                      "num_prompts": case.num_prompts, "rate": case.request_rate, "api": case.api},
+                self.dataset(case.dataset).identity(), ref_spec, spec_spec, sampling,
+                {arm: servers[key].engine_config() for arm, key in record.servers.items() if key in servers},
+                endpoint=bool(self.settings.endpoint), check=verdicts.check, gate=self.gate(verdicts))
             self.judge.run_looks(
                 nodeid, check, result,
                 lambda n: extend_case(result, reference, spec, source, sampling, runs=n, **kw),
-                self.judge.thresholds(verdicts.thresholds), started=self.started, tonight_log=self._machine_log,
-                progress=self.progress)
+                self.judge.thresholds(verdicts.thresholds), started=self.started,
+                tonight_log=lambda: machine_log(r.baseline for r in self.records.values()), progress=self.progress)
         s = result.summary
         self.progress(
             f"specdec: {nodeid}: {_f(s['output_tps'])} tok/s vs reference {_f(s['reference_output_tps'])}, "
@@ -302,12 +306,6 @@ class SpecDecSession:
                       f"{_f(m['spec'], '.3f')} vs reference {_f(m['reference_a'], '.3f')}, p {_f(out['p'], '.2g')}")
         return out
 
-    def _machine_log(self) -> float | None:
-        """The machine factor (log) from every test compared so far (the session's, once all are in)."""
-        devs = [r.baseline.deviation for r in self.records.values()
-                if r.baseline is not None and r.baseline.deviation is not None]
-        return sum(devs) / len(devs) if devs else None
-
     # --- baselines and verdicts ------------------------------------------------------------------
     @property
     def judge(self) -> Judge:
@@ -323,76 +321,31 @@ class SpecDecSession:
     def gate(self, options: VerdictOptions | None = None) -> tuple[str, ...]:
         return self.judge.gate(options.gate if options else ())
 
-    def _start_check(self, nodeid: str, case: Case, record: TestRecord, ref_spec: ServerSpec,
-                     spec_spec: ServerSpec | None, sampling: Sampling, options: VerdictOptions) -> BaselineCheck:
-        from pytest_specdec.gate.conditions import comparability, under_test
-
-        fields = {"concurrency": case.concurrency, "max_tokens": case.max_tokens, "num_prompts": case.num_prompts,
-                  "rate": case.request_rate, "api": case.api}
-        comp = comparability(self.profile, case.method, fields, self.dataset(case.dataset).identity(), ref_spec,
-                             spec_spec, sampling)
-        servers = self._pool.servers if self._pool else {}
-        engines = {arm: servers[key].engine_config() for arm, key in record.servers.items() if key in servers}
-        ut = under_test(self.profile, engines, spec_spec, endpoint=bool(self.settings.endpoint))
-        return self.judge.start(nodeid, comp, ut, check=options.check, gate=self.gate(options))
-
-    def _adjusted(self, nodeid: str, *, final: bool) -> list[Verdict]:
-        from pytest_specdec.gate.check import adjusted
-
-        checks = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None]
-        return adjusted(checks, nodeid, final=final, fdr=self.settings.fdr, alpha=self.settings.alpha,
-                        gated_size=self.gated_family_size, family_size=self.family_size)
-
     def check(self, nodeid: str) -> str | None:
         """At the end of a specdec test: the failure message, or None when it passes (warnings are shown)."""
         record = self.records.get(nodeid)
-        c = record.baseline if record else None
-        if c is None:
+        if record is None or record.baseline is None:
             return None
-        c.verdicts = self._adjusted(nodeid, final=False)
-        failure, warning = self.judge.test_end(nodeid, c, strict=self.settings.strict,
-                                               fail_inconclusive=self.settings.fail_inconclusive)
+        family = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None]
+        failure, warning = self.judge.test_end(
+            nodeid, record.baseline, family, gated_size=self.gated_family_size, family_size=self.family_size,
+            strict=self.settings.strict, fail_inconclusive=self.settings.fail_inconclusive)
         if warning:
             warnings.warn(SpecDecWarning(warning), stacklevel=1)
         return failure
 
     def finalize(self) -> list[str]:
-        """Session end: final adjustment over the whole family, queued baseline writes, summary lines."""
-        from pytest_specdec.gate.verdicts import gated_with
-
-        lines: list[str] = []
-        checked = [(n, r) for n, r in self.records.items() if r.baseline is not None]
-        self.machine = self.judge.machine_factor([r.baseline for _, r in checked if r.baseline is not None])
-        if self.machine is not None:
-            lines.append(self.machine.line())
-            if self.machine.beyond and not self.judge.updating_all:
-                if self.settings.fail_machine:
-                    self.machine_failed = True
-                    lines.append("specdec: the session fails on the machine factor (--specdec-fail-machine)")
-                else:
-                    warnings.warn(SpecDecWarning(self.machine.sentence()), stacklevel=1)
-        for nodeid, record in checked:
-            c = record.baseline
-            assert c is not None
-            c.final = self._adjusted(nodeid, final=True) if c.raw else []
-            late = gated_with(c.final, "regressed")  # a shown metric never fails the session
-            if (late and c.check and not c.failed and not self.judge.updating_all and c.status == "compared"):
-                self.late_regressions.append(nodeid)
-                lines.append(self.judge.regression(nodeid, c, c.final).replace(
-                    "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
-        lines += coalesced_summary([(n, r.result) for n, r in self.records.items()])
-        if self.late_regressions:
-            lines.insert(0, f"specdec: {len(self.late_regressions)} test(s) passed at their end but regressed once "
-                            "every p-value of the session was known (Benjamini-Hochberg/Holm need all of them):")
-        from pytest_specdec.gate.check import gate_lines
-
-        self.gate_summary = gate_lines([(n, r.baseline, r.result) for n, r in self.records.items()
-                                        if r.baseline is not None], self.machine, fdr=self.settings.fdr,
-                                       alpha=self.settings.alpha, fail_inconclusive=self.settings.fail_inconclusive)
-        if self.settings.update_baselines and self._judge is not None and self._judge.opened:
-            lines += self.judge.write([(n, r.baseline, r.result, r.outcome) for n, r in checked
-                                       if r.baseline is not None])
-        return lines
+        """Session end: the gate's last word (`Judge.machine_at_end`, then `Judge.finish`); the machine
+        factor's warning is given between the two, as pytest's, before any baseline is written."""
+        tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
+        end = self.judge.machine_at_end([c for _, c, _, _ in tests if c is not None],
+                                        fail_machine=self.settings.fail_machine)
+        self.machine, self.machine_failed = end.machine, end.machine_failed
+        if end.warning:
+            warnings.warn(SpecDecWarning(end.warning), stacklevel=1)
+        self.judge.finish(end, tests, fail_inconclusive=self.settings.fail_inconclusive)
+        self.late_regressions, self.gate_summary = end.late_regressions, end.gate_summary
+        return end.lines
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML

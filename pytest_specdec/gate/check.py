@@ -7,7 +7,7 @@ family-wide p-value adjustment over every test's verdicts, and the messages the 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,6 +114,12 @@ def adjusted(checks: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, final:
             return out[start:start + k]
         start += k
     return []
+
+
+def machine_log(checks: Iterable[BaselineCheck | None]) -> float | None:
+    """The machine factor (log) from every test compared so far (the session's, once all are in)."""
+    devs = [c.deviation for c in checks if c is not None and c.deviation is not None]
+    return sum(devs) / len(devs) if devs else None
 
 
 def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: float, fdr: str, where: str,

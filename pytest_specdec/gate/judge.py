@@ -2,14 +2,16 @@
 runs, the machine factor at the end, and which baselines it writes.
 
 The pytest session decides when each step happens and turns the outcomes into failures and warnings;
-this object holds what the steps share (the profile's stored baselines, read once; the thresholds).
+this object holds what the steps share (the profile's stored baselines, read once; the thresholds) and
+does the steps' work, the session's end included (`machine_at_end`, then `finish`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import shlex
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -22,7 +24,9 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.variance import NightVariance, Prior
     from pytest_specdec.gate.verdicts import MachineFactor
     from pytest_specdec.measure.runner import CaseResult
+    from pytest_specdec.measure.types import Sampling
     from pytest_specdec.profiles import Profile
+    from pytest_specdec.vllm.command import ServerSpec
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,18 @@ class GateConfig:
     gate: tuple[str, ...] = ()  # ini specdec_gate: metrics added to the gated family
     ini_thresholds: tuple[str, ...] = ()
     cli_thresholds: tuple[str, ...] = ()
+
+
+@dataclass
+class SessionEnd:
+    """What the gate says once every test is in; the wiring turns it into a warning and the exit status."""
+
+    machine: MachineFactor | None
+    machine_failed: bool = False  # beyond its threshold under --specdec-fail-machine
+    warning: str | None = None  # beyond its threshold otherwise: for the wiring to warn
+    lines: list[str] = field(default_factory=list)  # the terminal's, in order
+    late_regressions: list[str] = field(default_factory=list)  # passed at their end, regressed in the whole family
+    gate_summary: list[str] = field(default_factory=list)  # the terminal's last lines
 
 
 class Judge:
@@ -181,16 +197,20 @@ class Judge:
         return regression_message(c, verdicts, alpha=self.cfg.alpha, fdr=self.cfg.fdr, where=self.rel(c.path),
                                   accept=self.create_command(nodeid, "all"))
 
-    def test_end(self, nodeid: str, c: BaselineCheck, *, strict: bool, fail_inconclusive: bool
-                 ) -> tuple[str | None, str | None]:
-        """At the end of a test, its adjusted verdicts as (failure message, warning message), either None.
+    def test_end(self, nodeid: str, c: BaselineCheck, family: Sequence[tuple[str, BaselineCheck]], *, gated_size: int,
+                 family_size: int, strict: bool, fail_inconclusive: bool) -> tuple[str | None, str | None]:
+        """At the end of a test, its verdicts adjusted over the ``family`` so far (padded to the sizes the
+        collected tests can reach) as (failure message, warning message), either None.
 
         Regressions fail the test; a missing baseline fails with the command that creates it; a
         non-comparable baseline warns (fails under --specdec-strict); inconclusive gated verdicts warn
         (fail under --specdec-fail-inconclusive).
         """
+        from pytest_specdec.gate.check import adjusted
         from pytest_specdec.gate.verdicts import gated_with, guard_text, table
 
+        c.verdicts = adjusted(family, nodeid, final=False, fdr=self.cfg.fdr, alpha=self.cfg.alpha,
+                              gated_size=gated_size, family_size=family_size)
         if not c.check:
             return None, None
         if c.status == "error":  # --update-baselines replaces an unreadable file (the summary says so)
@@ -223,13 +243,19 @@ class Judge:
             return f"specdec: {msg} (--specdec-fail-inconclusive)\n\n{table(c.verdicts, f'{level:.4g}% CI')}", None
         return None, f"{nodeid}: {msg}; the test passes (--specdec-fail-inconclusive fails it)"
 
-    def start(self, nodeid: str, comparability: dict[str, Any], under_test: dict[str, Any], *, check: bool,
-              gate: tuple[str, ...]) -> BaselineCheck:
-        """Read the test's baseline and say whether tonight can be compared with it."""
+    def start(self, nodeid: str, method: str, workload: dict[str, Any], dataset: dict[str, Any], reference: ServerSpec,
+              spec: ServerSpec | None, sampling: Sampling, engines: dict[str, dict[str, Any]], *, endpoint: bool,
+              check: bool, gate: tuple[str, ...]) -> BaselineCheck:
+        """Read the test's baseline and say whether tonight can be compared with it (`gate/conditions.py`:
+        what must be equal, and what is under test; ``engines`` are the arms' resolved engine configs)."""
         from pytest_specdec.gate.baselines import BaselineError, diff
+        from pytest_specdec.gate.conditions import comparability, under_test
 
-        c = BaselineCheck(path=self.store.path(nodeid), status="missing", check=check, comparability=comparability,
-                          under_test=under_test, entry={}, alpha=self.cfg.alpha, gate=gate)
+        profile = self.cfg.profile
+        comp = comparability(profile, method, workload, dataset, reference, spec, sampling)
+        tested = under_test(profile, engines, spec, endpoint=endpoint)
+        c = BaselineCheck(path=self.store.path(nodeid), status="missing", check=check, comparability=comp,
+                          under_test=tested, entry={}, alpha=self.cfg.alpha, gate=gate)
         try:
             _, data = self.store.read(nodeid, self.create_command(nodeid, "missing"))
         except BaselineError as exc:
@@ -237,7 +263,7 @@ class Judge:
             return c
         if data is not None:
             c.baseline = data
-            c.fields = diff(data["comparability"], comparability)
+            c.fields = diff(data["comparability"], comp)
             c.status = "not-comparable" if c.fields else "compared"
         return c
 
@@ -325,3 +351,46 @@ class Judge:
                                 if v.verdict in ("regressed", "improved") and v.family == "gated")
             self.store.queue(Pending(nodeid, c.path, c.comparability, c.under_test, c.entry, changed))
         return lines + self.store.flush().lines(self.store.root)
+
+    def machine_at_end(self, checks: list[BaselineCheck], *, fail_machine: bool) -> SessionEnd:
+        """Session end, first: the machine factor over every compared test. Beyond its threshold it fails the
+        session (--specdec-fail-machine) or is a warning, which the wiring gives before `finish` writes."""
+        end = SessionEnd(self.machine_factor(checks))
+        machine = end.machine
+        if machine is not None:
+            end.lines.append(machine.line())
+            if machine.beyond and not self.updating_all:
+                if fail_machine:
+                    end.machine_failed = True
+                    end.lines.append("specdec: the session fails on the machine factor (--specdec-fail-machine)")
+                else:
+                    end.warning = machine.sentence()
+        return end
+
+    def finish(self, end: SessionEnd, tests: Sequence[tuple[str, BaselineCheck | None, CaseResult | None, str]], *,
+               fail_inconclusive: bool) -> None:
+        """Session end, then: BH/Holm over the whole family, the tests that regress only in it, the gate summary
+        and the queued baseline writes. ``tests``: every test's (nodeid, check, result, outcome)."""
+        from pytest_specdec.gate.check import adjusted, coalesced_summary, gate_lines
+        from pytest_specdec.gate.verdicts import gated_with
+
+        checked = [(n, c, r, o) for n, c, r, o in tests if c is not None]
+        family = [(n, c) for n, c, _, _ in checked]
+        lines = end.lines
+        for nodeid, c, _, _ in checked:
+            # final: the family is whole, nothing is padded to the collected size
+            c.final = adjusted(family, nodeid, final=True, fdr=self.cfg.fdr, alpha=self.cfg.alpha, gated_size=0,
+                               family_size=0) if c.raw else []
+            late = gated_with(c.final, "regressed")  # a shown metric never fails the session
+            if late and c.check and not c.failed and not self.updating_all and c.status == "compared":
+                end.late_regressions.append(nodeid)
+                lines.append(self.regression(nodeid, c, c.final).replace(
+                    "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
+        lines += coalesced_summary([(n, r) for n, _, r, _ in tests])
+        if end.late_regressions:
+            lines.insert(0, f"specdec: {len(end.late_regressions)} test(s) passed at their end but regressed once "
+                            "every p-value of the session was known (Benjamini-Hochberg/Holm need all of them):")
+        end.gate_summary = gate_lines([(n, c, r) for n, c, r, _ in checked], end.machine, fdr=self.cfg.fdr,
+                                      alpha=self.cfg.alpha, fail_inconclusive=fail_inconclusive)
+        if self.cfg.update and self.opened:
+            lines += self.write(checked)

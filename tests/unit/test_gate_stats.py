@@ -102,9 +102,9 @@ def test_only_gated_verdicts_fail() -> None:
     assert gated_with([shown, gated], "regressed") == [gated]
     import inspect
 
-    from pytest_specdec.session import SpecDecSession
+    from pytest_specdec.gate.judge import Judge
 
-    assert 'late = gated_with(c.final, "regressed")' in inspect.getsource(SpecDecSession.finalize)
+    assert 'late = gated_with(c.final, "regressed")' in inspect.getsource(Judge.finish)
 
 
 # ---- the gate simulation (full-size figures: scripts/gate_simulation.py, docs/validation.md) -----
