@@ -189,8 +189,10 @@ def metric_values(entry: dict[str, Any]) -> dict[str, list[float]]:
 
     The reference arm gives ``reference_tok_s``; the spec arm everything else; latencies come from the
     spec arm, or from the reference when the test has no spec arm (method ``none``), and only from runs
-    whose stream was not coalesced (``latency_untrusted`` empty; files without the key predate it).
+    whose stream was not coalesced (``latency_untrusted`` empty; files without the key predate it). A spec
+    arm whose runs are all invalid gives nothing: never the other arm's figures in its place.
     """
+    has_spec = bool(entry["runs"]["spec"])
     ref = [r for r in entry["runs"]["reference"] if r["valid"]]
     spec = [r for r in entry["runs"]["spec"] if r["valid"]]
     ref_t = [r for r in ref if not r.get("latency_untrusted")]
@@ -214,7 +216,7 @@ def metric_values(entry: dict[str, Any]) -> dict[str, list[float]]:
         ])
     put("draft_coverage", [r["draft_coverage"] for r in spec])
     for name in LATENCIES:
-        put(f"{name}_p95_ms", [r["hd_p95_ms"].get(name) for r in (spec_t if spec else ref_t)])
+        put(f"{name}_p95_ms", [r["hd_p95_ms"].get(name) for r in (spec_t if has_spec else ref_t)])
     # The gated latency: spec P95 E2E ÷ reference P95 E2E of the same interleaved pair (run index), so
     # the machine's speed that night cancels as it does in the speedup. E2E, not TPOT or TTFT: a stream
     # whose chunks arrive merged still ends when the request ends.

@@ -72,6 +72,21 @@ def test_metric_values_use_valid_runs_only() -> None:
     assert vals["tpot_p95_ms"] == [5.0, 6.0]
 
 
+def test_a_dead_spec_arm_never_lends_the_reference_its_latencies() -> None:
+    """Every spec run invalid (the spec server died): the spec arm's figures are missing, never the
+    reference arm's put in their place; a test without a spec arm (method none) judges the reference's."""
+    dead = entry()
+    dead["runs"]["spec"] = [run(i, 1.0, valid=False) for i in range(3)]
+    dead["speedup_per_pair"] = [None] * 3
+    for r in dead["runs"]["reference"]:
+        r["hd_p95_ms"] = {"tpot": 99.0, "ttft": 99.0, "e2e": 99.0}
+    vals = metric_values(dead)
+    assert vals == {"reference_tok_s": [100.0] * 3}
+    none = entry()
+    none["runs"]["spec"], none["speedup_per_pair"] = [], []
+    assert metric_values(none)["tpot_p95_ms"] == [5.0, 6.0, 7.0]
+
+
 def test_render_is_deterministic_sorted_and_rounded() -> None:
     data = {"b": 1 / 3, "a": [2.0000000001, {"z": 1e-9, "y": None}]}
     text = render(data)
