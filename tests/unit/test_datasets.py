@@ -244,10 +244,14 @@ MALFORMED = [
                  r"expected one JSON object per line",
                  id="jsonl-syntax"),
     pytest.param("p.jsonl", '{"prompt": "a"}\n{"prompt": "b", "max_tokens": "ten"}\n',
-                 r"p.jsonl:2: max_tokens: expected a whole number >= 1, got str 'ten' \(reading the file as prompts",
+                 r"p.jsonl:2: max_tokens: expected a whole number from 1 to 1048576, got str 'ten' \(reading the file as "
+                 r"prompts",
                  id="jsonl-max-tokens"),
     pytest.param("p.jsonl", '{"prompt": "a", "max_tokens": 0}\n',
-                 r"p.jsonl:1: max_tokens: expected a whole number >= 1, got int 0", id="jsonl-zero"),
+                 r"p.jsonl:1: max_tokens: expected a whole number from 1 to 1048576, got int 0", id="jsonl-zero"),
+    pytest.param("p.jsonl", '{"prompt": "a", "output_tokens": 100000000}\n',
+                 r"p.jsonl:1: output_tokens: expected a whole number from 1 to 1048576, got int 100000000",
+                 id="jsonl-huge"),
     pytest.param("p.jsonl", '{"prompt": "a", "messages": []}\n',
                  r'p.jsonl:1: messages: expected exactly one of "messages" \(chat\) or "prompt" \(the user turn\), '
                  r"got both \(", id="both"),

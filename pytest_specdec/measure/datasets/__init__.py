@@ -165,6 +165,11 @@ class Dataset:
         return dataclasses.replace(self, name=name, prompts=tuple(self.by_category(*categories)))
 
 
+#: The most output tokens a record may ask for: above any served context length (the profile's
+#: --max-model-len is checked against the test's requests separately), so a typo such as 1e8 is an error.
+MAX_GIVEN_TOKENS = 1 << 20
+
+
 class _Bad(Exception):
     """A record does not fit its format: where inside the record, and what was expected."""
 
@@ -246,8 +251,8 @@ def _prompts_row(obj: dict[str, Any], default_id: str) -> Row:
     source, max_tokens = "default", DEFAULT_OUTPUT_TOKENS
     if keys:
         value = obj[keys[0]]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _Bad(keys[0], "a whole number >= 1", value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GIVEN_TOKENS:
+            raise _Bad(keys[0], f"a whole number from 1 to {MAX_GIVEN_TOKENS}", value)
         source, max_tokens = "given", value
     category = obj.get("category", "")
     if not isinstance(category, str):
