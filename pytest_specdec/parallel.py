@@ -17,15 +17,17 @@ def worker_output(session: SpecDecSession) -> bytes:
     both ends run the same plugin code.  The baseline files this worker read go too, so the
     controller's "unused" count sees every worker's tests.
     """
+    from pytest_specdec.output.results import server_entries, workarounds
+
     judge = session._judge
     store = judge.store if judge is not None and judge.opened else None
     pool = session._pool
     return pickle.dumps({
         "worker": session.worker,
         "records": session.records,
-        "servers": session._local_servers(),
+        "servers": server_entries(pool.servers if pool else {}, session.worker),
         "starts": pool.starts if pool else [],
-        "workarounds": session.environment()["workarounds"] if pool else [],
+        "workarounds": workarounds(pool.servers.values()) if pool else [],
         "used": store.used if store else set(),
         "modules": store.modules if store else set(),
     })

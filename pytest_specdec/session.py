@@ -6,7 +6,6 @@ runs, verdicts, files) and holds what the stages share; the stages themselves li
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import time
 import warnings
 from pathlib import Path
@@ -14,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.check import coalesced_lines, machine_log
 from pytest_specdec.markers import Case, VerdictOptions
 from pytest_specdec.measure.workload import Workload
@@ -210,6 +208,7 @@ class SpecDecSession:
         inconclusive more pairs are added two at a time up to the maximum (alpha split over the looks).
         """
         from pytest_specdec.measure.runner import extend_case, measure_case
+        from pytest_specdec.output.progress import measured, planned
 
         if self.settings.endpoint:
             reason = self.endpoint_skip_reason(case)
@@ -230,9 +229,7 @@ class SpecDecSession:
         source = self._prompt_source(case, spec_spec, prompts)
         if source.fresh and block is None and spec_spec is not None:  # the spec server may be restarted
             spec = lambda: self.endpoint(spec_spec, reference=False, test=nodeid)  # noqa: E731
-        how = "interleaved" if block is None else f"in blocks of {block} (one server at a time)"
-        fresh = ", fresh prompts every run (suffix decoding learns what it served)" if source.fresh else ""
-        self.progress(f"specdec: {nodeid}: {len(prompts)} prompts x {self.runs()} runs {how}{fresh}")
+        self.progress(planned(nodeid, len(prompts), self.runs(), block, source.fresh))
         sampling = self.sampling(case)
         record.sampling = sampling.to_request()
         kw: dict[str, Any] = dict(concurrency=case.concurrency, api_key=self.settings.api_key,
@@ -254,11 +251,7 @@ class SpecDecSession:
                 lambda n: extend_case(result, reference, spec, source, sampling, runs=n, **kw),
                 self.judge.thresholds(verdicts.thresholds), started=self.started,
                 tonight_log=lambda: machine_log(r.baseline for r in self.records.values()), progress=self.progress)
-        s = result.summary
-        self.progress(
-            f"specdec: {nodeid}: {_f(s['output_tps'])} tok/s vs reference {_f(s['reference_output_tps'])}, "
-            f"speedup {_f(s['speedup'], '.2f')}x, acceptance {_f(s['acceptance_rate'], '.3f')}"
-        )
+        self.progress(measured(nodeid, result.summary))
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
         return result
@@ -286,14 +279,14 @@ class SpecDecSession:
         """Temperature > 0: the spec server's samples vs the reference's, scored by the reference server
         (`measure/lossless.py`); sampled once per test and samples-per-prompt, recorded for the JSON."""
         from pytest_specdec.measure.lossless import collect
+        from pytest_specdec.output.progress import distribution_measured, distribution_planned
 
         key = (nodeid, samples_per_prompt)
         if key not in self._distributions:
             ref_spec = self.server_spec(case, reference=True)
             spec_spec = self.server_spec(case, reference=False)
             prompts = self.prompts(case)
-            self.progress(f"specdec: {nodeid}: distribution check, {len(prompts)} prompts x {samples_per_prompt} "
-                          "samples from the spec server and twice from the reference, scored by the reference")
+            self.progress(distribution_planned(nodeid, len(prompts), samples_per_prompt))
             self._distributions[key] = collect(
                 lambda: self.endpoint(spec_spec, reference=False, test=nodeid),
                 lambda: self.endpoint(ref_spec, reference=True, test=nodeid),
@@ -301,9 +294,7 @@ class SpecDecSession:
                 api_key=self.settings.api_key, progress=self.progress)
         out = self._distributions[key].summary(alpha, tolerance_nats)
         self.records.setdefault(nodeid, TestRecord(nodeid, case.params())).distribution = out
-        m = out["mean_logprob"]
-        self.progress(f"specdec: {nodeid}: distribution {out['verdict']}: mean log-prob per token spec "
-                      f"{_f(m['spec'], '.3f')} vs reference {_f(m['reference_a'], '.3f')}, p {_f(out['p'], '.2g')}")
+        self.progress(distribution_measured(nodeid, out))
         return out
 
     # --- baselines and verdicts ------------------------------------------------------------------
@@ -358,76 +349,41 @@ class SpecDecSession:
     # --- output --------------------------------------------------------------------------------
     def dry_run_lines(self, cases: list[tuple[str, Case]]) -> list[str]:
         """Every test's exact server commands and each suite's estimated run time, without starting anything."""
-        from pytest_specdec.output.dry_run import DryRunTest, dry_run_lines
+        from pytest_specdec.output.dry_run import dry_run_lines, dry_run_test
+        from pytest_specdec.output.results import price
 
-        profile = self.profile
+        profile, s = self.profile, self.settings
         tests = []
         for nodeid, case in cases:
             arms = [("reference", self.server_spec(case, reference=True))]
             if case.method != "none":
                 arms.append(("spec", self.server_spec(case, reference=False)))
-            try:
-                tests.append(DryRunTest(nodeid, arms, case.concurrency, self.prompts(case)))
-            except ConfigError as exc:
-                tests.append(DryRunTest(nodeid, arms, case.concurrency, None, str(exc)))
-        s = self.settings
-        endpoints = (s.endpoint, str(s.reference_endpoint)) if s.endpoint else None
-        return dry_run_lines(profile, tests, hardware_note=self.hardware_note, endpoints=endpoints,
+            tests.append(dry_run_test(nodeid, arms, case.concurrency, lambda case=case: self.prompts(case)))
+        return dry_run_lines(profile, tests, hardware_note=self.hardware_note,
+                             endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
                              server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
                              max_runs=self.judge.looks()[-1], max_servers=self.placement.max_alive(),
-                             price=self.price())
+                             price=price(profile, s.gpu_hourly_usd))
 
     def server_starts(self) -> list[StartRecord]:
         """Every vLLM start of the session: this process's, and on the xdist controller every worker's."""
         return [*(self._pool.starts if self._pool else []), *(x for r in self.remote for x in r["starts"])]
 
-    def results(self) -> dict[str, Any]:
-        from pytest_specdec.output.results import SCHEMA, merge_servers
-
-        return {
-            "schema": SCHEMA,
-            "started": dt.datetime.fromtimestamp(self.started, dt.timezone.utc).isoformat(),
-            "duration_s": round(time.time() - self.started, 1),
-            "profile": self.profile.name,
-            "environment": self.environment(),
-            "servers": merge_servers(self._local_servers(), [r["servers"] for r in self.remote]),
-            "server_starts": len(self.server_starts()),
-            "datasets": {name: d.describe() for name, d in self.workload.datasets.items()},
-            "endpoints": {url: facts.to_dict() for url, facts in self._endpoint_facts.items()},
-            "price": self.price(),
-            "machine_factor": self.machine.to_dict() if self.machine is not None else None,
-            "gate": {"fail_inconclusive": self.settings.fail_inconclusive, "fail_machine": self.settings.fail_machine,
-                     "machine_failed": self.machine_failed,
-                     "night_variance": {k: v.to_dict() for k, v in
-                                        (self._judge.night_variances if self._judge else {}).items()}},
-            "tests": [r.to_dict() for r in self.records.values()],
-        }
-
-    def environment(self) -> dict[str, Any]:
-        from pytest_specdec.output.results import environment
-
-        servers = list(self._pool.servers.values()) if self._pool else []
-        return environment(self.profile, self.gpu_names, servers,
-                           (w for r in self.remote for w in r["workarounds"]))
-
-    def _local_servers(self) -> dict[str, dict[str, Any]]:
-        from pytest_specdec.output.results import server_entries
-
-        return server_entries(self._pool.servers if self._pool else {}, self.worker)
-
-    def price(self) -> dict[str, Any] | None:
-        from pytest_specdec.output.results import price
-
-        return price(self.profile, self.settings.gpu_hourly_usd)
-
     def write_results(self) -> list[Path]:
         """The JSON results, then the HTML report from the same data (its paths are `self.report_paths`)."""
-        from pytest_specdec.output.results import write_report, write_results
+        from pytest_specdec.output.results import session_results, write_report, write_results
 
         if not self.records:
             return []
-        s = self.settings
-        paths, data = write_results(self.results(), s.reports_dir, self.started, s.json_path)
+        s, judge = self.settings, self._judge
+        results = session_results(
+            started=self.started, profile=self.profile, gpu_names=self.gpu_names,
+            servers=self._pool.servers if self._pool else {}, worker=self.worker, remote=self.remote,
+            server_starts=len(self.server_starts()), datasets=self.workload.datasets, endpoints=self._endpoint_facts,
+            gpu_hourly_usd=s.gpu_hourly_usd, machine=self.machine, machine_failed=self.machine_failed,
+            fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
+            night_variances=judge.night_variances if judge else {}, records=self.records.values())
+        paths, data = write_results(results, s.reports_dir, self.started, s.json_path)
         self.report_paths = write_report(data, s.reports_dir, self.started, s.report_path, s.benchmark_json)
         return paths
 
@@ -441,6 +397,3 @@ def _spec_tokens(spec: ServerSpec | None) -> int | None:
     k = (spec.speculative_config or {}).get("num_speculative_tokens") if spec is not None else None
     return int(k) if isinstance(k, int) and not isinstance(k, bool) else None
 
-
-def _f(x: float | None, spec: str = ".1f") -> str:
-    return "—" if x is None else format(x, spec)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
+
+from pytest_specdec.errors import ConfigError
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.types import Prompt
@@ -23,6 +25,15 @@ class DryRunTest:
     concurrency: int
     prompts: list[Prompt] | None
     error: str | None = None
+
+
+def dry_run_test(nodeid: str, arms: list[tuple[str, ServerSpec]], concurrency: int,
+                 prompts: Callable[[], list[Prompt]]) -> DryRunTest:
+    """A test whose prompts cannot load is still listed, with why it has no estimate."""
+    try:
+        return DryRunTest(nodeid, arms, concurrency, prompts())
+    except ConfigError as exc:
+        return DryRunTest(nodeid, arms, concurrency, None, str(exc))
 
 
 def command_line(spec: ServerSpec) -> str:
