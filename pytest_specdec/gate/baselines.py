@@ -298,7 +298,36 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
               and all(isinstance(s["runs"].get(a), list) for a in ("reference", "spec")))
         if not ok:
             raise BaselineError(f"baseline {path}: sessions[{i}] has no runs.reference/runs.spec lists; {fix}")
+        if not isinstance(s.get("speedup_per_pair", []), list):
+            raise BaselineError(f"baseline {path}: sessions[{i}].speedup_per_pair is not a list; {fix}")
+        for arm in ("reference", "spec"):
+            for j, run in enumerate(s["runs"][arm]):
+                problem = _run_problem(run, arm)
+                if problem:
+                    raise BaselineError(f"baseline {path}: sessions[{i}].runs.{arm}[{j}]{problem}; {fix}")
     return upgrade(data)
+
+
+_NUMBER = (int, float, type(None))
+#: What the verdicts read from a stored run, per arm, and the types each may hold.
+_RUN_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "reference": {"index": (int,), "valid": (bool,), "output_tok_s": _NUMBER, "hd_p95_ms": (dict,)},
+}
+_RUN_FIELDS["spec"] = {**_RUN_FIELDS["reference"], "acceptance_rate": _NUMBER, "drafts": _NUMBER,
+                       "accepted_per_pos": (list, type(None)), "draft_coverage": _NUMBER}
+
+
+def _run_problem(run: Any, arm: str) -> str:
+    """What is wrong with one stored run ("" when nothing), worded to follow its path in the file."""
+    if not isinstance(run, dict):
+        return " is not an object"
+    for key, kinds in _RUN_FIELDS[arm].items():
+        if key not in run:
+            return f" has no `{key}`"
+        value = run[key]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            return f".{key} is {value!r}, not {' or '.join(k.__name__ for k in kinds)}"
+    return ""
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:

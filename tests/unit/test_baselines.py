@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,26 @@ def test_load_rejects_bad_files_with_the_fix(tmp_path: Path) -> None:
         load(p, "c")
     p.write_text(json.dumps({"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": [{}]}))
     with pytest.raises(BaselineError, match=r"sessions\[0\] has no runs"):
+        load(p, "c")
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (lambda d: d["sessions"][0]["runs"]["spec"][1].pop("valid"), r"sessions\[0\]\.runs\.spec\[1\] has no `valid`"),
+    (lambda d: d["sessions"][0]["runs"]["reference"][0].update(output_tok_s="fast"),
+     r"sessions\[0\]\.runs\.reference\[0\]\.output_tok_s is 'fast', not int or float or NoneType"),
+    (lambda d: d["sessions"][0]["runs"]["spec"][0].update(index=True),
+     r"sessions\[0\]\.runs\.spec\[0\]\.index is True, not int"),
+    (lambda d: d["sessions"][0]["runs"]["spec"].__setitem__(2, 7), r"sessions\[0\]\.runs\.spec\[2\] is not an object"),
+    (lambda d: d["sessions"][0].update(speedup_per_pair=2.0), r"sessions\[0\]\.speedup_per_pair is not a list"),
+], ids=["missing", "wrong-type", "bool-index", "not-object", "pairs"])
+def test_a_malformed_stored_run_is_an_error_naming_the_file_and_field(tmp_path: Path, edit: Any, says: str) -> None:
+    data = {"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": [entry()]}
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(data))
+    assert load(p, "c") is not None
+    edit(data)
+    p.write_text(json.dumps(data))
+    with pytest.raises(BaselineError, match=f"baseline {re.escape(str(p))}: {says}; fix or delete it"):
         load(p, "c")
 
 
