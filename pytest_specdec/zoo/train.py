@@ -450,6 +450,28 @@ def save_safetensors(state: dict[str, torch.Tensor], path: Path) -> None:
     path.chmod(0o644)
 
 
+#: Every file a zoo model folder holds: a folder with anything else was not written here.
+MODEL_FILES = frozenset({"config.json", "model.safetensors", "generation_config.json", *TOKENIZER_FILES})
+
+
+def replaceable(path: Path) -> None:
+    """Refuse to replace a folder this trainer did not write: `--out` may point anywhere, and a
+    folder named like a zoo model there may hold someone's work."""
+    if not path.exists() and not path.is_symlink():
+        return
+    names = {p.name for p in path.iterdir()} if path.is_dir() and not path.is_symlink() else set()
+    if "config.json" not in names or not names <= MODEL_FILES:
+        raise SystemExit(f"{path} exists and is not a zoo model folder (a config.json and only "
+                         f"{', '.join(sorted(MODEL_FILES))}); move it away or choose another --out")
+
+
+def clear_model_dir(path: Path) -> None:
+    """Remove a zoo model folder before it is written anew (checked by `replaceable` first)."""
+    replaceable(path)
+    if path.exists():
+        shutil.rmtree(path)
+
+
 def save_llama(model: nn.Module, out: Path, tok_dir: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cfg = model.config.to_dict()
@@ -491,8 +513,7 @@ def build_draft_slow(draft_dir: Path, out_dir: Path, extra_layers: int) -> dict[
         for name, weight in layer0.items():
             new = torch.zeros_like(weight) if name in zeroed else weight.clone()
             state[f"model.layers.{i}.{name}"] = new
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
+    clear_model_dir(out_dir)
     out_dir.mkdir(parents=True)
     cfg["num_hidden_layers"] = layers + extra_layers
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
@@ -852,6 +873,8 @@ def main(argv: list[str] | None = None) -> int:
     sched = QUICK if args.quick else FULL
     out: Path = args.out or (Path(tempfile.mkdtemp(prefix="specdec-zoo-quick-")) if args.quick
                              else default_out())
+    for name in NAMES:  # before hours of training: --out may hold folders that are not ours
+        replaceable(out / name)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(SEED)
     random.seed(SEED)
@@ -874,8 +897,7 @@ def main(argv: list[str] | None = None) -> int:
         target = train_target(mix, sched)
         times["target"] = time.monotonic() - t0
         for name in NAMES:
-            if (out / name).exists():
-                shutil.rmtree(out / name)
+            clear_model_dir(out / name)
         save_llama(target, out / "target", tok_dir)
 
         t0 = time.monotonic()

@@ -51,3 +51,21 @@ def test_missing_file_is_named_with_the_rebuild_command(zoo_copy: Path) -> None:
 def test_unknown_zoo_model_lists_the_known_ones() -> None:
     with pytest.raises(ZooError, match="unknown zoo model 'eagle1'; known: target, draft, eagle3, eagle3-degraded"):
         zoo_path("eagle1")
+
+
+def test_the_trainer_never_deletes_a_folder_it_did_not_write(tmp_path: Path) -> None:
+    """`--out DIR` may point anywhere: a folder there named like a zoo model but holding anything else
+    stops the trainer before any training, and is left as it was."""
+    from pytest_specdec.zoo.train import clear_model_dir, main
+
+    mine = tmp_path / "target"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("three years of work")
+    with pytest.raises(SystemExit, match=r"target exists and is not a zoo model folder .*choose another --out"):
+        main(["--out", str(tmp_path), "--quick"])
+    assert (mine / "thesis.tex").read_text() == "three years of work"
+    # A folder the trainer wrote (the shipped target's files) is replaced.
+    ours = tmp_path / "draft"
+    shutil.copytree(MODELS_DIR / "target", ours)
+    clear_model_dir(ours)
+    assert not ours.exists()
