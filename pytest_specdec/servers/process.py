@@ -37,6 +37,8 @@ from pytest_specdec.vllm.engine_config import (
 
 #: Lines of the server log attached to a failure.
 LOG_TAIL_LINES = 60
+#: Starts tried when the port `free_port` chose was taken before vLLM bound it.
+PORT_ATTEMPTS = 3
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -97,6 +99,7 @@ class VllmServer:
     #: Seconds the /server_info read took after readiness (not in startup_s); None when not asked.
     server_info_s: float | None = None
     _engine_config: dict[str, Any] | None = field(default=None, repr=False)
+    _log_path: Path | None = field(default=None, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -104,7 +107,18 @@ class VllmServer:
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"vllm-{self.spec.method}-{self.spec.key()}.log"
+        """This start's log: one file per start, so a restart never overwrites the line that says why
+        the server before it died (`-1.log`, `-2.log`, ... in order of starting)."""
+        if self._log_path is None:
+            self._log_path = self._next_log_path()
+        return self._log_path
+
+    def _next_log_path(self) -> Path:
+        stem = f"vllm-{self.spec.method}-{self.spec.key()}"
+        n = 1
+        while (self.log_dir / f"{stem}-{n}.log").exists():
+            n += 1
+        return self.log_dir / f"{stem}-{n}.log"
 
     @property
     def config_path(self) -> Path:
@@ -122,8 +136,22 @@ class VllmServer:
         return self.log_dir / f"vllm-{self.spec.key()}-records"
 
     def start(self) -> None:
-        """Start and wait for /health and /v1/models; on any failure stop and raise with the log tail."""
+        """Start and wait for /health and /v1/models; on any failure stop and raise with the log tail. A
+        port another process took between `free_port` and vLLM's bind is retried with a new port."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return
+            except ServerStartError:
+                if attempt == PORT_ATTEMPTS or not self._port_taken():
+                    raise
+
+    def _port_taken(self) -> bool:
+        return "address already in use" in self.log_tail().lower()
+
+    def _start_once(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._log_path = self._next_log_path()
         self.port = free_port(self.spec.host)
         self.command = build_command(self.spec, self.port, self.launcher)
         env = {**os.environ, **dict(self.spec.env), **self.placement_env, OWNER_ENV: owner_tag(os.getpid())}

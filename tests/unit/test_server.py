@@ -94,6 +94,32 @@ def test_crash_while_starting_raises_with_log_tail(tmp_path: Path, monkeypatch: 
     assert f"port: {server.port}" in message and "command:" in message
 
 
+def test_a_port_taken_before_vllm_binds_it_is_retried_and_each_start_keeps_its_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process binds the chosen port first: the start is retried on a new port, and the failed
+    start's log (which says why) is kept beside the new one."""
+    import socket
+
+    from pytest_specdec.servers import process
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    real = process.free_port
+    monkeypatch.setattr(process, "free_port", lambda host="127.0.0.1": next(ports, None) or real(host))
+    server = _server(tmp_path, "ok", monkeypatch)
+    try:
+        with server:
+            assert server.alive() and server.port != taken.getsockname()[1]
+            logs = sorted(tmp_path.glob("vllm-ngram-*.log"))
+            assert [p.name.rsplit("-", 1)[1] for p in logs] == ["1.log", "2.log"]
+            assert "address already in use" in logs[0].read_text().lower()
+            assert server.log_path == logs[1]
+    finally:
+        taken.close()
+
+
 def test_deadline_stops_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = _server(tmp_path, "hang", monkeypatch, timeout=2)
     with pytest.raises(ServerStartError, match="not ready after 2 s"):
