@@ -188,10 +188,10 @@ class SpecDec:
 
         session = self._session
         spec = session.server_spec(self.case, reference=(arm == "reference"))
-        endpoint = session.endpoint(spec, reference=(arm == "reference"))
+        endpoint = session.serving.endpoint(spec, reference=(arm == "reference"))
         return openai.OpenAI(base_url=f"{endpoint.base_url}/v1", api_key=session.settings.api_key or "EMPTY")
 
     def model(self, arm: Literal["spec", "reference"] = "spec") -> str:
         """The served model id to put in custom requests."""
         spec = self._session.server_spec(self.case, reference=(arm == "reference"))
-        return self._session.endpoint(spec, reference=(arm == "reference")).model
+        return self._session.serving.endpoint(spec, reference=(arm == "reference")).model

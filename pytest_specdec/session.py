@@ -15,6 +15,7 @@ import pytest
 
 from pytest_specdec.gate.check import coalesced_lines, machine_log
 from pytest_specdec.markers import Case, VerdictOptions
+from pytest_specdec.measure.serving import Serving
 from pytest_specdec.measure.workload import Workload
 from pytest_specdec.options import Settings
 from pytest_specdec.output.results import TestRecord
@@ -22,15 +23,12 @@ from pytest_specdec.output.results import TestRecord
 if TYPE_CHECKING:
     from pytest_specdec.gate.judge import Judge
     from pytest_specdec.gate.verdicts import MachineFactor
-    from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.measure.lossless import Collected
-    from pytest_specdec.measure.runner import CaseResult, PromptSource
+    from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.measure.types import Prompt, Sampling
     from pytest_specdec.profiles import Profile
     from pytest_specdec.profiles.placement import Placement
-    from pytest_specdec.servers.endpoints import EndpointFacts
-    from pytest_specdec.servers.pool import Endpoint, ServerPool, StartRecord
-    from pytest_specdec.servers.process import Quiet
+    from pytest_specdec.servers.pool import ServerPool, StartRecord
     from pytest_specdec.vllm.command import ServerSpec
 
 
@@ -64,7 +62,7 @@ class SpecDecSession:
         self.hardware_note = ""
         #: Every collected specdec case (endpoint mode asks which spec configs the session wants).
         self.collected: list[Case] = []
-        self._endpoint_facts: dict[str, EndpointFacts] = {}
+        self.serving = Serving(lambda: self.pool, settings)  # the pool's servers, or the external endpoints
         #: pytest-xdist: this worker's id ("gw0"), None on the controller and without xdist
         self.worker: str | None = None
         #: on the controller: what each finished worker sent besides its records (servers, starts)
@@ -91,27 +89,13 @@ class SpecDecSession:
     @property
     def pool(self) -> ServerPool:
         if self._pool is None:
-            from pytest_specdec.servers.pool import ServerPool
+            from pytest_specdec.profiles.pool import server_pool
 
-            gpus = None
-            if self.profile.device != "cpu":  # the cpu profile leases nothing
-                from pytest_specdec.servers.gpus import (
-                    GpuPool,
-                    discover_gpus,
-                    parse_gpu_list,
-                )
-
-                ids = (parse_gpu_list(self.settings.gpus, "--specdec-gpus") if self.settings.gpus
-                       else discover_gpus())
-                gpus = GpuPool(self.settings.lease_dir, ids)
-            logs = self.settings.reports_dir / "logs"
-            self._pool = ServerPool(
-                logs / self.worker if self.worker else logs,  # workers may run the same spec at once
-                self.placement.max_alive(), self.settings.startup_timeout_s, progress=self.progress,
-                gpus=gpus, gpu_wait_s=self.settings.gpu_wait_s, pin_cpus=self.settings.pin_cpus,
-                worker=self.worker, server_cpus=self.placement.server_cpus(),
-                server_nice=self.placement.server_nice(),
-            )
+            st, logs = self.settings, self.settings.reports_dir / "logs"
+            self._pool = server_pool(
+                self.placement, logs / self.worker if self.worker else logs,  # workers may run the same spec at once
+                gpus=st.gpus, lease_dir=st.lease_dir, startup_timeout_s=st.startup_timeout_s, gpu_wait_s=st.gpu_wait_s,
+                pin_cpus=st.pin_cpus, worker=self.worker, progress=self.progress)
         return self._pool
 
     def runs(self) -> int:
@@ -141,11 +125,8 @@ class SpecDecSession:
 
     def _check_possible(self, case: Case) -> None:
         """What only the profile and the dataset can tell is impossible: an error at collection, not later."""
-        size = len(self.dataset(case.dataset).prompts)
+        size = len(self.workload.dataset(case.dataset).prompts)
         self.placement.check_possible(case.dataset, size, case.num_prompts, case.max_tokens)
-
-    def dataset(self, name: str) -> Dataset:
-        return self.workload.dataset(name)
 
     def prompts(self, case: Case) -> list[Prompt]:
         """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied."""
@@ -156,142 +137,68 @@ class SpecDecSession:
         return self.placement.server_spec(case.method, case.k, case.speculative_config, reference)
 
     # --- measuring -----------------------------------------------------------------------------
-    def endpoint_facts(self, url: str) -> EndpointFacts:
-        """What an external endpoint serves (read once per session)."""
-        if url not in self._endpoint_facts:
-            from pytest_specdec.servers.endpoints import read_facts
-
-            self._endpoint_facts[url] = read_facts(url, self.settings.api_key)
-        return self._endpoint_facts[url]
-
-    def endpoint_skip_reason(self, case: Case) -> str | None:
-        """Endpoint mode: why the endpoints cannot stand for this test's servers (None: they can)."""
-        from pytest_specdec.servers.endpoints import skip_reason
-
-        st = self.settings
-        assert st.endpoint and st.reference_endpoint
-        want = None if case.method == "none" else self.server_spec(case, reference=False).speculative_config
-        rivals = [c for c in (self.server_spec(o, reference=False).speculative_config
-                              for o in [*self.collected, case] if o.method != "none") if c is not None]
-        return skip_reason(self.endpoint_facts(st.reference_endpoint), self.endpoint_facts(st.endpoint), want, rivals,
-                           self.progress)
-
-    def endpoint(self, spec: ServerSpec, reference: bool, test: str | None = None) -> Endpoint:
-        from pytest_specdec.measure.client import served_model
-        from pytest_specdec.servers.pool import Endpoint
-
-        if self.settings.endpoint:
-            url = self.settings.reference_endpoint if reference else self.settings.endpoint
-            assert url is not None
-            return Endpoint(url, served_model(url, self.settings.api_key), owned=False)
-        server = self.pool.get(spec, test)
-        assert server.proc is not None
-        return Endpoint(server.base_url, served_model(server.base_url), owned=True, instance=str(server.proc.pid))
-
-    def _settle(self) -> Callable[[], Quiet] | None:
-        """Before each run, wait for the servers to go idle: those this session started, or in endpoint
-        mode the processes listening on loopback endpoints' ports; endpoints whose processes cannot be
-        found (another host, another user) get a fixed delay instead."""
-        timeout = self.settings.quiet_timeout_s
-        if timeout <= 0:
-            return None
-        if not self.settings.endpoint:
-            return lambda: self.pool.wait_quiet(timeout)
-        from pytest_specdec.servers.endpoints import settle
-
-        return settle([u for u in (self.settings.endpoint, self.settings.reference_endpoint) if u], timeout)
+    def arms(self, case: Case) -> list[tuple[str, ServerSpec]]:
+        """(arm, server spec), the reference first; a test of method "none" has no spec arm."""
+        ref = [("reference", self.server_spec(case, reference=True))]
+        return ref if case.method == "none" else [*ref, ("spec", self.server_spec(case, reference=False))]
 
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
-        """Run the case's interleaved reference/spec runs; the result is recorded for the JSON.
-
-        With ``verdicts`` the runs are compared with the stored baseline, and while a verdict is
-        inconclusive more pairs are added two at a time up to the maximum (alpha split over the looks).
-        """
-        from pytest_specdec.measure.runner import extend_case, measure_case
+        """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` compared with the
+        stored baseline, more pairs added two at a time while a verdict is inconclusive (alpha split over the looks)."""
+        from pytest_specdec.measure.serving import CaseRun
         from pytest_specdec.output.progress import measured, planned
 
-        if self.settings.endpoint:
-            reason = self.endpoint_skip_reason(case)
+        if self.settings.endpoint:  # can the endpoints stand for this test's servers?
+            reason = self.serving.skip_reason(
+                None if case.method == "none" else self.server_spec(case, reference=False),
+                [self.server_spec(o, reference=False) for o in [*self.collected, case] if o.method != "none"],
+                self.progress)
             if reason:
                 pytest.skip(f"specdec endpoint mode: {reason}")
         record = self.records.setdefault(nodeid, TestRecord(nodeid, case.params()))
         prompts = self.prompts(case)
-        ref_spec = self.server_spec(case, reference=True)
-        spec_spec = None if case.method == "none" else self.server_spec(case, reference=False)
-        record.servers = {"reference": ref_spec.key(), **({"spec": spec_spec.key()} if spec_spec else {})}
+        arms = dict(self.arms(case))
+        ref_spec, spec_spec = arms["reference"], arms.get("spec")
+        record.servers = {arm: s.key() for arm, s in arms.items()}
         block = self.placement.block_runs() if spec_spec is not None else None
-        if block is None:
-            reference: Any = self.endpoint(ref_spec, reference=True, test=nodeid)
-            spec: Any = self.endpoint(spec_spec, reference=False, test=nodeid) if spec_spec else None
-        else:  # one server at a time: each run asks the pool, which restarts the other arm's server
-            reference = lambda: self.endpoint(ref_spec, reference=True, test=nodeid)  # noqa: E731
-            spec = lambda: self.endpoint(spec_spec, reference=False, test=nodeid)  # noqa: E731
-        source = self._prompt_source(case, spec_spec, prompts)
-        if source.fresh and block is None and spec_spec is not None:  # the spec server may be restarted
-            spec = lambda: self.endpoint(spec_spec, reference=False, test=nodeid)  # noqa: E731
-        self.progress(planned(nodeid, len(prompts), self.runs(), block, source.fresh))
-        sampling = self.sampling(case)
+        run = CaseRun(self.serving, nodeid, ref_spec, spec_spec, block, self.workload, case.dataset, prompts,
+                      lambda: self.prompts(dataclasses.replace(case, num_prompts=None)))
+        self.progress(planned(nodeid, len(prompts), self.runs(), block, run.source.fresh))
+        sampling = _sampling(case)
         record.sampling = sampling.to_request()
-        kw: dict[str, Any] = dict(concurrency=case.concurrency, api_key=self.settings.api_key,
-                                  rules=self.profile.validity_rules(), progress=self.progress,
-                                  block=block, api=case.api, rate=case.request_rate, settle=self._settle(),
-                                  spec_tokens=_spec_tokens(spec_spec))
-        result = measure_case(reference, spec, source, sampling, runs=self.runs(), **kw)
-        record.result = result
+        result = record.result = run.first(
+            sampling, self.runs(), concurrency=case.concurrency, api_key=self.settings.api_key,
+            rules=self.profile.validity_rules(), progress=self.progress, api=case.api, rate=case.request_rate)
         if verdicts is not None:
             servers = self._pool.servers if self._pool else {}
             check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look
                 nodeid, case.method, {"concurrency": case.concurrency, "max_tokens": case.max_tokens,
                                       "num_prompts": case.num_prompts, "rate": case.request_rate, "api": case.api},
-                self.dataset(case.dataset).identity(), ref_spec, spec_spec, sampling,
+                self.workload.dataset(case.dataset).identity(), ref_spec, spec_spec, sampling,
                 {arm: servers[key].engine_config() for arm, key in record.servers.items() if key in servers},
                 endpoint=bool(self.settings.endpoint), check=verdicts.check, gate=self.gate(verdicts))
             self.judge.run_looks(
-                nodeid, check, result,
-                lambda n: extend_case(result, reference, spec, source, sampling, runs=n, **kw),
-                self.judge.thresholds(verdicts.thresholds), started=self.started,
+                nodeid, check, result, run.extend, self.judge.thresholds(verdicts.thresholds), started=self.started,
                 tonight_log=lambda: machine_log(r.baseline for r in self.records.values()), progress=self.progress)
         self.progress(measured(nodeid, result.summary))
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
         return result
 
-    @staticmethod
-    def sampling(case: Case) -> Sampling:
-        """Every sampling parameter of a case's requests (all sent explicitly, all recorded)."""
-        from pytest_specdec.measure.types import Sampling
-
-        return Sampling(temperature=case.temperature, ignore_eos=case.ignore_eos)
-
-    def _prompt_source(self, case: Case, spec_spec: ServerSpec | None, prompts: list[Prompt]) -> PromptSource:
-        def whole_dataset() -> list[Prompt]:
-            return self.prompts(dataclasses.replace(case, num_prompts=None))
-
-        def exhausted() -> None:
-            assert spec_spec is not None
-            self.pool.retire(spec_spec, f"every prompt of {case.dataset!r} left has been sent to it and suffix "
-                                        f"decoding learns responses; a fresh server for the next {len(prompts)}")
-        config = spec_spec.speculative_config if spec_spec is not None else None
-        return self.workload.source(prompts, config, spec_spec.key() if spec_spec else "", whole_dataset, exhausted)
-
     def distribution_check(self, nodeid: str, case: Case, samples_per_prompt: int, alpha: float,
                            tolerance_nats: float) -> dict[str, Any]:
         """Temperature > 0: the spec server's samples vs the reference's, scored by the reference server
         (`measure/lossless.py`); sampled once per test and samples-per-prompt, recorded for the JSON."""
-        from pytest_specdec.measure.lossless import collect
         from pytest_specdec.output.progress import distribution_measured, distribution_planned
 
         key = (nodeid, samples_per_prompt)
         if key not in self._distributions:
-            ref_spec = self.server_spec(case, reference=True)
-            spec_spec = self.server_spec(case, reference=False)
+            arms = dict(self.arms(case))
             prompts = self.prompts(case)
             self.progress(distribution_planned(nodeid, len(prompts), samples_per_prompt))
-            self._distributions[key] = collect(
-                lambda: self.endpoint(spec_spec, reference=False, test=nodeid),
-                lambda: self.endpoint(ref_spec, reference=True, test=nodeid),
-                prompts, self.sampling(case), samples_per_prompt, api=case.api,  # type: ignore[arg-type]
-                api_key=self.settings.api_key, progress=self.progress)
+            self._distributions[key] = self.serving.sample_distribution(
+                arms["reference"], arms["spec"], nodeid, prompts, _sampling(case), samples_per_prompt,
+                case.api, self.progress)  # type: ignore[arg-type]
         out = self._distributions[key].summary(alpha, tolerance_nats)
         self.records.setdefault(nodeid, TestRecord(nodeid, case.params())).distribution = out
         self.progress(distribution_measured(nodeid, out))
@@ -342,9 +249,7 @@ class SpecDecSession:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML
         report shows them); returns the (title, tail) sections for the terminal report."""
         record = self.records.get(nodeid)
-        if record is None:
-            return []
-        return record.failed(message, self._pool.servers if self._pool else {})
+        return record.failed(message, self._pool.servers if self._pool else {}) if record is not None else []
 
     # --- output --------------------------------------------------------------------------------
     def dry_run_lines(self, cases: list[tuple[str, Case]]) -> list[str]:
@@ -353,12 +258,8 @@ class SpecDecSession:
         from pytest_specdec.output.results import price
 
         profile, s = self.profile, self.settings
-        tests = []
-        for nodeid, case in cases:
-            arms = [("reference", self.server_spec(case, reference=True))]
-            if case.method != "none":
-                arms.append(("spec", self.server_spec(case, reference=False)))
-            tests.append(dry_run_test(nodeid, arms, case.concurrency, lambda case=case: self.prompts(case)))
+        tests = [dry_run_test(nodeid, self.arms(case), case.concurrency, lambda case=case: self.prompts(case))
+                 for nodeid, case in cases]
         return dry_run_lines(profile, tests, hardware_note=self.hardware_note,
                              endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
                              server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
@@ -379,7 +280,7 @@ class SpecDecSession:
         results = session_results(
             started=self.started, profile=self.profile, gpu_names=self.gpu_names,
             servers=self._pool.servers if self._pool else {}, worker=self.worker, remote=self.remote,
-            server_starts=len(self.server_starts()), datasets=self.workload.datasets, endpoints=self._endpoint_facts,
+            server_starts=len(self.server_starts()), datasets=self.workload.datasets, endpoints=self.serving.facts,
             gpu_hourly_usd=s.gpu_hourly_usd, machine=self.machine, machine_failed=self.machine_failed,
             fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
             night_variances=judge.night_variances if judge else {}, records=self.records.values())
@@ -392,8 +293,8 @@ class SpecDecSession:
             self._pool.stop_all()
 
 
-def _spec_tokens(spec: ServerSpec | None) -> int | None:
-    """The spec server's k: with it one engine step makes at most k + 1 tokens per request."""
-    k = (spec.speculative_config or {}).get("num_speculative_tokens") if spec is not None else None
-    return int(k) if isinstance(k, int) and not isinstance(k, bool) else None
+def _sampling(case: Case) -> Sampling:
+    """Every sampling parameter of a case's requests (all sent explicitly, all recorded)."""
+    from pytest_specdec.measure.types import Sampling
 
+    return Sampling(temperature=case.temperature, ignore_eos=case.ignore_eos)

@@ -1,0 +1,161 @@
+"""Where a session's arms are served: the servers its pool starts, or with --specdec-endpoint two servers
+someone else runs. One object answers for both modes, so the runs, the distribution check and the
+fixture's clients never ask which mode the session is in. No pytest import (a skip is the wiring's).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
+
+if TYPE_CHECKING:
+    from pytest_specdec.measure.lossless import Collected
+    from pytest_specdec.measure.runner import CaseResult, PromptSource
+    from pytest_specdec.measure.types import Api, Prompt, Sampling
+    from pytest_specdec.measure.workload import Workload
+    from pytest_specdec.servers.endpoints import EndpointFacts
+    from pytest_specdec.servers.pool import Endpoint, ServerPool
+    from pytest_specdec.servers.process import Quiet
+    from pytest_specdec.vllm.command import ServerSpec
+
+#: What the runner is handed per arm: an endpoint, or a call that asks for it again before each run.
+ArmEndpoint = Union["Endpoint", Callable[[], "Endpoint"]]
+
+
+class ServingOptions(Protocol):
+    """The options this needs (the session's Settings); read on use, as the API key must be."""
+
+    @property
+    def endpoint(self) -> str | None: ...
+    @property
+    def reference_endpoint(self) -> str | None: ...
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def quiet_timeout_s(self) -> float: ...
+
+
+class Serving:
+    """A session's servers: the pool (built on first use, by the session), or the two external endpoints."""
+
+    def __init__(self, pool: Callable[[], ServerPool], options: ServingOptions) -> None:
+        self._pool = pool
+        self.options = options
+        self.facts: dict[str, EndpointFacts] = {}  # url -> what an external endpoint serves, read once
+
+    def read_facts(self, url: str) -> EndpointFacts:
+        if url not in self.facts:
+            from pytest_specdec.servers.endpoints import read_facts
+
+            self.facts[url] = read_facts(url, self.options.api_key)
+        return self.facts[url]
+
+    def skip_reason(self, want: ServerSpec | None, rivals: list[ServerSpec], progress: Callable[[str], None]
+                    ) -> str | None:
+        """Endpoint mode: why the endpoints cannot stand for a test's servers (None: they can); ``want`` is its
+        spec server (None without one), ``rivals`` every spec server the session collected."""
+        from pytest_specdec.servers.endpoints import skip_reason
+
+        o = self.options
+        assert o.endpoint and o.reference_endpoint
+        configs = [c for c in (r.speculative_config for r in rivals) if c is not None]
+        return skip_reason(self.read_facts(o.reference_endpoint), self.read_facts(o.endpoint),
+                           want.speculative_config if want is not None else None, configs, progress)
+
+    def endpoint(self, spec: ServerSpec, reference: bool, test: str | None = None) -> Endpoint:
+        """The arm's server, started by the pool if need be; in endpoint mode the external one."""
+        from pytest_specdec.measure.client import served_model
+        from pytest_specdec.servers.pool import Endpoint
+
+        if self.options.endpoint:
+            url = self.options.reference_endpoint if reference else self.options.endpoint
+            assert url is not None
+            return Endpoint(url, served_model(url, self.options.api_key), owned=False)
+        server = self._pool().get(spec, test)
+        assert server.proc is not None
+        return Endpoint(server.base_url, served_model(server.base_url), owned=True, instance=str(server.proc.pid))
+
+    def retire(self, spec: ServerSpec, why: str) -> None:
+        """Stop the spec's server, so its next run gets a fresh one (a learning drafter out of new prompts)."""
+        self._pool().retire(spec, why)
+
+    def asked_each_run(self, spec: ServerSpec, reference: bool, test: str) -> Callable[[], Endpoint]:
+        """The arm's endpoint asked for before each run: the pool may have restarted its server since."""
+        return lambda: self.endpoint(spec, reference, test)
+
+    def arms(self, reference: ServerSpec, spec: ServerSpec | None, test: str, block: int | None
+             ) -> tuple[ArmEndpoint, ArmEndpoint | None]:
+        """A test's two arms for the runner: both servers started now, or with one server at a time
+        (``block``) asked for at each run, so the pool restarts the other arm's server."""
+        if block is None:
+            return self.endpoint(reference, True, test), self.endpoint(spec, False, test) if spec else None
+        return (self.asked_each_run(reference, True, test),
+                self.asked_each_run(spec, False, test) if spec else None)
+
+    def sample_distribution(self, reference: ServerSpec, spec: ServerSpec, test: str, prompts: list[Prompt],
+                            sampling: Sampling, samples_per_prompt: int, api: Api,
+                            progress: Callable[[str], None]) -> Collected:
+        """The distribution check's samples (`measure/lossless.py`): the spec server's, then the reference's."""
+        from pytest_specdec.measure.lossless import collect
+
+        return collect(self.asked_each_run(spec, False, test), self.asked_each_run(reference, True, test), prompts,
+                       sampling, samples_per_prompt, api=api, api_key=self.options.api_key, progress=progress)
+
+    def settle(self) -> Callable[[], Quiet] | None:
+        """Before each run, wait for the servers to go idle: those the pool started, or in endpoint mode the
+        processes listening on loopback endpoints' ports; endpoints whose processes cannot be found
+        (another host, another user) get a fixed delay instead."""
+        o = self.options
+        timeout = o.quiet_timeout_s
+        if timeout <= 0:
+            return None
+        if not o.endpoint:
+            return lambda: self._pool().wait_quiet(timeout)
+        from pytest_specdec.servers.endpoints import settle
+
+        return settle([u for u in (o.endpoint, o.reference_endpoint) if u], timeout)
+
+
+class CaseRun:
+    """One test's interleaved runs: its arms as the runner is handed them, the prompts each run sends, and
+    the runner's options, kept so the gate's later looks add runs the same way."""
+
+    def __init__(self, serving: Serving, test: str, reference: ServerSpec, spec: ServerSpec | None, block: int | None,
+                 workload: Workload, dataset: str, prompts: list[Prompt], whole_dataset: Callable[[], list[Prompt]]
+                 ) -> None:
+        self.serving, self.spec_spec, self.block = serving, spec, block
+        self.reference, self.spec = serving.arms(reference, spec, test, block)
+
+        def exhausted() -> None:
+            assert spec is not None
+            serving.retire(spec, f"every prompt of {dataset!r} left has been sent to it and suffix decoding learns "
+                                 f"responses; a fresh server for the next {len(prompts)}")
+        self.source: PromptSource = workload.source(prompts, spec.speculative_config if spec is not None else None,
+                                                    spec.key() if spec else "", whole_dataset, exhausted)
+        if self.source.fresh and block is None and spec is not None:  # the spec server may be restarted
+            self.spec = serving.asked_each_run(spec, False, test)
+        self.sampling: Sampling | None = None
+        self.options: dict[str, Any] = {}
+        self.result: CaseResult | None = None
+
+    def first(self, sampling: Sampling, runs: int, **options: Any) -> CaseResult:
+        """The first look's ``runs`` per arm; ``options`` are `extend_case`'s, kept for the later looks."""
+        from pytest_specdec.measure.runner import measure_case
+
+        self.sampling = sampling
+        self.options = {**options, "block": self.block, "settle": self.serving.settle(),
+                        "spec_tokens": spec_tokens(self.spec_spec)}
+        self.result = measure_case(self.reference, self.spec, self.source, sampling, runs=runs, **self.options)
+        return self.result
+
+    def extend(self, runs: int) -> None:
+        """Runs per arm up to ``runs`` in all: the gate's next look."""
+        from pytest_specdec.measure.runner import extend_case
+
+        assert self.result is not None and self.sampling is not None
+        extend_case(self.result, self.reference, self.spec, self.source, self.sampling, runs=runs, **self.options)
+
+
+def spec_tokens(spec: ServerSpec | None) -> int | None:
+    """The spec server's k: with it one engine step makes at most k + 1 tokens per request."""
+    k = (spec.speculative_config or {}).get("num_speculative_tokens") if spec is not None else None
+    return int(k) if isinstance(k, int) and not isinstance(k, bool) else None
