@@ -11,7 +11,7 @@ import importlib.metadata as md
 import os
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec import __version__
+from pytest_specdec import __version__, redact
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.types import Sampling
@@ -41,7 +41,7 @@ def comparability(profile: Profile, method: str, workload: dict[str, Any], datas
         "dataset": dataset,
         "workload": workload,
         "sampling": sampling.to_request(),
-        "server_args": args,
+        "server_args": redact.args(args),  # a committed file: a token given as an arg never lands there
         "method": method,
         "speculation": speculation,
     }

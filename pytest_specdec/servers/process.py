@@ -25,6 +25,7 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import Any, Callable
 
+from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.vllm.command import ServerSpec, build_command
 from pytest_specdec.vllm.cpu_fix import FIX_NAME, OPT_IN_ENV, RECORD_ENV
@@ -165,7 +166,7 @@ class VllmServer:
             env[RECORD_ENV] = str(self.record_dir)
         t0 = self.clock()
         with open(self.log_path, "wb") as log:
-            log.write(f"$ {shlex.join(self.command)}\n".encode())
+            log.write(f"$ {shlex.join(redact.args(self.command))}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
                 self.command,
@@ -223,17 +224,18 @@ class VllmServer:
     def _start_error(self, what: str) -> ServerStartError:
         return ServerStartError(
             f"vLLM server ({self.spec.method}) {what}\n"
-            f"command: {shlex.join(self.command)}\nport: {self.port}\nlog: {self.log_path}\n"
+            f"command: {shlex.join(redact.args(self.command))}\nport: {self.port}\nlog: {self.log_path}\n"
             f"--- last {LOG_TAIL_LINES} log lines ---\n{self.log_tail()}"
         )
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        """The end of the server log, for a failing test's report."""
+        """The end of the server log, for a failing test's report (secrets the server printed masked)."""
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        secrets = redact.secret_values(self.command, {**dict(self.spec.env), **self.placement_env})
+        return redact.text("\n".join(text.splitlines()[-lines:]), secrets)
 
     def engine_config(self) -> dict[str, Any]:
         """The server's resolved engine config, flat: from /server_info when it was served at start, else

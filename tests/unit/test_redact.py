@@ -1,0 +1,57 @@
+"""Secrets are masked in everything the plugin writes; names stay, values go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fakes import LAUNCHER
+
+from pytest_specdec import redact
+from pytest_specdec.errors import ServerStartError
+from pytest_specdec.servers.process import VllmServer
+from pytest_specdec.vllm.command import ServerSpec
+
+TOKEN = "hf_" + "a1B2c3D4e5F6g7H8i9J0kLmN"
+
+
+def test_flags_env_and_token_shapes_are_masked() -> None:
+    argv = ["vllm", "serve", "m", "--hf-token", "secret-one", "--api-key=secret-two", "--dtype", "float32",
+            f"--note={TOKEN}"]
+    assert redact.args(argv) == ["vllm", "serve", "m", "--hf-token", "<redacted>", "--api-key=<redacted>",
+                                 "--dtype", "float32", "--note=<redacted>"]
+    env = {"HF_TOKEN": "x1y2", "OPENAI_API_KEY": "k", "AWS_SECRET_ACCESS_KEY": "s", "DB_PASSWORD": "p",
+           "CUDA_VISIBLE_DEVICES": "0,1", "NOTE": f"see {TOKEN}"}
+    assert redact.env(env) == {"HF_TOKEN": "<redacted>", "OPENAI_API_KEY": "<redacted>",
+                               "AWS_SECRET_ACCESS_KEY": "<redacted>", "DB_PASSWORD": "<redacted>",
+                               "CUDA_VISIBLE_DEVICES": "0,1", "NOTE": "see <redacted>"}
+    assert redact.secret_values(argv, env) == {"secret-one", "secret-two", "x1y2"}  # "k", "s", "p": too short
+    assert redact.text("args: {'hf_token': 'secret-one'} and x1y2", {"secret-one", "x1y2"}) == (
+        "args: {'hf_token': '<redacted>'} and <redacted>")
+
+
+def test_names_the_user_adds_are_masked_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redact, "_extra", set())
+    assert redact.args(["--lora-url", "http://user:pw@host"]) == ["--lora-url", "http://user:pw@host"]
+    redact.extend(["--lora-url", "MY_URL"])
+    assert redact.args(["--lora-url", "http://user:pw@host"]) == ["--lora-url", "<redacted>"]
+    assert redact.env({"MY_URL": "http://user:pw@host"}) == {"MY_URL": "<redacted>"}
+
+
+def test_a_failed_start_shows_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start error, the log's command line and the log tail attached to the failure: all masked,
+    also where vLLM itself printed the token."""
+    monkeypatch.setenv("FAKE_VLLM_MODE", "crash")
+    monkeypatch.setenv("FAKE_VLLM_LEGACY", "1")
+    spec = ServerSpec(model="m", args=("--hf-token", TOKEN.replace("hf_", "tok-")), env=(("HF_TOKEN", "env-secret-1"),))
+    server = VllmServer(spec, log_dir=tmp_path, launcher=LAUNCHER, startup_timeout_s=30)
+    with pytest.raises(ServerStartError) as info:
+        server.start()
+    # What the server printed itself, as vLLM prints its non-default args:
+    with open(server.log_path, "a") as log:
+        log.write(f"non-default args: {{'hf_token': '{TOKEN.replace('hf_', 'tok-')}'}} env-secret-1\n")
+    message, tail, log = str(info.value), server.log_tail(), server.log_path.read_text()
+    for secret in (TOKEN.replace("hf_", "tok-"), "env-secret-1"):
+        assert secret not in message and secret not in tail
+    assert "--hf-token '<redacted>'" in message or "--hf-token <redacted>" in message
+    assert "<redacted>" in tail and log.splitlines()[0].endswith("--hf-token '<redacted>'")
