@@ -101,7 +101,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from pytest_specdec.measure.runner import ValidityRules, one_run
     from pytest_specdec.servers.pool import Endpoint
     from pytest_specdec.profiles import load_profile, server_spec
-    from pytest_specdec.servers.process import VllmServer, wait_quiet
+    from pytest_specdec.servers.process import VllmServer
+    from pytest_specdec.servers.quiet import wait_quiet
 
     profile = load_profile("cpu")
     prompts = list(builtin().prompts[: args.prompts])

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.types import LoadResult, Prompt, Sampling
     from pytest_specdec.measure.metrics import Chunking, RunMetrics
     from pytest_specdec.servers.pool import Endpoint
-    from pytest_specdec.servers.process import Quiet
+    from pytest_specdec.servers.quiet import Quiet
 
 Arm = Literal["reference", "spec"]
 

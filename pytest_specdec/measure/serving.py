@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.workload import Workload
     from pytest_specdec.servers.endpoints import EndpointFacts
     from pytest_specdec.servers.pool import Endpoint, ServerPool
-    from pytest_specdec.servers.process import Quiet
+    from pytest_specdec.servers.quiet import Quiet
     from pytest_specdec.vllm.command import ServerSpec
 
 #: What the runner is handed per arm: an endpoint, or a call that asks for it again before each run.

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pytest_specdec.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pytest_specdec.servers.process import Quiet
+    from pytest_specdec.servers.quiet import Quiet
 
 Fetch = Callable[[str, "str | None"], "str | None"]
 
@@ -175,7 +175,8 @@ def settle(urls: list[str], timeout_s: float) -> Callable[[], Quiet]:
     """Before each run in endpoint mode: wait for the processes listening on loopback endpoints' ports to go
     idle, like the servers a session starts itself; an endpoint whose processes cannot be found (another
     host, another user) gets a fixed delay instead."""
-    from pytest_specdec.servers.process import idle_delay, is_loopback, listening_pgids, wait_quiet
+    from pytest_specdec.servers.process import is_loopback
+    from pytest_specdec.servers.quiet import idle_delay, listening_pgids, wait_quiet
 
     def wait() -> Quiet:
         pgids: set[int] = set()

@@ -15,7 +15,9 @@ from pathlib import Path
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Callable
 
-from pytest_specdec.servers.process import Quiet, VllmServer, wait_quiet
+from pytest_specdec.servers.process import VllmServer
+
+from pytest_specdec.servers.quiet import Quiet, wait_quiet
 from pytest_specdec.vllm.command import ServerSpec
 
 if TYPE_CHECKING:
@@ -204,7 +206,7 @@ class ServerPool:
     def stop_all(self) -> None:
         """Stop every server we started and give back their GPUs (also on failure and Ctrl-C); a second
         Ctrl-C or a SIGTERM meanwhile waits until they are stopped."""
-        from pytest_specdec.servers.process import shielded
+        from pytest_specdec.servers.hygiene import shielded
 
         with shielded():
             while self._alive:

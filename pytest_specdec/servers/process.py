@@ -22,11 +22,11 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any, Callable
 
 from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
+from pytest_specdec.servers.hygiene import OWNER_ENV, owner_tag
 from pytest_specdec.vllm.command import ServerSpec, build_command
 from pytest_specdec.vllm.cpu_fix import FIX_NAME, OPT_IN_ENV, RECORD_ENV
 from pytest_specdec.vllm.engine_config import (
@@ -67,11 +67,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-#: Environment variable that marks a server this plugin started: "<owner pid>:<owner start ticks>", so
-#: a later session can tell its own strays (owner gone) from servers a live session still uses.
-OWNER_ENV = "PYTEST_SPECDEC_OWNER"
 
 
 @dataclass
@@ -302,99 +297,6 @@ def _prctl() -> Callable[[int, int], int] | None:
         return None
 
 
-def _start_ticks(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot, /proc/PID/stat field 22): with the pid it names
-    one process, even after the pid is reused."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(b")") + 2:].split()[19])
-
-
-def owner_tag(pid: int) -> str:
-    return f"{pid}:{_start_ticks(pid)}"
-
-
-@dataclass(frozen=True)
-class Stray:
-    """A server an earlier session started and left running (its owner is gone)."""
-
-    pid: int
-    owner: str
-    command: str
-
-    def line(self) -> str:
-        return f"pid {self.pid} (started by pytest pid {self.owner.split(':')[0]}, now gone): {self.command}"
-
-
-def find_strays(proc: str = "/proc") -> list[Stray]:
-    """Group leaders carrying this plugin's owner tag whose owner process is gone. Only processes of this
-    user can be read, so only ours are ever found."""
-    out = []
-    for entry in os.scandir(proc):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        try:
-            with open(f"{proc}/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"{proc}/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            leader = os.getpgid(pid) == pid
-        except OSError:  # gone, or not ours
-            continue
-        tag = next((v.split(b"=", 1)[1].decode() for v in env if v.startswith(OWNER_ENV.encode() + b"=")), None)
-        if tag is None or not leader:
-            continue
-        owner = int(tag.split(":", 1)[0])
-        if owner_tag(owner) != tag:  # the owner exited (or its pid now names another process)
-            out.append(Stray(pid, tag, cmd))
-    return out
-
-
-def remove_strays(strays: list[Stray], grace_s: float = 10.0) -> None:
-    """SIGTERM each stray's process group, then SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for stray in strays:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(stray.pid, sig)
-        deadline = time.monotonic() + grace_s
-        while sig == signal.SIGTERM and time.monotonic() < deadline and any(_group_alive(x.pid) for x in strays):
-            time.sleep(0.2)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-@contextlib.contextmanager
-def shielded() -> Iterator[None]:
-    """Hold off Ctrl-C, SIGTERM and SIGHUP while servers are being stopped, so a second Ctrl-C during
-    shutdown cannot leave a server behind; an interrupt that came in is raised once they are stopped.
-    Outside the main thread (where signals cannot be handled) it does nothing."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {sig: signal.signal(sig, lambda n, _f: caught.append(n)) for sig in sigs}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-    if caught:
-        raise KeyboardInterrupt(f"{signal.Signals(caught[0]).name} while stopping the vLLM servers")
-
-
 def lower_priority(pid: int, nice: int) -> dict[str, Any]:
     """Lower the scheduling priority of the session `pid` leads (a server started with its own session).
 
@@ -419,120 +321,6 @@ def lower_priority(pid: int, nice: int) -> dict[str, Any]:
         except OSError:
             break
     return {"nice": nice, "autogroup": autogroup}
-
-
-def group_cpu_ticks(pgids: set[int]) -> int:
-    """CPU time (clock ticks, user + system) used so far by every process in the process groups `pgids`."""
-    total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:  # gone, or not ours to read
-            continue
-        # Fields after the ")" that closes the command name: state ppid pgrp ... utime(14) stime(15).
-        rest = stat[stat.rindex(b")") + 2:].split()
-        if int(rest[2]) in pgids:
-            total += int(rest[11]) + int(rest[12])
-    return total
-
-
-@dataclass(frozen=True)
-class Quiet:
-    """How long a run waited for the servers to go quiet, and whether they did before the deadline."""
-
-    waited_s: float
-    quiet: bool
-    cores: float  # CPU use of the servers in the last window, in cores
-    #: "cpu": their CPU use was watched; "delay": their processes could not be found, so a fixed wait
-    how: str = "cpu"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"waited_s": round(self.waited_s, 3), "quiet": self.quiet, "cores": round(self.cores, 3),
-                "how": self.how}
-
-
-#: A fixed wait before each run against servers whose processes cannot be watched: vLLM's busy-wait
-#: after the last step (``busy_loop_s = 1``) plus a margin.
-IDLE_DELAY_S = 1.2
-
-
-def idle_delay(delay_s: float = IDLE_DELAY_S, sleep: Callable[[float], None] = time.sleep) -> Quiet:
-    """Wait out the servers' busy-wait when their CPU use cannot be read (endpoints not on this host)."""
-    sleep(delay_s)
-    return Quiet(delay_s, True, 0.0, how="delay")
-
-
-def _readlink(path: str) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:  # the descriptor closed while we looked
-        return ""
-
-
-def listening_pgids(port: int, proc: str = "/proc") -> set[int]:
-    """The process groups of the processes listening on TCP `port` of this host (empty when none of
-    them can be seen): the hand-started vLLM server behind a loopback endpoint, with its engine and
-    worker processes, which share its group.
-
-    Why: an endpoint on this host busy-waits after each run just like a server we started, and the
-    other arm's run would share the cores with it; we can only wait for processes we can find.
-    """
-    inodes: set[str] = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            with open(f"{proc}/net/{table}") as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            cols = row.split()
-            # local_address is HEX_IP:HEX_PORT; state 0A is LISTEN; column 9 is the socket's inode
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(cols[9])
-    if not inodes:
-        return set()
-    wanted = {f"socket:[{i}]" for i in inodes}
-    pgids: set[int] = set()
-    for entry in os.scandir(proc):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with os.scandir(f"{proc}/{entry.name}/fd") as fds:
-                if any(_readlink(fd.path) in wanted for fd in fds):
-                    pgids.add(os.getpgid(int(entry.name)))
-        except OSError:  # gone, or not ours to look at
-            continue
-    return pgids
-
-
-def wait_quiet(pgids: set[int], *, timeout_s: float = 3.0, window_s: float = 0.2, max_cores: float = 0.1,
-               ticks: Callable[[set[int]], int] = group_cpu_ticks, sleep: Callable[[float], None] = time.sleep,
-               clock: Callable[[], float] = time.monotonic) -> Quiet:
-    """Wait until the vLLM process groups `pgids` use at most `max_cores` over a `window_s` window.
-
-    Why: vLLM's engine and worker processes busy-wait (``sched_yield``) on their shared-memory queues for
-    1 s after their last message (``shm_broadcast.SpinCondition``, ``busy_loop_s = 1``).  A run that starts
-    right after another server's run shares the cores with that server's spinning processes: on the 2-core
-    CPU profile the worker of an idle server spinning on the same core cut the next run's tok/s by up to 4x.
-    """
-    if not pgids or timeout_s <= 0:
-        return Quiet(0.0, True, 0.0)
-    hz = os.sysconf("SC_CLK_TCK")
-    t0 = clock()
-    before = ticks(pgids)
-    while True:
-        sleep(window_s)
-        now = ticks(pgids)
-        cores = (now - before) / hz / window_s
-        waited = clock() - t0
-        if cores <= max_cores:
-            return Quiet(waited, True, cores)
-        if waited >= timeout_s:
-            return Quiet(waited, False, cores)
-        before = now
 
 
 def terminate_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:

@@ -12,15 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.servers.process import (
-    OWNER_ENV,
-    find_strays,
-    is_loopback,
-    owner_tag,
-    remove_strays,
-    shielded,
-    terminate_group,
-)
+from pytest_specdec.servers.process import is_loopback, terminate_group
+
+from pytest_specdec.servers.hygiene import OWNER_ENV, find_strays, owner_tag, remove_strays, shielded
 
 
 def _gone(pid: int, within_s: float = 10.0) -> bool:

@@ -301,7 +301,7 @@ def test_pool_reuses_per_spec_and_respects_the_cap(tmp_path: Path, monkeypatch: 
 
 
 def test_wait_quiet_waits_for_busy_servers_and_gives_up_at_the_deadline() -> None:
-    from pytest_specdec.servers.process import wait_quiet
+    from pytest_specdec.servers.quiet import wait_quiet
 
     hz = os.sysconf("SC_CLK_TCK")
     clock = [0.0]
@@ -328,7 +328,7 @@ def test_wait_quiet_waits_for_busy_servers_and_gives_up_at_the_deadline() -> Non
 
 
 def test_group_cpu_ticks_sees_a_spinning_child() -> None:
-    from pytest_specdec.servers.process import group_cpu_ticks, wait_quiet
+    from pytest_specdec.servers.quiet import group_cpu_ticks, wait_quiet
 
     child = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
     try:
@@ -415,7 +415,9 @@ def test_listening_pgids_finds_the_group_of_a_loopback_server() -> None:
     import subprocess
     import sys
 
-    from pytest_specdec.servers.process import free_port, listening_pgids
+    from pytest_specdec.servers.process import free_port
+
+    from pytest_specdec.servers.quiet import listening_pgids
 
     port = free_port()
     code = (f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
@@ -436,7 +438,7 @@ def test_listening_pgids_finds_the_group_of_a_loopback_server() -> None:
 
 
 def test_idle_delay_is_recorded_as_a_delay() -> None:
-    from pytest_specdec.servers.process import idle_delay
+    from pytest_specdec.servers.quiet import idle_delay
 
     waited: list[float] = []
     q = idle_delay(0.5, sleep=waited.append)

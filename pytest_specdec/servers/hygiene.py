@@ -1,0 +1,109 @@
+"""No server outlives the session that started it: the owner tag each server carries, the sweep for
+the strays of a session that is gone, and the shield that lets a shutdown finish under Ctrl-C.
+Standard library only, never pytest."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+#: Environment variable that marks a server this plugin started: "<owner pid>:<owner start ticks>", so
+#: a later session can tell its own strays (owner gone) from servers a live session still uses.
+OWNER_ENV = "PYTEST_SPECDEC_OWNER"
+
+
+def _start_ticks(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot, /proc/PID/stat field 22): with the pid it names
+    one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2:].split()[19])
+
+
+def owner_tag(pid: int) -> str:
+    return f"{pid}:{_start_ticks(pid)}"
+
+
+@dataclass(frozen=True)
+class Stray:
+    """A server an earlier session started and left running (its owner is gone)."""
+
+    pid: int
+    owner: str
+    command: str
+
+    def line(self) -> str:
+        return f"pid {self.pid} (started by pytest pid {self.owner.split(':')[0]}, now gone): {self.command}"
+
+
+def find_strays(proc: str = "/proc") -> list[Stray]:
+    """Group leaders carrying this plugin's owner tag whose owner process is gone. Only processes of this
+    user can be read, so only ours are ever found."""
+    out = []
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            with open(f"{proc}/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"{proc}/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            leader = os.getpgid(pid) == pid
+        except OSError:  # gone, or not ours
+            continue
+        tag = next((v.split(b"=", 1)[1].decode() for v in env if v.startswith(OWNER_ENV.encode() + b"=")), None)
+        if tag is None or not leader:
+            continue
+        owner = int(tag.split(":", 1)[0])
+        if owner_tag(owner) != tag:  # the owner exited (or its pid now names another process)
+            out.append(Stray(pid, tag, cmd))
+    return out
+
+
+def remove_strays(strays: list[Stray], grace_s: float = 10.0) -> None:
+    """SIGTERM each stray's process group, then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for stray in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(stray.pid, sig)
+        deadline = time.monotonic() + grace_s
+        while sig == signal.SIGTERM and time.monotonic() < deadline and any(_group_alive(x.pid) for x in strays):
+            time.sleep(0.2)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Hold off Ctrl-C, SIGTERM and SIGHUP while servers are being stopped, so a second Ctrl-C during
+    shutdown cannot leave a server behind; an interrupt that came in is raised once they are stopped.
+    Outside the main thread (where signals cannot be handled) it does nothing."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {sig: signal.signal(sig, lambda n, _f: caught.append(n)) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if caught:
+        raise KeyboardInterrupt(f"{signal.Signals(caught[0]).name} while stopping the vLLM servers")
