@@ -16,6 +16,7 @@ from pytest_specdec.errors import ConfigError
 from pytest_specdec.profiles import VLLM_METHODS
 
 if TYPE_CHECKING:
+    from pytest_specdec.measure.types import Sampling
     from pytest_specdec.profiles import Profile
 
 MARKER = "specdec"
@@ -87,6 +88,12 @@ class Case:
         out.pop("speculative_config_json")
         out["speculative_config"] = self.speculative_config
         return out
+
+    def sampling(self) -> Sampling:
+        """Every sampling parameter of the case's requests (all sent explicitly, all recorded)."""
+        from pytest_specdec.measure.types import Sampling
+
+        return Sampling(temperature=self.temperature, ignore_eos=self.ignore_eos)
 
     def server_key(self) -> tuple[str, str]:
         """Tests with equal keys share a server: ordering by it keeps them together."""

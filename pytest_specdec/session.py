@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.verdicts import MachineFactor
     from pytest_specdec.measure.lossless import Collected
     from pytest_specdec.measure.runner import CaseResult
-    from pytest_specdec.measure.types import Prompt, Sampling
+    from pytest_specdec.measure.types import Prompt
     from pytest_specdec.profiles import Profile
     from pytest_specdec.profiles.placement import Placement
     from pytest_specdec.servers.pool import ServerPool, StartRecord
@@ -145,7 +145,8 @@ class SpecDecSession:
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
         """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` compared with the
         stored baseline, more pairs added two at a time while a verdict is inconclusive (alpha split over the looks)."""
-        from pytest_specdec.measure.serving import CaseRun
+        from pytest_specdec.errors import SpecDecError
+        from pytest_specdec.measure.serving import CaseRun, dead_arm
         from pytest_specdec.output.progress import measured, planned
 
         if self.settings.endpoint:  # can the endpoints stand for this test's servers?
@@ -164,7 +165,7 @@ class SpecDecSession:
         run = CaseRun(self.serving, nodeid, ref_spec, spec_spec, block, self.workload, case.dataset, prompts,
                       lambda: self.prompts(dataclasses.replace(case, num_prompts=None)))
         self.progress(planned(nodeid, len(prompts), self.runs(), block, run.source.fresh))
-        sampling = _sampling(case)
+        sampling = case.sampling()
         record.sampling = sampling.to_request()
         result = record.result = run.first(
             sampling, self.runs(), concurrency=case.concurrency, api_key=self.settings.api_key,
@@ -183,6 +184,8 @@ class SpecDecSession:
         self.progress(measured(nodeid, result.summary))
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
+        if spec_spec is not None and not any(r.valid for r in result.runs):  # never judged on the other arm
+            raise SpecDecError(dead_arm(nodeid, result, self.serving.deaths(spec_spec)))
         return result
 
     def distribution_check(self, nodeid: str, case: Case, samples_per_prompt: int, alpha: float,
@@ -197,7 +200,7 @@ class SpecDecSession:
             prompts = self.prompts(case)
             self.progress(distribution_planned(nodeid, len(prompts), samples_per_prompt))
             self._distributions[key] = self.serving.sample_distribution(
-                arms["reference"], arms["spec"], nodeid, prompts, _sampling(case), samples_per_prompt,
+                arms["reference"], arms["spec"], nodeid, prompts, case.sampling(), samples_per_prompt,
                 case.api, self.progress)  # type: ignore[arg-type]
         out = self._distributions[key].summary(alpha, tolerance_nats)
         self.records.setdefault(nodeid, TestRecord(nodeid, case.params())).distribution = out
@@ -292,9 +295,3 @@ class SpecDecSession:
         if self._pool is not None:
             self._pool.stop_all()
 
-
-def _sampling(case: Case) -> Sampling:
-    """Every sampling parameter of a case's requests (all sent explicitly, all recorded)."""
-    from pytest_specdec.measure.types import Sampling
-
-    return Sampling(temperature=case.temperature, ignore_eos=case.ignore_eos)

@@ -340,9 +340,8 @@ class Judge:
 
         lines: list[str] = []
         for nodeid, c, result, outcome in tests:
-            valid = result is not None and any(r.valid for r in result.reference_runs)
-            if not valid or outcome != "passed":
-                why = "no valid runs" if not valid else f"the test {outcome}"
+            why = f"the test {outcome}" if outcome != "passed" else unwritable(result)
+            if why:
                 lines.append(f"specdec: not writing {self.rel(c.path)}: {why}")
                 continue
             # Only a gated change is a change being accepted (it drops the older nights); a shown-family
@@ -394,3 +393,18 @@ class Judge:
                                       alpha=self.cfg.alpha, fail_inconclusive=fail_inconclusive)
         if self.cfg.update and self.opened:
             lines += self.write(checked)
+
+
+def unwritable(result: CaseResult | None) -> str:
+    """Why tonight's runs must not become a baseline night ("" when they may): each arm needs a valid run,
+    and a test with a spec arm a valid pair, or the file would trade real nights for one that says nothing
+    (a dead spec server's night has only the reference's runs)."""
+    if result is None:
+        return "nothing was measured"
+    arms = [("reference", result.reference_runs), *([("spec", result.runs)] if result.runs else [])]
+    for arm, runs in arms:
+        if not any(r.valid for r in runs):
+            return f"the {arm} arm has no valid run (of {len(runs)})"
+    if result.runs and not any(s is not None for s in result.speedup_per_pair):
+        return "no pair of runs is valid on both arms"
+    return ""

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.types import Api, Prompt, Sampling
     from pytest_specdec.measure.workload import Workload
     from pytest_specdec.servers.endpoints import EndpointFacts
-    from pytest_specdec.servers.pool import Endpoint, ServerPool
+    from pytest_specdec.servers.pool import Death, Endpoint, ServerPool
     from pytest_specdec.servers.quiet import Quiet
     from pytest_specdec.vllm.command import ServerSpec
 
@@ -73,6 +73,14 @@ class Serving:
         server = self._pool().get(spec, test)
         assert server.proc is not None
         return Endpoint(server.base_url, served_model(server.base_url), owned=True, instance=str(server.proc.pid))
+
+    def deaths(self, spec: ServerSpec) -> list[Death]:
+        """The spec's servers that exited while in use this session (none in endpoint mode: not ours)."""
+        if self.options.endpoint:
+            return []
+        pool = self._pool()
+        pool.reap(spec)
+        return [d for d in pool.deaths if d.spec_key == spec.key()]
 
     def retire(self, spec: ServerSpec, why: str) -> None:
         """Stop the spec's server, so its next run gets a fresh one (a learning drafter out of new prompts)."""
@@ -159,3 +167,17 @@ def spec_tokens(spec: ServerSpec | None) -> int | None:
     """The spec server's k: with it one engine step makes at most k + 1 tokens per request."""
     k = (spec.speculative_config or {}).get("num_speculative_tokens") if spec is not None else None
     return int(k) if isinstance(k, int) and not isinstance(k, bool) else None
+
+
+def dead_arm(test: str, result: CaseResult, deaths: list[Death], tail_lines: int = 30) -> str:
+    """Why a test has no valid spec run, as its failure says it: each run's reasons, and each time its
+    server exited, the exit code and that start's log tail (a restart has a log of its own)."""
+    lines = [f"specdec: {test}: no valid run on the spec arm ({len(result.runs)} run(s)); the spec arm is never "
+             "judged on the reference arm's figures"]
+    lines += [f"  spec run {r.index + 1}: {'; '.join(r.invalid)}" for r in result.runs]
+    for death in deaths:
+        tail = "\n".join(death.tail.splitlines()[-tail_lines:])
+        lines += [f"  {death.line()}", f"--- last {tail_lines} lines of that log ---", tail]
+    if not deaths:
+        lines.append("  the spec server did not exit; its requests failed (the log tail follows)")
+    return "\n".join(lines)

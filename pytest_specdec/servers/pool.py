@@ -15,6 +15,8 @@ from pathlib import Path
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Callable
 
+from pytest_specdec import redact
+from pytest_specdec.errors import ServerStartError
 from pytest_specdec.servers.process import VllmServer
 
 from pytest_specdec.servers.quiet import Quiet, wait_quiet
@@ -42,6 +44,20 @@ class StartRecord:
     startup_s: float
     command: tuple[str, ...]
     gpus: str | None = None  # the CUDA_VISIBLE_DEVICES it got, when GPUs are leased
+
+
+@dataclass(frozen=True)
+class Death:
+    """A server that exited while the session still used it: what its log said last."""
+
+    spec_key: str
+    method: str
+    returncode: int | None
+    log_path: Path
+    tail: str
+
+    def line(self) -> str:
+        return f"vLLM ({self.method}, {self.spec_key}) exited with code {self.returncode} (log: {self.log_path})"
 
 
 def split_cpus(client_cpus: int, available: Iterable[int] | None = None) -> frozenset[int] | None:
@@ -95,6 +111,8 @@ class ServerPool:
         # Keyed by ServerSpec.key(): specs hold dicts (the speculative config), so are not hashable.
         self._alive: OrderedDict[str, VllmServer] = OrderedDict()
         self.starts: list[StartRecord] = []
+        self.deaths: list[Death] = []  # servers that exited while in use, in order
+        self.failed: dict[str, str] = {}  # spec key -> why its start failed (not retried in this session)
         self.servers: dict[str, VllmServer] = {}  # every server ever started, for reports
         self.gpus = gpus  # None: no leasing (the cpu profile)
         self.gpu_wait_s = gpu_wait_s
@@ -147,9 +165,11 @@ class ServerPool:
         if server is not None and server.alive():
             self._alive.move_to_end(key)
             return server
-        if server is not None:  # died since last use: drop it and start afresh
-            self._alive.pop(key)
-            self._stop(key, server)  # its group may linger; its GPUs go back
+        if key in self.failed:  # the same start failed earlier in this session: it would again
+            raise ServerStartError(f"not starting it again: it failed earlier in this session.\n{self.failed[key]}")
+        if server is not None:  # died since last use: record why, drop it and start afresh
+            self.reap(spec)
+            self.progress(f"specdec: {self.deaths[-1].line()}; starting it again")
         while len(self._alive) >= self.max_alive:
             old_key, old = self._alive.popitem(last=False)
             self.progress(f"specdec: stopping vLLM ({old.spec.method}, {old_key}) to stay within "
@@ -175,19 +195,32 @@ class ServerPool:
         t0 = time.monotonic()
         try:
             server.start()  # stops the server itself when it fails
-        except BaseException:
+        except BaseException as exc:
             if not server.alive():
                 self._release(key)
+            if isinstance(exc, ServerStartError):
+                self.failed[key] = str(exc)
             raise
         self._alive[key] = server
         assert server.startup_s is not None
-        self.starts.append(StartRecord(spec.key(), spec.method, server.startup_s, tuple(server.command),
+        self.starts.append(StartRecord(spec.key(), spec.method, server.startup_s, tuple(redact.args(server.command)),
                                        lease.cuda_visible_devices if lease else None))
         self.progress(
             f"specdec: vLLM ({spec.method}, {spec.key()}) ready in {time.monotonic() - t0:.0f} s "
             f"at {server.base_url}{where}"
         )
         return server
+
+    def reap(self, spec: ServerSpec) -> None:
+        """If `spec`'s server has exited, record why (its exit code and this start's log tail) and drop it."""
+        key = spec.key()
+        server = self._alive.get(key)
+        if server is None or server.alive():
+            return
+        assert server.proc is not None
+        self.deaths.append(Death(key, spec.method, server.proc.poll(), server.log_path, server.log_tail()))
+        self._alive.pop(key)
+        self._stop(key, server)  # its group may linger; its GPUs go back
 
     def retire(self, spec: ServerSpec, why: str) -> None:
         """Stop `spec`'s server if it runs, so the next `get` starts a fresh one (e.g. a suffix decoder

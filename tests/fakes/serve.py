@@ -29,6 +29,8 @@ What it simulates:
 Environment for server-lifecycle tests:
 
 * FAKE_VLLM_MODE: `ok` (default), `crash` (exit 3 after a log line), `hang` (never listen), `slow` (listen after 1 s).
+* FAKE_VLLM_DIE_AFTER=METHOD:N: that method's server (`none`: the reference) exits with code 70 after its Nth
+  completion request, printing an EngineCore error (a server that dies mid-session).
 * FAKE_VLLM_LEGACY=1: an older vLLM (v0.0.0-fake): no /server_info route, and the older engine-config line
   (`compilation_config={"level": 3, ...}`).
 * FAKE_VLLM_CHILD_PID_FILE: start a child process in the server's process group (a stop must take it down too)
@@ -233,16 +235,32 @@ def _sent(requests: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-async def _serve(app: web.Application, sock: socket.socket) -> None:
+async def _serve(app: web.Application, sock: socket.socket, die_after: int = 0, state: Any = None) -> None:
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     await web.SockSite(runner, sock).start()
+    if die_after:
+        asyncio.get_running_loop().create_task(_die_after(state, die_after))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await runner.cleanup()
+
+
+async def _die_after(state: Any, posts: int) -> None:
+    """FAKE_VLLM_DIE_AFTER: a server that dies mid-session, as an engine core that crashed."""
+    while state.posts < posts:
+        await asyncio.sleep(0.01)
+    print(f"ERROR EngineCore died unexpectedly (fake: after {posts} completion requests)", flush=True)
+    os._exit(70)
+
+
+def _die_after_posts(spec: dict[str, Any] | None) -> int:
+    """FAKE_VLLM_DIE_AFTER=METHOD:N: this method's server exits after its Nth completion request."""
+    method, _, n = os.environ.get("FAKE_VLLM_DIE_AFTER", "").partition(":")
+    return int(n) if n and method == _method(spec) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             f.write(str(child.pid))
     dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE") == "1" and not legacy
     app, state = build_app(cfg, server_info(args) if dev_mode else None)
-    asyncio.run(_serve(app, sock or bind_socket(args.host, args.port)))
+    asyncio.run(_serve(app, sock or bind_socket(args.host, args.port), _die_after_posts(spec), state))
     records = os.environ.get("FAKE_VLLM_RECORDS")
     if records:
         record = {"pid": os.getpid(), "parent_pid": os.getppid(), "method": _method(spec), "k": cfg.k,

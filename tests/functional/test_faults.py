@@ -1,0 +1,84 @@
+"""Faults never turn into wrong verdicts or lost baselines: a spec server that dies mid-session, a start
+that fails, through pytester with servers the plugin starts itself (the `vllm serve` stand-in)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fakes import FakeVllm
+
+SERVERS = {"*": {"acceptance": [0.8, 0.6, 0.4], "step_s": 0.002, "output_tokens": 24}, "none": {"step_s": 0.004}}
+
+
+@pytest.fixture
+def run(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[..., Path],
+        make_suite: Callable[..., str]) -> Callable[..., pytest.RunResult]:
+    fake_vllm.configure(SERVERS)
+
+    def go(*extra: str) -> pytest.RunResult:
+        profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=None)
+        return pytester.runpytest_subprocess(
+            f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",
+            "--specdec-quiet-timeout=0", *extra)
+
+    pytester.makepyfile(test_suite=make_suite(num_prompts=8, max_tokens=24))
+    return go
+
+
+def test_a_spec_server_that_dies_fails_its_test_and_keeps_the_baseline(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: Callable[..., pytest.RunResult]) -> None:
+    """The spec server dies during the first measured run: the test fails, naming the exit code and the log
+    line that says why, is never judged on the reference arm's figures, and the stored nights stay."""
+    first = run("--update-baselines")
+    first.assert_outcomes(passed=1)
+    baseline = next((pytester.path / "baselines" / "fakecpu").rglob("*.json"))
+    stored = baseline.read_text()
+
+    monkeypatch.setenv("FAKE_VLLM_DIE_AFTER", "ngram:6")  # the warm-up's 4 requests, then 2 of the first run
+    r = run("--update-baselines")
+    r.assert_outcomes(errors=1)  # measured in the fixture's setup: an error, as a server that cannot start
+    r.stdout.fnmatch_lines([
+        "*no valid run on the spec arm (3 run(s)); the spec arm is never judged on the reference arm's figures*",
+        "*vLLM (ngram, *) exited with code 70 (log: *vllm-ngram-*.log)*",
+        "*EngineCore died unexpectedly (fake: after 6 completion requests)*",
+        "specdec: not writing *: the test failed*",
+    ])
+    assert "regressed" not in r.stdout.str()  # no verdict from the wrong arm
+    assert baseline.read_text() == stored
+    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    test = data["tests"][0]
+    assert (test["outcome"], test["when"]) == ("failed", "setup") and "exited with code 70" in test["error"]
+    assert "tpot_p95_ms" not in test["verdicts"] and "e2e_p95_ratio" not in test["verdicts"]
+
+
+def test_a_server_that_failed_to_start_is_not_started_again_for_each_test(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, make_suite: Callable[..., str],
+        run: Callable[..., pytest.RunResult]) -> None:
+    pytester.makepyfile(test_suite=make_suite(num_prompts=8, max_tokens=24, concurrency=[1, 2]))
+    monkeypatch.setenv("FAKE_VLLM_MODE", "crash")
+    r = run()
+    r.assert_outcomes(errors=2)
+    assert r.stdout.str().count("specdec: starting vLLM (none, ") == 1
+    r.stdout.fnmatch_lines(["*not starting it again: it failed earlier in this session.*"])
+
+
+def test_a_night_without_valid_runs_on_both_arms_is_never_written() -> None:
+    """The write guard behind the failing test: a night whose spec arm has no valid run (or no valid pair)
+    would replace real nights with one that says nothing."""
+    from types import SimpleNamespace as Run
+
+    from pytest_specdec.gate.judge import unwritable
+
+    ok, bad = Run(valid=True), Run(valid=False)
+    night = Run(reference_runs=[ok, ok], runs=[ok, bad], speedup_per_pair=[2.0, None])
+    assert unwritable(night) == ""  # type: ignore[arg-type]
+    assert unwritable(Run(reference_runs=[ok], runs=[bad, bad], speedup_per_pair=[None, None])) == (  # type: ignore[arg-type]
+        "the spec arm has no valid run (of 2)")
+    assert unwritable(Run(reference_runs=[bad, ok], runs=[ok, bad], speedup_per_pair=[None, None])) == (  # type: ignore[arg-type]
+        "no pair of runs is valid on both arms")
+    assert unwritable(Run(reference_runs=[bad], runs=[], speedup_per_pair=[])) == (  # type: ignore[arg-type]
+        "the reference arm has no valid run (of 1)")
+    assert unwritable(None) == "nothing was measured"
