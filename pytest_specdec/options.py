@@ -320,6 +320,10 @@ OPTIONS: tuple[Option, ...] = (
                 "processes busy-wait for 1 s after their last step and would share the cores with the run); in "
                 "endpoint mode for the processes behind loopback endpoints, else a fixed 1.2 s; "
                 "0 skips the wait."),
+    Option("--specdec-idle-timeout", setting="idle_timeout_s", metavar="SECONDS", type=positive_float,
+           help="a server that sends nothing on a request for SECONDS is hung: the request fails, its run is "
+                "invalid, and a server this session started is restarted once.",
+           shown_default="the profile's [validity] idle_timeout_s, else 60"),
     Option("--specdec-baselines", setting="baselines_dir", metavar="DIR", default="baselines", read=_rooted,
            help="root of the stored baselines (<DIR>/<profile>/<suite module>/<test id>.json)."),
     Option("--update-baselines", metavar="MODE", nargs="?", action=UpdateBaselines,
@@ -409,6 +413,7 @@ class Settings:
     max_servers: int
     startup_timeout_s: float
     quiet_timeout_s: float = 3.0
+    idle_timeout_s: float | None = None
     baselines_dir: Path = Path("baselines")
     update_baselines: str | None = None
     strict: bool = False

@@ -169,7 +169,8 @@ class SpecDecSession:
         record.sampling = sampling.to_request()
         result = record.result = run.first(
             sampling, self.runs(), concurrency=case.concurrency, api_key=self.settings.api_key,
-            rules=self.profile.validity_rules(), progress=self.progress, api=case.api, rate=case.request_rate)
+            rules=self.profile.validity_rules(self.settings.idle_timeout_s), progress=self.progress, api=case.api,
+            rate=case.request_rate)
         if verdicts is not None:
             servers = self._pool.servers if self._pool else {}
             check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look

@@ -63,11 +63,16 @@ class ValidityRules:
     # Share of a run's tokens that may arrive more per chunk than one engine step makes (1, or k + 1)
     # before the run's latency figures are untrusted (metrics.Chunking; docs/measurement.md).
     max_coalesced_share: float = 0.05
+    # A server that sends nothing on a request for this long is hung: the request fails (not after the
+    # total timeout), its run is invalid, and a server the plugin owns is restarted once.
+    idle_timeout_s: float = 60.0
 
 
 #: How a client-bound run's invalid reason starts: the lag invalidates the run's timing, not its counters
 #: or texts, so callers that only need those (the zoo's acceptance checks) look for this prefix.
 CLIENT_LAG = "client event loop lagged"
+#: How a run whose server stopped sending is marked invalid (`RunRecord.hung` looks for it).
+HUNG = "server hung"
 
 
 class FixedPrompts:
@@ -197,6 +202,10 @@ class RunRecord:
     def latency_trusted(self) -> bool:
         """Valid, and its stream arrived as the engine made it."""
         return self.valid and not self.untrusted
+
+    @property
+    def hung(self) -> bool:
+        return any(r.startswith(HUNG) for r in self.invalid)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -340,19 +349,22 @@ def one_run(
     sends `warmup_prompts` when given, else `warmup` requests cycling through `prompts`.  `step_limit` is
     the most tokens one engine step makes per request (1, or k + 1 with speculation); None: unknown, so
     the stream's chunking is not judged."""
-    from pytest_specdec.measure.client import run_load_sync
+    from pytest_specdec.measure.client import IDLE_TIMEOUT_REASON, run_load_sync
     from pytest_specdec.measure.metrics import chunking, compute_run_metrics, counters_delta
 
     salt = uuid.uuid4().hex
     load: LoadResult = run_load_sync(
         endpoint.base_url, endpoint.model, prompts, sampling, concurrency=concurrency,
         cache_salt=salt, api_key=api_key, warmup=warmup, timeout_s=timeout_s, api=api,  # type: ignore[arg-type]
-        rate=rate, warmup_prompts=warmup_prompts,
+        rate=rate, warmup_prompts=warmup_prompts, idle_timeout_s=rules.idle_timeout_s,
     )
     metrics = compute_run_metrics(load, counters_delta(load))
     record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
                        texts={s.prompt_id: s.text for s in load.samples if s.error is None})
     record.invalid = invalid_reasons(metrics, len(prompts), rules)
+    silent = sum(1 for x in load.samples if x.error is not None and x.error.startswith(IDLE_TIMEOUT_REASON))
+    if silent:
+        record.invalid.insert(0, f"{HUNG}: sent nothing for {rules.idle_timeout_s:g} s on {silent} request(s)")
     record.hd_p95_ms = hd_p95s(load)
     if step_limit is not None:
         record.chunking = chunking(load.samples, step_limit)
@@ -402,6 +414,7 @@ def extend_case(
     rate: float | None = None,
     settle: Callable[[], Quiet] | None = None,
     spec_tokens: int | None = None,
+    restart: Callable[[Arm], Endpoint | Callable[[], Endpoint] | None] | None = None,
 ) -> CaseResult:
     """Continue the alternation of `result` up to `runs` pairs (sequential looks add runs this way).
 
@@ -410,7 +423,8 @@ def extend_case(
     suffix server).  A run's prompts are drawn before its server is asked for, so a draw that needs a
     fresh server gets one.  Summary and speedups are recomputed.  `settle` (e.g. the pool's wait for idle servers) is called right before
     every measured run, after its endpoint is ready and its warm-up is not yet sent; what it returns
-    is kept with the run.
+    is kept with the run. After a run whose server hung, `restart(arm)` may hand a fresh server for the
+    arm's later runs (None: keep the arm as it is).
     """
     source = prompts if isinstance(prompts, (FixedPrompts, FreshPrompts)) else FixedPrompts(prompts)
     ref_runs, spec_runs = result.reference_runs, result.runs
@@ -452,6 +466,10 @@ def extend_case(
         noisy = "" if quiet is None or quiet.quiet else (f"  (servers still busy after {quiet.waited_s:.1f} s: "
                                                          f"{quiet.cores:.2f} cores)")
         progress(f"specdec:   run {i + 1}/{runs} {arm:9s} {m.output_tok_s or 0:8.1f} tok/s{acc}{bad}{noisy}")
+        if rec.hung and restart is not None:
+            fresh = restart(arm)
+            if fresh is not None:
+                sources[arm] = fresh
     result.summary = summarize(ref_runs, spec_runs)
     result.speedup_per_pair = speedups(ref_runs, spec_runs) if spec_runs else []
     return result

@@ -130,7 +130,9 @@ class CaseRun:
     def __init__(self, serving: Serving, test: str, reference: ServerSpec, spec: ServerSpec | None, block: int | None,
                  workload: Workload, dataset: str, prompts: list[Prompt], whole_dataset: Callable[[], list[Prompt]]
                  ) -> None:
-        self.serving, self.spec_spec, self.block = serving, spec, block
+        self.serving, self.spec_spec, self.block, self.test = serving, spec, block, test
+        self.specs = {"reference": reference, "spec": spec}
+        self.restarted: set[str] = set()  # arms whose hung server was restarted (once per test)
         self.reference, self.spec = serving.arms(reference, spec, test, block)
 
         def exhausted() -> None:
@@ -151,9 +153,24 @@ class CaseRun:
 
         self.sampling = sampling
         self.options = {**options, "block": self.block, "settle": self.serving.settle(),
-                        "spec_tokens": spec_tokens(self.spec_spec)}
+                        "spec_tokens": spec_tokens(self.spec_spec), "restart": self.restart}
         self.result = measure_case(self.reference, self.spec, self.source, sampling, runs=runs, **self.options)
         return self.result
+
+    def restart(self, arm: str) -> Callable[[], Endpoint] | None:
+        """A hung server the session owns is restarted once per test: its later runs get a fresh one. An
+        external endpoint cannot be restarted, nor is a server that hung again (its runs stay invalid)."""
+        spec = self.specs[arm]
+        if spec is None or arm in self.restarted or self.serving.options.endpoint:
+            return None
+        self.restarted.add(arm)
+        self.serving.retire(spec, "it hung (sent nothing within the idle timeout); a fresh one for the next runs")
+        fresh = self.serving.asked_each_run(spec, arm == "reference", self.test)
+        if arm == "reference":  # the later looks ask for the fresh one too
+            self.reference = fresh
+        else:
+            self.spec = fresh
+        return fresh
 
     def extend(self, runs: int) -> None:
         """Runs per arm up to ``runs`` in all: the gate's next look."""

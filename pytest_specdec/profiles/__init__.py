@@ -151,8 +151,9 @@ class Profile:
     nvidia_smi_names: tuple[str, ...] = ()
     builtin: bool = False
 
-    def validity_rules(self) -> ValidityRules:
-        """The profile's run-validity limits (`[validity]`), defaults for the rest."""
+    def validity_rules(self, idle_timeout_s: float | None = None) -> ValidityRules:
+        """The profile's run-validity limits (`[validity]`), defaults for the rest; ``idle_timeout_s``
+        (--specdec-idle-timeout) wins over the profile's."""
         import dataclasses
 
         from pytest_specdec.measure.runner import ValidityRules
@@ -161,7 +162,8 @@ class Profile:
         unknown = sorted(set(self.validity) - known)
         if unknown:
             raise ConfigError(f"profile {self.path}: unknown [validity] key(s) {unknown}; allowed: {sorted(known)}")
-        return ValidityRules(**{k: float(v) for k, v in self.validity.items()})
+        rules = ValidityRules(**{k: float(v) for k, v in self.validity.items()})
+        return rules if idle_timeout_s is None else dataclasses.replace(rules, idle_timeout_s=idle_timeout_s)
 
     def method_names(self) -> list[str]:
         return ["none", *self.methods]

@@ -29,6 +29,8 @@ What it simulates:
 Environment for server-lifecycle tests:
 
 * FAKE_VLLM_MODE: `ok` (default), `crash` (exit 3 after a log line), `hang` (never listen), `slow` (listen after 1 s).
+* FAKE_VLLM_HANG_ONCE=METHOD:N:FLAG_FILE: the first server of that method to start (it creates FLAG_FILE) hangs
+  after its Nth completion request: later requests get their headers and then nothing.
 * FAKE_VLLM_DIE_AFTER=METHOD:N: that method's server (`none`: the reference) exits with code 70 after its Nth
   completion request, printing an EngineCore error (a server that dies mid-session).
 * FAKE_VLLM_LEGACY=1: an older vLLM (v0.0.0-fake): no /server_info route, and the older engine-config line
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -263,6 +266,20 @@ def _die_after_posts(spec: dict[str, Any] | None) -> int:
     return int(n) if n and method == _method(spec) else 0
 
 
+def _hang_once(spec: dict[str, Any] | None) -> int:
+    """FAKE_VLLM_HANG_ONCE=METHOD:N:FLAG_FILE: the first server of that method (the one that creates
+    FLAG_FILE) hangs after its Nth completion request; the servers started after it do not."""
+    method, _, rest = os.environ.get("FAKE_VLLM_HANG_ONCE", "").partition(":")
+    n, _, flag = rest.partition(":")
+    if not n or method != _method(spec):
+        return 0
+    try:
+        with open(flag, "x"):
+            return int(n)
+    except FileExistsError:
+        return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -281,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         print("ERROR RuntimeError: draft head hidden size 512 does not match the target's 256", flush=True)
         return 1
     cfg = server_config(args, configured)
+    hang = _hang_once(spec)
+    if hang:
+        cfg = dataclasses.replace(cfg, hang_after=hang)
     print(legacy_config_line(args) if legacy else config_line(args), flush=True)
     if mode == "crash":
         print("RuntimeError: fake engine failed to start", flush=True)

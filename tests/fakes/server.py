@@ -106,6 +106,7 @@ class FakeConfig:
     capacity: int = 0
     temperature_decay: float = 0.0
     fail_request: int = 0  # the Nth completion request (counting from 1) is answered with HTTP 500; 0 = none
+    hang_after: int = 0  # after N completion requests, later ones get their headers and then nothing; 0 = never
 
     def __post_init__(self) -> None:
         if self.merge_steps < 1 or self.batch_events < 1:
@@ -432,6 +433,8 @@ def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tup
                 held.clear()
 
         try:
+            if cfg.hang_after and st.posts > cfg.hang_after:  # alive, listening, and silent: a hung engine
+                await asyncio.sleep(3600)
             await asyncio.sleep(cfg.ttft_s)
             emitted, n, finish = 0, 1, None  # the prefill step yields one token and no draft
             if chat:

@@ -82,3 +82,23 @@ def test_a_night_without_valid_runs_on_both_arms_is_never_written() -> None:
     assert unwritable(Run(reference_runs=[bad], runs=[], speedup_per_pair=[])) == (  # type: ignore[arg-type]
         "the reference arm has no valid run (of 1)")
     assert unwritable(None) == "nothing was measured"
+
+
+def test_a_hung_spec_server_invalidates_its_run_and_is_restarted_once(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: Callable[..., pytest.RunResult]) -> None:
+    """A server that is alive but sends nothing costs the idle timeout per request, not the total one; its
+    run is invalid with that reason, and the next runs get a fresh server."""
+    monkeypatch.setenv("FAKE_VLLM_HANG_ONCE", f"ngram:6:{pytester.path / 'hung-once'}")
+    r = run("--specdec-idle-timeout=1", "--update-baselines")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines([
+        "*run 1/3 spec*INVALID: server hung: sent nothing for 1 s on 4 request(s)*",
+        "specdec: stopping vLLM (ngram, *): it hung (sent nothing within the idle timeout); a fresh one*",
+        "specdec: starting vLLM (ngram, *",
+    ])
+    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    runs = data["tests"][0]["runs"]
+    assert [r["valid"] for r in runs] == [False, True, True]
+    assert runs[0]["invalid_reasons"][0].startswith("server hung")
+    assert data["server_starts"] == 3  # the reference, the spec server that hung, its fresh replacement
+    assert r.duration < 60  # four silent requests cost 1 s each, not the 600 s total timeout
