@@ -67,6 +67,21 @@ def pytest_configure(config: pytest.Config) -> None:
     session = SpecDecSession(settings, config.rootpath, progress)
     session.worker = worker
     config.stash[session_key] = session
+    from pytest_specdec.servers.hygiene import interrupt_on_termination
+
+    session.undo_signals = interrupt_on_termination()  # SIGTERM/SIGHUP unwind like Ctrl-C: servers stop
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    specdec = session.config.stash.get(session_key, None)
+    if specdec is None or specdec.worker or specdec.settings.dry_run:  # the xdist controller sweeps for its workers
+        return
+    from pytest_specdec.servers.hygiene import find_strays, remove_strays
+
+    strays = find_strays()
+    for stray in strays:
+        specdec.progress(f"specdec: stopping a vLLM server an earlier session left running: {stray.line()}")
+    remove_strays(strays)
 
 
 def _worker_progress(path: Path) -> Callable[[str], None]:
@@ -103,6 +118,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(session_key, None)
     if session is not None:
         session.close()  # every server we started, also after a failure or Ctrl-C
+        session.undo_signals()
         del config.stash[session_key]
 
 

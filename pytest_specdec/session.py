@@ -72,6 +72,7 @@ class SpecDecSession:
         self.report_paths: list[Path] = []
         self.gpu_names: str | None = None  # nvidia-smi's GPUs ("NVIDIA H100 80GB HBM3 x8"), once listed
         self._distributions: dict[tuple[str, int], Collected] = {}  # (nodeid, samples per prompt) -> scored samples
+        self.undo_signals: Callable[[], None] = lambda: None  # gives SIGTERM/SIGHUP back at unconfigure
 
     # --- configuration -------------------------------------------------------------------------
     @property

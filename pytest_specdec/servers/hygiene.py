@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from typing import Callable
 from dataclasses import dataclass
 
 #: Environment variable that marks a server this plugin started: "<owner pid>:<owner start ticks>", so
@@ -107,3 +108,28 @@ def shielded() -> Iterator[None]:
             signal.signal(sig, handler)
     if caught:
         raise KeyboardInterrupt(f"{signal.Signals(caught[0]).name} while stopping the vLLM servers")
+
+
+def interrupt_on_termination() -> Callable[[], None]:
+    """SIGTERM and SIGHUP (what CI runners send on cancel, what a closed terminal sends) raise
+    KeyboardInterrupt in the main thread as Ctrl-C does, so the session unwinds and stops its servers
+    instead of dying with them running. A handler someone else set stays. Returns the undo."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    for sig, handler in old.items():
+        if handler is signal.SIG_DFL:
+            signal.signal(sig, interrupt)
+
+    def undo() -> None:
+        for sig, handler in old.items():
+            if signal.getsignal(sig) is interrupt:
+                signal.signal(sig, handler)
+
+    return undo

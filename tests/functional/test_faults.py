@@ -102,3 +102,81 @@ def test_a_hung_spec_server_invalidates_its_run_and_is_restarted_once(
     assert runs[0]["invalid_reasons"][0].startswith("server hung")
     assert data["server_starts"] == 3  # the reference, the spec server that hung, its fresh replacement
     assert r.duration < 60  # four silent requests cost 1 s each, not the 600 s total timeout
+
+
+def test_a_stray_server_of_a_gone_session_is_named_and_stopped(pytester: pytest.Pytester) -> None:
+    """A server left by a session that was SIGKILLed: the next session names it and stops it; a server
+    whose session is alive is left alone."""
+    import os
+    import subprocess
+
+    from pytest_specdec.servers.hygiene import OWNER_ENV, owner_tag
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stray = subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: f"{gone.pid}:1"}, start_new_session=True)
+    live = subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: owner_tag(os.getpid())},
+                            start_new_session=True)
+    try:
+        pytester.makepyfile("def test_nothing(): pass")
+        r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        r.assert_outcomes(passed=1)
+        r.stdout.fnmatch_lines([f"specdec: stopping a vLLM server an earlier session left running: pid {stray.pid} "
+                                f"(started by pytest pid {gone.pid}, now gone): sleep 300"])
+        assert stray.wait(timeout=10) != 0 and live.poll() is None
+    finally:
+        for p in (stray, live):
+            p.kill()
+            p.wait()
+
+
+def test_sigterm_to_pytest_stops_every_server(pytester: pytest.Pytester, run: Callable[..., pytest.RunResult],
+                                              make_suite: Callable[..., str]) -> None:
+    """What a CI runner sends on cancel: the session unwinds as on Ctrl-C and no server is left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pytest_specdec.servers.hygiene import OWNER_ENV
+
+    pytester.makepyfile(test_suite=make_suite(num_prompts=8, max_tokens=24, body="import time; time.sleep(60)"))
+    profile = pytester.path / "fakecpu.toml"  # written by `run`'s make_profile on first use
+    run("--specdec-dry-run")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", f"--specdec-profile={profile}", "-p", "no:cacheprovider",
+                             f"--specdec-reports={pytester.path / 'reports'}", "-s"],
+                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tag = f"{OWNER_ENV}={proc.pid}:".encode()
+
+    def ours() -> list[int]:
+        pids = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    if tag in f.read():
+                        pids.append(int(entry.name))
+            except OSError:
+                continue
+        return pids
+
+    deadline = time.monotonic() + 60
+    while len(ours()) < 2 and time.monotonic() < deadline:  # the reference and spec servers are up
+        time.sleep(0.2)
+    assert len(ours()) >= 2, "the servers never started"
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(out.decode()[-3000:]) from None
+    assert b"SIGTERM received" in out or b"KeyboardInterrupt" in out, out[-2000:]
+    deadline = time.monotonic() + 10
+    while ours() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ours(), "a server outlived the SIGTERMed session"
+
