@@ -324,6 +324,10 @@ OPTIONS: tuple[Option, ...] = (
            help="a server that sends nothing on a request for SECONDS is hung: the request fails, its run is "
                 "invalid, and a server this session started is restarted once.",
            shown_default="the profile's [validity] idle_timeout_s, else 60"),
+    Option("--specdec-served-model", metavar="NAME",
+           help="endpoint mode: the model name the endpoints serve (vLLM's --served-model-name); a server "
+                "listing another model is an error, so its figures are never recorded as the target's.",
+           shown_default="the profile's target model"),
     Option("--specdec-baselines", setting="baselines_dir", metavar="DIR", default="baselines", read=_rooted,
            help="root of the stored baselines (<DIR>/<profile>/<suite module>/<test id>.json)."),
     Option("--update-baselines", metavar="MODE", nargs="?", action=UpdateBaselines,
@@ -414,6 +418,7 @@ class Settings:
     startup_timeout_s: float
     quiet_timeout_s: float = 3.0
     idle_timeout_s: float | None = None
+    served_model: str | None = None
     baselines_dir: Path = Path("baselines")
     update_baselines: str | None = None
     strict: bool = False

@@ -78,7 +78,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     from pytest_specdec.servers.hygiene import find_strays, remove_strays
 
-    strays = find_strays()
+    strays = find_strays(str(specdec.settings.reports_dir / "logs"))
     for stray in strays:
         specdec.progress(f"specdec: stopping a vLLM server an earlier session left running: {stray.line()}")
     remove_strays(strays)

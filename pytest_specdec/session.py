@@ -62,7 +62,8 @@ class SpecDecSession:
         self.hardware_note = ""
         #: Every collected specdec case (endpoint mode asks which spec configs the session wants).
         self.collected: list[Case] = []
-        self.serving = Serving(lambda: self.pool, settings)  # the pool's servers, or the external endpoints
+        # the pool's servers, or the external endpoints (which must serve the profile's target model)
+        self.serving = Serving(lambda: self.pool, settings, lambda: settings.served_model or self.profile.target)
         #: pytest-xdist: this worker's id ("gw0"), None on the controller and without xdist
         self.worker: str | None = None
         #: on the controller: what each finished worker sent besides its records (servers, starts)
@@ -173,12 +174,11 @@ class SpecDecSession:
             rules=self.profile.validity_rules(self.settings.idle_timeout_s), progress=self.progress, api=case.api,
             rate=case.request_rate)
         if verdicts is not None:
-            servers = self._pool.servers if self._pool else {}
             check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look
                 nodeid, case.method, {"concurrency": case.concurrency, "max_tokens": case.max_tokens,
                                       "num_prompts": case.num_prompts, "rate": case.request_rate, "api": case.api},
                 self.workload.dataset(case.dataset).identity(), ref_spec, spec_spec, sampling,
-                {arm: servers[key].engine_config() for arm, key in record.servers.items() if key in servers},
+                self.serving.engine_configs(arms),
                 endpoint=bool(self.settings.endpoint), check=verdicts.check, gate=self.gate(verdicts))
             self.judge.run_looks(
                 nodeid, check, result, run.extend, self.judge.thresholds(verdicts.thresholds), started=self.started,

