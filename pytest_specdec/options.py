@@ -390,6 +390,10 @@ OPTIONS: tuple[Option, ...] = (
            help="metrics added to the gated family of every test (e.g. output_tok_s, tpot_p95_ms); the gated "
                 "family fails tests, the others are judged and shown.",
            shown_default="none (speedup, acceptance_rate and e2e_p95_ratio are always gated)"),
+    Option(ini="specdec_redact", ini_type="linelist", default=[], read=lambda v, c: tuple(_strings(v, c)),
+           help="more names whose values are secrets, one per line: server flags (--my-token) or environment "
+                "variables (MY_TOKEN); masked in logs, results, the report, the dry run and baselines.",
+           shown_default="--hf-token, --api-key and names with TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL"),
     Option(ini="specdec_thresholds", setting="ini_thresholds", ini_type="linelist", default=[], read=_ini_thresholds,
            help="practical thresholds, one METRIC=VALUE per line (see --specdec-threshold).", shown_default="none"),
 )
@@ -444,6 +448,7 @@ class Settings:
     fail_inconclusive: bool = False
     fail_machine: bool = False
     gate: tuple[str, ...] = ()  # ini specdec_gate: metrics added to the gated family
+    redact: tuple[str, ...] = ()  # ini specdec_redact: more secret flag and environment names
 
     @property
     def api_key(self) -> str | None:

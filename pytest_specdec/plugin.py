@@ -59,6 +59,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_SIGNATURE)
     config.addinivalue_line("markers", VERDICTS_MARKER_SIGNATURE)
     settings = Settings.from_config(config)
+    from pytest_specdec import redact
+
+    redact.extend(settings.redact)
     if _xdist_controller(config):
         _check_xdist(config, settings)
     workerinput = getattr(config, "workerinput", None)

@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from pytest_specdec import redact
 from pytest_specdec.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -40,8 +41,8 @@ def command_line(spec: ServerSpec) -> str:
     """`ENV=... vllm serve ...` as a shell line, the port left as $PORT (the pool picks a free one)."""
     from pytest_specdec.vllm.command import build_command
 
-    env = "".join(f"{k}={shlex.quote(v)} " for k, v in spec.env)
-    return (env + shlex.join(build_command(spec, "$PORT"))).replace("'$PORT'", "$PORT")
+    env = "".join(f"{k}={shlex.quote(v)} " for k, v in redact.env(dict(spec.env)).items())
+    return (env + shlex.join(redact.args(build_command(spec, "$PORT")))).replace("'$PORT'", "$PORT")
 
 
 def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: str, endpoints: tuple[str, str] | None,

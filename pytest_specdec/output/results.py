@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec import __version__
+from pytest_specdec import __version__, redact
 from pytest_specdec.output.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -164,8 +164,8 @@ def server_entries(servers: dict[str, VllmServer], worker: str | None) -> dict[s
     return {
         key: {
             "method": server.spec.method,
-            "command": server.command,
-            "env": dict(server.spec.env),
+            "command": redact.args(server.command),
+            "env": redact.env(dict(server.spec.env)),
             "startup_s": server.startup_s,
             "engine_config": server.engine_config(),
             "cuda_visible_devices": server.placement_env.get("CUDA_VISIBLE_DEVICES"),

@@ -205,7 +205,8 @@ class VllmServer:
                     config["vllm_version"] = self._log_engine_config().get("vllm_version")
                 assert info is not None
                 try:
-                    self.config_path.write_text(json.dumps(info["vllm_config"], indent=1, sort_keys=True) + "\n")
+                    text = json.dumps(info["vllm_config"], indent=1, sort_keys=True) + "\n"  # may hold hf_token
+                    self.config_path.write_text(redact.text(text, self._secrets()))
                 except OSError:
                     pass
                 return config
@@ -230,8 +231,10 @@ class VllmServer:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return "(no log)"
-        secrets = redact.secret_values(self.command, {**dict(self.spec.env), **self.placement_env})
-        return redact.text("\n".join(text.splitlines()[-lines:]), secrets)
+        return redact.text("\n".join(text.splitlines()[-lines:]), self._secrets())
+
+    def _secrets(self) -> set[str]:
+        return redact.secret_values(self.command, {**dict(self.spec.env), **self.placement_env})
 
     def engine_config(self) -> dict[str, Any]:
         """The server's resolved engine config, flat: from /server_info when it was served at start, else
@@ -254,6 +257,17 @@ class VllmServer:
         if self.proc is None:
             return
         terminate_group(self.proc, grace_s)
+        self._scrub_log()
+
+    def _scrub_log(self) -> None:
+        """Mask the secrets vLLM printed itself (its non-default args name --hf-token's value), so the log
+        CI keeps as an artifact holds none."""
+        secrets = self._secrets()
+        try:
+            if secrets and any(x in (text := self.log_path.read_text(errors="replace")) for x in secrets):
+                self.log_path.write_text(redact.text(text, secrets))
+        except OSError:
+            pass
 
     def __enter__(self) -> VllmServer:
         self.start()

