@@ -71,6 +71,7 @@ class SpecDecSession:
         self.measured_by: dict[str, str] = {}  # nodeid -> worker, to catch a test measured twice
         self.xdist_lines: list[str] = []  # controller: what went wrong collecting workers' results
         self.report_paths: list[Path] = []
+        self.result_paths: list[Path] = []  # the JSON files written at session end
         self.gpu_names: str | None = None  # nvidia-smi's GPUs ("NVIDIA H100 80GB HBM3 x8"), once listed
         self._distributions: dict[tuple[str, int], Collected] = {}  # (nodeid, samples per prompt) -> scored samples
         self.undo_signals: Callable[[], None] = lambda: None  # gives SIGTERM/SIGHUP back at unconfigure

@@ -211,10 +211,15 @@ def stamp(started: float) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary name and rename; on failure (a full or unwritable directory) nothing is left."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_results(results: dict[str, Any], reports_dir: Path, started: float, json_path: Path | None = None

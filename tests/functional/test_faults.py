@@ -246,3 +246,34 @@ def test_secrets_never_reach_what_the_plugin_writes(pytester: pytest.Pytester, f
     data = json.loads((pytester.path / "reports" / "latest.json").read_text())
     server = next(s for s in data["servers"].values() if s["method"] == "ngram")
     assert server["env"]["HF_TOKEN"] == "<redacted>" and "<redacted>" in server["command"]
+
+
+def test_results_that_cannot_be_written_fail_the_session_with_a_clear_line(
+        pytester: pytest.Pytester, fake_endpoints: tuple[str, str], fake_profile: Path,
+        make_suite: Callable[..., str]) -> None:
+    pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8, verdicts="check=False"))
+    blocker = pytester.path / "not-a-dir"
+    blocker.write_text("a file where the reports directory should be")
+    spec, ref = fake_endpoints
+    r = pytester.runpytest(f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}",
+                           f"--specdec-reference-endpoint={ref}", f"--specdec-reports={blocker / 'reports'}",
+                           "-p", "no:cacheprovider")
+    r.assert_outcomes(passed=1)
+    assert r.ret == pytest.ExitCode.TESTS_FAILED
+    r.stdout.fnmatch_lines(["specdec: could not write the results (*not-a-dir*); fix the directory or point "
+                            "--specdec-reports (or --specdec-json / --specdec-report) elsewhere"])
+    assert "Traceback" not in r.stdout.str() + r.stderr.str()
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from pytest_specdec.output.results import write_atomic
+
+    def full(self: Path, target: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "replace", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(tmp_path / "latest.json", "{}")
+    assert list(tmp_path.iterdir()) == []
