@@ -189,7 +189,7 @@ class SpecDec:
         session = self._session
         spec = session.server_spec(self.case, reference=(arm == "reference"))
         endpoint = session.serving.endpoint(spec, reference=(arm == "reference"))
-        return openai.OpenAI(base_url=f"{endpoint.base_url}/v1", api_key=session.settings.api_key or "EMPTY")
+        return openai.OpenAI(base_url=f"{endpoint.base_url}/v1", api_key=endpoint.api_key or "EMPTY")
 
     def model(self, arm: Literal["spec", "reference"] = "spec") -> str:
         """The served model id to put in custom requests."""

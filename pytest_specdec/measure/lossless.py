@@ -315,7 +315,7 @@ def collect(spec: Callable[[], Endpoint], reference: Callable[[], Endpoint], pro
 
     def draw(endpoint: Endpoint) -> list[Sample]:
         return run_coroutine(sample(endpoint.base_url, endpoint.model, prompts, sampling, samples_per_prompt,
-                                    api=api, api_key=api_key, concurrency=concurrency))
+                                    api=api, api_key=endpoint.api_key or api_key, concurrency=concurrency))
 
     ep = spec()
     progress(f"specdec:   distribution: {len(prompts)} prompts x {samples_per_prompt} samples from the spec server")
@@ -327,7 +327,7 @@ def collect(spec: Callable[[], Endpoint], reference: Callable[[], Endpoint], pro
         arms[arm] = draw(ref)
     every = [s for a in ARMS for s in arms[a]]
     progress(f"specdec:   distribution: scoring {len(every)} samples on the reference server")
-    run_coroutine(score(ref.base_url, ref.model, every, api_key=api_key, concurrency=concurrency))
+    run_coroutine(score(ref.base_url, ref.model, every, api_key=ref.api_key or api_key, concurrency=concurrency))
     return Collected(arms=arms, samples_per_prompt=samples_per_prompt, prompts=len(prompts))
 
 

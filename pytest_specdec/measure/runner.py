@@ -355,7 +355,8 @@ def one_run(
     salt = uuid.uuid4().hex
     load: LoadResult = run_load_sync(
         endpoint.base_url, endpoint.model, prompts, sampling, concurrency=concurrency,
-        cache_salt=salt, api_key=api_key, warmup=warmup, timeout_s=timeout_s, api=api,  # type: ignore[arg-type]
+        cache_salt=salt, api_key=endpoint.api_key or api_key, warmup=warmup, timeout_s=timeout_s,
+        api=api,  # type: ignore[arg-type]
         rate=rate, warmup_prompts=warmup_prompts, idle_timeout_s=rules.idle_timeout_s,
     )
     metrics = compute_run_metrics(load, counters_delta(load))

@@ -79,10 +79,11 @@ class Serving:
                     f"specdec: endpoint {url} serves {served!r}, but the profile's target is {want!r}: its figures "
                     "would be recorded as the target's. Point the endpoint at a server of the target, or name the "
                     "model it serves under another name with --specdec-served-model NAME")
-            return Endpoint(url, served, owned=False)
+            return Endpoint(url, served, owned=False, api_key=self.options.api_key)
         server = self._pool().get(spec, test)
         assert server.proc is not None
-        return Endpoint(server.base_url, served_model(server.base_url), owned=True, instance=str(server.proc.pid))
+        return Endpoint(server.base_url, served_model(server.base_url, server.api_key), owned=True,
+                        instance=str(server.proc.pid), api_key=server.api_key)
 
     def deaths(self, spec: ServerSpec) -> list[Death]:
         """The spec's servers that exited while in use this session (none in endpoint mode: not ours)."""

@@ -8,9 +8,10 @@ when it stops, dies or fails to start (see gpus.py).
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Callable
@@ -35,6 +36,8 @@ class Endpoint:
     owned: bool
     #: Which start of the server this is (its pid for servers we own): a new one needs a warm-up.
     instance: str = ""
+    #: The key its /v1 routes require: the one the session gave its own server, or --specdec-api-key.
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,8 @@ class ServerPool:
         owner = " ".join(x for x in (self.worker, test, f"server {key} ({spec.method})") if x)
         lease, env, cpus = self._placement(spec, owner)
         server = VllmServer(spec, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s,
-                            launcher=self.launcher, placement_env=env, cpus=cpus, nice=self.server_nice)
+                            launcher=self.launcher, placement_env=env, cpus=cpus, nice=self.server_nice,
+                            api_key=secrets.token_urlsafe(24))  # a new key per start, sent only by this session
         if lease is not None:
             self._leases[key] = lease
             gpus = self.gpus

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, owner_tag
-from pytest_specdec.vllm.command import ServerSpec, build_command
+from pytest_specdec.vllm.command import ServerSpec, arg_value, build_command
 from pytest_specdec.vllm.cpu_fix import FIX_NAME, OPT_IN_ENV, RECORD_ENV
 from pytest_specdec.vllm.engine_config import (
     DEV_MODE_ENV,
@@ -36,6 +36,8 @@ from pytest_specdec.vllm.engine_config import (
     parse_engine_config,
 )
 
+#: vLLM's environment variable for the key its /v1 routes require (the --api-key flag would show in `ps`).
+API_KEY_ENV = "VLLM_API_KEY"
 #: Lines of the server log attached to a failure.
 LOG_TAIL_LINES = 60
 #: Starts tried when the port `free_port` chose was taken before vLLM bound it.
@@ -49,9 +51,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _http_ok(url: str, timeout: float = 2.0) -> bool:
+def _http_ok(url: str, api_key: str | None = None, timeout: float = 2.0) -> bool:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback URL we built
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback URL we built
             return 200 <= resp.status < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -94,6 +97,9 @@ class VllmServer:
     on_spawn: Callable[[int], None] | None = field(default=None, repr=False)
     #: Seconds the /server_info read took after readiness (not in startup_s); None when not asked.
     server_info_s: float | None = None
+    #: The key its /v1 routes require (vLLM's VLLM_API_KEY), so no other local user drives load into it and
+    #: skews its counters; a key the profile gives with --api-key wins. None: no key.
+    api_key: str | None = field(default=None, repr=False)
     _engine_config: dict[str, Any] | None = field(default=None, repr=False)
     _log_path: Path | None = field(default=None, repr=False)
 
@@ -154,6 +160,11 @@ class VllmServer:
                LOGS_ENV: str(self.log_dir.resolve())}
         if self.dev_mode:
             env[DEV_MODE_ENV] = "1"
+        given = arg_value(self.spec.args, "--api-key")  # vLLM lets the flag win over the variable
+        if given is not None:
+            self.api_key = given
+        elif self.api_key:
+            env[API_KEY_ENV] = self.api_key
         self._engine_config, self.server_info_s = None, None
         self.config_path.unlink(missing_ok=True)
         if env.get(OPT_IN_ENV) == "1":
@@ -182,7 +193,7 @@ class VllmServer:
                 code = self.proc.poll()
                 if code is not None:
                     raise self._start_error(f"exited with code {code} while starting")
-                if _http_ok(f"{self.base_url}/health") and _http_ok(f"{self.base_url}/v1/models"):
+                if _http_ok(f"{self.base_url}/health") and _http_ok(f"{self.base_url}/v1/models", self.api_key):
                     break
                 if self.clock() > deadline:
                     raise self._start_error(f"not ready after {self.startup_timeout_s:.0f} s")

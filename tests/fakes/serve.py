@@ -29,6 +29,7 @@ What it simulates:
 Environment for server-lifecycle tests:
 
 * FAKE_VLLM_MODE: `ok` (default), `crash` (exit 3 after a log line), `hang` (never listen), `slow` (listen after 1 s).
+* VLLM_API_KEY: as vLLM, the /v1 routes answer 401 without `Authorization: Bearer <key>`.
 * FAKE_VLLM_HANG_ONCE=METHOD:N:FLAG_FILE: the first server of that method to start (it creates FLAG_FILE) hangs
   after its Nth completion request: later requests get their headers and then nothing.
 * FAKE_VLLM_DIE_AFTER=METHOD:N: that method's server (`none`: the reference) exits with code 70 after its Nth
@@ -252,6 +253,18 @@ async def _serve(app: web.Application, sock: socket.socket, die_after: int = 0, 
     await runner.cleanup()
 
 
+def _require_key(key: str) -> Any:
+    """VLLM_API_KEY as vLLM enforces it (serve/middleware/authenticate.py): /v1 routes need the Bearer key."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path.startswith("/v1") and request.headers.get("Authorization") != f"Bearer {key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
+
+
 async def _die_after(state: Any, posts: int) -> None:
     """FAKE_VLLM_DIE_AFTER: a server that dies mid-session, as an engine core that crashed."""
     while state.posts < posts:
@@ -316,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
             f.write(str(child.pid))
     dev_mode = os.environ.get("VLLM_SERVER_DEV_MODE") == "1" and not legacy
     app, state = build_app(cfg, server_info(args) if dev_mode else None)
+    key = os.environ.get("VLLM_API_KEY")
+    if key:
+        app.middlewares.append(_require_key(key))
     asyncio.run(_serve(app, sock or bind_socket(args.host, args.port), _die_after_posts(spec), state))
     records = os.environ.get("FAKE_VLLM_RECORDS")
     if records:

@@ -120,6 +120,36 @@ def test_a_port_taken_before_vllm_binds_it_is_retried_and_each_start_keeps_its_l
         taken.close()
 
 
+def test_an_owned_server_answers_only_the_key_it_was_started_with(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool gives each start a new key (vLLM's VLLM_API_KEY, not a flag `ps` would show): another
+    local user cannot drive load into the server and skew its counters."""
+    import urllib.error
+    import urllib.request
+
+    from pytest_specdec.servers.pool import ServerPool
+
+    monkeypatch.setenv("FAKE_VLLM_MODE", "ok")
+    pool = ServerPool(tmp_path, 1, 30.0, launcher=LAUNCHER)
+    spec = ServerSpec(model="m")
+    try:
+        first = pool.get(spec)
+        key = first.api_key
+        assert key and len(key) >= 24 and key not in " ".join(first.command)
+        url = f"{first.base_url}/v1/models"
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(url, timeout=10)
+        assert denied.value.code == 401
+        denied.value.close()
+        with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"}),
+                                    timeout=10) as ok:
+            assert ok.status == 200
+        pool.retire(spec, "a new start")
+        assert pool.get(spec).api_key not in (None, key)
+    finally:
+        pool.stop_all()
+
+
 def test_deadline_stops_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = _server(tmp_path, "hang", monkeypatch, timeout=2)
     with pytest.raises(ServerStartError, match="not ready after 2 s"):
