@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pytest_specdec.fixture import SpecDec
     from pytest_specdec.markers import Case
     from pytest_specdec.options import Settings
+    from pytest_specdec.session import SpecDecSession
 
 session_key = pytest.StashKey["SpecDecSession"]()
 
@@ -238,6 +239,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if record is not None and (report.when == "call" or report.failed or report.skipped):
         if record.outcome in ("pending", "passed"):
             record.outcome, record.when = report.outcome, report.when
+        if report.when != "teardown":  # --junitxml takes the properties from the teardown report
+            from pytest_specdec.output.junit import test_properties
+
+            item.user_properties[:] = [p for p in item.user_properties if not str(p[0]).startswith("specdec_")]
+            item.user_properties.extend(test_properties(record))
     if report.failed:
         from pytest_specdec.errors import SpecDecError
 
@@ -266,6 +272,7 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
             "its specdec tests are missing from the results and wrote no baselines")
 
 
+@pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file, so the session's properties are in it
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     specdec = session.config.stash.get(session_key, None)
     if specdec is None:
@@ -287,8 +294,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         specdec.summary_lines.append(f"specdec: could not write the results ({exc}); fix the directory or point "
                                      "--specdec-reports (or --specdec-json / --specdec-report) elsewhere")
         unwritten = True
+    _junit_session_properties(session.config, specdec)
     if (specdec.late_regressions or specdec.machine_failed or unwritten) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _junit_session_properties(config: pytest.Config, specdec: SpecDecSession) -> None:
+    """The machine factor and test count as the JUnit file's test-suite properties (with --junitxml)."""
+    from _pytest.junitxml import xml_key  # LogXML's stash key: no public handle outside a fixture
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        from pytest_specdec.output.junit import session_properties
+
+        for name, value in session_properties(specdec.machine, len(specdec.records)):
+            xml.add_global_property(name, value)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -62,6 +62,12 @@ def _magnitude(name: str, value: Any, where: str) -> float:
     if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
         raise ConfigError(f"{where}: threshold of {name} must be a positive number (% for rates and "
                           f"latencies, points for acceptance), got {value!r}")
+    from pytest_specdec.gate.scale import kind_of
+
+    kind = name if name in KINDS else kind_of(name.split("[", 1)[0])
+    if kind in ("rate", "acceptance") and number >= 100:  # a drop of 100 % (or 100 points) leaves nothing
+        raise ConfigError(f"{where}: threshold of {name} must be below 100 ({'%' if kind == 'rate' else 'points'}: "
+                          f"a drop that large leaves nothing to measure), got {value!r}")
     return number
 
 
@@ -87,7 +93,8 @@ def parse_threshold_items(items: Iterable[str], where: str) -> dict[str, float]:
         name = name.strip()
         if not sep or not name:
             raise ConfigError(f"{where}: expected METRIC=VALUE like speedup=8 or latency=20, got {item!r}")
-        out[_check_name(name, where)] = _magnitude(name, value.strip(), where)
+        checked = _check_name(name, where)  # the name first: its kind bounds the value
+        out[checked] = _magnitude(name, value.strip(), where)
     return out
 
 

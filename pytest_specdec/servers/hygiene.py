@@ -125,7 +125,12 @@ def interrupt_on_termination() -> Callable[[], None]:
         return lambda: None
 
     def interrupt(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
+        # Through SIGINT's own handler where there is one: an event loop running the load (asyncio's Runner)
+        # turns SIGINT into a clean cancel-and-raise, where an exception raised here could be swallowed.
+        if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL, None):
+            signal.raise_signal(signal.SIGINT)
+        else:
+            raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
     old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     for sig, handler in old.items():

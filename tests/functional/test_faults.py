@@ -4,6 +4,7 @@ that fails, through pytester with servers the plugin starts itself (the `vllm se
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -277,3 +278,18 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path, monkeypatch: py
     with pytest.raises(OSError, match="No space left"):
         write_atomic(tmp_path / "latest.json", "{}")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("thresholds", "says"), [
+    ({"rate": 1000}, "threshold of rate must be below 100 (%: a drop that large leaves nothing to measure), got 1000"),
+    ({"speedup": 100}, "threshold of speedup must be below 100 (%"),
+    ({"acceptance": 150}, "threshold of acceptance must be below 100 (points"),
+])
+def test_a_threshold_no_drop_can_reach_is_an_error_not_a_crash(thresholds: dict[str, float], says: str) -> None:
+    """A marker's rate threshold of 1000 % used to crash the session's end (log of a negative number)."""
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.gate.verdicts import check_mapping
+
+    with pytest.raises(ConfigError, match=re.escape(f"marker: {says}")):
+        check_mapping(thresholds, "marker")
+    assert check_mapping({"rate": 99, "latency": 10000}, "marker") == {"rate": 99.0, "latency": 10000.0}

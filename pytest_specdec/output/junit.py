@@ -1,0 +1,57 @@
+"""A test's figures as JUnit properties (`--junitxml`), so the test views of Jenkins, Buildkite and GitLab show
+speedup, acceptance, latency and the gated verdicts beside pass/fail, not only the HTML report does."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.verdicts import MachineFactor
+    from pytest_specdec.output.results import TestRecord
+
+PREFIX = "specdec_"
+
+
+def test_properties(record: TestRecord) -> list[tuple[str, str]]:
+    """Figures of one test: the summary's, the runs per arm, the baseline used and each gated verdict
+    with its change and CI (worded as the terminal's table)."""
+    from pytest_specdec.gate.verdicts import format_delta, format_value
+
+    out: list[tuple[str, str]] = []
+    result = record.result
+    if result is not None:
+        s = result.summary
+        for key, metric in (("speedup", "speedup"), ("acceptance_rate", "acceptance_rate"),
+                            ("output_tps", "output_tok_s"), ("reference_output_tps", "reference_tok_s")):
+            if s.get(key) is not None:
+                out.append((PREFIX + key, format_value(metric, s[key])))
+        for name in ("tpot_ms", "ttft_ms", "e2e_ms"):
+            p95 = (s.get(name) or {}).get("p95")
+            if p95 is not None:
+                out.append((f"{PREFIX}{name.removesuffix('_ms')}_p95_ms", f"{p95:.4g}"))
+        for arm, runs in (("reference", result.reference_runs), ("spec", result.runs)):
+            if runs:
+                out.append((f"{PREFIX}runs_{arm}", f"{sum(r.valid for r in runs)} valid of {len(runs)}"))
+    check = record.baseline
+    if check is not None:
+        out.append((PREFIX + "baseline", f"{check.status}: {check.path}"))
+        for v in check.shown():
+            if v.family != "gated":
+                continue
+            ci = ("" if v.ci_low is None else
+                  f" (CI {format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)})")
+            change = "" if v.delta is None else f" {format_delta(v.delta, v.unit)}{ci}"
+            out.append((f"{PREFIX}verdict_{v.metric}", f"{v.verdict}{change}"))
+        if check.deviation is not None:
+            import math
+
+            out.append((PREFIX + "reference_vs_baseline", f"{100 * (math.exp(check.deviation) - 1):+.1f} %"))
+    return out
+
+
+def session_properties(machine: MachineFactor | None, tests: int) -> list[tuple[str, str]]:
+    """The session's figures, for the test suite's properties."""
+    out = [(PREFIX + "tests", str(tests))]
+    if machine is not None:
+        out.append((PREFIX + "machine_factor", f"{machine.factor:.3f} ({machine.sentence()})"))
+    return out
