@@ -250,8 +250,9 @@ def tail(r: pytest.RunResult, n: int = 8) -> list[str]:
 
 # ---- gate=[...] and specdec_gate: a shown metric moved into the gated family ------------------------
 
-# The spec server answers its first token 200 ms late instead of 20 ms: its P95 TTFT grows ~10x, far beyond the
-# 150 % latency threshold (the 20 ms keep the baseline's TTFT above the client's own jitter), while the
+# The spec server answers its first token 1 s late instead of 50 ms: its P95 TTFT grows ~20x, far beyond the
+# 150 % latency threshold even when one baseline run's TTFT was stretched by a busy CI machine (at 20 ms vs 200 ms
+# one such run once left the verdict inconclusive: CI -45 % .. +3753 %), while the
 # always-gated metrics get thresholds wide enough to hold (the speedup drops ~85 %, the P95 E2E ratio rises ~7x;
 # acceptance varies run to run on the fake, as its prompts are salted).
 WIDE_GATED = ("--specdec-threshold=speedup=99", "--specdec-threshold=e2e_p95_ratio=10000",
@@ -271,10 +272,10 @@ def test_gate_moves_a_shown_metric_into_the_gated_family(
     elif how == "pyproject":
         pytester.makepyprojecttoml("[tool.pytest.ini_options]\nspecdec_gate = ['ttft_p95_ms']\n")
     pytester.makepyfile(test_suite=suite)
-    servers[0].reconfigure(ttft_s=0.02)
+    servers[0].reconfigure(ttft_s=0.05)
     baseline(pytester, fake_profile, servers, *WIDE_GATED)
 
-    servers[0].reconfigure(ttft_s=0.2)
+    servers[0].reconfigure(ttft_s=1.0)
     r = run(pytester, fake_profile, servers, *WIDE_GATED, *WARN)
     test = results(pytester)
     v = test["verdicts"]["ttft_p95_ms"]
