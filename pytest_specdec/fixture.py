@@ -125,7 +125,7 @@ class SpecDec:
         from pytest_specdec.measure.lossless import collapsed_positions
 
         s = self.summary
-        drafts = sum(r.metrics.drafts or 0 for r in self.runs if r.valid)
+        drafts = sum(r.metrics.spec.drafts for r in self.runs if r.valid and r.metrics.spec)
         bad = collapsed_positions(s["per_position_acceptance"], drafts)
         if bad:
             per = "/".join(f"{x:.3f}" for x in s["per_position_acceptance"])

@@ -127,7 +127,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             rec = one_run(endpoint, "spec", i, prompts, sampling, concurrency=args.concurrency,
                           api_key=None, rules=rules)
             m = rec.metrics
-            return {"output_tok_s": m.output_tok_s, "acceptance_rate": m.acceptance_rate,
+            return {"output_tok_s": m.output_tok_s, "acceptance_rate": m.spec and m.spec.acceptance_rate,
                     "output_tokens": m.total_output_tokens, "loop_lag_mean_ms": m.loop_lag_mean_ms,
                     "invalid": rec.invalid}
 

@@ -141,10 +141,10 @@ def render(data: dict[str, Any]) -> str:
 
 
 def _run_entry(run: RunRecord) -> dict[str, Any]:
-    m = run.metrics
+    m, spec = run.metrics, run.metrics.spec
     per_pos = None
-    if m.per_position_acceptance is not None and m.drafts is not None:
-        per_pos = [round(a * m.drafts) for a in m.per_position_acceptance]
+    if spec is not None and spec.per_position_acceptance is not None:
+        per_pos = [round(a * spec.drafts) for a in spec.per_position_acceptance]
 
     def pct(d: dict[str, float] | None) -> dict[str, float] | None:
         return None if d is None else {k: d[k] for k in ("p50", "p95", "p99") if k in d}
@@ -157,12 +157,12 @@ def _run_entry(run: RunRecord) -> dict[str, Any]:
         "output_tok_s": m.output_tok_s,
         "n_requests": m.n_requests,
         "total_output_tokens": m.total_output_tokens,
-        "drafts": m.drafts,
-        "draft_tokens": m.draft_tokens,
-        "accepted_tokens": m.accepted_tokens,
+        "drafts": spec and spec.drafts,
+        "draft_tokens": spec and spec.draft_tokens,
+        "accepted_tokens": spec and spec.accepted_tokens,
         "accepted_per_pos": per_pos,
-        "acceptance_rate": m.acceptance_rate,
-        "draft_coverage": m.draft_coverage,
+        "acceptance_rate": spec and spec.acceptance_rate,
+        "draft_coverage": spec and spec.draft_coverage,
         "ttft_ms": pct(m.ttft_ms),
         "tpot_ms": pct(m.tpot_ms),
         "itl_ms": pct(m.itl_token_ms),

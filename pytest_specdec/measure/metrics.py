@@ -10,6 +10,7 @@ token). Where a figure is undefined this module gives None, where vLLM's bench g
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -45,8 +46,74 @@ def summarize(values_s: Iterable[float]) -> dict[str, float] | None:
 
 
 @dataclass
+class SpecFigures:
+    """What the spec-decode counters say of one run, in vLLM's definitions.
+
+    Its own type because a run without speculation has none of these, where a run with it has all the
+    counts (the ratios stay None when their denominator is 0)."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    acceptance_rate: float | None = None
+    acceptance_length: float | None = None
+    per_position_acceptance: list[float] | None = None
+    decode_steps: float | None = None
+    draft_coverage: float | None = None
+
+    @classmethod
+    def from_delta(cls, d: Counters, n_started: int) -> SpecFigures:
+        """Decode steps and draft coverage: every request's first token comes from its prefill step, which
+        carries no draft; each later (decode) step yields one token plus the draft tokens it accepted. So
+        over the run ``generation_tokens = N + S + accepted``, hence ``S = generation_tokens - N - accepted``
+        (N = requests that produced a token) and ``draft_coverage = drafts / S``. Tokens accepted in a
+        request's last step but cut by max_tokens/EOS/stop make S low by at most k per request, so the
+        ratio is clamped to 1; requests of other clients of the same server pollute the delta.
+        """
+        out = cls(drafts=int(d.drafts), draft_tokens=int(d.draft_tokens), accepted_tokens=int(d.accepted_tokens))
+        if d.draft_tokens > 0:
+            out.acceptance_rate = d.accepted_tokens / d.draft_tokens
+        if d.drafts > 0:
+            out.acceptance_length = 1 + d.accepted_tokens / d.drafts
+            out.per_position_acceptance = [a / d.drafts for a in d.accepted_per_pos]
+        steps = d.generation_tokens - n_started - d.accepted_tokens
+        if steps > 0:
+            out.decode_steps = float(steps)
+            out.draft_coverage = min(1.0, d.drafts / steps)
+        return out
+
+
+@dataclass
+class EngineFigures:
+    """What every engine's counters say of one run: tokens, preemptions, prefix cache.
+
+    ``prefix_cache_*`` are the raw deltas behind the hit rate: with a fresh cache_salt per run, hits are
+    only the run's own shared prefixes (e.g. the system prompt), never an earlier run's."""
+
+    generation_tokens: int
+    token_counter_mismatch: int  # generation_tokens minus the tokens the responses carried
+    preemptions: int
+    prefix_cache_hit_rate: float | None
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+
+    @classmethod
+    def from_delta(cls, d: Counters, usage_tokens: int) -> EngineFigures:
+        return cls(generation_tokens=int(d.generation_tokens),
+                   token_counter_mismatch=int(d.generation_tokens) - usage_tokens,
+                   preemptions=int(d.preemptions),
+                   prefix_cache_hit_rate=(d.prefix_cache_hits / d.prefix_cache_queries
+                                          if d.prefix_cache_queries > 0 else None),
+                   prefix_cache_queries=int(d.prefix_cache_queries),
+                   prefix_cache_hits=int(d.prefix_cache_hits))
+
+
+@dataclass
 class RunMetrics:
-    """The figures of one run; every value is plain (JSON-able) and None where undefined."""
+    """The figures of one run; every value is plain (JSON-able) and None where undefined.
+
+    ``spec`` and ``engine`` are None where no counter delta was taken (``engine``) or the run had no
+    speculation (``spec``); ``to_dict`` flattens them, with None for each of their fields."""
 
     n_requests: int
     n_failed: int
@@ -64,64 +131,27 @@ class RunMetrics:
     request_rate: float | None = None  # open loop (requests/s); None = closed loop
     loop_lag_max_ms: float | None = None
     loop_lag_mean_ms: float | None = None
-    drafts: int | None = None
-    draft_tokens: int | None = None
-    accepted_tokens: int | None = None
-    acceptance_rate: float | None = None
-    acceptance_length: float | None = None
-    per_position_acceptance: list[float] | None = None
-    decode_steps: float | None = None
-    draft_coverage: float | None = None
-    generation_tokens: int | None = None
-    token_counter_mismatch: int | None = None
-    preemptions: int | None = None
-    prefix_cache_hit_rate: float | None = None
-    # The raw counter deltas behind the hit rate: with a fresh cache_salt per run, hits are only the
-    # run's own shared prefixes (e.g. the system prompt), never an earlier run's.
-    prefix_cache_queries: int | None = None
-    prefix_cache_hits: int | None = None
+    spec: SpecFigures | None = None
+    engine: EngineFigures | None = None
     errors: dict[str, int] = field(default_factory=dict)
     finish_reasons: dict[str, int] = field(default_factory=dict)  # "stop" (EOS) vs "length" (max_tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (for baselines and reports)."""
-        return dataclasses.asdict(self)
-
-
-def _spec_figures(d: Counters, n_started: int, usage_tokens: int) -> dict[str, Any]:
-    """Figures from a counter delta.
-
-    Decode steps and draft coverage: every request's first token comes from its prefill step, which
-    carries no draft; each later (decode) step yields one token plus the draft tokens it accepted. So
-    over the run ``generation_tokens = N + S + accepted``, hence ``S = generation_tokens - N - accepted``
-    (N = requests that produced a token) and ``draft_coverage = drafts / S``. Approximations: tokens
-    accepted in a request's last step but cut by max_tokens/EOS/stop are counted in ``accepted`` but not
-    in ``generation_tokens`` (S is then low by at most k per request, so the ratio is clamped to 1); a
-    preempted request's recompute step counts as a draft-less step (correct, it has none); requests from
-    other clients of the same server during the run pollute the delta.
-    """
-    out: dict[str, Any] = {
-        "generation_tokens": int(d.generation_tokens),
-        "token_counter_mismatch": int(d.generation_tokens) - usage_tokens,
-        "preemptions": int(d.preemptions),
-        "prefix_cache_hit_rate": (d.prefix_cache_hits / d.prefix_cache_queries
-                                  if d.prefix_cache_queries > 0 else None),
-        "prefix_cache_queries": int(d.prefix_cache_queries),
-        "prefix_cache_hits": int(d.prefix_cache_hits),
-    }
-    if not d.spec_decode:
+        """A flat JSON-able dict (for baselines and reports): the counter figures sit beside the rest."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), _NESTED.get(f.name)
+            if kind is None:
+                out[f.name] = copy.deepcopy(value)
+            elif value is None:
+                out.update(dict.fromkeys(g.name for g in dataclasses.fields(kind)))
+            else:
+                out.update(dataclasses.asdict(value))
         return out
-    out.update(drafts=int(d.drafts), draft_tokens=int(d.draft_tokens), accepted_tokens=int(d.accepted_tokens))
-    if d.draft_tokens > 0:
-        out["acceptance_rate"] = d.accepted_tokens / d.draft_tokens
-    if d.drafts > 0:
-        out["acceptance_length"] = 1 + d.accepted_tokens / d.drafts
-        out["per_position_acceptance"] = [a / d.drafts for a in d.accepted_per_pos]
-    steps = d.generation_tokens - n_started - d.accepted_tokens
-    if steps > 0:
-        out["decode_steps"] = float(steps)
-        out["draft_coverage"] = min(1.0, d.drafts / steps)
-    return out
+
+
+#: The RunMetrics fields that ``to_dict`` flattens, with their types.
+_NESTED: dict[str, type] = {"spec": SpecFigures, "engine": EngineFigures}
 
 
 def compute_run_metrics(load: LoadResult, delta: Counters | None) -> RunMetrics:
@@ -150,8 +180,9 @@ def compute_run_metrics(load: LoadResult, delta: Counters | None) -> RunMetrics:
         # Counters see every token generated in the window, including those of requests that failed late.
         usage_tokens = sum(s.output_tokens for s in load.samples)
         n_started = sum(1 for s in load.samples if s.output_tokens > 0)
-        for k, v in _spec_figures(delta, n_started, usage_tokens).items():
-            setattr(rm, k, v)
+        rm.engine = EngineFigures.from_delta(delta, usage_tokens)
+        if delta.spec_decode:
+            rm.spec = SpecFigures.from_delta(delta, n_started)
     return rm
 
 
@@ -299,12 +330,12 @@ def bench_run_metrics(result: dict[str, Any] | str | os.PathLike[str]) -> RunMet
     rm.max_in_flight, rm.loop_lag_max_ms, rm.loop_lag_mean_ms = None, None, None
     if "spec_decode_num_drafts" in result:
         drafts = int(result["spec_decode_num_drafts"])
-        rm.drafts = drafts
-        rm.draft_tokens = int(result["spec_decode_draft_tokens"])
-        rm.accepted_tokens = int(result["spec_decode_accepted_tokens"])
-        rm.acceptance_rate = result["spec_decode_acceptance_rate"] / 100
-        rm.acceptance_length = result["spec_decode_acceptance_length"] if drafts else None
-        rm.per_position_acceptance = list(result.get("spec_decode_per_position_acceptance_rates") or []) or None
+        rm.spec = SpecFigures(
+            drafts=drafts, draft_tokens=int(result["spec_decode_draft_tokens"]),
+            accepted_tokens=int(result["spec_decode_accepted_tokens"]),
+            acceptance_rate=result["spec_decode_acceptance_rate"] / 100,
+            acceptance_length=result["spec_decode_acceptance_length"] if drafts else None,
+            per_position_acceptance=list(result.get("spec_decode_per_position_acceptance_rates") or []) or None)
     return rm
 
 

@@ -140,17 +140,18 @@ def invalid_reasons(m: RunMetrics, n_prompts: int, rules: ValidityRules) -> list
     if m.n_requests and m.n_failed / m.n_requests > rules.max_failed_share:
         top = ", ".join(f"{k} x{v}" for k, v in sorted(m.errors.items(), key=lambda kv: -kv[1])[:2])
         reasons.append(f"{m.n_failed}/{m.n_requests} requests failed ({top})")
-    if m.preemptions:
-        reasons.append(f"{m.preemptions} preemption(s) during the run (KV cache too small for the load)")
+    engine = m.engine
+    if engine and engine.preemptions:
+        reasons.append(f"{engine.preemptions} preemption(s) during the run (KV cache too small for the load)")
     wanted = min(m.concurrency or 1, n_prompts)
     # In an open loop the concurrency is a cap, not a target: the arrival rate sets what is in flight.
     if m.request_rate is None and m.max_in_flight is not None and m.max_in_flight < wanted:
         reasons.append(f"concurrency not reached: at most {m.max_in_flight} in flight, wanted {wanted}")
-    if m.token_counter_mismatch and m.generation_tokens is not None:
-        share = abs(m.token_counter_mismatch) / max(1, m.total_output_tokens)
+    if engine and engine.token_counter_mismatch:
+        share = abs(engine.token_counter_mismatch) / max(1, m.total_output_tokens)
         if share > rules.max_token_mismatch_share:
             reasons.append(
-                f"server generated {m.generation_tokens} tokens but responses carried {m.total_output_tokens} "
+                f"server generated {engine.generation_tokens} tokens but responses carried {m.total_output_tokens} "
                 "(another client, or replicas behind the endpoint): acceptance is untrusted"
             )
     if m.loop_lag_mean_ms is not None and m.loop_lag_mean_ms > rules.max_loop_lag_mean_ms:
@@ -259,17 +260,18 @@ def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, An
     arm = [r for r in spec if r.valid] if spec else ref_ok
     timed = [r for r in arm if r.latency_trusted]  # a coalesced stream's latencies are left out
     pair = [s for s in speedups(reference, spec) if s is not None]
-    drafts = sum(r.metrics.drafts or 0 for r in arm)
-    draft_tokens = sum(r.metrics.draft_tokens or 0 for r in arm)
-    accepted = sum(r.metrics.accepted_tokens or 0 for r in arm)
+    figures = [r.metrics.spec for r in arm if r.metrics.spec is not None]
+    drafts = sum(f.drafts for f in figures)
+    draft_tokens = sum(f.draft_tokens for f in figures)
+    accepted = sum(f.accepted_tokens for f in figures)
     per_pos: list[float] | None = None
     if drafts:
-        width = max(len(r.metrics.per_position_acceptance or []) for r in arm)
+        width = max(len(f.per_position_acceptance or []) for f in figures)
         per_pos = [
-            sum((r.metrics.per_position_acceptance or [0] * width)[i] * (r.metrics.drafts or 0) for r in arm) / drafts
+            sum((f.per_position_acceptance or [0] * width)[i] * f.drafts for f in figures) / drafts
             for i in range(width)
         ]
-    steps = sum(r.metrics.decode_steps or 0 for r in arm)
+    steps = sum(f.decode_steps or 0 for f in figures)
 
     def latency(name: str) -> dict[str, float | None]:
         return {
@@ -461,7 +463,8 @@ def extend_case(
         result.instances[arm] = endpoint.instance
         buckets[arm].append(rec)
         m = rec.metrics
-        acc = "" if m.acceptance_rate is None else f", acceptance {m.acceptance_rate:.3f}"
+        rate_ = m.spec.acceptance_rate if m.spec else None
+        acc = "" if rate_ is None else f", acceptance {rate_:.3f}"
         bad = (f"  INVALID: {'; '.join(rec.invalid)}" if not rec.valid
                else f"  LATENCY UNTRUSTED: {'; '.join(rec.untrusted)}" if rec.untrusted else "")
         noisy = "" if quiet is None or quiet.quiet else (f"  (servers still busy after {quiet.waited_s:.1f} s: "

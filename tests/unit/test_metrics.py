@@ -138,29 +138,37 @@ def test_acceptance_figures_match_fake_server(engines: int) -> None:
     assert d is not None
     m = compute_run_metrics(load, d)
     assert m.n_requests == 96 and m.n_failed == 0
-    assert m.token_counter_mismatch == 0 and m.generation_tokens == 96 * 96 == m.total_output_tokens
-    assert m.drafts is not None and m.drafts > 1000
+    e, spec = m.engine, m.spec
+    assert e is not None and spec is not None
+    assert e.token_counter_mismatch == 0 and e.generation_tokens == 96 * 96 == m.total_output_tokens
+    assert spec.drafts > 1000
     # configured values are the expectations; tolerances are about 4 binomial standard deviations
-    assert m.per_position_acceptance == pytest.approx(list(ACCEPT), abs=0.06)
-    assert m.acceptance_rate == pytest.approx(sum(ACCEPT) / 3, abs=0.04)
-    assert m.acceptance_length == pytest.approx(1 + sum(ACCEPT), abs=0.12)
-    # coverage is biased up slightly by accepted tokens cut at max_tokens (see _spec_figures)
-    assert m.draft_coverage == pytest.approx(0.7, abs=0.05)
-    assert m.acceptance_rate == pytest.approx(m.accepted_tokens / m.draft_tokens)  # type: ignore[operator]
-    assert m.prefix_cache_hit_rate == 0.0  # a fresh salt: nothing cached, warm-up salted apart
-    assert m.prefix_cache_hits == 0 and m.prefix_cache_queries is not None and m.prefix_cache_queries > 0
+    assert spec.per_position_acceptance == pytest.approx(list(ACCEPT), abs=0.06)
+    assert spec.acceptance_rate == pytest.approx(sum(ACCEPT) / 3, abs=0.04)
+    assert spec.acceptance_length == pytest.approx(1 + sum(ACCEPT), abs=0.12)
+    # coverage is biased up slightly by accepted tokens cut at max_tokens (see SpecFigures.from_delta)
+    assert spec.draft_coverage == pytest.approx(0.7, abs=0.05)
+    assert spec.acceptance_rate == pytest.approx(spec.accepted_tokens / spec.draft_tokens)
+    assert e.prefix_cache_hit_rate == 0.0  # a fresh salt: nothing cached, warm-up salted apart
+    assert e.prefix_cache_hits == 0 and e.prefix_cache_queries > 0
     assert m.output_tok_s is not None and m.output_tok_s > 0
     assert m.ttft_ms is not None and set(m.ttft_ms) == {"p50", "p95", "p99", "mean"}
-    json.dumps(m.to_dict())
+    flat = m.to_dict()
+    json.dumps(flat)
+    # stored runs stay flat: the counter figures sit beside the rest, under their own names
+    assert flat["drafts"] == spec.drafts and flat["preemptions"] == e.preemptions
+    assert "spec" not in flat and "engine" not in flat
 
 
 def test_no_speculation_gives_none_not_zero() -> None:
     with FakeServer(FakeConfig(k=0)) as url:
         load = run_load_sync(url, "fake-model", _prompts(8, 10), Sampling(temperature=0.0), concurrency=4)
     m = compute_run_metrics(load, counters_delta(load))
-    assert m.drafts is None and m.acceptance_rate is None and m.acceptance_length is None
-    assert m.per_position_acceptance is None and m.draft_coverage is None
-    assert m.token_counter_mismatch == 0 and m.itl_chunk_ms is not None
+    assert m.spec is None and m.engine is not None
+    flat = m.to_dict()
+    assert all(flat[name] is None for name in ("drafts", "acceptance_rate", "acceptance_length",
+                                                "per_position_acceptance", "draft_coverage"))
+    assert m.engine.token_counter_mismatch == 0 and m.itl_chunk_ms is not None
 
 
 def test_undefined_figures_are_none() -> None:
@@ -170,7 +178,8 @@ def test_undefined_figures_are_none() -> None:
                       rate=None, seed=0, cache_salt=None, warmup=0, timeout_s=1.0)
     m = compute_run_metrics(load, Counters(spec_decode=True))
     assert m.ttft_ms is None and m.tpot_ms is None and m.itl_chunk_ms is None and m.n_failed == 1
-    assert m.acceptance_rate is None and m.acceptance_length is None and m.draft_coverage is None
+    assert m.spec is not None and m.spec.drafts == 0
+    assert m.spec.acceptance_rate is None and m.spec.acceptance_length is None and m.spec.draft_coverage is None
     assert m.errors == {"HTTP 500: boom": 1}
 
 
@@ -239,8 +248,9 @@ def assert_matches_bench_summary(res: dict[str, Any], rel: float = 1e-3) -> int:
     m = bench_run_metrics(res)
     assert m.n_requests - m.n_failed == res["completed"]
     if "spec_decode_num_drafts" in res:
-        assert m.acceptance_rate == pytest.approx(res["spec_decode_acceptance_rate"] / 100)
-        assert m.acceptance_length == pytest.approx(res["spec_decode_acceptance_length"])
+        assert m.spec is not None
+        assert m.spec.acceptance_rate == pytest.approx(res["spec_decode_acceptance_rate"] / 100)
+        assert m.spec.acceptance_length == pytest.approx(res["spec_decode_acceptance_length"])
     return len(figures)
 
 
