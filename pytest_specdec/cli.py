@@ -1,0 +1,243 @@
+"""`pytest-specdec`: the plugin's results read outside pytest (wiring only; the work is in output/ and gate/).
+
+    pytest-specdec compare OLD.json NEW.json   the plugin's verdicts of NEW against OLD's runs; exit 1 on a
+                                               gated regression, 0 otherwise
+    pytest-specdec history DIR|FILE...         per test and gated metric, the nights' series and change points
+    pytest-specdec report FILE.json            the HTML report again, from a results file
+
+Bad input (a missing or malformed file, an unknown profile, a bad option) exits 2 with one line naming what
+to fix. Heavy modules are imported inside the commands, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.errors import SpecDecError
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.stats import Thresholds
+    from pytest_specdec.output.schema import Results
+
+#: Exit statuses: no gated regression, a gated regression (compare), bad input.
+OK, REGRESSED, BAD_INPUT = 0, 1, 2
+
+
+class InputError(SpecDecError):
+    """Input the command cannot use; the message names the file or option and what to fix."""
+
+
+def read_results(path: Path) -> tuple[dict[str, Any], Results]:
+    """A results file parsed and read as typed data (older schemas converted); errors name the file."""
+    from pytest_specdec.output.schema import ResultsError, load
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file (a results file is reports/specdec-<time>.json or "
+                         "reports/latest.json of a session)") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot be read as a results file ({exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    try:
+        return data, load(data, str(path))
+    except ResultsError as exc:
+        raise InputError(str(exc)) from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = _missing(data, exc.args[0]) if isinstance(exc, KeyError) else str(exc)
+        raise InputError(f"{path}: not a pytest-specdec results file as this plugin writes them ({what})") from None
+
+
+def _missing(data: Any, key: Any) -> str:
+    """Where a field the reader needed is missing: the first test, verdict or baseline without it."""
+    for i, test in enumerate(data.get("tests") or []):
+        if not isinstance(test, dict):
+            return f"tests[{i}] is not an object"
+        if key not in test and key in ("outcome", "nodeid"):
+            return f"tests[{i}] has no `{key}`"
+        for metric, v in (test.get("verdicts") or {}).items():
+            if isinstance(v, dict) and key not in v:
+                return f"tests[{i}].verdicts.{metric} has no `{key}`"
+        if isinstance(test.get("baseline"), dict) and key not in test["baseline"]:
+            return f"tests[{i}].baseline has no `{key}`"
+    return f"field {key!r} is missing"
+
+
+def thresholds(profile: str, items: Sequence[str], where: str) -> Thresholds:
+    """The profile's `[verdicts] thresholds` with --threshold on top, as the plugin layers them."""
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.gate.verdicts import build_thresholds, check_mapping, parse_threshold_items
+    from pytest_specdec.profiles import load_profile
+
+    try:
+        p = load_profile(profile)
+    except ConfigError as exc:
+        raise InputError(f"{where}: {exc} (the thresholds come from it: pass --profile NAME or PATH)") from None
+    raw = p.raw.get("verdicts", {}).get("thresholds", {})
+    try:
+        return build_thresholds(check_mapping(raw, f"profile {p.path} [verdicts] thresholds"),
+                                parse_threshold_items(items, "--threshold"))
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pytest_specdec.output.compare import compare, summary_lines, table_lines, to_json
+
+    old_raw, old = read_results(args.old)
+    new_raw, new = read_results(args.new)
+    profile = args.profile or new.profile
+    if not profile:
+        raise InputError(f"{args.new}: no `profile` recorded; pass --profile NAME or PATH for the thresholds")
+    where = "--profile" if args.profile else f"{args.new}: `profile`"
+    th = thresholds(profile, args.threshold, where)
+    if old.profile != new.profile and not args.profile:
+        print(f"specdec compare: the files ran different profiles ({old.profile} → {new.profile}); thresholds "
+              f"of {new.profile}", file=sys.stderr)
+    old_name, new_name = str(args.old), str(args.new)
+    if old_name == new_name:
+        old_name, new_name = "OLD", "NEW"
+    result = compare(old, new, thresholds=th, alpha=args.alpha, fdr=args.fdr, old_name=old_name,
+                     new_name=new_name, datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}))
+    if args.json:
+        print(json.dumps(to_json(result), indent=1, default=str))
+    else:
+        print(f"specdec compare: {old_name} ({old.started}) → {new_name} ({new.started}); OLD's runs are the "
+              f"baseline; thresholds of profile {profile}")
+        print()
+        print("\n".join(table_lines(result, shown=args.all)))
+        print("\n".join(summary_lines(result, old_name, new_name)))
+    regressed = bool(result.regressed)
+    if args.strict and any(r.status == "not-comparable" for r in result.rows):
+        regressed = True
+    return REGRESSED if regressed else OK
+
+
+def _history_files(sources: Sequence[Path]) -> list[Path]:
+    files: list[Path] = []
+    for src in sources:
+        if src.is_dir():
+            found = sorted(src.glob("*.json"))
+            if not found:
+                raise InputError(f"{src}: a directory without results files (*.json)")
+            files += found
+        elif src.exists():
+            files.append(src)
+        else:
+            raise InputError(f"{src}: no such file or directory")
+    return files
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from pytest_specdec.output.history import Night, order, render_html, series, table_lines, to_json
+
+    nights_read = [Night(path, read_results(path)[1]) for path in _history_files(args.sources)]
+    nights, dupes = order(nights_read)
+    rows = series(nights, alpha=args.alpha)
+    if args.html:
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        args.html.write_text(render_html(nights, rows, dupes), encoding="utf-8")
+    if args.json:
+        print(json.dumps(to_json(nights, rows, dupes), indent=1))
+    else:
+        print("\n".join(table_lines(nights, rows)))
+        for dupe, kept in dupes:
+            print(f"specdec history: {dupe.path} left out: the same session ({dupe.started}) as {kept.path}")
+        changed = sorted({s.nodeid for s in rows if s.change_nights})
+        print(f"specdec history: {len(nights)} night(s), {len({s.nodeid for s in rows})} test(s); "
+              f"{len(changed)} with a change point" + (": " + ", ".join(changed) if changed else ""))
+    if args.html:
+        print(f"specdec history: HTML written to {args.html.resolve().as_uri()}", file=sys.stderr)
+    return OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pytest_specdec.output.report import render
+
+    _, results = read_results(args.file)
+    out = args.output or args.file.with_suffix(".html")
+    if out.resolve() == args.file.resolve():
+        raise InputError(f"-o {out}: that is the results file itself; name an .html file")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(results), encoding="utf-8")
+    print(f"specdec report: {out.resolve().as_uri()}")
+    return OK
+
+
+def _alpha(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < 0.5:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 0.5), one-sided level: got {text!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="pytest-specdec",
+        description="Read pytest-specdec results files outside pytest: compare two, trend many, re-render one.",
+        epilog="Exit status: 0 fine, 1 a gated regression (compare), 2 bad input. docs/cli.md has more.")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    c = sub.add_parser("compare", help="the plugin's verdicts of NEW against OLD's runs",
+                       description="Judge each test of NEW against OLD's runs as the plugin judges a night against "
+                                   "a baseline of one session (the same verdict functions, the machine factor, "
+                                   "BH or Holm over the gated family). Exit 1 when a gated metric regressed.")
+    c.add_argument("old", type=Path, metavar="OLD.json", help="the earlier results file: its runs are the baseline")
+    c.add_argument("new", type=Path, metavar="NEW.json", help="the later results file: judged against OLD")
+    c.add_argument("--profile", metavar="NAME|PATH",
+                   help="profile whose [verdicts] thresholds apply (default: the one NEW recorded)")
+    c.add_argument("--threshold", action="append", default=[], metavar="METRIC=VALUE",
+                   help="practical threshold, repeatable, as --specdec-threshold (e.g. speedup=10)")
+    c.add_argument("--alpha", type=_alpha, default=0.05, help="one-sided level (default 0.05; CIs are 1 - 2 alpha)")
+    c.add_argument("--fdr", choices=("bh", "holm"), default="bh",
+                   help="multiplicity adjustment over the gated family (default bh)")
+    c.add_argument("--all", action="store_true", help="show every metric's verdict, not only the gated ones")
+    c.add_argument("--strict", action="store_true", help="exit 1 also when a test is not comparable")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")
+    c.set_defaults(run=cmd_compare)
+
+    h = sub.add_parser("history", help="per test and gated metric, the series across nights and its change points",
+                       description="One results file is one night, ordered by its recorded session start. Per test "
+                                   "and gated metric: the nightly levels and the change points found by PELT "
+                                   "(ruptures), each confirmed by a t-test against its neighbours.")
+    h.add_argument("sources", type=Path, nargs="+", metavar="DIR|FILE",
+                   help="results files, or directories whose *.json files are results files")
+    h.add_argument("--alpha", type=_alpha, default=0.05,
+                   help="level of the t-test that confirms each change point, per series (default 0.05)")
+    h.add_argument("--json", action="store_true", help="print the history as JSON instead of a table")
+    h.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML page with the charts")
+    h.set_defaults(run=cmd_history)
+
+    r = sub.add_parser("report", help="re-render the HTML report from a results file",
+                       description="The session's HTML report again, from its results JSON (older schemas too).")
+    r.add_argument("file", type=Path, metavar="FILE.json", help="a results file")
+    r.add_argument("-o", "--output", type=Path, metavar="OUT.html", help="where to write it (default: FILE.html)")
+    r.set_defaults(run=cmd_report)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except SpecDecError as exc:
+        print(f"pytest-specdec {args.command}: error: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    except OSError as exc:
+        print(f"pytest-specdec {args.command}: error: {exc}", file=sys.stderr)
+        return BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Change points in one metric's series across nights (pure functions over per-night values).
+
+A night contributes one level per metric: the mean of its valid runs on the comparison scale (log for rates
+and latencies, raw for acceptance; :mod:`.scale`), shown as a geometric mean or a mean. PELT (`ruptures`,
+L2 cost) proposes splits where a shift of level pays more than a penalty set from the series' own noise,
+estimated robustly from successive differences (their MAD: a step is one outlying difference and moves it
+little). With 6 to 10 nights that estimate rests on a handful of differences and is often too small, so each
+proposed split must also pass a test: the pooled t-test between the nights on its two sides (to the
+neighbouring splits), Bonferroni over the positions a split could take there. A flat series then stays
+quiet at any noise level; a step that stands out of the noise is found. `docs/validation.md` has the
+false-alarm rate and the power, simulated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.registry import Kind
+from pytest_specdec.gate.scale import _natural, _unit, kind_of
+
+#: PELT's penalty per change point, in units of the noise variance (sd²) estimated from the series itself
+#: (BIC-like; the t-test below, not this, holds the false alarms down: scripts/trend_simulation.py).
+PENALTY = 6.0
+#: Level of the t-test that confirms each proposed split (two-sided, Bonferroni over its positions).
+ALPHA = 0.05
+#: Nights a level must last on each side of a change point: one odd night is an outlier, not a new level.
+MIN_NIGHTS = 2
+#: The smallest noise sd on the comparison scale (0.1 % or 0.1 points): a series that repeats exactly
+#: (acceptance at temperature 0) would otherwise make every difference a change.
+NOISE_FLOOR = 0.001
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A shift of level: ``index`` is the first night (0-based, in the series given) of the new level."""
+
+    index: int
+    before: float  # the level before, in the metric's own unit (geometric mean, or mean for acceptance)
+    after: float
+    change: float  # in % (log kinds) or points
+    unit: str  # "%" or "pt"
+
+
+@dataclass(frozen=True)
+class Trend:
+    """One metric's series: its per-night levels, the noise the penalty came from, and the change points."""
+
+    metric: str
+    levels: tuple[float, ...]  # per night, in the metric's own unit
+    noise_sd: float | None  # on the comparison scale (log ratio or fraction); None: too short to judge
+    penalty: float | None
+    change_points: tuple[ChangePoint, ...]
+    note: str = ""
+
+
+def _scaled(metric: str, kind: Kind, x: float) -> float:
+    if not math.isfinite(x) or (kind != "acceptance" and x <= 0):
+        raise ConfigError(f"metric {metric!r}: a night's level is {x!r}; a {kind} level must be a finite number"
+                          + (" > 0" if kind != "acceptance" else ""))
+    return math.log(x) if kind != "acceptance" else x
+
+
+def noise_sd(values: Sequence[float]) -> float:
+    """The sd of the nights' noise from successive differences: 1.4826 · MAD(d) / √2 (a difference of two
+    independent nights has √2 times their sd; the MAD is about its median, so a slow drift does not count
+    as noise and one step is one outlier among the differences)."""
+    import numpy as np
+
+    d = np.diff(np.asarray(values, dtype=float))
+    if d.size == 0:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2.0))
+
+
+def split_p(left: Sequence[float], right: Sequence[float], positions: int, floor: float = NOISE_FLOOR) -> float:
+    """Bonferroni-adjusted two-sided p of a split: the pooled t-test between the nights on its two sides
+    (comparison scale), times the ``positions`` the split could have taken. The pooled variance is at least
+    ``floor``², so two exactly repeating levels that differ are a change and two equal ones are not."""
+    import numpy as np
+    from scipy import stats as sps
+
+    a, b = np.asarray(left, dtype=float), np.asarray(right, dtype=float)
+    df = a.size + b.size - 2
+    ss = float(((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum())
+    var = max(ss / df if df > 0 else 0.0, floor * floor)
+    t = float(b.mean() - a.mean()) / math.sqrt(var * (1.0 / a.size + 1.0 / b.size))
+    return min(1.0, positions * 2.0 * float(sps.t.sf(abs(t), max(df, 1))))
+
+
+def trend(metric: str, levels: Sequence[float], *, penalty: float = PENALTY, alpha: float = ALPHA,
+          min_nights: int = MIN_NIGHTS, floor: float = NOISE_FLOOR) -> Trend:
+    """Change points of one metric's per-night levels (in the metric's unit, oldest first).
+
+    PELT proposes the splits; each must then pass `split_p` < ``alpha`` against its neighbours, the
+    weakest failing one dropped first until every split left passes. Fewer than 2 · ``min_nights`` nights
+    cannot hold a change point with a level on each side; the Trend says so in its note rather than
+    claiming the series is flat."""
+    kind = kind_of(metric)
+    levels = [float(x) for x in levels]
+    xs = [_scaled(metric, kind, x) for x in levels]
+    if len(xs) < 2 * min_nights:
+        return Trend(metric, tuple(levels), None, None, (),
+                     note=f"{len(xs)} night(s): a change point needs {min_nights} on each side")
+    import numpy as np
+    import ruptures
+
+    sd = max(noise_sd(xs), floor)
+    pen = penalty * sd * sd
+    signal = np.asarray(xs, dtype=float).reshape(-1, 1)
+    cuts = [c for c in ruptures.Pelt(model="l2", min_size=min_nights, jump=1).fit(signal).predict(pen=pen)
+            if c < len(xs)]
+    while cuts:
+        bounds = [0, *cuts, len(xs)]
+        ps = [split_p(xs[a:c], xs[c:b], (b - a) - 2 * min_nights + 1, floor)
+              for a, c, b in zip(bounds, bounds[1:], bounds[2:])]
+        worst = max(range(len(cuts)), key=lambda i: ps[i])
+        if ps[worst] < alpha:
+            break
+        del cuts[worst]
+    bounds = [0, *cuts, len(xs)]
+
+    def center(m: float) -> float:
+        return math.exp(m) if kind != "acceptance" else m
+
+    points = []
+    for a, c, b in zip(bounds, bounds[1:], bounds[2:]):
+        before, after = float(np.mean(xs[a:c])), float(np.mean(xs[c:b]))
+        points.append(ChangePoint(index=c, before=center(before), after=center(after),
+                                  change=float(_natural(kind, after - before)),
+                                  unit="%" if _unit(kind) == "%" else "pt"))
+    return Trend(metric, tuple(levels), sd, pen, tuple(points))

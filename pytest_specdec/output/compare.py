@@ -1,0 +1,241 @@
+"""Two results files compared as the plugin compares a test with its stored baseline: OLD's runs of each
+test become a baseline of one session, NEW's runs are tonight, and the gate's own functions decide
+(`gate.verdicts.evaluate`, the machine factor, Benjamini-Hochberg or Holm over the gated family of every
+test compared, `gate.check.adjusted`). Nothing here re-implements a statistic.
+
+What the results record per test is what a baseline stores per session (both arms' runs, the speedup per
+pair); `session_entry` converts one into the other and names the file, test, run and field a bad file lacks.
+A test in one file only, or without valid runs on one side, is listed as such, never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.output.schema import Results, ResultsError, TestEntry
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.gate.verdicts import MachineFactor
+
+_NUMBER = (int, float, type(None))
+#: What the verdicts read from a results file's run and the types each may hold; the first three must be there
+#: (a reference run has no draft counters, and a spec run's acceptance is absent when nothing was drafted).
+_RUN_FIELDS: dict[str, tuple[type, ...]] = {
+    "index": (int,), "valid": (bool,), "output_tok_s": _NUMBER, "acceptance_rate": _NUMBER, "drafts": _NUMBER,
+    "per_position_acceptance": (list, type(None)), "draft_coverage": _NUMBER, "hd_p95_ms": (dict, type(None)),
+    "latency_untrusted": (list, type(None)),
+}
+_REQUIRED = ("index", "valid", "output_tok_s")
+
+
+def _run(run: Any, where: str) -> dict[str, Any]:
+    """One results run as a baseline stores it (accepted tokens per position as counts, like the file)."""
+    if not isinstance(run, Mapping):
+        raise ResultsError(f"{where} is not an object")
+    for key, kinds in _RUN_FIELDS.items():
+        if key not in run:
+            if key in _REQUIRED:
+                raise ResultsError(f"{where} has no `{key}`")
+            continue
+        value = run[key]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise ResultsError(f"{where}.{key} is {value!r}, not {' or '.join(k.__name__ for k in kinds)}")
+    drafts, per_pos = run.get("drafts"), run.get("per_position_acceptance")
+    return {
+        "index": run["index"], "valid": run["valid"], "latency_untrusted": list(run.get("latency_untrusted") or []),
+        "output_tok_s": run["output_tok_s"], "acceptance_rate": run.get("acceptance_rate"), "drafts": drafts,
+        "accepted_per_pos": [round(a * drafts) for a in per_pos] if per_pos and drafts else None,
+        "draft_coverage": run.get("draft_coverage"), "hd_p95_ms": dict(run.get("hd_p95_ms") or {}),
+    }
+
+
+def session_entry(test: TestEntry, started: str, where: str) -> dict[str, Any]:
+    """A results file's test as one baseline session (`gate.baselines.session_entry`'s shape)."""
+    return {
+        "started": started,
+        "runs": {"reference": [_run(r, f"{where}.reference_runs[{i}]") for i, r in enumerate(test.reference_runs)],
+                 "spec": [_run(r, f"{where}.runs[{i}]") for i, r in enumerate(test.runs)]},
+        "speedup_per_pair": list(test.speedup_per_pair),
+    }
+
+
+def conditions(results: Results, test: TestEntry, datasets: Mapping[str, Any]) -> dict[str, Any]:
+    """What must be equal for a comparison to mean anything, as far as a results file records it: the
+    profile, hardware and target model, the test's case (params) and sampling, and the sha256 of the prompts
+    of its dataset (``datasets``: the file's `datasets`, which the typed Results leave out)."""
+    env = results.environment
+    dataset = test.params.get("dataset")
+    info = datasets.get(dataset) if isinstance(dataset, str) else None
+    return {
+        "profile": results.profile, "hardware": env.get("hardware"), "target_model": env.get("target_model"),
+        "params": dict(test.params), "sampling": dict(test.sampling or {}),
+        "dataset_sha256": info.get("prompts_sha256") if isinstance(info, Mapping) else None,
+    }
+
+
+@dataclass
+class Row:
+    """One test of the comparison: its verdicts (gated and shown), or why it has none."""
+
+    nodeid: str
+    status: str  # compared | not-comparable | only in OLD | only in NEW | no runs
+    verdicts: list[Verdict] = field(default_factory=list)
+    fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs
+    reason: str = ""
+
+    @property
+    def gated(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.family == "gated"]
+
+    @property
+    def regressed(self) -> bool:
+        return any(v.verdict == "regressed" for v in self.gated)
+
+    @property
+    def word(self) -> str:
+        """The test's worst gated verdict, as the report's status reads it (regressed before inconclusive)."""
+        seen = {v.verdict for v in self.gated}
+        return next((w for w in ("regressed", "inconclusive", "improved", "unchanged") if w in seen), "no verdicts")
+
+
+@dataclass
+class Comparison:
+    """Every test of both files, in NEW's order then OLD's leftovers, and the session-level figures."""
+
+    rows: list[Row]
+    machine: MachineFactor | None
+    alpha: float
+    fdr: str
+
+    @property
+    def regressed(self) -> list[Row]:
+        return [r for r in self.rows if r.regressed]
+
+
+def compare(old: Results, new: Results, *, thresholds: Thresholds, alpha: float = 0.05, fdr: str = "bh",
+            old_name: str = "OLD", new_name: str = "NEW", datasets: tuple[Mapping[str, Any], Mapping[str, Any]]
+            | None = None) -> Comparison:
+    """NEW's tests judged against OLD's runs, as the plugin judges a night against a baseline of one session.
+
+    The variance prior (empirical Bayes on run-to-run variances) comes from OLD's tests, never NEW's, as the
+    plugin takes it from stored baselines; the machine factor from every compared test's reference arm."""
+    from pytest_specdec.gate.baselines import diff
+    from pytest_specdec.gate.check import BaselineCheck, adjusted
+    from pytest_specdec.gate.registry import GATED
+    from pytest_specdec.gate.verdicts import (evaluate, machine_factor, not_comparable_verdicts, priors_from,
+                                              tonight_deviation)
+
+    old_tests = {t.nodeid: (i, t) for i, t in enumerate(old.tests)}
+    new_tests = {t.nodeid: (i, t) for i, t in enumerate(new.tests)}
+    rows: list[Row] = []
+    checks: list[tuple[str, BaselineCheck]] = []
+    for nodeid, (j, now) in new_tests.items():
+        if nodeid not in old_tests:
+            rows.append(Row(nodeid, f"only in {new_name}"))
+            continue
+        i, then = old_tests[nodeid]
+        base = session_entry(then, old.started, f"{old_name}: tests[{i}]")
+        entry = session_entry(now, new.started, f"{new_name}: tests[{j}]")
+        empty = [name for name, e, t in ((old_name, base, then), (new_name, entry, now))
+                 if not any(r["valid"] for r in e["runs"]["reference"])]
+        if empty:
+            outcomes = "; ".join(f"{n}: {t.outcome}" for n, t in ((old_name, then), (new_name, now)))
+            rows.append(Row(nodeid, "no runs", reason=f"no valid run in {' and '.join(empty)} ({outcomes})"))
+            continue
+        gate = tuple(dict.fromkeys((*GATED, *(now.baseline.gate if now.baseline else ()))))
+        c = BaselineCheck(path=Path(old_name), status="compared", check=True, comparability={}, under_test={},
+                          entry=entry, baseline={"sessions": [base]}, alpha=alpha, gate=gate, thresholds=thresholds)
+        sets = datasets or ({}, {})
+        c.fields = diff(conditions(old, then, sets[0]), conditions(new, now, sets[1]))
+        if c.fields:
+            c.status = "not-comparable"
+            c.raw = not_comparable_verdicts(entry, c.fields, gate)
+        rows.append(Row(nodeid, c.status, fields=c.fields))
+        checks.append((nodeid, c))
+    rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
+
+    compared = [c for _, c in checks if c.status == "compared"]
+    priors = priors_from([c.baseline for c in compared if c.baseline])
+    devs = [d for c in compared if (d := tonight_deviation(c.baseline or {}, c.entry, {})) is not None]
+    machine = machine_factor(devs, abs(thresholds.bad_side("reference_tok_s", "rate")), alpha)
+    for c in compared:
+        assert c.baseline is not None
+        c.raw = evaluate(c.baseline, c.entry, thresholds=thresholds, alpha=alpha, priors=priors,
+                         tonight_log=machine.log if machine else None, gate=c.gate)
+    by_id = dict(checks)
+    for row in rows:
+        c = by_id.get(row.nodeid)
+        if c is not None and c.raw:
+            row.verdicts = adjusted(checks, row.nodeid, final=True, fdr=fdr, alpha=alpha, gated_size=0,
+                                    family_size=0)
+    return Comparison(rows, machine, alpha, fdr)
+
+
+def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
+    """Per test, the terminal's verdict table (gated metrics; with ``shown`` every metric), worst first."""
+    from pytest_specdec.gate.verdicts import table
+
+    level = f"{100 * (1 - 2 * cmp.alpha):.4g}% CI"
+    order = {"compared": 1, "not-comparable": 2, "no runs": 3}
+    rows = sorted(cmp.rows, key=lambda r: (0 if r.regressed else order.get(r.status, 4)))
+    out: list[str] = []
+    for r in rows:
+        if r.status == "compared":
+            out.append(f"{r.nodeid}: {r.word}")
+            out += ["  " + line for line in table(r.verdicts if shown else r.gated, level).splitlines()]
+        elif r.status == "not-comparable":
+            out.append(f"{r.nodeid}: not-comparable (measured under other conditions):")
+            out += [f"  {k}: {a!r} → {b!r}" for k, (a, b) in r.fields.items()]
+        else:
+            out.append(f"{r.nodeid}: {r.status}" + (f": {r.reason}" if r.reason else ""))
+        out.append("")
+    return out
+
+
+def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
+    """The closing lines: the machine factor, the counts of gated verdicts, the tests in one file only."""
+    from pytest_specdec.gate.check import FDR_NAMES
+
+    counts: dict[str, int] = {}
+    for r in cmp.rows:
+        for v in r.gated:
+            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+    status: dict[str, int] = {}
+    for r in cmp.rows:
+        status[r.status] = status.get(r.status, 0) + 1
+    lines = []
+    if cmp.machine is not None:
+        lines.append("specdec compare: " + cmp.machine.sentence().replace("the baseline nights", old_name))
+    verdicts = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
+    tests = ", ".join(f"{n} {k}" for k, n in status.items())
+    lines.append(f"specdec compare: {len(cmp.rows)} test(s): {tests}; gated verdicts {verdicts} "
+                 f"({FDR_NAMES[cmp.fdr]} over the gated family, alpha {cmp.alpha:g})")
+    bad = cmp.regressed
+    lines.append(f"specdec compare: {len(bad)} test(s) regressed from {old_name} to {new_name}"
+                 + (": " + ", ".join(r.nodeid for r in bad) if bad else ""))
+    return lines
+
+
+def to_json(cmp: Comparison) -> dict[str, Any]:
+    """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format."""
+    from pytest_specdec.gate.verdicts import to_json as verdict_json
+
+    return {
+        "alpha": cmp.alpha, "fdr": cmp.fdr,
+        "machine_factor": cmp.machine.to_dict() if cmp.machine else None,
+        "regressed": [r.nodeid for r in cmp.regressed],
+        "tests": [{"nodeid": r.nodeid, "status": r.status, "regressed": r.regressed, "reason": r.reason,
+                   "not_comparable_fields": {k: [a, b] for k, (a, b) in r.fields.items()},
+                   "verdicts": {v.metric: verdict_json(v) for v in r.verdicts}} for r in cmp.rows],
+    }
+
+
+def names(paths: Sequence[Path]) -> tuple[str, str]:
+    """How the two files are named in the lines: their paths, or OLD/NEW when they print the same."""
+    a, b = (str(p) for p in paths)
+    return (a, b) if a != b else ("OLD", "NEW")

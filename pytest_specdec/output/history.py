@@ -1,0 +1,259 @@
+"""Results across nights: per test and gated metric the series of nightly levels, with change points
+(`gate.trend`), as a table, JSON and a self-contained HTML page with one small chart per metric.
+
+One results file is one night, ordered by the session's recorded start (`started`), never by file name or
+date on disk. Two files of the same session (`reports/latest.json` beside its timestamped copy) are one
+night, the duplicate listed. A night's level of a metric is the mean of its valid runs on the comparison
+scale (geometric mean for rates and latencies, mean for acceptance), from the same per-run values the
+verdicts read (`gate.baselines.metric_values` of `compare.session_entry`). A night without the test, or
+without valid runs for it, is a gap that says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.output.schema import Results
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.trend import Trend
+
+
+@dataclass(frozen=True)
+class Night:
+    """One results file read: its path and typed data."""
+
+    path: Path
+    results: Results
+
+    @property
+    def started(self) -> str:
+        return self.results.started
+
+
+@dataclass
+class Point:
+    """One night of one metric: its level (None: a gap, and why), and the runs it came from."""
+
+    night: int  # 0-based, in the ordered nights
+    value: float | None
+    runs: int = 0
+    gap: str = ""
+
+
+@dataclass
+class Series:
+    """One test's metric across the nights, and its change points (night indices, 0-based)."""
+
+    nodeid: str
+    metric: str
+    points: list[Point]
+    trend: Trend | None
+    change_nights: list[int] = field(default_factory=list)
+
+
+def order(nights: Sequence[Night]) -> tuple[list[Night], list[tuple[Night, Night]]]:
+    """Nights by recorded session start; (duplicate, kept) for files of a session already read."""
+    kept: dict[str, Night] = {}
+    dupes: list[tuple[Night, Night]] = []
+    # latest.json is the copy: the timestamped file of the same session names the night
+    for n in sorted(nights, key=lambda n: n.path.name == "latest.json"):
+        if n.started in kept:
+            dupes.append((n, kept[n.started]))
+        else:
+            kept[n.started] = n
+    return sorted(kept.values(), key=lambda n: _when(n.started)), dupes
+
+
+def _when(started: str) -> tuple[float, str]:
+    """A sort key for `started` (ISO 8601, with or without its offset); unreadable ones first, by text."""
+    import datetime as dt
+
+    try:
+        t = dt.datetime.fromisoformat(started.replace("Z", "+00:00"))
+    except ValueError:
+        return (-math.inf, started)
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return (t.timestamp(), started)
+
+
+def _level(metric: str, values: Sequence[float]) -> float:
+    from pytest_specdec.gate.scale import kind_of
+
+    if kind_of(metric) == "acceptance":
+        return sum(values) / len(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def series(nights: Sequence[Night], alpha: float | None = None) -> list[Series]:
+    """Per test (first seen first) and gated metric (the gate's, plus what a test's recorded gate added),
+    the levels across ``nights`` (already ordered) and their change points (``alpha``: the level of the t-test
+    that confirms each, `gate.trend.ALPHA` by default)."""
+    from pytest_specdec.gate.baselines import metric_values
+    from pytest_specdec.gate.registry import GATED
+    from pytest_specdec.gate.trend import ALPHA, trend
+    from pytest_specdec.output.compare import session_entry
+
+    tests: dict[str, dict[int, Any]] = {}
+    gates: dict[str, dict[str, None]] = {}
+    for k, night in enumerate(nights):
+        for i, t in enumerate(night.results.tests):
+            tests.setdefault(t.nodeid, {})[k] = (t, session_entry(t, night.started, f"{night.path}: tests[{i}]"))
+            gates.setdefault(t.nodeid, dict.fromkeys(GATED)).update(
+                dict.fromkeys(t.baseline.gate if t.baseline else ()))
+    out: list[Series] = []
+    for nodeid, per_night in tests.items():
+        for metric in gates[nodeid]:
+            points = []
+            for k in range(len(nights)):
+                if k not in per_night:
+                    points.append(Point(k, None, gap="not in this night's results"))
+                    continue
+                test, entry = per_night[k]
+                values = metric_values(entry).get(metric)
+                if not values:
+                    points.append(Point(k, None, gap=f"no valid run with this metric (test {test.outcome})"))
+                    continue
+                points.append(Point(k, _level(metric, values), runs=len(values)))
+            present = [p for p in points if p.value is not None]
+            tr = trend(metric, [p.value for p in present], alpha=alpha or ALPHA) if present else None
+            s = Series(nodeid, metric, points, tr)
+            if tr is not None:
+                s.change_nights = [present[c.index].night for c in tr.change_points]
+            out.append(s)
+    return out
+
+
+def table_lines(nights: Sequence[Night], rows: Sequence[Series]) -> list[str]:
+    """The nights, then per test and metric its levels night by night and its change points."""
+    from pytest_specdec.gate.registry import label
+    from pytest_specdec.gate.verdicts import format_delta, format_value
+
+    out = [f"nights ({len(nights)}, by session start):"]
+    out += [f"  {k + 1:>3}  {n.started}  {n.path}" for k, n in enumerate(nights)]
+    out.append("")
+    current = None
+    for s in rows:
+        if s.nodeid != current:
+            current = s.nodeid
+            out.append(s.nodeid)
+        values = "  ".join(format_value(s.metric, p.value) if p.value is not None else "—" for p in s.points)
+        out.append(f"  {label(s.metric):<17} {values}")
+        tr = s.trend
+        if tr is None:
+            out.append("    no night has a value")
+        elif tr.note:
+            out.append(f"    {tr.note}")
+        elif not tr.change_points:
+            out.append(f"    no change point (noise sd {_noise(s)})")
+        for c, night in zip(tr.change_points if tr else (), s.change_nights):
+            out.append(f"    change point at night {night + 1} ({nights[night].started}): "
+                       f"{format_value(s.metric, c.before)} → {format_value(s.metric, c.after)} "
+                       f"({format_delta(c.change, c.unit)})")
+        gaps = [f"{p.night + 1}: {p.gap}" for p in s.points if p.value is None]
+        if gaps and len(gaps) < len(s.points):
+            out.append(f"    gaps: {'; '.join(gaps)}")
+    return out
+
+
+def _noise(s: Series) -> str:
+    from pytest_specdec.gate.scale import _natural, kind_of
+
+    sd = s.trend.noise_sd if s.trend else None
+    if sd is None:
+        return "—"
+    kind = kind_of(s.metric)
+    return f"{float(_natural(kind, sd)):.3g} %" if kind != "acceptance" else f"{100 * sd:.3g} pt"
+
+
+def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequence[tuple[Night, Night]] = ()
+            ) -> dict[str, Any]:
+    """The history as data (`--json`): the nights, the duplicates left out, and per test and metric the
+    levels (null for a gap, with why), the noise sd on the comparison scale and the change points."""
+    tests: dict[str, dict[str, Any]] = {}
+    for s in rows:
+        tr = s.trend
+        tests.setdefault(s.nodeid, {})[s.metric] = {
+            "levels": [p.value for p in s.points],
+            "runs": [p.runs for p in s.points],
+            "gaps": {str(p.night + 1): p.gap for p in s.points if p.value is None},
+            "noise_sd": tr.noise_sd if tr else None,
+            "penalty": tr.penalty if tr else None,
+            "note": tr.note if tr else "no night has a value",
+            "change_points": [{"night": night + 1, "started": nights[night].started, "before": c.before,
+                               "after": c.after, "change": c.change, "unit": c.unit}
+                              for c, night in zip(tr.change_points if tr else (), s.change_nights)],
+        }
+    return {
+        "nights": [{"night": k + 1, "started": n.started, "file": str(n.path)} for k, n in enumerate(nights)],
+        "duplicates": [{"file": str(d.path), "same_session_as": str(k.path)} for d, k in duplicates],
+        "tests": tests,
+    }
+
+
+def chart_svg(s: Series, nights: Sequence[Night]) -> str:
+    """One metric's small chart: the nightly levels, each level between change points as a dashed line,
+    and each change point circled and numbered, its figures listed under the chart."""
+    from pytest_specdec.gate.registry import label
+    from pytest_specdec.gate.verdicts import format_delta, format_value
+    from pytest_specdec.output.charts import Chart, svg_chart
+    from pytest_specdec.output.charts import Series as Line
+
+    pts = [(float(p.night + 1), p.value) for p in s.points if p.value is not None]
+    if not pts:
+        return ""
+    lines = [Line("nightly level", pts, color="#1f77b4")]
+    marks = []
+    present = [p for p in s.points if p.value is not None]
+    tr = s.trend
+    if tr is not None and tr.change_points:
+        # One line through the fitted levels: flat within a level, a ramp where it changes.
+        bounds = [0, *(c.index for c in tr.change_points), len(present)]
+        levels = [tr.change_points[0].before, *(c.after for c in tr.change_points)]
+        fitted = [(float(present[i].night + 1), level) for a, b, level in zip(bounds, bounds[1:], levels)
+                  for i in (a, b - 1)]
+        lines.append(Line("level between change points", fitted, color="#ff7f0e", dashed=True))
+        for c, night in zip(tr.change_points, s.change_nights):
+            value = next(p.value for p in present if p.night == night)
+            assert value is not None
+            marks.append((float(night + 1), value,
+                          f"change point at night {night + 1} ({nights[night].started[:10]}): "
+                          f"{format_value(s.metric, c.before)} → {format_value(s.metric, c.after)} "
+                          f"({format_delta(c.change, c.unit)})"))
+    note = "" if tr is None or tr.change_points else (tr.note or f"no change point (noise sd {_noise(s)})")
+    # The axis starts below the lowest level (not at 0), so a change of a few % is visible; the noise sd
+    # under a flat chart says how much of the wobble is noise.
+    low = min(y for _, y in pts)
+    return svg_chart(Chart(title=label(s.metric), x_label="night", y_label=label(s.metric), series=lines,
+                           marks=marks, note=note, y_min=0.8 * low if low > 0 else None), width=400, height=220)
+
+
+def render_html(nights: Sequence[Night], rows: Sequence[Series],
+                duplicates: Sequence[tuple[Night, Night]] = ()) -> str:
+    """The self-contained history page (inline CSS and SVG, autoescaped jinja2 template)."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+    from markupsafe import Markup
+
+    env = Environment(loader=PackageLoader("pytest_specdec.output", "templates"),
+                      autoescape=select_autoescape(["html", "j2"], default=True), undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True)
+    tests: dict[str, list[dict[str, Any]]] = {}
+    for s in rows:
+        tests.setdefault(s.nodeid, []).append({
+            "svg": Markup(chart_svg(s, nights)),  # built escaped
+            "changes": len(s.trend.change_points) if s.trend else 0,
+            "gaps": [f"night {p.night + 1}: {p.gap}" for p in s.points if p.value is None],
+        })
+    changed = [n for n, charts in tests.items() if any(c["changes"] for c in charts)]
+    tests = {n: tests[n] for n in sorted(tests, key=lambda n: n not in changed)}  # changed first, else as run
+    return env.get_template("history.html.j2").render(
+        nights=[{"n": k + 1, "started": n.started, "file": str(n.path), "profile": n.results.profile or "—",
+                 "vllm": n.results.environment.get("vllm_version") or "—",
+                 "commit": ((n.results.environment.get("commit") or {}).get("id") or "—")[:10]}
+                for k, n in enumerate(nights)],
+        duplicates=[(str(d.path), str(k.path)) for d, k in duplicates], tests=tests, changed=changed)
