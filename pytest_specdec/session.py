@@ -21,7 +21,7 @@ from pytest_specdec.options import Settings
 from pytest_specdec.output.results import TestRecord
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.judge import Judge
+    from pytest_specdec.gate.judge import BaselineWrites, Judge
     from pytest_specdec.gate.verdicts import MachineFactor
     from pytest_specdec.measure.lossless import Collected
     from pytest_specdec.measure.runner import CaseResult
@@ -58,6 +58,7 @@ class SpecDecSession:
         self.late_regressions: list[str] = []
         self.summary_lines: list[str] = []
         self.gate_summary: list[str] = []  # the terminal's last lines: per test, the gated verdicts
+        self.baseline_writes: BaselineWrites | None = None  # set at session end under --update-baselines
         #: How the profile was (or was not) checked against this machine's GPUs, for the dry run.
         self.hardware_note = ""
         #: Every collected specdec case (endpoint mode asks which spec configs the session wants).
@@ -249,6 +250,7 @@ class SpecDecSession:
             warnings.warn(SpecDecWarning(end.warning), stacklevel=1)
         self.judge.finish(end, tests, fail_inconclusive=self.settings.fail_inconclusive)
         self.late_regressions, self.gate_summary = end.late_regressions, end.gate_summary
+        self.baseline_writes = end.baselines
         return end.lines
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
@@ -289,7 +291,8 @@ class SpecDecSession:
             server_starts=len(self.server_starts()), datasets=self.workload.datasets, endpoints=self.serving.facts,
             gpu_hourly_usd=s.gpu_hourly_usd, machine=self.machine, machine_failed=self.machine_failed,
             fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
-            night_variances=judge.night_variances if judge else {}, records=self.records.values())
+            night_variances=judge.night_variances if judge else {}, records=self.records.values(),
+            baseline_writes=self.baseline_writes)
         paths, data = write_results(results, s.reports_dir, self.started, s.json_path)
         self.report_paths = write_report(data, s.reports_dir, self.started, s.report_path, s.benchmark_json)
         return paths

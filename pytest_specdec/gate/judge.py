@@ -57,6 +57,29 @@ class SessionEnd:
     lines: list[str] = field(default_factory=list)  # the terminal's, in order
     late_regressions: list[str] = field(default_factory=list)  # passed at their end, regressed in the whole family
     gate_summary: list[str] = field(default_factory=list)  # the terminal's last lines
+    baselines: BaselineWrites | None = None  # what --update-baselines wrote; None without the flag
+
+
+@dataclass(frozen=True)
+class BaselineWrites:
+    """What ``--update-baselines`` did, for the results and the report as well as the terminal: a CI job
+    that opens a pull request with the files, or a reviewer of the night, reads it there. Paths are as
+    the checkout names them, so they can go to `git add` as they are."""
+
+    root: str  # the baselines' root
+    mode: str  # "all" or "missing"
+    created: tuple[str, ...] = ()
+    updated: tuple[tuple[str, str], ...] = ()  # (path, old → new headline figures, what was kept or dropped)
+    unchanged: tuple[tuple[str, str], ...] = ()  # (path, why it was not written)
+    unused: tuple[str, ...] = ()  # files of the session's modules that no test of the session read
+    not_written: tuple[tuple[str, str], ...] = ()  # (path, why): failed tests, tests without valid runs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": self.root, "mode": self.mode, "created": list(self.created),
+                "updated": [{"path": p, "change": c} for p, c in self.updated],
+                "unchanged": [{"path": p, "reason": r} for p, r in self.unchanged],
+                "unused": list(self.unused),
+                "not_written": [{"path": p, "reason": r} for p, r in self.not_written]}
 
 
 class Judge:
@@ -333,23 +356,34 @@ class Judge:
                                  gate=c.gate)
         return machine
 
-    def write(self, tests: list[tuple[str, BaselineCheck, CaseResult | None, str]]) -> list[str]:
+    def write(self, tests: list[tuple[str, BaselineCheck, CaseResult | None, str]]
+              ) -> tuple[list[str], BaselineWrites]:
         """--update-baselines: queue each passed test with valid runs (nodeid, check, result, outcome), then
-        write them all at once; returns what was written and what was not, and why."""
+        write them all at once; returns the terminal's lines and the same as data: what was written and
+        what was not, and why."""
         from pytest_specdec.gate.baselines import Pending
 
         lines: list[str] = []
+        not_written: list[tuple[str, str]] = []
         for nodeid, c, result, outcome in tests:
             why = f"the test {outcome}" if outcome != "passed" else unwritable(result)
             if why:
                 lines.append(f"specdec: not writing {self.rel(c.path)}: {why}")
+                not_written.append((self.rel(c.path), why))
                 continue
             # Only a gated change is a change being accepted (it drops the older nights); a shown-family
             # figure that moved with the machine must not wipe the file's history.
             changed = ", ".join(f"{v.metric} {v.verdict}" for v in c.shown()
                                 if v.verdict in ("regressed", "improved") and v.family == "gated")
             self.store.queue(Pending(nodeid, c.path, c.comparability, c.under_test, c.entry, changed))
-        return lines + self.store.flush().lines(self.store.root)
+        summary = self.store.flush()
+        rel = self.rel
+        writes = BaselineWrites(
+            root=rel(self.store.root), mode=self.cfg.update or "all", created=tuple(map(rel, summary.created)),
+            updated=tuple((rel(p), what) for p, what in summary.updated),
+            unchanged=tuple((rel(p), why) for p, why in summary.unchanged), unused=tuple(map(rel, summary.unused)),
+            not_written=tuple(not_written))
+        return lines + summary.lines(self.store.root), writes
 
     def machine_at_end(self, checks: list[BaselineCheck], *, fail_machine: bool) -> SessionEnd:
         """Session end, first: the machine factor over every compared test. Beyond its threshold it fails the
@@ -392,7 +426,8 @@ class Judge:
         end.gate_summary = gate_lines([(n, c, r) for n, c, r, _ in checked], end.machine, fdr=self.cfg.fdr,
                                       alpha=self.cfg.alpha, fail_inconclusive=fail_inconclusive)
         if self.cfg.update and self.opened:
-            lines += self.write(checked)
+            written, end.baselines = self.write(checked)
+            lines += written
 
 
 def unwritable(result: CaseResult | None) -> str:

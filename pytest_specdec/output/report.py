@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_specdec.output.fields import number, test_name
-from pytest_specdec.output.schema import Results, TestEntry, VerdictEntry, load
+from pytest_specdec.output.schema import BaselineUpdate, Results, TestEntry, VerdictEntry, load
 from pytest_specdec.output.sweeps import sweep_chart_groups, sweeps
 
 #: Worst first: the order of the summary table and of the per-test sections.
@@ -318,6 +318,21 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
     }
 
 
+def update_view(update: BaselineUpdate | None) -> dict[str, Any] | None:
+    """The --update-baselines summary as the terminal gives it: counts, then one row per file (created,
+    updated with old → new headline figures, not written and why, unchanged, unused)."""
+    if update is None:
+        return None
+    rows = [("created", p, "") for p in update.created]
+    rows += [("updated", p, change) for p, change in update.updated]
+    rows += [("not written", p, why) for p, why in update.not_written]
+    rows += [("unchanged", p, why) for p, why in update.unchanged]
+    rows += [("unused", p, "no test of this session read it; delete it if the test is gone") for p in update.unused]
+    return {"root": update.root, "mode": update.mode, "created": update.created, "updated": update.updated,
+            "unchanged": update.unchanged, "unused": update.unused, "not_written": update.not_written,
+            "rows": rows}
+
+
 # ---- the page --------------------------------------------------------------------------------------------
 
 
@@ -380,5 +395,5 @@ def render(results: Results) -> str:
         changed=changed,
         cost=cost, peaks=cost_peaks(cost), price=results.price,
         workarounds_active=active, workarounds_inactive=inactive,
-        commit=env.get("commit") or {}, status_order=STATUS_ORDER,
+        commit=env.get("commit") or {}, status_order=STATUS_ORDER, update=update_view(results.baseline_update),
     )

@@ -23,6 +23,7 @@ from pytest_specdec.output.schema import SCHEMA
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.gate.judge import BaselineWrites
     from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.gate.verdicts import MachineFactor
     from pytest_specdec.measure.datasets import Dataset
@@ -98,9 +99,11 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                     worker: str | None, remote: Sequence[dict[str, Any]], server_starts: int,
                     datasets: dict[str, Dataset], endpoints: dict[str, EndpointFacts], gpu_hourly_usd: float | None,
                     machine: MachineFactor | None, machine_failed: bool, fail_inconclusive: bool, fail_machine: bool,
-                    night_variances: dict[str, NightVariance], records: Iterable[TestRecord]) -> dict[str, Any]:
+                    night_variances: dict[str, NightVariance], records: Iterable[TestRecord],
+                    baseline_writes: BaselineWrites | None = None) -> dict[str, Any]:
     """The results document. ``servers`` are this process's; ``remote`` what each xdist worker sent
-    besides its records (its servers, starts and workarounds); ``server_starts`` counts them all."""
+    besides its records (its servers, starts and workarounds); ``server_starts`` counts them all;
+    ``baseline_writes`` is what --update-baselines wrote (None without it)."""
     return {
         "schema": SCHEMA,
         "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
@@ -116,6 +119,7 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
         "machine_factor": machine.to_dict() if machine is not None else None,
         "gate": {"fail_inconclusive": fail_inconclusive, "fail_machine": fail_machine, "machine_failed": machine_failed,
                  "night_variance": {k: v.to_dict() for k, v in night_variances.items()}},
+        "baseline_update": baseline_writes.to_dict() if baseline_writes is not None else None,
         "tests": [r.to_dict() for r in records],
     }
 

@@ -162,6 +162,42 @@ class GateEntry:
 
 
 @dataclass(frozen=True)
+class BaselineUpdate:
+    """What --update-baselines wrote at the session's end (`gate.judge.BaselineWrites`); paths as the
+    checkout names them. A file written without the flag, or before the field existed, has none."""
+
+    root: str
+    mode: str  # "all" or "missing"
+    created: tuple[str, ...]
+    updated: tuple[tuple[str, str], ...]  # (path, old → new headline figures and what was kept)
+    unchanged: tuple[tuple[str, str], ...]  # (path, why not written)
+    unused: tuple[str, ...]
+    not_written: tuple[tuple[str, str], ...]  # (path, why)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> BaselineUpdate:
+        if not isinstance(d, Mapping):
+            raise ResultsError(f"{where}: expected an object, got {type(d).__name__}")
+
+        def paths(key: str) -> tuple[str, ...]:
+            items = d.get(key) or []
+            if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+                raise ResultsError(f"{where}.{key}: expected a list of paths")
+            return tuple(items)
+
+        def pairs(key: str, what: str) -> tuple[tuple[str, str], ...]:
+            items = d.get(key) or []
+            if not isinstance(items, list) or not all(isinstance(x, Mapping) and isinstance(x.get("path"), str)
+                                                      for x in items):
+                raise ResultsError(f"{where}.{key}: expected a list of {{path, {what}}} objects")
+            return tuple((x["path"], str(x.get(what) or "")) for x in items)
+
+        return cls(root=str(d.get("root") or ""), mode=str(d.get("mode") or "all"), created=paths("created"),
+                   updated=pairs("updated", "change"), unchanged=pairs("unchanged", "reason"),
+                   unused=paths("unused"), not_written=pairs("not_written", "reason"))
+
+
+@dataclass(frozen=True)
 class Results:
     """One session's results file."""
 
@@ -176,6 +212,7 @@ class Results:
     machine_factor: MachineFactor | None
     gate: GateEntry
     tests: tuple[TestEntry, ...]
+    baseline_update: BaselineUpdate | None = None
 
 
 def load(data: Any, name: str = "results") -> Results:
@@ -191,7 +228,9 @@ def load(data: Any, name: str = "results") -> Results:
         machine_factor=MachineFactor.from_dict(machine) if machine else None,
         gate=GateEntry(**{k: gate[k] for k in ("fail_inconclusive", "fail_machine", "machine_failed",
                                                  "night_variance") if k in gate}),
-        tests=tuple(TestEntry.from_dict(t, f"{name}: tests[{i}]") for i, t in enumerate(d.get("tests") or ())))
+        tests=tuple(TestEntry.from_dict(t, f"{name}: tests[{i}]") for i, t in enumerate(d.get("tests") or ())),
+        baseline_update=(None if d.get("baseline_update") is None
+                         else BaselineUpdate.from_dict(d["baseline_update"], f"{name}: baseline_update")))
 
 
 # ---- the converter ----------------------------------------------------------------------------------------
