@@ -384,6 +384,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--specdec-benchmark-json", metavar="PATH", read=_rooted_or_none,
            help="also write the runs in pytest-benchmark's JSON format (seconds per output token, TPOT, E2E; "
                 "lower is better) for `pytest-benchmark compare`."),
+    Option("--specdec-save-outputs", action="store_true", default=False,
+           help="also keep every request's output text, per test, arm and run, in "
+                "reports/specdec-<UTC stamp>.outputs.json beside the results (which name it as outputs_file)."),
     Option(ini="specdec_keep_sessions", ini_type="string", default="5", read=_keep_sessions,
            help="measurement sessions (server starts) --update-baselines keeps per baseline file.", shown_default="5"),
     Option(ini="specdec_gate", ini_type="linelist", default=[], read=_gate,
@@ -444,6 +447,7 @@ class Settings:
     report_path: Path | None = None
     gpu_hourly_usd: float | None = None
     benchmark_json: Path | None = None
+    save_outputs: bool = False  # --specdec-save-outputs: every request's output text in a side file
     host: str = "127.0.0.1"  # --specdec-host: where the servers we start bind
     fail_inconclusive: bool = False
     fail_machine: bool = False

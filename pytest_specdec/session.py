@@ -280,11 +280,15 @@ class SpecDecSession:
 
     def write_results(self) -> list[Path]:
         """The JSON results, then the HTML report from the same data (its paths are `self.report_paths`)."""
-        from pytest_specdec.output.results import session_results, write_report, write_results
+        from pytest_specdec.output.results import (outputs_path, session_results, write_outputs, write_report,
+                                                   write_results)
 
         if not self.records:
             return []
         s, judge = self.settings, self._judge
+        outputs = outputs_path(s.reports_dir, self.started) if s.save_outputs else None
+        if outputs is not None:
+            write_outputs(self.records.values(), outputs)
         results = session_results(
             started=self.started, profile=self.profile, gpu_names=self.gpu_names,
             servers=self._pool.servers if self._pool else {}, worker=self.worker, remote=self.remote,
@@ -292,7 +296,7 @@ class SpecDecSession:
             gpu_hourly_usd=s.gpu_hourly_usd, machine=self.machine, machine_failed=self.machine_failed,
             fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
             night_variances=judge.night_variances if judge else {}, records=self.records.values(),
-            baseline_writes=self.baseline_writes)
+            baseline_writes=self.baseline_writes, outputs_file=outputs.name if outputs else None)
         paths, data = write_results(results, s.reports_dir, self.started, s.json_path)
         self.report_paths = write_report(data, s.reports_dir, self.started, s.report_path, s.benchmark_json)
         return paths

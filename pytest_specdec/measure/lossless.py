@@ -331,6 +331,45 @@ def collect(spec: Callable[[], Endpoint], reference: Callable[[], Endpoint], pro
     return Collected(arms=arms, samples_per_prompt=samples_per_prompt, prompts=len(prompts))
 
 
+#: The evidence a result keeps of outputs that differed: at most this many prompts, and of each output
+#: this many characters (around the first difference), so a long or broken generation cannot bloat the results.
+EVIDENCE_PROMPTS = 20
+EVIDENCE_CHARS = 300
+
+
+def first_difference(a: str, b: str) -> int:
+    """Index of the first character where ``a`` and ``b`` differ (the shorter one's length if one is a prefix)."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def excerpt(text: str, at: int, chars: int = EVIDENCE_CHARS) -> str:
+    """At most ``chars`` characters of ``text`` showing position ``at``: from the start when it fits, else
+    from a little before it; ``…`` marks what was cut."""
+    start = 0 if at < chars * 2 // 3 else at - chars // 3
+    cut = text[start:start + chars]
+    return ("…" if start else "") + cut + ("…" if start + chars < len(text) else "")
+
+
+def differing_outputs(result: CaseResult, *, prompts: int = EVIDENCE_PROMPTS,
+                      chars: int = EVIDENCE_CHARS) -> tuple[int, list[dict[str, Any]]]:
+    """The evidence behind a failed lossless check: how many prompts' spec output differed from the
+    reference's in the same run pair, and the first ``prompts`` of them (the first pair each differed in),
+    with both outputs cut to ``chars`` around the first difference. Plain text: the report escapes it."""
+    refs = {r.index: r for r in result.reference_runs if r.valid}
+    seen: dict[str, dict[str, Any]] = {}
+    for s in (r for r in result.runs if r.valid and r.index in refs):
+        ref = refs[s.index]
+        for pid in sorted(set(s.texts) & set(ref.texts)):
+            a, b = s.texts[pid], ref.texts[pid]
+            if a == b or pid in seen:
+                continue
+            at = first_difference(a, b)
+            seen[pid] = {"prompt_id": pid, "run": s.index, "first_difference": at, "spec_chars": len(a),
+                         "reference_chars": len(b), "spec": excerpt(a, at, chars), "reference": excerpt(b, at, chars)}
+    return len(seen), list(seen.values())[:prompts]
+
+
 def output_match(result: CaseResult) -> dict[str, Any]:
     """Losslessness at temperature 0: how often spec output equals the reference output, judged against
     how often two reference runs agree with each other (the control).
@@ -338,6 +377,7 @@ def output_match(result: CaseResult) -> dict[str, Any]:
     Batching and kernel choice can flip near-ties even without speculation, so bitwise equality is not
     the bar; a spec match rate *below* the control's is.  Pairs: spec run i vs reference run i; control:
     reference run i vs reference run i+1.  One-sided Fisher exact test (scipy), H1: spec matches less.
+    ``differing`` holds the prompts whose outputs differed, with both outputs (`differing_outputs`).
     """
     from scipy.stats import fisher_exact
 
@@ -354,13 +394,15 @@ def output_match(result: CaseResult) -> dict[str, Any]:
     for a, b in zip(refs, refs[1:]):
         h, n = matches(a, b)
         ctrl_hits, ctrl_n = ctrl_hits + h, ctrl_n + n
+    n_differing, differing = differing_outputs(result)
+    evidence = {"differing_prompts": n_differing, "differing": differing}
     if not spec_n or not ctrl_n:
         return {"spec_match": None, "control_match": None, "spec_n": spec_n, "control_n": ctrl_n, "p": None,
-                "why": "needs at least one valid spec/reference pair and two valid reference runs"}
+                "why": "needs at least one valid spec/reference pair and two valid reference runs", **evidence}
     table = [[spec_hits, spec_n - spec_hits], [ctrl_hits, ctrl_n - ctrl_hits]]
     p = float(fisher_exact(table, alternative="less").pvalue)
     return {"spec_match": spec_hits / spec_n, "control_match": ctrl_hits / ctrl_n, "spec_n": spec_n,
-            "control_n": ctrl_n, "p": p}
+            "control_n": ctrl_n, "p": p, **evidence}
 
 
 def collapsed_positions(per_position: list[float] | None, drafts: int, *, min_drafts: int = 50,

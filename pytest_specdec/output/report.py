@@ -315,6 +315,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "logs": test.server_logs,
         "per_position": s.get("per_position_acceptance") or [],
         "distribution": test.distribution,
+        "output_match": test.output_match,
     }
 
 

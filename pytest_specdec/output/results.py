@@ -70,6 +70,19 @@ class TestRecord:
                 self.server_logs.append({"arm": arm, "server": key, "path": str(server.log_path), "tail": tail})
         return sections
 
+    def output_match(self) -> dict[str, Any] | None:
+        """At temperature 0, spec vs reference outputs against the reference-vs-reference control, with the
+        prompts whose outputs differed (`measure.lossless.output_match`): the evidence a failed lossless
+        check needs the morning after, when the texts themselves are gone. None above temperature 0 (outputs
+        differ by design there) and without a spec arm."""
+        if self.result is None or not self.result.runs:
+            return None
+        if (self.sampling or {}).get("temperature", self.params.get("temperature")) != 0:
+            return None
+        from pytest_specdec.measure.lossless import output_match
+
+        return output_match(self.result)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "nodeid": self.nodeid,
@@ -81,6 +94,9 @@ class TestRecord:
         }
         if self.result is not None:
             out.update(self.result.to_dict())
+            match = self.output_match()
+            if match is not None:
+                out["output_match"] = match
         if self.error:
             out["error"] = self.error
         if self.server_logs:
@@ -100,10 +116,12 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                     datasets: dict[str, Dataset], endpoints: dict[str, EndpointFacts], gpu_hourly_usd: float | None,
                     machine: MachineFactor | None, machine_failed: bool, fail_inconclusive: bool, fail_machine: bool,
                     night_variances: dict[str, NightVariance], records: Iterable[TestRecord],
-                    baseline_writes: BaselineWrites | None = None) -> dict[str, Any]:
+                    baseline_writes: BaselineWrites | None = None, outputs_file: str | None = None
+                    ) -> dict[str, Any]:
     """The results document. ``servers`` are this process's; ``remote`` what each xdist worker sent
     besides its records (its servers, starts and workarounds); ``server_starts`` counts them all;
-    ``baseline_writes`` is what --update-baselines wrote (None without it)."""
+    ``baseline_writes`` is what --update-baselines wrote (None without it); ``outputs_file`` the name of
+    the --specdec-save-outputs side file in the same directory."""
     return {
         "schema": SCHEMA,
         "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
@@ -120,6 +138,7 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
         "gate": {"fail_inconclusive": fail_inconclusive, "fail_machine": fail_machine, "machine_failed": machine_failed,
                  "night_variance": {k: v.to_dict() for k, v in night_variances.items()}},
         "baseline_update": baseline_writes.to_dict() if baseline_writes is not None else None,
+        **({"outputs_file": outputs_file} if outputs_file else {}),
         "tests": [r.to_dict() for r in records],
     }
 
@@ -237,6 +256,22 @@ def write_results(results: dict[str, Any], reports_dir: Path, started: float, js
     for path in paths:
         write_atomic(path, data)
     return paths, json.loads(data)
+
+
+def outputs_path(reports_dir: Path, started: float) -> Path:
+    """The --specdec-save-outputs side file: named after the session's results file, beside it."""
+    return reports_dir / f"specdec-{stamp(started)}.outputs.json"
+
+
+def write_outputs(records: Iterable[TestRecord], path: Path) -> None:
+    """Every request's output text, per test, arm and run (valid or not), in prompt order as the runs kept
+    them: what a lossless failure or a changed workload is read against later. A side file, so the results
+    stay small enough for the report and for comparing nights."""
+    tests = [{"nodeid": r.nodeid, "runs": [{"arm": run.arm, "index": run.index, "valid": run.valid,
+                                            "outputs": run.texts}
+                                           for run in (*r.result.reference_runs, *r.result.runs)]}
+             for r in records if r.result is not None]
+    write_atomic(path, json.dumps({"schema": 1, "tests": tests}, indent=1, ensure_ascii=False))
 
 
 def write_report(results: dict[str, Any], reports_dir: Path, started: float, report_path: Path | None = None,

@@ -126,6 +126,8 @@ class TestEntry:
     server_logs: tuple[Mapping[str, str], ...] = ()
     distribution: Mapping[str, Any] | None = None
     sampling: Mapping[str, Any] | None = None
+    #: temperature 0: spec vs reference outputs, with the prompts that differed (`measure.lossless.output_match`)
+    output_match: Mapping[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
@@ -148,7 +150,7 @@ class TestEntry:
             verdicts={k: VerdictEntry.from_dict(k, v) for k, v in verdicts.items()},
             baseline=BaselineEntry.from_dict(baseline) if isinstance(baseline, Mapping) else None,
             error=d.get("error"), server_logs=tuple(d.get("server_logs") or ()), distribution=d.get("distribution"),
-            sampling=d.get("sampling"))
+            sampling=d.get("sampling"), output_match=d.get("output_match"))
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,7 @@ class Results:
     gate: GateEntry
     tests: tuple[TestEntry, ...]
     baseline_update: BaselineUpdate | None = None
+    outputs_file: str | None = None  # --specdec-save-outputs: the side file's name, beside the results
 
 
 def load(data: Any, name: str = "results") -> Results:
@@ -230,7 +233,8 @@ def load(data: Any, name: str = "results") -> Results:
                                                  "night_variance") if k in gate}),
         tests=tuple(TestEntry.from_dict(t, f"{name}: tests[{i}]") for i, t in enumerate(d.get("tests") or ())),
         baseline_update=(None if d.get("baseline_update") is None
-                         else BaselineUpdate.from_dict(d["baseline_update"], f"{name}: baseline_update")))
+                         else BaselineUpdate.from_dict(d["baseline_update"], f"{name}: baseline_update")),
+        outputs_file=d.get("outputs_file") if isinstance(d.get("outputs_file"), str) else None)
 
 
 # ---- the converter ----------------------------------------------------------------------------------------

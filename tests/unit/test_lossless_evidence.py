@@ -1,0 +1,40 @@
+"""The evidence a failed lossless check keeps: each differing prompt once, both outputs cut around the
+first difference so a long or runaway generation cannot bloat the results, and no more than a fixed
+number of prompts."""
+
+from __future__ import annotations
+
+from pytest_specdec.measure.lossless import differing_outputs, excerpt, first_difference
+from pytest_specdec.measure.metrics import RunMetrics
+from pytest_specdec.measure.runner import CaseResult, RunRecord
+
+
+def rec(arm: str, index: int, texts: dict[str, str]) -> RunRecord:
+    metrics = RunMetrics(n_requests=len(texts), n_failed=0, duration_s=1.0, output_tok_s=1.0, request_s=1.0,
+                         total_output_tokens=1, ttft_ms=None, tpot_ms=None, e2e_ms=None, itl_chunk_ms=None,
+                         itl_token_ms=None)
+    return RunRecord(arm=arm, index=index, metrics=metrics, cache_salt="s", texts=texts)  # type: ignore[arg-type]
+
+
+def test_first_difference_and_excerpt() -> None:
+    assert first_difference("abc", "abd") == 2 and first_difference("ab", "abc") == 2 and first_difference("", "x") == 0
+    assert excerpt("short", 2) == "short"
+    text = "a" * 1000 + "B" + "c" * 1000
+    cut = excerpt(text, 1000, chars=90)
+    assert cut.startswith("…") and cut.endswith("…") and "B" in cut and len(cut) == 92
+    assert excerpt("x" * 500, 3, chars=90) == "x" * 90 + "…"
+
+
+def test_each_differing_prompt_once_cut_and_capped() -> None:
+    same = {f"p{i:02d}": "same answer" for i in range(30)}
+    refs = [rec("reference", i, same) for i in range(2)]
+    long = "word " * 400
+    spec = [rec("spec", 0, {**same, "p01": long + "SPEC", "p02": "other"}),
+            rec("spec", 1, {**{k: "diff" for k in same}, "p01": long + "SPEC"})]
+    n, shown = differing_outputs(CaseResult(reference_runs=refs, runs=spec, summary={}, speedup_per_pair=[]),
+                                 prompts=5, chars=60)
+    assert n == 30 and len(shown) == 5
+    first = {d["prompt_id"]: d for d in shown}
+    assert first["p01"]["run"] == 0 and first["p02"]["run"] == 0 and first["p00"]["run"] == 1
+    assert first["p01"]["first_difference"] == 0 and first["p01"]["spec_chars"] == len(long) + 4
+    assert len(first["p01"]["spec"]) <= 61 and first["p01"]["reference"] == "same answer"
