@@ -56,17 +56,26 @@ def read_results(path: Path) -> tuple[dict[str, Any], Results]:
         raise InputError(f"{path}: not a pytest-specdec results file as this plugin writes them ({what})") from None
 
 
+#: The fields `schema.load` requires, per level of the file, to say where a missing one is missing.
+_REQUIRED = {"test": ("nodeid", "outcome"), "verdict": ("family",), "baseline": ("inconclusive_gated", "ci_level"),
+             "machine_factor": ("ci", "log", "n_tests", "threshold", "ci_level")}
+
+
 def _missing(data: Any, key: Any) -> str:
     """Where a field the reader needed is missing: the first test, verdict or baseline without it."""
+    machine = data.get("machine_factor")
+    if isinstance(machine, dict) and key in _REQUIRED["machine_factor"] and key not in machine:
+        return f"machine_factor has no `{key}`"
     for i, test in enumerate(data.get("tests") or []):
         if not isinstance(test, dict):
             return f"tests[{i}] is not an object"
-        if key not in test and key in ("outcome", "nodeid"):
+        if key in _REQUIRED["test"] and key not in test:
             return f"tests[{i}] has no `{key}`"
         for metric, v in (test.get("verdicts") or {}).items():
-            if isinstance(v, dict) and key not in v:
+            if isinstance(v, dict) and key in _REQUIRED["verdict"] and key not in v:
                 return f"tests[{i}].verdicts.{metric} has no `{key}`"
-        if isinstance(test.get("baseline"), dict) and key not in test["baseline"]:
+        baseline = test.get("baseline")
+        if isinstance(baseline, dict) and key in _REQUIRED["baseline"] and key not in baseline:
             return f"tests[{i}].baseline has no `{key}`"
     return f"field {key!r} is missing"
 
@@ -141,7 +150,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     nights_read = [Night(path, read_results(path)[1]) for path in _history_files(args.sources)]
     nights, dupes = order(nights_read)
-    rows = series(nights, alpha=args.alpha)
+    rows = series(nights, alpha=args.alpha, per_series=args.per_series)
     if args.html:
         args.html.parent.mkdir(parents=True, exist_ok=True)
         args.html.write_text(render_html(nights, rows, dupes), encoding="utf-8")
@@ -210,11 +219,15 @@ def parser() -> argparse.ArgumentParser:
     h = sub.add_parser("history", help="per test and gated metric, the series across nights and its change points",
                        description="One results file is one night, ordered by its recorded session start. Per test "
                                    "and gated metric: the nightly levels and the change points found by PELT "
-                                   "(ruptures), each confirmed by a t-test against its neighbours.")
+                                   "(ruptures), each confirmed by a t-test against its neighbours, Benjamini-Hochberg "
+                                   "over every series.")
     h.add_argument("sources", type=Path, nargs="+", metavar="DIR|FILE",
                    help="results files, or directories whose *.json files are results files")
     h.add_argument("--alpha", type=_alpha, default=0.05,
-                   help="level of the t-test that confirms each change point, per series (default 0.05)")
+                   help="false-discovery rate of the change points over all series (Benjamini-Hochberg; default 0.05)")
+    h.add_argument("--per-series", action="store_true",
+                   help="judge each series at --alpha alone, without the adjustment over all series (more power, "
+                        "and about alpha x series false change points per history)")
     h.add_argument("--json", action="store_true", help="print the history as JSON instead of a table")
     h.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML page with the charts")
     h.set_defaults(run=cmd_history)

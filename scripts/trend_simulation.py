@@ -6,7 +6,10 @@ power on a step, through the same function (`pytest_specdec.gate.trend.trend`).
 Flat series: N nights of speedup levels with log-normal noise whose sd is drawn per series from 10-30 %.
 Step series: 6 nights, the level moving at night 4 by a drop of D % (nights 1-3 at 1.0, 4-6 at 1 - D).
 A flat series with any change point is a false alarm; a step series is found when a change point lies at
-night 4 (index 3).
+night 4 (index 3). Then whole histories as `pytest-specdec history` judges them (`trends`, Benjamini-Hochberg
+over every series): 60 series (20 tests x 3 gated metrics) of 6 nights, all flat (a history with any change
+point is a false alarm), or one of them with the step at night 4 of 6 or 10 nights (found when that series
+alone has it, there).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import math
 
 import numpy as np
 
-from pytest_specdec.gate.trend import ALPHA, PENALTY, trend
+from pytest_specdec.gate.trend import ALPHA, PENALTY, trend, trends
 
 
 def false_alarms(nights: int, series: int, rng: np.random.Generator, penalty: float, alpha: float) -> float:
@@ -39,6 +42,22 @@ def power(drop_pct: float, noise_pct: float, series: int, rng: np.random.Generat
     return found / series
 
 
+def histories(drop_pct: float, noise_pct: float, histories: int, rng: np.random.Generator, alpha: float,
+              series: int = 60, nights: int = 6, at: int = 3) -> float:
+    """Share of histories of ``series`` series where the only change point is series 0's at night 4 (with
+    ``drop_pct`` 0: where there is none at all)."""
+    hits = 0
+    for _ in range(histories):
+        levels = {}
+        for i in range(series):
+            sd = math.log1p(rng.uniform(0.10, 0.30)) if i else math.log1p(noise_pct / 100)
+            shift = np.where(np.arange(nights) >= at, math.log1p(-drop_pct / 100), 0.0) if i == 0 else 0.0
+            levels[i] = ("speedup", np.exp(shift + rng.normal(0.0, sd, nights)))
+        found = {i: [c.index for c in t.change_points] for i, t in trends(levels, alpha).items() if t.change_points}
+        hits += found == ({0: [at]} if drop_pct else {})
+    return hits / histories
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--series", type=int, default=200, help="simulated series per figure (default 200)")
@@ -57,6 +76,13 @@ def main() -> None:
         row = ", ".join(f"drop {d:g} %: {100 * power(d, noise, args.series, rng, args.penalty, args.alpha):5.1f} %"
                         for d in (10.0, 20.0, 30.0, 50.0))
         print(f"  noise sd {noise:g} %: {row}")
+    print("histories of 60 series x 6 nights (BH over all): share with no change point at all")
+    print(f"  all flat (noise 10-30 %): {100 * histories(0.0, 0.0, args.series, rng, args.alpha):5.1f} %")
+    print("the same with series 0 stepped at night 4 (noise 5 %): share where exactly that step is found")
+    for n in (6, 10):
+        row = ", ".join(f"drop {d:g} %: {100 * histories(d, 5.0, args.series, rng, args.alpha, nights=n):5.1f} %"
+                        for d in (20.0, 30.0, 50.0))
+        print(f"  {n:2d} nights: {row}")
 
 
 if __name__ == "__main__":

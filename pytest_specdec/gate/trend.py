@@ -13,9 +13,11 @@ false-alarm rate and the power, simulated.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.registry import Kind
@@ -32,6 +34,8 @@ MIN_NIGHTS = 2
 #: (acceptance at temperature 0) would otherwise make every difference a change.
 NOISE_FLOOR = 0.001
 
+K = TypeVar("K", bound=Hashable)
+
 
 @dataclass(frozen=True)
 class ChangePoint:
@@ -42,6 +46,7 @@ class ChangePoint:
     after: float
     change: float  # in % (log kinds) or points
     unit: str  # "%" or "pt"
+    p: float  # `split_p`: Bonferroni over the split's positions, before any adjustment over many series
 
 
 @dataclass(frozen=True)
@@ -130,5 +135,24 @@ def trend(metric: str, levels: Sequence[float], *, penalty: float = PENALTY, alp
         before, after = float(np.mean(xs[a:c])), float(np.mean(xs[c:b]))
         points.append(ChangePoint(index=c, before=center(before), after=center(after),
                                   change=float(_natural(kind, after - before)),
-                                  unit="%" if _unit(kind) == "%" else "pt"))
+                                  unit="%" if _unit(kind) == "%" else "pt",
+                                  p=split_p(xs[a:c], xs[c:b], (b - a) - 2 * min_nights + 1, floor)))
     return Trend(metric, tuple(levels), sd, pen, tuple(points))
+
+
+def trends(series: Mapping[K, tuple[str, Sequence[float]]], alpha: float = ALPHA) -> dict[K, Trend]:
+    """Change points of many series at once (every test and metric of a history), with the false-discovery
+    rate over all of them held at ``alpha`` (Benjamini-Hochberg, as the gate adjusts a session's verdicts):
+    each series first at ``alpha``, then, when BH keeps only R of the K splits found among m series, all again
+    at alpha·R/m, the level of BH's last rejection. A suite of 60 flat series then flags none in about
+    1 - alpha of the histories instead of three of them in each."""
+    out = {key: trend(metric, levels, alpha=alpha) for key, (metric, levels) in series.items()}
+    ps = sorted(c.p for t in out.values() for c in t.change_points)
+    m = max(len(ps), sum(1 for t in out.values() if t.noise_sd is not None))
+    kept = max((i for i, p in enumerate(ps, start=1) if p <= alpha * i / m), default=0)
+    if kept == len(ps):
+        return out
+    level = alpha * kept / m
+    return {key: (trend(metric, levels, alpha=level) if out[key].change_points and level > 0
+                  else dataclasses.replace(out[key], change_points=()))
+            for key, (metric, levels) in series.items()}

@@ -90,13 +90,14 @@ def _level(metric: str, values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def series(nights: Sequence[Night], alpha: float | None = None) -> list[Series]:
+def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool = False) -> list[Series]:
     """Per test (first seen first) and gated metric (the gate's, plus what a test's recorded gate added),
-    the levels across ``nights`` (already ordered) and their change points (``alpha``: the level of the t-test
-    that confirms each, `gate.trend.ALPHA` by default)."""
+    the levels across ``nights`` (already ordered) and their change points, the false-discovery rate over all
+    series held at ``alpha`` (`gate.trend.trends`; `gate.trend.ALPHA` by default), or each series at ``alpha``
+    alone (``per_series``)."""
     from pytest_specdec.gate.baselines import metric_values
     from pytest_specdec.gate.registry import GATED
-    from pytest_specdec.gate.trend import ALPHA, trend
+    from pytest_specdec.gate.trend import ALPHA, trend, trends
     from pytest_specdec.output.compare import session_entry
 
     tests: dict[str, dict[int, Any]] = {}
@@ -120,12 +121,16 @@ def series(nights: Sequence[Night], alpha: float | None = None) -> list[Series]:
                     points.append(Point(k, None, gap=f"no valid run with this metric (test {test.outcome})"))
                     continue
                 points.append(Point(k, _level(metric, values), runs=len(values)))
-            present = [p for p in points if p.value is not None]
-            tr = trend(metric, [p.value for p in present], alpha=alpha or ALPHA) if present else None
-            s = Series(nodeid, metric, points, tr)
-            if tr is not None:
-                s.change_nights = [present[c.index].night for c in tr.change_points]
-            out.append(s)
+            out.append(Series(nodeid, metric, points, None))
+    levels = {i: (s.metric, [p.value for p in s.points if p.value is not None])
+              for i, s in enumerate(out) if any(p.value is not None for p in s.points)}
+    found = ({i: trend(metric, values, alpha=alpha or ALPHA) for i, (metric, values) in levels.items()}
+             if per_series else trends(levels, alpha or ALPHA))
+    for i, s in enumerate(out):
+        s.trend = found.get(i)
+        present = [p for p in s.points if p.value is not None]
+        if s.trend is not None:
+            s.change_nights = [present[c.index].night for c in s.trend.change_points]
     return out
 
 
