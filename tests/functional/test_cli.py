@@ -1,0 +1,199 @@
+"""`pytest-specdec` (the console script) on results files that real plugin sessions wrote against simulated vLLM
+servers (endpoint mode): compare exits 0 between two unchanged nights and 1 when the spec path got slower, with
+the terminal's table, and reproduces the plugin's own verdicts of that night against the first night's baseline;
+report re-renders the session's HTML; bad input exits 2 naming the file and the field.
+
+The CLI runs as a subprocess of the installed console script, as CI would call it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fakes import FakeServer
+
+Servers = tuple[FakeServer, FakeServer]
+SUITE = {"concurrency": 4, "num_prompts": 8, "max_tokens": 24, "body": "assert specdec.result.reference_runs"}
+NODEID = "test_suite.py::test_ngram[ngram-k3-t0.0-c4]"
+GOOD = {"step_s": 0.001, "acceptance": (0.8, 0.6, 0.4)}
+BAD = {"step_s": 0.006, "acceptance": (0.5, 0.3, 0.1)}  # ~6x slower steps, acceptance 0.6 -> 0.3
+# The sessions' and the comparison's thresholds: the fake server's timing shares 2 busy cores with everything
+# else (tests/functional/test_baselines_e2e.py says why these are wide); the injected change is far beyond.
+THRESHOLDS = ("rate=40", "latency=150", "acceptance=15")
+SCRIPT = Path(sys.executable).with_name("pytest-specdec")
+DATA = Path(__file__).resolve().parent.parent / "data" / "report_results.json"
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The installed console script (`pip install -e .` puts it beside the interpreter)."""
+    assert SCRIPT.exists(), f"{SCRIPT} is missing: run `pip install --no-deps -e .`"
+    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def servers(fake_server: Callable[..., FakeServer]) -> Servers:
+    return fake_server(k=3, output_tokens=24, **GOOD), fake_server(k=0, step_s=0.002, output_tokens=24)
+
+
+def night(pytester: pytest.Pytester, profile: Path, servers: Servers, name: str, *extra: str) -> Path:
+    """One plugin session; its results file copied to `<name>.json`."""
+    spec, ref = servers
+    pytester.runpytest(
+        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        "--specdec-runs=3", "-p", "no:cacheprovider", *(f"--specdec-threshold={t}" for t in THRESHOLDS), *extra)
+    out = pytester.path / f"{name}.json"
+    out.write_text((pytester.path / "reports" / "latest.json").read_text())
+    return out
+
+
+def test_compare_and_report_on_real_sessions(
+    pytester: pytest.Pytester, fake_profile: Path, servers: Servers, make_suite: Callable[..., str]
+) -> None:
+    pytester.makepyfile(test_suite=make_suite(**SUITE))
+    first = night(pytester, fake_profile, servers, "first", "--update-baselines")
+    html_first = (pytester.path / "reports" / "latest.html").read_text()
+    second = night(pytester, fake_profile, servers, "second")
+    servers[0].reconfigure(**BAD)
+    slower = night(pytester, fake_profile, servers, "slower")
+    th = [a for t in THRESHOLDS for a in ("--threshold", t)]
+
+    # The profile the files recorded ("fake") is no built-in: the thresholds' source must be named.
+    r = cli("compare", first, second)
+    assert r.returncode == 2, r.stdout
+    assert "first" not in r.stderr and f"{second}: `profile`: profile 'fake' not found" in r.stderr
+    assert "pass --profile NAME or PATH" in r.stderr
+
+    # Two unchanged nights: exit 0, the gated table per test.
+    r = cli("compare", first, second, "--profile", fake_profile, *th)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert any(line.startswith(f"{NODEID}: ") for line in lines), r.stdout
+    header = next(line for line in lines if "metric" in line and "verdict" in line)
+    assert header.split() == ["metric", "family", "baseline", "now", "Δ", "90%", "CI", "p", "verdict"]
+    assert sum(1 for line in lines if line.split()[:2] in (["speedup", "gated"], ["acceptance", "gated"])) == 2
+    assert not any("regressed" in line.split()[-1:] for line in lines if " gated " in line), r.stdout
+    assert "specdec compare: 0 test(s) regressed" in r.stdout
+
+    # The spec path 6x slower: exit 1, speedup regressed in the table, the test named in the summary.
+    r = cli("compare", first, slower, "--profile", fake_profile, *th)
+    assert r.returncode == 1, r.stdout + r.stderr
+    speedup = next(line for line in r.stdout.splitlines() if line.split()[:2] == ["speedup", "gated"])
+    assert speedup.split()[-1] == "regressed" and "-" in speedup.split()[4]
+    assert f"{NODEID}: regressed" in r.stdout
+    assert f"1 test(s) regressed from {first} to {slower}: {NODEID}" in r.stdout
+
+    # The same verdicts the plugin gave that night against the first night's baseline (one session, the
+    # same prior and machine factor, BH over the same family): compare applies the plugin's functions.
+    r = cli("compare", first, slower, "--profile", fake_profile, *th, "--json", "--all")
+    assert r.returncode == 1
+    ours = json.loads(r.stdout)["tests"][0]["verdicts"]
+    plugin = json.loads(slower.read_text())["tests"][0]["verdicts"]
+    assert set(ours) == set(plugin)
+    for metric, v in plugin.items():
+        assert ours[metric]["verdict"] == v["verdict"], metric
+        for key in ("delta", "p"):
+            if v[key] is not None:  # the baseline file rounds to 6 digits; the results keep every digit
+                assert ours[metric][key] == pytest.approx(v[key], rel=1e-3, abs=1e-6), (metric, key)
+        if v["ci"]:
+            assert ours[metric]["ci"] == pytest.approx(v["ci"], rel=1e-3, abs=1e-6), metric
+
+    # report: the session's HTML again from its JSON, the same page the session wrote.
+    out = pytester.path / "again.html"
+    r = cli("report", first, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == html_first
+    r = cli("report", first)
+    assert r.returncode == 0 and first.with_suffix(".html").read_text() == html_first
+
+    # Tests in one file only are listed, never dropped; they decide nothing.
+    data = json.loads(second.read_text())
+    data["tests"][0]["nodeid"] = "test_suite.py::test_renamed"
+    renamed = pytester.path / "renamed.json"
+    renamed.write_text(json.dumps(data))
+    r = cli("compare", first, renamed, "--profile", fake_profile, *th)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"test_suite.py::test_renamed: only in {renamed}" in r.stdout
+    assert f"{NODEID}: only in {first}" in r.stdout
+
+    # Another case under the same id (e.g. other sampling) is not comparable: listed with the field, exit 0
+    # (a warning, as in the plugin), 1 with --strict.
+    data = json.loads(second.read_text())
+    data["tests"][0]["sampling"]["temperature"] = 0.7
+    other = pytester.path / "other.json"
+    other.write_text(json.dumps(data))
+    r = cli("compare", first, other, "--profile", fake_profile, *th)
+    assert r.returncode == 0 and f"{NODEID}: not-comparable" in r.stdout
+    assert "  sampling.temperature: 0.0 → 0.7" in r.stdout
+    assert cli("compare", first, other, "--profile", fake_profile, *th, "--strict").returncode == 1
+
+
+def _schema2(tmp_path: Path, name: str, edit: Callable[[dict], object] | None = None) -> Path:
+    """The recorded report results as a schema-2 file, edited."""
+    from pytest_specdec.output.schema import upgrade
+
+    data = upgrade(json.loads(DATA.read_text()))
+    if edit is not None:
+        edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["tests"][0]["runs"][1].pop("valid"), "{f}: tests[0].runs[1] has no `valid`"),
+    (lambda d: d["tests"][0]["reference_runs"][0].update(output_tok_s="fast"),
+     "{f}: tests[0].reference_runs[0].output_tok_s is 'fast', not int or float or NoneType"),
+    (lambda d: d.update(schema=9), "{f}: `schema` is 9; this plugin reads results of schema 1 to 2"),
+    (lambda d: d["tests"][2].pop("outcome"), "{f}: not a pytest-specdec results file as this plugin writes them "
+                                             "(tests[2] has no `outcome`)"),
+], ids=["run-without-valid", "run-value-not-a-number", "unknown-schema", "test-without-outcome"])
+def test_compare_bad_input_names_the_file_and_field(tmp_path: Path, edit: Callable[[dict], object],
+                                                    message: str) -> None:
+    good = _schema2(tmp_path, "good.json")
+    bad = _schema2(tmp_path, "bad.json", edit)
+    r = cli("compare", good, bad, "--profile", "h100")
+    assert r.returncode == 2, r.stdout
+    assert r.stderr.startswith("pytest-specdec compare: error: " + message.format(f=bad)), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr  # one line, no traceback
+    assert r.stdout == ""
+
+
+def test_bad_files_and_options_exit_2(tmp_path: Path) -> None:
+    good = _schema2(tmp_path, "good.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema": 2, "tests": [')
+    r = cli("compare", good, broken, "--profile", "h100")
+    assert r.returncode == 2 and f"{broken}: not valid JSON (line 1" in r.stderr
+    r = cli("compare", tmp_path / "nope.json", good)
+    assert r.returncode == 2 and f"{tmp_path / 'nope.json'}: no such file" in r.stderr
+    r = cli("compare", good, good, "--profile", "h100", "--alpha", "2")
+    assert r.returncode == 2 and "--alpha" in r.stderr and "(0, 0.5)" in r.stderr
+    r = cli("compare", good, good, "--profile", "h100", "--threshold", "speed=3")
+    assert r.returncode == 2 and "unknown metric 'speed'" in r.stderr
+    r = cli("report", broken)
+    assert r.returncode == 2 and f"{broken}: not valid JSON" in r.stderr
+    r = cli("history", tmp_path / "none")
+    assert r.returncode == 2 and "no such file or directory" in r.stderr
+    for args in ((), ("compare",), ("history",), ("report",)):
+        assert cli(*args, "--help").returncode == 0
+    assert cli().returncode == 2
+
+
+def test_a_file_compared_with_itself_changes_nothing(tmp_path: Path) -> None:
+    """The recorded session against itself: no gated verdict regressed or improved, the test without
+    runs listed with both outcomes, and the machine factor exactly 1."""
+    path = _schema2(tmp_path, "night.json")
+    r = cli("compare", path, path, "--profile", "h100", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["machine_factor"]["factor"] == pytest.approx(1.0)
+    verdicts = [v["verdict"] for t in out["tests"] for v in t["verdicts"].values() if v["family"] == "gated"]
+    assert verdicts and not {"regressed", "improved"} & set(verdicts)
+    [empty] = [t for t in out["tests"] if t["status"] == "no runs"]
+    assert empty["nodeid"].endswith("test_eagle3[eagle3-k3-t0.0-c1]") and "OLD: failed; NEW: failed" in empty["reason"]
