@@ -1,7 +1,8 @@
 """`pytest-specdec` (the console script) on results files that real plugin sessions wrote against simulated vLLM
 servers (endpoint mode): compare exits 0 between two unchanged nights and 1 when the spec path got slower, with
 the terminal's table, and reproduces the plugin's own verdicts of that night against the first night's baseline;
-report re-renders the session's HTML; bad input exits 2 naming the file and the field.
+history over six such nights (the spec path slower from night 4) finds the step there; report re-renders the
+session's HTML; bad input exits 2 naming the file and the field.
 
 The CLI runs as a subprocess of the installed console script, as CI would call it.
 """
@@ -59,8 +60,10 @@ def test_compare_and_report_on_real_sessions(
     first = night(pytester, fake_profile, servers, "first", "--update-baselines")
     html_first = (pytester.path / "reports" / "latest.html").read_text()
     second = night(pytester, fake_profile, servers, "second")
+    third = night(pytester, fake_profile, servers, "third")
     servers[0].reconfigure(**BAD)
     slower = night(pytester, fake_profile, servers, "slower")
+    later = [night(pytester, fake_profile, servers, f"slower-{i}") for i in (2, 3)]
     th = [a for t in THRESHOLDS for a in ("--threshold", t)]
 
     # The profile the files recorded ("fake") is no built-in: the thresholds' source must be named.
@@ -110,6 +113,15 @@ def test_compare_and_report_on_real_sessions(
     assert out.read_text() == html_first
     r = cli("report", first)
     assert r.returncode == 0 and first.with_suffix(".html").read_text() == html_first
+
+    # history over the six real nights, given in reverse: ordered by session start, the step found at night 4.
+    r = cli("history", *reversed([first, second, third, slower, *later]), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [n["file"] for n in doc["nights"]] == [str(p) for p in (first, second, third, slower, *later)]
+    for metric in ("speedup", "acceptance_rate"):
+        assert [c["night"] for c in doc["tests"][NODEID][metric]["change_points"]] == [4], (metric, doc)
+    assert doc["tests"][NODEID]["speedup"]["change_points"][0]["change"] < -50
 
     # Tests in one file only are listed, never dropped; they decide nothing.
     data = json.loads(second.read_text())
