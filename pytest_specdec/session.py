@@ -181,7 +181,8 @@ class SpecDecSession:
                                       "num_prompts": case.num_prompts, "rate": case.request_rate, "api": case.api},
                 self.workload.dataset(case.dataset).identity(), ref_spec, spec_spec, sampling,
                 self.serving.engine_configs(arms),
-                endpoint=bool(self.settings.endpoint), check=verdicts.check, gate=self.gate(verdicts))
+                endpoint=bool(self.settings.endpoint), check=verdicts.check, gate=self.gate(verdicts),
+                endpoint_versions=self.serving.endpoint_versions(arms))
             self.judge.run_looks(
                 nodeid, check, result, run.extend, self.judge.thresholds(verdicts.thresholds), started=self.started,
                 tonight_log=lambda: machine_log(r.baseline for r in self.records.values()), progress=self.progress)

@@ -127,8 +127,8 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
         "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "duration_s": round(time.time() - started, 1),
         "profile": profile.name,
-        "environment": environment(profile, gpu_names, list(servers.values()),
-                                   (w for r in remote for w in r["workarounds"])),
+        "environment": endpoint_environment(environment(profile, gpu_names, list(servers.values()),
+                                                        (w for r in remote for w in r["workarounds"])), endpoints),
         "servers": merge_servers(server_entries(servers, worker), [r["servers"] for r in remote]),
         "server_starts": server_starts,
         "datasets": {name: d.describe() for name, d in datasets.items()},
@@ -174,6 +174,19 @@ def environment(profile: Profile, gpu_names: str | None, servers: Iterable[VllmS
         "commit": commit_info(),
         "workarounds": workarounds(servers, remote_workarounds),
     }
+
+
+def endpoint_environment(env: dict[str, Any], endpoints: dict[str, EndpointFacts]) -> dict[str, Any]:
+    """Endpoint mode: the vLLM under test is the endpoints', as they told it (/server_info or /version), else
+    unknown; this client's own vLLM moves to `client_vllm_version`, so a night's results never pass it off
+    as what was measured. Unchanged without endpoints."""
+    if not endpoints:
+        return env
+    from pytest_specdec.gate.conditions import UNKNOWN
+
+    told = sorted({f.vllm_version for f in endpoints.values() if f.vllm_version})
+    return {**env, "vllm_version": ", ".join(told) or UNKNOWN, "vllm_distribution": "external endpoint",
+            "client_vllm_version": env.get("vllm_version"), "client_vllm_distribution": env.get("vllm_distribution")}
 
 
 def workarounds(servers: Iterable[VllmServer], remote: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:

@@ -12,6 +12,9 @@ What can be read, from vLLM 0.32's own endpoints:
   when the server runs with `VLLM_SERVER_DEV_MODE=1` (a development endpoint; vLLM warns against it in
   production).
 - `/v1/models`: the served model ids; vLLM exposes no speculation there.
+- `/version`: `{"version": "..."}`, vLLM's own version, served without dev mode; read when `/server_info`
+  (whose `system_env` carries the version too) is not served, so an upgrade of the endpoint's vLLM
+  shows as a change under test either way.
 So without `/server_info` the method and draft cannot be told apart: an ngram k=3 server and an eagle3
 k=3 server look the same from outside.  Then a session whose tests ask for several spec configs at the
 endpoint's k cannot know which one the endpoint is, and all of them are skipped with that reason; a
@@ -64,6 +67,9 @@ class EndpointFacts:
     server_info: bool = False  # whether /server_info answered
     #: the resolved engine config from /server_info, flattened as for owned servers; None without it
     engine_config: dict[str, Any] | None = None
+    #: the endpoint's own vLLM version and where it was read ("/server_info" or "/version"); None: neither told it
+    vllm_version: str | None = None
+    version_source: str | None = None
 
     def describe(self) -> str:
         if not self.speculating:
@@ -75,7 +81,8 @@ class EndpointFacts:
     def to_dict(self) -> dict[str, Any]:
         return {"url": self.url, "models": list(self.models), "speculating": self.speculating, "k": self.k,
                 "speculative_config": self.speculative_config, "server_info": self.server_info,
-                "engine_config": self.engine_config}
+                "engine_config": self.engine_config, "vllm_version": self.vllm_version,
+                "version_source": self.version_source}
 
 
 #: The keys of vLLM's speculative config that say *what* is served (others tune how).
@@ -114,8 +121,27 @@ def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> Endp
                       if vllm_config["speculative_config"].get(key) is not None}
             config.update({key: value for key, value in vllm_config["speculative_config"].items()
                            if key.startswith("prompt_lookup_") and value is not None})
+    version, source = (engine or {}).get("vllm_version"), "/server_info"
+    if not version:
+        version, source = read_version(url, api_key, fetch), "/version"
     return EndpointFacts(url, models, counters.spec_decode, k if counters.spec_decode else None, config,
-                         info_text is not None, engine)
+                         info_text is not None, engine, str(version) if version else None,
+                         source if version else None)
+
+
+def read_version(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> str | None:
+    """The endpoint's vLLM version from its `/version` (`{"version": "0.32.0"}`); None when it is not served
+    or says something else (a proxy's page, an error): the version is then recorded as unknown, and the
+    session goes on, since measuring does not need it."""
+    try:
+        text = fetch(f"{url}/version", api_key)
+    except ConfigError:
+        return None
+    try:
+        version = json.loads(text).get("version") if text is not None else None
+    except (ValueError, AttributeError):
+        return None
+    return version if isinstance(version, str) and version.strip() else None
 
 
 def _same_model(want: str, served: str) -> bool:
