@@ -23,22 +23,27 @@ from pytest_specdec.output.report import render_html
 SUITE = {"concurrency": 4, "num_prompts": 6, "max_tokens": 24, "body": "specdec.assert_lossless()"}
 
 
-def run(pytester: pytest.Pytester, profile: Path, spec: FakeServer, ref: FakeServer, *extra: str
-        ) -> pytest.RunResult:
-    return pytester.runpytest(
-        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
-        "--specdec-runs=2", "-p", "no:cacheprovider", "-p", "no:randomly", *extra)
+@pytest.fixture
+def session(pytester: pytest.Pytester, fake_profile: Path, fake_server: Callable[..., FakeServer],
+            make_suite: Callable[..., str]) -> Callable[..., pytest.RunResult]:
+    """One session of the lossless suite against a spec server that stops after `spec_tokens` tokens and a
+    reference server that gives 24 (`verdicts`: the suite's specdec_verdicts marker)."""
+
+    def run(spec_tokens: int, *extra: str, verdicts: str | None = None) -> pytest.RunResult:
+        spec = fake_server(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=spec_tokens)
+        ref = fake_server(k=0, step_s=0.001, output_tokens=24)
+        pytester.makepyfile(test_suite=make_suite(verdicts=verdicts, **SUITE))
+        return pytester.runpytest(
+            f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec.base_url}",
+            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+            "--specdec-runs=2", "-p", "no:cacheprovider", "-p", "no:randomly", *extra)
+
+    return run
 
 
 def test_a_failed_lossless_check_records_the_differing_outputs(
-    pytester: pytest.Pytester, fake_profile: Path, fake_server: Callable[..., FakeServer],
-    make_suite: Callable[..., str]
-) -> None:
-    spec = fake_server(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=16)
-    ref = fake_server(k=0, step_s=0.001, output_tokens=24)
-    pytester.makepyfile(test_suite=make_suite(**SUITE))
-    r = run(pytester, fake_profile, spec, ref)
+        pytester: pytest.Pytester, session: Callable[..., pytest.RunResult]) -> None:
+    r = session(16)
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*specdec lossless check failed for *: spec output equals the reference's on 0.0% of 12 *"])
 
@@ -66,13 +71,8 @@ def test_a_failed_lossless_check_records_the_differing_outputs(
 
 
 def test_save_outputs_keeps_every_requests_output_beside_the_results(
-    pytester: pytest.Pytester, fake_profile: Path, fake_server: Callable[..., FakeServer],
-    make_suite: Callable[..., str]
-) -> None:
-    spec = fake_server(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=24)
-    ref = fake_server(k=0, step_s=0.001, output_tokens=24)
-    pytester.makepyfile(test_suite=make_suite(verdicts="check=False", **SUITE))
-    r = run(pytester, fake_profile, spec, ref, "--specdec-save-outputs")
+        pytester: pytest.Pytester, session: Callable[..., pytest.RunResult]) -> None:
+    r = session(24, "--specdec-save-outputs", verdicts="check=False")
     r.assert_outcomes(passed=1)
 
     reports = pytester.path / "reports"
