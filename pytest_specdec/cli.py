@@ -146,14 +146,15 @@ def _history_files(sources: Sequence[Path]) -> list[Path]:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from pytest_specdec.output.history import Night, order, render_html, series, table_lines, to_json
+    from pytest_specdec.output.history import Night, order, render_html, rule, series, table_lines, to_json
 
     nights_read = [Night(path, read_results(path)[1]) for path in _history_files(args.sources)]
     nights, dupes = order(nights_read)
     rows = series(nights, alpha=args.alpha, per_series=args.per_series)
+    how = rule(args.alpha, args.per_series, rows)
     if args.html:
         args.html.parent.mkdir(parents=True, exist_ok=True)
-        args.html.write_text(render_html(nights, rows, dupes), encoding="utf-8")
+        args.html.write_text(render_html(nights, rows, dupes, how), encoding="utf-8")
     if args.json:
         print(json.dumps(to_json(nights, rows, dupes), indent=1))
     else:
@@ -161,6 +162,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         for dupe, kept in dupes:
             print(f"specdec history: {dupe.path} left out: the same session ({dupe.started}) as {kept.path}")
         changed = sorted({s.nodeid for s in rows if s.change_nights})
+        print(f"specdec history: {how}")
         print(f"specdec history: {len(nights)} night(s), {len({s.nodeid for s in rows})} test(s); "
               f"{len(changed)} with a change point" + (": " + ", ".join(changed) if changed else ""))
     if args.html:

@@ -235,30 +235,47 @@ def chart_svg(s: Series, nights: Sequence[Night]) -> str:
     # under a flat chart says how much of the wobble is noise.
     low = min(y for _, y in pts)
     return svg_chart(Chart(title=label(s.metric), x_label="night", y_label=label(s.metric), series=lines,
-                           marks=marks, note=note, y_min=0.8 * low if low > 0 else None), width=400, height=220)
+                           marks=marks, note=note, y_min=0.8 * low if low > 0 else None), width=360, height=220)
+
+
+def rule(alpha: float | None, per_series: bool, rows: Sequence[Series]) -> str:
+    """How the change points were decided, in one line for the table and the page."""
+    from pytest_specdec.gate.trend import ALPHA
+
+    a = alpha or ALPHA
+    judged = sum(1 for s in rows if s.trend is not None and s.trend.noise_sd is not None)
+    how = (f"each series alone at {a:g}" if per_series
+           else f"false-discovery rate {a:g} over all {judged} series (Benjamini-Hochberg)")
+    return f"change points: PELT (ruptures) confirmed by a t-test, {how}"
 
 
 def render_html(nights: Sequence[Night], rows: Sequence[Series],
-                duplicates: Sequence[tuple[Night, Night]] = ()) -> str:
-    """The self-contained history page (inline CSS and SVG, autoescaped jinja2 template)."""
+                duplicates: Sequence[tuple[Night, Night]] = (), how: str = "") -> str:
+    """The self-contained history page (inline CSS and SVG, autoescaped jinja2 template); ``how`` is `rule`."""
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
     from markupsafe import Markup
 
     env = Environment(loader=PackageLoader("pytest_specdec.output", "templates"),
                       autoescape=select_autoescape(["html", "j2"], default=True), undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
+    from pytest_specdec.gate.registry import label
+    from pytest_specdec.gate.verdicts import format_delta
+
     tests: dict[str, list[dict[str, Any]]] = {}
+    changes: dict[str, list[str]] = {}
     for s in rows:
+        for c, night in zip(s.trend.change_points if s.trend else (), s.change_nights):
+            changes.setdefault(s.nodeid, []).append(
+                f"{label(s.metric)} at night {night + 1} ({format_delta(c.change, c.unit)})")
         tests.setdefault(s.nodeid, []).append({
             "svg": Markup(chart_svg(s, nights)),  # built escaped
             "changes": len(s.trend.change_points) if s.trend else 0,
             "gaps": [f"night {p.night + 1}: {p.gap}" for p in s.points if p.value is None],
         })
-    changed = [n for n, charts in tests.items() if any(c["changes"] for c in charts)]
-    tests = {n: tests[n] for n in sorted(tests, key=lambda n: n not in changed)}  # changed first, else as run
+    tests = {n: tests[n] for n in sorted(tests, key=lambda n: n not in changes)}  # changed first, else as run
     return env.get_template("history.html.j2").render(
         nights=[{"n": k + 1, "started": n.started, "file": str(n.path), "profile": n.results.profile or "—",
                  "vllm": n.results.environment.get("vllm_version") or "—",
                  "commit": ((n.results.environment.get("commit") or {}).get("id") or "—")[:10]}
                 for k, n in enumerate(nights)],
-        duplicates=[(str(d.path), str(k.path)) for d, k in duplicates], tests=tests, changed=changed)
+        duplicates=[(str(d.path), str(k.path)) for d, k in duplicates], tests=tests, changed=changes, how=how)

@@ -209,3 +209,27 @@ def test_a_file_compared_with_itself_changes_nothing(tmp_path: Path) -> None:
     assert verdicts and not {"regressed", "improved"} & set(verdicts)
     [empty] = [t for t in out["tests"] if t["status"] == "no runs"]
     assert empty["nodeid"].endswith("test_eagle3[eagle3-k3-t0.0-c1]") and "OLD: failed; NEW: failed" in empty["reason"]
+
+
+def test_compare_and_history_on_the_stored_cpu_nights(tmp_path: Path) -> None:
+    """Real CPU measurements: the nights kept in baselines/cpu written back as results files
+    (scripts/baseline_nights.py), with test_methods[eagle3]'s spec arm at 0.6 of its speed from night 4."""
+    root = Path(__file__).resolve().parent.parent.parent
+    victim = "suites/test_methods.py::test_methods[eagle3-k3-t0.0-c1]"
+    made = subprocess.run([sys.executable, str(root / "scripts" / "baseline_nights.py"), str(root / "baselines" / "cpu"),
+                           str(tmp_path), "--slow", victim.split("::")[1], "--factor", "0.6", "--from", "4"],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    files = sorted(tmp_path.glob("night-*.json"))
+    if len(files) < 4:
+        pytest.skip(f"baselines/cpu keeps {len(files)} nights; this needs 4")
+    r = cli("compare", files[2], files[3], "--json")  # the profile the files recorded: cpu, its thresholds
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert victim in out["regressed"]
+    [test] = [t for t in out["tests"] if t["nodeid"] == victim]
+    assert test["verdicts"]["speedup"]["verdict"] == "regressed" and test["verdicts"]["speedup"]["delta"] < -25
+    assert test["verdicts"]["acceptance_rate"]["verdict"] == "unchanged"  # the injected change is speed only
+    r = cli("history", tmp_path, "--per-series", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [c["night"] for c in json.loads(r.stdout)["tests"][victim]["speedup"]["change_points"]] == [4]
