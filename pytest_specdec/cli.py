@@ -246,6 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.run(args))
+    except BrokenPipeError:  # `| head` stopped reading: the shell's status for a closed pipe, no traceback
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     except SpecDecError as exc:
         print(f"pytest-specdec {args.command}: error: {exc}", file=sys.stderr)
         return BAD_INPUT
