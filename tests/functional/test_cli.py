@@ -213,11 +213,12 @@ def test_a_file_compared_with_itself_changes_nothing(tmp_path: Path) -> None:
 
 def test_compare_and_history_on_the_stored_cpu_nights(tmp_path: Path) -> None:
     """Real CPU measurements: the nights kept in baselines/cpu written back as results files
-    (scripts/baseline_nights.py), with test_methods[eagle3]'s spec arm at 0.6 of its speed from night 4."""
+    (tests/tools/baseline_nights.py), with test_methods[eagle3]'s spec arm at 0.6 of its speed from night 4."""
     root = Path(__file__).resolve().parent.parent.parent
     victim = "suites/test_methods.py::test_methods[eagle3-k3-t0.0-c1]"
-    made = subprocess.run([sys.executable, str(root / "scripts" / "baseline_nights.py"), str(root / "baselines" / "cpu"),
-                           str(tmp_path), "--slow", victim.split("::")[1], "--factor", "0.6", "--from", "4"],
+    tool = root / "tests" / "tools" / "baseline_nights.py"
+    made = subprocess.run([sys.executable, str(tool), str(root / "baselines" / "cpu"), str(tmp_path),
+                           "--slow", victim.split("::")[1], "--factor", "0.6", "--from", "4"],
                           capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
     files = sorted(tmp_path.glob("night-*.json"))

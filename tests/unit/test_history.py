@@ -177,3 +177,16 @@ def test_many_series_hold_the_false_discovery_rate() -> None:
     stepped = {**flat, "step": ("speedup", [1.80, 1.78, 1.82, 0.9, 0.91, 0.89])}
     found = {k: [c.index for c in t.change_points] for k, t in trends(stepped).items() if t.change_points}
     assert found == {"step": [3]}
+
+
+def test_the_trend_simulation_runs() -> None:
+    """tests/tools/trend_simulation.py (docs/validation.md's figures) answers --help and runs a small size."""
+    import subprocess
+    import sys
+
+    tool = Path(__file__).resolve().parent.parent / "tools" / "trend_simulation.py"
+    out = subprocess.run([sys.executable, str(tool), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "How `pytest-specdec history` finds change points" in " ".join(out.stdout.split())
+    out = subprocess.run([sys.executable, str(tool), "--series", "4"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "  6 nights:" in out.stdout and "histories of 60 series" in out.stdout and "10 nights: drop 20 %:" in out.stdout
