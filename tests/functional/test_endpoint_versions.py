@@ -60,7 +60,8 @@ def test_the_endpoints_version_is_under_test_and_an_upgrade_shows(
         pytester: pytest.Pytester, make_profile: Callable[..., Path], make_suite: Callable[..., str],
         server_with_version: Callable[..., tuple[FakeServer, dict[str, str]]]) -> None:
     profile = make_profile("fake", methods=("ngram",), runs=2)
-    pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8))
+    # check=False: the verdicts are recorded but never fail the test, whose runs here are too few to be steady
+    pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8, verdicts="check=False"))
     spec, spec_version = server_with_version(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=8)
     ref, ref_version = server_with_version(k=0, step_s=0.002, output_tokens=8)
     spec_version["version"] = ref_version["version"] = "0.99.1"
