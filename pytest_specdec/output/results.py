@@ -185,7 +185,7 @@ def endpoint_environment(env: dict[str, Any], endpoints: dict[str, EndpointFacts
     from pytest_specdec.gate.conditions import UNKNOWN
 
     told = sorted({f.vllm_version for f in endpoints.values() if f.vllm_version})
-    return {**env, "vllm_version": ", ".join(told) or UNKNOWN, "vllm_distribution": "external endpoint",
+    return {**env, "vllm_version": ", ".join(told) or UNKNOWN, "vllm_distribution": None,
             "client_vllm_version": env.get("vllm_version"), "client_vllm_distribution": env.get("vllm_distribution")}
 
 

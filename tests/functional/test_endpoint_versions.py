@@ -76,8 +76,10 @@ def test_the_endpoints_version_is_under_test_and_an_upgrade_shows(
         assert (facts["vllm_version"], facts["version_source"], facts["server_info"]) == ("0.99.1", "/version", False)
     client = md.version(vllm_distribution() or "vllm")
     env = data["environment"]
-    assert (env["vllm_version"], env["vllm_distribution"]) == ("0.99.1", "external endpoint")
+    assert (env["vllm_version"], env["vllm_distribution"]) == ("0.99.1", None)
     assert env["client_vllm_version"] == client != "0.99.1"
+    html = (pytester.path / "reports" / "latest.html").read_text()
+    assert "<b>vLLM</b> 0.99.1</span>" in html and f"<b>client's vLLM</b> {client} (not under test)" in html
 
     # The endpoint's vLLM is upgraded: the results' under-test diff says so (the baseline stays as it was).
     spec_version["version"] = ref_version["version"] = "0.99.2"
