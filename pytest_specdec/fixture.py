@@ -114,10 +114,16 @@ class SpecDec:
         if m["p"] is None:
             pytest.fail(f"specdec lossless check: {m['why']}", pytrace=False)
         if m["p"] < alpha:
+            first = m["differing"][:3]
+            shown = "".join(f"\n  {d['prompt_id']} (run {d['run']}, from character {d['first_difference']}): "
+                            f"spec {d['spec'][:80]!r} vs reference {d['reference'][:80]!r}" for d in first)
+            more = m["differing_prompts"] - len(first)
             pytest.fail(
                 f"specdec lossless check failed for {self.nodeid}: spec output equals the reference's on "
                 f"{m['spec_match']:.1%} of {m['spec_n']} prompts, two reference runs agree on {m['control_match']:.1%} "
-                f"of {m['control_n']} (one-sided Fisher p={m['p']:.2g} < {alpha})", pytrace=False)
+                f"of {m['control_n']} (one-sided Fisher p={m['p']:.2g} < {alpha}). "
+                f"{m['differing_prompts']} prompt(s) differed:{shown}"
+                + (f"\n  ... {more} more in the results JSON and the report" if more > 0 else ""), pytrace=False)
         return m
 
     def assert_no_acceptance_collapse(self) -> None:

@@ -183,6 +183,8 @@ class RunRecord:
     cache_salt: str
     invalid: list[str] = field(default_factory=list)
     texts: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Each successful request's output tokens as the server counted them (usage), by prompt id.
+    output_tokens: dict[str, int] = field(default_factory=dict, repr=False)
     # Per-run P95 by Harrell-Davis (ms) of tpot/ttft/e2e: steadier than the interpolated sample P95 for
     # the few dozen requests of a run; these are what the P95 verdicts compare.
     hd_p95_ms: dict[str, float | None] = field(default_factory=dict)
@@ -363,7 +365,8 @@ def one_run(
     )
     metrics = compute_run_metrics(load, counters_delta(load))
     record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
-                       texts={s.prompt_id: s.text for s in load.samples if s.error is None})
+                       texts={s.prompt_id: s.text for s in load.samples if s.error is None},
+                       output_tokens={s.prompt_id: s.output_tokens for s in load.samples if s.error is None})
     record.invalid = invalid_reasons(metrics, len(prompts), rules)
     silent = sum(1 for x in load.samples if x.error is not None and x.error.startswith(IDLE_TIMEOUT_REASON))
     if silent:

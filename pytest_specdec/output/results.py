@@ -277,11 +277,11 @@ def outputs_path(reports_dir: Path, started: float) -> Path:
 
 
 def write_outputs(records: Iterable[TestRecord], path: Path) -> None:
-    """Every request's output text, per test, arm and run (valid or not), in prompt order as the runs kept
-    them: what a lossless failure or a changed workload is read against later. A side file, so the results
+    """Every request's output text and token count, per test, arm and run (valid or not), by prompt id:
+    what a lossless failure or a changed workload is read against later. A side file, so the results
     stay small enough for the report and for comparing nights."""
     tests = [{"nodeid": r.nodeid, "runs": [{"arm": run.arm, "index": run.index, "valid": run.valid,
-                                            "outputs": run.texts}
+                                            "outputs": run.texts, "output_tokens": run.output_tokens}
                                            for run in (*r.result.reference_runs, *r.result.runs)]}
              for r in records if r.result is not None]
     write_atomic(path, json.dumps({"schema": 1, "tests": tests}, indent=1, ensure_ascii=False))

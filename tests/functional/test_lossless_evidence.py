@@ -45,7 +45,10 @@ def test_a_failed_lossless_check_records_the_differing_outputs(
         pytester: pytest.Pytester, session: Callable[..., pytest.RunResult]) -> None:
     r = session(16)
     r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["*specdec lossless check failed for *: spec output equals the reference's on 0.0% of 12 *"])
+    r.stdout.fnmatch_lines(["*specdec lossless check failed for *: spec output equals the reference's on 0.0% of 12 *"
+                            "6 prompt(s) differed:",
+                            "  * (run 0, from character 64): spec ' tok* tok' vs reference ' tok* tok'",
+                            "  ... 3 more in the results JSON and the report"])
 
     reports = pytester.path / "reports"
     data = json.loads((reports / "latest.json").read_text())
@@ -88,6 +91,7 @@ def test_save_outputs_keeps_every_requests_output_beside_the_results(
         ("reference", 0), ("reference", 1), ("spec", 0), ("spec", 1)]
     for run_ in test["runs"]:
         assert len(run_["outputs"]) == 6 and set(run_["outputs"].values()) == {" tok" * 24}, run_
+        assert run_["output_tokens"] == dict.fromkeys(run_["outputs"], 24), run_  # the server's usage counts
     # Outputs that agree leave no evidence behind, and the report links the side file.
     assert data["tests"][0]["output_match"]["differing_prompts"] == 0
     html = (reports / "latest.html").read_text()
