@@ -129,3 +129,16 @@ def test_a_ctrl_c_while_the_pool_stops_servers_stops_them_all(tmp_path: Path) ->
     with pytest.raises(KeyboardInterrupt):
         pool.stop_all()
     assert sorted(stopped) == ["a", "b"] and not pool._alive
+
+
+@pytest.mark.parametrize(("code", "says"), [
+    (70, "exited with code 70"),
+    (-9, "was killed by signal 9 (SIGKILL)"),  # Popen's convention; an OOM kill reads the same
+    (-99, "was killed by signal 99 (unknown signal)"),
+])
+def test_a_dead_server_names_its_exit_code_or_the_signal_that_killed_it(code: int, says: str) -> None:
+    """A failing test's message says how its server ended: "code -9" leaves the reader to know Popen."""
+    from pytest_specdec.servers.pool import Death
+
+    death = Death("abc", "ngram", code, Path("vllm-ngram-abc-1.log"), "")
+    assert death.line() == f"vLLM (ngram, abc) {says} (log: vllm-ngram-abc-1.log)"
