@@ -295,7 +295,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                                      "--specdec-reports (or --specdec-json / --specdec-report) elsewhere")
         unwritten = True
     _junit_session_properties(session.config, specdec)
-    if (specdec.late_regressions or specdec.machine_failed or unwritten) and session.exitstatus == pytest.ExitCode.OK:
+    failed = specdec.late_regressions or specdec.machine_failed or specdec.baselines_failed or unwritten
+    if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -52,6 +52,7 @@ class SpecDecSession:
         self._judge: Judge | None = None
         self.machine: MachineFactor | None = None  # set at session end
         self.machine_failed = False
+        self.baselines_failed = False  # --update-baselines could not write some files
         #: metric tests the collected specdec tests can add to the family (for BH before all are known)
         self.family_size = 0
         self.gated_family_size = 0
@@ -251,7 +252,7 @@ class SpecDecSession:
             warnings.warn(SpecDecWarning(end.warning), stacklevel=1)
         self.judge.finish(end, tests, fail_inconclusive=self.settings.fail_inconclusive)
         self.late_regressions, self.gate_summary = end.late_regressions, end.gate_summary
-        self.baseline_writes = end.baselines
+        self.baseline_writes, self.baselines_failed = end.baselines, end.baselines_failed
         return end.lines
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ then all writes happen once at session end on the controller, under a file lock,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -365,13 +366,20 @@ class WriteSummary:
     updated: list[tuple[Path, str]] = field(default_factory=list)  # (path, "old → new" headline)
     unchanged: list[tuple[Path, str]] = field(default_factory=list)  # (path, why not written)
     unused: list[Path] = field(default_factory=list)
+    failed: list[tuple[Path, str]] = field(default_factory=list)  # (path, the OS error that kept it unwritten)
 
     def lines(self, root: Path) -> list[str]:
         def rel(p: Path) -> str:
             return relative(p, root)
 
         out = [f"specdec baselines ({root}): {len(self.created)} created, {len(self.updated)} updated, "
-               f"{len(self.unchanged)} unchanged, {len(self.unused)} unused"]
+               f"{len(self.unchanged)} unchanged, {len(self.unused)} unused"
+               + (f", {len(self.failed)} NOT WRITTEN" if self.failed else "")]
+        if self.failed:  # one line the session's end shows first, then each file
+            out.insert(0, f"specdec: could not write {len(self.failed)} baseline file(s) under {root}: "
+                          f"{self.failed[0][1]}; no stored file was changed by a failed write. Make the directory "
+                          "writable or point --specdec-baselines elsewhere")
+        out += [f"  NOT WRITTEN {rel(p)}: {why}" for p, why in self.failed]
         out += [f"  created   {rel(p)}" for p in self.created]
         out += [f"  updated   {rel(p)}: {what}" for p, what in self.updated]
         out += [f"  unchanged {rel(p)}: {why}" for p, why in self.unchanged]
@@ -436,44 +444,14 @@ class BaselineStore:
         from filelock import FileLock
 
         summary = WriteSummary()
-        self.root.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.root / ".specdec-baselines.lock"), timeout=600):
-            for path in sorted(self.pending):
-                item = self.pending[path]
-                try:
-                    old = load(path, "pytest --update-baselines")
-                except BaselineError as exc:
-                    old = None
-                    summary.updated.append((path, f"replaced an unreadable file ({exc})"))
-                if old is not None and self.mode == "missing":
-                    summary.unchanged.append((path, "exists (--update-baselines=missing writes only missing files)"))
-                    continue
-                sessions: list[dict[str, Any]] = []
-                note = ""
-                if old is not None:
-                    changed = diff(old["comparability"], item.comparability)
-                    if changed:
-                        note = (f" (replaced {len(old['sessions'])} non-comparable session(s): "
-                                + ", ".join(changed) + ")")
-                    elif item.accepted_change:
-                        note = (f" (accepted a change, {item.accepted_change}: the {len(old['sessions'])} older "
-                                "session(s) measured the old state and were dropped)")
-                    else:
-                        sessions = list(old["sessions"])
-                sessions.append(item.session)
-                dropped = max(0, len(sessions) - self.keep)
-                sessions = sessions[-self.keep:]
-                data = {
-                    "schema": SCHEMA, "nodeid": item.nodeid, "profile": self.profile,
-                    "comparability": item.comparability, "under_test": item.under_test, "sessions": sessions,
-                }
-                _atomic_write(path, render(data))
-                if old is None and not any(p == path for p, _ in summary.updated):
-                    summary.created.append(path)
-                elif old is not None:
-                    last = old["sessions"][-1] if old["sessions"] else None
-                    kept = f"; {len(sessions)} session(s) kept" + (f", {dropped} oldest dropped" if dropped else "")
-                    summary.updated.append((path, _headline_change(last, item.session) + kept + note))
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(self.root / ".specdec-baselines.lock"), timeout=600):
+                self._write_all(summary)
+        except OSError as exc:  # no lock (a read-only or missing directory): nothing was written
+            done = {*summary.created, *(p for p, _ in summary.updated), *(p for p, _ in summary.unchanged),
+                    *(p for p, _ in summary.failed)}
+            summary.failed += [(p, str(exc)) for p in sorted(self.pending) if p not in done]
         written = set(self.pending)
         for module in sorted(self.modules):
             for f in sorted(module.glob("*.json")) if module.is_dir() else []:
@@ -481,9 +459,60 @@ class BaselineStore:
                     summary.unused.append(f)
         return summary
 
+    def _write_all(self, summary: WriteSummary) -> None:
+        """Each queued file (under the lock): a file that cannot be written is listed and the rest go on."""
+        for path in sorted(self.pending):
+            item = self.pending[path]
+            try:
+                old = load(path, "pytest --update-baselines")
+            except BaselineError as exc:
+                old = None
+                summary.updated.append((path, f"replaced an unreadable file ({exc})"))
+            if old is not None and self.mode == "missing":
+                summary.unchanged.append((path, "exists (--update-baselines=missing writes only missing files)"))
+                continue
+            sessions: list[dict[str, Any]] = []
+            note = ""
+            if old is not None:
+                changed = diff(old["comparability"], item.comparability)
+                if changed:
+                    note = (f" (replaced {len(old['sessions'])} non-comparable session(s): "
+                            + ", ".join(changed) + ")")
+                elif item.accepted_change:
+                    note = (f" (accepted a change, {item.accepted_change}: the {len(old['sessions'])} older "
+                            "session(s) measured the old state and were dropped)")
+                else:
+                    sessions = list(old["sessions"])
+            sessions.append(item.session)
+            dropped = max(0, len(sessions) - self.keep)
+            sessions = sessions[-self.keep:]
+            data = {
+                "schema": SCHEMA, "nodeid": item.nodeid, "profile": self.profile,
+                "comparability": item.comparability, "under_test": item.under_test, "sessions": sessions,
+            }
+            try:
+                _atomic_write(path, render(data))
+            except OSError as exc:
+                summary.updated[:] = [(p, what) for p, what in summary.updated if p != path]
+                summary.failed.append((path, str(exc)))
+                continue
+            if old is None and not any(p == path for p, _ in summary.updated):
+                summary.created.append(path)
+            elif old is not None:
+                last = old["sessions"][-1] if old["sessions"] else None
+                kept = f"; {len(sessions)} session(s) kept" + (f", {dropped} oldest dropped" if dropped else "")
+                summary.updated.append((path, _headline_change(last, item.session) + kept + note))
+
 
 def _atomic_write(path: Path, text: str) -> None:
+    """A temporary file beside `path`, renamed over it: the old file stays whole until the rename, and a
+    write that fails (a read-only directory, a full disk) takes its temporary file with it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

@@ -58,6 +58,7 @@ class SessionEnd:
     late_regressions: list[str] = field(default_factory=list)  # passed at their end, regressed in the whole family
     gate_summary: list[str] = field(default_factory=list)  # the terminal's last lines
     baselines: BaselineWrites | None = None  # what --update-baselines wrote; None without the flag
+    baselines_failed: bool = False  # some of them could not be written (a read-only directory): the session fails
 
 
 @dataclass(frozen=True)
@@ -359,10 +360,10 @@ class Judge:
         return machine
 
     def write(self, tests: list[tuple[str, BaselineCheck, CaseResult | None, str]]
-              ) -> tuple[list[str], BaselineWrites]:
+              ) -> tuple[list[str], BaselineWrites, bool]:
         """--update-baselines: queue each passed test with valid runs (nodeid, check, result, outcome), then
-        write them all at once; returns the terminal's lines and the same as data: what was written and
-        what was not, and why."""
+        write them all at once; returns the terminal's lines, the same as data (what was written and what
+        was not, and why), and whether a file could not be written (the session then fails)."""
         from pytest_specdec.gate.baselines import Pending
 
         lines: list[str] = []
@@ -384,8 +385,8 @@ class Judge:
             root=rel(self.store.root), mode=self.cfg.update or "all", created=tuple(map(rel, summary.created)),
             updated=tuple((rel(p), what) for p, what in summary.updated),
             unchanged=tuple((rel(p), why) for p, why in summary.unchanged), unused=tuple(map(rel, summary.unused)),
-            not_written=tuple(not_written))
-        return lines + summary.lines(self.store.root), writes
+            not_written=(*not_written, *((rel(p), f"could not write it: {why}") for p, why in summary.failed)))
+        return lines + summary.lines(self.store.root), writes, bool(summary.failed)
 
     def machine_at_end(self, checks: list[BaselineCheck], *, fail_machine: bool) -> SessionEnd:
         """Session end, first: the machine factor over every compared test. Beyond its threshold it fails the
@@ -428,7 +429,7 @@ class Judge:
         end.gate_summary = gate_lines([(n, c, r) for n, c, r, _ in checked], end.machine, fdr=self.cfg.fdr,
                                       alpha=self.cfg.alpha, fail_inconclusive=fail_inconclusive)
         if self.cfg.update and self.opened:
-            written, end.baselines = self.write(checked)
+            written, end.baselines, end.baselines_failed = self.write(checked)
             lines += written
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -297,3 +298,83 @@ def test_a_threshold_no_drop_can_reach_is_an_error_not_a_crash(thresholds: dict[
     with pytest.raises(ConfigError, match=re.escape(f"marker: {says}")):
         check_mapping(thresholds, "marker")
     assert check_mapping({"rate": 99, "latency": 10000}, "marker") == {"rate": 99.0, "latency": 10000.0}
+
+
+@pytest.fixture
+def read_only() -> Iterator[Callable[[Path], None]]:
+    """Make a directory tree (or one file) unwritable, as a read-only checkout is. Root writes through
+    permission bits, so as root it is made immutable instead (chattr +i: ext4, xfs, btrfs); undone at
+    teardown so pytest can remove it. Skips where that cannot be done (the probe write still works)."""
+    import os
+    import subprocess
+
+    root_user = os.geteuid() == 0
+    made: list[Path] = []
+
+    def make(path: Path) -> None:
+        if root_user and shutil.which("chattr") is None:
+            pytest.skip("as root a path is made unwritable with chattr +i, and there is no chattr")
+        if not root_user and path.is_file():
+            pytest.skip("a file its owner cannot replace in a writable directory takes root (chattr +i)")
+        made.append(path)
+        if root_user:
+            if subprocess.run(["chattr", "-R", "+i", str(path)], capture_output=True, check=False).returncode:
+                pytest.skip(f"chattr +i does not work on {path}'s file system")
+        else:
+            for p in [path, *path.rglob("*")]:
+                p.chmod(p.stat().st_mode & ~0o222)
+        try:
+            if path.is_file():
+                path.open("a").close()
+            else:
+                (path / ".probe").touch()
+                (path / ".probe").unlink()
+        except OSError:
+            return
+        pytest.skip(f"could not make {path} unwritable")
+
+    yield make
+    for path in made:
+        if root_user:
+            subprocess.run(["chattr", "-R", "-i", str(path)], check=True)
+        else:
+            for p in [path, *path.rglob("*")]:
+                p.chmod(p.stat().st_mode | 0o200)
+
+
+@pytest.mark.parametrize("where", ["the whole tree", "the test's module directory", "the stored file"])
+def test_baselines_that_cannot_be_written_fail_the_session_with_a_clear_line_and_lose_nothing(
+        pytester: pytest.Pytester, fake_endpoints: tuple[str, str], fake_profile: Path,
+        make_suite: Callable[..., str], read_only: Callable[[Path], None], where: str) -> None:
+    """--update-baselines into a read-only baselines directory (no lock can be taken; or the lock, but no
+    file beside the stored one; or that file, but no rename over the stored one): the session fails with
+    one line naming the directory, the stored files stay byte for byte with no temporary file beside
+    them, and the results (what CI keeps) are written."""
+    pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8))
+    spec, ref = fake_endpoints
+    reports, baselines = pytester.path / "reports", pytester.path / "baselines"
+
+    def session() -> pytest.RunResult:
+        return pytester.runpytest(f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}",
+                                  f"--specdec-reference-endpoint={ref}", f"--specdec-reports={reports}",
+                                  f"--specdec-baselines={baselines}", "-p", "no:cacheprovider", "--update-baselines")
+
+    session().assert_outcomes(passed=1)
+    stored = {p: p.read_bytes() for p in baselines.rglob("*") if p.is_file()}
+    (file,) = [p for p in stored if p.suffix == ".json"]
+    shutil.rmtree(reports)
+    read_only({"the whole tree": baselines, "the test's module directory": file.parent}.get(where, file))
+
+    r = session()
+    r.assert_outcomes(passed=1)
+    assert r.ret == pytest.ExitCode.TESTS_FAILED
+    blocked = baselines / ".specdec-baselines.lock" if where == "the whole tree" else file.parent
+    r.stdout.fnmatch_lines([(f"specdec: could not write 1 baseline file(s) under {baselines}: *{blocked}*; no stored "
+                             "file was changed by a failed write. Make the directory writable or point "
+                             "--specdec-baselines elsewhere")])
+    assert "Traceback" not in r.stdout.str() + r.stderr.str()
+    assert {p: p.read_bytes() for p in baselines.rglob("*") if p.is_file()} == stored  # no temporary file either
+    data = json.loads((reports / "latest.json").read_text())
+    assert data["tests"][0]["outcome"] == "passed" and (reports / "latest.html").is_file()
+    (unwritten,) = data["baseline_update"]["not_written"]
+    assert unwritten["reason"].startswith("could not write it: ") and not data["baseline_update"]["updated"]
