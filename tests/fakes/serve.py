@@ -32,6 +32,8 @@ Environment for server-lifecycle tests:
 * VLLM_API_KEY: as vLLM, the /v1 routes answer 401 without `Authorization: Bearer <key>`.
 * FAKE_VLLM_HANG_ONCE=METHOD:N:FLAG_FILE: the first server of that method to start (it creates FLAG_FILE) hangs
   after its Nth completion request: later requests get their headers and then nothing.
+* FAKE_VLLM_STALL_ONCE=METHOD:N:FLAG_FILE: as FAKE_VLLM_HANG_ONCE, but later requests hang mid-stream: they get
+  their first token and then nothing.
 * FAKE_VLLM_DIE_AFTER=METHOD:N: that method's server (`none`: the reference) exits with code 70 after its Nth
   completion request, printing an EngineCore error (a server that dies mid-session).
 * FAKE_VLLM_LEGACY=1: an older vLLM (v0.0.0-fake): no /server_info route, and the older engine-config line
@@ -279,10 +281,10 @@ def _die_after_posts(spec: dict[str, Any] | None) -> int:
     return int(n) if n and method == _method(spec) else 0
 
 
-def _hang_once(spec: dict[str, Any] | None) -> int:
+def _hang_once(spec: dict[str, Any] | None, variable: str = "FAKE_VLLM_HANG_ONCE") -> int:
     """FAKE_VLLM_HANG_ONCE=METHOD:N:FLAG_FILE: the first server of that method (the one that creates
     FLAG_FILE) hangs after its Nth completion request; the servers started after it do not."""
-    method, _, rest = os.environ.get("FAKE_VLLM_HANG_ONCE", "").partition(":")
+    method, _, rest = os.environ.get(variable, "").partition(":")
     n, _, flag = rest.partition(":")
     if not n or method != _method(spec):
         return 0
@@ -291,6 +293,24 @@ def _hang_once(spec: dict[str, Any] | None) -> int:
             return int(n)
     except FileExistsError:
         return 0
+
+
+def _stall_after(state: Any, posts: int) -> Any:
+    """FAKE_VLLM_STALL_ONCE: from the (N+1)th completion request on, a decode step takes an hour, so each
+    later stream sends its first token and then nothing (a hung engine mid-stream). Set as that request
+    arrives, before the handler reads its config, so which requests stall does not depend on timing."""
+    seen = 0
+
+    @web.middleware
+    async def stall(request: web.Request, handler: Any) -> web.StreamResponse:
+        nonlocal seen
+        if request.method == "POST" and request.path in ("/v1/chat/completions", "/v1/completions"):
+            seen += 1
+            if seen == posts + 1:
+                state.cfg = dataclasses.replace(state.cfg, step_s=3600.0)
+        return await handler(request)
+
+    return stall
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     key = os.environ.get("VLLM_API_KEY")
     if key:
         app.middlewares.append(_require_key(key))
+    stall = _hang_once(spec, "FAKE_VLLM_STALL_ONCE")
+    if stall:
+        app.middlewares.append(_stall_after(state, stall))
     asyncio.run(_serve(app, sock or bind_socket(args.host, args.port), _die_after_posts(spec), state))
     records = os.environ.get("FAKE_VLLM_RECORDS")
     if records:

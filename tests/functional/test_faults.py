@@ -21,11 +21,11 @@ def run(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[.
         make_suite: Callable[..., str]) -> Callable[..., pytest.RunResult]:
     fake_vllm.configure(SERVERS)
 
-    def go(*extra: str) -> pytest.RunResult:
+    def go(*extra: str, timeout: float | None = None) -> pytest.RunResult:
         profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=None)
         return pytester.runpytest_subprocess(
             f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-            "--specdec-quiet-timeout=0", *extra)
+            "--specdec-quiet-timeout=0", *extra, timeout=timeout)
 
     pytester.makepyfile(test_suite=make_suite(num_prompts=8, max_tokens=24))
     return go
@@ -105,6 +105,27 @@ def test_a_hung_spec_server_invalidates_its_run_and_is_restarted_once(
     assert runs[0]["invalid_reasons"][0].startswith("server hung")
     assert data["server_starts"] == 3  # the reference, the spec server that hung, its fresh replacement
     assert r.duration < 60  # four silent requests cost 1 s each, not the 600 s total timeout
+
+
+def test_a_spec_server_that_hangs_mid_stream_is_restarted_once(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: Callable[..., pytest.RunResult]) -> None:
+    """The engine hangs after the first token: each stream has begun, so only an idle timeout between
+    chunks (not one before the first) catches it; the run is invalid and the next runs get a fresh server."""
+    monkeypatch.setenv("FAKE_VLLM_STALL_ONCE", f"ngram:6:{pytester.path / 'stalled-once'}")
+    r = run("--specdec-idle-timeout=1", "--update-baselines", timeout=60)  # not the 600 s total timeout
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines([
+        "*run 1/3 spec*INVALID: server hung: sent nothing for 1 s on * request(s)*",
+        "specdec: stopping vLLM (ngram, *): it hung (sent nothing within the idle timeout); a fresh one*",
+        "specdec: starting vLLM (ngram, *",
+    ])
+    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    runs = data["tests"][0]["runs"]
+    assert [r["valid"] for r in runs] == [False, True, True]
+    # Each hung stream had its first token: the server counted one token per failed request.
+    hung = runs[0]
+    assert hung["n_failed"] > 0 and hung["generation_tokens"] - hung["total_output_tokens"] == hung["n_failed"]
+    assert data["server_starts"] == 3
 
 
 def test_a_stray_server_of_a_gone_session_is_named_and_stopped(pytester: pytest.Pytester) -> None:
