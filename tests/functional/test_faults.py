@@ -87,12 +87,17 @@ def test_a_night_without_valid_runs_on_both_arms_is_never_written() -> None:
     assert unwritable(None) == "nothing was measured"
 
 
+@pytest.mark.parametrize("when", ["before its first token", "after its first token"])
 def test_a_hung_spec_server_invalidates_its_run_and_is_restarted_once(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: Callable[..., pytest.RunResult]) -> None:
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: Callable[..., pytest.RunResult],
+        when: str) -> None:
     """A server that is alive but sends nothing costs the idle timeout per request, not the total one; its
-    run is invalid with that reason, and the next runs get a fresh server."""
-    monkeypatch.setenv("FAKE_VLLM_HANG_ONCE", f"ngram:6:{pytester.path / 'hung-once'}")
-    r = run("--specdec-idle-timeout=1", "--update-baselines")
+    run is invalid with that reason, and the next runs get a fresh server. After the first token a stream
+    has begun, so only an idle timeout between chunks (not one before the first) catches it."""
+    before = when == "before its first token"
+    variable = "FAKE_VLLM_HANG_ONCE" if before else "FAKE_VLLM_STALL_ONCE"
+    monkeypatch.setenv(variable, f"ngram:6:{pytester.path / 'hung-once'}")
+    r = run("--specdec-idle-timeout=1", "--update-baselines", timeout=60)
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines([
         "*run 1/3 spec*INVALID: server hung: sent nothing for 1 s on 4 request(s)*",
@@ -103,29 +108,11 @@ def test_a_hung_spec_server_invalidates_its_run_and_is_restarted_once(
     runs = data["tests"][0]["runs"]
     assert [r["valid"] for r in runs] == [False, True, True]
     assert runs[0]["invalid_reasons"][0].startswith("server hung")
+    # The server counted the first token of each stream that hung after it, and no token of one that hung before.
+    hung = runs[0]
+    assert hung["generation_tokens"] - hung["total_output_tokens"] == (0 if before else hung["n_failed"])
     assert data["server_starts"] == 3  # the reference, the spec server that hung, its fresh replacement
     assert r.duration < 60  # four silent requests cost 1 s each, not the 600 s total timeout
-
-
-def test_a_spec_server_that_hangs_mid_stream_is_restarted_once(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: Callable[..., pytest.RunResult]) -> None:
-    """The engine hangs after the first token: each stream has begun, so only an idle timeout between
-    chunks (not one before the first) catches it; the run is invalid and the next runs get a fresh server."""
-    monkeypatch.setenv("FAKE_VLLM_STALL_ONCE", f"ngram:6:{pytester.path / 'stalled-once'}")
-    r = run("--specdec-idle-timeout=1", "--update-baselines", timeout=60)  # not the 600 s total timeout
-    r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines([
-        "*run 1/3 spec*INVALID: server hung: sent nothing for 1 s on * request(s)*",
-        "specdec: stopping vLLM (ngram, *): it hung (sent nothing within the idle timeout); a fresh one*",
-        "specdec: starting vLLM (ngram, *",
-    ])
-    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
-    runs = data["tests"][0]["runs"]
-    assert [r["valid"] for r in runs] == [False, True, True]
-    # Each hung stream had its first token: the server counted one token per failed request.
-    hung = runs[0]
-    assert hung["n_failed"] > 0 and hung["generation_tokens"] - hung["total_output_tokens"] == hung["n_failed"]
-    assert data["server_starts"] == 3
 
 
 def test_a_stray_server_of_a_gone_session_is_named_and_stopped(pytester: pytest.Pytester) -> None:
