@@ -56,11 +56,13 @@ def _version(dist: str | None) -> str | None:
 
 
 def under_test(profile: Profile, engines: dict[str, dict[str, Any]], spec_spec: ServerSpec | None, *,
-               endpoint: bool, endpoint_versions: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+               endpoint: bool, endpoint_versions: Mapping[str, Mapping[str, str | None]] | None = None
+               ) -> dict[str, Any]:
     """What the gate judges: versions, the draft/head identity, the plugin, each arm's resolved engine
     config (``engines``: arm -> the config its server reported). For external endpoints the versions are
-    the endpoint's own, never this client's: ``endpoint_versions`` (arm -> the vLLM version its /server_info
-    or /version told, None: neither), else what their engine configs say, else marked unknown."""
+    the endpoint's own, never this client's: ``endpoint_versions`` (arm -> {"vllm", "torch"} as its
+    /server_info or /version told them, None: not told), else what their engine configs say, else marked
+    unknown."""
     from pytest_specdec.gate.baselines import model_identity, portable
     from pytest_specdec.servers.hardware import driver_version
     from pytest_specdec.vllm.cli import vllm_distribution
@@ -70,11 +72,14 @@ def under_test(profile: Profile, engines: dict[str, dict[str, Any]], spec_spec: 
         cfg = spec_spec.speculative_config
         draft = model_identity(str(cfg["model"]), cfg.get("revision"))
     engine_config = {arm: portable(e) for arm, e in engines.items()}
-    if endpoint:  # someone else's server: its own vLLM (from /server_info), never this client's
-        told = endpoint_versions.values() if endpoint_versions is not None else (
-            e.get("vllm_version") for e in engines.values())
-        served = sorted({str(v) for v in told if v})
-        return {"vllm": ", ".join(served) or UNKNOWN, "vllm_distribution": UNKNOWN, "torch": UNKNOWN,
+    if endpoint:  # someone else's server: its own versions, never this client's
+        told = list(endpoint_versions.values()) if endpoint_versions is not None else [
+            {"vllm": e.get("vllm_version")} for e in engines.values()]
+
+        def served(name: str) -> str:
+            return ", ".join(sorted({str(v[name]) for v in told if v.get(name)})) or UNKNOWN
+
+        return {"vllm": served("vllm"), "vllm_distribution": UNKNOWN, "torch": served("torch"),
                 "cuda": None if profile.device == "cpu" else UNKNOWN, "driver": None if profile.device == "cpu"
                 else UNKNOWN, "plugin": __version__, "draft": draft, "engine_config": engine_config,
                 "endpoint": "external"}

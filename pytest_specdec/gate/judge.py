@@ -269,11 +269,11 @@ class Judge:
 
     def start(self, nodeid: str, method: str, workload: dict[str, Any], dataset: dict[str, Any], reference: ServerSpec,
               spec: ServerSpec | None, sampling: Sampling, engines: dict[str, dict[str, Any]], *, endpoint: bool,
-              check: bool, gate: tuple[str, ...], endpoint_versions: dict[str, str | None] | None = None
+              check: bool, gate: tuple[str, ...], endpoint_versions: dict[str, dict[str, str | None]] | None = None
               ) -> BaselineCheck:
         """Read the test's baseline and say whether tonight can be compared with it (`gate/conditions.py`:
         what must be equal, and what is under test; ``engines`` are the arms' resolved engine configs,
-        ``endpoint_versions`` in endpoint mode the vLLM version each arm's endpoint told)."""
+        ``endpoint_versions`` in endpoint mode the versions each arm's endpoint told)."""
         from pytest_specdec.gate.baselines import BaselineError, diff
         from pytest_specdec.gate.conditions import comparability, under_test
 

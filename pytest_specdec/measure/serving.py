@@ -104,14 +104,15 @@ class Serving:
         servers = self._pool().servers
         return {arm: servers[s.key()].engine_config() for arm, s in arms.items() if s.key() in servers}
 
-    def endpoint_versions(self, arms: dict[str, ServerSpec]) -> dict[str, str | None] | None:
-        """Endpoint mode: each arm's vLLM version as its endpoint told it (/server_info, else /version; None:
-        neither did). None outside endpoint mode, where the servers are this machine's own vLLM."""
+    def endpoint_versions(self, arms: dict[str, ServerSpec]) -> dict[str, dict[str, str | None]] | None:
+        """Endpoint mode: each arm's versions as its endpoint told them (vLLM from /server_info, else /version;
+        torch from /server_info; None: not told). None outside endpoint mode, where the servers are this
+        machine's own vLLM."""
         o = self.options
         if not o.endpoint:
             return None
         urls = {"reference": o.reference_endpoint, "spec": o.endpoint}
-        return {arm: self.read_facts(url).vllm_version for arm in arms if (url := urls[arm])}
+        return {arm: self.read_facts(url).versions() for arm in arms if (url := urls[arm])}
 
     def retire(self, spec: ServerSpec, why: str) -> None:
         """Stop the spec's server, so its next run gets a fresh one (a learning drafter out of new prompts)."""

@@ -70,6 +70,8 @@ class EndpointFacts:
     #: the endpoint's own vLLM version and where it was read ("/server_info" or "/version"); None: neither told it
     vllm_version: str | None = None
     version_source: str | None = None
+    #: the endpoint's torch, from /server_info's system_env (/version does not tell it); None: not told
+    torch_version: str | None = None
 
     def describe(self) -> str:
         if not self.speculating:
@@ -82,7 +84,11 @@ class EndpointFacts:
         return {"url": self.url, "models": list(self.models), "speculating": self.speculating, "k": self.k,
                 "speculative_config": self.speculative_config, "server_info": self.server_info,
                 "engine_config": self.engine_config, "vllm_version": self.vllm_version,
-                "version_source": self.version_source}
+                "version_source": self.version_source, "torch_version": self.torch_version}
+
+    def versions(self) -> dict[str, str | None]:
+        """What the endpoint told of its own software: the versions under test in endpoint mode."""
+        return {"vllm": self.vllm_version, "torch": self.torch_version}
 
 
 #: The keys of vLLM's speculative config that say *what* is served (others tune how).
@@ -108,7 +114,7 @@ def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> Endp
     from pytest_specdec.vllm.engine_config import engine_config_from_server_info
 
     info_text = fetch(f"{url}/server_info?config_format=json", api_key)
-    config = engine = None
+    config = engine = torch = None
     if info_text is not None:
         try:
             info = json.loads(info_text)
@@ -116,6 +122,8 @@ def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> Endp
         except (ValueError, AttributeError):
             info = vllm_config = None
         engine = engine_config_from_server_info(info) or None
+        system = info.get("system_env") if isinstance(info, dict) else None
+        torch = system.get("torch_version") if isinstance(system, dict) else None
         if isinstance(vllm_config, dict) and isinstance(vllm_config.get("speculative_config"), dict):
             config = {key: vllm_config["speculative_config"][key] for key in _IDENTITY
                       if vllm_config["speculative_config"].get(key) is not None}
@@ -126,7 +134,7 @@ def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> Endp
         version, source = read_version(url, api_key, fetch), "/version"
     return EndpointFacts(url, models, counters.spec_decode, k if counters.spec_decode else None, config,
                          info_text is not None, engine, str(version) if version else None,
-                         source if version else None)
+                         source if version else None, str(torch) if torch else None)
 
 
 def read_version(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> str | None:

@@ -283,6 +283,8 @@ def _prompt_logprobs(lm: ToyLM, ids: list[int], k: Any) -> list[dict[str, dict[s
 
 
 VLLM_VERSION = "0.32.0-fake"  # what the fakes say they are (a real 0.32.0 answers "0.32.0")
+#: The torch its /server_info reports: none that is installed, so a client's own torch never passes for it.
+TORCH_VERSION = "2.99.0+fake"
 
 
 def resolve_speculative_config(spec: dict[str, Any] | None, target: str) -> dict[str, Any] | None:
@@ -348,7 +350,7 @@ def vllm_server_info(model: str, speculative_config: dict[str, Any] | None, *, d
             "lora_config": None, "additional_config": {}, "optimization_level": 2, "performance_mode": "balanced",
         },
         "vllm_env": {"VLLM_SERVER_DEV_MODE": True, "VLLM_TARGET_DEVICE": device},
-        "system_env": {"torch_version": "2.13.0+cpu", "is_cuda_available": "False", "vllm_version": VLLM_VERSION,
+        "system_env": {"torch_version": TORCH_VERSION, "is_cuda_available": "False", "vllm_version": VLLM_VERSION,
                        "vllm_build_flags": "CUDA Archs: Not Set; ROCm: Disabled; XPU: Disabled"},
     }
 

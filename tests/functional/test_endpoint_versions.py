@@ -74,6 +74,7 @@ def test_the_endpoints_version_is_under_test_and_an_upgrade_shows(
     for url in (spec.base_url, ref.base_url):
         facts = data["endpoints"][url]
         assert (facts["vllm_version"], facts["version_source"], facts["server_info"]) == ("0.99.1", "/version", False)
+        assert facts["torch_version"] is None  # /version tells vLLM's version only
     client = md.version(vllm_distribution() or "vllm")
     env = data["environment"]
     assert (env["vllm_version"], env["vllm_distribution"]) == ("0.99.1", None)
