@@ -210,7 +210,7 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
         status[r.status] = status.get(r.status, 0) + 1
     lines = []
     if cmp.machine is not None:
-        lines.append("specdec compare: " + cmp.machine.sentence().replace("the baseline nights", old_name))
+        lines.append("specdec compare: " + cmp.machine.sentence(now=new_name, against=old_name))
     verdicts = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
     tests = ", ".join(f"{n} {k}" for k, n in status.items())
     lines.append(f"specdec compare: {len(cmp.rows)} test(s): {tests}; gated verdicts {verdicts} "

@@ -82,6 +82,9 @@ def test_compare_and_report_on_real_sessions(
     assert sum(1 for line in lines if line.split()[:2] in (["speedup", "gated"], ["acceptance", "gated"])) == 2
     assert not any("regressed" in line.split()[-1:] for line in lines if " gated " in line), r.stdout
     assert "specdec compare: 0 test(s) regressed" in r.stdout
+    # the machine factor names the two files, not "this machine" and "the baseline nights"
+    assert any(line.startswith(f"specdec compare: {second} ran ") and f" than {first} (reference tok/s" in line
+               for line in lines), r.stdout
 
     # The spec path 6x slower: exit 1, speedup regressed in the table, the test named in the summary.
     r = cli("compare", first, slower, "--profile", fake_profile, *th)
