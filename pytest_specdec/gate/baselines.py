@@ -11,19 +11,16 @@ One JSON file per test: ``<root>/<profile>/<suite module>/<test id>.json``. It h
   ``keep`` of them, so the file learns the night-to-night variance.
 
 Files are deterministic and diff-friendly: sorted keys, one value per line, floats rounded to 6
-significant digits, a schema version (older ones read through `upgrade`). Nothing is written unless ``--update-baselines`` asks for it;
-then all writes happen once at session end on the controller, under a file lock, by atomic rename.
+significant digits, a schema version (older ones read through `upgrade`). Nothing is written unless
+``--update-baselines`` asks for it (`store.py`: the queue and the writes at the session's end).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
-import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +49,9 @@ class BaselineError(SpecDecError):
 _UNSAFE = re.compile(r"[^A-Za-z0-9._\-\[\]=+,@]")
 
 
-def _safe(part: str) -> str:
+def safe_part(part: str) -> str:
+    """One path component of a baseline file from a profile or test name: any character a file system
+    or a shell could trip on becomes `_`."""
     return _UNSAFE.sub("_", part) or "_"
 
 
@@ -60,14 +59,14 @@ def split_nodeid(nodeid: str) -> tuple[str, str]:
     """``suites/test_methods.py::test_methods[ngram-k3]`` → (``suites.test_methods``, ``test_methods[ngram-k3]``)."""
     path, _, rest = nodeid.partition("::")
     module = path[:-3] if path.endswith(".py") else path
-    module = ".".join(_safe(p) for p in module.replace("\\", "/").split("/") if p not in ("", "."))
-    return module or "_", _safe(rest.replace("::", ".")) if rest else "_"
+    module = ".".join(safe_part(p) for p in module.replace("\\", "/").split("/") if p not in ("", "."))
+    return module or "_", safe_part(rest.replace("::", ".")) if rest else "_"
 
 
 def baseline_path(root: Path, profile: str, nodeid: str) -> Path:
     """Where the baseline of ``nodeid`` lives under ``root`` for ``profile``."""
     module, test = split_nodeid(nodeid)
-    return root / _safe(profile) / module / f"{test}.json"
+    return root / safe_part(profile) / module / f"{test}.json"
 
 
 # ---- identities ---------------------------------------------------------------------------------
@@ -341,178 +340,3 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
                 config["config_source"] = LOG_LINE_ERA
         data["schema"] = 2
     return data
-
-
-# ---- writing ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Pending:
-    """One write queued for the end of the session."""
-
-    nodeid: str
-    path: Path
-    comparability: dict[str, Any]
-    under_test: dict[str, Any]
-    session: dict[str, Any]
-    accepted_change: str = ""  # non-empty: tonight differs from the file (e.g. "speedup regressed"): start afresh
-
-
-@dataclass
-class WriteSummary:
-    """What ``--update-baselines`` did, for the terminal summary."""
-
-    created: list[Path] = field(default_factory=list)
-    updated: list[tuple[Path, str]] = field(default_factory=list)  # (path, "old → new" headline)
-    unchanged: list[tuple[Path, str]] = field(default_factory=list)  # (path, why not written)
-    unused: list[Path] = field(default_factory=list)
-    failed: list[tuple[Path, str]] = field(default_factory=list)  # (path, the OS error that kept it unwritten)
-
-    def lines(self, root: Path) -> list[str]:
-        def rel(p: Path) -> str:
-            return relative(p, root)
-
-        out = [f"specdec baselines ({root}): {len(self.created)} created, {len(self.updated)} updated, "
-               f"{len(self.unchanged)} unchanged, {len(self.unused)} unused"
-               + (f", {len(self.failed)} NOT WRITTEN" if self.failed else "")]
-        if self.failed:  # one line the session's end shows first, then each file
-            out.insert(0, f"specdec: could not write {len(self.failed)} baseline file(s) under {root}: "
-                          f"{self.failed[0][1]}; no stored file was changed by a failed write. Make the directory "
-                          "writable or point --specdec-baselines elsewhere")
-        out += [f"  NOT WRITTEN {rel(p)}: {why}" for p, why in self.failed]
-        out += [f"  created   {rel(p)}" for p in self.created]
-        out += [f"  updated   {rel(p)}: {what}" for p, what in self.updated]
-        out += [f"  unchanged {rel(p)}: {why}" for p, why in self.unchanged]
-        out += [f"  unused    {rel(p)} (no test of this session; delete it if the test is gone)" for p in self.unused]
-        return out
-
-
-def headline(entry: dict[str, Any]) -> dict[str, float]:
-    """Geometric means of the headline metrics of one session (for the old → new summary)."""
-    vals = metric_values(entry)
-    out = {}
-    for name in ("speedup", "output_tok_s", "reference_tok_s", "acceptance_rate"):
-        v = [x for x in vals.get(name, []) if x > 0]
-        if v:
-            out[name] = math.exp(sum(map(math.log, v)) / len(v))
-    return out
-
-
-def _headline_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
-    a = headline(old) if old else {}
-    b = headline(new)
-    parts = []
-    for name, nv in b.items():
-        ov = a.get(name)
-        parts.append(f"{name} {'—' if ov is None else f'{ov:.4g}'} → {nv:.4g}")
-    return ", ".join(parts) or "no valid values"
-
-
-class BaselineStore:
-    """Reads baselines for one profile and queues writes; ``flush`` writes them (controller only)."""
-
-    def __init__(self, root: Path, profile: str, *, mode: str | None, keep: int) -> None:
-        self.root = root
-        self.profile = profile
-        self.mode = mode
-        self.keep = keep
-        self.pending: dict[Path, Pending] = {}
-        self.used: set[Path] = set()
-        self.modules: set[Path] = set()
-
-    def path(self, nodeid: str) -> Path:
-        return baseline_path(self.root, self.profile, nodeid)
-
-    def read(self, nodeid: str, create_hint: str) -> tuple[Path, dict[str, Any] | None]:
-        path = self.path(nodeid)
-        self.used.add(path)
-        self.modules.add(path.parent)
-        return path, load(path, create_hint)
-
-    def all_files(self) -> list[Path]:
-        base = self.root / _safe(self.profile)
-        return sorted(base.rglob("*.json")) if base.is_dir() else []
-
-    def queue(self, item: Pending) -> None:
-        if item.path in self.pending:
-            raise BaselineError(f"two tests map to the same baseline file {item.path}: "
-                                f"{self.pending[item.path].nodeid} and {item.nodeid}; rename one of them")
-        self.pending[item.path] = item
-
-    def flush(self) -> WriteSummary:
-        """Write every queued baseline under one lock, each by atomic rename; list what happened."""
-        from filelock import FileLock
-
-        summary = WriteSummary()
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(self.root / ".specdec-baselines.lock"), timeout=600):
-                self._write_all(summary)
-        except OSError as exc:  # no lock (a read-only or missing directory): nothing was written
-            done = {*summary.created, *(p for p, _ in summary.updated), *(p for p, _ in summary.unchanged),
-                    *(p for p, _ in summary.failed)}
-            summary.failed += [(p, str(exc)) for p in sorted(self.pending) if p not in done]
-        written = set(self.pending)
-        for module in sorted(self.modules):
-            for f in sorted(module.glob("*.json")) if module.is_dir() else []:
-                if f not in self.used and f not in written:
-                    summary.unused.append(f)
-        return summary
-
-    def _write_all(self, summary: WriteSummary) -> None:
-        """Each queued file (under the lock): a file that cannot be written is listed and the rest go on."""
-        for path in sorted(self.pending):
-            item = self.pending[path]
-            try:
-                old = load(path, "pytest --update-baselines")
-            except BaselineError as exc:
-                old = None
-                summary.updated.append((path, f"replaced an unreadable file ({exc})"))
-            if old is not None and self.mode == "missing":
-                summary.unchanged.append((path, "exists (--update-baselines=missing writes only missing files)"))
-                continue
-            sessions: list[dict[str, Any]] = []
-            note = ""
-            if old is not None:
-                changed = diff(old["comparability"], item.comparability)
-                if changed:
-                    note = (f" (replaced {len(old['sessions'])} non-comparable session(s): "
-                            + ", ".join(changed) + ")")
-                elif item.accepted_change:
-                    note = (f" (accepted a change, {item.accepted_change}: the {len(old['sessions'])} older "
-                            "session(s) measured the old state and were dropped)")
-                else:
-                    sessions = list(old["sessions"])
-            sessions.append(item.session)
-            dropped = max(0, len(sessions) - self.keep)
-            sessions = sessions[-self.keep:]
-            data = {
-                "schema": SCHEMA, "nodeid": item.nodeid, "profile": self.profile,
-                "comparability": item.comparability, "under_test": item.under_test, "sessions": sessions,
-            }
-            try:
-                _atomic_write(path, render(data))
-            except OSError as exc:
-                summary.updated[:] = [(p, what) for p, what in summary.updated if p != path]
-                summary.failed.append((path, str(exc)))
-                continue
-            if old is None and not any(p == path for p, _ in summary.updated):
-                summary.created.append(path)
-            elif old is not None:
-                last = old["sessions"][-1] if old["sessions"] else None
-                kept = f"; {len(sessions)} session(s) kept" + (f", {dropped} oldest dropped" if dropped else "")
-                summary.updated.append((path, _headline_change(last, item.session) + kept + note))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """A temporary file beside `path`, renamed over it: the old file stays whole until the rename, and a
-    write that fails (a read-only directory, a full disk) takes its temporary file with it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise

@@ -19,8 +19,8 @@ from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.check import BaselineCheck
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.baselines import BaselineStore
     from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.gate.store import BaselineStore
     from pytest_specdec.gate.variance import NightVariance, Prior
     from pytest_specdec.gate.verdicts import MachineFactor
     from pytest_specdec.measure.runner import CaseResult
@@ -98,7 +98,7 @@ class Judge:
     @property
     def store(self) -> BaselineStore:
         if self._store is None:
-            from pytest_specdec.gate.baselines import BaselineStore
+            from pytest_specdec.gate.store import BaselineStore
 
             self._store = BaselineStore(self.cfg.baselines_dir, self.cfg.profile.name, mode=self.cfg.update,
                                         keep=self.cfg.keep_sessions)
@@ -364,7 +364,7 @@ class Judge:
         """--update-baselines: queue each passed test with valid runs (nodeid, check, result, outcome), then
         write them all at once; returns the terminal's lines, the same as data (what was written and what
         was not, and why), and whether a file could not be written (the session then fails)."""
-        from pytest_specdec.gate.baselines import Pending
+        from pytest_specdec.gate.store import Pending
 
         lines: list[str] = []
         not_written: list[tuple[str, str]] = []

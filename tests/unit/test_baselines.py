@@ -12,8 +12,6 @@ import pytest
 from pytest_specdec.gate.baselines import (
     SCHEMA,
     BaselineError,
-    BaselineStore,
-    Pending,
     baseline_path,
     diff,
     load,
@@ -21,6 +19,7 @@ from pytest_specdec.gate.baselines import (
     model_identity,
     render,
 )
+from pytest_specdec.gate.store import BaselineStore, Pending
 from pytest_specdec.zoo import MODELS_DIR
 
 

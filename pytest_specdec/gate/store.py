@@ -1,0 +1,197 @@
+"""Writing baselines: ``--update-baselines`` queues each test's night, and the session's end writes them all
+at once on the controller, under a file lock, each file by atomic rename (what a file holds and how it is
+read: `baselines.py`). A file that cannot be written is listed, never half-written, and the rest go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec.gate.baselines import (
+    SCHEMA,
+    BaselineError,
+    baseline_path,
+    diff,
+    load,
+    metric_values,
+    relative,
+    render,
+    safe_part,
+)
+
+
+@dataclass
+class Pending:
+    """One write queued for the end of the session."""
+
+    nodeid: str
+    path: Path
+    comparability: dict[str, Any]
+    under_test: dict[str, Any]
+    session: dict[str, Any]
+    accepted_change: str = ""  # non-empty: tonight differs from the file (e.g. "speedup regressed"): start afresh
+
+
+@dataclass
+class WriteSummary:
+    """What ``--update-baselines`` did, for the terminal summary."""
+
+    created: list[Path] = field(default_factory=list)
+    updated: list[tuple[Path, str]] = field(default_factory=list)  # (path, "old → new" headline)
+    unchanged: list[tuple[Path, str]] = field(default_factory=list)  # (path, why not written)
+    unused: list[Path] = field(default_factory=list)
+    failed: list[tuple[Path, str]] = field(default_factory=list)  # (path, the OS error that kept it unwritten)
+
+    def lines(self, root: Path) -> list[str]:
+        def rel(p: Path) -> str:
+            return relative(p, root)
+
+        out = [f"specdec baselines ({root}): {len(self.created)} created, {len(self.updated)} updated, "
+               f"{len(self.unchanged)} unchanged, {len(self.unused)} unused"
+               + (f", {len(self.failed)} NOT WRITTEN" if self.failed else "")]
+        if self.failed:  # one line the session's end shows first, then each file
+            out.insert(0, f"specdec: could not write {len(self.failed)} baseline file(s) under {root}: "
+                          f"{self.failed[0][1]}; no stored file was changed by a failed write. Make the directory "
+                          "writable or point --specdec-baselines elsewhere")
+        out += [f"  NOT WRITTEN {rel(p)}: {why}" for p, why in self.failed]
+        out += [f"  created   {rel(p)}" for p in self.created]
+        out += [f"  updated   {rel(p)}: {what}" for p, what in self.updated]
+        out += [f"  unchanged {rel(p)}: {why}" for p, why in self.unchanged]
+        out += [f"  unused    {rel(p)} (no test of this session; delete it if the test is gone)" for p in self.unused]
+        return out
+
+
+def headline(entry: dict[str, Any]) -> dict[str, float]:
+    """Geometric means of the headline metrics of one session (for the old → new summary)."""
+    vals = metric_values(entry)
+    out = {}
+    for name in ("speedup", "output_tok_s", "reference_tok_s", "acceptance_rate"):
+        v = [x for x in vals.get(name, []) if x > 0]
+        if v:
+            out[name] = math.exp(sum(map(math.log, v)) / len(v))
+    return out
+
+
+def _headline_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
+    a = headline(old) if old else {}
+    b = headline(new)
+    parts = []
+    for name, nv in b.items():
+        ov = a.get(name)
+        parts.append(f"{name} {'—' if ov is None else f'{ov:.4g}'} → {nv:.4g}")
+    return ", ".join(parts) or "no valid values"
+
+
+class BaselineStore:
+    """Reads baselines for one profile and queues writes; ``flush`` writes them (controller only)."""
+
+    def __init__(self, root: Path, profile: str, *, mode: str | None, keep: int) -> None:
+        self.root = root
+        self.profile = profile
+        self.mode = mode
+        self.keep = keep
+        self.pending: dict[Path, Pending] = {}
+        self.used: set[Path] = set()
+        self.modules: set[Path] = set()
+
+    def path(self, nodeid: str) -> Path:
+        return baseline_path(self.root, self.profile, nodeid)
+
+    def read(self, nodeid: str, create_hint: str) -> tuple[Path, dict[str, Any] | None]:
+        path = self.path(nodeid)
+        self.used.add(path)
+        self.modules.add(path.parent)
+        return path, load(path, create_hint)
+
+    def all_files(self) -> list[Path]:
+        base = self.root / safe_part(self.profile)
+        return sorted(base.rglob("*.json")) if base.is_dir() else []
+
+    def queue(self, item: Pending) -> None:
+        if item.path in self.pending:
+            raise BaselineError(f"two tests map to the same baseline file {item.path}: "
+                                f"{self.pending[item.path].nodeid} and {item.nodeid}; rename one of them")
+        self.pending[item.path] = item
+
+    def flush(self) -> WriteSummary:
+        """Write every queued baseline under one lock, each by atomic rename; list what happened."""
+        from filelock import FileLock
+
+        summary = WriteSummary()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(self.root / ".specdec-baselines.lock"), timeout=600):
+                self._write_all(summary)
+        except OSError as exc:  # no lock (a read-only or missing directory): nothing was written
+            done = {*summary.created, *(p for p, _ in summary.updated), *(p for p, _ in summary.unchanged),
+                    *(p for p, _ in summary.failed)}
+            summary.failed += [(p, str(exc)) for p in sorted(self.pending) if p not in done]
+        written = set(self.pending)
+        for module in sorted(self.modules):
+            for f in sorted(module.glob("*.json")) if module.is_dir() else []:
+                if f not in self.used and f not in written:
+                    summary.unused.append(f)
+        return summary
+
+    def _write_all(self, summary: WriteSummary) -> None:
+        """Each queued file (under the lock): a file that cannot be written is listed and the rest go on."""
+        for path in sorted(self.pending):
+            item = self.pending[path]
+            try:
+                old = load(path, "pytest --update-baselines")
+            except BaselineError as exc:
+                old = None
+                summary.updated.append((path, f"replaced an unreadable file ({exc})"))
+            if old is not None and self.mode == "missing":
+                summary.unchanged.append((path, "exists (--update-baselines=missing writes only missing files)"))
+                continue
+            sessions: list[dict[str, Any]] = []
+            note = ""
+            if old is not None:
+                changed = diff(old["comparability"], item.comparability)
+                if changed:
+                    note = (f" (replaced {len(old['sessions'])} non-comparable session(s): "
+                            + ", ".join(changed) + ")")
+                elif item.accepted_change:
+                    note = (f" (accepted a change, {item.accepted_change}: the {len(old['sessions'])} older "
+                            "session(s) measured the old state and were dropped)")
+                else:
+                    sessions = list(old["sessions"])
+            sessions.append(item.session)
+            dropped = max(0, len(sessions) - self.keep)
+            sessions = sessions[-self.keep:]
+            data = {
+                "schema": SCHEMA, "nodeid": item.nodeid, "profile": self.profile,
+                "comparability": item.comparability, "under_test": item.under_test, "sessions": sessions,
+            }
+            try:
+                _atomic_write(path, render(data))
+            except OSError as exc:
+                summary.updated[:] = [(p, what) for p, what in summary.updated if p != path]
+                summary.failed.append((path, str(exc)))
+                continue
+            if old is None and not any(p == path for p, _ in summary.updated):
+                summary.created.append(path)
+            elif old is not None:
+                last = old["sessions"][-1] if old["sessions"] else None
+                kept = f"; {len(sessions)} session(s) kept" + (f", {dropped} oldest dropped" if dropped else "")
+                summary.updated.append((path, _headline_change(last, item.session) + kept + note))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """A temporary file beside `path`, renamed over it: the old file stays whole until the rename, and a
+    write that fails (a read-only directory, a full disk) takes its temporary file with it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
