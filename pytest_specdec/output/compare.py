@@ -72,10 +72,30 @@ def conditions(results: Results, test: TestEntry, datasets: Mapping[str, Any]) -
     dataset = test.params.get("dataset")
     info = datasets.get(dataset) if isinstance(dataset, str) else None
     return {
-        "profile": results.profile, "hardware": env.get("hardware"), "target_model": env.get("target_model"),
+        "profile": results.profile, "hardware": env.get("hardware"), "target_model": target(env),
         "params": dict(test.params), "sampling": dict(test.sampling or {}),
         "dataset_sha256": info.get("prompts_sha256") if isinstance(info, Mapping) else None,
     }
+
+
+def target(env: Mapping[str, Any]) -> dict[str, Any]:
+    """The target model as baselines compare it: its recorded identity (id and content hash of a local
+    model); a file without one recorded the profile's target as given, where a local path names the
+    checkout, not the model, so only its last part is kept."""
+    identity = env.get("target_identity")
+    if isinstance(identity, Mapping):
+        return dict(identity)
+    name = str(env.get("target_model") or "")
+    return {"id": Path(name).name if Path(name).is_absolute() else name}
+
+
+def same_footing(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Conditions compared on what both files record: a content hash only one of them has is left out."""
+    a, b = dict(old["target_model"]), dict(new["target_model"])
+    if ("sha256" in a) != ("sha256" in b):
+        a.pop("sha256", None)
+        b.pop("sha256", None)
+    return {**old, "target_model": a}, {**new, "target_model": b}
 
 
 @dataclass
@@ -151,7 +171,7 @@ def compare(old: Results, new: Results, *, thresholds: Thresholds, alpha: float 
         c = BaselineCheck(path=Path(old_name), status="compared", check=True, comparability={}, under_test={},
                           entry=entry, baseline={"sessions": [base]}, alpha=alpha, gate=gate, thresholds=thresholds)
         sets = datasets or ({}, {})
-        c.fields = diff(conditions(old, then, sets[0]), conditions(new, now, sets[1]))
+        c.fields = diff(*same_footing(conditions(old, then, sets[0]), conditions(new, now, sets[1])))
         if c.fields:
             c.status = "not-comparable"
             c.raw = not_comparable_verdicts(entry, c.fields, gate)

@@ -157,7 +157,10 @@ def hardware_name(profile: Profile, gpu_names: str | None) -> str:
 
 def environment(profile: Profile, gpu_names: str | None, servers: Iterable[VllmServer],
                 remote_workarounds: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
-    """Versions, hardware, the client's event loop, the suite's commit and the vLLM workarounds in effect."""
+    """Versions, hardware, the client's event loop, the suite's commit and the vLLM workarounds in effect.
+    ``target_identity`` is the target as baselines compare it (a local model by its content hash), so two
+    nights run from different checkouts of the same model stay comparable."""
+    from pytest_specdec.gate.baselines import model_identity
     from pytest_specdec.measure.client import event_loop_name
     from pytest_specdec.vllm.cli import vllm_distribution
 
@@ -171,6 +174,7 @@ def environment(profile: Profile, gpu_names: str | None, servers: Iterable[VllmS
         "python": platform.python_version(),
         "client_event_loop": event_loop_name(),
         "target_model": profile.target,
+        "target_identity": model_identity(profile.target, profile.raw.get("target", {}).get("revision")),
         "commit": commit_info(),
         "workarounds": workarounds(servers, remote_workarounds),
     }

@@ -147,6 +147,35 @@ def test_compare_and_report_on_real_sessions(
     assert "  sampling.temperature: 0.0 → 0.7" in r.stdout
     assert cli("compare", first, other, "--profile", fake_profile, *th, "--strict").returncode == 1
 
+    # The target as baselines compare it: a hub name by id and revision, a local model by its content hash, so
+    # the same model in another checkout (another absolute path) is the same target and other weights are not.
+    assert json.loads(second.read_text())["environment"]["target_identity"] == {"id": "fake-model", "revision": None}
+
+    def with_target(path: Path, name: str, model: str, identity: dict | None) -> Path:
+        data = json.loads(path.read_text())
+        data["environment"]["target_model"] = model
+        data["environment"].pop("target_identity")
+        if identity is not None:
+            data["environment"]["target_identity"] = identity
+        out = pytester.path / name
+        out.write_text(json.dumps(data))
+        return out
+
+    local = {"id": "target", "sha256": "a" * 64}
+    here = with_target(first, "here.json", "/checkout-a/zoo/models/target", local)
+    there = with_target(second, "there.json", "/checkout-b/zoo/models/target", local)
+    r = cli("compare", here, there, "--profile", fake_profile, *th)
+    assert r.returncode == 0 and f"{NODEID}: not-comparable" not in r.stdout, r.stdout
+    other_weights = with_target(second, "weights.json", "/checkout-b/zoo/models/target", {**local, "sha256": "b" * 64})
+    r = cli("compare", here, other_weights, "--profile", fake_profile, *th)
+    assert f"{NODEID}: not-comparable" in r.stdout and "  target_model.sha256: " in r.stdout, r.stdout
+    # Files written before the identity was recorded: the path's last part compares, not the checkout.
+    old_here = with_target(first, "old-here.json", "/checkout-a/zoo/models/target", None)
+    old_there = with_target(second, "old-there.json", "/checkout-b/zoo/models/target", None)
+    for a, b in ((old_here, old_there), (old_here, there)):
+        r = cli("compare", a, b, "--profile", fake_profile, *th)
+        assert r.returncode == 0 and f"{NODEID}: not-comparable" not in r.stdout, (a, b, r.stdout)
+
 
 def _schema2(tmp_path: Path, name: str, edit: Callable[[dict], object] | None = None) -> Path:
     """The recorded report results as a schema-2 file, edited."""
