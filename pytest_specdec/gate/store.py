@@ -12,17 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.gate.baselines import (
-    SCHEMA,
-    BaselineError,
-    baseline_path,
-    diff,
-    load,
-    metric_values,
-    relative,
-    render,
-    safe_part,
-)
+from pytest_specdec.gate.baselines import SCHEMA, BaselineError, baseline_path, diff, load, metric_values
+from pytest_specdec.gate.baselines import relative, render, safe_part
 
 
 @dataclass
