@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
-from pytest_specdec.servers.process import VllmServer
+from pytest_specdec.servers.process import VllmServer, exit_description
 
 from pytest_specdec.servers.quiet import Quiet, wait_quiet
 from pytest_specdec.vllm.command import ServerSpec
@@ -59,22 +59,8 @@ class Death:
     log_path: Path
     tail: str
 
-    def exit(self) -> str:
-        """How it ended. A negative return code is the signal that killed it (Popen's convention): an OOM
-        kill or a SIGKILL says so, instead of a bare "code -9"."""
-        code = self.returncode
-        if code is not None and code < 0:
-            import signal
-
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = "unknown signal"
-            return f"was killed by signal {-code} ({name})"
-        return f"exited with code {code}"
-
     def line(self) -> str:
-        return f"vLLM ({self.method}, {self.spec_key}) {self.exit()} (log: {self.log_path})"
+        return f"vLLM ({self.method}, {self.spec_key}) {exit_description(self.returncode)} (log: {self.log_path})"
 
 
 def split_cpus(client_cpus: int, available: Iterable[int] | None = None) -> frozenset[int] | None:

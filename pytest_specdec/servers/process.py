@@ -60,6 +60,18 @@ def _http_ok(url: str, api_key: str | None = None, timeout: float = 2.0) -> bool
         return False
 
 
+def exit_description(code: int | None) -> str:
+    """How a server process ended. A negative return code is the signal that killed it (Popen's
+    convention): an OOM kill or a SIGKILL says so, instead of a bare "code -9"."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-code} ({name})"
+    return f"exited with code {code}"
+
+
 def is_loopback(host: str) -> bool:
     """Whether `host` is a loopback address (127.0.0.0/8, ::1, optionally in brackets) or exactly
     `localhost`: parsed, never a prefix test, since `::100` or `localhost-gpu01` are other machines'
@@ -192,7 +204,7 @@ class VllmServer:
             while True:
                 code = self.proc.poll()
                 if code is not None:
-                    raise self._start_error(f"exited with code {code} while starting")
+                    raise self._start_error(f"{exit_description(code)} while starting")
                 if _http_ok(f"{self.base_url}/health") and _http_ok(f"{self.base_url}/v1/models", self.api_key):
                     break
                 if self.clock() > deadline:

@@ -94,6 +94,16 @@ def test_crash_while_starting_raises_with_log_tail(tmp_path: Path, monkeypatch: 
     assert f"port: {server.port}" in message and "command:" in message
 
 
+def test_a_server_killed_while_starting_is_named_by_the_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An OOM kill during start-up reads as the signal, as a dead server's line does, not as "code -9"."""
+    import signal
+
+    server = _server(tmp_path, "hang", monkeypatch)
+    server.on_spawn = lambda pid: os.kill(pid, signal.SIGKILL)
+    with pytest.raises(ServerStartError, match=r"was killed by signal 9 \(SIGKILL\) while starting"):
+        server.start()
+
+
 def test_a_port_taken_before_vllm_binds_it_is_retried_and_each_start_keeps_its_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process binds the chosen port first: the start is retried on a new port, and the failed
