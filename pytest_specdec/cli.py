@@ -99,7 +99,7 @@ def thresholds(profile: str, items: Sequence[str], where: str) -> Thresholds:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from pytest_specdec.output.compare import compare, summary_lines, table_lines, to_json
+    from pytest_specdec.output.compare import compare, names, summary_lines, table_lines, to_json
 
     old_raw, old = read_results(args.old)
     new_raw, new = read_results(args.new)
@@ -111,9 +111,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if old.profile != new.profile and not args.profile:
         print(f"specdec compare: the files ran different profiles ({old.profile} → {new.profile}); thresholds "
               f"of {new.profile}", file=sys.stderr)
-    old_name, new_name = str(args.old), str(args.new)
-    if old_name == new_name:
-        old_name, new_name = "OLD", "NEW"
+    old_name, new_name = names((args.old, args.new))
     result = compare(old, new, thresholds=th, alpha=args.alpha, fdr=args.fdr, old_name=old_name,
                      new_name=new_name, datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}))
     if args.json:
