@@ -1,9 +1,11 @@
-"""One base class for every error the plugin raises, so callers can catch them together; and the one
-parse of a JSON object whose failure each caller words for its own file or server."""
+"""One base class for every error the plugin raises, so callers can catch them together; the one parse
+of a JSON object whose failure each caller words for its own file or server; and the one check of a stored
+record's fields, worded to follow the record's path in its file."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Mapping
 from typing import Any
 
 
@@ -25,3 +27,21 @@ def json_object(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise TypeError(f"{type(data).__name__}, not a JSON object")
     return data
+
+
+def field_problem(record: Any, fields: Mapping[str, tuple[type, ...]], required: Collection[str] | None = None
+                  ) -> str:
+    """What is wrong with one stored record ("" when nothing), worded to follow its path in the file
+    (`" has no `valid`"`, `".drafts is 'x', not int or float or NoneType"`). ``fields`` are the types each
+    may hold (a bool is no int here); ``required`` the ones it must have (default: all of them)."""
+    if not isinstance(record, Mapping):
+        return " is not an object"
+    for key, kinds in fields.items():
+        if key not in record:
+            if required is None or key in required:
+                return f" has no `{key}`"
+            continue
+        value = record[key]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            return f".{key} is {value!r}, not {' or '.join(k.__name__ for k in kinds)}"
+    return ""

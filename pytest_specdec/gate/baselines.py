@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.errors import SpecDecError, json_object
+from pytest_specdec.errors import SpecDecError, field_problem, json_object
 from pytest_specdec.gate.registry import METRICS
 
 if TYPE_CHECKING:
@@ -302,7 +302,7 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
             raise BaselineError(f"baseline {path}: sessions[{i}].speedup_per_pair is not a list; {fix}")
         for arm in ("reference", "spec"):
             for j, run in enumerate(s["runs"][arm]):
-                problem = _run_problem(run, arm)
+                problem = field_problem(run, _RUN_FIELDS[arm])
                 if problem:
                     raise BaselineError(f"baseline {path}: sessions[{i}].runs.{arm}[{j}]{problem}; {fix}")
     return upgrade(data)
@@ -315,19 +315,6 @@ _RUN_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
 }
 _RUN_FIELDS["spec"] = {**_RUN_FIELDS["reference"], "acceptance_rate": _NUMBER, "drafts": _NUMBER,
                        "accepted_per_pos": (list, type(None)), "draft_coverage": _NUMBER}
-
-
-def _run_problem(run: Any, arm: str) -> str:
-    """What is wrong with one stored run ("" when nothing), worded to follow its path in the file."""
-    if not isinstance(run, dict):
-        return " is not an object"
-    for key, kinds in _RUN_FIELDS[arm].items():
-        if key not in run:
-            return f" has no `{key}`"
-        value = run[key]
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            return f".{key} is {value!r}, not {' or '.join(k.__name__ for k in kinds)}"
-    return ""
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec.errors import field_problem
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
@@ -35,16 +36,9 @@ _REQUIRED = ("index", "valid", "output_tok_s")
 
 def _run(run: Any, where: str) -> dict[str, Any]:
     """One results run as a baseline stores it (accepted tokens per position as counts, like the file)."""
-    if not isinstance(run, Mapping):
-        raise ResultsError(f"{where} is not an object")
-    for key, kinds in _RUN_FIELDS.items():
-        if key not in run:
-            if key in _REQUIRED:
-                raise ResultsError(f"{where} has no `{key}`")
-            continue
-        value = run[key]
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise ResultsError(f"{where}.{key} is {value!r}, not {' or '.join(k.__name__ for k in kinds)}")
+    problem = field_problem(run, _RUN_FIELDS, _REQUIRED)
+    if problem:
+        raise ResultsError(f"{where}{problem}")
     drafts, per_pos = run.get("drafts"), run.get("per_position_acceptance")
     return {
         "index": run["index"], "valid": run["valid"], "latency_untrusted": list(run.get("latency_untrusted") or []),
