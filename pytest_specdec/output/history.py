@@ -252,14 +252,11 @@ def rule(alpha: float | None, per_series: bool, rows: Sequence[Series]) -> str:
 def render_html(nights: Sequence[Night], rows: Sequence[Series],
                 duplicates: Sequence[tuple[Night, Night]] = (), how: str = "") -> str:
     """The self-contained history page (inline CSS and SVG, autoescaped jinja2 template); ``how`` is `rule`."""
-    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
     from markupsafe import Markup
 
-    env = Environment(loader=PackageLoader("pytest_specdec.output", "templates"),
-                      autoescape=select_autoescape(["html", "j2"], default=True), undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
     from pytest_specdec.gate.registry import label
     from pytest_specdec.gate.verdicts import format_delta
+    from pytest_specdec.output.report import templates
 
     tests: dict[str, list[dict[str, Any]]] = {}
     changes: dict[str, list[str]] = {}
@@ -273,7 +270,7 @@ def render_html(nights: Sequence[Night], rows: Sequence[Series],
             "gaps": [f"night {p.night + 1}: {p.gap}" for p in s.points if p.value is None],
         })
     tests = {n: tests[n] for n in sorted(tests, key=lambda n: n not in changes)}  # changed first, else as run
-    return env.get_template("history.html.j2").render(
+    return templates().get_template("history.html.j2").render(
         nights=[{"n": k + 1, "started": n.started, "file": str(n.path), "profile": n.results.profile or "—",
                  "vllm": n.results.environment.get("vllm_version") or "—",
                  "commit": ((n.results.environment.get("commit") or {}).get("id") or "—")[:10]}

@@ -337,7 +337,9 @@ def update_view(update: BaselineUpdate | None) -> dict[str, Any] | None:
 # ---- the page --------------------------------------------------------------------------------------------
 
 
-def _env() -> Any:
+def templates() -> Any:
+    """The package's jinja2 templates (the report, the history page): autoescaped, strict about undefined
+    names, with the number filters the pages share."""
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
     env = Environment(loader=PackageLoader("pytest_specdec.output", "templates"),
@@ -385,7 +387,7 @@ def render(results: Results) -> str:
     machine = results.machine_factor
     changed = [v for v in views if v["changed_rows"]]
     changed.sort(key=lambda v: min(_change_rank(r) for r in v["changed_rows"]))  # stable: worst tests first
-    return _env().get_template("report.html.j2").render(
+    return templates().get_template("report.html.j2").render(
         results=results, env=env, started=started.replace("T", " ")[:19] + (" UTC" if started else ""),
         duration=results.duration_s, totals=totals(tests),
         tests=views, charts=charts,
