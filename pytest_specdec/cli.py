@@ -51,33 +51,6 @@ def read_results(path: Path) -> tuple[dict[str, Any], Results]:
         return data, load(data, str(path))
     except ResultsError as exc:
         raise InputError(str(exc)) from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        what = _missing(data, exc.args[0]) if isinstance(exc, KeyError) else str(exc)
-        raise InputError(f"{path}: not a pytest-specdec results file as this plugin writes them ({what})") from None
-
-
-#: The fields `schema.load` requires, per level of the file, to say where a missing one is missing.
-_REQUIRED = {"test": ("nodeid", "outcome"), "verdict": ("family",), "baseline": ("inconclusive_gated", "ci_level"),
-             "machine_factor": ("ci", "log", "n_tests", "threshold", "ci_level")}
-
-
-def _missing(data: Any, key: Any) -> str:
-    """Where a field the reader needed is missing: the first test, verdict or baseline without it."""
-    machine = data.get("machine_factor")
-    if isinstance(machine, dict) and key in _REQUIRED["machine_factor"] and key not in machine:
-        return f"machine_factor has no `{key}`"
-    for i, test in enumerate(data.get("tests") or []):
-        if not isinstance(test, dict):
-            return f"tests[{i}] is not an object"
-        if key in _REQUIRED["test"] and key not in test:
-            return f"tests[{i}] has no `{key}`"
-        for metric, v in (test.get("verdicts") or {}).items():
-            if isinstance(v, dict) and key in _REQUIRED["verdict"] and key not in v:
-                return f"tests[{i}].verdicts.{metric} has no `{key}`"
-        baseline = test.get("baseline")
-        if isinstance(baseline, dict) and key in _REQUIRED["baseline"] and key not in baseline:
-            return f"tests[{i}].baseline has no `{key}`"
-    return f"field {key!r} is missing"
 
 
 def thresholds(profile: str, items: Sequence[str], where: str) -> Thresholds:

@@ -219,8 +219,16 @@ class Results:
 
 
 def load(data: Any, name: str = "results") -> Results:
-    """A parsed results file as typed data; ``name`` (the file's path) is what errors name."""
-    d = upgrade(data, name)
+    """A parsed results file as typed data; ``name`` (the file's path) is what errors name: a field a reader
+    needs and the file lacks is a ResultsError naming where it is missing, for every reader alike."""
+    try:
+        return _read(data, upgrade(data, name), name)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = _missing(data, exc.args[0]) if isinstance(exc, KeyError) else str(exc)
+        raise ResultsError(f"{name}: not a pytest-specdec results file as this plugin writes them ({what})") from None
+
+
+def _read(data: Any, d: dict[str, Any], name: str) -> Results:
     written = data["schema"]
     machine = d.get("machine_factor")
     gate = d.get("gate") or {}
@@ -235,6 +243,30 @@ def load(data: Any, name: str = "results") -> Results:
         baseline_update=(None if d.get("baseline_update") is None
                          else BaselineUpdate.from_dict(d["baseline_update"], f"{name}: baseline_update")),
         outputs_file=d.get("outputs_file") if isinstance(d.get("outputs_file"), str) else None)
+
+
+#: The fields `schema.load` requires, per level of the file, to say where a missing one is missing.
+_REQUIRED = {"test": ("nodeid", "outcome"), "verdict": ("family",), "baseline": ("inconclusive_gated", "ci_level"),
+             "machine_factor": ("ci", "log", "n_tests", "threshold", "ci_level")}
+
+
+def _missing(data: Any, key: Any) -> str:
+    """Where a field the reader needed is missing: the first test, verdict or baseline without it."""
+    machine = data.get("machine_factor")
+    if isinstance(machine, dict) and key in _REQUIRED["machine_factor"] and key not in machine:
+        return f"machine_factor has no `{key}`"
+    for i, test in enumerate(data.get("tests") or []):
+        if not isinstance(test, dict):
+            return f"tests[{i}] is not an object"
+        if key in _REQUIRED["test"] and key not in test:
+            return f"tests[{i}] has no `{key}`"
+        for metric, v in (test.get("verdicts") or {}).items():
+            if isinstance(v, dict) and key in _REQUIRED["verdict"] and key not in v:
+                return f"tests[{i}].verdicts.{metric} has no `{key}`"
+        baseline = test.get("baseline")
+        if isinstance(baseline, dict) and key in _REQUIRED["baseline"] and key not in baseline:
+            return f"tests[{i}].baseline has no `{key}`"
+    return f"field {key!r} is missing"
 
 
 # ---- the converter ----------------------------------------------------------------------------------------

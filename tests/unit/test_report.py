@@ -494,6 +494,11 @@ def test_a_file_of_an_unknown_schema_is_an_error_naming_it() -> None:
     with pytest.raises(ResultsError, match=re.escape("reports/x.json: tests[1]: no `nodeid`")):
         load({"schema": SCHEMA, "tests": [{"nodeid": "a", "outcome": "passed"}, {"outcome": "passed"}]},
              "reports/x.json")
+    # A field a reader needs, missing: every reader (the report too, not only the CLI) names where.
+    verdict_without_family = {"nodeid": "a", "outcome": "passed", "verdicts": {"speedup": {"verdict": "unchanged"}}}
+    with pytest.raises(ResultsError, match=re.escape("reports/x.json: not a pytest-specdec results file as this "
+                                                     "plugin writes them (tests[0].verdicts.speedup has no `family`)")):
+        report.render_html({"schema": SCHEMA, "tests": [verdict_without_family]}, "reports/x.json")
 
 
 def test_the_converter_brings_schema_1_to_the_current_schema(recorded: dict[str, Any]) -> None:
