@@ -117,6 +117,7 @@ def trend(metric: str, levels: Sequence[float], *, penalty: float = PENALTY, alp
     signal = np.asarray(xs, dtype=float).reshape(-1, 1)
     cuts = [c for c in ruptures.Pelt(model="l2", min_size=min_nights, jump=1).fit(signal).predict(pen=pen)
             if c < len(xs)]
+    ps: list[float] = []
     while cuts:
         bounds = [0, *cuts, len(xs)]
         ps = [split_p(xs[a:c], xs[c:b], (b - a) - 2 * min_nights + 1, floor)
@@ -131,12 +132,12 @@ def trend(metric: str, levels: Sequence[float], *, penalty: float = PENALTY, alp
         return math.exp(m) if kind != "acceptance" else m
 
     points = []
-    for a, c, b in zip(bounds, bounds[1:], bounds[2:]):
+    # `ps` are the kept splits' p-values: the loop ended on them (or no split is left)
+    for (a, c, b), p in zip(zip(bounds, bounds[1:], bounds[2:]), ps):
         before, after = float(np.mean(xs[a:c])), float(np.mean(xs[c:b]))
         points.append(ChangePoint(index=c, before=center(before), after=center(after),
                                   change=float(_natural(kind, after - before)),
-                                  unit="%" if _unit(kind) == "%" else "pt",
-                                  p=split_p(xs[a:c], xs[c:b], (b - a) - 2 * min_nights + 1, floor)))
+                                  unit="%" if _unit(kind) == "%" else "pt", p=p))
     return Trend(metric, tuple(levels), sd, pen, tuple(points))
 
 
