@@ -5,13 +5,12 @@ read: `baselines.py`). A file that cannot be written is listed, never half-writt
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_specdec.files import write_atomic
 from pytest_specdec.gate.baselines import SCHEMA, BaselineError, baseline_path, diff, load, metric_values
 from pytest_specdec.gate.baselines import relative, render, safe_part
 
@@ -161,7 +160,7 @@ class BaselineStore:
                 "comparability": item.comparability, "under_test": item.under_test, "sessions": sessions,
             }
             try:
-                _atomic_write(path, render(data))
+                write_atomic(path, render(data))
             except OSError as exc:
                 summary.updated[:] = [(p, what) for p, what in summary.updated if p != path]
                 summary.failed.append((path, str(exc)))
@@ -173,16 +172,3 @@ class BaselineStore:
                 kept = f"; {len(sessions)} session(s) kept" + (f", {dropped} oldest dropped" if dropped else "")
                 summary.updated.append((path, _headline_change(last, item.session) + kept + note))
 
-
-def _atomic_write(path: Path, text: str) -> None:
-    """A temporary file beside `path`, renamed over it: the old file stays whole until the rename, and a
-    write that fails (a read-only directory, a full disk) takes its temporary file with it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import importlib.metadata as md
 import json
-import os
 import platform
 import time
 from collections.abc import Iterable, Sequence
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec import __version__, redact
+from pytest_specdec.files import write_atomic
 from pytest_specdec.output.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -248,18 +248,6 @@ def price(profile: Profile, gpu_hourly_usd: float | None) -> dict[str, Any] | No
 def stamp(started: float) -> str:
     """The session's start as it appears in file names (UTC)."""
     return dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary name and rename; on failure (a full or unwritable directory) nothing is left."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_results(results: dict[str, Any], reports_dir: Path, started: float, json_path: Path | None = None

@@ -283,7 +283,7 @@ def test_results_that_cannot_be_written_fail_the_session_with_a_clear_line(
 def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from pytest_specdec.output.results import write_atomic
+    from pytest_specdec.files import write_atomic
 
     def full(self: Path, target: Path) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
