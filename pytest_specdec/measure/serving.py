@@ -96,10 +96,8 @@ class Serving:
     def engine_configs(self, arms: dict[str, ServerSpec]) -> dict[str, dict[str, Any]]:
         """Each arm's resolved engine config, as under test: from the server the pool started, or in endpoint
         mode from the endpoint's own /server_info (an arm without one is left out)."""
-        o = self.options
-        if o.endpoint:
-            urls = {"reference": o.reference_endpoint, "spec": o.endpoint}
-            found = {arm: self.read_facts(url).engine_config for arm in arms if (url := urls[arm])}
+        if self.options.endpoint:
+            found = {arm: facts.engine_config for arm, facts in self.endpoint_facts(arms).items()}
             return {arm: config for arm, config in found.items() if config}
         servers = self._pool().servers
         return {arm: servers[s.key()].engine_config() for arm, s in arms.items() if s.key() in servers}
@@ -108,11 +106,15 @@ class Serving:
         """Endpoint mode: each arm's versions as its endpoint told them (vLLM from /server_info, else /version;
         torch from /server_info; None: not told). None outside endpoint mode, where the servers are this
         machine's own vLLM."""
-        o = self.options
-        if not o.endpoint:
+        if not self.options.endpoint:
             return None
+        return {arm: facts.versions() for arm, facts in self.endpoint_facts(arms).items()}
+
+    def endpoint_facts(self, arms: dict[str, ServerSpec]) -> dict[str, EndpointFacts]:
+        """Endpoint mode: what each arm's endpoint serves (read once per endpoint, `read_facts`)."""
+        o = self.options
         urls = {"reference": o.reference_endpoint, "spec": o.endpoint}
-        return {arm: self.read_facts(url).versions() for arm in arms if (url := urls[arm])}
+        return {arm: self.read_facts(url) for arm in arms if (url := urls[arm])}
 
     def retire(self, spec: ServerSpec, why: str) -> None:
         """Stop the spec's server, so its next run gets a fresh one (a learning drafter out of new prompts)."""
