@@ -287,13 +287,17 @@ def test_gate_moves_a_shown_metric_into_the_gated_family(
         assert test["outcome"] == "passed"
         return
     r.assert_outcomes(failed=1)
-    assert v["family"] == "gated" and v["mde"] is not None
+    # A fixed sleep can repeat to within 0.1 % run to run, and then the exact rule judges it (no mde):
+    # which rule applies is the scheduler's choice, so the test takes either, but each with its own wording.
+    exact = v["method"].startswith("exact/")
+    assert v["family"] == "gated" and (v["mde"] is None) is exact, v
     assert test["baseline"]["gate"] == [*GATED, "ttft_p95_ms"]
     assert test["outcome"] == "failed"
     r.stdout.fnmatch_lines(["*specdec: 1 metric(s) regressed: ttft_p95_ms",
                             "P95 TTFT *gated *regressed"])
     # the gate summary lists it with the always-gated three
-    r.stdout.fnmatch_lines([esc(f"  {NAME}: speedup *; P95 TTFT regressed (catches a rise >= *")])
+    catch = "exact: repeats run to run)" if exact else "catches a rise >= "
+    r.stdout.fnmatch_lines([esc(f"  {NAME}: speedup *; P95 TTFT regressed ({catch}*")])
 
 
 # ---- --specdec-fail-inconclusive / ini specdec_fail_inconclusive --------------------------------
