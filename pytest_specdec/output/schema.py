@@ -74,6 +74,7 @@ class BaselineEntry:
 
     path: str
     status: str  # compared, missing, not-comparable, error, ...
+    checked: bool  # False: the test opted out (`check=False`): judged and shown, never failed
     sessions: int
     looks: tuple[int, ...]
     gate: tuple[str, ...]
@@ -92,7 +93,8 @@ class BaselineEntry:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BaselineEntry:
         return cls(
-            path=str(d.get("path") or ""), status=str(d.get("status") or ""), sessions=_int(d.get("sessions")) or 0,
+            path=str(d.get("path") or ""), status=str(d.get("status") or ""), checked=d.get("checked") is not False,
+            sessions=_int(d.get("sessions")) or 0,
             looks=tuple(x for x in (_int(v) for v in d.get("looks") or ()) if x is not None),
             gate=tuple(d.get("gate") or ()), inconclusive_gated=tuple(d["inconclusive_gated"]),
             unspent_runs=_int(d.get("unspent_runs")) or 0, stop_reason=str(d.get("stop_reason") or ""),
