@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -298,23 +299,51 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
               and all(isinstance(s["runs"].get(a), list) for a in ("reference", "spec")))
         if not ok:
             raise BaselineError(f"baseline {path}: sessions[{i}] has no runs.reference/runs.spec lists; {fix}")
-        if not isinstance(s.get("speedup_per_pair", []), list):
-            raise BaselineError(f"baseline {path}: sessions[{i}].speedup_per_pair is not a list; {fix}")
+        problem = field_problem(s, _SESSION_FIELDS, required=()) or _numbers_problem(
+            (f".speedup_per_pair[{n}]", v) for n, v in enumerate(s.get("speedup_per_pair") or []))
+        if problem:
+            raise BaselineError(f"baseline {path}: sessions[{i}]{problem}; {fix}")
         for arm in ("reference", "spec"):
             for j, run in enumerate(s["runs"][arm]):
-                problem = field_problem(run, _RUN_FIELDS[arm])
+                problem = field_problem(run, _RUN_FIELDS[arm]) or _numbers_problem(_run_numbers(run))
                 if problem:
                     raise BaselineError(f"baseline {path}: sessions[{i}].runs.{arm}[{j}]{problem}; {fix}")
     return upgrade(data)
 
 
 _NUMBER = (int, float, type(None))
+#: What the verdicts read from a stored session besides its runs; a file written before a key existed may
+#: lack it.
+_SESSION_FIELDS: dict[str, tuple[type, ...]] = {"started": (str,), "speedup_per_pair": (list,)}
 #: What the verdicts read from a stored run, per arm, and the types each may hold.
 _RUN_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "reference": {"index": (int,), "valid": (bool,), "output_tok_s": _NUMBER, "hd_p95_ms": (dict,)},
 }
 _RUN_FIELDS["spec"] = {**_RUN_FIELDS["reference"], "acceptance_rate": _NUMBER, "drafts": _NUMBER,
                        "accepted_per_pos": (list, type(None)), "draft_coverage": _NUMBER}
+
+
+def _run_numbers(run: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Every figure of a stored run the verdicts compute with, by its path in the run: the scalars, the
+    accepted tokens per position and the P95 latencies."""
+    out = [(f".{key}", run[key]) for key, kinds in _RUN_FIELDS["spec"].items() if kinds is _NUMBER and key in run]
+    out += [(f".accepted_per_pos[{n}]", v) for n, v in enumerate(run.get("accepted_per_pos") or [])]
+    out += [(f".hd_p95_ms.{k}", v) for k, v in run["hd_p95_ms"].items()]
+    return out
+
+
+def _numbers_problem(values: Iterable[tuple[str, Any]]) -> str:
+    """What is wrong with the first stored figure that is not a finite number >= 0 or null ("" when
+    none), worded as `field_problem` words it. The verdicts take logs and ratios of these, and pool
+    every file into the variance priors, so one NaN or string would break every compared test."""
+    for where, value in values:
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{where} is {value!r}, not a number"
+        if not math.isfinite(value) or value < 0:
+            return f"{where} is {value!r}, not a finite number >= 0"
+    return ""
 
 
 def upgrade(data: dict[str, Any]) -> dict[str, Any]:

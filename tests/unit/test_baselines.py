@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -120,8 +121,25 @@ def test_load_rejects_bad_files_with_the_fix(tmp_path: Path) -> None:
     (lambda d: d["sessions"][0]["runs"]["spec"][0].update(index=True),
      r"sessions\[0\]\.runs\.spec\[0\]\.index is True, not int"),
     (lambda d: d["sessions"][0]["runs"]["spec"].__setitem__(2, 7), r"sessions\[0\]\.runs\.spec\[2\] is not an object"),
-    (lambda d: d["sessions"][0].update(speedup_per_pair=2.0), r"sessions\[0\]\.speedup_per_pair is not a list"),
-], ids=["missing", "wrong-type", "bool-index", "not-object", "pairs"])
+    (lambda d: d["sessions"][0].update(speedup_per_pair=2.0),
+     r"sessions\[0\]\.speedup_per_pair is 2\.0, not list"),
+    (lambda d: d["sessions"][0].update(speedup_per_pair=[2.0, "x"]),
+     r"sessions\[0\]\.speedup_per_pair\[1\] is 'x', not a number"),
+    (lambda d: d["sessions"][0].update(started=["2026"]), r"sessions\[0\]\.started is \['2026'\], not str"),
+    (lambda d: d["sessions"][0]["runs"]["spec"][0]["hd_p95_ms"].update(e2e="x"),
+     r"sessions\[0\]\.runs\.spec\[0\]\.hd_p95_ms\.e2e is 'x', not a number"),
+    (lambda d: d["sessions"][0]["runs"]["spec"][1].update(accepted_per_pos=[80, "a"]),
+     r"sessions\[0\]\.runs\.spec\[1\]\.accepted_per_pos\[1\] is 'a', not a number"),
+    (lambda d: d["sessions"][0]["runs"]["reference"][2].update(output_tok_s=-3.0),
+     r"sessions\[0\]\.runs\.reference\[2\]\.output_tok_s is -3\.0, not a finite number >= 0"),
+    (lambda d: d["sessions"][0]["runs"]["reference"][0].update(output_tok_s=float("nan")),
+     r"sessions\[0\]\.runs\.reference\[0\]\.output_tok_s is nan, not a finite number >= 0"),
+    (lambda d: d["sessions"][0]["runs"]["spec"][0]["hd_p95_ms"].update(tpot=float("inf")),
+     r"sessions\[0\]\.runs\.spec\[0\]\.hd_p95_ms\.tpot is inf, not a finite number >= 0"),
+    (lambda d: d["sessions"][0]["runs"]["spec"][0].update(acceptance_rate=True),
+     r"sessions\[0\]\.runs\.spec\[0\]\.acceptance_rate is True, not int or float or NoneType"),
+], ids=["missing", "wrong-type", "bool-index", "not-object", "pairs", "pair-string", "started-list",
+        "latency-string", "per-position-string", "negative-rate", "nan", "infinity", "bool-rate"])
 def test_a_malformed_stored_run_is_an_error_naming_the_file_and_field(tmp_path: Path, edit: Any, says: str) -> None:
     data = {"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": [entry()]}
     p = tmp_path / "b.json"
@@ -131,6 +149,28 @@ def test_a_malformed_stored_run_is_an_error_naming_the_file_and_field(tmp_path: 
     p.write_text(json.dumps(data))
     with pytest.raises(BaselineError, match=f"baseline {re.escape(str(p))}: {says}; fix or delete it"):
         load(p, "c")
+
+
+def test_one_file_with_a_nan_is_left_out_and_the_others_stay_finite(tmp_path: Path) -> None:
+    """Every file feeds the night factors and variance priors: a NaN that loaded would make them NaN for
+    every compared test. Read as the judge reads the store: a file that does not load is left out."""
+    from pytest_specdec.gate.verdicts import night_factors, priors_from
+
+    for name, scale in (("good", 1.0), ("bad", float("nan"))):
+        nights = [entry(1.0) | {"started": "n1"}, entry(1.1) | {"started": "n2"}]
+        nights[1]["runs"]["reference"][0]["output_tok_s"] *= scale
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": nights}))
+    stored = []
+    for f in sorted(tmp_path.glob("*.json")):
+        try:
+            stored.append(load(f, "c"))
+        except BaselineError as exc:
+            assert "bad.json: sessions[1].runs.reference[0].output_tok_s is nan" in str(exc)
+    assert len(stored) == 1
+    factors = night_factors(stored)
+    assert factors and all(math.isfinite(f) for f in factors.values())
+    assert all(math.isfinite(p.var) for p in priors_from(stored).values())
 
 
 def test_diff_lists_dotted_fields() -> None:
