@@ -285,8 +285,8 @@ def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, An
         "valid_runs": len(arm),
         "latency_runs": len(timed),
         "valid_reference_runs": len(ref_ok),
-        "output_tps": geomean([r.metrics.output_tok_s for r in arm]),  # type: ignore[misc]
-        "reference_output_tps": geomean([r.metrics.output_tok_s for r in ref_ok]),  # type: ignore[misc]
+        "output_tok_s": geomean([r.metrics.output_tok_s for r in arm]),  # type: ignore[misc]
+        "reference_tok_s": geomean([r.metrics.output_tok_s for r in ref_ok]),  # type: ignore[misc]
         "speedup": geomean(pair) if spec else None,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
         "acceptance_length": 1 + accepted / drafts if drafts else None,
@@ -294,7 +294,7 @@ def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, An
         "draft_coverage": min(1.0, drafts / steps) if steps and spec else None,
         "ttft_ms": latency("ttft_ms"),
         "tpot_ms": latency("tpot_ms"),
-        "itl_ms": latency("itl_token_ms"),
+        "itl_token_ms": latency("itl_token_ms"),
         "itl_chunk_ms": latency("itl_chunk_ms"),
         "e2e_ms": latency("e2e_ms"),
     }

@@ -14,7 +14,7 @@ def planned(nodeid: str, n_prompts: int, runs: int, block: int | None, fresh: bo
 
 def measured(nodeid: str, summary: dict[str, Any]) -> str:
     s = summary
-    return (f"specdec: {nodeid}: {_f(s['output_tps'])} tok/s vs reference {_f(s['reference_output_tps'])}, "
+    return (f"specdec: {nodeid}: {_f(s['output_tok_s'])} tok/s vs reference {_f(s['reference_tok_s'])}, "
             f"speedup {_f(s['speedup'], '.2f')}x, acceptance {_f(s['acceptance_rate'], '.3f')}")
 
 

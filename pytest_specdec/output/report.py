@@ -96,8 +96,8 @@ def cost_rows(tests: Iterable[TestEntry], price: Mapping[str, Any] | None) -> li
         rows.append({"nodeid": t.nodeid, "method": params.get("method"), "k": params.get("k"),
                      "concurrency": params.get("concurrency"), "temperature": params.get("temperature"),
                      "workload": _workload(params),
-                     "tps": number(s.get("output_tps")), "ref_tps": number(s.get("reference_output_tps")),
-                     "cost": per_m(s.get("output_tps")), "ref_cost": per_m(s.get("reference_output_tps")),
+                     "tps": number(s.get("output_tok_s")), "ref_tps": number(s.get("reference_tok_s")),
+                     "cost": per_m(s.get("output_tok_s")), "ref_cost": per_m(s.get("reference_tok_s")),
                      "spec_peak": False, "ref_peak": False})
     for group in cost_peaks(rows):
         if group["spec"]:
@@ -287,7 +287,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "params": test.params,
         "speedup": number(s.get("speedup")), "acceptance": number(s.get("acceptance_rate")),
         "acceptance_length": number(s.get("acceptance_length")),
-        "tps": number(s.get("output_tps")), "ref_tps": number(s.get("reference_output_tps")),
+        "tps": number(s.get("output_tok_s")), "ref_tps": number(s.get("reference_tok_s")),
         "tpot_p95": number((s.get("tpot_ms") or {}).get("p95")), "ttft_p95": number((s.get("ttft_ms") or {}).get("p95")),
         "badges": badges,
         "verdict_rows": rows, "changed_rows": changed_rows(rows), "ci_header": ci_header(test),

@@ -2,8 +2,8 @@
 tool render from. `load` takes a parsed `reports/*.json`; older schemas pass through `upgrade`, the one
 converter, so no reader below it guesses which version wrote a field.
 
-The per-run figures and a test's summary stay mappings keyed by the measure layer's names (`output_tps`,
-`tpot_ms`, ...): they are the metric registry's vocabulary, read by name where a chart or column needs one.
+The per-run figures and a test's summary stay mappings keyed by the metric registry's names
+(`output_tok_s`, `reference_tok_s`, `tpot_ms`, ...), read by name where a chart or column needs one.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pytest_specdec.output.fields import number
 
 #: The results file format, written by `output/results.py`; bump it where a field changes meaning or
 #: shape, and teach `upgrade` the step from the one before.
-SCHEMA = 2
+SCHEMA = 3
 
 Figures = Mapping[str, Any]
 
@@ -283,7 +283,9 @@ def upgrade(data: Any, name: str = "results") -> dict[str, Any]:
     if version == SCHEMA:
         return data
     if version == 1:
-        return _from_1(copy.deepcopy(data))
+        return _from_2(_from_1(copy.deepcopy(data)))
+    if version == 2:
+        return _from_2(copy.deepcopy(data))
     raise ResultsError(f"{name}: `schema` is {version!r}; this plugin reads results of schema 1 to {SCHEMA} "
                        "(a newer plugin wrote it, or it is not a pytest-specdec results file)")
 
@@ -306,7 +308,6 @@ def _from_1(data: dict[str, Any]) -> dict[str, Any]:
     - the machine factor's `line` (prose) goes; a workaround without `applied` was applied, its `detail`
       is its `reason`.
     """
-    data["schema"] = SCHEMA
     for test in data.get("tests") or []:
         outcome = str(test.get("outcome") or "pending")
         phased = _PHASED.fullmatch(outcome)
@@ -332,6 +333,21 @@ def _from_1(data: dict[str, Any]) -> dict[str, Any]:
         machine.pop("line", None)
     env = data.get("environment") or {}
     env["workarounds"] = [_workaround_1(w) for w in env.get("workarounds") or []]
+    return data
+
+
+#: Schema 2 named the summary's throughputs and per-token ITL apart from the runs and the verdicts.
+_SUMMARY_NAMES_2 = {"output_tps": "output_tok_s", "reference_output_tps": "reference_tok_s", "itl_ms": "itl_token_ms"}
+
+
+def _from_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 → 3: a test's summary takes the registry's names (`output_tok_s`, `reference_tok_s`,
+    `itl_token_ms`), as its runs and verdicts always had."""
+    data["schema"] = SCHEMA
+    for test in data.get("tests") or []:
+        summary = test.get("summary")
+        if isinstance(summary, dict):
+            test["summary"] = {_SUMMARY_NAMES_2.get(k, k): v for k, v in summary.items()}
     return data
 
 

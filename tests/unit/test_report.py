@@ -519,6 +519,25 @@ def test_the_converter_brings_schema_1_to_the_current_schema(recorded: dict[str,
     assert report.render_html(new) == report.render_html(old).replace("(schema 1)", f"(schema {SCHEMA})")
 
 
+def test_the_converter_gives_a_schema_2_summary_the_registry_names(recorded: dict[str, Any]) -> None:
+    """Schema 2 → 3: the summary's `output_tps`, `reference_output_tps` and `itl_ms` take the names the runs
+    and verdicts use, and the report reads the same figures from either file."""
+    from pytest_specdec.output.schema import SCHEMA, upgrade
+
+    new = upgrade(recorded)
+    old = copy.deepcopy(new)
+    old["schema"] = 2
+    summaries = [t["summary"] for t in old["tests"] if t.get("summary")]
+    assert summaries
+    for s in summaries:
+        s["output_tps"], s["reference_output_tps"], s["itl_ms"] = (
+            s.pop("output_tok_s"), s.pop("reference_tok_s"), s.pop("itl_token_ms"))
+    converted = upgrade(old)
+    assert converted["schema"] == SCHEMA and converted["tests"] == new["tests"] and old["schema"] == 2
+    assert report.render_html(converted) == report.render_html(new)
+    assert "output_tps" not in json.dumps(converted)
+
+
 # ---- pure pieces --------------------------------------------------------------------------------------
 
 
@@ -579,7 +598,7 @@ def _test(nodeid: str, **params: Any) -> dict[str, Any]:
     base = {"method": "ngram", "k": 3, "temperature": 0.0, "concurrency": 1, "dataset": "builtin",
             "max_tokens": None, "num_prompts": None, "speculative_config": None}
     return {"nodeid": nodeid, "params": {**base, **params}, "outcome": "passed",
-            "summary": {"speedup": 1.2, "acceptance_rate": 0.5, "output_tps": 100.0}}
+            "summary": {"speedup": 1.2, "acceptance_rate": 0.5, "output_tok_s": 100.0}}
 
 
 def test_sweeps_need_two_values_and_keep_other_params_fixed() -> None:
