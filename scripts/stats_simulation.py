@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from pytest_specdec.gate.stats import (
     DEFAULT_THRESHOLDS,
-    _decide,
+    decide as decide_each,
     _session_core,
     _moderated_core,
     _welch_core,
@@ -153,7 +150,7 @@ def decide(nat: tuple[np.ndarray, ...], method: str = "bh", alpha: float = 0.05)
     delta, lo, hi, p, bad = nat
     if method != "none":
         p = adjusted_p(p.reshape(p.shape[0], -1), method).reshape(p.shape)
-    return _decide(delta, lo, hi, p, bad, alpha)
+    return decide_each(delta, lo, hi, p, bad, alpha)
 
 
 def sequential(draws: Draws, looks: tuple[int, ...], alpha: float = 0.05, moderate: bool = False
@@ -227,7 +224,7 @@ def figures(suites: int = 2000, tests: int = 30, seed: int = 20240611) -> dict[s
     # A/A with BH per test (6 metrics) instead of per suite, for contrast.
     delta, lo, hi, p, bad = natural(draw(rng, suites, tests))
     f["aa_single_bh_per_test_any_regressed"] = any_regressed(
-        _decide(delta, lo, hi, adjusted_p(p, "bh"), bad, 0.05))
+        decide_each(delta, lo, hi, adjusted_p(p, "bh"), bad, 0.05))
 
     # A/A, a longer sequential budget: looks at 3, 5, 7, 9 runs (alpha/4 each).
     nat_seq, runs = sequential(draw(rng, suites, tests, runs_now=9), (3, 5, 7, 9))

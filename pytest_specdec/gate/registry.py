@@ -3,7 +3,7 @@ belongs to.  Statistics, verdicts, baselines, the report and the fixture all rea
 
 A metric's kind fixes its comparison: ``rate`` (throughput; compared on the log scale, in %, higher is
 better), ``latency`` (log scale, in %, lower is better) or ``acceptance`` (a proportion, in points,
-higher is better).
+higher is better). Its unit is how one value reads; a change is in its kind's ``DELTA_UNITS``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,17 @@ from typing import Literal
 Kind = Literal["rate", "acceptance", "latency"]
 Family = Literal["gated", "shown"]
 
+KINDS: tuple[Kind, ...] = ("rate", "acceptance", "latency")
+#: How a change of each kind is stated: relative for the log-scale kinds, in points for a proportion.
+DELTA_UNITS: dict[Kind, str] = {"rate": "%", "latency": "%", "acceptance": "points"}
+LOG_KINDS: tuple[Kind, ...] = ("rate", "latency")
+
 
 @dataclass(frozen=True)
 class Metric:
     name: str  # as in verdicts, thresholds and the JSON; indexed ones are written `name[i]`
     kind: Kind
+    unit: str  # of one value: "x" (speedup), "ms", "tok/s", "req/s", "tokens", "" (a proportion or plain ratio)
     label: str  # as the terminal and the report show it
     family: Family = "shown"  # gated metrics fail a test; `gate=[...]` moves a shown one in
     absolute: bool = False  # an absolute figure: judged after the session's machine factor is divided out
@@ -30,35 +36,40 @@ class Metric:
     def higher_is_better(self) -> bool:
         return self.kind != "latency"
 
+    @property
+    def delta_unit(self) -> str:
+        return DELTA_UNITS[self.kind]
+
     def format(self, x: float | None, times: str = "x") -> str:
-        """A value as the failure table and the HTML report show it."""
+        """A value as the failure table and the HTML report show it (tables name throughputs in their
+        header, so only ratios and milliseconds carry their unit)."""
         if x is None:
             return "—"
         if self.kind == "acceptance":
             return f"{x:.3f}"
-        if self.name == "speedup":
+        if self.unit == "x":
             return f"{x:.3f}{times}"
-        if self.name.endswith("_ms"):
+        if self.unit == "ms":
             return f"{x:.4g} ms"
         return f"{x:.4g}"
 
 
 #: In table order (verdict metrics first, as the failure table and the report list them).
 METRICS: tuple[Metric, ...] = (
-    Metric("speedup", "rate", "speedup", family="gated", badge=True),
-    Metric("acceptance_rate", "acceptance", "acceptance", family="gated", badge=True),
-    Metric("e2e_p95_ratio", "latency", "P95 E2E spec/ref", family="gated", badge=True),
-    Metric("output_tok_s", "rate", "spec tok/s", absolute=True, badge=True),
-    Metric("reference_tok_s", "rate", "reference tok/s", absolute=True),
-    Metric("per_position_acceptance", "acceptance", "per-position acceptance", indexed=True),
-    Metric("draft_coverage", "acceptance", "draft coverage"),
-    Metric("tpot_p95_ms", "latency", "P95 TPOT", absolute=True, badge=True),
-    Metric("ttft_p95_ms", "latency", "P95 TTFT", absolute=True),
-    Metric("e2e_p95_ms", "latency", "P95 E2E", absolute=True),
-    Metric("request_s", "rate", "requests/s", verdict=False),
-    Metric("acceptance_length", "rate", "acceptance length", verdict=False),
-    Metric("itl_token_p95_ms", "latency", "P95 ITL per token", verdict=False),
-    Metric("itl_chunk_p95_ms", "latency", "P95 ITL per chunk", verdict=False),
+    Metric("speedup", "rate", "x", "speedup", family="gated", badge=True),
+    Metric("acceptance_rate", "acceptance", "", "acceptance", family="gated", badge=True),
+    Metric("e2e_p95_ratio", "latency", "", "P95 E2E spec/ref", family="gated", badge=True),
+    Metric("output_tok_s", "rate", "tok/s", "spec tok/s", absolute=True, badge=True),
+    Metric("reference_tok_s", "rate", "tok/s", "reference tok/s", absolute=True),
+    Metric("per_position_acceptance", "acceptance", "", "per-position acceptance", indexed=True),
+    Metric("draft_coverage", "acceptance", "", "draft coverage"),
+    Metric("tpot_p95_ms", "latency", "ms", "P95 TPOT", absolute=True, badge=True),
+    Metric("ttft_p95_ms", "latency", "ms", "P95 TTFT", absolute=True),
+    Metric("e2e_p95_ms", "latency", "ms", "P95 E2E", absolute=True),
+    Metric("request_s", "rate", "req/s", "requests/s", verdict=False),
+    Metric("acceptance_length", "rate", "tokens", "acceptance length", verdict=False),
+    Metric("itl_token_p95_ms", "latency", "ms", "P95 ITL per token", verdict=False),
+    Metric("itl_chunk_p95_ms", "latency", "ms", "P95 ITL per chunk", verdict=False),
 )
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 

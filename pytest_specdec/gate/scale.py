@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.registry import Kind
+from pytest_specdec.gate.registry import DELTA_UNITS, KINDS, LOG_KINDS, Kind
 from pytest_specdec.gate.registry import metric as registry_metric
 
-_LOG_KINDS = ("rate", "latency")
+#: The `Thresholds` field that holds each kind's default threshold.
+THRESHOLD_FIELD: dict[Kind, str] = {"rate": "rate_pct", "acceptance": "acceptance_points", "latency": "latency_pct"}
 
 
 def kind_of(metric: str) -> Kind:
@@ -30,22 +31,22 @@ def kind_of(metric: str) -> Kind:
     raise ConfigError(f"metric {metric!r}: unknown kind; pass kind='rate', 'acceptance' or 'latency'")
 
 
-def _check_kind(metric: str, kind: str | None) -> Kind:
+def check_kind(metric: str, kind: str | None) -> Kind:
     if kind is None:
         return kind_of(metric)
-    if kind not in ("rate", "acceptance", "latency"):
+    if kind not in KINDS:
         raise ConfigError(f"metric {metric!r}: kind must be 'rate', 'acceptance' or 'latency', got {kind!r}")
     return kind  # type: ignore[return-value]
 
 
-def _unit(kind: Kind) -> str:
-    return "points" if kind == "acceptance" else "%"
+def delta_unit(kind: Kind) -> str:
+    return DELTA_UNITS[kind]
 
 
 # ---- input checking -------------------------------------------------------------------------------
 
 
-def _values(metric: str, values: Iterable[Any], kind: Kind, where: str) -> np.ndarray:
+def checked_values(metric: str, values: Iterable[Any], kind: Kind, where: str) -> np.ndarray:
     """Checked float array; None/NaN/inf/out-of-domain raise (nothing is silently dropped)."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise ConfigError(f"metric {metric!r}: {where} must be a list of per-run values, got {values!r}")
@@ -57,7 +58,7 @@ def _values(metric: str, values: Iterable[Any], kind: Kind, where: str) -> np.nd
         fv = float(v)
         if not math.isfinite(fv):
             raise ConfigError(f"metric {metric!r}: {where}[{i}] is {fv}; NaN/inf values are rejected")
-        if kind in _LOG_KINDS and fv <= 0:
+        if kind in LOG_KINDS and fv <= 0:
             raise ConfigError(f"metric {metric!r}: {where}[{i}] is {fv}; a {kind} must be > 0")
         if kind == "acceptance" and not 0.0 <= fv <= 1.0:
             raise ConfigError(f"metric {metric!r}: {where}[{i}] is {fv}; acceptance must lie in [0, 1]")
@@ -65,7 +66,7 @@ def _values(metric: str, values: Iterable[Any], kind: Kind, where: str) -> np.nd
     return np.asarray(out, dtype=float)
 
 
-def _sessions(metric: str, baseline: Sequence[Sequence[Any]], kind: Kind) -> list[np.ndarray]:
+def checked_sessions(metric: str, baseline: Sequence[Sequence[Any]], kind: Kind) -> list[np.ndarray]:
     """The baseline's non-empty sessions; a flat list of numbers is refused (it hides the unit)."""
     if isinstance(baseline, (str, bytes)) or not isinstance(baseline, Iterable):
         raise ConfigError(f"metric {metric!r}: baseline must be a list of sessions, got {baseline!r}")
@@ -74,7 +75,7 @@ def _sessions(metric: str, baseline: Sequence[Sequence[Any]], kind: Kind) -> lis
         if s is None or isinstance(s, (int, float, np.number)):
             raise ConfigError(f"metric {metric!r}: baseline must be a list of sessions (lists of run "
                               f"values); baseline[{j}] is {s!r}")
-        arr = _values(metric, s, kind, f"baseline[{j}]")
+        arr = checked_values(metric, s, kind, f"baseline[{j}]")
         if arr.size:
             out.append(arr)
     return out
@@ -83,19 +84,19 @@ def _sessions(metric: str, baseline: Sequence[Sequence[Any]], kind: Kind) -> lis
 # ---- the comparison scale -------------------------------------------------------------------------
 
 
-def _scale(kind: Kind, x: np.ndarray) -> np.ndarray:
-    return np.log(x) if kind in _LOG_KINDS else np.asarray(x, dtype=float)
+def on_scale(kind: Kind, x: np.ndarray) -> np.ndarray:
+    return np.log(x) if kind in LOG_KINDS else np.asarray(x, dtype=float)
 
 
 def _natural(kind: Kind, d: Any) -> Any:
     """A difference on the comparison scale → % relative change (log kinds) or points."""
-    return 100.0 * np.expm1(d) if kind in _LOG_KINDS else 100.0 * np.asarray(d)
+    return 100.0 * np.expm1(d) if kind in LOG_KINDS else 100.0 * np.asarray(d)
 
 
-def _center(kind: Kind, m: float) -> float:
-    return float(np.exp(m)) if kind in _LOG_KINDS else float(m)
+def center(kind: Kind, m: float) -> float:
+    return float(np.exp(m)) if kind in LOG_KINDS else float(m)
 
 
-def _to_scale(kind: Kind, natural: float) -> float:
+def to_scale(kind: Kind, natural: float) -> float:
     """A signed change in natural units (% or points) → the comparison scale (log ratio or fraction)."""
-    return math.log1p(natural / 100.0) if kind in _LOG_KINDS else natural / 100.0
+    return math.log1p(natural / 100.0) if kind in LOG_KINDS else natural / 100.0

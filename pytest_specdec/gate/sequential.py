@@ -16,8 +16,8 @@ from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.registry import Kind
-from pytest_specdec.gate.scale import _LOG_KINDS, _natural, _to_scale
-from pytest_specdec.gate.stats import Verdict, _check_alpha, _decide
+from pytest_specdec.gate.scale import LOG_KINDS, _natural, to_scale
+from pytest_specdec.gate.stats import Verdict, check_alpha, decide
 
 
 def _holm(p: np.ndarray) -> np.ndarray:
@@ -55,7 +55,7 @@ def adjust(verdicts: Sequence[Verdict], method: str = "bh", alpha: float = 0.05,
     are taken as 1. BH and Holm are monotone in every p-value, so a verdict ``regressed`` here stays
     ``regressed`` when the real p-values arrive and the family is adjusted as a whole.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     idx = [i for i, v in enumerate(verdicts) if v.p is not None and v.verdict != "not-comparable"]
     out = list(verdicts)
     if not idx:
@@ -70,7 +70,7 @@ def adjust(verdicts: Sequence[Verdict], method: str = "bh", alpha: float = 0.05,
     unseen = f" ({m - len(idx)} not measured yet, taken as p=1)" if m > len(idx) else ""
     for i, pa in zip(idx, padj, strict=True):
         v = verdicts[i]
-        new = str(_decide(v.delta, v.ci_low, v.ci_high, pa, v.threshold, alpha, v.unit))
+        new = str(decide(v.delta, v.ci_low, v.ci_high, pa, v.threshold, alpha, v.unit))
         change = f", {v.verdict} -> {new}" if new != v.verdict else ""
         note = f"{v.note}; {name} over {m} tests{unseen}: p {v.p:.3g} -> {pa:.3g}{change}"
         out[i] = dataclasses.replace(v, verdict=new, p=float(pa), note=note)
@@ -113,12 +113,12 @@ def can_settle(v: Verdict, n_max: int, alpha: float) -> bool:
     estimate where it is now: its CI inside ±threshold, or significant and beyond the threshold."""
     if v.verdict != "inconclusive" or v.var_fixed is None or v.var_run is None or v.delta is None:
         return False
-    kind: Kind = "acceptance" if v.unit == "points" else "rate"
+    kind: Kind = "acceptance" if v.unit == "points" else "rate"  # only the scale matters: both log kinds share it
     se = math.sqrt(v.var_fixed + v.var_run / n_max)
     df = (v.df or 1.0) + max(0, n_max - v.n_now)  # the extra runs add their df too
     q = float(sps.t.ppf(1.0 - alpha, df)) * se
-    d = abs(_to_scale(kind, v.delta))
-    thr = abs(_to_scale(kind, v.threshold or 0.0))
+    d = abs(to_scale(kind, v.delta))
+    thr = abs(to_scale(kind, v.threshold or 0.0))
     return d + q < thr or (d > thr and d > q)
 
 
@@ -127,9 +127,9 @@ def detectable(kind: Kind, bad: float, var: float, df: float, alpha: float, powe
     probability ``power`` when tests are at one-sided level ``alpha``: the estimate must be significant
     and beyond the threshold, so the effect must exceed max(threshold, t_α·se) by t_power·se."""
     se = math.sqrt(var)
-    thr = abs(_to_scale(kind, bad))
+    thr = abs(to_scale(kind, bad))
     eff = max(thr, float(sps.t.ppf(1.0 - alpha, df)) * se) + float(sps.t.ppf(power, df)) * se
-    if kind in _LOG_KINDS and bad > 0 and eff > 700.0:  # exp would overflow: no rise is caught at all
+    if kind in LOG_KINDS and bad > 0 and eff > 700.0:  # exp would overflow: no rise is caught at all
         return math.inf
     sign = math.copysign(1.0, bad)
     return abs(float(_natural(kind, sign * eff)))

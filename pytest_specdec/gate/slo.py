@@ -13,7 +13,7 @@ import numpy as np
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.registry import Kind
-from pytest_specdec.gate.scale import _check_kind, _values
+from pytest_specdec.gate.scale import check_kind, checked_values
 
 _OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le,
                                                    ">": operator.gt, "<": operator.lt}
@@ -43,12 +43,12 @@ def check_slo(metric: str, values: Sequence[float], op: str, bound: float, *, ki
     The statistic follows the kind: geometric mean for rates (ratios average multiplicatively), mean for
     acceptance, median for latencies (robust to one bad run). No values is a failure, not an error.
     """
-    kind = _check_kind(metric, kind)
+    kind = check_kind(metric, kind)
     if op not in _OPS:
         raise ConfigError(f"metric {metric!r}: SLO operator must be one of {sorted(_OPS)}, got {op!r}")
     if not (isinstance(bound, (int, float)) and math.isfinite(bound)):
         raise ConfigError(f"metric {metric!r}: SLO bound must be a finite number, got {bound!r}")
-    x = _values(metric, values, kind, "values")
+    x = checked_values(metric, values, kind, "values")
     stat = {"rate": "geometric mean", "acceptance": "mean", "latency": "median"}[kind]
     if x.size == 0:
         return SloResult(metric, False, stat, None, op, float(bound), 0,

@@ -23,15 +23,16 @@ from scipy import stats as sps
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import (
-    _LOG_KINDS,
-    _center,
-    _check_kind,
+    LOG_KINDS,
+    THRESHOLD_FIELD,
     _natural,
-    _scale,
-    _sessions,
-    _unit,
-    _values,
+    center,
+    check_kind,
+    checked_sessions,
+    checked_values,
+    delta_unit,
     kind_of,
+    on_scale,
 )
 from pytest_specdec.gate.variance import HOMOGENEITY_P, NightVariance, Prior
 
@@ -74,7 +75,7 @@ class Thresholds:
         if mag is None:  # `per_position_acceptance` covers every `per_position_acceptance[i]`
             mag = self.per_metric.get(metric.split("[", 1)[0])
         if mag is None:
-            mag = {"rate": self.rate_pct, "acceptance": self.acceptance_points, "latency": self.latency_pct}[kind]
+            mag = getattr(self, THRESHOLD_FIELD[kind])
         return float(mag) if kind == "latency" else -float(mag)
 
 
@@ -200,7 +201,7 @@ def mirror(bad: float, unit: str) -> float:
     return -bad
 
 
-def _decide(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float, unit: str = "%") -> np.ndarray:
+def decide(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float, unit: str = "%") -> np.ndarray:
     """The decision rule (docs/gate.md), elementwise; all arguments in natural units."""
     delta, lo, hi, p, bad = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (delta, lo, hi, p, bad)))
     good = np.vectorize(lambda b: mirror(float(b), unit), otypes=[float])(bad) if bad.size else bad
@@ -237,7 +238,7 @@ def _explain(verdict: str, delta: float, lo: float, hi: float, p: float, bad: fl
 def _inconclusive(metric: str, kind: Kind, n_b: int, n_n: int, bad: float, method: str, note: str,
                   baseline: float | None = None, now: float | None = None) -> Verdict:
     return Verdict(metric, "inconclusive", baseline, now, None, None, None, None, n_b, n_n,
-                   _unit(kind), method, bad, note)
+                   delta_unit(kind), method, bad, note)
 
 
 # ---- public API ----------------------------------------------------------------------------------
@@ -255,21 +256,21 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
     :class:`NightVariance`) compares tonight's mean with the baseline's night means, whatever their number,
     and takes precedence over ``prior``.
     """
-    kind = _check_kind(metric, kind)
-    sessions = _sessions(metric, baseline, kind)
-    xn_raw = _values(metric, now, kind, "now")
+    kind = check_kind(metric, kind)
+    sessions = checked_sessions(metric, baseline, kind)
+    xn_raw = checked_values(metric, now, kind, "now")
     a = alpha_for_look(alpha, look, max_looks)
     bad = thresholds.bad_side(metric, kind)
-    unit = _unit(kind)
+    unit = delta_unit(kind)
     by_session = len(sessions) > 1
     unit_name = "session" if by_session else "run"
-    log = "-log" if kind in _LOG_KINDS else ""
-    xs = [_scale(kind, s) for s in sessions]
-    xn = _scale(kind, xn_raw)
+    log = "-log" if kind in LOG_KINDS else ""
+    xs = [on_scale(kind, s) for s in sessions]
+    xn = on_scale(kind, xn_raw)
     units_b = np.array([s.mean() for s in xs]) if by_session else (xs[0] if xs else np.array([]))
     n_b, n_n = len(units_b), len(xn)
-    base_c = _center(kind, units_b.mean()) if n_b else None
-    now_c = _center(kind, xn.mean()) if n_n else None
+    base_c = center(kind, units_b.mean()) if n_b else None
+    now_c = center(kind, xn.mean()) if n_n else None
     what = (f"unit: session mean (baseline {n_b} sessions of {sum(len(s) for s in xs)} runs)" if by_session
             else f"unit: run (baseline 1 session of {n_b} runs)")
 
@@ -318,7 +319,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         d, lo, hi, p, var_fixed, var_run, df = _nights_core(means, h_b, xn, s_w2, df_w, sig_n2, df_n, a)
         p_rep = float(min(1.0, p * max_looks))
         d_n, lo_n, hi_n = (float(_natural(kind, v)) for v in (d, lo, hi))
-        v = str(_decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
+        v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
         level = 100.0 * (1.0 - 2.0 * a)
         what = (f"unit: night mean (baseline {len(xs)} night(s) of {sum(len(s) for s in xs)} runs, "
                 f"{n_n} runs now); night-to-night sd {100 * math.sqrt(sig_n2):.3g} % ({whose}, "
@@ -353,7 +354,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         df_v = (vb + vn / n_n) ** 2 / den if den > 0 else float(n_b + n_n - 2)
     p_rep = float(min(1.0, float(p) * max_looks))
     d_n, lo_n, hi_n = (float(_natural(kind, v)) for v in (d, lo, hi))
-    v = str(_decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
+    v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
     level = 100.0 * (1.0 - 2.0 * a)
     note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
     if prior is not None:
@@ -368,14 +369,14 @@ def not_comparable(metric: str, fields: Mapping[str, tuple[Any, Any]]) -> Verdic
     """The verdict when the baseline was measured under different conditions (``field: (old, new)``)."""
     diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in fields.items())
     try:
-        unit = _unit(kind_of(metric))
+        unit = delta_unit(kind_of(metric))
     except ConfigError:
         unit = ""
     return Verdict(metric, "not-comparable", None, None, None, None, None, None, 0, 0, unit, "none", None,
                    f"baseline not comparable: {diff or 'comparability keys differ'}")
 
 
-def _check_alpha(alpha: float) -> None:
+def check_alpha(alpha: float) -> None:
     if not (isinstance(alpha, (int, float)) and 0.0 < alpha < 0.5):
         raise ConfigError(f"alpha must lie in (0, 0.5), got {alpha!r}")
 
@@ -387,7 +388,7 @@ def alpha_for_look(alpha: float, look: int, max_looks: int) -> float:
     looks or how correlated the looks are, and the chance of any false call over all looks stays
     <= alpha; it costs little power for 2-3 looks (Pocock's constant for 2 looks is ~0.6 alpha vs 0.5).
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     if not (isinstance(max_looks, int) and max_looks >= 1 and isinstance(look, int) and 1 <= look <= max_looks):
         raise ConfigError(f"look must satisfy 1 <= look <= max_looks, got look={look!r}, max_looks={max_looks!r}")
     return alpha / max_looks

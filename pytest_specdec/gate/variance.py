@@ -18,7 +18,7 @@ from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.registry import Kind
-from pytest_specdec.gate.scale import _check_kind, _scale, _sessions
+from pytest_specdec.gate.scale import check_kind, on_scale, checked_sessions
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ def variance_sources(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Ki
     """What one stored baseline contributes to the priors of :func:`estimate_prior`, on the comparison scale:
     ``run``: the pooled within-session variance of the runs and its df; ``session``: the variance of the
     session means and its df (only with 2+ sessions)."""
-    kind = _check_kind(metric, kind)
-    xs = [_scale(kind, s) for s in _sessions(metric, baseline, kind)]
+    kind = check_kind(metric, kind)
+    xs = [on_scale(kind, s) for s in checked_sessions(metric, baseline, kind)]
     out: dict[str, tuple[float, int]] = {}
     df = sum(len(x) - 1 for x in xs)
     if df > 0:
@@ -125,8 +125,8 @@ def night_components(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Ki
     """One file's (between-night estimate, its df, within ss, within df, mean 1/runs) on the comparison
     scale; the between estimate is ``var(night means) − s_W²·mean(1/n_j)`` (unbiased, may be negative).
     None without 2 nights of 2+ runs... the within part alone is kept when there is one night."""
-    kind = _check_kind(metric, kind)
-    xs = [_scale(kind, s) for s in _sessions(metric, baseline, kind)]
+    kind = check_kind(metric, kind)
+    xs = [on_scale(kind, s) for s in checked_sessions(metric, baseline, kind)]
     xs = [x for x in xs if x.size]
     if not xs:
         return None
@@ -146,7 +146,7 @@ def estimate_night_variance(metric: str, files: Sequence[Sequence[Sequence[Any]]
 
     None when no file has 2 nights and within-night df together (no night-to-night variance is known:
     the caller falls back to comparing runs and says so)."""
-    kind = _check_kind(metric, kind)
+    kind = check_kind(metric, kind)
     comps = [c for c in (night_components(metric, f, kind=kind) for f in files) if c is not None]
     dfb = sum(c[1] for c in comps)
     dfw = sum(c[3] for c in comps)
@@ -154,7 +154,7 @@ def estimate_night_variance(metric: str, files: Sequence[Sequence[Sequence[Any]]
         return None
     within = sum(c[2] for c in comps) / dfw
     groups = [np.array([x.mean() for x in xs]) for xs in
-              ([_scale(kind, s) for s in _sessions(metric, f, kind) if len(s)] for f in files) if len(xs) >= 2]
+              ([on_scale(kind, s) for s in checked_sessions(metric, f, kind) if len(s)] for f in files) if len(xs) >= 2]
     ms = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / dfb
     h_bar = float(np.mean([c[4] for c in comps if c[1] > 0]))
     between = max(0.0, ms - within * h_bar)

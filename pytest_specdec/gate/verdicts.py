@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.registry import ABSOLUTE, GATED, label, metric
+from pytest_specdec.gate.registry import ABSOLUTE, GATED, KINDS, label, metric
 from pytest_specdec.gate.registry import VERDICT_METRICS as METRICS
 
 if TYPE_CHECKING:
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 #: The gated family (speedup, acceptance, P95 E2E ratio per test) fails a test and alone shares its
 #: multiplicity correction; every other metric is judged and shown in its own family; the `specdec_verdicts`
 #: marker's ``gate=[...]`` or the ini `specdec_gate` moves one in (gate/registry.py defines each metric).
-KINDS = ("rate", "acceptance", "latency")
-_KIND_FIELD = {"rate": "rate_pct", "acceptance": "acceptance_points", "latency": "latency_pct"}
 
 
 def metric_order(name: str) -> tuple[int, int]:
@@ -115,9 +113,10 @@ def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
         # Within a layer a metric beats its kind whatever the order: `speedup=15 rate=40` keeps 15.
         for name, value in sorted(layer.items(), key=lambda item: item[0] not in KINDS):
             if name in KINDS:
-                kinds[_KIND_FIELD[name]] = value
+                from pytest_specdec.gate.scale import THRESHOLD_FIELD, kind_of
+
+                kinds[THRESHOLD_FIELD[name]] = value  # type: ignore[index]
                 # a kind set by a later layer beats an earlier per-metric value of that kind
-                from pytest_specdec.gate.scale import kind_of
 
                 for m in [m for m in per_metric if kind_of(m) == name]:
                     del per_metric[m]

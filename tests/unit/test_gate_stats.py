@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_specdec.gate.stats import Verdict, _decide, mirror
+from pytest_specdec.gate.stats import Verdict, decide, mirror
 from pytest_specdec.gate.sequential import can_settle
 from pytest_specdec.gate.variance import estimate_night_variance
 from pytest_specdec.gate.verdicts import build_thresholds
@@ -30,13 +30,13 @@ def test_mirror_is_the_same_distance_on_the_log_scale() -> None:
 ])
 def test_decision_uses_the_threshold_and_its_mirror(delta: float, lo: float, hi: float, p: float,
                                                     expected: str) -> None:
-    assert str(_decide(delta, lo, hi, p, -25.0, 0.05, "%")) == expected
+    assert str(decide(delta, lo, hi, p, -25.0, 0.05, "%")) == expected
 
 
 def test_latency_band_is_mirrored_below() -> None:
     # +40 % is the bad side of a latency; the good side ends at -28.6 %, so a CI down to -30 % is not inside.
-    assert str(_decide(-10.0, -30.0, 10.0, 0.3, 40.0, 0.05, "%")) == "inconclusive"
-    assert str(_decide(-10.0, -28.0, 10.0, 0.3, 40.0, 0.05, "%")) == "unchanged"
+    assert str(decide(-10.0, -30.0, 10.0, 0.3, 40.0, 0.05, "%")) == "inconclusive"
+    assert str(decide(-10.0, -28.0, 10.0, 0.3, 40.0, 0.05, "%")) == "unchanged"
 
 
 @pytest.mark.parametrize("layer", [{"speedup": 15.0, "rate": 40.0}, {"rate": 40.0, "speedup": 15.0}])
