@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from pytest_specdec.measure.lossless import compare  # noqa: E402
 

@@ -33,7 +33,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from pytest_specdec.gate.baselines import load
 from pytest_specdec.gate.stats import Thresholds, alpha_for_look, compare

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tomllib
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from pytest_specdec.gate import verdicts as V  # noqa: E402
 from pytest_specdec.gate.baselines import load  # noqa: E402

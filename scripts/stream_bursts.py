@@ -21,11 +21,9 @@ import argparse
 import dataclasses
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_specdec.measure.datasets import builtin  # noqa: E402
 from pytest_specdec.measure.types import Sampling  # noqa: E402
