@@ -79,10 +79,49 @@ class _Flight:
         self.now -= 1
 
 
+class _Halt:
+    """Stops a run at the first request the server leaves silent for the idle timeout: the requests in
+    flight are cancelled and the rest are not sent. A hung server then costs one idle timeout per run,
+    not one per request, and the run is still judged hung by that first request."""
+
+    __slots__ = ("reason", "inflight", "cancelled")
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.inflight: set[asyncio.Task[Any]] = set()
+        self.cancelled: set[asyncio.Task[Any]] = set()
+
+    def stop(self, reason: str) -> None:
+        """Cancel every other request in flight (once: later silent requests add nothing)."""
+        if self.reason is not None:
+            return
+        self.reason = reason
+        me = asyncio.current_task()
+        for task in self.inflight - {me}:
+            self.cancelled.add(task)
+            task.cancel()
+
+    def stopped(self, task: asyncio.Task[Any] | None) -> bool:
+        """Whether ``task``'s cancellation is this halt's, not the caller's (an interrupt, say)."""
+        if task not in self.cancelled:
+            return False
+        self.cancelled.discard(task)
+        uncancel = getattr(task, "uncancel", None)  # 3.11+: a caught cancellation is handed back
+        if uncancel is not None:
+            uncancel()
+        return True
+
+    def unsent(self, prompt: Prompt) -> RequestSample:
+        """The sample of a request not sent because the run stopped."""
+        return RequestSample(prompt_id=prompt.id, start=time.perf_counter(), category=prompt.category,
+                             error=f"{NOT_SENT}: {self.reason}")
+
+
 async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str],
                        prompt: Prompt, api: Api, timeout: aiohttp.ClientTimeout, flight: _Flight,
-                       queued_at: float | None = None) -> RequestSample:
-    """Send one streaming request and record it; every failure ends up in ``sample.error``."""
+                       queued_at: float | None = None, halt: _Halt | None = None) -> RequestSample:
+    """Send one streaming request and record it; every failure ends up in ``sample.error``. With ``halt``,
+    an idle timeout stops the whole run, and a request that run stops keeps what it received so far."""
     perf = time.perf_counter
     decode = _raw_decode
     chat = api == "chat"
@@ -93,6 +132,9 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str,
     pieces: list[str] = []
     seen = 0  # completion_tokens reported so far
     done = False
+    task = asyncio.current_task()
+    if halt is not None and task is not None:
+        halt.inflight.add(task)
     flight.enter()
     try:
         async with session.post(url, json=body, headers=headers, timeout=timeout) as resp:
@@ -153,11 +195,19 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str,
         idle = timeout.sock_read is not None and (perf() - st) < (timeout.total or float("inf")) - 0.5
         sample.error = (f"{IDLE_TIMEOUT_REASON}: nothing received for {timeout.sock_read:g} s" if idle
                         else f"timeout after {timeout.total} s")
+        if idle and halt is not None:
+            halt.stop(f"another request of the run got nothing for {timeout.sock_read:g} s")
     except aiohttp.ClientError as e:
         sample.error = f"{type(e).__name__}: {e}"
     except (ValueError, KeyError, TypeError) as e:  # malformed JSON or usage: the server broke the protocol
         sample.error = f"bad stream data: {type(e).__name__}: {e}"
+    except asyncio.CancelledError:
+        if halt is None or not halt.stopped(task):
+            raise
+        sample.error = f"{CANCELLED}: {halt.reason}"
     finally:
+        if halt is not None:
+            halt.inflight.discard(task)  # type: ignore[arg-type]
         flight.leave()
         sample.output_tokens = seen
         sample.text = "".join(pieces)
@@ -198,8 +248,10 @@ async def _closed_loop(run: RunFn, jobs: list[Job], concurrency: int) -> list[Re
     return [s for s in out if s is not None]
 
 
-async def _open_loop(run: RunFn, jobs: list[Job], concurrency: int, rate: float, seed: int) -> list[RequestSample]:
-    """Poisson arrivals at ``rate``/s (seeded), still capped at ``concurrency`` in flight."""
+async def _open_loop(run: RunFn, jobs: list[Job], concurrency: int, rate: float, seed: int,
+                     stopped: Callable[[], bool] = lambda: False) -> list[RequestSample]:
+    """Poisson arrivals at ``rate``/s (seeded), still capped at ``concurrency`` in flight; once ``stopped()``
+    the remaining arrivals are not waited for."""
     rng = random.Random(seed)
     sem = asyncio.Semaphore(concurrency)
     t0 = time.perf_counter()
@@ -212,7 +264,7 @@ async def _open_loop(run: RunFn, jobs: list[Job], concurrency: int, rate: float,
 
     for p, body in jobs:
         delay = t0 + arrival - time.perf_counter()
-        if delay > 0:
+        if delay > 0 and not stopped():
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(gated(p, body, time.perf_counter())))
         arrival += rng.expovariate(rate)
@@ -240,6 +292,9 @@ async def fetch_metrics_text(base_url: str, api_key: str | None = None,
 
 #: How a request that the server stopped answering is named in its error (the runner looks for it).
 IDLE_TIMEOUT_REASON = "idle stream"
+#: How the requests of a run that stopped at an idle timeout are named: in flight, and not yet sent.
+CANCELLED = "cancelled"
+NOT_SENT = "not sent"
 
 
 async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: Sampling, *, concurrency: int,
@@ -258,7 +313,10 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
     counter delta covers exactly the measured requests.
 
     ``idle_timeout_s`` bounds the wait for each next piece of a response (its first byte included): a
-    server that is alive but sends nothing fails the request in that time instead of ``timeout_s``.
+    server that is alive but sends nothing fails the request in that time instead of ``timeout_s``. The
+    first such request stops the run (and the warm-up on its own): the others in flight are cancelled and
+    the rest are not sent, each recorded with why, so a hung server costs one idle timeout, not one per
+    request; the /metrics read after it waits no longer than that either.
     """
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
@@ -285,13 +343,17 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
     flight = _Flight()
     connector = aiohttp.TCPConnector(limit=concurrency + 2, limit_per_host=0, ttl_dns_cache=None)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        wflight = _Flight()
+        wflight, whalt, halt = _Flight(), _Halt(), _Halt()
 
         async def wrun(p: Prompt, body: dict[str, Any], queued_at: float | None) -> RequestSample:
-            return await _one_request(session, url, body, headers, p, api, timeout, wflight, queued_at)
+            if whalt.reason is not None:
+                return whalt.unsent(p)
+            return await _one_request(session, url, body, headers, p, api, timeout, wflight, queued_at, whalt)
 
         async def run(p: Prompt, body: dict[str, Any], queued_at: float | None) -> RequestSample:
-            return await _one_request(session, url, body, headers, p, api, timeout, flight, queued_at)
+            if halt.reason is not None:
+                return halt.unsent(p)
+            return await _one_request(session, url, body, headers, p, api, timeout, flight, queued_at, halt)
 
         warmup_failed = 0
         if wjobs:
@@ -312,14 +374,16 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
         if rate is None:
             samples = await _closed_loop(run, jobs, concurrency)
         else:
-            samples = await _open_loop(run, jobs, concurrency, rate, seed)
+            samples = await _open_loop(run, jobs, concurrency, rate, seed, lambda: halt.reason is not None)
         t_end = time.perf_counter()
         stop.set()
         await ticker
 
         if collect_metrics and metrics_error is None:
             try:
-                metrics_after = await fetch_metrics_text(base, api_key, session)
+                # A server that just went silent gets no longer than the idle timeout to answer this either.
+                wait = idle_timeout_s if halt.reason is not None and idle_timeout_s else 30.0
+                metrics_after = await fetch_metrics_text(base, api_key, session, timeout_s=wait)
             except SpecDecError as e:
                 metrics_error = str(e)
 

@@ -187,11 +187,34 @@ def test_timeout_recorded(server: FakeServer) -> None:
 @pytest.mark.parametrize("server", [FakeConfig(ttft_s=3.0), FakeConfig(step_s=3.0)], indirect=True,
                          ids=["silent-from-the-start", "silent-mid-stream"])
 def test_a_server_that_sends_nothing_fails_in_the_idle_timeout_not_the_total(server: FakeServer) -> None:
+    """Both requests go silent together: the first to time out stops the run and cancels the other, which
+    keeps what it received (it may time out in the same instant, before the cancel reaches it)."""
     t0 = time.monotonic()
     res = run_load_sync(server.base_url, MODEL, chat_prompts(2), Sampling(temperature=0.0), concurrency=2,
                         timeout_s=60, idle_timeout_s=0.5, collect_metrics=False)
-    assert [s.error for s in res.samples] == ["idle stream: nothing received for 0.5 s"] * 2
+    idle = "idle stream: nothing received for 0.5 s"
+    cancelled = "cancelled: another request of the run got nothing for 0.5 s"
+    errors = [s.error for s in res.samples]
+    assert idle in errors and set(errors) <= {idle, cancelled}
+    # A stream silent after its first token keeps that token, cancelled or not: the server counted it.
+    assert [s.output_tokens for s in res.samples] == [0 if server.config.ttft_s > 1 else 1] * 2
     assert time.monotonic() - t0 < 2.5  # not the 3 s the server stays silent, let alone the 60 s total
+
+
+@pytest.mark.parametrize("rate", [None, 50.0], ids=["closed-loop", "open-loop"])
+@pytest.mark.parametrize("server", [FakeConfig(hang_after=3, step_s=0.001)], indirect=True)
+def test_a_run_stops_at_its_first_silent_request(server: FakeServer, rate: float | None) -> None:
+    """A hung server costs one idle timeout per run, not one per remaining request: the first request that
+    gets nothing stops the run, and the ones after it are not sent and say why."""
+    t0 = time.monotonic()
+    res = run_load_sync(server.base_url, MODEL, chat_prompts(12), Sampling(temperature=0.0), concurrency=1,
+                        timeout_s=60, idle_timeout_s=0.3, rate=rate, warmup=1)
+    elapsed = time.monotonic() - t0
+    errors = [s.error for s in res.samples]
+    assert errors[:2] == [None, None] and errors[2] == "idle stream: nothing received for 0.3 s"
+    assert errors[3:] == ["not sent: another request of the run got nothing for 0.3 s"] * 9
+    assert res.metrics_after is not None  # the counters are still read, within the idle timeout
+    assert elapsed < 1.5  # one idle timeout, not the 10 x 0.3 s of every remaining request
 
 
 @pytest.mark.parametrize(("payload", "error"), [
