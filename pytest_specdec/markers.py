@@ -89,6 +89,11 @@ class Case:
         out["speculative_config"] = self.speculative_config
         return out
 
+    def workload(self) -> dict[str, Any]:
+        """The workload fields a stored baseline must share with tonight to be comparable."""
+        return {"concurrency": self.concurrency, "max_tokens": self.max_tokens, "num_prompts": self.num_prompts,
+                "rate": self.request_rate, "api": self.api}
+
     def sampling(self) -> Sampling:
         """Every sampling parameter of the case's requests (all sent explicitly, all recorded)."""
         from pytest_specdec.measure.types import Sampling

@@ -295,7 +295,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                                      "--specdec-reports (or --specdec-json / --specdec-report) elsewhere")
         unwritten = True
     _junit_session_properties(session.config, specdec)
-    failed = specdec.late_regressions or specdec.machine_failed or specdec.baselines_failed or unwritten
+    end = specdec.end
+    failed = unwritten or (end is not None and bool(end.late_regressions or end.machine_failed or end.baselines_failed))
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -308,7 +309,7 @@ def _junit_session_properties(config: pytest.Config, specdec: SpecDecSession) ->
     if xml is not None:
         from pytest_specdec.output.junit import session_properties
 
-        for name, value in session_properties(specdec.machine, len(specdec.records)):
+        for name, value in session_properties(specdec.end.machine if specdec.end else None, len(specdec.records)):
             xml.add_global_property(name, value)
 
 
@@ -331,7 +332,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for start in starts:
             gpus = f"  GPU {start.gpus}" if start.gpus else ""
             terminalreporter.write_line(f"  {start.method:16s} {start.spec_key}  ready in {start.startup_s:.0f} s{gpus}")
-    for line in session.gate_summary:
+    for line in session.end.gate_summary if session.end else []:
         terminalreporter.write_line(line)
     for path in paths:
         terminalreporter.write_line(f"specdec results: {path}")

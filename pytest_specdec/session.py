@@ -21,8 +21,7 @@ from pytest_specdec.options import Settings
 from pytest_specdec.output.results import TestRecord
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.judge import BaselineWrites, Judge
-    from pytest_specdec.gate.verdicts import MachineFactor
+    from pytest_specdec.gate.judge import Judge, SessionEnd
     from pytest_specdec.measure.lossless import Collected
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.measure.types import Prompt
@@ -50,16 +49,11 @@ class SpecDecSession:
         self.workload = Workload(rootpath, progress)
         self.records: dict[str, TestRecord] = {}
         self._judge: Judge | None = None
-        self.machine: MachineFactor | None = None  # set at session end
-        self.machine_failed = False
-        self.baselines_failed = False  # --update-baselines could not write some files
+        self.end: SessionEnd | None = None  # the gate's last word (machine factor, late regressions, writes)
         #: metric tests the collected specdec tests can add to the family (for BH before all are known)
         self.family_size = 0
         self.gated_family_size = 0
-        self.late_regressions: list[str] = []
         self.summary_lines: list[str] = []
-        self.gate_summary: list[str] = []  # the terminal's last lines: per test, the gated verdicts
-        self.baseline_writes: BaselineWrites | None = None  # set at session end under --update-baselines
         #: How the profile was (or was not) checked against this machine's GPUs, for the dry run.
         self.hardware_note = ""
         #: Every collected specdec case (endpoint mode asks which spec configs the session wants).
@@ -178,9 +172,8 @@ class SpecDecSession:
             rate=case.request_rate)
         if verdicts is not None:
             check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look
-                nodeid, case.method, {"concurrency": case.concurrency, "max_tokens": case.max_tokens,
-                                      "num_prompts": case.num_prompts, "rate": case.request_rate, "api": case.api},
-                self.workload.dataset(case.dataset).identity(), ref_spec, spec_spec, sampling,
+                nodeid, case.method, case.workload(), self.workload.dataset(case.dataset).identity(), ref_spec,
+                spec_spec, sampling,
                 self.serving.engine_configs(arms),
                 endpoint=bool(self.settings.endpoint), check=verdicts.check, gate=self.gate(verdicts),
                 endpoint_versions=self.serving.endpoint_versions(arms))
@@ -247,12 +240,10 @@ class SpecDecSession:
         tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
         end = self.judge.machine_at_end([c for _, c, _, _ in tests if c is not None],
                                         fail_machine=self.settings.fail_machine)
-        self.machine, self.machine_failed = end.machine, end.machine_failed
         if end.warning:
             warnings.warn(SpecDecWarning(end.warning), stacklevel=1)
         self.judge.finish(end, tests, fail_inconclusive=self.settings.fail_inconclusive)
-        self.late_regressions, self.gate_summary = end.late_regressions, end.gate_summary
-        self.baseline_writes, self.baselines_failed = end.baselines, end.baselines_failed
+        self.end = end
         return end.lines
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
@@ -285,9 +276,9 @@ class SpecDecSession:
         from pytest_specdec.output.results import (outputs_path, session_results, write_outputs, write_report,
                                                    write_results)
 
-        if not self.records:
+        if not self.records or self.end is None:
             return []
-        s, judge = self.settings, self._judge
+        s, judge, end = self.settings, self._judge, self.end
         outputs = outputs_path(s.reports_dir, self.started) if s.save_outputs else None
         if outputs is not None:
             write_outputs(self.records.values(), outputs)
@@ -295,10 +286,10 @@ class SpecDecSession:
             started=self.started, profile=self.profile, gpu_names=self.gpu_names,
             servers=self._pool.servers if self._pool else {}, worker=self.worker, remote=self.remote,
             server_starts=len(self.server_starts()), datasets=self.workload.datasets, endpoints=self.serving.facts,
-            gpu_hourly_usd=s.gpu_hourly_usd, machine=self.machine, machine_failed=self.machine_failed,
+            gpu_hourly_usd=s.gpu_hourly_usd, machine=end.machine, machine_failed=end.machine_failed,
             fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
             night_variances=judge.night_variances if judge else {}, records=self.records.values(),
-            baseline_writes=self.baseline_writes, outputs_file=outputs.name if outputs else None)
+            baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None)
         paths, data = write_results(results, s.reports_dir, self.started, s.json_path)
         self.report_paths = write_report(data, s.reports_dir, self.started, s.report_path, s.benchmark_json)
         return paths
