@@ -311,7 +311,9 @@ def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thres
              look: int = 1, max_looks: int = 1, priors: Mapping[tuple[str, str], Prior] | None = None,
              nights: Mapping[str, NightVariance] | None = None, factors: Mapping[str, float] | None = None,
              tonight_log: float | None = None, gate: Iterable[str] = GATED) -> list[Verdict]:
-    """One verdict per metric present tonight (raw, before the session's multiplicity adjustment).
+    """One verdict per metric present tonight, and per gated metric the baseline has that tonight lacks
+    (`inconclusive`: a gated figure that goes missing is never a silent pass); raw, before the session's
+    multiplicity adjustment.
 
     With ``nights`` (pooled night variances) every metric is compared night mean against night means;
     absolute figures first have the machine factor divided out: each stored night's (``factors``) and
@@ -324,9 +326,11 @@ def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thres
     now_vals = metric_values(now)
     base_sessions = _sessions_of(baseline, factors)
     out = []
-    for name in sorted(now_vals, key=metric_order):
+    missing = {name for name, sessions in base_sessions.items()
+               if name not in now_vals and any(sessions) and family_of(name, gate) == "gated"}
+    for name in sorted([*now_vals, *missing], key=metric_order):
         sessions = base_sessions.get(name, [])
-        values = now_vals[name]
+        values = now_vals.get(name, [])
         note = ""
         if name in ABSOLUTE and tonight_log is not None:
             values = [v * _absolute_scale(name, tonight_log) for v in values]
