@@ -1,5 +1,5 @@
 """How often the temperature > 0 distribution check calls a sound sampler `shifted`, and how often it
-finds a shifted one, on simulated per-sample log-probs (the README's figures).
+finds a shifted one, on simulated per-sample log-probs.
 
     .venv/bin/python scripts/distribution_simulation.py [--seed 1] [--scale 1]
 

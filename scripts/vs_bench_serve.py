@@ -1,4 +1,4 @@
-"""Check the plugin's measurements against `vllm bench serve` (issue 3's "same definitions" evidence).
+"""Check the plugin's measurements against `vllm bench serve` (evidence that both use the same metric definitions).
 
     python scripts/vs_bench_serve.py ab        # real vLLM CPU server, zoo model
     python scripts/vs_bench_serve.py overhead  # client CPU per streamed token, fake server

@@ -367,7 +367,7 @@ def unit_of(v: Verdict) -> str:
 
 
 def to_json(v: Verdict) -> dict[str, Any]:
-    """The JSON results' entry of one verdict (issue 4's fields plus how it was decided)."""
+    """The JSON results' entry of one verdict: its figures, how it was decided and what it can catch."""
     return {
         "verdict": v.verdict, "baseline": v.baseline, "now": v.now, "delta": v.delta,
         "ci": None if v.ci_low is None else [v.ci_low, v.ci_high], "p": v.p,

@@ -1,64 +1,9 @@
 """Train the tiny CPU model zoo from scratch: ``python -m pytest_specdec.zoo.train [--out DIR] [--quick]``.
 
-Why a zoo of our own: the plugin must measure real speculative decoding on machines with no GPU
-and no model hub.  Four small models, trained here in 11-14 minutes on 2 CPU cores, give vLLM
-something real to accept and reject; a fifth, ``draft-slow``, is derived from the draft without
-training (stage 7).
-
-Corpus (offline, present on every Debian machine with a CPython install; nothing is downloaded):
-
-* every ``*.py`` file under ``sysconfig.get_paths()["stdlib"]``, walked in sorted order, skipping the
-  directories ``site-packages``, ``dist-packages``, ``test``, ``tests``, ``idlelib`` and
-  ``__pycache__`` ("code");
-* the reference text of Python itself: the string values of the ``topics`` dict in
-  ``<stdlib>/pydoc_data/topics.py``, read with ``ast.literal_eval`` ("topics", English prose);
-* Debian's licence texts: the regular files (not the symlinks) in ``/usr/share/common-licenses/``
-  ("licenses", legal prose).
-
-Every document is wrapped as ``<|bos|> text <|eos|>``.  Training windows are drawn from these
-streams and from chat samples (weights in ``MIX``): a chat sample takes a random paragraph of a
-random document (blank-line separated; 40% of the time only its first line, like a question) as
-the user turn and the next one or two whole paragraphs as the assistant turn, followed by
-``<|eos|>`` and rendered with the template the tokenizer ships, so the models answer chat prompts
-and end an answer with eos after a finished paragraph or code block.  ``EDIT_SHARE`` of the chat
-samples instead ask to return a code block (70%; 60% of those with a variable renamed, done with
-``re.sub``) or a paragraph of the reference text, and answer with the edited copy in a fence: real
-assistants copy much of the input when editing it, which prompt-lookup (ngram) drafting exploits.  The SHA-256 of the corpus
-text is in MANIFEST.json: it depends on the Python version whose stdlib was read (the shipped zoo
-used CPython 3.11.7).
-
-Stages (fixed seeds, ``torch.manual_seed``, ``torch.set_num_threads(2)``; float32 training, stored
-as float16 safetensors):
-
-1. ``tokenizer``: byte-level BPE (HF ``tokenizers``), vocab 2048, specials ``<|bos|>``
-   ``<|eos|>`` ``<|pad|>`` ``<|user|>`` ``<|assistant|>`` ``<|system|>``, chat template in
-   ``tokenizer_config.json``.
-2. ``target``: ``LlamaForCausalLM``, 4 layers x 256 hidden, 4 heads, MLP 512, ~3.7M params,
-   next-token cross-entropy.
-3. ``generate``: the target answers ``gen_count`` corpus-derived chat prompts (two thirds
-   greedy, one third sampled at temperature 0.8); as in EAGLE's recipe, the drafters below train
-   on these target-generated sequences for half of every batch and on the corpus mixture for
-   the other half.
-4. ``draft``: ``LlamaForCausalLM`` with 1 layer, initialised from the target's embedding, first
-   layer, final norm and lm_head, then distilled with KL to the (float16-rounded) target.
-5. ``eagle3``: an EAGLE-3 head in the layout of ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`` that
-   vLLM's ``llama_eagle3.py`` loads (``fc`` over the target's hidden states after layers 1, 2, 3,
-   one ``midlayer``, ``norm``, ``lm_head``; full vocab, so no ``d2t``/``t2d``; no ``embed_tokens``,
-   vLLM shares the target's).  Trained with KL to the target's next-token distribution and a
-   training-time-test unroll of ``TTT_STEPS`` steps: step j feeds the head's own output hidden
-   state of step j-1 back in, and attends to the step-0 keys of the prefix plus its own earlier
-   steps at the same position, as vLLM's drafting loop does.
-6. ``eagle3-degraded``: the *same* training run of the head, saved at step ``degraded_step`` of
-   ``head_steps`` (1/8 of the training; deterministic, no noise).  It is a genuinely under-trained
-   head with the identical layout, so its acceptance is lower for an honest reason: the injected
-   regression a benchmark must catch.
-7. ``draft-slow``: the draft's weights plus ``DRAFT_SLOW_EXTRA_LAYERS`` decoder layers appended
-   after its one layer, each a copy of layer 0 except that ``self_attn.o_proj`` and
-   ``mlp.down_proj`` are all zeros.  Such a layer still runs its attention and MLP but adds exactly
-   zero to the residual stream, so the logits are bit-identical to the draft's while every drafting
-   step costs more: a pure timing regression with unchanged acceptance
-   (``--specdec-draft draft_model=zoo:draft-slow``).  No training; ``--only draft-slow`` rebuilds it
-   from the shipped draft in a second and updates MANIFEST.json.
+The plugin must measure real speculative decoding on machines with no GPU and no model hub, so it
+trains its own: a target, a draft, an EAGLE-3 head, the head under-trained (an acceptance regression)
+and ``draft-slow`` (a pure speed regression), from an offline corpus with fixed seeds. The corpus, the
+seven stages and why each is built as it is: docs/cpu-default.md, "How the zoo is trained".
 
 ``--quick`` runs every stage for a handful of steps (about a minute) into a temporary directory
 unless ``--out`` is given: it tests the training code, not the models.

@@ -223,7 +223,7 @@ def test_each_test_shows_ci_n_p_thresholds_attribution_commands_and_logs(html: s
 
 
 def test_distribution_check_is_shown_with_its_control(recorded: dict[str, Any]) -> None:
-    """Temperature > 0 tests carry the distribution check (issue 6): verdict, both comparisons, alpha."""
+    """Temperature > 0 tests carry the distribution check: verdict, both comparisons, alpha."""
     from pytest_specdec.measure.lossless import compare
 
     data = copy.deepcopy(recorded)
