@@ -111,6 +111,11 @@ class _Halt:
             uncancel()
         return True
 
+    def wait(self, idle_timeout_s: float | None, usual_s: float = 30.0) -> float:
+        """How long to wait for /metrics after these requests: a server that just went silent gets no
+        longer than the idle timeout to answer it either."""
+        return idle_timeout_s if self.reason is not None and idle_timeout_s else usual_s
+
     def unsent(self, prompt: Prompt) -> RequestSample:
         """The sample of a request not sent because the run stopped."""
         return RequestSample(prompt_id=prompt.id, start=time.perf_counter(), category=prompt.category,
@@ -363,7 +368,7 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
         metrics_before = metrics_after = metrics_error = None
         if collect_metrics:
             try:
-                metrics_before = await fetch_metrics_text(base, api_key, session)
+                metrics_before = await fetch_metrics_text(base, api_key, session, timeout_s=whalt.wait(idle_timeout_s))
             except SpecDecError as e:
                 metrics_error = str(e)
 
@@ -381,9 +386,7 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
 
         if collect_metrics and metrics_error is None:
             try:
-                # A server that just went silent gets no longer than the idle timeout to answer this either.
-                wait = idle_timeout_s if halt.reason is not None and idle_timeout_s else 30.0
-                metrics_after = await fetch_metrics_text(base, api_key, session, timeout_s=wait)
+                metrics_after = await fetch_metrics_text(base, api_key, session, timeout_s=halt.wait(idle_timeout_s))
             except SpecDecError as e:
                 metrics_error = str(e)
 
