@@ -71,8 +71,12 @@ class Workload:
         if all(p.messages is None for p in prompts):
             return prompts
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
+            try:
+                from transformers import AutoTokenizer
+            except ImportError as exc:
+                raise ConfigError(f"api='completions' with chat prompts renders them with the target's chat "
+                                  f"template, which needs transformers ({exc}): install pytest-specdec[cpu] or "
+                                  "[gpu], or use api='chat'") from exc
             self._tokenizer = AutoTokenizer.from_pretrained(target)
         tok = self._tokenizer
         if not getattr(tok, "chat_template", None):
