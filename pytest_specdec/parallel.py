@@ -7,7 +7,24 @@ import pickle
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pytest_specdec.options import Settings
     from pytest_specdec.session import SpecDecSession, SpecDecWarning
+
+
+def check_xdist(dist: str, settings: Settings) -> None:
+    """Refuse what cannot be measured in parallel, saying how to run it instead."""
+    import pytest
+
+    if dist == "each":
+        raise pytest.UsageError("pytest-specdec with --dist each would measure every test once per worker; "
+                                "use -n N with the default --dist load (or loadscope/loadgroup)")
+    if settings.endpoint:
+        raise pytest.UsageError("--specdec-endpoint with pytest-xdist (-n): the workers would load the same "
+                                "servers at once and their /metrics counters cannot be split per worker; run "
+                                "without -n (or -n 0)")
+    if settings.dry_run:
+        raise pytest.UsageError("--specdec-dry-run starts nothing and prints from collection, which xdist "
+                                "workers do not show: run it without -n (or -n 0)")
 
 
 def worker_output(session: SpecDecSession) -> bytes:

@@ -17,7 +17,6 @@ import pytest
 if TYPE_CHECKING:
     from pytest_specdec.fixture import SpecDec
     from pytest_specdec.markers import Case
-    from pytest_specdec.options import Settings
     from pytest_specdec.session import SpecDecSession
 
 session_key = pytest.StashKey["SpecDecSession"]()
@@ -63,8 +62,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_specdec import redact
 
     redact.extend(settings.redact)
-    if _xdist_controller(config):
-        _check_xdist(config, settings)
+    if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):  # the xdist controller
+        from pytest_specdec.parallel import check_xdist
+
+        check_xdist(config.option.dist, settings)
     workerinput = getattr(config, "workerinput", None)
     worker = workerinput["workerid"] if workerinput else None
     progress = _worker_progress(settings.reports_dir / "logs" / worker / "progress.log") if worker else _progress(config)
@@ -97,25 +98,6 @@ def _worker_progress(path: Path) -> Callable[[str], None]:
             f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
 
     return write
-
-
-def _xdist_controller(config: pytest.Config) -> bool:
-    """True in the process that hands tests to pytest-xdist workers (-n N, --dist ...)."""
-    return getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
-
-
-def _check_xdist(config: pytest.Config, settings: Settings) -> None:
-    """Refuse what cannot be measured in parallel, saying how to run it instead."""
-    if config.option.dist == "each":
-        raise pytest.UsageError("pytest-specdec with --dist each would measure every test once per worker; "
-                                "use -n N with the default --dist load (or loadscope/loadgroup)")
-    if settings.endpoint:
-        raise pytest.UsageError("--specdec-endpoint with pytest-xdist (-n): the workers would load the same "
-                                "servers at once and their /metrics counters cannot be split per worker; run "
-                                "without -n (or -n 0)")
-    if settings.dry_run:
-        raise pytest.UsageError("--specdec-dry-run starts nothing and prints from collection, which xdist "
-                                "workers do not show: run it without -n (or -n 0)")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
