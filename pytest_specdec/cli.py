@@ -1,7 +1,8 @@
 """`pytest-specdec`: the plugin's results read outside pytest (wiring only; the work is in output/ and gate/).
 
-    pytest-specdec compare OLD.json NEW.json   the plugin's verdicts of NEW against OLD's runs; exit 1 on a
-                                               gated regression, 0 otherwise
+    pytest-specdec compare OLD.json NEW.json   the plugin's verdicts of NEW against OLD's runs; exit 1 where
+                                               the plugin fails a test (a gated regression of a test that
+                                               did not opt out, a dead spec arm in NEW), 0 otherwise
     pytest-specdec history DIR|FILE...         per test and gated metric, the nights' series and change points
     pytest-specdec report FILE.json            the HTML report again, from a results file
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.output.schema import Results
 
-#: Exit statuses: no gated regression, a gated regression (compare), bad input.
+#: Exit statuses: nothing failed, a test failed as the plugin fails it (compare), bad input.
 OK, REGRESSED, BAD_INPUT = 0, 1, 2
 
 
@@ -88,17 +89,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     result = compare(old, new, thresholds=th, alpha=args.alpha, fdr=args.fdr, old_name=old_name,
                      new_name=new_name, datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}))
     if args.json:
-        print(json.dumps(to_json(result), indent=1, default=str))
+        print(json.dumps(to_json(result, strict=args.strict), indent=1, default=str))
     else:
         print(f"specdec compare: {old_name} ({old.started}) → {new_name} ({new.started}); OLD's runs are the "
               f"baseline; thresholds of profile {profile}")
         print()
         print("\n".join(table_lines(result, shown=args.all)))
         print("\n".join(summary_lines(result, old_name, new_name)))
-    regressed = bool(result.regressed)
-    if args.strict and any(r.status == "not-comparable" for r in result.rows):
-        regressed = True
-    return REGRESSED if regressed else OK
+    return REGRESSED if result.failed(args.strict) else OK
 
 
 def _history_files(sources: Sequence[Path]) -> list[Path]:
@@ -168,13 +166,16 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="pytest-specdec",
         description="Read pytest-specdec results files outside pytest: compare two, trend many, re-render one.",
-        epilog="Exit status: 0 fine, 1 a gated regression (compare), 2 bad input. docs/cli.md has more.")
+        epilog="Exit status: 0 fine, 1 a gated regression or a dead spec arm (compare), 2 bad input. "
+               "docs/cli.md has more.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     c = sub.add_parser("compare", help="the plugin's verdicts of NEW against OLD's runs",
                        description="Judge each test of NEW against OLD's runs as the plugin judges a night against "
                                    "a baseline of one session (the same verdict functions, the machine factor, "
-                                   "BH or Holm over the gated family). Exit 1 when a gated metric regressed.")
+                                   "BH or Holm over the gated family). Exit 1 when a gated metric of a test "
+                                   "that did not opt out (check=False) regressed, or a test of NEW has no valid "
+                                   "spec run.")
     c.add_argument("old", type=Path, metavar="OLD.json", help="the earlier results file: its runs are the baseline")
     c.add_argument("new", type=Path, metavar="NEW.json", help="the later results file: judged against OLD")
     c.add_argument("--profile", metavar="NAME|PATH",

@@ -6,6 +6,10 @@ test compared, `gate.check.adjusted`). Nothing here re-implements a statistic.
 What the results record per test is what a baseline stores per session (both arms' runs, the speedup per
 pair); `session_entry` converts one into the other and names the file, test, run and field a bad file lacks.
 A test in one file only, or without valid runs on one side, is listed as such, never dropped.
+
+What fails the comparison is what fails the test in the plugin: a gated regression of a test that did not opt
+out (`check=False` is shown, never failed), and NEW without a valid run on its spec arm (the plugin fails such
+a test whatever its `check`, since the spec arm is never judged on the reference arm's figures).
 """
 
 from __future__ import annotations
@@ -101,6 +105,13 @@ class Row:
     verdicts: list[Verdict] = field(default_factory=list)
     fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs
     reason: str = ""
+    checked: bool = True  # False: NEW's test opted out (check=False): its verdicts are shown, never failed
+    dead: bool = False  # NEW has no valid run where the plugin fails the test for it (a dead spec arm)
+
+    def failed(self, strict: bool = False) -> bool:
+        """Whether this test fails the comparison, as the plugin would fail it: a dead arm in NEW always; a
+        gated regression, or under ``strict`` a test not comparable, unless the test opted out."""
+        return self.dead or (self.checked and (self.regressed or (strict and self.status == "not-comparable")))
 
     @property
     def gated(self) -> list[Verdict]:
@@ -114,7 +125,8 @@ class Row:
     def word(self) -> str:
         """The test's worst gated verdict, as the report's status reads it (regressed before inconclusive)."""
         seen = {v.verdict for v in self.gated}
-        return next((w for w in ("regressed", "inconclusive", "improved", "unchanged") if w in seen), "no verdicts")
+        word = next((w for w in ("regressed", "inconclusive", "improved", "unchanged") if w in seen), "no verdicts")
+        return word + (" (check=False: shown, not failed)" if word == "regressed" and not self.checked else "")
 
 
 @dataclass
@@ -128,7 +140,20 @@ class Comparison:
 
     @property
     def regressed(self) -> list[Row]:
+        """Every test with a regressed gated metric, those that opted out included."""
         return [r for r in self.rows if r.regressed]
+
+    def failed(self, strict: bool = False) -> list[Row]:
+        """The tests that make the comparison fail (exit 1), as `Row.failed` says."""
+        return [r for r in self.rows if r.failed(strict)]
+
+
+def arms_without_valid_run(entry: Mapping[str, Any], test: TestEntry) -> list[str]:
+    """The arms of a test with no valid run in ``entry`` (its `session_entry`). A test serves a spec arm
+    when it recorded one (`servers`), or, in a file without servers, when its method is not the reference."""
+    spec = "spec" in test.servers if test.servers else test.params.get("method") != "none"
+    return [arm for arm in ("reference", "spec")[:2 if spec else 1]
+            if not any(r["valid"] for r in entry["runs"][arm])]
 
 
 def compare(old: Results, new: Results, *, thresholds: Thresholds, alpha: float = 0.05, fdr: str = "bh",
@@ -155,11 +180,18 @@ def compare(old: Results, new: Results, *, thresholds: Thresholds, alpha: float 
         i, then = old_tests[nodeid]
         base = session_entry(then, old.started, f"{old_name}: tests[{i}]")
         entry = session_entry(now, new.started, f"{new_name}: tests[{j}]")
-        empty = [name for name, e, t in ((old_name, base, then), (new_name, entry, now))
-                 if not any(r["valid"] for r in e["runs"]["reference"])]
+        checked = now.baseline.checked if now.baseline else True
+        empty = [(name, arms) for name, e, t in ((old_name, base, then), (new_name, entry, now))
+                 if (arms := arms_without_valid_run(e, t))]
         if empty:
             outcomes = "; ".join(f"{n}: {t.outcome}" for n, t in ((old_name, then), (new_name, now)))
-            rows.append(Row(nodeid, "no runs", reason=f"no valid run in {' and '.join(empty)} ({outcomes})"))
+            where = " and ".join(f"on the {' and '.join(arms)} arm{'s' if len(arms) > 1 else ''} in {name}"
+                                 for name, arms in empty)
+            dead_new = dict(empty).get(new_name, [])
+            why = ("the plugin fails a test without a valid spec run" if "spec" in dead_new
+                   else f"the plugin failed it in {new_name}" if dead_new and now.outcome == "failed" else "")
+            rows.append(Row(nodeid, "no runs", reason=f"no valid run {where} ({outcomes})"
+                            + (f"; it fails, as {why}" if why else ""), checked=checked, dead=bool(why)))
             continue
         gate = tuple(dict.fromkeys((*GATED, *(now.baseline.gate if now.baseline else ()))))
         c = BaselineCheck(path=Path(old_name), status="compared", check=True, comparability={}, under_test={},
@@ -169,7 +201,7 @@ def compare(old: Results, new: Results, *, thresholds: Thresholds, alpha: float 
         if c.fields:
             c.status = "not-comparable"
             c.raw = not_comparable_verdicts(entry, c.fields, gate)
-        rows.append(Row(nodeid, c.status, fields=c.fields))
+        rows.append(Row(nodeid, c.status, fields=c.fields, checked=checked))
         checks.append((nodeid, c))
     rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
 
@@ -196,14 +228,15 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
 
     level = f"{100 * (1 - 2 * cmp.alpha):.4g}% CI"
     order = {"compared": 1, "not-comparable": 2, "no runs": 3}
-    rows = sorted(cmp.rows, key=lambda r: (0 if r.regressed else order.get(r.status, 4)))
+    rows = sorted(cmp.rows, key=lambda r: (0 if r.failed() else 1 if r.regressed else order.get(r.status, 4)))
     out: list[str] = []
     for r in rows:
         if r.status == "compared":
             out.append(f"{r.nodeid}: {r.word}")
             out += ["  " + line for line in table(r.verdicts if shown else r.gated, level).splitlines()]
         elif r.status == "not-comparable":
-            out.append(f"{r.nodeid}: not-comparable (measured under other conditions):")
+            opted = "" if r.checked else " (check=False: shown, not failed)"
+            out.append(f"{r.nodeid}: not-comparable{opted} (measured under other conditions):")
             out += [f"  {k}: {a!r} → {b!r}" for k, (a, b) in r.fields.items()]
         else:
             out.append(f"{r.nodeid}: {r.status}" + (f": {r.reason}" if r.reason else ""))
@@ -229,21 +262,32 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     tests = ", ".join(f"{n} {k}" for k, n in status.items())
     lines.append(f"specdec compare: {len(cmp.rows)} test(s): {tests}; gated verdicts {verdicts} "
                  f"({FDR_NAMES[cmp.fdr]} over the gated family, alpha {cmp.alpha:g})")
-    bad = cmp.regressed
+    bad = [r for r in cmp.regressed if r.checked]
     lines.append(f"specdec compare: {len(bad)} test(s) regressed from {old_name} to {new_name}"
                  + (": " + ", ".join(r.nodeid for r in bad) if bad else ""))
+    opted = [r.nodeid for r in cmp.regressed if not r.checked]
+    if opted:
+        lines.append(f"specdec compare: {len(opted)} test(s) regressed but opted out (check=False), shown and not "
+                     f"failed: {', '.join(opted)}")
+    dead = [r.nodeid for r in cmp.rows if r.dead]
+    if dead:
+        lines.append(f"specdec compare: {len(dead)} test(s) without a valid run in {new_name}, failed as the "
+                     f"plugin fails them: {', '.join(dead)}")
     return lines
 
 
-def to_json(cmp: Comparison) -> dict[str, Any]:
-    """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format."""
+def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
+    """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format;
+    `regressed` lists every test with a regressed gated metric, `failed` those that make the exit status 1."""
     from pytest_specdec.gate.verdicts import to_json as verdict_json
 
     return {
         "alpha": cmp.alpha, "fdr": cmp.fdr,
         "machine_factor": cmp.machine.to_dict() if cmp.machine else None,
         "regressed": [r.nodeid for r in cmp.regressed],
-        "tests": [{"nodeid": r.nodeid, "status": r.status, "regressed": r.regressed, "reason": r.reason,
+        "failed": [r.nodeid for r in cmp.failed(strict)],
+        "tests": [{"nodeid": r.nodeid, "status": r.status, "regressed": r.regressed, "checked": r.checked,
+                   "failed": r.failed(strict), "reason": r.reason,
                    "not_comparable_fields": {k: [a, b] for k, (a, b) in r.fields.items()},
                    "verdicts": {v.metric: verdict_json(v) for v in r.verdicts}} for r in cmp.rows],
     }

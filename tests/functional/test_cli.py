@@ -232,17 +232,97 @@ def test_bad_files_and_options_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_file_compared_with_itself_changes_nothing(tmp_path: Path) -> None:
-    """The recorded session against itself: no gated verdict regressed or improved, the test without
-    runs listed with both outcomes, and the machine factor exactly 1."""
+    """The recorded session against itself: no gated verdict regressed or improved, the machine factor
+    exactly 1, and the test whose servers did not start listed with both outcomes: it fails the comparison,
+    as it failed the session."""
     path = _schema2(tmp_path, "night.json")
     r = cli("compare", path, path, "--profile", "h100", "--json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
     assert out["machine_factor"]["factor"] == pytest.approx(1.0)
     verdicts = [v["verdict"] for t in out["tests"] for v in t["verdicts"].values() if v["family"] == "gated"]
     assert verdicts and not {"regressed", "improved"} & set(verdicts)
     [empty] = [t for t in out["tests"] if t["status"] == "no runs"]
     assert empty["nodeid"].endswith("test_eagle3[eagle3-k3-t0.0-c1]") and "OLD: failed; NEW: failed" in empty["reason"]
+    assert out["regressed"] == [] and out["failed"] == [empty["nodeid"]]
+
+
+DEAD = "test_nightly.py::test_eagle3[eagle3-k3-t0.0-c1]"  # the recorded session's test whose servers did not start
+SLOWED = "test_nightly.py::test_concurrency[draft_model-k3-t0.0-c1]"
+
+
+def _without_dead(d: dict) -> None:
+    d["tests"] = [t for t in d["tests"] if t["nodeid"] != DEAD]
+
+
+def _slowed(d: dict, checked: bool) -> None:
+    """The recorded session without its dead test, SLOWED's spec arm at 0.3 of its speed, opted out or not."""
+    _without_dead(d)
+    [test] = [t for t in d["tests"] if t["nodeid"] == SLOWED]
+    for run in test["runs"]:
+        run["output_tok_s"] *= 0.3
+    test["speedup_per_pair"] = [s * 0.3 for s in test["speedup_per_pair"]]
+    test["baseline"]["checked"] = checked
+
+
+def test_an_opted_out_regression_is_shown_and_does_not_fail(tmp_path: Path) -> None:
+    """A test with `check=False` is judged and shown but never failed in the plugin; compare likewise."""
+    old = _schema2(tmp_path, "old.json", _without_dead)
+    checked = _schema2(tmp_path, "checked.json", lambda d: _slowed(d, True))
+    r = cli("compare", old, checked, "--profile", "h100")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"1 test(s) regressed from {old} to {checked}: {SLOWED}" in r.stdout
+
+    opted = _schema2(tmp_path, "opted.json", lambda d: _slowed(d, False))
+    r = cli("compare", old, opted, "--profile", "h100")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"{SLOWED}: regressed (check=False: shown, not failed)" in r.stdout
+    speedup = next(line for line in r.stdout.splitlines() if line.split()[:2] == ["speedup", "gated"])
+    assert speedup.split()[-1] == "regressed", r.stdout
+    assert f"0 test(s) regressed from {old} to {opted}" in r.stdout
+    assert f"1 test(s) regressed but opted out (check=False), shown and not failed: {SLOWED}" in r.stdout
+    r = cli("compare", old, opted, "--profile", "h100", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["regressed"] == [SLOWED] and out["failed"] == []
+    [test] = [t for t in out["tests"] if t["nodeid"] == SLOWED]
+    assert test["checked"] is False and test["regressed"] is True and test["failed"] is False
+
+
+def _dead_spec(nodeid: str, checked: bool = True) -> Callable[[dict], None]:
+    """The recorded session without its dead test, ``nodeid``'s spec arm dead as the plugin records it:
+    every spec run invalid, no speedup, the test failed at its set-up."""
+    def edit(d: dict) -> None:
+        _without_dead(d)
+        [test] = [t for t in d["tests"] if t["nodeid"] == nodeid]
+        for run in test["runs"]:
+            run["valid"], run["invalid_reasons"] = False, ["the server exited (code 1)"]
+        test["speedup_per_pair"] = [None] * len(test["speedup_per_pair"])
+        test["outcome"], test["when"], test["baseline"]["checked"] = "failed", "setup", checked
+    return edit
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["checked", "opted-out"])
+def test_a_dead_spec_arm_in_new_is_listed_and_fails(tmp_path: Path, checked: bool) -> None:
+    """The plugin fails a test without a valid spec run whatever its `check` (the spec arm is never judged on
+    the reference arm's figures); compare lists it with both outcomes, gives it no verdict and exits 1. The
+    same dead arm in OLD only is listed and fails nothing: NEW has nothing to answer for."""
+    victim = "test_nightly.py::test_concurrency[draft_model-k3-t0.0-c2]"
+    old = _schema2(tmp_path, "old.json", _without_dead)
+    dead = _schema2(tmp_path, "dead.json", _dead_spec(victim, checked))
+    r = cli("compare", old, dead, "--profile", "h100")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (f"{victim}: no runs: no valid run on the spec arm in {dead} ({old}: passed; {dead}: failed); it fails, "
+            "as the plugin fails a test without a valid spec run") in r.stdout, r.stdout
+    assert f"{victim}: no verdicts" not in r.stdout
+    assert f"1 test(s) without a valid run in {dead}, failed as the plugin fails them: {victim}" in r.stdout
+    assert "(reference tok/s, factor 1.000, 90% CI +0.0 % to +0.0 %, 17 test(s))" in r.stdout  # not compared
+    out = json.loads(cli("compare", old, dead, "--profile", "h100", "--json").stdout)
+    assert out["failed"] == [victim] and out["regressed"] == []
+
+    r = cli("compare", dead, old, "--profile", "h100")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"{victim}: no runs: no valid run on the spec arm in {dead} ({dead}: failed; {old}: passed)" in r.stdout
 
 
 def test_compare_and_history_on_the_stored_cpu_nights(tmp_path: Path) -> None:
