@@ -23,6 +23,7 @@ from pytest_specdec.errors import SpecDecError
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.stats import Thresholds
+    from pytest_specdec.output.history import Night
     from pytest_specdec.output.schema import Results
 
 #: Exit statuses: nothing failed, a test failed as the plugin fails it (compare), bad input.
@@ -33,10 +34,13 @@ class InputError(SpecDecError):
     """Input the command cannot use; the message names the file or option and what to fix."""
 
 
-def read_results(path: Path) -> tuple[dict[str, Any], Results]:
-    """A results file parsed and read as typed data (older schemas converted); errors name the file."""
-    from pytest_specdec.output.schema import ResultsError, load
+#: The name the plugin gives its --specdec-save-outputs side file (`specdec-<time>.outputs.json`), which has a
+#: `schema` of its own beside the results file it belongs to.
+OUTPUTS_SUFFIX = ".outputs.json"
 
+
+def read_json(path: Path) -> Any:
+    """A file parsed as JSON; errors name the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -45,9 +49,33 @@ def read_results(path: Path) -> tuple[dict[str, Any], Results]:
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot be read as a results file ({exc})") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+
+
+def not_results(path: Path, data: Any) -> str:
+    """Why a JSON file is none of a session's results files ("" when it may be one): the side file of
+    --specdec-save-outputs by its name, anything else by the top-level `schema` every results file has
+    (a --specdec-benchmark-json file has none). A file that passes may still be broken: `load` says where."""
+    if path.name.endswith(OUTPUTS_SUFFIX):
+        return (f"a --specdec-save-outputs side file (its name ends {OUTPUTS_SUFFIX}); the session's results "
+                f"are the {path.name[:-len(OUTPUTS_SUFFIX)]}.json beside it")
+    if not isinstance(data, dict) or "schema" not in data:
+        return "no top-level `schema` (e.g. a --specdec-benchmark-json file or another tool's JSON)"
+    return ""
+
+
+def read_results(path: Path, data: Any = None) -> tuple[dict[str, Any], Results]:
+    """A results file parsed and read as typed data (older schemas converted); errors name the file.
+    ``data``: the file already parsed."""
+    from pytest_specdec.output.schema import ResultsError, load
+
+    if data is None:
+        data = read_json(path)
+    why = not_results(path, data)
+    if why:
+        raise InputError(f"{path}: not a pytest-specdec results file: {why}")
     try:
         return data, load(data, str(path))
     except ResultsError as exc:
@@ -99,25 +127,44 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return REGRESSED if result.failed(args.strict) else OK
 
 
-def _history_files(sources: Sequence[Path]) -> list[Path]:
-    files: list[Path] = []
+def history_nights(sources: Sequence[Path]) -> tuple[list[Night], list[tuple[Path, str]]]:
+    """The results files of ``sources`` read, and the files of its directories skipped with why. A session's
+    reports/ holds other JSON beside its results (the saved outputs, a pytest-benchmark file), so a
+    directory's *.json that is no results file (`not_results`) is skipped; a file named on the command
+    line is meant as one, and is an error otherwise, as a broken results file in a directory is."""
+    from pytest_specdec.output.history import Night
+
+    nights: list[Night] = []
+    skipped: list[tuple[Path, str]] = []
     for src in sources:
         if src.is_dir():
             found = sorted(src.glob("*.json"))
-            if not found:
-                raise InputError(f"{src}: a directory without results files (*.json)")
-            files += found
+            before = len(nights)
+            for path in found:
+                data = None if path.name.endswith(OUTPUTS_SUFFIX) else read_json(path)
+                why = not_results(path, data)
+                if why:
+                    skipped.append((path, why))
+                else:
+                    nights.append(Night(path, read_results(path, data)[1]))
+            if len(nights) == before:
+                raise InputError(f"{src}: a directory without results files (*.json"
+                                 + (f"; {len(found)} other JSON file(s) skipped" if found else "") + ")")
         elif src.exists():
-            files.append(src)
+            nights.append(Night(src, read_results(src)[1]))
         else:
             raise InputError(f"{src}: no such file or directory")
-    return files
+    return nights, skipped
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from pytest_specdec.output.history import Night, order, render_html, rule, series, table_lines, to_json
+    from pytest_specdec.output.history import order, render_html, rule, series, table_lines, to_json
 
-    nights_read = [Night(path, read_results(path)[1]) for path in _history_files(args.sources)]
+    nights_read, skipped = history_nights(args.sources)
+    for path, why in skipped:
+        print(f"specdec history: {path} skipped: {why}", file=sys.stderr)
+    if skipped:
+        print(f"specdec history: {len(skipped)} JSON file(s) skipped, not results files", file=sys.stderr)
     nights, dupes = order(nights_read)
     rows = series(nights, alpha=args.alpha, per_series=args.per_series)
     how = rule(args.alpha, args.per_series, rows)
@@ -125,7 +172,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         args.html.parent.mkdir(parents=True, exist_ok=True)
         args.html.write_text(render_html(nights, rows, dupes, how), encoding="utf-8")
     if args.json:
-        print(json.dumps(to_json(nights, rows, dupes), indent=1))
+        print(json.dumps(to_json(nights, rows, dupes, skipped), indent=1))
     else:
         print("\n".join(table_lines(nights, rows)))
         for dupe, kept in dupes:
@@ -196,7 +243,8 @@ def parser() -> argparse.ArgumentParser:
                                    "(ruptures), each confirmed by a t-test against its neighbours, Benjamini-Hochberg "
                                    "over every series.")
     h.add_argument("sources", type=Path, nargs="+", metavar="DIR|FILE",
-                   help="results files, or directories whose *.json files are results files")
+                   help="results files, or directories of them: a directory's other JSON (no top-level "
+                        "`schema`, or a *.outputs.json side file) is skipped and counted")
     h.add_argument("--alpha", type=_alpha, default=0.05,
                    help="false-discovery rate of the change points over all series (Benjamini-Hochberg; default 0.05)")
     h.add_argument("--per-series", action="store_true",

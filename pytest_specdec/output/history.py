@@ -176,10 +176,11 @@ def _noise(s: Series) -> str:
     return f"{float(_natural(kind, sd)):.3g} %" if kind != "acceptance" else f"{100 * sd:.3g} pt"
 
 
-def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequence[tuple[Night, Night]] = ()
-            ) -> dict[str, Any]:
-    """The history as data (`--json`): the nights, the duplicates left out, and per test and metric the
-    levels (null for a gap, with why), the noise sd on the comparison scale and the change points."""
+def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequence[tuple[Night, Night]] = (),
+            skipped: Sequence[tuple[Path, str]] = ()) -> dict[str, Any]:
+    """The history as data (`--json`): the nights, the duplicates left out, the files of a directory skipped
+    as no results files (with why), and per test and metric the levels (null for a gap, with why), the noise
+    sd on the comparison scale and the change points."""
     tests: dict[str, dict[str, Any]] = {}
     for s in rows:
         tr = s.trend
@@ -197,6 +198,7 @@ def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequenc
     return {
         "nights": [{"night": k + 1, "started": n.started, "file": str(n.path)} for k, n in enumerate(nights)],
         "duplicates": [{"file": str(d.path), "same_session_as": str(k.path)} for d, k in duplicates],
+        "skipped": [{"file": str(path), "why": why} for path, why in skipped],
         "tests": tests,
     }
 

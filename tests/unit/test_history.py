@@ -158,6 +158,41 @@ def test_cli_history_bad_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
     assert f"{tmp_path / 'night-2.json'}: not a pytest-specdec results file" in err and "tests[0] has no `outcome`" in err
 
 
+def test_cli_history_of_a_reports_folder_skips_its_other_json(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A session's reports/ holds its --specdec-save-outputs side file and may hold a --specdec-benchmark-json
+    file: a folder's history skips and counts them, while either named on the command line is an error."""
+    from pytest_specdec.output.benchmark import benchmark_json
+
+    paths = nights(tmp_path)
+    outputs = tmp_path / "specdec-20261115T030000Z.outputs.json"  # what the plugin writes: a schema of its own
+    outputs.write_text(json.dumps({"schema": 1, "tests": [{"nodeid": STEPPED, "runs": [
+        {"arm": "spec", "index": 0, "valid": True, "outputs": {"p0": "text"}, "output_tokens": {"p0": 1}}]}]}))
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(benchmark_json(json.loads(paths[0].read_text()), machine_info={},
+                                               commit_info={})))
+    assert main(["history", str(tmp_path), "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert len(doc["nights"]) == 6
+    assert [s["file"] for s in doc["skipped"]] == [str(bench), str(outputs)]
+    assert f"specdec history: {outputs} skipped: a --specdec-save-outputs side file" in captured.err
+    assert f"specdec history: {bench} skipped: no top-level `schema`" in captured.err
+    assert "specdec history: 2 JSON file(s) skipped, not results files" in captured.err
+
+    for named in (outputs, bench):
+        assert main(["history", str(paths[0]), str(named)]) == 2
+        assert f"{named}: not a pytest-specdec results file: " in capsys.readouterr().err
+    assert main(["compare", str(paths[0]), str(outputs)]) == 2
+    assert "the session's results are the specdec-20261115T030000Z.json beside it" in capsys.readouterr().err
+
+    only = tmp_path / "only"
+    only.mkdir()
+    bench.rename(only / bench.name)
+    assert main(["history", str(only)]) == 2
+    assert f"{only}: a directory without results files (*.json; 1 other JSON file(s) skipped)" in capsys.readouterr().err
+
+
 def test_render_html_of_no_change(tmp_path: Path) -> None:
     ordered, _ = order(read(nights(tmp_path, drop=1.0)))
     page = render_html(ordered, series(ordered))
