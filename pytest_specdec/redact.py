@@ -2,10 +2,11 @@
 report, the dry run and the baselines (which get committed), start errors and the log tails attached to
 failures.
 
-A secret is the value of a known flag (`--hf-token`, `--api-key`), of an environment variable whose
-name says token, key, secret, password or credential, or of a name the user adds (ini `specdec_redact`);
-and anything shaped like a Hugging Face, OpenAI or GitHub token. Values are replaced, names are kept,
-so a reader still sees that a token was given.
+A secret is the value of a known flag (`--hf-token`, `--api-key`, in either spelling vLLM accepts:
+`--hf_token` too), of an environment variable whose name says token, key, secret, password, pass, auth
+or credential, or of a name the user adds (ini `specdec_redact`); and anything shaped like a Hugging
+Face, OpenAI or GitHub token. Values are replaced, names are kept, so a reader still sees that a token
+was given. A count of tokens (`VLLM_MAX_TOKENS`, `TOKENIZERS_PARALLELISM`) is no secret and stays.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from collections.abc import Iterable, Mapping, Sequence
 MASK = "<redacted>"
 #: `vllm serve` flags whose value is a secret.
 SECRET_FLAGS = frozenset({"--api-key", "--hf-token"})
-#: Environment names that hold secrets (matched anywhere in the upper-cased name).
-_SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL")
+#: Environment names that hold secrets (searched in the upper-cased name): these words anywhere, but a
+#: token count or a tokenizer setting is not a token; and a name ending in a bare KEY, PASS or AUTH.
+_SECRET_ENV = re.compile(r"TOKEN(?!S|IZER)|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL"
+                         r"|(?:^|_)(?:KEY|PASS|AUTH)$")
 #: Values that are tokens whatever carries them.
 _TOKEN_SHAPES = re.compile(r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,})")
 
@@ -26,11 +29,17 @@ _extra: set[str] = set()
 
 def extend(names: Iterable[str]) -> None:
     """Add flag names (`--my-secret`) or environment names (`MY_SECRET`) to redact, for this process."""
-    _extra.update(n for n in names if n)
+    _extra.update(_flag_name(n) for n in names if n)
+
+
+def _flag_name(arg: str) -> str:
+    """A flag as vLLM's parser reads it: `--hf_token` is `--hf-token`."""
+    return "--" + arg[2:].replace("_", "-") if arg.startswith("--") else arg
 
 
 def _secret_flag(arg: str) -> bool:
-    return arg in SECRET_FLAGS or arg in _extra
+    name = _flag_name(arg)
+    return name in SECRET_FLAGS or name in _extra
 
 
 def _secret_env(name: str) -> bool:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec import redact
+
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import RunRecord, ValidityRules
 
@@ -207,7 +209,7 @@ def measure(
             "startup_s": round(res.startup_s, 1),
             "runs": res.runs,
             "workarounds": res.workarounds,
-            "command": res.command,
+            "command": redact.args(res.command),  # the summary is written and shared
         }
         if reference_texts and res.texts_t0 and name != "none":
             entry["output_match_t0"] = output_match(reference_texts, res.texts_t0)

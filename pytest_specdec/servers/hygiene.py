@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from typing import Callable
 from dataclasses import dataclass
 
+from pytest_specdec import redact
+
 #: Environment variable that marks a server this plugin started: "<owner pid>:<owner start ticks>", so
 #: a later session can tell its own strays (owner gone) from servers a live session still uses.
 OWNER_ENV = "PYTEST_SPECDEC_OWNER"
@@ -60,7 +62,7 @@ def find_strays(logs: str, proc: str = "/proc") -> list[Stray]:
             with open(f"{proc}/{pid}/environ", "rb") as f:
                 env = f.read().split(b"\0")
             with open(f"{proc}/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                argv = f.read().decode(errors="replace").rstrip("\0").split("\0")
             leader = os.getpgid(pid) == pid
         except OSError:  # gone, or not ours
             continue
@@ -70,7 +72,7 @@ def find_strays(logs: str, proc: str = "/proc") -> list[Stray]:
             continue
         owner = int(tag.split(":", 1)[0])
         if owner_tag(owner) != tag:  # the owner exited (or its pid now names another process)
-            out.append(Stray(pid, tag, cmd))
+            out.append(Stray(pid, tag, " ".join(redact.args(argv))))  # the line is printed: no secrets
     return out
 
 

@@ -73,13 +73,15 @@ def test_a_server_dies_with_a_sigkilled_parent(tmp_path: Path) -> None:
 def test_strays_of_a_gone_session_are_found_and_removed_but_not_a_live_ones(tmp_path: Path) -> None:
     logs = tmp_path / "reports" / "logs"
 
-    def server(tag: str, where: Path = logs / "gw0") -> subprocess.Popen[bytes]:
-        return subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: tag, LOGS_ENV: str(where)},
+    def server(tag: str, where: Path = logs / "gw0", *args: str) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-c", "import time; time.sleep(300)", *args] if args else ["sleep", "300"]
+        return subprocess.Popen(command, env={**os.environ, OWNER_ENV: tag, LOGS_ENV: str(where)},
                                 start_new_session=True)
 
     dead_owner = subprocess.Popen(["true"])
     dead_owner.wait()
-    stray = server(f"{dead_owner.pid}:1")  # the owner's pid with a start time no live process has
+    # The owner's pid with a start time no live process has; a secret in its command line.
+    stray = server(f"{dead_owner.pid}:1", logs / "gw0", "--hf_token", "s3cret")
     ours = server(owner_tag(os.getpid()))
     elsewhere = server(f"{dead_owner.pid}:1", tmp_path / "other-project" / "logs")  # another project's
     try:
@@ -88,8 +90,8 @@ def test_strays_of_a_gone_session_are_found_and_removed_but_not_a_live_ones(tmp_
         assert stray.pid in found and ours.pid not in found and elsewhere.pid not in found
         elsewhere.kill()
         assert found[stray.pid].line().startswith(f"pid {stray.pid} (started by pytest pid {dead_owner.pid}, now gone)")
-        assert "sleep 300" in found[stray.pid].line()
-        remove_strays([found[stray.pid]], grace_s=5)
+        assert found[stray.pid].line().endswith("time.sleep(300) --hf_token <redacted>")  # the line is printed
+        remove_strays([found[stray.pid]], grace_s=1)  # a zombie (our child, not yet reaped) still counts
         assert stray.wait(timeout=10) == -signal.SIGTERM
         assert ours.poll() is None
     finally:
