@@ -67,7 +67,7 @@ class SpecDec:
         table with the statistic used and the per-run values, so the message alone says what happened.
         """
         __tracebackhide__ = True
-        from pytest_specdec.gate.baselines import metric_values, session_entry
+        from pytest_specdec.gate.nights import Night
         from pytest_specdec.gate.registry import BY_NAME
         from pytest_specdec.gate.slo import check_slo
 
@@ -80,7 +80,7 @@ class SpecDec:
         if not wanted:
             raise ConfigError("specdec.assert_slo() needs at least one bound, e.g. speedup=1.5, acceptance=0.6, "
                               "p95_tpot_ms=20")
-        values = metric_values(session_entry(self.result, "", {}))
+        values = Night.from_result(self.result).metric_values()
         results = [(label, check_slo(metric, values.get(metric, []), op, float(bound)))  # type: ignore[arg-type]
                    for label, metric, op, bound in wanted]
         failed = [r for _, r in results if not r.passed]
@@ -114,9 +114,10 @@ class SpecDec:
         if m["p"] is None:
             pytest.fail(f"specdec lossless check: {m['why']}", pytrace=False)
         if m["p"] < alpha:
+            from pytest_specdec.measure.lossless import evidence_line
+
             first = m["differing"][:3]
-            shown = "".join(f"\n  {d['prompt_id']} (run {d['run']}, from character {d['first_difference']}): "
-                            f"spec {d['spec'][:80]!r} vs reference {d['reference'][:80]!r}" for d in first)
+            shown = "".join(f"\n  {evidence_line(d)}" for d in first)
             more = m["differing_prompts"] - len(first)
             pytest.fail(
                 f"specdec lossless check failed for {self.nodeid}: spec output equals the reference's on "

@@ -343,6 +343,15 @@ def first_difference(a: str, b: str) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
+def evidence_line(d: Mapping[str, Any], chars: int = 80) -> str:
+    """One differing prompt of the results' evidence as a failure message shows it: both outputs cut again,
+    shorter, around where they differ (the stored cuts start at the same character, so they differ at the
+    same offset), and the run counted from 1 as the report counts it."""
+    at = first_difference(d["spec"], d["reference"])
+    return (f"{d['prompt_id']} (run {d['run'] + 1}, from character {d['first_difference']}): "
+            f"spec {excerpt(d['spec'], at, chars)!r} vs reference {excerpt(d['reference'], at, chars)!r}")
+
+
 def excerpt(text: str, at: int, chars: int = EVIDENCE_CHARS) -> str:
     """At most ``chars`` characters of ``text`` showing position ``at``: from the start when it fits, else
     from a little before it; ``…`` marks what was cut."""

@@ -47,7 +47,7 @@ def test_a_failed_lossless_check_records_the_differing_outputs(
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*specdec lossless check failed for *: spec output equals the reference's on 0.0% of 12 *"
                             "6 prompt(s) differed:",
-                            "  * (run 0, from character 64): spec ' tok* tok' vs reference ' tok* tok'",
+                            "  * (run 1, from character 64): spec '…ok tok* tok' vs reference '…ok tok* tok'",
                             "  ... 3 more in the results JSON and the report"])
 
     reports = pytester.path / "reports"

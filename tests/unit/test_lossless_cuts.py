@@ -4,7 +4,7 @@ number of prompts."""
 
 from __future__ import annotations
 
-from pytest_specdec.measure.lossless import differing_outputs, excerpt, first_difference
+from pytest_specdec.measure.lossless import differing_outputs, evidence_line, excerpt, first_difference
 from pytest_specdec.measure.metrics import RunMetrics
 from pytest_specdec.measure.runner import CaseResult, RunRecord
 
@@ -38,3 +38,16 @@ def test_each_differing_prompt_once_cut_and_capped() -> None:
     assert first["p01"]["run"] == 0 and first["p02"]["run"] == 0 and first["p00"]["run"] == 1
     assert first["p01"]["first_difference"] == 0 and first["p01"]["spec_chars"] == len(long) + 4
     assert len(first["p01"]["spec"]) <= 61 and first["p01"]["reference"] == "same answer"
+
+
+def test_a_failure_line_shows_where_the_outputs_differ_however_late() -> None:
+    """The message cuts the stored excerpts again: around the difference, never just their first characters
+    (which would print the same prefix twice when the outputs part after character 80)."""
+    spec, ref = "same words " * 30 + "SPEC tail", "same words " * 30 + "REFERENCE tail"
+    at = first_difference(spec, ref)
+    d = {"prompt_id": "p7", "run": 0, "first_difference": at, "spec": excerpt(spec, at), "reference": excerpt(ref, at)}
+    line = evidence_line(d)
+    assert line.startswith(f"p7 (run 1, from character {at}): spec '…")
+    assert "SPEC tail" in line and "REFERENCE tail" in line
+    early = {"prompt_id": "p1", "run": 2, "first_difference": 3, "spec": "abcX", "reference": "abcY"}
+    assert evidence_line(early) == "p1 (run 3, from character 3): spec 'abcX' vs reference 'abcY'"
