@@ -180,7 +180,8 @@ def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequenc
             skipped: Sequence[tuple[Path, str]] = ()) -> dict[str, Any]:
     """The history as data (`--json`): the nights, the duplicates left out, the files of a directory skipped
     as no results files (with why), and per test and metric the levels (null for a gap, with why), the noise
-    sd on the comparison scale and the change points."""
+    sd on the comparison scale and the change points, each with its p (the confirming t-test, Bonferroni over
+    the split's positions; the adjustment over all series is in which change points are kept)."""
     tests: dict[str, dict[str, Any]] = {}
     for s in rows:
         tr = s.trend
@@ -192,7 +193,7 @@ def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequenc
             "penalty": tr.penalty if tr else None,
             "note": tr.note if tr else "no night has a value",
             "change_points": [{"night": night + 1, "started": nights[night].started, "before": c.before,
-                               "after": c.after, "change": c.change, "unit": c.unit}
+                               "after": c.after, "change": c.change, "unit": c.unit, "p": c.p}
                               for c, night in zip(tr.change_points if tr else (), s.change_nights)],
         }
     return {

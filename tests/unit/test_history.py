@@ -140,6 +140,10 @@ def test_cli_history_table_json_and_html(tmp_path: Path, capsys: pytest.CaptureF
     assert [n["night"] for n in doc["nights"]] == [1, 2, 3, 4, 5, 6]
     [cp] = doc["tests"][STEPPED]["speedup"]["change_points"]
     assert cp["night"] == 4 and cp["unit"] == "%" and cp["change"] < -30
+    # its p is the confirming t-test's, the figure the kept change points were adjusted on
+    ordered, _ = order(read(sorted(tmp_path.glob("night-*.json"))))
+    stepped = next(s for s in series(ordered) if s.nodeid == STEPPED and s.metric == "speedup")
+    assert cp["p"] == stepped.trend.change_points[0].p and 0 < cp["p"] < 0.05
     assert all(not m["change_points"] for t, ms in doc["tests"].items() for m in ms.values() if t != STEPPED)
 
     page = html.read_text()
