@@ -9,6 +9,7 @@ ignored and the session would measure something other than what the file says.
 from __future__ import annotations
 
 import copy
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,14 +83,34 @@ def _check_keys(raw: dict[str, Any], path: Path) -> None:
         check(entry, SCHEMA["methods.*"], f"[methods.{name}]")
 
 
-def _positive_list(raw: Any, what: str, path: Path, *, kind: type, low: float, high: float | None = None) -> None:
+def _positive_list(raw: Any, what: str, path: Path, *, kind: type, low: float, high: float | None = None,
+                   above: bool = False, lists: bool = True) -> None:
+    """Each value (one, or a list when ``lists``) is a number of ``kind`` from ``low`` (excluded when
+    ``above``) to ``high``."""
     values = raw if isinstance(raw, list) else [raw]
     for v in values:
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (kind is float or isinstance(v, int))
-        if not ok or v < low or (high is not None and v > high):
-            bound = f">= {low}" + (f" and <= {high}" if high is not None else "")
+        if not ok or not math.isfinite(v) or v < low or (above and v == low) or (high is not None and v > high):
+            bound = f"{'>' if above else '>='} {low}" + (f" and <= {high}" if high is not None else "")
             raise ConfigError(f"profile {path}: {what} must be {'a whole number' if kind is int else 'a number'} "
-                              f"{bound} (or a list of them), got {v!r}")
+                              f"{bound}{' (or a list of them)' if lists else ''}, got {v!r}")
+
+
+def _one_number(value: Any, what: str, path: Path, *, kind: type, low: float, high: float | None = None,
+                above: bool = False) -> None:
+    """As `_positive_list`, for a key that takes one value, never a list."""
+    if isinstance(value, list):
+        raise ConfigError(f"profile {path}: {what} must be one {'whole number' if kind is int else 'number'}, "
+                          f"got {value!r}")
+    _positive_list(value, what, path, kind=kind, low=low, high=high, above=above, lists=False)
+
+
+#: The bounds of each `[validity]` limit (low, high, low excluded), a number >= 0 for any other: shares
+#: are fractions of a run, the loop lag is in ms, and an idle timeout of 0 would call every server hung.
+_VALIDITY_BOUNDS: dict[str, tuple[float, float | None, bool]] = {
+    "max_failed_share": (0, 1, False), "max_token_mismatch_share": (0, 1, False),
+    "max_coalesced_share": (0, 1, False), "max_loop_lag_mean_ms": (0, None, False), "idle_timeout_s": (0, None, True),
+}
 
 
 def _check_values(raw: dict[str, Any], path: Path) -> None:
@@ -100,14 +121,13 @@ def _check_values(raw: dict[str, Any], path: Path) -> None:
             _positive_list(matrix[key], f"[matrix] {key}", path, kind=kind, low=low, high=high)
     for key in ("runs", "num_prompts", "max_tokens"):
         if key in matrix:
-            _positive_list(matrix[key], f"[matrix] {key}", path, kind=int, low=1)
-            if isinstance(matrix[key], list):
-                raise ConfigError(f"profile {path}: [matrix] {key} must be one whole number, got {matrix[key]!r}")
+            _one_number(matrix[key], f"[matrix] {key}", path, kind=int, low=1)
     timings = raw.get("timings", {})
     for key, value in timings.items():
-        _positive_list(value, f"[timings] {key}", path, kind=float, low=0 if key == "run_overhead_s" else 1e-9)
-        if isinstance(value, list):
-            raise ConfigError(f"profile {path}: [timings] {key} must be one number, got {value!r}")
+        _one_number(value, f"[timings] {key}", path, kind=float, low=0, above=key != "run_overhead_s")
+    for key, value in raw.get("validity", {}).items():
+        low, high, above = _VALIDITY_BOUNDS.get(key, (0, None, False))
+        _one_number(value, f"[validity] {key}", path, kind=float, low=low, high=high, above=above)
     price = raw.get("price_per_hour_usd")
     if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float)) or price <= 0):
         raise ConfigError(f"profile {path}: price_per_hour_usd must be a number > 0 (USD per GPU hour), got {price!r}")

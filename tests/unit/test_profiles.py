@@ -79,6 +79,17 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
         ('[placement]\nclient_cpus = "0"\n', "[placement] client_cpus must be a whole number >= 0"),
         ('[placement]\nclient_cpus = 1\n', "[placement] client_cpus is for device = 'cpu' profiles"),
         ('name = "again"\n', "Cannot overwrite a value"),  # TOML's own error, with the file named
+        ('[validity]\nidle_timeout_s = 0\n', "[validity] idle_timeout_s must be a number > 0, got 0"),
+        ('[validity]\nidle_timeout_s = -5\n', "[validity] idle_timeout_s must be a number > 0"),
+        ('[validity]\nidle_timeout_s = "60"\n', "[validity] idle_timeout_s must be a number > 0, got '60'"),
+        ('[validity]\nidle_timeout_s = nan\n', "[validity] idle_timeout_s must be a number > 0, got nan"),
+        ('[validity]\nmax_loop_lag_mean_ms = inf\n', "[validity] max_loop_lag_mean_ms must be a number >= 0, got inf"),
+        ('[validity]\nidle_timeout_s = [60]\n', "[validity] idle_timeout_s must be one number, got [60]"),
+        ('[validity]\nmax_failed_share = 1.5\n', "[validity] max_failed_share must be a number >= 0 and <= 1"),
+        ('[validity]\nmax_coalesced_share = -0.1\n', "[validity] max_coalesced_share must be a number >= 0 and <= 1"),
+        ('[validity]\nmax_token_mismatch_share = true\n', "[validity] max_token_mismatch_share must be a number"),
+        ('[validity]\nmax_loop_lag_mean_ms = "fast"\n', "[validity] max_loop_lag_mean_ms must be a number >= 0"),
+        ('[timings]\nstream_tok_s = 0\n', "[timings] stream_tok_s must be a number > 0"),
     ],
 )
 def test_bad_profile_files_name_the_key_and_the_file(tmp_path: Path, extra: str, message: str) -> None:
@@ -97,6 +108,9 @@ def test_a_good_user_profile_loads(tmp_path: Path) -> None:
                     "stream_tok_s = 100\nmax_tok_s = 2000\n")
     p = load_profile(str(path))
     assert p.nvidia_smi_names == ("NVIDIA H100 NVL",) and not p.builtin
+    path.write_text(BASE + "[validity]\nidle_timeout_s = 5\nmax_failed_share = 0.25\nmax_loop_lag_mean_ms = 0\n")
+    rules = load_profile(str(path)).validity_rules()
+    assert (rules.idle_timeout_s, rules.max_failed_share, rules.max_loop_lag_mean_ms) == (5.0, 0.25, 0.0)
 
 
 # --- vLLM's own parser and SpeculativeConfig (not run on a GPU here) --------------------------------
