@@ -60,9 +60,9 @@ def under_test(profile: Profile, engines: dict[str, dict[str, Any]], spec_spec: 
                ) -> dict[str, Any]:
     """What the gate judges: versions, the draft/head identity, the plugin, each arm's resolved engine
     config (``engines``: arm -> the config its server reported). For external endpoints the versions are
-    the endpoint's own, never this client's: ``endpoint_versions`` (arm -> {"vllm", "torch"} as its
-    /server_info or /version told them, None: not told), else what their engine configs say, else marked
-    unknown."""
+    the endpoint's own, never this client's: ``endpoint_versions`` (arm -> {"vllm", "torch", "cuda",
+    "driver"} as its /server_info or /version told them, None: not told), else what their engine configs
+    say, else marked unknown. A CPU profile records no CUDA or driver, as for its own servers."""
     from pytest_specdec.gate.baselines import model_identity, portable
     from pytest_specdec.servers.hardware import driver_version
     from pytest_specdec.vllm.cli import vllm_distribution
@@ -80,9 +80,9 @@ def under_test(profile: Profile, engines: dict[str, dict[str, Any]], spec_spec: 
             return ", ".join(sorted({str(v[name]) for v in told if v.get(name)})) or UNKNOWN
 
         return {"vllm": served("vllm"), "vllm_distribution": UNKNOWN, "torch": served("torch"),
-                "cuda": None if profile.device == "cpu" else UNKNOWN, "driver": None if profile.device == "cpu"
-                else UNKNOWN, "plugin": __version__, "draft": draft, "engine_config": engine_config,
-                "endpoint": "external"}
+                "cuda": None if profile.device == "cpu" else served("cuda"),
+                "driver": None if profile.device == "cpu" else served("driver"),
+                "plugin": __version__, "draft": draft, "engine_config": engine_config, "endpoint": "external"}
     dist = vllm_distribution()
     return {
         "vllm": _version(dist), "vllm_distribution": dist, "torch": _version("torch"),

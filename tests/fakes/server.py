@@ -285,6 +285,10 @@ def _prompt_logprobs(lm: ToyLM, ids: list[int], k: Any) -> list[dict[str, dict[s
 VLLM_VERSION = "0.32.0-fake"  # what the fakes say they are (a real 0.32.0 answers "0.32.0")
 #: The torch its /server_info reports: none that is installed, so a client's own torch never passes for it.
 TORCH_VERSION = "2.99.0+fake"
+#: The CUDA runtime and NVIDIA driver its /server_info reports, none a client has either; the driver only
+#: for device "cuda" (vLLM's collect_env finds a CUDA runtime library on a CPU machine too, but no driver).
+CUDA_RUNTIME_VERSION = "12.99.0-fake"
+NVIDIA_DRIVER_VERSION = "999.99.99-fake"
 
 
 def resolve_speculative_config(spec: dict[str, Any] | None, target: str) -> dict[str, Any] | None:
@@ -351,7 +355,9 @@ def vllm_server_info(model: str, speculative_config: dict[str, Any] | None, *, d
         },
         "vllm_env": {"VLLM_SERVER_DEV_MODE": True, "VLLM_TARGET_DEVICE": device},
         "system_env": {"torch_version": TORCH_VERSION, "is_cuda_available": "False", "vllm_version": VLLM_VERSION,
-                       "vllm_build_flags": "CUDA Archs: Not Set; ROCm: Disabled; XPU: Disabled"},
+                       "vllm_build_flags": "CUDA Archs: Not Set; ROCm: Disabled; XPU: Disabled",
+                       "cuda_runtime_version": CUDA_RUNTIME_VERSION,
+                       "nvidia_driver_version": NVIDIA_DRIVER_VERSION if device == "cuda" else None},
     }
 
 

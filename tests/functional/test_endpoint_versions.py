@@ -1,9 +1,11 @@
 """Endpoint mode records the endpoints' own vLLM as under test, never this client's: from `/server_info`
 where served (tests/functional/test_faults.py), else from `/version` (`{"version": ...}`, which vLLM serves
 without dev mode), else "unknown". So a remote vLLM upgrade shows in the baseline diff. The results'
-environment says the same, with the client's own vLLM beside it as `client_vllm_version`.
+environment says the same, with the client's own vLLM beside it as `client_vllm_version`. On a GPU profile
+the CUDA runtime and NVIDIA driver are the endpoints' too, from `/server_info`'s system_env.
 
-The stand-in serves no `/version`; these tests add one to its app before it starts.
+The stand-in serves no `/version`; these tests add one to its app before it starts, and a `/server_info`
+that a test can take away between sessions.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from fakes import FakeConfig, FakeServer
+from fakes import FakeConfig, FakeServer, vllm_server_info
+from fakes.server import CUDA_RUNTIME_VERSION, NVIDIA_DRIVER_VERSION
 
 from pytest_specdec.gate.conditions import UNKNOWN
 from pytest_specdec.vllm.cli import vllm_distribution
@@ -96,6 +99,53 @@ def test_the_endpoints_version_is_under_test_and_an_upgrade_shows(
     assert data["tests"][0]["baseline"]["under_test"]["vllm"] == UNKNOWN
     assert data["environment"]["vllm_version"] == UNKNOWN
     assert data["endpoints"][spec.base_url]["version_source"] is None
+
+
+@pytest.fixture
+def server_with_info() -> Iterator[Callable[..., tuple[FakeServer, dict[str, object]]]]:
+    """Start a stand-in that serves `/server_info` from a dict the test can empty between sessions (`{}`:
+    404, as vLLM without VLLM_SERVER_DEV_MODE); it starts as vLLM 0.32 would answer on ``device``."""
+    started: list[FakeServer] = []
+
+    def start(device: str, speculative_config: dict | None, **fields: object) -> tuple[FakeServer, dict[str, object]]:
+        server = FakeServer(FakeConfig(**fields))  # type: ignore[arg-type]
+        info: dict[str, object] = vllm_server_info(server.config.model, speculative_config, device=device)
+
+        async def show(request: web.Request) -> web.Response:
+            if not info:
+                raise web.HTTPNotFound()
+            return web.json_response(info)
+
+        server.app.router.add_get("/server_info", show)
+        server.start()
+        started.append(server)
+        return server, info
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_a_gpu_profiles_cuda_and_driver_are_the_endpoints(
+        pytester: pytest.Pytester, make_profile: Callable[..., Path], make_suite: Callable[..., str],
+        server_with_info: Callable[..., tuple[FakeServer, dict[str, object]]]) -> None:
+    """The CUDA runtime and NVIDIA driver under test are what the endpoints' /server_info names (the
+    stand-in's, which no client has); unknown where it names none (vLLM on a CPU finds no driver) or is not
+    served; never this client's."""
+    profile = make_profile("fakegpu", device="cuda", methods=("ngram",), runs=2)
+    pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8, verdicts="check=False"))
+    spec, spec_info = server_with_info("cuda", {"method": "ngram", "num_speculative_tokens": 3}, k=3,
+                                       acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=8)
+    ref, ref_info = server_with_info("cuda", None, k=0, step_s=0.002, output_tokens=8)
+    under_test = session(pytester, profile, spec, ref)["tests"][0]["baseline"]["under_test"]
+    assert (under_test["cuda"], under_test["driver"]) == (CUDA_RUNTIME_VERSION, NVIDIA_DRIVER_VERSION)
+
+    # The spec endpoint as vLLM on a CPU answers (a CUDA runtime found, no driver), the reference without
+    # /server_info: the CUDA runtime one endpoint named; the driver none did.
+    spec_info.update(vllm_server_info(spec.config.model, {"method": "ngram", "num_speculative_tokens": 3}))
+    ref_info.clear()
+    under_test = session(pytester, profile, spec, ref)["tests"][0]["baseline"]["under_test"]
+    assert (under_test["cuda"], under_test["driver"]) == (CUDA_RUNTIME_VERSION, UNKNOWN)
 
 
 def test_a_version_answer_that_is_not_vllms_counts_as_unknown() -> None:
