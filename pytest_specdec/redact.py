@@ -29,16 +29,16 @@ _extra: set[str] = set()
 
 def extend(names: Iterable[str]) -> None:
     """Add flag names (`--my-secret`) or environment names (`MY_SECRET`) to redact, for this process."""
-    _extra.update(_flag_name(n) for n in names if n)
+    _extra.update(flag_name(n) for n in names if n)
 
 
-def _flag_name(arg: str) -> str:
+def flag_name(arg: str) -> str:
     """A flag as vLLM's parser reads it: `--hf_token` is `--hf-token`."""
     return "--" + arg[2:].replace("_", "-") if arg.startswith("--") else arg
 
 
 def _secret_flag(arg: str) -> bool:
-    name = _flag_name(arg)
+    name = flag_name(arg)
     return name in SECRET_FLAGS or name in _extra
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.redact import flag_name
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import ValidityRules
@@ -26,6 +27,11 @@ PROFILE_DIR = Path(__file__).parent
 VLLM_METHODS = (
     "ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator",
 )
+
+
+#: `vllm serve` flags the plugin sets itself: a profile's own would win (argparse keeps the last), so its
+#: servers would listen where the plugin does not look, and dev mode would follow the wrong address.
+PLUGIN_FLAGS = frozenset({"--host", "--port"})
 
 
 #: The keys a profile may have, per table. `methods.NAME` tables take `speculative_config` only.
@@ -148,6 +154,15 @@ def _check_values(raw: dict[str, Any], path: Path) -> None:
     if nice is not None and (isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19):
         raise ConfigError(f"profile {path}: [placement] server_nice must be a whole number from 0 (the client's "
                           f"priority) to 19 (the lowest), got {nice!r}")
+    args = raw.get("server", {}).get("args", [])
+    if not isinstance(args, list):
+        raise ConfigError(f"profile {path}: [server] args must be a list of `vllm serve` arguments, got {args!r}")
+    for arg in map(str, args):
+        flag = arg.partition("=")[0]
+        if flag_name(flag) in PLUGIN_FLAGS:
+            raise ConfigError(f"profile {path}: [server] args sets {flag}, but the plugin chooses each server's "
+                              "host (--specdec-host) and port (a free one per start) and reads the server there; "
+                              f"remove {flag} from [server] args")
     if raw.get("device", "cuda") not in ("cpu", "cuda"):
         raise ConfigError(f"profile {path}: device must be 'cpu' or 'cuda', got {raw.get('device')!r}")
 

@@ -89,6 +89,11 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
         ('[validity]\nmax_coalesced_share = -0.1\n', "[validity] max_coalesced_share must be a number >= 0 and <= 1"),
         ('[validity]\nmax_token_mismatch_share = true\n', "[validity] max_token_mismatch_share must be a number"),
         ('[validity]\nmax_loop_lag_mean_ms = "fast"\n', "[validity] max_loop_lag_mean_ms must be a number >= 0"),
+        ('[server]\nargs = ["--dtype", "float32", "--host", "0.0.0.0"]\n',
+         "[server] args sets --host, but the plugin chooses each server's host (--specdec-host)"),
+        ('[server]\nargs = ["--port=8000"]\n', "[server] args sets --port, but the plugin chooses"),
+        ('[server]\nargs = ["--host_=x", "--port_x", "1", "--host=::"]\n', "[server] args sets --host, but"),
+        ('[server]\nargs = "--host 0.0.0.0"\n', "[server] args must be a list of `vllm serve` arguments"),
         ('[timings]\nstream_tok_s = 0\n', "[timings] stream_tok_s must be a number > 0"),
     ],
 )
