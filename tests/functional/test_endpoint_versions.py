@@ -4,15 +4,15 @@ without dev mode), else "unknown". So a remote vLLM upgrade shows in the baselin
 environment says the same, with the client's own vLLM beside it as `client_vllm_version`. On a GPU profile
 the CUDA runtime and NVIDIA driver are the endpoints' too, from `/server_info`'s system_env.
 
-The stand-in serves no `/version`; these tests add one to its app before it starts, and a `/server_info`
-that a test can take away between sessions.
+The stand-in serves no `/version`, and a `/server_info` as vLLM on a CPU only; these tests add the routes
+they need to its app before it starts, served from dicts a test can change between sessions.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as md
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,28 +27,40 @@ Start = Callable[..., FakeServer]
 
 
 @pytest.fixture
-def server_with_version() -> Iterator[Callable[..., tuple[FakeServer, dict[str, str]]]]:
-    """Start a stand-in that also serves `/version` from a dict the test can change between sessions
-    (`{}`: 404, as a server without the route)."""
+def stand_in() -> Iterator[Callable[..., FakeServer]]:
+    """Start a stand-in that also serves ``routes`` (path -> a dict the test can change between sessions;
+    `{}`: 404, as a server without the route)."""
     started: list[FakeServer] = []
 
-    def start(**fields: object) -> tuple[FakeServer, dict[str, str]]:
-        told: dict[str, str] = {}
+    def start(routes: dict[str, dict[str, object]], **fields: object) -> FakeServer:
         server = FakeServer(FakeConfig(**fields))  # type: ignore[arg-type]
-
-        async def version(request: web.Request) -> web.Response:
-            if not told:
-                raise web.HTTPNotFound()
-            return web.json_response(told)
-
-        server.app.router.add_get("/version", version)
+        for path, told in routes.items():
+            server.app.router.add_get(path, answer(told))
         server.start()
         started.append(server)
-        return server, told
+        return server
 
     yield start
     for server in started:
         server.stop()
+
+
+def answer(told: dict[str, object]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A route's handler: ``told`` as JSON as it is at the request, 404 while it is empty."""
+    async def get(request: web.Request) -> web.Response:
+        if not told:
+            raise web.HTTPNotFound()
+        return web.json_response(told)
+    return get
+
+
+@pytest.fixture
+def server_with_version(stand_in: Callable[..., FakeServer]) -> Callable[..., tuple[FakeServer, dict[str, str]]]:
+    """A stand-in that also serves `/version`, from the dict returned beside it."""
+    def start(**fields: object) -> tuple[FakeServer, dict[str, str]]:
+        told: dict[str, str] = {}
+        return stand_in({"/version": told}, **fields), told
+    return start
 
 
 def session(pytester: pytest.Pytester, profile: Path, spec: FakeServer, ref: FakeServer, *extra: str) -> dict:
@@ -101,48 +113,25 @@ def test_the_endpoints_version_is_under_test_and_an_upgrade_shows(
     assert data["endpoints"][spec.base_url]["version_source"] is None
 
 
-@pytest.fixture
-def server_with_info() -> Iterator[Callable[..., tuple[FakeServer, dict[str, object]]]]:
-    """Start a stand-in that serves `/server_info` from a dict the test can empty between sessions (`{}`:
-    404, as vLLM without VLLM_SERVER_DEV_MODE); it starts as vLLM 0.32 would answer on ``device``."""
-    started: list[FakeServer] = []
-
-    def start(device: str, speculative_config: dict | None, **fields: object) -> tuple[FakeServer, dict[str, object]]:
-        server = FakeServer(FakeConfig(**fields))  # type: ignore[arg-type]
-        info: dict[str, object] = vllm_server_info(server.config.model, speculative_config, device=device)
-
-        async def show(request: web.Request) -> web.Response:
-            if not info:
-                raise web.HTTPNotFound()
-            return web.json_response(info)
-
-        server.app.router.add_get("/server_info", show)
-        server.start()
-        started.append(server)
-        return server, info
-
-    yield start
-    for server in started:
-        server.stop()
-
-
 def test_a_gpu_profiles_cuda_and_driver_are_the_endpoints(
         pytester: pytest.Pytester, make_profile: Callable[..., Path], make_suite: Callable[..., str],
-        server_with_info: Callable[..., tuple[FakeServer, dict[str, object]]]) -> None:
+        stand_in: Callable[..., FakeServer]) -> None:
     """The CUDA runtime and NVIDIA driver under test are what the endpoints' /server_info names (the
     stand-in's, which no client has); unknown where it names none (vLLM on a CPU finds no driver) or is not
     served; never this client's."""
     profile = make_profile("fakegpu", device="cuda", methods=("ngram",), runs=2)
     pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8, verdicts="check=False"))
-    spec, spec_info = server_with_info("cuda", {"method": "ngram", "num_speculative_tokens": 3}, k=3,
-                                       acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=8)
-    ref, ref_info = server_with_info("cuda", None, k=0, step_s=0.002, output_tokens=8)
+    ngram, model = {"method": "ngram", "num_speculative_tokens": 3}, FakeConfig().model
+    # /server_info as vLLM 0.32 answers it on a GPU machine (the stand-in's own serves the CPU's)
+    spec_info, ref_info = vllm_server_info(model, ngram, device="cuda"), vllm_server_info(model, None, device="cuda")
+    spec = stand_in({"/server_info": spec_info}, k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=8)
+    ref = stand_in({"/server_info": ref_info}, k=0, step_s=0.002, output_tokens=8)
     under_test = session(pytester, profile, spec, ref)["tests"][0]["baseline"]["under_test"]
     assert (under_test["cuda"], under_test["driver"]) == (CUDA_RUNTIME_VERSION, NVIDIA_DRIVER_VERSION)
 
     # The spec endpoint as vLLM on a CPU answers (a CUDA runtime found, no driver), the reference without
     # /server_info: the CUDA runtime one endpoint named; the driver none did.
-    spec_info.update(vllm_server_info(spec.config.model, {"method": "ngram", "num_speculative_tokens": 3}))
+    spec_info.update(vllm_server_info(model, ngram))
     ref_info.clear()
     under_test = session(pytester, profile, spec, ref)["tests"][0]["baseline"]["under_test"]
     assert (under_test["cuda"], under_test["driver"]) == (CUDA_RUNTIME_VERSION, UNKNOWN)
