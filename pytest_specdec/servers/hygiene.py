@@ -21,15 +21,22 @@ OWNER_ENV = "PYTEST_SPECDEC_OWNER"
 LOGS_ENV = "PYTEST_SPECDEC_LOGS"
 
 
-def _start_ticks(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot, /proc/PID/stat field 22): with the pid it names
-    one process, even after the pid is reused."""
+def _stat(pid: int, proc: str = "/proc") -> list[bytes] | None:
+    """/proc/PID/stat's fields from the third (the state) on, after the command name, which may hold
+    spaces; None when there is no such process."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    return int(stat[stat.rindex(b")") + 2:].split()[19])
+    return stat[stat.rindex(b")") + 2:].split()
+
+
+def _start_ticks(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot, /proc/PID/stat field 22): with the pid it names
+    one process, even after the pid is reused."""
+    fields = _stat(pid)
+    return None if fields is None else int(fields[19])
 
 
 def owner_tag(pid: int) -> str:
@@ -38,22 +45,32 @@ def owner_tag(pid: int) -> str:
 
 @dataclass(frozen=True)
 class Stray:
-    """A server an earlier session started and left running (its owner is gone)."""
+    """A server an earlier session started and left running (its owner is gone), or what is left of one
+    whose leader already exited (vLLM's engine core, say): stopped by its process group either way."""
 
     pid: int
     owner: str
     command: str
+    #: The process group the server was started in: `pid` for a server, the exited server's pid for
+    #: what it left.
+    pgid: int = 0
+
+    @property
+    def group(self) -> int:
+        return self.pgid or self.pid
 
     def line(self) -> str:
-        return f"pid {self.pid} (started by pytest pid {self.owner.split(':')[0]}, now gone): {self.command}"
+        left = "" if self.group == self.pid else f", left by server pid {self.group} that exited"
+        return f"pid {self.pid} (started by pytest pid {self.owner.split(':')[0]}, now gone{left}): {self.command}"
 
 
 def find_strays(logs: str, proc: str = "/proc") -> list[Stray]:
-    """Group leaders carrying this plugin's owner tag whose owner process is gone, started by a session
-    whose server logs went under `logs` (this project's). Only processes of this user can be read, so
-    only ours are ever found."""
+    """One per process group of this plugin's servers whose owner process is gone, started by a session
+    whose server logs went under `logs` (this project's): its leader, or when the leader already exited,
+    the first process left in the group (they carry the owner tag they inherited). Only processes of
+    this user can be read, so only ours are ever found."""
     root = os.path.realpath(logs)
-    out = []
+    groups: dict[int, Stray] = {}
     for entry in os.scandir(proc):
         if not entry.name.isdigit():
             continue
@@ -63,17 +80,26 @@ def find_strays(logs: str, proc: str = "/proc") -> list[Stray]:
                 env = f.read().split(b"\0")
             with open(f"{proc}/{pid}/cmdline", "rb") as f:
                 argv = f.read().decode(errors="replace").rstrip("\0").split("\0")
-            leader = os.getpgid(pid) == pid
+            pgid = os.getpgid(pid)
         except OSError:  # gone, or not ours
             continue
         values = dict(v.decode(errors="replace").split("=", 1) for v in env if b"=" in v)
         tag, where = values.get(OWNER_ENV), values.get(LOGS_ENV, "")
-        if tag is None or not leader or os.path.commonpath([root, os.path.realpath(where or "/")]) != root:
+        if tag is None or os.path.commonpath([root, os.path.realpath(where or "/")]) != root:
             continue
         owner = int(tag.split(":", 1)[0])
-        if owner_tag(owner) != tag:  # the owner exited (or its pid now names another process)
-            out.append(Stray(pid, tag, " ".join(redact.args(argv))))  # the line is printed: no secrets
-    return out
+        if owner_tag(owner) == tag:  # the owner still runs (and its pid names the same process)
+            continue
+        if pgid != pid and (pgid in groups or _running(pgid, proc)):
+            continue  # a server's child: its leader is (or will be) the stray, and takes it along
+        groups[pgid] = Stray(pid, tag, " ".join(redact.args(argv)), pgid)  # the line is printed: no secrets
+    return list(groups.values())
+
+
+def _running(pid: int, proc: str) -> bool:
+    """Whether process `pid` exists and has not exited (a zombie has: only its group id lives on)."""
+    fields = _stat(pid, proc)
+    return fields is not None and fields[0] not in (b"Z", b"X")
 
 
 def remove_strays(strays: list[Stray], grace_s: float = 10.0) -> None:
@@ -81,9 +107,9 @@ def remove_strays(strays: list[Stray], grace_s: float = 10.0) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for stray in strays:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(stray.pid, sig)
+                os.killpg(stray.group, sig)
         deadline = time.monotonic() + grace_s
-        while sig == signal.SIGTERM and time.monotonic() < deadline and any(_group_alive(x.pid) for x in strays):
+        while sig == signal.SIGTERM and time.monotonic() < deadline and any(_group_alive(x.group) for x in strays):
             time.sleep(0.2)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -98,6 +99,36 @@ def test_strays_of_a_gone_session_are_found_and_removed_but_not_a_live_ones(tmp_
         for p in (stray, ours, elsewhere):
             p.kill()
             p.wait()
+
+
+def test_what_a_stray_server_left_behind_when_it_exited_is_found_and_removed(tmp_path: Path) -> None:
+    """vLLM's engine core outlives a server that crashed: it is no group leader, but it carries the owner
+    tag it inherited. Found once per group, by the same owner rules: a live session's is left alone."""
+    logs = tmp_path / "reports" / "logs"
+
+    def leftover(tag: str, name: str) -> tuple[int, int]:
+        """(the exited server's pid, its child's) for a server that started a child and exited."""
+        pidfile = tmp_path / name
+        leader = subprocess.Popen(["sh", "-c", f"sleep 300 & sleep 301 & echo $! > {pidfile}; exit 0"],
+                                  env={**os.environ, OWNER_ENV: tag, LOGS_ENV: str(logs)}, start_new_session=True)
+        assert leader.wait(timeout=10) == 0  # and reaped: only its children are left in its group
+        return leader.pid, int(pidfile.read_text())
+
+    dead_owner = subprocess.Popen(["true"])
+    dead_owner.wait()
+    gone_group, child = leftover(f"{dead_owner.pid}:1", "gone")
+    live_group, live_child = leftover(owner_tag(os.getpid()), "live")
+    try:
+        found = [s for s in find_strays(str(logs)) if s.group in (gone_group, live_group)]
+        assert [s.group for s in found] == [gone_group]  # one line for the group's two children
+        assert found[0].line().startswith(f"pid {found[0].pid} (started by pytest pid {dead_owner.pid}, now gone, "
+                                          f"left by server pid {gone_group} that exited): sleep 30")
+        remove_strays(found, grace_s=1)
+        assert _gone(child) and not _gone(live_child, 0.2)
+    finally:
+        for group in (gone_group, live_group):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
 
 
 def test_a_second_interrupt_while_stopping_waits_until_the_servers_are_stopped() -> None:
