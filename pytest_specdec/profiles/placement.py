@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pytest_specdec.measure.types import Prompt
     from pytest_specdec.profiles import Profile
     from pytest_specdec.vllm.command import ServerSpec
 
@@ -69,9 +72,11 @@ class Placement:
             spec = server_spec(self.profile, method, k)
         return dataclasses.replace(spec, host=self.host)
 
-    def check_possible(self, dataset: str, size: int, num_prompts: int | None, max_tokens: int | None) -> None:
-        """What only the profile and the dataset can tell is impossible. Endpoint mode skips the model-length
-        check: someone else's server has its own limit."""
+    def check_possible(self, dataset: str, size: int, num_prompts: int | None, max_tokens: int | None,
+                       records: Sequence[Prompt] = ()) -> None:
+        """What only the profile and the dataset can tell is impossible. ``records`` are the prompts the test
+        sends: without the marker's ``max_tokens`` each asks for its own, which must leave room for the
+        prompt too. Endpoint mode skips the model-length checks: someone else's server has its own limit."""
         from pytest_specdec.profiles.resolve import max_model_len
 
         if num_prompts is not None and num_prompts > size:
@@ -84,4 +89,12 @@ class Placement:
             raise ConfigError(
                 f"specdec: max_tokens={max_tokens} leaves no room for the prompt: profile "
                 f"{self.profile.name!r} serves with --max-model-len {limit}; lower max_tokens below {limit}"
+            )
+        longest = max(records, key=lambda p: p.max_tokens, default=None)
+        if (max_tokens is None and longest is not None and limit is not None and not self.endpoint
+                and longest.max_tokens >= limit):
+            raise ConfigError(
+                f"specdec: dataset {dataset!r}: prompt {longest.id!r} asks for max_tokens={longest.max_tokens}, which "
+                f"leaves no room for the prompt: profile {self.profile.name!r} serves with --max-model-len {limit}; "
+                f"lower it below {limit} in the file, or set max_tokens in the marker"
             )

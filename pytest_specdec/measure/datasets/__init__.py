@@ -165,8 +165,9 @@ class Dataset:
         return dataclasses.replace(self, name=name, prompts=tuple(self.by_category(*categories)))
 
 
-#: The most output tokens a record may ask for: above any served context length (the profile's
-#: --max-model-len is checked against the test's requests separately), so a typo such as 1e8 is an error.
+#: The most output tokens a record may ask for: above any served context length, so a typo such as 1e8
+#: is an error. The profile's --max-model-len bounds a record's max_tokens only through
+#: `Placement.check_possible`, and only when its caller passes the records.
 MAX_GIVEN_TOKENS = 1 << 20
 
 

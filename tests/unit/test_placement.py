@@ -1,0 +1,46 @@
+"""Placement.check_possible: what the profile and the dataset make impossible, caught at collection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.measure.types import Prompt
+from pytest_specdec.profiles import load_profile
+from pytest_specdec.profiles.placement import Placement
+
+PROFILE = """
+name = "small"
+[target]
+model = "m"
+[server]
+args = ["--max-model-len", "256"]
+[methods.ngram]
+speculative_config = { method = "ngram", prompt_lookup_max = 4 }
+"""
+
+
+def _placement(tmp_path: Path, endpoint: bool = False) -> Placement:
+    path = tmp_path / "small.toml"
+    path.write_text(PROFILE)
+    return Placement(load_profile(str(path)), endpoint, 2, None, 3, "127.0.0.1")
+
+
+def _prompt(id: str, max_tokens: int) -> Prompt:
+    return Prompt(id=id, messages=[{"role": "user", "content": "hi"}], max_tokens=max_tokens)
+
+
+def test_a_records_own_max_tokens_must_leave_room_for_the_prompt(tmp_path: Path) -> None:
+    """Without the marker's max_tokens each record asks for its own: one at or above --max-model-len is
+    an error naming the dataset, the record and the two ways out, not a run of failed requests."""
+    records = [_prompt("a", 100), _prompt("long", 256), _prompt("b", 200)]
+    placement = _placement(tmp_path)
+    with pytest.raises(ConfigError, match=r"dataset 'sg\.json': prompt 'long' asks for max_tokens=256, which leaves "
+                                          r"no room for the prompt: profile 'small' serves with --max-model-len 256; "
+                                          r"lower it below 256 in the file, or set max_tokens in the marker"):
+        placement.check_possible("sg.json", 3, None, None, records)
+    placement.check_possible("sg.json", 3, None, 64, records)  # the marker's max_tokens replaces the records'
+    placement.check_possible("sg.json", 2, None, None, records[::2])
+    _placement(tmp_path, endpoint=True).check_possible("sg.json", 3, None, None, records)  # its own limit
