@@ -54,10 +54,8 @@ class SpecDecSession:
         self.family_size = 0
         self.gated_family_size = 0
         self.summary_lines: list[str] = []
-        #: How the profile was (or was not) checked against this machine's GPUs, for the dry run.
-        self.hardware_note = ""
-        #: Every collected specdec case (endpoint mode asks which spec configs the session wants).
-        self.collected: list[Case] = []
+        self.hardware_note = ""  # how the profile was (or was not) checked against the GPUs, for the dry run
+        self.collected: list[Case] = []  # every collected case (endpoint mode asks which spec configs are wanted)
         # the pool's servers, or the external endpoints (which must serve the profile's target model)
         self.serving = Serving(lambda: self.pool, settings, lambda: settings.served_model or self.profile.target)
         #: pytest-xdist: this worker's id ("gw0"), None on the controller and without xdist
@@ -163,6 +161,7 @@ class SpecDecSession:
         block = self.placement.block_runs() if spec_spec is not None else None
         run = CaseRun(self.serving, nodeid, ref_spec, spec_spec, block, self.workload, case.dataset, prompts,
                       lambda: self.prompts(dataclasses.replace(case, num_prompts=None)))
+        died = {arm: len(self.serving.deaths(s)) for arm, s in arms.items()}  # before this test
         self.progress(planned(nodeid, len(prompts), self.runs(), block, run.source.fresh))
         sampling = case.sampling()
         record.sampling = sampling.to_request()
@@ -173,8 +172,7 @@ class SpecDecSession:
         if verdicts is not None:
             check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look
                 nodeid, case.method, case.workload(), self.workload.dataset(case.dataset).identity(), ref_spec,
-                spec_spec, sampling,
-                self.serving.engine_configs(arms),
+                spec_spec, sampling, self.serving.engine_configs(arms),
                 endpoint=bool(self.settings.endpoint), check=verdicts.check, gate=self.gate(verdicts),
                 endpoint_versions=self.serving.endpoint_versions(arms))
             self.judge.run_looks(
@@ -183,8 +181,9 @@ class SpecDecSession:
         self.progress(measured(nodeid, result.summary))
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
-        if spec_spec is not None and not any(r.valid for r in result.runs):  # never judged on the other arm
-            raise SpecDecError(dead_arm(nodeid, result, self.serving.deaths(spec_spec)))
+        for arm, runs in (("reference", result.reference_runs), ("spec", result.runs)):
+            if arm in arms and not any(r.valid for r in runs):  # a dead arm: never judged on the other one
+                raise SpecDecError(dead_arm(nodeid, arm, runs, self.serving.deaths(arms[arm])[died[arm]:]))
         return result
 
     def distribution_check(self, nodeid: str, case: Case, samples_per_prompt: int, alpha: float,

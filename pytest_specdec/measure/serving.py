@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pytest_specdec.measure.lossless import Collected
-    from pytest_specdec.measure.runner import CaseResult, PromptSource
+    from pytest_specdec.measure.runner import CaseResult, PromptSource, RunRecord
     from pytest_specdec.measure.types import Api, Prompt, Sampling
     from pytest_specdec.measure.workload import Workload
     from pytest_specdec.servers.endpoints import EndpointFacts
@@ -259,15 +261,17 @@ def spec_tokens(spec: ServerSpec | None) -> int | None:
     return int(k) if isinstance(k, int) and not isinstance(k, bool) else None
 
 
-def dead_arm(test: str, result: CaseResult, deaths: list[Death], tail_lines: int = 30) -> str:
-    """Why a test has no valid spec run, as its failure says it: each run's reasons, and each time its
-    server exited, the exit code and that start's log tail (a restart has a log of its own)."""
-    lines = [f"specdec: {test}: no valid run on the spec arm ({len(result.runs)} run(s)); the spec arm is never "
-             "judged on the reference arm's figures"]
-    lines += [f"  spec run {r.index + 1}: {'; '.join(r.invalid)}" for r in result.runs]
+def dead_arm(test: str, arm: str, runs: Sequence[RunRecord], deaths: list[Death], tail_lines: int = 30) -> str:
+    """Why a test has no valid run on one arm, as its failure says it: each run's reasons, and each time that
+    arm's server exited during the test, the exit code and that start's log tail (a restart has a log of its
+    own)."""
+    other = "reference" if arm == "spec" else "spec"
+    lines = [f"specdec: {test}: no valid run on the {arm} arm ({len(runs)} run(s)); the {arm} arm is never "
+             f"judged on the {other} arm's figures"]
+    lines += [f"  {arm} run {r.index + 1}: {'; '.join(r.invalid)}" for r in runs]
     for death in deaths:
         tail = "\n".join(death.tail.splitlines()[-tail_lines:])
         lines += [f"  {death.line()}", f"--- last {tail_lines} lines of that log ---", tail]
     if not deaths:
-        lines.append("  the spec server did not exit; its requests failed (the log tail follows)")
+        lines.append(f"  the {arm} server did not exit; its requests failed (the log tail follows)")
     return "\n".join(lines)

@@ -31,21 +31,27 @@ def run(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[.
     return go
 
 
-def test_a_spec_server_that_dies_fails_its_test_and_keeps_the_baseline(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: Callable[..., pytest.RunResult]) -> None:
-    """The spec server dies during the first measured run: the test fails, naming the exit code and the log
-    line that says why, is never judged on the reference arm's figures, and the stored nights stay."""
+@pytest.mark.parametrize(("arm", "method", "own"), [("spec", "ngram", "tpot_p95_ms"),
+                                                    ("reference", "none", "reference_tok_s")])
+def test_a_server_that_dies_fails_its_test_and_keeps_the_baseline(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, run: Callable[..., pytest.RunResult],
+        arm: str, method: str, own: str) -> None:
+    """One arm's server dies during the first measured run: the test fails, naming the arm, the exit code and
+    the log line that says why; the dead arm's figures are never taken from the other arm (`own` is a metric
+    only that arm gives), the gated ratios it leaves without values are inconclusive, not left out, and the
+    stored nights stay."""
     first = run("--update-baselines")
     first.assert_outcomes(passed=1)
     baseline = next((pytester.path / "baselines" / "fakecpu").rglob("*.json"))
     stored = baseline.read_text()
 
-    monkeypatch.setenv("FAKE_VLLM_DIE_AFTER", "ngram:6")  # the warm-up's 4 requests, then 2 of the first run
+    monkeypatch.setenv("FAKE_VLLM_DIE_AFTER", f"{method}:6")  # the warm-up's 4 requests, then 2 of the first run
     r = run("--update-baselines")
     r.assert_outcomes(errors=1)  # measured in the fixture's setup: an error, as a server that cannot start
+    other = "reference" if arm == "spec" else "spec"
     r.stdout.fnmatch_lines([
-        "*no valid run on the spec arm (3 run(s)); the spec arm is never judged on the reference arm's figures*",
-        "*vLLM (ngram, *) exited with code 70 (log: *vllm-ngram-*.log)*",
+        f"*no valid run on the {arm} arm (3 run(s)); the {arm} arm is never judged on the {other} arm's figures*",
+        f"*vLLM ({method}, *) exited with code 70 (log: *vllm-{method}-*.log)*",
         "*EngineCore died unexpectedly (fake: after 6 completion requests)*",
         "specdec: not writing *: the test failed*",
     ])
@@ -54,7 +60,10 @@ def test_a_spec_server_that_dies_fails_its_test_and_keeps_the_baseline(
     data = json.loads((pytester.path / "reports" / "latest.json").read_text())
     test = data["tests"][0]
     assert (test["outcome"], test["when"]) == ("failed", "setup") and "exited with code 70" in test["error"]
-    assert "tpot_p95_ms" not in test["verdicts"] and "e2e_p95_ratio" not in test["verdicts"]
+    verdicts = test["verdicts"]
+    assert own not in verdicts
+    for name in ("speedup", "e2e_p95_ratio"):  # no pair has both arms valid
+        assert (verdicts[name]["verdict"], verdicts[name]["now"]) == ("inconclusive", None), verdicts[name]
 
 
 def test_a_server_that_failed_to_start_is_not_started_again_for_each_test(
