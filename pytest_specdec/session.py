@@ -122,8 +122,9 @@ class SpecDecSession:
 
     def _check_possible(self, case: Case) -> None:
         """What only the profile and the dataset can tell is impossible: an error at collection, not later."""
-        size = len(self.workload.dataset(case.dataset).prompts)
-        self.placement.check_possible(case.dataset, size, case.num_prompts, case.max_tokens)
+        size, sent = len(self.workload.dataset(case.dataset).prompts), case.max_tokens is None  # each its own
+        self.placement.check_possible(case.dataset, size, case.num_prompts, case.max_tokens,
+                                      self.workload.sample(case.dataset, case.num_prompts) if sent else ())
 
     def prompts(self, case: Case) -> list[Prompt]:
         """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied."""

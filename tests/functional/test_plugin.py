@@ -116,6 +116,9 @@ def test_unknown_marker_key_is_a_collection_error(pytester: pytest.Pytester, fak
         ("num_prompts=500", "*num_prompts=500 but dataset 'builtin' has 128 prompts; lower num_prompts*"),
         ("max_tokens=2048", "*max_tokens=2048 leaves no room for the prompt: profile 'fake' serves with "
                             "--max-model-len 1024; lower max_tokens below 1024*"),
+        # a dataset record's own max_tokens, when the marker sets none
+        ("dataset='p.jsonl'", "*dataset 'p.jsonl': prompt 'long' asks for max_tokens=4096, which leaves no room for "
+                              "the prompt: profile 'fake' serves with --max-model-len 1024*"),
     ],
 )
 def test_impossible_workloads_are_collection_errors(
@@ -123,6 +126,8 @@ def test_impossible_workloads_are_collection_errors(
 ) -> None:
     fake_profile.write_text(fake_profile.read_text().replace('[target]', '[server]\nargs = ["--max-model-len", "1024"]\n'
                                                                             '[target]'))
+    (pytester.path / "p.jsonl").write_text('{"prompt": "Hi?", "max_tokens": 40}\n'
+                                            '{"id": "long", "prompt": "Write a novel.", "max_tokens": 4096}\n')
     pytester.makepyfile(f"""
         import pytest
         @pytest.mark.specdec(method="ngram", {fields})
