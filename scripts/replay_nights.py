@@ -18,9 +18,10 @@ from collections import Counter
 from pathlib import Path
 
 
-from pytest_specdec.gate import verdicts as V  # noqa: E402
-from pytest_specdec.gate.baselines import load  # noqa: E402
-from pytest_specdec.gate.sequential import adjust, detectable  # noqa: E402
+from pytest_specdec.gate import verdicts as V
+from pytest_specdec.gate.baselines import load
+from pytest_specdec.gate.nights import Night
+from pytest_specdec.gate.sequential import adjust, detectable
 from pytest_specdec.gate.scale import kind_of
 
 PROFILES = Path(__file__).resolve().parents[1] / "pytest_specdec" / "profiles"
@@ -33,7 +34,7 @@ def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], flo
     for path, data in files.items():
         nights = data["sessions"]
         rest = [e for j, e in enumerate(nights) if j != index % len(nights)]
-        base[path], now[path] = dict(data, sessions=rest), nights[index]
+        base[path], now[path] = dict(data, sessions=rest), Night.from_entry(nights[index])
     factors = V.night_factors(base.values())
     nights_var = V.with_floor(V.night_variances(base.values(), factors), floor)
     devs = [d for p in base if (d := V.tonight_deviation(base[p], now[p], factors)) is not None]

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError, field_problem, json_object
-from pytest_specdec.gate.registry import METRICS
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult, RunRecord
@@ -36,9 +35,6 @@ SCHEMA = 2
 #: `config_source`), before it came from /server_info.
 LOG_LINE_ERA = "log line (schema 1)"
 SIGNIFICANT = 6
-#: The per-run P95s (Harrell-Davis, ms) that get verdicts, by RunRecord.hd_p95_ms key.
-#: The latencies whose P95 a run records: tpot, ttft, e2e.
-LATENCIES = tuple(m.name.removesuffix("_p95_ms") for m in METRICS if m.absolute and m.kind == "latency")
 
 
 class BaselineError(SpecDecError):
@@ -186,46 +182,11 @@ def session_entry(result: CaseResult, started: str, under_test: dict[str, Any]) 
 
 
 def metric_values(entry: dict[str, Any]) -> dict[str, list[float]]:
-    """Per-run values of every verdict metric in one session entry (valid runs only, None left out).
+    """Per-run values of every verdict metric in one stored session entry (`gate.nights.Night`: the one
+    definition, for stored nights and tonight alike)."""
+    from pytest_specdec.gate.nights import Night
 
-    The reference arm gives ``reference_tok_s``; the spec arm everything else; latencies come from the
-    spec arm, or from the reference when the test has no spec arm (method ``none``), and only from runs
-    whose stream was not coalesced (``latency_untrusted`` empty; files without the key predate it). A spec
-    arm whose runs are all invalid gives nothing: never the other arm's figures in its place.
-    """
-    has_spec = bool(entry["runs"]["spec"])
-    ref = [r for r in entry["runs"]["reference"] if r["valid"]]
-    spec = [r for r in entry["runs"]["spec"] if r["valid"]]
-    ref_t = [r for r in ref if not r.get("latency_untrusted")]
-    spec_t = [r for r in spec if not r.get("latency_untrusted")]
-    out: dict[str, list[float]] = {}
-
-    def put(name: str, values: list[Any]) -> None:
-        vals = [float(v) for v in values if v is not None]
-        if vals:
-            out[name] = vals
-
-    put("speedup", list(entry.get("speedup_per_pair") or []))
-    put("output_tok_s", [r["output_tok_s"] for r in spec])
-    put("reference_tok_s", [r["output_tok_s"] for r in ref])
-    put("acceptance_rate", [r["acceptance_rate"] for r in spec])
-    width = max((len(r["accepted_per_pos"] or []) for r in spec), default=0)
-    for i in range(width):
-        put(f"per_position_acceptance[{i}]", [
-            r["accepted_per_pos"][i] / r["drafts"] for r in spec
-            if r["drafts"] and r["accepted_per_pos"] and i < len(r["accepted_per_pos"])
-        ])
-    put("draft_coverage", [r["draft_coverage"] for r in spec])
-    for name in LATENCIES:
-        put(f"{name}_p95_ms", [r["hd_p95_ms"].get(name) for r in (spec_t if has_spec else ref_t)])
-    # The gated latency: spec P95 E2E ÷ reference P95 E2E of the same interleaved pair (run index), so
-    # the machine's speed that night cancels as it does in the speedup. E2E, not TPOT or TTFT: a stream
-    # whose chunks arrive merged still ends when the request ends.
-    by_index = {r["index"]: r for r in ref_t}
-    put("e2e_p95_ratio", [r["hd_p95_ms"].get("e2e") / by_index[r["index"]]["hd_p95_ms"]["e2e"] for r in spec_t
-                          if r["index"] in by_index and r["hd_p95_ms"].get("e2e")
-                          and by_index[r["index"]]["hd_p95_ms"].get("e2e")])
-    return out
+    return Night.from_entry(entry).metric_values()
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.gate.verdicts import MachineFactor
     from pytest_specdec.measure.runner import CaseResult
@@ -29,7 +30,8 @@ class BaselineCheck:
     check: bool
     comparability: dict[str, Any]
     under_test: dict[str, Any]
-    entry: dict[str, Any]
+    entry: dict[str, Any]  # tonight as the baseline file would store it
+    night: Night | None = None  # tonight's runs, typed: what the verdicts judge
     baseline: dict[str, Any] | None = None
     fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs
     raw: list[Verdict] = field(default_factory=list)  # before the session's multiplicity adjustment

@@ -298,18 +298,19 @@ class Judge:
         """Tonight's runs so far as a baseline entry, and their raw verdicts (before the family adjustment).
         ``tonight_log`` is the machine factor (log) from every test compared so far."""
         from pytest_specdec.gate.baselines import session_entry
+        from pytest_specdec.gate.nights import Night
         from pytest_specdec.gate.verdicts import evaluate, not_comparable_verdicts, tonight_deviation
 
         stamp = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        c.entry = session_entry(result, stamp, c.under_test)
+        c.entry, c.night = session_entry(result, stamp, c.under_test), Night.from_result(result)
         c.thresholds = thresholds
         if c.status == "compared" and c.baseline is not None:
-            c.deviation = tonight_deviation(c.baseline, c.entry, self.night_factors())
-            c.raw = evaluate(c.baseline, c.entry, thresholds=thresholds, alpha=self.cfg.alpha, look=look,
+            c.deviation = tonight_deviation(c.baseline, c.night, self.night_factors())
+            c.raw = evaluate(c.baseline, c.night, thresholds=thresholds, alpha=self.cfg.alpha, look=look,
                              max_looks=max_looks, priors=self.priors(), nights=self.nights(),
                              factors=self.night_factors(), tonight_log=tonight_log(), gate=c.gate)
         elif c.status == "not-comparable":
-            c.raw = not_comparable_verdicts(c.entry, c.fields, c.gate)
+            c.raw = not_comparable_verdicts(c.night, c.fields, c.gate)
 
     def run_looks(self, nodeid: str, c: BaselineCheck, result: CaseResult, extend: Callable[[int], None],
                   thresholds: Thresholds, *, started: float, tonight_log: Callable[[], float | None],
@@ -352,8 +353,8 @@ class Judge:
                                  self.cfg.alpha)
         if machine is not None:
             for c in compared:
-                assert c.baseline is not None
-                c.raw = evaluate(c.baseline, c.entry, thresholds=c.thresholds, alpha=self.cfg.alpha,
+                assert c.baseline is not None and c.night is not None
+                c.raw = evaluate(c.baseline, c.night, thresholds=c.thresholds, alpha=self.cfg.alpha,
                                  look=len(c.looks) or 1, max_looks=c.max_looks, priors=self.priors(),
                                  nights=self.nights(), factors=self.night_factors(), tonight_log=machine.log,
                                  gate=c.gate)

@@ -18,6 +18,7 @@ from pytest_specdec.gate.registry import ABSOLUTE, GATED, KINDS, label, metric
 from pytest_specdec.gate.registry import VERDICT_METRICS as METRICS
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.variance import NightVariance, Prior
 
@@ -162,9 +163,9 @@ def _absolute_scale(name: str, log_factor: float) -> float:
     return math.exp(-log_factor) if kind_of(name) == "rate" else math.exp(log_factor)
 
 
-def _ref_log(entry: dict[str, Any]) -> float | None:
-    """Mean log reference tok/s of one session entry (valid runs), the machine's speed that night."""
-    vals = [r["output_tok_s"] for r in entry["runs"]["reference"] if r["valid"] and r.get("output_tok_s")]
+def _ref_log(night: Night) -> float | None:
+    """Mean log reference tok/s of one night (valid runs), the machine's speed that night."""
+    vals = [r.output_tok_s for r in night.reference if r.valid and r.output_tok_s]
     return sum(math.log(v) for v in vals) / len(vals) if vals else None
 
 
@@ -172,9 +173,11 @@ def night_factors(files: Iterable[dict[str, Any]]) -> dict[str, float]:
     """Each stored night's machine factor (log, by its session's ``started``): the mean over every file
     holding that night of its reference speed's deviation from the file's mean night. Pure storage in,
     so it is fixed before any test runs."""
+    from pytest_specdec.gate.nights import Night
+
     devs: dict[str, list[float]] = {}
     for data in files:
-        logs = [(e.get("started", ""), _ref_log(e)) for e in data["sessions"]]
+        logs = [(e.get("started", ""), _ref_log(Night.from_entry(e))) for e in data["sessions"]]
         logs = [(k, x) for k, x in logs if x is not None]
         if len(logs) < 2:
             continue
@@ -184,12 +187,14 @@ def night_factors(files: Iterable[dict[str, Any]]) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in devs.items()}
 
 
-def tonight_deviation(baseline: dict[str, Any], now: dict[str, Any], factors: Mapping[str, float]) -> float | None:
+def tonight_deviation(baseline: dict[str, Any], now: Night, factors: Mapping[str, float]) -> float | None:
     """log(tonight's reference speed ÷ the baseline's machine-neutral level) for one test: one term of the
     session's machine factor."""
+    from pytest_specdec.gate.nights import Night
+
     now_log = _ref_log(now)
     logs = [(x - factors.get(e.get("started", ""), 0.0)) for e in baseline["sessions"]
-            if (x := _ref_log(e)) is not None]
+            if (x := _ref_log(Night.from_entry(e))) is not None]
     if now_log is None or not logs:
         return None
     return now_log - sum(logs) / len(logs)
@@ -307,7 +312,7 @@ def with_floor(nights: Mapping[str, NightVariance], min_sd_pct: float) -> dict[s
             for name, nv in nights.items()}
 
 
-def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thresholds, alpha: float,
+def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, alpha: float,
              look: int = 1, max_looks: int = 1, priors: Mapping[tuple[str, str], Prior] | None = None,
              nights: Mapping[str, NightVariance] | None = None, factors: Mapping[str, float] | None = None,
              tonight_log: float | None = None, gate: Iterable[str] = GATED) -> list[Verdict]:
@@ -318,12 +323,11 @@ def evaluate(baseline: dict[str, Any], now: dict[str, Any], *, thresholds: Thres
     With ``nights`` (pooled night variances) every metric is compared night mean against night means;
     absolute figures first have the machine factor divided out: each stored night's (``factors``) and
     tonight's (``tonight_log``, the session's). Without them, the older run/session comparison."""
-    from pytest_specdec.gate.baselines import metric_values
     from pytest_specdec.gate.stats import compare
 
     factors = factors or {}
     gate = set(gate)
-    now_vals = metric_values(now)
+    now_vals = now.metric_values()
     base_sessions = _sessions_of(baseline, factors)
     out = []
     missing = {name for name, sessions in base_sessions.items()
@@ -351,14 +355,13 @@ def family_of(name: str, gate: Iterable[str]) -> str:
     return "gated" if name.split("[", 1)[0] in gate or name in gate else "shown"
 
 
-def not_comparable_verdicts(now: dict[str, Any], fields: Mapping[str, tuple[Any, Any]],
+def not_comparable_verdicts(now: Night, fields: Mapping[str, tuple[Any, Any]],
                             gate: Iterable[str] = GATED) -> list[Verdict]:
     """Every metric `not-comparable`, each in its own family (a shown metric is never counted as gated)."""
-    from pytest_specdec.gate.baselines import metric_values
     from pytest_specdec.gate.stats import not_comparable
 
     return [dataclasses.replace(not_comparable(name, fields), family=family_of(name, gate))
-            for name in sorted(metric_values(now), key=metric_order)]
+            for name in sorted(now.metric_values(), key=metric_order)]
 
 
 def unit_of(v: Verdict) -> str:

@@ -165,6 +165,7 @@ def compare(old: Results, new: Results, *, thresholds: Thresholds, alpha: float 
     plugin takes it from stored baselines; the machine factor from every compared test's reference arm."""
     from pytest_specdec.gate.baselines import diff
     from pytest_specdec.gate.check import BaselineCheck, adjusted
+    from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.registry import GATED
     from pytest_specdec.gate.verdicts import (evaluate, machine_factor, not_comparable_verdicts, priors_from,
                                               tonight_deviation)
@@ -195,23 +196,24 @@ def compare(old: Results, new: Results, *, thresholds: Thresholds, alpha: float 
             continue
         gate = tuple(dict.fromkeys((*GATED, *(now.baseline.gate if now.baseline else ()))))
         c = BaselineCheck(path=Path(old_name), status="compared", check=True, comparability={}, under_test={},
-                          entry=entry, baseline={"sessions": [base]}, alpha=alpha, gate=gate, thresholds=thresholds)
+                          entry=entry, night=Night.from_entry(entry), baseline={"sessions": [base]}, alpha=alpha,
+                          gate=gate, thresholds=thresholds)
         sets = datasets or ({}, {})
         c.fields = diff(*same_footing(conditions(old, then, sets[0]), conditions(new, now, sets[1])))
         if c.fields:
             c.status = "not-comparable"
-            c.raw = not_comparable_verdicts(entry, c.fields, gate)
+            c.raw = not_comparable_verdicts(c.night, c.fields, gate)
         rows.append(Row(nodeid, c.status, fields=c.fields, checked=checked))
         checks.append((nodeid, c))
     rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
 
     compared = [c for _, c in checks if c.status == "compared"]
     priors = priors_from([c.baseline for c in compared if c.baseline])
-    devs = [d for c in compared if (d := tonight_deviation(c.baseline or {}, c.entry, {})) is not None]
+    devs = [d for c in compared if c.night and (d := tonight_deviation(c.baseline or {}, c.night, {})) is not None]
     machine = machine_factor(devs, abs(thresholds.bad_side("reference_tok_s", "rate")), alpha)
     for c in compared:
-        assert c.baseline is not None
-        c.raw = evaluate(c.baseline, c.entry, thresholds=thresholds, alpha=alpha, priors=priors,
+        assert c.baseline is not None and c.night is not None
+        c.raw = evaluate(c.baseline, c.night, thresholds=thresholds, alpha=alpha, priors=priors,
                          tonight_log=machine.log if machine else None, gate=c.gate)
     by_id = dict(checks)
     for row in rows:

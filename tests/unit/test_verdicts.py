@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.registry import GATED
 from pytest_specdec.gate.stats import DEFAULT_THRESHOLDS
 from pytest_specdec.gate.verdicts import evaluate
@@ -27,7 +28,7 @@ def _night(spec_valid: bool = True, ref_valid: bool = True) -> dict[str, Any]:
 
 def _verdicts(now: dict[str, Any]) -> dict[str, str]:
     baseline = {"sessions": [_night(), _night()]}
-    return {v.metric: v.verdict for v in evaluate(baseline, now, thresholds=DEFAULT_THRESHOLDS, alpha=0.05)
+    return {v.metric: v.verdict for v in evaluate(baseline, Night.from_entry(now), thresholds=DEFAULT_THRESHOLDS, alpha=0.05)
             if v.family == "gated"}
 
 
