@@ -136,6 +136,16 @@ class ServerPool:
         server.stop()
         self._release(key)
 
+    def _remove(self, key: str) -> None:
+        """Take `key`'s server out of the pool and stop it. A Ctrl-C or SIGTERM meanwhile waits until it is
+        stopped: once out of the pool, `stop_all` would never find it again."""
+        from pytest_specdec.servers.hygiene import shielded
+
+        with shielded():
+            server = self._alive.pop(key, None)
+            if server is not None:
+                self._stop(key, server)
+
     def _placement(self, spec: ServerSpec, owner: str) -> tuple[Lease | None, dict[str, str], frozenset[int] | None]:
         """Lease GPUs for `spec` (waiting for other workers if needed): its lease, env and CPU pinning."""
         if self.gpus is None:
@@ -174,10 +184,10 @@ class ServerPool:
             self.reap(spec)
             self.progress(f"specdec: {self.deaths[-1].line()}; starting it again")
         while len(self._alive) >= self.max_alive:
-            old_key, old = self._alive.popitem(last=False)
+            old_key, old = next(iter(self._alive.items()))
             self.progress(f"specdec: stopping vLLM ({old.spec.method}, {old_key}) to stay within "
                           f"--specdec-max-servers={self.max_alive}")
-            self._stop(old_key, old)
+            self._remove(old_key)
         owner = " ".join(x for x in (self.worker, test, f"server {key} ({spec.method})") if x)
         lease, env, cpus = self._placement(spec, owner)
         server = VllmServer(spec, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s,
@@ -223,17 +233,15 @@ class ServerPool:
             return
         assert server.proc is not None
         self.deaths.append(Death(key, spec.method, server.proc.poll(), server.log_path, server.log_tail()))
-        self._alive.pop(key)
-        self._stop(key, server)  # its group may linger; its GPUs go back
+        self._remove(key)  # its group may linger; its GPUs go back
 
     def retire(self, spec: ServerSpec, why: str) -> None:
         """Stop `spec`'s server if it runs, so the next `get` starts a fresh one (e.g. a suffix decoder
         that has seen every prompt the dataset has)."""
         key = spec.key()
-        server = self._alive.pop(key, None)
-        if server is not None:
+        if key in self._alive:
             self.progress(f"specdec: stopping vLLM ({spec.method}, {key}): {why}")
-            self._stop(key, server)
+            self._remove(key)
 
     def wait_quiet(self, timeout_s: float) -> Quiet:
         """Wait for every live server of this pool to go idle (see `server.wait_quiet`)."""

@@ -143,25 +143,43 @@ def test_a_second_interrupt_while_stopping_waits_until_the_servers_are_stopped()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
 
 
+class _Interrupted:
+    """A server stand-in whose stop is interrupted by Ctrl-C: the user presses it again while it stops."""
+
+    def __init__(self, name: str, stopped: list[str]) -> None:
+        self.name, self.stopped = name, stopped
+
+    def stop(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        self.stopped.append(self.name)
+
+
 def test_a_ctrl_c_while_the_pool_stops_servers_stops_them_all(tmp_path: Path) -> None:
-    """A second Ctrl-C during shutdown used to break off `stop_all` with servers left running."""
+    """A second Ctrl-C during shutdown must not break off `stop_all` with servers left running."""
     from pytest_specdec.servers.pool import ServerPool
-
-    class Server:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def stop(self) -> None:
-            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C again while the first one stops
-            time.sleep(0.05)
-            stopped.append(self.name)
 
     stopped: list[str] = []
     pool = ServerPool(tmp_path, 2, 10.0)
-    pool._alive.update(a=Server("a"), b=Server("b"))  # type: ignore[dict-item]
+    pool._alive.update(a=_Interrupted("a", stopped), b=_Interrupted("b", stopped))  # type: ignore[dict-item]
     with pytest.raises(KeyboardInterrupt):
         pool.stop_all()
     assert sorted(stopped) == ["a", "b"] and not pool._alive
+
+
+def test_a_ctrl_c_while_the_pool_retires_a_server_still_stops_it(tmp_path: Path) -> None:
+    """A server taken out of the pool mid-session (retired, evicted, reaped) is stopped even when a Ctrl-C
+    or SIGTERM comes in meanwhile: out of the pool, `stop_all` would never find it again."""
+    from types import SimpleNamespace
+
+    from pytest_specdec.servers.pool import ServerPool
+
+    stopped: list[str] = []
+    pool = ServerPool(tmp_path, 2, 10.0, progress=lambda line: None)
+    pool._alive["k"] = _Interrupted("k", stopped)  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt):
+        pool.retire(SimpleNamespace(key=lambda: "k", method="suffix"), "every prompt sent")  # type: ignore[arg-type]
+    assert stopped == ["k"] and not pool._alive
 
 
 @pytest.mark.parametrize(("code", "says"), [
