@@ -213,7 +213,10 @@ class VllmServer:
             self.startup_s = self.clock() - t0
             self._engine_config = self._read_engine_config()
         except BaseException:
-            self.stop()
+            from pytest_specdec.servers.hygiene import shielded
+
+            with shielded():  # a second Ctrl-C must not leave the half-started server running
+                self.stop()
             raise
 
     def _read_engine_config(self) -> dict[str, Any]:

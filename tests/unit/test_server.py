@@ -104,6 +104,33 @@ def test_a_server_killed_while_starting_is_named_by_the_signal(tmp_path: Path, m
         server.start()
 
 
+def test_a_second_ctrl_c_while_a_failed_start_cleans_up_still_stops_the_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during start-up, then again while the half-started server is stopped: it is stopped all the
+    same, and the interrupt comes after."""
+    import signal
+
+    server = _server(tmp_path, "hang", monkeypatch)
+    pids: list[int] = []
+
+    def first_ctrl_c(pid: int) -> None:
+        pids.append(pid)
+        raise KeyboardInterrupt
+
+    stop = server.stop
+
+    def stop_with_a_second_ctrl_c() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        stop()
+
+    server.on_spawn = first_ctrl_c
+    server.stop = stop_with_a_second_ctrl_c  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert pids and not _alive(pids[0]), "the half-started server survived the second Ctrl-C"
+
+
 def test_a_port_taken_before_vllm_binds_it_is_retried_and_each_start_keeps_its_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process binds the chosen port first: the start is retried on a new port, and the failed
