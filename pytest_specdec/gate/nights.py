@@ -6,6 +6,7 @@ measured by two different rules.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,14 @@ class Night:
         runs = entry["runs"]
         return cls(tuple(map(ArmRun.from_entry, runs["reference"])), tuple(map(ArmRun.from_entry, runs["spec"])),
                    tuple(entry.get("speedup_per_pair") or ()))
+
+    def valid_values(self) -> dict[str, list[float]]:
+        """`metric_values` as if every valid run's latencies were trusted: what the runs' validity alone
+        leaves (a metric missing here has no valid run or pair behind it; one missing only from
+        `metric_values` was left out for coalesced streams)."""
+        timed = Night(tuple(dataclasses.replace(r, timed=True) for r in self.reference),
+                      tuple(dataclasses.replace(r, timed=True) for r in self.spec), self.speedup_per_pair)
+        return timed.metric_values()
 
     def metric_values(self) -> dict[str, list[float]]:
         """Per-run values of every verdict metric (valid runs only, None left out).

@@ -316,9 +316,10 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
              look: int = 1, max_looks: int = 1, priors: Mapping[tuple[str, str], Prior] | None = None,
              nights: Mapping[str, NightVariance] | None = None, factors: Mapping[str, float] | None = None,
              tonight_log: float | None = None, gate: Iterable[str] = GATED) -> list[Verdict]:
-    """One verdict per metric present tonight, and per gated metric the baseline has that tonight lacks
-    (`inconclusive`: a gated figure that goes missing is never a silent pass); raw, before the session's
-    multiplicity adjustment.
+    """One verdict per metric present tonight, and per gated metric the baseline has that tonight lacks for
+    want of a valid run or pair (`inconclusive`: a gated figure that goes missing is never a silent pass; one
+    left out for coalesced streams is reported as not judged); raw, before the session's multiplicity
+    adjustment.
 
     With ``nights`` (pooled night variances) every metric is compared night mean against night means;
     absolute figures first have the machine factor divided out: each stored night's (``factors``) and
@@ -330,8 +331,9 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
     now_vals = now.metric_values()
     base_sessions = _sessions_of(baseline, factors)
     out = []
+    valid = now.valid_values()  # a metric left out only for coalesced streams stays out ("not judged")
     missing = {name for name, sessions in base_sessions.items()
-               if name not in now_vals and any(sessions) and family_of(name, gate) == "gated"}
+               if name not in valid and any(sessions) and family_of(name, gate) == "gated"}
     for name in sorted([*now_vals, *missing], key=metric_order):
         sessions = base_sessions.get(name, [])
         values = now_vals.get(name, [])

@@ -19,9 +19,11 @@ def _run(index: int, tok_s: float, valid: bool = True, spec: bool = True) -> dic
             "hd_p95_ms": {"tpot": 5.0 + index, "ttft": 20.0 + index, "e2e": 100.0 + index}}
 
 
-def _night(spec_valid: bool = True, ref_valid: bool = True) -> dict[str, Any]:
+def _night(spec_valid: bool = True, ref_valid: bool = True, spec_coalesced: bool = False) -> dict[str, Any]:
     ref = [_run(i, 100.0 + i, valid=ref_valid, spec=False) for i in range(3)]
     spec = [_run(i, 150.0 + 3 * i, valid=spec_valid) for i in range(3)]
+    for run in spec if spec_coalesced else ():
+        run["latency_untrusted"] = ["coalesced: 3.0 tokens per event"]
     pairs = [s["output_tok_s"] / r["output_tok_s"] if s["valid"] and r["valid"] else None for s, r in zip(spec, ref)]
     return {"started": "s", "under_test": {}, "runs": {"reference": ref, "spec": spec}, "speedup_per_pair": pairs}
 
@@ -42,3 +44,9 @@ def test_a_gated_metric_tonight_lacks_is_inconclusive_never_left_out() -> None:
     verdicts = _verdicts(_night(ref_valid=False))
     assert verdicts == {"speedup": "inconclusive", "acceptance_rate": "unchanged", "e2e_p95_ratio": "inconclusive"}
     assert set(_verdicts(_night(spec_valid=False)).values()) == {"inconclusive"}
+
+
+def test_a_gated_latency_left_out_for_coalesced_streams_stays_out() -> None:
+    """Valid runs whose streams arrived merged have no trusted latencies: the gate reports the ratio as not
+    judged, for that reason, rather than as an inconclusive verdict with no reason given."""
+    assert _verdicts(_night(spec_coalesced=True)) == {"speedup": "unchanged", "acceptance_rate": "unchanged"}
