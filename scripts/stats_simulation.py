@@ -33,7 +33,7 @@ from pytest_specdec.gate.stats import (
     alpha_for_look,
 )
 from pytest_specdec.gate.registry import Kind
-from pytest_specdec.gate.scale import _natural
+from pytest_specdec.gate.scale import to_natural
 from pytest_specdec.gate.sequential import adjusted_p
 from pytest_specdec.gate.variance import estimate_prior
 
@@ -138,7 +138,7 @@ def natural(draws: Draws, *, runs_now: int | None = None, alpha: float = 0.05, l
             dfw = np.full(ss.shape, sessions * (runs_base - 1) + n_now - 1, dtype=float)
             d, lo, hi, p = _session_core(means, np.float64(1.0 / runs_base), ss, dfw, now.mean(-1), n_now, a,
                                          )
-        vals = (_natural(kind, d), _natural(kind, lo), _natural(kind, hi), np.minimum(1.0, p * max_looks),
+        vals = (to_natural(kind, d), to_natural(kind, lo), to_natural(kind, hi), np.minimum(1.0, p * max_looks),
                 np.full(d.shape, DEFAULT_THRESHOLDS.bad_side(name, kind)))
         for col, v in zip(cols, vals, strict=True):
             col.append(v)

@@ -88,7 +88,7 @@ def on_scale(kind: Kind, x: np.ndarray) -> np.ndarray:
     return np.log(x) if kind in LOG_KINDS else np.asarray(x, dtype=float)
 
 
-def _natural(kind: Kind, d: Any) -> Any:
+def to_natural(kind: Kind, d: Any) -> Any:
     """A difference on the comparison scale → % relative change (log kinds) or points."""
     return 100.0 * np.expm1(d) if kind in LOG_KINDS else 100.0 * np.asarray(d)
 

@@ -16,7 +16,7 @@ from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.registry import Kind
-from pytest_specdec.gate.scale import LOG_KINDS, _natural, to_scale
+from pytest_specdec.gate.scale import LOG_KINDS, to_natural, to_scale
 from pytest_specdec.gate.stats import Verdict, check_alpha, decide
 
 
@@ -132,4 +132,4 @@ def detectable(kind: Kind, bad: float, var: float, df: float, alpha: float, powe
     if kind in LOG_KINDS and bad > 0 and eff > 700.0:  # exp would overflow: no rise is caught at all
         return math.inf
     sign = math.copysign(1.0, bad)
-    return abs(float(_natural(kind, sign * eff)))
+    return abs(float(to_natural(kind, sign * eff)))

@@ -25,7 +25,6 @@ from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import (
     LOG_KINDS,
     THRESHOLD_FIELD,
-    _natural,
     center,
     check_kind,
     checked_sessions,
@@ -33,6 +32,7 @@ from pytest_specdec.gate.scale import (
     delta_unit,
     kind_of,
     on_scale,
+    to_natural,
 )
 from pytest_specdec.gate.variance import HOMOGENEITY_P, NightVariance, Prior
 
@@ -283,10 +283,10 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
     sd_b = float(100.0 * np.std(units_b, ddof=1))  # natural units: % (log sd ≈ relative sd) or points
     sd_n = float(100.0 * np.std(xn, ddof=1))
     if max(sd_b, sd_n) <= thresholds.exact_sd:
-        d = float(_natural(kind, xn.mean() - units_b.mean()))
+        d = float(to_natural(kind, xn.mean() - units_b.mean()))
         # min/max so rounding in the means cannot put delta outside its own range
-        lo = min(d, float(_natural(kind, xn.min() - units_b.max())))
-        hi = max(d, float(_natural(kind, xn.max() - units_b.min())))
+        lo = min(d, float(to_natural(kind, xn.min() - units_b.max())))
+        hi = max(d, float(to_natural(kind, xn.max() - units_b.min())))
         tol, good = thresholds.exact_tolerance, mirror(bad, unit)
         sign = math.copysign(1.0, bad)
         if abs(d) <= tol:
@@ -318,7 +318,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
                 sig_n2, df_n, whose = own_b, float(len(xs) - 1), "this test's own (files disagree)"
         d, lo, hi, p, var_fixed, var_run, df = _nights_core(means, h_b, xn, s_w2, df_w, sig_n2, df_n, a)
         p_rep = float(min(1.0, p * max_looks))
-        d_n, lo_n, hi_n = (float(_natural(kind, v)) for v in (d, lo, hi))
+        d_n, lo_n, hi_n = (float(to_natural(kind, v)) for v in (d, lo, hi))
         v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
         level = 100.0 * (1.0 - 2.0 * a)
         what = (f"unit: night mean (baseline {len(xs)} night(s) of {sum(len(s) for s in xs)} runs, "
@@ -353,7 +353,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         den = vb ** 2 / (n_b - 1) + (vn / n_n) ** 2 / (n_n - 1)
         df_v = (vb + vn / n_n) ** 2 / den if den > 0 else float(n_b + n_n - 2)
     p_rep = float(min(1.0, float(p) * max_looks))
-    d_n, lo_n, hi_n = (float(_natural(kind, v)) for v in (d, lo, hi))
+    d_n, lo_n, hi_n = (float(to_natural(kind, v)) for v in (d, lo, hi))
     v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
     level = 100.0 * (1.0 - 2.0 * a)
     note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.registry import Kind
-from pytest_specdec.gate.scale import _natural, delta_unit, kind_of
+from pytest_specdec.gate.scale import delta_unit, kind_of, to_natural
 
 #: PELT's penalty per change point, in units of the noise variance (sd²) estimated from the series itself
 #: (BIC-like; the t-test below, not this, holds the false alarms down: tests/tools/trend_simulation.py).
@@ -136,7 +136,7 @@ def trend(metric: str, levels: Sequence[float], *, penalty: float = PENALTY, alp
     for (a, c, b), p in zip(zip(bounds, bounds[1:], bounds[2:]), ps):
         before, after = float(np.mean(xs[a:c])), float(np.mean(xs[c:b]))
         points.append(ChangePoint(index=c, before=center(before), after=center(after),
-                                  change=float(_natural(kind, after - before)),
+                                  change=float(to_natural(kind, after - before)),
                                   unit="%" if delta_unit(kind) == "%" else "pt", p=p))
     return Trend(metric, tuple(levels), sd, pen, tuple(points))
 

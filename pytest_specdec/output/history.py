@@ -167,13 +167,13 @@ def table_lines(nights: Sequence[Night], rows: Sequence[Series]) -> list[str]:
 
 
 def _noise(s: Series) -> str:
-    from pytest_specdec.gate.scale import _natural, kind_of
+    from pytest_specdec.gate.scale import kind_of, to_natural
 
     sd = s.trend.noise_sd if s.trend else None
     if sd is None:
         return "—"
     kind = kind_of(s.metric)
-    return f"{float(_natural(kind, sd)):.3g} %" if kind != "acceptance" else f"{100 * sd:.3g} pt"
+    return f"{float(to_natural(kind, sd)):.3g} %" if kind != "acceptance" else f"{100 * sd:.3g} pt"
 
 
 def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequence[tuple[Night, Night]] = (),
