@@ -2,7 +2,7 @@
 
     pytest-specdec compare OLD.json NEW.json   the plugin's verdicts of NEW against OLD's runs; exit 1 where
                                                the plugin fails a test (a gated regression of a test that
-                                               did not opt out, a dead spec arm in NEW), 0 otherwise
+                                               did not opt out, a dead arm in NEW), 0 otherwise
     pytest-specdec history DIR|FILE...         per test and gated metric, the nights' series and change points
     pytest-specdec report FILE.json            the HTML report again, from a results file
 
@@ -213,7 +213,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="pytest-specdec",
         description="Read pytest-specdec results files outside pytest: compare two, trend many, re-render one.",
-        epilog="Exit status: 0 fine, 1 a gated regression or a dead spec arm (compare), 2 bad input. "
+        epilog="Exit status: 0 fine, 1 a gated regression or a dead arm (compare), 2 bad input. "
                "docs/cli.md has more.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

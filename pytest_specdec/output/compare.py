@@ -8,8 +8,8 @@ pair); `session_entry` converts one into the other and names the file, test, run
 A test in one file only, or without valid runs on one side, is listed as such, never dropped.
 
 What fails the comparison is what fails the test in the plugin: a gated regression of a test that did not opt
-out (`check=False` is shown, never failed), and NEW without a valid run on its spec arm (the plugin fails such
-a test whatever its `check`, since the spec arm is never judged on the reference arm's figures).
+out (`check=False` is shown, never failed), and NEW without a valid run on an arm (the plugin fails such a
+test whatever its `check`, since an arm is never judged on the other arm's figures).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class Row:
     fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs
     reason: str = ""
     checked: bool = True  # False: NEW's test opted out (check=False): its verdicts are shown, never failed
-    dead: bool = False  # NEW has no valid run where the plugin fails the test for it (a dead spec arm)
+    dead: bool = False  # NEW has an arm without a valid run: the plugin fails the test for it
 
     def failed(self, strict: bool = False) -> bool:
         """Whether this test fails the comparison, as the plugin would fail it: a dead arm in NEW always; a
@@ -189,8 +189,7 @@ def compare(old: Results, new: Results, *, thresholds: Thresholds, alpha: float 
             where = " and ".join(f"on the {' and '.join(arms)} arm{'s' if len(arms) > 1 else ''} in {name}"
                                  for name, arms in empty)
             dead_new = dict(empty).get(new_name, [])
-            why = ("the plugin fails a test without a valid spec run" if "spec" in dead_new
-                   else f"the plugin failed it in {new_name}" if dead_new and now.outcome == "failed" else "")
+            why = f"the plugin fails a test without a valid {' or '.join(dead_new)} run" if dead_new else ""
             rows.append(Row(nodeid, "no runs", reason=f"no valid run {where} ({outcomes})"
                             + (f"; it fails, as {why}" if why else ""), checked=checked, dead=bool(why)))
             continue

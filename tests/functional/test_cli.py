@@ -289,40 +289,44 @@ def test_an_opted_out_regression_is_shown_and_does_not_fail(tmp_path: Path) -> N
     assert test["checked"] is False and test["regressed"] is True and test["failed"] is False
 
 
-def _dead_spec(nodeid: str, checked: bool = True) -> Callable[[dict], None]:
-    """The recorded session without its dead test, ``nodeid``'s spec arm dead as the plugin records it:
-    every spec run invalid, no speedup, the test failed at its set-up."""
+def _dead(nodeid: str, arm: str = "spec", checked: bool = True, outcome: str = "failed") -> Callable[[dict], None]:
+    """The recorded session without its dead test, ``nodeid``'s ``arm`` dead as the plugin records it: every
+    run of that arm invalid, no speedup, the test ``outcome`` (failed at its set-up)."""
     def edit(d: dict) -> None:
         _without_dead(d)
         [test] = [t for t in d["tests"] if t["nodeid"] == nodeid]
-        for run in test["runs"]:
+        for run in test["runs" if arm == "spec" else "reference_runs"]:
             run["valid"], run["invalid_reasons"] = False, ["the server exited (code 1)"]
         test["speedup_per_pair"] = [None] * len(test["speedup_per_pair"])
-        test["outcome"], test["when"], test["baseline"]["checked"] = "failed", "setup", checked
+        test["outcome"], test["when"], test["baseline"]["checked"] = outcome, "setup", checked
     return edit
 
 
-@pytest.mark.parametrize("checked", [True, False], ids=["checked", "opted-out"])
-def test_a_dead_spec_arm_in_new_is_listed_and_fails(tmp_path: Path, checked: bool) -> None:
-    """The plugin fails a test without a valid spec run whatever its `check` (the spec arm is never judged on
-    the reference arm's figures); compare lists it with both outcomes, gives it no verdict and exits 1. The
-    same dead arm in OLD only is listed and fails nothing: NEW has nothing to answer for."""
+@pytest.mark.parametrize(("arm", "checked", "outcome"), [
+    ("spec", True, "failed"), ("spec", False, "failed"),
+    ("reference", True, "passed"),  # a file whose plugin let a dead reference arm pass: it fails now
+], ids=["spec-checked", "spec-opted-out", "reference"])
+def test_a_dead_arm_in_new_is_listed_and_fails(tmp_path: Path, arm: str, checked: bool, outcome: str) -> None:
+    """The plugin fails a test without a valid run on an arm whatever its `check` (an arm is never judged on
+    the other arm's figures); compare lists it with both outcomes, gives it no verdict and exits 1. The same
+    dead arm in OLD only is listed and fails nothing: NEW has nothing to answer for."""
     victim = "test_nightly.py::test_concurrency[draft_model-k3-t0.0-c2]"
     old = _schema2(tmp_path, "old.json", _without_dead)
-    dead = _schema2(tmp_path, "dead.json", _dead_spec(victim, checked))
+    dead = _schema2(tmp_path, "dead.json", _dead(victim, arm, checked, outcome))
     r = cli("compare", old, dead, "--profile", "h100")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert (f"{victim}: no runs: no valid run on the spec arm in {dead} ({old}: passed; {dead}: failed); it fails, "
-            "as the plugin fails a test without a valid spec run") in r.stdout, r.stdout
+    assert (f"{victim}: no runs: no valid run on the {arm} arm in {dead} ({old}: passed; {dead}: {outcome}); it "
+            f"fails, as the plugin fails a test without a valid {arm} run") in r.stdout, r.stdout
     assert f"{victim}: no verdicts" not in r.stdout
     assert f"1 test(s) without a valid run in {dead}, failed as the plugin fails them: {victim}" in r.stdout
-    assert "(reference tok/s, factor 1.000, 90% CI +0.0 % to +0.0 %, 17 test(s))" in r.stdout  # not compared
+    if arm == "spec":  # a dead reference arm has no reference speed to put in the factor in the first place
+        assert "(reference tok/s, factor 1.000, 90% CI +0.0 % to +0.0 %, 17 test(s))" in r.stdout  # not compared
     out = json.loads(cli("compare", old, dead, "--profile", "h100", "--json").stdout)
     assert out["failed"] == [victim] and out["regressed"] == []
 
     r = cli("compare", dead, old, "--profile", "h100")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"{victim}: no runs: no valid run on the spec arm in {dead} ({dead}: failed; {old}: passed)" in r.stdout
+    assert f"{victim}: no runs: no valid run on the {arm} arm in {dead} ({dead}: {outcome}; {old}: passed)" in r.stdout
 
 
 def test_compare_and_history_on_the_stored_cpu_nights(tmp_path: Path) -> None:
