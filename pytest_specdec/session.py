@@ -122,9 +122,9 @@ class SpecDecSession:
 
     def _check_possible(self, case: Case) -> None:
         """What only the profile and the dataset can tell is impossible: an error at collection, not later."""
-        size, sent = len(self.workload.dataset(case.dataset).prompts), case.max_tokens is None  # each its own
-        self.placement.check_possible(case.dataset, size, case.num_prompts, case.max_tokens,
-                                      self.workload.sample(case.dataset, case.num_prompts) if sent else ())
+        records = self.workload.dataset(case.dataset).prompts  # all: suffix decoding draws beyond the sample
+        self.placement.check_possible(case.dataset, len(records), case.num_prompts, case.max_tokens,
+                                      records if case.max_tokens is None else ())
 
     def prompts(self, case: Case) -> list[Prompt]:
         """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied."""
