@@ -45,23 +45,12 @@ class Serving:
         self.options = options
         self.model = model  # the model an external endpoint must serve (the profile's target, or as told)
         self.facts: dict[str, EndpointFacts] = {}  # url -> what an external endpoint serves, read once
-        #: url -> the `system_env` of its /server_info answer ({}: none served, or none in it)
-        self.system_envs: dict[str, dict[str, Any]] = {}
 
     def read_facts(self, url: str) -> EndpointFacts:
-        """What an endpoint serves, read once. Its /server_info answer's `system_env` is kept from the same
-        request (`system_envs`): the CUDA runtime and driver it names are under test, and `EndpointFacts`
-        carries only the vLLM and torch versions."""
         if url not in self.facts:
-            from pytest_specdec.servers.endpoints import fetch_text, read_facts
+            from pytest_specdec.servers.endpoints import read_facts
 
-            def fetch(target: str, api_key: str | None) -> str | None:
-                text = fetch_text(target, api_key)
-                if target.startswith(f"{url}/server_info"):
-                    self.system_envs[url] = system_env(text)
-                return text
-
-            self.facts[url] = read_facts(url, self.options.api_key, fetch)
+            self.facts[url] = read_facts(url, self.options.api_key)
         return self.facts[url]
 
     def skip_reason(self, want: ServerSpec | None, rivals: list[ServerSpec], progress: Callable[[str], None]
@@ -121,12 +110,7 @@ class Serving:
         outside endpoint mode, where the servers are this machine's own vLLM."""
         if not self.options.endpoint:
             return None
-        out = {}
-        for arm, facts in self.endpoint_facts(arms).items():
-            env = self.system_envs.get(facts.url, {})
-            out[arm] = {**facts.versions(), "cuda": _told(env.get("cuda_runtime_version")),
-                        "driver": _told(env.get("nvidia_driver_version"))}
-        return out
+        return {arm: facts.versions() for arm, facts in self.endpoint_facts(arms).items()}
 
     def endpoint_facts(self, arms: dict[str, ServerSpec]) -> dict[str, EndpointFacts]:
         """Endpoint mode: what each arm's endpoint serves (read once per endpoint, `read_facts`)."""
@@ -230,29 +214,6 @@ class CaseRun:
 
         assert self.result is not None and self.sampling is not None
         extend_case(self.result, self.reference, self.spec, self.source, self.sampling, runs=runs, **self.options)
-
-
-def system_env(server_info: str | None) -> dict[str, Any]:
-    """The `system_env` of a /server_info answer (vLLM's collect_env: its torch, CUDA runtime, NVIDIA
-    driver, ...); {} when none was served or the answer is not vLLM's."""
-    import json
-
-    try:
-        info = json.loads(server_info) if server_info is not None else None
-    except ValueError:
-        return {}
-    env = info.get("system_env") if isinstance(info, dict) else None
-    return env if isinstance(env, dict) else {}
-
-
-#: What vLLM's collect_env writes where it found nothing: not a version.
-_NOT_FOUND = ("", "N/A", "None", "Could not collect")
-
-
-def _told(value: Any) -> str | None:
-    """A version as collect_env reported it, or None where it reported none."""
-    text = str(value).strip() if value is not None else ""
-    return None if text in _NOT_FOUND else text
 
 
 def spec_tokens(spec: ServerSpec | None) -> int | None:

@@ -72,6 +72,9 @@ class EndpointFacts:
     version_source: str | None = None
     #: the endpoint's torch, from /server_info's system_env (/version does not tell it); None: not told
     torch_version: str | None = None
+    #: the endpoint's CUDA runtime and NVIDIA driver, from the same system_env; None: not told
+    cuda_version: str | None = None
+    driver_version: str | None = None
 
     def describe(self) -> str:
         if not self.speculating:
@@ -84,11 +87,13 @@ class EndpointFacts:
         return {"url": self.url, "models": list(self.models), "speculating": self.speculating, "k": self.k,
                 "speculative_config": self.speculative_config, "server_info": self.server_info,
                 "engine_config": self.engine_config, "vllm_version": self.vllm_version,
-                "version_source": self.version_source, "torch_version": self.torch_version}
+                "version_source": self.version_source, "torch_version": self.torch_version,
+                "cuda_version": self.cuda_version, "driver_version": self.driver_version}
 
     def versions(self) -> dict[str, str | None]:
         """What the endpoint told of its own software: the versions under test in endpoint mode."""
-        return {"vllm": self.vllm_version, "torch": self.torch_version}
+        return {"vllm": self.vllm_version, "torch": self.torch_version, "cuda": self.cuda_version,
+                "driver": self.driver_version}
 
 
 #: The keys of vLLM's speculative config that say *what* is served (others tune how).
@@ -115,6 +120,7 @@ def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> Endp
 
     info_text = fetch(f"{url}/server_info?config_format=json", api_key)
     config = engine = torch = None
+    system: Any = None
     if info_text is not None:
         try:
             info = json.loads(info_text)
@@ -132,9 +138,21 @@ def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> Endp
     version, source = (engine or {}).get("vllm_version"), "/server_info"
     if not version:
         version, source = read_version(url, api_key, fetch), "/version"
+    system = system if isinstance(system, dict) else {}
     return EndpointFacts(url, models, counters.spec_decode, k if counters.spec_decode else None, config,
                          info_text is not None, engine, str(version) if version else None,
-                         source if version else None, str(torch) if torch else None)
+                         source if version else None, str(torch) if torch else None,
+                         _told(system.get("cuda_runtime_version")), _told(system.get("nvidia_driver_version")))
+
+
+#: What vLLM's collect_env writes where it found nothing: not a version.
+_NOT_FOUND = ("", "N/A", "None", "Could not collect")
+
+
+def _told(value: Any) -> str | None:
+    """A version as collect_env reported it, or None where it reported none."""
+    text = str(value).strip() if value is not None else ""
+    return None if text in _NOT_FOUND else text
 
 
 def read_version(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> str | None:
