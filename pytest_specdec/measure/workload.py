@@ -40,17 +40,14 @@ class Workload:
                 target: str) -> list[Prompt]:
         """The dataset's prompts (a seeded sample of num_prompts, so every session sends the same ones),
         max_tokens applied."""
-        prompts = self.sample(dataset, num_prompts)
+        prompts = list(self.dataset(dataset).prompts)
+        if num_prompts is not None:
+            prompts = random.Random(0).sample(prompts, num_prompts)
         if max_tokens is not None:
             prompts = [dataclasses.replace(p, max_tokens=max_tokens) for p in prompts]
         if api == "completions":
             prompts = self._as_completions(prompts, target)
         return prompts
-
-    def sample(self, dataset: str, num_prompts: int | None) -> list[Prompt]:
-        """The prompts a test of ``num_prompts`` sends: a seeded sample, so every session sends the same ones."""
-        prompts = list(self.dataset(dataset).prompts)
-        return prompts if num_prompts is None else random.Random(0).sample(prompts, min(num_prompts, len(prompts)))
 
     def source(self, prompts: list[Prompt], speculative_config: dict[str, Any] | None, server_key: str,
                whole_dataset: Callable[[], list[Prompt]], exhausted: Callable[[], None]) -> PromptSource:
