@@ -138,10 +138,9 @@ def render(data: dict[str, Any]) -> str:
 
 
 def _run_entry(run: RunRecord) -> dict[str, Any]:
+    from pytest_specdec.gate.nights import accepted_counts
+
     m, spec = run.metrics, run.metrics.spec
-    per_pos = None
-    if spec is not None and spec.per_position_acceptance is not None:
-        per_pos = [round(a * spec.drafts) for a in spec.per_position_acceptance]
 
     def pct(d: dict[str, float] | None) -> dict[str, float] | None:
         return None if d is None else {k: d[k] for k in ("p50", "p95", "p99") if k in d}
@@ -157,7 +156,7 @@ def _run_entry(run: RunRecord) -> dict[str, Any]:
         "drafts": spec and spec.drafts,
         "draft_tokens": spec and spec.draft_tokens,
         "accepted_tokens": spec and spec.accepted_tokens,
-        "accepted_per_pos": per_pos,
+        "accepted_per_pos": accepted_counts(spec),
         "acceptance_rate": spec and spec.acceptance_rate,
         "draft_coverage": spec and spec.draft_coverage,
         "ttft_ms": pct(m.ttft_ms),

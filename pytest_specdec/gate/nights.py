@@ -6,7 +6,6 @@ measured by two different rules.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,11 +13,20 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.gate.registry import METRICS
 
 if TYPE_CHECKING:
+    from pytest_specdec.measure.metrics import SpecFigures
     from pytest_specdec.measure.runner import CaseResult, RunRecord
 
 #: The latencies whose per-run P95 (Harrell-Davis, ms) gets a verdict, by `RunRecord.hd_p95_ms` key.
 LATENCIES: tuple[str, ...] = tuple(m.name.removesuffix("_p95_ms") for m in METRICS
                                    if m.absolute and m.kind == "latency")
+
+
+def accepted_counts(spec: SpecFigures | None) -> list[int] | None:
+    """Accepted tokens per draft position as counts, as a baseline stores them (the run's per-position
+    rates times its drafts)."""
+    if spec is None or spec.per_position_acceptance is None:
+        return None
+    return [round(a * spec.drafts) for a in spec.per_position_acceptance]
 
 
 @dataclass(frozen=True)
@@ -38,12 +46,11 @@ class ArmRun:
     @classmethod
     def from_record(cls, run: RunRecord) -> ArmRun:
         m, spec = run.metrics, run.metrics.spec
-        per_pos = None
-        if spec is not None and spec.per_position_acceptance is not None:
-            per_pos = tuple(round(a * spec.drafts) for a in spec.per_position_acceptance)
+        per_pos = accepted_counts(spec)
         return cls(index=run.index, valid=run.valid, timed=not run.untrusted, output_tok_s=m.output_tok_s,
                    acceptance_rate=spec and spec.acceptance_rate, draft_coverage=spec and spec.draft_coverage,
-                   drafts=spec and spec.drafts, accepted_per_pos=per_pos, hd_p95_ms=dict(run.hd_p95_ms))
+                   drafts=spec and spec.drafts, accepted_per_pos=None if per_pos is None else tuple(per_pos),
+                   hd_p95_ms=dict(run.hd_p95_ms))
 
     @classmethod
     def from_entry(cls, d: Mapping[str, Any]) -> ArmRun:
@@ -75,26 +82,19 @@ class Night:
         return cls(tuple(map(ArmRun.from_entry, runs["reference"])), tuple(map(ArmRun.from_entry, runs["spec"])),
                    tuple(entry.get("speedup_per_pair") or ()))
 
-    def valid_values(self) -> dict[str, list[float]]:
-        """`metric_values` as if every valid run's latencies were trusted: what the runs' validity alone
-        leaves (a metric missing here has no valid run or pair behind it; one missing only from
-        `metric_values` was left out for coalesced streams)."""
-        timed = Night(tuple(dataclasses.replace(r, timed=True) for r in self.reference),
-                      tuple(dataclasses.replace(r, timed=True) for r in self.spec), self.speedup_per_pair)
-        return timed.metric_values()
-
-    def metric_values(self) -> dict[str, list[float]]:
+    def metric_values(self, *, untimed_too: bool = False) -> dict[str, list[float]]:
         """Per-run values of every verdict metric (valid runs only, None left out).
 
         The reference arm gives ``reference_tok_s``; the spec arm everything else; latencies come from the
         spec arm, or from the reference when the test has no spec arm (method ``none``), and only from runs
-        whose stream was not coalesced. A spec arm whose runs are all invalid gives nothing: never the other
-        arm's figures in its place.
+        whose stream was not coalesced (``untimed_too``: from those too, to tell a metric left out for
+        coalesced streams from one no valid run or pair gives). A spec arm whose runs are all invalid gives
+        nothing: never the other arm's figures in its place.
         """
         ref = [r for r in self.reference if r.valid]
         spec = [r for r in self.spec if r.valid]
-        ref_t = [r for r in ref if r.timed]
-        spec_t = [r for r in spec if r.timed]
+        ref_t = [r for r in ref if r.timed or untimed_too]
+        spec_t = [r for r in spec if r.timed or untimed_too]
         out: dict[str, list[float]] = {}
 
         def put(name: str, values: Sequence[float | None]) -> None:

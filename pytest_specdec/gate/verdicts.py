@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.variance import NightVariance, Prior
 
-#: The gated family (speedup, acceptance, P95 E2E ratio per test) fails a test and alone shares its
-#: multiplicity correction; every other metric is judged and shown in its own family; the `specdec_verdicts`
-#: marker's ``gate=[...]`` or the ini `specdec_gate` moves one in (gate/registry.py defines each metric).
+# The gated family (speedup, acceptance, P95 E2E ratio per test) fails a test and alone shares its
+# multiplicity correction; every other metric is judged and shown in its own family; the `specdec_verdicts`
+# marker's ``gate=[...]`` or the ini `specdec_gate` moves one in (gate/registry.py defines each metric).
 
 
 def metric_order(name: str) -> tuple[int, int]:
@@ -106,6 +106,7 @@ def check_mapping(mapping: Any, where: str) -> dict[str, float]:
 
 def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
     """Defaults overridden layer by layer (profile, ini, CLI, marker: later wins)."""
+    from pytest_specdec.gate.scale import THRESHOLD_FIELD, kind_of
     from pytest_specdec.gate.stats import Thresholds
 
     kinds: dict[str, float] = {}
@@ -114,11 +115,8 @@ def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
         # Within a layer a metric beats its kind whatever the order: `speedup=15 rate=40` keeps 15.
         for name, value in sorted(layer.items(), key=lambda item: item[0] not in KINDS):
             if name in KINDS:
-                from pytest_specdec.gate.scale import THRESHOLD_FIELD, kind_of
-
                 kinds[THRESHOLD_FIELD[name]] = value  # type: ignore[index]
                 # a kind set by a later layer beats an earlier per-metric value of that kind
-
                 for m in [m for m in per_metric if kind_of(m) == name]:
                     del per_metric[m]
             else:
@@ -331,7 +329,7 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
     now_vals = now.metric_values()
     base_sessions = _sessions_of(baseline, factors)
     out = []
-    valid = now.valid_values()  # a metric left out only for coalesced streams stays out ("not judged")
+    valid = now.metric_values(untimed_too=True)  # one left out only for coalesced streams stays out ("not judged")
     missing = {name for name, sessions in base_sessions.items()
                if name not in valid and any(sessions) and family_of(name, gate) == "gated"}
     for name in sorted([*now_vals, *missing], key=metric_order):
