@@ -53,11 +53,7 @@ class Stray:
     command: str
     #: The process group the server was started in: `pid` for a server, the exited server's pid for
     #: what it left.
-    pgid: int = 0
-
-    @property
-    def group(self) -> int:
-        return self.pgid or self.pid
+    group: int
 
     def line(self) -> str:
         left = "" if self.group == self.pid else f", left by server pid {self.group} that exited"
