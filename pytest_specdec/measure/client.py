@@ -126,7 +126,10 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str,
                        prompt: Prompt, api: Api, timeout: aiohttp.ClientTimeout, flight: _Flight,
                        queued_at: float | None = None, halt: _Halt | None = None) -> RequestSample:
     """Send one streaming request and record it; every failure ends up in ``sample.error``. With ``halt``,
-    an idle timeout stops the whole run, and a request that run stops keeps what it received so far."""
+    an idle timeout stops the whole run: a request that run stops keeps what it received so far, and one
+    due after it is not sent."""
+    if halt is not None and halt.reason is not None:
+        return halt.unsent(prompt)
     perf = time.perf_counter
     decode = _raw_decode
     chat = api == "chat"
@@ -351,13 +354,9 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
         wflight, whalt, halt = _Flight(), _Halt(), _Halt()
 
         async def wrun(p: Prompt, body: dict[str, Any], queued_at: float | None) -> RequestSample:
-            if whalt.reason is not None:
-                return whalt.unsent(p)
             return await _one_request(session, url, body, headers, p, api, timeout, wflight, queued_at, whalt)
 
         async def run(p: Prompt, body: dict[str, Any], queued_at: float | None) -> RequestSample:
-            if halt.reason is not None:
-                return halt.unsent(p)
             return await _one_request(session, url, body, headers, p, api, timeout, flight, queued_at, halt)
 
         warmup_failed = 0
