@@ -221,8 +221,8 @@ def parser() -> argparse.ArgumentParser:
                        description="Judge each test of NEW against OLD's runs as the plugin judges a night against "
                                    "a baseline of one session (the same verdict functions, the machine factor, "
                                    "BH or Holm over the gated family). Exit 1 when a gated metric of a test "
-                                   "that did not opt out (check=False) regressed, or a test of NEW has no valid "
-                                   "spec run.")
+                                   "that did not opt out (check=False) regressed, or a test of NEW has an arm "
+                                   "without a valid run.")
     c.add_argument("old", type=Path, metavar="OLD.json", help="the earlier results file: its runs are the baseline")
     c.add_argument("new", type=Path, metavar="NEW.json", help="the later results file: judged against OLD")
     c.add_argument("--profile", metavar="NAME|PATH",

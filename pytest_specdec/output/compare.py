@@ -191,7 +191,7 @@ def compare(old: Results, new: Results, *, thresholds: Thresholds, alpha: float 
             dead_new = dict(empty).get(new_name, [])
             why = f"the plugin fails a test without a valid {' or '.join(dead_new)} run" if dead_new else ""
             rows.append(Row(nodeid, "no runs", reason=f"no valid run {where} ({outcomes})"
-                            + (f"; it fails, as {why}" if why else ""), checked=checked, dead=bool(why)))
+                            + (f"; it fails, as {why}" if why else ""), checked=checked, dead=bool(dead_new)))
             continue
         gate = tuple(dict.fromkeys((*GATED, *(now.baseline.gate if now.baseline else ()))))
         c = BaselineCheck(path=Path(old_name), status="compared", check=True, comparability={}, under_test={},
