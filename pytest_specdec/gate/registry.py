@@ -36,10 +36,6 @@ class Metric:
     def higher_is_better(self) -> bool:
         return self.kind != "latency"
 
-    @property
-    def delta_unit(self) -> str:
-        return DELTA_UNITS[self.kind]
-
     def format(self, x: float | None, times: str = "x") -> str:
         """A value as the failure table and the HTML report show it (tables name throughputs in their
         header, so only ratios and milliseconds carry their unit)."""
