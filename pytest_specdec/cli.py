@@ -1,8 +1,9 @@
 """`pytest-specdec`: the plugin's results read outside pytest (wiring only; the work is in output/ and gate/).
 
-    pytest-specdec compare OLD.json NEW.json   the plugin's verdicts of NEW against OLD's runs; exit 1 where
-                                               the plugin fails a test (a gated regression of a test that
-                                               did not opt out, a dead arm in NEW), 0 otherwise
+    pytest-specdec compare OLD NEW.json        the plugin's verdicts of NEW against OLD's runs (a results file)
+                                               or stored baselines (a directory: exactly the session's own
+                                               verdicts); exit 1 where the plugin fails a test (a gated
+                                               regression of a test that did not opt out, a dead arm in NEW)
     pytest-specdec history DIR|FILE...         per test and gated metric, the nights' series and change points
     pytest-specdec report FILE.json            the HTML report again, from a results file
 
@@ -22,7 +23,11 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.errors import SpecDecError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pytest_specdec.gate.stats import Thresholds
+    from pytest_specdec.output.compare import StoredDir
+    from pytest_specdec.profiles import Profile
     from pytest_specdec.output.history import Night
     from pytest_specdec.output.schema import Results
 
@@ -82,44 +87,87 @@ def read_results(path: Path, data: Any = None) -> tuple[dict[str, Any], Results]
         raise InputError(str(exc)) from None
 
 
-def thresholds(profile: str, items: Sequence[str], where: str) -> Thresholds:
-    """The profile's `[verdicts] thresholds` with --threshold on top, as the plugin layers them."""
+def thresholds(profile: str, items: Sequence[str], where: str, recorded: Mapping[str, Any] | None = None
+               ) -> tuple[Thresholds, dict[str, float]]:
+    """The session's thresholds, as the file recorded them (else the profile's `[verdicts] thresholds`), with
+    --threshold on top as the plugin layers them; and the --threshold layer alone (it also goes on top of
+    each test's recorded thresholds)."""
     from pytest_specdec.errors import ConfigError
-    from pytest_specdec.gate.verdicts import build_thresholds, check_mapping, parse_threshold_items
+    from pytest_specdec.gate.thresholds import build_thresholds, check_mapping, from_dict, on_top, parse_threshold_items
+
+    try:
+        override = parse_threshold_items(items, "--threshold")
+        if recorded is not None:
+            return on_top(from_dict(recorded, f"{where}: gate.settings.thresholds"), override), override
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
+    p = profile_of(profile, where)
+    raw = p.raw.get("verdicts", {}).get("thresholds", {})
+    try:
+        return build_thresholds(check_mapping(raw, f"profile {p.path} [verdicts] thresholds"), override), override
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
+
+
+def profile_of(profile: str, where: str) -> Profile:
+    from pytest_specdec.errors import ConfigError
     from pytest_specdec.profiles import load_profile
 
     try:
-        p = load_profile(profile)
+        return load_profile(profile)
     except ConfigError as exc:
         raise InputError(f"{where}: {exc} (the thresholds come from it: pass --profile NAME or PATH)") from None
-    raw = p.raw.get("verdicts", {}).get("thresholds", {})
-    try:
-        return build_thresholds(check_mapping(raw, f"profile {p.path} [verdicts] thresholds"),
-                                parse_threshold_items(items, "--threshold"))
-    except ConfigError as exc:
-        raise InputError(str(exc)) from None
+
+
+def stored_dir(path: Path, profile: str) -> StoredDir:
+    """OLD given as a directory of baselines: the root (holding ``<profile>/``) or the profile's own folder."""
+    from pytest_specdec.gate.baselines import safe_part
+    from pytest_specdec.output.compare import StoredDir
+
+    if (path / safe_part(profile)).is_dir():
+        return StoredDir(path, profile)
+    if path.name == safe_part(profile):
+        return StoredDir(path.parent, profile)
+    raise InputError(f"{path}: no baselines of profile {profile!r} there (neither {path / safe_part(profile)} nor a "
+                     f"folder named {safe_part(profile)}); pass the baselines root or baselines/<profile>")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from pytest_specdec.output.compare import compare, names, summary_lines, table_lines, to_json
 
-    old_raw, old = read_results(args.old)
+    old_file = None if args.old.is_dir() else read_results(args.old)
     new_raw, new = read_results(args.new)
     profile = args.profile or new.profile
     if not profile:
         raise InputError(f"{args.new}: no `profile` recorded; pass --profile NAME or PATH for the thresholds")
     where = "--profile" if args.profile else f"{args.new}: `profile`"
-    th = thresholds(profile, args.threshold, where)
-    if old.profile != new.profile and not args.profile:
-        print(f"specdec compare: the files ran different profiles ({old.profile} → {new.profile}); thresholds "
-              f"of {new.profile}", file=sys.stderr)
+    settings = new.gate.settings
+    th, override = thresholds(profile, args.threshold, where, None if args.profile else settings.get("thresholds"))
+    alpha = args.alpha if args.alpha is not None else float(settings.get("alpha", 0.05))
+    fdr = args.fdr or str(settings.get("fdr", "bh"))
     old_name, new_name = names((args.old, args.new))
-    result = compare(old, new, thresholds=th, alpha=args.alpha, fdr=args.fdr, old_name=old_name,
-                     new_name=new_name, datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}))
+    if args.old.is_dir():
+        old: Any = stored_dir(args.old, new.profile or profile)
+        floor = settings.get("min_night_sd")
+        if floor is None or args.profile:
+            floor = profile_of(profile, where).raw.get("verdicts", {}).get("min_night_sd", 0.0)
+        result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr,
+                         min_night_sd=float(floor), old_name=old_name, new_name=new_name)
+        started = f"stored baselines of profile {old.profile}"
+    else:
+        assert old_file is not None
+        old_raw, old = old_file
+        if old.profile != new.profile and not args.profile:
+            print(f"specdec compare: the files ran different profiles ({old.profile} → {new.profile}); thresholds "
+                  f"of {new.profile}", file=sys.stderr)
+        result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr, old_name=old_name,
+                         new_name=new_name,
+                         datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}))
+        started = old.started
     if args.json:
         print(json.dumps(to_json(result, strict=args.strict), indent=1, default=str))
     else:
-        print(f"specdec compare: {old_name} ({old.started}) → {new_name} ({new.started}); OLD's runs are the "
+        print(f"specdec compare: {old_name} ({started}) → {new_name} ({new.started}); OLD's runs are the "
               f"baseline; thresholds of profile {profile}")
         print()
         print("\n".join(table_lines(result, shown=args.all)))
@@ -223,15 +271,18 @@ def parser() -> argparse.ArgumentParser:
                                    "BH or Holm over the gated family). Exit 1 when a gated metric of a test "
                                    "that did not opt out (check=False) regressed, or a test of NEW has an arm "
                                    "without a valid run.")
-    c.add_argument("old", type=Path, metavar="OLD.json", help="the earlier results file: its runs are the baseline")
+    c.add_argument("old", type=Path, metavar="OLD",
+                   help="the earlier results file (its runs are the baseline), or a baselines directory (the root "
+                        "or baselines/<profile>): NEW is then judged exactly as the plugin judged its session")
     c.add_argument("new", type=Path, metavar="NEW.json", help="the later results file: judged against OLD")
     c.add_argument("--profile", metavar="NAME|PATH",
                    help="profile whose [verdicts] thresholds apply (default: the one NEW recorded)")
     c.add_argument("--threshold", action="append", default=[], metavar="METRIC=VALUE",
                    help="practical threshold, repeatable, as --specdec-threshold (e.g. speedup=10)")
-    c.add_argument("--alpha", type=_alpha, default=0.05, help="one-sided level (default 0.05; CIs are 1 - 2 alpha)")
-    c.add_argument("--fdr", choices=("bh", "holm"), default="bh",
-                   help="multiplicity adjustment over the gated family (default bh)")
+    c.add_argument("--alpha", type=_alpha, default=None,
+                   help="one-sided level (default: NEW's session's, else 0.05; CIs are 1 - 2 alpha)")
+    c.add_argument("--fdr", choices=("bh", "holm"), default=None,
+                   help="multiplicity adjustment over the gated family (default: NEW's session's, else bh)")
     c.add_argument("--all", action="store_true", help="show every metric's verdict, not only the gated ones")
     c.add_argument("--strict", action="store_true", help="exit 1 also when a test is not comparable")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")

@@ -235,7 +235,7 @@ def varying_fields(cases: list[Case]) -> frozenset[str]:
 
 def verdict_options(marker: Any) -> Any:
     """The `specdec_verdicts` marker → VerdictOptions; unknown keys and bad values name what is allowed."""
-    from pytest_specdec.gate.verdicts import check_gate, check_mapping
+    from pytest_specdec.gate.thresholds import check_gate, check_mapping
 
     if marker is None:
         return VerdictOptions()

@@ -81,7 +81,7 @@ def alpha_value(value: str) -> float:
 
 def threshold_item(value: str) -> str:
     """argparse type: METRIC=MAGNITUDE (kept as the string, checked again when the thresholds are built)."""
-    from pytest_specdec.gate.verdicts import parse_threshold_items
+    from pytest_specdec.gate.thresholds import parse_threshold_items
 
     try:
         parse_threshold_items([value], "--specdec-threshold")
@@ -163,7 +163,7 @@ def _keep_sessions(value: str, config: pytest.Config) -> int:
 
 def _ini_thresholds(value: list[Any], config: pytest.Config) -> tuple[str, ...]:
     from pytest_specdec.errors import ConfigError
-    from pytest_specdec.gate.verdicts import parse_threshold_items
+    from pytest_specdec.gate.thresholds import parse_threshold_items
 
     items = _strings(value, config)
     try:
@@ -175,7 +175,7 @@ def _ini_thresholds(value: list[Any], config: pytest.Config) -> tuple[str, ...]:
 
 def _gate(value: list[Any], config: pytest.Config) -> tuple[str, ...]:
     from pytest_specdec.errors import ConfigError
-    from pytest_specdec.gate.verdicts import check_gate
+    from pytest_specdec.gate.thresholds import check_gate
 
     try:
         return tuple(check_gate(list(_strings(value, config)), "ini specdec_gate"))

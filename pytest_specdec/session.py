@@ -289,7 +289,8 @@ class SpecDecSession:
             gpu_hourly_usd=s.gpu_hourly_usd, machine=end.machine, machine_failed=end.machine_failed,
             fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
             night_variances=judge.night_variances if judge else {}, records=self.records.values(),
-            baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None)
+            baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None,
+            gate_settings=judge.settings() if judge else None)
         paths, data = write_results(results, s.reports_dir, self.started, s.json_path)
         self.report_paths = write_report(data, s.reports_dir, self.started, s.report_path, s.benchmark_json)
         return paths

@@ -39,7 +39,9 @@ from pytest_specdec.gate.stats import Thresholds, alpha_for_look, compare
 from pytest_specdec.gate.sequential import adjust, detectable, next_look_useful, planned_looks
 from pytest_specdec.gate.variance import estimate_night_variance
 from pytest_specdec.gate.scale import kind_of
-from pytest_specdec.gate.verdicts import GATED, build_thresholds, night_factors, night_variances, with_floor
+from pytest_specdec.gate.machine import night_factors
+from pytest_specdec.gate.thresholds import build_thresholds
+from pytest_specdec.gate.verdicts import GATED, night_variances, with_floor
 
 TESTS = 19
 STORED_RUNS = 3  # pairs per stored night in baselines/cpu

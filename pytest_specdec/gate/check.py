@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Verdict
-    from pytest_specdec.gate.verdicts import MachineFactor
+    from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.measure.runner import CaseResult
 
 FDR_NAMES = {"bh": "Benjamini-Hochberg", "holm": "Holm"}
@@ -61,6 +61,7 @@ class BaselineCheck:
                 under_test_changes(self.baseline.get("under_test", {}), self.under_test).items()}
 
     def to_dict(self) -> dict[str, Any]:
+        from pytest_specdec.gate.thresholds import to_dict as thresholds_dict
         from pytest_specdec.gate.verdicts import attribution, gated_with
 
         shown = self.shown()
@@ -78,6 +79,8 @@ class BaselineCheck:
             "attribution": attribution(shown) if shown else None,
             "under_test": self.under_test,
             "under_test_diff": self.under_test_diff(),
+            "comparability": self.comparability,
+            "thresholds": None if self.thresholds is None else thresholds_dict(self.thresholds),
             **({"error": self.error} if self.error else {}),
         }
 

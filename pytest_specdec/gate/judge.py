@@ -12,6 +12,7 @@ import datetime as dt
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -19,10 +20,11 @@ from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.check import BaselineCheck
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.pipeline import Pipeline
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.store import BaselineStore
-    from pytest_specdec.gate.variance import NightVariance, Prior
-    from pytest_specdec.gate.verdicts import MachineFactor
+    from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.measure.types import Sampling
     from pytest_specdec.profiles import Profile
@@ -88,26 +90,18 @@ class Judge:
 
     def __init__(self, cfg: GateConfig) -> None:
         self.cfg = cfg
-        self._store: BaselineStore | None = None
-        self._stored: list[dict[str, Any]] | None = None
-        self._priors: dict[tuple[str, str], Prior] | None = None
-        self._nights: dict[str, NightVariance] | None = None
-        self._night_factors: dict[str, float] | None = None
-        self._base_thresholds: list[dict[str, float]] | None = None
 
-    @property
+    @cached_property
     def store(self) -> BaselineStore:
-        if self._store is None:
-            from pytest_specdec.gate.store import BaselineStore
+        from pytest_specdec.gate.store import BaselineStore
 
-            self._store = BaselineStore(self.cfg.baselines_dir, self.cfg.profile.name, mode=self.cfg.update,
-                                        keep=self.cfg.keep_sessions)
-        return self._store
+        return BaselineStore(self.cfg.baselines_dir, self.cfg.profile.name, mode=self.cfg.update,
+                             keep=self.cfg.keep_sessions)
 
     @property
     def opened(self) -> bool:
         """Whether any test asked for the store (only then are baselines written)."""
-        return self._store is not None
+        return "store" in self.__dict__
 
     @property
     def updating_all(self) -> bool:
@@ -115,8 +109,9 @@ class Judge:
 
     @property
     def night_variances(self) -> dict[str, NightVariance]:
-        """What was pooled so far (empty before the first comparison), for the results."""
-        return self._nights or {}
+        """What was pooled (empty when no test was compared), for the results."""
+        pipeline = self.__dict__.get("pipeline")
+        return pipeline.stored.__dict__.get("variances", {}) if pipeline is not None else {}
 
     def looks(self) -> list[int]:
         """Runs per arm at each planned look: first the profile's runs, then two more at a time."""
@@ -138,59 +133,34 @@ class Judge:
 
         return tuple(dict.fromkeys((*GATED, *self.cfg.gate, *extra)))
 
+    @cached_property
+    def _base_thresholds(self) -> list[dict[str, float]]:
+        """The profile's, the ini's and the command line's threshold layers, each checked where it was given."""
+        from pytest_specdec.gate.thresholds import check_mapping, parse_threshold_items
+
+        profile = self.cfg.profile
+        raw = profile.raw.get("verdicts", {}).get("thresholds", {})
+        return [check_mapping(raw, f"profile {profile.path} [verdicts] thresholds"),
+                parse_threshold_items(self.cfg.ini_thresholds, "ini specdec_thresholds"),
+                parse_threshold_items(self.cfg.cli_thresholds, "--specdec-threshold")]
+
     def thresholds(self, marker: dict[str, float] | None = None) -> Thresholds:
         """Defaults < profile [verdicts.thresholds] < ini specdec_thresholds < --specdec-threshold < marker."""
-        from pytest_specdec.gate.verdicts import build_thresholds, check_mapping, parse_threshold_items
+        from pytest_specdec.gate.thresholds import build_thresholds
 
-        if self._base_thresholds is None:
-            profile = self.cfg.profile
-            raw = profile.raw.get("verdicts", {}).get("thresholds", {})
-            self._base_thresholds = [
-                check_mapping(raw, f"profile {profile.path} [verdicts] thresholds"),
-                parse_threshold_items(self.cfg.ini_thresholds, "ini specdec_thresholds"),
-                parse_threshold_items(self.cfg.cli_thresholds, "--specdec-threshold"),
-            ]
         return build_thresholds(*self._base_thresholds, *([marker] if marker else []))
 
+    @cached_property
     def stored(self) -> list[dict[str, Any]]:
         """Every readable stored baseline of this profile (read once, before any verdict)."""
-        if self._stored is None:
-            from pytest_specdec.gate.baselines import BaselineError, load
+        return self.store.readable()
 
-            datas = []
-            for f in self.store.all_files():
-                try:
-                    data = load(f, "pytest --update-baselines")
-                except BaselineError:
-                    continue  # its own test reports it
-                if data is not None:
-                    datas.append(data)
-            self._stored = datas
-        return self._stored
+    @cached_property
+    def pipeline(self) -> Pipeline:
+        """The gate's chain over this profile's stored nights (gate/pipeline.py)."""
+        from pytest_specdec.gate.pipeline import Pipeline, Stored
 
-    def priors(self) -> dict[tuple[str, str], Prior]:
-        """Variance priors from every readable stored baseline of this profile (computed once)."""
-        if self._priors is None:
-            from pytest_specdec.gate.verdicts import priors_from
-
-            self._priors = priors_from(self.stored())
-        return self._priors
-
-    def night_factors(self) -> dict[str, float]:
-        """Each stored night's machine factor (log), from every file of the profile."""
-        if self._night_factors is None:
-            from pytest_specdec.gate.verdicts import night_factors
-
-            self._night_factors = night_factors(self.stored())
-        return self._night_factors
-
-    def nights(self) -> dict[str, NightVariance]:
-        """Per metric, the night-to-night variance pooled over the profile's stored baselines."""
-        if self._nights is None:
-            from pytest_specdec.gate.verdicts import night_variances, with_floor
-
-            self._nights = with_floor(night_variances(self.stored(), self.night_factors()), self.min_night_sd())
-        return self._nights
+        return Pipeline(Stored(tuple(self.stored), self.min_night_sd()), self.cfg.alpha, self.cfg.fdr)
 
     def min_night_sd(self) -> float:
         """The profile's floor on the night-to-night sd of log-scale metrics, in % (0: none)."""
@@ -230,11 +200,9 @@ class Judge:
         non-comparable baseline warns (fails under --specdec-strict); inconclusive gated verdicts warn
         (fail under --specdec-fail-inconclusive).
         """
-        from pytest_specdec.gate.check import adjusted
         from pytest_specdec.gate.verdicts import gated_with, guard_text, table
 
-        c.verdicts = adjusted(family, nodeid, final=False, fdr=self.cfg.fdr, alpha=self.cfg.alpha,
-                              gated_size=gated_size, family_size=family_size)
+        c.verdicts = self.pipeline.test_end(family, nodeid, gated_size=gated_size, family_size=family_size)
         if not c.check:
             return None, None
         if c.status == "error":  # --update-baselines replaces an unreadable file (the summary says so)
@@ -293,72 +261,43 @@ class Judge:
             c.status = "not-comparable" if c.fields else "compared"
         return c
 
-    def evaluate(self, c: BaselineCheck, result: CaseResult, thresholds: Thresholds, *, look: int, max_looks: int,
-                 started: float, tonight_log: Callable[[], float | None]) -> None:
-        """Tonight's runs so far as a baseline entry, and their raw verdicts (before the family adjustment).
-        ``tonight_log`` is the machine factor (log) from every test compared so far."""
-        from pytest_specdec.gate.baselines import session_entry
-        from pytest_specdec.gate.nights import Night
-        from pytest_specdec.gate.verdicts import evaluate, not_comparable_verdicts, tonight_deviation
-
-        stamp = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        c.entry, c.night = session_entry(result, stamp, c.under_test), Night.from_result(result)
-        c.thresholds = thresholds
-        if c.status == "compared" and c.baseline is not None:
-            c.deviation = tonight_deviation(c.baseline, c.night, self.night_factors())
-            c.raw = evaluate(c.baseline, c.night, thresholds=thresholds, alpha=self.cfg.alpha, look=look,
-                             max_looks=max_looks, priors=self.priors(), nights=self.nights(),
-                             factors=self.night_factors(), tonight_log=tonight_log(), gate=c.gate)
-        elif c.status == "not-comparable":
-            c.raw = not_comparable_verdicts(c.night, c.fields, c.gate)
-
     def run_looks(self, nodeid: str, c: BaselineCheck, result: CaseResult, extend: Callable[[int], None],
                   thresholds: Thresholds, *, started: float, tonight_log: Callable[[], float | None],
                   progress: Callable[[str], None]) -> None:
         """Compare after the first runs; while a gated verdict is inconclusive and another look could settle
-        it, add runs (``extend(n)``: n per arm in all) and look again, alpha split over the looks."""
-        from pytest_specdec.gate.sequential import next_look_useful
-        from pytest_specdec.gate.stats import alpha_for_look
-        from pytest_specdec.gate.verdicts import gated_with
+        it, add runs (``extend(n)``: n per arm in all) and look again, alpha split over the looks
+        (`pipeline.sequential`). ``tonight_log`` is the machine factor (log) from every test compared so far."""
+        from pytest_specdec.gate.baselines import session_entry
+        from pytest_specdec.gate.nights import Night
+        from pytest_specdec.gate.pipeline import sequential
 
         compared = c.check and c.status == "compared" and not self.updating_all
         looks = self.looks() if compared else [self.cfg.runs]
-        c.max_looks = len(looks)
-        for i, n in enumerate(looks, start=1):
+        c.thresholds = thresholds
+
+        def night_at(n: int) -> Night:
             if len(result.reference_runs) < n:
-                progress(f"specdec: {nodeid}: inconclusive at look {i - 1} of {len(looks)}: {n} interleaved runs")
+                progress(f"specdec: {nodeid}: inconclusive at look {len(c.looks)} of {len(looks)}: "
+                         f"{n} interleaved runs")
                 extend(n)
-            c.looks.append(len(result.reference_runs))
-            self.evaluate(c, result, thresholds, look=i, max_looks=len(looks), started=started,
-                          tonight_log=tonight_log)
-            n_now = len(result.reference_runs)
-            if i == len(looks) or n_now >= looks[-1]:
-                break
-            if not next_look_useful(c.raw, n_now, looks[-1], alpha_for_look(self.cfg.alpha, i, len(looks))):
-                open_ = [v.metric for v in gated_with(c.raw, "inconclusive")]
-                c.unspent = looks[-1] - n_now
-                c.stop_reason = (f"{', '.join(open_)} inconclusive, but {looks[-1]} runs could not settle it" if open_
-                                 else "every gated verdict is conclusive")
-                progress(f"specdec: {nodeid}: {c.unspent} run(s) per arm not spent: {c.stop_reason}")
-                break
+            return Night.from_result(result)
 
-    def machine_factor(self, checks: list[BaselineCheck]) -> MachineFactor | None:
-        """The session's machine factor from every compared test; the absolute figures are then re-judged
-        with it (the gated ratios do not use it)."""
-        from pytest_specdec.gate.verdicts import evaluate, machine_factor
+        sequential(self.pipeline, c, looks, night_at, tonight_log=tonight_log)
+        stamp = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        c.entry = session_entry(result, stamp, c.under_test)  # tonight as the baseline file would store it
+        if c.unspent:
+            progress(f"specdec: {nodeid}: {c.unspent} run(s) per arm not spent: {c.stop_reason}")
 
-        compared = [c for c in checks if c.status == "compared" and c.raw]
-        threshold = abs(self.thresholds().bad_side("reference_tok_s", "rate"))
-        machine = machine_factor([c.deviation for c in compared if c.deviation is not None], threshold,
-                                 self.cfg.alpha)
-        if machine is not None:
-            for c in compared:
-                assert c.baseline is not None and c.night is not None
-                c.raw = evaluate(c.baseline, c.night, thresholds=c.thresholds, alpha=self.cfg.alpha,
-                                 look=len(c.looks) or 1, max_looks=c.max_looks, priors=self.priors(),
-                                 nights=self.nights(), factors=self.night_factors(), tonight_log=machine.log,
-                                 gate=c.gate)
-        return machine
+    def settings(self) -> dict[str, Any]:
+        """How this session judges, for the results: what `pytest-specdec compare` needs to judge it again."""
+        from pytest_specdec.gate.thresholds import to_dict
+
+        return {"alpha": self.cfg.alpha, "fdr": self.cfg.fdr, "min_night_sd": self.min_night_sd(),
+                "thresholds": to_dict(self.thresholds())}
+
+    def machine_threshold(self) -> float:
+        """How far (%, either way) the machine factor may be from 1 before it warns: the reference's threshold."""
+        return abs(self.thresholds().bad_side("reference_tok_s", "rate"))
 
     def write(self, tests: list[tuple[str, BaselineCheck, CaseResult | None, str]]
               ) -> tuple[list[str], BaselineWrites, bool]:
@@ -390,9 +329,11 @@ class Judge:
         return lines + summary.lines(self.store.root), writes, bool(summary.failed)
 
     def machine_at_end(self, checks: list[BaselineCheck], *, fail_machine: bool) -> SessionEnd:
-        """Session end, first: the machine factor over every compared test. Beyond its threshold it fails the
-        session (--specdec-fail-machine) or is a warning, which the wiring gives before `finish` writes."""
-        end = SessionEnd(self.machine_factor(checks))
+        """Session end, first: the machine factor over every compared test and every test's final verdicts
+        (`Pipeline.finish`). Beyond its threshold the factor fails the session (--specdec-fail-machine) or is
+        a warning, which the wiring gives before `finish` writes. ``checks``: the session's, in its order."""
+        family = [(str(i), c) for i, c in enumerate(checks)]
+        end = SessionEnd(self.pipeline.finish(family, self.machine_threshold()))
         machine = end.machine
         if machine is not None:
             end.lines.append(machine.line())
@@ -406,22 +347,18 @@ class Judge:
 
     def finish(self, end: SessionEnd, tests: Sequence[tuple[str, BaselineCheck | None, CaseResult | None, str]], *,
                fail_inconclusive: bool) -> None:
-        """Session end, then: BH/Holm over the whole family, the tests that regress only in it, the gate summary
-        and the queued baseline writes. ``tests``: every test's (nodeid, check, result, outcome)."""
-        from pytest_specdec.gate.check import adjusted, coalesced_summary, gate_lines
+        """Session end, then: the tests that regress only once the whole family is known, the gate summary and
+        the queued baseline writes. ``tests``: every test's (nodeid, check, result, outcome)."""
+        from pytest_specdec.gate.check import coalesced_summary, gate_lines
         from pytest_specdec.gate.verdicts import gated_with
 
         checked = [(n, c, r, o) for n, c, r, o in tests if c is not None]
-        family = [(n, c) for n, c, _, _ in checked]
         lines = end.lines
         for nodeid, c, _, _ in checked:
-            # final: the family is whole, nothing is padded to the collected size
-            c.final = adjusted(family, nodeid, final=True, fdr=self.cfg.fdr, alpha=self.cfg.alpha, gated_size=0,
-                               family_size=0) if c.raw else []
-            late = gated_with(c.final, "regressed")  # a shown metric never fails the session
+            late = gated_with(c.final or [], "regressed")  # a shown metric never fails the session
             if late and c.check and not c.failed and not self.updating_all and c.status == "compared":
                 end.late_regressions.append(nodeid)
-                lines.append(self.regression(nodeid, c, c.final).replace(
+                lines.append(self.regression(nodeid, c, c.final or []).replace(
                     "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
         lines += coalesced_summary([(n, r) for n, _, r, _ in tests])
         if end.late_regressions:

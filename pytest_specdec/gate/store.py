@@ -102,6 +102,19 @@ class BaselineStore:
         base = self.root / safe_part(self.profile)
         return sorted(base.rglob("*.json")) if base.is_dir() else []
 
+    def readable(self) -> list[dict[str, Any]]:
+        """Every readable stored file of the profile, parsed: what the gate learns its nights from. A broken
+        file is its own test's error, never the others'."""
+        datas = []
+        for f in self.all_files():
+            try:
+                data = load(f, "pytest --update-baselines")
+            except BaselineError:
+                continue
+            if data is not None:
+                datas.append(data)
+        return datas
+
     def queue(self, item: Pending) -> None:
         if item.path in self.pending:
             raise BaselineError(f"two tests map to the same baseline file {item.path}: "

@@ -42,88 +42,6 @@ def gated_per_test(method: str, gate: Iterable[str] = GATED) -> int:
     return len(list(gate)) if method != "none" else sum(1 for m in gate if m in ABSOLUTE)
 
 
-def _check_name(name: str, where: str) -> str:
-    base = name.split("[", 1)[0]
-    if name in KINDS or base in METRICS:
-        if "[" in name and not (base == "per_position_acceptance" and name[len(base) + 1:-1].isdigit()
-                                and name.endswith("]")):
-            raise ConfigError(f"{where}: {name!r} is not a metric; per-position thresholds are "
-                              "per_position_acceptance (all positions) or per_position_acceptance[i]")
-        return name
-    raise ConfigError(f"{where}: unknown metric {name!r}; allowed: {', '.join(KINDS + METRICS)}")
-
-
-def _magnitude(name: str, value: Any, where: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = float("nan")
-    if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
-        raise ConfigError(f"{where}: threshold of {name} must be a positive number (% for rates and "
-                          f"latencies, points for acceptance), got {value!r}")
-    from pytest_specdec.gate.scale import kind_of
-
-    kind = name if name in KINDS else kind_of(name.split("[", 1)[0])
-    if kind in ("rate", "acceptance") and number >= 100:  # a drop of 100 % (or 100 points) leaves nothing
-        raise ConfigError(f"{where}: threshold of {name} must be below 100 ({'%' if kind == 'rate' else 'points'}: "
-                          f"a drop that large leaves nothing to measure), got {value!r}")
-    return number
-
-
-def check_gate(names: Any, where: str) -> list[str]:
-    """Metric names to add to the gated family, validated (a kind name is not a metric here)."""
-    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
-        raise ConfigError(f"{where}: gate must be a list of metric names like ['output_tok_s'], got {names!r}")
-    out = []
-    for name in names:
-        name = str(name).strip()
-        if name in KINDS or _check_name(name, where) != name:
-            raise ConfigError(f"{where}: gate takes metric names, not the kind {name!r}; allowed: "
-                              f"{', '.join(METRICS)}")
-        out.append(name)
-    return out
-
-
-def parse_threshold_items(items: Iterable[str], where: str) -> dict[str, float]:
-    """``["speedup=8", "latency=20"]`` → ``{"speedup": 8.0, "latency": 20.0}``, with errors that name the fix."""
-    out: dict[str, float] = {}
-    for item in items:
-        name, sep, value = str(item).partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise ConfigError(f"{where}: expected METRIC=VALUE like speedup=8 or latency=20, got {item!r}")
-        checked = _check_name(name, where)  # the name first: its kind bounds the value
-        out[checked] = _magnitude(name, value.strip(), where)
-    return out
-
-
-def check_mapping(mapping: Any, where: str) -> dict[str, float]:
-    """A marker's or profile's ``{metric or kind: magnitude}`` table, validated."""
-    if not isinstance(mapping, Mapping):
-        raise ConfigError(f"{where}: thresholds must be a mapping like {{'speedup': 8}}, got {mapping!r}")
-    return {_check_name(str(k), where): _magnitude(str(k), v, where) for k, v in mapping.items()}
-
-
-def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
-    """Defaults overridden layer by layer (profile, ini, CLI, marker: later wins)."""
-    from pytest_specdec.gate.scale import THRESHOLD_FIELD, kind_of
-    from pytest_specdec.gate.stats import Thresholds
-
-    kinds: dict[str, float] = {}
-    per_metric: dict[str, float] = {}
-    for layer in layers:
-        # Within a layer a metric beats its kind whatever the order: `speedup=15 rate=40` keeps 15.
-        for name, value in sorted(layer.items(), key=lambda item: item[0] not in KINDS):
-            if name in KINDS:
-                kinds[THRESHOLD_FIELD[name]] = value  # type: ignore[index]
-                # a kind set by a later layer beats an earlier per-metric value of that kind
-                for m in [m for m in per_metric if kind_of(m) == name]:
-                    del per_metric[m]
-            else:
-                per_metric[name] = value
-    return Thresholds(per_metric=per_metric, **kinds)
-
-
 # ---- evaluation ---------------------------------------------------------------------------------
 
 
@@ -153,127 +71,18 @@ def priors_from(baselines: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Pr
     return out
 
 
-def _absolute_scale(name: str, log_factor: float) -> float:
-    """Multiply an absolute figure by this to remove a machine factor exp(log_factor): a machine that runs
-    slower (factor < 1) gives lower tok/s and longer latencies."""
-    from pytest_specdec.gate.scale import kind_of
-
-    return math.exp(-log_factor) if kind_of(name) == "rate" else math.exp(log_factor)
-
-
-def _ref_log(night: Night) -> float | None:
-    """Mean log reference tok/s of one night (valid runs), the machine's speed that night."""
-    vals = [r.output_tok_s for r in night.reference if r.valid and r.output_tok_s]
-    return sum(math.log(v) for v in vals) / len(vals) if vals else None
-
-
-def night_factors(files: Iterable[dict[str, Any]]) -> dict[str, float]:
-    """Each stored night's machine factor (log, by its session's ``started``): the mean over every file
-    holding that night of its reference speed's deviation from the file's mean night. Pure storage in,
-    so it is fixed before any test runs."""
-    from pytest_specdec.gate.nights import Night
-
-    devs: dict[str, list[float]] = {}
-    for data in files:
-        logs = [(e.get("started", ""), _ref_log(Night.from_entry(e))) for e in data["sessions"]]
-        logs = [(k, x) for k, x in logs if x is not None]
-        if len(logs) < 2:
-            continue
-        mean = sum(x for _, x in logs) / len(logs)
-        for k, x in logs:
-            devs.setdefault(k, []).append(x - mean)
-    return {k: sum(v) / len(v) for k, v in devs.items()}
-
-
-def tonight_deviation(baseline: dict[str, Any], now: Night, factors: Mapping[str, float]) -> float | None:
-    """log(tonight's reference speed ÷ the baseline's machine-neutral level) for one test: one term of the
-    session's machine factor."""
-    from pytest_specdec.gate.nights import Night
-
-    now_log = _ref_log(now)
-    logs = [(x - factors.get(e.get("started", ""), 0.0)) for e in baseline["sessions"]
-            if (x := _ref_log(Night.from_entry(e))) is not None]
-    if now_log is None or not logs:
-        return None
-    return now_log - sum(logs) / len(logs)
-
-
-@dataclass(frozen=True)
-class MachineFactor:
-    """How fast this machine ran tonight against the baseline nights, from every reference arm of the
-    session (mean of the tests' log deviations). It divides out of absolute figures; it never moves the
-    gated, within-session ratios."""
-
-    log: float
-    ci_low: float
-    ci_high: float
-    n_tests: int
-    threshold: float  # % either way before it warns
-    level: float
-
-    @property
-    def factor(self) -> float:
-        return math.exp(self.log)
-
-    @property
-    def beyond(self) -> bool:
-        return abs(self.factor - 1.0) * 100.0 > self.threshold
-
-    def line(self) -> str:
-        return "specdec: " + self.sentence()
-
-    def sentence(self, now: str = "this machine", against: str = "the baseline nights") -> str:
-        """What the terminal's line and the report say, built from the fields (the JSON stores no prose);
-        ``now`` and ``against`` name the two sides where they are not tonight and the baselines."""
-        pct = 100.0 * (self.factor - 1.0)
-        way = "slower" if pct < 0 else "faster"
-        ci = (f"{self.level:.3g}% CI {100 * (math.exp(self.ci_low) - 1):+.1f} % to "
-              f"{100 * (math.exp(self.ci_high) - 1):+.1f} %" if self.n_tests > 1 else "one test")
-        tail = (f"; beyond ±{self.threshold:g} %: absolute figures are compared after dividing it out"
-                if self.beyond else f"; within ±{self.threshold:g} %")
-        return (f"{now} ran {abs(pct):.1f} % {way} than {against} "
-                f"(reference tok/s, factor {self.factor:.3f}, {ci}, {self.n_tests} test(s)){tail}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"factor": self.factor, "log": self.log, "ci": [math.exp(self.ci_low), math.exp(self.ci_high)],
-                "ci_level": self.level, "n_tests": self.n_tests, "threshold": self.threshold,
-                "beyond_threshold": self.beyond}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MachineFactor:
-        """The inverse of `to_dict` (the CI bounds are stored as factors, kept as logs here)."""
-        lo, hi = d["ci"]
-        return cls(float(d["log"]), math.log(lo), math.log(hi), int(d["n_tests"]), float(d["threshold"]),
-                   float(d["ci_level"]))
-
-
-def machine_factor(deviations: Iterable[float], threshold: float, alpha: float) -> MachineFactor | None:
-    """The session's machine factor from the tests' log deviations (t interval over tests)."""
-    from scipy import stats as sps
-
-    d = [float(x) for x in deviations]
-    if not d:
-        return None
-    mean = sum(d) / len(d)
-    if len(d) > 1:
-        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
-        q = float(sps.t.ppf(1 - alpha, len(d) - 1)) * sd / math.sqrt(len(d))
-    else:
-        q = 0.0
-    return MachineFactor(mean, mean - q, mean + q, len(d), threshold, 100 * (1 - 2 * alpha))
-
-
 def _sessions_of(baseline: dict[str, Any], factors: Mapping[str, float]) -> dict[str, list[list[float]]]:
     """metric → per-night values of a stored file, absolute figures with each night's machine factor
     divided out."""
     from pytest_specdec.gate.baselines import metric_values
+    from pytest_specdec.gate.machine import absolute_scale
 
     out: dict[str, list[list[float]]] = {}
     for entry in baseline["sessions"]:
         f = factors.get(entry.get("started", ""), 0.0)
         for name, vals in metric_values(entry).items():
             if name in ABSOLUTE and f:
-                vals = [v * _absolute_scale(name, f) for v in vals]
+                vals = [v * absolute_scale(name, f) for v in vals]
             out.setdefault(name, []).append(vals)
     return out
 
@@ -322,6 +131,7 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
     With ``nights`` (pooled night variances) every metric is compared night mean against night means;
     absolute figures first have the machine factor divided out: each stored night's (``factors``) and
     tonight's (``tonight_log``, the session's). Without them, the older run/session comparison."""
+    from pytest_specdec.gate.machine import absolute_scale
     from pytest_specdec.gate.stats import compare
 
     factors = factors or {}
@@ -337,7 +147,7 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
         values = now_vals.get(name, [])
         note = ""
         if name in ABSOLUTE and tonight_log is not None:
-            values = [v * _absolute_scale(name, tonight_log) for v in values]
+            values = [v * absolute_scale(name, tonight_log) for v in values]
             note = f"; machine factor {math.exp(tonight_log):.3f} divided out"
         nv = (nights or {}).get(name)
         # Only the run unit is moderated: run-to-run noise is independent between tests, while the

@@ -25,7 +25,7 @@ from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck
     from pytest_specdec.gate.stats import Thresholds, Verdict
-    from pytest_specdec.gate.verdicts import MachineFactor
+    from pytest_specdec.gate.machine import MachineFactor
 
 _NUMBER = (int, float, type(None))
 #: What the verdicts read from a results file's run and the types each may hold; the first three must be there
@@ -101,7 +101,7 @@ class Row:
     """One test of the comparison: its verdicts (gated and shown), or why it has none."""
 
     nodeid: str
-    status: str  # compared | not-comparable | only in OLD | only in NEW | no runs
+    status: str  # compared | not-comparable | only in OLD | only in NEW | no runs | not judged
     verdicts: list[Verdict] = field(default_factory=list)
     fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs
     reason: str = ""
@@ -156,70 +156,121 @@ def arms_without_valid_run(entry: Mapping[str, Any], test: TestEntry) -> list[st
             if not any(r["valid"] for r in entry["runs"][arm])]
 
 
-def compare(old: Results, new: Results, *, thresholds: Thresholds, alpha: float = 0.05, fdr: str = "bh",
-            old_name: str = "OLD", new_name: str = "NEW", datasets: tuple[Mapping[str, Any], Mapping[str, Any]]
-            | None = None) -> Comparison:
-    """NEW's tests judged against OLD's runs, as the plugin judges a night against a baseline of one session.
+@dataclass(frozen=True)
+class StoredDir:
+    """OLD as a profile's stored baselines (`baselines/<profile>/`): what the plugin reads in a session."""
 
-    The variance prior (empirical Bayes on run-to-run variances) comes from OLD's tests, never NEW's, as the
-    plugin takes it from stored baselines; the machine factor from every compared test's reference arm."""
-    from pytest_specdec.gate.baselines import diff
-    from pytest_specdec.gate.check import BaselineCheck, adjusted
+    root: Path  # the baselines' root, as --specdec-baselines names it
+    profile: str
+
+    def store(self) -> Any:
+        from pytest_specdec.gate.store import BaselineStore
+
+        return BaselineStore(self.root, self.profile, mode=None, keep=1)
+
+
+def test_thresholds(test: TestEntry, session: Thresholds, override: Mapping[str, float], where: str) -> Thresholds:
+    """The thresholds a test was judged with, as its results recorded them (its marker's included), with
+    the command line's --threshold on top; the session's where the file recorded none."""
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.gate.thresholds import from_dict, on_top
+
+    recorded = test.baseline.thresholds if test.baseline else None
+    try:
+        return on_top(from_dict(recorded, f"{where}.baseline.thresholds") if recorded is not None else session,
+                      override)
+    except ConfigError as exc:
+        raise ResultsError(str(exc)) from None
+
+
+def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, override: Mapping[str, float]
+            | None = None, alpha: float = 0.05, fdr: str = "bh", min_night_sd: float = 0.0, old_name: str = "OLD",
+            new_name: str = "NEW", datasets: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None
+            ) -> Comparison:
+    """NEW's tests judged through the gate's one pipeline (`gate.pipeline.judge_all`), as the plugin judges a
+    session: against a baseline directory (``StoredDir``: each test against its own file, the night variances,
+    priors and night factors from every file of the profile, the profile's night sd floor), or against
+    another results file (each of OLD's tests a baseline of one night; the priors from OLD's tests, never
+    NEW's). Each test is judged at the look it ended on, with the thresholds it recorded (``override``, the
+    command line's, on top; ``thresholds`` where it recorded none); the machine factor comes from every
+    compared test's reference arm."""
+    from pytest_specdec.gate.baselines import BaselineError, diff
+    from pytest_specdec.gate.check import BaselineCheck
     from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
     from pytest_specdec.gate.registry import GATED
-    from pytest_specdec.gate.verdicts import (evaluate, machine_factor, not_comparable_verdicts, priors_from,
-                                              tonight_deviation)
 
-    old_tests = {t.nodeid: (i, t) for i, t in enumerate(old.tests)}
+    override = override or {}
     new_tests = {t.nodeid: (i, t) for i, t in enumerate(new.tests)}
+    old_tests = {t.nodeid: (i, t) for i, t in enumerate(old.tests)} if isinstance(old, Results) else {}
+    store = old.store() if isinstance(old, StoredDir) else None
     rows: list[Row] = []
     checks: list[tuple[str, BaselineCheck]] = []
+    stored: list[dict[str, Any]] = []
     for nodeid, (j, now) in new_tests.items():
-        if nodeid not in old_tests:
-            rows.append(Row(nodeid, f"only in {new_name}"))
-            continue
-        i, then = old_tests[nodeid]
-        base = session_entry(then, old.started, f"{old_name}: tests[{i}]")
-        entry = session_entry(now, new.started, f"{new_name}: tests[{j}]")
+        where = f"{new_name}: tests[{j}]"
+        entry = session_entry(now, new.started, where)
         checked = now.baseline.checked if now.baseline else True
-        empty = [(name, arms) for name, e, t in ((old_name, base, then), (new_name, entry, now))
-                 if (arms := arms_without_valid_run(e, t))]
-        if empty:
-            outcomes = "; ".join(f"{n}: {t.outcome}" for n, t in ((old_name, then), (new_name, now)))
-            where = " and ".join(f"on the {' and '.join(arms)} arm{'s' if len(arms) > 1 else ''} in {name}"
-                                 for name, arms in empty)
-            dead_new = dict(empty).get(new_name, [])
-            why = f"the plugin fails a test without a valid {' or '.join(dead_new)} run" if dead_new else ""
-            rows.append(Row(nodeid, "no runs", reason=f"no valid run {where} ({outcomes})"
-                            + (f"; it fails, as {why}" if why else ""), checked=checked, dead=bool(dead_new)))
-            continue
+        dead = arms_without_valid_run(entry, now)
+        then_ = old_tests[nodeid][1] if nodeid in old_tests else None
+        outcomes = "; ".join(f"{n}: {t.outcome}" for n, t in ((old_name, then_), (new_name, now)) if t is not None)
+        reason = (f"no valid run on the {' and '.join(dead)} arm{'s' if len(dead) > 1 else ''} in {new_name} "
+                  f"({outcomes}); it fails, as the plugin fails a test without a valid {' or '.join(dead)} run"
+                  ) if dead else ""
         gate = tuple(dict.fromkeys((*GATED, *(now.baseline.gate if now.baseline else ()))))
         c = BaselineCheck(path=Path(old_name), status="compared", check=True, comparability={}, under_test={},
-                          entry=entry, night=Night.from_entry(entry), baseline={"sessions": [base]}, alpha=alpha,
-                          gate=gate, thresholds=thresholds)
-        sets = datasets or ({}, {})
-        c.fields = diff(*same_footing(conditions(old, then, sets[0]), conditions(new, now, sets[1])))
-        if c.fields:
-            c.status = "not-comparable"
-            c.raw = not_comparable_verdicts(c.night, c.fields, gate)
-        rows.append(Row(nodeid, c.status, fields=c.fields, checked=checked))
+                          entry=entry, night=Night.from_entry(entry), alpha=alpha, gate=gate,
+                          thresholds=test_thresholds(now, thresholds, override, where),
+                          looks=list(now.baseline.looks) if now.baseline else [],
+                          max_looks=now.baseline.max_looks if now.baseline else 1)
+        if store is not None:
+            if now.baseline is None or now.baseline.comparability is None:
+                rows.append(Row(nodeid, "not judged", reason=f"{where} records no conditions to check against "
+                                "a stored baseline (the plugin judged no baseline for it)", checked=checked))
+                continue
+            try:
+                path, data = store.read(nodeid, "pytest --update-baselines")
+            except BaselineError as exc:
+                rows.append(Row(nodeid, "not judged", reason=str(exc), checked=checked, dead=bool(dead)))
+                continue
+            if data is None:
+                rows.append(Row(nodeid, f"only in {new_name}", reason=f"no baseline at {path}", checked=checked,
+                                dead=bool(dead)))
+                continue
+            c.path, c.baseline = path, data
+            c.fields = diff(data["comparability"], dict(now.baseline.comparability))
+        else:
+            assert isinstance(old, Results)
+            if nodeid not in old_tests:
+                rows.append(Row(nodeid, f"only in {new_name}", checked=checked, dead=bool(dead), reason=reason))
+                continue
+            i, then = old_tests[nodeid]
+            base = session_entry(then, old.started, f"{old_name}: tests[{i}]")
+            gone = arms_without_valid_run(base, then)
+            if gone:  # no baseline the plugin would have written
+                rows.append(Row(nodeid, "no runs", reason=f"no valid run on the {' and '.join(gone)} arm"
+                                f"{'s' if len(gone) > 1 else ''} in {old_name} ({outcomes})"
+                                + (f"; and {reason}" if reason else ""), checked=checked, dead=bool(dead)))
+                continue
+            c.baseline = {"sessions": [base]}
+            stored.append(c.baseline)
+            sets = datasets or ({}, {})
+            c.fields = diff(*same_footing(conditions(old, then, sets[0]), conditions(new, now, sets[1])))
+        c.status = "not-comparable" if c.fields else "compared"
+        rows.append(Row(nodeid, "no runs" if dead else c.status, fields=c.fields, checked=checked, dead=bool(dead),
+                        reason=reason))
         checks.append((nodeid, c))
-    rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
-
-    compared = [c for _, c in checks if c.status == "compared"]
-    priors = priors_from([c.baseline for c in compared if c.baseline])
-    devs = [d for c in compared if c.night and (d := tonight_deviation(c.baseline or {}, c.night, {})) is not None]
-    machine = machine_factor(devs, abs(thresholds.bad_side("reference_tok_s", "rate")), alpha)
-    for c in compared:
-        assert c.baseline is not None and c.night is not None
-        c.raw = evaluate(c.baseline, c.night, thresholds=thresholds, alpha=alpha, priors=priors,
-                         tonight_log=machine.log if machine else None, gate=c.gate)
+    if isinstance(old, Results):
+        rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
+    else:
+        stored = store.readable()
+    pipeline = Pipeline(Stored(tuple(stored), min_night_sd), alpha, fdr)
+    machine = judge_all(pipeline, checks, abs(thresholds.bad_side("reference_tok_s", "rate")))
     by_id = dict(checks)
     for row in rows:
         c = by_id.get(row.nodeid)
-        if c is not None and c.raw:
-            row.verdicts = adjusted(checks, row.nodeid, final=True, fdr=fdr, alpha=alpha, gated_size=0,
-                                    family_size=0)
+        if c is not None:
+            row.verdicts = c.final or []
     return Comparison(rows, machine, alpha, fdr)
 
 
@@ -232,8 +283,8 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
     rows = sorted(cmp.rows, key=lambda r: (0 if r.failed() else 1 if r.regressed else order.get(r.status, 4)))
     out: list[str] = []
     for r in rows:
-        if r.status == "compared":
-            out.append(f"{r.nodeid}: {r.word}")
+        if r.status == "compared" or (r.status == "no runs" and r.verdicts):  # a dead arm in NEW is judged too
+            out.append(f"{r.nodeid}: {r.word}" if r.status == "compared" else f"{r.nodeid}: no runs: {r.reason}")
             out += ["  " + line for line in table(r.verdicts if shown else r.gated, level).splitlines()]
         elif r.status == "not-comparable":
             opted = "" if r.checked else " (check=False: shown, not failed)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.verdicts import MachineFactor
+    from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.output.results import TestRecord
 
 PREFIX = "specdec_"

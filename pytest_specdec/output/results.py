@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck
     from pytest_specdec.gate.judge import BaselineWrites
     from pytest_specdec.gate.variance import NightVariance
-    from pytest_specdec.gate.verdicts import MachineFactor
+    from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.profiles import Profile
@@ -116,12 +116,13 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                     datasets: dict[str, Dataset], endpoints: dict[str, EndpointFacts], gpu_hourly_usd: float | None,
                     machine: MachineFactor | None, machine_failed: bool, fail_inconclusive: bool, fail_machine: bool,
                     night_variances: dict[str, NightVariance], records: Iterable[TestRecord],
-                    baseline_writes: BaselineWrites | None = None, outputs_file: str | None = None
-                    ) -> dict[str, Any]:
+                    baseline_writes: BaselineWrites | None = None, outputs_file: str | None = None,
+                    gate_settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """The results document. ``servers`` are this process's; ``remote`` what each xdist worker sent
     besides its records (its servers, starts and workarounds); ``server_starts`` counts them all;
     ``baseline_writes`` is what --update-baselines wrote (None without it); ``outputs_file`` the name of
-    the --specdec-save-outputs side file in the same directory."""
+    the --specdec-save-outputs side file in the same directory; ``gate_settings`` how the gate judged
+    (`Judge.settings`), so that `pytest-specdec compare` can judge the file again as the session did."""
     return {
         "schema": SCHEMA,
         "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
@@ -136,7 +137,8 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
         "price": price(profile, gpu_hourly_usd),
         "machine_factor": machine.to_dict() if machine is not None else None,
         "gate": {"fail_inconclusive": fail_inconclusive, "fail_machine": fail_machine, "machine_failed": machine_failed,
-                 "night_variance": {k: v.to_dict() for k, v in night_variances.items()}},
+                 "night_variance": {k: v.to_dict() for k, v in night_variances.items()},
+                 **({"settings": gate_settings} if gate_settings else {})},
         "baseline_update": baseline_writes.to_dict() if baseline_writes is not None else None,
         **({"outputs_file": outputs_file} if outputs_file else {}),
         "tests": [r.to_dict() for r in records],

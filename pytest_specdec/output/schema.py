@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_specdec.errors import SpecDecError
-from pytest_specdec.gate.verdicts import MachineFactor
+from pytest_specdec.gate.machine import MachineFactor
 from pytest_specdec.output.fields import number
 
 #: The results file format, written by `output/results.py`; bump it where a field changes meaning or
@@ -89,6 +89,9 @@ class BaselineEntry:
     under_test_diff: Mapping[str, Any]
     not_comparable_fields: Mapping[str, Any]
     error: str | None
+    max_looks: int = 1
+    comparability: Mapping[str, Any] | None = None  # tonight's conditions, as the baseline file records its own
+    thresholds: Mapping[str, Any] | None = None  # the thresholds the test was judged with (`gate.thresholds.to_dict`)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BaselineEntry:
@@ -101,7 +104,9 @@ class BaselineEntry:
             machine_deviation=number(d.get("machine_deviation")), ci_level=number(d["ci_level"]),
             adjusted=str(d.get("adjusted") or ""), attribution=d.get("attribution"),
             under_test=d.get("under_test") or {}, under_test_diff=d.get("under_test_diff") or {},
-            not_comparable_fields=d.get("not_comparable_fields") or {}, error=d.get("error"))
+            not_comparable_fields=d.get("not_comparable_fields") or {}, error=d.get("error"),
+            max_looks=_int(d.get("max_looks")) or 1, comparability=d.get("comparability"),
+            thresholds=d.get("thresholds"))
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,8 @@ class GateEntry:
     fail_machine: bool = False
     machine_failed: bool = False
     night_variance: Mapping[str, Any] = field(default_factory=dict)
+    #: how the session judged (`gate.judge.Judge.settings`): alpha, fdr, min_night_sd, the session's thresholds
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -240,7 +247,7 @@ def _read(data: Any, d: dict[str, Any], name: str) -> Results:
         server_starts=_int(d.get("server_starts")), price=d.get("price"),
         machine_factor=MachineFactor.from_dict(machine) if machine else None,
         gate=GateEntry(**{k: gate[k] for k in ("fail_inconclusive", "fail_machine", "machine_failed",
-                                                 "night_variance") if k in gate}),
+                                                 "night_variance", "settings") if k in gate}),
         tests=tuple(TestEntry.from_dict(t, f"{name}: tests[{i}]") for i, t in enumerate(d.get("tests") or ())),
         baseline_update=(None if d.get("baseline_update") is None
                          else BaselineUpdate.from_dict(d["baseline_update"], f"{name}: baseline_update")),

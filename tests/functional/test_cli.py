@@ -68,10 +68,17 @@ def test_compare_and_report_on_real_sessions(
     later = [night(pytester, fake_profile, servers, f"slower-{i}") for i in (2, 3)]
     th = [a for t in THRESHOLDS for a in ("--threshold", t)]
 
-    # The profile the files recorded ("fake") is no built-in: the thresholds' source must be named.
+    # NEW recorded how its session judged (thresholds, alpha, BH): compare judges with them, no profile needed.
     r = cli("compare", first, second)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # A file without them falls back on its profile, here "fake", no built-in: the thresholds' source must be named.
+    bare = pytester.path / "bare.json"
+    data = json.loads(second.read_text())
+    del data["gate"]["settings"]
+    bare.write_text(json.dumps(data))
+    r = cli("compare", first, bare)
     assert r.returncode == 2, r.stdout
-    assert "first" not in r.stderr and f"{second}: `profile`: profile 'fake' not found" in r.stderr
+    assert "first" not in r.stderr and f"{bare}: `profile`: profile 'fake' not found" in r.stderr
     assert "pass --profile NAME or PATH" in r.stderr
 
     # Two unchanged nights: exit 0, the gated table per test.
@@ -308,7 +315,7 @@ def _dead(nodeid: str, arm: str = "spec", checked: bool = True, outcome: str = "
 ], ids=["spec-checked", "spec-opted-out", "reference"])
 def test_a_dead_arm_in_new_is_listed_and_fails(tmp_path: Path, arm: str, checked: bool, outcome: str) -> None:
     """The plugin fails a test without a valid run on an arm whatever its `check` (an arm is never judged on
-    the other arm's figures); compare lists it with both outcomes, gives it no verdict and exits 1. The same
+    the other arm's figures); compare lists it with both outcomes, judges it as the plugin does and exits 1. The same
     dead arm in OLD only is listed and fails nothing: NEW has nothing to answer for."""
     victim = "test_nightly.py::test_concurrency[draft_model-k3-t0.0-c2]"
     old = _schema2(tmp_path, "old.json", _without_dead)
@@ -319,8 +326,11 @@ def test_a_dead_arm_in_new_is_listed_and_fails(tmp_path: Path, arm: str, checked
             f"fails, as the plugin fails a test without a valid {arm} run") in r.stdout, r.stdout
     assert f"{victim}: no verdicts" not in r.stdout
     assert f"1 test(s) without a valid run in {dead}, failed as the plugin fails them: {victim}" in r.stdout
-    if arm == "spec":  # a dead reference arm has no reference speed to put in the factor in the first place
-        assert "(reference tok/s, factor 1.000, 90% CI +0.0 % to +0.0 %, 17 test(s))" in r.stdout  # not compared
+    # Judged as the plugin judges it, in the family: its gated figures are inconclusive, and a dead spec arm's
+    # reference runs still join the machine factor (a dead reference arm has no reference speed to give).
+    assert f"{victim}: no runs: " in r.stdout and f"{victim}: inconclusive" not in r.stdout
+    n = 18 if arm == "spec" else 17
+    assert f"(reference tok/s, factor 1.000, 90% CI +0.0 % to +0.0 %, {n} test(s))" in r.stdout
     out = json.loads(cli("compare", old, dead, "--profile", "h100", "--json").stdout)
     assert out["failed"] == [victim] and out["regressed"] == []
 

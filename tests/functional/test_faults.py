@@ -314,7 +314,7 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path: Path, monkeypatch: py
 def test_a_threshold_no_drop_can_reach_is_an_error_not_a_crash(thresholds: dict[str, float], says: str) -> None:
     """A marker's rate threshold of 1000 % used to crash the session's end (log of a negative number)."""
     from pytest_specdec.errors import ConfigError
-    from pytest_specdec.gate.verdicts import check_mapping
+    from pytest_specdec.gate.thresholds import check_mapping
 
     with pytest.raises(ConfigError, match=re.escape(f"marker: {says}")):
         check_mapping(thresholds, "marker")

@@ -154,7 +154,8 @@ def test_a_malformed_stored_run_is_an_error_naming_the_file_and_field(tmp_path: 
 def test_one_file_with_a_nan_is_left_out_and_the_others_stay_finite(tmp_path: Path) -> None:
     """Every file feeds the night factors and variance priors: a NaN that loaded would make them NaN for
     every compared test. Read as the judge reads the store: a file that does not load is left out."""
-    from pytest_specdec.gate.verdicts import night_factors, priors_from
+    from pytest_specdec.gate.machine import night_factors
+    from pytest_specdec.gate.verdicts import priors_from
 
     for name, scale in (("good", 1.0), ("bad", float("nan"))):
         nights = [entry(1.0) | {"started": "n1"}, entry(1.1) | {"started": "n2"}]

@@ -46,7 +46,8 @@ def with_gate(data: dict[str, Any]) -> dict[str, Any]:
       `unspent_runs`/`stop_reason` (2, conclusive) for test_concurrency[ngram-k3-t0.0-c4];
     - the session's `machine_factor` from `verdicts.machine_factor` over those deviations (±35 %), and `gate`.
     """
-    from pytest_specdec.gate.verdicts import GATED, machine_factor
+    from pytest_specdec.gate.machine import machine_factor
+    from pytest_specdec.gate.verdicts import GATED
 
     deviations = []
     for t in data["tests"]:
@@ -739,12 +740,12 @@ def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, rec
 def test_machine_factor_line_in_the_header_escaped_and_highlighted(recorded: dict[str, Any]) -> None:
     from html import escape
 
-    from pytest_specdec.gate.verdicts import machine_factor
+    from pytest_specdec.gate.machine import machine_factor
 
     def header(data: dict[str, Any]) -> str:
         return report.render_html(data).split("<header>", 1)[1].split("</header>", 1)[0]
 
-    from pytest_specdec.gate.verdicts import MachineFactor
+    from pytest_specdec.gate.machine import MachineFactor
 
     line = MachineFactor.from_dict(recorded["machine_factor"]).sentence()
     assert line.startswith("this machine ran ") and not recorded["machine_factor"]["beyond_threshold"]

@@ -1,0 +1,170 @@
+"""The gate's one chain from stored nights and tonight's runs to verdicts; every caller judges through it.
+
+stored files → each stored night's machine factor → priors and pooled night variances (with the profile's
+floor) → per test: tonight's machine deviation and raw verdicts → the session's machine factor → the raw
+verdicts again with it → Benjamini-Hochberg/Holm over the family. The plugin's `Judge` walks it a test at
+a time (its looks add runs in between, `look`), `pytest-specdec compare` and the validation scripts all at
+once (`judge_all`); the last two steps are one function (`Pipeline.finish`) for all of them, so the CLI and
+the plugin cannot disagree on the same data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.gate.variance import NightVariance, Prior
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Every stored baseline file of a profile (never tonight's runs): what the gate learns before tonight.
+
+    Each figure is computed once, on first use: a session with no compared test never pays for them."""
+
+    files: tuple[dict[str, Any], ...]
+    min_night_sd: float = 0.0  # the profile's floor on the night-to-night sd of log-scale metrics, %
+
+    @cached_property
+    def factors(self) -> dict[str, float]:
+        """Each stored night's machine factor (log), by its session's ``started``."""
+        from pytest_specdec.gate.machine import night_factors
+
+        return night_factors(self.files)
+
+    @cached_property
+    def priors(self) -> dict[tuple[str, str], Prior]:
+        """Empirical-Bayes variance priors per (unit, metric)."""
+        from pytest_specdec.gate.verdicts import priors_from
+
+        return priors_from(self.files)
+
+    @cached_property
+    def variances(self) -> dict[str, NightVariance]:
+        """Per metric, the night-to-night and run-to-run variance pooled over the files, floor applied."""
+        from pytest_specdec.gate.verdicts import night_variances, with_floor
+
+        return with_floor(night_variances(self.files, self.factors), self.min_night_sd)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The chain's steps over one set of stored nights, at one level and multiplicity rule."""
+
+    stored: Stored
+    alpha: float
+    fdr: str  # "bh" | "holm"
+
+    def deviation(self, baseline: dict[str, Any], night: Night) -> float | None:
+        """log(tonight's reference speed ÷ the baseline's machine-neutral level): one test's term of the
+        session's machine factor."""
+        from pytest_specdec.gate.machine import tonight_deviation
+
+        return tonight_deviation(baseline, night, self.stored.factors)
+
+    def raw(self, c: BaselineCheck, *, look: int, tonight_log: float | None) -> list[Verdict]:
+        """One test's verdicts before the family's adjustment: against its baseline when compared, every
+        metric `not-comparable` when the baseline was measured under other conditions, none otherwise."""
+        from pytest_specdec.gate.verdicts import evaluate, not_comparable_verdicts
+
+        if c.night is None:
+            return []
+        if c.status == "compared" and c.baseline is not None:
+            assert c.thresholds is not None
+            s = self.stored
+            return evaluate(c.baseline, c.night, thresholds=c.thresholds, alpha=self.alpha, look=look,
+                            max_looks=c.max_looks, priors=s.priors, nights=s.variances, factors=s.factors,
+                            tonight_log=tonight_log, gate=c.gate)
+        if c.status == "not-comparable":
+            return not_comparable_verdicts(c.night, c.fields, c.gate)
+        return []
+
+    def look(self, c: BaselineCheck, night: Night, *, look: int, tonight_log: float | None) -> None:
+        """Tonight's runs so far (``night``) judged at ``look``; its machine deviation joins the factor."""
+        c.night = night
+        if c.status == "compared" and c.baseline is not None:
+            c.deviation = self.deviation(c.baseline, night)
+        c.raw = self.raw(c, look=look, tonight_log=tonight_log)
+
+    def test_end(self, family: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, gated_size: int,
+                 family_size: int) -> list[Verdict]:
+        """A test's verdicts at its end: adjusted over the family so far, padded with p = 1 to the sizes the
+        collected tests can reach (the later tests' p-values are not known yet)."""
+        from pytest_specdec.gate.check import adjusted
+
+        return adjusted(family, nodeid, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated_size,
+                        family_size=family_size)
+
+    def machine(self, checks: Iterable[BaselineCheck], threshold: float) -> MachineFactor | None:
+        """The session's machine factor from every compared test's deviation (None without one)."""
+        from pytest_specdec.gate.machine import machine_factor
+
+        return machine_factor([c.deviation for c in checks if c.status == "compared" and c.raw
+                               and c.deviation is not None], threshold, self.alpha)
+
+    def finish(self, family: Sequence[tuple[str, BaselineCheck]], machine_threshold: float
+               ) -> MachineFactor | None:
+        """Session end: the machine factor over every compared test, each compared test's raw verdicts again
+        with it divided out of the absolute figures (at its last look), then every test's final verdicts,
+        BH/Holm over the whole family (``c.final``). ``machine_threshold``: % either way before it warns."""
+        from pytest_specdec.gate.check import adjusted
+
+        checks = [c for _, c in family]
+        machine = self.machine(checks, machine_threshold)
+        if machine is not None:
+            for c in checks:
+                if c.status == "compared" and c.raw:
+                    c.raw = self.raw(c, look=len(c.looks) or 1, tonight_log=machine.log)
+        for nodeid, c in family:
+            c.final = adjusted(family, nodeid, final=True, fdr=self.fdr, alpha=self.alpha, gated_size=0,
+                               family_size=0) if c.raw else []
+        return machine
+
+
+def judge_all(pipeline: Pipeline, family: Sequence[tuple[str, BaselineCheck]], machine_threshold: float
+              ) -> MachineFactor | None:
+    """Every test of a finished night at once, as the plugin judges them by the session's end: each test at
+    its last look (``c.looks``; one look when empty) against its baseline, then `Pipeline.finish`. The
+    checks must hold tonight's night, thresholds, gate, status and baseline; their verdicts are set in place."""
+    for _, c in family:
+        if c.night is not None:
+            pipeline.look(c, c.night, look=len(c.looks) or 1, tonight_log=None)
+    return pipeline.finish(family, machine_threshold)
+
+
+def sequential(pipeline: Pipeline, c: BaselineCheck, looks: Sequence[int], night_at: Callable[[int], Night], *,
+               tonight_log: Callable[[], float | None]) -> None:
+    """A test's looks: judge its first runs; while a gated verdict is inconclusive and another look could
+    settle it, take the runs of the next look (``night_at(n)``: tonight with n runs per arm, measuring more
+    where needed) and judge again, alpha split over the planned looks. Records the looks taken and, when
+    it stops early, the runs not spent and why."""
+    from pytest_specdec.gate.sequential import next_look_useful
+    from pytest_specdec.gate.stats import alpha_for_look
+    from pytest_specdec.gate.verdicts import gated_with
+
+    c.max_looks = len(looks)
+    for i, n in enumerate(looks, start=1):
+        night = night_at(n)
+        n_now = len(night.reference)
+        c.looks.append(n_now)
+        pipeline.look(c, night, look=i, tonight_log=tonight_log())
+        if i == len(looks) or n_now >= looks[-1]:
+            break
+        if not next_look_useful(c.raw, n_now, looks[-1], alpha_for_look(pipeline.alpha, i, len(looks))):
+            open_ = [v.metric for v in gated_with(c.raw, "inconclusive")]
+            c.unspent = looks[-1] - n_now
+            c.stop_reason = (f"{', '.join(open_)} inconclusive, but {looks[-1]} runs could not settle it" if open_
+                             else "every gated verdict is conclusive")
+            break
+
+
+def stored_of(files: Iterable[Mapping[str, Any]], min_night_sd: float) -> Stored:
+    """The stored nights of a profile from its files' parsed contents."""
+    return Stored(tuple(dict(f) for f in files), min_night_sd)
