@@ -1,0 +1,81 @@
+"""`pytest-specdec compare BASELINES RESULTS` re-judges a session's results file exactly as the session judged it:
+the same stored nights (their night factors, pooled night variances with the profile's floor, priors), each
+test at the look it ended on with the thresholds it recorded, the same machine factor and BH over the same
+family, because both go through `gate/pipeline.py`. Real plugin sessions against simulated vLLM servers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fakes import FakeServer
+
+SCRIPT = Path(sys.executable).with_name("pytest-specdec")
+THRESHOLDS = ("rate=40", "latency=150", "acceptance=15")  # wide: the fake servers share 2 busy cores
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def test_compare_against_the_baselines_gives_the_sessions_verdicts(
+    pytester: pytest.Pytester, make_profile: Callable[..., Path], fake_server: Callable[..., FakeServer],
+    make_suite: Callable[..., str]
+) -> None:
+    profile = make_profile()
+    profile.write_text(profile.read_text() + "[verdicts]\nmin_night_sd = 6\nmax_runs = 4\n")
+    pytester.makepyfile(test_suite=make_suite(concurrency=[2, 4], num_prompts=8, max_tokens=24,
+                                              body="assert specdec.result.reference_runs"))
+    spec = fake_server(k=3, output_tokens=24, step_s=0.001, acceptance=(0.8, 0.6, 0.4))
+    ref = fake_server(k=0, step_s=0.002, output_tokens=24)
+
+    def session(*extra: str) -> dict:
+        pytester.runpytest(
+            f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
+            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+            "--specdec-runs=2", "-p", "no:cacheprovider", *(f"--specdec-threshold={t}" for t in THRESHOLDS), *extra)
+        return json.loads((pytester.path / "reports" / "latest.json").read_text())
+
+    for _ in range(3):  # three stored nights per file: night factors and night variances are in play
+        session("--update-baselines")
+    files = sorted((pytester.path / "baselines").rglob("*.json"))
+    assert len(files) == 2 and all(len(json.loads(f.read_text())["sessions"]) >= 2 for f in files)
+    spec.reconfigure(step_s=0.0014)  # a slower spec path tonight: verdicts of several kinds
+    tonight = session()
+    assert tonight["gate"]["night_variance"], "the session pooled no night variance: nothing is tested"
+
+    r = cli("compare", pytester.path / "baselines", pytester.path / "reports" / "latest.json", "--json", "--all")
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    ours = json.loads(r.stdout)
+    judged = [t for t in tonight["tests"] if t.get("verdicts")]
+    assert len(judged) == 2
+    by_id = {t["nodeid"]: t for t in ours["tests"]}
+    for test in judged:
+        mine = by_id[test["nodeid"]]
+        assert mine["status"] == test["baseline"]["status"] == "compared"
+        assert set(mine["verdicts"]) == set(test["verdicts"]), test["nodeid"]
+        for metric, v in test["verdicts"].items():
+            got = mine["verdicts"][metric]
+            assert (got["verdict"], got["family"], got["method"]) == (v["verdict"], v["family"], v["method"]), metric
+            for key in ("delta", "p", "baseline", "now", "mde"):
+                if v[key] is None:
+                    assert got[key] is None, (metric, key)
+                else:
+                    assert got[key] == pytest.approx(v[key], rel=1e-9, abs=1e-12), (metric, key)
+            assert (got["ci"] is None) == (v["ci"] is None)
+            if v["ci"]:
+                assert got["ci"] == pytest.approx(v["ci"], rel=1e-9, abs=1e-12), metric
+    assert ours["machine_factor"]["factor"] == pytest.approx(tonight["machine_factor"]["factor"], rel=1e-12)
+
+    # The profile's own folder names the same baselines; a folder of another profile is an error naming it.
+    again = cli("compare", pytester.path / "baselines" / "fake", pytester.path / "reports" / "latest.json", "--json",
+                "--all")
+    assert json.loads(again.stdout)["tests"] == ours["tests"]
+    (pytester.path / "other").mkdir()
+    bad = cli("compare", pytester.path / "other", pytester.path / "reports" / "latest.json")
+    assert bad.returncode == 2 and "no baselines of profile 'fake'" in bad.stderr
