@@ -18,41 +18,41 @@ from collections import Counter
 from pathlib import Path
 
 
-from pytest_specdec.gate import verdicts as V
 from pytest_specdec.gate.baselines import load
+from pytest_specdec.gate.check import BaselineCheck
 from pytest_specdec.gate.nights import Night
-from pytest_specdec.gate.sequential import adjust, detectable
-from pytest_specdec.gate.scale import kind_of
+from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
+from pytest_specdec.gate.registry import GATED
+from pytest_specdec.gate.thresholds import build_thresholds, parse_threshold_items
 
 PROFILES = Path(__file__).resolve().parents[1] / "pytest_specdec" / "profiles"
 
 
 def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], floor: float = 0.0,
            alpha: float = 0.05) -> tuple[Counter, list[float], str]:
-    """(verdict counts per gated metric, speedup MDEs, machine-factor line) with night ``index`` as tonight."""
-    base, now = {}, {}
+    """(verdict counts per gated metric, speedup MDEs, machine-factor line) with night ``index`` as tonight,
+    judged by the gate's pipeline as a session would judge it."""
+    base: dict[str, dict] = {}
+    family = []
+    built = build_thresholds(thresholds)
     for path, data in files.items():
         nights = data["sessions"]
         rest = [e for j, e in enumerate(nights) if j != index % len(nights)]
-        base[path], now[path] = dict(data, sessions=rest), Night.from_entry(nights[index])
-    factors = V.night_factors(base.values())
-    nights_var = V.with_floor(V.night_variances(base.values(), factors), floor)
-    devs = [d for p in base if (d := V.tonight_deviation(base[p], now[p], factors)) is not None]
-    machine = V.machine_factor(devs, thresholds.get("reference_tok_s", 35.0), alpha)
-    built = V.build_thresholds(thresholds)
-    raw = []
-    for path in base:
-        raw += [v for v in V.evaluate(base[path], now[path], thresholds=built, alpha=alpha, nights=nights_var,
-                                      factors=factors, tonight_log=machine.log if machine else None)
-                if v.family == "gated"]
-    m = len(files) * len(V.GATED)
+        base[path] = dict(data, sessions=rest)
+        family.append((path, BaselineCheck(path=Path(path), status="compared", check=True, comparability={},
+                                           under_test={}, entry={}, night=Night.from_entry(nights[index]),
+                                           baseline=base[path], alpha=alpha, gate=GATED, thresholds=built)))
+    machine = judge_all(Pipeline(Stored(tuple(base.values()), floor), alpha, "bh"), family,
+                        thresholds.get("reference_tok_s", 35.0))
     counts: Counter = Counter()
     mdes = []
-    for v in adjust(raw, "bh", alpha, family_size=m):
-        counts[(v.metric, v.verdict)] += 1
-        if v.metric == "speedup" and v.var_fixed is not None and v.var_run is not None and v.n_now:
-            mdes.append(detectable(kind_of(v.metric), v.threshold, v.var_fixed + v.var_run / v.n_now,
-                                   v.df or 1.0, alpha / m))
+    for _, c in family:
+        for v in c.final or []:
+            if v.family != "gated":
+                continue
+            counts[(v.metric, v.verdict)] += 1
+            if v.metric == "speedup" and v.mde is not None:
+                mdes.append(v.mde)
     return counts, mdes, machine.line() if machine else "no machine factor"
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = tomllib.loads((PROFILES / f"{args.profile}.toml").read_text())
     thresholds = dict(profile.get("verdicts", {}).get("thresholds", {}))
     floor = float(profile.get("verdicts", {}).get("min_night_sd", 0.0))
-    thresholds.update(V.parse_threshold_items(args.threshold, "--threshold"))
+    thresholds.update(parse_threshold_items(args.threshold, "--threshold"))
     print(f"{len(files)} files with >= 3 nights; thresholds {thresholds}; night sd floor {floor:g} %")
     print("| tonight = night | speedup unchanged / inconclusive / regressed | P95 E2E ratio conclusive "
           "| acceptance conclusive | median speedup drop caught |")
