@@ -1,4 +1,4 @@
-"""Simulated false alarms and power of the speed gate, decided by pytest_specdec.gate.stats itself.
+"""Simulated false alarms and power of the speed gate, decided by the gate's own pipeline.
 
     .venv/bin/python scripts/gate_simulation.py [--suites 1000] [--power-suites 400] [--seed 7]
 
@@ -9,8 +9,8 @@ up to `max_runs`) only when ``next_look_useful`` says it could settle a gated ve
 the planned looks). The night
 variances are pooled over the suite's 19 simulated files (``estimate_night_variance``, never tonight,
 raised to the profile's ``min_night_sd``),
-each metric goes through ``compare(..., nights=)`` and the session's gated family through BH
-(``adjust``), as in the plugin.
+and every test goes through the gate's pipeline (`gate/pipeline.py`: the looks, the machine factor, BH over
+the session's family), as in the plugin.
 
 Noise: each metric's run-to-run and night-to-night sd, and the share of the night effect common to all
 tests, are measured on the stored baselines (printed first). Every night the machine also runs at a
@@ -35,13 +35,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 from pytest_specdec.gate.baselines import load
-from pytest_specdec.gate.stats import Thresholds, alpha_for_look, compare
-from pytest_specdec.gate.sequential import adjust, detectable, next_look_useful, planned_looks
-from pytest_specdec.gate.variance import estimate_night_variance
+from pytest_specdec.gate.check import BaselineCheck
+from pytest_specdec.gate.nights import Night
+from pytest_specdec.gate.pipeline import Pipeline, Stored, sequential
+from pytest_specdec.gate.registry import GATED
 from pytest_specdec.gate.scale import kind_of
-from pytest_specdec.gate.machine import night_factors
+from pytest_specdec.gate.sequential import planned_looks
+from pytest_specdec.gate.stats import Thresholds
 from pytest_specdec.gate.thresholds import build_thresholds
-from pytest_specdec.gate.verdicts import GATED, night_variances, with_floor
 
 TESTS = 19
 STORED_RUNS = 3  # pairs per stored night in baselines/cpu
@@ -66,11 +67,11 @@ def measured_noise(directory: Path) -> Noise:
              if (d := load(Path(f), "--update-baselines")) is not None]
     if not files:
         raise SystemExit(f"no stored baselines under {directory}")
-    nv = night_variances(files, night_factors(files))
+    nv = dict(Stored(tuple(files)).variances)  # no floor: the noise as measured
     # Acceptance repeats exactly run to run at temperature 0 (the exact rule, no p-value); every simulated
     # test gets the noise of the stored tests where it does vary, which is the harder case for the gate.
     varying = [f for f in files if any(len(set(_values(e, "acceptance_rate"))) > 1 for e in f["sessions"])]
-    nv["acceptance_rate"] = night_variances(varying, night_factors(files))["acceptance_rate"]
+    nv["acceptance_rate"] = Stored(tuple(varying)).variances["acceptance_rate"]
     run = {m: math.sqrt(nv[m].within) for m in GATED}
     night: dict[str, float] = {}
     shared: dict[str, float] = {}
@@ -112,63 +113,65 @@ def profile_gate(name: str) -> tuple[Thresholds, list[int], float]:
             float(v.get("min_night_sd", 0.0)))
 
 
-def _night(rng: np.random.Generator, noise: Noise, shared: dict[str, float], runs: int,
-           slowdown: float = 1.0, extra: float = 0.0) -> dict[str, list[float]]:
-    """One night of one test: per-run values of the gated metrics, with the machine's speed that night
-    applied to both arms before the ratios are taken."""
+def _night(rng: np.random.Generator, noise: Noise, shared: dict[str, float], runs: int, started: str,
+           slowdown: float = 1.0, extra: float = 0.0) -> dict:
+    """One night of one test as a stored session: both arms' runs (tok/s, P95 E2E, acceptance) with the
+    machine's speed that night applied to both arms, so that it divides out of the per-pair ratios."""
     machine = rng.uniform(0.75, 1.25)
-    out: dict[str, list[float]] = {}
-    for m in GATED:
-        effect = rng.normal(0.0, noise.night[m]) + shared[m]
-        if m != "acceptance_rate":
-            effect += rng.normal(0.0, extra)
-        # half the pair's run variance on each arm: the ratio's run sd is noise.run[m]
-        e_ref = rng.normal(0.0, noise.run[m] / math.sqrt(2), runs)
-        e_spec = rng.normal(0.0, noise.run[m] / math.sqrt(2), runs)
-        if m == "acceptance_rate":
-            out[m] = list(LEVEL[m] + effect + e_spec * math.sqrt(2))
-        elif m == "speedup":
-            ref = REF_TOK_S * machine * np.exp(e_ref)
-            spec = REF_TOK_S * machine * LEVEL[m] * slowdown * np.exp(effect + e_spec)
-            out[m] = list(spec / ref)
-        else:  # P95 E2E ratio: a slower spec arm takes longer per request
-            ref = REF_E2E_MS / machine * np.exp(e_ref)
-            spec = REF_E2E_MS / machine * LEVEL[m] / slowdown * np.exp(effect + e_spec)
-            out[m] = list(spec / ref)
-    return out
+    effect = {m: rng.normal(0.0, noise.night[m]) + shared[m] for m in GATED}
+    for m in ("speedup", "e2e_p95_ratio"):
+        effect[m] += rng.normal(0.0, extra)
+    # half the pair's run variance on each arm: the ratio's run sd is noise.run[m]
+    e = {(m, arm): rng.normal(0.0, noise.run[m] / math.sqrt(2), runs) for m in GATED for arm in ("ref", "spec")}
+    ref_tok = REF_TOK_S * machine * np.exp(e["speedup", "ref"])
+    spec_tok = REF_TOK_S * machine * LEVEL["speedup"] * slowdown * np.exp(effect["speedup"] + e["speedup", "spec"])
+    ref_e2e = REF_E2E_MS / machine * np.exp(e["e2e_p95_ratio", "ref"])  # a slower spec arm takes longer
+    spec_e2e = (REF_E2E_MS / machine * LEVEL["e2e_p95_ratio"] / slowdown
+                * np.exp(effect["e2e_p95_ratio"] + e["e2e_p95_ratio", "spec"]))
+    acc = LEVEL["acceptance_rate"] + effect["acceptance_rate"] + e["acceptance_rate", "spec"] * math.sqrt(2)
+    ref = [{"index": i, "valid": True, "output_tok_s": float(ref_tok[i]), "hd_p95_ms": {"e2e": float(ref_e2e[i])}}
+           for i in range(runs)]
+    spec = [{"index": i, "valid": True, "output_tok_s": float(spec_tok[i]), "acceptance_rate": float(acc[i]),
+             "hd_p95_ms": {"e2e": float(spec_e2e[i])}} for i in range(runs)]
+    return {"started": started, "runs": {"reference": ref, "spec": spec},
+            "speedup_per_pair": [float(x) for x in spec_tok / ref_tok]}
+
+
+def _first(entry: dict, n: int) -> Night:
+    """Tonight's first ``n`` pairs: what the session has judged at the look that has them."""
+    return Night.from_entry({"runs": {arm: runs[:n] for arm, runs in entry["runs"].items()},
+                             "speedup_per_pair": entry["speedup_per_pair"][:n]})
 
 
 def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights: int, looks: list[int],
           floor: float, slowdown: float = 1.0, extra: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One session: (verdicts [test, metric], runs per arm per test, speedup MDE per test). ``extra``: an
-    sd of tonight's own night effect on the ratios that the stored nights did not show (nights recorded
-    back to back understate it)."""
+    """One session through the gate's pipeline (gate/pipeline.py: the looks, the machine factor, BH over the
+    family): (verdicts [test, metric], runs per arm per test, speedup MDE per test). ``extra``: an sd of
+    tonight's own night effect on the ratios that the stored nights did not show (nights recorded back to
+    back understate it)."""
     def shared_draw() -> dict[str, float]:
         return {m: rng.normal(0.0, noise.shared[m]) for m in GATED}
 
-    stored = [[None] * nights for _ in range(TESTS)]
+    stored: list[list[dict]] = [[] for _ in range(TESTS)]
     for j in range(nights):
         sh = shared_draw()
         for t in range(TESTS):
-            stored[t][j] = _night(rng, noise, sh, looks[0])
-    nv = with_floor({m: estimate_night_variance(m, [[night[m] for night in stored[t]] for t in range(TESTS)])
-                     for m in GATED}, floor)
+            stored[t].append(_night(rng, noise, sh, looks[0], f"night-{j}"))
+    files = [{"sessions": sessions} for sessions in stored]
+    pipeline = Pipeline(Stored(tuple(files), floor), ALPHA, "bh")
     sh = shared_draw()
-    tonight = [_night(rng, noise, sh, looks[-1], slowdown if t == 0 else 1.0, extra) for t in range(TESTS)]
-    raw, runs = [], np.zeros(TESTS, int)
+    family = []
     for t in range(TESTS):
-        for look, n in enumerate(looks, start=1):
-            vs = [compare(m, [night[m] for night in stored[t]], tonight[t][m][:n], thresholds=thresholds,
-                          alpha=ALPHA, look=look, max_looks=len(looks), nights=nv[m]) for m in GATED]
-            runs[t] = n
-            if look < len(looks) and not next_look_useful(vs, n, looks[-1], alpha_for_look(ALPHA, look, len(looks))):
-                break
-        raw.extend(vs)
-    final = adjust(raw, "bh", ALPHA)
-    verdicts = np.array([v.verdict for v in final]).reshape(TESTS, len(GATED))
-    i = GATED.index("speedup")
-    mde = np.array([detectable("rate", v.threshold, v.var_fixed + v.var_run / v.n_now, v.df,
-                               ALPHA / (len(looks) * len(raw))) for v in final[i::len(GATED)]])
+        tonight = _night(rng, noise, sh, looks[-1], "tonight", slowdown if t == 0 else 1.0, extra)
+        c = BaselineCheck(path=Path(f"test-{t}"), status="compared", check=True, comparability={}, under_test={},
+                          entry={}, baseline=files[t], alpha=ALPHA, gate=GATED, thresholds=thresholds)
+        sequential(pipeline, c, looks, lambda n, e=tonight: _first(e, n), tonight_log=lambda: None)
+        family.append((f"test-{t}", c))
+    pipeline.finish(family, 35.0)
+    runs = np.array([c.looks[-1] for _, c in family])
+    gated = [{v.metric: v for v in c.final or []} for _, c in family]
+    verdicts = np.array([[g[m].verdict for m in GATED] for g in gated])
+    mde = np.array([g["speedup"].mde if g["speedup"].mde is not None else np.nan for g in gated])
     return verdicts, runs, mde
 
 

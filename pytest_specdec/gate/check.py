@@ -87,7 +87,14 @@ class BaselineCheck:
 
 def adjusted(checks: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, final: bool, fdr: str, alpha: float,
              gated_size: int, family_size: int) -> list[Verdict]:
-    """This test's verdicts after BH/Holm over every raw verdict so far, each family (gated, shown) on its
+    """This test's verdicts after BH/Holm over every raw verdict so far (`adjusted_all`)."""
+    return adjusted_all(checks, final=final, fdr=fdr, alpha=alpha, gated_size=gated_size,
+                        family_size=family_size).get(nodeid, [])
+
+
+def adjusted_all(checks: Sequence[tuple[str, BaselineCheck]], *, final: bool, fdr: str, alpha: float,
+                 gated_size: int, family_size: int) -> dict[str, list[Verdict]]:
+    """Every test's verdicts after BH/Holm over every raw verdict so far, each family (gated, shown) on its
     own; padded with p=1 to the family size collected, unless ``final``."""
     from pytest_specdec.gate.scale import kind_of
     from pytest_specdec.gate.sequential import adjust, detectable
@@ -112,13 +119,12 @@ def adjusted(checks: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, final:
                 mde = detectable(kind_of(v.metric), v.threshold, v.var_fixed + v.var_run / v.n_now,
                                  v.df or 1.0, alpha / (c_looks * m))
                 out[i] = dataclasses.replace(v, mde=mde)
+    by_test: dict[str, list[Verdict]] = {}
     start = 0
     for n, c in order:
-        k = len(c.raw)
-        if n == nodeid:
-            return out[start:start + k]
-        start += k
-    return []
+        by_test.setdefault(n, out[start:start + len(c.raw)])
+        start += len(c.raw)
+    return by_test
 
 
 def machine_log(checks: Iterable[BaselineCheck | None]) -> float | None:

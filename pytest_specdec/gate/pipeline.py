@@ -114,7 +114,7 @@ class Pipeline:
         """Session end: the machine factor over every compared test, each compared test's raw verdicts again
         with it divided out of the absolute figures (at its last look), then every test's final verdicts,
         BH/Holm over the whole family (``c.final``). ``machine_threshold``: % either way before it warns."""
-        from pytest_specdec.gate.check import adjusted
+        from pytest_specdec.gate.check import adjusted_all
 
         checks = [c for _, c in family]
         machine = self.machine(checks, machine_threshold)
@@ -122,9 +122,9 @@ class Pipeline:
             for c in checks:
                 if c.status == "compared" and c.raw:
                     c.raw = self.raw(c, look=len(c.looks) or 1, tonight_log=machine.log)
+        final = adjusted_all(family, final=True, fdr=self.fdr, alpha=self.alpha, gated_size=0, family_size=0)
         for nodeid, c in family:
-            c.final = adjusted(family, nodeid, final=True, fdr=self.fdr, alpha=self.alpha, gated_size=0,
-                               family_size=0) if c.raw else []
+            c.final = final.get(nodeid, []) if c.raw else []
         return machine
 
 

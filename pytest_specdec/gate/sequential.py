@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from scipy import special
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
@@ -116,7 +117,7 @@ def can_settle(v: Verdict, n_max: int, alpha: float) -> bool:
     kind: Kind = "acceptance" if v.unit == "points" else "rate"  # only the scale matters: both log kinds share it
     se = math.sqrt(v.var_fixed + v.var_run / n_max)
     df = (v.df or 1.0) + max(0, n_max - v.n_now)  # the extra runs add their df too
-    q = float(sps.t.ppf(1.0 - alpha, df)) * se
+    q = float(special.stdtrit(df, 1.0 - alpha)) * se
     d = abs(to_scale(kind, v.delta))
     thr = abs(to_scale(kind, v.threshold or 0.0))
     return d + q < thr or (d > thr and d > q)
@@ -128,7 +129,7 @@ def detectable(kind: Kind, bad: float, var: float, df: float, alpha: float, powe
     and beyond the threshold, so the effect must exceed max(threshold, t_α·se) by t_power·se."""
     se = math.sqrt(var)
     thr = abs(to_scale(kind, bad))
-    eff = max(thr, float(sps.t.ppf(1.0 - alpha, df)) * se) + float(sps.t.ppf(power, df)) * se
+    eff = max(thr, float(special.stdtrit(df, 1.0 - alpha)) * se) + float(special.stdtrit(df, power)) * se
     if kind in LOG_KINDS and bad > 0 and eff > 700.0:  # exp would overflow: no rise is caught at all
         return math.inf
     sign = math.copysign(1.0, bad)
