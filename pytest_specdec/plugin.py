@@ -314,7 +314,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for start in starts:
             gpus = f"  GPU {start.gpus}" if start.gpus else ""
             terminalreporter.write_line(f"  {start.method:16s} {start.spec_key}  ready in {start.startup_s:.0f} s{gpus}")
-    for line in session.end.gate_summary if session.end else []:
+    for line in session.gate_summary:
         terminalreporter.write_line(line)
     for path in paths:
         terminalreporter.write_line(f"specdec results: {path}")

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from pytest_specdec.gate.check import coalesced_lines, machine_log
+from pytest_specdec.gate.check import machine_log
 from pytest_specdec.markers import Case, VerdictOptions
 from pytest_specdec.measure.serving import Serving
 from pytest_specdec.measure.workload import Workload
 from pytest_specdec.options import Settings
 from pytest_specdec.output.results import TestRecord
+from pytest_specdec.output.wording import coalesced_lines, test_end_message
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.judge import Judge, SessionEnd
@@ -54,6 +55,7 @@ class SpecDecSession:
         self.family_size = 0
         self.gated_family_size = 0
         self.summary_lines: list[str] = []
+        self.gate_summary: list[str] = []  # the gate's last lines of the terminal summary
         self.hardware_note = ""  # how the profile was (or was not) checked against the GPUs, for the dry run
         self.collected: list[Case] = []  # every collected case (endpoint mode asks which spec configs are wanted)
         # the pool's servers, or the external endpoints (which must serve the profile's target model)
@@ -227,24 +229,33 @@ class SpecDecSession:
         if record is None or record.baseline is None:
             return None
         family = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None]
-        failure, warning = self.judge.test_end(
+        end = self.judge.test_end(
             nodeid, record.baseline, family, gated_size=self.gated_family_size, family_size=self.family_size,
             strict=self.settings.strict, fail_inconclusive=self.settings.fail_inconclusive)
+        failure, warning = test_end_message(nodeid, record.baseline, end, alpha=self.settings.alpha,
+                                            fdr=self.settings.fdr)
         if warning:
             warnings.warn(SpecDecWarning(warning), stacklevel=1)
         return failure
 
     def finalize(self) -> list[str]:
-        """Session end: the gate's last word (`Judge.machine_at_end`, then `Judge.finish`); the machine
-        factor's warning is given between the two, as pytest's, before any baseline is written."""
+        """Session end: the gate's last word (`Judge.machine_at_end`, then `Judge.finish`), worded by
+        `output/wording.py`; the machine factor's warning is given between the two, as pytest's, before any
+        baseline is written."""
+        from pytest_specdec.output.wording import gate_lines, machine_sentence, session_end_lines
+
         tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
         end = self.judge.machine_at_end([c for _, c, _, _ in tests if c is not None],
                                         fail_machine=self.settings.fail_machine)
-        if end.warning:
-            warnings.warn(SpecDecWarning(end.warning), stacklevel=1)
-        self.judge.finish(end, tests, fail_inconclusive=self.settings.fail_inconclusive)
+        if end.machine_warns and end.machine is not None:
+            warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)
+        self.judge.finish(end, tests)
         self.end = end
-        return end.lines
+        checked = [(n, c, r) for n, c, r, _ in tests if c is not None]
+        self.gate_summary = gate_lines(checked, end.machine, fdr=self.settings.fdr, alpha=self.settings.alpha,
+                                       fail_inconclusive=self.settings.fail_inconclusive)
+        return session_end_lines(end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests],
+                                 alpha=self.settings.alpha, fdr=self.settings.fdr)
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML

@@ -24,6 +24,7 @@ from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
 from pytest_specdec.gate.registry import GATED
 from pytest_specdec.gate.thresholds import build_thresholds, parse_threshold_items
+from pytest_specdec.output.wording import machine_sentence
 
 PROFILES = Path(__file__).resolve().parents[1] / "pytest_specdec" / "profiles"
 
@@ -53,7 +54,7 @@ def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], flo
             counts[(v.metric, v.verdict)] += 1
             if v.metric == "speedup" and v.mde is not None:
                 mdes.append(v.mde)
-    return counts, mdes, machine.line() if machine else "no machine factor"
+    return counts, mdes, ("specdec: " + machine_sentence(machine)) if machine else "no machine factor"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
-"""One test's comparison with its stored baseline, and what the session says about it.
+"""One test's comparison with its stored baseline, and what it decides at the test's end.
 
-The session (pytest wiring) decides when to compare; this module holds the record of a comparison, the
-family-wide p-value adjustment over every test's verdicts, and the messages the terminal prints.
+The session (pytest wiring) decides when to compare; this module holds the record of a comparison, its
+outcome at the test's end (`TestEnd`: typed, worded by `output/wording.py`) and the family-wide p-value
+adjustment over every test's verdicts.
 """
 
 from __future__ import annotations
@@ -10,15 +11,18 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
-    from pytest_specdec.gate.stats import Verdict
-    from pytest_specdec.gate.machine import MachineFactor
-    from pytest_specdec.measure.runner import CaseResult
+    from pytest_specdec.gate.stats import Thresholds, Verdict
 
-FDR_NAMES = {"bh": "Benjamini-Hochberg", "holm": "Holm"}
+#: How a test met its stored baseline: compared with it, none stored, stored but measured under other
+#: conditions, or unreadable.
+Status = Literal["compared", "missing", "not-comparable", "error"]
+#: What a test's end decides: nothing to say, or the reason it fails or warns.
+Outcome = Literal["pass", "error", "missing", "not-comparable", "regressed", "inconclusive"]
+
 
 
 @dataclass
@@ -26,7 +30,7 @@ class BaselineCheck:
     """One test's comparison with its stored baseline."""
 
     path: Path
-    status: str  # compared | missing | not-comparable | error
+    status: Status
     check: bool
     comparability: dict[str, Any]
     under_test: dict[str, Any]
@@ -46,7 +50,7 @@ class BaselineCheck:
     unspent: int = 0  # runs per arm planned but not spent: no further look could change a gated verdict
     stop_reason: str = ""
     deviation: float | None = None  # log(tonight's reference speed ÷ the baseline's): one term of the machine factor
-    thresholds: Any = None  # the Thresholds its verdicts used (re-used when the machine factor is final)
+    thresholds: Thresholds | None = None  # what its verdicts used (again when the machine factor is final)
 
     def shown(self) -> list[Verdict]:
         return self.final if self.final is not None else (self.verdicts or self.raw)
@@ -62,7 +66,7 @@ class BaselineCheck:
 
     def to_dict(self) -> dict[str, Any]:
         from pytest_specdec.gate.thresholds import to_dict as thresholds_dict
-        from pytest_specdec.gate.verdicts import attribution, gated_with
+        from pytest_specdec.gate.verdicts import gated_with
 
         shown = self.shown()
         path = str(self.path)
@@ -76,13 +80,25 @@ class BaselineCheck:
             "machine_deviation": self.deviation,
             "alpha": self.alpha, "ci_level": 1 - 2 * self.alpha / max(1, self.max_looks),
             "adjusted": "session" if self.final is not None else "test-end",
-            "attribution": attribution(shown) if shown else None,
             "under_test": self.under_test,
             "under_test_diff": self.under_test_diff(),
             "comparability": self.comparability,
             "thresholds": None if self.thresholds is None else thresholds_dict(self.thresholds),
             **({"error": self.error} if self.error else {}),
         }
+
+
+@dataclass(frozen=True)
+class TestEnd:
+    """What a test's end decides from its verdicts so far; `output.wording.test_end_message` words it."""
+
+    __test__ = False  # not a pytest test class
+
+    outcome: Outcome
+    fails: bool  # the test fails (else a warning, or nothing for "pass")
+    where: str = ""  # the baseline file, as the checkout names it
+    command: str = ""  # the command that creates (missing) or accepts (regressed) the baseline
+    open: tuple[Verdict, ...] = ()  # the gated verdicts still inconclusive
 
 
 def adjusted(checks: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, final: bool, fdr: str, alpha: float,
@@ -131,100 +147,3 @@ def machine_log(checks: Iterable[BaselineCheck | None]) -> float | None:
     """The machine factor (log) from every test compared so far (the session's, once all are in)."""
     devs = [c.deviation for c in checks if c is not None and c.deviation is not None]
     return sum(devs) / len(devs) if devs else None
-
-
-def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: float, fdr: str, where: str,
-                       accept: str) -> str:
-    """A failing test's message: what regressed, the table, the attribution, what changed under test and
-    the command that accepts the change. ``where`` names the baseline file, ``accept`` the command."""
-    from pytest_specdec.gate.verdicts import attribution, gated_with, table, under_test_diff
-
-    bad = gated_with(verdicts, "regressed")
-    assert c.baseline is not None
-    sessions = c.baseline["sessions"]
-    unit = "session means" if len(sessions) > 1 else "runs"
-    level = 100 * (1 - 2 * alpha / max(1, c.max_looks))
-    last = sessions[-1] if sessions else {}
-    lines = [
-        f"specdec: {len(bad)} metric(s) regressed: {', '.join(v.metric for v in bad)}",
-        f"baseline: {where} ({len(sessions)} session(s); unit of comparison: {unit}; "
-        f"{c.looks[-1] if c.looks else '?'} run(s) per arm now, look {len(c.looks)} of {c.max_looks})",
-        f"p: one-sided, x{c.max_looks} for the looks, adjusted by {FDR_NAMES[fdr]} over the session's metric tests "
-        f"(the family depends on which tests were selected)",
-        "",
-        table(verdicts, f"{level:.4g}% CI"),
-        "",
-        f"attribution: {attribution(verdicts)}",
-        f"under test, baseline ({last.get('started', '?')}) → now:",
-        *under_test_diff(c.baseline.get("under_test", {}), c.under_test),
-        "why:",
-        *[f"  {v.metric}: {v.note}" for v in bad],
-        "",
-        f"to accept this change: --update-baselines   ({accept})",
-    ]
-    return "\n".join(lines)
-
-
-def gate_lines(rows: Sequence[tuple[str, BaselineCheck, CaseResult | None]], machine: MachineFactor | None, *,
-               fdr: str, alpha: float, fail_inconclusive: bool) -> list[str]:
-    """The terminal's last lines: per test, each gated verdict and what the baseline can catch, and the
-    absolute figures once the machine factor is divided out (shown family); then the inconclusive count."""
-    from pytest_specdec.gate.registry import ABSOLUTE, LATENCY_VERDICTS, label
-    from pytest_specdec.gate.verdicts import guard_text, verdict_phrase
-
-    rows = [(n, c, r) for n, c, r in rows if c.final]
-    if not rows:
-        return []
-    m = sum(1 for _, c, _ in rows for v in c.final or [] if v.family == "gated" and v.p is not None)
-    out = [f"specdec gate: per test, the gated verdicts and the smallest change each would catch "
-           f"(power 0.9, {fdr.upper()} over {m} gated tests at alpha {alpha:g}):"]
-    counts: dict[str, int] = {}
-    open_tests: list[str] = []
-    unspent = 0
-    for nodeid, c, result in rows:
-        name = nodeid.split("::")[-1]
-        gated = [v for v in c.final or [] if v.family == "gated"]
-        for v in gated:
-            counts[v.verdict] = counts.get(v.verdict, 0) + 1
-        if c.status == "not-comparable":  # one line: no verdict was possible, and why
-            fields = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in c.fields.items())
-            out.append(f"  {name}: not comparable with its baseline ({fields})")
-            continue
-        parts = [f"{label(v.metric)} {v.verdict} ({guard_text(v)})" for v in gated]
-        if result is not None and result.untrusted_runs:  # a latency left with no trusted run
-            judged = {v.metric for v in gated}
-            parts += [f"{label(g)} not judged (coalesced streams: no run's latency trusted)"
-                      for g in c.gate if g not in judged and g in LATENCY_VERDICTS]  # a coalesced stream leaves latencies unjudged
-        out.append(f"  {name}: " + "; ".join(parts))
-        absolute = [v for v in c.final or [] if v.metric in ABSOLUTE and v.family != "gated"]
-        if absolute and machine is not None:
-            out.append(f"    after the machine factor ({machine.factor:.3f}): "
-                       + "; ".join(verdict_phrase(label(v.metric), v) for v in absolute))
-        n_open = sum(1 for v in gated if v.verdict == "inconclusive")
-        if n_open:
-            open_tests.append(f"{name} ({n_open})")
-        unspent += c.unspent
-    total = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("unchanged", "regressed", "improved", "inconclusive",
-                                                         "not-comparable") if counts.get(k))
-    out.append(f"specdec gate: {len(rows)} test(s), gated verdicts {total or 'none'}; "
-               f"{unspent} run(s) per arm not spent (no look could change a verdict)")
-    out.append(f"specdec gate: inconclusive gated metrics per test: {', '.join(open_tests) or 'none'}"
-               + (" (they fail with --specdec-fail-inconclusive)" if open_tests and not fail_inconclusive else ""))
-    return out
-
-
-def coalesced_lines(nodeid: str, result: CaseResult, indent: str = "specdec: ") -> list[str]:
-    """One line per run whose stream was coalesced: its latency figures are left out, and why."""
-    return [f"{indent}{nodeid}: {r.arm} run {r.index + 1}: latency left out: {'; '.join(r.untrusted)}"
-            for r in result.untrusted_runs]
-
-
-def coalesced_summary(results: Sequence[tuple[str, CaseResult | None]]) -> list[str]:
-    """Session end: every run whose stream was coalesced, under one heading (their throughput was kept)."""
-    untrusted = [(n, r) for n, r in results if r is not None and r.untrusted_runs]
-    if not untrusted:
-        return []
-    runs = sum(len(r.untrusted_runs) for _, r in untrusted)
-    return [f"specdec: {runs} run(s) of {len(untrusted)} test(s) had a coalesced stream; their latency figures "
-            "are left out of the verdicts (throughput kept):",
-            *(line for n, r in untrusted for line in coalesced_lines(n, r, indent="  "))]

@@ -20,6 +20,7 @@ from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.check import BaselineCheck
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.check import TestEnd
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.pipeline import Pipeline
     from pytest_specdec.gate.stats import Thresholds, Verdict
@@ -51,14 +52,15 @@ class GateConfig:
 
 @dataclass
 class SessionEnd:
-    """What the gate says once every test is in; the wiring turns it into a warning and the exit status."""
+    """What the gate decides once every test is in; the wiring words it (`output/wording.py`) and turns it into a
+    warning and the exit status."""
 
     machine: MachineFactor | None
     machine_failed: bool = False  # beyond its threshold under --specdec-fail-machine
-    warning: str | None = None  # beyond its threshold otherwise: for the wiring to warn
-    lines: list[str] = field(default_factory=list)  # the terminal's, in order
-    late_regressions: list[str] = field(default_factory=list)  # passed at their end, regressed in the whole family
-    gate_summary: list[str] = field(default_factory=list)  # the terminal's last lines
+    machine_warns: bool = False  # beyond its threshold otherwise: for the wiring to warn
+    #: tests that passed at their end but regress once the whole family is known, with their baseline
+    late_regressions: list[tuple[str, TestEnd]] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)  # what the baseline store says of its writes
     baselines: BaselineWrites | None = None  # what --update-baselines wrote; None without the flag
     baselines_failed: bool = False  # some of them could not be written (a read-only directory): the session fails
 
@@ -90,6 +92,7 @@ class Judge:
 
     def __init__(self, cfg: GateConfig) -> None:
         self.cfg = cfg
+        self.opened = False  # whether any test read its baseline (only then are baselines written)
 
     @cached_property
     def store(self) -> BaselineStore:
@@ -97,11 +100,6 @@ class Judge:
 
         return BaselineStore(self.cfg.baselines_dir, self.cfg.profile.name, mode=self.cfg.update,
                              keep=self.cfg.keep_sessions)
-
-    @property
-    def opened(self) -> bool:
-        """Whether any test asked for the store (only then are baselines written)."""
-        return "store" in self.__dict__
 
     @property
     def updating_all(self) -> bool:
@@ -184,56 +182,39 @@ class Judge:
 
         return relative(path, self.cfg.rootpath)
 
-    def regression(self, nodeid: str, c: BaselineCheck, verdicts: list[Verdict]) -> str:
-        """A failing test's message, naming its baseline file and the command that accepts the change."""
-        from pytest_specdec.gate.check import regression_message
-
-        return regression_message(c, verdicts, alpha=self.cfg.alpha, fdr=self.cfg.fdr, where=self.rel(c.path),
-                                  accept=self.create_command(nodeid, "all"))
-
     def test_end(self, nodeid: str, c: BaselineCheck, family: Sequence[tuple[str, BaselineCheck]], *, gated_size: int,
-                 family_size: int, strict: bool, fail_inconclusive: bool) -> tuple[str | None, str | None]:
+                 family_size: int, strict: bool, fail_inconclusive: bool) -> TestEnd:
         """At the end of a test, its verdicts adjusted over the ``family`` so far (padded to the sizes the
-        collected tests can reach) as (failure message, warning message), either None.
+        collected tests can reach), and what they decide.
 
         Regressions fail the test; a missing baseline fails with the command that creates it; a
         non-comparable baseline warns (fails under --specdec-strict); inconclusive gated verdicts warn
         (fail under --specdec-fail-inconclusive).
         """
-        from pytest_specdec.gate.verdicts import gated_with, guard_text, table
+        from pytest_specdec.gate.check import TestEnd
+        from pytest_specdec.gate.verdicts import gated_with
 
         c.verdicts = self.pipeline.test_end(family, nodeid, gated_size=gated_size, family_size=family_size)
-        if not c.check:
-            return None, None
-        if c.status == "error":  # --update-baselines replaces an unreadable file (the summary says so)
-            return (None if self.updating_all else f"specdec: {c.error}"), None
         rel = self.rel(c.path)
+        passed = TestEnd("pass", False, rel)
+        if not c.check:
+            return passed
+        if c.status == "error":  # --update-baselines replaces an unreadable file (the summary says so)
+            return passed if self.updating_all else TestEnd("error", True, rel)
         if c.status == "missing":
-            if self.cfg.update:
-                return None, None
-            return (f"specdec: no baseline for this test at {rel}\n"
-                    f"create it with: {self.create_command(nodeid, 'missing')}"), None
+            return passed if self.cfg.update else TestEnd("missing", True, rel, self.create_command(nodeid, "missing"))
         if self.updating_all:
-            return None, None
+            return passed
         if c.status == "not-comparable":
-            fields = "\n".join(f"  {k}: {a!r} → {b!r}" for k, (a, b) in c.fields.items())
-            msg = (f"baseline {rel} was measured under different conditions (not-comparable):\n{fields}\n"
-                   f"to replace it with tonight's measurement: --update-baselines")
-            return ("specdec: " + msg, None) if strict else (None, f"{nodeid}: {msg}")
+            return TestEnd("not-comparable", strict, rel)
         if gated_with(c.verdicts, "regressed"):
             c.failed = True
-            return self.regression(nodeid, c, c.verdicts), None
-        open_ = gated_with(c.verdicts, "inconclusive")
+            return TestEnd("regressed", True, rel, self.create_command(nodeid, "all"))
+        open_ = tuple(gated_with(c.verdicts, "inconclusive"))
         if not open_:
-            return None, None
-        what = "; ".join(f"{v.metric} {guard_text(v)}" for v in open_)
-        runs = c.looks[-1] if c.looks else "?"
-        msg = f"{len(open_)} gated metric(s) inconclusive after {runs} run(s) per arm: {what}"
-        if fail_inconclusive:
-            c.failed = True
-            level = 100 * (1 - 2 * self.cfg.alpha / max(1, c.max_looks))
-            return f"specdec: {msg} (--specdec-fail-inconclusive)\n\n{table(c.verdicts, f'{level:.4g}% CI')}", None
-        return None, f"{nodeid}: {msg}; the test passes (--specdec-fail-inconclusive fails it)"
+            return passed
+        c.failed = fail_inconclusive
+        return TestEnd("inconclusive", fail_inconclusive, rel, open=open_)
 
     def start(self, nodeid: str, method: str, workload: dict[str, Any], dataset: dict[str, Any], reference: ServerSpec,
               spec: ServerSpec | None, sampling: Sampling, engines: dict[str, dict[str, Any]], *, endpoint: bool,
@@ -248,6 +229,7 @@ class Judge:
         profile = self.cfg.profile
         comp = comparability(profile, method, workload, dataset, reference, spec, sampling)
         tested = under_test(profile, engines, spec, endpoint=endpoint, endpoint_versions=endpoint_versions)
+        self.opened = True
         c = BaselineCheck(path=self.store.path(nodeid), status="missing", check=check, comparability=comp,
                           under_test=tested, entry={}, alpha=self.cfg.alpha, gate=gate)
         try:
@@ -334,41 +316,25 @@ class Judge:
         a warning, which the wiring gives before `finish` writes. ``checks``: the session's, in its order."""
         family = [(str(i), c) for i, c in enumerate(checks)]
         end = SessionEnd(self.pipeline.finish(family, self.machine_threshold()))
-        machine = end.machine
-        if machine is not None:
-            end.lines.append(machine.line())
-            if machine.beyond and not self.updating_all:
-                if fail_machine:
-                    end.machine_failed = True
-                    end.lines.append("specdec: the session fails on the machine factor (--specdec-fail-machine)")
-                else:
-                    end.warning = machine.sentence()
+        if end.machine is not None and end.machine.beyond and not self.updating_all:
+            end.machine_failed, end.machine_warns = fail_machine, not fail_machine
         return end
 
-    def finish(self, end: SessionEnd, tests: Sequence[tuple[str, BaselineCheck | None, CaseResult | None, str]], *,
-               fail_inconclusive: bool) -> None:
-        """Session end, then: the tests that regress only once the whole family is known, the gate summary and
-        the queued baseline writes. ``tests``: every test's (nodeid, check, result, outcome)."""
-        from pytest_specdec.gate.check import coalesced_summary, gate_lines
+    def finish(self, end: SessionEnd, tests: Sequence[tuple[str, BaselineCheck | None, CaseResult | None, str]]
+               ) -> None:
+        """Session end, then: the tests that regress only once the whole family is known, and the queued
+        baseline writes. ``tests``: every test's (nodeid, check, result, outcome)."""
+        from pytest_specdec.gate.check import TestEnd
         from pytest_specdec.gate.verdicts import gated_with
 
         checked = [(n, c, r, o) for n, c, r, o in tests if c is not None]
-        lines = end.lines
         for nodeid, c, _, _ in checked:
             late = gated_with(c.final or [], "regressed")  # a shown metric never fails the session
             if late and c.check and not c.failed and not self.updating_all and c.status == "compared":
-                end.late_regressions.append(nodeid)
-                lines.append(self.regression(nodeid, c, c.final or []).replace(
-                    "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
-        lines += coalesced_summary([(n, r) for n, _, r, _ in tests])
-        if end.late_regressions:
-            lines.insert(0, f"specdec: {len(end.late_regressions)} test(s) passed at their end but regressed once "
-                            "every p-value of the session was known (Benjamini-Hochberg/Holm need all of them):")
-        end.gate_summary = gate_lines([(n, c, r) for n, c, r, _ in checked], end.machine, fdr=self.cfg.fdr,
-                                      alpha=self.cfg.alpha, fail_inconclusive=fail_inconclusive)
+                end.late_regressions.append(
+                    (nodeid, TestEnd("regressed", True, self.rel(c.path), self.create_command(nodeid, "all"))))
         if self.cfg.update and self.opened:
-            written, end.baselines, end.baselines_failed = self.write(checked)
-            lines += written
+            end.written, end.baselines, end.baselines_failed = self.write(checked)
 
 
 def unwritable(result: CaseResult | None) -> str:

@@ -82,21 +82,6 @@ class MachineFactor:
     def beyond(self) -> bool:
         return abs(self.factor - 1.0) * 100.0 > self.threshold
 
-    def line(self) -> str:
-        return "specdec: " + self.sentence()
-
-    def sentence(self, now: str = "this machine", against: str = "the baseline nights") -> str:
-        """What the terminal's line and the report say, built from the fields (the JSON stores no prose);
-        ``now`` and ``against`` name the two sides where they are not tonight and the baselines."""
-        pct = 100.0 * (self.factor - 1.0)
-        way = "slower" if pct < 0 else "faster"
-        ci = (f"{self.level:.3g}% CI {100 * (math.exp(self.ci_low) - 1):+.1f} % to "
-              f"{100 * (math.exp(self.ci_high) - 1):+.1f} %" if self.n_tests > 1 else "one test")
-        tail = (f"; beyond ±{self.threshold:g} %: absolute figures are compared after dividing it out"
-                if self.beyond else f"; within ±{self.threshold:g} %")
-        return (f"{now} ran {abs(pct):.1f} % {way} than {against} "
-                f"(reference tok/s, factor {self.factor:.3f}, {ci}, {self.n_tests} test(s)){tail}")
-
     def to_dict(self) -> dict[str, Any]:
         return {"factor": self.factor, "log": self.log, "ci": [math.exp(self.ci_low), math.exp(self.ci_high)],
                 "ci_level": self.level, "n_tests": self.n_tests, "threshold": self.threshold,

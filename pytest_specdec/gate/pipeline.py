@@ -86,12 +86,13 @@ class Pipeline:
             return not_comparable_verdicts(c.night, c.fields, c.gate)
         return []
 
-    def look(self, c: BaselineCheck, night: Night, *, look: int, tonight_log: float | None) -> None:
-        """Tonight's runs so far (``night``) judged at ``look``; its machine deviation joins the factor."""
+    def look(self, c: BaselineCheck, night: Night, *, look: int, tonight_log: Callable[[], float | None]) -> None:
+        """Tonight's runs so far (``night``) judged at ``look``. Its machine deviation joins the factor first:
+        ``tonight_log()``, the factor of every test compared so far, is read after, so it counts this test."""
         c.night = night
         if c.status == "compared" and c.baseline is not None:
             c.deviation = self.deviation(c.baseline, night)
-        c.raw = self.raw(c, look=look, tonight_log=tonight_log)
+        c.raw = self.raw(c, look=look, tonight_log=tonight_log())
 
     def test_end(self, family: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, gated_size: int,
                  family_size: int) -> list[Verdict]:
@@ -135,7 +136,7 @@ def judge_all(pipeline: Pipeline, family: Sequence[tuple[str, BaselineCheck]], m
     checks must hold tonight's night, thresholds, gate, status and baseline; their verdicts are set in place."""
     for _, c in family:
         if c.night is not None:
-            pipeline.look(c, c.night, look=len(c.looks) or 1, tonight_log=None)
+            pipeline.look(c, c.night, look=len(c.looks) or 1, tonight_log=lambda: None)
     return pipeline.finish(family, machine_threshold)
 
 
@@ -154,7 +155,7 @@ def sequential(pipeline: Pipeline, c: BaselineCheck, looks: Sequence[int], night
         night = night_at(n)
         n_now = len(night.reference)
         c.looks.append(n_now)
-        pipeline.look(c, night, look=i, tonight_log=tonight_log())
+        pipeline.look(c, night, look=i, tonight_log=tonight_log)
         if i == len(looks) or n_now >= looks[-1]:
             break
         if not next_look_useful(c.raw, n_now, looks[-1], alpha_for_look(pipeline.alpha, i, len(looks))):

@@ -276,7 +276,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
 
 def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
     """Per test, the terminal's verdict table (gated metrics; with ``shown`` every metric), worst first."""
-    from pytest_specdec.gate.verdicts import table
+    from pytest_specdec.output.wording import table
 
     level = f"{100 * (1 - 2 * cmp.alpha):.4g}% CI"
     order = {"compared": 1, "not-comparable": 2, "no runs": 3}
@@ -298,7 +298,8 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
 
 def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     """The closing lines: the machine factor, the counts of gated verdicts, the tests in one file only."""
-    from pytest_specdec.gate.check import FDR_NAMES
+    from pytest_specdec.output.wording import machine_sentence
+    from pytest_specdec.output.wording import FDR_NAMES
 
     counts: dict[str, int] = {}
     for r in cmp.rows:
@@ -309,7 +310,7 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
         status[r.status] = status.get(r.status, 0) + 1
     lines = []
     if cmp.machine is not None:
-        lines.append("specdec compare: " + cmp.machine.sentence(now=new_name, against=old_name))
+        lines.append("specdec compare: " + machine_sentence(cmp.machine, now=new_name, against=old_name))
     verdicts = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
     tests = ", ".join(f"{n} {k}" for k, n in status.items())
     lines.append(f"specdec compare: {len(cmp.rows)} test(s): {tests}; gated verdicts {verdicts} "

@@ -137,7 +137,7 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
 def table_lines(nights: Sequence[Night], rows: Sequence[Series]) -> list[str]:
     """The nights, then per test and metric its levels night by night and its change points."""
     from pytest_specdec.gate.registry import label
-    from pytest_specdec.gate.verdicts import format_delta, format_value
+    from pytest_specdec.output.wording import format_delta, format_value
 
     out = [f"nights ({len(nights)}, by session start):"]
     out += [f"  {k + 1:>3}  {n.started}  {n.path}" for k, n in enumerate(nights)]
@@ -208,7 +208,7 @@ def chart_svg(s: Series, nights: Sequence[Night]) -> str:
     """One metric's small chart: the nightly levels, each level between change points as a dashed line,
     and each change point circled and numbered, its figures listed under the chart."""
     from pytest_specdec.gate.registry import label
-    from pytest_specdec.gate.verdicts import format_delta, format_value
+    from pytest_specdec.output.wording import format_delta, format_value
     from pytest_specdec.output.charts import Chart, svg_chart
     from pytest_specdec.output.charts import Series as Line
 
@@ -258,7 +258,7 @@ def render_html(nights: Sequence[Night], rows: Sequence[Series],
     from markupsafe import Markup
 
     from pytest_specdec.gate.registry import label
-    from pytest_specdec.gate.verdicts import format_delta
+    from pytest_specdec.output.wording import format_delta
     from pytest_specdec.output.report import templates
 
     tests: dict[str, list[dict[str, Any]]] = {}

@@ -15,7 +15,7 @@ PREFIX = "specdec_"
 def test_properties(record: TestRecord) -> list[tuple[str, str]]:
     """Figures of one test: the summary's, the runs per arm, the baseline used and each gated verdict
     with its change and CI (worded as the terminal's table)."""
-    from pytest_specdec.gate.verdicts import format_delta, format_value
+    from pytest_specdec.output.wording import format_delta, format_value
 
     out: list[tuple[str, str]] = []
     result = record.result
@@ -50,7 +50,9 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
 
 def session_properties(machine: MachineFactor | None, tests: int) -> list[tuple[str, str]]:
     """The session's figures, for the test suite's properties."""
+    from pytest_specdec.output.wording import machine_sentence
+
     out = [(PREFIX + "tests", str(tests))]
     if machine is not None:
-        out.append((PREFIX + "machine_factor", f"{machine.factor:.3f} ({machine.sentence()})"))
+        out.append((PREFIX + "machine_factor", f"{machine.factor:.3f} ({machine_sentence(machine)})"))
     return out

@@ -131,13 +131,13 @@ def cost_peaks(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _value(metric: str, x: float | None) -> str:
-    from pytest_specdec.gate.verdicts import format_value
+    from pytest_specdec.output.wording import format_value
 
     return format_value(metric, x, times="×")
 
 
 def _delta(x: float | None, unit: str) -> str:
-    from pytest_specdec.gate.verdicts import format_delta
+    from pytest_specdec.output.wording import format_delta
 
     return format_delta(x, unit)
 
@@ -154,7 +154,7 @@ def catches(v: VerdictEntry) -> str:
     `verdicts.guard_text`, which needs a `stats.Verdict`."""
     if v.verdict == "not-comparable":
         return "—"
-    from pytest_specdec.gate.verdicts import catch_text
+    from pytest_specdec.output.wording import catch_text
 
     return catch_text(v.method, v.mde, v.threshold, v.delta_unit, modelled=v.mde is not None or v.se is not None,
                       ge="≥")
@@ -363,6 +363,7 @@ def render_html(data: Any, name: str = "results") -> str:
 
 def render(results: Results) -> str:
     """The HTML report from typed results."""
+    from pytest_specdec.output.wording import machine_sentence
     from markupsafe import Markup
 
     from pytest_specdec.gate.registry import BADGES, label
@@ -392,7 +393,7 @@ def render(results: Results) -> str:
         duration=results.duration_s, totals=totals(tests),
         tests=views, charts=charts,
         badge_labels=[(b.label, b.family) for b in BADGES],
-        machine=machine, machine_line=machine.sentence() if machine else "",
+        machine=machine, machine_line=machine_sentence(machine) if machine else "",
         gate=results.gate,
         guard_columns=[label(m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
         changed=changed,

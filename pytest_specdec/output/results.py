@@ -106,8 +106,11 @@ class TestRecord:
         if self.baseline is not None:
             from pytest_specdec.gate.verdicts import to_json
 
-            out["verdicts"] = {v.metric: to_json(v) for v in self.baseline.shown()}
-            out["baseline"] = self.baseline.to_dict()
+            from pytest_specdec.output.wording import attribution
+
+            shown = self.baseline.shown()
+            out["verdicts"] = {v.metric: to_json(v) for v in shown}
+            out["baseline"] = {**self.baseline.to_dict(), "attribution": attribution(shown) if shown else None}
         return out
 
 

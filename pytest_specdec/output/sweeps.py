@@ -221,7 +221,7 @@ def _flag(chart: Chart, lines: dict[str, list[TestEntry]], axis: str, metrics: S
     """Mark the points of tests whose verdict on one of `metrics` (what this chart shows) is regressed or
     improved, on the series `line label + suffix`, with the metrics' Δ in the note."""
     from pytest_specdec.gate.registry import label as metric_label
-    from pytest_specdec.gate.verdicts import format_delta
+    from pytest_specdec.output.wording import format_delta
 
     by_label = {s.label: s for s in chart.series}
     for label, items in lines.items():

@@ -164,7 +164,8 @@ def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
     from pytest_specdec.output.report import catches
     from pytest_specdec.output.schema import VerdictEntry
     from pytest_specdec.gate.sequential import detectable
-    from pytest_specdec.gate.verdicts import guard_text, to_json
+    from pytest_specdec.gate.verdicts import to_json
+    from pytest_specdec.output.wording import guard_text
 
     assert detectable("latency", 1.0, 0.16, 1.0, 0.001 / 6) == float("inf")
     assert detectable("rate", -25.0, 0.16, 1.0, 0.001 / 6) <= 100.0  # a drop saturates at -100 %, no warning
@@ -177,7 +178,7 @@ def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
 
 def test_a_zero_change_reads_plus_zero() -> None:
     """A machine factor that is one test's own deviation leaves exactly 0 up to rounding: "+0.0 %"."""
-    from pytest_specdec.gate.verdicts import format_delta
+    from pytest_specdec.output.wording import format_delta
 
     assert [format_delta(x, "%") for x in (-1e-12, 0.0, -0.06)] == ["+0.0 %", "+0.0 %", "-0.1 %"]
     assert format_delta(-1e-9, "points") == "+0.00 pt" and format_delta(None, "%") == "—"

@@ -738,6 +738,8 @@ def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, rec
 
 
 def test_machine_factor_line_in_the_header_escaped_and_highlighted(recorded: dict[str, Any]) -> None:
+    from pytest_specdec.output.wording import machine_sentence
+
     from html import escape
 
     from pytest_specdec.gate.machine import machine_factor
@@ -747,7 +749,7 @@ def test_machine_factor_line_in_the_header_escaped_and_highlighted(recorded: dic
 
     from pytest_specdec.gate.machine import MachineFactor
 
-    line = MachineFactor.from_dict(recorded["machine_factor"]).sentence()
+    line = machine_sentence(MachineFactor.from_dict(recorded["machine_factor"]))
     assert line.startswith("this machine ran ") and not recorded["machine_factor"]["beyond_threshold"]
     within = header(recorded)
     assert ('<div class="meta mf"><b>machine factor</b> <span class="line">' + escape(line) + "</span>") in within

@@ -1,0 +1,275 @@
+"""Every sentence the gate's outcomes are told in: verdict tables, a failing test's message, the machine factor,
+the session's closing lines. The gate decides (typed outcomes); this module only words them, for the terminal,
+the JUnit properties, the report and `pytest-specdec compare` alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.gate.registry import label, metric
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.check import BaselineCheck, TestEnd
+    from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.stats import Verdict
+    from pytest_specdec.measure.runner import CaseResult
+
+FDR_NAMES = {"bh": "Benjamini-Hochberg", "holm": "Holm"}
+
+
+
+
+
+def format_value(name: str, x: float | None, times: str = "x") -> str:
+    """A metric's value as the failure table and the HTML report show it."""
+    m = metric(name)
+    if m is not None:
+        return m.format(x, times)
+    return "—" if x is None else f"{x:.4g}"
+
+
+def format_delta(x: float | None, unit: str) -> str:
+    """A change as the terminal, JSON readers and the report show it: "+3.1 %" or "-0.40 pt"."""
+    if x is None:
+        return "—"
+    digits = 1 if unit == "%" else 2
+    shown = round(x, digits) + 0.0  # a zero is "+0.0", never "-0.0"
+    return f"{shown:+.1f} %" if unit == "%" else f"{shown:+.2f} pt"
+
+
+def verdict_phrase(label: str, v: Verdict) -> str:
+    """"speedup regressed -41.2 %": a metric's verdict and change, in one phrase of a summary line."""
+    return f"{label} {v.verdict}" + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}")
+
+
+def guard_text(v: Verdict) -> str:
+    """What a gated verdict can catch: "catches a drop >= 21 %", "exact", or why nothing is known."""
+    return catch_text(v.method, v.mde, v.threshold, v.unit, modelled=v.mde is not None)
+
+
+def catch_text(method: str, mde: float | None, threshold: float | None, unit: str, *, modelled: bool,
+               ge: str = ">=") -> str:
+    """The one wording of what a comparison catches, for the terminal (a Verdict) and the report (its JSON,
+    where an unbounded ``mde`` is stored as null beside a variance)."""
+    if method.startswith("exact"):
+        return "exact: repeats run to run"
+    if not modelled:
+        return "no variance model"
+    way = "rise" if (threshold or 0) > 0 else "drop"
+    if mde is None or not math.isfinite(mde):
+        return f"catches no {way}: too few runs for any bound"
+    return f"catches a {way} {ge} {mde:.3g}{' %' if unit == '%' else ' pt'}"
+
+
+def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI") -> str:
+    """metric | family | baseline | now | Δ | 90% CI | p | verdict, aligned."""
+    rows = [("metric", "family", "baseline", "now", "Δ", ci_label, "p", "verdict")]
+    for v in verdicts:
+        ci = "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
+        p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
+        rows.append((label(v.metric), v.family, format_value(v.metric, v.baseline),
+                     format_value(v.metric, v.now), format_delta(v.delta, v.unit), ci, p, v.verdict))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def attribution(verdicts: Iterable[Verdict]) -> str:
+    """Which arm moved: the reference decoding, the speedup, the acceptance, and what that points at."""
+    by = {v.metric: v for v in verdicts}
+    parts = []
+    for label, name in (("reference decoding", "reference_tok_s"), ("speedup", "speedup"),
+                        ("acceptance", "acceptance_rate"), ("spec tok/s", "output_tok_s")):
+        v = by.get(name)
+        if v is not None:
+            parts.append(verdict_phrase(label, v))
+
+    def bad(name: str) -> bool:
+        return name in by and by[name].verdict == "regressed"
+
+    if bad("speedup") and bad("acceptance_rate"):
+        reading = "speculation gains less because fewer drafted tokens are accepted: look at the draft/head"
+    elif bad("speedup"):
+        reading = ("speculation gains less at the same acceptance: drafting or verification got slower "
+                   "(draft cost, kernels, scheduling)")
+    elif bad("reference_tok_s"):
+        reading = ("the no-speculation reference got slower while the speedup held: look at the target, the "
+                   "engine or the machine, not at speculation")
+    elif bad("acceptance_rate") or any(v.verdict == "regressed" and v.metric.startswith("per_position")
+                                       for v in by.values()):
+        reading = "acceptance dropped; the speedup has not (yet) moved beyond its threshold"
+    elif bad("output_tok_s"):
+        reading = "spec throughput dropped with both the reference and the speedup within their thresholds"
+    elif any(v.verdict == "regressed" for v in by.values()):
+        reading = "latency regressed while the throughput figures held"
+    else:
+        reading = ""
+    return "; ".join(parts) + (f": {reading}" if reading else "")
+
+
+def under_test_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Lines ``field: old → new`` for what is under test (engine config included); one line when equal."""
+    from pytest_specdec.gate.baselines import under_test_changes
+
+    changed = under_test_changes(dict(old), dict(new))
+    if not changed:
+        return ["  (no change in versions, draft/head hash, plugin version or engine config)"]
+    return [f"  {k}: {a!r} → {b!r}" for k, (a, b) in changed.items()]
+
+
+def machine_sentence(m: MachineFactor, now: str = "this machine", against: str = "the baseline nights") -> str:
+    """What the terminal's line and the report say of the machine factor, built from its fields (the JSON
+    stores no prose); ``now`` and ``against`` name the two sides where they are not tonight and the baselines."""
+    pct = 100.0 * (m.factor - 1.0)
+    way = "slower" if pct < 0 else "faster"
+    ci = (f"{m.level:.3g}% CI {100 * (math.exp(m.ci_low) - 1):+.1f} % to "
+          f"{100 * (math.exp(m.ci_high) - 1):+.1f} %" if m.n_tests > 1 else "one test")
+    tail = (f"; beyond ±{m.threshold:g} %: absolute figures are compared after dividing it out"
+            if m.beyond else f"; within ±{m.threshold:g} %")
+    return (f"{now} ran {abs(pct):.1f} % {way} than {against} "
+            f"(reference tok/s, factor {m.factor:.3f}, {ci}, {m.n_tests} test(s)){tail}")
+
+
+def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: float, fdr: str, where: str,
+                       accept: str) -> str:
+    """A failing test's message: what regressed, the table, the attribution, what changed under test and
+    the command that accepts the change. ``where`` names the baseline file, ``accept`` the command."""
+    from pytest_specdec.gate.verdicts import gated_with
+
+    bad = gated_with(verdicts, "regressed")
+    assert c.baseline is not None
+    sessions = c.baseline["sessions"]
+    unit = "session means" if len(sessions) > 1 else "runs"
+    level = 100 * (1 - 2 * alpha / max(1, c.max_looks))
+    last = sessions[-1] if sessions else {}
+    lines = [
+        f"specdec: {len(bad)} metric(s) regressed: {', '.join(v.metric for v in bad)}",
+        f"baseline: {where} ({len(sessions)} session(s); unit of comparison: {unit}; "
+        f"{c.looks[-1] if c.looks else '?'} run(s) per arm now, look {len(c.looks)} of {c.max_looks})",
+        f"p: one-sided, x{c.max_looks} for the looks, adjusted by {FDR_NAMES[fdr]} over the session's metric tests "
+        f"(the family depends on which tests were selected)",
+        "",
+        table(verdicts, f"{level:.4g}% CI"),
+        "",
+        f"attribution: {attribution(verdicts)}",
+        f"under test, baseline ({last.get('started', '?')}) → now:",
+        *under_test_diff(c.baseline.get("under_test", {}), c.under_test),
+        "why:",
+        *[f"  {v.metric}: {v.note}" for v in bad],
+        "",
+        f"to accept this change: --update-baselines   ({accept})",
+    ]
+    return "\n".join(lines)
+
+
+def gate_lines(rows: Sequence[tuple[str, BaselineCheck, CaseResult | None]], machine: MachineFactor | None, *,
+               fdr: str, alpha: float, fail_inconclusive: bool) -> list[str]:
+    """The terminal's last lines: per test, each gated verdict and what the baseline can catch, and the
+    absolute figures once the machine factor is divided out (shown family); then the inconclusive count."""
+    from pytest_specdec.gate.registry import ABSOLUTE, LATENCY_VERDICTS, label
+
+    rows = [(n, c, r) for n, c, r in rows if c.final]
+    if not rows:
+        return []
+    m = sum(1 for _, c, _ in rows for v in c.final or [] if v.family == "gated" and v.p is not None)
+    out = [f"specdec gate: per test, the gated verdicts and the smallest change each would catch "
+           f"(power 0.9, {fdr.upper()} over {m} gated tests at alpha {alpha:g}):"]
+    counts: dict[str, int] = {}
+    open_tests: list[str] = []
+    unspent = 0
+    for nodeid, c, result in rows:
+        name = nodeid.split("::")[-1]
+        gated = [v for v in c.final or [] if v.family == "gated"]
+        for v in gated:
+            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        if c.status == "not-comparable":  # one line: no verdict was possible, and why
+            fields = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in c.fields.items())
+            out.append(f"  {name}: not comparable with its baseline ({fields})")
+            continue
+        parts = [f"{label(v.metric)} {v.verdict} ({guard_text(v)})" for v in gated]
+        if result is not None and result.untrusted_runs:  # a latency left with no trusted run
+            judged = {v.metric for v in gated}
+            parts += [f"{label(g)} not judged (coalesced streams: no run's latency trusted)"
+                      for g in c.gate if g not in judged and g in LATENCY_VERDICTS]  # a coalesced stream leaves latencies unjudged
+        out.append(f"  {name}: " + "; ".join(parts))
+        absolute = [v for v in c.final or [] if v.metric in ABSOLUTE and v.family != "gated"]
+        if absolute and machine is not None:
+            out.append(f"    after the machine factor ({machine.factor:.3f}): "
+                       + "; ".join(verdict_phrase(label(v.metric), v) for v in absolute))
+        n_open = sum(1 for v in gated if v.verdict == "inconclusive")
+        if n_open:
+            open_tests.append(f"{name} ({n_open})")
+        unspent += c.unspent
+    total = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("unchanged", "regressed", "improved", "inconclusive",
+                                                         "not-comparable") if counts.get(k))
+    out.append(f"specdec gate: {len(rows)} test(s), gated verdicts {total or 'none'}; "
+               f"{unspent} run(s) per arm not spent (no look could change a verdict)")
+    out.append(f"specdec gate: inconclusive gated metrics per test: {', '.join(open_tests) or 'none'}"
+               + (" (they fail with --specdec-fail-inconclusive)" if open_tests and not fail_inconclusive else ""))
+    return out
+
+
+def coalesced_lines(nodeid: str, result: CaseResult, indent: str = "specdec: ") -> list[str]:
+    """One line per run whose stream was coalesced: its latency figures are left out, and why."""
+    return [f"{indent}{nodeid}: {r.arm} run {r.index + 1}: latency left out: {'; '.join(r.untrusted)}"
+            for r in result.untrusted_runs]
+
+
+def coalesced_summary(results: Sequence[tuple[str, CaseResult | None]]) -> list[str]:
+    """Session end: every run whose stream was coalesced, under one heading (their throughput was kept)."""
+    untrusted = [(n, r) for n, r in results if r is not None and r.untrusted_runs]
+    if not untrusted:
+        return []
+    runs = sum(len(r.untrusted_runs) for _, r in untrusted)
+    return [f"specdec: {runs} run(s) of {len(untrusted)} test(s) had a coalesced stream; their latency figures "
+            "are left out of the verdicts (throughput kept):",
+            *(line for n, r in untrusted for line in coalesced_lines(n, r, indent="  "))]
+
+
+def test_end_message(nodeid: str, c: BaselineCheck, end: TestEnd, *, alpha: float, fdr: str
+                     ) -> tuple[str | None, str | None]:
+    """A test's end in words: (failure message, warning message), either None."""
+    if end.outcome == "pass":
+        return None, None
+    if end.outcome == "error":
+        return f"specdec: {c.error}", None
+    if end.outcome == "missing":
+        return f"specdec: no baseline for this test at {end.where}\ncreate it with: {end.command}", None
+    if end.outcome == "not-comparable":
+        fields = "\n".join(f"  {k}: {a!r} → {b!r}" for k, (a, b) in c.fields.items())
+        msg = (f"baseline {end.where} was measured under different conditions (not-comparable):\n{fields}\n"
+               f"to replace it with tonight's measurement: --update-baselines")
+        return ("specdec: " + msg, None) if end.fails else (None, f"{nodeid}: {msg}")
+    if end.outcome == "regressed":
+        return regression_message(c, c.verdicts, alpha=alpha, fdr=fdr, where=end.where, accept=end.command), None
+    what = "; ".join(f"{v.metric} {guard_text(v)}" for v in end.open)
+    runs = c.looks[-1] if c.looks else "?"
+    msg = f"{len(end.open)} gated metric(s) inconclusive after {runs} run(s) per arm: {what}"
+    if end.fails:
+        level = 100 * (1 - 2 * alpha / max(1, c.max_looks))
+        return f"specdec: {msg} (--specdec-fail-inconclusive)\n\n{table(c.verdicts, f'{level:.4g}% CI')}", None
+    return None, f"{nodeid}: {msg}; the test passes (--specdec-fail-inconclusive fails it)"
+
+
+def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Sequence[tuple[str, CaseResult | None]],
+                      *, alpha: float, fdr: str) -> list[str]:
+    """The gate's lines at the session's end (`gate.judge.SessionEnd`), in order: the late regressions' heading,
+    the machine factor, the late regressions, the coalesced runs, then what the baseline store wrote."""
+    lines: list[str] = []
+    if end.late_regressions:
+        lines.append(f"specdec: {len(end.late_regressions)} test(s) passed at their end but regressed once every "
+                     "p-value of the session was known (Benjamini-Hochberg/Holm need all of them):")
+    if end.machine is not None:
+        lines.append("specdec: " + machine_sentence(end.machine))
+        if end.machine_failed:
+            lines.append("specdec: the session fails on the machine factor (--specdec-fail-machine)")
+    for nodeid, late in end.late_regressions:
+        c = checks[nodeid]
+        lines.append(regression_message(c, c.final or [], alpha=alpha, fdr=fdr, where=late.where,
+                                        accept=late.command).replace(
+            "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
+    return [*lines, *coalesced_summary(results), *end.written]
