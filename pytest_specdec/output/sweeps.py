@@ -44,7 +44,8 @@ def regime_limits(server: dict[str, Any] | None) -> list[tuple[int, str]]:
     budget = _count(config.get("max_num_batched_tokens"))
     cmd = [str(c) for c in server.get("command") or []]
     if budget is None and "--max-num-batched-tokens" in cmd[:-1]:
-        budget = _count(cmd[cmd.index("--max-num-batched-tokens") + 1])
+        arg = cmd[cmd.index("--max-num-batched-tokens") + 1]
+        budget = int(arg) if arg.isdecimal() else None
     if budget is not None:
         out.append((budget, "max_num_batched_tokens"))
     return out
