@@ -10,9 +10,12 @@ One JSON file per test: ``<root>/<profile>/<suite module>/<test id>.json``. It h
 * ``sessions`` — raw per-run values grouped by measurement session (one server start each), the last
   ``keep`` of them, so the file learns the night-to-night variance.
 
-Files are deterministic and diff-friendly: sorted keys, one value per line, floats rounded to 6
-significant digits, a schema version (older ones read through `upgrade`). Nothing is written unless
-``--update-baselines`` asks for it (`store.py`: the queue and the writes at the session's end).
+Each session is a `gate.nights.Night` entry, each run an `ArmRun` entry: the one run record, whose names
+are the metric registry's. Files are deterministic and diff-friendly: sorted keys, one value per line,
+floats rounded to 6 significant digits, a schema version. A file of an older schema is an error naming
+the command that converts it (``scripts/convert_schema.py``); nothing reinterprets it silently. Nothing
+is written unless ``--update-baselines`` asks for it (`store.py`: the queue and the writes at the
+session's end).
 """
 
 from __future__ import annotations
@@ -21,24 +24,24 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_specdec.errors import SpecDecError, field_problem, json_object
 
-if TYPE_CHECKING:
-    from pytest_specdec.measure.runner import CaseResult, RunRecord
-
-SCHEMA = 2
-#: `config_source` of an engine config that schema 1 kept as vLLM's log line printed it (strings, no
-#: `config_source`), before it came from /server_info.
-LOG_LINE_ERA = "log line (schema 1)"
+SCHEMA = 3
+#: How a file of an older schema is brought to this one (run from the checkout's root).
+CONVERT = "python scripts/convert_schema.py"
 SIGNIFICANT = 6
 
 
 class BaselineError(SpecDecError):
     """A baseline file that cannot be used as it is; the message names the file and the fix."""
+
+
+class OlderBaseline(BaselineError):
+    """A baseline file of an older schema: converted by `CONVERT`, never replaced (its nights may not be
+    measurable again)."""
 
 
 # ---- paths --------------------------------------------------------------------------------------
@@ -137,49 +140,6 @@ def render(data: dict[str, Any]) -> str:
     return json.dumps(rounded(data), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def _run_entry(run: RunRecord) -> dict[str, Any]:
-    from pytest_specdec.gate.nights import accepted_counts
-
-    m, spec = run.metrics, run.metrics.spec
-
-    def pct(d: dict[str, float] | None) -> dict[str, float] | None:
-        return None if d is None else {k: d[k] for k in ("p50", "p95", "p99") if k in d}
-
-    return {
-        "index": run.index,
-        "valid": run.valid,
-        "invalid_reasons": list(run.invalid),
-        "latency_untrusted": list(run.untrusted),
-        "output_tok_s": m.output_tok_s,
-        "n_requests": m.n_requests,
-        "total_output_tokens": m.total_output_tokens,
-        "drafts": spec and spec.drafts,
-        "draft_tokens": spec and spec.draft_tokens,
-        "accepted_tokens": spec and spec.accepted_tokens,
-        "accepted_per_pos": accepted_counts(spec),
-        "acceptance_rate": spec and spec.acceptance_rate,
-        "draft_coverage": spec and spec.draft_coverage,
-        "ttft_ms": pct(m.ttft_ms),
-        "tpot_ms": pct(m.tpot_ms),
-        "itl_ms": pct(m.itl_token_ms),
-        "e2e_ms": pct(m.e2e_ms),
-        "hd_p95_ms": dict(run.hd_p95_ms),
-    }
-
-
-def session_entry(result: CaseResult, started: str, under_test: dict[str, Any]) -> dict[str, Any]:
-    """Tonight's measurement session as stored: every run (invalid ones too, flagged), speedup per pair."""
-    return {
-        "started": started,
-        "under_test": under_test,
-        "runs": {
-            "reference": [_run_entry(r) for r in result.reference_runs],
-            "spec": [_run_entry(r) for r in result.runs],
-        },
-        "speedup_per_pair": list(result.speedup_per_pair),
-    }
-
-
 def metric_values(entry: dict[str, Any]) -> dict[str, list[float]]:
     """Per-run values of every verdict metric in one stored session entry (`gate.nights.Night`: the one
     definition, for stored nights and tonight alike)."""
@@ -204,25 +164,6 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def _log_line_era(under_test: dict[str, Any]) -> bool:
-    return any(isinstance(c, dict) and c.get("config_source") == LOG_LINE_ERA
-               for c in (under_test.get("engine_config") or {}).values())
-
-
-def under_test_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """`diff` of two `under_test` records; an engine config stored in the old log-line format is one line
-    saying so (its ~90 mangled strings would bury the real changes), not a leaf-by-leaf diff."""
-    if _log_line_era(old) and not _log_line_era(new):
-        def strip(d: dict[str, Any]) -> dict[str, Any]:
-            return {k: v for k, v in d.items() if k != "engine_config"}
-
-        out = diff(strip(old), strip(new))
-        out["engine_config"] = ("(stored in the old log-line format)",
-                                "(now from /server_info; --update-baselines records it)")
-        return out
-    return diff(old, new)
-
-
 def relative(path: Path, root: Path) -> str:
     """A baseline path as the user's checkout names it (absolute when it lies outside `root`)."""
     try:
@@ -236,6 +177,8 @@ def relative(path: Path, root: Path) -> str:
 
 def load(path: Path, create_hint: str) -> dict[str, Any] | None:
     """The parsed, validated baseline at ``path``; None when there is none."""
+    from pytest_specdec.gate.nights import NIGHT_FIELDS, pairs_problem, run_problem
+
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -248,9 +191,11 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
     except TypeError:
         raise BaselineError(f"baseline {path} is not a JSON object; {fix}") from None
     version = data.get("schema")
-    if version not in (1, SCHEMA):
-        raise BaselineError(f"baseline {path} has schema {version!r}, this plugin reads schemas 1 to "
-                            f"{SCHEMA}; {fix}")
+    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < SCHEMA:
+        raise OlderBaseline(f"baseline {path} has schema {version}, an older format than this plugin's {SCHEMA}; "
+                            f"convert it, keeping its nights, with `{CONVERT} {path}`")
+    if version != SCHEMA:
+        raise BaselineError(f"baseline {path} has schema {version!r}, this plugin reads schema {SCHEMA}; {fix}")
     for key, kind in (("comparability", dict), ("under_test", dict), ("sessions", list)):
         if not isinstance(data.get(key), kind):
             raise BaselineError(f"baseline {path}: '{key}' is missing or not a {kind.__name__}; {fix}")
@@ -259,60 +204,12 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
               and all(isinstance(s["runs"].get(a), list) for a in ("reference", "spec")))
         if not ok:
             raise BaselineError(f"baseline {path}: sessions[{i}] has no runs.reference/runs.spec lists; {fix}")
-        problem = field_problem(s, _SESSION_FIELDS, required=()) or _numbers_problem(
-            (f".speedup_per_pair[{n}]", v) for n, v in enumerate(s.get("speedup_per_pair") or []))
+        problem = field_problem(s, NIGHT_FIELDS) or pairs_problem(s["speedup_per_pair"])
         if problem:
             raise BaselineError(f"baseline {path}: sessions[{i}]{problem}; {fix}")
         for arm in ("reference", "spec"):
             for j, run in enumerate(s["runs"][arm]):
-                problem = field_problem(run, _RUN_FIELDS[arm]) or _numbers_problem(_run_numbers(run))
+                problem = run_problem(run)
                 if problem:
                     raise BaselineError(f"baseline {path}: sessions[{i}].runs.{arm}[{j}]{problem}; {fix}")
-    return upgrade(data)
-
-
-_NUMBER = (int, float, type(None))
-#: What the verdicts read from a stored session besides its runs; a file written before a key existed may
-#: lack it.
-_SESSION_FIELDS: dict[str, tuple[type, ...]] = {"started": (str,), "speedup_per_pair": (list,)}
-#: What the verdicts read from a stored run, per arm, and the types each may hold.
-_RUN_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
-    "reference": {"index": (int,), "valid": (bool,), "output_tok_s": _NUMBER, "hd_p95_ms": (dict,)},
-}
-_RUN_FIELDS["spec"] = {**_RUN_FIELDS["reference"], "acceptance_rate": _NUMBER, "drafts": _NUMBER,
-                       "accepted_per_pos": (list, type(None)), "draft_coverage": _NUMBER}
-
-
-def _run_numbers(run: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Every figure of a stored run the verdicts compute with, by its path in the run: the scalars, the
-    accepted tokens per position and the P95 latencies."""
-    out = [(f".{key}", run[key]) for key, kinds in _RUN_FIELDS["spec"].items() if kinds is _NUMBER and key in run]
-    out += [(f".accepted_per_pos[{n}]", v) for n, v in enumerate(run.get("accepted_per_pos") or [])]
-    out += [(f".hd_p95_ms.{k}", v) for k, v in run["hd_p95_ms"].items()]
-    return out
-
-
-def _numbers_problem(values: Iterable[tuple[str, Any]]) -> str:
-    """What is wrong with the first stored figure that is not a finite number >= 0 or null ("" when
-    none), worded as `field_problem` words it. The verdicts take logs and ratios of these, and pool
-    every file into the variance priors, so one NaN or string would break every compared test."""
-    for where, value in values:
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"{where} is {value!r}, not a number"
-        if not math.isfinite(value) or value < 0:
-            return f"{where} is {value!r}, not a finite number >= 0"
-    return ""
-
-
-def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """The one converter of older baselines, in place: schema 1 → 2 marks each engine config stored from
-    vLLM's log line (no `config_source`) as such, so its diff against a /server_info one is one line.
-    The file on disk changes only when --update-baselines rewrites it."""
-    if data["schema"] == 1:
-        for config in (data["under_test"].get("engine_config") or {}).values():
-            if isinstance(config, dict) and config and "config_source" not in config:
-                config["config_source"] = LOG_LINE_ERA
-        data["schema"] = 2
     return data

@@ -59,10 +59,9 @@ class BaselineCheck:
         """What changed under test since the baseline's last session (the report shows it per test)."""
         if not self.baseline:
             return {}
-        from pytest_specdec.gate.baselines import under_test_changes
+        from pytest_specdec.gate.baselines import diff
 
-        return {k: [a, b] for k, (a, b) in
-                under_test_changes(self.baseline.get("under_test", {}), self.under_test).items()}
+        return {k: [a, b] for k, (a, b) in diff(self.baseline.get("under_test", {}), self.under_test).items()}
 
     def to_dict(self) -> dict[str, Any]:
         from pytest_specdec.gate.thresholds import to_dict as thresholds_dict

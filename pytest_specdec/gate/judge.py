@@ -249,7 +249,6 @@ class Judge:
         """Compare after the first runs; while a gated verdict is inconclusive and another look could settle
         it, add runs (``extend(n)``: n per arm in all) and look again, alpha split over the looks
         (`pipeline.sequential`). ``tonight_log`` is the machine factor (log) from every test compared so far."""
-        from pytest_specdec.gate.baselines import session_entry
         from pytest_specdec.gate.nights import Night
         from pytest_specdec.gate.pipeline import sequential
 
@@ -266,7 +265,7 @@ class Judge:
 
         sequential(self.pipeline, c, looks, night_at, tonight_log=tonight_log)
         stamp = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        c.entry = session_entry(result, stamp, c.under_test)  # tonight as the baseline file would store it
+        c.entry = Night.from_result(result, stamp, c.under_test).to_entry()  # tonight as a baseline stores it
         if c.unspent:
             progress(f"specdec: {nodeid}: {c.unspent} run(s) per arm not spent: {c.stop_reason}")
 

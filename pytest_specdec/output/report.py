@@ -1,7 +1,7 @@
 """The HTML report from the session's results: the view model the template shows, and `render_html`.
 
-Pure functions: a results file's data in (`reports/*.json`, read as typed data by `schema.load`, older
-schemas converted there), an HTML string out. The sweep charts are inline SVG strings (`sweeps`, drawn by `charts`), every text in
+Pure functions: a results file's data in (`reports/*.json`, read as typed data by `schema.load`), an HTML
+string out. The sweep charts are inline SVG strings (`sweeps`, drawn by `charts`), every text in
 them escaped; the page is a jinja2 template shipped in the package with autoescape on, so a test id, a
 prompt or a log line holding `<script>` shows as text. No network: inline CSS and SVG only. The
 pytest-benchmark export is `benchmark`.

@@ -70,18 +70,19 @@ class TestRecord:
                 self.server_logs.append({"arm": arm, "server": key, "path": str(server.log_path), "tail": tail})
         return sections
 
-    def output_match(self) -> dict[str, Any] | None:
-        """At temperature 0, spec vs reference outputs against the reference-vs-reference control, with the
-        prompts whose outputs differed (`measure.lossless.output_match`): the evidence a failed lossless
-        check needs the morning after, when the texts themselves are gone. None above temperature 0 (outputs
-        differ by design there) and without a spec arm."""
+    def output_match_entry(self) -> dict[str, Any] | None:
+        """The test's `output_match` in the results: at temperature 0, spec vs reference outputs against the
+        reference-vs-reference control, with the prompts whose outputs differed
+        (`measure.lossless.greedy_output_match`): the evidence a failed lossless check needs the morning
+        after, when the texts themselves are gone. None above temperature 0 (outputs differ by design there)
+        and without a spec arm."""
         if self.result is None or not self.result.runs:
             return None
         if (self.sampling or {}).get("temperature", self.params.get("temperature")) != 0:
             return None
-        from pytest_specdec.measure.lossless import output_match
+        from pytest_specdec.measure.lossless import greedy_output_match
 
-        return output_match(self.result)
+        return greedy_output_match(self.result)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -94,7 +95,7 @@ class TestRecord:
         }
         if self.result is not None:
             out.update(self.result.to_dict())
-            match = self.output_match()
+            match = self.output_match_entry()
             if match is not None:
                 out["output_match"] = match
         if self.error:

@@ -1,6 +1,7 @@
-"""The results file read back as typed data: what the HTML report, the pytest-benchmark export and any
-tool render from. `load` takes a parsed `reports/*.json`; older schemas pass through `upgrade`, the one
-converter, so no reader below it guesses which version wrote a field.
+"""The results file read back as typed data: what the HTML report, the pytest-benchmark export, compare,
+history and any tool render from. `load` takes a parsed `reports/*.json` of this plugin's schema; an older
+file is an error naming the command that converts it (``scripts/convert_schema.py``), so no reader guesses
+which version wrote a field. A test's runs are the one run record (`gate.nights`): `TestEntry.night`.
 
 The per-run figures and a test's summary stay mappings keyed by the metric registry's names
 (`output_tok_s`, `reference_tok_s`, `tpot_ms`, ...), read by name where a chart or column needs one.
@@ -8,19 +9,20 @@ The per-run figures and a test's summary stay mappings keyed by the metric regis
 
 from __future__ import annotations
 
-import copy
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.gate.machine import MachineFactor
+from pytest_specdec.gate.nights import Night, RecordError
 from pytest_specdec.output.fields import number
 
 #: The results file format, written by `output/results.py`; bump it where a field changes meaning or
-#: shape, and teach `upgrade` the step from the one before.
-SCHEMA = 3
+#: shape, and teach scripts/convert_schema.py the step from the one before.
+SCHEMA = 4
+#: How a file of an older schema is brought to this one (run from the checkout's root).
+CONVERT = "python scripts/convert_schema.py"
 
 Figures = Mapping[str, Any]
 
@@ -124,6 +126,7 @@ class TestEntry:
     runs: tuple[Figures, ...]
     reference_runs: tuple[Figures, ...]
     speedup_per_pair: tuple[float | None, ...]
+    night: Night  # the runs of both arms as the gate reads them (no runs: the test never measured)
     valid: bool
     invalid_runs: tuple[Figures, ...]
     latency_untrusted_runs: tuple[Figures, ...]
@@ -133,7 +136,7 @@ class TestEntry:
     server_logs: tuple[Mapping[str, str], ...] = ()
     distribution: Mapping[str, Any] | None = None
     sampling: Mapping[str, Any] | None = None
-    #: temperature 0: spec vs reference outputs, with the prompts that differed (`measure.lossless.output_match`)
+    #: temperature 0: spec vs reference outputs, with the prompts that differed (`measure.lossless.greedy_output_match`)
     output_match: Mapping[str, Any] | None = None
 
     @property
@@ -141,9 +144,13 @@ class TestEntry:
         return self.outcome == "failed"
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str) -> TestEntry:
+    def from_dict(cls, d: Mapping[str, Any], where: str, started: str = "") -> TestEntry:
         if not isinstance(d.get("nodeid"), str):
             raise ResultsError(f"{where}: no `nodeid`")
+        try:
+            night = Night.from_test(d, started, where)
+        except RecordError as exc:
+            raise ResultsError(str(exc)) from None
         validity = d.get("validity") or {}
         verdicts = d.get("verdicts") or {}
         baseline = d.get("baseline")
@@ -151,7 +158,7 @@ class TestEntry:
             nodeid=d["nodeid"], params=d.get("params") or {}, outcome=str(d["outcome"]), when=d.get("when"),
             servers=d.get("servers") or {}, summary=d.get("summary") or {},
             runs=tuple(d.get("runs") or ()), reference_runs=tuple(d.get("reference_runs") or ()),
-            speedup_per_pair=tuple(number(x) for x in d.get("speedup_per_pair") or ()),
+            speedup_per_pair=night.speedup_per_pair, night=night,
             valid=bool(validity.get("valid", True)), invalid_runs=tuple(validity.get("invalid_runs") or ()),
             latency_untrusted_runs=tuple(validity.get("latency_untrusted_runs") or ()),
             verdicts={k: VerdictEntry.from_dict(k, v) for k, v in verdicts.items()},
@@ -212,7 +219,7 @@ class BaselineUpdate:
 class Results:
     """One session's results file."""
 
-    schema: int  # as the file was written (older ones are read through `upgrade`)
+    schema: int
     started: str
     duration_s: float | None
     profile: str | None
@@ -231,24 +238,24 @@ def load(data: Any, name: str = "results") -> Results:
     """A parsed results file as typed data; ``name`` (the file's path) is what errors name: a field a reader
     needs and the file lacks is a ResultsError naming where it is missing, for every reader alike."""
     try:
-        return _read(data, upgrade(data, name), name)
+        return _read(_current(data, name), name)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         what = _missing(data, exc.args[0]) if isinstance(exc, KeyError) else str(exc)
         raise ResultsError(f"{name}: not a pytest-specdec results file as this plugin writes them ({what})") from None
 
 
-def _read(data: Any, d: dict[str, Any], name: str) -> Results:
-    written = data["schema"]
+def _read(d: dict[str, Any], name: str) -> Results:
+    started = str(d.get("started") or "")
     machine = d.get("machine_factor")
     gate = d.get("gate") or {}
     return Results(
-        schema=written, started=str(d.get("started") or ""), duration_s=number(d.get("duration_s")),
+        schema=d["schema"], started=started, duration_s=number(d.get("duration_s")),
         profile=d.get("profile"), environment=d.get("environment") or {}, servers=d.get("servers") or {},
         server_starts=_int(d.get("server_starts")), price=d.get("price"),
         machine_factor=MachineFactor.from_dict(machine) if machine else None,
         gate=GateEntry(**{k: gate[k] for k in ("fail_inconclusive", "fail_machine", "machine_failed",
                                                  "night_variance", "settings") if k in gate}),
-        tests=tuple(TestEntry.from_dict(t, f"{name}: tests[{i}]") for i, t in enumerate(d.get("tests") or ())),
+        tests=tuple(TestEntry.from_dict(t, f"{name}: tests[{i}]", started) for i, t in enumerate(d.get("tests") or ())),
         baseline_update=(None if d.get("baseline_update") is None
                          else BaselineUpdate.from_dict(d["baseline_update"], f"{name}: baseline_update")),
         outputs_file=d.get("outputs_file") if isinstance(d.get("outputs_file"), str) else None)
@@ -278,104 +285,19 @@ def _missing(data: Any, key: Any) -> str:
     return f"field {key!r} is missing"
 
 
-# ---- the converter ----------------------------------------------------------------------------------------
-
-
-def upgrade(data: Any, name: str = "results") -> dict[str, Any]:
-    """A results file in the current schema (a copy when it was older); an error naming the file for a
-    schema this plugin does not know (a newer plugin's file, or not a results file)."""
+def _current(data: Any, name: str) -> dict[str, Any]:
+    """The file as it is, when this plugin's schema wrote it; else an error naming the file, and for an older
+    schema the command that converts it."""
     if not isinstance(data, dict):
         raise ResultsError(f"{name}: not a JSON object")
     version = data.get("schema")
-    if version == SCHEMA:
-        return data
-    if version == 1:
-        return _from_2(_from_1(copy.deepcopy(data)))
-    if version == 2:
-        return _from_2(copy.deepcopy(data))
-    raise ResultsError(f"{name}: `schema` is {version!r}; this plugin reads results of schema 1 to {SCHEMA} "
-                       "(a newer plugin wrote it, or it is not a pytest-specdec results file)")
-
-
-#: Schema-1 outcomes of a test that failed or skipped outside its call: "failed (setup)".
-_PHASED = re.compile(r"(\w+) \((setup|call|teardown)\)")
-#: The level a schema-1 verdict's note named ("90% CI ..."), for the files that recorded no `ci_level`.
-_CI_IN_NOTE = re.compile(r"(\d+(?:\.\d+)?)% CI\b")
-
-
-def _from_1(data: dict[str, Any]) -> dict[str, Any]:
-    """Schema 1 grew field by field; each missing field gets the value its absence meant:
-
-    - `outcome` "failed (setup)" splits into `outcome` and `when`; a run without `valid` or
-      `latency_untrusted` was valid and trusted;
-    - a verdict without `family` could fail its test: gated (or as its baseline's `gate` says);
-      without `mde`/`se`/`df` no variance model was recorded;
-    - a baseline without `ci_level` gets it from `alpha` and `max_looks`, else from its verdicts' notes (a
-      level given in percent becomes a fraction); without `inconclusive_gated`, from its verdicts;
-    - the machine factor's `line` (prose) goes; a workaround without `applied` was applied, its `detail`
-      is its `reason`.
-    """
-    for test in data.get("tests") or []:
-        outcome = str(test.get("outcome") or "pending")
-        phased = _PHASED.fullmatch(outcome)
-        test["outcome"], test["when"] = ((phased[1], phased[2]) if phased else
-                                         (outcome, "call" if outcome in ("passed", "failed", "skipped") else None))
-        verdicts = test.get("verdicts") or {}
-        baseline = test.get("baseline")
-        gate = (baseline or {}).get("gate")
-        for metric, v in verdicts.items():
-            v.setdefault("family", "gated" if not gate or metric in gate else "shown")
-            for key in ("mde", "se", "df"):
-                v.setdefault(key, None)
-        for run in (*(test.get("runs") or ()), *(test.get("reference_runs") or ())):
-            run.setdefault("valid", True)
-            run.setdefault("latency_untrusted", [])
-        if isinstance(baseline, dict):
-            level = number(baseline["ci_level"]) if "ci_level" in baseline else _ci_level_1(baseline, verdicts)
-            baseline["ci_level"] = None if level is None or not 0 < level < 100 else level / 100 if level >= 1 else level
-            baseline.setdefault("inconclusive_gated", [m for m, v in verdicts.items()
-                                                       if v["family"] == "gated" and v.get("verdict") == "inconclusive"])
-    machine = data.get("machine_factor")
-    if isinstance(machine, dict):
-        machine.pop("line", None)
-    env = data.get("environment") or {}
-    env["workarounds"] = [_workaround_1(w) for w in env.get("workarounds") or []]
+    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < SCHEMA:
+        raise ResultsError(f"{name}: results of schema {version}, an older format than this plugin's {SCHEMA}; "
+                           f"convert the file with `{CONVERT} {name}`")
+    if version != SCHEMA:
+        raise ResultsError(f"{name}: `schema` is {version!r}; this plugin reads results of schema {SCHEMA} "
+                           "(a newer plugin wrote it, or it is not a pytest-specdec results file)")
     return data
-
-
-#: Schema 2 named the summary's throughputs and per-token ITL apart from the runs and the verdicts.
-_SUMMARY_NAMES_2 = {"output_tps": "output_tok_s", "reference_output_tps": "reference_tok_s", "itl_ms": "itl_token_ms"}
-
-
-def _from_2(data: dict[str, Any]) -> dict[str, Any]:
-    """Schema 2 → 3: a test's summary takes the registry's names (`output_tok_s`, `reference_tok_s`,
-    `itl_token_ms`), as its runs and verdicts always had."""
-    data["schema"] = SCHEMA
-    for test in data.get("tests") or []:
-        summary = test.get("summary")
-        if isinstance(summary, dict):
-            test["summary"] = {_SUMMARY_NAMES_2.get(k, k): v for k, v in summary.items()}
-    return data
-
-
-def _ci_level_1(baseline: Mapping[str, Any], verdicts: Mapping[str, Mapping[str, Any]]) -> float | None:
-    alpha, looks = number(baseline.get("alpha")), baseline.get("max_looks")
-    if alpha is not None and 0 < alpha < 0.5:
-        return 1 - 2 * alpha / (looks if isinstance(looks, int) and looks >= 1 else 1)
-    for v in verdicts.values():
-        m = _CI_IN_NOTE.search(str(v.get("note") or ""))
-        if m:
-            return float(m.group(1)) / 100
-    return None
-
-
-def _workaround_1(w: Any) -> dict[str, Any]:
-    if not isinstance(w, dict):
-        return {"name": str(w), "applied": True, "reason": None}
-    out = dict(w)
-    out.setdefault("applied", True)
-    out.setdefault("reason", out.pop("detail", None))
-    return out
 
 
 def _int(x: Any) -> int | None:

@@ -5,7 +5,6 @@ Reads the typed results (`schema.TestEntry`, and the servers by spec key); draws
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,28 +23,14 @@ _AXIS_SHORT = {"concurrency": "c", "temperature": "T"}
 
 
 def _count(x: Any) -> int | None:
-    """A whole number from the engine config: an int, or digits as older files printed them ("2048")."""
-    if isinstance(x, int) and not isinstance(x, bool):
-        return x
-    return int(x) if isinstance(x, str) and x.isdecimal() else None
-
-
-def _printed_capture_size(config: dict[str, Any]) -> int | None:
-    """The largest CUDA-graph capture size in the config's text values: older results files kept
-    compilation_config as vLLM printed it (`{'cudagraph_capture_sizes': [1, 2, 512], ...}`)."""
-    text = " ".join(v for v in config.values() if isinstance(v, str))
-    m = re.search(r"max_cudagraph_capture_size['\"]?\s*[:=]\s*(\d+)", text)
-    if m:
-        return int(m.group(1))
-    sizes = re.search(r"cudagraph_capture_sizes['\"]?\s*[:=]\s*\[([^\]]*)\]", text)
-    found = re.findall(r"\d+", sizes.group(1)) if sizes else []
-    return max(int(x) for x in found) if found else None
+    """A whole number from the engine config (None for anything else)."""
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
 def regime_limits(server: dict[str, Any] | None) -> list[tuple[int, str]]:
     """Token budgets of a spec server beyond which a decode step changes regime: the largest CUDA-graph
     capture size and max_num_batched_tokens, from its recorded engine config's flat keys (the command as
-    fallback for the token budget; see `_printed_capture_size` for older files)."""
+    fallback for the token budget)."""
     if not server:
         return []
     config = server.get("engine_config") or {}
@@ -54,14 +39,13 @@ def regime_limits(server: dict[str, Any] | None) -> list[tuple[int, str]]:
     sizes = config.get("cudagraph_capture_sizes")
     if capture is None and isinstance(sizes, list):
         capture = max((n for n in map(_count, sizes) if n is not None), default=None)
-    if capture is None:
-        capture = _printed_capture_size(config)
     if capture is not None:
         out.append((capture, "CUDA-graph capture size"))
     budget = _count(config.get("max_num_batched_tokens"))
     cmd = [str(c) for c in server.get("command") or []]
     if budget is None and "--max-num-batched-tokens" in cmd[:-1]:
-        budget = _count(cmd[cmd.index("--max-num-batched-tokens") + 1])
+        arg = cmd[cmd.index("--max-num-batched-tokens") + 1]
+        budget = int(arg) if arg.isdecimal() else None
     if budget is not None:
         out.append((budget, "max_num_batched_tokens"))
     return out

@@ -113,9 +113,9 @@ def attribution(verdicts: Iterable[Verdict]) -> str:
 
 def under_test_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Lines ``field: old → new`` for what is under test (engine config included); one line when equal."""
-    from pytest_specdec.gate.baselines import under_test_changes
+    from pytest_specdec.gate.baselines import diff
 
-    changed = under_test_changes(dict(old), dict(new))
+    changed = diff(dict(old), dict(new))
     if not changed:
         return ["  (no change in versions, draft/head hash, plugin version or engine config)"]
     return [f"  {k}: {a!r} → {b!r}" for k, (a, b) in changed.items()]

@@ -186,11 +186,9 @@ def test_compare_and_report_on_real_sessions(
         assert r.returncode == 0 and f"{NODEID}: not-comparable" not in r.stdout, (a, b, r.stdout)
 
 
-def _schema2(tmp_path: Path, name: str, edit: Callable[[dict], object] | None = None) -> Path:
-    """The recorded report results as a schema-2 file, edited."""
-    from pytest_specdec.output.schema import upgrade
-
-    data = upgrade(json.loads(DATA.read_text()))
+def _results(tmp_path: Path, name: str, edit: Callable[[dict], object] | None = None) -> Path:
+    """The recorded report results, edited."""
+    data = json.loads(DATA.read_text())
     if edit is not None:
         edit(data)
     path = tmp_path / name
@@ -202,14 +200,14 @@ def _schema2(tmp_path: Path, name: str, edit: Callable[[dict], object] | None = 
     (lambda d: d["tests"][0]["runs"][1].pop("valid"), "{f}: tests[0].runs[1] has no `valid`"),
     (lambda d: d["tests"][0]["reference_runs"][0].update(output_tok_s="fast"),
      "{f}: tests[0].reference_runs[0].output_tok_s is 'fast', not int or float or NoneType"),
-    (lambda d: d.update(schema=9), f"{{f}}: `schema` is 9; this plugin reads results of schema 1 to {SCHEMA}"),
+    (lambda d: d.update(schema=9), f"{{f}}: `schema` is 9; this plugin reads results of schema {SCHEMA}"),
     (lambda d: d["tests"][2].pop("outcome"), "{f}: not a pytest-specdec results file as this plugin writes them "
                                              "(tests[2] has no `outcome`)"),
 ], ids=["run-without-valid", "run-value-not-a-number", "unknown-schema", "test-without-outcome"])
 def test_compare_bad_input_names_the_file_and_field(tmp_path: Path, edit: Callable[[dict], object],
                                                     message: str) -> None:
-    good = _schema2(tmp_path, "good.json")
-    bad = _schema2(tmp_path, "bad.json", edit)
+    good = _results(tmp_path, "good.json")
+    bad = _results(tmp_path, "bad.json", edit)
     r = cli("compare", good, bad, "--profile", "h100")
     assert r.returncode == 2, r.stdout
     assert r.stderr.startswith("pytest-specdec compare: error: " + message.format(f=bad)), r.stderr
@@ -218,7 +216,7 @@ def test_compare_bad_input_names_the_file_and_field(tmp_path: Path, edit: Callab
 
 
 def test_bad_files_and_options_exit_2(tmp_path: Path) -> None:
-    good = _schema2(tmp_path, "good.json")
+    good = _results(tmp_path, "good.json")
     broken = tmp_path / "broken.json"
     broken.write_text('{"schema": 2, "tests": [')
     r = cli("compare", good, broken, "--profile", "h100")
@@ -242,7 +240,7 @@ def test_a_file_compared_with_itself_changes_nothing(tmp_path: Path) -> None:
     """The recorded session against itself: no gated verdict regressed or improved, the machine factor
     exactly 1, and the test whose servers did not start listed with both outcomes: it fails the comparison,
     as it failed the session."""
-    path = _schema2(tmp_path, "night.json")
+    path = _results(tmp_path, "night.json")
     r = cli("compare", path, path, "--profile", "h100", "--json")
     assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
@@ -274,13 +272,13 @@ def _slowed(d: dict, checked: bool) -> None:
 
 def test_an_opted_out_regression_is_shown_and_does_not_fail(tmp_path: Path) -> None:
     """A test with `check=False` is judged and shown but never failed in the plugin; compare likewise."""
-    old = _schema2(tmp_path, "old.json", _without_dead)
-    checked = _schema2(tmp_path, "checked.json", lambda d: _slowed(d, True))
+    old = _results(tmp_path, "old.json", _without_dead)
+    checked = _results(tmp_path, "checked.json", lambda d: _slowed(d, True))
     r = cli("compare", old, checked, "--profile", "h100")
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"1 test(s) regressed from {old} to {checked}: {SLOWED}" in r.stdout
 
-    opted = _schema2(tmp_path, "opted.json", lambda d: _slowed(d, False))
+    opted = _results(tmp_path, "opted.json", lambda d: _slowed(d, False))
     r = cli("compare", old, opted, "--profile", "h100")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{SLOWED}: regressed (check=False: shown, not failed)" in r.stdout
@@ -318,8 +316,8 @@ def test_a_dead_arm_in_new_is_listed_and_fails(tmp_path: Path, arm: str, checked
     the other arm's figures); compare lists it with both outcomes, judges it as the plugin does and exits 1. The same
     dead arm in OLD only is listed and fails nothing: NEW has nothing to answer for."""
     victim = "test_nightly.py::test_concurrency[draft_model-k3-t0.0-c2]"
-    old = _schema2(tmp_path, "old.json", _without_dead)
-    dead = _schema2(tmp_path, "dead.json", _dead(victim, arm, checked, outcome))
+    old = _results(tmp_path, "old.json", _without_dead)
+    dead = _results(tmp_path, "dead.json", _dead(victim, arm, checked, outcome))
     r = cli("compare", old, dead, "--profile", "h100")
     assert r.returncode == 1, r.stdout + r.stderr
     assert (f"{victim}: no runs: no valid run on the {arm} arm in {dead} ({old}: passed; {dead}: {outcome}); it "

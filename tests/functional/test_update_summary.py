@@ -2,7 +2,7 @@
 a CI job that opens a pull request with the new files, and whoever reviews it, read it there. Sessions
 run against simulated vLLM servers (endpoint mode): created, then updated (old → new headline figures),
 unchanged under `=missing`, and a failed test's file not written with the reason; a session without the
-flag records none. Older schema-2 files without the field still load.
+flag records none. A file without the field (recorded before it existed) still loads.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_the_update_summary_is_in_the_results_and_the_report(
     assert data["baseline_update"] is None
     assert "Baselines written" not in html
 
-    # A schema-2 file written before the field existed loads and renders; a malformed one names the field.
+    # A file recorded before the field existed loads and renders; a malformed one names the field.
     del data["baseline_update"]
     assert load(data).baseline_update is None
     assert "Baselines written" not in render_html(data)

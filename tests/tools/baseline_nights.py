@@ -19,8 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from pytest_specdec.output.schema import SCHEMA  # noqa: E402
 
 
 def run(stored: dict[str, Any], arm: str) -> dict[str, Any]:
@@ -45,7 +50,7 @@ def slow(doc: dict[str, Any], text: str, factor: float) -> int:
 
 
 def nights(root: Path) -> dict[str, dict[str, Any]]:
-    """started → a schema-2 results document of that night's tests."""
+    """started → a results document of that night's tests."""
     docs: dict[str, dict[str, Any]] = {}
     files = sorted(root.rglob("*.json"))
     if not files:
@@ -55,7 +60,7 @@ def nights(root: Path) -> dict[str, dict[str, Any]]:
         for session in data["sessions"]:
             started = session["started"]
             doc = docs.setdefault(started, {
-                "schema": 2, "started": started.replace("Z", "+00:00"), "duration_s": None,
+                "schema": SCHEMA, "started": started.replace("Z", "+00:00"), "duration_s": None,
                 "profile": data.get("profile"),
                 "environment": {"hardware": data["comparability"].get("hardware"),
                                 "vllm_version": (session.get("under_test") or {}).get("vllm"),

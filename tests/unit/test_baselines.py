@@ -31,8 +31,9 @@ def run(index: int, tok_s: float, valid: bool = True, acc: float | None = 0.6) -
         "drafts": 100 if acc is not None else None, "draft_tokens": 300 if acc is not None else None,
         "accepted_tokens": round(300 * acc) if acc is not None else None,
         "accepted_per_pos": [80, 60, 40] if acc is not None else None, "acceptance_rate": acc,
-        "draft_coverage": 1.0 if acc is not None else None, "ttft_ms": None, "tpot_ms": None, "itl_ms": None,
-        "e2e_ms": None, "hd_p95_ms": {"tpot": 5.0 + index, "ttft": 20.0, "e2e": 100.0},
+        "draft_coverage": 1.0 if acc is not None else None, "latency_untrusted": [], "ttft_ms": None,
+        "tpot_ms": {"p50": 4.0, "p95": 5.0, "p99": 6.0}, "itl_token_ms": None, "itl_chunk_ms": None, "e2e_ms": None,
+        "hd_p95_ms": {"tpot": 5.0 + index, "ttft": 20.0, "e2e": 100.0},
     }
 
 
@@ -107,7 +108,7 @@ def test_load_rejects_bad_files_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(BaselineError, match=r"b.json is not a JSON object; fix or delete it"):
         load(p, "c")
     p.write_text(json.dumps({"schema": 99}))
-    with pytest.raises(BaselineError, match="schema 99, this plugin reads schemas 1 to 2"):
+    with pytest.raises(BaselineError, match=f"schema 99, this plugin reads schema {SCHEMA}; fix or delete it"):
         load(p, "c")
     p.write_text(json.dumps({"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": [{}]}))
     with pytest.raises(BaselineError, match=r"sessions\[0\] has no runs"):
@@ -179,30 +180,33 @@ def test_diff_lists_dotted_fields() -> None:
         "w.m": (24, 20), "x": (1, None), "y": (None, 2)}
 
 
-def test_an_engine_config_in_the_old_log_line_format_is_one_line_of_diff(tmp_path: Path) -> None:
-    """Schema 1 kept the engine config as log-line strings without `config_source`; the converter marks
-    it, and its diff against a /server_info config is one line, not ~90 mangled leaves."""
-    from pytest_specdec.gate.baselines import under_test_changes
+def test_an_older_baseline_is_an_error_naming_the_conversion_never_read_as_it_is(tmp_path: Path) -> None:
+    """A file of an older schema is never reinterpreted: reading it names the command that converts it,
+    and --update-baselines leaves it as it is (its nights may not be measurable again) and says so."""
+    from pytest_specdec.gate.baselines import OlderBaseline
 
-    stored = {"schema": 1, "comparability": {}, "sessions": [],
-              "under_test": {"vllm": "0.31.0", "engine_config": {"spec": {
-                  "speculative_config": "SpeculativeConfig(method='eagle3'", "max_seq_len": "1024"}}}}
-    path = tmp_path / "b.json"
+    stored = {"schema": SCHEMA - 1, "comparability": {"hardware": "cpu"}, "under_test": {}, "sessions": [entry()]}
+    s = BaselineStore(tmp_path, "cpu", mode="all", keep=5)
+    path = s.path("t.py::test_a")
+    path.parent.mkdir(parents=True)
     path.write_text(json.dumps(stored))
-    converted = load(path, "c")
-    assert converted is not None and converted["schema"] == SCHEMA == 2
-    old = converted["under_test"]
-    assert old["engine_config"]["spec"]["config_source"] == "log line (schema 1)"
-    new = {"vllm": "0.32.0", "engine_config": {"spec": {"config_source": "server_info", "max_model_len": 1024,
-                                                         "speculative_config": {"method": "eagle3"}}}}
-    assert under_test_changes(old, new) == {
-        "vllm": ("0.31.0", "0.32.0"),
-        "engine_config": ("(stored in the old log-line format)",
-                          "(now from /server_info; --update-baselines records it)"),
-    }
-    # Both in the new format: leaf by leaf, as before.
-    newer = {"vllm": "0.32.0", "engine_config": {"spec": {**new["engine_config"]["spec"], "max_model_len": 2048}}}
-    assert under_test_changes(new, newer) == {"engine_config.spec.max_model_len": (1024, 2048)}
+    with pytest.raises(OlderBaseline, match=re.escape(
+            f"baseline {path} has schema {SCHEMA - 1}, an older format than this plugin's {SCHEMA}; convert it, "
+            f"keeping its nights, with `python scripts/convert_schema.py {path}`")):
+        load(path, "c")
+    s.queue(_pending(s, "t.py::test_a", 1.0))
+    summary = s.flush()
+    assert [p for p, _ in summary.failed] == [path] and not summary.updated
+    assert json.loads(path.read_text()) == stored
+    assert "no stored file was changed by a failed write. Convert it, then run again" in summary.lines(tmp_path)[0]
+
+
+def test_a_stored_night_reads_back_to_the_same_entry() -> None:
+    """`Night.to_entry(Night.from_entry(x)) == x`: the typed record holds every stored field of a run."""
+    from pytest_specdec.gate.nights import Night
+
+    stored = entry()
+    assert Night.from_entry(stored).to_entry() == stored
 
 
 def test_zoo_paths_under_test_are_portable() -> None:

@@ -66,10 +66,14 @@ def test_the_reports_reference_latency_skips_coalesced_runs() -> None:
     from pytest_specdec.output.schema import load
     from pytest_specdec.output.sweeps import _reference
 
+    from pytest_specdec.gate.nights import RUN_FIELDS
+    from pytest_specdec.output.schema import SCHEMA
+
+    run = {**dict.fromkeys(RUN_FIELDS), "index": 0, "invalid_reasons": [], "hd_p95_ms": {}}
     test = {"nodeid": "t", "outcome": "passed", "reference_runs": [
-        {"valid": True, "latency_untrusted": [], "ttft_ms": {"p95": 10.0}},
-        {"valid": True, "latency_untrusted": ["coalesced stream"], "ttft_ms": {"p95": 200.0}},
-        {"valid": False, "latency_untrusted": [], "ttft_ms": {"p95": 300.0}},
-        {"valid": True, "ttft_ms": {"p95": 12.0}},  # a results file from before the flag: trusted
+        {**run, "valid": True, "latency_untrusted": [], "ttft_ms": {"p95": 10.0}},
+        {**run, "valid": True, "latency_untrusted": ["coalesced stream"], "ttft_ms": {"p95": 200.0}},
+        {**run, "valid": False, "latency_untrusted": [], "ttft_ms": {"p95": 300.0}},
+        {**run, "valid": True, "latency_untrusted": [], "ttft_ms": {"p95": 12.0}},
     ]}
-    assert _reference("ttft_ms", "p95")(load({"schema": 1, "tests": [test]}).tests[0]) == 11.0
+    assert _reference("ttft_ms", "p95")(load({"schema": SCHEMA, "tests": [test]}).tests[0]) == 11.0

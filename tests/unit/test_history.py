@@ -20,7 +20,7 @@ import pytest
 from pytest_specdec.cli import main
 from pytest_specdec.gate.trend import noise_sd, trend
 from pytest_specdec.output.history import Night, order, render_html, series
-from pytest_specdec.output.schema import load, upgrade
+from pytest_specdec.output.schema import SCHEMA, load
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "report_results.json"
 STEPPED = "test_nightly.py::test_k[ngram-k3-t0.0-c2]"
@@ -69,10 +69,10 @@ def test_exact_series_and_short_ones() -> None:
 
 
 def nights(tmp_path: Path, n: int = 6, step_at: int = 3, drop: float = 0.6, seed: int = 3) -> list[Path]:
-    """`n` schema-2 results files, one per night (file names in reverse order of the nights), the night
+    """`n` results files, one per night (file names in reverse order of the nights), the night
     noise 3 % on the spec arm and 10 % on the machine; from night ``step_at`` (0-based) STEPPED's spec arm
     runs at ``drop`` of its speed."""
-    base = upgrade(json.loads(DATA.read_text()))
+    base = json.loads(DATA.read_text())
     rng = random.Random(seed)
     paths = []
     for k in range(n):
@@ -156,7 +156,7 @@ def test_cli_history_table_json_and_html(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_cli_history_bad_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     nights(tmp_path)
-    (tmp_path / "night-2.json").write_text('{"schema": 2, "tests": [{"nodeid": "x"}]}')
+    (tmp_path / "night-2.json").write_text(json.dumps({"schema": SCHEMA, "tests": [{"nodeid": "x"}]}))
     assert main(["history", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'night-2.json'}: not a pytest-specdec results file" in err and "tests[0] has no `outcome`" in err

