@@ -11,7 +11,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from pytest_specdec.measure.lossless import Collected
-    from pytest_specdec.measure.runner import CaseResult, PromptSource, RunRecord
+    from pytest_specdec.measure.prompts import PromptSource
+    from pytest_specdec.measure.runner import CaseResult, RunRecord
     from pytest_specdec.measure.types import Api, Prompt, Sampling
     from pytest_specdec.measure.workload import Workload
     from pytest_specdec.servers.endpoints import EndpointFacts
