@@ -284,7 +284,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--specdec-profile", setting="profile_path", metavar="PATH",
            help="a profile TOML file of your own instead of the built-in one named by --gpu."),
     Option("--specdec-runs", metavar="N", type=positive_int, shown_default="the profile's (cpu: 4)",
-           help="interleaved reference/spec run pairs per test."),
+           help="interleaved reference/spec run pairs per test; above the profile's [verdicts] max_runs it raises "
+                "max_runs to N."),
     Option("--specdec-dry-run", action="store_true", default=False,
            help="print every server command and the test matrix; start nothing."),
     Option("--specdec-endpoint", metavar="URL", type=endpoint_url,
@@ -341,7 +342,7 @@ OPTIONS: tuple[Option, ...] = (
            help="fail (not just warn) when a baseline was measured under different comparability keys."),
     Option("--specdec-max-runs", metavar="N", type=positive_int,
            help="when a verdict is inconclusive, add interleaved run pairs two at a time up to N per arm "
-                "(alpha split over the looks).",
+                "(alpha split over the looks); not below the runs per test.",
            shown_default="the profile's [verdicts] max_runs (cpu: 4, as many as its runs), else no extra runs"),
     Option("--specdec-alpha", metavar="ALPHA", type=alpha_value, default=0.05,
            help="one-sided significance level of the verdicts (the CIs are 1-2*ALPHA)."),

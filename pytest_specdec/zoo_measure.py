@@ -106,7 +106,7 @@ def measure_method(
     from pytest_specdec.servers.process import VllmServer
 
     profile = load_profile("cpu")
-    rules = profile.validity_rules()
+    rules = profile.validity
     env = None if fix else {"SPECDEC_VLLM_CPU_FIX": "0"}
     spec = server_spec(profile, method, None if method == "none" else K, extra_env=env)
     server = VllmServer(spec, log_dir=log_dir, cpus=server_cpus())
