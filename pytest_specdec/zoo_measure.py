@@ -116,7 +116,7 @@ def measure_method(
         assert server.startup_s is not None
         progress(f"[zoo] {label}: ready in {server.startup_s:.0f} s at {server.base_url}")
         result = MethodResult(method=label, startup_s=server.startup_s, command=server.command)
-        model = served_model(server.base_url)
+        model = served_model(server.base_url, server.api_key)
         # Warm-up: the first requests of a fresh server compile new shapes.
         _run(server, model, prompts[:4], 0.0, 4, rules)
         # Throughput at every concurrency for greedy decoding; T > 0 only at the first (acceptance).

@@ -26,6 +26,8 @@ from pytest_specdec.measure.types import (
     RequestSample,
     Sampling,
 )
+from pytest_specdec.servers.http import get as http_get
+from pytest_specdec.servers.http import headers as http_headers
 
 _PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 # json.loads(bytes) spends half its time sniffing the encoding and wrapping; SSE is UTF-8 by definition,
@@ -55,10 +57,6 @@ def _body(p: Prompt, model: str, sampling: Sampling, api: Api, cache_salt: str |
     if cache_salt is not None:
         body["cache_salt"] = cache_salt
     return body
-
-
-def _headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 class _Flight:
@@ -279,23 +277,16 @@ async def _open_loop(run: RunFn, jobs: list[Job], concurrency: int, rate: float,
     return list(await asyncio.gather(*tasks))
 
 
-async def fetch_metrics_text(base_url: str, api_key: str | None = None,
-                             session: aiohttp.ClientSession | None = None, timeout_s: float = 30) -> str:
-    """GET ``/metrics`` as text; raises SpecDecError naming the URL when the server does not answer."""
+async def fetch_metrics_text(base_url: str, api_key: str | None = None, timeout_s: float = 30) -> str:
+    """GET ``/metrics`` as text (the one GET helper, in a thread so the event loop stays free); raises
+    SpecDecError naming the URL when the server does not answer."""
     url = base_url.rstrip("/") + "/metrics"
-    own = session is None
-    s = aiohttp.ClientSession() if own else session
-    assert s is not None
-    try:
-        async with s.get(url, headers=_headers(api_key), timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            if r.status != 200:
-                raise SpecDecError(f"GET {url} answered HTTP {r.status}; is the server a vLLM server?")
-            return await r.text()
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-        raise SpecDecError(f"GET {url} failed: {type(e).__name__}: {e}") from e
-    finally:
-        if own:
-            await s.close()
+    answer = await asyncio.to_thread(http_get, url, api_key, timeout_s)
+    if answer.status is None:
+        raise SpecDecError(f"GET {url} failed: {answer.error}")
+    if answer.status != 200:
+        raise SpecDecError(f"GET {url} answered HTTP {answer.status}; is the server a vLLM server?")
+    return answer.text
 
 
 #: How a request that the server stopped answering is named in its error (the runner looks for it).
@@ -336,7 +327,7 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
         raise ConfigError("run_load needs at least one prompt")
     base = base_url.rstrip("/")
     url = base + _PATHS[api]
-    headers = _headers(api_key)
+    headers = http_headers(api_key)
     if idle_timeout_s is not None and idle_timeout_s <= 0:
         raise ConfigError(f"idle_timeout_s must be > 0 seconds or None, got {idle_timeout_s}")
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_read=idle_timeout_s)
@@ -367,7 +358,7 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
         metrics_before = metrics_after = metrics_error = None
         if collect_metrics:
             try:
-                metrics_before = await fetch_metrics_text(base, api_key, session, timeout_s=whalt.wait(idle_timeout_s))
+                metrics_before = await fetch_metrics_text(base, api_key, timeout_s=whalt.wait(idle_timeout_s))
             except SpecDecError as e:
                 metrics_error = str(e)
 
@@ -385,7 +376,7 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
 
         if collect_metrics and metrics_error is None:
             try:
-                metrics_after = await fetch_metrics_text(base, api_key, session, timeout_s=halt.wait(idle_timeout_s))
+                metrics_after = await fetch_metrics_text(base, api_key, timeout_s=halt.wait(idle_timeout_s))
             except SpecDecError as e:
                 metrics_error = str(e)
 
@@ -435,11 +426,10 @@ def run_load_sync(base_url: str, model: str, prompts: list[Prompt], sampling: Sa
 
 def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:
     """The first model id the server lists (GET /v1/models): what requests must name."""
-    import urllib.request
-
-    req = urllib.request.Request(f"{base_url.rstrip('/')}/v1/models")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the server under test
-        data = json.loads(resp.read())
-    return str(data["data"][0]["id"])
+    answer = http_get(f"{base_url.rstrip('/')}/v1/models", api_key, timeout_s)
+    if not answer.ok:
+        raise SpecDecError(f"GET {answer.url} failed: {answer.error}")
+    try:
+        return str(json.loads(answer.text)["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise SpecDecError(f"GET {answer.url}: not an OpenAI model list ({type(exc).__name__}: {exc})") from None
