@@ -68,7 +68,7 @@ class Serving:
 
     def endpoint(self, spec: ServerSpec, reference: bool, test: str | None = None) -> Endpoint:
         """The arm's server, started by the pool if need be; in endpoint mode the external one."""
-        from pytest_specdec.measure.client import served_model
+        from pytest_specdec.servers.http import served_model
         from pytest_specdec.servers.pool import Endpoint
 
         if self.options.endpoint:

@@ -8,6 +8,7 @@ readiness poll wants a bool, an endpoint read wants an error naming the URL, and
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import urllib.error
@@ -15,6 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_specdec.errors import SpecDecError
 from pytest_specdec.vllm.engine_config import SERVER_INFO_TIMEOUT_S
 
 #: vLLM's resolved config as JSON (served with VLLM_SERVER_DEV_MODE=1 only).
@@ -66,3 +68,26 @@ def server_info(base_url: str, api_key: str | None, timeout_s: float = SERVER_IN
     except ValueError:
         return None
     return info if isinstance(info, dict) else None
+
+
+def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:
+    """The first model id the server lists (GET /v1/models): what requests must name."""
+    answer = get(f"{base_url.rstrip('/')}/v1/models", api_key, timeout_s)
+    if not answer.ok:
+        raise SpecDecError(f"GET {answer.url} failed: {answer.error}")
+    try:
+        return str(json.loads(answer.text)["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise SpecDecError(f"GET {answer.url}: not an OpenAI model list ({type(exc).__name__}: {exc})") from None
+
+
+async def metrics_text(base_url: str, api_key: str | None = None, timeout_s: float = 30) -> str:
+    """GET ``/metrics`` as text from a running event loop (in a thread, so the loop stays free); raises
+    SpecDecError naming the URL when the server does not answer."""
+    url = base_url.rstrip("/") + "/metrics"
+    answer = await asyncio.to_thread(get, url, api_key, timeout_s)
+    if answer.status is None:
+        raise SpecDecError(f"GET {url} failed: {answer.error}")
+    if answer.status != 200:
+        raise SpecDecError(f"GET {url} answered HTTP {answer.status}; is the server a vLLM server?")
+    return answer.text

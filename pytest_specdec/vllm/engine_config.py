@@ -7,7 +7,6 @@ the thing under test; both sources are flattened to the same keys so baselines c
 from __future__ import annotations
 
 import ast
-import json
 import re
 from typing import Any
 

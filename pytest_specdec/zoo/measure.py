@@ -103,7 +103,7 @@ def measure_method(
 ) -> MethodResult:
     """Start the server for `method`, warm it up, measure the runs, stop it (always)."""
     from pytest_specdec.profiles import load_profile, server_spec
-    from pytest_specdec.measure.client import served_model
+    from pytest_specdec.servers.http import served_model
     from pytest_specdec.servers.process import VllmServer
 
     profile = load_profile("cpu")

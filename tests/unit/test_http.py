@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.errors import ConfigError, SpecDecError
-from pytest_specdec.measure.client import fetch_metrics_text, served_model
 from pytest_specdec.servers.endpoints import read_facts
-from pytest_specdec.servers.http import get, server_info
+from pytest_specdec.servers.http import get, metrics_text, served_model, server_info
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_specdec"
 KEY = "sk-test"
@@ -70,7 +69,7 @@ def test_every_read_of_a_server_sends_the_api_key(guarded: Recorder) -> None:
     assert facts.models == ("m",) and facts.server_info and facts.vllm_version == "0.32.0"
     assert facts.speculative_config == {"method": "ngram", "num_speculative_tokens": 3}
     assert served_model(url, KEY) == "m"
-    assert asyncio.run(fetch_metrics_text(url, KEY)).startswith("vllm:num_requests_running")
+    assert asyncio.run(metrics_text(url, KEY)).startswith("vllm:num_requests_running")
     assert server_info(url, KEY) == INFO
     assert get(f"{url}/health", KEY).ok
     paths = {path for path, _ in guarded.seen}
@@ -87,7 +86,7 @@ def test_without_the_key_each_reader_says_what_failed(guarded: Recorder) -> None
     with pytest.raises(SpecDecError, match=rf"GET {url}/v1/models failed: HTTP 401"):
         served_model(url, None)
     with pytest.raises(SpecDecError, match=rf"GET {url}/metrics answered HTTP 401"):
-        asyncio.run(fetch_metrics_text(url, None))
+        asyncio.run(metrics_text(url, None))
     guarded.shutdown()
     guarded.server_close()
     gone = get(f"{url}/health", KEY, timeout_s=2)

