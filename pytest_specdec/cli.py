@@ -150,7 +150,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         old: Any = stored_dir(args.old, new.profile or profile)
         floor = settings.get("min_night_sd")
         if floor is None or args.profile:
-            floor = profile_of(profile, where).raw.get("verdicts", {}).get("min_night_sd", 0.0)
+            floor = profile_of(profile, where).min_night_sd
         result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr,
                          min_night_sd=float(floor), old_name=old_name, new_name=new_name)
         started = f"stored baselines of profile {old.profile}"

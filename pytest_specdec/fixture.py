@@ -104,8 +104,8 @@ class SpecDec:
 
     def output_match(self) -> dict[str, Any]:
         """Spec vs reference output match rate against the reference-vs-reference control (temperature 0):
-        the suite's name for `measure.lossless.greedy_output_match` of this test's runs."""
-        from pytest_specdec.measure.lossless import greedy_output_match
+        the suite's name for `measure.outputs.greedy_output_match` of this test's runs."""
+        from pytest_specdec.measure.outputs import greedy_output_match
 
         return greedy_output_match(self.result)
 
@@ -115,7 +115,7 @@ class SpecDec:
         if m["p"] is None:
             pytest.fail(f"specdec lossless check: {m['why']}", pytrace=False)
         if m["p"] < alpha:
-            from pytest_specdec.measure.lossless import evidence_line
+            from pytest_specdec.measure.outputs import evidence_line
 
             first = m["differing"][:3]
             shown = "".join(f"\n  {evidence_line(d)}" for d in first)
@@ -130,7 +130,7 @@ class SpecDec:
 
     def assert_no_acceptance_collapse(self) -> None:
         """Fail when a later draft position accepts nothing while position 1 still does (broken sampler)."""
-        from pytest_specdec.measure.lossless import collapsed_positions
+        from pytest_specdec.measure.outputs import collapsed_positions
 
         s = self.summary
         drafts = sum(r.metrics.spec.drafts for r in self.runs if r.valid and r.metrics.spec)

@@ -11,205 +11,33 @@ import argparse
 import os
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import pytest
 
-N = TypeVar("N", int, float)
-
-
-def _number(value: str, convert: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
-    """Parse `value` with `convert` and check it; the argparse error says what was expected."""
-    try:
-        number = convert(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}") from None
-    if not ok(number):
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
-    return number
-
-
-def positive_int(value: str) -> int:
-    """argparse type: an integer >= 1, with the accepted format in the error."""
-    return _number(value, int, lambda n: n >= 1, "a whole number >= 1")
-
-
-def positive_float(value: str) -> float:
-    return _number(value, float, lambda n: n > 0, "a number > 0")
-
-
-def non_negative_float(value: str) -> float:
-    return _number(value, float, lambda n: n >= 0, "a number >= 0")
-
-
-def endpoint_url(value: str) -> str:
-    """argparse type: an http(s) base URL (no /v1 suffix needed)."""
-    if not value.startswith(("http://", "https://")):
-        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {value!r}")
-    value = value.rstrip("/")
-    return value[: -len("/v1")] if value.endswith("/v1") else value
-
-
-UPDATE_MODES = ("all", "missing")
-
-
-class UpdateBaselines(argparse.Action):
-    """`--update-baselines [missing]`: the bare flag means all; `=missing` (or `missing` after a space)
-    only creates missing baselines.
-
-    The value is optional, so argparse hands this action whatever follows the bare flag, e.g. a test path
-    in `pytest --update-baselines suites/`. Such a value is not a mode: the flag means all, and the path
-    is kept (`specdec_update_paths`) for the plugin to give back to the command line's test paths.
-    """
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        value = "all" if values is None else str(values)
-        if value not in UPDATE_MODES:
-            if not os.path.exists(value.split("::", 1)[0]):  # neither a mode nor a test path: a typo
-                raise argparse.ArgumentError(self, f"expected --update-baselines (all) or "
-                                                   f"--update-baselines=missing, got {value!r}")
-            namespace.specdec_update_paths = [*getattr(namespace, "specdec_update_paths", []), value]
-            value = "all"
-        setattr(namespace, self.dest, value)
-
-
-def alpha_value(value: str) -> float:
-    """argparse type: a one-sided significance level in (0, 0.5)."""
-    return _number(value, float, lambda n: 0 < n < 0.5, "a number in (0, 0.5) like 0.05")
-
-
-def threshold_item(value: str) -> str:
-    """argparse type: METRIC=MAGNITUDE (kept as the string, checked again when the thresholds are built)."""
-    from pytest_specdec.gate.thresholds import parse_threshold_items
-
-    try:
-        parse_threshold_items([value], "--specdec-threshold")
-    except Exception as exc:  # ConfigError: its message names what is allowed
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
-
-
-def dataset_spec(value: str) -> str:
-    """argparse type: builtin or [FORMAT:]PATH[#CATEGORY,...] (kept as the string; the file is read later)."""
-    from pytest_specdec.measure.datasets import DatasetSpec
-    from pytest_specdec.errors import ConfigError
-
-    try:
-        DatasetSpec.parse(value)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
-
-
-def gpu_list(value: str) -> str:
-    """argparse type: comma-separated GPU ids (kept as the string; gpus.parse_gpu_list splits it)."""
-    from pytest_specdec.servers.gpus import GpuLeaseError, parse_gpu_list
-
-    try:
-        parse_gpu_list(value, "--specdec-gpus")
-    except GpuLeaseError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--specdec-gpus: ")) from None
-    return value
-
-
-def host_address(value: str) -> str:
-    """argparse type: an IP address (127.0.0.1, ::1, 0.0.0.0) or a host name of this machine."""
-    import ipaddress
-    import re
-
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        pass
-    if re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", value):
-        return value
-    raise argparse.ArgumentTypeError(f"expected an IP address (e.g. 127.0.0.1) or a host name, got {value!r}")
-
-
-def _as_is(value: Any, config: pytest.Config) -> Any:
-    return value
-
-
-def _bool(value: Any, config: pytest.Config) -> bool:
-    return bool(value)
-
-
-def _rooted(value: str, config: pytest.Config) -> Path:
-    """An output or input directory: a relative path is under the rootdir."""
-    path = Path(value)
-    return path if path.is_absolute() else Path(str(config.rootpath)) / path
-
-
-def _rooted_or_none(value: str | None, config: pytest.Config) -> Path | None:
-    """An output path option: relative paths are under the rootdir, like --specdec-reports."""
-    return _rooted(value, config) if value else None
-
-
-def _path_or_none(value: str | None, config: pytest.Config) -> Path | None:
-    return Path(value) if value else None
-
-
-def _strings(value: list[Any], config: pytest.Config) -> tuple[str, ...]:
-    return tuple(str(x) for x in value)
-
-
-def _keep_sessions(value: str, config: pytest.Config) -> int:
-    try:
-        return positive_int(str(value).strip())
-    except argparse.ArgumentTypeError as exc:
-        raise pytest.UsageError(f"ini specdec_keep_sessions: {exc}") from None
-
-
-def _ini_thresholds(value: list[Any], config: pytest.Config) -> tuple[str, ...]:
-    from pytest_specdec.errors import ConfigError
-    from pytest_specdec.gate.thresholds import parse_threshold_items
-
-    items = _strings(value, config)
-    try:
-        parse_threshold_items(items, "ini specdec_thresholds")
-    except ConfigError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    return items
-
-
-def _gate(value: list[Any], config: pytest.Config) -> tuple[str, ...]:
-    from pytest_specdec.errors import ConfigError
-    from pytest_specdec.gate.thresholds import check_gate
-
-    try:
-        return tuple(check_gate(list(_strings(value, config)), "ini specdec_gate"))
-    except ConfigError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
-def _dataset(value: str, config: pytest.Config) -> str:
-    """--specdec-dataset with its path resolved where pytest was invoked; a missing file stops the session
-    before any server starts."""
-    from pytest_specdec.measure.datasets import DatasetSpec
-
-    cwd = Path(str(config.invocation_params.dir))
-    spec = DatasetSpec.parse(value)
-    if spec.path == "builtin":
-        return value
-    path = Path(spec.path).expanduser()
-    path = path if path.is_absolute() else cwd / path
-    if not path.is_file():
-        raise pytest.UsageError(f"--specdec-dataset {value!r}: no such file ({path})")
-    return str(spec.with_path(str(path)))
-
-
-def _drafts(values: list[str], config: pytest.Config) -> tuple[tuple[str, str], ...]:
-    """Parse repeated `--specdec-draft METHOD=MODEL`; a method given twice is an error, not a silent override."""
-    out: dict[str, str] = {}
-    for v in values:
-        method, sep, model = v.partition("=")
-        if not sep or not method.strip() or not model.strip():
-            raise pytest.UsageError(f"--specdec-draft expects METHOD=MODEL (e.g. eagle3=/path/to/head), got {v!r}")
-        if method.strip() in out:
-            raise pytest.UsageError(f"--specdec-draft names {method.strip()!r} twice")
-        out[method.strip()] = model.strip()
-    return tuple(sorted(out.items()))
+from pytest_specdec.option_values import (
+    UpdateBaselines,
+    alpha_value,
+    as_bool,
+    as_is,
+    dataset_path,
+    dataset_spec,
+    draft_models,
+    endpoint_url,
+    gpu_list,
+    host_address,
+    ini_gate,
+    ini_keep_sessions,
+    ini_threshold_items,
+    non_negative_float,
+    path_or_none,
+    positive_float,
+    positive_int,
+    rooted,
+    rooted_or_none,
+    strings,
+    threshold_item,
+)
 
 
 @dataclass(frozen=True)
@@ -234,7 +62,7 @@ class Option:
     default: Any = None  # the flag's default, or an ini value's
     help: str
     shown_default: str = "%(default)r"  # the help's last words, "Default: <this>" ("": none); argparse's repr
-    read: Callable[[Any, pytest.Config], Any] = _as_is  # the option's (or ini's) value -> the setting
+    read: Callable[[Any, pytest.Config], Any] = as_is  # the option's (or ini's) value -> the setting
 
     def __post_init__(self) -> None:
         if self.flag is None and self.ini is None:
@@ -272,7 +100,7 @@ def _fail_flag(name: str, what: str) -> Option:
     """An opt-in failure: a flag with an ini twin, saying what it makes fail."""
     ini = "specdec_" + name.replace("-", "_")
     return Option(f"--specdec-{name}", ini=ini, action="store_true", help=f"{what}. Ini: {ini}", shown_default="",
-                  read=_bool)
+                  read=as_bool)
 
 
 #: Every option and ini value of the plugin, in `pytest --help` order.
@@ -284,7 +112,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--specdec-profile", setting="profile_path", metavar="PATH",
            help="a profile TOML file of your own instead of the built-in one named by --gpu."),
     Option("--specdec-runs", metavar="N", type=positive_int, shown_default="the profile's (cpu: 4)",
-           help="interleaved reference/spec run pairs per test."),
+           help="interleaved reference/spec run pairs per test; above the profile's [verdicts] max_runs it raises "
+                "max_runs to N."),
     Option("--specdec-dry-run", action="store_true", default=False,
            help="print every server command and the test matrix; start nothing."),
     Option("--specdec-endpoint", metavar="URL", type=endpoint_url,
@@ -293,9 +122,9 @@ OPTIONS: tuple[Option, ...] = (
            help="the matching no-speculation server for --specdec-endpoint."),
     Option("--specdec-api-key-env", metavar="VAR", default="OPENAI_API_KEY",
            help="environment variable holding the endpoints' API key (never printed or stored)."),
-    Option("--specdec-json", setting="json_path", metavar="PATH", read=_path_or_none,
+    Option("--specdec-json", setting="json_path", metavar="PATH", read=path_or_none,
            help="also write the JSON results here (they always go under reports/)."),
-    Option("--specdec-reports", setting="reports_dir", metavar="DIR", default="reports", read=_rooted,
+    Option("--specdec-reports", setting="reports_dir", metavar="DIR", default="reports", read=rooted,
            help="directory for JSON results and server logs."),
     Option("--specdec-max-servers", metavar="N", type=positive_int, default=2,
            help="vLLM servers alive at once; the least recently used one is stopped first."),
@@ -328,20 +157,20 @@ OPTIONS: tuple[Option, ...] = (
            help="endpoint mode: the model name the endpoints serve (vLLM's --served-model-name); a server "
                 "listing another model is an error, so its figures are never recorded as the target's.",
            shown_default="the profile's target model"),
-    Option("--specdec-baselines", setting="baselines_dir", metavar="DIR", default="baselines", read=_rooted,
+    Option("--specdec-baselines", setting="baselines_dir", metavar="DIR", default="baselines", read=rooted,
            help="root of the stored baselines (<DIR>/<profile>/<suite module>/<test id>.json)."),
     Option("--update-baselines", metavar="MODE", nargs="?", action=UpdateBaselines,
            help="write baselines at session end: the bare flag adds tonight's session to every baseline "
                 "(accepting any change); =missing only creates missing ones. Never written without it."),
     Option("--specdec-draft", setting="drafts", metavar="METHOD=MODEL", action="append", default=[],
-           read=_drafts,
+           read=draft_models,
            help="use MODEL (a path, hub id or zoo:NAME) as METHOD's draft/head instead of the profile's, under "
                 "the same test ids, e.g. eagle3=/heads/new (repeatable).", shown_default="the profile's"),
     Option("--specdec-strict", action="store_true", default=False,
            help="fail (not just warn) when a baseline was measured under different comparability keys."),
     Option("--specdec-max-runs", metavar="N", type=positive_int,
            help="when a verdict is inconclusive, add interleaved run pairs two at a time up to N per arm "
-                "(alpha split over the looks).",
+                "(alpha split over the looks); not below the runs per test.",
            shown_default="the profile's [verdicts] max_runs (cpu: 4, as many as its runs), else no extra runs"),
     Option("--specdec-alpha", metavar="ALPHA", type=alpha_value, default=0.05,
            help="one-sided significance level of the verdicts (the CIs are 1-2*ALPHA)."),
@@ -355,11 +184,11 @@ OPTIONS: tuple[Option, ...] = (
                "fail the session when the machine factor (tonight's reference speed against the baseline nights) "
                "is beyond the reference_tok_s threshold; by default it warns"),
     Option("--specdec-threshold", setting="cli_thresholds", metavar="METRIC=VALUE", action="append",
-           type=threshold_item, default=[], read=_strings,
+           type=threshold_item, default=[], read=strings,
            help="practical threshold of a metric (%% for rates and latencies, points for acceptance), or of a "
                 "kind (rate, acceptance, latency); repeatable; overrides ini and profile."),
     Option("--specdec-dataset", metavar="[FORMAT:]PATH[#CATEGORY,...]", type=dataset_spec,
-           default="builtin", read=_dataset,
+           default="builtin", read=dataset_path,
            help="prompts of every specdec test whose marker names no dataset= (a marker's dataset= wins): builtin, "
                 "or a prompts JSONL, ShareGPT JSON, spec_bench/MT-Bench JSONL or InstructCoder JSON(L) file, format "
                 "detected from the content unless prefixed (prompts:, sharegpt:, spec_bench:, instructcoder:); "
@@ -368,7 +197,7 @@ OPTIONS: tuple[Option, ...] = (
            help="GPU ids the servers may lease, e.g. 0,1,2,3 (GPU profiles; each server gets its TP size in GPUs "
                 "as CUDA_VISIBLE_DEVICES).", shown_default="CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists"),
     Option("--specdec-lease-dir", metavar="DIR", default=".pytest_cache/specdec-gpus",
-           read=_rooted,
+           read=rooted,
            help="where the GPU lease file and its lock live; share it between every session on a host "
                 "(e.g. /var/tmp/specdec-gpus) so they never measure on the same GPU."),
     Option("--specdec-gpu-wait", setting="gpu_wait_s", metavar="SECONDS", type=positive_float, default=3600.0,
@@ -376,28 +205,29 @@ OPTIONS: tuple[Option, ...] = (
     Option("--specdec-pin-cpus", action="store_true", default=False,
            help="pin each vLLM server to the CPUs local to its leased GPUs (their NUMA node, as in "
                 "`nvidia-smi topo -m`)."),
-    Option("--specdec-report", setting="report_path", metavar="PATH", read=_rooted_or_none,
+    Option("--specdec-report", setting="report_path", metavar="PATH", read=rooted_or_none,
            help="write the HTML report here instead of reports/specdec-<UTC stamp>.html and reports/latest.html."),
     Option("--specdec-gpu-hourly-usd", metavar="USD", type=positive_float,
            help="price of one GPU hour (the machine hour on cpu), for the report's cost per 1M output tokens; "
                 "overrides the profile's price_per_hour_usd.", shown_default="the profile's, else no cost"),
-    Option("--specdec-benchmark-json", metavar="PATH", read=_rooted_or_none,
+    Option("--specdec-benchmark-json", metavar="PATH", read=rooted_or_none,
            help="also write the runs in pytest-benchmark's JSON format (seconds per output token, TPOT, E2E; "
                 "lower is better) for `pytest-benchmark compare`."),
     Option("--specdec-save-outputs", action="store_true", default=False,
            help="also keep every request's output text, per test, arm and run, in "
                 "reports/specdec-<UTC stamp>.outputs.json beside the results (which name it as outputs_file)."),
-    Option(ini="specdec_keep_sessions", ini_type="string", default="5", read=_keep_sessions,
+    Option(ini="specdec_keep_sessions", ini_type="string", default="5", read=ini_keep_sessions,
            help="measurement sessions (server starts) --update-baselines keeps per baseline file.", shown_default="5"),
-    Option(ini="specdec_gate", ini_type="linelist", default=[], read=_gate,
+    Option(ini="specdec_gate", ini_type="linelist", default=[], read=ini_gate,
            help="metrics added to the gated family of every test (e.g. output_tok_s, tpot_p95_ms); the gated "
                 "family fails tests, the others are judged and shown.",
            shown_default="none (speedup, acceptance_rate and e2e_p95_ratio are always gated)"),
-    Option(ini="specdec_redact", ini_type="linelist", default=[], read=lambda v, c: tuple(_strings(v, c)),
+    Option(ini="specdec_redact", ini_type="linelist", default=[], read=lambda v, c: tuple(strings(v, c)),
            help="more names whose values are secrets, one per line: server flags (--my-token) or environment "
                 "variables (MY_TOKEN); masked in logs, results, the report, the dry run and baselines.",
            shown_default="--hf-token, --api-key and names with TOKEN, KEY, SECRET, PASSWORD or CREDENTIAL"),
-    Option(ini="specdec_thresholds", setting="ini_thresholds", ini_type="linelist", default=[], read=_ini_thresholds,
+    Option(ini="specdec_thresholds", setting="ini_thresholds", ini_type="linelist", default=[],
+           read=ini_threshold_items,
            help="practical thresholds, one METRIC=VALUE per line (see --specdec-threshold).", shown_default="none"),
 )
 

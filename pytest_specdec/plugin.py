@@ -72,6 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session = SpecDecSession(settings, config.rootpath, progress)
     session.worker = worker
     config.stash[session_key] = session
+    session.check_runs()
     from pytest_specdec.servers.hygiene import interrupt_on_termination
 
     session.undo_signals = interrupt_on_termination()  # SIGTERM/SIGHUP unwind like Ctrl-C: servers stop
@@ -79,7 +80,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     specdec = session.config.stash.get(session_key, None)
-    if specdec is None or specdec.worker or specdec.settings.dry_run:  # the xdist controller sweeps for its workers
+    if specdec is None or specdec.worker:  # the xdist controller speaks and sweeps for its workers
+        return
+    if specdec.runs_note:
+        specdec.progress(specdec.runs_note)
+    if specdec.settings.dry_run:
         return
     from pytest_specdec.servers.hygiene import find_strays, remove_strays
 
@@ -158,6 +163,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     pairs = [(items[i], _case(items[i])) for i in slots]
     cases = [c for _, c in pairs if c is not None]
+    if cases:
+        session.check_thresholds()  # before anything runs: a bad threshold is a usage error naming where it is
     session.family_size = sum(metrics_per_test(c.method, c.k) for c in cases)
     # The test-end padding counts what a marker's gate=[...] adds, or a test-end `regressed` could fall
     # back to `inconclusive` once the session's gated family is known.

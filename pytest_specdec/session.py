@@ -24,6 +24,7 @@ from pytest_specdec.output.wording import coalesced_lines, test_end_message
 if TYPE_CHECKING:
     from pytest_specdec.gate.judge import Judge, SessionEnd
     from pytest_specdec.measure.lossless import Collected
+    from pytest_specdec.measure.validity import ValidityRules
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.measure.types import Prompt
     from pytest_specdec.profiles import Profile
@@ -45,6 +46,8 @@ class SpecDecSession:
         self.progress = progress
         self.started = time.time()
         self._profile: Profile | None = None
+        self._limits: tuple[int, int] | None = None  # (runs, max_runs), see run_limits
+        self.runs_note: str | None = None  # an explicit --specdec-runs raised the profile's max_runs
         self._pool: ServerPool | None = None
         self._placement: Placement | None = None
         self.workload = Workload(rootpath, progress)
@@ -98,7 +101,51 @@ class SpecDecSession:
         return self._pool
 
     def runs(self) -> int:
-        return self.settings.runs or int(self.profile.matrix.get("runs", 3))
+        """Run pairs per test at the first look: --specdec-runs, else the profile's."""
+        return self.run_limits()[0]
+
+    def max_runs(self) -> int:
+        """Run pairs per test up to which inconclusive verdicts add runs (never below `runs()`)."""
+        return self.run_limits()[1]
+
+    def run_limits(self) -> tuple[int, int]:
+        """(runs, max_runs): the command line's explicit values win over the profile's defaults. An explicit
+        --specdec-runs above the profile's [verdicts] max_runs raises it (`runs_note` says so); an explicit
+        --specdec-max-runs below the runs is a usage error. The profile's own pair is checked when it is read."""
+        if self._limits is None:
+            st, profile = self.settings, self.profile
+            runs = st.runs or profile.runs
+            if st.max_runs is not None:
+                if st.max_runs < runs:
+                    source = "--specdec-runs" if st.runs else f"[matrix] runs of profile {profile.path}"
+                    raise pytest.UsageError(f"--specdec-max-runs {st.max_runs} is below the runs per test ({runs}, "
+                                            f"{source}); raise --specdec-max-runs or lower --specdec-runs")
+                self._limits = (runs, st.max_runs)
+            elif profile.max_runs is not None and profile.max_runs < runs:  # only an explicit runs gets here
+                self.runs_note = (f"specdec: --specdec-runs {runs} raises the profile's [verdicts] max_runs from "
+                                  f"{profile.max_runs} to {runs} ({profile.path})")
+                self._limits = (runs, runs)
+            else:
+                self._limits = (runs, profile.max_runs or runs)
+        return self._limits
+
+    def check_runs(self) -> None:
+        """At configure: explicit --specdec-runs / --specdec-max-runs are resolved against the profile now, so
+        a conflict stops the session before anything is collected or started (a dry run and
+        --update-baselines too). Without them the profile's own values hold, checked when it is read."""
+        if self.settings.runs is None and self.settings.max_runs is None:
+            return
+        from pytest_specdec.errors import ConfigError
+
+        try:
+            self.run_limits()
+        except ConfigError as exc:  # the profile could not be read: the message names the file and key
+            raise pytest.UsageError(str(exc)) from None
+
+    def validity(self) -> ValidityRules:
+        """The profile's validity rules; --specdec-idle-timeout wins over its idle_timeout_s."""
+        rules, idle = self.profile.validity, self.settings.idle_timeout_s
+        return rules if idle is None else dataclasses.replace(rules, idle_timeout_s=idle)
 
     def expand(self, kwargs: dict[str, Any], args: tuple[Any, ...] = ()) -> list[Case]:
         """A marker's (or `specdec.measure()`'s) fields as cases of the active profile; the command line's
@@ -170,7 +217,7 @@ class SpecDecSession:
         record.sampling = sampling.to_request()
         result = record.result = run.first(
             sampling, self.runs(), concurrency=case.concurrency, api_key=self.settings.api_key,
-            rules=self.profile.validity_rules(self.settings.idle_timeout_s), progress=self.progress, api=case.api,
+            rules=self.validity(), progress=self.progress, api=case.api,
             rate=case.request_rate)
         if verdicts is not None:
             check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look
@@ -217,8 +264,18 @@ class SpecDecSession:
             st = self.settings
             self._judge = Judge(GateConfig(
                 self.profile, st.baselines_dir, self.rootpath, st.update_baselines, st.keep_sessions, st.alpha,
-                st.fdr, self.runs(), st.max_runs, st.gate, st.ini_thresholds, st.cli_thresholds))
+                st.fdr, self.runs(), self.max_runs(), st.gate, st.ini_thresholds, st.cli_thresholds))
         return self._judge
+
+    def check_thresholds(self) -> None:
+        """The profile's, the ini's and the command line's thresholds, each checked where it was given: a bad
+        one stops the session before anything runs, naming the file or option."""
+        from pytest_specdec.errors import ConfigError
+
+        try:
+            self.judge.thresholds()
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     def gate(self, options: VerdictOptions | None = None) -> tuple[str, ...]:
         return self.judge.gate(options.gate if options else ())

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from pytest_specdec.measure.datasets import builtin  # noqa: E402
 from pytest_specdec.measure.types import Sampling  # noqa: E402
-from pytest_specdec.measure.client import run_load_sync, served_model
+from pytest_specdec.measure.client import run_load_sync  # noqa: E402
+from pytest_specdec.servers.http import served_model  # noqa: E402
 from pytest_specdec.measure.metrics import chunking  # noqa: E402
 from pytest_specdec.servers.pool import ServerPool  # noqa: E402
 from pytest_specdec.profiles import load_profile, server_spec  # noqa: E402

@@ -97,7 +97,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from pytest_specdec.measure.metrics import bench_parity
     from pytest_specdec.measure.datasets import builtin
     from pytest_specdec.measure.types import Sampling
-    from pytest_specdec.measure.client import served_model
+    from pytest_specdec.servers.http import served_model
     from pytest_specdec.measure.runner import ValidityRules, one_run
     from pytest_specdec.servers.pool import Endpoint
     from pytest_specdec.profiles import load_profile, server_spec

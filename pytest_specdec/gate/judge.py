@@ -16,7 +16,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.check import BaselineCheck
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ class GateConfig:
     alpha: float
     fdr: str  # "bh" | "holm"
     runs: int  # runs per arm at the first look
-    max_runs: int | None  # --specdec-max-runs (else the profile's [verdicts] max_runs)
+    max_runs: int  # resolved: --specdec-max-runs, else the profile's [verdicts] max_runs, raised to an explicit runs
     gate: tuple[str, ...] = ()  # ini specdec_gate: metrics added to the gated family
     ini_thresholds: tuple[str, ...] = ()
     cli_thresholds: tuple[str, ...] = ()
@@ -112,18 +111,11 @@ class Judge:
         return pipeline.stored.__dict__.get("variances", {}) if pipeline is not None else {}
 
     def looks(self) -> list[int]:
-        """Runs per arm at each planned look: first the profile's runs, then two more at a time."""
+        """Runs per arm at each planned look: first the runs, then two more at a time up to max_runs (both
+        resolved and checked before the session runs anything)."""
         from pytest_specdec.gate.sequential import planned_looks
 
-        profile, runs = self.cfg.profile, self.cfg.runs
-        raw = self.cfg.max_runs or profile.raw.get("verdicts", {}).get("max_runs") or runs
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-            raise ConfigError(f"profile {profile.path}: [verdicts] max_runs must be a whole number >= 1, "
-                              f"got {raw!r}")
-        if raw < runs:
-            raise ConfigError(f"--specdec-max-runs / [verdicts] max_runs ({raw}) is below the runs per test "
-                              f"({runs}); raise it or lower --specdec-runs")
-        return planned_looks(runs, 2, raw)
+        return planned_looks(self.cfg.runs, 2, max(self.cfg.runs, self.cfg.max_runs))
 
     def gate(self, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
         """The gated family's metrics: speedup, acceptance, P95 E2E ratio, plus ini and marker additions."""
@@ -158,16 +150,7 @@ class Judge:
         """The gate's chain over this profile's stored nights (gate/pipeline.py)."""
         from pytest_specdec.gate.pipeline import Pipeline, Stored
 
-        return Pipeline(Stored(tuple(self.stored), self.min_night_sd()), self.cfg.alpha, self.cfg.fdr)
-
-    def min_night_sd(self) -> float:
-        """The profile's floor on the night-to-night sd of log-scale metrics, in % (0: none)."""
-        profile = self.cfg.profile
-        raw = profile.raw.get("verdicts", {}).get("min_night_sd", 0.0)
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw < 100:
-            raise ConfigError(f"profile {profile.path}: [verdicts] min_night_sd must be a number of % in "
-                              f"[0, 100), got {raw!r}")
-        return float(raw)
+        return Pipeline(Stored(tuple(self.stored), self.cfg.profile.min_night_sd), self.cfg.alpha, self.cfg.fdr)
 
     def create_command(self, nodeid: str, mode: str) -> str:
         """The command that writes this test's baseline (`mode` "missing" or "all")."""
@@ -273,7 +256,7 @@ class Judge:
         """How this session judges, for the results: what `pytest-specdec compare` needs to judge it again."""
         from pytest_specdec.gate.thresholds import to_dict
 
-        return {"alpha": self.cfg.alpha, "fdr": self.cfg.fdr, "min_night_sd": self.min_night_sd(),
+        return {"alpha": self.cfg.alpha, "fdr": self.cfg.fdr, "min_night_sd": self.cfg.profile.min_night_sd,
                 "thresholds": to_dict(self.thresholds())}
 
     def machine_threshold(self) -> float:

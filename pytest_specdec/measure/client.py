@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import aiohttp
 
 from pytest_specdec.errors import ConfigError, SpecDecError
+from pytest_specdec.measure.arrivals import Flight, closed_loop, open_loop, ticker
 from pytest_specdec.measure.types import (
     Api,
     LoadResult,
@@ -26,13 +26,14 @@ from pytest_specdec.measure.types import (
     RequestSample,
     Sampling,
 )
+from pytest_specdec.servers.http import headers as http_headers
+from pytest_specdec.servers.http import metrics_text
 
 _PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 # json.loads(bytes) spends half its time sniffing the encoding and wrapping; SSE is UTF-8 by definition,
 # so the stream loop decodes and calls the C scanner through raw_decode (2.7 -> 1.5 µs per chunk).
 _raw_decode = json.JSONDecoder().raw_decode
 _T = TypeVar("_T")
-_TICK_S = 0.01  # event-loop lag probe period: fine enough to see a stalled client, cheap enough to ignore
 
 
 def _body(p: Prompt, model: str, sampling: Sampling, api: Api, cache_salt: str | None) -> dict[str, Any]:
@@ -55,28 +56,6 @@ def _body(p: Prompt, model: str, sampling: Sampling, api: Api, cache_salt: str |
     if cache_salt is not None:
         body["cache_salt"] = cache_salt
     return body
-
-
-def _headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-class _Flight:
-    """Counts requests in flight, remembering the peak."""
-
-    __slots__ = ("now", "peak")
-
-    def __init__(self) -> None:
-        self.now = 0
-        self.peak = 0
-
-    def enter(self) -> None:
-        self.now += 1
-        if self.now > self.peak:
-            self.peak = self.now
-
-    def leave(self) -> None:
-        self.now -= 1
 
 
 class _Halt:
@@ -123,7 +102,7 @@ class _Halt:
 
 
 async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str],
-                       prompt: Prompt, api: Api, timeout: aiohttp.ClientTimeout, flight: _Flight,
+                       prompt: Prompt, api: Api, timeout: aiohttp.ClientTimeout, flight: Flight,
                        queued_at: float | None = None, halt: _Halt | None = None) -> RequestSample:
     """Send one streaming request and record it; every failure ends up in ``sample.error``. With ``halt``,
     an idle timeout stops the whole run: a request that run stops keeps what it received so far, and one
@@ -230,74 +209,6 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str,
     return sample
 
 
-async def _ticker(stop: asyncio.Event, lags: list[float]) -> None:
-    """Sleep in short periods and record how late each wake-up is: a late loop means a busy client."""
-    perf = time.perf_counter
-    while not stop.is_set():
-        t0 = perf()
-        await asyncio.sleep(_TICK_S)
-        lags.append(max(0.0, perf() - t0 - _TICK_S))
-
-
-Job = tuple[Prompt, dict[str, Any]]
-RunFn = Callable[[Prompt, dict[str, Any], float | None], Awaitable[RequestSample]]
-
-
-async def _closed_loop(run: RunFn, jobs: list[Job], concurrency: int) -> list[RequestSample]:
-    """At most ``concurrency`` requests in flight; each worker sends its next request when one ends."""
-    out: list[RequestSample | None] = [None] * len(jobs)
-    it = iter(range(len(jobs)))
-
-    async def worker() -> None:
-        for i in it:
-            out[i] = await run(jobs[i][0], jobs[i][1], None)
-
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(jobs)))))
-    return [s for s in out if s is not None]
-
-
-async def _open_loop(run: RunFn, jobs: list[Job], concurrency: int, rate: float, seed: int,
-                     stopped: Callable[[], bool] = lambda: False) -> list[RequestSample]:
-    """Poisson arrivals at ``rate``/s (seeded), still capped at ``concurrency`` in flight; once ``stopped()``
-    the remaining arrivals are not waited for."""
-    rng = random.Random(seed)
-    sem = asyncio.Semaphore(concurrency)
-    t0 = time.perf_counter()
-    arrival = 0.0
-    tasks: list[asyncio.Task[RequestSample]] = []
-
-    async def gated(p: Prompt, body: dict[str, Any], at: float) -> RequestSample:
-        async with sem:
-            return await run(p, body, at)
-
-    for p, body in jobs:
-        delay = t0 + arrival - time.perf_counter()
-        if delay > 0 and not stopped():
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(gated(p, body, time.perf_counter())))
-        arrival += rng.expovariate(rate)
-    return list(await asyncio.gather(*tasks))
-
-
-async def fetch_metrics_text(base_url: str, api_key: str | None = None,
-                             session: aiohttp.ClientSession | None = None, timeout_s: float = 30) -> str:
-    """GET ``/metrics`` as text; raises SpecDecError naming the URL when the server does not answer."""
-    url = base_url.rstrip("/") + "/metrics"
-    own = session is None
-    s = aiohttp.ClientSession() if own else session
-    assert s is not None
-    try:
-        async with s.get(url, headers=_headers(api_key), timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            if r.status != 200:
-                raise SpecDecError(f"GET {url} answered HTTP {r.status}; is the server a vLLM server?")
-            return await r.text()
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-        raise SpecDecError(f"GET {url} failed: {type(e).__name__}: {e}") from e
-    finally:
-        if own:
-            await s.close()
-
-
 #: How a request that the server stopped answering is named in its error (the runner looks for it).
 IDLE_TIMEOUT_REASON = "idle stream"
 #: How the requests of a run that stopped at an idle timeout are named: in flight, and not yet sent.
@@ -336,7 +247,7 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
         raise ConfigError("run_load needs at least one prompt")
     base = base_url.rstrip("/")
     url = base + _PATHS[api]
-    headers = _headers(api_key)
+    headers = http_headers(api_key)
     if idle_timeout_s is not None and idle_timeout_s <= 0:
         raise ConfigError(f"idle_timeout_s must be > 0 seconds or None, got {idle_timeout_s}")
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_read=idle_timeout_s)
@@ -348,10 +259,10 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
         warmup_prompts = [prompts[i % len(prompts)] for i in range(warmup)]
     warmup = len(warmup_prompts)
     wjobs = [(p, _body(p, model, sampling, api, wsalt)) for p in warmup_prompts]
-    flight = _Flight()
+    flight = Flight()
     connector = aiohttp.TCPConnector(limit=concurrency + 2, limit_per_host=0, ttl_dns_cache=None)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        wflight, whalt, halt = _Flight(), _Halt(), _Halt()
+        wflight, whalt, halt = Flight(), _Halt(), _Halt()
 
         async def wrun(p: Prompt, body: dict[str, Any], queued_at: float | None) -> RequestSample:
             return await _one_request(session, url, body, headers, p, api, timeout, wflight, queued_at, whalt)
@@ -361,31 +272,31 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
 
         warmup_failed = 0
         if wjobs:
-            wsamples = await _closed_loop(wrun, wjobs, concurrency)
+            wsamples = await closed_loop(wrun, wjobs, concurrency)
             warmup_failed = sum(1 for s in wsamples if s.error is not None)
 
         metrics_before = metrics_after = metrics_error = None
         if collect_metrics:
             try:
-                metrics_before = await fetch_metrics_text(base, api_key, session, timeout_s=whalt.wait(idle_timeout_s))
+                metrics_before = await metrics_text(base, api_key, timeout_s=whalt.wait(idle_timeout_s))
             except SpecDecError as e:
                 metrics_error = str(e)
 
         stop = asyncio.Event()
         lags: list[float] = []
-        ticker = asyncio.create_task(_ticker(stop, lags))
+        ticking = asyncio.create_task(ticker(stop, lags))
         t_start = time.perf_counter()
         if rate is None:
-            samples = await _closed_loop(run, jobs, concurrency)
+            samples = await closed_loop(run, jobs, concurrency)
         else:
-            samples = await _open_loop(run, jobs, concurrency, rate, seed, lambda: halt.reason is not None)
+            samples = await open_loop(run, jobs, concurrency, rate, seed, lambda: halt.reason is not None)
         t_end = time.perf_counter()
         stop.set()
-        await ticker
+        await ticking
 
         if collect_metrics and metrics_error is None:
             try:
-                metrics_after = await fetch_metrics_text(base, api_key, session, timeout_s=halt.wait(idle_timeout_s))
+                metrics_after = await metrics_text(base, api_key, timeout_s=halt.wait(idle_timeout_s))
             except SpecDecError as e:
                 metrics_error = str(e)
 
@@ -431,15 +342,3 @@ def run_load_sync(base_url: str, model: str, prompts: list[Prompt], sampling: Sa
                                 seed=seed, cache_salt=cache_salt, api_key=api_key, timeout_s=timeout_s,
                                 idle_timeout_s=idle_timeout_s,
                                 warmup=warmup, collect_metrics=collect_metrics, warmup_prompts=warmup_prompts))
-
-
-def served_model(base_url: str, api_key: str | None = None, timeout_s: float = 30.0) -> str:
-    """The first model id the server lists (GET /v1/models): what requests must name."""
-    import urllib.request
-
-    req = urllib.request.Request(f"{base_url.rstrip('/')}/v1/models")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the server under test
-        data = json.loads(resp.read())
-    return str(data["data"][0]["id"])

@@ -9,168 +9,35 @@ between runs.  Suffix decoding also learns the responses it served (a global tre
 runs take prompts their server has never been sent (`FreshPrompts`), and the server is restarted when
 the dataset runs out of such prompts.  A run that breaks a validity rule is kept and shown with its
 reasons, never averaged into the summary.
+
+This module is the run loop and what it records; the order of the runs (`schedule.py`), the validity
+rules (`validity.py`), the prompt sources (`prompts.py`) and the summary statistics (`summary.py`) are
+their own modules, their names re-exported here.
 """
 
 from __future__ import annotations
 
-import math
-import random
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable
+
+from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts, PromptSource
+from pytest_specdec.measure.schedule import Arm, schedule, warmup_requests
+from pytest_specdec.measure.summary import geomean, hd_p95s, speedups, summarize
+from pytest_specdec.measure.validity import (CLIENT_LAG, HUNG, ValidityRules, invalid_reasons,
+                                             latency_untrusted)
 
 if TYPE_CHECKING:
-    from pytest_specdec.measure.types import LoadResult, Prompt, Sampling
     from pytest_specdec.measure.metrics import Chunking, RunMetrics
+    from pytest_specdec.measure.types import LoadResult, Prompt, Sampling
     from pytest_specdec.servers.pool import Endpoint
     from pytest_specdec.servers.quiet import Quiet
 
-Arm = Literal["reference", "spec"]
-
-
-def schedule(start: int, runs: int, block: int | None, block_index: int = 0) -> list[tuple[int, Arm]]:
-    """The order of (pair index, arm) for pairs `start`..`runs`-1.
-
-    ``block=None`` interleaves per pair: (i, reference), (i, spec).  ``block=b`` runs b pairs' worth of
-    one arm, then of the other, and swaps which arm goes first every block (ABBA), so the server that
-    is up at the end of a block serves the start of the next; ``block_index`` continues that parity
-    when sequential looks extend a case.
-    """
-    out: list[tuple[int, Arm]] = []
-    if block is None:
-        for i in range(start, runs):
-            out += [(i, "reference"), (i, "spec")]
-        return out
-    if block < 1:
-        raise ValueError(f"block must be >= 1, got {block}")
-    for n, first in enumerate(range(start, runs, block), start=block_index):
-        idx = range(first, min(first + block, runs))
-        arms: tuple[Arm, Arm] = ("reference", "spec") if n % 2 == 0 else ("spec", "reference")
-        for arm in arms:
-            out += [(i, arm) for i in idx]
-    return out
-
-
-@dataclass(frozen=True)
-class ValidityRules:
-    """When a run is not to be trusted."""
-
-    max_failed_share: float = 0.0
-    # Mean lateness of the client's 10 ms event-loop ticker. A single long stall (the OS
-    # descheduling the client once on a small machine) only shows in the max, which is reported.
-    max_loop_lag_mean_ms: float = 20.0
-    max_token_mismatch_share: float = 0.0
-    # Share of a run's tokens that may arrive more per chunk than one engine step makes (1, or k + 1)
-    # before the run's latency figures are untrusted (metrics.Chunking; docs/measurement.md).
-    max_coalesced_share: float = 0.05
-    # A server that sends nothing on a request for this long is hung: the request fails (not after the
-    # total timeout), its run is invalid, and a server the plugin owns is restarted once.
-    idle_timeout_s: float = 60.0
-
-
-#: How a client-bound run's invalid reason starts: the lag invalidates the run's timing, not its counters
-#: or texts, so callers that only need those (the zoo's acceptance checks) look for this prefix.
-CLIENT_LAG = "client event loop lagged"
-#: How a run whose server stopped sending is marked invalid (`RunRecord.hung` looks for it).
-HUNG = "server hung"
-
-
-class FixedPrompts:
-    """The same prompts for every run (what every method but a learning drafter gets)."""
-
-    fresh = False
-
-    def __init__(self, prompts: list[Prompt]) -> None:
-        self.prompts = prompts
-
-    def run(self, index: int) -> list[Prompt]:
-        return self.prompts
-
-    def warmup(self, n: int) -> list[Prompt]:
-        return [self.prompts[i % len(self.prompts)] for i in range(n)] if n else []
-
-
-class FreshPrompts:
-    """Prompts a learning drafter has never been sent.
-
-    vLLM's suffix decoding keeps the responses it served in a global tree (up to
-    `suffix_decoding_max_cached_requests`), so a prompt sent twice to one server is drafted from its own
-    earlier answer and acceptance soars.  Each pair index gets its own seeded sample of `size` prompts,
-    shared by the two arms (pairs stay comparable), drawn without replacement from the prompts `seen`
-    (shared by every test on that server) does not hold; warm-ups draw too.  When too few are left,
-    `exhausted()` is called (the session restarts the server: a fresh tree) and the draw starts over.
-    """
-
-    fresh = True
-
-    def __init__(self, pool: list[Prompt], size: int, seen: set[str], exhausted: Callable[[], None],
-                 seed: int = 0) -> None:
-        if size > len(pool):
-            raise ValueError(f"{size} prompts per run but the dataset has {len(pool)}")
-        self.pool, self.size, self.seen, self.exhausted = pool, size, seen, exhausted
-        self.rng = random.Random(seed)
-        self.by_run: dict[int, list[Prompt]] = {}
-
-    def _draw(self, n: int) -> list[Prompt]:
-        unseen = [p for p in self.pool if p.id not in self.seen]
-        if len(unseen) < n:
-            self.exhausted()
-            self.seen.clear()
-            unseen = list(self.pool)
-        drawn = self.rng.sample(unseen, min(n, len(unseen)))
-        self.seen.update(p.id for p in drawn)
-        return drawn
-
-    def run(self, index: int) -> list[Prompt]:
-        if index not in self.by_run:
-            self.by_run[index] = self._draw(self.size)
-        return self.by_run[index]
-
-    def warmup(self, n: int) -> list[Prompt]:
-        # Never more than a run's worth, so a warm-up alone cannot use up a small dataset.
-        return self._draw(min(n, self.size)) if n else []
-
-
-PromptSource = FixedPrompts | FreshPrompts
-
-
-def invalid_reasons(m: RunMetrics, n_prompts: int, rules: ValidityRules) -> list[str]:
-    """Why a run cannot be trusted (empty when it can)."""
-    reasons: list[str] = []
-    if m.n_requests and m.n_failed / m.n_requests > rules.max_failed_share:
-        top = ", ".join(f"{k} x{v}" for k, v in sorted(m.errors.items(), key=lambda kv: -kv[1])[:2])
-        reasons.append(f"{m.n_failed}/{m.n_requests} requests failed ({top})")
-    engine = m.engine
-    if engine and engine.preemptions:
-        reasons.append(f"{engine.preemptions} preemption(s) during the run (KV cache too small for the load)")
-    wanted = min(m.concurrency or 1, n_prompts)
-    # In an open loop the concurrency is a cap, not a target: the arrival rate sets what is in flight.
-    if m.request_rate is None and m.max_in_flight is not None and m.max_in_flight < wanted:
-        reasons.append(f"concurrency not reached: at most {m.max_in_flight} in flight, wanted {wanted}")
-    if engine and engine.token_counter_mismatch:
-        share = abs(engine.token_counter_mismatch) / max(1, m.total_output_tokens)
-        if share > rules.max_token_mismatch_share:
-            reasons.append(
-                f"server generated {engine.generation_tokens} tokens but responses carried {m.total_output_tokens} "
-                "(another client, or replicas behind the endpoint): acceptance is untrusted"
-            )
-    if m.loop_lag_mean_ms is not None and m.loop_lag_mean_ms > rules.max_loop_lag_mean_ms:
-        reasons.append(
-            f"{CLIENT_LAG} {m.loop_lag_mean_ms:.0f} ms on average (max {m.loop_lag_max_ms:.0f} ms): "
-            "client-bound"
-        )
-    return reasons
-
-
-def latency_untrusted(chunks: Chunking, rules: ValidityRules) -> list[str]:
-    """Why a run's latency figures (TTFT, TPOT, ITL, E2E) cannot be trusted: its stream was coalesced.
-
-    The run stays valid (its tokens, counters and throughput are right); only its latencies leave the
-    verdicts and the summary."""
-    if chunks.over_limit_share <= rules.max_coalesced_share:
-        return []
-    return [f"coalesced stream: {chunks.over_limit_share:.0%} of tokens arrived more than {chunks.step_limit} per "
-            f"chunk (limit {rules.max_coalesced_share:.0%}); {chunks.cause()}"]
+__all__ = [
+    "CLIENT_LAG", "HUNG", "Arm", "CaseResult", "FixedPrompts", "FreshPrompts", "PromptSource", "RunRecord",
+    "ValidityRules", "extend_case", "geomean", "hd_p95s", "invalid_reasons", "latency_untrusted", "measure_case",
+    "one_run", "schedule", "speedups", "summarize", "warmup_requests",
+]
 
 
 @dataclass
@@ -224,86 +91,6 @@ class RunRecord:
             "latency_untrusted": self.untrusted,
             "chunking": None if self.chunking is None else self.chunking.to_dict(),
         }
-
-
-def hd_p95s(load: LoadResult) -> dict[str, float | None]:
-    """Harrell-Davis P95 in ms of the successful requests' TPOT, TTFT and E2E of one run."""
-    from pytest_specdec.measure.metrics import harrell_davis_p95
-
-    ok = [s for s in load.samples if s.error is None]
-    out: dict[str, float | None] = {}
-    for name, attr in (("tpot", "tpot_s"), ("ttft", "ttft_s"), ("e2e", "e2e_s")):
-        vals = [v for v in (getattr(s, attr) for s in ok) if v is not None]
-        p95 = harrell_davis_p95(vals)
-        out[name] = None if p95 is None else p95 * 1000.0
-    return out
-
-
-def geomean(values: list[float]) -> float | None:
-    vals = [v for v in values if v is not None and v > 0]
-    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
-
-
-def _median(values: list[float]) -> float | None:
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    mid = len(vals) // 2
-    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
-
-
-def speedups(reference: list[RunRecord], spec: list[RunRecord]) -> list[float | None]:
-    """Per pair i: spec tok/s / reference tok/s, None when either run of the pair is invalid."""
-    out: list[float | None] = []
-    for ref, sp in zip(reference, spec):
-        r, s = ref.metrics.output_tok_s, sp.metrics.output_tok_s
-        out.append(s / r if ref.valid and sp.valid and r and s else None)
-    return out
-
-
-def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, Any]:
-    """The test's summary over valid runs: geometric means for rates, pooled counters for acceptance,
-    medians of per-run percentiles for latencies (of the spec arm; the reference's when no spec arm)."""
-    ref_ok = [r for r in reference if r.valid]
-    arm = [r for r in spec if r.valid] if spec else ref_ok
-    timed = [r for r in arm if r.latency_trusted]  # a coalesced stream's latencies are left out
-    pair = [s for s in speedups(reference, spec) if s is not None]
-    figures = [r.metrics.spec for r in arm if r.metrics.spec is not None]
-    drafts = sum(f.drafts for f in figures)
-    draft_tokens = sum(f.draft_tokens for f in figures)
-    accepted = sum(f.accepted_tokens for f in figures)
-    per_pos: list[float] | None = None
-    if drafts:
-        width = max(len(f.per_position_acceptance or []) for f in figures)
-        per_pos = [
-            sum((f.per_position_acceptance or [0] * width)[i] * f.drafts for f in figures) / drafts
-            for i in range(width)
-        ]
-    steps = sum(f.decode_steps or 0 for f in figures)
-
-    def latency(name: str) -> dict[str, float | None]:
-        return {
-            p: _median([(getattr(r.metrics, name) or {}).get(p) for r in timed])  # type: ignore[misc]
-            for p in ("p50", "p95", "p99")
-        }
-
-    return {
-        "valid_runs": len(arm),
-        "latency_runs": len(timed),
-        "valid_reference_runs": len(ref_ok),
-        "output_tok_s": geomean([r.metrics.output_tok_s for r in arm]),  # type: ignore[misc]
-        "reference_tok_s": geomean([r.metrics.output_tok_s for r in ref_ok]),  # type: ignore[misc]
-        "speedup": geomean(pair) if spec else None,
-        "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-        "acceptance_length": 1 + accepted / drafts if drafts else None,
-        "per_position_acceptance": per_pos,
-        "draft_coverage": min(1.0, drafts / steps) if steps and spec else None,
-        "ttft_ms": latency("ttft_ms"),
-        "tpot_ms": latency("tpot_ms"),
-        "itl_token_ms": latency("itl_token_ms"),
-        "itl_chunk_ms": latency("itl_chunk_ms"),
-        "e2e_ms": latency("e2e_ms"),
-    }
 
 
 @dataclass
@@ -401,12 +188,6 @@ def measure_case(
     result = CaseResult(reference_runs=[], runs=[], summary={}, speedup_per_pair=[],
                         alternation="interleaved" if block is None or spec is None else f"blocks of {block}")
     return extend_case(result, reference, spec, prompts, sampling, runs=runs, block=block, **options)
-
-
-def warmup_requests(n_prompts: int, concurrency: int) -> int:
-    """Requests sent (and discarded) before a server's first measured run: enough to fill every slot
-    twice, never more than the workload (the dry-run estimate counts them too)."""
-    return min(n_prompts, 2 * concurrency)
 
 
 def extend_case(

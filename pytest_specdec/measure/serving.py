@@ -11,7 +11,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from pytest_specdec.measure.lossless import Collected
-    from pytest_specdec.measure.runner import CaseResult, PromptSource, RunRecord
+    from pytest_specdec.measure.prompts import PromptSource
+    from pytest_specdec.measure.runner import CaseResult, RunRecord
     from pytest_specdec.measure.types import Api, Prompt, Sampling
     from pytest_specdec.measure.workload import Workload
     from pytest_specdec.servers.endpoints import EndpointFacts
@@ -67,7 +68,7 @@ class Serving:
 
     def endpoint(self, spec: ServerSpec, reference: bool, test: str | None = None) -> Endpoint:
         """The arm's server, started by the pool if need be; in endpoint mode the external one."""
-        from pytest_specdec.measure.client import served_model
+        from pytest_specdec.servers.http import served_model
         from pytest_specdec.servers.pool import Endpoint
 
         if self.options.endpoint:

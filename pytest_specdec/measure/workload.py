@@ -12,7 +12,7 @@ from pytest_specdec.errors import ConfigError
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.datasets import Dataset
-    from pytest_specdec.measure.runner import PromptSource
+    from pytest_specdec.measure.prompts import PromptSource
     from pytest_specdec.measure.types import Api, Prompt
 
 
@@ -54,7 +54,7 @@ class Workload:
         """Fixed prompts, or for a drafter that learns across requests (suffix decoding, unless its global
         cache is off) prompts its server has never been sent, drawn from the whole dataset; ``exhausted``
         is called when none is left (the session then retires the server)."""
-        from pytest_specdec.measure.runner import FixedPrompts, FreshPrompts
+        from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts
 
         config = speculative_config or {}
         if config.get("method") != "suffix" or config.get("suffix_decoding_max_cached_requests") == 0:

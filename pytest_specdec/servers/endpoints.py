@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -41,18 +39,14 @@ Fetch = Callable[[str, "str | None"], "str | None"]
 
 def fetch_text(url: str, api_key: str | None, timeout_s: float = 30.0) -> str | None:
     """GET `url`; None on 404 (an endpoint this server does not have). Other failures raise ConfigError."""
-    req = urllib.request.Request(url)
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the server under test
-            return resp.read().decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise ConfigError(f"endpoint {url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise ConfigError(f"endpoint {url}: cannot connect ({exc})") from None
+    from pytest_specdec.servers.http import get
+
+    answer = get(url, api_key, timeout_s)
+    if answer.ok:
+        return answer.text
+    if answer.status == 404:
+        return None
+    raise ConfigError(f"endpoint {url}: {answer.error}")
 
 
 @dataclass(frozen=True)
@@ -116,19 +110,16 @@ def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> Endp
         raise ConfigError(f"endpoint {url}: no /metrics; the plugin reads vLLM's spec-decode counters there")
     counters = parse_counters(metrics_text)
     k = len(counters.accepted_per_pos) or None
+    from pytest_specdec.servers.http import server_info
     from pytest_specdec.vllm.engine_config import engine_config_from_server_info
 
-    info_text = fetch(f"{url}/server_info?config_format=json", api_key)
+    info = server_info(url, api_key)
     config = engine = torch = None
     system: Any = None
-    if info_text is not None:
-        try:
-            info = json.loads(info_text)
-            vllm_config = info.get("vllm_config")
-        except (ValueError, AttributeError):
-            info = vllm_config = None
+    if info is not None:
+        vllm_config = info.get("vllm_config")
         engine = engine_config_from_server_info(info) or None
-        system = info.get("system_env") if isinstance(info, dict) else None
+        system = info.get("system_env")
         torch = system.get("torch_version") if isinstance(system, dict) else None
         if isinstance(vllm_config, dict) and isinstance(vllm_config.get("speculative_config"), dict):
             config = {key: vllm_config["speculative_config"][key] for key in _IDENTITY
@@ -140,7 +131,7 @@ def read_facts(url: str, api_key: str | None, fetch: Fetch = fetch_text) -> Endp
         version, source = read_version(url, api_key, fetch), "/version"
     system = system if isinstance(system, dict) else {}
     return EndpointFacts(url, models, counters.spec_decode, k if counters.spec_decode else None, config,
-                         info_text is not None, engine, str(version) if version else None,
+                         info is not None, engine, str(version) if version else None,
                          source if version else None, str(torch) if torch else None,
                          _told(system.get("cuda_runtime_version")), _told(system.get("nvidia_driver_version")))
 

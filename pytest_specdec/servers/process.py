@@ -18,8 +18,6 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -27,12 +25,12 @@ from typing import Any, Callable
 from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, owner_tag
+from pytest_specdec.servers.http import get, server_info
 from pytest_specdec.vllm.command import ServerSpec, arg_value, build_command
 from pytest_specdec.vllm.cpu_fix import FIX_NAME, OPT_IN_ENV, RECORD_ENV
 from pytest_specdec.vllm.engine_config import (
     DEV_MODE_ENV,
     engine_config_from_server_info,
-    fetch_server_info,
     parse_engine_config,
 )
 
@@ -49,15 +47,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-def _http_ok(url: str, api_key: str | None = None, timeout: float = 2.0) -> bool:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback URL we built
-            return 200 <= resp.status < 300
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 def exit_description(code: int | None) -> str:
@@ -205,7 +194,7 @@ class VllmServer:
                 code = self.proc.poll()
                 if code is not None:
                     raise self._start_error(f"{exit_description(code)} while starting")
-                if _http_ok(f"{self.base_url}/health") and _http_ok(f"{self.base_url}/v1/models", self.api_key):
+                if all(get(f"{self.base_url}{path}", self.api_key, 2.0).ok for path in ("/health", "/v1/models")):
                     break
                 if self.clock() > deadline:
                     raise self._start_error(f"not ready after {self.startup_timeout_s:.0f} s")
@@ -223,7 +212,7 @@ class VllmServer:
         """Once per start, after readiness: /server_info when served, else the start-up log line."""
         if self.dev_mode:
             t0 = time.monotonic()
-            info = fetch_server_info(self.base_url)
+            info = server_info(self.base_url, self.api_key)
             self.server_info_s = time.monotonic() - t0
             config = engine_config_from_server_info(info)
             if config:

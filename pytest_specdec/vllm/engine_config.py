@@ -7,10 +7,7 @@ the thing under test; both sources are flattened to the same keys so baselines c
 from __future__ import annotations
 
 import ast
-import json
 import re
-import urllib.error
-import urllib.request
 from typing import Any
 
 #: vLLM serves /server_info (its resolved VllmConfig as JSON) only with this set; we set it for the servers
@@ -258,15 +255,3 @@ def parse_engine_config(log_text: str) -> dict[str, Any]:
         found["speculative_config"] = _speculative(parsed.get("speculative_config"))
         return found
     return {}
-
-
-def fetch_server_info(base_url: str, timeout_s: float = SERVER_INFO_TIMEOUT_S) -> dict[str, Any] | None:
-    """vLLM's `/server_info?config_format=json` answer; None when the server does not serve it (or fails)."""
-    try:
-        with urllib.request.urlopen(  # noqa: S310 - loopback URL we built
-            f"{base_url}/server_info?config_format=json", timeout=timeout_s
-        ) as resp:
-            info = json.loads(resp.read().decode("utf-8", errors="replace"))
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
-    return info if isinstance(info, dict) else None

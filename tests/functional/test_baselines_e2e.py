@@ -226,7 +226,8 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
     test = results(pytester)
     assert test["baseline"]["looks"] == [2] and test["baseline"]["unspent_runs"] == 2
     r = pytester.runpytest(*common, "--specdec-max-runs=1")
-    r.stdout.fnmatch_lines(["*--specdec-max-runs / [[]verdicts] max_runs (1) is below the runs per test (2)*"])
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*--specdec-max-runs 1 is below the runs per test (2, --specdec-runs)*"])
 
 
 # ==== the gate's options ==============================================================================

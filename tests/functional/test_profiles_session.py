@@ -227,3 +227,63 @@ def test_speculating_reference_endpoint_is_an_error(endpoint_run: EndpointRun) -
 
 def _serve_argv(command: list[str]) -> list[str]:
     return command[command.index("serve"):]
+
+
+# ==== runs and max_runs: the command line against the profile, before anything runs ==========================
+
+def _with_max_runs(profile: Path, max_runs: int) -> Path:
+    profile.write_text(profile.read_text() + f"[verdicts]\nmax_runs = {max_runs}\n")
+    return profile
+
+
+@pytest.mark.parametrize("extra", [("--specdec-dry-run",), ("--update-baselines",)])
+def test_explicit_runs_raise_the_profiles_max_runs_and_say_so(pytester: pytest.Pytester, fake_profile: Path,
+                                                              make_suite: Callable[..., str],
+                                                              extra: tuple[str, ...]) -> None:
+    profile = _with_max_runs(fake_profile, 2)  # profile_toml: runs = 2
+    pytester.makepyfile(test_suite=make_suite(**MINI))
+    ref = FakeConfig(k=0, step_s=0.001, output_tokens=16)
+    with FakeServer(_spec()) as spec_url, FakeServer(ref) as ref_url:
+        result = pytester.runpytest(
+            f"--specdec-profile={profile}", "--specdec-runs=3", f"--specdec-endpoint={spec_url}",
+            f"--specdec-reference-endpoint={ref_url}", f"--specdec-reports={pytester.path / 'reports'}",
+            "-p", "no:cacheprovider", *extra)
+    result.assert_outcomes(**({"skipped": 1} if "--specdec-dry-run" in extra else {"passed": 1}))
+    line = f"specdec: --specdec-runs 3 raises the profile's [[]verdicts] max_runs from 2 to 3 ({profile})"
+    result.stdout.fnmatch_lines([line])
+    assert sum("raises the profile's" in x for x in result.outlines) == 1
+    if "--update-baselines" in extra:
+        result.stdout.fnmatch_lines(["*run 3/3 spec*"])
+
+
+@pytest.mark.parametrize("extra", [(), ("--specdec-dry-run",), ("--update-baselines",)])
+def test_explicit_max_runs_below_the_runs_is_a_usage_error(pytester: pytest.Pytester, fake_profile: Path,
+                                                           make_suite: Callable[..., str],
+                                                           extra: tuple[str, ...]) -> None:
+    pytester.makepyfile(test_suite=make_suite(**MINI))
+    result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-max-runs=1", "-p", "no:cacheprovider",
+                                *extra)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --specdec-max-runs 1 is below the runs per test (2, [[]matrix] runs of "
+                                 f"profile {fake_profile}); raise --specdec-max-runs or lower --specdec-runs"])
+    result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-max-runs=2", "--specdec-runs=3",
+                                "-p", "no:cacheprovider", *extra)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --specdec-max-runs 2 is below the runs per test (3, --specdec-runs)*"])
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('model = "fake-model"', "model = 42", "[[]target] model must be a non-empty string *, got 42"),
+    ("runs = 2", 'runs = 2\n[verdicts]\nmax_runs = "4"', "[[]verdicts] max_runs must be a whole number >= 1, got '4'"),
+])
+def test_a_wrongly_typed_profile_key_is_one_line_naming_file_and_key(pytester: pytest.Pytester, fake_profile: Path,
+                                                                     make_suite: Callable[..., str], old: str,
+                                                                     new: str, message: str) -> None:
+    fake_profile.write_text(fake_profile.read_text().replace(old, new))
+    pytester.makepyfile(test_suite=make_suite(**MINI))
+    for extra in ((), ("--specdec-dry-run",), ("--specdec-runs=3",)):
+        result = pytester.runpytest(f"--specdec-profile={fake_profile}", "-p", "no:cacheprovider", *extra)
+        out = "\n".join(result.outlines + result.errlines)
+        assert "INTERNALERROR" not in out and "Traceback" not in out
+        assert f"profile {fake_profile}: " in out
+        (result.stderr if extra == ("--specdec-runs=3",) else result.stdout).fnmatch_lines([f"*{message}"])

@@ -1,6 +1,6 @@
 """The zoo on real vLLM CPU: each method's figures stay in the ranges that make it a useful stand-in.
 
-One module-scoped measurement (python -m pytest_specdec.zoo_measure does the same and prints the
+One module-scoped measurement (python -m pytest_specdec.zoo.measure does the same and prints the
 README table) starts a server per zoo method, plus eagle3 without the temperature fix.
 """
 
@@ -40,7 +40,7 @@ def _processes_with_env(fragment: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from pytest_specdec.zoo_measure import markdown, measure
+    from pytest_specdec.zoo.measure import markdown, measure
 
     log_dir = tmp_path_factory.mktemp("zoo-logs")
     summary = measure(log_dir, progress=lambda line: print(line, flush=True))

@@ -32,7 +32,7 @@ from pytest_specdec.session import SpecDecSession
 
 CATEGORIES = {"short_qa", "summarization", "code_generation", "code_editing", "creative_writing", "translation",
               "structured_output", "reasoning"}
-#: sha256 of the 32 prompts the zoo was measured with (README) and that zoo_measure.py still sends.
+#: sha256 of the 32 prompts the zoo was measured with (README) and that zoo/measure.py still sends.
 FIRST_32_SHA256 = "b626dd172c409349903ce3da1f716603db0bf510bd0f17a85f1d5a8c0dfc382a"
 CPU_MAX_MODEL_LEN = 1024  # the cpu profile's --max-model-len
 

