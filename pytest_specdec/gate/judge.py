@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.check import TestEnd
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.pipeline import Pipeline
-    from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.store import BaselineStore
     from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.measure.runner import CaseResult
@@ -91,7 +91,7 @@ class Judge:
 
     def __init__(self, cfg: GateConfig) -> None:
         self.cfg = cfg
-        self.opened = False  # whether any test read its baseline (only then are baselines written)
+        self.opened = False  # whether a test of this process read its baseline (an xdist worker sends the store)
 
     @cached_property
     def store(self) -> BaselineStore:
@@ -315,7 +315,7 @@ class Judge:
             if late and c.check and not c.failed and not self.updating_all and c.status == "compared":
                 end.late_regressions.append(
                     (nodeid, TestEnd("regressed", True, self.rel(c.path), self.create_command(nodeid, "all"))))
-        if self.cfg.update and self.opened:
+        if self.cfg.update and checked:  # a test read its baseline here or, under xdist, on a worker
             end.written, end.baselines, end.baselines_failed = self.write(checked)
 
 

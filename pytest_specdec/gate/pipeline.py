@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.nights import Night
-    from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.gate.variance import NightVariance, Prior
 
 

@@ -1,20 +1,20 @@
-"""From a stored baseline and tonight's runs to verdicts, and from verdicts to messages a person can act on.
+"""From a stored baseline and tonight's runs to one test's verdicts, and what the stored files teach the gate
+(priors, pooled night variances with the profile's floor).
 
-Pure functions over plain dicts (the baseline file format of :mod:`.baselines`) and :class:`stats.Verdict`;
-the session decides when to call them. Heavy modules (numpy, scipy) are imported inside functions
-so that ``pytest --help`` stays fast (options import :func:`parse_threshold_items`).
+Pure functions over the baseline file format (:mod:`.baselines`), typed nights (:mod:`.nights`) and
+:class:`stats.Verdict`; `gate/pipeline.py` strings them together, once, for every caller. Heavy modules
+(numpy, scipy) are imported inside functions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.registry import ABSOLUTE, GATED, KINDS, label, metric
+from pytest_specdec.gate.registry import ABSOLUTE, GATED
 from pytest_specdec.gate.registry import VERDICT_METRICS as METRICS
 
 if TYPE_CHECKING:
@@ -128,9 +128,10 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
     left out for coalesced streams is reported as not judged); raw, before the session's multiplicity
     adjustment.
 
-    With ``nights`` (pooled night variances) every metric is compared night mean against night means;
-    absolute figures first have the machine factor divided out: each stored night's (``factors``) and
-    tonight's (``tonight_log``, the session's). Without them, the older run/session comparison."""
+    A metric with a pooled night variance (``nights``) is compared night mean against night means; one without
+    (the profile's stored files hold a single night, or a results file is the baseline in `compare`) run by
+    run, or session means against tonight's, with the ``priors``. Absolute figures first have the machine
+    factor divided out: each stored night's (``factors``) and tonight's (``tonight_log``, the session's)."""
     from pytest_specdec.gate.machine import absolute_scale
     from pytest_specdec.gate.stats import compare
 

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import BaselineCheck
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.machine import MachineFactor

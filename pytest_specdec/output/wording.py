@@ -82,11 +82,11 @@ def attribution(verdicts: Iterable[Verdict]) -> str:
     """Which arm moved: the reference decoding, the speedup, the acceptance, and what that points at."""
     by = {v.metric: v for v in verdicts}
     parts = []
-    for label, name in (("reference decoding", "reference_tok_s"), ("speedup", "speedup"),
-                        ("acceptance", "acceptance_rate"), ("spec tok/s", "output_tok_s")):
+    for what, name in (("reference decoding", "reference_tok_s"), ("speedup", "speedup"),
+                       ("acceptance", "acceptance_rate"), ("spec tok/s", "output_tok_s")):
         v = by.get(name)
         if v is not None:
-            parts.append(verdict_phrase(label, v))
+            parts.append(verdict_phrase(what, v))
 
     def bad(name: str) -> bool:
         return name in by and by[name].verdict == "regressed"
