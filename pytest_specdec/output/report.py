@@ -391,13 +391,10 @@ def render(results: Results) -> str:
     return templates().get_template("report.html.j2").render(
         results=results, env=env, started=started.replace("T", " ")[:19] + (" UTC" if started else ""),
         duration=results.duration_s, totals=totals(tests),
-        tests=views, charts=charts,
-        badge_labels=[(b.label, b.family) for b in BADGES],
-        machine=machine, machine_line=machine_sentence(machine) if machine else "",
-        gate=results.gate,
+        tests=views, charts=charts, badge_labels=[(b.label, b.family) for b in BADGES],
+        machine=machine, machine_line=machine_sentence(machine) if machine else "", gate=results.gate,
         guard_columns=[label(m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
-        changed=changed,
-        cost=cost, peaks=cost_peaks(cost), price=results.price,
+        changed=changed, cost=cost, peaks=cost_peaks(cost), price=results.price,
         workarounds_active=active, workarounds_inactive=inactive,
         commit=env.get("commit") or {}, status_order=STATUS_ORDER, update=update_view(results.baseline_update),
     )
