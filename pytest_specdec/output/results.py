@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.metadata as md
 import json
+import os
 import platform
 import time
 from collections.abc import Iterable, Sequence
@@ -252,8 +253,11 @@ def price(profile: Profile, gpu_hourly_usd: float | None) -> dict[str, Any] | No
 
 
 def stamp(started: float) -> str:
-    """The session's start as it appears in file names (UTC)."""
-    return dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    """The session's start as it appears in file names (UTC, to the microsecond), and this process's pid: two
+    sessions sharing a reports directory never write the same name, even when they start at the same moment.
+    Every file of the session (results, report, saved outputs) carries the same stamp, which pairs them."""
+    t = dt.datetime.fromtimestamp(started, dt.timezone.utc)
+    return f"{t:%Y%m%dT%H%M%S}.{t:%f}Z-{os.getpid()}"
 
 
 def write_results(results: dict[str, Any], reports_dir: Path, started: float, json_path: Path | None = None
