@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,11 @@ VERDICTS_MARKER_SIGNATURE = (
 VERDICTS_FIELDS = ("check", "thresholds", "gate")
 #: The name the matrix is parametrized under; the `specdec` fixture reads it.
 PARAM = "_specdec_case"
+#: The most draft tokens per step vLLM verifies: its rejection sampler asserts `max_spec_len <= MAX_SPEC_LEN`
+#: (vllm/v1/sample/rejection_sampler.py), so a larger k fails at the first request; SpeculativeConfig itself
+#: only asks for k > 0.
+MAX_K = 128
+MAX_K_SOURCE = "vLLM verifies at most 128 draft tokens per step (MAX_SPEC_LEN of its rejection sampler)"
 
 
 @dataclass(frozen=True, order=True)
@@ -122,11 +128,16 @@ def _as_list(name: str, value: Any) -> list[Any]:
     return [value]
 
 
-def _int(name: str, value: Any, minimum: int = 1, allow_none: bool = False) -> int | None:
+def _int(name: str, value: Any, minimum: int = 1, allow_none: bool = False,
+         maximum: tuple[int, str] | None = None) -> int | None:
+    """A whole-number field; ``maximum`` is (the limit, where it comes from)."""
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"specdec marker: {name} must be a whole number >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum[0]:
+        raise ConfigError(f"specdec marker: {name}={value} is above {maximum[0]}: {maximum[1]}; "
+                          f"lower {name} to at most {maximum[0]}")
     return value
 
 
@@ -167,7 +178,7 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
     cases: list[Case] = []
     for (method, k, temperature, concurrency, dataset, max_tokens, num_prompts, raw, api,
          rate, ignore_eos) in itertools.product(*lists.values()):
-        raw_json = None
+        raw_json, k_field = None, "k"
         if raw is not None:
             if not isinstance(raw, dict) or "method" not in raw:
                 raise ConfigError(
@@ -182,7 +193,8 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
                     f"specdec marker: speculative_config method {method!r} is not one vLLM knows; allowed: "
                     f"{', '.join(VLLM_METHODS)}"
                 )
-            k = raw.get("num_speculative_tokens", k)
+            if "num_speculative_tokens" in raw:
+                k, k_field = raw["num_speculative_tokens"], "speculative_config num_speculative_tokens"
             raw = {**raw, "num_speculative_tokens": k}
             raw_json = json.dumps(raw, sort_keys=True)
         elif method not in profile.method_names():
@@ -193,16 +205,17 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
         if method == "none":
             k = None
         else:
-            k = _int("k", k)
+            k = _int(k_field, k, maximum=(MAX_K, MAX_K_SOURCE))
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
             raise ConfigError(f"specdec marker: temperature must be a number in [0, 2], got {temperature!r}")
         if not isinstance(dataset, str) or not dataset:
             raise ConfigError(f"specdec marker: dataset must be 'builtin' or a file path, got {dataset!r}")
         if api not in APIS:
             raise ConfigError(f"specdec marker: api must be one of {', '.join(APIS)}, got {api!r}")
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0):
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0
+                                 or not math.isfinite(rate)):
             raise ConfigError(
-                f"specdec marker: request_rate must be a number of requests/s > 0 (open loop) or None "
+                f"specdec marker: request_rate must be a finite number of requests/s > 0 (open loop) or None "
                 f"(closed loop), got {rate!r}"
             )
         if not isinstance(ignore_eos, bool):

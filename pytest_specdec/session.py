@@ -173,7 +173,7 @@ class SpecDecSession:
         """What only the profile and the dataset can tell is impossible: an error at collection, not later."""
         records = self.workload.dataset(case.dataset).prompts  # all: suffix decoding draws beyond the sample
         self.placement.check_possible(case.dataset, len(records), case.num_prompts, case.max_tokens,
-                                      records if case.max_tokens is None else ())
+                                      records if case.max_tokens is None else (), case.concurrency)
 
     def prompts(self, case: Case) -> list[Prompt]:
         """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied."""

@@ -73,16 +73,31 @@ class Placement:
         return dataclasses.replace(spec, host=self.host)
 
     def check_possible(self, dataset: str, size: int, num_prompts: int | None, max_tokens: int | None,
-                       records: Sequence[Prompt] = ()) -> None:
+                       records: Sequence[Prompt] = (), concurrency: int = 1) -> None:
         """What only the profile and the dataset can tell is impossible. ``records`` are the prompts the test
         sends: without the marker's ``max_tokens`` each asks for its own, which must leave room for the
-        prompt too. Endpoint mode skips the model-length checks: someone else's server has its own limit."""
+        prompt too. Endpoint mode skips the server-limit checks (model length, sequences at once): someone
+        else's server has its own."""
         from pytest_specdec.profiles.resolve import max_model_len
 
         if num_prompts is not None and num_prompts > size:
             raise ConfigError(
                 f"specdec: num_prompts={num_prompts} but dataset {dataset!r} has {size} prompts; "
                 f"lower num_prompts or use a larger dataset (prompts are never repeated)"
+            )
+        seqs, source = (concurrency, "") if self.endpoint else max_num_seqs(self.profile)
+        if concurrency > seqs:
+            raise ConfigError(
+                f"specdec: concurrency={concurrency} is above the {seqs} requests a server of profile "
+                f"{self.profile.name!r} runs at once ({source}); the rest would wait in its queue and the test "
+                f"would measure the queue, not speculation; lower concurrency to at most {seqs}"
+            )
+        sent = size if num_prompts is None else num_prompts
+        if concurrency > sent:
+            where = f"num_prompts={num_prompts}" if num_prompts is not None else f"dataset {dataset!r} has {size}"
+            raise ConfigError(
+                f"specdec: concurrency={concurrency} but a run sends {sent} prompts ({where}), so at most {sent} "
+                f"are ever in flight; lower concurrency to at most {sent} or send more prompts"
             )
         limit = max_model_len(self.profile)
         if max_tokens is not None and limit is not None and not self.endpoint and max_tokens >= limit:
@@ -98,3 +113,42 @@ class Placement:
                 f"leaves no room for the prompt: profile {self.profile.name!r} serves with --max-model-len {limit}; "
                 f"lower it below {limit} in the file, or set max_tokens in the marker"
             )
+
+
+def max_num_seqs(profile: Profile) -> tuple[int, str]:
+    """How many requests a server of `profile` runs at once, and where that number comes from: its `[server]
+    args` --max-num-seqs, else vLLM's default for the OpenAI server (EngineArgs.get_batch_defaults: 128 per
+    CPU rank; on GPUs 256, 1024 from 70 GB of memory except on an A100, the largest assumed when the profile's
+    GPUs do not say), doubled by --performance-mode throughput and capped by --max-num-batched-tokens, as
+    vLLM does with its defaults."""
+    from pytest_specdec.vllm.command import arg_value
+
+    args = profile.server_args
+    if arg_value(args, "--max-num-seqs") is not None:
+        seqs = _whole(profile, args, "--max-num-seqs")
+        return seqs, f"--max-num-seqs {seqs} in its [server] args"
+    if profile.device == "cpu":
+        ranks = profile.tensor_parallel_size * _whole(profile, args, "--pipeline-parallel-size")
+        seqs, source = 128 * ranks, f"vLLM's default on the CPU, 128 per rank x {ranks}"
+    elif any("a100" in name.lower() for name in profile.nvidia_smi_names):
+        seqs, source = 256, "vLLM's default on an A100"
+    else:
+        seqs, source = 1024, "vLLM's largest GPU default"
+    if arg_value(args, "--performance-mode") == "throughput":
+        seqs, source = 2 * seqs, f"{source}, doubled by --performance-mode throughput"
+    if arg_value(args, "--max-num-batched-tokens") is not None:
+        tokens = _whole(profile, args, "--max-num-batched-tokens")
+        if tokens < seqs:
+            seqs, source = tokens, f"--max-num-batched-tokens {tokens} in its [server] args"
+    return seqs, f"{source}; set --max-num-seqs in the profile's [server] args to say"
+
+
+def _whole(profile: Profile, args: Sequence[str], flag: str) -> int:
+    """A whole-number server argument (1 when absent); anything else names the profile and the flag."""
+    from pytest_specdec.vllm.command import arg_value
+
+    value = arg_value(args, flag) or "1"
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"profile {profile.name!r}: [server] args {flag} {value!r} is not a whole number") from None
