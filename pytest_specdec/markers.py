@@ -175,6 +175,9 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
         "request_rate": _as_list("request_rate", kwargs.get("request_rate", defaults.get("request_rate"))),
         "ignore_eos": _as_list("ignore_eos", kwargs.get("ignore_eos", False)),
     }
+    from pytest_specdec.measure.datasets.formats import MAX_GIVEN_TOKENS
+
+    max_given = (MAX_GIVEN_TOKENS, "above any served context length, the bound of a dataset record's own max_tokens")
     cases: list[Case] = []
     for (method, k, temperature, concurrency, dataset, max_tokens, num_prompts, raw, api,
          rate, ignore_eos) in itertools.product(*lists.values()):
@@ -227,7 +230,7 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
                 temperature=float(temperature),
                 concurrency=_int("concurrency", concurrency),  # type: ignore[arg-type]
                 dataset=dataset,
-                max_tokens=_int("max_tokens", max_tokens, allow_none=True),
+                max_tokens=_int("max_tokens", max_tokens, allow_none=True, maximum=max_given),
                 num_prompts=_int("num_prompts", num_prompts, allow_none=True),
                 speculative_config_json=raw_json,
                 api=api,

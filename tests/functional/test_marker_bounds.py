@@ -24,6 +24,9 @@ import pytest
      "its rejection sampler); lower k to at most 128"),
     ('speculative_config={"method": "ngram", "num_speculative_tokens": 129, "prompt_lookup_max": 4}', None,
      "*specdec marker: speculative_config num_speculative_tokens=129 is above 128: *"),
+    ('method="ngram", max_tokens=10**9', None,
+     "*specdec marker: max_tokens=1000000000 is above 1048576: above any served context length, the bound of a "
+     "dataset record's own max_tokens; lower max_tokens to at most 1048576"),
     ('method="ngram", request_rate=float("inf")', None,
      "*request_rate must be a finite number of requests/s > 0 (open loop) or None (closed loop), got inf"),
 ])
