@@ -202,3 +202,30 @@ def test_a_server_log_that_cannot_be_written_is_one_line_and_leaves_no_empty_log
     message = str(err.value)
     assert "\n" not in message and "No space left on device" in message and str(tmp_path / "logs") in message
     assert server.proc is None and list((tmp_path / "logs").iterdir()) == []
+
+
+def test_the_watchdog_stops_a_group_that_ignores_sigterm_once_its_owner_is_gone(tmp_path: Path) -> None:
+    """The owner is gone: SIGTERM, then SIGKILL after the grace; the registry entry goes. A group that is
+    gone on its own ends the watch with nothing killed."""
+    from pytest_specdec.servers.watchdog import watch
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    server = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                               "signal.SIG_IGN); print(1, flush=True); time.sleep(300)"],
+                              stdout=subprocess.PIPE, start_new_session=True)
+    assert server.stdout is not None and server.stdout.readline()  # SIGTERM is ignored from here on
+    entry = tmp_path / "entry.json"
+    entry.write_text("{}")
+    try:
+        t0 = time.monotonic()
+        assert watch(f"{gone.pid}:1", server.pid, str(entry), poll_s=0.05, grace_s=0.5)
+        assert server.wait(timeout=5) == -signal.SIGKILL and time.monotonic() - t0 < 3 and not entry.exists()
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()
+    done = subprocess.Popen(["true"], start_new_session=True)
+    done.wait()
+    entry.write_text("{}")
+    assert not watch(owner_tag(os.getpid()), done.pid, str(entry), poll_s=0.05) and not entry.exists()
