@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pytest_specdec.errors import ServerStartError
-from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, REGISTRY_ENV, owner_tag, register
+from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, REGISTRY_ENV, _running, owner_tag, register
 from pytest_specdec.servers.process import VllmServer
 from pytest_specdec.vllm.command import ServerSpec
 
@@ -37,16 +37,9 @@ time.sleep(300)
 def _gone(pid: int, within_s: float) -> bool:
     """Whether `pid` has exited within `within_s` (a zombie counts as gone)."""
     deadline = time.monotonic() + within_s
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except OSError:
-            return True
-        if time.monotonic() > deadline:
-            return False
+    while _running(pid, "/proc") and time.monotonic() <= deadline:
         time.sleep(0.1)
+    return not _running(pid, "/proc")
 
 
 @pytest.fixture
@@ -125,33 +118,40 @@ def test_sigterm_during_a_start_stops_it_at_once(
     assert all(_gone(pid, 1) for pid in pids)
 
 
+@pytest.fixture
+def registered(tmp_path: Path, registry: Path) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
+    """Start a stand-in server owned by the process a tag names, logging under `A/logs`, listed in the
+    registry as a session with `--specdec-reports A` lists its servers; all killed at teardown."""
+    logs = tmp_path / "A" / "logs"
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(tag: str) -> subprocess.Popen[bytes]:
+        procs.append(subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: tag, LOGS_ENV: str(logs)},
+                                      start_new_session=True))
+        register(tag, procs[-1].pid, logs / "vllm.log", "sleep 300")
+        return procs[-1]
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_stray_of_a_session_with_another_reports_directory_is_stopped(
-        pytester: pytest.Pytester, tmp_path: Path, registry: Path) -> None:
+        pytester: pytest.Pytester, tmp_path: Path, registry: Path,
+        registered: Callable[[str], subprocess.Popen[bytes]]) -> None:
     """A server a gone session started with `--specdec-reports A` (its watchdog killed too) is found through
     the registry by the next session with `--specdec-reports B`; a live session's server is left alone."""
     gone = subprocess.Popen(["true"])
     gone.wait()
-    logs_a = str(tmp_path / "A" / "logs")
-
-    def server(tag: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: tag, LOGS_ENV: logs_a},
-                                start_new_session=True)
-        register(tag, proc.pid, Path(logs_a) / "vllm.log", "sleep 300")
-        return proc
-
-    stray, live = server(f"{gone.pid}:1"), server(owner_tag(os.getpid()))
-    try:
-        pytester.makepyfile("def test_nothing(): pass")
-        r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={tmp_path / 'B'}")
-        r.assert_outcomes(passed=1)
-        r.stdout.fnmatch_lines([f"specdec: stopping a vLLM server an earlier session left running: pid {stray.pid} "
-                                f"(started by pytest pid {gone.pid}, now gone): sleep 300"])
-        assert stray.wait(timeout=10) != 0 and live.poll() is None
-        assert [p.name for p in registry.glob("*.json")] == [f"{owner_tag(os.getpid()).replace(':', '-')}-{live.pid}.json"]
-    finally:
-        for p in (stray, live):
-            p.kill()
-            p.wait()
+    stray, live = registered(f"{gone.pid}:1"), registered(owner_tag(os.getpid()))
+    pytester.makepyfile("def test_nothing(): pass")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={tmp_path / 'B'}")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines([f"specdec: stopping a vLLM server an earlier session left running: pid {stray.pid} "
+                            f"(started by pytest pid {gone.pid}, now gone): sleep 300"])
+    assert stray.wait(timeout=10) != 0 and live.poll() is None
+    assert [p.name for p in registry.glob("*.json")] == [f"{owner_tag(os.getpid()).replace(':', '-')}-{live.pid}.json"]
 
 
 def test_a_full_reports_directory_is_one_line_at_start_and_leaves_nothing(pytester: pytest.Pytester) -> None:
@@ -229,3 +229,17 @@ def test_the_watchdog_stops_a_group_that_ignores_sigterm_once_its_owner_is_gone(
     done.wait()
     entry.write_text("{}")
     assert not watch(owner_tag(os.getpid()), done.pid, str(entry), poll_s=0.05) and not entry.exists()
+
+
+def test_a_sigkilled_owner_not_yet_reaped_is_gone() -> None:
+    """A SIGKILLed pytest whose parent has not reaped it is a zombie: its servers are strays all the same."""
+    from pytest_specdec.servers.hygiene import owner_alive
+
+    owner = subprocess.Popen(["sleep", "300"])
+    tag = owner_tag(owner.pid)
+    assert owner_alive(tag) and not owner_alive(f"{owner.pid}:1")  # a reused pid is another process
+    owner.kill()
+    while not _gone(owner.pid, 5):
+        pass
+    assert not owner_alive(tag)
+    owner.wait()
