@@ -20,7 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
@@ -210,7 +210,7 @@ class VllmServer:
                 self.stop(ABORT_GRACE_S)
             raise
 
-    def _open_log(self, env: dict[str, str]) -> Any:
+    def _open_log(self, env: dict[str, str]) -> BinaryIO:
         """This start's log, its first line the command; what else the start writes is cleared. A log
         directory that cannot be written is a one-line error naming the path, and leaves no empty log."""
         self._log_path = None
