@@ -17,17 +17,22 @@ from typing import Any, Callable
 def log_dir_problem(log_dir: Path) -> str | None:
     """Why server logs cannot be written under `log_dir` (a read-only or full file system, a file in
     the way), as one line naming the path; None when they can. A probe file is written, synced and
-    removed, so a full disk shows here rather than as a server start that fails."""
+    removed, so a full disk shows here rather than as a server start that fails. The probe goes into
+    the deepest directory that exists: a session that starts no server creates no directory."""
+    where = log_dir
+    while not where.exists() and where.parent != where:
+        where = where.parent
+    if not where.is_dir():
+        return f"cannot write server logs under {log_dir}: {where} is not a directory"
     probe: str | None = None
     try:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=log_dir, prefix=".specdec-probe-")
+        fd, probe = tempfile.mkstemp(dir=where, prefix=".specdec-probe-")
         with os.fdopen(fd, "wb") as f:
             f.write(b"\0" * 4096)
             f.flush()
             os.fsync(f.fileno())
     except OSError as exc:
-        return f"cannot write server logs under {log_dir}: {exc.filename or log_dir}: {exc.strerror or exc}"
+        return f"cannot write server logs under {log_dir}: {exc.filename or where}: {exc.strerror or exc}"
     finally:
         if probe is not None:
             with contextlib.suppress(OSError):
