@@ -15,12 +15,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
-from pytest_specdec.servers.hygiene import LOGS_ENV, REGISTRY_ENV
+from pytest_specdec.servers.hygiene import REGISTRY_ENV
 from pytest_specdec.vllm.cli import vllm_distribution
+from test_faults_vllm import _session_processes  # pytest puts this directory on sys.path (no __init__.py)
 
 pytestmark = [
     pytest.mark.vllm,
@@ -30,23 +30,6 @@ pytestmark = [
 
 #: Seconds after the engine core is spawned at which the session is SIGKILLed: within its start.
 KILL_AFTER_S = 20
-
-
-def _session_processes(logs: Path) -> list[str]:
-    """Processes that carry the session's log directory in their environment (servers, engine cores,
-    workers), with their command lines."""
-    tag = f"{LOGS_ENV}={logs.resolve()}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if tag in (proc / "environ").read_bytes():
-                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                found.append(f"{proc.name} {command}")
-        except OSError:
-            continue
-    return found
 
 
 def test_a_server_in_start_up_dies_with_a_sigkilled_session(
