@@ -87,7 +87,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if specdec.settings.dry_run:
         return
     from pytest_specdec.servers.hygiene import find_strays, remove_strays
+    from pytest_specdec.servers.spawn import log_dir_problem
 
+    problem = log_dir_problem(specdec.settings.reports_dir / "logs")
+    if problem:  # a full or read-only reports directory: one line, before any server starts
+        pytest.exit(f"specdec: {problem}", returncode=pytest.ExitCode.USAGE_ERROR)
     strays = find_strays(str(specdec.settings.reports_dir / "logs"))
     for stray in strays:
         specdec.progress(f"specdec: stopping a vLLM server an earlier session left running: {stray.line()}")

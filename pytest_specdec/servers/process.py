@@ -20,12 +20,13 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
-from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, owner_tag
+from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, owner_tag, register
 from pytest_specdec.servers.http import get, server_info
+from pytest_specdec.servers.spawn import _preexec, lower_priority, terminate_group
 from pytest_specdec.vllm.command import ServerSpec, arg_value, build_command
 from pytest_specdec.vllm.cpu_fix import FIX_NAME, OPT_IN_ENV, RECORD_ENV
 from pytest_specdec.vllm.engine_config import (
@@ -40,6 +41,9 @@ API_KEY_ENV = "VLLM_API_KEY"
 LOG_TAIL_LINES = 60
 #: Starts tried when the port `free_port` chose was taken before vLLM bound it.
 PORT_ATTEMPTS = 3
+#: Grace of a server whose start is broken off (failed, timed out, SIGTERM or Ctrl-C) before SIGKILL:
+#: vLLM ignores SIGTERM while it starts, and a half-started server has nothing to shut down cleanly.
+ABORT_GRACE_S = 2.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -103,6 +107,10 @@ class VllmServer:
     api_key: str | None = field(default=None, repr=False)
     _engine_config: dict[str, Any] | None = field(default=None, repr=False)
     _log_path: Path | None = field(default=None, repr=False)
+    #: The watchdog that stops the server if this process dies without stopping it (servers/watchdog.py).
+    _watchdog: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    #: The server's entry in the per-user registry of live servers (what the next session's sweep reads).
+    _entry: Path | None = field(default=None, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -153,11 +161,10 @@ class VllmServer:
         return "address already in use" in self.log_tail().lower()
 
     def _start_once(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._log_path = self._next_log_path()
         self.port = free_port(self.spec.host)
         self.command = build_command(self.spec, self.port, self.launcher)
-        env = {**os.environ, **dict(self.spec.env), **self.placement_env, OWNER_ENV: owner_tag(os.getpid()),
+        owner = owner_tag(os.getpid())
+        env = {**os.environ, **dict(self.spec.env), **self.placement_env, OWNER_ENV: owner,
                LOGS_ENV: str(self.log_dir.resolve())}
         if self.dev_mode:
             env[DEV_MODE_ENV] = "1"
@@ -167,15 +174,9 @@ class VllmServer:
         elif self.api_key:
             env[API_KEY_ENV] = self.api_key
         self._engine_config, self.server_info_s = None, None
-        self.config_path.unlink(missing_ok=True)
-        if env.get(OPT_IN_ENV) == "1":
-            shutil.rmtree(self.record_dir, ignore_errors=True)
-            self.record_dir.mkdir(parents=True)
-            env[RECORD_ENV] = str(self.record_dir)
+        log = self._open_log(env)
         t0 = self.clock()
-        with open(self.log_path, "wb") as log:
-            log.write(f"$ {shlex.join(redact.args(self.command))}\n".encode())
-            log.flush()
+        with log:
             self.proc = subprocess.Popen(
                 self.command,
                 stdout=log,
@@ -185,9 +186,10 @@ class VllmServer:
                 start_new_session=True,  # own process group, whose id is the pid: we kill the whole tree
                 preexec_fn=_preexec(self.cpus, self.nice),
             )
-        self.priority = lower_priority(self.proc.pid, self.nice) if self.nice else None
         deadline = t0 + self.startup_timeout_s
         try:
+            self._tie_to_session(owner)
+            self.priority = lower_priority(self.proc.pid, self.nice) if self.nice else None
             if self.on_spawn is not None:
                 self.on_spawn(self.proc.pid)
             while True:
@@ -205,8 +207,50 @@ class VllmServer:
             from pytest_specdec.servers.hygiene import shielded
 
             with shielded():  # a second Ctrl-C must not leave the half-started server running
-                self.stop()
+                self.stop(ABORT_GRACE_S)
             raise
+
+    def _open_log(self, env: dict[str, str]) -> BinaryIO:
+        """This start's log, its first line the command; what else the start writes is cleared. A log
+        directory that cannot be written is a one-line error naming the path, and leaves no empty log."""
+        self._log_path = None
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._log_path = self._next_log_path()
+            self.config_path.unlink(missing_ok=True)
+            if env.get(OPT_IN_ENV) == "1":
+                shutil.rmtree(self.record_dir, ignore_errors=True)
+                self.record_dir.mkdir(parents=True)
+                env[RECORD_ENV] = str(self.record_dir)
+            log = open(self._log_path, "wb")
+        except OSError as exc:
+            raise ServerStartError(f"vLLM server ({self.spec.method}) not started: cannot write "
+                                   f"{exc.filename or self.log_dir}: {exc.strerror or exc}") from None
+        try:
+            log.write(f"$ {shlex.join(redact.args(self.command))}\n".encode())
+            log.flush()
+        except OSError as exc:
+            log.close()
+            self._log_path.unlink(missing_ok=True)
+            raise ServerStartError(f"vLLM server ({self.spec.method}) not started: cannot write "
+                                   f"{self._log_path}: {exc.strerror or exc}") from None
+        return log
+
+    def _tie_to_session(self, owner: str) -> None:
+        """List the server in the per-user registry and start its watchdog, so it is stopped even when
+        this process is SIGKILLed (a start-up ignores the parent-death SIGTERM; the registry lets the
+        next session find it whatever reports directory it uses). An unwritable registry stops the start
+        with a line naming it: a server nothing would stop is never left running."""
+        from pytest_specdec.servers.hygiene import registry_dir
+        from pytest_specdec.servers.watchdog import start_watchdog
+
+        assert self.proc is not None
+        try:
+            self._entry = register(owner, self.proc.pid, self.log_path, " ".join(redact.args(self.command)))
+        except OSError as exc:
+            raise ServerStartError(f"vLLM server ({self.spec.method}) not started: cannot write its entry in "
+                                   f"{registry_dir()}: {exc.strerror or exc}") from None
+        self._watchdog = start_watchdog(owner, self.proc.pid, self._entry)
 
     def _read_engine_config(self) -> dict[str, Any]:
         """Once per start, after readiness: /server_info when served, else the start-up log line."""
@@ -268,10 +312,20 @@ class VllmServer:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """SIGTERM the process group, then SIGKILL whatever is left after `grace_s`."""
+        """SIGTERM the process group, then SIGKILL whatever is left after `grace_s`; then its watchdog and
+        registry entry go."""
         if self.proc is None:
             return
         terminate_group(self.proc, grace_s)
+        if self._watchdog is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._watchdog.kill()
+            self._watchdog.wait()
+            self._watchdog = None
+        if self._entry is not None:
+            with contextlib.suppress(OSError):
+                self._entry.unlink(missing_ok=True)
+            self._entry = None
         self._scrub_log()
 
     def _scrub_log(self) -> None:
@@ -290,87 +344,3 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _preexec(cpus: frozenset[int] | None, nice: int) -> Callable[[], None]:
-    """preexec_fn: on Linux a parent-death signal (SIGTERM when the process that started the server dies,
-    even by SIGKILL, so vLLM shuts its engine down instead of orphaning it); the child's CPU affinity and
-    niceness, set before exec (threads and children inherit them)."""
-    prctl = _prctl()
-    parent = os.getpid()
-
-    def setup() -> None:
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-            if os.getppid() != parent:  # the parent died before the signal was armed
-                os._exit(1)
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        if nice:
-            os.nice(nice)
-
-    return setup
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _prctl() -> Callable[[int, int], int] | None:
-    """libc's prctl, loaded before the fork (nothing may be loaded between fork and exec); None off Linux."""
-    if not os.uname().sysname == "Linux":
-        return None
-    import ctypes
-
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
-    except (OSError, AttributeError):
-        return None
-
-
-def lower_priority(pid: int, nice: int) -> dict[str, Any]:
-    """Lower the scheduling priority of the session `pid` leads (a server started with its own session).
-
-    Why: a process's nice value only weighs against tasks of its own autogroup, and Linux puts every
-    session in an autogroup of its own (``sched_autogroup_enabled``), so the server's session gets the
-    nice value too, through ``/proc/PID/autogroup``. On 2 cores the busy-waiting server otherwise keeps
-    the client from reading for up to ~200 ms, and a whole stream arrives in one read
-    (docs/measurement.md). Raising a nice value needs no privilege. Returns what took effect.
-    """
-    autogroup: bool | None = False
-    for _ in range(5):  # unprivileged writes are rate-limited to one per 100 ms, machine-wide (EAGAIN)
-        try:
-            with open(f"/proc/{pid}/autogroup", "w") as f:
-                f.write(str(nice))
-            autogroup = True
-            break
-        except FileNotFoundError:  # a kernel without autogroups: the process nice value is all there is
-            autogroup = None
-            break
-        except BlockingIOError:
-            time.sleep(0.11)
-        except OSError:
-            break
-    return {"nice": nice, "autogroup": autogroup}
-
-
-def terminate_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
-    """Stop `proc` and every process in its group: SIGTERM, wait, then SIGKILL.
-
-    The group id is the one created at start (`start_new_session`: the leader's pid), never looked up:
-    once the leader has exited and been reaped, a lookup fails and its children would survive."""
-    pgid = proc.pid
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:  # no process left in the group
-            break
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        # The leader is gone; children in the group may linger: kill them too.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        break
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=1.0)  # reap the leader

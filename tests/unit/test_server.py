@@ -119,10 +119,10 @@ def test_a_second_ctrl_c_while_a_failed_start_cleans_up_still_stops_the_server(
 
     stop = server.stop
 
-    def stop_with_a_second_ctrl_c() -> None:
+    def stop_with_a_second_ctrl_c(grace_s: float = 20.0) -> None:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)
-        stop()
+        stop(grace_s)
 
     server.on_spawn = first_ctrl_c
     server.stop = stop_with_a_second_ctrl_c  # type: ignore[method-assign]
