@@ -282,8 +282,10 @@ def test_results_that_cannot_be_written_fail_the_session_with_a_clear_line(
     blocker = pytester.path / "not-a-dir"
     blocker.write_text("a file where the reports directory should be")
     spec, ref = fake_endpoints
+    # The reports directory is checked at the session's start (test_orphans.py); a results path that cannot
+    # be written is found only when the session writes it, at its end.
     r = pytester.runpytest(f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}",
-                           f"--specdec-reference-endpoint={ref}", f"--specdec-reports={blocker / 'reports'}",
+                           f"--specdec-reference-endpoint={ref}", f"--specdec-json={blocker / 'out.json'}",
                            "-p", "no:cacheprovider")
     r.assert_outcomes(passed=1)
     assert r.ret == pytest.ExitCode.TESTS_FAILED
