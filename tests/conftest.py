@@ -1,28 +1,28 @@
 """Shared fixtures of the plugin's tests: simulated vLLM servers, and the profiles and suites of pytester projects.
 
-Layout:
+Layout, in tiers (docs/ci.md gives each tier's command and time):
 
-* ``unit/``: the plugin's modules called directly (against the simulated servers when they need one);
-* ``functional/``: whole pytest sessions of the plugin, through pytester;
-* ``real_vllm/``: against the installed vLLM; the tests that start real servers are marked ``vllm``
-  (``pytest tests/ -m "not vllm"`` leaves them out);
+* ``unit/``: the plugin's modules called directly: pure, with no subprocess, no sleep and no network;
+* ``functional/``: whole pytest sessions of the plugin through pytester, and the modules against the simulated
+  vLLM, subprocesses and the clock;
+* ``real_vllm/``: against the installed vLLM; the tests that start real servers are marked ``vllm``;
+* the ``slow`` marker, in any tier: what needs a browser, a linter, torch (importing vLLM included) or runs a Monte
+  Carlo calibration; the fast tier is ``pytest tests/unit tests/functional -m "not slow"``;
 * ``fakes/``: the simulated vLLM (``fakes.FakeServer`` in-process, ``fakes.LAUNCHER`` the ``vllm serve`` stand-in);
+* ``sims/``: the simulations' models, which the tests check and scripts/ prints full-size figures from;
 * ``data/``: recorded inputs (tests/data/record_report_results.py writes report_results.json).
 
 pytest imports this file in its default ``prepend`` import mode, which puts tests/ on sys.path: that is how the
-test modules import ``fakes``. The test modules have unique names across the directories (none has an
+test modules import ``fakes`` and ``sims``. The test modules have unique names across the directories (none has an
 ``__init__.py``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import stat
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 # pytester's in-process runs drop the modules first imported inside them, and numpy warns (an error here) or
@@ -170,23 +170,6 @@ def fake_vllm(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Fak
                  "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_HANG_ONCE"):
         monkeypatch.delenv(name, raising=False)
     return FakeVllm(records, monkeypatch)
-
-
-def _load_script(name: str) -> ModuleType:
-    path = ROOT / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(scope="session")
-def load_script() -> Callable[[str], ModuleType]:
-    """Import a file under scripts/ as a module, so tests check the figures those scripts print:
-    ``load_script("stats_simulation")``."""
-    return _load_script
 
 
 @pytest.fixture
