@@ -2,7 +2,7 @@
 
 Layout, in tiers (docs/ci.md gives each tier's command and time):
 
-* ``unit/``: the plugin's modules called directly: pure, with no subprocess, no sleep and no network;
+* ``unit/``: the plugin's modules called directly: pure, with no subprocess, no sleep and no network (purity.py);
 * ``functional/``: whole pytest sessions of the plugin through pytester, and the modules against the simulated
   vLLM, subprocesses and the clock;
 * ``real_vllm/``: against the installed vLLM; the tests that start real servers are marked ``vllm``;
@@ -13,7 +13,7 @@ Layout, in tiers (docs/ci.md gives each tier's command and time):
 * ``data/``: recorded inputs (tests/data/record_report_results.py writes report_results.json).
 
 pytest imports this file in its default ``prepend`` import mode, which puts tests/ on sys.path: that is how the
-test modules import ``fakes`` and ``sims``. The test modules have unique names across the directories (none has an
+test modules import ``fakes``, ``sims`` and ``purity``. The test modules have unique names across the directories (none has an
 ``__init__.py``).
 """
 
@@ -49,8 +49,19 @@ import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401
 
 from fakes import LAUNCHER, FakeConfig, FakeServer, FakeVllm
+from purity import refuse_impure
 
 ROOT = Path(__file__).resolve().parent.parent
+
+UNIT = ROOT / "tests" / "unit"
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_is_pure(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test of tests/unit may not start a subprocess, open a socket or sleep (purity.py)."""
+    if UNIT in request.path.parents:
+        refuse_impure(monkeypatch)
+
 
 #: The speculative configs a simulated profile can name.
 METHODS = {

@@ -1,17 +1,21 @@
-"""The unit tier's guard (tests/unit/conftest.py) fails a test that starts a subprocess, opens or serves a socket,
-or sleeps, and leaves a pure one alone: run on planted tests in a pytester project with that conftest."""
+"""The unit tier's guard (tests/purity.py) fails a test that starts a subprocess, opens or serves a socket, or
+sleeps, and leaves a pure one alone: run on planted tests in a pytester project whose conftest applies it as
+tests/conftest.py does to tests/unit (where tests/unit/test_purity.py shows it applied)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-UNIT_CONFTEST = Path(__file__).resolve().parents[1] / "unit" / "conftest.py"
 
 
 def test_the_unit_guard_fails_impure_tests_and_names_what_they_did(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(UNIT_CONFTEST.read_text())
+    pytester.makeconftest("""
+        import pytest
+        from purity import refuse_impure
+
+        @pytest.fixture(autouse=True)
+        def _pure(monkeypatch):
+            refuse_impure(monkeypatch)
+    """)
     pytester.makepyfile(test_planted="""
         import http.server, socket, subprocess, time
 

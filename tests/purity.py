@@ -1,6 +1,7 @@
-"""The unit tier stays pure: a test here that starts a subprocess, opens or serves a socket, or sleeps fails,
-naming what it did. Such a test belongs in tests/functional, where the clock and other processes are allowed;
-keeping them out is what lets this tier run in seconds."""
+"""What keeps the unit tier pure: while a test of tests/unit runs (tests/conftest.py applies this), starting a
+subprocess, opening or serving a socket, or sleeping fails, naming what it did. Such a test belongs in
+tests/functional, where the clock and other processes are allowed; keeping them out is what lets the unit tier
+run in seconds."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def _refuse(what: str) -> Callable[..., NoReturn]:
     return call
 
 
-@pytest.fixture(autouse=True)
-def _pure(monkeypatch: pytest.MonkeyPatch) -> None:
+def refuse_impure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make subprocesses, connecting, binding and sleeping fail until ``monkeypatch`` undoes it."""
     monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("started a subprocess"))
     monkeypatch.setattr(socket.socket, "connect", _refuse("opened a connection"))
     monkeypatch.setattr(socket.socket, "connect_ex", _refuse("opened a connection"))
