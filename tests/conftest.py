@@ -63,6 +63,27 @@ def _unit_tier_is_pure(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
         refuse_impure(monkeypatch)
 
 
+REAL_VLLM = ROOT / "tests" / "real_vllm"
+
+#: The xdist group of the tests whose runs need the CPU's timing: under `-n 2 --dist loadgroup` (the README's
+#: command) they run one after another on one worker, so two real vLLM servers' worth of load, or a real vLLM
+#: server beside the speed gate's timed sessions, never runs at once.
+TIMED = "timed"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of tests/real_vllm joins the timed group (test_speed_gate names it itself), and the group goes
+    first: it is the longest unit of work, so the other worker takes everything else beside it."""
+    for item in items:
+        if REAL_VLLM in item.path.parents:
+            item.add_marker(pytest.mark.xdist_group(TIMED))
+
+    def timed(item: pytest.Item) -> bool:
+        return any(mark.args == (TIMED,) for mark in item.iter_markers("xdist_group"))
+
+    items.sort(key=lambda item: not timed(item))
+
+
 #: The speculative configs a simulated profile can name.
 METHODS = {
     "ngram": '{ method = "ngram", prompt_lookup_max = 4, prompt_lookup_min = 2 }',

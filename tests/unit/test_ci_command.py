@@ -1,5 +1,5 @@
-"""The README's test command is the one `.ci/run` runs, and it runs every tier: each folder of tests/ that holds
-test modules is named in it (a new tier left out of CI would otherwise pass unnoticed)."""
+"""The README's test command is the one `.ci/run` runs, and it runs every tier: tests/ as a whole, or each folder
+of tests/ that holds test modules (a new tier left out of CI would otherwise pass unnoticed)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_ci_runs_the_readmes_test_command() -> None:
 
 
 def test_the_test_command_names_every_tier() -> None:
-    named = set(re.findall(r"\btests/(\w+)", readme_command()))
+    named = set(re.findall(r"\btests/(\w*)", readme_command()))
     tiers = {p.parent.name for p in (ROOT / "tests").glob("*/test_*.py")}
     assert tiers == {"unit", "functional", "real_vllm"}
-    assert tiers <= named, f"the README's test command leaves out tests/{sorted(tiers - named)}"
+    assert "" in named or tiers <= named, f"the README's test command leaves out tests/{sorted(tiers - named)}"
