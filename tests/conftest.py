@@ -63,25 +63,29 @@ def _unit_tier_is_pure(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
         refuse_impure(monkeypatch)
 
 
-REAL_VLLM = ROOT / "tests" / "real_vllm"
-
-#: The xdist group of the tests whose runs need the CPU's timing: under `-n 2 --dist loadgroup` (the README's
-#: command) they run one after another on one worker, so two real vLLM servers' worth of load, or a real vLLM
+#: The tests whose runs need the CPU's timing (node id prefixes): under `-n 2 --dist loadgroup` (the README's
+#: command) one worker runs them one after another, so two real vLLM servers' worth of load, or a real vLLM
 #: server beside the speed gate's timed sessions, never runs at once.
-TIMED = "timed"
+TIMED = ("tests/real_vllm/", "tests/functional/test_speed_gate.py::")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with the TIMED tests as one group. xdist's own ``xdist_group`` marker does not group
+    under this pytest (its node id suffix is not applied), so the group is named here, on the controller."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class TimedGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "timed" if nodeid.startswith(TIMED) else super()._split_scope(nodeid)
+
+    return TimedGroup(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test of tests/real_vllm joins the timed group (test_speed_gate names it itself), and the group goes
-    first: it is the longest unit of work, so the other worker takes everything else beside it."""
-    for item in items:
-        if REAL_VLLM in item.path.parents:
-            item.add_marker(pytest.mark.xdist_group(TIMED))
-
-    def timed(item: pytest.Item) -> bool:
-        return any(mark.args == (TIMED,) for mark in item.iter_markers("xdist_group"))
-
-    items.sort(key=lambda item: not timed(item))
+    """The TIMED tests first: they are the longest unit of work, so the other worker takes the rest beside them."""
+    items.sort(key=lambda item: not item.nodeid.startswith(TIMED))
 
 
 #: The speculative configs a simulated profile can name.

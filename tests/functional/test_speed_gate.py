@@ -55,7 +55,6 @@ def verdicts(pytester: pytest.Pytester) -> list[dict]:
 # A calibration: five sessions of real waits (about 3 min); runs shorter than 24 tokens leave the A/A verdict
 # inconclusive too often.
 @pytest.mark.slow
-@pytest.mark.xdist_group("timed")  # never beside a real vLLM server (tests/conftest.py)
 def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
     pytester: pytest.Pytester, fake_profile: Path, servers: Servers, make_suite: Callable[..., str]
 ) -> None:
