@@ -3,8 +3,9 @@ finds a shifted one, on simulated per-sample log-probs.
 
     .venv/bin/python scripts/distribution_simulation.py [--seed 1] [--scale 1]
 
-The data model is `arms` (tests/unit/test_distribution.py checks the statistic on it too): prompts at
--2.5 ± 0.5 nats, samples scattered by 0.3 nats, 4 samples per prompt, the spec arm shifted by `shift`.
+The data model is tests/sims/distribution.py's `arms` (tests/unit/test_distribution.py checks the
+statistic on it too): prompts at -2.5 ± 0.5 nats, samples scattered by 0.3 nats, 4 samples per prompt,
+the spec arm shifted by `shift`.
 Each case (alpha, prompts, shift, comparisons) starts from the same seed.
 """
 
@@ -12,25 +13,19 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
+from pathlib import Path
 
+# The data model is the tests' (tests/sims/distribution.py), so the figures here are of what they check.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from sims.distribution import arms  # noqa: E402
 
 from pytest_specdec.measure.lossless import compare  # noqa: E402
 
 CASES = ((0.01, 8, 0.0, 2000), (0.01, 16, 0.0, 1000), (0.01, 8, 0.3, 400), (0.01, 16, 0.3, 400),
          (0.01, 8, 0.15, 400), (0.001, 8, 0.0, 4000), (0.001, 8, 0.3, 400), (0.001, 16, 0.3, 400),
          (0.001, 8, 0.5, 400))
-
-
-def arms(rng: random.Random, n_prompts: int, shift: float, *, samples: int = 4,
-         noise: float = 0.3) -> tuple[dict[str, list[float]], ...]:
-    """Per-sample mean log-probs of three arms (spec, reference_a, reference_b): prompts differ (mean
-    -2.5 ± 0.5 nats), samples scatter by `noise`, and the spec arm is `shift` nats off."""
-    out: tuple[dict[str, list[float]], ...] = ({}, {}, {})
-    for i in range(n_prompts):
-        mu = rng.gauss(-2.5, 0.5)
-        for j, arm in enumerate(out):
-            arm[f"p{i}"] = [rng.gauss(mu + (shift if j == 0 else 0.0), noise) for _ in range(samples)]
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,28 +1,28 @@
 """Shared fixtures of the plugin's tests: simulated vLLM servers, and the profiles and suites of pytester projects.
 
-Layout:
+Layout, in tiers (docs/ci.md gives each tier's command and time):
 
-* ``unit/``: the plugin's modules called directly (against the simulated servers when they need one);
-* ``functional/``: whole pytest sessions of the plugin, through pytester;
-* ``real_vllm/``: against the installed vLLM; the tests that start real servers are marked ``vllm``
-  (``pytest tests/ -m "not vllm"`` leaves them out);
+* ``unit/``: the plugin's modules called directly: pure, with no subprocess, no sleep and no network (purity.py);
+* ``functional/``: whole pytest sessions of the plugin through pytester, and the modules against the simulated
+  vLLM, subprocesses and the clock;
+* ``real_vllm/``: against the installed vLLM; the tests that start real servers are marked ``vllm``;
+* the ``slow`` marker, in any tier: what needs a browser, a linter, torch (importing vLLM included) or runs a Monte
+  Carlo calibration; the fast tier is ``pytest tests/unit tests/functional -m "not slow"``;
 * ``fakes/``: the simulated vLLM (``fakes.FakeServer`` in-process, ``fakes.LAUNCHER`` the ``vllm serve`` stand-in);
+* ``sims/``: the simulations' models, which the tests check and scripts/ prints full-size figures from;
 * ``data/``: recorded inputs (tests/data/record_report_results.py writes report_results.json).
 
 pytest imports this file in its default ``prepend`` import mode, which puts tests/ on sys.path: that is how the
-test modules import ``fakes``. The test modules have unique names across the directories (none has an
+test modules import ``fakes``, ``sims`` and ``purity``. The test modules have unique names across the directories (none has an
 ``__init__.py``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import stat
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 # pytester's in-process runs drop the modules first imported inside them, and numpy warns (an error here) or
@@ -49,8 +49,44 @@ import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401
 
 from fakes import LAUNCHER, FakeConfig, FakeServer, FakeVllm
+from purity import refuse_impure
 
 ROOT = Path(__file__).resolve().parent.parent
+
+UNIT = ROOT / "tests" / "unit"
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_is_pure(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test of tests/unit may not start a subprocess, open a socket or sleep (purity.py)."""
+    if UNIT in request.path.parents:
+        refuse_impure(monkeypatch)
+
+
+#: The tests whose runs need the CPU's timing (node id prefixes): under `-n 2 --dist loadgroup` (the README's
+#: command) one worker runs them one after another, so two real vLLM servers' worth of load, or a real vLLM
+#: server beside the speed gate's timed sessions, never runs at once.
+TIMED = ("tests/real_vllm/", "tests/functional/test_speed_gate.py::")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with the TIMED tests as one group. xdist's own ``xdist_group`` marker does not group
+    under this pytest (its node id suffix is not applied), so the group is named here, on the controller."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class TimedGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "timed" if nodeid.startswith(TIMED) else super()._split_scope(nodeid)
+
+    return TimedGroup(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The TIMED tests first: they are the longest unit of work, so the other worker takes the rest beside them."""
+    items.sort(key=lambda item: not item.nodeid.startswith(TIMED))
+
 
 #: The speculative configs a simulated profile can name.
 METHODS = {
@@ -170,23 +206,6 @@ def fake_vllm(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Fak
                  "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_HANG_ONCE"):
         monkeypatch.delenv(name, raising=False)
     return FakeVllm(records, monkeypatch)
-
-
-def _load_script(name: str) -> ModuleType:
-    path = ROOT / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(scope="session")
-def load_script() -> Callable[[str], ModuleType]:
-    """Import a file under scripts/ as a module, so tests check the figures those scripts print:
-    ``load_script("stats_simulation")``."""
-    return _load_script
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import delta_unit, kind_of, to_natural
 
 #: PELT's penalty per change point, in units of the noise variance (sd²) estimated from the series itself
-#: (BIC-like; the t-test below, not this, holds the false alarms down: tests/tools/trend_simulation.py).
+#: (BIC-like; the t-test below, not this, holds the false alarms down: scripts/trend_simulation.py).
 PENALTY = 6.0
 #: Level of the t-test that confirms each proposed split (two-sided, Bonferroni over its positions).
 ALPHA = 0.05

@@ -339,10 +339,10 @@ def test_a_dead_arm_in_new_is_listed_and_fails(tmp_path: Path, arm: str, checked
 
 def test_compare_and_history_on_the_stored_cpu_nights(tmp_path: Path) -> None:
     """Real CPU measurements: the nights kept in baselines/cpu written back as results files
-    (tests/tools/baseline_nights.py), with test_methods[eagle3]'s spec arm at 0.6 of its speed from night 4."""
+    (scripts/baseline_nights.py), with test_methods[eagle3]'s spec arm at 0.6 of its speed from night 4."""
     root = Path(__file__).resolve().parent.parent.parent
     victim = "suites/test_methods.py::test_methods[eagle3-k3-t0.0-c1]"
-    tool = root / "tests" / "tools" / "baseline_nights.py"
+    tool = root / "scripts" / "baseline_nights.py"
     made = subprocess.run([sys.executable, str(tool), str(root / "baselines" / "cpu"), str(tmp_path),
                            "--slow", victim.split("::")[1], "--factor", "0.6", "--from", "4"],
                           capture_output=True, text=True, timeout=120)

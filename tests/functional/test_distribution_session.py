@@ -1,5 +1,6 @@
 """The temperature > 0 distribution check end to end through pytester, against simulated servers whose toy model
-scores every sample (the statistic and the client: tests/unit/test_distribution.py)."""
+scores every sample (the statistic: tests/unit/test_distribution.py; the client:
+tests/functional/test_distribution_client.py)."""
 
 from __future__ import annotations
 

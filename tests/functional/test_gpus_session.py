@@ -1,4 +1,4 @@
-"""The GPU lease options through pytester (the lease pool itself: tests/unit/test_gpus.py; leasing under
+"""The GPU lease options through pytester (the lease pool itself: tests/functional/test_gpus.py; leasing under
 pytest-xdist: tests/functional/test_xdist.py)."""
 
 from __future__ import annotations

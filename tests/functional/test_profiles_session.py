@@ -28,6 +28,7 @@ SXM = "NVIDIA H100 80GB HBM3"
 PCIE = "NVIDIA H100 PCIe"
 
 
+@pytest.mark.slow  # vLLM's own argument parser: importing vLLM imports torch
 @pytest.mark.parametrize("gpu", GPU_PROFILES)
 def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_a_gpu_here(
     pytester: pytest.Pytester, vllm_serve_parser: Any, gpu: str, monkeypatch: pytest.MonkeyPatch

@@ -1,5 +1,5 @@
 """The plugin writes the HTML report and the pytest-benchmark export, through pytester against simulated servers
-(the report's content: tests/unit/test_report.py)."""
+(the report's content: tests/functional/test_report.py)."""
 
 from __future__ import annotations
 

@@ -107,38 +107,6 @@ def test_only_gated_verdicts_fail() -> None:
     assert 'late = gated_with(c.final or [], "regressed")' in inspect.getsource(Judge.finish)
 
 
-# ---- the gate simulation (full-size figures: scripts/gate_simulation.py, docs/validation.md) -----
-
-
-@pytest.fixture(scope="module")
-def gate_sim(load_script):  # type: ignore[no-untyped-def]
-    return load_script("gate_simulation")
-
-
-def test_gate_simulation_measures_the_stored_noise(gate_sim) -> None:  # type: ignore[no-untyped-def]
-    from pathlib import Path
-
-    noise = gate_sim.measured_noise(Path(__file__).resolve().parents[2] / "baselines" / "cpu")
-    assert 0.03 < noise.run["speedup"] < 0.3 and 0.03 < noise.run["e2e_p95_ratio"] < 0.5
-    # Nights recorded minutes apart spread far less than the runs within them, and every gated metric is there.
-    assert set(noise.night) == set(noise.shared) == {"speedup", "e2e_p95_ratio", "acceptance_rate"}
-    assert noise.night["speedup"] < noise.run["speedup"] / 2
-
-
-def test_gate_simulation_aa_and_power(gate_sim) -> None:  # type: ignore[no-untyped-def]
-    """Seeded, small: no false `regressed` in A/A suites at CPU noise, a lone -40 % speedup drop caught,
-    and at GPU-like noise a lone -10 % drop caught."""
-    rng = np.random.default_rng(3)
-    cpu = gate_sim.Noise(run={"speedup": 0.10, "e2e_p95_ratio": 0.13, "acceptance_rate": 0.004},
-                         night={"speedup": 0.02, "e2e_p95_ratio": 0.0, "acceptance_rate": 0.0},
-                         shared={"speedup": 0.0, "e2e_p95_ratio": 0.0, "acceptance_rate": 0.0})
-    aa = gate_sim.scenario(rng, 60, cpu, "cpu", 5)
-    assert aa["false_regressed"] <= 0.05 and aa["speedup_unchanged"] >= 0.85
-    assert gate_sim.scenario(rng, 40, cpu, "cpu", 5, 0.60)["caught"] >= 0.9
-    assert gate_sim.scenario(rng, 40, cpu, "cpu", 5, 0.90)["caught"] <= 0.1  # inside the 25 % threshold
-    assert gate_sim.scenario(rng, 40, gate_sim.gpu_noise(), "h100", 5, 0.90)["caught"] >= 0.9
-
-
 def test_night_floor_widens_log_metrics_only_and_says_so() -> None:
     """Nights recorded minutes apart barely spread; the profile's floor (min_night_sd) stands in for the
     night-to-night variance they cannot show, so the same small shift is no longer significant."""

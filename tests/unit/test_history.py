@@ -43,6 +43,7 @@ def test_a_flat_noisy_series_has_no_change_point() -> None:
     assert trend("speedup", np.exp(rng.normal(0, math.log1p(0.2), 12))).change_points == ()
 
 
+@pytest.mark.slow
 def test_false_alarms_on_flat_series_stay_near_the_level() -> None:
     """200 flat series of 6 to 30 nights with 10-30 % noise: a change point in at most 10 % of them (the
     confirming t-test is at 5 %; docs/validation.md has the figure per length)."""
@@ -216,16 +217,3 @@ def test_many_series_hold_the_false_discovery_rate() -> None:
     stepped = {**flat, "step": ("speedup", [1.80, 1.78, 1.82, 0.9, 0.91, 0.89])}
     found = {k: [c.index for c in t.change_points] for k, t in trends(stepped).items() if t.change_points}
     assert found == {"step": [3]}
-
-
-def test_the_trend_simulation_runs() -> None:
-    """tests/tools/trend_simulation.py (docs/validation.md's figures) answers --help and runs a small size."""
-    import subprocess
-    import sys
-
-    tool = Path(__file__).resolve().parent.parent / "tools" / "trend_simulation.py"
-    out = subprocess.run([sys.executable, str(tool), "--help"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and "How `pytest-specdec history` finds change points" in " ".join(out.stdout.split())
-    out = subprocess.run([sys.executable, str(tool), "--series", "4"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "  6 nights:" in out.stdout and "histories of 60 series" in out.stdout and "10 nights: drop 20 %:" in out.stdout

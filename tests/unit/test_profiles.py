@@ -7,7 +7,6 @@ NOT run on a GPU here, and the hub repositories they name are not fetched.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
-from pytest_specdec.servers.hardware import SMI_ENV, GpuList, check_profile, list_gpus, pick_profile
+from pytest_specdec.servers.hardware import GpuList, check_profile, pick_profile
 from pytest_specdec.profiles import VLLM_METHODS, builtin_profiles, load_profile, server_spec
 
 GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
@@ -169,6 +168,7 @@ def _serve_argv(command: list[str]) -> list[str]:
     return command[command.index("serve"):]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [*GPU_PROFILES, "cpu"])
 def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here(vllm_serve_parser: Any,
                                                                                   name: str) -> None:
@@ -201,6 +201,7 @@ def test_profile_methods_are_vllms_method_literal_not_run_on_a_gpu_here() -> Non
             assert speculative_config_problems({**config, "num_speculative_tokens": 3}) == [], (name, method)
 
 
+@pytest.mark.slow
 def test_the_vllm_checks_can_fail(vllm_serve_parser: Any) -> None:
     from pytest_specdec.vllm.check import check_command, speculative_config_problems
 
@@ -274,22 +275,6 @@ def test_auto_with_a_gpu_no_profile_is_for_stops() -> None:
     assert "h100: NVIDIA H100 80GB HBM3" in str(info.value)
 
 
-def test_list_gpus_reads_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    fake_nvidia_smi: Callable[..., Path]) -> None:
-    monkeypatch.setenv(SMI_ENV, str(fake_nvidia_smi(f"{SXM}\n{SXM}\n")))
-    assert list_gpus() == GpuList((SXM, SXM))
-    monkeypatch.setenv(SMI_ENV, str(fake_nvidia_smi("NVIDIA-SMI has failed because it couldn't communicate "
-                                                         "with the NVIDIA driver.\n", code=9)))
-    gpus = list_gpus()
-    assert gpus.names == () and "exited with 9: NVIDIA-SMI has failed" in str(gpus.problem)
-    monkeypatch.setenv(SMI_ENV, str(tmp_path / "missing"))
-    with pytest.raises(ConfigError, match="is not an executable file"):
-        list_gpus()
-    monkeypatch.delenv(SMI_ENV)
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert list_gpus() == GpuList((), "no nvidia-smi on PATH (no NVIDIA driver on this machine)")
-
-
 # --- run-time estimates ----------------------------------------------------------------------------
 
 def test_estimate_follows_the_pool_and_the_runs() -> None:
@@ -313,25 +298,3 @@ def test_estimate_follows_the_pool_and_the_runs() -> None:
     assert (b.starts, b.seconds) == (1, pytest.approx(10 + 2 * 3 + 2 * 3 * 11))
     only_one = estimate(tests, t, runs=3, max_runs=3, max_servers=1)
     assert [m.starts for m in only_one] == [4, 2]  # one server alive: every arm switch restarts
-
-
-
-def test_results_name_the_gpus_nvidia_smi_listed_not_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                fake_nvidia_smi: Callable[..., Path]) -> None:
-    from pytest_specdec.options import Settings
-    from pytest_specdec.output.results import hardware_name
-    from pytest_specdec.session import SpecDecSession
-
-    def session(dry_run: bool = False) -> SpecDecSession:
-        settings = Settings(gpu="h100", profile_path=None, runs=None, dry_run=dry_run, endpoint=None,
-                            reference_endpoint=None, api_key_env="NO_KEY", json_path=None, reports_dir=tmp_path,
-                            max_servers=1, startup_timeout_s=1.0)
-        return SpecDecSession(settings, tmp_path, progress=lambda line: None)
-
-    def hardware(s: SpecDecSession) -> str:
-        return hardware_name(s.profile, s.gpu_names)
-
-    monkeypatch.setenv(SMI_ENV, str(fake_nvidia_smi(f"{SXM}\n{SXM}\n")))
-    assert hardware(session()) == f"{SXM} x2"
-    # Not looked at (dry run): the profile's SKU, said to be unchecked.
-    assert hardware(session(dry_run=True)) == f"{SXM} (profile; GPUs not checked)"

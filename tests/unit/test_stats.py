@@ -1,17 +1,17 @@
 """stats.py: every verdict branch, the sign conventions, input checks, p-value adjustment, look splitting,
-and (with fixed seeds) the simulated false-alarm rate and power that scripts/stats_simulation.py prints."""
+and (with fixed seeds, marked slow) the simulated false-alarm rate and power that scripts/stats_simulation.py
+prints, on the same model (tests/sims/stats.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
-from collections.abc import Callable
-from types import ModuleType
 
 import numpy as np
 import pytest
 from scipy.stats import false_discovery_control
+from sims import stats as sim
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.stats import Thresholds, Verdict, alpha_for_look, compare, not_comparable
@@ -26,11 +26,6 @@ JITTER = np.array([0.0, 1.0, -1.0, 0.5, -0.5]) / 100  # the same relative noise 
 
 def scaled(factor: float, values: list[float] = BASE) -> list[float]:
     return [v * factor for v in values]
-
-
-@pytest.fixture(scope="module")
-def sim(load_script: Callable[[str], ModuleType]) -> ModuleType:
-    return load_script("stats_simulation")
 
 
 # ---- kinds and thresholds -------------------------------------------------------------------------
@@ -311,10 +306,10 @@ def test_check_slo() -> None:
     assert json.loads(json.dumps(check_slo("speedup", [2.0], ">", 1.5).to_dict()))["passed"] is True
 
 
-# ---- simulations (fixed seeds; the full-size figures come from scripts/stats_simulation.py) ------
+# ---- simulations (fixed seeds, calibration: slow; full size: scripts/stats_simulation.py) ----------
 
 
-def test_batch_path_matches_compare_and_adjust(sim: ModuleType) -> None:
+def test_batch_path_matches_compare_and_adjust() -> None:
     rng = np.random.default_rng(7)
     for sessions, noise in [(1, sim.Noise()), (3, sim.Noise(night_log=0.03, night_acc=0.01))]:
         draws = sim.draw(rng, 2, 4, sessions=sessions, noise=noise, shift={"output_tok_s": -0.08},
@@ -331,33 +326,38 @@ def test_batch_path_matches_compare_and_adjust(sim: ModuleType) -> None:
             assert (got == batch[s]).all()
 
 
-def test_aa_false_alarms_single_session(sim: ModuleType) -> None:
+@pytest.mark.slow
+def test_aa_false_alarms_single_session() -> None:
     rng = np.random.default_rng(11)
     v = sim.decide(sim.natural(sim.draw(rng, 1000, 30)))
     assert sim.any_regressed(v) <= 0.05
 
 
-def test_aa_false_alarms_with_night_effects(sim: ModuleType) -> None:
+@pytest.mark.slow
+def test_aa_false_alarms_with_night_effects() -> None:
     rng = np.random.default_rng(12)
     noise = sim.Noise(night_log=0.03, night_acc=0.01)
     v = sim.decide(sim.natural(sim.draw(rng, 1000, 30, sessions=4, noise=noise)))
     assert sim.any_regressed(v) <= 0.05
 
 
-def test_aa_false_alarms_with_sequential_looks(sim: ModuleType) -> None:
+@pytest.mark.slow
+def test_aa_false_alarms_with_sequential_looks() -> None:
     rng = np.random.default_rng(13)
     nat, runs = sim.sequential(sim.draw(rng, 1000, 30, runs_now=7), (3, 5, 7))
     assert sim.any_regressed(sim.decide(nat)) <= 0.05 and 3 <= runs.mean() <= 7
 
 
-def test_one_sided_tests_are_calibrated(sim: ModuleType) -> None:
+@pytest.mark.slow
+def test_one_sided_tests_are_calibrated() -> None:
     rng = np.random.default_rng(14)
     for kw in ({}, {"sessions": 5, "noise": sim.Noise(night_log=0.03, night_acc=0.01)}):
-        rate = sim._bad_side_rate(sim.natural(sim.draw(rng, 500, 30, **kw)))  # 90 000 metric tests, MC se 0.07 %
+        rate = sim.bad_side_rate(sim.natural(sim.draw(rng, 500, 30, **kw)))  # 90 000 metric tests, MC se 0.07 %
         assert 0.04 <= rate <= 0.055
 
 
-def test_power_for_a_ten_percent_drop(sim: ModuleType) -> None:
+@pytest.mark.slow
+def test_power_for_a_ten_percent_drop() -> None:
     rng = np.random.default_rng(15)
     col = sim.COL["output_tok_s"]
     v = sim.decide(sim.natural(sim.draw(rng, 1000, 1, shift={"output_tok_s": sim.DROP_10})), "none")
@@ -373,12 +373,6 @@ def test_session_unit_with_a_different_number_of_runs_tonight() -> None:
     assert v.method == "session-t-log/session" and v.verdict == "regressed" and v.n_now == 3
     same = compare("acceptance_rate", [[0.7, 0.7], [0.7, 0.7, 0.7]], [0.7, 0.7])
     assert same.method == "exact/session" and same.verdict == "unchanged"
-
-
-def test_simulation_script_prints_every_figure(sim: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
-    assert sim.main(["--suites", "20", "--tests", "5"]) == 0
-    out = capsys.readouterr().out
-    assert all(text in out for text in sim.DESCRIPTIONS.values())
 
 
 # ---- moderated variance and the session-wide family ----------------------------------------------
@@ -428,7 +422,8 @@ def test_adjust_pads_the_family_and_stays_monotone() -> None:
         adjust(vs, family_size=2)
 
 
-def test_plugin_design_false_alarms_and_power(sim: ModuleType) -> None:
+@pytest.mark.slow
+def test_plugin_design_false_alarms_and_power() -> None:
     """The figures scripts/stats_simulation.py prints for the plugin's design, at a smaller size."""
     rng = np.random.default_rng(21)
     assert sim.any_regressed(sim.decide(sim.natural(sim.draw(rng, 600, 30), moderate=True))) <= 0.05

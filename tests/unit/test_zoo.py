@@ -53,6 +53,7 @@ def test_unknown_zoo_model_lists_the_known_ones() -> None:
         zoo_path("eagle1")
 
 
+@pytest.mark.slow
 def test_the_trainer_never_deletes_a_folder_it_did_not_write(tmp_path: Path) -> None:
     """`--out DIR` may point anywhere: a folder there named like a zoo model but holding anything else
     stops the trainer before any training, and is left as it was."""

@@ -17,6 +17,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
+# torch: the zoo's models loaded and run.
+pytestmark = pytest.mark.slow
+
 #: Token sequences from the zoo's own tokenizer range (vocab 2048; 0-5 are the specials).
 SEQUENCES = [
     [0, 3, 1800, 17, 912, 40, 40, 40, 5, 1000],

@@ -1,7 +1,7 @@
 """The nights stored in a profile's baseline files, written back as one results file per night, so
 `pytest-specdec compare` and `history` can be tried on real measurements without running the suites:
 
-    .venv/bin/python tests/tools/baseline_nights.py baselines/cpu OUT_DIR
+    .venv/bin/python scripts/baseline_nights.py baselines/cpu OUT_DIR
     .venv/bin/pytest-specdec history OUT_DIR
     .venv/bin/pytest-specdec compare OUT_DIR/night-4.json OUT_DIR/night-5.json
 

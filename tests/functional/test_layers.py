@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# import-linter over the whole package, once per planted violation.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Linters (zizmor, check-jsonschema) in subprocesses.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "ci"
 GITHUB = sorted((EXAMPLES / "github").glob("*.yml"))

@@ -810,6 +810,7 @@ def _line_pixels(img: Any, boxes: list[tuple[int, int, int, int]], hex_color: st
     return sum(int((numpy.abs(rgb[t:b, l:r] - want) <= tol).all(axis=-1).sum()) for l, t, r, b in boxes)
 
 
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium(html: str, tmp_path: Path, pytestconfig: pytest.Config) -> None:
     browser = _chromium()
     if browser is None:

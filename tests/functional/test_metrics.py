@@ -287,6 +287,7 @@ print("RESULT " + json.dumps(d))
 """
 
 
+@pytest.mark.slow
 def test_percentile_parity_with_installed_vllm_bench() -> None:
     """Feed the synthetic records through vLLM's own calculate_metrics (in a child: importing vLLM is
     heavy and warns) and check our figures agree within 0.1%."""

@@ -1,6 +1,7 @@
 """The maintained tools under scripts/ (and tests/data's recorder, and the `vllm serve` stand-in) run: each
-answers --help, and the cheap ones run a small real invocation. What their figures mean is checked elsewhere
-(tests/unit/test_stats.py, test_gate_stats.py and test_distribution.py load the simulations' code)."""
+answers --help, is listed in scripts/README.md, and the cheap ones run a small real invocation. What the
+simulations' figures mean is checked on their models in tests/sims (tests/unit/test_stats.py and
+test_distribution.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ SCRIPTS = ROOT / "scripts"
 
 #: Every script kept under scripts/, and what its --help starts its description with.
 PYTHON_SCRIPTS = {
+    "baseline_nights.py": "The nights stored in a profile's baseline files, written back",
     "convert_schema.py": "Convert baseline and results files of an older schema to the current one",
     "distribution_simulation.py": "How often the temperature > 0 distribution check",
     "endpoint_vs_bench.py": "Endpoint mode against two hand-started vLLM CPU servers",
@@ -23,7 +25,7 @@ PYTHON_SCRIPTS = {
     "latency_check.py": "A session's measurement traps from its results JSON",
     "replay_nights.py": "Replay stored nights as tonight",
     "stats_simulation.py": "Simulated false-alarm rate and power of pytest_specdec.gate.stats",
-    "stream_bursts.py": "Why the cpu profile's reference stream arrived in one burst",
+    "trend_simulation.py": "How `pytest-specdec history` finds change points",
     "vs_bench_serve.py": "Check the plugin's measurements against `vllm bench serve`",
 }
 
@@ -32,9 +34,12 @@ def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess[st
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
-def test_every_script_is_listed_here() -> None:
-    """A new script gets a --help test (or is deleted): the list above is what scripts/ holds."""
-    assert sorted(p.name for p in SCRIPTS.iterdir() if p.is_file()) == sorted([*PYTHON_SCRIPTS, "setup.sh"])
+def test_every_script_is_listed_here_and_in_the_readme() -> None:
+    """A new script gets a --help test and a README line (or is deleted): the list above is what scripts/ holds."""
+    tools = sorted([*PYTHON_SCRIPTS, "setup.sh"])
+    assert sorted(p.name for p in SCRIPTS.iterdir() if p.is_file() and p.name != "README.md") == tools
+    readme = (SCRIPTS / "README.md").read_text()
+    assert [name for name in tools if f"`{name}`" not in readme] == []
 
 
 @pytest.mark.parametrize("name", sorted(PYTHON_SCRIPTS))
@@ -104,8 +109,17 @@ def test_stats_simulation_small() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert lines[0].startswith("20 suites of 5 tests x 6 metrics, seed 20240611; alpha 0.05"), lines[0]
+    # Every figure it describes: 38 shares with their standard errors, and 3 mean run counts.
     figures = [line for line in lines if line.rstrip().endswith(")") and " %  (± " in line]
-    assert len(figures) >= 10, out.stdout
+    runs = [line for line in lines if "mean runs tonight" in line]
+    assert (len(figures), len(runs)) == (38, 3), out.stdout
+
+
+def test_trend_simulation_small() -> None:
+    out = _run([sys.executable, str(SCRIPTS / "trend_simulation.py"), "--series", "4"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    for words in ("  6 nights:", "histories of 60 series", "10 nights: drop 20 %:"):
+        assert words in out.stdout, out.stdout
 
 
 def test_gate_simulation_small() -> None:
