@@ -3,14 +3,11 @@ and what the plugin's readers then read from them; the plugin itself names the c
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -27,9 +24,17 @@ from pytest_specdec.output.sweeps import regime_limits
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def convert(load_script: Callable[[str], ModuleType]) -> ModuleType:
-    return load_script("convert_schema")
+def convert(*paths: Path) -> subprocess.CompletedProcess[str]:
+    """The command as a maintainer runs it (tests import nothing from scripts/)."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "convert_schema.py"), *map(str, paths)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def convert_file(path: Path) -> str:
+    """What the command says of one file (exit 0)."""
+    out = convert(path)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
 
 
 def old_run(index: int, tok_s: float, spec: bool) -> dict[str, Any]:
@@ -56,7 +61,7 @@ def old_baseline(log_line: bool = False) -> dict[str, Any]:
                           "speedup_per_pair": [1.2, 1.2, 1.2]} for n in range(3)]}
 
 
-def test_a_baseline_keeps_its_nights_and_gives_the_same_values(convert: ModuleType, tmp_path: Path) -> None:
+def test_a_baseline_keeps_its_nights_and_gives_the_same_values(tmp_path: Path) -> None:
     """Schema 1 → current: every night and run kept, runs under the registry's names, and every verdict metric's
     per-run values as the plugin read the schema-1 file (its runs were trusted: no `latency_untrusted`)."""
     old = old_baseline()
@@ -64,7 +69,7 @@ def test_a_baseline_keeps_its_nights_and_gives_the_same_values(convert: ModuleTy
     path.write_text(json.dumps(old))
     with pytest.raises(BaselineError, match=re.escape(f"`python scripts/convert_schema.py {path}`")):
         load(path, "c")
-    assert convert.convert_file(path) == (f"converted {path}: baseline schema 1 → {BASELINE_SCHEMA} "
+    assert convert_file(path) == (f"converted {path}: baseline schema 1 → {BASELINE_SCHEMA} "
                                           "(sessions, runs (3, 18) kept)")
     new = load(path, "c")
     assert new is not None and new["schema"] == BASELINE_SCHEMA
@@ -75,11 +80,14 @@ def test_a_baseline_keeps_its_nights_and_gives_the_same_values(convert: ModuleTy
     values = Night.from_entry(new["sessions"][1]).metric_values()
     assert values["per_position_acceptance[0]"] == [0.8] * 3 and values["tpot_p95_ms"] == [1.9, 2.9, 3.9]
     assert values["e2e_p95_ratio"] == [1.0] * 3 and values["output_tok_s"] == [601.0] * 3
-    assert convert.convert_file(path) == f"current {path}: baseline schema {BASELINE_SCHEMA}"
+    assert convert_file(path) == f"current {path}: baseline schema {BASELINE_SCHEMA}"
 
 
-def test_a_log_line_engine_config_is_marked_as_such(convert: ModuleType) -> None:
-    new = convert.convert_baseline(old_baseline(log_line=True))
+def test_a_log_line_engine_config_is_marked_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "test_a.json"
+    path.write_text(json.dumps(old_baseline(log_line=True)))
+    convert_file(path)
+    new = json.loads(path.read_text())
     assert new["under_test"]["engine_config"]["spec"]["config_source"] == "log line (schema 1)"
     assert "config_source" not in new["sessions"][0]["under_test"]  # only the file's own record, as before
 
@@ -110,7 +118,7 @@ def old_results() -> dict[str, Any]:
     }
 
 
-def test_a_results_file_gets_what_each_missing_field_meant(convert: ModuleType, tmp_path: Path) -> None:
+def test_a_results_file_gets_what_each_missing_field_meant(tmp_path: Path) -> None:
     """Schema 1 → current: the outcome's phase becomes `when`; a verdict without `family` is gated unless its
     baseline's `gate` says otherwise, without `mde` no variance model; `ci_level` from `alpha` and `max_looks`,
     else from the notes; a workaround's `detail` is its reason; the summary takes the registry's names; a run
@@ -121,7 +129,7 @@ def test_a_results_file_gets_what_each_missing_field_meant(convert: ModuleType, 
     with pytest.raises(ResultsError, match=re.escape(f"convert the file with `python scripts/convert_schema.py "
                                                      f"{path}`")):
         load_results(old, str(path))
-    assert convert.convert_file(path).startswith(f"converted {path}: results schema 1 → {RESULTS_SCHEMA}")
+    assert convert_file(path).startswith(f"converted {path}: results schema 1 → {RESULTS_SCHEMA}")
     new = json.loads(path.read_text())
     a, b = load_results(new, str(path)).tests
     assert (a.outcome, a.when, b.outcome, b.when) == ("passed", "call", "failed", "setup")
@@ -136,15 +144,7 @@ def test_a_results_file_gets_what_each_missing_field_meant(convert: ModuleType, 
     assert new["environment"]["workarounds"] == [{"name": "patch-x", "applied": True, "reason": "why"},
                                                  {"name": "plain", "applied": True, "reason": None}]
     assert regime_limits(new["servers"]["s"]) == [(512, "CUDA-graph capture size"), (2048, "max_num_batched_tokens")]
-    assert convert.convert_file(path) == f"current {path}: results schema {RESULTS_SCHEMA}"
-
-
-def test_schema_2_and_3_results_take_the_later_steps_only(convert: ModuleType) -> None:
-    two = convert.results_from_1(old_results())
-    assert two["schema"] == 2
-    three = convert.results_from_2(copy.deepcopy(two))
-    assert three["tests"][0]["summary"]["output_tok_s"] == 600.0 and "output_tps" not in json.dumps(three)
-    assert convert.convert_results(two) == convert.convert_results(three) == convert.convert_results(old_results())
+    assert convert_file(path) == f"current {path}: results schema {RESULTS_SCHEMA}"
 
 
 def test_the_command_converts_folders_skips_other_json_and_names_what_it_cannot(tmp_path: Path) -> None:
@@ -165,11 +165,11 @@ def test_the_command_converts_folders_skips_other_json_and_names_what_it_cannot(
         f"(1 to {RESULTS_SCHEMA - 1})\n")
 
 
-def test_a_conversion_that_would_not_read_back_writes_nothing(convert: ModuleType, tmp_path: Path) -> None:
+def test_a_conversion_that_would_not_read_back_writes_nothing(tmp_path: Path) -> None:
     old = old_baseline()
     old["sessions"][0]["runs"]["spec"][0]["output_tok_s"] = "fast"
     path = tmp_path / "b.json"
     path.write_text(json.dumps(old))
-    with pytest.raises(convert.ConvertError, match=r"does not read back .*output_tok_s is 'fast'.*nothing written"):
-        convert.convert_file(path)
+    out = convert(path)
+    assert out.returncode == 1 and re.search(r"does not read back .*output_tok_s is 'fast'.*nothing written", out.stderr)
     assert json.loads(path.read_text()) == old
