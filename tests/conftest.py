@@ -229,3 +229,14 @@ def vllm_serve_parser() -> Any:
     from pytest_specdec.vllm.check import serve_parser
 
     return serve_parser()
+
+
+def assert_swept(pytester: pytest.Pytester, reports: Path, stray: Any, live: Any, gone: int) -> None:
+    """A session with ``--specdec-reports=reports`` names and stops the ``stray`` server (owner ``gone``) at its
+    start, and leaves the ``live`` session's server alone."""
+    pytester.makepyfile("def test_nothing(): pass")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={reports}")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines([f"specdec: stopping a vLLM server an earlier session left running: pid {stray.pid} "
+                            f"(started by pytest pid {gone}, now gone): sleep 300"])
+    assert stray.wait(timeout=10) != 0 and live.poll() is None

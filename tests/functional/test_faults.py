@@ -133,6 +133,8 @@ def test_a_stray_server_of_a_gone_session_is_named_and_stopped(pytester: pytest.
     import os
     import subprocess
 
+    from conftest import assert_swept
+
     from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, owner_tag
 
     gone = subprocess.Popen(["true"])
@@ -143,12 +145,7 @@ def test_a_stray_server_of_a_gone_session_is_named_and_stopped(pytester: pytest.
     live = subprocess.Popen(["sleep", "300"], env={**os.environ, OWNER_ENV: owner_tag(os.getpid()), LOGS_ENV: logs},
                             start_new_session=True)
     try:
-        pytester.makepyfile("def test_nothing(): pass")
-        r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={pytester.path / 'reports'}")
-        r.assert_outcomes(passed=1)
-        r.stdout.fnmatch_lines([f"specdec: stopping a vLLM server an earlier session left running: pid {stray.pid} "
-                                f"(started by pytest pid {gone.pid}, now gone): sleep 300"])
-        assert stray.wait(timeout=10) != 0 and live.poll() is None
+        assert_swept(pytester, pytester.path / "reports", stray, live, gone.pid)
     finally:
         for p in (stray, live):
             p.kill()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_swept
+
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, REGISTRY_ENV, _running, owner_tag, register
 from pytest_specdec.servers.process import VllmServer
@@ -145,12 +147,7 @@ def test_a_stray_of_a_session_with_another_reports_directory_is_stopped(
     gone = subprocess.Popen(["true"])
     gone.wait()
     stray, live = registered(f"{gone.pid}:1"), registered(owner_tag(os.getpid()))
-    pytester.makepyfile("def test_nothing(): pass")
-    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={tmp_path / 'B'}")
-    r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines([f"specdec: stopping a vLLM server an earlier session left running: pid {stray.pid} "
-                            f"(started by pytest pid {gone.pid}, now gone): sleep 300"])
-    assert stray.wait(timeout=10) != 0 and live.poll() is None
+    assert_swept(pytester, tmp_path / "B", stray, live, gone.pid)
     assert [p.name for p in registry.glob("*.json")] == [f"{owner_tag(os.getpid()).replace(':', '-')}-{live.pid}.json"]
 
 

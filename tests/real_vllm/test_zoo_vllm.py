@@ -22,6 +22,7 @@ pytestmark = [
 ]
 
 K = 3
+PROMPTS = 24  # the first 24 built-in prompts (prose and code editing among them)
 
 
 def _processes_with_env(fragment: str) -> list[int]:
@@ -43,7 +44,9 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     from pytest_specdec.zoo.measure import markdown, measure
 
     log_dir = tmp_path_factory.mktemp("zoo-logs")
-    summary = measure(log_dir, progress=lambda line: print(line, flush=True))
+    # Smaller than the README table's measurement (32 prompts, concurrency 1 and 8): the checks below need
+    # neither, and this is the longest test of the suite (7 servers one after another).
+    summary = measure(log_dir, n_prompts=PROMPTS, concurrencies=(1,), progress=lambda line: print(line, flush=True))
     print(markdown(summary))
     yield summary
     leftover = [pid for pid in _processes_with_env(str(log_dir)) if pid != os.getpid()]
@@ -61,7 +64,7 @@ def _run(zoo: dict[str, Any], method: str, key: str, timing: bool = False) -> di
 
 
 def test_enough_prompts_and_eos_honoured(zoo: dict[str, Any]) -> None:
-    assert zoo["prompts"] >= 20 and min(zoo["max_tokens"]) >= 128
+    assert zoo["prompts"] == PROMPTS and min(zoo["max_tokens"]) >= 128
     for method in ("none", "eagle3"):
         reasons = _run(zoo, method, "t0.0-c1")["finish_reasons"]
         # EOS is honoured (no ignore_eos): some answers stop before max_tokens.
@@ -132,5 +135,4 @@ def test_cpu_fix_is_recorded_and_repairs_temperature_one(zoo: dict[str, Any]) ->
 
 def test_throughput_is_reported_with_and_without_speculation(zoo: dict[str, Any]) -> None:
     for method in ("none", "ngram", "draft_model", "eagle3"):
-        for c in (1, 8):
-            assert _run(zoo, method, f"t0.0-c{c}", timing=True)["output_tok_s"] > 0
+        assert _run(zoo, method, "t0.0-c1", timing=True)["output_tok_s"] > 0
