@@ -356,7 +356,7 @@ class SpecDecSession:
             server_starts=len(self.server_starts()), datasets=self.workload.datasets, endpoints=self.serving.facts,
             gpu_hourly_usd=s.gpu_hourly_usd, machine=end.machine, machine_failed=end.machine_failed,
             fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
-            night_variances=judge.night_variances if judge else {}, records=self.records.values(),
+            night_variances=judge.pooled_variances if judge else {}, records=self.records.values(),
             baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None,
             gate_settings=judge.settings() if judge else None)
         paths, data = write_results(results, s.reports_dir, self.started, s.json_path)

@@ -105,7 +105,7 @@ class Judge:
         return self.cfg.update == "all"
 
     @property
-    def night_variances(self) -> dict[str, NightVariance]:
+    def pooled_variances(self) -> dict[str, NightVariance]:
         """What was pooled (empty when no test was compared), for the results."""
         pipeline = self.__dict__.get("pipeline")
         return pipeline.stored.__dict__.get("variances", {}) if pipeline is not None else {}
