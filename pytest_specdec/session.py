@@ -302,7 +302,7 @@ class SpecDecSession:
         from pytest_specdec.output.wording import gate_lines, machine_sentence, session_end_lines
 
         tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
-        end = self.judge.machine_at_end([c for _, c, _, _ in tests if c is not None],
+        end = self.judge.machine_at_end([(n, c) for n, c, _, _ in tests if c is not None],
                                         fail_machine=self.settings.fail_machine)
         if end.machine_warns and end.machine is not None:
             warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)

@@ -167,7 +167,7 @@ def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights
                           entry={}, baseline=files[t], alpha=ALPHA, gate=GATED, thresholds=thresholds)
         sequential(pipeline, c, looks, lambda n, e=tonight: _first(e, n), tonight_log=lambda: None)
         family.append((f"test-{t}", c))
-    pipeline.finish(family, 35.0)
+    pipeline.finish(family, thresholds)
     runs = np.array([c.looks[-1] for _, c in family])
     gated = [{v.metric: v for v in c.final or []} for _, c in family]
     verdicts = np.array([[g[m].verdict for m in GATED] for g in gated])

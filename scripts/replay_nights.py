@@ -43,8 +43,7 @@ def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], flo
         family.append((path, BaselineCheck(path=Path(path), status="compared", check=True, comparability={},
                                            under_test={}, entry={}, night=Night.from_entry(nights[index]),
                                            baseline=base[path], alpha=alpha, gate=GATED, thresholds=built)))
-    machine = judge_all(Pipeline(Stored(tuple(base.values()), floor), alpha, "bh"), family,
-                        thresholds.get("reference_tok_s", 35.0))
+    machine = judge_all(Pipeline(Stored(tuple(base.values()), floor), alpha, "bh"), family, built)
     counts: Counter = Counter()
     mdes = []
     for _, c in family:

@@ -259,10 +259,6 @@ class Judge:
         return {"alpha": self.cfg.alpha, "fdr": self.cfg.fdr, "min_night_sd": self.cfg.profile.min_night_sd,
                 "thresholds": to_dict(self.thresholds())}
 
-    def machine_threshold(self) -> float:
-        """How far (%, either way) the machine factor may be from 1 before it warns: the reference's threshold."""
-        return abs(self.thresholds().bad_side("reference_tok_s", "rate"))
-
     def write(self, tests: list[tuple[str, BaselineCheck, CaseResult | None, str]]
               ) -> tuple[list[str], BaselineWrites, bool]:
         """--update-baselines: queue each passed test with valid runs (nodeid, check, result, outcome), then
@@ -292,12 +288,11 @@ class Judge:
             not_written=(*not_written, *((rel(p), f"could not write it: {why}") for p, why in summary.failed)))
         return lines + summary.lines(self.store.root), writes, bool(summary.failed)
 
-    def machine_at_end(self, checks: list[BaselineCheck], *, fail_machine: bool) -> SessionEnd:
+    def machine_at_end(self, family: Sequence[tuple[str, BaselineCheck]], *, fail_machine: bool) -> SessionEnd:
         """Session end, first: the machine factor over every compared test and every test's final verdicts
         (`Pipeline.finish`). Beyond its threshold the factor fails the session (--specdec-fail-machine) or is
-        a warning, which the wiring gives before `finish` writes. ``checks``: the session's, in its order."""
-        family = [(str(i), c) for i, c in enumerate(checks)]
-        end = SessionEnd(self.pipeline.finish(family, self.machine_threshold()))
+        a warning, which the wiring gives before `finish` writes. ``family``: the session's checks, in its order."""
+        end = SessionEnd(self.pipeline.finish(family, self.thresholds()))
         if end.machine is not None and end.machine.beyond and not self.updating_all:
             end.machine_failed, end.machine_warns = fail_machine, not fail_machine
         return end

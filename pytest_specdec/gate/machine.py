@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.stats import Thresholds
 
 
 def absolute_scale(name: str, log_factor: float) -> float:
@@ -93,6 +94,11 @@ class MachineFactor:
         lo, hi = d["ci"]
         return cls(float(d["log"]), math.log(lo), math.log(hi), int(d["n_tests"]), float(d["threshold"]),
                    float(d["ci_level"]))
+
+
+def warn_threshold(thresholds: Thresholds) -> float:
+    """How far (%, either way) the machine factor may be from 1 before it warns: the reference's threshold."""
+    return abs(thresholds.bad_side("reference_tok_s", "rate"))
 
 
 def machine_factor(deviations: Iterable[float], threshold: float, alpha: float) -> MachineFactor | None:

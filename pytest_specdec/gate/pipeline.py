@@ -10,7 +10,7 @@ the plugin cannot disagree on the same data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.nights import Night
-    from pytest_specdec.gate.stats import Verdict
+    from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.variance import NightVariance, Prior
 
 
@@ -103,22 +103,22 @@ class Pipeline:
         return adjusted(family, nodeid, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated_size,
                         family_size=family_size)
 
-    def machine(self, checks: Iterable[BaselineCheck], threshold: float) -> MachineFactor | None:
-        """The session's machine factor from every compared test's deviation (None without one)."""
-        from pytest_specdec.gate.machine import machine_factor
+    def machine(self, checks: Iterable[BaselineCheck], thresholds: Thresholds) -> MachineFactor | None:
+        """The session's machine factor from every compared test's deviation (None without one); it warns
+        beyond the session's reference threshold."""
+        from pytest_specdec.gate.machine import machine_factor, warn_threshold
 
         return machine_factor([c.deviation for c in checks if c.status == "compared" and c.raw
-                               and c.deviation is not None], threshold, self.alpha)
+                               and c.deviation is not None], warn_threshold(thresholds), self.alpha)
 
-    def finish(self, family: Sequence[tuple[str, BaselineCheck]], machine_threshold: float
-               ) -> MachineFactor | None:
+    def finish(self, family: Sequence[tuple[str, BaselineCheck]], thresholds: Thresholds) -> MachineFactor | None:
         """Session end: the machine factor over every compared test, each compared test's raw verdicts again
         with it divided out of the absolute figures (at its last look), then every test's final verdicts,
-        BH/Holm over the whole family (``c.final``). ``machine_threshold``: % either way before it warns."""
+        BH/Holm over the whole family (``c.final``). ``thresholds``: the session's (not a marker's)."""
         from pytest_specdec.gate.check import adjusted_all
 
         checks = [c for _, c in family]
-        machine = self.machine(checks, machine_threshold)
+        machine = self.machine(checks, thresholds)
         if machine is not None:
             for c in checks:
                 if c.status == "compared" and c.raw:
@@ -129,7 +129,7 @@ class Pipeline:
         return machine
 
 
-def judge_all(pipeline: Pipeline, family: Sequence[tuple[str, BaselineCheck]], machine_threshold: float
+def judge_all(pipeline: Pipeline, family: Sequence[tuple[str, BaselineCheck]], thresholds: Thresholds
               ) -> MachineFactor | None:
     """Every test of a finished night at once, as the plugin judges them by the session's end: each test at
     its last look (``c.looks``; one look when empty) against its baseline, then `Pipeline.finish`. The
@@ -137,7 +137,7 @@ def judge_all(pipeline: Pipeline, family: Sequence[tuple[str, BaselineCheck]], m
     for _, c in family:
         if c.night is not None:
             pipeline.look(c, c.night, look=len(c.looks) or 1, tonight_log=lambda: None)
-    return pipeline.finish(family, machine_threshold)
+    return pipeline.finish(family, thresholds)
 
 
 def sequential(pipeline: Pipeline, c: BaselineCheck, looks: Sequence[int], night_at: Callable[[int], Night], *,
@@ -164,8 +164,3 @@ def sequential(pipeline: Pipeline, c: BaselineCheck, looks: Sequence[int], night
             c.stop_reason = (f"{', '.join(open_)} inconclusive, but {looks[-1]} runs could not settle it" if open_
                              else "every gated verdict is conclusive")
             break
-
-
-def stored_of(files: Iterable[Mapping[str, Any]], min_night_sd: float) -> Stored:
-    """The stored nights of a profile from its files' parsed contents."""
-    return Stored(tuple(dict(f) for f in files), min_night_sd)

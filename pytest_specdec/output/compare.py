@@ -225,7 +225,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     else:
         stored = store.readable()
     pipeline = Pipeline(Stored(tuple(stored), min_night_sd), alpha, fdr)
-    machine = judge_all(pipeline, checks, abs(thresholds.bad_side("reference_tok_s", "rate")))
+    machine = judge_all(pipeline, checks, thresholds)
     by_id = dict(checks)
     for row in rows:
         c = by_id.get(row.nodeid)
