@@ -193,6 +193,7 @@ class SpecDecSession:
         """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` compared with the
         stored baseline, more pairs added two at a time while a verdict is inconclusive (alpha split over the looks)."""
         from pytest_specdec.errors import SpecDecError
+        from pytest_specdec.gate.nights import dead_arms
         from pytest_specdec.measure.serving import CaseRun, dead_arm
         from pytest_specdec.output.progress import measured, planned
 
@@ -231,9 +232,11 @@ class SpecDecSession:
         self.progress(measured(nodeid, result.summary))
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
-        for arm, runs in (("reference", result.reference_runs), ("spec", result.runs)):
-            if arm in arms and not any(r.valid for r in runs):  # a dead arm: never judged on the other one
-                raise SpecDecError(dead_arm(nodeid, arm, runs, self.serving.deaths(arms[arm])[died[arm]:]))
+        dead = dead_arms(result.reference_runs, result.runs if "spec" in arms else None)
+        if dead:  # a dead arm: never judged on the other one
+            arm = dead[0]
+            runs = result.reference_runs if arm == "reference" else result.runs
+            raise SpecDecError(dead_arm(nodeid, arm, runs, self.serving.deaths(arms[arm])[died[arm]:]))
         return result
 
     def distribution_check(self, nodeid: str, case: Case, samples_per_prompt: int, alpha: float,

@@ -318,12 +318,14 @@ def unwritable(result: CaseResult | None) -> str:
     """Why tonight's runs must not become a baseline night ("" when they may): each arm needs a valid run,
     and a test with a spec arm a valid pair, or the file would trade real nights for one that says nothing
     (a dead spec server's night has only the reference's runs)."""
+    from pytest_specdec.gate.nights import dead_arms
+
     if result is None:
         return "nothing was measured"
-    arms = [("reference", result.reference_runs), *([("spec", result.runs)] if result.runs else [])]
-    for arm, runs in arms:
-        if not any(r.valid for r in runs):
-            return f"the {arm} arm has no valid run (of {len(runs)})"
+    dead = dead_arms(result.reference_runs, result.runs or None)
+    if dead:
+        runs = result.reference_runs if dead[0] == "reference" else result.runs
+        return f"the {dead[0]} arm has no valid run (of {len(runs)})"
     if result.runs and not any(s is not None for s in result.speedup_per_pair):
         return "no pair of runs is valid on both arms"
     return ""

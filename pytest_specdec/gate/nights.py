@@ -85,6 +85,14 @@ def _percentiles(d: Mapping[str, Any] | None) -> Mapping[str, float] | None:
     return None if d is None else {p: d[p] for p in PERCENTILES if p in d}
 
 
+def dead_arms(reference: Sequence[Any], spec: Sequence[Any] | None) -> list[str]:
+    """The arms with no valid run, the reference first, of any runs with a ``valid`` flag (tonight's records or a
+    stored night's; ``spec`` None: the test serves no spec arm). One rule for the plugin's dead-arm error, the
+    baseline writes and `compare`: an arm is never judged, stored or passed on the other arm's figures."""
+    arms = [("reference", reference), *([("spec", spec)] if spec is not None else [])]
+    return [arm for arm, runs in arms if not any(r.valid for r in runs)]
+
+
 @dataclass(frozen=True)
 class ArmRun:
     """One run of one arm as it is stored: its validity, its figures, and the per-run P95s the verdicts read."""
@@ -198,6 +206,10 @@ class Night:
             "runs": {"reference": [r.to_entry() for r in self.reference], "spec": [r.to_entry() for r in self.spec]},
             "speedup_per_pair": list(self.speedup_per_pair),
         }
+
+    def arms_without_valid_run(self, *, spec: bool) -> list[str]:
+        """The arms with no valid run (`dead_arms`); ``spec``: the test serves a spec arm."""
+        return dead_arms(self.reference, self.spec if spec else None)
 
     def metric_values(self, *, untimed_too: bool = False) -> dict[str, list[float]]:
         """Per-run values of every verdict metric (valid runs only, None left out).

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.machine import MachineFactor
 
@@ -111,12 +110,12 @@ class Comparison:
         return [r for r in self.rows if r.failed(strict)]
 
 
-def arms_without_valid_run(night: Night, test: TestEntry) -> list[str]:
-    """The arms of a test with no valid run in ``night``. A test serves a spec arm when it recorded one
-    (`servers`), or, in a file without servers, when its method is not the reference."""
+def arms_without_valid_run(test: TestEntry) -> list[str]:
+    """The arms of a results file's test with no valid run (`Night.arms_without_valid_run`). A test serves a
+    spec arm when it recorded one (`servers`), or, in a file without servers, when its method is not the
+    reference."""
     spec = "spec" in test.servers if test.servers else test.params.get("method") != "none"
-    arms = {"reference": night.reference, "spec": night.spec}
-    return [arm for arm in ("reference", "spec")[:2 if spec else 1] if not any(r.valid for r in arms[arm])]
+    return test.night.arms_without_valid_run(spec=spec)
 
 
 @dataclass(frozen=True)
@@ -172,7 +171,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     for nodeid, (j, now) in new_tests.items():
         where = f"{new_name}: tests[{j}]"
         checked = now.baseline.checked if now.baseline else True
-        dead = arms_without_valid_run(now.night, now)
+        dead = arms_without_valid_run(now)
         then_ = old_tests[nodeid][1] if nodeid in old_tests else None
         outcomes = "; ".join(f"{n}: {t.outcome}" for n, t in ((old_name, then_), (new_name, now)) if t is not None)
         reason = (f"no valid run on the {' and '.join(dead)} arm{'s' if len(dead) > 1 else ''} in {new_name} "
@@ -206,7 +205,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
                 rows.append(Row(nodeid, f"only in {new_name}", checked=checked, dead=bool(dead), reason=reason))
                 continue
             i, then = old_tests[nodeid]
-            gone = arms_without_valid_run(then.night, then)
+            gone = arms_without_valid_run(then)
             if gone:  # no baseline the plugin would have written
                 rows.append(Row(nodeid, "no runs", reason=f"no valid run on the {' and '.join(gone)} arm"
                                 f"{'s' if len(gone) > 1 else ''} in {old_name} ({outcomes})"
