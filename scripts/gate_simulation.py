@@ -1,6 +1,6 @@
 """Simulated false alarms and power of the speed gate, decided by the gate's own pipeline.
 
-    .venv/bin/python scripts/gate_simulation.py [--suites 1000] [--power-suites 400] [--seed 7]
+    .venv/bin/python scripts/gate_simulation.py [--suites 1000] [--power-suites 400] [--seed 7] [--disturbed-only]
 
 One simulated suite is what `pytest suites/` runs against stored baselines: 19 tests, each with the
 gated family (speedup, P95 E2E ratio spec/reference, acceptance rate). Every stored file holds J nights
@@ -43,6 +43,7 @@ from pytest_specdec.gate.scale import kind_of
 from pytest_specdec.gate.sequential import planned_looks
 from pytest_specdec.gate.stats import Thresholds
 from pytest_specdec.gate.thresholds import build_thresholds
+from pytest_specdec.measure.validity import disturbed
 
 TESTS = 19
 STORED_RUNS = 3  # pairs per stored night in baselines/cpu
@@ -50,6 +51,7 @@ ALPHA = 0.05
 # True levels (the simulation's truth; only the ratios to them matter).
 LEVEL = {"speedup": 1.0, "e2e_p95_ratio": 1.0, "acceptance_rate": 0.6}
 REF_TOK_S, REF_E2E_MS = 200.0, 400.0
+RULE = 0.3  # the disturbed-run rule's max_run_slowdown, the plugin's default (measure/validity.py)
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,11 @@ def profile_gate(name: str) -> tuple[Thresholds, list[int], float]:
 
 
 def _night(rng: np.random.Generator, noise: Noise, shared: dict[str, float], runs: int, started: str,
-           slowdown: float = 1.0, extra: float = 0.0) -> dict:
+           slowdown: float = 1.0, extra: float = 0.0, disturb: float = 0.0) -> dict:
     """One night of one test as a stored session: both arms' runs (tok/s, P95 E2E, acceptance) with the
-    machine's speed that night applied to both arms, so that it divides out of the per-pair ratios."""
+    machine's speed that night applied to both arms, so that it divides out of the per-pair ratios.
+    ``disturb``: each run's chance of being disturbed (something else takes the cores: a third of the speed,
+    three times the E2E). The disturbed-run rule is applied by ``_ruled``."""
     machine = rng.uniform(0.75, 1.25)
     effect = {m: rng.normal(0.0, noise.night[m]) + shared[m] for m in GATED}
     for m in ("speedup", "e2e_p95_ratio"):
@@ -129,6 +133,11 @@ def _night(rng: np.random.Generator, noise: Noise, shared: dict[str, float], run
     spec_e2e = (REF_E2E_MS / machine * LEVEL["e2e_p95_ratio"] / slowdown
                 * np.exp(effect["e2e_p95_ratio"] + e["e2e_p95_ratio", "spec"]))
     acc = LEVEL["acceptance_rate"] + effect["acceptance_rate"] + e["acceptance_rate", "spec"] * math.sqrt(2)
+    if disturb:
+        for tok, e2e in ((ref_tok, ref_e2e), (spec_tok, spec_e2e)):
+            hit = rng.random(runs) < disturb
+            tok[hit] /= 3.0
+            e2e[hit] *= 3.0
     ref = [{"index": i, "valid": True, "output_tok_s": float(ref_tok[i]), "hd_p95_ms": {"e2e": float(ref_e2e[i])}}
            for i in range(runs)]
     spec = [{"index": i, "valid": True, "output_tok_s": float(spec_tok[i]), "acceptance_rate": float(acc[i]),
@@ -137,18 +146,30 @@ def _night(rng: np.random.Generator, noise: Noise, shared: dict[str, float], run
             "speedup_per_pair": [float(x) for x in spec_tok / ref_tok]}
 
 
-def _first(entry: dict, n: int) -> Night:
+def _ruled(entry: dict, n: int, rule: float) -> dict:
+    """The night's first ``n`` pairs with the disturbed-run rule applied over them, as the runner applies it
+    after each look (``rule``: ``max_run_slowdown``; 0 leaves every run valid)."""
+    runs = {arm: [dict(r) for r in entry["runs"][arm][:n]] for arm in ("reference", "spec")}
+    for arm_runs in runs.values():
+        for i in disturbed([r["output_tok_s"] for r in arm_runs], rule):
+            arm_runs[i]["valid"] = False
+    pairs = [x if runs["reference"][i]["valid"] and runs["spec"][i]["valid"] else None
+             for i, x in enumerate(entry["speedup_per_pair"][:n])]
+    return {**entry, "runs": runs, "speedup_per_pair": pairs}
+
+
+def _first(entry: dict, n: int, rule: float = 0.0) -> Night:
     """Tonight's first ``n`` pairs: what the session has judged at the look that has them."""
-    return Night.from_entry({"runs": {arm: runs[:n] for arm, runs in entry["runs"].items()},
-                             "speedup_per_pair": entry["speedup_per_pair"][:n]})
+    return Night.from_entry(_ruled(entry, n, rule))
 
 
 def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights: int, looks: list[int],
-          floor: float, slowdown: float = 1.0, extra: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+          floor: float, slowdown: float = 1.0, extra: float = 0.0, disturb: float = 0.0,
+          rule: float = RULE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One session through the gate's pipeline (gate/pipeline.py: the looks, the machine factor, BH over the
     family): (verdicts [test, metric], runs per arm per test, speedup MDE per test). ``extra``: an sd of
     tonight's own night effect on the ratios that the stored nights did not show (nights recorded back to
-    back understate it)."""
+    back understate it). ``disturb``, ``rule``: each run's chance of being disturbed, and ``max_run_slowdown``."""
     def shared_draw() -> dict[str, float]:
         return {m: rng.normal(0.0, noise.shared[m]) for m in GATED}
 
@@ -156,16 +177,16 @@ def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights
     for j in range(nights):
         sh = shared_draw()
         for t in range(TESTS):
-            stored[t].append(_night(rng, noise, sh, looks[0], f"night-{j}"))
+            stored[t].append(_ruled(_night(rng, noise, sh, looks[0], f"night-{j}", disturb=disturb), looks[0], rule))
     files = [{"sessions": sessions} for sessions in stored]
     pipeline = Pipeline(Stored(tuple(files), floor), ALPHA, "bh")
     sh = shared_draw()
     family = []
     for t in range(TESTS):
-        tonight = _night(rng, noise, sh, looks[-1], "tonight", slowdown if t == 0 else 1.0, extra)
+        tonight = _night(rng, noise, sh, looks[-1], "tonight", slowdown if t == 0 else 1.0, extra, disturb)
         c = BaselineCheck(path=Path(f"test-{t}"), status="compared", check=True, comparability={}, under_test={},
                           entry={}, baseline=files[t], alpha=ALPHA, gate=GATED, thresholds=thresholds)
-        sequential(pipeline, c, looks, lambda n, e=tonight: _first(e, n), tonight_log=lambda: None)
+        sequential(pipeline, c, looks, lambda n, e=tonight: _first(e, n, rule), tonight_log=lambda: None)
         family.append((f"test-{t}", c))
     pipeline.finish(family, thresholds)
     runs = np.array([c.looks[-1] for _, c in family])
@@ -176,7 +197,7 @@ def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights
 
 
 def scenario(rng: np.random.Generator, suites: int, noise: Noise, profile: str, nights: int,
-             slowdown: float = 1.0, extra: float = 0.0) -> dict[str, float]:
+             slowdown: float = 1.0, extra: float = 0.0, disturb: float = 0.0, rule: float = RULE) -> dict[str, float]:
     """Share of suites with any gated `regressed` (any false call), speedup verdict shares, runs, MDE."""
     thresholds, looks, floor = profile_gate(profile)
     i = GATED.index("speedup")
@@ -186,7 +207,7 @@ def scenario(rng: np.random.Generator, suites: int, noise: Noise, profile: str, 
     any_reg = any_call = caught = unchanged = 0.0
     runs, mdes = [], []
     for _ in range(suites):
-        v, r, mde = suite(rng, noise, thresholds, nights, looks, floor, slowdown, extra)
+        v, r, mde = suite(rng, noise, thresholds, nights, looks, floor, slowdown, extra, disturb, rule)
         any_reg += bool((v[~truth] == "regressed").any())
         any_call += bool(np.isin(v[~truth], ("regressed", "improved")).any())
         caught += v[0, i] == "regressed"
@@ -210,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--power-suites", type=int, default=400, help="simulated suites per power row")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--baselines", type=Path, default=ROOT / "baselines" / "cpu")
+    ap.add_argument("--disturbed-only", action="store_true", help="only the disturbed-run rule's rows")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     cpu = measured_noise(args.baselines)
@@ -220,23 +242,42 @@ def main(argv: list[str] | None = None) -> int:
             ("cpu", cpu, "cpu", 5, 1.0, 0.05), ("cpu", cpu, "cpu", 5, 1.0, 0.10),
             ("cpu", cpu, "cpu", 5, 0.80, 0.0), ("cpu", cpu, "cpu", 5, 0.70, 0.0), ("cpu", cpu, "cpu", 5, 0.60, 0.0),
             ("gpu-like", gpu_noise(), "h100", 5, 1.0, 0.0), ("gpu-like", gpu_noise(), "h100", 5, 0.90, 0.0)]
+    # The disturbed-run rule: what runs at a third of the speed (one in a hundred, one in twenty) do with and
+    # without it, and what the rule costs where no run is disturbed.
+    disturbed_rows = [(slow, p, rule) for slow in (1.0, 0.70) for p in (0.0, 0.01, 0.05) for rule in (0.0, RULE)]
     (_, cpu_looks, cpu_floor), (_, gpu_looks, _) = profile_gate("cpu"), profile_gate("h100")
     print(f"\n{TESTS} tests x {len(GATED)} gated metrics; pairs per look {cpu_looks} (cpu, night sd floor "
           f"{cpu_floor:g} %), {gpu_looks} (h100); BH at alpha {ALPHA}; "
-          f"machine speed per night uniform in 0.75..1.25 for both arms\n")
-    print("| noise | thresholds | nights | tonight's extra night sd | true speedup change | suites | any false `regressed` | "
-          "any call | speedup `unchanged` | lone drop `regressed` | mean pairs | median speedup MDE |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for noise_name, noise, prof, nights, slow, extra in rows:
+          f"machine speed per night uniform in 0.75..1.25 for both arms; disturbed-run rule at {RULE:.0%}\n")
+    if not args.disturbed_only:
+        print("| noise | thresholds | nights | tonight's extra night sd | true speedup change | suites | "
+              "any false `regressed` | any call | speedup `unchanged` | lone drop `regressed` | mean pairs | "
+              "median speedup MDE |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for noise_name, noise, prof, nights, slow, extra in rows:
+            n = args.suites if slow == 1.0 else args.power_suites
+            t0 = time.monotonic()
+            r = scenario(rng, n, noise, prof, nights, slow, extra)
+            change = "none (A/A)" if slow == 1.0 else f"{100 * (slow - 1):+.0f} % in 1 test"
+            caught = "" if slow == 1.0 else f"{r['caught']:.3f}"
+            print(f"| {noise_name} | {prof} | {nights} | {extra:g} | {change} | {n} | {r['false_regressed']:.3f} | "
+                  f"{r['any_call']:.3f} | {r['speedup_unchanged']:.3f} | {caught} | {r['runs']:.2f} | "
+                  f"{r['mde']:.1f} % |", flush=True)
+            print(f"<!-- {time.monotonic() - t0:.0f} s -->", file=sys.stderr)
+        print()
+    print("Disturbed runs (cpu noise, 5 stored nights; a disturbed run runs at a third of the speed, in the stored "
+          "nights and tonight alike):\n")
+    print("| true speedup change | runs disturbed | rule | suites | any false `regressed` | any call | "
+          "speedup `unchanged` | lone drop `regressed` | mean pairs |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for slow, p, rule in disturbed_rows:
         n = args.suites if slow == 1.0 else args.power_suites
-        t0 = time.monotonic()
-        r = scenario(rng, n, noise, prof, nights, slow, extra)
+        r = scenario(rng, n, cpu, "cpu", 5, slow, 0.0, p, rule)
         change = "none (A/A)" if slow == 1.0 else f"{100 * (slow - 1):+.0f} % in 1 test"
         caught = "" if slow == 1.0 else f"{r['caught']:.3f}"
-        print(f"| {noise_name} | {prof} | {nights} | {extra:g} | {change} | {n} | {r['false_regressed']:.3f} | "
-              f"{r['any_call']:.3f} | {r['speedup_unchanged']:.3f} | {caught} | {r['runs']:.2f} | "
-              f"{r['mde']:.1f} % |", flush=True)
-        print(f"<!-- {time.monotonic() - t0:.0f} s -->", file=sys.stderr)
+        print(f"| {change} | {p:.0%} of runs | {'off' if not rule else f'{rule:.0%}'} | {n} | "
+              f"{r['false_regressed']:.3f} | {r['any_call']:.3f} | {r['speedup_unchanged']:.3f} | {caught} | "
+              f"{r['runs']:.2f} |", flush=True)
     print("\n" + "\n".join(f"- {d}" for d in DESCRIPTIONS.values()))
     return 0
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts, PromptSource
 from pytest_specdec.measure.schedule import Arm, schedule, warmup_requests
 from pytest_specdec.measure.summary import geomean, hd_p95s, speedups, summarize
-from pytest_specdec.measure.validity import (CLIENT_LAG, HUNG, ValidityRules, invalid_reasons,
-                                             latency_untrusted)
+from pytest_specdec.measure.validity import (CLIENT_LAG, DISTURBED, HUNG, ValidityRules, disturbed,
+                                             invalid_reasons, latency_untrusted)
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.metrics import Chunking, RunMetrics
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLIENT_LAG", "HUNG", "Arm", "CaseResult", "FixedPrompts", "FreshPrompts", "PromptSource", "RunRecord",
-    "ValidityRules", "extend_case", "geomean", "hd_p95s", "invalid_reasons", "latency_untrusted", "measure_case",
-    "one_run", "schedule", "speedups", "summarize", "warmup_requests",
+    "ValidityRules", "extend_case", "geomean", "hd_p95s", "invalid_reasons", "latency_untrusted", "mark_disturbed",
+    "measure_case", "one_run", "schedule", "speedups", "summarize", "warmup_requests",
 ]
 
 
@@ -264,6 +264,26 @@ def extend_case(
             fresh = restart(arm)
             if fresh is not None:
                 sources[arm] = fresh
+    for arm_runs in (ref_runs, spec_runs):
+        for rec in mark_disturbed(arm_runs, rules):
+            why = rec.invalid[-1].removeprefix(f"{DISTURBED}: ")
+            progress(f"specdec:   run {rec.index + 1}/{runs} {rec.arm:9s} DISTURBED: {why}; it leaves the verdicts "
+                     "with its pair")
     result.summary = summarize(ref_runs, spec_runs)
     result.speedup_per_pair = speedups(ref_runs, spec_runs) if spec_runs else []
     return result
+
+
+def mark_disturbed(runs: list[RunRecord], rules: ValidityRules) -> list[RunRecord]:
+    """Apply the disturbed-run rule (`validity.disturbed`) anew over one arm's runs, after every look: a run
+    becomes invalid with the reason, or stops being so when later runs move the median. Returns the runs newly
+    marked, for the progress lines."""
+    before = set()
+    for i, rec in enumerate(runs):
+        if any(r.startswith(DISTURBED) for r in rec.invalid):
+            before.add(i)
+            rec.invalid = [r for r in rec.invalid if not r.startswith(DISTURBED)]
+    found = disturbed([r.metrics.output_tok_s if r.valid else None for r in runs], rules.max_run_slowdown)
+    for i, reason in found.items():
+        runs[i].invalid.append(reason)
+    return [runs[i] for i in found if i not in before]

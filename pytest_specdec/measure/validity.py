@@ -4,6 +4,8 @@ them to one run. The profile builds `ValidityRules` once, when it is read; the r
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,6 +28,11 @@ class ValidityRules:
     # A server that sends nothing on a request for this long is hung: the request fails (not after the
     # total timeout), its run is invalid, and a server the plugin owns is restarted once.
     idle_timeout_s: float = 60.0
+    # A run this much slower than the median of its arm's other runs in the same test (a fraction: 0.3 is 30 %
+    # fewer tok/s) was disturbed by something else on the machine, not by what is under test: it leaves the
+    # verdicts with its pair (`disturbed`). 0 turns the rule off. On the CPU a run's log tok/s varies with an sd
+    # of about 0.07, so 0.3 (0.36 in log) is five sd away (docs/measurement.md#disturbed-runs).
+    max_run_slowdown: float = 0.3
 
 
 #: How a client-bound run's invalid reason starts: the lag invalidates the run's timing, not its counters
@@ -33,6 +40,11 @@ class ValidityRules:
 CLIENT_LAG = "client event loop lagged"
 #: How a run whose server stopped sending is marked invalid (`RunRecord.hung` looks for it).
 HUNG = "server hung"
+#: How a disturbed run's invalid reason starts (the rule is applied anew over an arm's runs after every look).
+DISTURBED = "disturbed"
+#: At most this share of an arm's runs is called disturbed: when more are that far below the median, the arm
+#: itself is slow (an intermittent regression is still a regression), and every run counts.
+MAX_DISTURBED_SHARE = 1 / 3
 
 
 def invalid_reasons(m: RunMetrics, n_prompts: int, rules: ValidityRules) -> list[str]:
@@ -72,3 +84,27 @@ def latency_untrusted(chunks: Chunking, rules: ValidityRules) -> list[str]:
         return []
     return [f"coalesced stream: {chunks.over_limit_share:.0%} of tokens arrived more than {chunks.step_limit} per "
             f"chunk (limit {rules.max_coalesced_share:.0%}); {chunks.cause()}"]
+
+
+def disturbed(tok_s: Sequence[float | None], max_slowdown: float) -> dict[int, str]:
+    """The runs of one arm (by position; None: a run already invalid, which neither counts nor is judged)
+    that ran more than ``max_slowdown`` below the median of the arm's other runs, with the reason to show.
+
+    A machine's slow day moves every run of a session alike and is left alone; one run that something else
+    on the machine slowed stands out against its own arm. Only slower runs count: a disturbance cannot
+    speed a run up. Fewer than three runs cannot say which one is off. Nothing is called disturbed when
+    more than MAX_DISTURBED_SHARE of the runs would be."""
+    if not max_slowdown:
+        return {}
+    runs = {i: x for i, x in enumerate(tok_s) if x is not None and x > 0}
+    if len(runs) < 3:
+        return {}
+    found: dict[int, str] = {}
+    for i, x in runs.items():
+        others = sorted(math.log(v) for j, v in runs.items() if j != i)
+        mid = len(others) // 2
+        median = math.exp(others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2)
+        if x < (1 - max_slowdown) * median:
+            found[i] = (f"{DISTURBED}: {x:.1f} tok/s, {1 - x / median:.0%} below the median of the arm's other "
+                        f"runs ({median:.1f}; limit {max_slowdown:.0%}): something else slowed this run")
+    return {} if len(found) > MAX_DISTURBED_SHARE * len(runs) else found

@@ -107,6 +107,10 @@ class FakeConfig:
     temperature_decay: float = 0.0
     fail_request: int = 0  # the Nth completion request (counting from 1) is answered with HTTP 500; 0 = none
     hang_after: int = 0  # after N completion requests, later ones get their headers and then nothing; 0 = never
+    # A disturbed stretch: completion requests FIRST..LAST (counting from 1) step slow_factor times slower, as
+    # when something else on the machine takes the cores for one run; (0, 0) = none.
+    slow_posts: tuple[int, int] = (0, 0)
+    slow_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if self.merge_steps < 1 or self.batch_events < 1:
@@ -132,6 +136,8 @@ class FakeConfig:
             raise ValueError(f"unknown FakeConfig field(s) {sorted(unknown)}")
         if "acceptance" in fields:
             fields = {**fields, "acceptance": tuple(float(a) for a in fields["acceptance"])}
+        if "slow_posts" in fields:
+            fields = {**fields, "slow_posts": tuple(int(a) for a in fields["slow_posts"])}
         return cls(**fields)
 
 
@@ -371,6 +377,7 @@ def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tup
     async def complete(request: web.Request, chat: bool) -> web.StreamResponse:
         cfg = st.cfg  # read per request, so FakeServer.reconfigure() takes effect on the next one
         st.posts += 1
+        slow = cfg.slow_factor if cfg.slow_posts[0] <= st.posts <= cfg.slow_posts[1] else 1.0
         if st.posts == cfg.fail_request:
             return _error(500, f"injected error (fake vLLM: request {st.posts})")
         try:
@@ -475,7 +482,7 @@ def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tup
                     if held:
                         await resp.write(b"".join(held))
                     return resp  # cut the stream: no usage chunk, no [DONE]
-                await asyncio.sleep(cfg.step_s * _drift(cfg) * _load(st, cfg))
+                await asyncio.sleep(cfg.step_s * slow * _drift(cfg) * _load(st, cfg))
                 n = 1
                 if cfg.k and rng.random() < cfg.draft_share:
                     u = rng.random()

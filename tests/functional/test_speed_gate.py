@@ -1,7 +1,8 @@
 """The speed gate end to end through pytester, against simulated vLLM servers (endpoint mode).
 
 Three baseline nights on a machine that ran at 0.8x, 1.0x and 1.25x speed (both arms alike) with
-run-to-run drift; then an A/A night at 0.9x must leave the speedup `unchanged` (conclusive), and a night
+run-to-run drift; then an A/A night at 0.9x, in which one reference run is disturbed (it runs at a third of
+the others' speed), must leave the speedup `unchanged` (conclusive) and show that run as disturbed, and a night
 at 1.1x whose speculative path is 25 % slower must make it `regressed` and fail the test, while the
 machine factor is reported on its own line and divided out of the absolute figures.
 """
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeServer
+
+from pytest_specdec.measure.schedule import warmup_requests
 
 Servers = tuple[FakeServer, FakeServer]
 # Three tests (c=4, 8 and 16) against the same endpoints, so the night-to-night variance is pooled over files.
@@ -64,9 +67,22 @@ def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
     files = sorted((pytester.path / "baselines" / "fake" / "test_suite").glob("*.json"))
     assert len(files) == 3 and all(len(json.loads(f.read_text())["sessions"]) == 3 for f in files)
 
-    # A/A at 0.9x: the speedup is conclusively unchanged; the machine factor says ~10 % slower.
+    # A/A at 0.9x: the speedup is conclusively unchanged; the machine factor says ~10 % slower. The first test's
+    # second reference run (its requests counted on the reference server) runs at a third of the speed: the
+    # disturbed-run rule leaves it out with its pair, and shows it.
+    spec, ref = servers
+    first = ref.state.posts + warmup_requests(SUITE["num_prompts"], 4) + SUITE["num_prompts"] + 1
+    ref.reconfigure(slow_posts=(first, first + SUITE["num_prompts"] - 1), slow_factor=3.0)
     r = night(pytester, fake_profile, servers, 0.9)
+    ref.reconfigure(slow_posts=(0, 0), slow_factor=1.0)
     r.assert_outcomes(passed=3)
+    r.stdout.fnmatch_lines(["specdec:   run 2/4 reference DISTURBED: * tok/s, 6?% below the median of the "
+                            "arm's other runs (*; limit 30%): something else slowed this run; it leaves the verdicts "
+                            "with its pair"])
+    disturbed = [(t["nodeid"], run) for t in json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]
+                 for run in t["validity"]["invalid_runs"]]
+    assert [(run["arm"], run["index"]) for _, run in disturbed] == [("reference", 1)], disturbed
+    assert disturbed[0][1]["reasons"][0].startswith("disturbed: "), disturbed
     r.stdout.fnmatch_lines(["specdec: this machine ran * % slower than the baseline nights*",
                             "specdec gate: per test, the gated verdicts*",
                             "  test_ngram*: speedup unchanged (catches a drop >= *",

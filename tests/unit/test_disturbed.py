@@ -1,0 +1,61 @@
+"""The disturbed-run rule (`validity.disturbed`, applied per arm by `runner.mark_disturbed`): one run that
+something else on the machine slowed leaves the verdicts with its reason; a slow session, a slow arm, or a run
+already invalid is not called disturbed."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pytest_specdec.measure.runner import RunRecord, mark_disturbed, speedups
+from pytest_specdec.measure.validity import DISTURBED, ValidityRules, disturbed
+
+
+def test_one_slow_run_among_its_arm_is_disturbed() -> None:
+    # A fresh-clone quickstart's reference runs: the 111 came while the machine was busy with other work.
+    found = disturbed([278.0, 308.0, 111.0, 310.0], 0.3)
+    assert list(found) == [2]
+    assert found[2].startswith(f"{DISTURBED}: 111.0 tok/s, 64% below the median of the arm's other runs (308.0")
+
+
+@pytest.mark.parametrize("tok_s", [
+    [100.0, 98.0, 75.0, 101.0],  # 24 % below: within the limit
+    [50.0, 49.0, 51.0, 50.5],  # a slow session: every run alike
+    [100.0, 40.0],  # two runs cannot say which one is off
+    [100.0, 100.0, 50.0, 50.0, 100.0, 50.0],  # half the runs slow: the arm is slow, not disturbed
+])
+def test_what_is_not_a_disturbance(tok_s: list[float]) -> None:
+    assert disturbed(tok_s, 0.3) == {}
+
+
+def test_only_slower_runs_and_not_when_turned_off() -> None:
+    assert disturbed([100.0, 100.0, 300.0], 0.3) == {}  # a faster run is not a disturbance
+    assert disturbed([278.0, 308.0, 111.0, 310.0], 0.0) == {}  # max_run_slowdown = 0: the rule is off
+
+
+def test_invalid_runs_neither_count_nor_are_judged() -> None:
+    assert disturbed([100.0, None, 20.0], 0.3) == {}  # two valid runs left
+    assert list(disturbed([100.0, None, 20.0, 101.0], 0.3)) == [2]
+
+
+def _record(arm: Any, index: int, tok_s: float, invalid: list[str] | None = None) -> RunRecord:
+    metrics: Any = SimpleNamespace(output_tok_s=tok_s)
+    return RunRecord(arm=arm, index=index, metrics=metrics, cache_salt="s", invalid=list(invalid or []))
+
+
+def test_the_rule_is_applied_anew_after_every_look_and_drops_the_pair() -> None:
+    rules = ValidityRules()
+    runs = [_record("reference", i, x) for i, x in enumerate([300.0, 305.0, 150.0])]
+    assert [r.index for r in mark_disturbed(runs, rules)] == [2]
+    assert not runs[2].valid and runs[2].invalid[0].startswith(DISTURBED)
+    assert mark_disturbed(runs, rules) == [] and not runs[2].valid  # marked once, kept
+    spec = [_record("spec", i, 600.0) for i in range(3)]
+    assert speedups(runs, spec)[2] is None  # its pair leaves the speedup
+    # Later runs at the same speed as the third: the arm is slow, not one run disturbed.
+    runs += [_record("reference", i, 150.0) for i in (3, 4, 5)]
+    assert mark_disturbed(runs, rules) == [] and all(r.valid for r in runs)
+    # A run invalid for another reason keeps that reason, and is not judged.
+    hung = [_record("spec", 0, 10.0, ["server hung"]), *(_record("spec", i, 600.0) for i in (1, 2, 3))]
+    assert mark_disturbed(hung, rules) == [] and hung[0].invalid == ["server hung"]
