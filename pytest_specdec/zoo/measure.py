@@ -174,6 +174,7 @@ def measure(
     log_dir: Path,
     methods: tuple[str, ...] = ZOO_METHODS,
     n_prompts: int | None = None,
+    stride: int = 1,
     no_fix_method: str | None = "eagle3",
     concurrencies: tuple[int, ...] = (1, 8),
     progress: Any = print,
@@ -182,12 +183,14 @@ def measure(
     from pytest_specdec.measure.datasets import builtin
 
     dataset = builtin()
-    prompts = list(dataset.prompts[:n_prompts or ZOO_PROMPTS])
+    # every `stride`-th of the first n: fewer prompts that still span the categories (prose and code editing)
+    prompts = list(dataset.prompts[:n_prompts or ZOO_PROMPTS])[::stride]
     results: dict[str, MethodResult] = {}
     for method in methods:
         twin = method in TWINS
         results[method] = measure_method(
-            method, prompts, log_dir, temperatures=(0.0,) if twin else (0.0, 1.0),
+            # T > 0 is measured for acceptance: not for the reference (no drafts) nor a twin (same drafts)
+            method, prompts, log_dir, temperatures=(0.0,) if twin or method == "none" else (0.0, 1.0),
             concurrencies=concurrencies[:1] if twin else concurrencies,
             per_category=(method == "ngram"), progress=progress,
         )

