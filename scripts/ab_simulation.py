@@ -1,4 +1,4 @@
-"""Simulated false alarms and power of an A/B in one session (base v candidate spec config), and the pairs per test they take.
+"""Simulated false alarms and power of an A/B in one session (base v candidate), and the pairs per test they take.
 
     .venv/bin/python scripts/ab_simulation.py [--suites 2000] [--seed 20261126] [--fdr bh]
 
@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(searched 2..{args.max_pairs}); a pair is {RUNS_PER_PAIR} runs; CPU suite time at "
           f"{args.run_seconds:g} s a run:")
     print()
-    print("| noise | tok/s threshold | lone drop to catch | smallest pairs per test | runs per suite | CPU suite time |")
+    print("| noise | tok/s threshold | lone drop to catch | smallest pairs per test | runs per suite "
+          "| CPU suite time |")
     print("|---|---|---|---|---|---|")
     for noise, least in best:
         if least is None:
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         runs = TESTS * least.pairs * RUNS_PER_PAIR
         when = f"{runs * args.run_seconds / 60:.0f} min" if noise.label.startswith("cpu") else ""
-        print(f"| {noise.label} | {noise.rate_threshold:g} % | {noise.target:g} % | {least.pairs} | {runs} | {when} |")
+        print(f"| {noise.label} | {noise.rate_threshold:g} % | {noise.target:g} % | {least.pairs} | {runs} "
+              f"| {when} |")
     print(f"\n({time.perf_counter() - t0:.1f} s)")
     return 0
 

@@ -10,7 +10,7 @@ pairs a test needs (model: tests/sims/ab.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ def _usable(metric: str, kind: Kind, base: Sequence[float | None], candidate: Se
             ) -> tuple[np.ndarray, np.ndarray, int]:
     """The pairs with both runs, on the comparison scale, and how many were left out. Every value given is
     checked (a bad one raises, naming its index); a None on either side drops that pair only."""
-    if isinstance(base, (str, bytes)) or isinstance(candidate, (str, bytes)):
+    if any(isinstance(arm, (str, bytes)) or not isinstance(arm, Iterable) for arm in (base, candidate)):
         raise ConfigError(f"metric {metric!r}: base and candidate must be lists of per-run values")
     base, candidate = list(base), list(candidate)
     if len(base) != len(candidate):

@@ -118,6 +118,8 @@ def test_thresholds_and_bad_input() -> None:
         paired("output_tok_s", [1.0, 2.0, 3.0], [1.0, None, -1.0])
     with pytest.raises(ConfigError, match="must be lists"):
         paired("output_tok_s", "abc", "abc")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="must be lists"):
+        paired("output_tok_s", [1.0], None)  # type: ignore[arg-type]
 
 
 # ---- the simulation's batch path, and its figures (slow; full size: scripts/ab_simulation.py) ----
