@@ -214,6 +214,19 @@ def decide(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float, unit: s
     return np.select([regressed, improved, unchanged], ["regressed", "improved", "unchanged"], "inconclusive")
 
 
+def exact_rule(d: float, bad: float, unit: str, tol: float) -> tuple[str, str]:
+    """The verdict of a near-deterministic metric and why: its difference ``d`` against the tolerance,
+    the threshold and its mirror, no p (noise too small for a t)."""
+    good, sign = mirror(bad, unit), math.copysign(1.0, bad)
+    if abs(d) <= tol:
+        return "unchanged", f"|{d:.3g}| <= tolerance {tol:g}"
+    if sign * d > sign * bad:
+        return "regressed", f"worse than the {_fmt(bad, unit)} threshold"
+    if sign * d < sign * good:
+        return "improved", f"better than the {_fmt(good, unit)} mirror threshold"
+    return "inconclusive", f"beyond tolerance {tol:g} but within {_fmt(bad, unit)} .. {_fmt(good, unit)}"
+
+
 def _fmt(x: float, unit: str) -> str:
     return f"{x:+.2f}{' %' if unit == '%' else ' pt'}"
 
@@ -287,16 +300,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         # min/max so rounding in the means cannot put delta outside its own range
         lo = min(d, float(to_natural(kind, xn.min() - units_b.max())))
         hi = max(d, float(to_natural(kind, xn.max() - units_b.min())))
-        tol, good = thresholds.exact_tolerance, mirror(bad, unit)
-        sign = math.copysign(1.0, bad)
-        if abs(d) <= tol:
-            v, why = "unchanged", f"|{d:.3g}| <= tolerance {tol:g}"
-        elif sign * d > sign * bad:
-            v, why = "regressed", f"worse than the {_fmt(bad, unit)} threshold"
-        elif sign * d < sign * good:
-            v, why = "improved", f"better than the {_fmt(good, unit)} mirror threshold"
-        else:
-            v, why = "inconclusive", f"beyond tolerance {tol:g} but within {_fmt(bad, unit)} .. {_fmt(good, unit)}"
+        v, why = exact_rule(d, bad, unit, thresholds.exact_tolerance)
         note = (f"near-deterministic (sd {sd_b:.2f}/{sd_n:.2f} <= {thresholds.exact_sd:g} {unit}): exact rule, "
                 f"{_fmt(d, unit)} {why}; CI is the range of differences; {what}")
         return Verdict(metric, v, base_c, now_c, d, lo, hi, None, n_b, n_n, unit, f"exact/{unit_name}",

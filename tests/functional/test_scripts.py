@@ -17,6 +17,7 @@ SCRIPTS = ROOT / "scripts"
 
 #: Every script kept under scripts/, and what its --help starts its description with.
 PYTHON_SCRIPTS = {
+    "ab_simulation.py": "Simulated false alarms and power of an A/B in one session",
     "baseline_nights.py": "The nights stored in a profile's baseline files, written back",
     "convert_schema.py": "Convert baseline and results files of an older schema to the current one",
     "distribution_simulation.py": "How often the temperature > 0 distribution check",
@@ -113,6 +114,15 @@ def test_stats_simulation_small() -> None:
     figures = [line for line in lines if line.rstrip().endswith(")") and " %  (± " in line]
     runs = [line for line in lines if "mean runs tonight" in line]
     assert (len(figures), len(runs)) == (38, 3), out.stdout
+
+
+def test_ab_simulation_small() -> None:
+    out = _run([sys.executable, str(SCRIPTS / "ab_simulation.py"), "--suites", "5", "--pairs", "4", "--max-pairs", "6"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("| cpu", "| gpu"))]
+    assert len(rows) >= 14 and all(line.count("|") in (7, 10) for line in rows), out.stdout
+    bad = _run([sys.executable, str(SCRIPTS / "ab_simulation.py"), "--pairs", "x"])
+    assert bad.returncode == 2 and "--pairs: a comma-separated list" in bad.stderr
 
 
 def test_trend_simulation_small() -> None:

@@ -1,0 +1,110 @@
+"""A base and a candidate spec config measured interleaved in one session → one verdict per metric (pure).
+
+The candidate is judged against the base pair by pair: each pair is a base run and the candidate run next
+to it, so the slow drift of a machine (and any night effect) cancels inside the pair and no stored night
+enters. :func:`paired` is a one-sample t on the per-pair difference on the comparison scale (the log ratio
+candidate/base for rates and latencies, the difference in points for acceptance), decided by the same rule
+as :func:`.stats.compare` so an A/B verdict reads like a nightly one. scripts/ab_simulation.py sizes the
+pairs a test needs (model: tests/sims/ab.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.registry import LOG_KINDS, Kind
+from pytest_specdec.gate.scale import center, check_kind, checked_values, delta_unit, on_scale, to_natural
+from pytest_specdec.gate.sequential import detectable
+from pytest_specdec.gate.stats import (
+    DEFAULT_THRESHOLDS,
+    Thresholds,
+    Verdict,
+    _explain,
+    _fmt,
+    _inconclusive,
+    alpha_for_look,
+    decide,
+    exact_rule,
+)
+
+#: Any valid value of a kind: stands in for a missing run while the others are checked at their own index.
+_STAND_IN: dict[Kind, float] = {"rate": 1.0, "latency": 1.0, "acceptance": 0.5}
+
+
+def paired_core(mean: Any, var: Any, n: Any, a: float) -> tuple[np.ndarray, ...]:
+    """One-sample t of per-pair differences from their mean, sample variance and count (elementwise, so a
+    simulation passes whole batches): estimate, 1−2a CI and the one-sided p in the estimate's direction."""
+    mean, var, n = (np.asarray(v, dtype=float) for v in (mean, var, n))
+    se = np.sqrt(var / n)
+    q = sps.t.ppf(1.0 - a, n - 1)
+    p = sps.t.sf(np.abs(mean) / se, n - 1)
+    return mean, mean - q * se, mean + q * se, p
+
+
+def _usable(metric: str, kind: Kind, base: Sequence[float | None], candidate: Sequence[float | None]
+            ) -> tuple[np.ndarray, np.ndarray, int]:
+    """The pairs with both runs, on the comparison scale, and how many were left out. Every value given is
+    checked (a bad one raises, naming its index); a None on either side drops that pair only."""
+    if any(isinstance(arm, (str, bytes)) or not isinstance(arm, Iterable) for arm in (base, candidate)):
+        raise ConfigError(f"metric {metric!r}: base and candidate must be lists of per-run values")
+    base, candidate = list(base), list(candidate)
+    if len(base) != len(candidate):
+        raise ConfigError(f"metric {metric!r}: base has {len(base)} runs and candidate {len(candidate)}; "
+                          "pairs are base[i] with candidate[i], pass None for a missing run")
+    keep = np.array([b is not None and c is not None for b, c in zip(base, candidate, strict=True)], dtype=bool)
+    arms = [checked_values(metric, [_STAND_IN[kind] if v is None else v for v in arm], kind, where)[keep]
+            for arm, where in ((base, "base"), (candidate, "candidate"))]
+    return on_scale(kind, arms[0]), on_scale(kind, arms[1]), int((~keep).sum())
+
+
+def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float | None], *,
+           kind: Kind | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS, alpha: float = 0.05,
+           look: int = 1, max_looks: int = 1) -> Verdict:
+    """The candidate against the base, one difference per pair ``(base[i], candidate[i])``.
+
+    ``delta``/CI in % (the candidate's geometric mean ratio to the base's, minus 1) or points; ``baseline``
+    and ``now`` are the base's and the candidate's centres over the pairs used; ``n_baseline`` = ``n_now``
+    = pairs used. ``p`` is one-sided and multiplied by ``max_looks`` (as in ``compare``), ready for
+    :func:`.sequential.adjust`. ``var_run`` is one pair's variance (``var_fixed`` 0), so ``can_settle``
+    and ``detectable`` read it as they read a nightly verdict; ``mde`` is what this test alone catches at
+    its look's level (the session's family adjustment recomputes it over the family).
+    """
+    kind = check_kind(metric, kind)
+    a = alpha_for_look(alpha, look, max_looks)
+    bad, unit = thresholds.bad_side(metric, kind), delta_unit(kind)
+    xb, xc, left_out = _usable(metric, kind, base, candidate)
+    n = len(xb)
+    x = xc - xb
+    base_c = center(kind, float(xb.mean())) if n else None
+    cand_c = center(kind, float(xc.mean())) if n else None
+    what = f"unit: pair of adjacent base/candidate runs ({n} pairs)"
+    if left_out:
+        what += f"; {left_out} pair(s) left out (a run missing on one side)"
+    if n < 2:
+        return _inconclusive(metric, kind, n, n, bad, "none/pair",
+                             f"too little data: {n} usable pair(s), need 2; {what}", base_c, cand_c)
+    log = "-log" if kind in LOG_KINDS else ""
+    sd = float(100.0 * np.std(x, ddof=1))  # natural units: % (log sd ≈ relative sd) or points
+    if sd <= thresholds.exact_sd:
+        d = float(to_natural(kind, x.mean()))
+        lo, hi = min(d, float(to_natural(kind, x.min()))), max(d, float(to_natural(kind, x.max())))
+        v, why = exact_rule(d, bad, unit, thresholds.exact_tolerance)
+        note = (f"near-deterministic (sd of the pairs' differences {sd:.2f} <= {thresholds.exact_sd:g} {unit}): "
+                f"exact rule, {_fmt(d, unit)} {why}; CI is the range of differences; {what}")
+        return Verdict(metric, v, base_c, cand_c, d, lo, hi, None, n, n, unit, "exact/pair", bad, note)
+    var = float(np.var(x, ddof=1))
+    est, lo_s, hi_s, p = paired_core(x.mean(), var, n, a)
+    p_rep = float(min(1.0, float(p) * max_looks))
+    d_n, lo_n, hi_n = (float(to_natural(kind, v)) for v in (est, lo_s, hi_s))
+    v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
+    note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, 100.0 * (1.0 - 2.0 * a)) + f"; {what}"
+    if max_looks > 1:
+        note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
+    return Verdict(metric, v, base_c, cand_c, d_n, lo_n, hi_n, p_rep, n, n, unit, f"paired-t{log}/pair", bad,
+                   note, var_fixed=0.0, var_run=var, df=n - 1.0,
+                   mde=detectable(kind, bad, var / n, n - 1.0, a))
