@@ -48,7 +48,7 @@ import scipy.ndimage  # noqa: F401
 import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401
 
-from fakes import LAUNCHER, FakeConfig, FakeServer, FakeVllm
+from fakes import IN_PROCESS_VALIDITY, LAUNCHER, FakeConfig, FakeServer, FakeVllm
 from purity import refuse_impure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,15 +100,6 @@ METHODS = {
     "eagle3": '{ method = "eagle3", model = "/nonexistent/head" }',
     "suffix": '{ method = "suffix" }',
 }
-
-#: The validity limits of a profile measured against in-process servers (``FakeServer``).
-#: Those servers answer from a thread of the test's own process, so the client's event loop shares the GIL with
-#: them and with pytester's in-process sessions: a lag that marks a real run client-bound is ordinary here, and
-#: an invalid run made these tests flaky. For the same reason the client often reads two of their 1-2 ms steps
-#: at once (a coalesced stream); tests/functional/test_coalescing_session.py checks the coalescing detector
-#: without that allowance and with slower steps.
-IN_PROCESS_VALIDITY: dict[str, float] = {"max_loop_lag_mean_ms": 250, "max_coalesced_share": 0.5}
-
 
 def profile_toml(name: str = "fake", *, device: str = "cpu", model: str = "fake-model",
                  tensor_parallel_size: int | None = None, methods: tuple[str, ...] = ("ngram", "eagle3"),

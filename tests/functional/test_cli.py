@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import FakeServer
+from fakes import DISTURBED_RULE_ON, FakeServer
 
 from pytest_specdec.output.schema import SCHEMA
 
@@ -36,6 +36,12 @@ def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     """The installed console script (`pip install -e .` puts it beside the interpreter)."""
     assert SCRIPT.exists(), f"{SCRIPT} is missing: run `pip install --no-deps -e .`"
     return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def fake_profile(make_profile: Callable[..., Path]) -> Path:
+    """The simulated profile with the disturbed-run rule on: these steps are long enough to measure."""
+    return make_profile(validity=DISTURBED_RULE_ON)
 
 
 @pytest.fixture

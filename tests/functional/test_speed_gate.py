@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import FakeServer
+from fakes import DISTURBED_RULE_ON, FakeServer
 
 from pytest_specdec.measure.schedule import warmup_requests
 
@@ -26,6 +26,12 @@ REF_STEP_S = 0.03  # per decode step at machine speed 1.0: long enough that HTTP
 # busy CI host (two CPU hogs on the two cores) cannot disturb the runs
 SPEC_STEP_S = 0.048  # k=3, every draft accepted (acceptance repeats exactly, as at temperature 0): 4 tokens a step, 2.5x
 DRIFT = 0.02  # sd of the log speed multiplier, redrawn every 0.3 s on each server
+
+
+@pytest.fixture
+def fake_profile(make_profile: Callable[..., Path]) -> Path:
+    """The simulated profile with the disturbed-run rule on: these steps are long enough to measure."""
+    return make_profile(validity=DISTURBED_RULE_ON)
 
 
 @pytest.fixture
