@@ -286,7 +286,8 @@ def ab_verdict_line(v: Verdict) -> str:
     ci = "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
     p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
     threshold = "" if v.threshold is None else f", threshold {v.threshold:+g}{' %' if v.unit == '%' else ' pt'}"
-    return f"{label(v.metric)} {v.verdict}: Δ {format_delta(v.delta, v.unit)} (CI {ci}), p {p}, {guard_text(v)}{threshold}"
+    change = f"Δ {format_delta(v.delta, v.unit)} (CI {ci})"
+    return f"{label(v.metric)} {v.verdict}: {change}, p {p}, {guard_text(v)}{threshold}"
 
 
 def ab_test_lines(nodeid: str, c: ABCheck) -> list[str]:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.validity import ValidityRules
-from pytest_specdec.profiles.schema import (DEFAULT_AB_RUNS, DEFAULT_RUNS, PLUGIN_FLAGS, SCHEMA, VLLM_METHODS, check_keys,
-                                            check_values, validity_rules)
+from pytest_specdec.profiles.schema import (DEFAULT_AB_RUNS, DEFAULT_RUNS, PLUGIN_FLAGS, SCHEMA, VLLM_METHODS,
+                                            check_keys, check_values, validity_rules)
 
 if TYPE_CHECKING:
     from pytest_specdec.vllm.command import ServerSpec

@@ -10,6 +10,7 @@ Usage errors stop the session before anything starts.
 from __future__ import annotations
 
 import json
+from xml.etree import ElementTree
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,8 @@ def test_aa_passes_and_records_three_arms(pytester: pytest.Pytester, project: Pa
 def test_slower_candidate_regresses_on_step_time(pytester: pytest.Pytester, project: Path,
                                                   fake_vllm: FakeVllm) -> None:
     fake_vllm.configure({**SERVERS, "eagle3:/heads/slow": {"step_s": SPEC_STEP_S * 1.3}})
-    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-draft=eagle3=/heads/slow")
+    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-draft=eagle3=/heads/slow",
+                f"--junitxml={pytester.path / 'junit.xml'}")
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*specdec A/B: the candidate regressed against the base: output_tok_s*",
                             "*attribution: step time (the candidate drafts the same tokens more slowly)*",
@@ -85,6 +87,11 @@ def test_slower_candidate_regresses_on_step_time(pytester: pytest.Pytester, proj
     ab = ab_section(pytester)
     assert "output_tok_s" in ab["regressed"] and ab["attribution"] == "step time", ab["verdicts"]
     assert ab["verdicts"]["acceptance_rate"]["verdict"] == "unchanged"
+    junit = ElementTree.parse(pytester.path / "junit.xml")
+    properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert properties["specdec_ab"] == "candidate /heads/slow vs base /heads/a", properties
+    assert properties["specdec_ab_verdict_output_tok_s"].startswith("regressed -"), properties
+    assert properties["specdec_ab_attribution"] == "step time" and properties["specdec_runs_base"].endswith(" of 6")
 
 
 def test_lower_acceptance_is_attributed_to_acceptance(pytester: pytest.Pytester, project: Path,
