@@ -183,9 +183,15 @@ class SpecDecSession:
 
     # --- measuring -----------------------------------------------------------------------------
     def arms(self, case: Case) -> list[tuple[str, ServerSpec]]:
-        """(arm, server spec), the reference first; a test of method "none" has no spec arm."""
+        """(arm, server spec), the reference first; a test of method "none" has no spec arm; an A/B session's
+        test has its base's too: the same method and k with the base's draft."""
         ref = [("reference", self.server_spec(case, reference=True))]
-        return ref if case.method == "none" else [*ref, ("spec", self.server_spec(case, reference=False))]
+        if case.method == "none":
+            return ref
+        ab = self.ab
+        base = ([("base", self.placement.server_spec(case.method, case.k, None, False, ab.base))]
+                if ab is not None and ab.skip_reason(case.method, case.speculative_config) is None else [])
+        return [*ref, ("spec", self.server_spec(case, reference=False)), *base]
 
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
         """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` compared with the
@@ -208,9 +214,7 @@ class SpecDecSession:
             pytest.skip(f"specdec A/B session: {skip}")
         record = self.records.setdefault(nodeid, TestRecord(nodeid, case.params()))
         prompts = self.prompts(case)
-        arms = dict(self.arms(case))
-        if ab is not None:  # the base's server: the same method and k with the base's draft
-            arms["base"] = self.placement.server_spec(case.method, case.k, None, False, ab.base)
+        arms = {arm: s for arm, s in self.arms(case) if arm != "base" or ab is not None}
         ref_spec, spec_spec = arms["reference"], arms.get("spec")
         record.servers = {arm: s.key() for arm, s in arms.items()}
         block = self.placement.block_runs() if spec_spec is not None else None
@@ -318,10 +322,14 @@ class SpecDecSession:
         """Session end: the gate's last word (`Judge.machine_at_end`, then `Judge.finish`), worded by
         `output/wording.py`; the machine factor's warning is given between the two, as pytest's, before any
         baseline is written."""
-        from pytest_specdec.output.wording import gate_lines, machine_sentence, session_end_lines
+        from pytest_specdec.output.wording import (ab_session_lines, coalesced_summary, gate_lines, machine_sentence,
+                                                   session_end_lines)
 
-        if self.ab is not None:
-            return self._finalize_ab(self.ab)
+        if self.ab is not None:  # A/B (`ABGate.finish`): a test that regresses only once all are in fails the session
+            checks = [(n, r.ab) for n, r in self.records.items() if r.ab is not None]
+            self.end = self.ab.finish(checks)
+            self.gate_summary, late = ab_session_lines(checks, self.end, alpha=self.settings.alpha, fdr=self.settings.fdr)
+            return [*late, *coalesced_summary([(n, r.result) for n, r in self.records.items()])]
         tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
         end = self.judge.machine_at_end([(n, c) for n, c, _, _ in tests if c is not None],
                                         fail_machine=self.settings.fail_machine)
@@ -334,15 +342,6 @@ class SpecDecSession:
                                        fail_inconclusive=self.settings.fail_inconclusive)
         return session_end_lines(end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests],
                                  alpha=self.settings.alpha, fdr=self.settings.fdr)
-
-    def _finalize_ab(self, ab: ABGate) -> list[str]:
-        """An A/B session's end (`ABGate.finish`): a test that regresses only now fails the session."""
-        from pytest_specdec.output.wording import ab_session_lines, coalesced_summary
-
-        checks = [(n, r.ab) for n, r in self.records.items() if r.ab is not None]
-        self.end = ab.finish(checks)
-        self.gate_summary, late = ab_session_lines(checks, self.end, alpha=self.settings.alpha, fdr=self.settings.fdr)
-        return [*late, *coalesced_summary([(n, r.result) for n, r in self.records.items()])]
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML

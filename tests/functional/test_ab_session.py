@@ -120,3 +120,12 @@ def test_usage_errors(pytester: pytest.Pytester, project: Path, fake_vllm: FakeV
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines([message])
     assert fake_vllm.records() == []  # nothing started
+
+
+def test_dry_run_lists_the_base_server(pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm) -> None:
+    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-dry-run")
+    r.assert_outcomes(skipped=1)
+    r.stdout.fnmatch_lines(["    spec [[]*]: * serve fake-model *\"model\": \"/nonexistent/head\"*",
+                            "    base [[]*]: * serve fake-model *\"model\": \"/heads/a\"*",
+                            "specdec dry run: 3 distinct server(s): *"])
+    assert fake_vllm.records() == []
