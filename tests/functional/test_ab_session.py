@@ -10,6 +10,7 @@ Usage errors stop the session before anything starts.
 from __future__ import annotations
 
 import json
+import re
 from xml.etree import ElementTree
 from collections.abc import Callable
 from pathlib import Path
@@ -92,6 +93,10 @@ def test_slower_candidate_regresses_on_step_time(pytester: pytest.Pytester, proj
     assert properties["specdec_ab"] == "candidate /heads/slow vs base /heads/a", properties
     assert properties["specdec_ab_verdict_output_tok_s"].startswith("regressed -"), properties
     assert properties["specdec_ab_attribution"] == "step time" and properties["specdec_runs_base"].endswith(" of 6")
+    report = (pytester.path / "reports" / "latest.html").read_text()
+    assert "A/B: candidate /heads/slow vs base /heads/a" in report and "step time (the candidate drafts" in report
+    assert re.search(r"runs: reference \d valid of 6; base \d valid of 6; candidate \d valid of 6", report)
+    assert re.search(r"<td class=\"l\">output_tok_s</td><td>[\d.]+</td><td>[\d.]+</td><td>-[\d.]+ %</td>", report)
 
 
 def test_lower_acceptance_is_attributed_to_acceptance(pytester: pytest.Pytester, project: Path,
