@@ -229,7 +229,7 @@ class SpecDecSession:
             rules=self.validity(), progress=self.progress, api=case.api,
             rate=case.request_rate)
         if ab is not None:  # candidate vs base; no stored night is read
-            record.ab = ab.check(case.method, dict(record.servers), result)
+            record.ab = ab.check(case.method, dict(record.servers), result, verdicts is None or verdicts.check)
         elif verdicts is not None:
             check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look
                 nodeid, case.method, case.workload(), self.workload.dataset(case.dataset).identity(), ref_spec,

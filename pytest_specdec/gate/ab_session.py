@@ -84,6 +84,7 @@ class ABCheck:
     verdicts: list[Verdict] = field(default_factory=list)  # adjusted at the test's end (unseen p-values = 1)
     final: list[Verdict] | None = None  # adjusted over the session's whole A/B family
     max_looks: int = 1  # one look: the pairs are sized up front (`adjusted_all` reads this)
+    check: bool = True  # specdec_verdicts(check=False): judged and shown, never failed
     failed: bool = False
 
     def shown(self) -> list[Verdict]:
@@ -144,10 +145,11 @@ class ABGate:
                     "an A/B session judges only candidate vs base")
         return None
 
-    def check(self, method: str, servers: dict[str, str], result: CaseResult) -> ABCheck:
-        """A test's raw A/B verdicts from its interleaved runs (``servers``: arm -> server spec key)."""
+    def check(self, method: str, servers: dict[str, str], result: CaseResult, check: bool = True) -> ABCheck:
+        """A test's raw A/B verdicts from its interleaved runs (``servers``: arm -> server spec key; ``check``
+        False: the test's specdec_verdicts marker says it never fails on them)."""
         return ABCheck(method, str(self.base.methods[method]["model"]), str(self.profile.methods[method]["model"]),
-                       servers, self.thresholds, raw=ab_verdicts(result, self.thresholds, self.alpha))
+                       servers, self.thresholds, raw=ab_verdicts(result, self.thresholds, self.alpha), check=check)
 
     def test_end(self, checks: Sequence[tuple[str, ABCheck]], nodeid: str,
                  collected: Sequence[tuple[str, dict[str, Any] | None]]) -> ABCheck:
@@ -157,7 +159,7 @@ class ABGate:
         size = len(AB_METRICS) * max(judged, len(checks))
         adjust(checks, final=False, fdr=self.fdr, alpha=self.alpha, family_size=size)
         c = dict(checks)[nodeid]
-        c.failed = bool(c.regressed())
+        c.failed = c.check and bool(c.regressed())
         return c
 
     def finish(self, checks: Sequence[tuple[str, ABCheck]]) -> SessionEnd:
@@ -168,4 +170,4 @@ class ABGate:
 
         adjust(checks, final=True, fdr=self.fdr, alpha=self.alpha, family_size=len(AB_METRICS) * len(checks))
         return SessionEnd(None, late_regressions=[(n, TestEnd("regressed", True)) for n, c in checks
-                                                  if c.regressed() and not c.failed])
+                                                  if c.check and c.regressed() and not c.failed])

@@ -130,3 +130,5 @@ def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
     assert first.final is not None and "not measured yet" not in by_metric(first.final)["output_tok_s"].note
     first.failed = False  # as if its end had not called it: regressed only over the whole family
     assert [n for n, _ in g.finish([("t1", first)]).late_regressions] == ["t1"]
+    first.check = False  # specdec_verdicts(check=False): shown, never failed
+    assert not g.test_end([("t1", first)], "t1", collected).failed and g.finish([("t1", first)]).late_regressions == []
