@@ -237,6 +237,7 @@ def extend_case(
         if block is not None and base is None:
             result.blocks += len(range(start, runs, block))
     sources = {"reference": reference, "spec": spec, "base": base}
+    labels = {"spec": "candidate"} if base is not None else {}  # the progress lines' name of an A/B session's spec arm
     buckets = {"reference": ref_runs, "spec": spec_runs, "base": result.base_runs}
     for i, arm in order:
         run_prompts = source.run(i)
@@ -264,7 +265,8 @@ def extend_case(
                else f"  LATENCY UNTRUSTED: {'; '.join(rec.untrusted)}" if rec.untrusted else "")
         noisy = "" if quiet is None or quiet.quiet else (f"  (servers still busy after {quiet.waited_s:.1f} s: "
                                                          f"{quiet.cores:.2f} cores)")
-        progress(f"specdec:   run {i + 1}/{runs} {arm:9s} {m.output_tok_s or 0:8.1f} tok/s{acc}{bad}{noisy}")
+        progress(f"specdec:   run {i + 1}/{runs} {labels.get(arm, arm):9s} {m.output_tok_s or 0:8.1f} tok/s"
+                 f"{acc}{bad}{noisy}")
         if rec.hung and restart is not None:
             fresh = restart(arm)
             if fresh is not None:
@@ -272,8 +274,8 @@ def extend_case(
     for arm_runs in (ref_runs, spec_runs, result.base_runs):
         for rec in mark_disturbed(arm_runs, rules):
             why = rec.invalid[-1].removeprefix(f"{DISTURBED}: ")
-            progress(f"specdec:   run {rec.index + 1}/{runs} {rec.arm:9s} DISTURBED: {why}; it leaves the verdicts "
-                     "with its pair")
+            progress(f"specdec:   run {rec.index + 1}/{runs} {labels.get(rec.arm, rec.arm):9s} DISTURBED: {why}; it leaves "
+                     "the verdicts with its pair")
     result.summary = summarize(ref_runs, spec_runs)
     result.speedup_per_pair = speedups(ref_runs, spec_runs) if spec_runs else []
     return result

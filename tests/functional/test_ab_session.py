@@ -60,6 +60,10 @@ def test_aa_passes_and_records_three_arms(pytester: pytest.Pytester, project: Pa
                             "  spec tok/s *: Δ * (CI * .. *), p *, catches a drop >= *, threshold -5 %",
                             "specdec A/B: 1 test(s) judged candidate vs base, 0 regressed; verdicts: *"])
     r.stdout.fnmatch_lines(["specdec:   run 2/6 base      DISTURBED: *"])
+    # The order within a pair: the reference first, then base and candidate, swapped from pair to pair.
+    r.stdout.fnmatch_lines([f"specdec:   run {i}/6 {arm} *" for i, arms in ((1, ("base", "candidate")),
+                                                                        (2, ("candidate", "base")))
+                            for arm in ("reference", *arms)])
     ab = ab_section(pytester)
     assert ab["regressed"] == [] and ab["attribution"] is None, ab
     assert ab["verdicts"]["output_tok_s"]["verdict"] != "regressed", ab["verdicts"]["output_tok_s"]
