@@ -196,14 +196,21 @@ def dataset_path(value: str, config: pytest.Config) -> str:
     return str(spec.with_path(str(path)))
 
 
-def draft_models(values: list[str], config: pytest.Config) -> tuple[tuple[str, str], ...]:
-    """Parse repeated `--specdec-draft METHOD=MODEL`; a method given twice is an error, not a silent override."""
+def draft_models(values: list[str], config: pytest.Config, option: str = "--specdec-draft"
+                 ) -> tuple[tuple[str, str], ...]:
+    """Parse repeated `--specdec-draft METHOD=MODEL` (or `--specdec-base-draft`, the same shape); a method given
+    twice is an error, not a silent override."""
     out: dict[str, str] = {}
     for v in values:
         method, sep, model = v.partition("=")
         if not sep or not method.strip() or not model.strip():
-            raise pytest.UsageError(f"--specdec-draft expects METHOD=MODEL (e.g. eagle3=/path/to/head), got {v!r}")
+            raise pytest.UsageError(f"{option} expects METHOD=MODEL (e.g. eagle3=/path/to/head), got {v!r}")
         if method.strip() in out:
-            raise pytest.UsageError(f"--specdec-draft names {method.strip()!r} twice")
+            raise pytest.UsageError(f"{option} names {method.strip()!r} twice")
         out[method.strip()] = model.strip()
     return tuple(sorted(out.items()))
+
+
+def base_draft_models(values: list[str], config: pytest.Config) -> tuple[tuple[str, str], ...]:
+    """`--specdec-base-draft METHOD=MODEL`: parsed as `--specdec-draft` is (one path), its errors naming this flag."""
+    return draft_models(values, config, "--specdec-base-draft")

@@ -20,6 +20,7 @@ from pytest_specdec.option_values import (
     alpha_value,
     as_bool,
     as_is,
+    base_draft_models,
     dataset_path,
     dataset_spec,
     draft_models,
@@ -166,6 +167,12 @@ OPTIONS: tuple[Option, ...] = (
            read=draft_models,
            help="use MODEL (a path, hub id or zoo:NAME) as METHOD's draft/head instead of the profile's, under "
                 "the same test ids, e.g. eagle3=/heads/new (repeatable).", shown_default="the profile's"),
+    Option("--specdec-base-draft", setting="base_drafts", metavar="METHOD=MODEL", action="append", default=[],
+           read=base_draft_models,
+           help="A/B in one session: MODEL is METHOD's draft/head of the base; the candidate is the profile's (or "
+                "--specdec-draft's). Each test of METHOD runs the reference, the base and the candidate interleaved "
+                "and is judged candidate vs base, pair by pair; stored baselines are neither read nor written "
+                "(docs/gate.md, A/B in one session).", shown_default="no A/B"),
     Option("--specdec-strict", action="store_true", default=False,
            help="fail (not just warn) when a baseline was measured under different comparability keys."),
     Option("--specdec-max-runs", metavar="N", type=positive_int,
@@ -266,6 +273,7 @@ class Settings:
     ini_thresholds: tuple[str, ...] = ()
     keep_sessions: int = 5
     drafts: tuple[tuple[str, str], ...] = ()
+    base_drafts: tuple[tuple[str, str], ...] = ()  # --specdec-base-draft: an A/B session when given
     block_runs: int | None = None
     api: str = "chat"
     request_rate: float | None = None
@@ -297,4 +305,14 @@ class Settings:
                 "--specdec-endpoint and --specdec-reference-endpoint go together: the speedup needs "
                 "the no-speculation reference server as well"
             )
-        return cls(**{option.setting: option.value(config) for option in OPTIONS})
+        settings = cls(**{option.setting: option.value(config) for option in OPTIONS})
+        if settings.base_drafts and settings.update_baselines:
+            raise pytest.UsageError(
+                "--update-baselines with --specdec-base-draft: an A/B session judges the candidate against the base "
+                "measured beside it, not against stored nights, so it has nothing to store as a night; run the "
+                "baselines update without --specdec-base-draft")
+        if settings.base_drafts and settings.endpoint:
+            raise pytest.UsageError(
+                "--specdec-base-draft with --specdec-endpoint: an A/B session starts the base's and the candidate's "
+                "servers itself, and two endpoints serve only one spec config; drop one of the two")
+        return settings

@@ -72,7 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session = SpecDecSession(settings, config.rootpath, progress)
     session.worker = worker
     config.stash[session_key] = session
-    session.check_runs()
+    session.check_configure()
     from pytest_specdec.servers.hygiene import interrupt_on_termination
 
     session.undo_signals = interrupt_on_termination()  # SIGTERM/SIGHUP unwind like Ctrl-C: servers stop

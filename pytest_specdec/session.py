@@ -22,6 +22,7 @@ from pytest_specdec.output.results import TestRecord
 from pytest_specdec.output.wording import coalesced_lines, test_end_message
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.ab_session import ABGate
     from pytest_specdec.gate.judge import Judge, SessionEnd
     from pytest_specdec.measure.lossless import Collected
     from pytest_specdec.measure.validity import ValidityRules
@@ -53,6 +54,7 @@ class SpecDecSession:
         self.workload = Workload(rootpath, progress)
         self.records: dict[str, TestRecord] = {}
         self._judge: Judge | None = None
+        self.ab: ABGate | None = None  # an A/B session's gate (--specdec-base-draft), built at configure
         self.end: SessionEnd | None = None  # the gate's last word (machine factor, late regressions, writes)
         #: metric tests the collected specdec tests can add to the family (for BH before all are known)
         self.family_size = 0
@@ -109,37 +111,33 @@ class SpecDecSession:
         return self.run_limits()[1]
 
     def run_limits(self) -> tuple[int, int]:
-        """(runs, max_runs): the command line's explicit values win over the profile's defaults. An explicit
-        --specdec-runs above the profile's [verdicts] max_runs raises it (`runs_note` says so); an explicit
-        --specdec-max-runs below the runs is a usage error. The profile's own pair is checked when it is read."""
+        """(runs, max_runs) as `profiles.resolve.run_limits` resolves them from the options and the profile;
+        `runs_note` says when an explicit --specdec-runs raised the profile's max_runs."""
         if self._limits is None:
-            st, profile = self.settings, self.profile
-            runs = st.runs or profile.runs
-            if st.max_runs is not None:
-                if st.max_runs < runs:
-                    source = "--specdec-runs" if st.runs else f"[matrix] runs of profile {profile.path}"
-                    raise pytest.UsageError(f"--specdec-max-runs {st.max_runs} is below the runs per test ({runs}, "
-                                            f"{source}); raise --specdec-max-runs or lower --specdec-runs")
-                self._limits = (runs, st.max_runs)
-            elif profile.max_runs is not None and profile.max_runs < runs:  # only an explicit runs gets here
-                self.runs_note = (f"specdec: --specdec-runs {runs} raises the profile's [verdicts] max_runs from "
-                                  f"{profile.max_runs} to {runs} ({profile.path})")
-                self._limits = (runs, runs)
-            else:
-                self._limits = (runs, profile.max_runs or runs)
+            from pytest_specdec.profiles.resolve import run_limits
+
+            st = self.settings
+            (runs, max_runs), self.runs_note = run_limits(self.profile, st.runs, st.max_runs, ab=bool(st.base_drafts))
+            self._limits = (runs, max_runs)
         return self._limits
 
-    def check_runs(self) -> None:
-        """At configure: explicit --specdec-runs / --specdec-max-runs are resolved against the profile now, so
-        a conflict stops the session before anything is collected or started (a dry run and
-        --update-baselines too). Without them the profile's own values hold, checked when it is read."""
-        if self.settings.runs is None and self.settings.max_runs is None:
+    def check_configure(self) -> None:
+        """At configure: explicit --specdec-runs / --specdec-max-runs resolved against the profile, and an A/B
+        session's gate built (`ABGate`: its methods, thresholds and servers checked), so a conflict stops the
+        session before anything is collected or started (a dry run and --update-baselines too). Without them
+        the profile's own values hold, checked when it is read."""
+        st = self.settings
+        if st.runs is None and st.max_runs is None and not st.base_drafts:
             return
         from pytest_specdec.errors import ConfigError
+        from pytest_specdec.gate.ab_session import ABGate
 
-        try:
+        try:  # a profile that could not be read: the message names the file and key
             self.run_limits()
-        except ConfigError as exc:  # the profile could not be read: the message names the file and key
+            if st.base_drafts:
+                self.ab = ABGate(self.profile, self.placement, dict(st.base_drafts), st.cli_thresholds,
+                                 alpha=st.alpha, fdr=st.fdr)
+        except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
 
     def validity(self) -> ValidityRules:
@@ -166,7 +164,7 @@ class SpecDecSession:
 
             st = self.settings
             self._placement = Placement(self.profile, st.endpoint is not None, st.max_servers, st.block_runs,
-                                        self.runs(), st.host)
+                                        self.runs(), st.host, 3 if st.base_drafts else 2)
         return self._placement
 
     def _check_possible(self, case: Case) -> None:
@@ -185,9 +183,15 @@ class SpecDecSession:
 
     # --- measuring -----------------------------------------------------------------------------
     def arms(self, case: Case) -> list[tuple[str, ServerSpec]]:
-        """(arm, server spec), the reference first; a test of method "none" has no spec arm."""
+        """(arm, server spec), the reference first; a test of method "none" has no spec arm; an A/B session's
+        test has its base's too: the same method and k with the base's draft."""
         ref = [("reference", self.server_spec(case, reference=True))]
-        return ref if case.method == "none" else [*ref, ("spec", self.server_spec(case, reference=False))]
+        if case.method == "none":
+            return ref
+        ab = self.ab
+        base = ([("base", self.placement.server_spec(case.method, case.k, None, False, ab.base))]
+                if ab is not None and ab.skip_reason(case.method, case.speculative_config) is None else [])
+        return [*ref, ("spec", self.server_spec(case, reference=False)), *base]
 
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
         """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` compared with the
@@ -204,14 +208,18 @@ class SpecDecSession:
                 self.progress)
             if reason:
                 pytest.skip(f"specdec endpoint mode: {reason}")
+        ab = self.ab if verdicts is not None else None
+        skip = ab.skip_reason(case.method, case.speculative_config) if ab is not None else None
+        if skip:
+            pytest.skip(f"specdec A/B session: {skip}")
         record = self.records.setdefault(nodeid, TestRecord(nodeid, case.params()))
         prompts = self.prompts(case)
-        arms = dict(self.arms(case))
+        arms = {arm: s for arm, s in self.arms(case) if arm != "base" or ab is not None}
         ref_spec, spec_spec = arms["reference"], arms.get("spec")
         record.servers = {arm: s.key() for arm, s in arms.items()}
         block = self.placement.block_runs() if spec_spec is not None else None
         run = CaseRun(self.serving, nodeid, ref_spec, spec_spec, block, self.workload, case.dataset, prompts,
-                      lambda: self.prompts(dataclasses.replace(case, num_prompts=None)))
+                      lambda: self.prompts(dataclasses.replace(case, num_prompts=None)), arms.get("base"))
         died = {arm: len(self.serving.deaths(s)) for arm, s in arms.items()}  # before this test
         self.progress(planned(nodeid, len(prompts), self.runs(), block, run.source.fresh))
         sampling = case.sampling()
@@ -220,7 +228,9 @@ class SpecDecSession:
             sampling, self.runs(), concurrency=case.concurrency, api_key=self.settings.api_key,
             rules=self.validity(), progress=self.progress, api=case.api,
             rate=case.request_rate)
-        if verdicts is not None:
+        if ab is not None:  # candidate vs base; no stored night is read
+            record.ab = ab.check(case.method, dict(record.servers), result, verdicts is None or verdicts.check)
+        elif verdicts is not None:
             check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look
                 nodeid, case.method, case.workload(), self.workload.dataset(case.dataset).identity(), ref_spec,
                 spec_spec, sampling, self.serving.engine_configs(arms),
@@ -233,9 +243,11 @@ class SpecDecSession:
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
         dead = dead_arms(result.reference_runs, result.runs if "spec" in arms else None)
+        if ab is not None and not any(r.valid for r in result.base_runs):
+            dead.append("base")
         if dead:  # a dead arm: never judged on the other one
             arm = dead[0]
-            runs = result.reference_runs if arm == "reference" else result.runs
+            runs = {"reference": result.reference_runs, "base": result.base_runs}.get(arm, result.runs)
             raise SpecDecError(dead_arm(nodeid, arm, runs, self.serving.deaths(arms[arm])[died[arm]:]))
         return result
 
@@ -286,6 +298,14 @@ class SpecDecSession:
     def check(self, nodeid: str) -> str | None:
         """At the end of a specdec test: the failure message, or None when it passes (warnings are shown)."""
         record = self.records.get(nodeid)
+        if record is not None and record.ab is not None and self.ab is not None:
+            from pytest_specdec.output.wording import ab_failure, ab_test_lines
+
+            c = self.ab.test_end([(n, r.ab) for n, r in self.records.items() if r.ab is not None], nodeid,
+                                 [(o.method, o.speculative_config) for o in self.collected])
+            for line in ab_test_lines(nodeid, c):
+                self.progress(line)
+            return ab_failure(c, alpha=self.settings.alpha, fdr=self.settings.fdr) if c.failed else None
         if record is None or record.baseline is None:
             return None
         family = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None]
@@ -302,8 +322,14 @@ class SpecDecSession:
         """Session end: the gate's last word (`Judge.machine_at_end`, then `Judge.finish`), worded by
         `output/wording.py`; the machine factor's warning is given between the two, as pytest's, before any
         baseline is written."""
-        from pytest_specdec.output.wording import gate_lines, machine_sentence, session_end_lines
+        from pytest_specdec.output.wording import (ab_session_lines, coalesced_summary, gate_lines, machine_sentence,
+                                                   session_end_lines)
 
+        if self.ab is not None:  # A/B (`ABGate.finish`): a test that regresses only once all are in fails the session
+            checks = [(n, r.ab) for n, r in self.records.items() if r.ab is not None]
+            self.end = self.ab.finish(checks)
+            self.gate_summary, late = ab_session_lines(checks, self.end, alpha=self.settings.alpha, fdr=self.settings.fdr)
+            return [*late, *coalesced_summary([(n, r.result) for n, r in self.records.items()])]
         tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
         end = self.judge.machine_at_end([(n, c) for n, c, _, _ in tests if c is not None],
                                         fail_machine=self.settings.fail_machine)

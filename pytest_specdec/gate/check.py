@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
@@ -107,7 +107,14 @@ def adjusted(checks: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, final:
                         family_size=family_size).get(nodeid, [])
 
 
-def adjusted_all(checks: Sequence[tuple[str, BaselineCheck]], *, final: bool, fdr: str, alpha: float,
+class Judged(Protocol):
+    """What the family adjustment reads of a test's comparison: a nightly `BaselineCheck`, or an A/B session's."""
+
+    raw: list[Verdict]
+    max_looks: int
+
+
+def adjusted_all(checks: Sequence[tuple[str, Judged]], *, final: bool, fdr: str, alpha: float,
                  gated_size: int, family_size: int) -> dict[str, list[Verdict]]:
     """Every test's verdicts after BH/Holm over every raw verdict so far, each family (gated, shown) on its
     own; padded with p=1 to the family size collected, unless ``final``."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts, PromptSource
-from pytest_specdec.measure.schedule import Arm, schedule, warmup_requests
+from pytest_specdec.measure.schedule import Arm, schedule, schedule_ab, warmup_requests
 from pytest_specdec.measure.summary import geomean, hd_p95s, speedups, summarize
 from pytest_specdec.measure.validity import (CLIENT_LAG, DISTURBED, HUNG, ValidityRules, disturbed,
                                              invalid_reasons, latency_untrusted)
@@ -107,15 +107,18 @@ class CaseResult:
     #: Per arm, the server instance its last run used: a run on another instance (first run, a block
     #: switch's restart, a fresh suffix server) is warmed up first.
     instances: dict[str, str] = field(default_factory=dict, repr=False)
+    #: An A/B session's base runs, interleaved with the reference's and the candidate's (``runs``); the summary
+    #: and speedups stay the candidate's, the A/B verdicts pair these with ``runs``.
+    base_runs: list[RunRecord] = field(default_factory=list)
 
     @property
     def invalid_runs(self) -> list[RunRecord]:
-        return [r for r in [*self.reference_runs, *self.runs] if not r.valid]
+        return [r for r in [*self.reference_runs, *self.runs, *self.base_runs] if not r.valid]
 
     @property
     def untrusted_runs(self) -> list[RunRecord]:
         """Valid runs whose latency figures are left out (coalesced streams)."""
-        return [r for r in [*self.reference_runs, *self.runs] if r.valid and r.untrusted]
+        return [r for r in [*self.reference_runs, *self.runs, *self.base_runs] if r.valid and r.untrusted]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -208,6 +211,7 @@ def extend_case(
     settle: Callable[[], Quiet] | None = None,
     spec_tokens: int | None = None,
     restart: Callable[[Arm], Endpoint | Callable[[], Endpoint] | None] | None = None,
+    base: Endpoint | Callable[[], Endpoint] | None = None,
 ) -> CaseResult:
     """Continue the alternation of `result` up to `runs` pairs (sequential looks add runs this way).
 
@@ -217,7 +221,8 @@ def extend_case(
     fresh server gets one.  Summary and speedups are recomputed.  `settle` (e.g. the pool's wait for idle servers) is called right before
     every measured run, after its endpoint is ready and its warm-up is not yet sent; what it returns
     is kept with the run. After a run whose server hung, `restart(arm)` may hand a fresh server for the
-    arm's later runs (None: keep the arm as it is).
+    arm's later runs (None: keep the arm as it is). With ``base`` (an A/B session: servers co-resident) a
+    third arm runs in every pair (`schedule_ab`), its runs in ``result.base_runs``.
     """
     source = prompts if isinstance(prompts, (FixedPrompts, FreshPrompts)) else FixedPrompts(prompts)
     ref_runs, spec_runs = result.reference_runs, result.runs
@@ -228,11 +233,12 @@ def extend_case(
     else:
         if len(spec_runs) != start:
             raise ValueError(f"cannot extend: {start} reference runs but {len(spec_runs)} spec runs")
-        order = schedule(start, runs, block, result.blocks)
-        if block is not None:
+        order = schedule(start, runs, block, result.blocks) if base is None else schedule_ab(start, runs)
+        if block is not None and base is None:
             result.blocks += len(range(start, runs, block))
-    sources = {"reference": reference, "spec": spec}
-    buckets = {"reference": ref_runs, "spec": spec_runs}
+    sources = {"reference": reference, "spec": spec, "base": base}
+    labels = {"spec": "candidate"} if base is not None else {}  # the progress lines' name of an A/B session's spec arm
+    buckets = {"reference": ref_runs, "spec": spec_runs, "base": result.base_runs}
     for i, arm in order:
         run_prompts = source.run(i)
         server = sources[arm]
@@ -240,8 +246,8 @@ def extend_case(
         endpoint = server() if callable(server) else server
         warm = result.instances.get(arm) != endpoint.instance
         n_warm = warmup_requests(len(run_prompts), concurrency) if warm else 0
-        # Only the spec arm can learn from what it served; the reference warms up on the run's prompts.
-        warmup = source.warmup(n_warm) if arm == "spec" else FixedPrompts(run_prompts).warmup(n_warm)
+        # Only a spec arm can learn from what it served; the reference warms up on the run's prompts.
+        warmup = source.warmup(n_warm) if arm != "reference" else FixedPrompts(run_prompts).warmup(n_warm)
         quiet = settle() if settle is not None else None
         limit = 1 if arm == "reference" else None if spec_tokens is None else 1 + spec_tokens
         rec = one_run(endpoint, arm, i, run_prompts, sampling, concurrency=concurrency, api_key=api_key,
@@ -259,18 +265,19 @@ def extend_case(
                else f"  LATENCY UNTRUSTED: {'; '.join(rec.untrusted)}" if rec.untrusted else "")
         noisy = "" if quiet is None or quiet.quiet else (f"  (servers still busy after {quiet.waited_s:.1f} s: "
                                                          f"{quiet.cores:.2f} cores)")
-        progress(f"specdec:   run {i + 1}/{runs} {arm:9s} {m.output_tok_s or 0:8.1f} tok/s{acc}{bad}{noisy}")
+        progress(f"specdec:   run {i + 1}/{runs} {labels.get(arm, arm):9s} {m.output_tok_s or 0:8.1f} tok/s"
+                 f"{acc}{bad}{noisy}")
         if rec.hung and restart is not None:
             fresh = restart(arm)
             if fresh is not None:
                 sources[arm] = fresh
     # Runs on prompts that differ from run to run (suffix decoding's fresh prompts, on a server that learns and
     # is restarted when they run out) differ for reasons of their own: the rule compares like with like only.
-    for arm_runs in () if source.fresh else (ref_runs, spec_runs):
+    for arm_runs in () if source.fresh else (ref_runs, spec_runs, result.base_runs):
         for rec in mark_disturbed(arm_runs, rules):
             why = rec.invalid[-1].removeprefix(f"{DISTURBED}: ")
-            progress(f"specdec:   run {rec.index + 1}/{runs} {rec.arm:9s} DISTURBED: {why}; it leaves the verdicts "
-                     "with its pair")
+            progress(f"specdec:   run {rec.index + 1}/{runs} {labels.get(rec.arm, rec.arm):9s} DISTURBED: {why}; "
+                     "it leaves the verdicts with its pair")
     result.summary = summarize(ref_runs, spec_runs)
     result.speedup_per_pair = speedups(ref_runs, spec_runs) if spec_runs else []
     return result

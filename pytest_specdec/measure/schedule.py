@@ -1,12 +1,13 @@
 """The order of a test's runs: reference and spec interleaved per pair, or in ABBA blocks when the two
-servers cannot be alive at once (a block switch then restarts one server, not two), and the warm-up
-each server gets before its first measured run."""
+servers cannot be alive at once (a block switch then restarts one server, not two), an A/B session's three
+arms, and the warm-up each server gets before its first measured run."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-Arm = Literal["reference", "spec"]
+#: "spec" is the spec config under test (in an A/B session: the candidate); "base" is an A/B session's base.
+Arm = Literal["reference", "spec", "base"]
 
 
 def schedule(start: int, runs: int, block: int | None, block_index: int = 0) -> list[tuple[int, Arm]]:
@@ -29,6 +30,16 @@ def schedule(start: int, runs: int, block: int | None, block_index: int = 0) -> 
         arms: tuple[Arm, Arm] = ("reference", "spec") if n % 2 == 0 else ("spec", "reference")
         for arm in arms:
             out += [(i, arm) for i in idx]
+    return out
+
+
+def schedule_ab(start: int, runs: int) -> list[tuple[int, Arm]]:
+    """An A/B session's order for pairs `start`..`runs`-1: the reference, then the base and the candidate
+    ("spec"), which of the two goes first swapping from pair to pair, so neither always runs right after the
+    reference (a run after the reference's may find the machine in another state than one after a spec run)."""
+    out: list[tuple[int, Arm]] = []
+    for i in range(start, runs):
+        out += [(i, "reference"), *(((i, "base"), (i, "spec")) if i % 2 == 0 else ((i, "spec"), (i, "base")))]
     return out
 
 

@@ -165,12 +165,14 @@ class CaseRun:
     the runner's options, kept so the gate's later looks add runs the same way."""
 
     def __init__(self, serving: Serving, test: str, reference: ServerSpec, spec: ServerSpec | None, block: int | None,
-                 workload: Workload, dataset: str, prompts: list[Prompt], whole_dataset: Callable[[], list[Prompt]]
-                 ) -> None:
+                 workload: Workload, dataset: str, prompts: list[Prompt], whole_dataset: Callable[[], list[Prompt]],
+                 base: ServerSpec | None = None) -> None:
         self.serving, self.spec_spec, self.block, self.test = serving, spec, block, test
-        self.specs = {"reference": reference, "spec": spec}
+        self.specs = {"reference": reference, "spec": spec, "base": base}
         self.restarted: set[str] = set()  # arms whose hung server was restarted (once per test)
         self.reference, self.spec = serving.arms(reference, spec, test, block)
+        # An A/B session's base: a third server beside the two (the session refuses A/B without co-residence).
+        self.base: ArmEndpoint | None = serving.endpoint(base, False, test) if base is not None else None
 
         def exhausted() -> None:
             assert spec is not None
@@ -190,7 +192,7 @@ class CaseRun:
 
         self.sampling = sampling
         self.options = {**options, "block": self.block, "settle": self.serving.settle(),
-                        "spec_tokens": spec_tokens(self.spec_spec), "restart": self.restart}
+                        "spec_tokens": spec_tokens(self.spec_spec), "restart": self.restart, "base": self.base}
         self.result = measure_case(self.reference, self.spec, self.source, sampling, runs=runs, **self.options)
         return self.result
 
@@ -205,6 +207,8 @@ class CaseRun:
         fresh = self.serving.asked_each_run(spec, arm == "reference", self.test)
         if arm == "reference":  # the later looks ask for the fresh one too
             self.reference = fresh
+        elif arm == "base":
+            self.base = self.options["base"] = fresh
         else:
             self.spec = fresh
         return fresh

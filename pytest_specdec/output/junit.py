@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.output.results import TestRecord
 
 PREFIX = "specdec_"
@@ -15,7 +16,7 @@ PREFIX = "specdec_"
 def test_properties(record: TestRecord) -> list[tuple[str, str]]:
     """Figures of one test: the summary's, the runs per arm, the baseline used and each gated verdict
     with its change and CI (worded as the terminal's table)."""
-    from pytest_specdec.output.wording import format_delta, format_value
+    from pytest_specdec.output.wording import format_value
 
     out: list[tuple[str, str]] = []
     result = record.result
@@ -28,24 +29,32 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
             p95 = (s.get(name.replace("_p95", "")) or {}).get("p95")
             if p95 is not None:
                 out.append((PREFIX + name, f"{p95:.4g}"))
-        for arm, runs in (("reference", result.reference_runs), ("spec", result.runs)):
+        for arm, runs in (("reference", result.reference_runs), ("spec", result.runs), ("base", result.base_runs)):
             if runs:
                 out.append((f"{PREFIX}runs_{arm}", f"{sum(r.valid for r in runs)} valid of {len(runs)}"))
     check = record.baseline
     if check is not None:
         out.append((PREFIX + "baseline", f"{check.status}: {check.path}"))
-        for v in check.shown():
-            if v.family != "gated":
-                continue
-            ci = ("" if v.ci_low is None else
-                  f" (CI {format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)})")
-            change = "" if v.delta is None else f" {format_delta(v.delta, v.unit)}{ci}"
-            out.append((f"{PREFIX}verdict_{v.metric}", f"{v.verdict}{change}"))
+        out += [(f"{PREFIX}verdict_{v.metric}", verdict_text(v)) for v in check.shown() if v.family == "gated"]
         if check.deviation is not None:
             import math
 
             out.append((PREFIX + "reference_vs_baseline", f"{100 * (math.exp(check.deviation) - 1):+.1f} %"))
+    ab = record.ab
+    if ab is not None:  # an A/B session: the candidate against the base, and what a regression points at
+        out.append((PREFIX + "ab", f"candidate {ab.candidate_draft} vs base {ab.base_draft}"))
+        out += [(f"{PREFIX}ab_verdict_{v.metric}", verdict_text(v)) for v in ab.shown()]
+        if ab.cause() is not None:
+            out.append((PREFIX + "ab_attribution", str(ab.cause())))
     return out
+
+
+def verdict_text(v: Verdict) -> str:
+    """A verdict with its change and CI, worded as the terminal's table: "regressed -22.4 % (CI -25.6 % .. -19.0 %)"."""
+    from pytest_specdec.output.wording import format_delta
+
+    ci = "" if v.ci_low is None else f" (CI {format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)})"
+    return v.verdict + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}{ci}")
 
 
 def session_properties(machine: MachineFactor | None, tests: int) -> list[tuple[str, str]]:

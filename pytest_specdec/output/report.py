@@ -311,8 +311,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "servers": [(arm, key, command_line(servers[key]) if key in servers else "(not recorded)",
                      (servers.get(key) or {}).get("startup_s"))
                     for arm, key in test.servers.items()],
-        "error": test.error,
-        "logs": test.server_logs,
+        "error": test.error, "logs": test.server_logs, "ab": test.ab,
         "per_position": s.get("per_position_acceptance") or [],
         "distribution": test.distribution,
         "output_match": test.output_match,

@@ -23,6 +23,7 @@ from pytest_specdec.files import write_atomic
 from pytest_specdec.output.schema import SCHEMA
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.ab_session import ABCheck
     from pytest_specdec.gate.check import BaselineCheck
     from pytest_specdec.gate.judge import BaselineWrites
     from pytest_specdec.gate.variance import NightVariance
@@ -53,6 +54,8 @@ class TestRecord:
     distribution: dict[str, Any] | None = None
     #: every sampling parameter the requests carried (Sampling.to_request)
     sampling: dict[str, Any] | None = None
+    #: an A/B session's comparison of the candidate with the base (`gate.ab_session`), None outside one
+    ab: ABCheck | None = None
 
     def failed(self, message: str, servers: dict[str, VllmServer]) -> list[tuple[str, str]]:
         """Keep the failure text and the test's servers' log tails (the HTML report shows them the morning
@@ -105,6 +108,8 @@ class TestRecord:
             out["server_logs"] = self.server_logs
         if self.distribution is not None:
             out["distribution"] = self.distribution
+        if self.ab is not None:
+            out["ab"] = ab_entry(self.ab, self.result)
         if self.baseline is not None:
             from pytest_specdec.gate.verdicts import to_json
 
@@ -114,6 +119,26 @@ class TestRecord:
             out["verdicts"] = {v.metric: to_json(v) for v in shown}
             out["baseline"] = {**self.baseline.to_dict(), "attribution": attribution(shown) if shown else None}
         return out
+
+
+def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
+    """A test's `ab` section: what was compared, the verdicts (`gate.verdicts.to_json`, as the nightly's), what a
+    regression points at, and every run of the three arms in the results' run shape, each with its arm's name
+    (the candidate's are the test's own `runs`, there named `spec`)."""
+    from pytest_specdec.gate.thresholds import to_dict
+    from pytest_specdec.gate.verdicts import to_json
+    from pytest_specdec.output.wording import AB_CAUSES
+
+    cause = c.cause()
+    runs = [] if result is None else [*(r.to_dict() for r in result.reference_runs),
+                                      *(r.to_dict() for r in result.base_runs),
+                                      *({**r.to_dict(), "arm": "candidate"} for r in result.runs)]
+    return {"method": c.method, "base": {"draft": c.base_draft, "server": c.servers.get("base")},
+            "candidate": {"draft": c.candidate_draft, "server": c.servers.get("spec")},
+            "verdicts": {v.metric: to_json(v) for v in c.shown()}, "regressed": [v.metric for v in c.regressed()],
+            "attribution": cause, "attribution_text": AB_CAUSES[cause] if cause else None,
+            "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(c.thresholds),
+            "runs": runs}
 
 
 def session_results(*, started: float, profile: Profile, gpu_names: str | None, servers: dict[str, VllmServer],

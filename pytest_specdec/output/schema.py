@@ -138,6 +138,8 @@ class TestEntry:
     sampling: Mapping[str, Any] | None = None
     #: temperature 0: spec vs reference outputs, with the prompts that differed (`measure.lossless.greedy_output_match`)
     output_match: Mapping[str, Any] | None = None
+    #: an A/B session's candidate vs base (`output.results.ab_entry`), as the results hold it
+    ab: Mapping[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
@@ -164,7 +166,7 @@ class TestEntry:
             verdicts={k: VerdictEntry.from_dict(k, v) for k, v in verdicts.items()},
             baseline=BaselineEntry.from_dict(baseline) if isinstance(baseline, Mapping) else None,
             error=d.get("error"), server_logs=tuple(d.get("server_logs") or ()), distribution=d.get("distribution"),
-            sampling=d.get("sampling"), output_match=d.get("output_match"))
+            sampling=d.get("sampling"), output_match=d.get("output_match"), ab=d.get("ab"))
 
 
 @dataclass(frozen=True)

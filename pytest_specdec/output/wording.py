@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.gate.registry import label, metric
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.ab_session import ABCheck
     from pytest_specdec.gate.check import BaselineCheck, TestEnd
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.stats import Verdict
@@ -64,9 +65,9 @@ def catch_text(method: str, mde: float | None, threshold: float | None, unit: st
     return f"catches a {way} {ge} {mde:.3g}{' %' if unit == '%' else ' pt'}"
 
 
-def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI") -> str:
-    """metric | family | baseline | now | Δ | 90% CI | p | verdict, aligned."""
-    rows = [("metric", "family", "baseline", "now", "Δ", ci_label, "p", "verdict")]
+def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI", arms: tuple[str, str] = ("baseline", "now")) -> str:
+    """metric | family | baseline | now | Δ | 90% CI | p | verdict, aligned (``arms`` names the two value columns)."""
+    rows = [("metric", "family", *arms, "Δ", ci_label, "p", "verdict")]
     for v in verdicts:
         ci = "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
         p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
@@ -273,3 +274,61 @@ def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Se
                                         accept=late.command).replace(
             "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
     return [*lines, *coalesced_summary(results), *end.written]
+
+
+#: An A/B test's regression, pointed at (gate.ab_session.Cause): short, and no more than the verdicts say.
+AB_CAUSES = {"acceptance": "acceptance (the candidate's drafts are accepted less often)",
+             "step time": "step time (the candidate drafts the same tokens more slowly)"}
+
+
+def ab_verdict_line(v: Verdict) -> str:
+    """One A/B verdict in a line: metric, verdict, Δ with its CI, p and what it catches."""
+    ci = "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
+    p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
+    threshold = "" if v.threshold is None else f", threshold {v.threshold:+g}{' %' if v.unit == '%' else ' pt'}"
+    change = f"Δ {format_delta(v.delta, v.unit)} (CI {ci})"
+    return f"{label(v.metric)} {v.verdict}: {change}, p {p}, {guard_text(v)}{threshold}"
+
+
+def ab_test_lines(nodeid: str, c: ABCheck) -> list[str]:
+    """A test's A/B verdicts for the terminal, as its end adjusted them, and what a regression points at."""
+    pairs = max((v.n_now for v in c.shown()), default=0)
+    lines = [f"specdec A/B: {nodeid}: candidate {c.candidate_draft} vs base {c.base_draft} ({pairs} pairs)"]
+    lines += [f"  {ab_verdict_line(v)}" for v in c.shown()]
+    cause = c.cause()
+    if cause is not None:
+        lines.append(f"  attribution: {AB_CAUSES[cause]}")
+    return lines
+
+
+def ab_failure(c: ABCheck, *, alpha: float, fdr: str) -> str:
+    """A test whose candidate regressed against its base: the metrics, the table, the attribution and why."""
+    bad = c.regressed()
+    cause = c.cause()
+    return "\n".join([
+        f"specdec A/B: the candidate regressed against the base: {', '.join(v.metric for v in bad)}",
+        f"candidate {c.candidate_draft} vs base {c.base_draft}; p: one-sided, adjusted by {FDR_NAMES[fdr]} over the "
+        "session's A/B verdicts",
+        "", table(c.shown(), f"{100 * (1 - 2 * alpha):.4g}% CI", ("base", "candidate")), "",
+        *([f"attribution: {AB_CAUSES[cause]}"] if cause else []),
+        "why:", *[f"  {v.metric}: {v.note}" for v in bad]])
+
+
+def ab_session_lines(checks: Sequence[tuple[str, ABCheck]], end: Any, *, alpha: float, fdr: str
+                     ) -> tuple[list[str], list[str]]:
+    """The A/B session's end (`gate.ab_session.ABGate.finish`): its closing line (tests judged, how many regressed
+    and at what, the verdicts' counts), and the tests that regressed only once the whole family was known."""
+    by = dict(checks)
+    late = [f"specdec: {n}: after the whole session's A/B family was known, "
+            + ab_failure(by[n], alpha=alpha, fdr=fdr).removeprefix("specdec A/B: ") for n, _ in end.late_regressions]
+    if not checks:
+        return [], late
+    counts: dict[str, int] = {}
+    for _, c in checks:
+        for v in c.shown():
+            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+    failed = [(n, c) for n, c in checks if c.regressed()]
+    causes = ", ".join(f"{n.split('::')[-1]}: {c.cause() or 'tok/s or latency'}" for n, c in failed)
+    total = ", ".join(f"{counts[k]} {k}" for k in ("regressed", "improved", "unchanged", "inconclusive") if k in counts)
+    return [f"specdec A/B: {len(checks)} test(s) judged candidate vs base, {len(failed)} regressed"
+            + (f" ({causes})" if causes else "") + f"; verdicts: {total or 'none'}"], late

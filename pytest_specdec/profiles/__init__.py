@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.validity import ValidityRules
-from pytest_specdec.profiles.schema import (DEFAULT_RUNS, PLUGIN_FLAGS, SCHEMA, VLLM_METHODS, check_keys,
-                                            check_values, validity_rules)
+from pytest_specdec.profiles.schema import (DEFAULT_AB_RUNS, DEFAULT_RUNS, PLUGIN_FLAGS, SCHEMA, VLLM_METHODS,
+                                            check_keys, check_values, validity_rules)
 
 if TYPE_CHECKING:
     from pytest_specdec.vllm.command import ServerSpec
@@ -61,11 +61,17 @@ class Profile:
         """`[matrix] runs`: run pairs per test at the first look."""
         return int(self.matrix.get("runs", DEFAULT_RUNS))
 
+    @property
+    def ab_runs(self) -> int:
+        """`[matrix] ab_runs`: pairs per test in an A/B session (one look: the pairs are sized up front)."""
+        return int(self.matrix.get("ab_runs", DEFAULT_AB_RUNS))
+
     def method_names(self) -> list[str]:
         return ["none", *self.methods]
 
-    def with_drafts(self, overrides: dict[str, str]) -> Profile:
-        """This profile with the draft/head `model` of some methods replaced (`--specdec-draft`).
+    def with_drafts(self, overrides: dict[str, str], option: str = "--specdec-draft") -> Profile:
+        """This profile with the draft/head `model` of some methods replaced (`--specdec-draft`; an A/B session's
+        base, `--specdec-base-draft`, goes the same way: ``option`` names the flag in errors).
 
         Why: the nightly after a draft-head upgrade measures the new head under the *same* test ids,
         so its verdicts compare with the old head's baselines (the head's hash is an under-test field).
@@ -78,12 +84,12 @@ class Profile:
         for method, model in overrides.items():
             if method not in methods:
                 raise ConfigError(
-                    f"--specdec-draft {method}=...: method {method!r} is not in profile {self.name!r}; "
+                    f"{option} {method}=...: method {method!r} is not in profile {self.name!r}; "
                     f"allowed: {', '.join(methods)}"
                 )
             if "model" not in methods[method]:
                 raise ConfigError(
-                    f"--specdec-draft {method}=...: method {method!r} of profile {self.name!r} has no draft "
+                    f"{option} {method}=...: method {method!r} of profile {self.name!r} has no draft "
                     f"model to replace (its speculative_config is {methods[method]})"
                 )
             methods[method]["model"] = _resolve(model)

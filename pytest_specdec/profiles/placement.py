@@ -26,6 +26,7 @@ class Placement:
     block_runs_option: int | None  # --specdec-block-runs
     runs: int  # runs per arm at the first look
     host: str  # --specdec-host: where the servers we start bind
+    arms: int = 2  # servers a test needs at once: 3 in an A/B session (reference, base, candidate)
 
     @property
     def _raw(self) -> dict[str, Any]:
@@ -36,8 +37,9 @@ class Placement:
         return self.endpoint or (self.max_servers >= 2 and bool(self._raw.get("co_resident", True)))
 
     def max_alive(self) -> int:
-        """Servers the pool keeps alive at once (the dry-run estimate counts restarts with it too)."""
-        return self.max_servers if self.co_resident() else 1
+        """Servers the pool keeps alive at once (the dry-run estimate counts restarts with it too); never fewer
+        than a test's arms when they co-reside, or an A/B test's third server would stop its first."""
+        return max(self.max_servers, self.arms) if self.co_resident() else 1
 
     def block_runs(self) -> int | None:
         """None: interleave pairs; else the block size of the arms' alternation (servers cannot co-reside)."""
@@ -58,8 +60,9 @@ class Placement:
         return int(self._raw.get("server_nice", 0))
 
     def server_spec(self, method: str, k: int | None, speculative_config: dict[str, Any] | None,
-                    reference: bool) -> ServerSpec:
-        """The server an arm of a test needs: the profile's preset for `method`, or raw vLLM JSON."""
+                    reference: bool, profile: Profile | None = None) -> ServerSpec:
+        """The server an arm of a test needs: the profile's preset for `method`, or raw vLLM JSON; ``profile``
+        stands in for the session's (an A/B session's base: the same profile with the base's drafts)."""
         from pytest_specdec.profiles import server_spec
         from pytest_specdec.vllm.command import ServerSpec
 
@@ -69,7 +72,7 @@ class Placement:
             base = server_spec(self.profile, "none", None)
             spec = ServerSpec(model=base.model, speculative_config=speculative_config, args=base.args, env=base.env)
         else:
-            spec = server_spec(self.profile, method, k)
+            spec = server_spec(profile or self.profile, method, k)
         return dataclasses.replace(spec, host=self.host)
 
     def check_possible(self, dataset: str, size: int, num_prompts: int | None, max_tokens: int | None,

@@ -72,3 +72,25 @@ def max_model_len(profile: Profile) -> int | None:
         return int(value)
     except ValueError:
         raise ConfigError(f"profile {profile.name!r}: --max-model-len {value!r} is not a whole number") from None
+
+
+def run_limits(profile: Profile, runs: int | None, max_runs: int | None, *, ab: bool = False
+               ) -> tuple[tuple[int, int], str | None]:
+    """(runs, max_runs) per test and a note for the terminal: the command line's explicit values (``runs``,
+    ``max_runs``; None: not given) win over the profile's defaults. An explicit --specdec-runs above the profile's
+    [verdicts] max_runs raises it (the note says so); an explicit --specdec-max-runs below the runs is an error.
+    An A/B session (``ab``) takes one look of [matrix] ab_runs pairs, sized up front (docs/gate.md). The
+    profile's own pair is checked when it is read."""
+    if ab:
+        return (runs or profile.ab_runs,) * 2, None
+    n = runs or profile.runs
+    if max_runs is not None:
+        if max_runs < n:
+            source = "--specdec-runs" if runs else f"[matrix] runs of profile {profile.path}"
+            raise ConfigError(f"--specdec-max-runs {max_runs} is below the runs per test ({n}, {source}); raise "
+                              "--specdec-max-runs or lower --specdec-runs")
+        return (n, max_runs), None
+    if profile.max_runs is not None and profile.max_runs < n:  # only an explicit runs gets here
+        return (n, n), (f"specdec: --specdec-runs {n} raises the profile's [verdicts] max_runs from "
+                        f"{profile.max_runs} to {n} ({profile.path})")
+    return (n, profile.max_runs or n), None

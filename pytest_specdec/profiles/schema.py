@@ -28,6 +28,10 @@ PLUGIN_FLAGS = frozenset({"--host", "--port"})
 #: Runs per test when neither the profile's [matrix] runs nor --specdec-runs says.
 DEFAULT_RUNS = 3
 
+#: Pairs per test in an A/B session when the profile's [matrix] ab_runs does not say: at a GPU's noise (3 % CV a
+#: run) 8 pairs catch a lone -10 % tok/s change with power 0.92 (docs/validation.md, scripts/ab_simulation.py).
+DEFAULT_AB_RUNS = 8
+
 #: The keys a profile may have, per table. `methods.NAME` tables take `speculative_config` only.
 #: Add a key here (and check and read it somewhere) when the plugin starts to use it.
 SCHEMA: dict[str, frozenset[str]] = {
@@ -39,10 +43,11 @@ SCHEMA: dict[str, frozenset[str]] = {
     "server": frozenset({"args", "env"}),
     "methods.*": frozenset({"speculative_config"}),
     # num_prompts / max_tokens: the workload size of tests whose marker does not set them
-    "matrix": frozenset({"k", "temperature", "concurrency", "runs", "num_prompts", "max_tokens"}),
+    # ab_runs: pairs per test in an A/B session (--specdec-base-draft)
+    "matrix": frozenset({"k", "temperature", "concurrency", "runs", "ab_runs", "num_prompts", "max_tokens"}),
     "validity": frozenset(f.name for f in dataclasses.fields(ValidityRules)),
-    # thresholds: kept as the file gives it; the gate's threshold parser checks it when the session configures
-    "verdicts": frozenset({"max_runs", "thresholds", "min_night_sd"}),
+    # thresholds, ab_thresholds (an A/B session's): checked here by the gate's threshold parser
+    "verdicts": frozenset({"max_runs", "thresholds", "ab_thresholds", "min_night_sd"}),
     "timings": frozenset({"server_start_s", "stream_tok_s", "max_tok_s", "run_overhead_s"}),
     # co_resident = false: the reference and spec servers cannot be alive at once (arms alternate in blocks)
     # client_cpus = N (cpu profiles): the first N CPUs are left to the client, the servers start on the rest
@@ -184,7 +189,7 @@ def _check_runs(raw: dict[str, Any], path: Path) -> None:
     for key, kind, low, high in (("k", int, 1, None), ("temperature", float, 0, 2), ("concurrency", int, 1, None)):
         if key in matrix:
             _numbers(matrix[key], f"[matrix] {key}", path, kind=kind, low=low, high=high)
-    for key in ("runs", "num_prompts", "max_tokens"):
+    for key in ("runs", "ab_runs", "num_prompts", "max_tokens"):
         if key in matrix:
             _numbers(matrix[key], f"[matrix] {key}", path, kind=int, low=1, lists=False)
     verdicts = raw.get("verdicts", {})
@@ -194,11 +199,35 @@ def _check_runs(raw: dict[str, Any], path: Path) -> None:
         if verdicts["max_runs"] < runs:
             raise ConfigError(f"profile {path}: [verdicts] max_runs ({verdicts['max_runs']}) is below the runs per "
                               f"test ([matrix] runs: {runs}); raise max_runs or lower runs")
+    if "ab_thresholds" in verdicts:
+        _check_ab_thresholds(verdicts["ab_thresholds"], path)
     if "min_night_sd" in verdicts:
         sd = verdicts["min_night_sd"]
         if not _is_number(sd, float) or not 0 <= sd < 100:
             raise ConfigError(f"profile {path}: [verdicts] min_night_sd must be a number of % in [0, 100), "
                               f"got {sd!r}")
+
+
+#: What an A/B session judges (gate/ab_session.py) and the kinds a threshold may name instead; the upper bounds
+#: keep a drop of 100 % (or 100 points) out, which would leave nothing to measure.
+AB_THRESHOLD_NAMES: dict[str, float | None] = {"output_tok_s": 100, "acceptance_rate": 100, "e2e_p95_ms": None,
+                                                "rate": 100, "acceptance": 100, "latency": None}
+
+
+def _check_ab_thresholds(table: Any, path: Path) -> None:
+    """[verdicts] ab_thresholds: an inline table of the A/B metrics' (or their kinds') thresholds, % or points."""
+    what = "[verdicts] ab_thresholds"
+    if not isinstance(table, dict):
+        raise ConfigError(f"profile {path}: {what} must be a table like {{ output_tok_s = 5.0 }}, got {table!r}")
+    for key, value in table.items():
+        if key not in AB_THRESHOLD_NAMES:
+            raise ConfigError(f"profile {path}: unknown key {key!r} in {what}; allowed: "
+                              f"{', '.join(AB_THRESHOLD_NAMES)}")
+        high = AB_THRESHOLD_NAMES[key]
+        if not _is_number(value, float) or not math.isfinite(value) or value <= 0 or (high and value >= high):
+            bound = f"> 0 and < {high:g}" if high else "> 0"
+            raise ConfigError(f"profile {path}: {what} {key} must be a number {bound} (% for rates and latencies, "
+                              f"points for acceptance), got {value!r}")
 
 
 def _check_limits(raw: dict[str, Any], path: Path) -> None:

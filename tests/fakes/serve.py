@@ -15,7 +15,8 @@ What it simulates:
 
 * `--fake-config JSON` or FAKE_VLLM_CONFIG: `FakeConfig` fields for every server (`{"step_s": 0.001}`), or keyed
   by method (`{"*": {...}, "none": {...}, "ngram": {...}}`: `none` is the reference, `*` every method not
-  named; a method's own keys win). `k` comes from the speculative config's `num_speculative_tokens` unless given,
+  named; a method's own keys win), or by method and draft model (`"eagle3:/heads/new"`: that draft's keys win
+  over its method's, so an A/B session's base and candidate can differ). `k` comes from the speculative config's `num_speculative_tokens` unless given,
   and an `acceptance` longer than k is cut to its first k values. The flag's fields win over the variable's.
 * Without either, a GPU-like simulation per method: a decode step costs more when more tokens are in flight
   (`capacity` 16, the capture size printed) so the speedup falls with concurrency and crosses 1.0, acceptance
@@ -125,14 +126,14 @@ def _k(spec: dict[str, Any] | None) -> int:
     return int(spec.get("num_speculative_tokens", 3)) if spec else 0
 
 
-def _for_method(raw: dict[str, Any], method: str) -> dict[str, Any]:
+def _for_method(raw: dict[str, Any], method: str, draft: str | None = None) -> dict[str, Any]:
     """A config's fields for this method: the fields themselves (any key a FakeConfig field), or `*`'s overlaid
-    with the method's own (every value an object of fields)."""
+    with the method's own, then with its draft model's (`METHOD:MODEL`; every value an object of fields)."""
     if set(raw) & _FIELDS:
         return dict(raw)
     if not all(isinstance(v, dict) for v in raw.values()):
         raise ValueError(f"expected FakeConfig fields, or objects of them keyed by method, got {raw}")
-    return {**raw.get("*", {}), **raw.get(method, {})}
+    return {**raw.get("*", {}), **raw.get(method, {}), **raw.get(f"{method}:{draft}", {})}
 
 
 def plain_config(model: str, spec: dict[str, Any] | None, fields: dict[str, Any]) -> FakeConfig:
@@ -170,8 +171,9 @@ def _configured(args: argparse.Namespace) -> dict[str, Any] | None:
     if not raw:
         return None
     fields: dict[str, Any] = {}
+    spec = args.speculative_config
     for r in raw:
-        fields.update(_for_method(r, _method(args.speculative_config)))
+        fields.update(_for_method(r, _method(spec), spec.get("model") if spec else None))
     return fields
 
 

@@ -62,7 +62,7 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
     [
         ('pricee_per_hour_usd = 2.0\n', "unknown key 'pricee_per_hour_usd' in the top level; allowed: description"),
         ('[server]\nargz = ["--x"]\n', "unknown key 'argz' in [server]; allowed: args, env"),
-        ('[matrix]\nconcurrencies = [1]\n', "unknown key 'concurrencies' in [matrix]; allowed: concurrency, k"),
+        ('[matrix]\nconcurrencies = [1]\n', "unknown key 'concurrencies' in [matrix]; allowed: ab_runs, concurrency, k"),
         ('[methods.eagle3]\nspeculative_config = { method = "eagle3" }\nk = 3\n',
          "unknown key 'k' in [methods.eagle3]; allowed: speculative_config"),
         ('[timings]\nserver_start = 40\n', "unknown key 'server_start' in [timings]"),
@@ -102,6 +102,13 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
         ('[matrix]\nruns = 5\n[verdicts]\nmax_runs = 4\n', "[verdicts] max_runs (4) is below the runs per test"),
         ('[verdicts]\nmin_night_sd = 100\n', "[verdicts] min_night_sd must be a number of % in [0, 100), got 100"),
         ('[verdicts]\nmin_night_sd = "6"\n', "[verdicts] min_night_sd must be a number of % in [0, 100), got '6'"),
+        ('[matrix]\nab_runs = 0\n', "[matrix] ab_runs must be a whole number >= 1, got 0"),
+        ('[verdicts]\nab_thresholds = 5\n', "[verdicts] ab_thresholds must be a table like { output_tok_s = 5.0 }"),
+        ('[verdicts]\nab_thresholds = { speedup = 5 }\n', "unknown key 'speedup' in [verdicts] ab_thresholds; "
+         "allowed: output_tok_s, acceptance_rate, e2e_p95_ms, rate, acceptance, latency"),
+        ('[verdicts]\nab_thresholds = { output_tok_s = 100 }\n', "[verdicts] ab_thresholds output_tok_s must be a "
+         "number > 0 and < 100 (% for rates and latencies, points for acceptance), got 100"),
+        ('[verdicts]\nab_thresholds = { latency = "10" }\n', "[verdicts] ab_thresholds latency must be a number > 0"),
         ('[target.x]\ny = 1\n', "unknown key 'x' in [target]"),
         ('hardware = ["h100"]\n', "hardware must be a non-empty string, got ['h100']"),
         ('gpus = "8"\n', "gpus must be a whole number >= 1, got '8'"),

@@ -1,0 +1,141 @@
+"""An A/B session (`--specdec-base-draft`) end to end: the reference, the base and the candidate served by the pool
+through the `vllm serve` stand-in, interleaved run by run, and the candidate judged against the base pair by pair.
+
+The stand-in gives each draft model its own behaviour (`METHOD:MODEL` keys of its config): an A/A session (two
+drafts that behave alike) passes with tok/s not regressed; a candidate whose steps are 30 % slower at the same
+acceptance fails on tok/s, attributed to step time; one with a lower acceptance is attributed to acceptance.
+Usage errors stop the session before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from xml.etree import ElementTree
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import FakeVllm
+
+from pytest_specdec.measure.schedule import warmup_requests
+
+PROMPTS, CONCURRENCY, PAIRS = 4, 2, 6
+REF_STEP_S, SPEC_STEP_S = 0.005, 0.01  # every draft accepted (k=3): 4 tokens a spec step, a 2x speedup
+# Every server: 16 tokens a request; the reference one token a step; eagle3 accepts every draft unless told.
+SERVERS: dict[str, dict[str, Any]] = {"*": {"acceptance": [1.0, 1.0, 1.0], "step_s": SPEC_STEP_S, "output_tokens": 16},
+                                      "none": {"step_s": REF_STEP_S, "output_tokens": 16}}
+SUITE = {"name": "test_head", "method": "eagle3", "num_prompts": PROMPTS, "concurrency": CONCURRENCY,
+         "max_tokens": 16, "body": "assert specdec.result.base_runs"}
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+            make_profile: Callable[..., Path]) -> Path:
+    pytester.makepyfile(test_suite=make_suite(**SUITE))
+    return make_profile("fakeab", methods=("eagle3",))
+
+
+def session(pytester: pytest.Pytester, profile: Path, *extra: str) -> pytest.RunResult:
+    """An A/B session of the suite's one test (a subprocess: the project's conftest replaces vLLM's launcher)."""
+    return pytester.runpytest_subprocess(
+        f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",
+        "--specdec-quiet-timeout=0", f"--specdec-runs={PAIRS}", *extra)
+
+
+def ab_section(pytester: pytest.Pytester) -> dict[str, Any]:
+    (test,) = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]
+    return test["ab"]  # type: ignore[no-any-return]
+
+
+def test_aa_passes_and_records_three_arms(pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm) -> None:
+    # The base's second run is disturbed (its requests at a third of the speed): the rule covers the third arm too.
+    second = warmup_requests(PROMPTS, CONCURRENCY) + PROMPTS + 1
+    fake_vllm.configure({**SERVERS, "eagle3:/heads/a": {"slow_posts": [second, second + PROMPTS - 1],
+                                                        "slow_factor": 3.0}})
+    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-draft=eagle3=/heads/b")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["specdec A/B: *test_head*: candidate /heads/b vs base /heads/a (? pairs)",
+                            "  spec tok/s *: Δ * (CI * .. *), p *, catches a drop >= *, threshold -5 %",
+                            "specdec A/B: 1 test(s) judged candidate vs base, 0 regressed; verdicts: *"])
+    r.stdout.fnmatch_lines(["specdec:   run 2/6 base      DISTURBED: *"])
+    # The order within a pair: the reference first, then base and candidate, swapped from pair to pair.
+    r.stdout.fnmatch_lines([f"specdec:   run {i}/6 {arm} *" for i, arms in ((1, ("base", "candidate")),
+                                                                        (2, ("candidate", "base")))
+                            for arm in ("reference", *arms)])
+    ab = ab_section(pytester)
+    assert ab["regressed"] == [] and ab["attribution"] is None, ab
+    assert ab["verdicts"]["output_tok_s"]["verdict"] != "regressed", ab["verdicts"]["output_tok_s"]
+    assert ab["verdicts"]["output_tok_s"]["family"] == "gated" and ab["adjusted"] == "session"
+    assert (ab["base"]["draft"], ab["candidate"]["draft"]) == ("/heads/a", "/heads/b")
+    arms = [(run["arm"], run["index"]) for run in ab["runs"]]
+    assert sorted(arms) == sorted((arm, i) for arm in ("reference", "base", "candidate") for i in range(PAIRS)), arms
+    disturbed = [(run["arm"], run["index"]) for run in ab["runs"]
+                 if any(x.startswith("disturbed: ") for x in run["invalid_reasons"])]
+    assert ("base", 1) in disturbed, disturbed  # (a busy machine may disturb another run too)
+    assert ab["verdicts"]["output_tok_s"]["n_now"] <= PAIRS - 1
+    # No stored baseline is read or written in an A/B session.
+    assert not (pytester.path / "baselines").exists()
+    started = {(s["method"], s["pid"]) for s in fake_vllm.records()}
+    assert len(started) == 3, started  # reference, base and candidate: one server each, alive together
+
+
+def test_slower_candidate_regresses_on_step_time(pytester: pytest.Pytester, project: Path,
+                                                  fake_vllm: FakeVllm) -> None:
+    fake_vllm.configure({**SERVERS, "eagle3:/heads/slow": {"step_s": SPEC_STEP_S * 1.3}})
+    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-draft=eagle3=/heads/slow",
+                f"--junitxml={pytester.path / 'junit.xml'}")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*specdec A/B: the candidate regressed against the base: output_tok_s*",
+                            "*attribution: step time (the candidate drafts the same tokens more slowly)*",
+                            "specdec A/B: 1 test(s) judged candidate vs base, 1 regressed (test_head*: step time)*"])
+    ab = ab_section(pytester)
+    assert "output_tok_s" in ab["regressed"] and ab["attribution"] == "step time", ab["verdicts"]
+    assert ab["verdicts"]["acceptance_rate"]["verdict"] == "unchanged"
+    junit = ElementTree.parse(pytester.path / "junit.xml")
+    properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert properties["specdec_ab"] == "candidate /heads/slow vs base /heads/a", properties
+    assert properties["specdec_ab_verdict_output_tok_s"].startswith("regressed -"), properties
+    assert properties["specdec_ab_attribution"] == "step time" and properties["specdec_runs_base"].endswith(" of 6")
+    report = (pytester.path / "reports" / "latest.html").read_text()
+    assert "A/B: candidate /heads/slow vs base /heads/a" in report and "step time (the candidate drafts" in report
+    assert re.search(r"runs: reference \d valid of 6; base \d valid of 6; candidate \d valid of 6", report)
+    assert re.search(r"<td class=\"l\">output_tok_s</td><td>[\d.]+</td><td>[\d.]+</td><td>-[\d.]+ %</td>", report)
+
+
+def test_lower_acceptance_is_attributed_to_acceptance(pytester: pytest.Pytester, project: Path,
+                                                      fake_vllm: FakeVllm) -> None:
+    fake_vllm.configure({**SERVERS, "eagle3:/nonexistent/head": {"acceptance": [0.5, 0.4, 0.3]}})
+    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a")  # the candidate: the profile's head
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*attribution: acceptance (the candidate's drafts are accepted less often)*"])
+    ab = ab_section(pytester)
+    assert "acceptance_rate" in ab["regressed"] and ab["attribution"] == "acceptance", ab["verdicts"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--specdec-base-draft=eagle3=/heads/a", "--update-baselines"),
+     "ERROR: --update-baselines with --specdec-base-draft: an A/B session judges the candidate against the base*"),
+    (("--specdec-base-draft=medusa=/heads/a",),
+     "ERROR: --specdec-base-draft medusa=...: method 'medusa' is not in profile 'fakeab'; allowed: eagle3"),
+    (("--specdec-base-draft=eagle3",), "ERROR: --specdec-base-draft expects METHOD=MODEL*, got 'eagle3'"),
+    (("--specdec-base-draft=eagle3=/heads/a", "--specdec-max-servers=1"),
+     "ERROR: --specdec-base-draft: an A/B session needs the reference's, the base's and the candidate's servers "
+     "alive at once for now, and --specdec-max-servers 1"),
+])
+def test_usage_errors(pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm, extra: tuple[str, ...],
+                      message: str) -> None:
+    r = session(pytester, project, *extra)
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines([message])
+    assert fake_vllm.records() == []  # nothing started
+
+
+def test_dry_run_lists_the_base_server(pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm) -> None:
+    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-dry-run")
+    r.assert_outcomes(skipped=1)
+    r.stdout.fnmatch_lines(["    spec [[]*]: * serve fake-model *\"model\": \"/nonexistent/head\"*",
+                            "    base [[]*]: * serve fake-model *\"model\": \"/heads/a\"*",
+                            "specdec dry run: 3 distinct server(s): *"])
+    assert fake_vllm.records() == []

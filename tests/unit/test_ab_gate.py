@@ -1,0 +1,134 @@
+"""An A/B session's pieces, called directly: the three arms' order, the A/B thresholds and pairs, the candidate's
+verdicts against the base pair by pair, what a regression is attributed to, and what the gate refuses."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.ab_session import ABCheck, ABGate, ab_thresholds, ab_verdicts
+from pytest_specdec.gate.stats import Thresholds, Verdict
+from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
+from pytest_specdec.measure.runner import CaseResult, RunRecord
+from pytest_specdec.measure.schedule import schedule_ab
+from pytest_specdec.profiles import load_profile
+from pytest_specdec.profiles.placement import Placement
+from pytest_specdec.profiles.resolve import run_limits
+
+
+def test_reference_first_then_base_and_candidate_alternating() -> None:
+    assert schedule_ab(0, 3) == [(0, "reference"), (0, "base"), (0, "spec"), (1, "reference"), (1, "spec"),
+                                 (1, "base"), (2, "reference"), (2, "base"), (2, "spec")]
+    assert schedule_ab(1, 2) == [(1, "reference"), (1, "spec"), (1, "base")]  # a later look keeps the parity
+
+
+def test_thresholds_defaults_profile_then_command_line() -> None:
+    t = ab_thresholds({}, [], "profile")
+    assert (t.per_metric["output_tok_s"], t.per_metric["e2e_p95_ms"], t.acceptance_points) == (5.0, 10.0, 2.0)
+    t = ab_thresholds({"output_tok_s": 3.0, "acceptance": 1.0}, ["e2e_p95_ms=20"], "profile")
+    assert (t.per_metric["output_tok_s"], t.per_metric["e2e_p95_ms"], t.acceptance_points) == (3.0, 20.0, 1.0)
+    assert "output_tok_s" not in ab_thresholds({}, ["rate=8"], "profile").per_metric  # a later kind wins
+    with pytest.raises(ConfigError, match="--specdec-threshold: unknown metric 'tok_s'"):
+        ab_thresholds({}, ["tok_s=5"], "profile")
+
+
+def test_pairs_from_the_profile_unless_given() -> None:
+    cpu = load_profile("cpu")
+    assert run_limits(cpu, None, None, ab=True) == ((21, 21), None)
+    assert run_limits(cpu, 6, 30, ab=True) == ((6, 6), None)  # one look: --specdec-max-runs has no say
+    assert run_limits(cpu, None, None) == ((4, 4), None)
+
+
+def run(arm: str, i: int, tok_s: float, acceptance: float | None = 0.8, e2e: float = 100.0,
+        valid: bool = True) -> RunRecord:
+    spec = None if acceptance is None else SpecFigures(
+        drafts=100, draft_tokens=300, accepted_tokens=round(300 * acceptance), acceptance_rate=acceptance)
+    metrics = RunMetrics(n_requests=8, n_failed=0, duration_s=1.0, output_tok_s=tok_s, request_s=8.0,
+                         total_output_tokens=round(tok_s), ttft_ms=None, tpot_ms=None, e2e_ms=None, itl_chunk_ms=None,
+                         itl_token_ms=None, spec=spec)
+    return RunRecord(arm=arm, index=i, metrics=metrics, cache_salt="s",  # type: ignore[arg-type]
+                     invalid=[] if valid else ["broken"], hd_p95_ms={"e2e": e2e})
+
+
+NOISE = [1.00, 1.03, 0.98, 1.02, 0.99, 1.01, 0.97, 1.02]
+
+
+def case(candidate_speed: float, candidate_acceptance: float = 0.8, invalid: int | None = None) -> CaseResult:
+    base = [run("base", i, 500 * n, e2e=100 / n) for i, n in enumerate(NOISE)]
+    cand = [run("spec", i, 500 * n * candidate_speed * (1.01 if i % 2 else 0.99), candidate_acceptance,
+                e2e=100 / (n * candidate_speed), valid=i != invalid) for i, n in enumerate(NOISE)]
+    return CaseResult(reference_runs=[], runs=cand, summary={}, speedup_per_pair=[], base_runs=base)
+
+
+def by_metric(verdicts: list[Verdict]) -> dict[str, Verdict]:
+    return {v.metric: v for v in verdicts}
+
+
+def test_candidate_judged_against_the_base_pair_by_pair() -> None:
+    v = by_metric(ab_verdicts(case(0.7), ab_thresholds({}, [], "p"), 0.05))
+    assert list(v) == ["output_tok_s", "acceptance_rate", "e2e_p95_ms"]
+    assert all(x.family == "gated" for x in v.values())
+    assert v["output_tok_s"].verdict == "regressed" and -32 < v["output_tok_s"].delta < -28
+    assert v["e2e_p95_ms"].verdict == "regressed" and v["acceptance_rate"].verdict == "unchanged"
+    same = by_metric(ab_verdicts(case(1.0), ab_thresholds({}, [], "p"), 0.05))
+    assert same["output_tok_s"].verdict == "unchanged", same["output_tok_s"]
+    # An invalid candidate run takes its pair out; the base's run of that pair is not judged alone.
+    assert by_metric(ab_verdicts(case(1.0, invalid=3), ab_thresholds({}, [], "p"), 0.05))["output_tok_s"].n_now == 7
+
+
+def check(**verdicts: str) -> ABCheck:
+    raw = [Verdict(m, verdict, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t/pair", -5.0, "", family="gated")
+           for m, verdict in verdicts.items()]
+    return ABCheck("eagle3", "/a", "/b", {}, Thresholds(), raw=raw)
+
+
+def test_attribution() -> None:
+    assert check(output_tok_s="regressed", acceptance_rate="regressed").cause() == "acceptance"
+    assert check(output_tok_s="unchanged", acceptance_rate="regressed").cause() == "acceptance"
+    assert check(output_tok_s="regressed", acceptance_rate="unchanged").cause() == "step time"
+    assert check(output_tok_s="regressed", acceptance_rate="inconclusive").cause() is None  # nothing to point at
+    assert check(output_tok_s="unchanged", acceptance_rate="unchanged", e2e_p95_ms="regressed").cause() is None
+
+
+def gate(profile_path: str = "cpu", max_servers: int = 2, **drafts: str) -> ABGate:
+    profile = load_profile(profile_path)
+    placement = Placement(profile, False, max_servers, None, 4, "127.0.0.1", 3)
+    return ABGate(profile, placement, drafts or {"eagle3": "/heads/old"}, [], alpha=0.05, fdr="bh")
+
+
+def test_gate_base_profile_and_refusals(tmp_path: Path) -> None:
+    g = gate()
+    assert g.base.methods["eagle3"]["model"] == "/heads/old" and g.profile.methods["eagle3"]["model"] != "/heads/old"
+    assert g.skip_reason("eagle3", None) is None
+    assert "method 'ngram' has no base" in (g.skip_reason("ngram", None) or "")
+    assert "its own speculative_config" in (g.skip_reason("eagle3", {"method": "eagle3"}) or "")
+    assert Placement(g.profile, False, 2, None, 4, "127.0.0.1", 3).max_alive() == 3  # the third server fits
+    with pytest.raises(ConfigError, match=r"--specdec-base-draft medusa=\.\.\.: method 'medusa' is not in profile"):
+        gate(medusa="/x")
+    with pytest.raises(ConfigError, match="--specdec-base-draft ngram=...: method 'ngram' .* has no draft model"):
+        gate(ngram="/x")
+    with pytest.raises(ConfigError, match="alive at once for now, and --specdec-max-servers 1"):
+        gate(max_servers=1)
+    apart = tmp_path / "apart.toml"
+    cpu = load_profile("cpu").path.read_text()
+    apart.write_text(cpu.replace("[placement]\n", "[placement]\nco_resident = false\n"))
+    with pytest.raises(ConfigError, match=r"\[placement\] co_resident = false"):
+        gate(str(apart))
+
+
+def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
+    g = gate()
+    first = dataclasses.replace(check(), raw=ab_verdicts(case(0.9), g.thresholds, 0.05))
+    collected = [("eagle3", None)] * 40 + [("ngram", None)]  # 40 A/B tests: 120 verdicts
+    c = g.test_end([("t1", first)], "t1", collected)
+    # one p-value so far (the P95s and acceptance of these runs repeat exactly: the exact rule), 119 unseen
+    assert "119 not measured yet" in by_metric(c.verdicts)["output_tok_s"].note and c.failed
+    assert g.finish([("t1", first)]).late_regressions == []  # it failed at its end already
+    assert first.final is not None and "not measured yet" not in by_metric(first.final)["output_tok_s"].note
+    first.failed = False  # as if its end had not called it: regressed only over the whole family
+    assert [n for n, _ in g.finish([("t1", first)]).late_regressions] == ["t1"]
+    first.check = False  # specdec_verdicts(check=False): shown, never failed
+    assert not g.test_end([("t1", first)], "t1", collected).failed and g.finish([("t1", first)]).late_regressions == []
