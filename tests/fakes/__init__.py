@@ -33,8 +33,8 @@ __all__ = [
 #: an invalid run made these tests flaky. For the same reason the client often reads two of their 1-2 ms steps
 #: at once (a coalesced stream); tests/functional/test_coalescing_session.py checks the coalescing detector
 #: without that allowance and with slower steps. Their runs last milliseconds, so their tok/s is HTTP overhead and
-#: the disturbed-run rule is off; the tests of the rule (tests/functional/test_speed_gate.py and test_cli.py) turn it
-#: on with steps long enough to measure (DISTURBED_RULE_ON).
+#: the disturbed-run rule is off; the tests of the rule (tests/functional/test_speed_gate.py, test_cli.py and
+#: test_ab_session.py) turn it on with steps long enough to measure (DISTURBED_RULE_ON).
 IN_PROCESS_VALIDITY: dict[str, float] = {"max_loop_lag_mean_ms": 250, "max_coalesced_share": 0.5,
                                          "max_run_slowdown": 0}
 DISTURBED_RULE_ON: dict[str, float] = {**IN_PROCESS_VALIDITY, "max_run_slowdown": 0.3}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeVllm
+from fakes import DISTURBED_RULE_ON, FakeVllm
 
 from pytest_specdec.measure.schedule import warmup_requests
 
@@ -34,7 +34,8 @@ SUITE = {"name": "test_head", "method": "eagle3", "num_prompts": PROMPTS, "concu
 def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
             make_profile: Callable[..., Path]) -> Path:
     pytester.makepyfile(test_suite=make_suite(**SUITE))
-    return make_profile("fakeab", methods=("eagle3",))
+    # The disturbed-run rule on: steps of 5-10 ms make runs long enough to measure.
+    return make_profile("fakeab", methods=("eagle3",), validity=DISTURBED_RULE_ON)
 
 
 def session(pytester: pytest.Pytester, profile: Path, *extra: str) -> pytest.RunResult:
