@@ -2,7 +2,7 @@
 
 The plugin must measure real speculative decoding on machines with no GPU and no model hub, so it
 trains its own: a target, a draft, an EAGLE-3 head, the head under-trained (an acceptance regression)
-and the slow drafts (pure speed regressions of two sizes), from an offline corpus with fixed seeds.
+and the slow drafts (pure speed regressions of three sizes), from an offline corpus with fixed seeds.
 The corpus, the seven stages and why each is built as it is: docs/cpu-default.md, "How the zoo is
 trained".
 
@@ -69,11 +69,11 @@ TARGET_ARCH = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
                    num_attention_heads=4, num_key_value_heads=4)
 DRAFT_LAYERS = 1
 #: The slow drafts: zoo name -> zero-output layers appended to the draft.  Each gives the draft's
-#: tokens at a known extra drafting cost, so the gate's power can be shown at a large and at a
-#: realistic effect: on real vLLM (k=3, c=1, T=0) ``draft-slow`` is about -45 % spec tok/s and
-#: ``draft-slow20`` about -18 % (docs/cpu-default.md, "The zoo").  One layer is the smallest step
-#: this construction has.  Each layer costs 1.31 MB (float16).
-SLOW_DRAFTS = {"draft-slow": 4, "draft-slow20": 1}
+#: tokens at a known extra drafting cost, so the gate's power can be shown at a large and at
+#: realistic effects: on real vLLM (k=3, c=1, T=0) about -40 %, -10 % and -20 % spec tok/s
+#: (docs/cpu-default.md, "The slow drafts measured").  One layer is the smallest step this
+#: construction has; each costs 1.31 MB (float16).
+SLOW_DRAFTS = {"draft-slow": 4, "draft-slow10": 1, "draft-slow20": 2}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
