@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 K = 3
 ZOO_METHODS = ("none", "ngram", "draft_model", "eagle3", "eagle3-degraded", "draft-slow")
 #: A variant that must give its twin's tokens and acceptance, only slower: measured greedy at c=1 only.
-TWINS = {"draft-slow": "draft_model"}
+#: `draft-slow10` and `draft-slow20` are not in ZOO_METHODS (fewer servers by default); `--methods` measures them.
+TWINS = {"draft-slow": "draft_model", "draft-slow10": "draft_model", "draft-slow20": "draft_model"}
 PROSE = ("short_qa", "summarization", "creative_writing", "translation", "reasoning")
 CODE_EDIT = ("code_editing",)
 #: The first 32 built-in prompts: the set docs/cpu-default.md's zoo table was measured with (the built-in set

@@ -2,8 +2,9 @@
 
 The plugin must measure real speculative decoding on machines with no GPU and no model hub, so it
 trains its own: a target, a draft, an EAGLE-3 head, the head under-trained (an acceptance regression)
-and ``draft-slow`` (a pure speed regression), from an offline corpus with fixed seeds. The corpus, the
-seven stages and why each is built as it is: docs/cpu-default.md, "How the zoo is trained".
+and the slow drafts (pure speed regressions of three sizes), from an offline corpus with fixed seeds.
+The corpus, the seven stages and why each is built as it is: docs/cpu-default.md, "How the zoo is
+trained".
 
 ``--quick`` runs every stage for a handful of steps (about a minute) into a temporary directory
 unless ``--out`` is given: it tests the training code, not the models.
@@ -67,10 +68,12 @@ CHAT_TEMPLATE = (
 TARGET_ARCH = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
                    num_attention_heads=4, num_key_value_heads=4)
 DRAFT_LAYERS = 1
-#: Zero-output layers appended to the draft for ``draft-slow``.  Each costs 1.31 MB (float16);
-#: 4 is what the 25 MiB zoo budget (tests/test_zoo.py) leaves room for, and makes each drafting
-#: forward pass 5 layers deep, more than the 4-layer target's.
-DRAFT_SLOW_EXTRA_LAYERS = 4
+#: The slow drafts: zoo name -> zero-output layers appended to the draft.  Each gives the draft's
+#: tokens at a known extra drafting cost, so the gate's power can be shown at a large and at
+#: realistic effects: on real vLLM (k=3, c=1, T=0) about -40 %, -10 % and -20 % spec tok/s
+#: (docs/cpu-default.md, "The slow drafts measured").  One layer is the smallest step this
+#: construction has; each costs 1.31 MB (float16).
+SLOW_DRAFTS = {"draft-slow": 4, "draft-slow10": 1, "draft-slow20": 2}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -429,18 +432,23 @@ def save_llama(model: nn.Module, out: Path, tok_dir: Path) -> None:
         shutil.copy(tok_dir / name, out / name)
 
 
-def build_draft_slow(draft_dir: Path, out_dir: Path, extra_layers: int) -> dict[str, Any]:
-    """Write ``draft-slow``: the draft plus ``extra_layers`` decoder layers that add exactly zero.
+def build_slow_draft(name: str, draft_dir: Path, out_dir: Path,
+                     extra_layers: int | None = None) -> dict[str, Any]:
+    """Write slow draft ``name``: the draft plus ``extra_layers`` decoder layers that add exactly zero.
 
     Each appended layer is a copy of the draft's layer 0 (norms, q/k/v, gate/up: real, finite
     weights, so the kernels do the same work as in a trained layer) with ``self_attn.o_proj`` and
     ``mlp.down_proj`` set to zero: both branches of the layer then return exact zeros, the residual
     stream passes through unchanged, and the logits equal the draft's bit for bit.  The config only
-    changes ``num_hidden_layers``; dtype (float16) and tokenizer files are the draft's.  Returns
-    the MANIFEST.json ``draft_slow`` entry.
+    changes ``num_hidden_layers``; dtype (float16) and tokenizer files are the draft's.
+    ``extra_layers`` defaults to ``SLOW_DRAFTS[name]``.  Returns its MANIFEST.json ``slow_drafts`` entry.
     """
     from safetensors.torch import load_file
 
+    if name not in SLOW_DRAFTS:
+        raise ValueError(f"unknown slow draft {name!r}; known: {', '.join(SLOW_DRAFTS)}")
+    if extra_layers is None:
+        extra_layers = SLOW_DRAFTS[name]
     if extra_layers < 1:
         raise ValueError(f"extra_layers must be >= 1, got {extra_layers}")
     cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
@@ -455,16 +463,16 @@ def build_draft_slow(draft_dir: Path, out_dir: Path, extra_layers: int) -> dict[
     if missing:
         raise ValueError(f"{draft_dir} layer 0 has no {', '.join(missing)}")
     for i in range(layers, layers + extra_layers):
-        for name, weight in layer0.items():
-            new = torch.zeros_like(weight) if name in zeroed else weight.clone()
-            state[f"model.layers.{i}.{name}"] = new
+        for key, weight in layer0.items():
+            state[f"model.layers.{i}.{key}"] = (torch.zeros_like(weight) if key in zeroed
+                                                else weight.clone())
     clear_model_dir(out_dir)
     out_dir.mkdir(parents=True)
     cfg["num_hidden_layers"] = layers + extra_layers
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     save_safetensors(state, out_dir / "model.safetensors")
-    for name in TOKENIZER_FILES:
-        shutil.copy(draft_dir / name, out_dir / name)
+    for file in TOKENIZER_FILES:
+        shutil.copy(draft_dir / file, out_dir / file)
     return {
         "source": "draft",
         "source_sha256": sha256_file(draft_dir / "model.safetensors"),
@@ -472,14 +480,14 @@ def build_draft_slow(draft_dir: Path, out_dir: Path, extra_layers: int) -> dict[
         "extra_layers": extra_layers,
         "num_hidden_layers": layers + extra_layers,
         "zeroed": [f"model.layers.{layers}..{layers + extra_layers - 1}.{z}" for z in zeroed],
-        "command": REBUILD_COMMAND + " --only draft-slow"
-                   + ("" if extra_layers == DRAFT_SLOW_EXTRA_LAYERS
-                      else f" --extra-layers {extra_layers}"),
+        "command": f"{REBUILD_COMMAND} --only {name}"
+                   + ("" if extra_layers == SLOW_DRAFTS[name] else f" --extra-layers {extra_layers}"),
     }
 
 
-def draft_slow_description(extra_layers: int) -> str:
-    return (f"Pure timing regression: the draft plus {extra_layers} appended copies of its layer "
+def slow_draft_description(extra_layers: int) -> str:
+    copies = "copy" if extra_layers == 1 else "copies"
+    return (f"Pure timing regression: the draft plus {extra_layers} appended {copies} of its layer "
             "with self_attn.o_proj and mlp.down_proj zeroed (each adds exactly zero), so outputs "
             "and acceptance equal the draft's and only the drafting cost grows")
 
@@ -805,16 +813,19 @@ def main(argv: list[str] | None = None) -> int:
                              "--quick a new temporary directory)")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny smoke run (about a minute) that tests the training code")
-    parser.add_argument("--only", choices=["draft-slow"], default=None,
-                        help="rebuild only this derived model from the zoo already in --out (no "
-                             "training; the other models are verified against MANIFEST.json, "
-                             "which is then updated)")
-    parser.add_argument("--extra-layers", type=int, default=DRAFT_SLOW_EXTRA_LAYERS,
-                        help="zero-output layers appended to the draft for draft-slow "
-                             f"(default {DRAFT_SLOW_EXTRA_LAYERS})")
+    parser.add_argument("--only", nargs="+", choices=list(SLOW_DRAFTS), default=None, metavar="NAME",
+                        help="rebuild only these slow drafts (" + ", ".join(SLOW_DRAFTS) + ") from "
+                             "the zoo already in --out (no training; the other models are verified "
+                             "against MANIFEST.json, which is then updated)")
+    parser.add_argument("--extra-layers", type=int, default=None,
+                        help="with --only NAME: zero-output layers appended to the draft (default: "
+                             + ", ".join(f"{k} {v}" for k, v in SLOW_DRAFTS.items()) + ")")
     args = parser.parse_args(argv)
-    if args.only == "draft-slow":
-        return rebuild_draft_slow(args.out or default_out(), args.extra_layers)
+    if args.extra_layers is not None and (args.only is None or len(args.only) != 1):
+        parser.error("--extra-layers needs --only with exactly one slow draft")
+    if args.only:
+        return rebuild_slow_drafts(args.out or default_out(),
+                                   {name: args.extra_layers for name in dict.fromkeys(args.only)})
     sched = QUICK if args.quick else FULL
     out: Path = args.out or (Path(tempfile.mkdtemp(prefix="specdec-zoo-quick-")) if args.quick
                              else default_out())
@@ -854,7 +865,7 @@ def main(argv: list[str] | None = None) -> int:
         draft = train_draft(target, mix.fork(SEED + 1), sched, generated)
         times["draft"] = time.monotonic() - t0
         save_llama(draft, out / "draft", tok_dir)
-        draft_slow = build_draft_slow(out / "draft", out / "draft-slow", args.extra_layers)
+        slow_drafts = {name: build_slow_draft(name, out / "draft", out / name) for name in SLOW_DRAFTS}
 
         t0 = time.monotonic()
         good, degraded = train_eagle3(target, mix.fork(SEED + 2), sched, generated)
@@ -903,9 +914,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"Deliberately degraded: the same EAGLE-3 training run saved at step "
                 f"{sched.degraded_step} of {sched.head_steps} (under-trained; same layout, "
                 "deterministic, no noise added)."),
-            "draft-slow": draft_slow_description(args.extra_layers),
+            **{name: slow_draft_description(entry["extra_layers"])
+               for name, entry in slow_drafts.items()},
         },
-        "draft_slow": draft_slow,
+        "slow_drafts": slow_drafts,
         "degradation": (f"eagle3-degraded = eagle3's own training run stopped at step "
                         f"{sched.degraded_step}/{sched.head_steps}"),
         "dtype": "float16",
@@ -915,27 +927,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def rebuild_draft_slow(out: Path, extra_layers: int) -> int:
-    """``--only draft-slow``: derive draft-slow from the zoo in ``out`` and update its manifest.
+def rebuild_slow_drafts(out: Path, layers: dict[str, int | None]) -> int:
+    """``--only NAME ...``: derive these slow drafts from the zoo in ``out`` and update its manifest.
 
-    The other models are checked against the existing MANIFEST.json first, so rewriting the
-    manifest never records the sums of a corrupted file.
+    Every other model is checked against the existing MANIFEST.json first, so rewriting the manifest
+    never records the sums of a corrupted file.  ``layers`` maps a name to its extra layers (None:
+    its ``SLOW_DRAFTS`` default).
     """
     from pytest_specdec.zoo import manifest, zoo_path
 
     old = manifest(out)
     for name in NAMES:
-        if name != "draft-slow":
+        if name not in layers:
             zoo_path(name, models_dir=out)
-    t0 = time.monotonic()
-    entry = build_draft_slow(out / "draft", out / "draft-slow", extra_layers)
     info = {k: v for k, v in old.items() if k not in ("files", "total_bytes")}
     info["models"] = dict(info.get("models", {}))
-    info["models"]["draft-slow"] = draft_slow_description(extra_layers)
-    info["draft_slow"] = entry
+    info["slow_drafts"] = dict(info.get("slow_drafts", {}))
+    for name, extra in layers.items():
+        t0 = time.monotonic()
+        entry = build_slow_draft(name, out / "draft", out / name, extra)
+        info["models"][name] = slow_draft_description(entry["extra_layers"])
+        info["slow_drafts"][name] = entry
+        log(f"{name} ({entry['num_hidden_layers']} layers) in {time.monotonic() - t0:.1f}s -> "
+            f"{out / name}")
     write_manifest(out, info)
-    log(f"draft-slow ({entry['num_hidden_layers']} layers) in {time.monotonic() - t0:.1f}s -> "
-        f"{out / 'draft-slow'}")
     return 0
 
 

@@ -1,24 +1,29 @@
-"""zoo:draft-slow is zoo:draft plus layers that add exactly zero: the same logits, only slower.
+"""Each slow draft (zoo:draft-slow and its smaller siblings) is zoo:draft plus layers that add exactly
+zero: the same logits, only slower.
 
-It is the zoo's pure timing regression (`--specdec-draft draft_model=zoo:draft-slow`): acceptance
-must not move, so any difference in outputs would make it a different regression.
+They are the zoo's pure timing regressions (`--specdec-draft draft_model=zoo:draft-slow`): acceptance
+must not move, so any difference in outputs would make them a different regression.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from pytest_specdec.zoo import NAMES, manifest, verify_zoo, zoo_path
+from pytest_specdec.zoo import MODELS_DIR, NAMES, manifest, verify_zoo, zoo_path
 
 torch = pytest.importorskip("torch")
+train = pytest.importorskip("pytest_specdec.zoo.train")
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 # torch: the zoo's models loaded and run.
 pytestmark = pytest.mark.slow
+
+SLOW = list(train.SLOW_DRAFTS)
 
 #: Token sequences from the zoo's own tokenizer range (vocab 2048; 0-5 are the specials).
 SEQUENCES = [
@@ -34,9 +39,14 @@ def _load(name: str) -> "transformers.LlamaForCausalLM":
 
 
 @pytest.fixture(scope="module")
-def models() -> tuple[object, object]:
+def draft() -> object:
+    return _load("draft")
+
+
+@pytest.fixture(scope="module", params=SLOW)
+def models(request: pytest.FixtureRequest, draft: object) -> tuple[object, object]:
     torch.manual_seed(0)
-    return _load("draft"), _load("draft-slow")
+    return draft, _load(request.param)
 
 
 def _greedy(model: object, prompt: list[int], steps: int) -> tuple[list[int], list[object]]:
@@ -76,12 +86,19 @@ def test_draft_slow_greedy_generation_is_identical(models: tuple[object, object]
         assert all(torch.equal(x, y) for x, y in zip(log_a, log_b))
 
 
-def test_draft_slow_is_deeper_with_zero_output_extra_layers() -> None:
-    draft_dir, slow_dir = zoo_path("draft"), zoo_path("draft-slow")
+def test_slow_drafts_are_distinct_zoo_models() -> None:
+    assert set(SLOW) <= set(NAMES)
+    depths = sorted(train.SLOW_DRAFTS.values())
+    assert len(set(depths)) == len(depths) and depths[0] >= 1, train.SLOW_DRAFTS
+
+
+@pytest.mark.parametrize("name", SLOW)
+def test_draft_slow_is_deeper_with_zero_output_extra_layers(name: str) -> None:
+    draft_dir, slow_dir = zoo_path("draft"), zoo_path(name)
     cfg_a = json.loads((draft_dir / "config.json").read_text())
     cfg_b = json.loads((slow_dir / "config.json").read_text())
     base, total = cfg_a["num_hidden_layers"], cfg_b["num_hidden_layers"]
-    assert total > base
+    assert total == base + train.SLOW_DRAFTS[name]
     # Only the depth differs: same width, vocab, dtype, rope, norms.
     assert {k: v for k, v in cfg_b.items() if k != "num_hidden_layers"} == \
         {k: v for k, v in cfg_a.items() if k != "num_hidden_layers"}
@@ -103,27 +120,39 @@ def test_draft_slow_is_deeper_with_zero_output_extra_layers() -> None:
                 assert t.any() and torch.isfinite(t).all(), f"layer {i} {w} is empty"
 
 
-def test_draft_slow_is_in_the_verified_manifest() -> None:
-    assert "draft-slow" in NAMES
+@pytest.mark.parametrize("name", SLOW)
+def test_draft_slow_is_in_the_verified_manifest(name: str) -> None:
     data = verify_zoo()
-    files = {rel for rel in data["files"] if rel.startswith("draft-slow/")}
-    shipped = {f"draft-slow/{p.name}" for p in zoo_path("draft-slow").iterdir() if p.is_file()}
-    assert files == shipped and "draft-slow/model.safetensors" in files
+    files = {rel for rel in data["files"] if rel.startswith(f"{name}/")}
+    shipped = {f"{name}/{p.name}" for p in zoo_path(name).iterdir() if p.is_file()}
+    assert files == shipped and f"{name}/model.safetensors" in files
     assert data["total_bytes"] == sum(f["size"] for f in data["files"].values())
-    entry = manifest()["draft_slow"]
-    depth = json.loads((zoo_path("draft-slow") / "config.json").read_text())["num_hidden_layers"]
+    entry = manifest()["slow_drafts"][name]
+    depth = json.loads((zoo_path(name) / "config.json").read_text())["num_hidden_layers"]
     assert entry["draft_layers"] + entry["extra_layers"] == depth
+    assert entry["extra_layers"] == train.SLOW_DRAFTS[name]
+    assert entry["command"] == f"python -m pytest_specdec.zoo.train --only {name}"
     assert entry["source_sha256"] == data["files"]["draft/model.safetensors"]["sha256"]
     for rel in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        assert data["files"][f"draft-slow/{rel}"] == data["files"][f"draft/{rel}"]
+        assert data["files"][f"{name}/{rel}"] == data["files"][f"draft/{rel}"]
 
 
-def test_rebuild_reproduces_the_shipped_draft_slow(tmp_path: Path) -> None:
-    from pytest_specdec.zoo.train import build_draft_slow
+def test_rebuild_reproduces_the_shipped_slow_drafts_and_manifest(tmp_path: Path) -> None:
+    """`--only` with every slow draft, on a copy of the zoo, gives back the shipped files and
+    MANIFEST.json byte for byte: the shipped ones are what the documented command writes."""
+    copy = tmp_path / "models"
+    shutil.copytree(MODELS_DIR, copy)
+    for name in SLOW:
+        shutil.rmtree(copy / name)
+    assert train.main(["--out", str(copy), "--only", *SLOW]) == 0
+    for name in SLOW:
+        for p in sorted(zoo_path(name).iterdir()):
+            assert (copy / name / p.name).read_bytes() == p.read_bytes(), f"{name}/{p.name}"
+    assert (copy / "MANIFEST.json").read_text() == (MODELS_DIR / "MANIFEST.json").read_text()
+    verify_zoo(copy)
 
-    entry = manifest()["draft_slow"]
-    out = tmp_path / "draft-slow"
-    build_draft_slow(zoo_path("draft"), out, entry["extra_layers"])
-    shipped = zoo_path("draft-slow")
-    for p in sorted(shipped.iterdir()):
-        assert (out / p.name).read_bytes() == p.read_bytes(), p.name
+
+def test_extra_layers_needs_exactly_one_slow_draft(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        train.main(["--only", *SLOW[:2], "--extra-layers", "3"])
+    assert "--extra-layers needs --only with exactly one slow draft" in capsys.readouterr().err
