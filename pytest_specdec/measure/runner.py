@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts, PromptSource
 from pytest_specdec.measure.schedule import Arm, schedule, schedule_ab, warmup_requests
 from pytest_specdec.measure.summary import geomean, hd_p95s, speedups, summarize
-from pytest_specdec.measure.validity import (CLIENT_LAG, DISTURBED, HUNG, ValidityRules, disturbed,
-                                             invalid_reasons, latency_untrusted)
+from pytest_specdec.measure.validity import (CLIENT_LAG, DISTURBED, HUNG, STEP_RATE, ValidityRules, disturbed,
+                                             invalid_reasons, latency_untrusted, step_rate)
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.metrics import Chunking, RunMetrics
@@ -285,14 +285,19 @@ def extend_case(
 
 def mark_disturbed(runs: list[RunRecord], rules: ValidityRules) -> list[RunRecord]:
     """Apply the disturbed-run rule (`validity.disturbed`) anew over one arm's runs, after every look: a run
-    becomes invalid with the reason, or stops being so when later runs move the median. Returns the runs newly
+    becomes invalid with the reason, or stops being so when later runs move the median. A spec arm is compared
+    on its step rate (`validity.step_rate`): a run that accepted less is slower, not disturbed. Returns the runs newly
     marked, for the progress lines."""
     before = set()
     for i, rec in enumerate(runs):
         if any(r.startswith(DISTURBED) for r in rec.invalid):
             before.add(i)
             rec.invalid = [r for r in rec.invalid if not r.startswith(DISTURBED)]
-    found = disturbed([r.metrics.output_tok_s if r.valid else None for r in runs], rules.max_run_slowdown)
+    spec = any(r.metrics.spec is not None for r in runs)
+    rates = [None if not r.valid else step_rate(r.metrics.output_tok_s,
+                                                 r.metrics.spec.acceptance_length if r.metrics.spec else None)
+             for r in runs]
+    found = disturbed(rates, rules.max_run_slowdown, STEP_RATE if spec else "tok/s")
     for i, reason in found.items():
         runs[i].invalid.append(reason)
     return [runs[i] for i in found if i not in before]

@@ -86,9 +86,10 @@ def latency_untrusted(chunks: Chunking, rules: ValidityRules) -> list[str]:
             f"chunk (limit {rules.max_coalesced_share:.0%}); {chunks.cause()}"]
 
 
-def disturbed(tok_s: Sequence[float | None], max_slowdown: float) -> dict[int, str]:
+def disturbed(tok_s: Sequence[float | None], max_slowdown: float, unit: str = "tok/s") -> dict[int, str]:
     """The runs of one arm (by position; None: a run already invalid, which neither counts nor is judged)
     that ran more than ``max_slowdown`` below the median of the arm's other runs, with the reason to show.
+    ``unit`` names the rate compared (a spec arm's is tok/s per acceptance length: `step_rate`).
 
     A machine's slow day moves every run of a session alike and is left alone; one run that something else
     on the machine slowed stands out against its own arm. Only slower runs count: a disturbance cannot
@@ -105,6 +106,19 @@ def disturbed(tok_s: Sequence[float | None], max_slowdown: float) -> dict[int, s
         mid = len(others) // 2
         median = math.exp(others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2)
         if x < (1 - max_slowdown) * median:
-            found[i] = (f"{DISTURBED}: {x:.1f} tok/s, {1 - x / median:.0%} below the median of the arm's other "
+            found[i] = (f"{DISTURBED}: {x:.1f} {unit}, {1 - x / median:.0%} below the median of the arm's other "
                         f"runs ({median:.1f}; limit {max_slowdown:.0%}): something else slowed this run")
     return {} if len(found) > MAX_DISTURBED_SHARE * len(runs) else found
+
+
+#: What the rule compares on a spec arm: a run that accepted less makes fewer tokens per step and is slower
+#: for that reason alone; a disturbance slows the steps themselves.
+STEP_RATE = "tok/s per acceptance length"
+
+
+def step_rate(tok_s: float | None, acceptance_length: float | None) -> float | None:
+    """A run's tok/s divided by its acceptance length (tokens per engine step and request): the rate of its
+    engine steps, up to a constant, which acceptance leaves alone and a disturbance lowers."""
+    if tok_s is None or acceptance_length is None or acceptance_length <= 0:
+        return tok_s
+    return tok_s / acceptance_length

@@ -23,7 +23,7 @@ from .server import (
 )
 
 __all__ = [
-    "DISTURBED_RULE_ON", "IN_PROCESS_VALIDITY", "LAUNCHER", "VLLM_VERSION", "FakeConfig", "FakeServer",
+    "DISTURBED_RULE_ON", "IN_PROCESS_VALIDITY", "LAUNCHER", "STAND_IN_VALIDITY", "VLLM_VERSION", "FakeConfig", "FakeServer",
     "FakeServerProcess", "FakeVllm", "build_app", "resolve_speculative_config", "toy_lm", "vllm_server_info",
 ]
 
@@ -38,3 +38,7 @@ __all__ = [
 IN_PROCESS_VALIDITY: dict[str, float] = {"max_loop_lag_mean_ms": 250, "max_coalesced_share": 0.5,
                                          "max_run_slowdown": 0}
 DISTURBED_RULE_ON: dict[str, float] = {**IN_PROCESS_VALIDITY, "max_run_slowdown": 0.3}
+
+#: The validity limits of a profile served by the ``vllm serve`` stand-in (a child process): the plugin's defaults, but
+#: the disturbed-run rule off, since its steps of a millisecond or two make runs whose tok/s is HTTP overhead.
+STAND_IN_VALIDITY: dict[str, float] = {"max_run_slowdown": 0}

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fakes import FakeVllm
+from fakes import STAND_IN_VALIDITY, FakeVllm
 from fakes.server import TORCH_VERSION, VLLM_VERSION
 
 SERVERS = {"*": {"acceptance": [0.8, 0.6, 0.4], "step_s": 0.002, "output_tokens": 24}, "none": {"step_s": 0.004}}
@@ -22,7 +22,7 @@ def run(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[.
     fake_vllm.configure(SERVERS)
 
     def go(*extra: str, timeout: float | None = None) -> pytest.RunResult:
-        profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=None)
+        profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=STAND_IN_VALIDITY)
         return pytester.runpytest_subprocess(
             f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",
             "--specdec-quiet-timeout=0", *extra, timeout=timeout)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fakes import STAND_IN_VALIDITY
 
 from conftest import assert_swept
 
@@ -62,7 +63,7 @@ def starting(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, make_pr
     pytester.makeconftest(f"import sys\nimport pytest_specdec.vllm.command\n\n"
                           f"pytest_specdec.vllm.command.vllm_launcher = lambda: [sys.executable, '-c', {STARTING!r}]\n")
     pytester.makepyfile(test_suite=make_suite(num_prompts=8, max_tokens=24))
-    profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=None)
+    profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=STAND_IN_VALIDITY)
     started: list[subprocess.Popen[bytes]] = []
 
     def start() -> tuple[subprocess.Popen[bytes], list[int]]:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import FakeVllm
+from fakes import STAND_IN_VALIDITY, FakeVllm
 
 # Every `vllm serve` the plugin starts: acceptance 0.5 at each of its k positions, steps of 0.5 ms, 8 tokens.
 SERVERS = {"acceptance": [0.5] * 8, "step_s": 0.0005, "output_tokens": 8}
@@ -35,7 +35,7 @@ def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable
 
 
 def _run(pytester: pytest.Pytester, make_profile: Callable[..., Path], runs: int) -> pytest.RunResult:
-    profile = make_profile("fakesuffix", methods=("suffix", "ngram"), runs=runs, validity=None)
+    profile = make_profile("fakesuffix", methods=("suffix", "ngram"), runs=runs, validity=STAND_IN_VALIDITY)
     # A subprocess: the project's conftest replaces server.vllm_launcher (see fake_vllm).
     return pytester.runpytest_subprocess(
         f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",

@@ -40,8 +40,10 @@ def test_invalid_runs_neither_count_nor_are_judged() -> None:
     assert list(disturbed([100.0, None, 20.0, 101.0], 0.3)) == [2]
 
 
-def _record(arm: Any, index: int, tok_s: float, invalid: list[str] | None = None) -> RunRecord:
-    metrics: Any = SimpleNamespace(output_tok_s=tok_s)
+def _record(arm: Any, index: int, tok_s: float, invalid: list[str] | None = None,
+            acceptance_length: float | None = None) -> RunRecord:
+    spec = None if acceptance_length is None else SimpleNamespace(acceptance_length=acceptance_length)
+    metrics: Any = SimpleNamespace(output_tok_s=tok_s, spec=spec)
     return RunRecord(arm=arm, index=index, metrics=metrics, cache_salt="s", invalid=list(invalid or []))
 
 
@@ -59,3 +61,17 @@ def test_the_rule_is_applied_anew_after_every_look_and_drops_the_pair() -> None:
     # A run invalid for another reason keeps that reason, and is not judged.
     hung = [_record("spec", 0, 10.0, ["server hung"]), *(_record("spec", i, 600.0) for i in (1, 2, 3))]
     assert mark_disturbed(hung, rules) == [] and hung[0].invalid == ["server hung"]
+
+
+def test_a_spec_run_that_accepted_less_is_slower_not_disturbed() -> None:
+    """A spec run's tokens per step follow its acceptance: the rule compares the steps' rate (tok/s per
+    acceptance length), which a lower acceptance leaves alone and a disturbance lowers."""
+    rules = ValidityRules()
+    # 1769 tok/s at acceptance length 2.0 against ~2820 at 3.2: the same steps, fewer tokens each.
+    runs = [_record("spec", 0, 1769.0, acceptance_length=2.0), _record("spec", 1, 2802.0, acceptance_length=3.1),
+            _record("spec", 2, 2835.0, acceptance_length=3.2)]
+    assert mark_disturbed(runs, rules) == [] and all(r.valid for r in runs)
+    # The same acceptance, a third of the speed: disturbed, and said in the steps' rate.
+    runs[0] = _record("spec", 0, 945.0, acceptance_length=3.1)
+    assert [r.index for r in mark_disturbed(runs, rules)] == [0]
+    assert "tok/s per acceptance length" in runs[0].invalid[0]
