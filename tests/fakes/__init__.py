@@ -24,8 +24,8 @@ from .server import (
 
 __all__ = [
     "DISTURBED_RULE_ON", "IN_PROCESS_VALIDITY", "LAUNCHER", "STAND_IN_VALIDITY", "VLLM_VERSION", "FakeConfig",
-    "FakeServer",
-    "FakeServerProcess", "FakeVllm", "build_app", "resolve_speculative_config", "toy_lm", "vllm_server_info",
+    "FakeServer", "FakeServerProcess", "FakeVllm", "build_app", "resolve_speculative_config", "toy_lm",
+    "vllm_server_info",
 ]
 
 #: The validity limits of a profile measured against in-process servers (``FakeServer``).
