@@ -29,8 +29,8 @@ class ValidityRules:
     # total timeout), its run is invalid, and a server the plugin owns is restarted once.
     idle_timeout_s: float = 60.0
     # A run this much slower than the median of its arm's other runs in the same test (a fraction: 0.3 is 30 %
-    # fewer tok/s) was disturbed by something else on the machine, not by what is under test: it leaves the
-    # verdicts with its pair (`disturbed`). 0 turns the rule off. On the CPU a run's log tok/s varies with an sd
+    # fewer tok/s; a spec arm's tok/s per acceptance length) was disturbed by something else on the machine, not
+    # by what is under test: it leaves the verdicts with its pair (`disturbed`). 0 turns the rule off. On the CPU a run's log tok/s varies with an sd
     # of about 0.07, so 0.3 (0.36 in log) is five sd away (docs/measurement.md#disturbed-runs).
     max_run_slowdown: float = 0.3
 
