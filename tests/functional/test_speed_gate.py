@@ -82,13 +82,13 @@ def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
     r = night(pytester, fake_profile, servers, 0.9)
     ref.reconfigure(slow_posts=(0, 0), slow_factor=1.0)
     r.assert_outcomes(passed=3)
-    r.stdout.fnmatch_lines(["specdec:   run 2/4 reference DISTURBED: * tok/s, 6?% below the median of the "
+    r.stdout.fnmatch_lines(["specdec:   run 2/4 reference DISTURBED: * tok/s, *% below the median of the "
                             "arm's other runs (*; limit 30%): something else slowed this run; it leaves the verdicts "
                             "with its pair"])
-    disturbed = [(t["nodeid"], run) for t in json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]
-                 for run in t["validity"]["invalid_runs"]]
-    assert [(run["arm"], run["index"]) for _, run in disturbed] == [("reference", 1)], disturbed
-    assert disturbed[0][1]["reasons"][0].startswith("disturbed: "), disturbed
+    c4 = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"][0]
+    disturbed = [(run["arm"], run["index"]) for run in c4["validity"]["invalid_runs"]
+                 if any(reason.startswith("disturbed: ") for reason in run["reasons"])]
+    assert c4["nodeid"].endswith("-c4]") and ("reference", 1) in disturbed, c4["validity"]
     r.stdout.fnmatch_lines(["specdec: this machine ran * % slower than the baseline nights*",
                             "specdec gate: per test, the gated verdicts*",
                             "  test_ngram*: speedup unchanged (catches a drop >= *",
