@@ -46,15 +46,9 @@ def ab_thresholds(profile_layer: Mapping[str, Any], cli: Sequence[str], where: s
 
 
 def run_value(metric: str, run: ArmRun) -> float | None:
-    """One run's figure for an A/B metric; None for an invalid run (and for the P95 of a run whose stream was
-    coalesced), so its pair leaves that verdict."""
-    if not run.valid:
-        return None
-    if metric == "output_tok_s":
-        return run.output_tok_s
-    if metric == "acceptance_rate":
-        return run.acceptance_rate
-    return run.hd_p95_ms.get("e2e") if run.timed else None
+    """One run's figure for an A/B metric (`ArmRun.figure`, as the nightly reads it); None for an invalid run
+    (and for the P95 of a run whose stream was coalesced), so its pair leaves that verdict."""
+    return run.figure(metric) if run.valid else None
 
 
 def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float) -> list[Verdict]:

@@ -118,6 +118,16 @@ class ArmRun:
         """Its latencies can be trusted: the stream arrived as the engine made it."""
         return not self.latency_untrusted
 
+    def figure(self, metric: str, *, untimed_too: bool = False) -> float | None:
+        """This run's value of a per-run verdict metric (``output_tok_s``, ``acceptance_rate``,
+        ``draft_coverage`` or a ``<latency>_p95_ms``), whatever its validity; None where it has none, and for a
+        latency of a run whose stream was coalesced unless ``untimed_too``. The one definition that the
+        nightly's per-run values (`Night.metric_values`) and an A/B session's pairs read."""
+        if metric.endswith("_p95_ms"):
+            return self.hd_p95_ms.get(metric.removesuffix("_p95_ms")) if self.timed or untimed_too else None
+        value: float | None = getattr(self, metric)
+        return value
+
     @classmethod
     def from_record(cls, run: RunRecord) -> ArmRun:
         """A run measured tonight, as a results file records it (`RunRecord.to_dict`) and a baseline stores it."""
@@ -222,8 +232,6 @@ class Night:
         """
         ref = [r for r in self.reference if r.valid]
         spec = [r for r in self.spec if r.valid]
-        ref_t = [r for r in ref if r.timed or untimed_too]
-        spec_t = [r for r in spec if r.timed or untimed_too]
         out: dict[str, list[float]] = {}
 
         def put(name: str, values: Sequence[float | None]) -> None:
@@ -232,23 +240,25 @@ class Night:
                 out[name] = vals
 
         put("speedup", self.speedup_per_pair)
-        put("output_tok_s", [r.output_tok_s for r in spec])
-        put("reference_tok_s", [r.output_tok_s for r in ref])
-        put("acceptance_rate", [r.acceptance_rate for r in spec])
+        put("output_tok_s", [r.figure("output_tok_s") for r in spec])
+        put("reference_tok_s", [r.figure("output_tok_s") for r in ref])
+        put("acceptance_rate", [r.figure("acceptance_rate") for r in spec])
         width = max((len(r.accepted_per_pos or ()) for r in spec), default=0)
         for i in range(width):
             put(f"per_position_acceptance[{i}]", [
                 r.accepted_per_pos[i] / r.drafts for r in spec
                 if r.drafts and r.accepted_per_pos and i < len(r.accepted_per_pos)
             ])
-        put("draft_coverage", [r.draft_coverage for r in spec])
+        put("draft_coverage", [r.figure("draft_coverage") for r in spec])
         for name in LATENCIES:
-            put(f"{name}_p95_ms", [r.hd_p95_ms.get(name) for r in (spec_t if self.spec else ref_t)])
+            put(f"{name}_p95_ms", [r.figure(f"{name}_p95_ms", untimed_too=untimed_too)
+                                   for r in (spec if self.spec else ref)])
         # The gated latency: spec P95 E2E ÷ reference P95 E2E of the same interleaved pair (run index), so
         # the machine's speed that night cancels as it does in the speedup. E2E, not TPOT or TTFT: a stream
         # whose chunks arrive merged still ends when the request ends.
-        by_index = {r.index: r for r in ref_t}
-        put("e2e_p95_ratio", [s_e2e / r_e2e for s in spec_t
+        by_index = {r.index: r for r in ref}
+        put("e2e_p95_ratio", [s_e2e / r_e2e for s in spec
                               if (r := by_index.get(s.index)) is not None
-                              and (s_e2e := s.hd_p95_ms.get("e2e")) and (r_e2e := r.hd_p95_ms.get("e2e"))])
+                              and (s_e2e := s.figure("e2e_p95_ms", untimed_too=untimed_too))
+                              and (r_e2e := r.figure("e2e_p95_ms", untimed_too=untimed_too))])
         return out
