@@ -242,9 +242,8 @@ class SpecDecSession:
         self.progress(measured(nodeid, result.summary))
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
-        dead = dead_arms(result.reference_runs, result.runs if "spec" in arms else None)
-        if ab is not None and not any(r.valid for r in result.base_runs):
-            dead.append("base")
+        dead = dead_arms(result.reference_runs, result.runs if "spec" in arms else None,
+                         result.base_runs if ab is not None else None)
         if dead:  # a dead arm: never judged on the other one
             arm = dead[0]
             runs = {"reference": result.reference_runs, "base": result.base_runs}.get(arm, result.runs)
@@ -328,7 +327,8 @@ class SpecDecSession:
         if self.ab is not None:  # A/B (`ABGate.finish`): a test that regresses only once all are in fails the session
             checks = [(n, r.ab) for n, r in self.records.items() if r.ab is not None]
             self.end = self.ab.finish(checks)
-            self.gate_summary, late = ab_session_lines(checks, self.end, alpha=self.settings.alpha, fdr=self.settings.fdr)
+            self.gate_summary, late = ab_session_lines(checks, self.end, alpha=self.settings.alpha,
+                                                       fdr=self.settings.fdr)
             return [*late, *coalesced_summary([(n, r.result) for n, r in self.records.items()])]
         tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
         end = self.judge.machine_at_end([(n, c) for n, c, _, _ in tests if c is not None],

@@ -85,11 +85,13 @@ def _percentiles(d: Mapping[str, Any] | None) -> Mapping[str, float] | None:
     return None if d is None else {p: d[p] for p in PERCENTILES if p in d}
 
 
-def dead_arms(reference: Sequence[Any], spec: Sequence[Any] | None) -> list[str]:
+def dead_arms(reference: Sequence[Any], spec: Sequence[Any] | None, base: Sequence[Any] | None = None) -> list[str]:
     """The arms with no valid run, the reference first, of any runs with a ``valid`` flag (tonight's records or a
-    stored night's; ``spec`` None: the test serves no spec arm). One rule for the plugin's dead-arm error, the
-    baseline writes and `compare`: an arm is never judged, stored or passed on the other arm's figures."""
-    arms = [("reference", reference), *([("spec", spec)] if spec is not None else [])]
+    stored night's; ``spec`` None: the test serves no spec arm; ``base``: an A/B session's base arm). One rule for
+    the plugin's dead-arm error, the baseline writes and `compare`: an arm is never judged, stored or passed on
+    another arm's figures."""
+    arms = [("reference", reference), *((name, runs) for name, runs in (("spec", spec), ("base", base))
+                                        if runs is not None)]
     return [arm for arm, runs in arms if not any(r.valid for r in runs)]
 
 

@@ -132,3 +132,15 @@ def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
     assert [n for n, _ in g.finish([("t1", first)]).late_regressions] == ["t1"]
     first.check = False  # specdec_verdicts(check=False): shown, never failed
     assert not g.test_end([("t1", first)], "t1", collected).failed and g.finish([("t1", first)]).late_regressions == []
+
+
+def test_a_base_arm_without_a_valid_run_is_a_dead_arm() -> None:
+    """`nights.dead_arms`, the one rule for an arm never judged on another's figures, covers an A/B base arm."""
+    from types import SimpleNamespace
+
+    from pytest_specdec.gate.nights import dead_arms
+
+    ok, bad = SimpleNamespace(valid=True), SimpleNamespace(valid=False)
+    assert dead_arms([ok], [ok], [bad, bad]) == ["base"]
+    assert dead_arms([ok], [ok], [bad, ok]) == [] and dead_arms([ok], [ok]) == []
+    assert dead_arms([bad], [ok], [bad]) == ["reference", "base"]
