@@ -143,6 +143,12 @@ def rooted_or_none(value: str | None, config: pytest.Config) -> Path | None:
     return rooted(value, config) if value else None
 
 
+def absolute_or_none(value: str | None, config: pytest.Config) -> str | None:
+    """An input path from the invocation directory (`~` expanded), made absolute so servers started elsewhere
+    find it."""
+    return str((Path(config.invocation_params.dir) / Path(value).expanduser()).absolute()) if value else None
+
+
 def path_or_none(value: str | None, config: pytest.Config) -> Path | None:
     return Path(value) if value else None
 

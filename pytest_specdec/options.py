@@ -17,6 +17,7 @@ import pytest
 
 from pytest_specdec.option_values import (
     UpdateBaselines,
+    absolute_or_none,
     alpha_value,
     as_bool,
     as_is,
@@ -173,6 +174,11 @@ OPTIONS: tuple[Option, ...] = (
                 "--specdec-draft's). Each test of METHOD runs the reference, the base and the candidate interleaved "
                 "and is judged candidate vs base, pair by pair; stored baselines are neither read nor written "
                 "(docs/gate.md, A/B in one session).", shown_default="no A/B"),
+    Option("--specdec-base-python", setting="base_python", metavar="PATH", read=absolute_or_none,
+           help="A/B in one session: PATH is the interpreter of another install whose vLLM is the base (e.g. "
+                ".venv-base-0.31.0/bin/python from `scripts/setup.sh --base 0.31.0`); the candidate is this "
+                "environment's vLLM. Each install gets its own reference and spec arms, interleaved; combines with "
+                "--specdec-base-draft.", shown_default="no A/B"),
     Option("--specdec-strict", action="store_true", default=False,
            help="fail (not just warn) when a baseline was measured under different comparability keys."),
     Option("--specdec-max-runs", metavar="N", type=positive_int,
@@ -274,6 +280,7 @@ class Settings:
     keep_sessions: int = 5
     drafts: tuple[tuple[str, str], ...] = ()
     base_drafts: tuple[tuple[str, str], ...] = ()  # --specdec-base-draft: an A/B session when given
+    base_python: str | None = None  # --specdec-base-python: an A/B session on another install's vLLM
     block_runs: int | None = None
     api: str = "chat"
     request_rate: float | None = None
@@ -306,13 +313,27 @@ class Settings:
                 "the no-speculation reference server as well"
             )
         settings = cls(**{option.setting: option.value(config) for option in OPTIONS})
-        if settings.base_drafts and settings.update_baselines:
+        ab = settings.ab_flag
+        if ab and settings.update_baselines:
             raise pytest.UsageError(
-                "--update-baselines with --specdec-base-draft: an A/B session judges the candidate against the base "
+                f"--update-baselines with {ab}: an A/B session judges the candidate against the base "
                 "measured beside it, not against stored nights, so it has nothing to store as a night; run the "
-                "baselines update without --specdec-base-draft")
-        if settings.base_drafts and settings.endpoint:
+                f"baselines update without {ab}")
+        if ab and settings.endpoint:
             raise pytest.UsageError(
-                "--specdec-base-draft with --specdec-endpoint: an A/B session starts the base's and the candidate's "
+                f"{ab} with --specdec-endpoint: an A/B session starts the base's and the candidate's "
                 "servers itself, and two endpoints serve only one spec config; drop one of the two")
         return settings
+
+    @property
+    def ab_flag(self) -> str | None:
+        """The flags that make this an A/B session, as messages name them (None: a nightly session)."""
+        flags = [f for f, on in (("--specdec-base-draft", self.base_drafts), ("--specdec-base-python", self.base_python))
+                 if on]
+        return " and ".join(flags) or None
+
+    @property
+    def ab_servers(self) -> int:
+        """The servers one test keeps alive: reference and spec, a base spec in an A/B session, and a base
+        reference when the base is another install."""
+        return 2 + bool(self.ab_flag) + bool(self.base_python)

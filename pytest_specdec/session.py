@@ -117,7 +117,7 @@ class SpecDecSession:
             from pytest_specdec.profiles.resolve import run_limits
 
             st = self.settings
-            (runs, max_runs), self.runs_note = run_limits(self.profile, st.runs, st.max_runs, ab=bool(st.base_drafts))
+            (runs, max_runs), self.runs_note = run_limits(self.profile, st.runs, st.max_runs, ab=bool(st.ab_flag))
             self._limits = (runs, max_runs)
         return self._limits
 
@@ -127,16 +127,16 @@ class SpecDecSession:
         session before anything is collected or started (a dry run and --update-baselines too). Without them
         the profile's own values hold, checked when it is read."""
         st = self.settings
-        if st.runs is None and st.max_runs is None and not st.base_drafts:
+        if st.runs is None and st.max_runs is None and not st.ab_flag:
             return
         from pytest_specdec.errors import ConfigError
         from pytest_specdec.gate.ab_session import ABGate
 
         try:  # a profile that could not be read: the message names the file and key
             self.run_limits()
-            if st.base_drafts:
+            if st.ab_flag:
                 self.ab = ABGate(self.profile, self.placement, dict(st.base_drafts), st.cli_thresholds,
-                                 alpha=st.alpha, fdr=st.fdr)
+                                 alpha=st.alpha, fdr=st.fdr, base_python=st.base_python)
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
 
@@ -164,7 +164,7 @@ class SpecDecSession:
 
             st = self.settings
             self._placement = Placement(self.profile, st.endpoint is not None, st.max_servers, st.block_runs,
-                                        self.runs(), st.host, 3 if st.base_drafts else 2)
+                                        self.runs(), st.host, st.ab_servers)
         return self._placement
 
     def _check_possible(self, case: Case) -> None:
@@ -188,10 +188,13 @@ class SpecDecSession:
         ref = [("reference", self.server_spec(case, reference=True))]
         if case.method == "none":
             return ref
+        spec = self.server_spec(case, reference=False)
         ab = self.ab
-        base = ([("base", self.placement.server_spec(case.method, case.k, None, False, ab.base))]
-                if ab is not None and ab.skip_reason(case.method, case.speculative_config) is None else [])
-        return [*ref, ("spec", self.server_spec(case, reference=False)), *base]
+        if ab is None or ab.skip_reason(case.method, case.speculative_config) is not None:
+            return [*ref, ("spec", spec)]
+        raw = case.speculative_config if ab.methods is None else None  # a marker's own config: the same on both
+        base = ab.base_specs(ref[0][1], spec, self.placement.server_spec(case.method, case.k, raw, False, ab.base))
+        return [*ref, ("spec", spec), *base.items()]
 
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
         """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` compared with the
@@ -214,12 +217,13 @@ class SpecDecSession:
             pytest.skip(f"specdec A/B session: {skip}")
         record = self.records.setdefault(nodeid, TestRecord(nodeid, case.params()))
         prompts = self.prompts(case)
-        arms = {arm: s for arm, s in self.arms(case) if arm != "base" or ab is not None}
+        arms = {arm: s for arm, s in self.arms(case) if not arm.startswith("base") or ab is not None}
         ref_spec, spec_spec = arms["reference"], arms.get("spec")
         record.servers = {arm: s.key() for arm, s in arms.items()}
         block = self.placement.block_runs() if spec_spec is not None else None
         run = CaseRun(self.serving, nodeid, ref_spec, spec_spec, block, self.workload, case.dataset, prompts,
-                      lambda: self.prompts(dataclasses.replace(case, num_prompts=None)), arms.get("base"))
+                      lambda: self.prompts(dataclasses.replace(case, num_prompts=None)), arms.get("base"),
+                      arms.get("base_reference"))
         died = {arm: len(self.serving.deaths(s)) for arm, s in arms.items()}  # before this test
         self.progress(planned(nodeid, len(prompts), self.runs(), block, run.source.fresh))
         sampling = case.sampling()
@@ -229,7 +233,8 @@ class SpecDecSession:
             rules=self.validity(), progress=self.progress, api=case.api,
             rate=case.request_rate)
         if ab is not None:  # candidate vs base; no stored night is read
-            record.ab = ab.check(case.method, dict(record.servers), result, verdicts is None or verdicts.check)
+            record.ab = ab.check(case.method, arms, result, self.serving.engine_configs(arms),
+                                 verdicts is None or verdicts.check)
         elif verdicts is not None:
             check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look
                 nodeid, case.method, case.workload(), self.workload.dataset(case.dataset).identity(), ref_spec,
@@ -243,10 +248,11 @@ class SpecDecSession:
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
         dead = dead_arms(result.reference_runs, result.runs if "spec" in arms else None,
-                         result.base_runs if ab is not None else None)
+                         result.base_runs if ab is not None else None,
+                         result.base_reference_runs if "base_reference" in arms else None)
         if dead:  # a dead arm: never judged on the other one
             arm = dead[0]
-            runs = {"reference": result.reference_runs, "base": result.base_runs}.get(arm, result.runs)
+            runs = result.arm_runs(arm)
             raise SpecDecError(dead_arm(nodeid, arm, runs, self.serving.deaths(arms[arm])[died[arm]:]))
         return result
 

@@ -1,10 +1,14 @@
-"""An A/B session's gate (`--specdec-base-draft`): each test's candidate judged against the base measured beside it.
+"""An A/B session's gate (`--specdec-base-draft`, `--specdec-base-python`): each test's candidate judged against
+the base measured beside it.
 
 The nightly gate asks whether tonight is worse than the stored nights, and the night-to-night movement caps its
 power on a shared CPU. Two arms measured interleaved in one session share the night, so their comparison has no
 night term: each test's candidate spec config is judged against the base's, pair by pair (`ab.paired`), on
 spec tok/s, the acceptance rate and the P95 E2E, then BH/Holm over the session's A/B verdicts as the nightly
-adjusts its family. Stored baselines take no part. The session (wiring) decides when; `output/wording.py` words it.
+adjusts its family. With the base on another install (`--specdec-base-python`) each install has its own reference
+arm, and two shown verdicts say where a change sits: the references' tok/s (the non-speculative path) and the
+speedups (speculation itself). Stored baselines take no part. The session (wiring) decides when;
+`output/wording.py` words it.
 """
 
 from __future__ import annotations
@@ -23,10 +27,15 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.judge import SessionEnd
     from pytest_specdec.profiles import Profile
     from pytest_specdec.profiles.placement import Placement
+    from pytest_specdec.vllm.command import ServerSpec
 
 #: What an A/B session judges, in this order: the candidate's spec tok/s, acceptance rate and P95 E2E (ms, from
 #: each run's Harrell-Davis P95) against the base's of the same pair.
 AB_METRICS: tuple[str, ...] = ("output_tok_s", "acceptance_rate", "e2e_p95_ms")
+
+#: What an upgrade A/B (the base on another install) shows beside them, never failing a test: the two references'
+#: tok/s (the non-speculative path) and the two installs' speedups (each spec run over its install's reference).
+AB_SHOWN: tuple[str, ...] = ("reference_tok_s", "speedup")
 
 #: The A/B thresholds before the profile's [verdicts] ab_thresholds and --specdec-threshold: tok/s 5 % (at the
 #: CPU's noise 21 pairs then catch a -10 % change with power 0.92, docs/validation.md), P95 E2E 10 %; the
@@ -34,7 +43,7 @@ AB_METRICS: tuple[str, ...] = ("output_tok_s", "acceptance_rate", "e2e_p95_ms")
 AB_DEFAULTS: Mapping[str, float] = {"output_tok_s": 5.0, "e2e_p95_ms": 10.0}
 
 #: What a regressed candidate points at: fewer drafted tokens accepted, or the same acceptance at a slower step.
-Cause = Literal["acceptance", "step time"]
+Cause = Literal["acceptance", "step time", "non-speculative path"]
 
 
 def ab_thresholds(profile_layer: Mapping[str, Any], cli: Sequence[str], where: str) -> Thresholds:
@@ -60,9 +69,20 @@ def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float) -> lis
     base = [ArmRun.from_record(r) for r in result.base_runs]
     cand = [ArmRun.from_record(r) for r in result.runs]
     n = min(len(base), len(cand))
-    return [dataclasses.replace(paired(m, [run_value(m, r) for r in base[:n]], [run_value(m, r) for r in cand[:n]],
-                                       thresholds=thresholds, alpha=alpha), family="gated")
-            for m in AB_METRICS]
+    out = [dataclasses.replace(paired(m, [run_value(m, r) for r in base[:n]], [run_value(m, r) for r in cand[:n]],
+                                      thresholds=thresholds, alpha=alpha), family="gated")
+           for m in AB_METRICS]
+    if not result.base_reference_runs:
+        return out
+    refs = {arm: [run_value("output_tok_s", ArmRun.from_record(r)) for r in runs[:n]]
+            for arm, runs in (("base", result.base_reference_runs), ("candidate", result.reference_runs))}
+    spec = {"base": [run_value("output_tok_s", r) for r in base[:n]],
+            "candidate": [run_value("output_tok_s", r) for r in cand[:n]]}
+    speedup = {arm: [None if s is None or r is None else s / r for s, r in zip(spec[arm], refs[arm], strict=True)]
+               for arm in spec}
+    shown = {"reference_tok_s": refs, "speedup": speedup}
+    return out + [dataclasses.replace(paired(m, shown[m]["base"], shown[m]["candidate"], thresholds=thresholds,
+                                             alpha=alpha), family="shown") for m in AB_SHOWN]
 
 
 @dataclass
@@ -72,8 +92,13 @@ class ABCheck:
     method: str
     base_draft: str  # the base's draft/head model
     candidate_draft: str  # the candidate's
-    servers: dict[str, str]  # arm -> server spec key (reference, base, candidate)
+    servers: dict[str, str]  # arm -> server spec key (reference, spec, base, base_reference)
     thresholds: Thresholds
+    #: An upgrade A/B's installs: "base" and "candidate" -> their vLLM, torch and interpreter (None: one install).
+    installs: dict[str, dict[str, str | None]] | None = None
+    #: What differs between the base's side and the candidate's: versions and the spec and reference arms'
+    #: engine configs, ``dotted key: (base, candidate)`` (`baselines.diff`).
+    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     raw: list[Verdict] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)  # adjusted at the test's end (unseen p-values = 1)
     final: list[Verdict] | None = None  # adjusted over the session's whole A/B family
@@ -89,21 +114,26 @@ class ABCheck:
 
     def cause(self) -> Cause | None:
         """Acceptance regressed: the candidate's drafts are accepted less. tok/s regressed at an unchanged
-        acceptance: the same tokens are drafted, more slowly. Else nothing to point at."""
+        acceptance: the same tokens are drafted, more slowly; on another install, when its reference slowed as
+        much (speedup unchanged), the non-speculative path did. Else nothing to point at."""
         by = {v.metric: v.verdict for v in self.shown()}
         if by.get("acceptance_rate") == "regressed":
             return "acceptance"
         if by.get("output_tok_s") == "regressed" and by.get("acceptance_rate") == "unchanged":
+            if by.get("reference_tok_s") == "regressed" and by.get("speedup") in ("unchanged", "improved"):
+                return "non-speculative path"
             return "step time"
         return None
 
 
-def adjust(checks: Sequence[tuple[str, ABCheck]], *, final: bool, fdr: str, alpha: float, family_size: int) -> None:
-    """BH/Holm over every A/B verdict so far (padded with p=1 to the ``family_size`` the collected tests reach,
-    unless ``final``), into each check's ``verdicts`` (or ``final``), as the nightly adjusts its gated family."""
+def adjust(checks: Sequence[tuple[str, ABCheck]], *, final: bool, fdr: str, alpha: float, tests: int) -> None:
+    """BH/Holm over every A/B verdict so far, each family on its own (padded with p=1 to what ``tests`` judged
+    tests reach, unless ``final``), into each check's ``verdicts`` (or ``final``), as the nightly adjusts."""
     from pytest_specdec.gate.check import adjusted_all
 
-    out = adjusted_all(checks, final=final, fdr=fdr, alpha=alpha, gated_size=family_size, family_size=family_size)
+    shown = len(AB_SHOWN) if any(c.installs for _, c in checks) else 0
+    out = adjusted_all(checks, final=final, fdr=fdr, alpha=alpha, gated_size=len(AB_METRICS) * tests,
+                       family_size=(len(AB_METRICS) + shown) * tests)
     for nodeid, c in checks:
         if final:
             c.final = out.get(nodeid, c.raw)
@@ -115,23 +145,35 @@ class ABGate:
     """An A/B session's gate: the base's profile, the thresholds, each test's check, its end and the session's."""
 
     def __init__(self, profile: Profile, placement: Placement, base_drafts: Mapping[str, str],
-                 cli_thresholds: Sequence[str], *, alpha: float, fdr: str) -> None:
+                 cli_thresholds: Sequence[str], *, alpha: float, fdr: str, base_python: str | None = None) -> None:
         """Raises ConfigError naming the flag, file or key to fix: a method the profile lacks or without a draft
-        (`Profile.with_drafts`, the one path `--specdec-draft` takes too), a bad A/B threshold, servers that
-        cannot be alive at once (the ABBA blocks of two arms have no three-arm form yet)."""
+        (`Profile.with_drafts`, the one path `--specdec-draft` takes too), a base interpreter without vLLM or
+        without this project (`vllm.install.probe`), a bad A/B threshold, servers that cannot be alive at once
+        (the ABBA blocks of two arms have no form for three or four yet)."""
+        from pytest_specdec.vllm.install import probe, this_install
+
+        flag = " and ".join(f for f, on in (("--specdec-base-draft", base_drafts), ("--specdec-base-python",
+                                                                                   base_python)) if on)
         if not placement.co_resident():
             why = ("--specdec-max-servers 1" if placement.max_servers < 2 else
                    f"profile {profile.path} sets [placement] co_resident = false")
-            raise ConfigError(f"--specdec-base-draft: an A/B session needs the reference's, the base's and the "
-                              f"candidate's servers alive at once for now, and {why}")
+            refs = "the two installs' references" if base_python else "the reference's"
+            raise ConfigError(f"{flag}: an A/B session needs {refs}, the base's and the candidate's servers alive at "
+                              f"once for now, and {why}")
         self.profile, self.alpha, self.fdr = profile, alpha, fdr
         self.base = profile.with_drafts(dict(base_drafts), "--specdec-base-draft")
-        self.methods = tuple(base_drafts)
+        #: The methods with a base: those --specdec-base-draft names; on another install every method has one.
+        self.methods: tuple[str, ...] | None = tuple(base_drafts) if base_drafts else None
+        self.installs = None if base_python is None else {"base": probe(base_python), "candidate": this_install()}
         raw = profile.raw.get("verdicts", {}).get("ab_thresholds", {})
         self.thresholds = ab_thresholds(raw, cli_thresholds, f"profile {profile.path} [verdicts] ab_thresholds")
 
     def skip_reason(self, method: str, raw_config: dict[str, Any] | None) -> str | None:
         """Why a test has no A/B comparison in this session (None: it has one)."""
+        if method == "none":
+            return "it runs the reference alone, with no spec arm to compare"
+        if self.methods is None:  # another install: the same config on both
+            return None
         if raw_config is not None:
             return "its marker gives its own speculative_config, so --specdec-base-draft names no base for it"
         if method not in self.methods:
@@ -139,19 +181,45 @@ class ABGate:
                     "an A/B session judges only candidate vs base")
         return None
 
-    def check(self, method: str, servers: dict[str, str], result: CaseResult, check: bool = True) -> ABCheck:
-        """A test's raw A/B verdicts from its interleaved runs (``servers``: arm -> server spec key; ``check``
-        False: the test's specdec_verdicts marker says it never fails on them)."""
-        return ABCheck(method, str(self.base.methods[method]["model"]), str(self.profile.methods[method]["model"]),
-                       servers, self.thresholds, raw=ab_verdicts(result, self.thresholds, self.alpha), check=check)
+    def base_specs(self, reference: ServerSpec, spec: ServerSpec, base: ServerSpec) -> dict[str, ServerSpec]:
+        """The base's arms, from the candidate's reference and the base's spec config: on another install both
+        move to its interpreter (the base's own reference arm); else the base spec alone. The base spec is tagged
+        with its role, so it never shares the candidate's server."""
+        base = dataclasses.replace(base, role="base")  # its own server, even in an A/A
+        if self.installs is None:
+            return {"base": base}
+        python = self.installs["base"].python
+        return {"base": dataclasses.replace(base, python=python),
+                "base_reference": dataclasses.replace(reference, python=python)}
+
+    def check(self, method: str, specs: Mapping[str, ServerSpec], result: CaseResult,
+              engine: Mapping[str, Mapping[str, Any]], check: bool = True) -> ABCheck:
+        """A test's raw A/B verdicts from its interleaved runs (``specs``: arm -> server spec; ``engine``: arm ->
+        its server's resolved engine config; ``check`` False: the test's specdec_verdicts marker says it never
+        fails on them)."""
+        from pytest_specdec.gate.baselines import diff
+
+        def draft(arm: str) -> str:
+            return str((specs[arm].speculative_config or {}).get("model", "(no draft model)"))
+
+        installs = None if self.installs is None else {k: v.to_dict() for k, v in self.installs.items()}
+
+        def side(spec_arm: str, ref_arm: str, install: str) -> dict[str, Any]:
+            versions = {k: v for k, v in (installs or {}).get(install, {}).items() if k != "python"}
+            return {**versions, "engine": engine.get(spec_arm, {}), "reference_engine": engine.get(ref_arm, {})}
+
+        base_ref = "base_reference" if "base_reference" in specs else "reference"
+        return ABCheck(method, draft("base"), draft("spec"), {arm: s.key() for arm, s in specs.items()},
+                       self.thresholds, installs, diff(side("base", base_ref, "base"),
+                                                       side("spec", "reference", "candidate")),
+                       raw=ab_verdicts(result, self.thresholds, self.alpha), check=check)
 
     def test_end(self, checks: Sequence[tuple[str, ABCheck]], nodeid: str,
                  collected: Sequence[tuple[str, dict[str, Any] | None]]) -> ABCheck:
         """At a test's end: every A/B verdict so far adjusted, padded with p=1 to what the ``collected`` tests'
         (method, raw speculative config) can add; the test's check, decided."""
         judged = sum(1 for method, raw in collected if self.skip_reason(method, raw) is None)
-        size = len(AB_METRICS) * max(judged, len(checks))
-        adjust(checks, final=False, fdr=self.fdr, alpha=self.alpha, family_size=size)
+        adjust(checks, final=False, fdr=self.fdr, alpha=self.alpha, tests=max(judged, len(checks)))
         c = dict(checks)[nodeid]
         c.failed = c.check and bool(c.regressed())
         return c
@@ -162,6 +230,6 @@ class ABGate:
         from pytest_specdec.gate.check import TestEnd
         from pytest_specdec.gate.judge import SessionEnd
 
-        adjust(checks, final=True, fdr=self.fdr, alpha=self.alpha, family_size=len(AB_METRICS) * len(checks))
+        adjust(checks, final=True, fdr=self.fdr, alpha=self.alpha, tests=len(checks))
         return SessionEnd(None, late_regressions=[(n, TestEnd("regressed", True)) for n, c in checks
                                                   if c.check and c.regressed() and not c.failed])

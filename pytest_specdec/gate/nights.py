@@ -85,12 +85,14 @@ def _percentiles(d: Mapping[str, Any] | None) -> Mapping[str, float] | None:
     return None if d is None else {p: d[p] for p in PERCENTILES if p in d}
 
 
-def dead_arms(reference: Sequence[Any], spec: Sequence[Any] | None, base: Sequence[Any] | None = None) -> list[str]:
+def dead_arms(reference: Sequence[Any], spec: Sequence[Any] | None, base: Sequence[Any] | None = None,
+              base_reference: Sequence[Any] | None = None) -> list[str]:
     """The arms with no valid run, the reference first, of any runs with a ``valid`` flag (tonight's records or a
-    stored night's; ``spec`` None: the test serves no spec arm; ``base``: an A/B session's base arm). One rule for
-    the plugin's dead-arm error, the baseline writes and `compare`: an arm is never judged, stored or passed on
-    another arm's figures."""
-    arms = [("reference", reference), *((name, runs) for name, runs in (("spec", spec), ("base", base))
+    stored night's; ``spec`` None: the test serves no spec arm; ``base``: an A/B session's base arm;
+    ``base_reference``: the base install's reference in an upgrade A/B). One rule for the plugin's dead-arm error,
+    the baseline writes and `compare`: an arm is never judged, stored or passed on another arm's figures."""
+    arms = [("reference", reference), *((name, runs) for name, runs in (("spec", spec), ("base", base),
+                                                                       ("base_reference", base_reference))
                                         if runs is not None)]
     return [arm for arm, runs in arms if not any(r.valid for r in runs)]
 

@@ -17,6 +17,7 @@ their own modules, their names re-exported here.
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts, PromptSource
 from pytest_specdec.measure.schedule import Arm, schedule, schedule_ab, warmup_requests
 from pytest_specdec.measure.summary import geomean, hd_p95s, speedups, summarize
-from pytest_specdec.measure.validity import (CLIENT_LAG, DISTURBED, HUNG, STEP_RATE, ValidityRules, disturbed,
+from pytest_specdec.measure.validity import (CLIENT_LAG, DISTURBED, HUNG, NEIGHBOUR, STEP_RATE, ValidityRules, disturbed,
                                              invalid_reasons, latency_untrusted, step_rate)
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ class RunRecord:
     chunking: Chunking | None = None
     #: Why the run's latency figures are left out of verdicts and summary (empty: they are trusted).
     untrusted: list[str] = field(default_factory=list)
+    #: The cores each other server of the session used during the run's window (None: not watched).
+    neighbours: dict[str, float] | None = None
 
     @property
     def valid(self) -> bool:
@@ -90,6 +93,7 @@ class RunRecord:
             "settle": self.settle, **({"prompt_ids": self.prompt_ids} if self.prompt_ids is not None else {}),
             "latency_untrusted": self.untrusted,
             "chunking": None if self.chunking is None else self.chunking.to_dict(),
+            **({"neighbour_cores": self.neighbours} if self.neighbours is not None else {}),
         }
 
 
@@ -110,15 +114,26 @@ class CaseResult:
     #: An A/B session's base runs, interleaved with the reference's and the candidate's (``runs``); the summary
     #: and speedups stay the candidate's, the A/B verdicts pair these with ``runs``.
     base_runs: list[RunRecord] = field(default_factory=list)
+    #: The base install's reference runs when the base is another install (`--specdec-base-python`).
+    base_reference_runs: list[RunRecord] = field(default_factory=list)
+
+    def arm_runs(self, arm: str) -> list[RunRecord]:
+        """One arm's runs by its name (`schedule.Arm`)."""
+        return {"reference": self.reference_runs, "spec": self.runs, "base": self.base_runs,
+                "base_reference": self.base_reference_runs}[arm]
+
+    @property
+    def all_runs(self) -> list[RunRecord]:
+        return [*self.reference_runs, *self.runs, *self.base_runs, *self.base_reference_runs]
 
     @property
     def invalid_runs(self) -> list[RunRecord]:
-        return [r for r in [*self.reference_runs, *self.runs, *self.base_runs] if not r.valid]
+        return [r for r in self.all_runs if not r.valid]
 
     @property
     def untrusted_runs(self) -> list[RunRecord]:
         """Valid runs whose latency figures are left out (coalesced streams)."""
-        return [r for r in [*self.reference_runs, *self.runs, *self.base_runs] if r.valid and r.untrusted]
+        return [r for r in self.all_runs if r.valid and r.untrusted]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -212,6 +227,8 @@ def extend_case(
     spec_tokens: int | None = None,
     restart: Callable[[Arm], Endpoint | Callable[[], Endpoint] | None] | None = None,
     base: Endpoint | Callable[[], Endpoint] | None = None,
+    base_reference: Endpoint | Callable[[], Endpoint] | None = None,
+    neighbours: Callable[[], dict[str, tuple[str, int]]] | None = None,
 ) -> CaseResult:
     """Continue the alternation of `result` up to `runs` pairs (sequential looks add runs this way).
 
@@ -222,7 +239,9 @@ def extend_case(
     every measured run, after its endpoint is ready and its warm-up is not yet sent; what it returns
     is kept with the run. After a run whose server hung, `restart(arm)` may hand a fresh server for the
     arm's later runs (None: keep the arm as it is). With ``base`` (an A/B session: servers co-resident) a
-    third arm runs in every pair (`schedule_ab`), its runs in ``result.base_runs``.
+    third arm runs in every pair (`schedule_ab`), its runs in ``result.base_runs``, and with ``base_reference``
+    (the base on another install) a fourth. ``neighbours`` (the pool's CPU ticks per server instance) is read
+    around every run: the cores each other server used then are kept with the run (`neighbour_reasons`).
     """
     source = prompts if isinstance(prompts, (FixedPrompts, FreshPrompts)) else FixedPrompts(prompts)
     ref_runs, spec_runs = result.reference_runs, result.runs
@@ -233,12 +252,13 @@ def extend_case(
     else:
         if len(spec_runs) != start:
             raise ValueError(f"cannot extend: {start} reference runs but {len(spec_runs)} spec runs")
-        order = schedule(start, runs, block, result.blocks) if base is None else schedule_ab(start, runs)
+        order = (schedule(start, runs, block, result.blocks) if base is None
+                 else schedule_ab(start, runs, base_reference is not None))
         if block is not None and base is None:
             result.blocks += len(range(start, runs, block))
-    sources = {"reference": reference, "spec": spec, "base": base}
-    labels = {"spec": "candidate"} if base is not None else {}  # the progress lines' name of an A/B session's spec arm
-    buckets = {"reference": ref_runs, "spec": spec_runs, "base": result.base_runs}
+    sources = {"reference": reference, "spec": spec, "base": base, "base_reference": base_reference}
+    # the progress lines' names of an A/B session's arms
+    labels = {"spec": "candidate", "base_reference": "base ref"} if base is not None else {}
     for i, arm in order:
         run_prompts = source.run(i)
         server = sources[arm]
@@ -249,15 +269,20 @@ def extend_case(
         # Only a spec arm can learn from what it served; the reference warms up on the run's prompts.
         warmup = source.warmup(n_warm) if arm != "reference" else FixedPrompts(run_prompts).warmup(n_warm)
         quiet = settle() if settle is not None else None
-        limit = 1 if arm == "reference" else None if spec_tokens is None else 1 + spec_tokens
+        limit = 1 if arm.endswith("reference") else None if spec_tokens is None else 1 + spec_tokens
+        before = (time.monotonic(), neighbours()) if neighbours is not None else None
         rec = one_run(endpoint, arm, i, run_prompts, sampling, concurrency=concurrency, api_key=api_key,
                       rules=rules, api=api, rate=rate, warmup_prompts=warmup, step_limit=limit)
+        if before is not None and neighbours is not None:
+            arm_of = {inst: labels.get(a, a) for a, inst in result.instances.items()}
+            rec.neighbours = neighbour_cores(before, (time.monotonic(), neighbours()), endpoint.instance, arm_of)
+            rec.invalid += neighbour_reasons(rec.neighbours, rules.max_neighbour_cores)
         if quiet is not None:
             rec.settle = quiet.to_dict()
         if source.fresh:
             rec.prompt_ids = [p.id for p in run_prompts]
         result.instances[arm] = endpoint.instance
-        buckets[arm].append(rec)
+        result.arm_runs(arm).append(rec)
         m = rec.metrics
         rate_ = m.spec.acceptance_rate if m.spec else None
         acc = "" if rate_ is None else f", acceptance {rate_:.3f}"
@@ -273,7 +298,7 @@ def extend_case(
                 sources[arm] = fresh
     # Runs on prompts that differ from run to run (suffix decoding's fresh prompts, on a server that learns and
     # is restarted when they run out) differ for reasons of their own: the rule compares like with like only.
-    for arm_runs in () if source.fresh else (ref_runs, spec_runs, result.base_runs):
+    for arm_runs in () if source.fresh else (ref_runs, spec_runs, result.base_runs, result.base_reference_runs):
         for rec in mark_disturbed(arm_runs, rules):
             why = rec.invalid[-1].removeprefix(f"{DISTURBED}: ")
             progress(f"specdec:   run {rec.index + 1}/{runs} {labels.get(rec.arm, rec.arm):9s} DISTURBED: {why}; "
@@ -281,6 +306,32 @@ def extend_case(
     result.summary = summarize(ref_runs, spec_runs)
     result.speedup_per_pair = speedups(ref_runs, spec_runs) if spec_runs else []
     return result
+
+
+def neighbour_cores(before: tuple[float, dict[str, tuple[str, int]]], after: tuple[float, dict[str, tuple[str, int]]],
+                    measured: str | None, arm_of: dict[str, str]) -> dict[str, float]:
+    """The cores each other server used between two readings of the pool's CPU ticks per instance (a server
+    gone or started in between is left out), named by its arm in this test where it has one."""
+    import os
+
+    seconds = max(after[0] - before[0], 1e-9)
+    hz = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for instance, (label, ticks) in after[1].items():
+        if instance == measured or instance not in before[1]:
+            continue
+        name = f"{arm_of[instance]} arm's server ({label})" if instance in arm_of else f"server {label}"
+        out[name] = round((ticks - before[1][instance][1]) / hz / seconds, 3)
+    return out
+
+
+def neighbour_reasons(cores: dict[str, float], limit: float) -> list[str]:
+    """Why a run is invalid when another server of the session ran beside it: above ``limit`` cores (0: off),
+    it took the cores the run was measured on."""
+    if limit <= 0:
+        return []
+    return [f"{NEIGHBOUR}: the {name} used {c:.2f} cores during the run (limit {limit:g}, [validity] "
+            "max_neighbour_cores)" for name, c in cores.items() if c > limit]
 
 
 def mark_disturbed(runs: list[RunRecord], rules: ValidityRules) -> list[RunRecord]:

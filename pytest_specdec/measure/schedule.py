@@ -1,13 +1,14 @@
 """The order of a test's runs: reference and spec interleaved per pair, or in ABBA blocks when the two
 servers cannot be alive at once (a block switch then restarts one server, not two), an A/B session's three
-arms, and the warm-up each server gets before its first measured run."""
+or four arms, and the warm-up each server gets before its first measured run."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-#: "spec" is the spec config under test (in an A/B session: the candidate); "base" is an A/B session's base.
-Arm = Literal["reference", "spec", "base"]
+#: "spec" is the spec config under test (in an A/B session: the candidate); "base" is an A/B session's base;
+#: "base_reference" the base install's reference, when the base is another install (`--specdec-base-python`).
+Arm = Literal["reference", "spec", "base", "base_reference"]
 
 
 def schedule(start: int, runs: int, block: int | None, block_index: int = 0) -> list[tuple[int, Arm]]:
@@ -33,13 +34,19 @@ def schedule(start: int, runs: int, block: int | None, block_index: int = 0) -> 
     return out
 
 
-def schedule_ab(start: int, runs: int) -> list[tuple[int, Arm]]:
+def schedule_ab(start: int, runs: int, installs: bool = False) -> list[tuple[int, Arm]]:
     """An A/B session's order for pairs `start`..`runs`-1: the reference, then the base and the candidate
     ("spec"), which of the two goes first swapping from pair to pair, so neither always runs right after the
-    reference (a run after the reference's may find the machine in another state than one after a spec run)."""
+    reference (a run after the reference's may find the machine in another state than one after a spec run).
+    With two ``installs`` the two references run back to back, then the two spec arms, the base's first in
+    even pairs and the candidate's in odd ones, so each compared pair is adjacent and neither side always leads."""
     out: list[tuple[int, Arm]] = []
     for i in range(start, runs):
-        out += [(i, "reference"), *(((i, "base"), (i, "spec")) if i % 2 == 0 else ((i, "spec"), (i, "base")))]
+        if installs:
+            first, second = (("base_reference", "base"), ("reference", "spec"))[::1 if i % 2 == 0 else -1]
+            out += [(i, first[0]), (i, second[0]), (i, first[1]), (i, second[1])]
+        else:
+            out += [(i, "reference"), *(((i, "base"), (i, "spec")) if i % 2 == 0 else ((i, "spec"), (i, "base")))]
     return out
 
 

@@ -145,6 +145,13 @@ class Serving:
         return collect(self.asked_each_run(spec, False, test), self.asked_each_run(reference, True, test), prompts,
                        sampling, samples_per_prompt, api=api, api_key=self.options.api_key, progress=progress)
 
+    def neighbours(self) -> Callable[[], dict[str, tuple[str, int]]] | None:
+        """The pool's CPU ticks per server instance, read around each run (None in endpoint mode: the
+        endpoints' processes are not ours to account)."""
+        if self.options.endpoint:
+            return None
+        return lambda: self._pool().cpu_ticks()
+
     def settle(self) -> Callable[[], Quiet] | None:
         """Before each run, wait for the servers to go idle: those the pool started, or in endpoint mode the
         processes listening on loopback endpoints' ports; endpoints whose processes cannot be found
@@ -166,13 +173,16 @@ class CaseRun:
 
     def __init__(self, serving: Serving, test: str, reference: ServerSpec, spec: ServerSpec | None, block: int | None,
                  workload: Workload, dataset: str, prompts: list[Prompt], whole_dataset: Callable[[], list[Prompt]],
-                 base: ServerSpec | None = None) -> None:
+                 base: ServerSpec | None = None, base_reference: ServerSpec | None = None) -> None:
         self.serving, self.spec_spec, self.block, self.test = serving, spec, block, test
-        self.specs = {"reference": reference, "spec": spec, "base": base}
+        self.specs = {"reference": reference, "spec": spec, "base": base, "base_reference": base_reference}
         self.restarted: set[str] = set()  # arms whose hung server was restarted (once per test)
         self.reference, self.spec = serving.arms(reference, spec, test, block)
         # An A/B session's base: a third server beside the two (the session refuses A/B without co-residence).
         self.base: ArmEndpoint | None = serving.endpoint(base, False, test) if base is not None else None
+        # An upgrade A/B's base install has its own reference (a fourth server).
+        self.base_reference: ArmEndpoint | None = (serving.endpoint(base_reference, True, test)
+                                                   if base_reference is not None else None)
 
         def exhausted() -> None:
             assert spec is not None
@@ -192,7 +202,8 @@ class CaseRun:
 
         self.sampling = sampling
         self.options = {**options, "block": self.block, "settle": self.serving.settle(),
-                        "spec_tokens": spec_tokens(self.spec_spec), "restart": self.restart, "base": self.base}
+                        "spec_tokens": spec_tokens(self.spec_spec), "restart": self.restart, "base": self.base,
+                        "base_reference": self.base_reference, "neighbours": self.serving.neighbours()}
         self.result = measure_case(self.reference, self.spec, self.source, sampling, runs=runs, **self.options)
         return self.result
 
@@ -204,11 +215,12 @@ class CaseRun:
             return None
         self.restarted.add(arm)
         self.serving.retire(spec, "it hung (sent nothing within the idle timeout); a fresh one for the next runs")
-        fresh = self.serving.asked_each_run(spec, arm == "reference", self.test)
+        fresh = self.serving.asked_each_run(spec, arm.endswith("reference"), self.test)
         if arm == "reference":  # the later looks ask for the fresh one too
             self.reference = fresh
-        elif arm == "base":
-            self.base = self.options["base"] = fresh
+        elif arm in ("base", "base_reference"):
+            setattr(self, arm, fresh)
+            self.options[arm] = fresh
         else:
             self.spec = fresh
         return fresh

@@ -33,6 +33,9 @@ class ValidityRules:
     # by what is under test: it leaves the verdicts with its pair (`disturbed`). 0 turns the rule off. On the CPU a run's log tok/s varies with an sd
     # of about 0.07, so 0.3 (0.36 in log) is five sd away (docs/measurement.md#disturbed-runs).
     max_run_slowdown: float = 0.3
+    # Another server of the session (an A/B session keeps three or four alive) using more than this many cores
+    # during a run took them from the server measured: the run is invalid, naming it. 0 turns the rule off.
+    max_neighbour_cores: float = 0.0
 
 
 #: How a client-bound run's invalid reason starts: the lag invalidates the run's timing, not its counters
@@ -42,6 +45,8 @@ CLIENT_LAG = "client event loop lagged"
 HUNG = "server hung"
 #: How a disturbed run's invalid reason starts (the rule is applied anew over an arm's runs after every look).
 DISTURBED = "disturbed"
+#: How a run that shared the CPU with another server of the session is marked invalid (`runner.neighbour_reasons`).
+NEIGHBOUR = "shared the CPU"
 #: At most this share of an arm's runs is called disturbed: when more are that far below the median, the arm
 #: itself is slow (an intermittent regression is still a regression), and every run counts.
 MAX_DISTURBED_SHARE = 1 / 3

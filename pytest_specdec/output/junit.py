@@ -16,7 +16,7 @@ PREFIX = "specdec_"
 def test_properties(record: TestRecord) -> list[tuple[str, str]]:
     """Figures of one test: the summary's, the runs per arm, the baseline used and each gated verdict
     with its change and CI (worded as the terminal's table)."""
-    from pytest_specdec.output.wording import format_value
+    from pytest_specdec.output.wording import ab_sides, format_value
 
     out: list[tuple[str, str]] = []
     result = record.result
@@ -29,8 +29,8 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
             p95 = (s.get(name.replace("_p95", "")) or {}).get("p95")
             if p95 is not None:
                 out.append((PREFIX + name, f"{p95:.4g}"))
-        for arm, runs in (("reference", result.reference_runs), ("spec", result.runs), ("base", result.base_runs)):
-            if runs:
+        for arm in ("reference", "spec", "base", "base_reference"):
+            if runs := result.arm_runs(arm):
                 out.append((f"{PREFIX}runs_{arm}", f"{sum(r.valid for r in runs)} valid of {len(runs)}"))
     check = record.baseline
     if check is not None:
@@ -42,7 +42,7 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
             out.append((PREFIX + "reference_vs_baseline", f"{100 * (math.exp(check.deviation) - 1):+.1f} %"))
     ab = record.ab
     if ab is not None:  # an A/B session: the candidate against the base, and what a regression points at
-        out.append((PREFIX + "ab", f"candidate {ab.candidate_draft} vs base {ab.base_draft}"))
+        out.append((PREFIX + "ab", ab_sides(ab)))
         out += [(f"{PREFIX}ab_verdict_{v.metric}", verdict_text(v)) for v in ab.shown()]
         if ab.cause() is not None:
             out.append((PREFIX + "ab_attribution", str(ab.cause())))

@@ -123,7 +123,8 @@ class TestRecord:
 
 def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
     """A test's `ab` section: what was compared, the verdicts (`gate.verdicts.to_json`, as the nightly's), what a
-    regression points at, and every run of the three arms in the results' run shape, each with its arm's name
+    regression points at, each side's install and what differs between them (versions, engine configs), and every
+    run of the three or four arms in the results' run shape, each with its arm's name
     (the candidate's are the test's own `runs`, there named `spec`)."""
     from pytest_specdec.gate.thresholds import to_dict
     from pytest_specdec.gate.verdicts import to_json
@@ -131,10 +132,16 @@ def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
 
     cause = c.cause()
     runs = [] if result is None else [*(r.to_dict() for r in result.reference_runs),
+                                      *(r.to_dict() for r in result.base_reference_runs),
                                       *(r.to_dict() for r in result.base_runs),
                                       *({**r.to_dict(), "arm": "candidate"} for r in result.runs)]
-    return {"method": c.method, "base": {"draft": c.base_draft, "server": c.servers.get("base")},
-            "candidate": {"draft": c.candidate_draft, "server": c.servers.get("spec")},
+    installs = c.installs or {}
+    return {"method": c.method,
+            "base": {"draft": c.base_draft, "server": c.servers.get("base"), "install": installs.get("base"),
+                     "reference_server": c.servers.get("base_reference")},
+            "candidate": {"draft": c.candidate_draft, "server": c.servers.get("spec"),
+                          "install": installs.get("candidate")},
+            "changed": {k: list(v) for k, v in c.changed.items()},
             "verdicts": {v.metric: to_json(v) for v in c.shown()}, "regressed": [v.metric for v in c.regressed()],
             "attribution": cause, "attribution_text": AB_CAUSES[cause] if cause else None,
             "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(c.thresholds),

@@ -278,7 +278,9 @@ def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Se
 
 #: An A/B test's regression, pointed at (gate.ab_session.Cause): short, and no more than the verdicts say.
 AB_CAUSES = {"acceptance": "acceptance (the candidate's drafts are accepted less often)",
-             "step time": "step time (the candidate drafts the same tokens more slowly)"}
+             "step time": "step time (the candidate drafts the same tokens more slowly)",
+             "non-speculative path": "the non-speculative path (the candidate install's reference slowed as much; "
+                                     "the speedup held)"}
 
 
 def ab_verdict_line(v: Verdict) -> str:
@@ -293,11 +295,37 @@ def ab_verdict_line(v: Verdict) -> str:
 def ab_test_lines(nodeid: str, c: ABCheck) -> list[str]:
     """A test's A/B verdicts for the terminal, as its end adjusted them, and what a regression points at."""
     pairs = max((v.n_now for v in c.shown()), default=0)
-    lines = [f"specdec A/B: {nodeid}: candidate {c.candidate_draft} vs base {c.base_draft} ({pairs} pairs)"]
+    lines = [f"specdec A/B: {nodeid}: {ab_sides(c)} ({pairs} pairs)"]
     lines += [f"  {ab_verdict_line(v)}" for v in c.shown()]
+    lines += ab_changed_lines(c)
     cause = c.cause()
     if cause is not None:
         lines.append(f"  attribution: {AB_CAUSES[cause]}")
+    return lines
+
+
+def ab_sides(c: ABCheck) -> str:
+    """What an A/B compares: the drafts, and on two installs their vLLM and torch."""
+    if not c.installs:
+        return f"candidate {c.candidate_draft} vs base {c.base_draft}"
+
+    def side(name: str, draft: str) -> str:
+        i = c.installs[name] if c.installs else {}
+        return f"{i.get('distribution')} {i.get('vllm')} (torch {i.get('torch')}) with {draft}"
+
+    return f"candidate {side('candidate', c.candidate_draft)} vs base {side('base', c.base_draft)}"
+
+
+#: The differences between an A/B's sides the terminal lists before pointing at the JSON for the rest.
+AB_CHANGED_SHOWN = 8
+
+
+def ab_changed_lines(c: ABCheck) -> list[str]:
+    """What differs between the base's side and the candidate's (versions, engine configs), base → candidate."""
+    items = list(c.changed.items())
+    lines = [f"  differs: {k}: {a!r} → {b!r}" for k, (a, b) in items[:AB_CHANGED_SHOWN]]
+    if len(items) > AB_CHANGED_SHOWN:
+        lines.append(f"  differs: {len(items) - AB_CHANGED_SHOWN} more, in the JSON's ab.changed")
     return lines
 
 
@@ -307,8 +335,7 @@ def ab_failure(c: ABCheck, *, alpha: float, fdr: str) -> str:
     cause = c.cause()
     return "\n".join([
         f"specdec A/B: the candidate regressed against the base: {', '.join(v.metric for v in bad)}",
-        f"candidate {c.candidate_draft} vs base {c.base_draft}; p: one-sided, adjusted by {FDR_NAMES[fdr]} over the "
-        "session's A/B verdicts",
+        f"{ab_sides(c)}; p: one-sided, adjusted by {FDR_NAMES[fdr]} over the session's A/B verdicts",
         "", table(c.shown(), f"{100 * (1 - 2 * alpha):.4g}% CI", ("base", "candidate")), "",
         *([f"attribution: {AB_CAUSES[cause]}"] if cause else []),
         "why:", *[f"  {v.metric}: {v.note}" for v in bad]])

@@ -26,7 +26,7 @@ class Placement:
     block_runs_option: int | None  # --specdec-block-runs
     runs: int  # runs per arm at the first look
     host: str  # --specdec-host: where the servers we start bind
-    arms: int = 2  # servers a test needs at once: 3 in an A/B session (reference, base, candidate)
+    arms: int = 2  # servers a test needs at once: 3 in an A/B session (reference, base, candidate), 4 across installs
 
     @property
     def _raw(self) -> dict[str, Any]:

@@ -63,7 +63,7 @@ _TIMINGS_NEEDED = ("server_start_s", "stream_tok_s", "max_tok_s")
 _VALIDITY_BOUNDS: dict[str, tuple[float, float | None, bool]] = {
     "max_failed_share": (0, 1, False), "max_token_mismatch_share": (0, 1, False),
     "max_coalesced_share": (0, 1, False), "max_loop_lag_mean_ms": (0, None, False), "idle_timeout_s": (0, None, True),
-    "max_run_slowdown": (0, 1, False),
+    "max_run_slowdown": (0, 1, False), "max_neighbour_cores": (0, None, False),
 }
 
 

@@ -248,6 +248,15 @@ class ServerPool:
         pgids = {s.proc.pid for s in self._alive.values() if s.proc is not None and s.alive()}
         return wait_quiet(pgids, timeout_s=timeout_s)
 
+    def cpu_ticks(self) -> dict[str, tuple[str, int]]:
+        """Per live server (its instance id, the pid that leads its process group): its label (method and spec
+        key) and the CPU ticks its processes used so far, so a run can tell which other server ran beside it."""
+        from pytest_specdec.servers.quiet import cpu_ticks_by_group
+
+        alive = {s.proc.pid: (key, s) for key, s in self._alive.items() if s.proc is not None and s.alive()}
+        ticks = cpu_ticks_by_group(set(alive))
+        return {str(pid): (f"{s.spec.method} {key}", ticks[pid]) for pid, (key, s) in alive.items()}
+
     def stop_all(self) -> None:
         """Stop every server we started and give back their GPUs (also on failure and Ctrl-C); a second
         Ctrl-C or a SIGTERM meanwhile waits until they are stopped."""

@@ -11,7 +11,13 @@ from typing import Any, Callable
 
 def group_cpu_ticks(pgids: set[int]) -> int:
     """CPU time (clock ticks, user + system) used so far by every process in the process groups `pgids`."""
-    total = 0
+    return sum(cpu_ticks_by_group(pgids).values())
+
+
+def cpu_ticks_by_group(pgids: set[int]) -> dict[int, int]:
+    """CPU time (clock ticks, user + system) used so far by the processes of each process group in `pgids`
+    (a group with no process left reads 0)."""
+    total = dict.fromkeys(pgids, 0)
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -22,8 +28,8 @@ def group_cpu_ticks(pgids: set[int]) -> int:
             continue
         # Fields after the ")" that closes the command name: state ppid pgrp ... utime(14) stime(15).
         rest = stat[stat.rindex(b")") + 2:].split()
-        if int(rest[2]) in pgids:
-            total += int(rest[11]) + int(rest[12])
+        if (group := int(rest[2])) in total:
+            total[group] += int(rest[11]) + int(rest[12])
     return total
 
 

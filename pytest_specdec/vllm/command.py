@@ -24,11 +24,17 @@ class ServerSpec:
     env: tuple[tuple[str, str], ...] = ()
     host: str = "127.0.0.1"
     served_model_name: str | None = None
+    #: Another install's interpreter whose vLLM serves this spec (an upgrade A/B's base); None: this one's.
+    python: str | None = None
+    #: An A/B session's base arm ("base"): its servers are its own even where its config equals the
+    #: candidate's, so an A/A compares two servers as every A/B does.
+    role: str | None = None
 
     def key(self) -> str:
         """A short stable id, so logs and results can name the server."""
         blob = json.dumps(
-            [self.model, self.speculative_config, list(self.args), list(self.env), self.host],
+            [self.model, self.speculative_config, list(self.args), list(self.env), self.host,
+             *([self.python] if self.python else []), *([self.role] if self.role else [])],
             sort_keys=True,
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -53,7 +59,10 @@ def vllm_launcher() -> list[str]:
 
 
 def build_command(spec: ServerSpec, port: int | str, launcher: list[str] | None = None) -> list[str]:
-    """The exact `vllm serve` argv for `spec` on `port` (a placeholder string in dry runs)."""
+    """The exact `vllm serve` argv for `spec` on `port` (a placeholder string in dry runs); a spec of another
+    install starts through that interpreter's shim (`--specdec-base-python`)."""
+    if spec.python:
+        launcher = [spec.python, "-m", "pytest_specdec.vllm.cli"]
     cmd = [*(launcher or vllm_launcher()), "serve", spec.model, "--host", spec.host, "--port", str(port)]
     # A model's generation_config.json would silently change sampling defaults between arms.
     if "--generation-config" not in spec.args:
