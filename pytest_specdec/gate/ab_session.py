@@ -110,17 +110,18 @@ class ABCheck:
         return self.final if self.final is not None else (self.verdicts or self.raw)
 
     def regressed(self) -> list[Verdict]:
-        return [v for v in self.shown() if v.verdict == "regressed"]
+        """The gated verdicts that regressed (an upgrade A/B's shown ones explain, never fail)."""
+        return [v for v in self.shown() if v.verdict == "regressed" and v.family == "gated"]
 
     def cause(self) -> Cause | None:
         """Acceptance regressed: the candidate's drafts are accepted less. tok/s regressed at an unchanged
-        acceptance: the same tokens are drafted, more slowly; on another install, when its reference slowed as
-        much (speedup unchanged), the non-speculative path did. Else nothing to point at."""
+        acceptance: the same tokens are drafted, more slowly; on another install, when its reference slowed too
+        and the speedup did not regress, the non-speculative path did. Else nothing to point at."""
         by = {v.metric: v.verdict for v in self.shown()}
         if by.get("acceptance_rate") == "regressed":
             return "acceptance"
         if by.get("output_tok_s") == "regressed" and by.get("acceptance_rate") == "unchanged":
-            if by.get("reference_tok_s") == "regressed" and by.get("speedup") in ("unchanged", "improved"):
+            if by.get("reference_tok_s") == "regressed" and by.get("speedup") != "regressed":
                 return "non-speculative path"
             return "step time"
         return None

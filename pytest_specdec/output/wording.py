@@ -279,8 +279,8 @@ def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Se
 #: An A/B test's regression, pointed at (gate.ab_session.Cause): short, and no more than the verdicts say.
 AB_CAUSES = {"acceptance": "acceptance (the candidate's drafts are accepted less often)",
              "step time": "step time (the candidate drafts the same tokens more slowly)",
-             "non-speculative path": "the non-speculative path (the candidate install's reference slowed as much; "
-                                     "the speedup held)"}
+             "non-speculative path": "the non-speculative path (the candidate install's reference slowed too; its "
+                                     "speedup did not regress)"}
 
 
 def ab_verdict_line(v: Verdict) -> str:
