@@ -83,6 +83,51 @@ def test_interleaved_is_recorded() -> None:
         assert result.alternation == "interleaved"
 
 
+def test_a_run_beside_a_busy_server_is_invalid_and_names_it() -> None:
+    """The cores each other server used during a run are read around it (`neighbours`); above the limit the run
+    is invalid, naming the server by its arm. Here the base's server spins for half a second (vLLM's busy-wait)
+    whenever it has just served a run, so the run after each base run shares the CPU with it."""
+    import os
+
+    hz = os.sysconf("SC_CLK_TCK")
+    calls: list[str] = []
+    ticks = {"reference": 0, "base": 0, "spec": 0}
+
+    def neighbours() -> dict[str, tuple[str, int]]:
+        if len(calls) >= 2 and calls[-2] == "base" and calls[-1] != "base":
+            ticks["base"] += hz // 2  # read before and after the run: half a second of CPU in between
+        return {name: (f"{name}-server", t) for name, t in ticks.items()}
+
+    def arm(name: str, url: str) -> Any:
+        return lambda: calls.append(name) or Endpoint(url, "fake-model", owned=True, instance=name)
+
+    with FakeServer(FakeConfig(k=3, acceptance=(0.5, 0.4, 0.3), output_tokens=8)) as spec_url, \
+            FakeServer(FakeConfig(output_tokens=8)) as ref_url:
+        rules = ValidityRules(max_run_slowdown=0, max_neighbour_cores=0.25)
+        lines: list[str] = []
+        result = measure_case(arm("reference", ref_url), arm("spec", spec_url), _prompts(2), Sampling(temperature=0.0),
+                              concurrency=1, runs=4, rules=rules, base=arm("base", spec_url), neighbours=neighbours,
+                              progress=lines.append)
+    shared = sorted((r.arm, r.index) for r in result.invalid_runs)
+    # Pairs alternate reference, base, candidate / reference, candidate, base: the candidate follows the base in
+    # even pairs, the next pair's reference in odd ones.
+    assert shared == [("reference", 2), ("spec", 0), ("spec", 2)], shared
+    (reason,) = result.runs[0].invalid
+    assert reason.startswith("shared the CPU: the base arm's server (base-server) used ") and reason.endswith(
+        " cores during the run (limit 0.25, [validity] max_neighbour_cores)"), reason
+    assert result.runs[1].neighbours == {"reference arm's server (reference-server)": 0.0,
+                                         "base arm's server (base-server)": 0.0}, result.runs[1].neighbours
+    assert any("INVALID: shared the CPU" in line for line in lines)
+    # The limit at 0 (the default) turns the rule off; the cores are still recorded.
+    calls.clear()
+    with FakeServer(FakeConfig(k=3, acceptance=(0.5, 0.4, 0.3), output_tokens=8)) as spec_url, \
+            FakeServer(FakeConfig(output_tokens=8)) as ref_url:
+        result = measure_case(arm("reference", ref_url), arm("spec", spec_url), _prompts(2), Sampling(temperature=0.0),
+                              concurrency=1, runs=2, rules=ValidityRules(max_run_slowdown=0),
+                              base=arm("base", spec_url), neighbours=neighbours)
+    assert not result.invalid_runs and result.runs[0].to_dict()["neighbour_cores"]
+
+
 def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any:
     from pytest_specdec.measure.runner import RunRecord
     from pytest_specdec.measure.metrics import RunMetrics
