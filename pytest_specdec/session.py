@@ -135,7 +135,7 @@ class SpecDecSession:
         try:  # a profile that could not be read: the message names the file and key
             self.run_limits()
             if st.ab_flag:
-                self.ab = ABGate(self.profile, self.placement, dict(st.base_drafts), st.cli_thresholds,
+                self.ab = ABGate(self.profile, dict(st.base_drafts), st.cli_thresholds,
                                  alpha=st.alpha, fdr=st.fdr, base_python=st.base_python)
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_specdec.errors import ConfigError
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import ArmRun
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.gate.judge import SessionEnd
     from pytest_specdec.profiles import Profile
-    from pytest_specdec.profiles.placement import Placement
     from pytest_specdec.vllm.command import ServerSpec
 
 #: What an A/B session judges, in this order: the candidate's spec tok/s, acceptance rate and P95 E2E (ms, from
@@ -145,22 +143,14 @@ def adjust(checks: Sequence[tuple[str, ABCheck]], *, final: bool, fdr: str, alph
 class ABGate:
     """An A/B session's gate: the base's profile, the thresholds, each test's check, its end and the session's."""
 
-    def __init__(self, profile: Profile, placement: Placement, base_drafts: Mapping[str, str],
+    def __init__(self, profile: Profile, base_drafts: Mapping[str, str],
                  cli_thresholds: Sequence[str], *, alpha: float, fdr: str, base_python: str | None = None) -> None:
         """Raises ConfigError naming the flag, file or key to fix: a method the profile lacks or without a draft
         (`Profile.with_drafts`, the one path `--specdec-draft` takes too), a base interpreter without vLLM or
-        without this project (`vllm.install.probe`), a bad A/B threshold, servers that cannot be alive at once
-        (the ABBA blocks of two arms have no form for three or four yet)."""
+        without this project (`vllm.install.probe`), a bad A/B threshold. Servers that cannot be alive at once
+        (a GPU profile's 8B target three or four times) take the ABBA blocks of `schedule.schedule_ab`."""
         from pytest_specdec.vllm.install import probe, this_install
 
-        flag = " and ".join(f for f, on in (("--specdec-base-draft", base_drafts), ("--specdec-base-python",
-                                                                                   base_python)) if on)
-        if not placement.co_resident():
-            why = ("--specdec-max-servers 1" if placement.max_servers < 2 else
-                   f"profile {profile.path} sets [placement] co_resident = false")
-            refs = "the two installs' references" if base_python else "the reference's"
-            raise ConfigError(f"{flag}: an A/B session needs {refs}, the base's and the candidate's servers alive at "
-                              f"once for now, and {why}")
         self.profile, self.alpha, self.fdr = profile, alpha, fdr
         self.base = profile.with_drafts(dict(base_drafts), "--specdec-base-draft")
         #: The methods with a base: those --specdec-base-draft names; on another install every method has one.

@@ -238,7 +238,7 @@ def extend_case(
     fresh server gets one.  Summary and speedups are recomputed.  `settle` (e.g. the pool's wait for idle servers) is called right before
     every measured run, after its endpoint is ready and its warm-up is not yet sent; what it returns
     is kept with the run. After a run whose server hung, `restart(arm)` may hand a fresh server for the
-    arm's later runs (None: keep the arm as it is). With ``base`` (an A/B session: servers co-resident) a
+    arm's later runs (None: keep the arm as it is). With ``base`` (an A/B session) a
     third arm runs in every pair (`schedule_ab`), its runs in ``result.base_runs``, and with ``base_reference``
     (the base on another install) a fourth. ``neighbours`` (the pool's CPU ticks per server instance) is read
     around every run: the cores each other server used then are kept with the run (`neighbour_reasons`).
@@ -253,8 +253,8 @@ def extend_case(
         if len(spec_runs) != start:
             raise ValueError(f"cannot extend: {start} reference runs but {len(spec_runs)} spec runs")
         order = (schedule(start, runs, block, result.blocks) if base is None
-                 else schedule_ab(start, runs, base_reference is not None))
-        if block is not None and base is None:
+                 else schedule_ab(start, runs, base_reference is not None, block, result.blocks))
+        if block is not None:
             result.blocks += len(range(start, runs, block))
     sources = {"reference": reference, "spec": spec, "base": base, "base_reference": base_reference}
     # the progress lines' names of an A/B session's arms

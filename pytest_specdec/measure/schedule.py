@@ -34,17 +34,34 @@ def schedule(start: int, runs: int, block: int | None, block_index: int = 0) -> 
     return out
 
 
-def schedule_ab(start: int, runs: int, installs: bool = False) -> list[tuple[int, Arm]]:
+def schedule_ab(start: int, runs: int, installs: bool = False, block: int | None = None,
+                block_index: int = 0) -> list[tuple[int, Arm]]:
     """An A/B session's order for pairs `start`..`runs`-1: the reference, then the base and the candidate
     ("spec"), which of the two goes first swapping from pair to pair, so neither always runs right after the
     reference (a run after the reference's may find the machine in another state than one after a spec run).
     With two ``installs`` the two references run back to back, then the two spec arms, the base's first in
-    even pairs and the candidate's in odd ones, so each compared pair is adjacent and neither side always leads."""
-    out: list[tuple[int, Arm]] = []
+    even pairs and the candidate's in odd ones, so each compared pair is adjacent and neither side always leads.
+
+    ``block=b`` (servers that cannot be alive at once): b pairs' worth of each arm in turn, the arms' order
+    reversed every block (ABBA over three or four arms), so the server up at a block's end serves the next
+    block's start; ``block_index`` continues that parity when sequential looks extend a case."""
+    if block is not None:
+        if block < 1:
+            raise ValueError(f"block must be >= 1, got {block}")
+        arms: list[Arm] = (["base_reference", "reference", "base", "spec"] if installs
+                           else ["reference", "base", "spec"])
+        out: list[tuple[int, Arm]] = []
+        for n, first in enumerate(range(start, runs, block), start=block_index):
+            idx = range(first, min(first + block, runs))
+            for arm in arms if n % 2 == 0 else arms[::-1]:
+                out += [(i, arm) for i in idx]
+        return out
+    out = []
     for i in range(start, runs):
         if installs:
-            first, second = (("base_reference", "base"), ("reference", "spec"))[::1 if i % 2 == 0 else -1]
-            out += [(i, first[0]), (i, second[0]), (i, first[1]), (i, second[1])]
+            refs: tuple[Arm, Arm] = ("base_reference", "reference") if i % 2 == 0 else ("reference", "base_reference")
+            specs: tuple[Arm, Arm] = ("base", "spec") if i % 2 == 0 else ("spec", "base")
+            out += [(i, refs[0]), (i, refs[1]), (i, specs[0]), (i, specs[1])]
         else:
             out += [(i, "reference"), *(((i, "base"), (i, "spec")) if i % 2 == 0 else ((i, "spec"), (i, "base")))]
     return out

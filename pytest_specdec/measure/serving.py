@@ -178,11 +178,14 @@ class CaseRun:
         self.specs = {"reference": reference, "spec": spec, "base": base, "base_reference": base_reference}
         self.restarted: set[str] = set()  # arms whose hung server was restarted (once per test)
         self.reference, self.spec = serving.arms(reference, spec, test, block)
-        # An A/B session's base: a third server beside the two (the session refuses A/B without co-residence).
-        self.base: ArmEndpoint | None = serving.endpoint(base, False, test) if base is not None else None
-        # An upgrade A/B's base install has its own reference (a fourth server).
-        self.base_reference: ArmEndpoint | None = (serving.endpoint(base_reference, True, test)
-                                                   if base_reference is not None else None)
+        # An A/B session's base: a third server beside the two, and on another install its own reference (a
+        # fourth); with one server at a time (``block``) each is asked for at each run, as the two arms are.
+        def arm(spec: ServerSpec | None, reference: bool) -> ArmEndpoint | None:
+            if spec is None:
+                return None
+            return serving.endpoint(spec, reference, test) if block is None else serving.asked_each_run(
+                spec, reference, test)
+        self.base, self.base_reference = arm(base, False), arm(base_reference, True)
 
         def exhausted() -> None:
             assert spec is not None

@@ -91,12 +91,15 @@ def test_attribution() -> None:
     assert check(output_tok_s="regressed", acceptance_rate="unchanged").cause() == "step time"
     assert check(output_tok_s="regressed", acceptance_rate="inconclusive").cause() is None  # nothing to point at
     assert check(output_tok_s="unchanged", acceptance_rate="unchanged", e2e_p95_ms="regressed").cause() is None
+    # On another install: the reference slowed too and the speedup did not regress -> not speculation.
+    assert check(output_tok_s="regressed", acceptance_rate="unchanged", reference_tok_s="regressed",
+                 speedup="inconclusive").cause() == "non-speculative path"
+    assert check(output_tok_s="regressed", acceptance_rate="unchanged", reference_tok_s="regressed",
+                 speedup="regressed").cause() == "step time"
 
 
-def gate(profile_path: str = "cpu", max_servers: int = 2, **drafts: str) -> ABGate:
-    profile = load_profile(profile_path)
-    placement = Placement(profile, False, max_servers, None, 4, "127.0.0.1", 3)
-    return ABGate(profile, placement, drafts or {"eagle3": "/heads/old"}, [], alpha=0.05, fdr="bh")
+def gate(profile_path: str = "cpu", **drafts: str) -> ABGate:
+    return ABGate(load_profile(profile_path), drafts or {"eagle3": "/heads/old"}, [], alpha=0.05, fdr="bh")
 
 
 def test_gate_base_profile_and_refusals(tmp_path: Path) -> None:
@@ -110,13 +113,25 @@ def test_gate_base_profile_and_refusals(tmp_path: Path) -> None:
         gate(medusa="/x")
     with pytest.raises(ConfigError, match="--specdec-base-draft ngram=...: method 'ngram' .* has no draft model"):
         gate(ngram="/x")
-    with pytest.raises(ConfigError, match="alive at once for now, and --specdec-max-servers 1"):
-        gate(max_servers=1)
-    apart = tmp_path / "apart.toml"
-    cpu = load_profile("cpu").path.read_text()
-    apart.write_text(cpu.replace("[placement]\n", "[placement]\nco_resident = false\n"))
-    with pytest.raises(ConfigError, match=r"\[placement\] co_resident = false"):
-        gate(str(apart))
+    # Servers that cannot be alive at once take blocks (`schedule_ab`), so nothing is refused for it.
+    assert Placement(g.profile, False, 1, None, 4, "127.0.0.1", 3).block_runs() == 2
+
+
+def test_schedule_ab_orders_three_or_four_arms_interleaved_or_in_blocks() -> None:
+    from pytest_specdec.measure.schedule import schedule_ab
+
+    assert schedule_ab(0, 2, installs=True) == [
+        (0, "base_reference"), (0, "reference"), (0, "base"), (0, "spec"),
+        (1, "reference"), (1, "base_reference"), (1, "spec"), (1, "base")]
+    # One server at a time: blocks of 2 pairs per arm, the arms' order reversed every block (ABBA), so the
+    # server up at a block's end serves the next block's start; a later look continues the parity.
+    assert schedule_ab(0, 3, block=2) == [
+        (0, "reference"), (1, "reference"), (0, "base"), (1, "base"), (0, "spec"), (1, "spec"),
+        (2, "spec"), (2, "base"), (2, "reference")]
+    assert schedule_ab(3, 5, installs=True, block=2, block_index=2)[:2] == [(3, "base_reference"),
+                                                                           (4, "base_reference")]
+    with pytest.raises(ValueError, match="block must be >= 1"):
+        schedule_ab(0, 2, block=0)
 
 
 def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
