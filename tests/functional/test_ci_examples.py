@@ -204,21 +204,25 @@ SETUP_GPU = "        run: bash scripts/setup.sh --gpu\n      - name: Run the sui
 CREATE_PR = "peter-evans/create-pull-request@5f6978faf089d4d20b00c7766989d076bb2fc7f1 # v8.1.1"
 
 
-@pytest.mark.parametrize(("old", "new", "finding"), [
-    (CREATE_PR, "peter-evans/create-pull-request@v8", "unpinned-uses"),
-    ("          read -ra tests <<< \"$TESTS\"", "          read -ra tests <<< \"${{ inputs.tests }}\"",
+@pytest.mark.parametrize(("name", "old", "new", "finding"), [
+    ("nightly.yml", CREATE_PR, "peter-evans/create-pull-request@v8", "unpinned-uses"),
+    ("nightly.yml", "          read -ra tests <<< \"$TESTS\"", "          read -ra tests <<< \"${{ inputs.tests }}\"",
      "template-injection"),
-    ("      - uses: actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1\n"
+    ("nightly.yml", "      - uses: actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1\n"
      "        with:\n          persist-credentials: false\n      - name: Set up .venv with vLLM for GPUs\n"
      "        run: bash scripts/setup.sh --gpu\n      - name: Run the suites",
      "      - uses: actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1\n"
      "      - name: Set up .venv with vLLM for GPUs\n"
      "        run: bash scripts/setup.sh --gpu\n      - name: Run the suites", "artipacked"),
-    ("permissions: {}\n", "", "excessive-permissions"),
-], ids=["unpinned-action", "template-injection", "persisted-credentials", "default-permissions"])
-def test_zizmor_fails_a_broken_copy(tmp_path: Path, old: str, new: str, finding: str) -> None:
-    broken = tmp_path / "nightly.yml"
-    broken.write_text(replace_once((EXAMPLES / "github" / "nightly.yml").read_text(), old, new))
+    ("nightly.yml", "permissions: {}\n", "", "excessive-permissions"),
+    # The plan's outputs reach the shell through `env:`, and a pull request names its own drafts.
+    ("pr-ab.yml", 'read -ra drafts <<< "$BASE_DRAFTS"', 'read -ra drafts <<< "${{ steps.plan.outputs.base_drafts }}"',
+     "template-injection"),
+], ids=["unpinned-action", "template-injection", "persisted-credentials", "default-permissions",
+        "pr-ab-template-injection"])
+def test_zizmor_fails_a_broken_copy(tmp_path: Path, name: str, old: str, new: str, finding: str) -> None:
+    broken = tmp_path / name
+    broken.write_text(replace_once((EXAMPLES / "github" / name).read_text(), old, new))
     r = zizmor(broken)
     assert r.returncode != 0, r.stdout + r.stderr
     assert finding in r.stdout, r.stdout + r.stderr

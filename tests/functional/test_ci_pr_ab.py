@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,7 @@ def plan_source(path: Path) -> str:
     """The recipe's one quoted heredoc: the Python that decides what is A/B'd."""
     sources = re.findall(r"<<'EOF'\n(.*?)\n *EOF\n", shell(path), re.S)
     assert len(sources) == 1, f"{path}: expected one <<'EOF' heredoc, found {len(sources)}"
-    lines = sources[0].splitlines()
-    indent = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
-    return "\n".join(line[indent:] for line in lines)
+    return textwrap.dedent(sources[0])
 
 
 def pytest_line(path: Path) -> list[str]:
@@ -118,3 +117,4 @@ def test_the_buildkite_plan_reads_an_empty_line_as_nothing() -> None:
     r = subprocess.run(["bash", "-ec", f'plan=$(printf "\\n\\n")\n{reading}\n{count}'], capture_output=True,
                        text=True, timeout=30)
     assert (r.returncode, r.stdout) == (0, "0 0\n"), r.stderr
+
