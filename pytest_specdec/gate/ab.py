@@ -24,9 +24,9 @@ from pytest_specdec.gate.stats import (
     DEFAULT_THRESHOLDS,
     Thresholds,
     Verdict,
-    _explain,
-    _fmt,
-    _inconclusive,
+    explain_decision,
+    fmt_delta,
+    inconclusive_verdict,
     alpha_for_look,
     decide,
     exact_rule,
@@ -86,7 +86,7 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
     if left_out:
         what += f"; {left_out} pair(s) left out (a run missing on one side)"
     if n < 2:
-        return _inconclusive(metric, kind, n, n, bad, "none/pair",
+        return inconclusive_verdict(metric, kind, n, n, bad, "none/pair",
                              f"too little data: {n} usable pair(s), need 2; {what}", base_c, cand_c)
     log = "-log" if kind in LOG_KINDS else ""
     sd = float(100.0 * np.std(x, ddof=1))  # natural units: % (log sd ≈ relative sd) or points
@@ -95,14 +95,14 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
         lo, hi = min(d, float(to_natural(kind, x.min()))), max(d, float(to_natural(kind, x.max())))
         v, why = exact_rule(d, bad, unit, thresholds.exact_tolerance)
         note = (f"near-deterministic (sd of the pairs' differences {sd:.2f} <= {thresholds.exact_sd:g} {unit}): "
-                f"exact rule, {_fmt(d, unit)} {why}; CI is the range of differences; {what}")
+                f"exact rule, {fmt_delta(d, unit)} {why}; CI is the range of differences; {what}")
         return Verdict(metric, v, base_c, cand_c, d, lo, hi, None, n, n, unit, "exact/pair", bad, note)
     var = float(np.var(x, ddof=1))
     est, lo_s, hi_s, p = paired_core(x.mean(), var, n, a)
     p_rep = float(min(1.0, float(p) * max_looks))
     d_n, lo_n, hi_n = (float(to_natural(kind, v)) for v in (est, lo_s, hi_s))
     v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
-    note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, 100.0 * (1.0 - 2.0 * a)) + f"; {what}"
+    note = explain_decision(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, 100.0 * (1.0 - 2.0 * a)) + f"; {what}"
     if max_looks > 1:
         note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
     return Verdict(metric, v, base_c, cand_c, d_n, lo_n, hi_n, p_rep, n, n, unit, f"paired-t{log}/pair", bad,

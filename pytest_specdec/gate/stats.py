@@ -221,25 +221,25 @@ def exact_rule(d: float, bad: float, unit: str, tol: float) -> tuple[str, str]:
     if abs(d) <= tol:
         return "unchanged", f"|{d:.3g}| <= tolerance {tol:g}"
     if sign * d > sign * bad:
-        return "regressed", f"worse than the {_fmt(bad, unit)} threshold"
+        return "regressed", f"worse than the {fmt_delta(bad, unit)} threshold"
     if sign * d < sign * good:
-        return "improved", f"better than the {_fmt(good, unit)} mirror threshold"
-    return "inconclusive", f"beyond tolerance {tol:g} but within {_fmt(bad, unit)} .. {_fmt(good, unit)}"
+        return "improved", f"better than the {fmt_delta(good, unit)} mirror threshold"
+    return "inconclusive", f"beyond tolerance {tol:g} but within {fmt_delta(bad, unit)} .. {fmt_delta(good, unit)}"
 
 
-def _fmt(x: float, unit: str) -> str:
+def fmt_delta(x: float, unit: str) -> str:
     return f"{x:+.2f}{' %' if unit == '%' else ' pt'}"
 
 
-def _explain(verdict: str, delta: float, lo: float, hi: float, p: float, bad: float, alpha: float,
+def explain_decision(verdict: str, delta: float, lo: float, hi: float, p: float, bad: float, alpha: float,
              unit: str, ci_level: float) -> str:
-    ci = f"{ci_level:.4g}% CI {_fmt(lo, unit)} to {_fmt(hi, unit)}"
-    head = f"{_fmt(delta, unit)} ({ci}), p={p:.3g}"
-    band = f"{_fmt(min(bad, mirror(bad, unit)), unit)} .. {_fmt(max(bad, mirror(bad, unit)), unit)}"
+    ci = f"{ci_level:.4g}% CI {fmt_delta(lo, unit)} to {fmt_delta(hi, unit)}"
+    head = f"{fmt_delta(delta, unit)} ({ci}), p={p:.3g}"
+    band = f"{fmt_delta(min(bad, mirror(bad, unit)), unit)} .. {fmt_delta(max(bad, mirror(bad, unit)), unit)}"
     if verdict == "regressed":
-        return f"{head} < {alpha:g} and beyond the {_fmt(bad, unit)} threshold"
+        return f"{head} < {alpha:g} and beyond the {fmt_delta(bad, unit)} threshold"
     if verdict == "improved":
-        return f"{head} < {alpha:g} and beyond the {_fmt(mirror(bad, unit), unit)} mirror threshold"
+        return f"{head} < {alpha:g} and beyond the {fmt_delta(mirror(bad, unit), unit)} mirror threshold"
     if verdict == "unchanged":
         extra = " (significant, but smaller than the threshold)" if p < alpha else ""
         return f"{head}; the CI lies inside {band}{extra}"
@@ -248,7 +248,7 @@ def _explain(verdict: str, delta: float, lo: float, hi: float, p: float, bad: fl
     return f"{head}: not significant at {alpha:g} and the CI reaches beyond {band}; need more runs"
 
 
-def _inconclusive(metric: str, kind: Kind, n_b: int, n_n: int, bad: float, method: str, note: str,
+def inconclusive_verdict(metric: str, kind: Kind, n_b: int, n_n: int, bad: float, method: str, note: str,
                   baseline: float | None = None, now: float | None = None) -> Verdict:
     return Verdict(metric, "inconclusive", baseline, now, None, None, None, None, n_b, n_n,
                    delta_unit(kind), method, bad, note)
@@ -289,7 +289,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
 
     if n_b < 2 or n_n < 2:
         need = "sessions" if by_session else "runs"
-        return _inconclusive(metric, kind, n_b, n_n, bad, f"none/{unit_name}",
+        return inconclusive_verdict(metric, kind, n_b, n_n, bad, f"none/{unit_name}",
                              f"too little data: {n_b} baseline {need}, {n_n} runs now (need 2 each); {what}",
                              base_c, now_c)
 
@@ -302,7 +302,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         hi = max(d, float(to_natural(kind, xn.max() - units_b.min())))
         v, why = exact_rule(d, bad, unit, thresholds.exact_tolerance)
         note = (f"near-deterministic (sd {sd_b:.2f}/{sd_n:.2f} <= {thresholds.exact_sd:g} {unit}): exact rule, "
-                f"{_fmt(d, unit)} {why}; CI is the range of differences; {what}")
+                f"{fmt_delta(d, unit)} {why}; CI is the range of differences; {what}")
         return Verdict(metric, v, base_c, now_c, d, lo, hi, None, n_b, n_n, unit, f"exact/{unit_name}",
                        bad, note)
 
@@ -328,7 +328,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         what = (f"unit: night mean (baseline {len(xs)} night(s) of {sum(len(s) for s in xs)} runs, "
                 f"{n_n} runs now); night-to-night sd {100 * math.sqrt(sig_n2):.3g} % ({whose}, "
                 f"{nights.n_sources} stored baselines, {df_n:.0f} df), run sd {100 * math.sqrt(s_w2):.3g} %")
-        note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
+        note = explain_decision(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
         if max_looks > 1:
             note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
         return Verdict(metric, v, base_c, now_c, d_n, lo_n, hi_n, p_rep, len(xs), n_n, unit,
@@ -360,7 +360,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
     d_n, lo_n, hi_n = (float(to_natural(kind, v)) for v in (d, lo, hi))
     v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
     level = 100.0 * (1.0 - 2.0 * a)
-    note = _explain(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
+    note = explain_decision(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
     if prior is not None:
         note += f"; variance moderated by a prior from {prior.n_sources} stored baselines ({prior.df:.0f} df)"
     if max_looks > 1:

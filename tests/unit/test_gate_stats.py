@@ -70,18 +70,18 @@ def test_no_night_variance_without_two_nights() -> None:
     assert estimate_night_variance("speedup", [[[1.0, 1.1, 1.2]]]) is None
 
 
-def _inconclusive(delta: float, var_fixed: float, var_run: float, n_now: int, df: float) -> Verdict:
+def inconclusive_verdict(delta: float, var_fixed: float, var_run: float, n_now: int, df: float) -> Verdict:
     return Verdict("speedup", "inconclusive", 1.0, 1.0, delta, None, None, 0.5, 3, n_now, "%", "nights-t-log/night",
                    -25.0, "", var_fixed=var_fixed, var_run=var_run, df=df)
 
 
 def test_a_look_is_useful_only_when_it_can_settle() -> None:
     # Near zero with a run variance that dominates: more runs narrow the CI inside the band.
-    assert can_settle(_inconclusive(1.0, 0.001, 0.03, 3, 4.0), 12, 0.05)
+    assert can_settle(inconclusive_verdict(1.0, 0.001, 0.03, 3, 4.0), 12, 0.05)
     # The night-to-night part alone is wider than the band: no number of runs helps.
-    assert not can_settle(_inconclusive(1.0, 0.05, 0.03, 3, 4.0), 12, 0.05)
+    assert not can_settle(inconclusive_verdict(1.0, 0.05, 0.03, 3, 4.0), 12, 0.05)
     # A run-level comparison at 2 runs has 1 df; the planned runs bring their own df.
-    assert can_settle(_inconclusive(1.0, 0.0005, 0.02, 2, 1.0), 12, 0.05)
+    assert can_settle(inconclusive_verdict(1.0, 0.0005, 0.02, 2, 1.0), 12, 0.05)
     # Not inconclusive: nothing to settle.
     assert not can_settle(Verdict("speedup", "unchanged", 1.0, 1.0, 0.0, -1.0, 1.0, 0.5, 3, 3, "%", "m", -25.0, ""),
                           12, 0.05)
