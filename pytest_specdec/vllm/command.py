@@ -24,13 +24,14 @@ class ServerSpec:
     env: tuple[tuple[str, str], ...] = ()
     host: str = "127.0.0.1"
     served_model_name: str | None = None
+    #: The target's hub revision (vLLM's --revision): a branch, tag or commit; None: the hub's default branch.
+    revision: str | None = None
 
     def key(self) -> str:
-        """A short stable id, so logs and results can name the server."""
-        blob = json.dumps(
-            [self.model, self.speculative_config, list(self.args), list(self.env), self.host],
-            sort_keys=True,
-        )
+        """A short stable id, so logs and results can name the server (an unpinned spec keeps the id it had
+        before revisions could be pinned)."""
+        fields: list[Any] = [self.model, self.speculative_config, list(self.args), list(self.env), self.host]
+        blob = json.dumps(fields + ([self.revision] if self.revision else []), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     @property
@@ -58,6 +59,8 @@ def build_command(spec: ServerSpec, port: int | str, launcher: list[str] | None 
     # A model's generation_config.json would silently change sampling defaults between arms.
     if "--generation-config" not in spec.args:
         cmd += ["--generation-config", "vllm"]
+    if spec.revision:
+        cmd += ["--revision", spec.revision]
     if spec.served_model_name:
         cmd += ["--served-model-name", spec.served_model_name]
     if spec.speculative_config:
