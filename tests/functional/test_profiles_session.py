@@ -64,7 +64,13 @@ def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_
         assert ns_ref.speculative_config is None
         method, k = nodeid.split("[", 1)[1].split("-")[:2]
         assert ns_spec.speculative_config == {**load_profile(gpu).methods[method], "num_speculative_tokens": int(k[1:])}
-        assert ns_ref.model_tag == ns_spec.model_tag == "meta-llama/Llama-3.1-8B-Instruct"
+        # both arms serve the preset's target: MiMo-7B-RL for mtp (its MTP layer is in the checkpoint), else Llama's
+        target = "XiaomiMiMo/MiMo-7B-RL" if method == "mtp" else "meta-llama/Llama-3.1-8B-Instruct"
+        assert ns_ref.model_tag == ns_spec.model_tag == load_profile(gpu).target_of(method)[0] == target
+    # every GPU preset is measured by the suites, and listed (mlp_speculator has no room on the L40S)
+    listed = {nodeid.split("[", 1)[1].split("-")[0] for nodeid in commands}
+    assert listed == set(load_profile(gpu).methods) - {"eagle3-degraded"}
+    assert {"suffix", "eagle", "mtp", "medusa"} | ({"mlp_speculator"} if gpu != "l40s" else set()) <= listed
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to split")
