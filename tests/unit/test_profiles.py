@@ -323,3 +323,28 @@ def test_estimate_follows_the_pool_and_the_runs() -> None:
     assert (b.starts, b.seconds) == (1, pytest.approx(10 + 2 * 3 + 2 * 3 * 11))
     only_one = estimate(tests, t, runs=3, max_runs=3, max_servers=1)
     assert [m.starts for m in only_one] == [4, 2]  # one server alive: every arm switch restarts
+
+
+def test_revisions_reach_vllm_and_a_presets_own_target_serves_both_arms(tmp_path: Path) -> None:
+    from pytest_specdec.vllm.command import build_command
+
+    path = tmp_path / "mine.toml"
+    path.write_text('name = "mine"\n[target]\nmodel = "org/t"\nrevision = "r1"\n'
+                    '[methods.mtp]\ntarget = { model = "org/mtp", revision = "r2" }\nspeculative_config = { method = "mtp" }\n'
+                    '[methods.eagle]\nspeculative_config = { method = "eagle", model = "org/h", revision = "r3" }\n')
+    p = load_profile(str(path))
+
+    def served(method: str, target_of: str | None = None) -> list[str]:
+        command = build_command(server_spec(p, method, None if method == "none" else 3, target_of=target_of), 1,
+                                launcher=[])
+        return [command[command.index("serve") + 1], command[command.index("--revision") + 1]]
+
+    assert served("none") == served("eagle") == ["org/t", "r1"]  # the target's pin: vLLM's --revision
+    assert served("mtp") == served("none", target_of="mtp") == ["org/mtp", "r2"]  # the mtp test's two arms
+    assert server_spec(p, "eagle", 3).speculative_config == {"method": "eagle", "model": "org/h", "revision": "r3",
+                                                             "num_speculative_tokens": 3}
+    # Another head by --specdec-draft: the pin was the replaced head's
+    assert p.with_drafts({"eagle": "org/h2"}).methods["eagle"] == {"method": "eagle", "model": "org/h2"}
+    # An unpinned server keeps the id it always had (its logs and results name it)
+    unpinned = server_spec(load_profile("h100"), "none", None)
+    assert unpinned.revision is None and "--revision" not in build_command(unpinned, 1, launcher=[])
