@@ -167,6 +167,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     pairs = [(items[i], _case(items[i])) for i in slots]
     cases = [c for _, c in pairs if c is not None]
+    st = session.settings
+    if cases and not (config.option.collectonly or st.dry_run or st.endpoint):  # servers would start
+        from pytest_specdec.vllm.installed import missing_vllm
+
+        problem = missing_vllm(session.profile.device)
+        if problem:  # one usage error now, not one error per test at its server start
+            raise pytest.UsageError(problem)
     if cases:
         session.check_thresholds()  # before anything runs: a bad threshold is a usage error naming where it is
     session.family_size = sum(metrics_per_test(c.method, c.k) for c in cases)

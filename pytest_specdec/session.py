@@ -176,7 +176,8 @@ class SpecDecSession:
     def prompts(self, case: Case) -> list[Prompt]:
         """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied."""
         self._check_possible(case)
-        return self.workload.prompts(case.dataset, case.num_prompts, case.max_tokens, case.api, self.profile.target)
+        target = self.server_spec(case, reference=True).model  # a preset with its own target: that target's template
+        return self.workload.prompts(case.dataset, case.num_prompts, case.max_tokens, case.api, target)
 
     def server_spec(self, case: Case, reference: bool) -> ServerSpec:
         return self.placement.server_spec(case.method, case.k, case.speculative_config, reference)

@@ -8,7 +8,10 @@ can afford: `pytest suites/` on the CPU default, `pytest suites/ --gpu=h100` on 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 #: The built-in prompt set's categories (pytest_specdec/measure/datasets/builtin.jsonl).
 CATEGORIES = ("short_qa", "summarization", "code_generation", "code_editing", "creative_writing",
@@ -21,3 +24,26 @@ def enough_pairs(specdec: Any, minimum: int = 2) -> None:
     invalid = [(r.arm, r.index, r.invalid) for r in specdec.result.invalid_runs]
     assert len(valid) >= minimum, f"fewer than {minimum} valid reference/spec pairs; invalid runs: {invalid}"
     assert specdec.summary["acceptance_rate"] is not None, "no spec-decode counters: did the server speculate?"
+
+
+#: Suite modules measuring presets only some profiles have, and those presets: a module is collected when the
+#: active profile has them all, so `pytest suites/` on the cpu profile (no suffix, EAGLE, MTP, Medusa or MLP
+#: speculator in its zoo) measures what it always did, and a GPU profile without room for a head skips its module.
+PRESETS: dict[str, tuple[str, ...]] = {
+    "test_gpu_methods.py": ("suffix", "eagle", "mtp", "medusa"),
+    "test_mlp_speculator.py": ("mlp_speculator",),
+}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    needs = PRESETS.get(collection_path.name)
+    if needs is None:
+        return None
+    from pytest_specdec.errors import SpecDecError
+    from pytest_specdec.plugin import session_key
+
+    try:
+        methods = config.stash[session_key].profile.methods
+    except SpecDecError:  # collected after all: the plugin names the profile's problem at collection
+        return None
+    return not set(needs) <= set(methods)

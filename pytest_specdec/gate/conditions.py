@@ -38,7 +38,7 @@ def comparability(profile: Profile, method: str, workload: dict[str, Any], datas
                          else int(profile.raw.get("gpus", profile.tensor_parallel_size))),
         "tensor_parallel_size": profile.tensor_parallel_size,
         "data_parallel_size": int(dp),
-        "target": model_identity(profile.target, profile.raw.get("target", {}).get("revision")),
+        "target": model_identity(ref_spec.model, ref_spec.revision),  # its pinned revision too: other weights
         "dataset": dataset,
         "workload": workload,
         "sampling": sampling.to_request(),
@@ -89,7 +89,26 @@ def under_test(profile: Profile, engines: dict[str, dict[str, Any]], spec_spec: 
         "cuda": None if profile.device == "cpu" else _version("nvidia-cuda-runtime-cu12"),
         "driver": None if profile.device == "cpu" else driver_version(),
         "plugin": __version__, "draft": draft, "engine_config": engine_config, "endpoint": "owned",
+        **loaded_revisions(profile, spec_spec),
     }
+
+
+def loaded_revisions(profile: Profile, spec_spec: ServerSpec | None) -> dict[str, Any]:
+    """``{"loaded_revisions": {"target": commit, "draft": commit}}``: the hub commits this machine's servers
+    loaded (their cache's), pinned or not, so a draft head or target changed upstream shows as an under-test
+    diff; pinned revisions differing between nights are a comparability difference instead (the speculation's
+    ``revision`` and the target's). Empty when no hub model is in the cache (the zoo: local directories, hashed)."""
+    from pytest_specdec.vllm.revision import is_hub_id, loaded_revision
+
+    target, revision = (spec_spec.model, spec_spec.revision) if spec_spec is not None else profile.target_of("none")
+    env = dict(spec_spec.env) if spec_spec is not None else dict(profile.server_env)
+    models = {"target": (target, revision)}
+    config = spec_spec.speculative_config if spec_spec is not None else None
+    if config and isinstance(config.get("model"), str):
+        models["draft"] = (config["model"], config.get("revision"))
+    loaded = {role: loaded_revision(model, rev, env) for role, (model, rev) in models.items() if is_hub_id(model)}
+    found = {role: commit for role, commit in loaded.items() if commit is not None}
+    return {"loaded_revisions": found} if found else {}
 
 
 #: What an external endpoint's versions are recorded as when it does not tell them (no /server_info).

@@ -55,6 +55,14 @@ class Profile:
     #: GPU names (`nvidia-smi --query-gpu=name`) this profile's figures hold for; empty = not checked.
     nvidia_smi_names: tuple[str, ...] = ()
     builtin: bool = False
+    #: `[target] revision`: the hub revision the target is pinned to (vLLM's --revision); None: unpinned.
+    target_revision: str | None = None
+    #: `[methods.NAME] target`: (model, revision) of a preset that serves its own target in both arms.
+    method_targets: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+
+    def target_of(self, method: str) -> tuple[str, str | None]:
+        """(model, revision) the servers of `method`'s tests serve: the preset's own target, else the profile's."""
+        return self.method_targets.get(method, (self.target, self.target_revision))
 
     @property
     def runs(self) -> int:
@@ -93,6 +101,8 @@ class Profile:
                     f"model to replace (its speculative_config is {methods[method]})"
                 )
             methods[method]["model"] = _resolve(model)
+            for key in ("revision", "code_revision"):  # pinned for the replaced draft, not for this one
+                methods[method].pop(key, None)
         return dataclasses.replace(self, methods=methods)
 
     def speculative_config(self, method: str, k: int | None) -> dict[str, Any] | None:
@@ -158,11 +168,16 @@ def load_profile(name_or_path: str) -> Profile:
         raw=raw,
         nvidia_smi_names=tuple(n.strip() for n in raw.get("nvidia_smi_names", [])),
         builtin=path.resolve().parent == PROFILE_DIR.resolve(),
+        target_revision=raw["target"].get("revision"),
+        method_targets={name: (_resolve(entry["target"]["model"]), entry["target"].get("revision"))
+                        for name, entry in raw.get("methods", {}).items() if "target" in entry},
     )
 
 
-def server_spec(profile: Profile, method: str, k: int | None, extra_env: dict[str, str] | None = None) -> ServerSpec:
-    """The server for `method` at k on `profile` (reference when method is `none`)."""
+def server_spec(profile: Profile, method: str, k: int | None, extra_env: dict[str, str] | None = None,
+                target_of: str | None = None) -> ServerSpec:
+    """The server for `method` at k on `profile` (reference when method is `none`), serving the target of
+    ``target_of`` (a reference for that preset's tests; default: `method`'s)."""
     from pytest_specdec.vllm.command import ServerSpec
 
     args = list(profile.server_args)
@@ -170,8 +185,10 @@ def server_spec(profile: Profile, method: str, k: int | None, extra_env: dict[st
         args += ["--tensor-parallel-size", str(profile.tensor_parallel_size)]
     env = dict(profile.server_env)
     env.update(extra_env or {})
+    model, revision = profile.target_of(target_of or method)
     return ServerSpec(
-        model=profile.target,
+        model=model,
+        revision=revision,
         speculative_config=profile.speculative_config(method, k),
         args=tuple(args),
         env=tuple(sorted(env.items())),

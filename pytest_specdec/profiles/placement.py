@@ -66,11 +66,12 @@ class Placement:
         from pytest_specdec.profiles import server_spec
         from pytest_specdec.vllm.command import ServerSpec
 
-        if reference or method == "none":
-            spec = server_spec(self.profile, "none", None)
+        if reference or method == "none":  # a preset's reference serves the preset's target (raw JSON: the profile's)
+            spec = server_spec(self.profile, "none", None, target_of=method if speculative_config is None else None)
         elif speculative_config is not None:
             base = server_spec(self.profile, "none", None)
-            spec = ServerSpec(model=base.model, speculative_config=speculative_config, args=base.args, env=base.env)
+            spec = ServerSpec(model=base.model, speculative_config=speculative_config, args=base.args, env=base.env,
+                              revision=base.revision)
         else:
             spec = server_spec(profile or self.profile, method, k)
         return dataclasses.replace(spec, host=self.host)

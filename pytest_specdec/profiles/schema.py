@@ -24,6 +24,8 @@ VLLM_METHODS = (
 #: `vllm serve` flags the plugin sets itself: a profile's own would win (argparse keeps the last), so its
 #: servers would listen where the plugin does not look, and dev mode would follow the wrong address.
 PLUGIN_FLAGS = frozenset({"--host", "--port"})
+#: The target's revision flag: set from [target] revision, so that the pinned revision keys the baselines.
+REVISION_FLAGS = frozenset({"--revision"})
 
 #: Runs per test when neither the profile's [matrix] runs nor --specdec-runs says.
 DEFAULT_RUNS = 3
@@ -41,7 +43,10 @@ SCHEMA: dict[str, frozenset[str]] = {
     }),
     "target": frozenset({"model", "tensor_parallel_size", "revision"}),
     "server": frozenset({"args", "env"}),
-    "methods.*": frozenset({"speculative_config"}),
+    # target: a preset whose draft lives in its own target's checkpoint (mtp) or was trained for another target
+    # serves that target in both arms of its tests: { model = "ORG/NAME", revision = "<commit>" }
+    "methods.*": frozenset({"speculative_config", "target"}),
+    "methods.*.target": frozenset({"model", "revision"}),
     # num_prompts / max_tokens: the workload size of tests whose marker does not set them
     # ab_runs: pairs per test in an A/B session (--specdec-base-draft)
     "matrix": frozenset({"k", "temperature", "concurrency", "runs", "ab_runs", "num_prompts", "max_tokens"}),
@@ -116,6 +121,11 @@ def check_keys(raw: dict[str, Any], path: Path) -> None:
         if not isinstance(entry, dict):
             raise ConfigError(f"profile {path}: methods.{name} must be a table, got {entry!r}")
         check(entry, SCHEMA["methods.*"], f"[methods.{name}]")
+        if "target" in entry:
+            if not isinstance(entry["target"], dict):
+                raise ConfigError(f"profile {path}: methods.{name}.target must be a table like "
+                                  f"{{ model = \"ORG/NAME\" }}, got {entry['target']!r}")
+            check(entry["target"], SCHEMA["methods.*.target"], f"[methods.{name}] target")
     for key, where in (("name", "the top level"), ("target", "the top level")):
         if key not in raw:
             raise ConfigError(f"profile {path}: missing key {key!r} in {where}")
@@ -148,7 +158,7 @@ def _check_target_and_server(raw: dict[str, Any], path: Path) -> None:
     target = raw["target"]
     _text(target["model"], "[target] model", path, " (a hub id, a path or zoo:NAME)")
     if "revision" in target:
-        _text(target["revision"], "[target] revision", path)
+        _text(target["revision"], "[target] revision", path, " (a hub branch, tag or commit)")
     if "tensor_parallel_size" in target:
         _numbers(target["tensor_parallel_size"], "[target] tensor_parallel_size", path, kind=int, low=1,
                  lists=False)
@@ -160,6 +170,9 @@ def _check_target_and_server(raw: dict[str, Any], path: Path) -> None:
             raise ConfigError(f"profile {path}: [server] args must be a list of `vllm serve` arguments (strings "
                               f"or numbers), got {arg!r}")
         flag = str(arg).partition("=")[0]
+        if flag_name(flag) in REVISION_FLAGS:
+            raise ConfigError(f"profile {path}: [server] args sets {flag}; pin the target's revision with [target] "
+                              "revision (a method's own target: its target's revision), which baselines are keyed by")
         if flag_name(flag) in PLUGIN_FLAGS:
             raise ConfigError(f"profile {path}: [server] args sets {flag}, but the plugin chooses each server's "
                               "host (--specdec-host) and port (a free one per start) and reads the server there; "
@@ -181,6 +194,16 @@ def _check_target_and_server(raw: dict[str, Any], path: Path) -> None:
                 f"profile {path}: methods.{name}.speculative_config.method must be one of "
                 f"{', '.join(VLLM_METHODS)}, got {config.get('method')!r}"
             )
+        for key in ("revision", "code_revision"):
+            if key in config:
+                _text(config[key], f"methods.{name}.speculative_config.{key}", path, " (a hub branch, tag or commit)")
+        own = entry.get("target")
+        if own is not None:
+            if "model" not in own:
+                raise ConfigError(f"profile {path}: missing key 'model' in [methods.{name}] target")
+            _text(own["model"], f"methods.{name}.target.model", path, " (a hub id or a path)")
+            if "revision" in own:
+                _text(own["revision"], f"methods.{name}.target.revision", path, " (a hub branch, tag or commit)")
 
 
 def _check_runs(raw: dict[str, Any], path: Path) -> None:

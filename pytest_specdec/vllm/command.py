@@ -24,6 +24,8 @@ class ServerSpec:
     env: tuple[tuple[str, str], ...] = ()
     host: str = "127.0.0.1"
     served_model_name: str | None = None
+    #: The target's hub revision (vLLM's --revision): a branch, tag or commit; None: the hub's default branch.
+    revision: str | None = None
     #: Another install's interpreter whose vLLM serves this spec (an upgrade A/B's base); None: this one's.
     python: str | None = None
     #: An A/B session's base arm ("base"): its servers are its own even where its config equals the
@@ -31,12 +33,12 @@ class ServerSpec:
     role: str | None = None
 
     def key(self) -> str:
-        """A short stable id, so logs and results can name the server."""
-        blob = json.dumps(
-            [self.model, self.speculative_config, list(self.args), list(self.env), self.host,
-             *([self.python] if self.python else []), *([self.role] if self.role else [])],
-            sort_keys=True,
-        )
+        """A short stable id, so logs and results can name the server; the optional fields enter only when set,
+        so the ids of plain specs stay put across versions of this plugin."""
+        fields: list[Any] = [self.model, self.speculative_config, list(self.args), list(self.env), self.host]
+        extra = [[name, value] for name, value in (("revision", self.revision), ("python", self.python),
+                                                   ("role", self.role)) if value]
+        blob = json.dumps(fields + extra, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     @property
@@ -67,6 +69,8 @@ def build_command(spec: ServerSpec, port: int | str, launcher: list[str] | None 
     # A model's generation_config.json would silently change sampling defaults between arms.
     if "--generation-config" not in spec.args:
         cmd += ["--generation-config", "vllm"]
+    if spec.revision:
+        cmd += ["--revision", spec.revision]
     if spec.served_model_name:
         cmd += ["--served-model-name", spec.served_model_name]
     if spec.speculative_config:

@@ -64,7 +64,13 @@ def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_
         assert ns_ref.speculative_config is None
         method, k = nodeid.split("[", 1)[1].split("-")[:2]
         assert ns_spec.speculative_config == {**load_profile(gpu).methods[method], "num_speculative_tokens": int(k[1:])}
-        assert ns_ref.model_tag == ns_spec.model_tag == "meta-llama/Llama-3.1-8B-Instruct"
+        # both arms serve the preset's target: MiMo-7B-RL for mtp (its MTP layer is in the checkpoint), else Llama's
+        target = "XiaomiMiMo/MiMo-7B-RL" if method == "mtp" else "meta-llama/Llama-3.1-8B-Instruct"
+        assert ns_ref.model_tag == ns_spec.model_tag == load_profile(gpu).target_of(method)[0] == target
+    # every GPU preset is measured by the suites, and listed (mlp_speculator has no room on the L40S)
+    listed = {nodeid.split("[", 1)[1].split("-")[0] for nodeid in commands}
+    assert listed == set(load_profile(gpu).methods) - {"eagle3-degraded"}
+    assert {"suffix", "eagle", "mtp", "medusa"} | ({"mlp_speculator"} if gpu != "l40s" else set()) <= listed
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to split")
@@ -90,6 +96,25 @@ def test_cpu_profile_dry_run_says_where_servers_start(pytester: pytest.Pytester)
     ])
     result = pytester.runpytest("suites", "--gpu=cpu", "--specdec-dry-run", "-p", "no:cacheprovider")
     assert not [line for line in result.outlines if "servers start on CPU" in line]
+
+
+def test_the_gpu_only_suite_modules_are_not_collected_on_the_cpu_profile(pytester: pytest.Pytester) -> None:
+    """suites/conftest.py's PRESETS: the cpu profile's suites are the five modules they always were; a profile
+    with a module's presets (here the cpu profile plus an mlp_speculator preset on a zoo model) collects it."""
+    (pytester.path / "suites").mkdir()
+    for f in SUITES.glob("*.py"):
+        (pytester.path / "suites" / f.name).write_text(f.read_text())
+    result = pytester.runpytest("suites", "--gpu=cpu", "--specdec-dry-run", "-p", "no:cacheprovider")
+    modules = {line.split("::")[0].strip() for line in result.outlines if line.startswith("  suites/") and "::" in line}
+    assert modules == {f"suites/test_{m}.py" for m in ("methods", "k_sweep", "temperature", "concurrency", "workloads")}
+    result.assert_outcomes(skipped=19)
+    mine = pytester.path / "cpu-plus.toml"
+    mine.write_text((PROFILE_DIR / "cpu.toml").read_text().replace(
+        "[methods.ngram]", '[methods.mlp_speculator]\nspeculative_config = { method = "mlp_speculator", model = '
+        '"zoo:draft" }\n\n[methods.ngram]'))
+    result = pytester.runpytest("suites", f"--specdec-profile={mine}", "--specdec-dry-run", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["  suites/test_mlp_speculator.py::test_mlp_speculator[[]mlp_speculator-k3-t0.0-c1[]]"])
+    assert not [line for line in result.outlines if "test_gpu_methods.py::" in line]  # no suffix/eagle/mtp/medusa
 
 
 def test_gpu_profile_on_the_wrong_gpus_stops_the_session(pytester: pytest.Pytester, tmp_path: Path,

@@ -30,8 +30,13 @@ def test_every_gpu_profile_is_built_in_and_complete() -> None:
         assert p.target == "meta-llama/Llama-3.1-8B-Instruct"
         assert p.raw["hardware"] in p.nvidia_smi_names
         assert p.raw["price_per_hour_usd"] > 0
-        assert {"ngram", "suffix", "draft_model", "eagle", "eagle3"} == set(p.methods)
+        # mlp_speculator: IBM's accelerator (6.4 GB) leaves the L40S's servers no KV cache (l40s.toml)
+        heads = {"mtp", "medusa"} | ({"mlp_speculator"} if name != "l40s" else set())
+        assert {"ngram", "suffix", "draft_model", "eagle", "eagle3"} | heads == set(p.methods)
         assert p.methods["eagle3"]["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+        # MTP layers live in the target checkpoint: that preset serves its own target, the others Llama's
+        assert p.method_targets == {"mtp": ("XiaomiMiMo/MiMo-7B-RL", None)} and "model" not in p.methods["mtp"]
+        assert {p.target_of(m)[0] for m in p.methods if m != "mtp"} == {p.target}
         args = list(p.server_args)
         # The servers share the GPU: two of them must fit, and the matrix's top concurrency must be servable.
         assert 2 * float(args[args.index("--gpu-memory-utilization") + 1]) <= 0.95
@@ -121,6 +126,19 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
         ('[methods.medusa]\n', "[methods.medusa] needs speculative_config, a table"),
         ('[methods.x]\nspeculative_config = { method = "eagle4" }\n',
          "methods.x.speculative_config.method must be one of ngram"),
+        # revisions: the target's through [target] revision only (it keys the baselines), each one a string
+        ('[server]\nargs = ["--revision", "abc"]\n', "[server] args sets --revision; pin the target's revision with "
+         "[target] revision"),
+        ('[methods.x]\nspeculative_config = { method = "eagle", model = "h", revision = 7 }\n',
+         "methods.x.speculative_config.revision must be a non-empty string (a hub branch, tag or commit), got 7"),
+        ('[methods.x]\ntarget = "t"\nspeculative_config = { method = "mtp" }\n',
+         "methods.x.target must be a table like { model = \"ORG/NAME\" }, got 't'"),
+        ('[methods.x]\ntarget = { model = "t", rev = "a" }\nspeculative_config = { method = "mtp" }\n',
+         "unknown key 'rev' in [methods.x] target; allowed: model, revision"),
+        ('[methods.x]\ntarget = { revision = "a" }\nspeculative_config = { method = "mtp" }\n',
+         "missing key 'model' in [methods.x] target"),
+        ('[methods.x]\ntarget = { model = "t", revision = "" }\nspeculative_config = { method = "mtp" }\n',
+         "methods.x.target.revision must be a non-empty string"),
     ],
 )
 def test_bad_profile_files_name_the_key_and_the_file(tmp_path: Path, extra: str, message: str) -> None:
@@ -138,7 +156,7 @@ def test_bad_profile_files_name_the_key_and_the_file(tmp_path: Path, extra: str,
     ('model = 42', "[target] model must be a non-empty string (a hub id, a path or zoo:NAME), got 42"),
     ('model = ""', "[target] model must be a non-empty string"),
     ('model = "m"\ntensor_parallel_size = "2"', "[target] tensor_parallel_size must be a whole number >= 1, got '2'"),
-    ('model = "m"\nrevision = 3', "[target] revision must be a non-empty string, got 3"),
+    ('model = "m"\nrevision = 3', "[target] revision must be a non-empty string (a hub branch, tag or commit), got 3"),
     ('tensor_parallel_size = 1', "missing key 'model' in [target]"),
     ('name = 7', "name must be a non-empty string, got 7"),
     ('name = "  "', "name must be a non-empty string, got '  '"),
@@ -188,7 +206,7 @@ def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here
         for k in profile.matrix["k"] if method != "none" else [None]:
             spec = server_spec(profile, method, k)
             ns = check_command(vllm_serve_parser, _serve_argv(build_command(spec, 8000, launcher=[])))
-            assert ns.model_tag == profile.target
+            assert ns.model_tag == profile.target_of(method)[0]
             assert ns.speculative_config == spec.speculative_config
             if method != "none":
                 assert ns.speculative_config["num_speculative_tokens"] == k
@@ -305,3 +323,28 @@ def test_estimate_follows_the_pool_and_the_runs() -> None:
     assert (b.starts, b.seconds) == (1, pytest.approx(10 + 2 * 3 + 2 * 3 * 11))
     only_one = estimate(tests, t, runs=3, max_runs=3, max_servers=1)
     assert [m.starts for m in only_one] == [4, 2]  # one server alive: every arm switch restarts
+
+
+def test_revisions_reach_vllm_and_a_presets_own_target_serves_both_arms(tmp_path: Path) -> None:
+    from pytest_specdec.vllm.command import build_command
+
+    path = tmp_path / "mine.toml"
+    path.write_text('name = "mine"\n[target]\nmodel = "org/t"\nrevision = "r1"\n'
+                    '[methods.mtp]\ntarget = { model = "org/mtp", revision = "r2" }\nspeculative_config = { method = "mtp" }\n'
+                    '[methods.eagle]\nspeculative_config = { method = "eagle", model = "org/h", revision = "r3" }\n')
+    p = load_profile(str(path))
+
+    def served(method: str, target_of: str | None = None) -> list[str]:
+        command = build_command(server_spec(p, method, None if method == "none" else 3, target_of=target_of), 1,
+                                launcher=[])
+        return [command[command.index("serve") + 1], command[command.index("--revision") + 1]]
+
+    assert served("none") == served("eagle") == ["org/t", "r1"]  # the target's pin: vLLM's --revision
+    assert served("mtp") == served("none", target_of="mtp") == ["org/mtp", "r2"]  # the mtp test's two arms
+    assert server_spec(p, "eagle", 3).speculative_config == {"method": "eagle", "model": "org/h", "revision": "r3",
+                                                             "num_speculative_tokens": 3}
+    # Another head by --specdec-draft: the pin was the replaced head's
+    assert p.with_drafts({"eagle": "org/h2"}).methods["eagle"] == {"method": "eagle", "model": "org/h2"}
+    # An unpinned server keeps the id it always had (its logs and results name it)
+    unpinned = server_spec(load_profile("h100"), "none", None)
+    assert unpinned.revision is None and "--revision" not in build_command(unpinned, 1, launcher=[])

@@ -1,0 +1,19 @@
+"""The GPU profiles' other methods: suffix decoding, EAGLE (the first), MTP and Medusa heads. Is each faster
+than the reference, and lossless?
+
+Collected only on profiles with all four presets (suites/conftest.py: PRESETS); the cpu profile's zoo has
+none of them. Each is measured at one point (k 3, greedy, one request at a time) on 16 prompts, so the
+four add ~19 min to an H100 nightly's ~128 (the dry run's estimate, test_mlp_speculator.py ~4 more); the k,
+temperature and concurrency sweeps stay with EAGLE-3. The MTP preset serves its own target (MiMo-7B-RL) in both arms.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import enough_pairs
+
+
+@pytest.mark.specdec(method=["suffix", "eagle", "mtp", "medusa"], k=3, temperature=0.0, concurrency=1, num_prompts=16)
+def test_gpu_methods(specdec):
+    enough_pairs(specdec)
+    specdec.assert_lossless()

