@@ -107,7 +107,7 @@ def crossing(y: np.ndarray, logc: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         t = np.where(first > 0, ya / (ya - yb), 0.0)
     x = logc[prev] + t * (logc[first] - logc[prev])
-    return np.where(below.any(axis=-1), np.where(first == 0, logc[0], x), logc[-1])
+    return np.where(below.any(axis=-1), x, logc[-1])  # already below: t = 0 at the first point
 
 
 def _side(y: np.ndarray) -> str:

@@ -8,14 +8,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_specdec.output.charts import PALETTE, Chart, Series, crossovers, svg_chart, tick_text
 from pytest_specdec.output.fields import number, test_name
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.check import BaselineCheck
     from pytest_specdec.gate.judge import Judge
-    from pytest_specdec.output.results import TestRecord
     from pytest_specdec.output.schema import TestEntry
 
 #: Params a sweep chart can take as its x axis (numeric), with the axis label.
@@ -269,6 +269,17 @@ def sweep_lines(tests: Iterable[TestEntry]) -> list[SweepLine]:
             if len({t.params["concurrency"] for t in items}) >= 2 and any(t.speedup_per_pair for t in items):
                 out.append(SweepLine(sweep_id(items[0]), label, tuple(items)))
     return out
+
+
+class TestRecord(Protocol):
+    """What the crossover reads of a test's record (`output.results.TestRecord`, which imports the report)."""
+
+    nodeid: str
+    result: Any
+    outcome: str
+    baseline: BaselineCheck | None
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass
