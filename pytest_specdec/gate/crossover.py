@@ -12,7 +12,7 @@ than it did.
 The verdict compares tonight's crossover with the stored night's on the log scale and states the change
 in %: ``regressed`` when it moved down by more than `FACTOR` (-33 %) and the bootstrap's one-sided p is
 below alpha, ``unchanged`` when the CI lies inside -33 % .. +50 %, as `stats.decide` rules every metric.
-docs/gate.md#the-crossover-concurrency says why a factor of 1.5.
+docs/validation.md#the-crossover-concurrency says why a factor of 1.5 and what it catches.
 """
 
 from __future__ import annotations

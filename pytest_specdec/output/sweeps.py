@@ -6,7 +6,7 @@ Reads the typed results (`schema.TestEntry`, and the servers by spec key); draws
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -327,7 +327,7 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
             stored, head = None, f"{head}; {exc}"
         if stored and stored["nights"] and est is not None:
             last = stored["nights"][-1]
-            entry["stored"] = last.get("started")
+            entry["stored"] = {"started": last.get("started"), "text": (last.get("crossover") or {}).get("text")}
             odd = [t.nodeid for t, c in zip(line.tests, checks) if c.status == "not-comparable"]
             try:
                 v = compare(points_of(last, str(path)), points, alpha=cfg.alpha, family=entry["family"])
@@ -358,3 +358,18 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
             end.lines.append(f"  crossover record {judge.rel(path)}: {what}")
         end.entries.append(entry)
     return end
+
+
+def crossover_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The report's crossover lines, one per sweep line (strings; the template escapes them)."""
+    rows = []
+    for e in entries:
+        v = e.get("verdict") or {}
+        now = (e.get("crossover") or {}).get("text") or "too few valid pairs"
+        stored, delta = e.get("stored") or {}, v.get("delta")
+        rows.append({"sweep": str(e.get("sweep", "")), "line": str(e.get("line", "")), "now": now,
+                     "stored": f"{stored.get('text')} ({stored.get('started')})" if stored else "no stored night",
+                     "change": f"{delta:+.1f} %" if isinstance(delta, (int, float)) else "—",
+                     "verdict": str(v.get("verdict") or ""), "family": str(e.get("family") or "shown"),
+                     "note": str(v.get("note") or "")})
+    return rows

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from fakes import FakeConfig, FakeServerProcess
 
-REF_STEP_S = 0.012  # a decode step; 5 output tokens: the first, then 4 steps on either arm
-SPEC_STEP_S = 0.006  # half the reference's: 2.0x before the verification cost
+from pytest_specdec.cli import main
+
+REF_STEP_S = 0.016  # a decode step; 5 output tokens: the first, then 4 steps on either arm
+SPEC_STEP_S = 0.008  # half the reference's: 2.0x before the verification cost
 SUITE = {"concurrency": [2, 8, 32], "num_prompts": 32, "max_tokens": 5,
          "body": "assert len([s for s in specdec.result.speedup_per_pair if s is not None]) >= 2"}
 
@@ -58,7 +60,7 @@ def night(pytester: pytest.Pytester, profile: Path, spec: FakeServerProcess, ref
 
 def test_crossover_moves_from_16_to_4_and_regresses(
     pytester: pytest.Pytester, fake_profile: Path, servers: Callable[..., FakeServerProcess],
-    make_suite: Callable[..., str],
+    make_suite: Callable[..., str], capsys: pytest.CaptureFixture[str],
 ) -> None:
     ref = servers(k=0, step_s=REF_STEP_S, seed=2)
     # a spec step costs 1 + cost x requests in flight: 1/16 (crossover at c = 16), then 1/4 (at c = 4)
@@ -86,3 +88,16 @@ def test_crossover_moves_from_16_to_4_and_regresses(
     assert v["verdict"] == "regressed" and v["delta"] < -50 and v["ci"][1] < -100 / 3, v
     (line,) = [x for x in result.outlines if x.startswith("specdec crossover test_suite.py::test_sweep[ngram-k3-t0.0]")]
     assert "; regressed against " in line and line.endswith("the session fails (crossover is in the gate)"), line
+
+    # The morning after: the report's own line, `compare` and `history` read the same nights.
+    html = (pytester.path / "reports" / "latest.html").read_text()
+    assert '<h2 id="crossovers">Crossover concurrency</h2>' in html and 'class="badge b-regressed">regressed' in html
+    nights = sorted((pytester.path / "reports").glob("specdec-*.json"))
+    assert len(nights) == 3
+    assert main(["compare", str(nights[0]), str(nights[2]), "--json"]) in (0, 1)
+    cmp = json.loads(capsys.readouterr().out)
+    assert cmp["crossovers"]["test_suite.py::test_sweep[ngram-k3-t0.0]"]["verdict"] == "regressed"
+    assert main(["history", str(pytester.path / "reports"), "--json"]) == 0
+    levels = json.loads(capsys.readouterr().out)["tests"]["test_suite.py::test_sweep[ngram-k3-t0.0]"]["crossover"]
+    assert [round(x) for x in levels["levels"]] == [round(stored["crossover"]["value"]), round(same["crossover"]["value"]),
+                                                    round(moved["crossover"]["value"])]
