@@ -296,6 +296,8 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
     """Each concurrency sweep line's crossover tonight, its verdict against the stored record's last night
     (in the shown family unless ``crossover`` is in the gate: ini ``specdec_gate`` or a member test's marker),
     and under --update-baselines tonight's night appended to the record when every member test passed."""
+    import datetime as dt
+
     from pytest_specdec.errors import ConfigError
     from pytest_specdec.gate.baselines import BaselineError, load_sweep, sweep_path
     from pytest_specdec.gate.crossover import NAME, compare, estimate, points_of
@@ -303,14 +305,13 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
     from pytest_specdec.gate.verdicts import to_json
     from pytest_specdec.output.schema import TestEntry
 
-    import datetime as dt
-
     stamp = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     recs = {r.nodeid: r for r in records if r.result is not None}
     entries = [TestEntry.from_dict(r.to_dict(), r.nodeid) for r in recs.values()]
     cfg, end = judge.cfg, CrossoverEnd([], [])
     for line in sweep_lines(entries):
-        checks = [c for t in line.tests if (c := recs[t.nodeid].baseline) is not None]
+        checked = {t.nodeid: c for t in line.tests if (c := recs[t.nodeid].baseline) is not None}
+        checks = list(checked.values())
         points = line.points()
         est = estimate(points, alpha=cfg.alpha, where=line.sweep_id)
         path = sweep_path(cfg.baselines_dir, cfg.profile.name, line.sweep_id)
@@ -328,7 +329,7 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
         if stored and stored["nights"] and est is not None:
             last = stored["nights"][-1]
             entry["stored"] = {"started": last.get("started"), "text": (last.get("crossover") or {}).get("text")}
-            odd = [t.nodeid for t, c in zip(line.tests, checks) if c.status == "not-comparable"]
+            odd = [n for n, c in checked.items() if c.status == "not-comparable"]
             try:
                 v = compare(points_of(last, str(path)), points, alpha=cfg.alpha, family=entry["family"])
             except ConfigError as exc:  # the stored record's values
