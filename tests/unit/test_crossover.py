@@ -4,6 +4,7 @@ crossed", the bootstrap CI and the verdict against a stored night."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,7 +81,6 @@ def test_the_report_shows_each_sweep_lines_crossover_on_its_own_line() -> None:
     whose speedup crosses 1.0): each line's crossover judged against a copy of itself a quarter lower in
     concurrency, the way `judge_crossovers` writes the results' entries, then the report's block."""
     import json
-    from pathlib import Path
 
     from pytest_specdec.gate.verdicts import to_json
     from pytest_specdec.output.report import render_html
@@ -104,3 +104,26 @@ def test_the_report_shows_each_sweep_lines_crossover_on_its_own_line() -> None:
     assert block.count("<tr title=") == 2 and block.count('class="badge b-unchanged shown">unchanged') == 2
     assert f"<td>{lines[1].sweep_id}</td><td>ngram k=3</td><td>{entries[1]['crossover']['text']}</td>" in block
     assert '<h2 id="crossovers">' not in render_html(data)  # a session without the section shows no block
+
+
+def test_the_sweep_record_keeps_its_last_nights_beside_the_tests_files(tmp_path: Path) -> None:
+    from pytest_specdec.gate.baselines import BaselineError, baseline_path, load_sweep, sweep_path
+    from pytest_specdec.gate.store import write_sweep
+
+    sweep = "suites/test_concurrency.py::test_concurrency[eagle3-k3-t0.0]"
+    path = sweep_path(tmp_path, "cpu", sweep)
+    assert path.parent == baseline_path(tmp_path, "cpu", sweep.replace("t0.0]", "t0.0-c4]")).parent
+    assert path.name == "test_concurrency[eagle3-k3-t0.0].crossover"
+    assert load_sweep(path) is None
+    record = {"sweep": sweep, "profile": "cpu", "tests": []}
+    nights = [{"started": f"2026-01-0{i}T00:00:00Z", "points": [{"concurrency": 4, "speedups": [1.5, 1.4]}]}
+              for i in (1, 2, 3)]
+    assert write_sweep(tmp_path, path, record, nights[0], keep=2, missing_only=False).startswith("created")
+    assert write_sweep(tmp_path, path, record, nights[1], keep=2, missing_only=True).startswith("unchanged")
+    write_sweep(tmp_path, path, record, nights[1], keep=2, missing_only=False)
+    assert write_sweep(tmp_path, path, record, nights[2], keep=2, missing_only=False) == "updated: 2 night(s) kept"
+    data = load_sweep(path)
+    assert data is not None and [n["started"][:10] for n in data["nights"]] == ["2026-01-02", "2026-01-03"]
+    path.write_text('{"schema": 1, "nights": 3}')
+    with pytest.raises(BaselineError, match=r"^crossover record .*\.crossover: 'nights' is missing or not a list"):
+        load_sweep(path)
