@@ -127,3 +127,11 @@ def test_the_sweep_record_keeps_its_last_nights_beside_the_tests_files(tmp_path:
     path.write_text('{"schema": 1, "nights": 3}')
     with pytest.raises(BaselineError, match=r"^crossover record .*\.crossover: 'nights' is missing or not a list"):
         load_sweep(path)
+
+
+def test_crossover_can_be_moved_into_the_gate() -> None:
+    from pytest_specdec.gate.thresholds import check_gate
+
+    assert check_gate(["output_tok_s", "crossover"], "ini specdec_gate") == ["output_tok_s", "crossover"]
+    with pytest.raises(ConfigError, match="unknown metric 'crossovers'"):
+        check_gate(["crossovers"], "ini specdec_gate")
