@@ -297,6 +297,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _junit_session_properties(session.config, specdec)
     end = specdec.end
     failed = unwritten or (end is not None and bool(end.late_regressions or end.machine_failed or end.baselines_failed))
+    failed = failed or bool(specdec.crossovers and specdec.crossovers.failed)
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -24,6 +24,7 @@ from pytest_specdec.output.wording import coalesced_lines, test_end_message
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABGate
     from pytest_specdec.gate.judge import Judge, SessionEnd
+    from pytest_specdec.output.sweeps import CrossoverEnd
     from pytest_specdec.measure.lossless import Collected
     from pytest_specdec.measure.validity import ValidityRules
     from pytest_specdec.measure.runner import CaseResult
@@ -56,6 +57,7 @@ class SpecDecSession:
         self._judge: Judge | None = None
         self.ab: ABGate | None = None  # an A/B session's gate (--specdec-base-draft), built at configure
         self.end: SessionEnd | None = None  # the gate's last word (machine factor, late regressions, writes)
+        self.crossovers: CrossoverEnd | None = None  # each concurrency sweep's crossover, judged at the end
         #: metric tests the collected specdec tests can add to the family (for BH before all are known)
         self.family_size = 0
         self.gated_family_size = 0
@@ -344,11 +346,14 @@ class SpecDecSession:
             warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)
         self.judge.finish(end, tests)
         self.end = end
+        from pytest_specdec.output.sweeps import judge_crossovers
+
+        self.crossovers = judge_crossovers(self.judge, self.records.values(), self.started)
         checked = [(n, c, r) for n, c, r, _ in tests if c is not None]
         self.gate_summary = gate_lines(checked, end.machine, fdr=self.settings.fdr, alpha=self.settings.alpha,
                                        fail_inconclusive=self.settings.fail_inconclusive)
-        return session_end_lines(end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests],
-                                 alpha=self.settings.alpha, fdr=self.settings.fdr)
+        return [*session_end_lines(end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests],
+                                   alpha=self.settings.alpha, fdr=self.settings.fdr), *self.crossovers.lines]
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML
@@ -394,7 +399,8 @@ class SpecDecSession:
             fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
             night_variances=judge.pooled_variances if judge else {}, records=self.records.values(),
             baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None,
-            gate_settings=judge.settings() if judge else None)
+            gate_settings=judge.settings() if judge else None,
+            crossovers=self.crossovers.entries if self.crossovers else None)
         paths, data = write_results(results, s.reports_dir, self.started, s.json_path)
         self.report_paths = write_report(data, s.reports_dir, self.started, s.report_path, s.benchmark_json)
         return paths

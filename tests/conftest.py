@@ -66,7 +66,7 @@ def _unit_tier_is_pure(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
 #: The tests whose runs need the CPU's timing (node id prefixes): under `-n 2 --dist loadgroup` (the README's
 #: command) one worker runs them one after another, so two real vLLM servers' worth of load, or a real vLLM
 #: server beside the speed gate's timed sessions, never runs at once.
-TIMED = ("tests/real_vllm/", "tests/functional/test_speed_gate.py::")
+TIMED = ("tests/real_vllm/", "tests/functional/test_speed_gate.py::", "tests/functional/test_crossover_session.py::")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -213,3 +213,36 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
                 if problem:
                     raise BaselineError(f"baseline {path}: sessions[{i}].runs.{arm}[{j}]{problem}; {fix}")
     return data
+
+
+# ---- a sweep's crossover record -------------------------------------------------------------------
+
+#: A sweep's record beside its tests' files: its own extension, so no reader of per-test files takes it for one.
+SWEEP_SUFFIX = ".crossover"
+SWEEP_SCHEMA = 1
+
+
+def sweep_path(root: Path, profile: str, sweep_id: str) -> Path:
+    """Where the crossover record of a sweep lives: where a test named ``sweep_id`` would keep its file, with
+    `SWEEP_SUFFIX` (so it follows wherever `baseline_path` puts the tests)."""
+    return baseline_path(root, profile, sweep_id).with_suffix(SWEEP_SUFFIX)
+
+
+def load_sweep(path: Path) -> dict[str, Any] | None:
+    """The stored crossover record at ``path`` (its nights' per-point speedups), checked; None when there is none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    fix = "fix or delete it, then recreate it with `pytest --update-baselines`"
+    try:
+        data = json_object(text)
+    except (ValueError, TypeError):
+        raise BaselineError(f"crossover record {path} is not a JSON object; {fix}") from None
+    if data.get("schema") != SWEEP_SCHEMA:
+        raise BaselineError(f"crossover record {path} has schema {data.get('schema')!r}, this plugin reads "
+                            f"{SWEEP_SCHEMA}; {fix}")
+    nights = data.get("nights")
+    if not isinstance(nights, list) or not all(isinstance(n, dict) for n in nights):
+        raise BaselineError(f"crossover record {path}: 'nights' is missing or not a list of objects; {fix}")
+    return data

@@ -66,6 +66,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("acceptance_length", "rate", "tokens", "acceptance length", verdict=False),
     Metric("itl_token_p95_ms", "latency", "ms", "P95 ITL per token", verdict=False),
     Metric("itl_chunk_p95_ms", "latency", "ms", "P95 ITL per chunk", verdict=False),
+    # a concurrency sweep's, not a test's (gate/crossover.py): judged once per sweep line at the session's end
+    Metric("crossover", "rate", "c", "crossover concurrency", verdict=False),
 )
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 

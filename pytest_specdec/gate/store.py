@@ -193,3 +193,27 @@ class BaselineStore:
                 kept = f"; {len(sessions)} session(s) kept" + (f", {dropped} oldest dropped" if dropped else "")
                 summary.updated.append((path, _headline_change(last, item.session) + kept + note))
 
+
+
+def write_sweep(root: Path, path: Path, record: dict[str, Any], night: dict[str, Any], *, keep: int,
+                missing_only: bool) -> str:
+    """Append tonight's night to a sweep's crossover record (`baselines.sweep_path`), keeping the last ``keep``;
+    returns what happened ("created", "updated", or why it was left as it is). Under the baselines' lock (``root``'s),
+    by atomic rename, like the tests' files; an OSError is the caller's to list."""
+    from filelock import FileLock
+
+    from pytest_specdec.gate.baselines import SWEEP_SCHEMA, load_sweep
+
+    try:
+        old = load_sweep(path)
+    except BaselineError as exc:
+        old, note = None, f" (replaced an unreadable record: {exc})"
+    else:
+        note = ""
+    if old is not None and missing_only:
+        return "unchanged: exists (--update-baselines=missing writes only missing files)"
+    nights = [*(old["nights"] if old is not None else []), night][-keep:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / ".specdec-baselines.lock"), timeout=600):
+        write_atomic(path, render({**record, "schema": SWEEP_SCHEMA, "nights": nights}))
+    return ("updated" if old is not None else "created") + f": {len(nights)} night(s) kept{note}"

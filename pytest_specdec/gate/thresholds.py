@@ -51,12 +51,17 @@ def check_gate(names: Any, where: str) -> list[str]:
     """Metric names to add to the gated family, validated (a kind name is not a metric here)."""
     if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
         raise ConfigError(f"{where}: gate must be a list of metric names like ['output_tok_s'], got {names!r}")
+    from pytest_specdec.gate.crossover import NAME as CROSSOVER
+
     out = []
     for name in names:
         name = str(name).strip()
+        if name == CROSSOVER:  # a sweep's metric, not a test's: judged once per concurrency sweep
+            out.append(name)
+            continue
         if name in KINDS or check_name(name, where) != name:
             raise ConfigError(f"{where}: gate takes metric names, not the kind {name!r}; allowed: "
-                              f"{', '.join(METRICS)}")
+                              f"{', '.join((*METRICS, CROSSOVER))}")
         out.append(name)
     return out
 

@@ -99,6 +99,7 @@ class Comparison:
     machine: MachineFactor | None
     alpha: float
     fdr: str
+    crossovers: list[tuple[str, Verdict]] = field(default_factory=list)  # (sweep, verdict): shown, never failed
 
     @property
     def regressed(self) -> list[Row]:
@@ -230,7 +231,32 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
         c = by_id.get(row.nodeid)
         if c is not None:
             row.verdicts = c.final or []
-    return Comparison(rows, machine, alpha, fdr)
+    return Comparison(rows, machine, alpha, fdr, crossovers(old, new, alpha))
+
+
+def crossovers(old: Results | StoredDir, new: Results, alpha: float) -> list[tuple[str, Verdict]]:
+    """Each of NEW's concurrency sweep lines: its crossover against OLD's same sweep (its tests in a results
+    file, or the last night of its stored record)."""
+    import dataclasses
+
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.gate.baselines import BaselineError, load_sweep, sweep_path
+    from pytest_specdec.gate.crossover import compare as judge, points_of
+    from pytest_specdec.output.sweeps import sweep_lines
+
+    before = {x.sweep_id: x.points() for x in sweep_lines(old.tests)} if isinstance(old, Results) else {}
+    out = []
+    for line in sweep_lines(new.tests):
+        try:
+            if isinstance(old, StoredDir):
+                record = load_sweep(sweep_path(old.root, old.profile, line.sweep_id))
+                if record and record["nights"]:
+                    before[line.sweep_id] = points_of(record["nights"][-1], line.sweep_id)
+            if line.sweep_id in before:
+                out.append((line.sweep_id, judge(before[line.sweep_id], line.points(), alpha=alpha)))
+        except (BaselineError, ConfigError) as exc:
+            out.append((line.sweep_id, dataclasses.replace(judge([], [], alpha=alpha), note=str(exc))))
+    return out
 
 
 def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
@@ -281,6 +307,7 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     if opted:
         lines.append(f"specdec compare: {len(opted)} test(s) regressed but opted out (check=False), shown and not "
                      f"failed: {', '.join(opted)}")
+    lines += [f"specdec compare: crossover {sweep}: {v.verdict}; {v.note}" for sweep, v in cmp.crossovers]
     dead = [r.nodeid for r in cmp.rows if r.dead]
     if dead:
         lines.append(f"specdec compare: {len(dead)} test(s) without a valid run in {new_name}, failed as the "
@@ -297,6 +324,7 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
         "alpha": cmp.alpha, "fdr": cmp.fdr,
         "machine_factor": cmp.machine.to_dict() if cmp.machine else None,
         "regressed": [r.nodeid for r in cmp.regressed],
+        "crossovers": {sweep: verdict_json(v) for sweep, v in cmp.crossovers},
         "failed": [r.nodeid for r in cmp.failed(strict)],
         "tests": [{"nodeid": r.nodeid, "status": r.status, "regressed": r.regressed, "checked": r.checked,
                    "failed": r.failed(strict), "reason": r.reason,

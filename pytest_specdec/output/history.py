@@ -120,6 +120,7 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
                     continue
                 points.append(Point(k, _level(metric, values), runs=len(values)))
             out.append(Series(nodeid, metric, points, None))
+    out += crossover_series(nights)
     levels = {i: (s.metric, [p.value for p in s.points if p.value is not None])
               for i, s in enumerate(out) if any(p.value is not None for p in s.points)}
     found = ({i: trend(metric, values, alpha=alpha or ALPHA) for i, (metric, values) in levels.items()}
@@ -130,6 +131,23 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
         if s.trend is not None:
             s.change_nights = [present[c.index].night for c in s.trend.change_points]
     return out
+
+
+def crossover_series(nights: Sequence[Night]) -> list[Series]:
+    """Per concurrency sweep line, its crossover night by night (`gate.crossover.estimate` without a CI); a night
+    on which it did not cross in the swept range is a gap that says on which side."""
+    from pytest_specdec.gate.crossover import NAME, estimate
+    from pytest_specdec.output.sweeps import sweep_lines
+
+    per: dict[str, dict[int, Point]] = {}
+    for k, night in enumerate(nights):
+        for line in sweep_lines(night.results.tests):
+            est = estimate(line.points(), resamples=0, where=f"{night.path}: {line.sweep_id}")
+            runs = sum(n for _, n in est.pairs) if est else 0
+            per.setdefault(line.sweep_id, {})[k] = (Point(k, est.value, runs) if est and est.value is not None
+                                                    else Point(k, None, gap=est.text() if est else "too few pairs"))
+    return [Series(sweep, NAME, [pts.get(k, Point(k, None, gap="not in this night's results"))
+                                 for k in range(len(nights))], None) for sweep, pts in per.items()]
 
 
 def table_lines(nights: Sequence[Night], rows: Sequence[Series]) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_specdec.output.fields import number, test_name
 from pytest_specdec.output.schema import BaselineUpdate, Results, TestEntry, VerdictEntry, load
-from pytest_specdec.output.sweeps import sweep_chart_groups, sweeps
+from pytest_specdec.output.sweeps import crossover_rows, sweep_chart_groups, sweeps
 
 #: Worst first: the order of the summary table and of the per-test sections.
 STATUS_ORDER = ("regressed", "failed", "invalid", "inconclusive", "not-comparable", "no baseline", "improved",
@@ -390,7 +390,7 @@ def render(results: Results) -> str:
     return templates().get_template("report.html.j2").render(
         results=results, env=env, started=started.replace("T", " ")[:19] + (" UTC" if started else ""),
         duration=results.duration_s, totals=totals(tests),
-        tests=views, charts=charts, badge_labels=[(b.label, b.family) for b in BADGES],
+        tests=views, charts=charts, crossovers=crossover_rows(results.crossovers), badge_labels=[(b.label, b.family) for b in BADGES],
         machine=machine, machine_line=machine_sentence(machine) if machine else "", gate=results.gate,
         guard_columns=[label(m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
         changed=changed, cost=cost, peaks=cost_peaks(cost), price=results.price,

@@ -154,12 +154,14 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                     machine: MachineFactor | None, machine_failed: bool, fail_inconclusive: bool, fail_machine: bool,
                     night_variances: dict[str, NightVariance], records: Iterable[TestRecord],
                     baseline_writes: BaselineWrites | None = None, outputs_file: str | None = None,
-                    gate_settings: dict[str, Any] | None = None) -> dict[str, Any]:
+                    gate_settings: dict[str, Any] | None = None,
+                    crossovers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The results document. ``servers`` are this process's; ``remote`` what each xdist worker sent
     besides its records (its servers, starts and workarounds); ``server_starts`` counts them all;
     ``baseline_writes`` is what --update-baselines wrote (None without it); ``outputs_file`` the name of
     the --specdec-save-outputs side file in the same directory; ``gate_settings`` how the gate judged
-    (`Judge.settings`), so that `pytest-specdec compare` can judge the file again as the session did."""
+    (`Judge.settings`), so that `pytest-specdec compare` can judge the file again as the session did;
+    ``crossovers`` each concurrency sweep line's crossover and its verdict (`output.sweeps.judge_crossovers`)."""
     return {
         "schema": SCHEMA,
         "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
@@ -178,6 +180,7 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                  **({"settings": gate_settings} if gate_settings else {})},
         "baseline_update": baseline_writes.to_dict() if baseline_writes is not None else None,
         **({"outputs_file": outputs_file} if outputs_file else {}),
+        **({"crossovers": crossovers} if crossovers is not None else {}),
         "tests": [r.to_dict() for r in records],
     }
 

@@ -234,6 +234,8 @@ class Results:
     tests: tuple[TestEntry, ...]
     baseline_update: BaselineUpdate | None = None
     outputs_file: str | None = None  # --specdec-save-outputs: the side file's name, beside the results
+    #: each concurrency sweep line's crossover and its verdict (`output.sweeps.judge_crossovers`), as written
+    crossovers: tuple[Mapping[str, Any], ...] = ()
 
 
 def load(data: Any, name: str = "results") -> Results:
@@ -260,7 +262,8 @@ def _read(d: dict[str, Any], name: str) -> Results:
         tests=tuple(TestEntry.from_dict(t, f"{name}: tests[{i}]", started) for i, t in enumerate(d.get("tests") or ())),
         baseline_update=(None if d.get("baseline_update") is None
                          else BaselineUpdate.from_dict(d["baseline_update"], f"{name}: baseline_update")),
-        outputs_file=d.get("outputs_file") if isinstance(d.get("outputs_file"), str) else None)
+        outputs_file=d.get("outputs_file") if isinstance(d.get("outputs_file"), str) else None,
+        crossovers=tuple(x for x in d.get("crossovers") or () if isinstance(x, Mapping)))
 
 
 #: The fields `schema.load` requires, per level of the file, to say where a missing one is missing.

@@ -5,14 +5,17 @@ Reads the typed results (`schema.TestEntry`, and the servers by spec key); draws
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_specdec.output.charts import PALETTE, Chart, Series, crossovers, svg_chart, tick_text
 from pytest_specdec.output.fields import number, test_name
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.gate.judge import Judge
     from pytest_specdec.output.schema import TestEntry
 
 #: Params a sweep chart can take as its x axis (numeric), with the axis label.
@@ -226,3 +229,148 @@ def _flag(chart: Chart, lines: dict[str, list[TestEntry]], axis: str, metrics: S
 def sweep_charts(sweep: Sweep, servers: dict[str, Any]) -> list[str]:
     """All the charts of one sweep, in the order of `sweep_chart_groups`."""
     return [svg for _, svgs in sweep_chart_groups(sweep, servers) for svg in svgs]
+
+
+# ---- the crossover concurrency: one record per line of a concurrency sweep ---------------------------
+
+
+@dataclass(frozen=True)
+class SweepLine:
+    """One line of a concurrency sweep (one method of one test function, the other params fixed): what a
+    crossover is computed from, stored under ``sweep_id`` (the tests' id without the concurrency)."""
+
+    sweep_id: str
+    label: str
+    tests: tuple[TestEntry, ...]  # by concurrency
+
+    def points(self) -> list[tuple[float, list[float]]]:
+        """(concurrency, the valid pairs' speedups) per test."""
+        return [(float(t.params["concurrency"]), [s for s in t.speedup_per_pair if s is not None])
+                for t in self.tests]
+
+
+def sweep_id(test: TestEntry) -> str:
+    """``suites/test_concurrency.py::test_concurrency[eagle3-k3-t0.0-c4]`` → ``...[eagle3-k3-t0.0]``: the id
+    of the sweep a test belongs to (its concurrency part left out)."""
+    path, _, rest = test.nodeid.partition("[")
+    c = f"c{test.params['concurrency']}"
+    parts = [p for p in rest.rstrip("]").split("-") if p != c] if rest else []
+    return f"{path}[{'-'.join(parts)}]" if parts else path
+
+
+def sweep_lines(tests: Iterable[TestEntry]) -> list[SweepLine]:
+    """Every line of every concurrency sweep whose tests measured a spec arm (a line of method `none` has no
+    speedup)."""
+    out = []
+    for sweep in sweeps(tests):
+        if sweep.axis != "concurrency":
+            continue
+        for label, items in sweep.lines.items():
+            if len({t.params["concurrency"] for t in items}) >= 2 and any(t.speedup_per_pair for t in items):
+                out.append(SweepLine(sweep_id(items[0]), label, tuple(items)))
+    return out
+
+
+class TestRecord(Protocol):
+    """What the crossover reads of a test's record (`output.results.TestRecord`, which imports the report)."""
+
+    nodeid: str
+    result: Any
+    outcome: str
+    baseline: BaselineCheck | None
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class CrossoverEnd:
+    """The session's crossovers: the results' ``crossovers`` entries, the terminal's lines, and whether a
+    gated one regressed (the session then fails)."""
+
+    entries: list[dict[str, Any]]
+    lines: list[str]
+    failed: bool = False
+
+
+def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float) -> CrossoverEnd:
+    """Each concurrency sweep line's crossover tonight, its verdict against the stored record's last night
+    (in the shown family unless ``crossover`` is in the gate: ini ``specdec_gate`` or a member test's marker),
+    and under --update-baselines tonight's night appended to the record when every member test passed."""
+    import datetime as dt
+
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.gate.baselines import BaselineError, load_sweep, sweep_path
+    from pytest_specdec.gate.crossover import NAME, compare, estimate, points_of
+    from pytest_specdec.gate.store import write_sweep
+    from pytest_specdec.gate.verdicts import to_json
+    from pytest_specdec.output.schema import TestEntry
+
+    stamp = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    recs = {r.nodeid: r for r in records if r.result is not None}
+    entries = [TestEntry.from_dict(r.to_dict(), r.nodeid) for r in recs.values()]
+    cfg, end = judge.cfg, CrossoverEnd([], [])
+    for line in sweep_lines(entries):
+        checked = {t.nodeid: c for t in line.tests if (c := recs[t.nodeid].baseline) is not None}
+        checks = list(checked.values())
+        points = line.points()
+        est = estimate(points, alpha=cfg.alpha, where=line.sweep_id)
+        path = sweep_path(cfg.baselines_dir, cfg.profile.name, line.sweep_id)
+        gated = NAME in judge.gate() or any(NAME in c.gate for c in checks)
+        entry: dict[str, Any] = {
+            "sweep": line.sweep_id, "line": line.label, "tests": [t.nodeid for t in line.tests],
+            "points": [{"concurrency": c, "n": len(v), "speedups": v} for c, v in points],
+            "crossover": est.to_dict() if est else None, "verdict": None, "path": judge.rel(path),
+            "family": "gated" if gated else "shown", "stored": None}
+        head = f"specdec crossover {line.sweep_id} ({line.label}): {est.text() if est else 'too few valid pairs'}"
+        try:
+            stored = load_sweep(path) if checks and all(c.check for c in checks) else None
+        except BaselineError as exc:
+            stored, head = None, f"{head}; {exc}"
+        if stored and stored["nights"] and est is not None:
+            last = stored["nights"][-1]
+            entry["stored"] = {"started": last.get("started"), "text": (last.get("crossover") or {}).get("text")}
+            odd = [n for n, c in checked.items() if c.status == "not-comparable"]
+            try:
+                v = compare(points_of(last, str(path)), points, alpha=cfg.alpha, family=entry["family"])
+            except ConfigError as exc:  # the stored record's values
+                head = f"{head}; {exc}"
+            else:
+                if odd:
+                    v = dataclasses.replace(v, verdict="not-comparable", note=f"{len(odd)} test(s) of the sweep "
+                                            f"are not comparable with their baselines ({', '.join(odd)}); " + v.note)
+                entry["verdict"] = to_json(v)
+                head += (f"; {v.verdict} against {last.get('started')} ({v.delta:+.1f} %, "
+                         f"{entry['family']})" if v.delta is not None else f"; {v.verdict}")
+                if gated and v.verdict == "regressed" and cfg.update != "all":
+                    end.failed = True
+                    head += " — the session fails (crossover is in the gate)"
+        elif est is not None and checks:
+            head += f"; no stored night ({judge.rel(path)}: `pytest --update-baselines` writes it)"
+        end.lines.append(head)
+        if cfg.update and est is not None and all(recs[t.nodeid].outcome == "passed" for t in line.tests):
+            night = {"started": stamp, "points": [{"concurrency": c, "speedups": v} for c, v in points],
+                     "crossover": est.to_dict()}
+            record = {"sweep": line.sweep_id, "profile": cfg.profile.name, "tests": entry["tests"]}
+            try:
+                what = write_sweep(cfg.baselines_dir, path, record, night, keep=cfg.keep_sessions,
+                                   missing_only=cfg.update == "missing")
+            except OSError as exc:
+                what = f"NOT WRITTEN: {exc}"
+            end.lines.append(f"  crossover record {judge.rel(path)}: {what}")
+        end.entries.append(entry)
+    return end
+
+
+def crossover_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The report's crossover lines, one per sweep line (strings; the template escapes them)."""
+    rows = []
+    for e in entries:
+        v = e.get("verdict") or {}
+        now = (e.get("crossover") or {}).get("text") or "too few valid pairs"
+        stored, delta = e.get("stored") or {}, v.get("delta")
+        rows.append({"sweep": str(e.get("sweep", "")), "line": str(e.get("line", "")), "now": now,
+                     "stored": f"{stored.get('text')} ({stored.get('started')})" if stored else "no stored night",
+                     "change": f"{delta:+.1f} %" if isinstance(delta, (int, float)) else "—",
+                     "verdict": str(v.get("verdict") or ""), "family": str(e.get("family") or "shown"),
+                     "note": str(v.get("note") or "")})
+    return rows

@@ -12,7 +12,9 @@ accepts positions ``i`` with ``u < acceptance[i]``, so ``acceptance`` (non-incre
 expected per-position acceptance rate ``accepted_per_pos[i] / drafts`` that vLLM reports. Like vLLM,
 accepted tokens are counted before the output is cut at ``max_tokens`` or EOS. With ``capacity`` a decode
 step costs more when more tokens are in flight (``step_s * max(1, active_requests * (1 + k) / capacity)``),
-so the speedup falls with concurrency like on a GPU; ``temperature_decay`` lowers acceptance with the
+so the speedup falls with concurrency like on a GPU; ``spec_cost_per_request`` makes a spec server's step
+cost grow with the requests in flight (its verification cost rising with the batch: the crossover
+concurrency moves with it); ``temperature_decay`` lowers acceptance with the
 request's temperature (``acceptance * exp(-decay * T)``).
 
 Non-streamed requests (``stream`` false, for ``specdec.distribution_check``) are answered from a toy language
@@ -61,10 +63,12 @@ def _drift(cfg: FakeConfig) -> float:
 
 
 def _load(st: _State, cfg: FakeConfig) -> float:
-    """How much longer a decode step takes with this many tokens in flight (1.0 without ``capacity``)."""
+    """How much longer a decode step takes with this many tokens in flight (1.0 without ``capacity`` and
+    ``spec_cost_per_request``)."""
+    verify = 1.0 + cfg.spec_cost_per_request * st.active if cfg.k else 1.0
     if not cfg.capacity:
-        return 1.0
-    return max(1.0, st.active * (1 + cfg.k) / cfg.capacity)
+        return verify
+    return verify * max(1.0, st.active * (1 + cfg.k) / cfg.capacity)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,9 @@ class FakeConfig:
     # slower under load), and acceptance falls with the request's temperature T to acceptance * exp(-decay * T).
     capacity: int = 0
     temperature_decay: float = 0.0
+    # A spec server whose verification cost grows with the batch: a decode step takes (1 + this × active
+    # requests) times longer (k > 0 only), so the speedup falls below 1.0 near c = (speedup at c≈0 − 1) / this.
+    spec_cost_per_request: float = 0.0
     fail_request: int = 0  # the Nth completion request (counting from 1) is answered with HTTP 500; 0 = none
     hang_after: int = 0  # after N completion requests, later ones get their headers and then nothing; 0 = never
     # A disturbed stretch: completion requests FIRST..LAST (counting from 1) step slow_factor times slower, as
@@ -117,6 +124,8 @@ class FakeConfig:
             raise ValueError(f"merge_steps and batch_events must be >= 1, got {self.merge_steps}, {self.batch_events}")
         if self.sampler_bias and not self.k:
             raise ValueError("sampler_bias breaks a spec server's sampler; this server has k=0 (no speculation)")
+        if self.spec_cost_per_request < 0:
+            raise ValueError(f"spec_cost_per_request must be >= 0, got {self.spec_cost_per_request}")
         if self.vocab < 3:
             raise ValueError(f"vocab needs EOS, BOS and at least one word token, got {self.vocab}")
         if self.k and len(self.acceptance) != self.k:

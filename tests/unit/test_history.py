@@ -106,7 +106,12 @@ def test_history_finds_the_injected_step_and_nothing_else(tmp_path: Path) -> Non
     stepped = next(s for s in rows if s.nodeid == STEPPED and s.metric == "speedup")
     [c] = stepped.trend.change_points
     assert c.change == pytest.approx(-40, abs=5)
-    assert {s.metric for s in rows} == {"speedup", "acceptance_rate", "e2e_p95_ratio"}
+    assert {s.metric for s in rows} == {"speedup", "acceptance_rate", "e2e_p95_ratio", "crossover"}
+    # each line of the concurrency sweep has its crossover night by night (the recorded speedup crosses 1.0)
+    crossing = {s.nodeid: s for s in rows if s.metric == "crossover"}
+    assert set(crossing) == {"test_nightly.py::test_concurrency[ngram-k3-t0.0]",
+                             "test_nightly.py::test_concurrency[draft_model-k3-t0.0]"}
+    assert all(p.value is not None and 1 < p.value < 64 for s in crossing.values() for p in s.points)
     # the test without runs is a gap that says why, every night
     empty = next(s for s in rows if "test_eagle3" in s.nodeid and s.metric == "speedup")
     assert all(p.value is None and p.gap == "no valid run with this metric (test failed)" for p in empty.points)
@@ -134,7 +139,7 @@ def test_cli_history_table_json_and_html(tmp_path: Path, capsys: pytest.CaptureF
     assert "nights (6, by session start):" in out
     assert f"{STEPPED}\n  speedup " in out
     assert "    change point at night 4 (2026-11-13T03:00:00+00:00): " in out
-    assert out.rstrip().endswith(f"6 night(s), 19 test(s); 1 with a change point: {STEPPED}")
+    assert out.rstrip().endswith(f"6 night(s), 21 test(s); 1 with a change point: {STEPPED}")  # 2: sweeps
 
     assert main(["history", *map(str, sorted(tmp_path.glob("night-*.json"))), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -148,7 +153,8 @@ def test_cli_history_table_json_and_html(tmp_path: Path, capsys: pytest.CaptureF
     assert all(not m["change_points"] for t, ms in doc["tests"].items() for m in ms.values() if t != STEPPED)
 
     page = html.read_text()
-    assert page.count("<svg") == 19 * 3 - 3  # one chart per test and gated metric; the test without runs has none
+    # one chart per test and gated metric (the test without runs has none), and per concurrency sweep line
+    assert page.count("<svg") == 19 * 3 - 3 + 2
     assert "change point at night 4 (2026-11-13)" in page
     assert "&lt;script&gt;alert(" in page and "<script>" not in page  # a test id is text
     # the test with a change point comes first

@@ -1,0 +1,103 @@
+"""The crossover concurrency end to end through pytester, against simulated vLLM servers (endpoint mode).
+
+A concurrency sweep (c = 2, 8, 32) of one spec config whose verification cost rises with the batch
+(`FakeConfig.spec_cost_per_request`): the speedup, 2.0 at c≈0, falls below 1.0 at c = 16 at 1/16 per
+request in flight and at c = 4 at 1/4. Both arms stream one token a step (the spec step is half the
+reference's and its drafts are rejected), so what a busy machine adds to every step slows both arms alike
+and leaves the crossover where the step times meet. A stored night, then a night without change leaves the crossover
+`unchanged`, and a night at 1/4 moves it to c≈4: `regressed`, which fails the session once the crossover is
+gated (``specdec_gate = crossover``) while every test's own speedup verdict stays within its loose threshold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import FakeConfig, FakeServerProcess
+
+from pytest_specdec.cli import main
+
+REF_STEP_S = 0.016  # a decode step; 5 output tokens: the first, then 4 steps on either arm
+SPEC_STEP_S = 0.008  # half the reference's: 2.0x before the verification cost
+SUITE = {"concurrency": [2, 8, 32], "num_prompts": 32, "max_tokens": 5,
+         "body": "assert len([s for s in specdec.result.speedup_per_pair if s is not None]) >= 2"}
+
+
+@pytest.fixture
+def servers() -> Iterator[Callable[..., FakeServerProcess]]:
+    """Simulated servers in child processes: at 32 streams the client's own CPU must not be the servers' too."""
+    started: list[FakeServerProcess] = []
+
+    def start(**fields: Any) -> FakeServerProcess:
+        server = FakeServerProcess(FakeConfig(output_tokens=5, **fields))
+        started.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def night(pytester: pytest.Pytester, profile: Path, spec: FakeServerProcess, ref: FakeServerProcess,
+          *extra: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+    """One session against these servers; its crossover entry."""
+    result = pytester.runpytest(
+        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        "--specdec-runs=3", "--specdec-max-runs=3", "-p", "no:cacheprovider",
+        # each test's own verdicts stay out of the way: only the crossover is judged here
+        "--specdec-threshold=speedup=90", "--specdec-threshold=rate=90", "--specdec-threshold=latency=900",
+        "--specdec-threshold=e2e_p95_ratio=900", *extra)
+    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    (entry,) = data["crossovers"]
+    return result, entry
+
+
+def test_crossover_moves_from_16_to_4_and_regresses(
+    pytester: pytest.Pytester, fake_profile: Path, servers: Callable[..., FakeServerProcess],
+    make_suite: Callable[..., str], capsys: pytest.CaptureFixture[str],
+) -> None:
+    ref = servers(k=0, step_s=REF_STEP_S, seed=2)
+    # a spec step costs 1 + cost x requests in flight: 1/16 (crossover at c = 16), then 1/4 (at c = 4)
+    spec16, spec4 = (servers(k=3, acceptance=(0.0, 0.0, 0.0), step_s=SPEC_STEP_S, seed=1, spec_cost_per_request=cost)
+                     for cost in (1 / 16, 1 / 4))
+    pytester.makepyfile(test_suite=make_suite(name="test_sweep", **SUITE))
+
+    result, stored = night(pytester, fake_profile, spec16, ref, "--update-baselines")
+    result.assert_outcomes(passed=3)
+    assert stored["crossover"]["side"] == "crossed" and 9 < stored["crossover"]["value"] < 25, stored["crossover"]
+    assert stored["verdict"] is None and [p["concurrency"] for p in stored["points"]] == [2, 8, 32]
+    record = pytester.path / "baselines" / "fake" / "test_suite" / "test_sweep[ngram-k3-t0.0].crossover"
+    assert len(json.loads(record.read_text())["nights"]) == 1
+    assert f"crossover record {record.relative_to(pytester.path)}: created: 1 night(s) kept" in result.stdout.str()
+
+    result, same = night(pytester, fake_profile, spec16, ref, "-o", "specdec_gate=crossover")
+    assert result.ret == 0, result.stdout.str()
+    assert same["family"] == "gated" and same["verdict"]["verdict"] == "unchanged", same["verdict"]
+
+    result, moved = night(pytester, fake_profile, spec4, ref, "-o", "specdec_gate=crossover")
+    result.assert_outcomes(passed=3)  # no test fails on its own: the session fails on the crossover
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert moved["crossover"]["side"] == "crossed" and 2 < moved["crossover"]["value"] < 6, moved["crossover"]
+    v = moved["verdict"]
+    assert v["verdict"] == "regressed" and v["delta"] < -50 and v["ci"][1] < -100 / 3, v
+    (line,) = [x for x in result.outlines if x.startswith("specdec crossover test_suite.py::test_sweep[ngram-k3-t0.0]")]
+    assert "; regressed against " in line and line.endswith("the session fails (crossover is in the gate)"), line
+
+    # The morning after: the report's own line, `compare` and `history` read the same nights.
+    html = (pytester.path / "reports" / "latest.html").read_text()
+    assert '<h2 id="crossovers">Crossover concurrency</h2>' in html and 'class="badge b-regressed">regressed' in html
+    nights = sorted((pytester.path / "reports").glob("specdec-*.json"))
+    assert len(nights) == 3
+    assert main(["compare", str(nights[0]), str(nights[2]), "--json"]) in (0, 1)
+    cmp = json.loads(capsys.readouterr().out)
+    assert cmp["crossovers"]["test_suite.py::test_sweep[ngram-k3-t0.0]"]["verdict"] == "regressed"
+    assert main(["history", str(pytester.path / "reports"), "--json"]) == 0
+    levels = json.loads(capsys.readouterr().out)["tests"]["test_suite.py::test_sweep[ngram-k3-t0.0]"]["crossover"]
+    assert [round(x) for x in levels["levels"]] == [round(stored["crossover"]["value"]), round(same["crossover"]["value"]),
+                                                    round(moved["crossover"]["value"])]
