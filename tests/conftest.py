@@ -85,7 +85,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 #: The TIMED tests that measure speed against the simulated vLLM: last in their group, so they run once the other
 #: worker has finished the rest and the machine is quiet (a busy neighbour moved their A/A verdicts).
-QUIET_LAST = ("tests/functional/test_speed_gate.py::",)
+QUIET_LAST = ("tests/functional/test_speed_gate.py::", "tests/functional/test_crossover_session.py::")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
