@@ -187,17 +187,14 @@ class SpecDecSession:
     # --- measuring -----------------------------------------------------------------------------
     def arms(self, case: Case) -> list[tuple[str, ServerSpec]]:
         """(arm, server spec), the reference first; a test of method "none" has no spec arm; an A/B session's
-        test has its base's too: the same method and k with the base's draft."""
-        ref = [("reference", self.server_spec(case, reference=True))]
+        test has its base's too (`ABGate.base_arms`)."""
+        ref = self.server_spec(case, reference=True)
         if case.method == "none":
-            return ref
+            return [("reference", ref)]
         spec = self.server_spec(case, reference=False)
-        ab = self.ab
-        if ab is None or ab.skip_reason(case.method, case.speculative_config) is not None:
-            return [*ref, ("spec", spec)]
-        raw = case.speculative_config if ab.methods is None else None  # a marker's own config: the same on both
-        base = ab.base_specs(ref[0][1], spec, self.placement.server_spec(case.method, case.k, raw, False, ab.base))
-        return [*ref, ("spec", spec), *base.items()]
+        base = ({} if self.ab is None else
+                self.ab.base_arms(case.method, case.k, case.speculative_config, ref, self.placement))
+        return [("reference", ref), ("spec", spec), *base.items()]
 
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
         """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` compared with the
@@ -330,6 +327,7 @@ class SpecDecSession:
         """Session end: the gate's last word (`Judge.machine_at_end`, then `Judge.finish`), worded by
         `output/wording.py`; the machine factor's warning is given between the two, as pytest's, before any
         baseline is written."""
+        from pytest_specdec.output.sweeps import judge_crossovers
         from pytest_specdec.output.wording import (ab_session_lines, coalesced_summary, gate_lines, machine_sentence,
                                                    session_end_lines)
 
@@ -346,8 +344,6 @@ class SpecDecSession:
             warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)
         self.judge.finish(end, tests)
         self.end = end
-        from pytest_specdec.output.sweeps import judge_crossovers
-
         self.crossovers = judge_crossovers(self.judge, self.records.values(), self.started)
         checked = [(n, c, r) for n, c, r, _ in tests if c is not None]
         self.gate_summary = gate_lines(checked, end.machine, fdr=self.settings.fdr, alpha=self.settings.alpha,

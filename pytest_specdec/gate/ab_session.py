@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.gate.judge import SessionEnd
     from pytest_specdec.profiles import Profile
+    from pytest_specdec.profiles.placement import Placement
     from pytest_specdec.vllm.command import ServerSpec
 
 #: What an A/B session judges, in this order: the candidate's spec tok/s, acceptance rate and P95 E2E (ms, from
@@ -172,11 +173,16 @@ class ABGate:
                     "an A/B session judges only candidate vs base")
         return None
 
-    def base_specs(self, reference: ServerSpec, spec: ServerSpec, base: ServerSpec) -> dict[str, ServerSpec]:
-        """The base's arms, from the candidate's reference and the base's spec config: on another install both
-        move to its interpreter (the base's own reference arm); else the base spec alone. The base spec is tagged
-        with its role, so it never shares the candidate's server."""
-        base = dataclasses.replace(base, role="base")  # its own server, even in an A/A
+    def base_arms(self, method: str, k: int | None, raw: dict[str, Any] | None, reference: ServerSpec,
+                  placement: Placement) -> dict[str, ServerSpec]:
+        """A test's base arms (none when it has no A/B comparison, `skip_reason`): the same method and k with the
+        base's draft (a marker's own config ``raw``, on another install, as it is). On another install the candidate's
+        reference moves to its interpreter too (the base's own reference arm). The base spec is tagged with its
+        role, so it never shares the candidate's server."""
+        if self.skip_reason(method, raw) is not None:
+            return {}
+        config = raw if self.methods is None else None
+        base = dataclasses.replace(placement.server_spec(method, k, config, False, self.base), role="base")
         if self.installs is None:
             return {"base": base}
         python = self.installs["base"].python
