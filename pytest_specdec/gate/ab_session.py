@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.judge import SessionEnd
     from pytest_specdec.profiles import Profile
     from pytest_specdec.profiles.placement import Placement
+    from pytest_specdec.measure.explain import Split
 
 #: What an A/B session judges, in this order: the candidate's spec tok/s, acceptance rate and P95 E2E (ms, from
 #: each run's Harrell-Davis P95) against the base's of the same pair.
@@ -33,8 +34,9 @@ AB_METRICS: tuple[str, ...] = ("output_tok_s", "acceptance_rate", "e2e_p95_ms")
 #: acceptance rate keeps the default acceptance threshold (2 points).
 AB_DEFAULTS: Mapping[str, float] = {"output_tok_s": 5.0, "e2e_p95_ms": 10.0}
 
-#: What a regressed candidate points at: fewer drafted tokens accepted, or the same acceptance at a slower step.
-Cause = Literal["acceptance", "step time"]
+#: What a regressed candidate points at: fewer drafted tokens accepted, a slower step, or both alike
+#: (`measure.explain.Split.cause`).
+Cause = Literal["acceptance", "step time", "acceptance and step time"]
 
 
 def ab_thresholds(profile_layer: Mapping[str, Any], cli: Sequence[str], where: str) -> Thresholds:
@@ -80,6 +82,7 @@ class ABCheck:
     max_looks: int = 1  # one look: the pairs are sized up front (`adjusted_all` reads this)
     check: bool = True  # specdec_verdicts(check=False): judged and shown, never failed
     failed: bool = False
+    split: Split | None = None  # the candidate's speedup against the base's, split into acceptance and step time
 
     def shown(self) -> list[Verdict]:
         return self.final if self.final is not None else (self.verdicts or self.raw)
@@ -88,13 +91,17 @@ class ABCheck:
         return [v for v in self.shown() if v.verdict == "regressed"]
 
     def cause(self) -> Cause | None:
-        """Acceptance regressed: the candidate's drafts are accepted less. tok/s regressed at an unchanged
-        acceptance: the same tokens are drafted, more slowly. Else nothing to point at."""
+        """tok/s regressed: what the split of the speedup change measures (τ against the step time; without a
+        split, acceptance when its verdict regressed, step time when it held). Acceptance regressed alone: the
+        candidate's drafts are accepted less. Else nothing to point at."""
         by = {v.metric: v.verdict for v in self.shown()}
+        if by.get("output_tok_s") == "regressed":
+            if self.split is not None:
+                return self.split.cause() or "acceptance and step time"
+            if by.get("acceptance_rate") == "unchanged":
+                return "step time"
         if by.get("acceptance_rate") == "regressed":
             return "acceptance"
-        if by.get("output_tok_s") == "regressed" and by.get("acceptance_rate") == "unchanged":
-            return "step time"
         return None
 
 
@@ -142,8 +149,13 @@ class ABGate:
     def check(self, method: str, servers: dict[str, str], result: CaseResult, check: bool = True) -> ABCheck:
         """A test's raw A/B verdicts from its interleaved runs (``servers``: arm -> server spec key; ``check``
         False: the test's specdec_verdicts marker says it never fails on them)."""
+        from pytest_specdec.measure.explain import explain, split
+
+        ref = [r.to_dict() for r in result.reference_runs]
         return ABCheck(method, str(self.base.methods[method]["model"]), str(self.profile.methods[method]["model"]),
-                       servers, self.thresholds, raw=ab_verdicts(result, self.thresholds, self.alpha), check=check)
+                       servers, self.thresholds, raw=ab_verdicts(result, self.thresholds, self.alpha), check=check,
+                       split=split(explain(ref, [r.to_dict() for r in result.base_runs]),
+                                   explain(ref, [r.to_dict() for r in result.runs])))
 
     def test_end(self, checks: Sequence[tuple[str, ABCheck]], nodeid: str,
                  collected: Sequence[tuple[str, dict[str, Any] | None]]) -> ABCheck:

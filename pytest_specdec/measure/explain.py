@@ -1,8 +1,8 @@
 """Why a speedup is what it is: tokens per verification step (τ), the step times, the speedup they predict, the
 verification efficiency, and a speedup change split into "the draft accepts less" and "a step costs more".
 
-Defined once here, as pure functions over a test's runs (anything shaped like `gate.nights.ArmRun`: tonight's,
-a results file's, a stored baseline night's), so the results JSON, the terminal, the report, `compare`,
+Defined once here, as pure functions over a test's runs in the one stored run shape (tonight's, a results file's,
+a stored baseline night's), so the results JSON, the terminal, the report, `compare`,
 `history` and the failure messages all read the same figures.
 
 * τ (chain): vLLM accepts a draft's tokens in order and stops at the first rejection, so the expected tokens per
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 #: Below this share of a speedup change, a part (acceptance or step time) is called unchanged.
 MINOR_SHARE = 0.1
@@ -36,23 +36,10 @@ MAIN_SHARE = 2 / 3
 Cause = Literal["acceptance", "step time"]
 
 
-class RunLike(Protocol):
-    """What these figures read of one run (`gate.nights.ArmRun` has it all)."""
-
-    @property
-    def index(self) -> int: ...
-    @property
-    def valid(self) -> bool: ...
-    @property
-    def output_tok_s(self) -> float | None: ...
-    @property
-    def drafts(self) -> int | None: ...
-    @property
-    def accepted_tokens(self) -> int | None: ...
-    @property
-    def accepted_per_pos(self) -> Sequence[int] | None: ...
-    @property
-    def latencies_ms(self) -> Mapping[str, Mapping[str, float] | None]: ...
+#: One run as the stored run shape has it (`gate.nights.RUN_FIELDS`): `runner.RunRecord.to_dict()`, a results
+#: file's run, `gate.nights.ArmRun.to_entry()`. Read: index, valid, output_tok_s, drafts, accepted_tokens,
+#: accepted_per_pos, tpot_ms.
+Run = Mapping[str, Any]
 
 
 def chain_tau(drafts: float, accepted_per_pos: Sequence[float]) -> float | None:
@@ -87,15 +74,16 @@ def _geomean(values: Sequence[float | None]) -> float | None:
     return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
 
 
-def _tpot(run: RunLike) -> float | None:
-    return (run.latencies_ms.get("tpot_ms") or {}).get("p50")
+def _tpot(run: Run) -> float | None:
+    """The run's median TPOT (ms): the time a sequence waits per output token."""
+    return (run.get("tpot_ms") or {}).get("p50")
 
 
-def pair_speedups(reference: Sequence[RunLike], spec: Sequence[RunLike]) -> list[float]:
+def pair_speedups(reference: Sequence[Run], spec: Sequence[Run]) -> list[float]:
     """Spec tok/s ÷ reference tok/s of each pair (the same run index) whose runs are both valid."""
-    ref = {r.index: r for r in reference if r.valid and r.output_tok_s}
-    return [s.output_tok_s / ref[s.index].output_tok_s for s in spec  # type: ignore[operator]
-            if s.valid and s.output_tok_s and s.index in ref]
+    ref = {r["index"]: r["output_tok_s"] for r in reference if r["valid"] and r.get("output_tok_s")}
+    return [s["output_tok_s"] / ref[s["index"]] for s in spec
+            if s["valid"] and s.get("output_tok_s") and s["index"] in ref]
 
 
 @dataclass(frozen=True)
@@ -123,22 +111,22 @@ class Explained:
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
 
-def explain(reference: Sequence[RunLike], spec: Sequence[RunLike], speedups: Sequence[float] | None = None
+def explain(reference: Sequence[Run], spec: Sequence[Run], speedups: Sequence[float] | None = None
             ) -> Explained | None:
     """The figures of a spec arm over its valid runs (counters pooled, TPOT and speedups by geometric mean;
     ``speedups``: the pairs' when not those of `pair_speedups`); None when no valid spec run drafted (no spec
     arm, or the counters were not read)."""
-    runs = [r for r in spec if r.valid and r.drafts]
-    drafts = sum(r.drafts or 0 for r in runs)
+    runs = [r for r in spec if r["valid"] and r.get("drafts")]
+    drafts = sum(r["drafts"] for r in runs)
     if not drafts:
         return None
-    k = max((len(r.accepted_per_pos or ()) for r in runs), default=0)
-    per_pos = [float(sum((r.accepted_per_pos or ())[i] for r in runs if i < len(r.accepted_per_pos or ())))
-               for i in range(k)]
-    tau = chain_tau(drafts, per_pos) if k else 1.0 + sum(r.accepted_tokens or 0 for r in runs) / drafts
+    counts = [r.get("accepted_per_pos") or () for r in runs]
+    k = max(map(len, counts), default=0)
+    per_pos = [float(sum(c[i] for c in counts if i < len(c))) for i in range(k)]
+    tau = chain_tau(drafts, per_pos) if k else 1.0 + sum(r.get("accepted_tokens") or 0 for r in runs) / drafts
     assert tau is not None
     alpha = iid_alpha(drafts, per_pos) if k else None
-    ref_tpot = _geomean([_tpot(r) for r in reference if r.valid])
+    ref_tpot = _geomean([_tpot(r) for r in reference if r["valid"]])
     spec_tpot = _geomean([_tpot(r) for r in runs])
     spec_step = None if spec_tpot is None else tau * spec_tpot
     pairs = pair_speedups(reference, spec) if speedups is None else speedups
@@ -151,13 +139,6 @@ def explain(reference: Sequence[RunLike], spec: Sequence[RunLike], speedups: Seq
         predicted_speedup=None if ref_tpot is None or not spec_step else tau * ref_tpot / spec_step,
         efficiency=eff, spec_step_rel=rel, draft_overhead=None if rel is None or not k else (rel - 1.0) / k,
         pairs=len(pairs))
-
-
-def explain_nights(nights: Sequence[tuple[Sequence[RunLike], Sequence[RunLike]]]) -> Explained | None:
-    """Several nights' (reference, spec) runs as one: a stored baseline's sessions pooled, each night's pairs
-    within their night."""
-    pairs = [x for ref, spec in nights for x in pair_speedups(ref, spec)]
-    return explain([r for ref, _ in nights for r in ref], [s for _, spec in nights for s in spec], pairs)
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,14 @@ efficiency from step times, and the split of a speedup change, which must add up
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 
-from pytest_specdec.gate.nights import ArmRun
-from pytest_specdec.measure.explain import (chain_tau, cost_per_million, explain, explain_nights, iid_alpha,
-                                            iid_tau, split)
+from pytest_specdec.gate.nights import ArmRun, Night
+from pytest_specdec.gate.verdicts import explained
+from pytest_specdec.measure.explain import chain_tau, cost_per_million, explain, iid_alpha, iid_tau, split
 
 TRUE_TAU = (1 - 0.7 ** 4) / (1 - 0.7)  # 2.533: k = 3, every position accepted with 0.7 given the ones before
 
@@ -25,14 +26,16 @@ def simulated_counters(alpha: float, k: int, drafts: int, seed: int = 0) -> list
 
 
 def run(index: int, *, tok_s: float, tpot_ms: float, per_pos: list[int] | None = None, drafts: int = 0,
-        valid: bool = True) -> ArmRun:
+        valid: bool = True) -> dict[str, Any]:
+    """One run in the stored run shape, as a baseline keeps it."""
     return ArmRun(index=index, valid=valid, invalid_reasons=(), latency_untrusted=(), output_tok_s=tok_s,
                   n_requests=8, total_output_tokens=100, drafts=drafts if per_pos else None,
                   draft_tokens=drafts * len(per_pos) if per_pos else None,
                   accepted_tokens=sum(per_pos) if per_pos else None,
                   accepted_per_pos=tuple(per_pos) if per_pos else None,
                   acceptance_rate=sum(per_pos) / (drafts * len(per_pos)) if per_pos else None, draft_coverage=None,
-                  latencies_ms={"tpot_ms": {"p50": tpot_ms, "p95": tpot_ms, "p99": tpot_ms}}, hd_p95_ms={})
+                  latencies_ms={"tpot_ms": {"p50": tpot_ms, "p95": tpot_ms, "p99": tpot_ms}},
+                  hd_p95_ms={}).to_entry()
 
 
 def test_tau_of_a_known_iid_acceptance() -> None:
@@ -96,13 +99,20 @@ def test_split_adds_up_exactly_and_names_the_cause() -> None:
     assert s is not None and s.cause() == "acceptance"
     assert s.speedup_log == pytest.approx(s.acceptance_log + s.step_log, abs=1e-12)
     assert math.isclose(s.to_dict()["tau_change_pct"], 100 * (1.9 / 2.8 - 1))
-    # two nights pooled pair within their night
-    pooled = explain_nights([(ref, [run(i, tok_s=200.0, tpot_ms=5.0, per_pos=[800, 600, 400], drafts=1000)
-                                   for i in range(2)]),
-                             ([run(i, tok_s=50.0, tpot_ms=20.0) for i in range(2)],
-                              [run(i, tok_s=100.0, tpot_ms=10.0, per_pos=[800, 600, 400], drafts=1000)
-                               for i in range(2)])])
+
+
+def night(ref_tok_s: float, spec_tok_s: float) -> Night:
+    ref = [ArmRun.from_entry(run(i, tok_s=ref_tok_s, tpot_ms=10.0)) for i in range(2)]
+    spec = [ArmRun.from_entry(run(i, tok_s=spec_tok_s, tpot_ms=5.0, per_pos=[800, 600, 400], drafts=1000))
+            for i in range(2)]
+    return Night(tuple(ref), tuple(spec), (spec_tok_s / ref_tok_s,) * 2)
+
+
+def test_nights_pooled() -> None:
+    # a baseline's sessions: each night's own pairs, whatever the machine's speed that night
+    pooled = explained([night(100.0, 200.0), night(50.0, 100.0)])
     assert pooled is not None and pooled.pairs == 4 and pooled.speedup == pytest.approx(2.0)
+    assert pooled.tau == pytest.approx(2.8)
 
 
 def test_cost_per_million() -> None:
