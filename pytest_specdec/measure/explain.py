@@ -177,6 +177,11 @@ class Split:
         share = self.acceptance_share
         return "acceptance" if share >= MAIN_SHARE else "step time" if share <= 1 - MAIN_SHARE else None
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Split:
+        """A split as `to_dict` wrote it (its derived figures are computed again)."""
+        return cls(**{k: float(d[k]) for k in cls.__dataclass_fields__})
+
     def to_dict(self) -> dict[str, Any]:
         pct = lambda x: 100.0 * math.expm1(x)  # noqa: E731
         return {**asdict(self), "speedup_change_pct": pct(self.speedup_log),

@@ -82,11 +82,9 @@ def cost_rows(tests: Iterable[TestEntry], price: Mapping[str, Any] | None) -> li
     k × temperature × the rest of the workload, over concurrency: see `cost_peaks`). Empty without a price."""
     if not price or not number(price.get("usd_per_hour")):
         return []
-    usd = float(price["usd_per_hour"])
+    from pytest_specdec.measure.explain import cost_per_million as per_m
 
-    def per_m(tps: Any) -> float | None:
-        t = number(tps)
-        return usd / (t * 3600) * 1e6 if t else None
+    usd = float(price["usd_per_hour"])
 
     rows = []
     for t in tests:
@@ -97,7 +95,8 @@ def cost_rows(tests: Iterable[TestEntry], price: Mapping[str, Any] | None) -> li
                      "concurrency": params.get("concurrency"), "temperature": params.get("temperature"),
                      "workload": _workload(params),
                      "tps": number(s.get("output_tok_s")), "ref_tps": number(s.get("reference_tok_s")),
-                     "cost": per_m(s.get("output_tok_s")), "ref_cost": per_m(s.get("reference_tok_s")),
+                     "cost": per_m(number(s.get("output_tok_s")), usd),
+                     "ref_cost": per_m(number(s.get("reference_tok_s")), usd),
                      "spec_peak": False, "ref_peak": False})
     for group in cost_peaks(rows):
         if group["spec"]:
@@ -262,6 +261,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
     """What the template shows for one test (strings; the template escapes them)."""
     from pytest_specdec.gate.registry import BADGES, label
     from pytest_specdec.gate.verdicts import metric_order
+    from pytest_specdec.output.wording import split_text
 
     s = test.summary
     base, ident = test_name(test.nodeid)
@@ -313,6 +313,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
                     for arm, key in test.servers.items()],
         "error": test.error, "logs": test.server_logs, "ab": test.ab,
         "per_position": s.get("per_position_acceptance") or [],
+        "explained": test.explained, "split": split_text(baseline.split) if baseline else None,
         "distribution": test.distribution,
         "output_match": test.output_match,
     }

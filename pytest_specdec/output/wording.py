@@ -108,6 +108,13 @@ def split_sentence(s: Split) -> str:
             f"steps); {'mostly ' + cause if cause else 'both alike'}")
 
 
+def split_text(d: Mapping[str, Any] | None) -> str | None:
+    """`split_sentence` of a split as the results hold it (`Split.to_dict`); None without one."""
+    from pytest_specdec.measure.explain import Split
+
+    return None if not d else split_sentence(Split.from_dict(d))
+
+
 def attribution(verdicts: Iterable[Verdict], split: Split | None = None) -> str:
     """Which arm moved: the reference decoding, the speedup, the acceptance, and what that points at; a regressed
     speedup with its ``split`` (`measure.explain.split`, baseline → now) is pointed at what the split measures."""
