@@ -117,7 +117,8 @@ def split_text(d: Mapping[str, Any] | None) -> str | None:
 
 def attribution(verdicts: Iterable[Verdict], split: Split | None = None) -> str:
     """Which arm moved: the reference decoding, the speedup, the acceptance, and what that points at; a regressed
-    speedup with its ``split`` (`measure.explain.split`, baseline → now) is pointed at what the split measures."""
+    speedup with its ``split`` (`measure.explain.split`, baseline → now) is pointed at what the split measures, and
+    any other reading ends with the split."""
     by = {v.metric: v for v in verdicts}
     parts = []
     for what, name in (("reference decoding", "reference_tok_s"), ("speedup", "speedup"),
@@ -152,6 +153,8 @@ def attribution(verdicts: Iterable[Verdict], split: Split | None = None) -> str:
         reading = "latency regressed while the throughput figures held"
     else:
         reading = ""
+    if split is not None and not bad("speedup"):  # what the speedup is made of, even where it held
+        reading += ("; " if reading else "") + split_sentence(split)
     return "; ".join(parts) + (f": {reading}" if reading else "")
 
 
