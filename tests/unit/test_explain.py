@@ -118,3 +118,22 @@ def test_nights_pooled() -> None:
 def test_cost_per_million() -> None:
     assert cost_per_million(1000.0, 3.6) == pytest.approx(1.0)
     assert cost_per_million(None, 3.6) is None and cost_per_million(1000.0, None) is None
+
+
+def test_ab_cause_reads_the_split() -> None:
+    from pytest_specdec.gate.ab_session import ABCheck
+    from pytest_specdec.gate.stats import Thresholds, Verdict
+
+    def check(split_: Any, **verdicts: str) -> ABCheck:
+        raw = [Verdict(m, v, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t/pair", -5.0, "", family="gated")
+               for m, v in verdicts.items()]
+        return ABCheck("eagle3", "/a", "/b", {}, Thresholds(), raw=raw, split=split_)
+
+    ref = [run(i, tok_s=100.0, tpot_ms=10.0) for i in range(2)]
+    base = explain(ref, [run(i, tok_s=200.0, tpot_ms=5.0, per_pos=[800, 600, 400], drafts=1000) for i in range(2)])
+    slower = split(base, explain(ref, [run(i, tok_s=150.0, tpot_ms=6.7, per_pos=[800, 600, 400], drafts=1000)
+                                       for i in range(2)]))
+    # tok/s regressed with the acceptance verdict still open: the split has measured where the drop is
+    assert check(slower, output_tok_s="regressed", acceptance_rate="inconclusive").cause() == "step time"
+    assert check(None, output_tok_s="regressed", acceptance_rate="inconclusive").cause() is None
+    assert check(slower, output_tok_s="unchanged", acceptance_rate="unchanged").cause() is None
