@@ -126,8 +126,8 @@ class ArmRun:
         return not self.latency_untrusted
 
     def figure(self, metric: str, *, untimed_too: bool = False) -> float | None:
-        """This run's value of a per-run verdict metric (``output_tok_s``, ``acceptance_rate``,
-        ``draft_coverage``, ``acceptance_length`` or a ``<latency>_p95_ms``), whatever its validity; None where it has none, and for a
+        """This run's value of a per-run verdict metric (``output_tok_s``, ``acceptance_rate``, ``draft_coverage``,
+        ``acceptance_length`` or a ``<latency>_p95_ms``), whatever its validity; None where it has none, and for a
         latency of a run whose stream was coalesced unless ``untimed_too``. The one definition that the
         nightly's per-run values (`Night.metric_values`) and an A/B session's pairs read."""
         if metric.endswith("_p95_ms"):

@@ -56,7 +56,8 @@ def iid_alpha(drafts: float, accepted_per_pos: Sequence[float]) -> float | None:
 
 
 def iid_tau(alpha: float, k: int) -> float:
-    """The seed studies' τ = (1 − α^(k+1)) ÷ (1 − α): expected tokens per step, k drafted i.i.d. with chance α."""
+    """The seed studies' τ = (1 − α^(k+1)) ÷ (1 − α): expected tokens per step, k drafted, each accepted with
+    chance α given the ones before it were."""
     if not 0.0 <= alpha <= 1.0 or k < 0:
         raise ValueError(f"iid_tau needs 0 <= alpha <= 1 and k >= 0, got alpha={alpha}, k={k}")
     return float(k + 1) if alpha == 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)

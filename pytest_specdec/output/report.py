@@ -91,13 +91,11 @@ def cost_rows(tests: Iterable[TestEntry], price: Mapping[str, Any] | None) -> li
         s, params = t.summary, t.params
         if not s:
             continue
+        tps, ref_tps = number(s.get("output_tok_s")), number(s.get("reference_tok_s"))
         rows.append({"nodeid": t.nodeid, "method": params.get("method"), "k": params.get("k"),
                      "concurrency": params.get("concurrency"), "temperature": params.get("temperature"),
-                     "workload": _workload(params),
-                     "tps": number(s.get("output_tok_s")), "ref_tps": number(s.get("reference_tok_s")),
-                     "cost": per_m(number(s.get("output_tok_s")), usd),
-                     "ref_cost": per_m(number(s.get("reference_tok_s")), usd),
-                     "spec_peak": False, "ref_peak": False})
+                     "workload": _workload(params), "tps": tps, "ref_tps": ref_tps,
+                     "cost": per_m(tps, usd), "ref_cost": per_m(ref_tps, usd), "spec_peak": False, "ref_peak": False})
     for group in cost_peaks(rows):
         if group["spec"]:
             group["spec"]["spec_peak"] = True
@@ -261,7 +259,6 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
     """What the template shows for one test (strings; the template escapes them)."""
     from pytest_specdec.gate.registry import BADGES, label
     from pytest_specdec.gate.verdicts import metric_order
-    from pytest_specdec.output.wording import split_text
 
     s = test.summary
     base, ident = test_name(test.nodeid)
@@ -313,7 +310,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
                     for arm, key in test.servers.items()],
         "error": test.error, "logs": test.server_logs, "ab": test.ab,
         "per_position": s.get("per_position_acceptance") or [],
-        "explained": test.explained, "split": split_text(baseline.split) if baseline else None,
+        "explained": test.explained, "split": baseline.split_text if baseline else None,
         "distribution": test.distribution,
         "output_match": test.output_match,
     }
