@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pytest_specdec.profiles import Profile
     from pytest_specdec.profiles.placement import Placement
     from pytest_specdec.vllm.command import ServerSpec
+    from pytest_specdec.measure.explain import Split
 
 #: What an A/B session judges, in this order: the candidate's spec tok/s, acceptance rate and P95 E2E (ms, from
 #: each run's Harrell-Davis P95) against the base's of the same pair.
@@ -41,8 +42,9 @@ AB_SHOWN: tuple[str, ...] = ("reference_tok_s", "speedup")
 #: acceptance rate keeps the default acceptance threshold (2 points).
 AB_DEFAULTS: Mapping[str, float] = {"output_tok_s": 5.0, "e2e_p95_ms": 10.0}
 
-#: What a regressed candidate points at: fewer drafted tokens accepted, or the same acceptance at a slower step.
-Cause = Literal["acceptance", "step time", "non-speculative path"]
+#: What a regressed candidate points at: fewer drafted tokens accepted, a slower step, both alike
+#: (`measure.explain.Split.cause`), or on another install the path without speculation.
+Cause = Literal["acceptance", "step time", "acceptance and step time", "non-speculative path"]
 
 
 def ab_thresholds(profile_layer: Mapping[str, Any], cli: Sequence[str], where: str) -> Thresholds:
@@ -104,6 +106,7 @@ class ABCheck:
     max_looks: int = 1  # one look: the pairs are sized up front (`adjusted_all` reads this)
     check: bool = True  # specdec_verdicts(check=False): judged and shown, never failed
     failed: bool = False
+    split: Split | None = None  # the candidate's speedup against the base's, split into acceptance and step time
 
     def shown(self) -> list[Verdict]:
         return self.final if self.final is not None else (self.verdicts or self.raw)
@@ -113,16 +116,20 @@ class ABCheck:
         return [v for v in self.shown() if v.verdict == "regressed" and v.family == "gated"]
 
     def cause(self) -> Cause | None:
-        """Acceptance regressed: the candidate's drafts are accepted less. tok/s regressed at an unchanged
-        acceptance: the same tokens are drafted, more slowly; on another install, when its reference slowed too
-        and the speedup did not regress, the non-speculative path did. Else nothing to point at."""
+        """tok/s regressed: on another install whose reference slowed too while the speedup did not regress, the
+        non-speculative path; else what the split of the speedup change measures (τ against the step time;
+        without a split, step time when acceptance held). Acceptance regressed alone: the candidate's drafts are
+        accepted less. Else nothing to point at."""
         by = {v.metric: v.verdict for v in self.shown()}
-        if by.get("acceptance_rate") == "regressed":
-            return "acceptance"
-        if by.get("output_tok_s") == "regressed" and by.get("acceptance_rate") == "unchanged":
+        if by.get("output_tok_s") == "regressed":
             if by.get("reference_tok_s") == "regressed" and by.get("speedup") != "regressed":
                 return "non-speculative path"
-            return "step time"
+            if self.split is not None:
+                return self.split.cause() or "acceptance and step time"
+            if by.get("acceptance_rate") == "unchanged":
+                return "step time"
+        if by.get("acceptance_rate") == "regressed":
+            return "acceptance"
         return None
 
 
@@ -195,6 +202,7 @@ class ABGate:
         its server's resolved engine config; ``check`` False: the test's specdec_verdicts marker says it never
         fails on them)."""
         from pytest_specdec.gate.baselines import diff
+        from pytest_specdec.measure.explain import explain, split
 
         def draft(arm: str) -> str:
             return str((specs[arm].speculative_config or {}).get("model", "(no draft model)"))
@@ -209,7 +217,11 @@ class ABGate:
         return ABCheck(method, draft("base"), draft("spec"), {arm: s.key() for arm, s in specs.items()},
                        self.thresholds, installs, diff(side("base", base_ref, "base"),
                                                        side("spec", "reference", "candidate")),
-                       raw=ab_verdicts(result, self.thresholds, self.alpha), check=check)
+                       raw=ab_verdicts(result, self.thresholds, self.alpha), check=check,
+                       split=split(explain([r.to_dict() for r in result.base_reference_runs or result.reference_runs],
+                                           [r.to_dict() for r in result.base_runs]),
+                                   explain([r.to_dict() for r in result.reference_runs],
+                                           [r.to_dict() for r in result.runs])))
 
     def test_end(self, checks: Sequence[tuple[str, ABCheck]], nodeid: str,
                  collected: Sequence[tuple[str, dict[str, Any] | None]]) -> ABCheck:

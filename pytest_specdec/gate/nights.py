@@ -118,13 +118,18 @@ class ArmRun:
     hd_p95_ms: Mapping[str, float | None]  # per-run P95 (Harrell-Davis) by LATENCIES name
 
     @property
+    def acceptance_length(self) -> float | None:
+        """Tokens per verification step (vLLM's acceptance length, τ): 1 + accepted ÷ drafts."""
+        return 1 + self.accepted_tokens / self.drafts if self.drafts and self.accepted_tokens is not None else None
+
+    @property
     def timed(self) -> bool:
         """Its latencies can be trusted: the stream arrived as the engine made it."""
         return not self.latency_untrusted
 
     def figure(self, metric: str, *, untimed_too: bool = False) -> float | None:
-        """This run's value of a per-run verdict metric (``output_tok_s``, ``acceptance_rate``,
-        ``draft_coverage`` or a ``<latency>_p95_ms``), whatever its validity; None where it has none, and for a
+        """This run's value of a per-run verdict metric (``output_tok_s``, ``acceptance_rate``, ``draft_coverage``,
+        ``acceptance_length`` or a ``<latency>_p95_ms``), whatever its validity; None where it has none, and for a
         latency of a run whose stream was coalesced unless ``untimed_too``. The one definition that the
         nightly's per-run values (`Night.metric_values`) and an A/B session's pairs read."""
         if metric.endswith("_p95_ms"):
@@ -254,6 +259,7 @@ class Night:
                 if r.drafts and r.accepted_per_pos and i < len(r.accepted_per_pos)
             ])
         put("draft_coverage", [r.figure("draft_coverage") for r in spec])
+        put("acceptance_length", [r.figure("acceptance_length") for r in spec])
         for name in LATENCIES:
             put(f"{name}_p95_ms", [r.figure(f"{name}_p95_ms", untimed_too=untimed_too)
                                    for r in (spec if self.spec else ref)])

@@ -59,11 +59,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("reference_tok_s", "rate", "tok/s", "reference tok/s", absolute=True),
     Metric("per_position_acceptance", "acceptance", "", "per-position acceptance", indexed=True),
     Metric("draft_coverage", "acceptance", "", "draft coverage"),
+    # τ, tokens per verification step: what the speedup is made of beside the step time (measure/explain.py)
+    Metric("acceptance_length", "rate", "tokens", "acceptance length"),
     Metric("tpot_p95_ms", "latency", "ms", "P95 TPOT", absolute=True, badge=True),
     Metric("ttft_p95_ms", "latency", "ms", "P95 TTFT", absolute=True),
     Metric("e2e_p95_ms", "latency", "ms", "P95 E2E", absolute=True),
     Metric("request_s", "rate", "req/s", "requests/s", verdict=False),
-    Metric("acceptance_length", "rate", "tokens", "acceptance length", verdict=False),
     Metric("itl_token_p95_ms", "latency", "ms", "P95 ITL per token", verdict=False),
     Metric("itl_chunk_p95_ms", "latency", "ms", "P95 ITL per chunk", verdict=False),
     # a concurrency sweep's, not a test's (gate/crossover.py): judged once per sweep line at the session's end

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.variance import NightVariance, Prior
+    from pytest_specdec.measure.explain import Explained, Split
 
 # The gated family (speedup, acceptance, P95 E2E ratio per test) fails a test and alone shares its
 # multiplicity correction; every other metric is judged and shown in its own family; the `specdec_verdicts`
@@ -34,7 +35,7 @@ def metric_order(name: str) -> tuple[int, int]:
 
 def metrics_per_test(method: str, k: int | None) -> int:
     """How many metric tests one specdec test can add to the session's family (an upper bound)."""
-    return 4 if method == "none" else 9 + (k or 0)
+    return 4 if method == "none" else 10 + (k or 0)
 
 
 def gated_per_test(method: str, gate: Iterable[str] = GATED) -> int:
@@ -197,3 +198,23 @@ def gated_with(verdicts: Iterable[Verdict], verdict: str) -> list[Verdict]:
     """The gated verdicts that are ``verdict``: only these fail a test or the session (a shown metric
     that regresses is reported, never a failure)."""
     return [v for v in verdicts if v.family == "gated" and v.verdict == verdict]
+
+
+def explained(nights: Sequence[Night]) -> Explained | None:
+    """The speedup explained (`measure.explain`: τ, step times, efficiency) over nights pooled: tonight alone,
+    or a stored baseline's sessions, each night's recorded pairs."""
+    from pytest_specdec.measure.explain import explain
+
+    return explain([r.to_entry() for n in nights for r in n.reference], [r.to_entry() for n in nights for r in n.spec],
+                   [s for n in nights for s in n.speedup_per_pair if s is not None])
+
+
+def baseline_split(baseline: Mapping[str, Any] | None, now: Night | None) -> Split | None:
+    """The speedup's change from a stored baseline (its sessions pooled) to tonight, split into acceptance and
+    step time (`measure.explain.split`); None without both, or without a speedup on either side."""
+    if not baseline or now is None:
+        return None
+    from pytest_specdec.gate.nights import Night
+    from pytest_specdec.measure.explain import split
+
+    return split(explained([Night.from_entry(e) for e in baseline.get("sessions") or ()]), explained([now]))

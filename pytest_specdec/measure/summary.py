@@ -1,5 +1,6 @@
 """A test's summary over its valid runs: per-pair speedups, geometric means for rates, pooled counters for
-acceptance, medians of per-run percentiles for latencies; and each run's Harrell-Davis P95s."""
+acceptance, medians of per-run percentiles for latencies, the speedup explained (`explain.py`); and each run's
+Harrell-Davis P95s."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ class RunRecord(Protocol):
 
     @property
     def latency_trusted(self) -> bool: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 def hd_p95s(load: LoadResult) -> dict[str, float | None]:
@@ -84,6 +87,9 @@ def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, An
             for p in ("p50", "p95", "p99")
         }
 
+    from pytest_specdec.measure.explain import explain
+
+    explained = explain([r.to_dict() for r in reference], [r.to_dict() for r in spec]) if spec else None
     return {
         "valid_runs": len(arm),
         "latency_runs": len(timed),
@@ -100,4 +106,6 @@ def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, An
         "itl_token_ms": latency("itl_token_ms"),
         "itl_chunk_ms": latency("itl_chunk_ms"),
         "e2e_ms": latency("e2e_ms"),
+        # τ, step times, predicted speedup, verification efficiency, draft overhead (measure/explain.py)
+        "explain": None if explained is None else explained.to_dict(),
     }

@@ -23,6 +23,7 @@ from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 if TYPE_CHECKING:
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.measure.explain import Split
 
 def conditions(results: Results, test: TestEntry, datasets: Mapping[str, Any]) -> dict[str, Any]:
     """What must be equal for a comparison to mean anything, as far as a results file records it: the
@@ -69,6 +70,7 @@ class Row:
     reason: str = ""
     checked: bool = True  # False: NEW's test opted out (check=False): its verdicts are shown, never failed
     dead: bool = False  # NEW has an arm without a valid run: the plugin fails the test for it
+    split: Split | None = None  # the speedup's change OLD → NEW in acceptance and step time (`measure.explain`)
 
     def failed(self, strict: bool = False) -> bool:
         """Whether this test fails the comparison, as the plugin would fail it: a dead arm in NEW always; a
@@ -227,10 +229,13 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     pipeline = Pipeline(Stored(tuple(stored), min_night_sd), alpha, fdr)
     machine = judge_all(pipeline, checks, thresholds)
     by_id = dict(checks)
+    from pytest_specdec.gate.verdicts import baseline_split
+
     for row in rows:
         c = by_id.get(row.nodeid)
         if c is not None:
             row.verdicts = c.final or []
+            row.split = baseline_split(c.baseline, c.night)
     return Comparison(rows, machine, alpha, fdr, crossovers(old, new, alpha))
 
 
@@ -261,7 +266,7 @@ def crossovers(old: Results | StoredDir, new: Results, alpha: float) -> list[tup
 
 def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
     """Per test, the terminal's verdict table (gated metrics; with ``shown`` every metric), worst first."""
-    from pytest_specdec.output.wording import table
+    from pytest_specdec.output.wording import split_sentence, table
 
     level = f"{100 * (1 - 2 * cmp.alpha):.4g}% CI"
     order = {"compared": 1, "not-comparable": 2, "no runs": 3}
@@ -271,6 +276,8 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
         if r.status == "compared" or (r.status == "no runs" and r.verdicts):  # a dead arm in NEW is judged too
             out.append(f"{r.nodeid}: {r.word}" if r.status == "compared" else f"{r.nodeid}: no runs: {r.reason}")
             out += ["  " + line for line in table(r.verdicts if shown else r.gated, level).splitlines()]
+            if r.split is not None:
+                out.append(f"  speedup explained: {split_sentence(r.split)}")
         elif r.status == "not-comparable":
             opted = "" if r.checked else " (check=False: shown, not failed)"
             out.append(f"{r.nodeid}: not-comparable{opted} (measured under other conditions):")
@@ -329,7 +336,8 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
         "tests": [{"nodeid": r.nodeid, "status": r.status, "regressed": r.regressed, "checked": r.checked,
                    "failed": r.failed(strict), "reason": r.reason,
                    "not_comparable_fields": {k: [a, b] for k, (a, b) in r.fields.items()},
-                   "verdicts": {v.metric: verdict_json(v) for v in r.verdicts}} for r in cmp.rows],
+                   "verdicts": {v.metric: verdict_json(v) for v in r.verdicts},
+                   "split": None if r.split is None else r.split.to_dict()} for r in cmp.rows],
     }
 
 

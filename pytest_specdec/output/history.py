@@ -179,6 +179,39 @@ def table_lines(nights: Sequence[Night], rows: Sequence[Series]) -> list[str]:
         gaps = [f"{p.night + 1}: {p.gap}" for p in s.points if p.value is None]
         if gaps and len(gaps) < len(s.points):
             out.append(f"    gaps: {'; '.join(gaps)}")
+    return out + explained_lines(nights)
+
+
+#: The figures of the speedup explained (`measure.explain.Explained`) that the history follows, with their labels.
+EXPLAINED: tuple[tuple[str, str], ...] = (("tau", "τ"), ("tau_iid", "τ i.i.d."), ("predicted_speedup", "predicted x"),
+                                          ("speedup", "measured x"), ("efficiency", "efficiency"),
+                                          ("draft_overhead", "draft overhead"))
+
+
+def explained(nights: Sequence[Night]) -> dict[str, list[dict[str, Any] | None]]:
+    """Per test (first seen first), night by night, its speedup explained (`gate.verdicts.explained`, the one
+    definition): None where the night lacks the test or a spec arm that drafted."""
+    from pytest_specdec.gate.verdicts import explained as of
+
+    out: dict[str, list[dict[str, Any] | None]] = {}
+    for k, night in enumerate(nights):
+        for t in night.results.tests:
+            e = of([t.night])
+            out.setdefault(t.nodeid, [None] * len(nights))[k] = None if e is None else e.to_dict()
+    return {n: v for n, v in out.items() if any(v)}
+
+
+def explained_lines(nights: Sequence[Night]) -> list[str]:
+    """The explained figures' table: per test, one line per figure, night by night."""
+    per_test = explained(nights)
+    if not per_test:
+        return []
+    out = ["", "speedup explained (τ, step times, efficiency: docs/analysis.md), night by night:"]
+    for nodeid, per_night in per_test.items():
+        out.append(nodeid)
+        for key, name in EXPLAINED:
+            cells = ["—" if e is None or e[key] is None else f"{e[key]:.3g}" for e in per_night]
+            out.append(f"  {name:<17} {'  '.join(cells)}")
     return out
 
 
@@ -197,7 +230,8 @@ def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequenc
     """The history as data (`--json`): the nights, the duplicates left out, the files of a directory skipped
     as no results files (with why), and per test and metric the levels (null for a gap, with why), the noise
     sd on the comparison scale and the change points, each with its p (the confirming t-test, Bonferroni over
-    the split's positions; the adjustment over all series is in which change points are kept)."""
+    the split's positions; the adjustment over all series is in which change points are kept); and per test the
+    speedup explained night by night (`explained`)."""
     tests: dict[str, dict[str, Any]] = {}
     for s in rows:
         tr = s.trend
@@ -217,6 +251,7 @@ def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequenc
         "duplicates": [{"file": str(d.path), "same_session_as": str(k.path)} for d, k in duplicates],
         "skipped": [{"file": str(path), "why": why} for path, why in skipped],
         "tests": tests,
+        "explained": explained(nights),
     }
 
 

@@ -13,9 +13,14 @@ def planned(nodeid: str, n_prompts: int, runs: int, block: int | None, fresh: bo
 
 
 def measured(nodeid: str, summary: dict[str, Any]) -> str:
+    """What a test measured, and what its speedup is made of (`wording.explained_text`) when it has a spec arm."""
+    from pytest_specdec.output.wording import explained_text
+
     s = summary
+    why = explained_text(s.get("explain"))
     return (f"specdec: {nodeid}: {_f(s['output_tok_s'])} tok/s vs reference {_f(s['reference_tok_s'])}, "
-            f"speedup {_f(s['speedup'], '.2f')}x, acceptance {_f(s['acceptance_rate'], '.3f')}")
+            f"speedup {_f(s['speedup'], '.2f')}x, acceptance {_f(s['acceptance_rate'], '.3f')}"
+            + (f"; {why}" if why else ""))
 
 
 def distribution_planned(nodeid: str, n_prompts: int, samples_per_prompt: int) -> str:

@@ -82,23 +82,20 @@ def cost_rows(tests: Iterable[TestEntry], price: Mapping[str, Any] | None) -> li
     k × temperature × the rest of the workload, over concurrency: see `cost_peaks`). Empty without a price."""
     if not price or not number(price.get("usd_per_hour")):
         return []
-    usd = float(price["usd_per_hour"])
+    from pytest_specdec.measure.explain import cost_per_million as per_m
 
-    def per_m(tps: Any) -> float | None:
-        t = number(tps)
-        return usd / (t * 3600) * 1e6 if t else None
+    usd = float(price["usd_per_hour"])
 
     rows = []
     for t in tests:
         s, params = t.summary, t.params
         if not s:
             continue
+        tps, ref_tps = number(s.get("output_tok_s")), number(s.get("reference_tok_s"))
         rows.append({"nodeid": t.nodeid, "method": params.get("method"), "k": params.get("k"),
                      "concurrency": params.get("concurrency"), "temperature": params.get("temperature"),
-                     "workload": _workload(params),
-                     "tps": number(s.get("output_tok_s")), "ref_tps": number(s.get("reference_tok_s")),
-                     "cost": per_m(s.get("output_tok_s")), "ref_cost": per_m(s.get("reference_tok_s")),
-                     "spec_peak": False, "ref_peak": False})
+                     "workload": _workload(params), "tps": tps, "ref_tps": ref_tps,
+                     "cost": per_m(tps, usd), "ref_cost": per_m(ref_tps, usd), "spec_peak": False, "ref_peak": False})
     for group in cost_peaks(rows):
         if group["spec"]:
             group["spec"]["spec_peak"] = True
@@ -313,6 +310,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
                     for arm, key in test.servers.items()],
         "error": test.error, "logs": test.server_logs, "ab": test.ab,
         "per_position": s.get("per_position_acceptance") or [],
+        "explained": test.explained, "split": baseline.split_text if baseline else None,
         "distribution": test.distribution,
         "output_match": test.output_match,
     }

@@ -88,7 +88,9 @@ class TestRecord:
 
         return greedy_output_match(self.result)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, usd_per_hour: float | None = None) -> dict[str, Any]:
+        """The test's entry in the results; ``usd_per_hour`` (the session's `price`) gives its cost per 1M output
+        tokens, each arm at its own throughput (`measure.explain.cost_per_million`, which the report reads too)."""
         out: dict[str, Any] = {
             "nodeid": self.nodeid,
             "params": self.params,
@@ -102,6 +104,7 @@ class TestRecord:
             match = self.output_match_entry()
             if match is not None:
                 out["output_match"] = match
+            out["cost_per_1m_output_usd"] = cost_entry(self.result.summary, usd_per_hour)
         if self.error:
             out["error"] = self.error
         if self.server_logs:
@@ -113,12 +116,25 @@ class TestRecord:
         if self.baseline is not None:
             from pytest_specdec.gate.verdicts import to_json
 
+            from pytest_specdec.gate.verdicts import baseline_split
             from pytest_specdec.output.wording import attribution
 
             shown = self.baseline.shown()
+            split = baseline_split(self.baseline.baseline, self.baseline.night)
             out["verdicts"] = {v.metric: to_json(v) for v in shown}
-            out["baseline"] = {**self.baseline.to_dict(), "attribution": attribution(shown) if shown else None}
+            out["baseline"] = {**self.baseline.to_dict(), "attribution": attribution(shown, split) if shown else None,
+                               "split": None if split is None else split.to_dict()}
         return out
+
+
+def cost_entry(summary: dict[str, Any], usd_per_hour: float | None) -> dict[str, float | None] | None:
+    """A test's cost per 1M output tokens, US dollars, each arm at its own throughput; None without a price."""
+    if not usd_per_hour:
+        return None
+    from pytest_specdec.measure.explain import cost_per_million
+
+    return {"spec": cost_per_million(summary.get("output_tok_s"), usd_per_hour),
+            "reference": cost_per_million(summary.get("reference_tok_s"), usd_per_hour)}
 
 
 def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
@@ -128,7 +144,7 @@ def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
     (the candidate's are the test's own `runs`, there named `spec`)."""
     from pytest_specdec.gate.thresholds import to_dict
     from pytest_specdec.gate.verdicts import to_json
-    from pytest_specdec.output.wording import AB_CAUSES
+    from pytest_specdec.output.wording import ab_attribution
 
     cause = c.cause()
     runs = [] if result is None else [*(r.to_dict() for r in result.reference_runs),
@@ -143,7 +159,8 @@ def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
                           "install": installs.get("candidate")},
             "changed": {k: list(v) for k, v in c.changed.items()},
             "verdicts": {v.metric: to_json(v) for v in c.shown()}, "regressed": [v.metric for v in c.regressed()],
-            "attribution": cause, "attribution_text": AB_CAUSES[cause] if cause else None,
+            "attribution": cause, "attribution_text": ab_attribution(c),
+            "split": None if c.split is None else c.split.to_dict(),
             "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(c.thresholds),
             "runs": runs}
 
@@ -162,6 +179,7 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
     the --specdec-save-outputs side file in the same directory; ``gate_settings`` how the gate judged
     (`Judge.settings`), so that `pytest-specdec compare` can judge the file again as the session did;
     ``crossovers`` each concurrency sweep line's crossover and its verdict (`output.sweeps.judge_crossovers`)."""
+    hourly = price(profile, gpu_hourly_usd)
     return {
         "schema": SCHEMA,
         "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
@@ -173,7 +191,7 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
         "server_starts": server_starts,
         "datasets": {name: d.describe() for name, d in datasets.items()},
         "endpoints": {url: facts.to_dict() for url, facts in endpoints.items()},
-        "price": price(profile, gpu_hourly_usd),
+        "price": hourly,
         "machine_factor": machine.to_dict() if machine is not None else None,
         "gate": {"fail_inconclusive": fail_inconclusive, "fail_machine": fail_machine, "machine_failed": machine_failed,
                  "night_variance": {k: v.to_dict() for k, v in night_variances.items()},
@@ -181,7 +199,7 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
         "baseline_update": baseline_writes.to_dict() if baseline_writes is not None else None,
         **({"outputs_file": outputs_file} if outputs_file else {}),
         **({"crossovers": crossovers} if crossovers is not None else {}),
-        "tests": [r.to_dict() for r in records],
+        "tests": [r.to_dict(hourly["usd_per_hour"] if hourly else None) for r in records],
     }
 
 

@@ -94,6 +94,14 @@ class BaselineEntry:
     max_looks: int = 1
     comparability: Mapping[str, Any] | None = None  # tonight's conditions, as the baseline file records its own
     thresholds: Mapping[str, Any] | None = None  # the thresholds the test was judged with (`gate.thresholds.to_dict`)
+    split: Mapping[str, Any] | None = None  # the speedup's change baseline → now split (`measure.explain.Split`)
+
+    @property
+    def split_text(self) -> str | None:
+        """The split in words (`output.wording.split_text`); None without one."""
+        from pytest_specdec.output.wording import split_text
+
+        return split_text(self.split)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BaselineEntry:
@@ -108,7 +116,7 @@ class BaselineEntry:
             under_test=d.get("under_test") or {}, under_test_diff=d.get("under_test_diff") or {},
             not_comparable_fields=d.get("not_comparable_fields") or {}, error=d.get("error"),
             max_looks=_int(d.get("max_looks")) or 1, comparability=d.get("comparability"),
-            thresholds=d.get("thresholds"))
+            thresholds=d.get("thresholds"), split=d.get("split"))
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,15 @@ class TestEntry:
     @property
     def failed(self) -> bool:
         return self.outcome == "failed"
+
+    @property
+    def explained(self) -> dict[str, Any] | None:
+        """The speedup explained (τ, step times, efficiency: `gate.verdicts.explained`, the one definition) from the
+        test's runs, so a file written before the summary carried it reads the same; None without a spec arm."""
+        from pytest_specdec.gate.verdicts import explained
+
+        e = explained([self.night])
+        return None if e is None else e.to_dict()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str, started: str = "") -> TestEntry:

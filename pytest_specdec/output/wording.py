@@ -16,11 +16,10 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck, TestEnd
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.stats import Verdict
+    from pytest_specdec.measure.explain import Split
     from pytest_specdec.measure.runner import CaseResult
 
 FDR_NAMES = {"bh": "Benjamini-Hochberg", "holm": "Holm"}
-
-
 
 
 
@@ -79,8 +78,47 @@ def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI", arms: tuple[str
     return "\n".join(lines)
 
 
-def attribution(verdicts: Iterable[Verdict]) -> str:
-    """Which arm moved: the reference decoding, the speedup, the acceptance, and what that points at."""
+def explained_text(e: Mapping[str, Any] | None) -> str:
+    """The speedup explained (`measure.explain.Explained`, as a dict) in one phrase: τ both ways, the predicted
+    and measured speedup, the verification efficiency and the implied draft overhead; "" without it."""
+    if not e:
+        return ""
+
+    def f(x: float | None, spec: str) -> str:
+        return "—" if x is None else format(x, spec)
+
+    iid = f"; i.i.d. {f(e['tau_iid'], '.2f')} from α {f(e['alpha'], '.3f')}" if e.get("tau_iid") is not None else ""
+    return (f"τ {e['tau']:.2f} (k {e['k']}{iid}), predicted speedup {f(e['predicted_speedup'], '.2f')}x vs measured "
+            f"{f(e['speedup'], '.2f')}x, efficiency {f(e['efficiency'], '.2f')}, draft overhead "
+            f"{f(e['draft_overhead'], '.3f')} target step per draft token")
+
+
+def split_sentence(s: Split) -> str:
+    """"speedup -18.0 %: acceptance unchanged (τ 2.41 → 2.40, -0.4 %), spec step time +22.0 %; mostly step time":
+    a speedup change split into acceptance and step time (`measure.explain.Split`), and where most of it is."""
+    from pytest_specdec.measure.explain import MINOR_SHARE
+
+    d, share = s.to_dict(), s.acceptance_share
+    acc = "unchanged" if share < MINOR_SHARE else "lower" if s.acceptance_log < 0 else "higher"
+    step = format_delta(d["step_change_pct"], "%")
+    step = f"unchanged ({step})" if 1 - share < MINOR_SHARE else step
+    cause = s.cause()
+    return (f"speedup {format_delta(d['speedup_change_pct'], '%')}: acceptance {acc} (τ {s.tau_before:.2f} → "
+            f"{s.tau_after:.2f}, {format_delta(d['tau_change_pct'], '%')}), spec step time {step} (in reference "
+            f"steps); {'mostly ' + cause if cause else 'both alike'}")
+
+
+def split_text(d: Mapping[str, Any] | None) -> str | None:
+    """`split_sentence` of a split as the results hold it (`Split.to_dict`); None without one."""
+    from pytest_specdec.measure.explain import Split
+
+    return None if not d else split_sentence(Split.from_dict(d))
+
+
+def attribution(verdicts: Iterable[Verdict], split: Split | None = None) -> str:
+    """Which arm moved: the reference decoding, the speedup, the acceptance, and what that points at; a regressed
+    speedup with its ``split`` (`measure.explain.split`, baseline → now) is pointed at what the split measures, and
+    any other reading ends with the split."""
     by = {v.metric: v for v in verdicts}
     parts = []
     for what, name in (("reference decoding", "reference_tok_s"), ("speedup", "speedup"),
@@ -92,7 +130,13 @@ def attribution(verdicts: Iterable[Verdict]) -> str:
     def bad(name: str) -> bool:
         return name in by and by[name].verdict == "regressed"
 
-    if bad("speedup") and bad("acceptance_rate"):
+    if bad("speedup") and split is not None:
+        reading = split_sentence(split) + ": " + {
+            "acceptance": "fewer drafted tokens are accepted: look at the draft/head",
+            "step time": "a step costs more: drafting or verification got slower "
+                         "(draft cost, kernels, scheduling)",
+            None: "fewer tokens accepted and a dearer step together"}[split.cause()]
+    elif bad("speedup") and bad("acceptance_rate"):
         reading = "speculation gains less because fewer drafted tokens are accepted: look at the draft/head"
     elif bad("speedup"):
         reading = ("speculation gains less at the same acceptance: drafting or verification got slower "
@@ -109,6 +153,8 @@ def attribution(verdicts: Iterable[Verdict]) -> str:
         reading = "latency regressed while the throughput figures held"
     else:
         reading = ""
+    if split is not None and not bad("speedup"):  # what the speedup is made of, even where it held
+        reading += ("; " if reading else "") + split_sentence(split)
     return "; ".join(parts) + (f": {reading}" if reading else "")
 
 
@@ -139,7 +185,7 @@ def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: floa
                        accept: str) -> str:
     """A failing test's message: what regressed, the table, the attribution, what changed under test and
     the command that accepts the change. ``where`` names the baseline file, ``accept`` the command."""
-    from pytest_specdec.gate.verdicts import gated_with
+    from pytest_specdec.gate.verdicts import baseline_split, gated_with
 
     bad = gated_with(verdicts, "regressed")
     assert c.baseline is not None
@@ -156,7 +202,7 @@ def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: floa
         "",
         table(verdicts, f"{level:.4g}% CI"),
         "",
-        f"attribution: {attribution(verdicts)}",
+        f"attribution: {attribution(verdicts, baseline_split(c.baseline, c.night))}",
         f"under test, baseline ({last.get('started', '?')}) → now:",
         *under_test_diff(c.baseline.get("under_test", {}), c.under_test),
         "why:",
@@ -280,7 +326,17 @@ def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Se
 AB_CAUSES = {"acceptance": "acceptance (the candidate's drafts are accepted less often)",
              "step time": "step time (the candidate drafts the same tokens more slowly)",
              "non-speculative path": "the non-speculative path (the candidate install's reference slowed too; its "
-                                     "speedup did not regress)"}
+                                     "speedup did not regress)",
+             "acceptance and step time": "acceptance and step time (the candidate's drafts are accepted less and "
+                                         "its steps cost more)"}
+
+
+def ab_attribution(c: ABCheck) -> str | None:
+    """The A/B attribution line's text: the cause, and the split of the candidate's speedup against the base's."""
+    cause = c.cause()
+    if cause is None:
+        return None
+    return AB_CAUSES[cause] + (f"; {split_sentence(c.split)}" if c.split is not None else "")
 
 
 def ab_verdict_line(v: Verdict) -> str:
@@ -298,9 +354,9 @@ def ab_test_lines(nodeid: str, c: ABCheck) -> list[str]:
     lines = [f"specdec A/B: {nodeid}: {ab_sides(c)} ({pairs} pairs)"]
     lines += [f"  {ab_verdict_line(v)}" for v in c.shown()]
     lines += ab_changed_lines(c)
-    cause = c.cause()
-    if cause is not None:
-        lines.append(f"  attribution: {AB_CAUSES[cause]}")
+    why = ab_attribution(c)
+    if why is not None:
+        lines.append(f"  attribution: {why}")
     return lines
 
 
@@ -332,12 +388,12 @@ def ab_changed_lines(c: ABCheck) -> list[str]:
 def ab_failure(c: ABCheck, *, alpha: float, fdr: str) -> str:
     """A test whose candidate regressed against its base: the metrics, the table, the attribution and why."""
     bad = c.regressed()
-    cause = c.cause()
+    why = ab_attribution(c)
     return "\n".join([
         f"specdec A/B: the candidate regressed against the base: {', '.join(v.metric for v in bad)}",
         f"{ab_sides(c)}; p: one-sided, adjusted by {FDR_NAMES[fdr]} over the session's A/B verdicts",
         "", table(c.shown(), f"{100 * (1 - 2 * alpha):.4g}% CI", ("base", "candidate")), "",
-        *([f"attribution: {AB_CAUSES[cause]}"] if cause else []),
+        *([f"attribution: {why}"] if why else []),
         "why:", *[f"  {v.metric}: {v.note}" for v in bad]])
 
 

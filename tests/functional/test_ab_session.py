@@ -89,10 +89,18 @@ def test_slower_candidate_regresses_on_step_time(pytester: pytest.Pytester, proj
                 f"--junitxml={pytester.path / 'junit.xml'}")
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*specdec A/B: the candidate regressed against the base: output_tok_s*",
-                            "*attribution: step time (the candidate drafts the same tokens more slowly)*",
+                            "*attribution: step time (the candidate drafts the same tokens more slowly); speedup -*: "
+                            "acceptance unchanged (τ 4.00 → 4.00, +0.0 %), spec step time +* % (in reference steps); "
+                            "mostly step time",
                             "specdec A/B: 1 test(s) judged candidate vs base, 1 regressed (test_head*: step time)*"])
+    # the test's line: what its (candidate's) speedup is made of
+    r.stdout.fnmatch_lines(["specdec: *test_head*: * tok/s vs reference *, speedup *x, acceptance 1.000; τ 4.00 "
+                            "(k 3; i.i.d. 4.00 from α 1.000), predicted speedup *x vs measured *x, efficiency *"])
     ab = ab_section(pytester)
     assert "output_tok_s" in ab["regressed"] and ab["attribution"] == "step time", ab["verdicts"]
+    # the candidate's steps are 30 % dearer at the same τ: the split finds it in the step time
+    assert ab["split"]["cause"] == "step time" and ab["split"]["tau_change_pct"] == 0.0, ab["split"]
+    assert 10 < ab["split"]["step_change_pct"] < 60, ab["split"]
     assert ab["verdicts"]["acceptance_rate"]["verdict"] == "unchanged"
     junit = ElementTree.parse(pytester.path / "junit.xml")
     properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
@@ -127,9 +135,13 @@ def test_lower_acceptance_is_attributed_to_acceptance(pytester: pytest.Pytester,
     fake_vllm.configure({**SERVERS, "eagle3:/nonexistent/head": {"acceptance": [0.5, 0.4, 0.3]}})
     r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a")  # the candidate: the profile's head
     r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["*attribution: acceptance (the candidate's drafts are accepted less often)*"])
+    r.stdout.fnmatch_lines(["*attribution: acceptance (the candidate's drafts are accepted less often); speedup -*: "
+                            "acceptance lower (τ 4.00 → 2.*, -*), spec step time * (in reference steps); "
+                            "mostly acceptance"])
     ab = ab_section(pytester)
     assert "acceptance_rate" in ab["regressed"] and ab["attribution"] == "acceptance", ab["verdicts"]
+    # τ 4 → 2.2 (1 + 0.5 + 0.4 + 0.3) at the same step cost
+    assert ab["split"]["cause"] == "acceptance" and -50 < ab["split"]["tau_change_pct"] < -40, ab["split"]
 
 
 @pytest.mark.parametrize(("extra", "message"), [
