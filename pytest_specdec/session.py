@@ -304,13 +304,10 @@ class SpecDecSession:
         """At the end of a specdec test: the failure message, or None when it passes (warnings are shown)."""
         record = self.records.get(nodeid)
         if record is not None and record.ab is not None and self.ab is not None:
-            from pytest_specdec.output.wording import ab_failure, ab_test_lines
+            from pytest_specdec.output.ab_wording import ab_test_end
 
-            c = self.ab.test_end([(n, r.ab) for n, r in self.records.items() if r.ab is not None], nodeid,
-                                 [(o.method, o.speculative_config) for o in self.collected])
-            for line in ab_test_lines(nodeid, c):
-                self.progress(line)
-            return ab_failure(c, alpha=self.settings.alpha, fdr=self.settings.fdr) if c.failed else None
+            return ab_test_end(self.ab, [(n, r.ab) for n, r in self.records.items() if r.ab is not None], nodeid,
+                               [(o.method, o.speculative_config) for o in self.collected], self.progress)
         if record is None or record.baseline is None:
             return None
         family = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None]
@@ -328,14 +325,12 @@ class SpecDecSession:
         `output/wording.py`; the machine factor's warning is given between the two, as pytest's, before any
         baseline is written."""
         from pytest_specdec.output.sweeps import judge_crossovers
-        from pytest_specdec.output.wording import (ab_session_lines, coalesced_summary, gate_lines, machine_sentence,
-                                                   session_end_lines)
+        from pytest_specdec.output.ab_wording import ab_session_end
+        from pytest_specdec.output.wording import coalesced_summary, gate_lines, machine_sentence, session_end_lines
 
-        if self.ab is not None:  # A/B (`ABGate.finish`): a test that regresses only once all are in fails the session
-            checks = [(n, r.ab) for n, r in self.records.items() if r.ab is not None]
-            self.end = self.ab.finish(checks)
-            self.gate_summary, late = ab_session_lines(checks, self.end, alpha=self.settings.alpha,
-                                                       fdr=self.settings.fdr)
+        if self.ab is not None:  # A/B: a test that regresses only once all are in fails the session
+            self.end, self.gate_summary, late = ab_session_end(self.ab, [(n, r.ab) for n, r in self.records.items()
+                                                                         if r.ab is not None])
             return [*late, *coalesced_summary([(n, r.result) for n, r in self.records.items()])]
         tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
         end = self.judge.machine_at_end([(n, c) for n, c, _, _ in tests if c is not None],

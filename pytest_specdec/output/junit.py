@@ -16,7 +16,8 @@ PREFIX = "specdec_"
 def test_properties(record: TestRecord) -> list[tuple[str, str]]:
     """Figures of one test: the summary's, the runs per arm, the baseline used and each gated verdict
     with its change and CI (worded as the terminal's table)."""
-    from pytest_specdec.output.wording import ab_sides, format_value
+    from pytest_specdec.output.ab_wording import ab_sides
+    from pytest_specdec.output.wording import format_value
 
     out: list[tuple[str, str]] = []
     result = record.result

@@ -144,7 +144,7 @@ def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
     (the candidate's are the test's own `runs`, there named `spec`)."""
     from pytest_specdec.gate.thresholds import to_dict
     from pytest_specdec.gate.verdicts import to_json
-    from pytest_specdec.output.wording import ab_attribution
+    from pytest_specdec.output.ab_wording import ab_attribution
 
     cause = c.cause()
     runs = [] if result is None else [*(r.to_dict() for r in result.reference_runs),

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.gate.registry import label, metric
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.ab_session import ABCheck
     from pytest_specdec.gate.check import BaselineCheck, TestEnd
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.stats import Verdict
@@ -320,98 +319,3 @@ def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Se
                                         accept=late.command).replace(
             "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
     return [*lines, *coalesced_summary(results), *end.written]
-
-
-#: An A/B test's regression, pointed at (gate.ab_session.Cause): short, and no more than the verdicts say.
-AB_CAUSES = {"acceptance": "acceptance (the candidate's drafts are accepted less often)",
-             "step time": "step time (the candidate drafts the same tokens more slowly)",
-             "non-speculative path": "the non-speculative path (the candidate install's reference slowed too; its "
-                                     "speedup did not regress)",
-             "acceptance and step time": "acceptance and step time (the candidate's drafts are accepted less and "
-                                         "its steps cost more)"}
-
-
-def ab_attribution(c: ABCheck) -> str | None:
-    """The A/B attribution line's text: the cause, and the split of the candidate's speedup against the base's."""
-    cause = c.cause()
-    if cause is None:
-        return None
-    return AB_CAUSES[cause] + (f"; {split_sentence(c.split)}" if c.split is not None else "")
-
-
-def ab_verdict_line(v: Verdict) -> str:
-    """One A/B verdict in a line: metric, verdict, Δ with its CI, p and what it catches."""
-    ci = "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
-    p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
-    threshold = "" if v.threshold is None else f", threshold {v.threshold:+g}{' %' if v.unit == '%' else ' pt'}"
-    change = f"Δ {format_delta(v.delta, v.unit)} (CI {ci})"
-    return f"{label(v.metric)} {v.verdict}: {change}, p {p}, {guard_text(v)}{threshold}"
-
-
-def ab_test_lines(nodeid: str, c: ABCheck) -> list[str]:
-    """A test's A/B verdicts for the terminal, as its end adjusted them, and what a regression points at."""
-    pairs = max((v.n_now for v in c.shown()), default=0)
-    lines = [f"specdec A/B: {nodeid}: {ab_sides(c)} ({pairs} pairs)"]
-    lines += [f"  {ab_verdict_line(v)}" for v in c.shown()]
-    lines += ab_changed_lines(c)
-    why = ab_attribution(c)
-    if why is not None:
-        lines.append(f"  attribution: {why}")
-    return lines
-
-
-def ab_sides(c: ABCheck) -> str:
-    """What an A/B compares: the drafts, and on two installs their vLLM and torch."""
-    if not c.installs:
-        return f"candidate {c.candidate_draft} vs base {c.base_draft}"
-
-    def side(name: str, draft: str) -> str:
-        i = c.installs[name] if c.installs else {}
-        return f"{i.get('distribution')} {i.get('vllm')} (torch {i.get('torch')}) with {draft}"
-
-    return f"candidate {side('candidate', c.candidate_draft)} vs base {side('base', c.base_draft)}"
-
-
-#: The differences between an A/B's sides the terminal lists before pointing at the JSON for the rest.
-AB_CHANGED_SHOWN = 8
-
-
-def ab_changed_lines(c: ABCheck) -> list[str]:
-    """What differs between the base's side and the candidate's (versions, engine configs), base → candidate."""
-    items = list(c.changed.items())
-    lines = [f"  differs: {k}: {a!r} → {b!r}" for k, (a, b) in items[:AB_CHANGED_SHOWN]]
-    if len(items) > AB_CHANGED_SHOWN:
-        lines.append(f"  differs: {len(items) - AB_CHANGED_SHOWN} more, in the JSON's ab.changed")
-    return lines
-
-
-def ab_failure(c: ABCheck, *, alpha: float, fdr: str) -> str:
-    """A test whose candidate regressed against its base: the metrics, the table, the attribution and why."""
-    bad = c.regressed()
-    why = ab_attribution(c)
-    return "\n".join([
-        f"specdec A/B: the candidate regressed against the base: {', '.join(v.metric for v in bad)}",
-        f"{ab_sides(c)}; p: one-sided, adjusted by {FDR_NAMES[fdr]} over the session's A/B verdicts",
-        "", table(c.shown(), f"{100 * (1 - 2 * alpha):.4g}% CI", ("base", "candidate")), "",
-        *([f"attribution: {why}"] if why else []),
-        "why:", *[f"  {v.metric}: {v.note}" for v in bad]])
-
-
-def ab_session_lines(checks: Sequence[tuple[str, ABCheck]], end: Any, *, alpha: float, fdr: str
-                     ) -> tuple[list[str], list[str]]:
-    """The A/B session's end (`gate.ab_session.ABGate.finish`): its closing line (tests judged, how many regressed
-    and at what, the verdicts' counts), and the tests that regressed only once the whole family was known."""
-    by = dict(checks)
-    late = [f"specdec: {n}: after the whole session's A/B family was known, "
-            + ab_failure(by[n], alpha=alpha, fdr=fdr).removeprefix("specdec A/B: ") for n, _ in end.late_regressions]
-    if not checks:
-        return [], late
-    counts: dict[str, int] = {}
-    for _, c in checks:
-        for v in c.shown():
-            counts[v.verdict] = counts.get(v.verdict, 0) + 1
-    failed = [(n, c) for n, c in checks if c.regressed()]
-    causes = ", ".join(f"{n.split('::')[-1]}: {c.cause() or 'tok/s or latency'}" for n, c in failed)
-    total = ", ".join(f"{counts[k]} {k}" for k in ("regressed", "improved", "unchanged", "inconclusive") if k in counts)
-    return [f"specdec A/B: {len(checks)} test(s) judged candidate vs base, {len(failed)} regressed"
-            + (f" ({causes})" if causes else "") + f"; verdicts: {total or 'none'}"], late
