@@ -21,7 +21,35 @@ if TYPE_CHECKING:
 FDR_NAMES = {"bh": "Benjamini-Hochberg", "holm": "Holm"}
 
 
-
+def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed: bool, recorded: bool
+                           ) -> list[str]:
+    """The one block a session on a machine without baselines of its own says, for the terminal and the top of
+    the report alike: this machine, the machines that have baselines, what became of the tests, the ways on.
+    ``hardware`` is `gate.store.Hardware.to_dict`; ``recorded``: --update-baselines wrote this machine's."""
+    this, root, profile = hardware["this"], hardware.get("root") or "baselines", hardware["profile"]
+    folder = f"{root}/{profile}/{this['key']}/"
+    others = [f"{m['name']} ({root}/{profile}/{m['key']}/, {m['files']} file(s))" for m in hardware["others"]]
+    if recorded:
+        lines = [f"specdec: this machine, {this['name']}, had no baselines of profile {profile}: this session "
+                 f"recorded its nights in {folder} ({unjudged} test(s), not judged); the next session compares "
+                 "against them"]
+        if others:
+            lines.append(f"  other machines' baselines, read by none of this machine's tests and left untouched: "
+                         + "; ".join(others))
+        return lines
+    what = ("they FAIL (--specdec-strict)" if failed else
+            "they pass, unjudged (--specdec-strict fails them)")
+    return [
+        f"specdec: no baselines for this machine, {this['name']} ({folder} holds none): "
+        f"{unjudged} test(s) measured, none judged; {what}",
+        f"  baselines of profile {profile} were measured on: " + "; ".join(others),
+        "  a speedup measured on other hardware says nothing about this one, so nothing is compared with them",
+        "  the ways on:",
+        "    record this machine's nights (writes only its own folder, and only missing files), then run again "
+        "to compare: the same command with --update-baselines=missing",
+        "    or judge a change within one session on this machine, candidate against base: "
+        "--specdec-base-draft METHOD=MODEL (docs/gate.md, \"A/B in one session\")",
+    ]
 
 
 def format_value(name: str, x: float | None, times: str = "x") -> str:
@@ -257,10 +285,15 @@ def test_end_message(nodeid: str, c: BaselineCheck, end: TestEnd, *, alpha: floa
 
 
 def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Sequence[tuple[str, CaseResult | None]],
-                      *, alpha: float, fdr: str) -> list[str]:
-    """The gate's lines at the session's end (`gate.judge.SessionEnd`), in order: the late regressions' heading,
-    the machine factor, the late regressions, the coalesced runs, then what the baseline store wrote."""
+                      *, alpha: float, fdr: str, strict: bool = False) -> list[str]:
+    """The gate's lines at the session's end (`gate.judge.SessionEnd`), in order: a machine without baselines of
+    its own (once), the late regressions' heading, the machine factor, the late regressions, the coalesced runs,
+    then what the baseline store wrote."""
     lines: list[str] = []
+    if end.no_own_baselines is not None:
+        hardware, unjudged = end.no_own_baselines
+        lines += no_own_baselines_lines(hardware.to_dict(), len(unjudged), failed=strict,
+                                        recorded=end.baselines is not None)
     if end.late_regressions:
         lines.append(f"specdec: {len(end.late_regressions)} test(s) passed at their end but regressed once every "
                      "p-value of the session was known (Benjamini-Hochberg/Holm need all of them):")
