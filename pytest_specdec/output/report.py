@@ -333,6 +333,23 @@ def update_view(update: BaselineUpdate | None) -> dict[str, Any] | None:
             "rows": rows}
 
 
+def hardware_view(results: Results) -> dict[str, Any]:
+    """Which machine's baselines the session read (``folder``), and, when that machine had none of its own, the
+    session's one block about it (``block``, worded as the terminal words it): said once, at the top."""
+    from pytest_specdec.output.wording import no_own_baselines_lines
+
+    hw = results.gate.settings.get("hardware")
+    if not isinstance(hw, Mapping):  # a file recorded before baselines were kept per machine
+        return {"folder": None, "block": []}
+    this = hw["this"]
+    unjudged = [t for t in results.tests if t.baseline is not None and t.baseline.status == "missing"]
+    recorded = results.baseline_update is not None
+    block = (no_own_baselines_lines(hw, len(unjudged), failed=any(t.outcome == "failed" for t in unjudged),
+                                    recorded=recorded)
+             if unjudged and not this["files"] and (hw["others"] or recorded) else [])
+    return {"folder": f"{hw.get('root') or 'baselines'}/{hw['profile']}/{this['key']}", "block": block}
+
+
 # ---- the page --------------------------------------------------------------------------------------------
 
 
@@ -396,4 +413,5 @@ def render(results: Results) -> str:
         changed=changed, cost=cost, peaks=cost_peaks(cost), price=results.price,
         workarounds_active=active, workarounds_inactive=inactive,
         commit=env.get("commit") or {}, status_order=STATUS_ORDER, update=update_view(results.baseline_update),
+        hardware=hardware_view(results),
     )

@@ -292,3 +292,32 @@ def test_two_tests_on_one_file_is_an_error(tmp_path: Path) -> None:
     s.queue(_pending(s, "t.py::test_a[x/y]", 1.0))
     with pytest.raises(BaselineError, match="two tests map to the same baseline file"):
         s.queue(_pending(s, "t.py::test_a[x_y]", 1.0))
+
+
+def test_a_store_reads_only_its_machines_folder_and_names_the_others(tmp_path: Path) -> None:
+    """Two machines' files side by side: each store sees only its own, and says which other machines have
+    baselines (named from their files' fingerprints)."""
+    there = {"hardware": "Intel(R) Xeon(R) Processor", "device": "cpu", "device_count": 4}
+    mine, theirs = BaselineStore(tmp_path, "cpu", HERE, mode="all", keep=5), BaselineStore(
+        tmp_path, "cpu", there, mode="all", keep=5)
+    theirs.queue(_pending(theirs, "t.py::test_a", 1.0, there))
+    theirs.flush()
+    assert mine.all_files() == [] and mine.read("t.py::test_a", "c") == (mine.path("t.py::test_a"), None)
+    hw = mine.machines()
+    assert hw.without_own and hw.this.key == "amd-epyc-2cpu" and hw.this.name == "AMD EPYC, 2 CPUs"
+    assert [(m.key, m.name, m.files) for m in hw.others] == [("intel-xeon-4cpu", "Intel(R) Xeon(R) Processor, 4 CPUs", 1)]
+    assert not theirs.machines().without_own and theirs.machines().others == ()
+
+
+def test_files_without_a_hardware_folder_are_an_error_naming_the_move(tmp_path: Path) -> None:
+    """A file of the layout before baselines were kept per machine is never read as any machine's: reading
+    names the folder and the command that moves it."""
+    (tmp_path / "cpu" / "suites.test_methods").mkdir(parents=True)
+    (tmp_path / "cpu" / "suites.test_methods" / "test_a.json").write_text("{}")
+    s = BaselineStore(tmp_path, "cpu", HERE, mode=None, keep=5)
+    with pytest.raises(BaselineError, match=re.escape(
+            "cpu/suites.test_methods holds baseline files with no hardware folder (1 such folder(s) under "
+            f"{tmp_path / 'cpu'}); move them into their machine's folder, keeping their nights, with "
+            f"`python scripts/hardware_layout.py {tmp_path}`")):
+        s.read("suites/test_methods.py::test_a", "c")
+    assert s.machines().others == ()
