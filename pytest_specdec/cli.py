@@ -229,7 +229,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         print("\n".join(table_lines(nights, rows)))
         for dupe, kept in dupes:
             print(f"specdec history: {dupe.path} left out: the same session ({dupe.started}) as {kept.path}")
-        changed = sorted({s.nodeid for s in rows if s.change_nights})
+        changed = sorted({s.name for s in rows if s.change_nights})
         print(f"specdec history: {how}")
         print(f"specdec history: {len(nights)} night(s), {len({s.nodeid for s in rows})} test(s); "
               f"{len(changed)} with a change point" + (": " + ", ".join(changed) if changed else ""))
