@@ -32,7 +32,8 @@ HINT = "python scripts/convert_schema.py"
 def old_files(root: Path) -> list[tuple[str, Path]]:
     """(profile, file) of every baseline file in the old layout under ``root``."""
     profiles = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
-    return [(p.name, f) for p in profiles for module in stale_layout(root, p.name) for f in sorted(module.glob("*.json"))]
+    return [(p.name, f) for p in profiles for module in stale_layout(root, p.name)
+            for f in sorted(module.glob("*.json"))]
 
 
 def sessions_read(root: Path) -> dict[tuple[str, str], int]:

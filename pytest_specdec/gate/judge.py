@@ -228,7 +228,6 @@ class Judge:
         comp = comparability(profile, method, workload, dataset, reference, spec, sampling)
         tested = under_test(profile, engines, spec, endpoint=endpoint, endpoint_versions=endpoint_versions)
         self.opened = True
-        self.hardware  # noqa: B018 - which machines have baselines, as the session found them
         c = BaselineCheck(path=self.store.path(nodeid), status="missing", check=check, comparability=comp,
                           under_test=tested, entry={}, alpha=self.cfg.alpha, gate=gate)
         try:

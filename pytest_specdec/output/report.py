@@ -333,23 +333,6 @@ def update_view(update: BaselineUpdate | None) -> dict[str, Any] | None:
             "rows": rows}
 
 
-def hardware_view(results: Results) -> dict[str, Any]:
-    """Which machine's baselines the session read (``folder``), and, when that machine had none of its own, the
-    session's one block about it (``block``, worded as the terminal words it): said once, at the top."""
-    from pytest_specdec.output.wording import no_own_baselines_lines
-
-    hw = results.gate.settings.get("hardware")
-    if not isinstance(hw, Mapping):  # a file recorded before baselines were kept per machine
-        return {"folder": None, "block": []}
-    this = hw["this"]
-    unjudged = [t for t in results.tests if t.baseline is not None and t.baseline.status == "missing"]
-    recorded = results.baseline_update is not None
-    block = (no_own_baselines_lines(hw, len(unjudged), failed=any(t.outcome == "failed" for t in unjudged),
-                                    recorded=recorded)
-             if unjudged and not this["files"] and (hw["others"] or recorded) else [])
-    return {"folder": f"{hw.get('root') or 'baselines'}/{hw['profile']}/{this['key']}", "block": block}
-
-
 # ---- the page --------------------------------------------------------------------------------------------
 
 
@@ -379,7 +362,7 @@ def render_html(data: Any, name: str = "results") -> str:
 
 def render(results: Results) -> str:
     """The HTML report from typed results."""
-    from pytest_specdec.output.wording import machine_sentence
+    from pytest_specdec.output.wording import hardware_view, machine_sentence
     from markupsafe import Markup
 
     from pytest_specdec.gate.registry import BADGES, label
@@ -401,7 +384,7 @@ def render(results: Results) -> str:
     for i, (v, t) in enumerate(zip(views, ordered)):
         v["anchor"] = f"t{i + 1}"
         v["gate_cells"] = gate_cells(t, columns)
-    machine = results.machine_factor
+    machine, update = results.machine_factor, update_view(results.baseline_update)
     changed = [v for v in views if v["changed_rows"]]
     changed.sort(key=lambda v: min(_change_rank(r) for r in v["changed_rows"]))  # stable: worst tests first
     return templates().get_template("report.html.j2").render(
@@ -412,6 +395,6 @@ def render(results: Results) -> str:
         guard_columns=[label(m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
         changed=changed, cost=cost, peaks=cost_peaks(cost), price=results.price,
         workarounds_active=active, workarounds_inactive=inactive,
-        commit=env.get("commit") or {}, status_order=STATUS_ORDER, update=update_view(results.baseline_update),
-        hardware=hardware_view(results),
+        commit=env.get("commit") or {}, status_order=STATUS_ORDER, update=update,
+        hardware=hardware_view(results.gate.settings.get("hardware"), results.tests, recorded=update is not None),
     )

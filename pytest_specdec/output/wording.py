@@ -34,7 +34,7 @@ def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed
                  f"recorded its nights in {folder} ({unjudged} test(s), not judged); the next session compares "
                  "against them"]
         if others:
-            lines.append(f"  other machines' baselines, read by none of this machine's tests and left untouched: "
+            lines.append("  other machines' baselines, read by none of this machine's tests and left untouched: "
                          + "; ".join(others))
         return lines
     what = ("they FAIL (--specdec-strict)" if failed else
@@ -50,6 +50,20 @@ def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed
         "    or judge a change within one session on this machine, candidate against base: "
         "--specdec-base-draft METHOD=MODEL (docs/gate.md, \"A/B in one session\")",
     ]
+
+
+def hardware_view(hw: Any, tests: Sequence[Any], *, recorded: bool) -> dict[str, Any]:
+    """The report's words on the machine: the baselines folder the session read, and when that machine had
+    none of its own the session's one block (``hw``: the results' `gate.settings.hardware`, None in a file
+    recorded before baselines were kept per machine; ``tests``: the results' `TestEntry`s)."""
+    if not isinstance(hw, Mapping):
+        return {"folder": None, "block": []}
+    this = hw["this"]
+    unjudged = [t for t in tests if t.baseline is not None and t.baseline.status == "missing"]
+    show = unjudged and not this["files"] and (hw["others"] or recorded)
+    block = no_own_baselines_lines(hw, len(unjudged), failed=any(t.outcome == "failed" for t in unjudged),
+                                   recorded=recorded) if show else []
+    return {"folder": f"{hw.get('root') or 'baselines'}/{hw['profile']}/{this['key']}", "block": block}
 
 
 def format_value(name: str, x: float | None, times: str = "x") -> str:

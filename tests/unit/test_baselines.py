@@ -305,7 +305,8 @@ def test_a_store_reads_only_its_machines_folder_and_names_the_others(tmp_path: P
     assert mine.all_files() == [] and mine.read("t.py::test_a", "c") == (mine.path("t.py::test_a"), None)
     hw = mine.machines()
     assert hw.without_own and hw.this.key == "amd-epyc-2cpu" and hw.this.name == "AMD EPYC, 2 CPUs"
-    assert [(m.key, m.name, m.files) for m in hw.others] == [("intel-xeon-4cpu", "Intel(R) Xeon(R) Processor, 4 CPUs", 1)]
+    assert [(m.key, m.name, m.files) for m in hw.others] == [
+        ("intel-xeon-4cpu", "Intel(R) Xeon(R) Processor, 4 CPUs", 1)]
     assert not theirs.machines().without_own and theirs.machines().others == ()
 
 
