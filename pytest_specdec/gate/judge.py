@@ -184,7 +184,7 @@ class Judge:
 
         Regressions fail the test; a missing baseline fails with the command that creates it, except on a
         machine with no baselines of its own while another machine has some: the session says that once
-        (`SessionEnd.other_hardware`) and the test passes (fails under --specdec-strict); a non-comparable
+        (`SessionEnd.no_own_baselines`) and the test passes (fails under --specdec-strict); a non-comparable
         baseline warns (fails under --specdec-strict); inconclusive gated verdicts warn (fail under
         --specdec-fail-inconclusive).
         """
