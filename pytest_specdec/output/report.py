@@ -396,5 +396,5 @@ def render(results: Results) -> str:
         changed=changed, cost=cost, peaks=cost_peaks(cost), price=results.price,
         workarounds_active=active, workarounds_inactive=inactive,
         commit=env.get("commit") or {}, status_order=STATUS_ORDER, update=update,
-        hardware=hardware_view(results.gate.settings.get("hardware"), results.tests, recorded=update is not None),
+        hardware=hardware_view(results.gate.settings.get("hardware"), results.tests, update),
     )

@@ -77,13 +77,16 @@ def test_each_machine_compares_only_against_its_own_and_writes_only_its_own(
     r.assert_outcomes(passed=2)
     r.stdout.fnmatch_lines([
         f"specdec: this machine, {B}, * CPUs, had no baselines of profile fake: this session recorded its nights in "
-        f"baselines/fake/{KEY_B}/ (2 test(s), not judged); the next session compares against them",
+        f"baselines/fake/{KEY_B}/, 2 file(s) of 2 test(s) not judged (the baseline summary says why any was not "
+        "written); the next session compares against them",
         f"  other machines' baselines, read by none of this machine's tests and left untouched: {A}, * CPUs "
         f"(baselines/fake/{KEY_A}/, 2 file(s))",
         f"specdec baselines (baselines/fake/{KEY_B}, {B}, * CPUs): 2 created, 0 updated, 0 unchanged, 0 unused"])
     assert files(pytester, KEY_A) == a_files
     b_files = files(pytester, KEY_B)
     assert set(b_files) == set(a_files) and all(len(json.loads(b)["sessions"]) == 1 for b in b_files.values())
+    html = (pytester.path / "reports" / "latest.html").read_text()
+    assert html[:html.index("<main>")].count("this session recorded its nights in") == 1
 
     # B compares against its own night (one session), A against its own two.
     run(pytester, fake_profile, servers).assert_outcomes(passed=2)
