@@ -101,6 +101,15 @@ def test_each_machine_compares_only_against_its_own_and_writes_only_its_own(
         assert t["baseline"]["sessions"] == 2
     assert results(pytester)["gate"]["settings"]["hardware"]["this"]["key"] == KEY_A
 
+    # =missing on a machine with baselines (README's first command) writes nothing and compares.
+    r = run(pytester, fake_profile, servers, "--update-baselines=missing")
+    r.assert_outcomes(passed=2)
+    assert "no baselines for this machine" not in r.stdout.str() and "had no baselines" not in r.stdout.str()
+    assert [t["baseline"]["status"] for t in results(pytester)["tests"]] == ["compared", "compared"]
+    assert results(pytester)["baseline_update"]["created"] == [] and len(results(pytester)["baseline_update"]
+                                                                       ["unchanged"]) == 2
+    assert files(pytester, KEY_A) == a_files
+
     # An update of everything on A writes A's files only: B's stay byte-identical.
     run(pytester, fake_profile, servers, "--update-baselines").assert_outcomes(passed=2)
     assert files(pytester, KEY_B) == b_files

@@ -103,7 +103,7 @@ def test_replay_nights_on_the_stored_cpu_baselines() -> None:
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and " of " in line.split("|")[1]]
     assert rows, out.stdout
     missing = _run([sys.executable, str(SCRIPTS / "replay_nights.py"), "no/such/dir"])
-    assert missing.returncode == 2 and "no baseline files under no/such/dir/*/" in missing.stderr
+    assert missing.returncode == 2 and "no baseline files under no/such/dir" in missing.stderr
 
 
 def test_hardware_layout_moves_old_files_into_their_machines_folder_keeping_every_night(tmp_path: Path) -> None:
