@@ -120,7 +120,8 @@ def profile_of(profile: str, where: str) -> Profile:
 
 
 def stored_dir(path: Path, profile: str) -> StoredDir:
-    """OLD given as a directory of baselines: the root (holding ``<profile>/``) or the profile's own folder."""
+    """OLD given as a directory of baselines: the root (holding ``<profile>/``), the profile's own folder (each
+    test against its own machine's folder), or one machine's folder."""
     from pytest_specdec.gate.baselines import safe_part
     from pytest_specdec.output.compare import StoredDir
 
@@ -128,8 +129,11 @@ def stored_dir(path: Path, profile: str) -> StoredDir:
         return StoredDir(path, profile)
     if path.name == safe_part(profile):
         return StoredDir(path.parent, profile)
+    if path.parent.name == safe_part(profile):  # one machine's folder: every test against it
+        return StoredDir(path.parent.parent, profile, path.name)
     raise InputError(f"{path}: no baselines of profile {profile!r} there (neither {path / safe_part(profile)} nor a "
-                     f"folder named {safe_part(profile)}); pass the baselines root or baselines/<profile>")
+                     f"folder named {safe_part(profile)}); pass the baselines root, baselines/<profile> or "
+                     "baselines/<profile>/<hardware>")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -225,7 +229,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         print("\n".join(table_lines(nights, rows)))
         for dupe, kept in dupes:
             print(f"specdec history: {dupe.path} left out: the same session ({dupe.started}) as {kept.path}")
-        changed = sorted({s.nodeid for s in rows if s.change_nights})
+        changed = sorted({s.name for s in rows if s.change_nights})
         print(f"specdec history: {how}")
         print(f"specdec history: {len(nights)} night(s), {len({s.nodeid for s in rows})} test(s); "
               f"{len(changed)} with a change point" + (": " + ", ".join(changed) if changed else ""))

@@ -344,7 +344,8 @@ class SpecDecSession:
         self.gate_summary = gate_lines(checked, end.machine, fdr=self.settings.fdr, alpha=self.settings.alpha,
                                        fail_inconclusive=self.settings.fail_inconclusive)
         return [*session_end_lines(end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests],
-                                   alpha=self.settings.alpha, fdr=self.settings.fdr), *self.crossovers.lines]
+                                   alpha=self.settings.alpha, fdr=self.settings.fdr, strict=self.settings.strict),
+                *self.crossovers.lines]
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML

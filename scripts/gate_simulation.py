@@ -34,7 +34,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from pytest_specdec.gate.baselines import load
+from pytest_specdec.gate.baselines import hardware_key, load
 from pytest_specdec.gate.check import BaselineCheck
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.pipeline import Pipeline, Stored, sequential
@@ -64,11 +64,15 @@ class Noise:
 
 
 def measured_noise(directory: Path) -> Noise:
-    """Run, night and shared-night sd of the gated metrics, pooled over a profile's stored baselines."""
-    files = [d for f in sorted(glob.glob(str(directory / "*" / "*.json")))
+    """Run, night and shared-night sd of the gated metrics, pooled over one machine's stored baselines."""
+    files = [d for f in sorted(glob.glob(str(directory / "**" / "*.json"), recursive=True))
              if (d := load(Path(f), "--update-baselines")) is not None]
     if not files:
         raise SystemExit(f"no stored baselines under {directory}")
+    machines = sorted({hardware_key(d["comparability"]) for d in files})
+    if len(machines) > 1:  # one machine's noise: another's nights are not the same machine's nights
+        raise SystemExit(f"{directory} holds the nights of {len(machines)} machines ({', '.join(machines)}); "
+                         "pass one with --baselines")
     nv = dict(Stored(tuple(files)).variances)  # no floor: the noise as measured
     # Acceptance repeats exactly run to run at temperature 0 (the exact rule, no p-value); every simulated
     # test gets the noise of the stored tests where it does vary, which is the harder case for the gate.

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 
-from pytest_specdec.gate.baselines import load
+from pytest_specdec.gate.baselines import hardware_key, load
 from pytest_specdec.gate.check import BaselineCheck
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
@@ -58,14 +58,18 @@ def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], flo
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("baselines", type=Path, help="a profile's baseline directory, e.g. baselines/cpu")
+    ap.add_argument("baselines", type=Path, help="one machine's baselines, e.g. baselines/cpu/amd-epyc-2cpu, or a "
+                    "profile's folder holding one machine's")
     ap.add_argument("--profile", default="cpu", help="the profile whose [verdicts] thresholds apply")
     ap.add_argument("--threshold", action="append", default=[], metavar="METRIC=VALUE")
     args = ap.parse_args(argv)
-    paths = sorted(args.baselines.glob("*/*.json"))
+    paths = sorted(args.baselines.rglob("*.json"))
     if not paths:
-        ap.error(f"no baseline files under {args.baselines}/*/")
+        ap.error(f"no baseline files under {args.baselines}")
     files = {str(p): d for p in paths if (d := load(p, "--update-baselines")) is not None}
+    machines = sorted({hardware_key(d["comparability"]) for d in files.values()})
+    if len(machines) > 1:  # a night is one machine's: never replayed against another's
+        ap.error(f"{args.baselines} holds the nights of {len(machines)} machines ({', '.join(machines)}); name one")
     files = {p: d for p, d in files.items() if len(d["sessions"]) >= 3}
     nights = min(len(d["sessions"]) for d in files.values())
     profile = tomllib.loads((PROFILES / f"{args.profile}.toml").read_text())

@@ -1,6 +1,9 @@
 """Stored baselines: where they live, what they hold, how they are read, and how they are written.
 
-One JSON file per test: ``<root>/<profile>/<suite module>/<test id>.json``. It holds
+One JSON file per test: ``<root>/<profile>/<hardware>/<suite module>/<test id>.json``. ``<hardware>`` is a
+short, stable name of the machine the nights were measured on (`hardware_key`: ``amd-epyc-7763-64-core-4cpu``),
+so machines of one profile keep their nights side by side and a session reads and writes only its own
+machine's folder; the full fingerprint is the file's ``comparability``. It holds
 
 * ``comparability`` — what must be equal for a comparison to mean anything (hardware, target model and
   its hash, dataset and its hash, workload, sampling, server args that shape the workload, the
@@ -24,6 +27,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +67,35 @@ def split_nodeid(nodeid: str) -> tuple[str, str]:
     return module or "_", safe_part(rest.replace("::", ".")) if rest else "_"
 
 
-def baseline_path(root: Path, profile: str, nodeid: str) -> Path:
-    """Where the baseline of ``nodeid`` lives under ``root`` for ``profile``."""
+def baseline_path(root: Path, profile: str, hardware: str, nodeid: str) -> Path:
+    """Where the baseline of ``nodeid`` lives under ``root`` for ``profile`` measured on ``hardware`` (a
+    `hardware_key`)."""
     module, test = split_nodeid(nodeid)
-    return root / safe_part(profile) / module / f"{test}.json"
+    return root / safe_part(profile) / safe_part(hardware) / module / f"{test}.json"
+
+
+#: What a CPU's or GPU's marketing name carries that says nothing about the machine.
+_NOISE = re.compile(r"\((?:r|tm|c)\)|\b(?:cpu|processor)\b|@", re.IGNORECASE)
+
+
+def hardware_key(fingerprint: Mapping[str, Any]) -> str:
+    """The folder name of one machine's baselines, from the machine's part of a comparability record
+    (``hardware``, ``device``, ``device_count``): the model name in lower case without trademark signs and
+    the words CPU/Processor, then how many CPUs or GPUs (``Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz``
+    with 4 CPUs → ``intel-xeon-platinum-8370c-2.80ghz-4cpu``). Stable: the same machine gets the same
+    name on every run, and readable in a path and a cache key."""
+    name = _NOISE.sub(" ", str(fingerprint.get("hardware") or "unknown"))
+    slug = re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-.") or "unknown"
+    count = fingerprint.get("device_count")
+    unit = "cpu" if fingerprint.get("device", "cpu") == "cpu" else "gpu"
+    return f"{slug[:60].rstrip('-.')}-{count}{unit}" if count else slug[:60]
+
+
+def hardware_label(fingerprint: Mapping[str, Any]) -> str:
+    """How the words name one machine: its model and how many CPUs or GPUs (``AMD EPYC, 2 CPUs``)."""
+    count = fingerprint.get("device_count")
+    unit = "CPU" if fingerprint.get("device", "cpu") == "cpu" else "GPU"
+    return f"{fingerprint.get('hardware') or 'unknown'}" + (f", {count} {unit}s" if count else "")
 
 
 # ---- identities ---------------------------------------------------------------------------------
@@ -222,10 +251,10 @@ SWEEP_SUFFIX = ".crossover"
 SWEEP_SCHEMA = 1
 
 
-def sweep_path(root: Path, profile: str, sweep_id: str) -> Path:
+def sweep_path(root: Path, profile: str, hardware: str, sweep_id: str) -> Path:
     """Where the crossover record of a sweep lives: where a test named ``sweep_id`` would keep its file, with
-    `SWEEP_SUFFIX` (so it follows wherever `baseline_path` puts the tests)."""
-    return baseline_path(root, profile, sweep_id).with_suffix(SWEEP_SUFFIX)
+    `SWEEP_SUFFIX` (so it follows wherever `baseline_path` puts the tests, one machine's folder)."""
+    return baseline_path(root, profile, hardware, sweep_id).with_suffix(SWEEP_SUFFIX)
 
 
 def load_sweep(path: Path) -> dict[str, Any] | None:

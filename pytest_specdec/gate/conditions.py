@@ -20,11 +20,27 @@ if TYPE_CHECKING:
     from pytest_specdec.vllm.command import ServerSpec
 
 
+def machine(profile: Profile) -> dict[str, Any]:
+    """The machine's part of the comparability record (its fingerprint): the CPU model and CPU count of a
+    CPU profile, the profile's GPU class and count of a GPU profile. Its `gate.baselines.hardware_key`
+    names the folder of this machine's baselines."""
+    if profile.device == "cpu":
+        return cpu_machine()
+    return {"hardware": str(profile.raw.get("hardware", profile.name)), "device": profile.device,
+            "device_count": int(profile.raw.get("gpus", profile.tensor_parallel_size))}
+
+
+def cpu_machine() -> dict[str, Any]:
+    """This machine's fingerprint under a CPU profile: its CPU model and how many CPUs it has."""
+    from pytest_specdec.servers.hardware import cpu_model
+
+    return {"hardware": cpu_model(), "device": "cpu", "device_count": os.cpu_count()}
+
+
 def comparability(profile: Profile, method: str, workload: dict[str, Any], dataset: dict[str, Any],
                   ref_spec: ServerSpec, spec_spec: ServerSpec | None, sampling: Sampling) -> dict[str, Any]:
     """What must be equal for tonight to be compared with the baseline."""
     from pytest_specdec.gate.baselines import model_identity
-    from pytest_specdec.servers.hardware import cpu_model
 
     args = list(ref_spec.args)
     dp = args[args.index("--data-parallel-size") + 1] if "--data-parallel-size" in args[:-1] else "1"
@@ -32,10 +48,7 @@ def comparability(profile: Profile, method: str, workload: dict[str, Any], datas
     if spec_spec is not None and spec_spec.speculative_config is not None:
         speculation = {k: v for k, v in spec_spec.speculative_config.items() if k != "model"}
     return {
-        "hardware": cpu_model() if profile.device == "cpu" else str(profile.raw.get("hardware", profile.name)),
-        "device": profile.device,
-        "device_count": (os.cpu_count() if profile.device == "cpu"
-                         else int(profile.raw.get("gpus", profile.tensor_parallel_size))),
+        **machine(profile),
         "tensor_parallel_size": profile.tensor_parallel_size,
         "data_parallel_size": int(dp),
         "target": model_identity(ref_spec.model, ref_spec.revision),  # its pinned revision too: other weights

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.pipeline import Pipeline
     from pytest_specdec.gate.stats import Thresholds
-    from pytest_specdec.gate.store import BaselineStore
+    from pytest_specdec.gate.store import BaselineStore, Hardware
     from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.measure.types import Sampling
@@ -62,6 +62,9 @@ class SessionEnd:
     written: list[str] = field(default_factory=list)  # what the baseline store says of its writes
     baselines: BaselineWrites | None = None  # what --update-baselines wrote; None without the flag
     baselines_failed: bool = False  # some of them could not be written (a read-only directory): the session fails
+    #: this machine had no baselines of the profile (while another machine has, or they are being recorded):
+    #: said once, for the whole session; (the machines, the tests it left without a verdict)
+    no_own_baselines: tuple[Hardware, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -95,10 +98,19 @@ class Judge:
 
     @cached_property
     def store(self) -> BaselineStore:
+        from pytest_specdec.gate.conditions import machine
         from pytest_specdec.gate.store import BaselineStore
 
-        return BaselineStore(self.cfg.baselines_dir, self.cfg.profile.name, mode=self.cfg.update,
-                             keep=self.cfg.keep_sessions)
+        return BaselineStore(self.cfg.baselines_dir, self.cfg.profile.name, machine(self.cfg.profile),
+                             mode=self.cfg.update, keep=self.cfg.keep_sessions)
+
+    @cached_property
+    def hardware(self) -> Hardware:
+        """This machine's baselines folder and the other machines' of the profile (read once, at the first
+        test, before any write)."""
+        import dataclasses
+
+        return dataclasses.replace(self.store.machines(), root=self.rel(self.store.root))
 
     @property
     def updating_all(self) -> bool:
@@ -170,9 +182,11 @@ class Judge:
         """At the end of a test, its verdicts adjusted over the ``family`` so far (padded to the sizes the
         collected tests can reach), and what they decide.
 
-        Regressions fail the test; a missing baseline fails with the command that creates it; a
-        non-comparable baseline warns (fails under --specdec-strict); inconclusive gated verdicts warn
-        (fail under --specdec-fail-inconclusive).
+        Regressions fail the test; a missing baseline fails with the command that creates it, except on a
+        machine with no baselines of its own while another machine has some: the session says that once
+        (`SessionEnd.no_own_baselines`) and the test passes (fails under --specdec-strict); a non-comparable
+        baseline warns (fails under --specdec-strict); inconclusive gated verdicts warn (fail under
+        --specdec-fail-inconclusive).
         """
         from pytest_specdec.gate.check import TestEnd
         from pytest_specdec.gate.verdicts import gated_with
@@ -185,7 +199,8 @@ class Judge:
         if c.status == "error":  # --update-baselines replaces an unreadable file (the summary says so)
             return passed if self.updating_all else TestEnd("error", True, rel)
         if c.status == "missing":
-            return passed if self.cfg.update else TestEnd("missing", True, rel, self.create_command(nodeid, "missing"))
+            fails = not self.cfg.update and (strict or not self.hardware.without_own)
+            return TestEnd("missing", True, rel, self.create_command(nodeid, "missing")) if fails else passed
         if self.updating_all:
             return passed
         if c.status == "not-comparable":
@@ -257,7 +272,7 @@ class Judge:
         from pytest_specdec.gate.thresholds import to_dict
 
         return {"alpha": self.cfg.alpha, "fdr": self.cfg.fdr, "min_night_sd": self.cfg.profile.min_night_sd,
-                "thresholds": to_dict(self.thresholds())}
+                "thresholds": to_dict(self.thresholds()), "hardware": self.hardware.to_dict()}
 
     def write(self, tests: list[tuple[str, BaselineCheck, CaseResult | None, str]]
               ) -> tuple[list[str], BaselineWrites, bool]:
@@ -310,6 +325,9 @@ class Judge:
             if late and c.check and not c.failed and not self.updating_all and c.status == "compared":
                 end.late_regressions.append(
                     (nodeid, TestEnd("regressed", True, self.rel(c.path), self.create_command(nodeid, "all"))))
+        unjudged = tuple(n for n, c, _, _ in checked if c.status == "missing")
+        if unjudged and (self.hardware.without_own or (self.cfg.update and not self.hardware.this.files)):
+            end.no_own_baselines = (self.hardware, unjudged)
         if self.cfg.update and checked:  # a test read its baseline here or, under xdist, on a worker
             end.written, end.baselines, end.baselines_failed = self.write(checked)
 

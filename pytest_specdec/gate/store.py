@@ -1,6 +1,10 @@
 """Writing baselines: ``--update-baselines`` queues each test's night, and the session's end writes them all
 at once on the controller, under a file lock, each file by atomic rename (what a file holds and how it is
 read: `baselines.py`). A file that cannot be written is listed, never half-written, and the rest go on.
+
+A store is one machine's: it reads and writes ``<root>/<profile>/<hardware>/`` only, so another machine's
+nights beside them are never read as this one's, nor touched by its writes (`Hardware` says which folders
+there are).
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ from typing import Any
 
 from pytest_specdec.files import write_atomic
 from pytest_specdec.gate.baselines import SCHEMA, BaselineError, OlderBaseline, baseline_path, diff, load
-from pytest_specdec.gate.baselines import metric_values
+from pytest_specdec.gate.baselines import hardware_key, hardware_label, metric_values
 from pytest_specdec.gate.baselines import relative, render, safe_part
+
+#: The command that moves baseline files of the layout without a hardware folder into theirs.
+MOVE = "python scripts/hardware_layout.py"
 
 
 @dataclass
@@ -39,12 +46,13 @@ class WriteSummary:
     #: (path, what kept it unwritten: an OS error, or a file of an older schema, never replaced)
     failed: list[tuple[Path, str]] = field(default_factory=list)
     older: set[Path] = field(default_factory=set)  # of `failed`, the files of an older schema
+    folder: str = ""  # the machine's folder the files were written to, and its name, for the first line
 
     def lines(self, root: Path) -> list[str]:
         def rel(p: Path) -> str:
             return relative(p, root)
 
-        out = [f"specdec baselines ({root}): {len(self.created)} created, {len(self.updated)} updated, "
+        out = [f"specdec baselines ({self.folder or root}): {len(self.created)} created, {len(self.updated)} updated, "
                f"{len(self.unchanged)} unchanged, {len(self.unused)} unused"
                + (f", {len(self.failed)} NOT WRITTEN" if self.failed else "")]
         if self.failed:  # one line the session's end shows first, then each file
@@ -58,6 +66,18 @@ class WriteSummary:
         out += [f"  unchanged {rel(p)}: {why}" for p, why in self.unchanged]
         out += [f"  unused    {rel(p)} (no test of this session; delete it if the test is gone)" for p in self.unused]
         return out
+
+
+def _machine_name(files: list[Path]) -> str:
+    """A folder's machine as the words name it, from the first of its files that can be read."""
+    for f in files:
+        try:
+            data = load(f, "pytest --update-baselines")
+        except BaselineError:
+            continue
+        if data is not None:
+            return hardware_label(data["comparability"])
+    return ""
 
 
 def headline(entry: dict[str, Any]) -> dict[str, float]:
@@ -81,30 +101,99 @@ def _headline_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
     return ", ".join(parts) or "no valid values"
 
 
-class BaselineStore:
-    """Reads baselines for one profile and queues writes; ``flush`` writes them (controller only)."""
+@dataclass(frozen=True)
+class Machine:
+    """One machine's baselines of a profile: its folder (a `hardware_key`), its name as the words give it,
+    and how many files it holds."""
 
-    def __init__(self, root: Path, profile: str, *, mode: str | None, keep: int) -> None:
+    key: str
+    name: str
+    files: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "name": self.name, "files": self.files}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Which machine a session's baselines are read from and written to (``this``), and every other
+    machine with baselines of the same profile (``others``): what the session says once when this machine
+    has none of its own."""
+
+    profile: str
+    this: Machine
+    others: tuple[Machine, ...] = ()
+    root: str = "baselines"  # the baselines' root, as the checkout names it
+
+    @property
+    def without_own(self) -> bool:
+        """This machine has no baseline of the profile while another machine has: no test can be judged."""
+        return self.this.files == 0 and bool(self.others)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"profile": self.profile, "root": self.root, "this": self.this.to_dict(),
+                "others": [m.to_dict() for m in self.others]}
+
+
+def stale_layout(root: Path, profile: str) -> list[Path]:
+    """The suite folders of ``<root>/<profile>/`` that hold baseline files directly (the layout without a
+    hardware folder): never read as any machine's, and named in an error with `MOVE`."""
+    base = root / safe_part(profile)
+    return sorted(d for d in base.iterdir() if d.is_dir() and any(d.glob("*.json"))) if base.is_dir() else []
+
+
+class BaselineStore:
+    """Reads one machine's baselines of one profile and queues writes; ``flush`` writes them (controller only).
+
+    ``fingerprint`` is the machine's part of a comparability record (hardware, device, device_count): its
+    `hardware_key` names the folder this store reads and writes, and nothing outside it."""
+
+    def __init__(self, root: Path, profile: str, fingerprint: dict[str, Any], *, mode: str | None,
+                 keep: int) -> None:
         self.root = root
         self.profile = profile
+        self.fingerprint = fingerprint
+        self.hardware = hardware_key(fingerprint)
         self.mode = mode
         self.keep = keep
         self.pending: dict[Path, Pending] = {}
         self.used: set[Path] = set()
         self.modules: set[Path] = set()
 
+    @property
+    def base(self) -> Path:
+        """This machine's folder: ``<root>/<profile>/<hardware>``."""
+        return self.root / safe_part(self.profile) / safe_part(self.hardware)
+
     def path(self, nodeid: str) -> Path:
-        return baseline_path(self.root, self.profile, nodeid)
+        return baseline_path(self.root, self.profile, self.hardware, nodeid)
 
     def read(self, nodeid: str, create_hint: str) -> tuple[Path, dict[str, Any] | None]:
         path = self.path(nodeid)
         self.used.add(path)
         self.modules.add(path.parent)
+        stale = stale_layout(self.root, self.profile)
+        if stale:
+            raise BaselineError(f"{relative(stale[0], self.root)} holds baseline files with no hardware folder "
+                                f"({len(stale)} such folder(s) under {self.root / safe_part(self.profile)}); move "
+                                f"them into their machine's folder, keeping their nights, with `{MOVE} {self.root}`")
         return path, load(path, create_hint)
 
     def all_files(self) -> list[Path]:
+        return sorted(self.base.rglob("*.json")) if self.base.is_dir() else []
+
+    def machines(self) -> Hardware:
+        """This machine's folder and every other machine's folder of the profile, each named from one of
+        its readable files (the folder's name when none is readable)."""
+        this = Machine(self.hardware, hardware_label(self.fingerprint), len(self.all_files()))
+        others = []
         base = self.root / safe_part(self.profile)
-        return sorted(base.rglob("*.json")) if base.is_dir() else []
+        for folder in sorted(base.iterdir()) if base.is_dir() else []:
+            files = sorted(folder.rglob("*.json")) if folder.is_dir() and folder.name != this.key else []
+            if not files or folder in stale_layout(self.root, self.profile):
+                continue
+            others.append(Machine(folder.name, _machine_name(files) or folder.name, len(files)))
+        return Hardware(self.profile, this, tuple(others), str(self.root))
 
     def readable(self) -> list[dict[str, Any]]:
         """Every readable stored file of the profile, parsed: what the gate learns its nights from. A broken
@@ -129,7 +218,7 @@ class BaselineStore:
         """Write every queued baseline under one lock, each by atomic rename; list what happened."""
         from filelock import FileLock
 
-        summary = WriteSummary()
+        summary = WriteSummary(folder=f"{relative(self.base, self.root.parent)}, {hardware_label(self.fingerprint)}")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             with FileLock(str(self.root / ".specdec-baselines.lock"), timeout=600):

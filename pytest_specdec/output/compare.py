@@ -102,6 +102,8 @@ class Comparison:
     alpha: float
     fdr: str
     crossovers: list[tuple[str, Verdict]] = field(default_factory=list)  # (sweep, verdict): shown, never failed
+    #: against stored baselines: the machines' folders NEW's tests were judged against (their path, their name)
+    machines: tuple[tuple[str, str], ...] = ()
 
     @property
     def regressed(self) -> list[Row]:
@@ -123,15 +125,23 @@ def arms_without_valid_run(test: TestEntry) -> list[str]:
 
 @dataclass(frozen=True)
 class StoredDir:
-    """OLD as a profile's stored baselines (`baselines/<profile>/`): what the plugin reads in a session."""
+    """OLD as a profile's stored baselines (`baselines/<profile>/`): what the plugin reads in a session. Each
+    test of NEW is judged against the folder of the machine it was measured on (its recorded comparability),
+    or against the one machine's folder named on the command line (``hardware``)."""
 
     root: Path  # the baselines' root, as --specdec-baselines names it
     profile: str
+    hardware: str | None = None  # `baselines/<profile>/<hardware>/` given as OLD: every test against it
 
-    def store(self) -> Any:
+    def store(self, comparability: Mapping[str, Any]) -> Any:
+        """The store of the machine a test's comparability names (or of ``hardware``)."""
         from pytest_specdec.gate.store import BaselineStore
 
-        return BaselineStore(self.root, self.profile, mode=None, keep=1)
+        fingerprint = {k: comparability.get(k) for k in ("hardware", "device", "device_count")}
+        store = BaselineStore(self.root, self.profile, fingerprint, mode=None, keep=1)
+        if self.hardware is not None:
+            store.hardware = self.hardware
+        return store
 
 
 def test_thresholds(test: TestEntry, session: Thresholds, override: Mapping[str, float], where: str) -> Thresholds:
@@ -167,7 +177,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     override = override or {}
     new_tests = {t.nodeid: (i, t) for i, t in enumerate(new.tests)}
     old_tests = {t.nodeid: (i, t) for i, t in enumerate(old.tests)} if isinstance(old, Results) else {}
-    store = old.store() if isinstance(old, StoredDir) else None
+    stores: dict[str, Any] = {}  # a machine's folder -> its store, for StoredDir
     rows: list[Row] = []
     checks: list[tuple[str, BaselineCheck]] = []
     stored: list[dict[str, Any]] = []
@@ -186,11 +196,13 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
                           thresholds=test_thresholds(now, thresholds, override, where),
                           looks=list(now.baseline.looks) if now.baseline else [],
                           max_looks=now.baseline.max_looks if now.baseline else 1)
-        if store is not None:
+        if isinstance(old, StoredDir):
             if now.baseline is None or now.baseline.comparability is None:
                 rows.append(Row(nodeid, "not judged", reason=f"{where} records no conditions to check against "
                                 "a stored baseline (the plugin judged no baseline for it)", checked=checked))
                 continue
+            store = old.store(now.baseline.comparability)
+            store = stores.setdefault(store.hardware, store)
             try:
                 path, data = store.read(nodeid, "pytest --update-baselines")
             except BaselineError as exc:
@@ -224,8 +236,8 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
         checks.append((nodeid, c))
     if isinstance(old, Results):
         rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
-    else:
-        stored = store.readable()
+    else:  # the priors from the files of the machines judged against, as the plugin's session reads them
+        stored = [data for s in stores.values() for data in s.readable()]
     pipeline = Pipeline(Stored(tuple(stored), min_night_sd), alpha, fdr)
     machine = judge_all(pipeline, checks, thresholds)
     by_id = dict(checks)
@@ -236,12 +248,17 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
         if c is not None:
             row.verdicts = c.final or []
             row.split = baseline_split(c.baseline, c.night)
-    return Comparison(rows, machine, alpha, fdr, crossovers(old, new, alpha))
+    from pytest_specdec.gate.baselines import hardware_label
+
+    machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())
+    return Comparison(rows, machine, alpha, fdr, crossovers(old, new, alpha, stores), machines)
 
 
-def crossovers(old: Results | StoredDir, new: Results, alpha: float) -> list[tuple[str, Verdict]]:
+def crossovers(old: Results | StoredDir, new: Results, alpha: float, stores: Mapping[str, Any]
+               ) -> list[tuple[str, Verdict]]:
     """Each of NEW's concurrency sweep lines: its crossover against OLD's same sweep (its tests in a results
-    file, or the last night of its stored record)."""
+    file, or the last night of its stored record in the folder of the machine its tests were judged against,
+    ``stores``)."""
     import dataclasses
 
     from pytest_specdec.errors import ConfigError
@@ -254,7 +271,8 @@ def crossovers(old: Results | StoredDir, new: Results, alpha: float) -> list[tup
     for line in sweep_lines(new.tests):
         try:
             if isinstance(old, StoredDir):
-                record = load_sweep(sweep_path(old.root, old.profile, line.sweep_id))
+                key = old.hardware or next(iter(stores), None)
+                record = None if key is None else load_sweep(sweep_path(old.root, old.profile, key, line.sweep_id))
                 if record and record["nights"]:
                     before[line.sweep_id] = points_of(record["nights"][-1], line.sweep_id)
             if line.sweep_id in before:
@@ -262,6 +280,15 @@ def crossovers(old: Results | StoredDir, new: Results, alpha: float) -> list[tup
         except (BaselineError, ConfigError) as exc:
             out.append((line.sweep_id, dataclasses.replace(judge([], [], alpha=alpha), note=str(exc))))
     return out
+
+
+def _none_there(store: Any) -> str:
+    """What a machine's folder without files leaves NEW with, and which machines have baselines instead."""
+    if store.all_files():
+        return ""
+    others = "; ".join(f"{m.name} ({m.key})" for m in store.machines().others) or "none"
+    return (f" (that folder holds no baselines, so nothing of NEW could be judged; the profile's baselines were "
+            f"measured on: {others})")
 
 
 def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
@@ -300,7 +327,8 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     status: dict[str, int] = {}
     for r in cmp.rows:
         status[r.status] = status.get(r.status, 0) + 1
-    lines = []
+    lines = [f"specdec compare: {new_name}'s tests judged against {folder}, the baselines of {name}"
+             for folder, name in cmp.machines]
     if cmp.machine is not None:
         lines.append("specdec compare: " + machine_sentence(cmp.machine, now=new_name, against=old_name))
     verdicts = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
@@ -329,6 +357,7 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
 
     return {
         "alpha": cmp.alpha, "fdr": cmp.fdr,
+        "baselines": [{"folder": folder, "hardware": name} for folder, name in cmp.machines],
         "machine_factor": cmp.machine.to_dict() if cmp.machine else None,
         "regressed": [r.nodeid for r in cmp.regressed],
         "crossovers": {sweep: verdict_json(v) for sweep, v in cmp.crossovers},

@@ -7,6 +7,11 @@ night, the duplicate listed. A night's level of a metric is the mean of its vali
 scale (geometric mean for rates and latencies, mean for acceptance), from the same per-run values the
 verdicts read (`gate.nights.Night.metric_values` of the test's `TestEntry.night`). A night without the test,
 or without valid runs for it, is a gap that says why.
+
+Each night was measured on one machine (its `environment.hardware`). Levels of two machines are not one series
+(their speedups differ by the hardware alone, which would read as a change point): when the nights span
+several machines, each test has one series per machine, named ``<test id> on <hardware>``, and a night of
+another machine is a gap in it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,11 @@ class Night:
     def started(self) -> str:
         return self.results.started
 
+    @property
+    def hardware(self) -> str:
+        """The machine the night was measured on, as its results recorded it."""
+        return str(self.results.environment.get("hardware") or "unknown hardware")
+
 
 @dataclass
 class Point:
@@ -54,6 +64,13 @@ class Series:
     points: list[Point]
     trend: Trend | None
     change_nights: list[int] = field(default_factory=list)
+    hardware: str = ""  # the machine of the series' nights, when the nights span several machines
+
+    @property
+    def name(self) -> str:
+        """The series' test as the table, the JSON and the page name it: its id, and its machine when the
+        nights span several."""
+        return f"{self.nodeid} on {self.hardware}" if self.hardware else self.nodeid
 
 
 def order(nights: Sequence[Night]) -> tuple[list[Night], list[tuple[Night, Night]]]:
@@ -98,18 +115,22 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
     from pytest_specdec.gate.registry import GATED
     from pytest_specdec.gate.trend import ALPHA, trend, trends
 
-    tests: dict[str, dict[int, TestEntry]] = {}
+    several = len({n.hardware for n in nights}) > 1
+    tests: dict[tuple[str, str], dict[int, TestEntry]] = {}
     gates: dict[str, dict[str, None]] = {}
     for k, night in enumerate(nights):
         for t in night.results.tests:
-            tests.setdefault(t.nodeid, {})[k] = t
+            tests.setdefault((t.nodeid, night.hardware if several else ""), {})[k] = t
             gates.setdefault(t.nodeid, dict.fromkeys(GATED)).update(
                 dict.fromkeys(t.baseline.gate if t.baseline else ()))
     out: list[Series] = []
-    for nodeid, per_night in tests.items():
+    for (nodeid, hardware), per_night in tests.items():
         for metric in gates[nodeid]:
             points = []
             for k in range(len(nights)):
+                if hardware and nights[k].hardware != hardware:
+                    points.append(Point(k, None, gap=f"measured on other hardware ({nights[k].hardware})"))
+                    continue
                 if k not in per_night:
                     points.append(Point(k, None, gap="not in this night's results"))
                     continue
@@ -119,7 +140,7 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
                     points.append(Point(k, None, gap=f"no valid run with this metric (test {test.outcome})"))
                     continue
                 points.append(Point(k, _level(metric, values), runs=len(values)))
-            out.append(Series(nodeid, metric, points, None))
+            out.append(Series(nodeid, metric, points, None, hardware=hardware))
     out += crossover_series(nights)
     levels = {i: (s.metric, [p.value for p in s.points if p.value is not None])
               for i, s in enumerate(out) if any(p.value is not None for p in s.points)}
@@ -156,13 +177,13 @@ def table_lines(nights: Sequence[Night], rows: Sequence[Series]) -> list[str]:
     from pytest_specdec.output.wording import format_delta, format_value
 
     out = [f"nights ({len(nights)}, by session start):"]
-    out += [f"  {k + 1:>3}  {n.started}  {n.path}" for k, n in enumerate(nights)]
+    out += [f"  {k + 1:>3}  {n.started}  {n.hardware}  {n.path}" for k, n in enumerate(nights)]
     out.append("")
     current = None
     for s in rows:
-        if s.nodeid != current:
-            current = s.nodeid
-            out.append(s.nodeid)
+        if s.name != current:
+            current = s.name
+            out.append(s.name)
         values = "  ".join(format_value(s.metric, p.value) if p.value is not None else "—" for p in s.points)
         out.append(f"  {label(s.metric):<17} {values}")
         tr = s.trend
@@ -235,7 +256,7 @@ def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequenc
     tests: dict[str, dict[str, Any]] = {}
     for s in rows:
         tr = s.trend
-        tests.setdefault(s.nodeid, {})[s.metric] = {
+        tests.setdefault(s.name, {})[s.metric] = {
             "levels": [p.value for p in s.points],
             "runs": [p.runs for p in s.points],
             "gaps": {str(p.night + 1): p.gap for p in s.points if p.value is None},
@@ -247,7 +268,8 @@ def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequenc
                               for c, night in zip(tr.change_points if tr else (), s.change_nights)],
         }
     return {
-        "nights": [{"night": k + 1, "started": n.started, "file": str(n.path)} for k, n in enumerate(nights)],
+        "nights": [{"night": k + 1, "started": n.started, "hardware": n.hardware, "file": str(n.path)}
+                   for k, n in enumerate(nights)],
         "duplicates": [{"file": str(d.path), "same_session_as": str(k.path)} for d, k in duplicates],
         "skipped": [{"file": str(path), "why": why} for path, why in skipped],
         "tests": tests,
@@ -316,9 +338,9 @@ def render_html(nights: Sequence[Night], rows: Sequence[Series],
     changes: dict[str, list[str]] = {}
     for s in rows:
         for c, night in zip(s.trend.change_points if s.trend else (), s.change_nights):
-            changes.setdefault(s.nodeid, []).append(
+            changes.setdefault(s.name, []).append(
                 f"{label(s.metric)} at night {night + 1} ({format_delta(c.change, c.unit)})")
-        tests.setdefault(s.nodeid, []).append({
+        tests.setdefault(s.name, []).append({
             "svg": Markup(chart_svg(s, nights)),  # built escaped
             "changes": len(s.trend.change_points) if s.trend else 0,
             "gaps": [f"night {p.night + 1}: {p.gap}" for p in s.points if p.value is None],
@@ -326,6 +348,7 @@ def render_html(nights: Sequence[Night], rows: Sequence[Series],
     tests = {n: tests[n] for n in sorted(tests, key=lambda n: n not in changes)}  # changed first, else as run
     return templates().get_template("history.html.j2").render(
         nights=[{"n": k + 1, "started": n.started, "file": str(n.path), "profile": n.results.profile or "—",
+                 "hardware": n.hardware,
                  "vllm": n.results.environment.get("vllm_version") or "—",
                  "commit": ((n.results.environment.get("commit") or {}).get("id") or "—")[:10]}
                 for k, n in enumerate(nights)],

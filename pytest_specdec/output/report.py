@@ -360,7 +360,7 @@ def render_html(data: Any, name: str = "results") -> str:
 
 def render(results: Results) -> str:
     """The HTML report from typed results."""
-    from pytest_specdec.output.wording import machine_sentence
+    from pytest_specdec.output.wording import hardware_view, machine_sentence
     from markupsafe import Markup
 
     from pytest_specdec.gate.registry import BADGES, label
@@ -382,7 +382,7 @@ def render(results: Results) -> str:
     for i, (v, t) in enumerate(zip(views, ordered)):
         v["anchor"] = f"t{i + 1}"
         v["gate_cells"] = gate_cells(t, columns)
-    machine = results.machine_factor
+    machine, update = results.machine_factor, update_view(results.baseline_update)
     changed = [v for v in views if v["changed_rows"]]
     changed.sort(key=lambda v: min(_change_rank(r) for r in v["changed_rows"]))  # stable: worst tests first
     return templates().get_template("report.html.j2").render(
@@ -393,5 +393,6 @@ def render(results: Results) -> str:
         guard_columns=[label(m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
         changed=changed, cost=cost, peaks=cost_peaks(cost), price=results.price,
         workarounds_active=active, workarounds_inactive=inactive,
-        commit=env.get("commit") or {}, status_order=STATUS_ORDER, update=update_view(results.baseline_update),
+        commit=env.get("commit") or {}, status_order=STATUS_ORDER, update=update,
+        hardware=hardware_view(results.gate.settings.get("hardware"), results.tests, update),
     )

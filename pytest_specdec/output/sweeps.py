@@ -314,7 +314,7 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
         checks = list(checked.values())
         points = line.points()
         est = estimate(points, alpha=cfg.alpha, where=line.sweep_id)
-        path = sweep_path(cfg.baselines_dir, cfg.profile.name, line.sweep_id)
+        path = sweep_path(cfg.baselines_dir, cfg.profile.name, judge.store.hardware, line.sweep_id)
         gated = NAME in judge.gate() or any(NAME in c.gate for c in checks)
         entry: dict[str, Any] = {
             "sweep": line.sweep_id, "line": line.label, "tests": [t.nodeid for t in line.tests],

@@ -21,6 +21,53 @@ if TYPE_CHECKING:
 FDR_NAMES = {"bh": "Benjamini-Hochberg", "holm": "Holm"}
 
 
+def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed: bool, recorded: int | None
+                           ) -> list[str]:
+    """The one block a session on a machine without baselines of its own says, for the terminal and the top of
+    the report alike: this machine, the machines that have baselines, what became of the tests, the ways on.
+    ``hardware`` is `gate.store.Hardware.to_dict`; ``recorded``: how many files --update-baselines created in this
+    machine's folder (None without the flag)."""
+    this, root, profile = hardware["this"], hardware.get("root") or "baselines", hardware["profile"]
+    folder = f"{root}/{profile}/{this['key']}/"
+    others = [f"{m['name']} ({root}/{profile}/{m['key']}/, {m['files']} file(s))" for m in hardware["others"]]
+    if recorded is not None:
+        lines = [f"specdec: this machine, {this['name']}, had no baselines of profile {profile}: this session "
+                 f"recorded its nights in {folder}, {recorded} file(s) of {unjudged} test(s) not judged (the "
+                 "baseline summary says why any was not written); the next session compares against them"]
+        if others:
+            lines.append("  other machines' baselines, read by none of this machine's tests and left untouched: "
+                         + "; ".join(others))
+        return lines
+    what = ("they FAIL (--specdec-strict)" if failed else
+            "they pass, unjudged (--specdec-strict fails them)")
+    return [
+        f"specdec: no baselines for this machine, {this['name']} ({folder} holds none): "
+        f"{unjudged} test(s) measured, none judged; {what}",
+        f"  baselines of profile {profile} were measured on: " + "; ".join(others),
+        "  a speedup measured on other hardware says nothing about this one, so nothing is compared with them",
+        "  the ways on:",
+        "    record this machine's nights (writes only its own folder, and only missing files), then run again "
+        "to compare: the same command with --update-baselines=missing",
+        "    or judge a change within one session on this machine, candidate against base: "
+        "--specdec-base-draft METHOD=MODEL (docs/gate.md, \"A/B in one session\")",
+    ]
+
+
+def hardware_view(hw: Any, tests: Sequence[Any], update: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The report's words on the machine: the baselines folder the session read, and when that machine had
+    none of its own the session's one block (``hw``: the results' `gate.settings.hardware`, None in a file
+    recorded before baselines were kept per machine; ``tests``: the results' `TestEntry`s; ``update``: what
+    --update-baselines wrote, with its ``created`` files, None without the flag)."""
+    recorded = None if update is None else len(update["created"])
+    if not isinstance(hw, Mapping):
+        return {"folder": None, "block": []}
+    this = hw["this"]
+    unjudged = [t for t in tests if t.baseline is not None and t.baseline.status == "missing"]
+    show = unjudged and not this["files"] and (hw["others"] or recorded is not None)
+    block = no_own_baselines_lines(hw, len(unjudged), failed=any(t.outcome == "failed" for t in unjudged),
+                                   recorded=recorded) if show else []
+    return {"folder": f"{hw.get('root') or 'baselines'}/{hw['profile']}/{this['key']}", "block": block}
+
 
 def format_value(name: str, x: float | None, times: str = "x") -> str:
     """A metric's value as the failure table and the HTML report show it."""
@@ -302,10 +349,15 @@ def test_end_message(nodeid: str, c: BaselineCheck, end: TestEnd, *, alpha: floa
 
 
 def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Sequence[tuple[str, CaseResult | None]],
-                      *, alpha: float, fdr: str) -> list[str]:
-    """The gate's lines at the session's end (`gate.judge.SessionEnd`), in order: the late regressions' heading,
-    the machine factor, the late regressions, the coalesced runs, then what the baseline store wrote."""
+                      *, alpha: float, fdr: str, strict: bool = False) -> list[str]:
+    """The gate's lines at the session's end (`gate.judge.SessionEnd`), in order: a machine without baselines of
+    its own (once), the late regressions' heading, the machine factor, the late regressions, the coalesced runs,
+    then what the baseline store wrote."""
     lines: list[str] = []
+    if end.no_own_baselines is not None:
+        hardware, unjudged = end.no_own_baselines
+        lines += no_own_baselines_lines(hardware.to_dict(), len(unjudged), failed=strict,
+                                        recorded=None if end.baselines is None else len(end.baselines.created))
     if end.late_regressions:
         lines.append(f"specdec: {len(end.late_regressions)} test(s) passed at their end but regressed once every "
                      "p-value of the session was known (Benjamini-Hochberg/Holm need all of them):")

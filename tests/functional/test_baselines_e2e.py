@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import pytest_specdec.gate.stats
 from fakes import FakeServer
-from pytest_specdec.gate.baselines import SCHEMA
+from pytest_specdec.gate.baselines import SCHEMA, hardware_key
+from pytest_specdec.gate.conditions import cpu_machine
 
 Servers = tuple[FakeServer, FakeServer]
 SUITE = {"concurrency": 4, "num_prompts": 8, "max_tokens": 24, "body": "assert specdec.valid"}
@@ -28,7 +29,7 @@ SUITE = {"concurrency": 4, "num_prompts": 8, "max_tokens": 24, "body": "assert s
 # (two busy cores under -n 2) is left out of the verdicts, which is all those tests need.
 GATE_SUITE = {**SUITE, "body": "assert specdec.result.reference_runs"}
 ID = "test_ngram[ngram-k3-t0.0-c4]"
-FILE = f"fake/test_suite/{ID}.json"
+FILE = f"fake/{hardware_key(cpu_machine())}/test_suite/{ID}.json"  # this machine's folder
 
 
 def esc(text: str) -> str:

@@ -79,3 +79,25 @@ def test_compare_against_the_baselines_gives_the_sessions_verdicts(
     (pytester.path / "other").mkdir()
     bad = cli("compare", pytester.path / "other", pytester.path / "reports" / "latest.json")
     assert bad.returncode == 2 and "no baselines of profile 'fake'" in bad.stderr
+
+    # One machine's folder names the same baselines, and the closing lines name the folder and its machine.
+    [folder] = [d for d in (pytester.path / "baselines" / "fake").iterdir() if d.is_dir()]
+    mine = cli("compare", folder, pytester.path / "reports" / "latest.json", "--json", "--all")
+    assert json.loads(mine.stdout)["tests"] == ours["tests"]
+    assert json.loads(mine.stdout)["baselines"] == [{"folder": str(folder), "hardware": json.loads(mine.stdout)
+                                                     ["baselines"][0]["hardware"]}]
+    text = cli("compare", pytester.path / "baselines", pytester.path / "reports" / "latest.json").stdout
+    assert f"specdec compare: {pytester.path / 'reports' / 'latest.json'}'s tests judged against {folder}, the " \
+           "baselines of " in text
+
+    # NEW measured on another machine: judged against that machine's folder, which holds none; nothing is
+    # compared with this machine's files, and the closing lines say which machine has baselines.
+    for t in tonight["tests"]:
+        t["baseline"]["comparability"]["hardware"] = "Other CPU"
+    other = pytester.path / "other.json"
+    other.write_text(json.dumps(tonight))
+    r = cli("compare", pytester.path / "baselines", other)
+    assert r.returncode == 0 and "holds no baselines, so nothing of NEW could be judged; the profile's " \
+        f"baselines were measured on: " in r.stdout and f"({folder.name})" in r.stdout, r.stdout
+    statuses = [t["status"] for t in json.loads(cli("compare", pytester.path / "baselines", other, "--json").stdout)["tests"]]
+    assert statuses == [f"only in {other}"] * len(tonight["tests"]), statuses

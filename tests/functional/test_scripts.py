@@ -23,6 +23,7 @@ PYTHON_SCRIPTS = {
     "distribution_simulation.py": "How often the temperature > 0 distribution check",
     "endpoint_vs_bench.py": "Endpoint mode against two hand-started vLLM CPU servers",
     "gate_simulation.py": "Simulated false alarms and power of the speed gate",
+    "hardware_layout.py": "Move baseline files of the layout without a hardware folder into their machine's folder",
     "latency_check.py": "A session's measurement traps from its results JSON",
     "replay_nights.py": "Replay stored nights as tonight",
     "stats_simulation.py": "Simulated false-alarm rate and power of pytest_specdec.gate.stats",
@@ -102,7 +103,43 @@ def test_replay_nights_on_the_stored_cpu_baselines() -> None:
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and " of " in line.split("|")[1]]
     assert rows, out.stdout
     missing = _run([sys.executable, str(SCRIPTS / "replay_nights.py"), "no/such/dir"])
-    assert missing.returncode == 2 and "no baseline files under no/such/dir/*/" in missing.stderr
+    assert missing.returncode == 2 and "no baseline files under no/such/dir" in missing.stderr
+
+
+def test_hardware_layout_moves_old_files_into_their_machines_folder_keeping_every_night(tmp_path: Path) -> None:
+    """The committed nights copied into the layout without a hardware folder, beside a second machine's file: the
+    script moves each into the folder its own comparability names, and reads back as many sessions as before."""
+    import json
+    import shutil
+
+    committed = sorted((ROOT / "baselines" / "cpu").rglob("*.json"))
+    old = tmp_path / "baselines" / "cpu"
+    for f in committed:
+        (old / f.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, old / f.parent.name / f.name)
+    other = json.loads(committed[0].read_text())
+    other["comparability"].update(hardware="Intel(R) Xeon(R) Processor", device_count=4)
+    (old / "suites.other").mkdir()
+    (old / "suites.other" / "test_x.json").write_text(json.dumps(other))
+    before = sum(len(json.loads(f.read_text())["sessions"]) for f in old.rglob("*.json"))
+
+    check = _run([sys.executable, str(SCRIPTS / "hardware_layout.py"), str(tmp_path / "baselines"), "--check"])
+    assert check.returncode == 1 and "in the old layout" in check.stdout
+    out = _run([sys.executable, str(SCRIPTS / "hardware_layout.py"), str(tmp_path / "baselines")])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{len(committed) + 1} file(s) moved; {before} session(s) before, {before} read after" in out.stdout
+    assert sorted(p.name for p in old.iterdir()) == ["amd-epyc-2cpu", "intel-xeon-4cpu"]
+    assert len(list((old / "amd-epyc-2cpu").rglob("*.json"))) == len(committed)
+    assert (old / "intel-xeon-4cpu" / "suites.other" / "test_x.json").is_file()
+
+
+def test_the_committed_baselines_are_all_in_their_machines_folder() -> None:
+    """Every committed night is read by a session on the machine that measured it."""
+    import json
+
+    stored = sum(len(json.loads(f.read_text())["sessions"]) for f in (ROOT / "baselines").rglob("*.json"))
+    out = _run([sys.executable, str(SCRIPTS / "hardware_layout.py"), "baselines", "--check"])
+    assert out.returncode == 0 and f"baselines/cpu/amd-epyc-2cpu: {stored} session(s) read" in out.stdout, out.stdout
 
 
 def test_stats_simulation_small() -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from fakes import DISTURBED_RULE_ON, FakeServer
 
+from pytest_specdec.gate.baselines import hardware_key
+from pytest_specdec.gate.conditions import cpu_machine
 from pytest_specdec.measure.schedule import warmup_requests
 
 Servers = tuple[FakeServer, FakeServer]
@@ -70,7 +72,7 @@ def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
     pytester.makepyfile(test_suite=make_suite(**SUITE))
     for speed in (0.8, 1.0, 1.25):
         night(pytester, fake_profile, servers, speed, 1.0, "--update-baselines").assert_outcomes(passed=3)
-    files = sorted((pytester.path / "baselines" / "fake" / "test_suite").glob("*.json"))
+    files = sorted((pytester.path / "baselines" / "fake" / hardware_key(cpu_machine()) / "test_suite").glob("*.json"))
     assert len(files) == 3 and all(len(json.loads(f.read_text())["sessions"]) == 3 for f in files)
 
     # A/A at 0.9x: the speedup is conclusively unchanged; the machine factor says ~10 % slower. The first test's

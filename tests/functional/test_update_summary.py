@@ -14,13 +14,16 @@ from pathlib import Path
 import pytest
 from fakes import FakeServer
 
+from pytest_specdec.gate.baselines import hardware_key
+from pytest_specdec.gate.conditions import cpu_machine
 from pytest_specdec.output.report import render_html
 from pytest_specdec.output.schema import ResultsError, load
 
 Servers = tuple[FakeServer, FakeServer]
 SUITE = {"concurrency": 4, "num_prompts": 8, "max_tokens": 24, "body": "assert specdec.result.reference_runs"}
-FILE = "baselines/fake/test_suite/test_ngram[ngram-k3-t0.0-c4].json"
-FAILING = "baselines/fake/test_suite/test_fails[ngram-k3-t0.0-c4].json"
+HERE = hardware_key(cpu_machine())  # this machine's folder
+FILE = f"baselines/fake/{HERE}/test_suite/test_ngram[ngram-k3-t0.0-c4].json"
+FAILING = f"baselines/fake/{HERE}/test_suite/test_fails[ngram-k3-t0.0-c4].json"
 
 
 @pytest.fixture

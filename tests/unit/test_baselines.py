@@ -37,6 +37,10 @@ def run(index: int, tok_s: float, valid: bool = True, acc: float | None = 0.6) -
     }
 
 
+#: The machine the store tests' files are measured on.
+HERE = {"hardware": "AMD EPYC", "device": "cpu", "device_count": 2}
+
+
 def entry(scale: float = 1.0) -> dict[str, Any]:
     return {
         "started": "2026-01-01T00:00:00Z", "under_test": {"vllm": "0.32.0"},
@@ -46,11 +50,28 @@ def entry(scale: float = 1.0) -> dict[str, Any]:
     }
 
 
-def test_paths_follow_profile_module_and_test_id(tmp_path: Path) -> None:
-    p = baseline_path(tmp_path, "cpu", "suites/test_methods.py::test_methods[eagle3-k3-t0.0-c1]")
-    assert p == tmp_path / "cpu" / "suites.test_methods" / "test_methods[eagle3-k3-t0.0-c1].json"
-    p = baseline_path(tmp_path, "cpu", "t.py::TestX::test_y[a/b c]")
+def test_paths_follow_profile_hardware_module_and_test_id(tmp_path: Path) -> None:
+    p = baseline_path(tmp_path, "cpu", "amd-epyc-2cpu", "suites/test_methods.py::test_methods[eagle3-k3-t0.0-c1]")
+    assert p == tmp_path / "cpu" / "amd-epyc-2cpu" / "suites.test_methods" / "test_methods[eagle3-k3-t0.0-c1].json"
+    p = baseline_path(tmp_path, "cpu", "amd-epyc-2cpu", "t.py::TestX::test_y[a/b c]")
     assert p.name == "TestX.test_y[a_b_c].json"
+
+
+@pytest.mark.parametrize(("hardware", "device", "count", "key"), [
+    ("AMD EPYC", "cpu", 2, "amd-epyc-2cpu"),
+    ("AMD EPYC 7763 64-Core Processor", "cpu", 4, "amd-epyc-7763-64-core-4cpu"),
+    ("Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz", "cpu", 4, "intel-xeon-platinum-8370c-2.80ghz-4cpu"),
+    ("Intel(R) Xeon(R) Processor", "cpu", 4, "intel-xeon-4cpu"),
+    ("NVIDIA H100 80GB HBM3", "cuda", 8, "nvidia-h100-80gb-hbm3-8gpu"),
+    ("../../etc", "cpu", None, "etc"),
+])
+def test_a_machines_folder_is_a_short_readable_name_of_its_model_and_count(
+        hardware: str, device: str, count: int | None, key: str) -> None:
+    """The folder of a machine's baselines: its model without trademark signs and the words CPU/Processor,
+    and how many CPUs or GPUs; nothing of it can leave the profile's folder."""
+    from pytest_specdec.gate.baselines import hardware_key
+
+    assert hardware_key({"hardware": hardware, "device": device, "device_count": count}) == key
 
 
 def test_model_identity_hashes_local_models_and_names_hub_ones(tmp_path: Path) -> None:
@@ -186,7 +207,7 @@ def test_an_older_baseline_is_an_error_naming_the_conversion_never_read_as_it_is
     from pytest_specdec.gate.baselines import OlderBaseline
 
     stored = {"schema": SCHEMA - 1, "comparability": {"hardware": "cpu"}, "under_test": {}, "sessions": [entry()]}
-    s = BaselineStore(tmp_path, "cpu", mode="all", keep=5)
+    s = BaselineStore(tmp_path, "cpu", HERE, mode="all", keep=5)
     path = s.path("t.py::test_a")
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(stored))
@@ -226,13 +247,13 @@ def _pending(store: BaselineStore, nodeid: str, scale: float, comp: dict[str, An
 
 def test_flush_creates_appends_keeps_n_and_reports(tmp_path: Path) -> None:
     def store(mode: str | None = "all") -> BaselineStore:
-        return BaselineStore(tmp_path, "cpu", mode=mode, keep=2)
+        return BaselineStore(tmp_path, "cpu", HERE, mode=mode, keep=2)
 
     s = store()
     s.queue(_pending(s, "t.py::test_a", 1.0))
     summary = s.flush()
     assert [p.name for p in summary.created] == ["test_a.json"]
-    path = tmp_path / "cpu" / "t" / "test_a.json"
+    path = tmp_path / "cpu" / "amd-epyc-2cpu" / "t" / "test_a.json"
     for scale in (1.1, 1.2):
         s = store()
         s.read("t.py::test_a", "c")
@@ -245,7 +266,7 @@ def test_flush_creates_appends_keeps_n_and_reports(tmp_path: Path) -> None:
     assert "speedup 2.049 → 2.049" in what and "output_tok_s 225.4 → 245.9" in what and "1 oldest dropped" in what
 
     s = store("missing")  # an existing file is left alone; an unused one is listed
-    (tmp_path / "cpu" / "t" / "test_gone.json").write_text(path.read_text())
+    (path.parent / "test_gone.json").write_text(path.read_text())
     s.read("t.py::test_a", "c")
     s.queue(_pending(s, "t.py::test_a", 2.0))
     summary = s.flush()
@@ -267,7 +288,37 @@ def test_flush_creates_appends_keeps_n_and_reports(tmp_path: Path) -> None:
 
 
 def test_two_tests_on_one_file_is_an_error(tmp_path: Path) -> None:
-    s = BaselineStore(tmp_path, "cpu", mode="all", keep=5)
+    s = BaselineStore(tmp_path, "cpu", HERE, mode="all", keep=5)
     s.queue(_pending(s, "t.py::test_a[x/y]", 1.0))
     with pytest.raises(BaselineError, match="two tests map to the same baseline file"):
         s.queue(_pending(s, "t.py::test_a[x_y]", 1.0))
+
+
+def test_a_store_reads_only_its_machines_folder_and_names_the_others(tmp_path: Path) -> None:
+    """Two machines' files side by side: each store sees only its own, and says which other machines have
+    baselines (named from their files' fingerprints)."""
+    there = {"hardware": "Intel(R) Xeon(R) Processor", "device": "cpu", "device_count": 4}
+    mine, theirs = BaselineStore(tmp_path, "cpu", HERE, mode="all", keep=5), BaselineStore(
+        tmp_path, "cpu", there, mode="all", keep=5)
+    theirs.queue(_pending(theirs, "t.py::test_a", 1.0, there))
+    theirs.flush()
+    assert mine.all_files() == [] and mine.read("t.py::test_a", "c") == (mine.path("t.py::test_a"), None)
+    hw = mine.machines()
+    assert hw.without_own and hw.this.key == "amd-epyc-2cpu" and hw.this.name == "AMD EPYC, 2 CPUs"
+    assert [(m.key, m.name, m.files) for m in hw.others] == [
+        ("intel-xeon-4cpu", "Intel(R) Xeon(R) Processor, 4 CPUs", 1)]
+    assert not theirs.machines().without_own and theirs.machines().others == ()
+
+
+def test_files_without_a_hardware_folder_are_an_error_naming_the_move(tmp_path: Path) -> None:
+    """A file of the layout before baselines were kept per machine is never read as any machine's: reading
+    names the folder and the command that moves it."""
+    (tmp_path / "cpu" / "suites.test_methods").mkdir(parents=True)
+    (tmp_path / "cpu" / "suites.test_methods" / "test_a.json").write_text("{}")
+    s = BaselineStore(tmp_path, "cpu", HERE, mode=None, keep=5)
+    with pytest.raises(BaselineError, match=re.escape(
+            "cpu/suites.test_methods holds baseline files with no hardware folder (1 such folder(s) under "
+            f"{tmp_path / 'cpu'}); move them into their machine's folder, keeping their nights, with "
+            f"`python scripts/hardware_layout.py {tmp_path}`")):
+        s.read("suites/test_methods.py::test_a", "c")
+    assert s.machines().others == ()

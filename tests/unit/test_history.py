@@ -19,7 +19,7 @@ import pytest
 
 from pytest_specdec.cli import main
 from pytest_specdec.gate.trend import noise_sd, trend
-from pytest_specdec.output.history import Night, order, render_html, series
+from pytest_specdec.output.history import Night, order, render_html, series, table_lines, to_json
 from pytest_specdec.output.schema import SCHEMA, load
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "report_results.json"
@@ -115,6 +115,29 @@ def test_history_finds_the_injected_step_and_nothing_else(tmp_path: Path) -> Non
     # the test without runs is a gap that says why, every night
     empty = next(s for s in rows if "test_eagle3" in s.nodeid and s.metric == "speedup")
     assert all(p.value is None and p.gap == "no valid run with this metric (test failed)" for p in empty.points)
+
+
+def test_nights_of_two_machines_are_two_series_never_a_change_point(tmp_path: Path) -> None:
+    """Four nights on one machine, then four on another whose speedups are 40 % lower by the hardware alone:
+    one series per machine and test, the other machine's nights gaps that name it, and no change point."""
+    paths = nights(tmp_path, n=8, step_at=4)  # from night 4 (0-based) STEPPED is slower: the other machine
+    for k, path in enumerate(paths):
+        data = json.loads(path.read_text())
+        data["environment"]["hardware"] = "CPU A" if k < 4 else "CPU B"
+        path.write_text(json.dumps(data))
+    ordered, _ = order(read(paths))
+    rows = series(ordered)
+    assert [s.change_nights for s in rows if s.change_nights] == []
+    a, b = (next(s for s in rows if s.nodeid == STEPPED and s.metric == "speedup" and s.hardware == hw)
+            for hw in ("CPU A", "CPU B"))
+    assert a.name == f"{STEPPED} on CPU A" and [p.value is not None for p in a.points] == [True] * 4 + [False] * 4
+    assert b.points[0].gap == "measured on other hardware (CPU A)" and all(p.value for p in b.points[4:])
+    out = to_json(ordered, rows)
+    assert [n["hardware"] for n in out["nights"]] == ["CPU A"] * 4 + ["CPU B"] * 4
+    assert {f"{STEPPED} on CPU A", f"{STEPPED} on CPU B"} <= set(out["tests"])
+    assert "CPU B" in "\n".join(table_lines(ordered, rows))
+    # one machine's nights alone are one series per test, named by its id
+    assert all(s.hardware == "" and s.name == s.nodeid for s in series(ordered[:4]))
 
 
 def test_duplicates_and_missing_tests_are_listed(tmp_path: Path) -> None:
