@@ -125,9 +125,7 @@ class SpecDecSession:
 
     def check_configure(self) -> None:
         """At configure: explicit --specdec-runs / --specdec-max-runs resolved against the profile, and an A/B
-        session's gate built (`ABGate`: its methods, thresholds and servers checked), so a conflict stops the
-        session before anything is collected or started (a dry run and --update-baselines too). Without them
-        the profile's own values hold, checked when it is read."""
+        session's gate built (`ABGate`), so a conflict stops the session before anything is collected or started."""
         st = self.settings
         if st.runs is None and st.max_runs is None and not st.ab_flag:
             return
@@ -186,8 +184,7 @@ class SpecDecSession:
 
     # --- measuring -----------------------------------------------------------------------------
     def arms(self, case: Case) -> list[tuple[str, ServerSpec]]:
-        """(arm, server spec), the reference first; a test of method "none" has no spec arm; an A/B session's
-        test has its base's too (`ABGate.base_arms`)."""
+        """(arm, server spec), the reference first; no spec arm for method "none"; A/B: `ABGate.base_arms` too."""
         ref = self.server_spec(case, reference=True)
         if case.method == "none":
             return [("reference", ref)]
