@@ -111,8 +111,8 @@ def test_the_sweep_record_keeps_its_last_nights_beside_the_tests_files(tmp_path:
     from pytest_specdec.gate.store import write_sweep
 
     sweep = "suites/test_concurrency.py::test_concurrency[eagle3-k3-t0.0]"
-    path = sweep_path(tmp_path, "cpu", sweep)
-    assert path.parent == baseline_path(tmp_path, "cpu", sweep.replace("t0.0]", "t0.0-c4]")).parent
+    path = sweep_path(tmp_path, "cpu", "amd-epyc-2cpu", sweep)
+    assert path.parent == baseline_path(tmp_path, "cpu", "amd-epyc-2cpu", sweep.replace("t0.0]", "t0.0-c4]")).parent
     assert path.name == "test_concurrency[eagle3-k3-t0.0].crossover"
     assert load_sweep(path) is None
     record = {"sweep": sweep, "profile": "cpu", "tests": []}
