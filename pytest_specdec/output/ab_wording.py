@@ -103,15 +103,23 @@ def ab_session_lines(checks: Sequence[tuple[str, ABCheck]], end: Any, *, alpha: 
             + ab_failure(by[n], alpha=alpha, fdr=fdr).removeprefix("specdec A/B: ") for n, _ in end.late_regressions]
     if not checks:
         return [], late
-    counts: dict[str, int] = {}
-    for _, c in checks:
-        for v in c.shown():
-            counts[v.verdict] = counts.get(v.verdict, 0) + 1
+    def counted(family: str) -> str:
+        """The family's verdicts by kind, e.g. "2 regressed, 5 unchanged"."""
+        counts: dict[str, int] = {}
+        for _, c in checks:
+            for v in c.shown():
+                if v.family == family:
+                    counts[v.verdict] = counts.get(v.verdict, 0) + 1
+        kinds = ("regressed", "improved", "unchanged", "inconclusive")
+        return ", ".join(f"{counts[k]} {k}" for k in kinds if k in counts) or "none"
+
     failed = [(n, c) for n, c in checks if c.regressed()]
     causes = ", ".join(f"{n.split('::')[-1]}: {c.cause() or 'tok/s or latency'}" for n, c in failed)
-    total = ", ".join(f"{counts[k]} {k}" for k in ("regressed", "improved", "unchanged", "inconclusive") if k in counts)
+    shown = any(v.family == "shown" for _, c in checks for v in c.shown())
     return [f"specdec A/B: {len(checks)} test(s) judged candidate vs base, {len(failed)} regressed"
-            + (f" ({causes})" if causes else "") + f"; verdicts: {total or 'none'}"], late
+            + (f" ({causes})" if causes else "") + f"; verdicts: {counted('gated')}"
+            + (f"; shown, never failing (the references' tok/s, the speedups): {counted('shown')}" if shown else "")
+            ], late
 
 
 def ab_test_end(gate: ABGate, checks: Sequence[tuple[str, ABCheck]], nodeid: str,
