@@ -64,7 +64,7 @@ def test_workers_measure_on_disjoint_gpus_and_the_controller_writes_once(
     # the controller's write an update with two sessions per file.
     r.stdout.fnmatch_lines(["specdec baselines (*): 4 created, 0 updated, 0 unchanged, 0 unused"])
     assert sum("specdec baselines (" in line for line in r.outlines) == 1
-    files = sorted(next((project / "baselines" / "fakegpu").iterdir()) / "test_suite".glob("*.json"))
+    files = sorted((next((project / "baselines" / "fakegpu").iterdir()) / "test_suite").glob("*.json"))
     assert len(files) == 4
     assert all(len(json.loads(f.read_text())["sessions"]) == 1 for f in files)
 
