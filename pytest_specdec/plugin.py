@@ -156,7 +156,8 @@ def _options(item: pytest.Item) -> Any:
         return None
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    pytest_session = session  # `session` below is the plugin's
     # Tests sharing a server run together: reorder the specdec tests among their own slots.
     slots = [i for i, item in enumerate(items) if _case(item) is not None]
     ordered = sorted((items[i] for i in slots), key=lambda it: _case(it).server_key())  # type: ignore[union-attr]
@@ -172,6 +173,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         from pytest_specdec.vllm.installed import missing_vllm
 
         problem = missing_vllm(session.profile.device)
+        if problem and session.worker:  # an xdist worker cannot raise one: it stops, and the controller says it
+            pytest_session.shouldstop = problem
+            items[:] = []
+            return
         if problem:  # one usage error now, not one error per test at its server start
             raise pytest.UsageError(problem)
     if cases:
@@ -277,6 +282,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     specdec = session.config.stash.get(session_key, None)
     if specdec is None:
         return
+    from pytest_specdec.vllm.installed import MISSING_VLLM
+
+    dsession = session.config.pluginmanager.getplugin("dsession")  # xdist's controller
+    if str(getattr(dsession, "shouldstop", "")).startswith(MISSING_VLLM):  # a worker's usage error
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller adjusts and writes
         from pytest_specdec.parallel import worker_output

@@ -28,6 +28,7 @@ from pytest_specdec.measure.types import (
 )
 from pytest_specdec.servers.http import headers as http_headers
 from pytest_specdec.servers.http import metrics_text
+from pytest_specdec.servers.hygiene import raise_if_terminated
 
 _PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 # json.loads(bytes) spends half its time sniffing the encoding and wrapping; SSE is UTF-8 by definition,
@@ -328,8 +329,11 @@ def run_coroutine(coro: Awaitable[_T]) -> _T:
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(coro)  # type: ignore[arg-type]
-    return uvloop.run(coro)  # type: ignore[arg-type]
+        result = asyncio.run(coro)  # type: ignore[arg-type]
+    else:
+        result = uvloop.run(coro)  # type: ignore[arg-type]
+    raise_if_terminated()  # a SIGTERM that a callback of the load swallowed still ends the session
+    return result
 
 
 def run_load_sync(base_url: str, model: str, prompts: list[Prompt], sampling: Sampling, *, concurrency: int,

@@ -228,6 +228,18 @@ def shielded() -> Iterator[None]:
         raise KeyboardInterrupt(f"{signal.Signals(caught[0]).name} while stopping the vLLM servers")
 
 
+#: The termination signals `interrupt_on_termination` turned into a KeyboardInterrupt and no one has seen end the
+#: session yet: one raised inside a library's callback can be swallowed there (aiohttp turns it into a failed
+#: request), so the load raises it again once its event loop is done (`raise_if_terminated`).
+_terminated: list[int] = []
+
+
+def raise_if_terminated() -> None:
+    """Raise the KeyboardInterrupt of a SIGTERM or SIGHUP that came in, if code between swallowed it."""
+    if _terminated:
+        raise KeyboardInterrupt(f"{signal.Signals(_terminated.pop()).name} received")
+
+
 def interrupt_on_termination() -> Callable[[], None]:
     """SIGTERM and SIGHUP (what CI runners send on cancel, what a closed terminal sends) raise
     KeyboardInterrupt in the main thread as Ctrl-C does, so the session unwinds and stops its servers
@@ -238,6 +250,7 @@ def interrupt_on_termination() -> Callable[[], None]:
         return lambda: None
 
     def interrupt(signum: int, _frame: object) -> None:
+        _terminated[:] = [signum]
         # Through SIGINT's own handler where there is one: an event loop running the load (asyncio's Runner)
         # turns SIGINT into a clean cancel-and-raise, where an exception raised here could be swallowed.
         if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL, None):
@@ -251,6 +264,7 @@ def interrupt_on_termination() -> Callable[[], None]:
             signal.signal(sig, interrupt)
 
     def undo() -> None:
+        _terminated.clear()
         for sig, handler in old.items():
             if signal.getsignal(sig) is interrupt:
                 signal.signal(sig, handler)

@@ -74,13 +74,13 @@ def test_failures_name_the_part_of_the_speedup_that_moved(pytester: pytest.Pytes
     assert test["verdicts"]["acceptance_length"]["family"] == "shown"
     assert test["verdicts"]["acceptance_length"]["verdict"] == "unchanged"
 
-    # the same step cost, drafts accepted far less (τ 4 → 1.2): the acceptance's part is measured as such. Whether
+    # the same step cost, drafts accepted far less (τ 4 → 1.2, drawn per token: 1.19 in one CI run): the acceptance's part is measured as such. Whether
     # it is most of the drop depends on the baseline night's step ratio, which CPU contention moves a lot on these
     # in-process servers; test_ab_session.py pins "mostly acceptance" where both arms share the night.
     spec.reconfigure(step_s=SPEC_STEP_S, acceptance=(0.2, 0.0, 0.0))
     r = night(pytester, fake_profile, servers, "fewer")
     r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["attribution: *speedup regressed *: speedup -* %: acceptance lower (τ 4.00 → 1.2*, -* %), "
+    r.stdout.fnmatch_lines(["attribution: *speedup regressed *: speedup -* %: acceptance lower (τ 4.00 → 1.*, -* %), "
                             "spec step time * (in reference steps); *"])
     (test,) = json.loads((pytester.path / "fewer.json").read_text())["tests"]
     split = test["baseline"]["split"]
@@ -92,7 +92,7 @@ def test_failures_name_the_part_of_the_speedup_that_moved(pytester: pytest.Pytes
     # compare and history read the same figures from the files
     cmp = cli("compare", pytester.path / "base.json", pytester.path / "fewer.json", "--profile", fake_profile,
               "--threshold", "rate=40", "--threshold", "acceptance=15")
-    assert "speedup explained: speedup -" in cmp.stdout and "acceptance lower (τ 4.00 → 1.2" in cmp.stdout, cmp.stdout
+    assert "speedup explained: speedup -" in cmp.stdout and "acceptance lower (τ 4.00 → 1." in cmp.stdout, cmp.stdout
     hist = cli("history", *(pytester.path / f"{n}.json" for n in ("base", "slower", "fewer")), "--json")
     explained: dict[str, Any] = json.loads(hist.stdout)["explained"]
     (per_night,) = explained.values()

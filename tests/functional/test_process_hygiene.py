@@ -143,6 +143,37 @@ def test_a_second_interrupt_while_stopping_waits_until_the_servers_are_stopped()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
 
 
+def test_a_sigterm_that_the_load_swallowed_still_ends_the_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With SIGINT ignored (inherited by a job started in the background, or by an xdist worker's child) asyncio's
+    runner does not take the signal, so the handler raises in whatever code runs: aiohttp once turned that into a
+    failed request and the session measured on. The load raises it again once its event loop is done."""
+    import asyncio
+
+    from pytest_specdec.measure.client import run_coroutine
+    from pytest_specdec.servers.hygiene import interrupt_on_termination
+
+    monkeypatch.setattr(signal, "getsignal", lambda sig, real=signal.getsignal: (
+        signal.SIG_IGN if sig == signal.SIGINT else real(sig)))
+    undo = interrupt_on_termination()
+    swallowed: list[str] = []
+
+    async def load() -> str:
+        try:  # what aiohttp's protocol callback does with an exception raised in it
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.sleep(0.05)
+        except BaseException as exc:  # noqa: BLE001
+            swallowed.append(repr(exc))
+        return "run measured"
+
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM received"):
+            run_coroutine(load())
+    finally:
+        undo()
+    assert swallowed == ["KeyboardInterrupt('SIGTERM received')"]
+    assert run_coroutine(asyncio.sleep(0, "the next session")) == "the next session"  # undo forgot it
+
+
 class _Interrupted:
     """A server stand-in whose stop is interrupted by Ctrl-C: the user presses it again while it stops."""
 
