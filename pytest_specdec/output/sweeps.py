@@ -345,7 +345,8 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
                     end.failed = True
                     head += " — the session fails (crossover is in the gate)"
         elif est is not None and checks:
-            head += f"; no stored night ({judge.rel(path)}: `pytest --update-baselines` writes it)"
+            head += ("; no stored night: this session stores it" if cfg.update else
+                     f"; no stored night ({judge.rel(path)}: `pytest --update-baselines` writes it)")
         end.lines.append(head)
         if cfg.update and est is not None and all(recs[t.nodeid].outcome == "passed" for t in line.tests):
             night = {"started": stamp, "points": [{"concurrency": c, "speedups": v} for c, v in points],

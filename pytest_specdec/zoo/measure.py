@@ -180,9 +180,11 @@ def measure(
     concurrencies: tuple[int, ...] = (1, 8),
     progress: Any = print,
     per_category: bool = True,
+    hot: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """Measure every method (and the no-fix control); return a JSON-able summary. ``per_category``: ngram's
-    acceptance on prose and on code editing too (two more passes; the README table's line)."""
+    acceptance on prose and on code editing too (two more passes; the README table's line). ``hot``: the
+    methods measured at T = 1 too (None: every method that drafts on its own)."""
     from pytest_specdec.measure.datasets import builtin
 
     dataset = builtin()
@@ -191,9 +193,10 @@ def measure(
     results: dict[str, MethodResult] = {}
     for method in methods:
         twin = method in TWINS
+        # T > 0 is measured for acceptance: not for the reference (no drafts) nor a twin (same drafts)
+        at_t1 = not twin and method != "none" and (hot is None or method in hot)
         results[method] = measure_method(
-            # T > 0 is measured for acceptance: not for the reference (no drafts) nor a twin (same drafts)
-            method, prompts, log_dir, temperatures=(0.0,) if twin or method == "none" else (0.0, 1.0),
+            method, prompts, log_dir, temperatures=(0.0, 1.0) if at_t1 else (0.0,),
             concurrencies=concurrencies[:1] if twin else concurrencies,
             per_category=per_category and method == "ngram", progress=progress,
         )

@@ -78,6 +78,7 @@ def test_crossover_moves_from_16_to_4_and_regresses(
     assert record.parent.parent.parent.name == "fake" and record.name == "test_sweep[ngram-k3-t0.0].crossover"
     assert len(json.loads(record.read_text())["nights"]) == 1
     assert f"crossover record {record.relative_to(pytester.path)}: created: 1 night(s) kept" in result.stdout.str()
+    assert "; no stored night: this session stores it" in result.stdout.str()
 
     result, same = night(pytester, fake_profile, spec16, ref, "-o", "specdec_gate=crossover")
     assert result.ret == 0, result.stdout.str()

@@ -29,7 +29,7 @@ pytestmark = [
 
 
 #: Seconds after the engine core is spawned at which the session is SIGKILLed: within its start.
-KILL_AFTER_S = 20
+KILL_AFTER_S = 10
 
 
 def test_a_server_in_start_up_dies_with_a_sigkilled_session(
@@ -48,6 +48,8 @@ def test_a_server_in_start_up_dies_with_a_sigkilled_session(
         assert len(started) >= 2, f"vLLM never got to its engine core: {started}"
         time.sleep(KILL_AFTER_S)
         assert session.poll() is None
+        ready = [f.name for f in logs.glob("*.log") if "Application startup complete" in f.read_text(errors="replace")]
+        assert not ready, f"the server was up before the SIGKILL, not starting: {ready}"
         session.send_signal(signal.SIGKILL)
         session.communicate()
         entries = (pytester.path / "registry").glob

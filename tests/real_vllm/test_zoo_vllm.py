@@ -44,10 +44,10 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     from pytest_specdec.zoo.measure import markdown, measure
 
     log_dir = tmp_path_factory.mktemp("zoo-logs")
-    # Smaller than the README table's measurement (32 prompts, concurrency 1 and 8, ngram per category): the
-    # checks below need none of them, and this is the longest test of the suite (7 servers one after another).
+    # Smaller than the README table's measurement (32 prompts, concurrency 1 and 8, ngram per category, T = 1 for
+    # every method): the checks below need none of them, and this is the longest test of the suite (7 servers one after another).
     summary = measure(log_dir, n_prompts=2 * PROMPTS, stride=2, concurrencies=(1,), per_category=False,
-                      progress=lambda line: print(line, flush=True))
+                      hot=("draft_model", "eagle3"), progress=lambda line: print(line, flush=True))
     print(markdown(summary))
     yield summary
     leftover = [pid for pid in _processes_with_env(str(log_dir)) if pid != os.getpid()]
