@@ -68,7 +68,7 @@ def adjust(verdicts: Sequence[Verdict], method: str = "bh", alpha: float = 0.05,
         raise ConfigError(f"family_size {family_size} is smaller than the {len(idx)} p-values given")
     padj = adjusted_p(np.concatenate([ps, np.ones(m - len(idx))]), method)[: len(idx)]
     name = {"bh": "Benjamini-Hochberg", "holm": "Holm"}[method]
-    unseen = f" ({m - len(idx)} not measured yet, taken as p=1)" if m > len(idx) else ""
+    unseen = f" ({m - len(idx)} without a p-value, taken as p=1: not measured yet, or exact)" if m > len(idx) else ""
     for i, pa in zip(idx, padj, strict=True):
         v = verdicts[i]
         new = str(decide(v.delta, v.ci_low, v.ci_high, pa, v.threshold, alpha, v.unit))

@@ -140,9 +140,9 @@ def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
     collected = [("eagle3", None)] * 40 + [("ngram", None)]  # 40 A/B tests: 120 verdicts
     c = g.test_end([("t1", first)], "t1", collected)
     # one p-value so far (the P95s and acceptance of these runs repeat exactly: the exact rule), 119 unseen
-    assert "119 not measured yet" in by_metric(c.verdicts)["output_tok_s"].note and c.failed
+    assert "119 without a p-value" in by_metric(c.verdicts)["output_tok_s"].note and c.failed
     assert g.finish([("t1", first)]).late_regressions == []  # it failed at its end already
-    assert first.final is not None and "not measured yet" not in by_metric(first.final)["output_tok_s"].note
+    assert first.final is not None and "without a p-value" not in by_metric(first.final)["output_tok_s"].note
     first.failed = False  # as if its end had not called it: regressed only over the whole family
     assert [n for n, _ in g.finish([("t1", first)]).late_regressions] == ["t1"]
     first.check = False  # specdec_verdicts(check=False): shown, never failed

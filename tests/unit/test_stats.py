@@ -411,7 +411,7 @@ def test_adjust_pads_the_family_and_stays_monotone() -> None:
     vs = [compare("output_tok_s", [BASE], scaled(f)) for f in (0.9, 0.93, 1.0)]
     alone = adjust(vs)
     padded = adjust(vs, family_size=40)
-    assert "37 not measured yet" in padded[0].note
+    assert "37 without a p-value, taken as p=1: not measured yet, or exact" in padded[0].note
     assert all(p.p >= a.p for p, a in zip(padded, alone))
     # What is regressed with unseen p-values taken as 1 stays regressed once they are known (monotone).
     final = adjust([*vs, *[compare("output_tok_s", [BASE], scaled(1.0))] * 37])
