@@ -21,8 +21,9 @@ from pytest_specdec.gate.conditions import cpu_machine
 from pytest_specdec.measure.schedule import warmup_requests
 
 Servers = tuple[FakeServer, FakeServer]
-# Three tests (c=4, 8 and 16) against the same endpoints, so the night-to-night variance is pooled over files.
-SUITE = {"concurrency": [4, 8, 16], "num_prompts": 16, "max_tokens": 24,
+# Two tests (c=8 and 16) against the same endpoints, so the night-to-night variance is pooled over files. A c=4
+# test doubled the time (four waves of its 16 prompts a run) and added nothing the two do not check.
+SUITE = {"concurrency": [8, 16], "num_prompts": 16, "max_tokens": 24,
          "body": "assert len([s for s in specdec.result.speedup_per_pair if s is not None]) >= 2"}
 REF_STEP_S = 0.03  # per decode step at machine speed 1.0: long enough that HTTP overhead stays small and a
 # busy CI host (two CPU hogs on the two cores) cannot disturb the runs
@@ -63,7 +64,7 @@ def verdicts(pytester: pytest.Pytester) -> list[dict]:
     return [t["verdicts"] for t in json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]]
 
 
-# A calibration: five sessions of real waits (about 3 min); runs shorter than 24 tokens leave the A/A verdict
+# A calibration: five sessions of real waits (about 80 s); runs shorter than 24 tokens leave the A/A verdict
 # inconclusive too often.
 @pytest.mark.slow
 def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
@@ -71,26 +72,26 @@ def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
 ) -> None:
     pytester.makepyfile(test_suite=make_suite(**SUITE))
     for speed in (0.8, 1.0, 1.25):
-        night(pytester, fake_profile, servers, speed, 1.0, "--update-baselines").assert_outcomes(passed=3)
+        night(pytester, fake_profile, servers, speed, 1.0, "--update-baselines").assert_outcomes(passed=2)
     files = sorted((pytester.path / "baselines" / "fake" / hardware_key(cpu_machine()) / "test_suite").glob("*.json"))
-    assert len(files) == 3 and all(len(json.loads(f.read_text())["sessions"]) == 3 for f in files)
+    assert len(files) == 2 and all(len(json.loads(f.read_text())["sessions"]) == 3 for f in files)
 
     # A/A at 0.9x: the speedup is conclusively unchanged; the machine factor says ~10 % slower. The first test's
     # second reference run (its requests counted on the reference server) runs at a third of the speed: the
     # disturbed-run rule leaves it out with its pair, and shows it.
     spec, ref = servers
-    first = ref.state.posts + warmup_requests(SUITE["num_prompts"], 4) + SUITE["num_prompts"] + 1
+    first = ref.state.posts + warmup_requests(SUITE["num_prompts"], 8) + SUITE["num_prompts"] + 1
     ref.reconfigure(slow_posts=(first, first + SUITE["num_prompts"] - 1), slow_factor=3.0)
     r = night(pytester, fake_profile, servers, 0.9)
     ref.reconfigure(slow_posts=(0, 0), slow_factor=1.0)
-    r.assert_outcomes(passed=3)
+    r.assert_outcomes(passed=2)
     r.stdout.fnmatch_lines(["specdec:   run 2/4 reference DISTURBED: * tok/s, *% below the median of the "
                             "arm's other runs (*; limit 30%): something else slowed this run; it leaves the verdicts "
                             "with its pair"])
-    c4 = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"][0]
-    disturbed = [(run["arm"], run["index"]) for run in c4["validity"]["invalid_runs"]
+    c8 = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"][0]
+    disturbed = [(run["arm"], run["index"]) for run in c8["validity"]["invalid_runs"]
                  if any(reason.startswith("disturbed: ") for reason in run["reasons"])]
-    assert c4["nodeid"].endswith("-c4]") and ("reference", 1) in disturbed, c4["validity"]
+    assert c8["nodeid"].endswith("-c8]") and ("reference", 1) in disturbed, c8["validity"]
     r.stdout.fnmatch_lines(["specdec: this machine ran * % slower than the baseline nights*",
                             "specdec gate: per test, the gated verdicts*",
                             "  test_ngram*: speedup unchanged (catches a drop >= *",
@@ -105,7 +106,7 @@ def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
 
     # 1.1x machine, spec path 25 % slower (its tok/s x 0.75): speedup regressed, acceptance unchanged.
     r = night(pytester, fake_profile, servers, 1.1, 1 / 0.75)
-    r.assert_outcomes(failed=3)
+    r.assert_outcomes(failed=2)
     r.stdout.fnmatch_lines(["*specdec: * metric(s) regressed: speedup*",
                             "*acceptance unchanged (τ 4.00 → 4.00, +0.0 %), spec step time +* % (in reference "
                             "steps); mostly step time: a step costs more*"])
