@@ -12,7 +12,10 @@ import pytest
 from fakes import STAND_IN_VALIDITY, FakeVllm
 
 HEAD_1, HEAD_2, TARGET = "1" * 40, "2" * 40, "7" * 40
-SUITE = {"method": "draft_model", "concurrency": 1, "num_prompts": 4, "max_tokens": 8, "body": "pass"}
+# The verdicts are recorded, never failed on: two runs of 4 prompts of the stand-in's random acceptance once read
+# 0.82 then 0.64, `regressed`, and failed the second night; what is checked here is what the nights record.
+SUITE = {"method": "draft_model", "concurrency": 1, "num_prompts": 4, "max_tokens": 8, "body": "pass",
+         "verdicts": "check=False"}
 
 
 def snapshot(cache: Path, repo: str, commit: str, *, main: bool = True) -> None:
