@@ -157,47 +157,46 @@ def _options(item: pytest.Item) -> Any:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    pytest_session = session  # `session` below is the plugin's
     # Tests sharing a server run together: reorder the specdec tests among their own slots.
     slots = [i for i, item in enumerate(items) if _case(item) is not None]
     ordered = sorted((items[i] for i in slots), key=lambda it: _case(it).server_key())  # type: ignore[union-attr]
     for i, item in zip(slots, ordered):
         items[i] = item
-    session = config.stash[session_key]
+    specdec = config.stash[session_key]
     from pytest_specdec.gate.verdicts import gated_per_test, metrics_per_test
 
     pairs = [(items[i], _case(items[i])) for i in slots]
     cases = [c for _, c in pairs if c is not None]
-    st = session.settings
+    st = specdec.settings
     if cases and not (config.option.collectonly or st.dry_run or st.endpoint):  # servers would start
         from pytest_specdec.vllm.installed import missing_vllm
 
-        problem = missing_vllm(session.profile.device)
-        if problem and session.worker:  # an xdist worker cannot raise one: it stops, and the controller says it
-            pytest_session.shouldstop = problem
+        problem = missing_vllm(specdec.profile.device)
+        if problem and specdec.worker:  # an xdist worker cannot raise one: it stops, and the controller says it
+            session.shouldstop = problem
             items[:] = []
             return
         if problem:  # one usage error now, not one error per test at its server start
             raise pytest.UsageError(problem)
     if cases:
-        session.check_thresholds()  # before anything runs: a bad threshold is a usage error naming where it is
-    session.family_size = sum(metrics_per_test(c.method, c.k) for c in cases)
+        specdec.check_thresholds()  # before anything runs: a bad threshold is a usage error naming where it is
+    specdec.family_size = sum(metrics_per_test(c.method, c.k) for c in cases)
     # The test-end padding counts what a marker's gate=[...] adds, or a test-end `regressed` could fall
     # back to `inconclusive` once the session's gated family is known.
-    session.gated_family_size = sum(gated_per_test(c.method, session.gate(_options(item)))
+    specdec.gated_family_size = sum(gated_per_test(c.method, specdec.gate(_options(item)))
                                     for item, c in pairs if c is not None)
-    session.collected = cases
-    if slots and session.worker == "gw0":  # one worker says it, not each
+    specdec.collected = cases
+    if slots and specdec.worker == "gw0":  # one worker says it, not each
         from pytest_specdec.parallel import parallel_warning
 
-        warning = parallel_warning(session, getattr(config, "workerinput", {}).get("workercount", 0))
+        warning = parallel_warning(specdec, getattr(config, "workerinput", {}).get("workercount", 0))
         if warning is not None:
             import warnings
 
             warnings.warn(warning, stacklevel=1)
-    if session.settings.dry_run and slots:
-        for line in session.dry_run_lines([(items[i].nodeid, _case(items[i])) for i in slots]):  # type: ignore[misc]
-            session.progress(line)
+    if specdec.settings.dry_run and slots:
+        for line in specdec.dry_run_lines([(items[i].nodeid, _case(items[i])) for i in slots]):  # type: ignore[misc]
+            specdec.progress(line)
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from fakes import FakeConfig, FakeServerProcess
 
 from pytest_specdec.cli import main
 
-REF_STEP_S = 0.032  # a decode step; 5 output tokens: the first, then 4 steps on either arm. With steps of 16 ms a
-# CI run on the busy 2-core host stored a crossover of 8.2 instead of 16: longer steps make what the client and the
-# servers spend per token a smaller share of a step
+REF_STEP_S = 0.032  # a decode step; 5 output tokens: the first, then 4 steps on either arm. Long enough that what
+# the client and the servers spend per token is a small share of a step on a busy 2-core host (at half of it a
+# stored crossover read 8.2 for 16)
 SPEC_STEP_S = 0.016  # half the reference's: 2.0x before the verification cost
 SUITE = {"concurrency": [2, 8, 32], "num_prompts": 32, "max_tokens": 5,
          "body": "assert len([s for s in specdec.result.speedup_per_pair if s is not None]) >= 2"}
@@ -82,7 +82,7 @@ def test_crossover_moves_from_16_to_4_and_regresses(
 
     result, same = night(pytester, fake_profile, spec16, ref, "-o", "specdec_gate=crossover")
     assert result.ret == 0, result.stdout.str()
-    # No change: `unchanged` (in 4 runs of this test alone, both nights read c ≈ 14.4 to 15.3, every time unchanged).
+    # No change: `unchanged` (run alone 4 times, both nights read c ≈ 14.4 to 15.3, unchanged each time).
     assert same["family"] == "gated" and same["verdict"]["verdict"] == "unchanged", same["verdict"]
 
     result, moved = night(pytester, fake_profile, spec4, ref, "-o", "specdec_gate=crossover")

@@ -74,7 +74,8 @@ def test_failures_name_the_part_of_the_speedup_that_moved(pytester: pytest.Pytes
     assert test["verdicts"]["acceptance_length"]["family"] == "shown"
     assert test["verdicts"]["acceptance_length"]["verdict"] == "unchanged"
 
-    # the same step cost, drafts accepted far less (τ 4 → 1.2, drawn per token: 1.19 in one CI run): the acceptance's part is measured as such. Whether
+    # the same step cost, drafts accepted far less (τ 4 → 1.2, drawn per token, so 1.19 as often): the acceptance's
+    # part is measured as such. Whether
     # it is most of the drop depends on the baseline night's step ratio, which CPU contention moves a lot on these
     # in-process servers; test_ab_session.py pins "mostly acceptance" where both arms share the night.
     spec.reconfigure(step_s=SPEC_STEP_S, acceptance=(0.2, 0.0, 0.0))

@@ -12,8 +12,8 @@ import pytest
 from fakes import STAND_IN_VALIDITY, FakeVllm
 
 HEAD_1, HEAD_2, TARGET = "1" * 40, "2" * 40, "7" * 40
-# The verdicts are recorded, never failed on: two runs of 4 prompts of the stand-in's random acceptance once read
-# 0.82 then 0.64, `regressed`, and failed the second night; what is checked here is what the nights record.
+# The verdicts are recorded, never failed on: two runs of 4 prompts of the stand-in's random acceptance can read
+# 0.82 one night and 0.64 the next, `regressed`; what is checked here is what the nights record.
 SUITE = {"method": "draft_model", "concurrency": 1, "num_prompts": 4, "max_tokens": 8, "body": "pass",
          "verdicts": "check=False"}
 

@@ -45,7 +45,8 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
     log_dir = tmp_path_factory.mktemp("zoo-logs")
     # Smaller than the README table's measurement (32 prompts, concurrency 1 and 8, ngram per category, T = 1 for
-    # every method): the checks below need none of them, and this is the longest test of the suite (7 servers one after another).
+    # every method): the checks below need none of them, and this is the longest test of the suite (7 servers one
+    # after another).
     summary = measure(log_dir, n_prompts=2 * PROMPTS, stride=2, concurrencies=(1,), per_category=False,
                       hot=("draft_model", "eagle3"), progress=lambda line: print(line, flush=True))
     print(markdown(summary))
