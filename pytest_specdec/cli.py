@@ -150,13 +150,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     alpha = args.alpha if args.alpha is not None else float(settings.get("alpha", 0.05))
     fdr = args.fdr or str(settings.get("fdr", "bh"))
     old_name, new_name = names((args.old, args.new))
+    tolerance = settings.get("machine_state_tolerance")
+    if tolerance is None or args.profile:
+        tolerance = profile_of(profile, where).machine_state_tolerance
     if args.old.is_dir():
         old: Any = stored_dir(args.old, new.profile or profile)
         floor = settings.get("min_night_sd")
         if floor is None or args.profile:
             floor = profile_of(profile, where).min_night_sd
         result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr,
-                         min_night_sd=float(floor), old_name=old_name, new_name=new_name)
+                         min_night_sd=float(floor), state_tolerance=float(tolerance), old_name=old_name,
+                         new_name=new_name)
         started = f"stored baselines of profile {old.profile}"
     else:
         assert old_file is not None
@@ -164,8 +168,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if old.profile != new.profile and not args.profile:
             print(f"specdec compare: the files ran different profiles ({old.profile} → {new.profile}); thresholds "
                   f"of {new.profile}", file=sys.stderr)
-        result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr, old_name=old_name,
-                         new_name=new_name,
+        result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr,
+                         state_tolerance=float(tolerance), old_name=old_name, new_name=new_name,
                          datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}))
         started = old.started
     if args.json:

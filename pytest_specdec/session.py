@@ -389,7 +389,8 @@ class SpecDecSession:
             night_variances=judge.pooled_variances if judge else {}, records=self.records.values(),
             baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None,
             gate_settings=judge.settings() if judge else None,
-            crossovers=self.crossovers.entries if self.crossovers else None)
+            crossovers=self.crossovers.entries if self.crossovers else None,
+            machine_state=end.state.to_dict() if end.state is not None else None)
         paths, data = write_results(results, s.reports_dir, self.started, s.json_path)
         self.report_paths = write_report(data, s.reports_dir, self.started, s.report_path, s.benchmark_json)
         return paths

@@ -19,6 +19,7 @@ test modules import ``fakes``, ``sims`` and ``purity``. The test modules have un
 
 from __future__ import annotations
 
+import json
 import shlex
 import stat
 from collections.abc import Callable, Iterator
@@ -61,6 +62,44 @@ def _unit_tier_is_pure(request: pytest.FixtureRequest, monkeypatch: pytest.Monke
     """A test of tests/unit may not start a subprocess, open a socket or sleep (purity.py)."""
     if UNIT in request.path.parents:
         refuse_impure(monkeypatch)
+
+
+#: The simulated machine's state (`measure/probe.py`'s figures) every session of the simulated vLLM reads.
+STEADY_STATE = {"cores": 2.0, "hash": 2.0}
+REAL_VLLM = ROOT / "tests" / "real_vllm"
+
+
+def probe_script(path: Path, state: dict[str, float]) -> Path:
+    """An executable that prints ``state`` as the machine probe does (SPECDEC_MACHINE_PROBE runs it)."""
+    path.write_text(f"#!/bin/sh\necho {shlex.quote(json.dumps(state))}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _simulated_machine_state(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+                             tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Sessions of the simulated vLLM run on a simulated machine, whose state is steady unless a test sets it
+    (`machine_state`): under ``-n 2`` the real probe would read the other worker's load, session to session. Real
+    vLLM's sessions keep the real probe."""
+    if REAL_VLLM in request.path.parents or UNIT in request.path.parents:
+        return
+    path = tmp_path_factory.getbasetemp() / "steady-probe"
+    if not path.exists():
+        probe_script(path, STEADY_STATE)
+    monkeypatch.setenv("SPECDEC_MACHINE_PROBE", str(path))
+
+
+@pytest.fixture
+def machine_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``machine_state(cores=..., hash=...)``: the simulated machine's state from now on (figures left out keep
+    their steady value)."""
+
+    def set_state(**figures: float) -> None:
+        path = probe_script(tmp_path / f"probe-{len(list(tmp_path.glob('probe-*')))}", {**STEADY_STATE, **figures})
+        monkeypatch.setenv("SPECDEC_MACHINE_PROBE", str(path))
+
+    return set_state
 
 
 #: The tests whose runs need the CPU's timing (node id prefixes): under `-n 2 --dist loadgroup` (the README's

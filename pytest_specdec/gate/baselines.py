@@ -80,15 +80,33 @@ _NOISE = re.compile(r"\((?:r|tm|c)\)|\b(?:cpu|processor)\b|@", re.IGNORECASE)
 
 def hardware_key(fingerprint: Mapping[str, Any]) -> str:
     """The folder name of one machine's baselines, from the machine's part of a comparability record
-    (``hardware``, ``device``, ``device_count``): the model name in lower case without trademark signs and
-    the words CPU/Processor, then how many CPUs or GPUs (``Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz``
-    with 4 CPUs → ``intel-xeon-platinum-8370c-2.80ghz-4cpu``). Stable: the same machine gets the same
-    name on every run, and readable in a path and a cache key."""
+    (``hardware``, ``device``, ``device_count``, ``identity``): the model name in lower case without trademark
+    signs and the words CPU/Processor, then how many CPUs or GPUs, then six hex digits of the identity
+    (``Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz`` with 4 CPUs → ``intel-xeon-platinum-8370c-2.80ghz-4cpu-3fa2c1``).
+    Stable: the same machine gets the same name on every run, and readable in a path and a cache key."""
     name = _NOISE.sub(" ", str(fingerprint.get("hardware") or "unknown"))
     slug = re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-.") or "unknown"
     count = fingerprint.get("device_count")
     unit = "cpu" if fingerprint.get("device", "cpu") == "cpu" else "gpu"
-    return f"{slug[:60].rstrip('-.')}-{count}{unit}" if count else slug[:60]
+    key = f"{slug[:60].rstrip('-.')}-{count}{unit}" if count else slug[:60]
+    identity = fingerprint.get("identity")
+    return f"{key}-{identity_hash(identity)}" if identity is not None else key
+
+
+def identity_hash(identity: Any) -> str:
+    """Six hex digits of a machine identity's canonical JSON: the part of a folder name that tells two hosts
+    of one model name apart (the identity itself is in every file's comparability, for the words)."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:6]
+
+
+def identity_differences(ours: Any, theirs: Any) -> list[str]:
+    """How another machine's identity differs from this one's, field by field (``family 25 → 26``), for the
+    block a machine without baselines of its own says; a folder recorded without one says so."""
+    if theirs is None:
+        return ["recorded without a machine identity (before the plugin kept one)"]
+    a, b = flatten(theirs if isinstance(theirs, dict) else {"identity": theirs}), flatten(
+        ours if isinstance(ours, dict) else {"identity": ours})
+    return [f"{k} {a.get(k, '—')} → {b.get(k, '—')}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 def hardware_label(fingerprint: Mapping[str, Any]) -> str:
@@ -206,7 +224,7 @@ def relative(path: Path, root: Path) -> str:
 
 def load(path: Path, create_hint: str) -> dict[str, Any] | None:
     """The parsed, validated baseline at ``path``; None when there is none."""
-    from pytest_specdec.gate.nights import NIGHT_FIELDS, pairs_problem, run_problem
+    from pytest_specdec.gate.nights import NIGHT_FIELDS, pairs_problem, run_problem, state_problem
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -233,7 +251,8 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
               and all(isinstance(s["runs"].get(a), list) for a in ("reference", "spec")))
         if not ok:
             raise BaselineError(f"baseline {path}: sessions[{i}] has no runs.reference/runs.spec lists; {fix}")
-        problem = field_problem(s, NIGHT_FIELDS) or pairs_problem(s["speedup_per_pair"])
+        problem = (field_problem(s, NIGHT_FIELDS) or pairs_problem(s["speedup_per_pair"])
+                   or (f".machine_state{p}" if (p := state_problem(s.get("machine_state"))) else ""))
         if problem:
             raise BaselineError(f"baseline {path}: sessions[{i}]{problem}; {fix}")
         for arm in ("reference", "spec"):
@@ -274,4 +293,10 @@ def load_sweep(path: Path) -> dict[str, Any] | None:
     nights = data.get("nights")
     if not isinstance(nights, list) or not all(isinstance(n, dict) for n in nights):
         raise BaselineError(f"crossover record {path}: 'nights' is missing or not a list of objects; {fix}")
+    from pytest_specdec.gate.nights import state_problem
+
+    for i, night in enumerate(nights):
+        problem = state_problem(night.get("machine_state"))
+        if problem:
+            raise BaselineError(f"crossover record {path}: nights[{i}].machine_state{problem}; {fix}")
     return data

@@ -22,19 +22,22 @@ if TYPE_CHECKING:
 
 def machine(profile: Profile) -> dict[str, Any]:
     """The machine's part of the comparability record (its fingerprint): the CPU model and CPU count of a
-    CPU profile, the profile's GPU class and count of a GPU profile. Its `gate.baselines.hardware_key`
-    names the folder of this machine's baselines."""
+    CPU profile, the profile's GPU class and count of a GPU profile, and the identity that tells two hosts of
+    one name apart (`servers/hardware.py`: CPU family, caches, ISA flags; each GPU's memory, power and clock
+    limits). Its `gate.baselines.hardware_key` names the folder of this machine's baselines."""
+    from pytest_specdec.servers.hardware import gpu_identity
+
     if profile.device == "cpu":
         return cpu_machine()
     return {"hardware": str(profile.raw.get("hardware", profile.name)), "device": profile.device,
-            "device_count": int(profile.raw.get("gpus", profile.tensor_parallel_size))}
+            "device_count": int(profile.raw.get("gpus", profile.tensor_parallel_size)), "identity": gpu_identity()}
 
 
 def cpu_machine() -> dict[str, Any]:
-    """This machine's fingerprint under a CPU profile: its CPU model and how many CPUs it has."""
-    from pytest_specdec.servers.hardware import cpu_model
+    """This machine's fingerprint under a CPU profile: its CPU model, how many CPUs it has, and its identity."""
+    from pytest_specdec.servers.hardware import cpu_identity, cpu_model
 
-    return {"hardware": cpu_model(), "device": "cpu", "device_count": os.cpu_count()}
+    return {"hardware": cpu_model(), "device": "cpu", "device_count": os.cpu_count(), "identity": cpu_identity()}
 
 
 def comparability(profile: Profile, method: str, workload: dict[str, Any], dataset: dict[str, Any],

@@ -20,7 +20,7 @@ from pytest_specdec.gate.check import BaselineCheck
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import TestEnd
-    from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.machine import MachineFactor, StateSummary
     from pytest_specdec.gate.pipeline import Pipeline
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.store import BaselineStore, Hardware
@@ -65,6 +65,8 @@ class SessionEnd:
     #: this machine had no baselines of the profile (while another machine has, or they are being recorded):
     #: said once, for the whole session; (the machines, the tests it left without a verdict)
     no_own_baselines: tuple[Hardware, tuple[str, ...]] | None = None
+    #: the session's machine state against its stored nights (`machine.state_summary`), said once
+    state: StateSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,9 @@ class Judge:
         """The gate's chain over this profile's stored nights (gate/pipeline.py)."""
         from pytest_specdec.gate.pipeline import Pipeline, Stored
 
-        return Pipeline(Stored(tuple(self.stored), self.cfg.profile.min_night_sd), self.cfg.alpha, self.cfg.fdr)
+        profile = self.cfg.profile
+        return Pipeline(Stored(tuple(self.stored), profile.min_night_sd), self.cfg.alpha, self.cfg.fdr,
+                        profile.machine_state_tolerance)
 
     def create_command(self, nodeid: str, mode: str) -> str:
         """The command that writes this test's baseline (`mode` "missing" or "all")."""
@@ -272,6 +276,7 @@ class Judge:
         from pytest_specdec.gate.thresholds import to_dict
 
         return {"alpha": self.cfg.alpha, "fdr": self.cfg.fdr, "min_night_sd": self.cfg.profile.min_night_sd,
+                "machine_state_tolerance": self.cfg.profile.machine_state_tolerance,
                 "thresholds": to_dict(self.thresholds()), "hardware": self.hardware.to_dict()}
 
     def write(self, tests: list[tuple[str, BaselineCheck, CaseResult | None, str]]
@@ -307,7 +312,10 @@ class Judge:
         """Session end, first: the machine factor over every compared test and every test's final verdicts
         (`Pipeline.finish`). Beyond its threshold the factor fails the session (--specdec-fail-machine) or is
         a warning, which the wiring gives before `finish` writes. ``family``: the session's checks, in its order."""
+        from pytest_specdec.gate.machine import state_summary
+
         end = SessionEnd(self.pipeline.finish(family, self.thresholds()))
+        end.state = state_summary(family, self.pipeline.state_tolerance)
         if end.machine is not None and end.machine.beyond and not self.updating_all:
             end.machine_failed, end.machine_warns = fail_machine, not fail_machine
         return end

@@ -8,9 +8,11 @@ absolute figures (tok/s, latencies); the gated within-session ratios never use i
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.gate.registry import ABSOLUTE
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
@@ -117,3 +119,129 @@ def machine_factor(deviations: Iterable[float], threshold: float, alpha: float) 
     return MachineFactor(mean, mean - q, mean + q, len(d), threshold, 100 * (1 - 2 * alpha))
 
 
+
+
+# ---- the machine's state: what the ratio metrics are conditioned on ----------------------------------------
+
+#: The metrics whose verdict holds only between nights of a comparable machine state: the within-session ratios,
+#: which the machine factor cannot divide a state's shift out of (a fixed per-step draft cost does not scale with
+#: the machine's speed), and the absolute figures, which it divides by the reference's speed (so a spec tok/s so
+#: divided is the speedup again). Acceptance (and τ, the accepted tokens a step) at T = 0 does not move with the
+#: machine: judged on every night.
+STATE_BOUND: tuple[str, ...] = ("speedup", "e2e_p95_ratio", *ABSOLUTE)
+#: How the reason names the condition, and the `Verdict.method` of a metric no stored night of tonight's state
+#: could judge.
+MACHINE_STATE = "machine state"
+
+
+def state_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+    """How far apart two probe readings are: the largest |log ratio| over their figures (0 when equal)."""
+    return max(abs(math.log(a[k] / b[k])) for k in a if k in b)
+
+
+def state_comparable(tonight: Mapping[str, float] | None, stored: Mapping[str, float] | None,
+                     tolerance_pct: float) -> bool:
+    """Whether a stored night's state is tonight's within the tolerance: both probed and every figure within
+    ±``tolerance_pct`` %, or neither probed (endpoint mode on both nights, where the servers' machine is
+    not this one). A night probed on one side only is of an unknown state to the other."""
+    if tonight is None or stored is None:
+        return tonight is None and stored is None
+    return state_distance(tonight, stored) <= math.log1p(tolerance_pct / 100.0)
+
+
+def describe_state(state: Mapping[str, float] | None) -> str:
+    """A state as the words give it (``cores 1.95, hash 2.02 GB/CPU-s``)."""
+    from pytest_specdec.measure.probe import COMPONENTS
+
+    if state is None:
+        return "not probed"
+    return ", ".join(f"{k} {state[k]:.3g}" + ("" if unit == k else f" {unit}")
+                     for k, unit in COMPONENTS.items() if k in state)
+
+
+def describe_range(states: Iterable[Mapping[str, float] | None]) -> str:
+    """The stored nights' states as a range per figure (``cores 1.94–1.99, hash 2.00–2.04 GB/CPU-s``)."""
+    from pytest_specdec.measure.probe import COMPONENTS
+
+    states = list(states)
+    probed = [s for s in states if s is not None]
+    unprobed = len(states) - len(probed)
+    if not probed:
+        return "not probed"
+    parts = []
+    for k, unit in COMPONENTS.items():
+        vals = [s[k] for s in probed if k in s]
+        if vals:
+            lo, hi = min(vals), max(vals)
+            span = f"{lo:.3g}" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}–{hi:.3g}"
+            parts.append(f"{k} {span}" + ("" if unit == k else f" {unit}"))
+    return ", ".join(parts) + (f" ({unprobed} not probed)" if unprobed else "")
+
+
+@dataclass(frozen=True)
+class StateCondition:
+    """Which of a baseline's nights the ratio metrics may be judged against tonight (their indexes in
+    ``sessions``), and tonight's and the stored nights' states for the words when none may."""
+
+    kept: tuple[int, ...]
+    tonight: Mapping[str, float] | None
+    stored: tuple[Mapping[str, float] | None, ...]
+    tolerance_pct: float
+
+    @property
+    def reason(self) -> str:
+        """Why no night could judge a ratio metric ("" when some can)."""
+        if self.kept:
+            return ""
+        stored = describe_range(self.stored)
+        return (f"{MACHINE_STATE}: tonight {describe_state(self.tonight)}; the stored nights {stored}; "
+                f"tolerance ±{self.tolerance_pct:g} %")
+
+
+def state_condition(sessions: Sequence[Mapping[str, Any]], tonight: Mapping[str, float] | None,
+                    tolerance_pct: float) -> StateCondition:
+    """The stored nights (a baseline's ``sessions`` entries) whose machine state is comparable with tonight's."""
+    stored = tuple(e.get("machine_state") for e in sessions)
+    kept = tuple(i for i, s in enumerate(stored) if state_comparable(tonight, s, tolerance_pct))
+    return StateCondition(kept, tonight, stored, tolerance_pct)
+
+
+@dataclass(frozen=True)
+class StateSummary:
+    """The session's machine state against its stored nights, said once (terminal, report, JSON): tonight's state
+    (the geometric mean of every test's), the stored nights' states, the tolerance, and the tests whose ratio
+    metrics no stored night of a comparable state could judge, with those metrics."""
+
+    tonight: Mapping[str, float] | None
+    stored: tuple[Mapping[str, float] | None, ...]
+    tolerance_pct: float
+    not_comparable: tuple[tuple[str, tuple[str, ...]], ...]
+    n_compared: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tonight": None if self.tonight is None else dict(self.tonight),
+                "stored": describe_range(self.stored), "stored_nights": len(self.stored),
+                "tolerance_pct": self.tolerance_pct, "n_compared": self.n_compared,
+                "not_comparable": [{"nodeid": n, "metrics": list(m)} for n, m in self.not_comparable]}
+
+
+def state_summary(family: Sequence[tuple[str, Any]], tolerance_pct: float | None) -> StateSummary | None:
+    """The summary over a session's checks (`check.BaselineCheck`: their night, baseline and final verdicts);
+    None when no test was probed nor compared."""
+    if tolerance_pct is None:
+        return None
+    tonight = [c.night.machine_state for _, c in family if c.night is not None and c.night.machine_state]
+    compared = [(n, c) for n, c in family if c.status == "compared" and c.baseline is not None]
+    if not tonight and not compared:
+        return None
+    seen: dict[str, Mapping[str, float] | None] = {}
+    for _, c in compared:
+        for e in c.baseline["sessions"]:
+            seen.setdefault(f"{e.get('started', '')}#{id(c)}", e.get("machine_state"))
+    bad = tuple((n, tuple(v.metric for v in (c.final or c.raw or ())
+                          if v.method == MACHINE_STATE and v.family == "gated")) for n, c in compared)
+    mean = None
+    if tonight:
+        mean = {k: math.exp(sum(math.log(s[k]) for s in tonight) / len(tonight)) for k in tonight[0]}
+    return StateSummary(mean, tuple(seen.values()), tolerance_pct, tuple((n, m) for n, m in bad if m),
+                        len(compared))

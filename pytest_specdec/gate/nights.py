@@ -81,6 +81,29 @@ def pairs_problem(speedups: Any) -> str:
     return _numbers((f".speedup_per_pair[{n}]", v) for n, v in enumerate(speedups))
 
 
+def state_problem(state: Any) -> str:
+    """What is wrong with a stored machine state ("" when nothing, or when there is none): every figure of the
+    probe (`measure/probe.py` COMPONENTS) a positive number. A file may hold more (a results file's probes)."""
+    from pytest_specdec.measure.probe import COMPONENTS
+
+    if state is None:
+        return ""
+    if not isinstance(state, dict):
+        return f" is {state!r}, not dict"
+    for name in COMPONENTS:
+        v = state.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            return f".{name} is {v!r}, not a positive number"
+    return ""
+
+
+def state_figures(state: Any) -> dict[str, float] | None:
+    """The probe's figures of a checked stored state (None: not probed)."""
+    from pytest_specdec.measure.probe import COMPONENTS
+
+    return None if state is None else {name: float(state[name]) for name in COMPONENTS}
+
+
 def _percentiles(d: Mapping[str, Any] | None) -> Mapping[str, float] | None:
     return None if d is None else {p: d[p] for p in PERCENTILES if p in d}
 
@@ -180,13 +203,18 @@ class Night:
     speedup_per_pair: tuple[float | None, ...]
     started: str = ""
     under_test: Mapping[str, Any] = field(default_factory=dict)
+    #: The machine probe's figures while the test ran (`measure/probe.py`): what the ratio metrics are
+    #: conditioned on (`gate/machine.py`); None where it was not probed (an external endpoint, an older file).
+    machine_state: Mapping[str, float] | None = None
 
     @classmethod
     def from_result(cls, result: CaseResult, started: str = "", under_test: Mapping[str, Any] | None = None
                     ) -> Night:
         """Tonight's runs."""
+        state = result.machine_state
         return cls(tuple(map(ArmRun.from_record, result.reference_runs)), tuple(map(ArmRun.from_record, result.runs)),
-                   tuple(result.speedup_per_pair), started, dict(under_test or {}))
+                   tuple(result.speedup_per_pair), started, dict(under_test or {}),
+                   None if state is None else state.to_dict())
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> Night:
@@ -195,7 +223,7 @@ class Night:
         runs = entry["runs"]
         return cls(tuple(map(ArmRun.from_entry, runs["reference"])), tuple(map(ArmRun.from_entry, runs["spec"])),
                    tuple(entry.get("speedup_per_pair") or ()), entry.get("started") or "",
-                   dict(entry.get("under_test") or {}))
+                   dict(entry.get("under_test") or {}), state_figures(entry.get("machine_state")))
 
     @classmethod
     def from_test(cls, test: Mapping[str, Any], started: str = "", where: str = "test") -> Night:
@@ -215,8 +243,11 @@ class Night:
                 problem = run_problem(run)
                 if problem:
                     raise RecordError(f"{where}.{key}[{i}]{problem}")
+        problem = state_problem(test.get("machine_state"))
+        if problem:
+            raise RecordError(f"{where}.machine_state{problem}")
         return cls(tuple(map(ArmRun.from_entry, lists["reference_runs"])), tuple(map(ArmRun.from_entry, lists["runs"])),
-                   tuple(lists["speedup_per_pair"]), started)
+                   tuple(lists["speedup_per_pair"]), started, machine_state=state_figures(test.get("machine_state")))
 
     def to_entry(self) -> dict[str, Any]:
         """The night as a baseline file stores it in `sessions`: every run, invalid ones too (flagged)."""
@@ -224,6 +255,7 @@ class Night:
             "started": self.started, "under_test": dict(self.under_test),
             "runs": {"reference": [r.to_entry() for r in self.reference], "spec": [r.to_entry() for r in self.spec]},
             "speedup_per_pair": list(self.speedup_per_pair),
+            **({"machine_state": dict(self.machine_state)} if self.machine_state is not None else {}),
         }
 
     def arms_without_valid_run(self, *, spec: bool) -> list[str]:

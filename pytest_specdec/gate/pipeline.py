@@ -61,6 +61,9 @@ class Pipeline:
     stored: Stored
     alpha: float
     fdr: str  # "bh" | "holm"
+    #: ±% within which a stored night's machine state is tonight's (the profile's [verdicts]
+    #: machine_state_tolerance): the ratio metrics are judged against those nights only. None: not conditioned.
+    state_tolerance: float | None = None
 
     def deviation(self, baseline: dict[str, Any], night: Night) -> float | None:
         """log(tonight's reference speed ÷ the baseline's machine-neutral level): one test's term of the
@@ -81,7 +84,7 @@ class Pipeline:
             s = self.stored
             return evaluate(c.baseline, c.night, thresholds=c.thresholds, alpha=self.alpha, look=look,
                             max_looks=c.max_looks, priors=s.priors, nights=s.variances, factors=s.factors,
-                            tonight_log=tonight_log, gate=c.gate)
+                            tonight_log=tonight_log, gate=c.gate, state_tolerance=self.state_tolerance)
         if c.status == "not-comparable":
             return not_comparable_verdicts(c.night, c.fields, c.gate)
         return []

@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_specdec.files import write_atomic
 from pytest_specdec.gate.baselines import SCHEMA, BaselineError, OlderBaseline, baseline_path, diff, load
-from pytest_specdec.gate.baselines import hardware_key, hardware_label, metric_values
+from pytest_specdec.gate.baselines import hardware_key, hardware_label, identity_differences, metric_values
 from pytest_specdec.gate.baselines import relative, render, safe_part
 
 #: The command that moves baseline files of the layout without a hardware folder into theirs.
@@ -68,16 +68,18 @@ class WriteSummary:
         return out
 
 
-def _machine_name(files: list[Path]) -> str:
-    """A folder's machine as the words name it, from the first of its files that can be read."""
+def _machine_of(files: list[Path], identity: Any) -> tuple[str, tuple[str, ...]]:
+    """A folder's machine as the words name it, and how its identity differs from ``identity`` (this
+    machine's), from the first of its files that can be read (("", ()) when none can)."""
     for f in files:
         try:
             data = load(f, "pytest --update-baselines")
         except BaselineError:
             continue
         if data is not None:
-            return hardware_label(data["comparability"])
-    return ""
+            comp = data["comparability"]
+            return hardware_label(comp), tuple(identity_differences(identity, comp.get("identity")))
+    return "", ()
 
 
 def headline(entry: dict[str, Any]) -> dict[str, float]:
@@ -109,9 +111,12 @@ class Machine:
     key: str
     name: str
     files: int
+    #: How this machine's identity differs from the session's machine (another machine's folder only).
+    differs: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "name": self.name, "files": self.files}
+        return {"key": self.key, "name": self.name, "files": self.files,
+                **({"differs": list(self.differs)} if self.differs else {})}
 
 
 @dataclass(frozen=True)
@@ -192,7 +197,8 @@ class BaselineStore:
             files = sorted(folder.rglob("*.json")) if folder.is_dir() and folder.name != this.key else []
             if not files or folder in stale_layout(self.root, self.profile):
                 continue
-            others.append(Machine(folder.name, _machine_name(files) or folder.name, len(files)))
+            name, differs = _machine_of(files, self.fingerprint.get("identity"))
+            others.append(Machine(folder.name, name or folder.name, len(files), differs))
         return Hardware(self.profile, this, tuple(others), str(self.root))
 
     def readable(self) -> list[dict[str, Any]]:

@@ -123,7 +123,8 @@ def with_floor(nights: Mapping[str, NightVariance], min_sd_pct: float) -> dict[s
 def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, alpha: float,
              look: int = 1, max_looks: int = 1, priors: Mapping[tuple[str, str], Prior] | None = None,
              nights: Mapping[str, NightVariance] | None = None, factors: Mapping[str, float] | None = None,
-             tonight_log: float | None = None, gate: Iterable[str] = GATED) -> list[Verdict]:
+             tonight_log: float | None = None, gate: Iterable[str] = GATED,
+             state_tolerance: float | None = None) -> list[Verdict]:
     """One verdict per metric present tonight, and per gated metric the baseline has that tonight lacks for
     want of a valid run or pair (`inconclusive`: a gated figure that goes missing is never a silent pass; one
     left out for coalesced streams is reported as not judged); raw, before the session's multiplicity
@@ -132,14 +133,19 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
     A metric with a pooled night variance (``nights``) is compared night mean against night means; one without
     (the profile's stored files hold a single night, or a results file is the baseline in `compare`) run by
     run, or session means against tonight's, with the ``priors``. Absolute figures first have the machine
-    factor divided out: each stored night's (``factors``) and tonight's (``tonight_log``, the session's)."""
-    from pytest_specdec.gate.machine import absolute_scale
+    factor divided out: each stored night's (``factors``) and tonight's (``tonight_log``, the session's).
+    With ``state_tolerance`` (%) the ratio metrics (`machine.STATE_BOUND`) are judged against the nights of a
+    comparable machine state only, and are `not-comparable` (method "machine state") when there is none."""
+    from pytest_specdec.gate.machine import STATE_BOUND, absolute_scale, state_condition
     from pytest_specdec.gate.stats import compare
 
     factors = factors or {}
     gate = set(gate)
     now_vals = now.metric_values()
     base_sessions = _sessions_of(baseline, factors)
+    cond = None if state_tolerance is None else state_condition(baseline["sessions"], now.machine_state,
+                                                                state_tolerance)
+    kept = {} if cond is None else _sessions_of({"sessions": [baseline["sessions"][i] for i in cond.kept]}, factors)
     out = []
     valid = now.metric_values(untimed_too=True)  # one left out only for coalesced streams stays out ("not judged")
     missing = {name for name, sessions in base_sessions.items()
@@ -148,9 +154,17 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
         sessions = base_sessions.get(name, [])
         values = now_vals.get(name, [])
         note = ""
+        if cond is not None and name in STATE_BOUND:
+            if not cond.kept:
+                out.append(state_not_comparable(name, sessions, values, cond.reason, family_of(name, gate)))
+                continue
+            if len(cond.kept) < len(baseline["sessions"]):
+                note = (f"; against the {len(cond.kept)} of {len(baseline['sessions'])} stored nights of a comparable "
+                        "machine state")
+            sessions = kept.get(name, [])
         if name in ABSOLUTE and tonight_log is not None:
             values = [v * absolute_scale(name, tonight_log) for v in values]
-            note = f"; machine factor {math.exp(tonight_log):.3f} divided out"
+            note += f"; machine factor {math.exp(tonight_log):.3f} divided out"
         nv = (nights or {}).get(name)
         # Only the run unit is moderated: run-to-run noise is independent between tests, while the
         # night-to-night shift is shared by every test of the machine.
@@ -174,6 +188,22 @@ def not_comparable_verdicts(now: Night, fields: Mapping[str, tuple[Any, Any]],
 
     return [dataclasses.replace(not_comparable(name, fields), family=family_of(name, gate))
             for name in sorted(now.metric_values(), key=metric_order)]
+
+
+def state_not_comparable(name: str, sessions: Sequence[Sequence[float]], values: Sequence[float], reason: str,
+                         family: str) -> Verdict:
+    """A ratio metric that no stored night of a comparable machine state can judge: `not-comparable` with the
+    reason, the figures shown (geometric means) and never counted in the family's adjustment."""
+    from pytest_specdec.gate.stats import Verdict
+    from pytest_specdec.measure.summary import geomean
+
+    from pytest_specdec.gate.machine import MACHINE_STATE
+    from pytest_specdec.gate.scale import delta_unit, kind_of
+
+    stored = [v for night in sessions for v in night]
+    return Verdict(name, "not-comparable", geomean(stored), geomean(list(values)), None, None, None, None,
+                   len(sessions), len(values), delta_unit(kind_of(name)), MACHINE_STATE, None, reason,
+                   family=family)
 
 
 def unit_of(v: Verdict) -> str:

@@ -30,6 +30,7 @@ from pytest_specdec.measure.validity import (CLIENT_LAG, DISTURBED, HUNG, NEIGHB
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.metrics import Chunking, RunMetrics
+    from pytest_specdec.measure.probe import MachineState
     from pytest_specdec.measure.types import LoadResult, Prompt, Sampling
     from pytest_specdec.servers.pool import Endpoint
     from pytest_specdec.servers.quiet import Quiet
@@ -116,6 +117,16 @@ class CaseResult:
     base_runs: list[RunRecord] = field(default_factory=list)
     #: The base install's reference runs when the base is another install (`--specdec-base-python`).
     base_reference_runs: list[RunRecord] = field(default_factory=list)
+    #: The machine probe's readings (`probe.py`), before the first and before the last run of every look, the
+    #: servers quiet; empty where the servers are not on this machine (external endpoints).
+    machine_states: list[MachineState] = field(default_factory=list)
+
+    @property
+    def machine_state(self) -> MachineState | None:
+        """The machine's state while this test ran: the geometric mean of its probes (None: not probed)."""
+        from pytest_specdec.measure.probe import mean_state
+
+        return mean_state(self.machine_states)
 
     def arm_runs(self, arm: str) -> list[RunRecord]:
         """One arm's runs by its name (`schedule.Arm`)."""
@@ -141,6 +152,8 @@ class CaseResult:
             "reference_runs": [r.to_dict() for r in self.reference_runs],
             "speedup_per_pair": self.speedup_per_pair,
             "alternation": self.alternation,
+            "machine_state": None if self.machine_state is None else {
+                **self.machine_state.to_dict(), "probes": [s.to_dict() for s in self.machine_states]},
             "summary": self.summary,
             "validity": {
                 "valid": not self.invalid_runs,
@@ -229,6 +242,7 @@ def extend_case(
     base: Endpoint | Callable[[], Endpoint] | None = None,
     base_reference: Endpoint | Callable[[], Endpoint] | None = None,
     neighbours: Callable[[], dict[str, tuple[str, int]]] | None = None,
+    probe: Callable[[], MachineState] | None = None,
 ) -> CaseResult:
     """Continue the alternation of `result` up to `runs` pairs (sequential looks add runs this way).
 
@@ -242,6 +256,8 @@ def extend_case(
     third arm runs in every pair (`schedule_ab`), its runs in ``result.base_runs``, and with ``base_reference``
     (the base on another install) a fourth. ``neighbours`` (the pool's CPU ticks per server instance) is read
     around every run: the cores each other server used then are kept with the run (`neighbour_reasons`).
+    ``probe`` (the machine's state, `probe.py`) is read after the wait for quiet servers before the first and
+    the last run of this look, into ``result.machine_states``.
     """
     source = prompts if isinstance(prompts, (FixedPrompts, FreshPrompts)) else FixedPrompts(prompts)
     ref_runs, spec_runs = result.reference_runs, result.runs
@@ -259,6 +275,7 @@ def extend_case(
     sources = {"reference": reference, "spec": spec, "base": base, "base_reference": base_reference}
     # the progress lines' names of an A/B session's arms
     labels = {"spec": "candidate", "base_reference": "base ref"} if base is not None else {}
+    probe_at = {order[0], order[-1]} if order and probe is not None else set()
     for i, arm in order:
         run_prompts = source.run(i)
         server = sources[arm]
@@ -269,6 +286,8 @@ def extend_case(
         # Only a spec arm can learn from what it served; the reference warms up on the run's prompts.
         warmup = source.warmup(n_warm) if arm != "reference" else FixedPrompts(run_prompts).warmup(n_warm)
         quiet = settle() if settle is not None else None
+        if probe is not None and (i, arm) in probe_at:
+            result.machine_states.append(probe())
         limit = 1 if arm.endswith("reference") else None if spec_tokens is None else 1 + spec_tokens
         before = (time.monotonic(), neighbours()) if neighbours is not None else None
         rec = one_run(endpoint, arm, i, run_prompts, sampling, concurrency=concurrency, api_key=api_key,

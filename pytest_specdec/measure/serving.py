@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from pytest_specdec.measure.lossless import Collected
+    from pytest_specdec.measure.probe import MachineState
     from pytest_specdec.measure.prompts import PromptSource
     from pytest_specdec.measure.runner import CaseResult, RunRecord
     from pytest_specdec.measure.types import Api, Prompt, Sampling
@@ -152,6 +153,19 @@ class Serving:
             return None
         return lambda: self._pool().cpu_ticks()
 
+    def probe(self) -> Callable[[], MachineState] | None:
+        """The machine's state around each test's runs (`probe.py`); None for endpoints not on loopback: their
+        servers run elsewhere, and this machine's state says nothing of theirs."""
+        from pytest_specdec.measure.probe import probe
+        from pytest_specdec.servers.endpoints import host_port
+        from pytest_specdec.servers.process import is_loopback
+
+        o = self.options
+        if o.endpoint and not all(is_loopback(host_port(u)[0]) for u in (o.endpoint, o.reference_endpoint) if u):
+            return None
+
+        return probe
+
     def settle(self) -> Callable[[], Quiet] | None:
         """Before each run, wait for the servers to go idle: those the pool started, or in endpoint mode the
         processes listening on loopback endpoints' ports; endpoints whose processes cannot be found
@@ -206,7 +220,8 @@ class CaseRun:
         self.sampling = sampling
         self.options = {**options, "block": self.block, "settle": self.serving.settle(),
                         "spec_tokens": spec_tokens(self.spec_spec), "restart": self.restart, "base": self.base,
-                        "base_reference": self.base_reference, "neighbours": self.serving.neighbours()}
+                        "base_reference": self.base_reference, "neighbours": self.serving.neighbours(),
+                        "probe": self.serving.probe()}
         self.result = measure_case(self.reference, self.spec, self.source, sampling, runs=runs, **self.options)
         return self.result
 

@@ -137,7 +137,8 @@ class StoredDir:
         """The store of the machine a test's comparability names (or of ``hardware``)."""
         from pytest_specdec.gate.store import BaselineStore
 
-        fingerprint = {k: comparability.get(k) for k in ("hardware", "device", "device_count")}
+        fingerprint = {k: comparability.get(k) for k in ("hardware", "device", "device_count", "identity")
+                       if k in comparability}
         store = BaselineStore(self.root, self.profile, fingerprint, mode=None, keep=1)
         if self.hardware is not None:
             store.hardware = self.hardware
@@ -159,9 +160,9 @@ def test_thresholds(test: TestEntry, session: Thresholds, override: Mapping[str,
 
 
 def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, override: Mapping[str, float]
-            | None = None, alpha: float = 0.05, fdr: str = "bh", min_night_sd: float = 0.0, old_name: str = "OLD",
-            new_name: str = "NEW", datasets: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None
-            ) -> Comparison:
+            | None = None, alpha: float = 0.05, fdr: str = "bh", min_night_sd: float = 0.0,
+            state_tolerance: float | None = None, old_name: str = "OLD", new_name: str = "NEW",
+            datasets: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None) -> Comparison:
     """NEW's tests judged through the gate's one pipeline (`gate.pipeline.judge_all`), as the plugin judges a
     session: against a baseline directory (``StoredDir``: each test against its own file, the night variances,
     priors and night factors from every file of the profile, the profile's night sd floor), or against
@@ -238,7 +239,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
         rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
     else:  # the priors from the files of the machines judged against, as the plugin's session reads them
         stored = [data for s in stores.values() for data in s.readable()]
-    pipeline = Pipeline(Stored(tuple(stored), min_night_sd), alpha, fdr)
+    pipeline = Pipeline(Stored(tuple(stored), min_night_sd), alpha, fdr, state_tolerance)
     machine = judge_all(pipeline, checks, thresholds)
     by_id = dict(checks)
     from pytest_specdec.gate.verdicts import baseline_split

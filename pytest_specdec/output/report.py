@@ -360,7 +360,7 @@ def render_html(data: Any, name: str = "results") -> str:
 
 def render(results: Results) -> str:
     """The HTML report from typed results."""
-    from pytest_specdec.output.wording import hardware_view, machine_sentence
+    from pytest_specdec.output.wording import hardware_view, machine_sentence, machine_state_lines
     from markupsafe import Markup
 
     from pytest_specdec.gate.registry import BADGES, label
@@ -395,4 +395,5 @@ def render(results: Results) -> str:
         workarounds_active=active, workarounds_inactive=inactive,
         commit=env.get("commit") or {}, status_order=STATUS_ORDER, update=update,
         hardware=hardware_view(results.gate.settings.get("hardware"), results.tests, update),
+        machine_state=machine_state_lines(results.machine_state),
     )

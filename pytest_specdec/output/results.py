@@ -172,13 +172,15 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                     night_variances: dict[str, NightVariance], records: Iterable[TestRecord],
                     baseline_writes: BaselineWrites | None = None, outputs_file: str | None = None,
                     gate_settings: dict[str, Any] | None = None,
-                    crossovers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                    crossovers: list[dict[str, Any]] | None = None,
+                    machine_state: dict[str, Any] | None = None) -> dict[str, Any]:
     """The results document. ``servers`` are this process's; ``remote`` what each xdist worker sent
     besides its records (its servers, starts and workarounds); ``server_starts`` counts them all;
     ``baseline_writes`` is what --update-baselines wrote (None without it); ``outputs_file`` the name of
     the --specdec-save-outputs side file in the same directory; ``gate_settings`` how the gate judged
     (`Judge.settings`), so that `pytest-specdec compare` can judge the file again as the session did;
-    ``crossovers`` each concurrency sweep line's crossover and its verdict (`output.sweeps.judge_crossovers`)."""
+    ``crossovers`` each concurrency sweep line's crossover and its verdict (`output.sweeps.judge_crossovers`);
+    ``machine_state`` the session's machine state against its stored nights (`gate.machine.StateSummary`)."""
     hourly = price(profile, gpu_hourly_usd)
     return {
         "schema": SCHEMA,
@@ -193,6 +195,7 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
         "endpoints": {url: facts.to_dict() for url, facts in endpoints.items()},
         "price": hourly,
         "machine_factor": machine.to_dict() if machine is not None else None,
+        "machine_state": machine_state,
         "gate": {"fail_inconclusive": fail_inconclusive, "fail_machine": fail_machine, "machine_failed": machine_failed,
                  "night_variance": {k: v.to_dict() for k, v in night_variances.items()},
                  **({"settings": gate_settings} if gate_settings else {})},

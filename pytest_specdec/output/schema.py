@@ -253,6 +253,8 @@ class Results:
     outputs_file: str | None = None  # --specdec-save-outputs: the side file's name, beside the results
     #: each concurrency sweep line's crossover and its verdict (`output.sweeps.judge_crossovers`), as written
     crossovers: tuple[Mapping[str, Any], ...] = ()
+    #: the session's machine state against its stored nights (`gate.machine.StateSummary.to_dict`)
+    machine_state: Mapping[str, Any] | None = None
 
 
 def load(data: Any, name: str = "results") -> Results:
@@ -280,7 +282,8 @@ def _read(d: dict[str, Any], name: str) -> Results:
         baseline_update=(None if d.get("baseline_update") is None
                          else BaselineUpdate.from_dict(d["baseline_update"], f"{name}: baseline_update")),
         outputs_file=d.get("outputs_file") if isinstance(d.get("outputs_file"), str) else None,
-        crossovers=tuple(x for x in d.get("crossovers") or () if isinstance(x, Mapping)))
+        crossovers=tuple(x for x in d.get("crossovers") or () if isinstance(x, Mapping)),
+        machine_state=d.get("machine_state") if isinstance(d.get("machine_state"), Mapping) else None)
 
 
 #: The fields `schema.load` requires, per level of the file, to say where a missing one is missing.

@@ -301,8 +301,10 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
     from pytest_specdec.errors import ConfigError
     from pytest_specdec.gate.baselines import BaselineError, load_sweep, sweep_path
     from pytest_specdec.gate.crossover import NAME, compare, estimate, points_of
+    from pytest_specdec.gate.machine import MACHINE_STATE, state_comparable, state_condition
     from pytest_specdec.gate.store import write_sweep
     from pytest_specdec.gate.verdicts import to_json
+    from pytest_specdec.measure.probe import mean_state
     from pytest_specdec.output.schema import TestEntry
 
     stamp = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -313,6 +315,8 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
         checked = {t.nodeid: c for t in line.tests if (c := recs[t.nodeid].baseline) is not None}
         checks = list(checked.values())
         points = line.points()
+        probed = mean_state([s for t in line.tests if (s := recs[t.nodeid].result.machine_state) is not None])
+        state = None if probed is None else probed.to_dict()  # the sweep's: its tests' states, as a test's probes
         est = estimate(points, alpha=cfg.alpha, where=line.sweep_id)
         path = sweep_path(cfg.baselines_dir, cfg.profile.name, judge.store.hardware, line.sweep_id)
         gated = NAME in judge.gate() or any(NAME in c.gate for c in checks)
@@ -335,9 +339,14 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
             except ConfigError as exc:  # the stored record's values
                 head = f"{head}; {exc}"
             else:
+                tolerance = cfg.profile.machine_state_tolerance
                 if odd:
                     v = dataclasses.replace(v, verdict="not-comparable", note=f"{len(odd)} test(s) of the sweep "
                                             f"are not comparable with their baselines ({', '.join(odd)}); " + v.note)
+                elif not state_comparable(state, last.get("machine_state"), tolerance):  # made of speedups
+                    why = state_condition([last], state, tolerance).reason
+                    v = dataclasses.replace(v, verdict="not-comparable", method=MACHINE_STATE,
+                                            note=f"{why}; " + v.note)
                 entry["verdict"] = to_json(v)
                 head += (f"; {v.verdict} against {last.get('started')} ({v.delta:+.1f} %, "
                          f"{entry['family']})" if v.delta is not None else f"; {v.verdict}")
@@ -350,7 +359,7 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
         end.lines.append(head)
         if cfg.update and est is not None and all(recs[t.nodeid].outcome == "passed" for t in line.tests):
             night = {"started": stamp, "points": [{"concurrency": c, "speedups": v} for c, v in points],
-                     "crossover": est.to_dict()}
+                     "crossover": est.to_dict(), **({"machine_state": state} if state is not None else {})}
             record = {"sweep": line.sweep_id, "profile": cfg.profile.name, "tests": entry["tests"]}
             try:
                 what = write_sweep(cfg.baselines_dir, path, record, night, keep=cfg.keep_sessions,

@@ -29,7 +29,9 @@ def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed
     machine's folder (None without the flag)."""
     this, root, profile = hardware["this"], hardware.get("root") or "baselines", hardware["profile"]
     folder = f"{root}/{profile}/{this['key']}/"
-    others = [f"{m['name']} ({root}/{profile}/{m['key']}/, {m['files']} file(s))" for m in hardware["others"]]
+    others = [f"{m['name']} ({root}/{profile}/{m['key']}/, {m['files']} file(s)"
+              + (f"; differs from this one: {', '.join(m['differs'])})" if m.get("differs") else ")")
+              for m in hardware["others"]]
     if recorded is not None:
         lines = [f"specdec: this machine, {this['name']}, had no baselines of profile {profile}: this session "
                  f"recorded its nights in {folder}, {recorded} file(s) of {unjudged} test(s) not judged (the "
@@ -50,6 +52,34 @@ def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed
         "to compare: the same command with --update-baselines=missing",
         "    or judge a change within one session on this machine, candidate against base: "
         "--specdec-base-draft METHOD=MODEL (docs/gate.md, \"A/B in one session\")",
+    ]
+
+
+def machine_state_lines(state: Mapping[str, Any] | None) -> list[str]:
+    """The one block on the machine's state (`gate.machine.StateSummary.to_dict`), for the terminal and the top of
+    the report alike: tonight's state and the stored nights', and, where a test's speedup or E2E ratio could not
+    be judged for it, which and the ways on. One line when every ratio metric was judged."""
+    from pytest_specdec.gate.machine import describe_state
+
+    if not state:
+        return []
+    tonight = describe_state(state["tonight"])
+    stored = (f"the stored nights {state['stored']}" if state["stored_nights"] else "no stored night")
+    head = (f"specdec: machine state: tonight {tonight}; {stored} (a night counts as this state within "
+            f"±{state['tolerance_pct']:g} %)")
+    bad = state["not_comparable"]
+    if not bad:
+        return [head]
+    return [
+        head,
+        f"  {len(bad)} of {state['n_compared']} compared test(s) have no stored night in this state: their "
+        "speedup, E2E ratio and absolute figures are not-comparable (machine state), not judged; acceptance is "
+        "judged as usual",
+        *(f"    {b['nodeid']}: {', '.join(b['metrics'])}" for b in bad),
+        "  on this machine the speedup moves with the machine's state (docs/gate.md, \"Machine state\"); the ways on:",
+        "    judge the change within one session, where both arms see one state: --specdec-base-draft METHOD=MODEL "
+        "or --specdec-base-python PATH",
+        "    or record nights in this state beside the others: the same command with --update-baselines",
     ]
 
 
@@ -358,6 +388,8 @@ def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Se
         hardware, unjudged = end.no_own_baselines
         lines += no_own_baselines_lines(hardware.to_dict(), len(unjudged), failed=strict,
                                         recorded=None if end.baselines is None else len(end.baselines.created))
+    if end.state is not None:
+        lines += machine_state_lines(end.state.to_dict())
     if end.late_regressions:
         lines.append(f"specdec: {len(end.late_regressions)} test(s) passed at their end but regressed once every "
                      "p-value of the session was known (Benjamini-Hochberg/Holm need all of them):")

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.validity import ValidityRules
-from pytest_specdec.profiles.schema import (DEFAULT_AB_RUNS, DEFAULT_RUNS, PLUGIN_FLAGS, SCHEMA, VLLM_METHODS,
-                                            check_keys, check_values, validity_rules)
+from pytest_specdec.profiles.schema import (DEFAULT_AB_RUNS, DEFAULT_RUNS, DEFAULT_STATE_TOLERANCE, PLUGIN_FLAGS, SCHEMA,
+                                            VLLM_METHODS, check_keys, check_values, validity_rules)
 
 if TYPE_CHECKING:
     from pytest_specdec.vllm.command import ServerSpec
@@ -51,6 +51,9 @@ class Profile:
     max_runs: int | None = None
     #: `[verdicts] min_night_sd`: the floor, in %, on the night-to-night sd of log-scale metrics (0: none).
     min_night_sd: float = 0.0
+    #: `[verdicts] machine_state_tolerance`: ±% within which a stored night's machine state (the probe's
+    #: figures, `measure/probe.py`) counts as tonight's for the ratio metrics (docs/gate.md, "Machine state").
+    machine_state_tolerance: float = DEFAULT_STATE_TOLERANCE
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     #: GPU names (`nvidia-smi --query-gpu=name`) this profile's figures hold for; empty = not checked.
     nvidia_smi_names: tuple[str, ...] = ()
@@ -165,6 +168,7 @@ def load_profile(name_or_path: str) -> Profile:
         validity=validity_rules(raw),
         max_runs=verdicts.get("max_runs"),
         min_night_sd=float(verdicts.get("min_night_sd", 0.0)),
+        machine_state_tolerance=float(verdicts.get("machine_state_tolerance", DEFAULT_STATE_TOLERANCE)),
         raw=raw,
         nvidia_smi_names=tuple(n.strip() for n in raw.get("nvidia_smi_names", [])),
         builtin=path.resolve().parent == PROFILE_DIR.resolve(),

@@ -29,6 +29,9 @@ REVISION_FLAGS = frozenset({"--revision"})
 
 #: Runs per test when neither the profile's [matrix] runs nor --specdec-runs says.
 DEFAULT_RUNS = 3
+#: `[verdicts] machine_state_tolerance` of a profile that does not set it, in ±% (measured on the CPU default:
+#: docs/validation.md, "Machine state").
+DEFAULT_STATE_TOLERANCE = 15.0
 
 #: Pairs per test in an A/B session when the profile's [matrix] ab_runs does not say: at a GPU's noise (3 % CV a
 #: run) 8 pairs catch a lone -10 % tok/s change with power 0.92 (docs/validation.md, scripts/ab_simulation.py).
@@ -52,7 +55,7 @@ SCHEMA: dict[str, frozenset[str]] = {
     "matrix": frozenset({"k", "temperature", "concurrency", "runs", "ab_runs", "num_prompts", "max_tokens"}),
     "validity": frozenset(f.name for f in dataclasses.fields(ValidityRules)),
     # thresholds, ab_thresholds (an A/B session's): checked here by the gate's threshold parser
-    "verdicts": frozenset({"max_runs", "thresholds", "ab_thresholds", "min_night_sd"}),
+    "verdicts": frozenset({"max_runs", "thresholds", "ab_thresholds", "min_night_sd", "machine_state_tolerance"}),
     "timings": frozenset({"server_start_s", "stream_tok_s", "max_tok_s", "run_overhead_s"}),
     # co_resident = false: the reference and spec servers cannot be alive at once (arms alternate in blocks)
     # client_cpus = N (cpu profiles): the first N CPUs are left to the client, the servers start on the rest
@@ -229,6 +232,11 @@ def _check_runs(raw: dict[str, Any], path: Path) -> None:
         if not _is_number(sd, float) or not 0 <= sd < 100:
             raise ConfigError(f"profile {path}: [verdicts] min_night_sd must be a number of % in [0, 100), "
                               f"got {sd!r}")
+    if "machine_state_tolerance" in verdicts:
+        tol = verdicts["machine_state_tolerance"]
+        if not _is_number(tol, float) or not 0 < tol < 100:
+            raise ConfigError(f"profile {path}: [verdicts] machine_state_tolerance must be a number of % in (0, 100), "
+                              f"got {tol!r}")
 
 
 #: What an A/B session judges (gate/ab_session.py) and the kinds a threshold may name instead; the upper bounds

@@ -137,3 +137,75 @@ def driver_version() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out[0] if out else None
+
+
+#: The ISA flags vLLM's CPU kernels choose between (oneDNN/IPEX paths for AVX-512, its BF16 and VNNI forms,
+#: AMX tiles), as /proc/cpuinfo spells them: two hosts that differ in one of them run different kernels.
+ISA_FLAGS: tuple[str, ...] = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni", "amx_bf16",
+                              "amx_fp16", "amx_int8", "amx_tile")
+#: What nvidia-smi is asked of each GPU for its identity.
+GPU_IDENTITY = ("name", "memory.total", "power.limit", "clocks.max.sm", "clocks.max.memory")
+
+
+def _first_cpu(text: str) -> dict[str, str]:
+    """The fields of /proc/cpuinfo's first processor block."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if out:
+                break
+            continue
+        key, _, value = line.partition(":")
+        out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def _caches(root: Path) -> dict[str, str]:
+    """CPU 0's caches as sysfs gives them (``{"l1d": "48K", "l1i": "32K", "l2": "1024K", "l3": "32768K"}``)."""
+    out: dict[str, str] = {}
+    for index in sorted(root.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except OSError:
+            continue
+        suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+        out[f"l{level}{suffix}"] = size
+    return out
+
+
+def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo"),
+                 caches: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict[str, object]:
+    """What tells one CPU host from another beyond its marketing name: vendor, family/model/stepping, microcode,
+    the cache sizes, the ISA flags vLLM's kernels choose between, and how many CPUs this process may use. Two VMs
+    named "AMD EPYC, 2 CPUs" on different host generations differ here, and their speedups differ too."""
+    try:
+        first = _first_cpu(cpuinfo.read_text())
+    except OSError:
+        first = {}
+    flags = set(first.get("flags", "").split())
+    return {"vendor": first.get("vendor_id"), "family": first.get("cpu family"), "model": first.get("model"),
+            "stepping": first.get("stepping"), "microcode": first.get("microcode"), "caches": _caches(caches),
+            "isa": [f for f in ISA_FLAGS if f in flags], "cpus": len(os.sched_getaffinity(0))}
+
+
+def gpu_identity(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> dict[str, object]:
+    """Each GPU's name, memory, power limit and clock limits (nvidia-smi), beside the host's CPU identity: the
+    host-bound part of a spec step (scheduling, sampling, the draft's small kernels) runs there. A GPU whose
+    power limit was lowered is another machine for the speedup. ``gpus`` is the reason when nvidia-smi cannot
+    say."""
+    smi = nvidia_smi()
+    gpus: object
+    if smi is None:
+        gpus = "no nvidia-smi on PATH"
+    else:
+        query = [smi, f"--query-gpu={','.join(GPU_IDENTITY)}", "--format=csv,noheader"]
+        try:
+            done = run(query, capture_output=True, text=True, timeout=60)
+            rows = [[c.strip() for c in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
+            gpus = ([dict(zip(GPU_IDENTITY, r)) for r in rows] if done.returncode == 0 and rows
+                    else f"{' '.join(query[1:])} exited with {done.returncode}")
+        except (OSError, subprocess.SubprocessError) as exc:
+            gpus = f"{' '.join(query[1:])} could not run: {exc}"
+    return {"gpus": gpus, "host": cpu_identity()}

@@ -118,6 +118,10 @@ class FakeConfig:
     # when something else on the machine takes the cores for one run; (0, 0) = none.
     slow_posts: tuple[int, int] = (0, 0)
     slow_factor: float = 1.0
+    # A spec step's fixed part (k > 0 only): seconds added to every decode step that do not scale with the
+    # machine's speed (a test scales step_s for that), like a draft's per-step overhead on a small CPU host,
+    # so the speedup moves with the machine's speed.
+    draft_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.merge_steps < 1 or self.batch_events < 1:
@@ -491,7 +495,8 @@ def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tup
                     if held:
                         await resp.write(b"".join(held))
                     return resp  # cut the stream: no usage chunk, no [DONE]
-                await asyncio.sleep(cfg.step_s * slow * _drift(cfg) * _load(st, cfg))
+                await asyncio.sleep(cfg.step_s * slow * _drift(cfg) * _load(st, cfg)
+                                    + (cfg.draft_overhead_s if cfg.k else 0.0))
                 n = 1
                 if cfg.k and rng.random() < cfg.draft_share:
                     u = rng.random()

@@ -16,11 +16,12 @@ import pytest
 from fakes import FakeServer
 
 from pytest_specdec.gate.baselines import hardware_key
+from pytest_specdec.gate.conditions import cpu_machine
 
 Servers = tuple[FakeServer, FakeServer]
 SUITE = {"concurrency": 4, "num_prompts": 8, "max_tokens": 24, "body": "assert specdec.result.reference_runs"}
 A, B = "Fake CPU Alpha(R) Processor", "Fake CPU Beta"
-KEY_A, KEY_B = (hardware_key({"hardware": m, "device": "cpu", "device_count": os.cpu_count()}) for m in (A, B))
+KEY_A, KEY_B = (hardware_key({**cpu_machine(), "hardware": m}) for m in (A, B))
 
 
 @pytest.fixture
@@ -63,7 +64,8 @@ def test_each_machine_compares_only_against_its_own_and_writes_only_its_own(
     on: Callable[[str], None],
 ) -> None:
     pytester.makepyfile(test_suite=make_suite(**SUITE) + make_suite(name="test_other", **SUITE))
-    assert KEY_A == f"fake-alpha-{os.cpu_count()}cpu" and KEY_B == f"fake-beta-{os.cpu_count()}cpu"
+    # the model name, the count and this host's identity (the same on both: only the name is faked)
+    assert KEY_A.startswith(f"fake-alpha-{os.cpu_count()}cpu-") and KEY_B.startswith(f"fake-beta-{os.cpu_count()}cpu-")
 
     on(A)  # A records two nights
     run(pytester, fake_profile, servers, "--update-baselines").assert_outcomes(passed=2)
