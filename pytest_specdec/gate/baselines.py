@@ -104,8 +104,19 @@ def identity_differences(ours: Any, theirs: Any) -> list[str]:
     block a machine without baselines of its own says; a folder recorded without one says so."""
     if theirs is None:
         return ["recorded without a machine identity (before the plugin kept one)"]
-    a, b = flatten(theirs if isinstance(theirs, dict) else {"identity": theirs}), flatten(
-        ours if isinstance(ours, dict) else {"identity": ours})
+    def leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+        """Dotted keys down to scalars, a list of records by index (``gpus.0.power.limit``), a list of flags as one
+        value (``isa avx2, avx512f``)."""
+        if isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
+            return {prefix: ", ".join(map(str, value)) or "none"}
+        if isinstance(value, list):
+            value = {str(i): v for i, v in enumerate(value)}
+        if isinstance(value, dict) and value:
+            return {k: v for key, item in value.items() for k, v in leaves(item, f"{prefix}.{key}" if prefix
+                                                                            else str(key)).items()}
+        return {prefix: value}
+
+    a, b = leaves(theirs), leaves(ours)
     return [f"{k} {a.get(k, '—')} → {b.get(k, '—')}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 

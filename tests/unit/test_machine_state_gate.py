@@ -139,4 +139,37 @@ def test_two_hosts_of_one_model_name_get_two_folders_and_their_differences_are_n
     assert a.startswith("amd-epyc-2cpu-") and b.startswith("amd-epyc-2cpu-") and a != b
     assert a == hardware_key({**here, "identity": copy.deepcopy(zen4)})  # stable
     assert identity_differences(zen5, zen4) == ["caches.l2 1024K → 2048K", "family 25 → 26", "model 17 → 2"]
+    assert identity_differences({**zen4, "isa": ["avx2"]}, zen4) == [
+        "isa avx2, avx512f, avx512_bf16, avx512_vnni → avx2"]
     assert identity_differences(zen5, None) == ["recorded without a machine identity (before the plugin kept one)"]
+
+
+def test_a_gpu_identity_holds_each_gpus_limits_and_a_lowered_power_limit_is_another_machine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from pytest_specdec.servers.hardware import gpu_identity
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("SPECDEC_NVIDIA_SMI", str(smi))
+    asked: list[list[str]] = []
+
+    def answer(watts: str) -> Any:
+        def run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+            asked.append(cmd)
+            return subprocess.CompletedProcess(cmd, 0, f"NVIDIA H200, 143771 MiB, {watts} W, 1980 MHz, 3201 MHz\n" * 2)
+        return run
+
+    full = gpu_identity(answer("700.00"))
+    assert asked[0][1:] == ["--query-gpu=name,memory.total,power.limit,clocks.max.sm,clocks.max.memory",
+                            "--format=csv,noheader"]
+    assert full["gpus"] == [{"name": "NVIDIA H200", "memory.total": "143771 MiB", "power.limit": "700.00 W",
+                             "clocks.max.sm": "1980 MHz", "clocks.max.memory": "3201 MHz"}] * 2
+    assert full["host"] == cpu_identity()  # the host-bound part of a step runs there
+    capped = gpu_identity(answer("450.00"))
+    here = {"hardware": "H200", "device": "cuda", "device_count": 2}
+    assert hardware_key({**here, "identity": full}) != hardware_key({**here, "identity": capped})
+    assert identity_differences(capped, full) == ["gpus.0.power.limit 700.00 W → 450.00 W",
+                                                  "gpus.1.power.limit 700.00 W → 450.00 W"]
