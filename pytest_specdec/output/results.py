@@ -230,7 +230,7 @@ def hardware_name(profile: Profile, gpu_names: str | None) -> str:
         return cpu_model()
     if gpu_names:
         return gpu_names
-    return f"{profile.raw.get('hardware', profile.name)} (profile; GPUs not checked)"
+    return f"{profile.hardware} (profile; GPUs not checked)"
 
 
 def environment(profile: Profile, gpu_names: str | None, servers: Iterable[VllmServer],
