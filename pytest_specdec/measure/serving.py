@@ -259,15 +259,16 @@ def spec_tokens(spec: ServerSpec | None) -> int | None:
 
 def dead_arm(test: str, arm: str, runs: Sequence[RunRecord], deaths: list[Death], tail_lines: int = 30) -> str:
     """Why a test has no valid run on one arm, as its failure says it: each run's reasons, and each time that
-    arm's server exited during the test, the exit code and that start's log tail (a restart has a log of its
-    own)."""
+    arm's server exited during the test, the exit code, the exception its engine raised (above the tail: vLLM's
+    API server prints its own traceback last) and that start's log tail (a restart has a log of its own)."""
     other = "reference" if arm == "spec" else "spec"
     lines = [f"specdec: {test}: no valid run on the {arm} arm ({len(runs)} run(s)); the {arm} arm is never "
              f"judged on the {other} arm's figures"]
     lines += [f"  {arm} run {r.index + 1}: {'; '.join(r.invalid)}" for r in runs]
     for death in deaths:
         tail = "\n".join(death.tail.splitlines()[-tail_lines:])
-        lines += [f"  {death.line()}", f"--- last {tail_lines} lines of that log ---", tail]
+        lines += [f"  {death.line()}", *(f"  {line}" for line in death.cause.splitlines()),
+                  f"--- last {tail_lines} lines of that log ---", tail]
     if not deaths:
         lines.append(f"  the {arm} server did not exit; its requests failed (the log tail follows)")
     return "\n".join(lines)

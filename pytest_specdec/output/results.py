@@ -61,7 +61,7 @@ class TestRecord:
         """Keep the failure text and the test's servers' log tails (the HTML report shows them the morning
         after); returns the (title, tail) sections for the terminal report."""
         if self.error is None and message:
-            self.error = message if len(message) <= 6000 else "…" + message[-6000:]
+            self.error = clipped(message)
         seen = {(e["arm"], e["server"]) for e in self.server_logs}
         sections = []
         for arm, key in self.servers.items():
@@ -125,6 +125,21 @@ class TestRecord:
             out["baseline"] = {**self.baseline.to_dict(), "attribution": attribution(shown, split) if shown else None,
                                "split": None if split is None else split.to_dict()}
         return out
+
+
+#: Characters of a failure message the results keep.
+ERROR_CHARS = 6000
+
+
+def clipped(message: str, limit: int = ERROR_CHARS) -> str:
+    """A failure message cut to about ``limit`` characters: its start up to the first log tail (what failed, the
+    exception the engine raised, the command; at most half the budget) and its end, so a long log tail never
+    pushes out the cause quoted above it."""
+    if len(message) <= limit:
+        return message
+    cut = message.find("\n--- last ")
+    head = message[:cut + 1 if 0 <= cut < limit // 2 else limit // 2]
+    return head + "…" + message[-(limit - len(head)):]
 
 
 def cost_entry(summary: dict[str, Any], usd_per_hour: float | None) -> dict[str, float | None] | None:
@@ -215,7 +230,7 @@ def hardware_name(profile: Profile, gpu_names: str | None) -> str:
         return cpu_model()
     if gpu_names:
         return gpu_names
-    return f"{profile.raw.get('hardware', profile.name)} (profile; GPUs not checked)"
+    return f"{profile.hardware} (profile; GPUs not checked)"
 
 
 def environment(profile: Profile, gpu_names: str | None, servers: Iterable[VllmServer],

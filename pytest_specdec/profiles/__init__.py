@@ -1,6 +1,6 @@
 """Hardware profiles: which target, which draft or head per method, server arguments, matrix.
 
-A profile is a small TOML file shipped in this package (`cpu.toml`, `h100.toml`, `h200.toml`,
+A profile is a small TOML file shipped in this package (`cpu.toml`, `gpu-zoo.toml`, `h100.toml`, `h200.toml`,
 `a100.toml`, `l40s.toml`) or a user's own file.  Model names `zoo:NAME` resolve to the packaged CPU
 zoo.  Every key is checked once, when the file is read (`schema.py`), and what the plugin reads of it
 is a typed attribute of `Profile`.
@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.validity import ValidityRules
-from pytest_specdec.profiles.schema import (DEFAULT_AB_RUNS, DEFAULT_RUNS, DEFAULT_STATE_TOLERANCE, PLUGIN_FLAGS, SCHEMA,
-                                            VLLM_METHODS, check_keys, check_values, validity_rules)
+from pytest_specdec.profiles.schema import (ANY_GPU, DEFAULT_AB_RUNS, DEFAULT_RUNS, DEFAULT_STATE_TOLERANCE, PLUGIN_FLAGS,
+                                            SCHEMA, VLLM_METHODS, check_keys, check_values, validity_rules)
 
 if TYPE_CHECKING:
     from pytest_specdec.vllm.command import ServerSpec
 
-__all__ = ["DEFAULT_RUNS", "PLUGIN_FLAGS", "PROFILE_DIR", "SCHEMA", "VLLM_METHODS", "Profile", "builtin_profiles",
-           "load_profile", "server_spec"]
+__all__ = ["ANY_GPU", "DEFAULT_RUNS", "PLUGIN_FLAGS", "PROFILE_DIR", "SCHEMA", "VLLM_METHODS", "Profile",
+           "builtin_profiles", "load_profile", "server_env", "server_spec"]
 
 PROFILE_DIR = Path(__file__).parent
 
@@ -62,6 +62,20 @@ class Profile:
     target_revision: str | None = None
     #: `[methods.NAME] target`: (model, revision) of a preset that serves its own target in both arms.
     method_targets: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    #: `nvidia_smi_names = "any"`: for one NVIDIA GPU of any class, keyed by the class nvidia-smi lists.
+    any_gpu: bool = False
+    #: The GPU class nvidia-smi listed for an `any_gpu` profile, once the session checked the GPUs.
+    detected_hardware: str | None = None
+
+    @property
+    def hardware(self) -> str:
+        """What this profile's baselines are keyed by (the comparability's `hardware`): the file's `hardware` (its
+        name when it has none), or for an `any_gpu` profile the GPU class nvidia-smi listed at run time."""
+        if self.detected_hardware:
+            return self.detected_hardware
+        if self.any_gpu:
+            return "any NVIDIA GPU"
+        return str(self.raw.get("hardware", self.name))
 
     def target_of(self, method: str) -> tuple[str, str | None]:
         """(model, revision) the servers of `method`'s tests serve: the preset's own target, else the profile's."""
@@ -155,6 +169,7 @@ def load_profile(name_or_path: str) -> Profile:
     check_keys(raw, path)
     check_values(raw, path)
     server, verdicts = raw.get("server", {}), raw.get("verdicts", {})
+    any_gpu = raw.get("nvidia_smi_names") == ANY_GPU
     return Profile(
         name=raw["name"],
         path=path,
@@ -162,7 +177,7 @@ def load_profile(name_or_path: str) -> Profile:
         target=_resolve(raw["target"]["model"]),
         tensor_parallel_size=raw["target"].get("tensor_parallel_size", 1),
         server_args=tuple(str(a) for a in server.get("args", [])),
-        server_env=tuple(sorted((str(k), str(v)) for k, v in server.get("env", {}).items())),
+        server_env=tuple(sorted((str(k), str(v)) for k, v in server_env(server).items())),
         methods={name: _resolve(dict(entry["speculative_config"])) for name, entry in raw.get("methods", {}).items()},
         matrix=dict(raw.get("matrix", {})),
         validity=validity_rules(raw),
@@ -170,12 +185,28 @@ def load_profile(name_or_path: str) -> Profile:
         min_night_sd=float(verdicts.get("min_night_sd", 0.0)),
         machine_state_tolerance=float(verdicts.get("machine_state_tolerance", DEFAULT_STATE_TOLERANCE)),
         raw=raw,
-        nvidia_smi_names=tuple(n.strip() for n in raw.get("nvidia_smi_names", [])),
+        nvidia_smi_names=() if any_gpu else tuple(n.strip() for n in raw.get("nvidia_smi_names", [])),
+        any_gpu=any_gpu,
         builtin=path.resolve().parent == PROFILE_DIR.resolve(),
         target_revision=raw["target"].get("revision"),
         method_targets={name: (_resolve(entry["target"]["model"]), entry["target"].get("revision"))
                         for name, entry in raw.get("methods", {}).items() if "target" in entry},
     )
+
+
+def server_env(server: dict[str, Any]) -> dict[str, Any]:
+    """A profile's `[server]` environment: `env`, plus each `env_if_missing` table whose Python module this
+    interpreter (the one `vllm serve` runs in) cannot find. Why: vLLM turns some kernels on by default and fails at
+    start where their package is not installed (FlashInfer's sampler on a machine without FlashInfer); a profile
+    for many machines switches them off only where they are missing, and `env` wins over it."""
+    import importlib.util
+
+    env: dict[str, Any] = {}
+    for module, variables in server.get("env_if_missing", {}).items():
+        if importlib.util.find_spec(module) is None:
+            env.update(variables)
+    env.update(server.get("env", {}))
+    return env
 
 
 def server_spec(profile: Profile, method: str, k: int | None, extra_env: dict[str, str] | None = None,

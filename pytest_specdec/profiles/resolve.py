@@ -1,6 +1,7 @@
 """Which profile a session runs: the one named by --gpu/--specdec-profile, or for `--gpu=auto` the built-in
 profile whose GPU names cover what nvidia-smi lists; a GPU profile is checked against the GPUs, except
-where it cannot be (a dry run, endpoint mode), and the results say which."""
+where it cannot be (a dry run, endpoint mode), and the results say which. A profile of any NVIDIA GPU
+(`nvidia_smi_names = "any"`, never picked by `auto`) takes the class nvidia-smi lists as its hardware."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def resolve(name: str, *, endpoint: bool, dry_run: bool, drafts: dict[str, str])
         name = detect_profile_name(gpus)
     profile = load_profile(name)
     names = " / ".join(profile.nvidia_smi_names)
+    if profile.any_gpu:
+        return _any_gpu(profile, endpoint=endpoint, dry_run=dry_run, drafts=drafts)
     if gpus is not None and gpus.names:  # --gpu=auto chose it from these GPUs
         gpu_names = gpus.describe()
         note = f"--gpu=auto picked profile {profile.name} for {gpu_names}"
@@ -59,6 +62,27 @@ def resolve(name: str, *, endpoint: bool, dry_run: bool, drafts: dict[str, str])
     elif profile.device == "cuda":
         note = f"profile {profile.name} names no nvidia_smi_names: the GPUs it runs on are not checked"
     return Resolved(profile.with_drafts(drafts), gpu_names, note)
+
+
+def _any_gpu(profile: Profile, *, endpoint: bool, dry_run: bool, drafts: dict[str, str]) -> Resolved:
+    """A profile of any NVIDIA GPU: its hardware is the one GPU class nvidia-smi lists (a dry run does not look;
+    endpoint mode cannot: the servers' GPUs are not this machine's)."""
+    import dataclasses
+
+    from pytest_specdec.servers.hardware import list_gpus, one_gpu_class
+
+    if dry_run:
+        note = (f"profile {profile.name} was NOT checked against this machine's GPUs (dry run); it runs on any one "
+                "class of NVIDIA GPU, and its baselines are keyed by the class nvidia-smi lists")
+        return Resolved(profile.with_drafts(drafts), None, note)
+    if endpoint:
+        raise ConfigError(f"profile {profile.name} keys its baselines by the GPU nvidia-smi lists on this machine, "
+                          "but in endpoint mode the servers run elsewhere: use --specdec-profile PATH with a profile "
+                          "whose `hardware` names their GPU")
+    gpus = list_gpus()
+    found = dataclasses.replace(profile, detected_hardware=one_gpu_class(profile.name, gpus))
+    note = f"GPUs checked: {gpus.describe()} (profile {profile.name} runs on any NVIDIA GPU; keyed by this class)"
+    return Resolved(found.with_drafts(drafts), gpus.describe(), note)
 
 
 def max_model_len(profile: Profile) -> int | None:

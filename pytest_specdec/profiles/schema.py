@@ -27,6 +27,10 @@ PLUGIN_FLAGS = frozenset({"--host", "--port"})
 #: The target's revision flag: set from [target] revision, so that the pinned revision keys the baselines.
 REVISION_FLAGS = frozenset({"--revision"})
 
+#: `nvidia_smi_names = "any"`: a profile for one NVIDIA GPU of any class (the zoo's, which needs no download); the
+#: class nvidia-smi lists at run time keys its baselines, in place of a `hardware` the file would name.
+ANY_GPU = "any"
+
 #: Runs per test when neither the profile's [matrix] runs nor --specdec-runs says.
 DEFAULT_RUNS = 3
 #: `[verdicts] machine_state_tolerance` of a profile that does not set it, in ±% (measured on the CPU default:
@@ -45,7 +49,9 @@ SCHEMA: dict[str, frozenset[str]] = {
         "target", "server", "methods", "matrix", "validity", "verdicts", "timings", "placement",
     }),
     "target": frozenset({"model", "tensor_parallel_size", "revision"}),
-    "server": frozenset({"args", "env"}),
+    # env_if_missing: { MODULE = { VAR = "value" } }, environment the servers get when the Python module MODULE
+    # cannot be found (e.g. vLLM's FlashInfer sampler switched off where FlashInfer is not installed)
+    "server": frozenset({"args", "env", "env_if_missing"}),
     # target: a preset whose draft lives in its own target's checkpoint (mtp) or was trained for another target
     # serves that target in both arms of its tests: { model = "ORG/NAME", revision = "<commit>" }
     "methods.*": frozenset({"speculative_config", "target"}),
@@ -150,10 +156,16 @@ def _check_top(raw: dict[str, Any], path: Path) -> None:
     if price is not None and (not _is_number(price, float) or not math.isfinite(price) or price <= 0):
         raise ConfigError(f"profile {path}: price_per_hour_usd must be a number > 0 (USD per GPU hour), got {price!r}")
     names = raw.get("nvidia_smi_names")
-    if names is not None and (not isinstance(names, list) or not names
-                              or not all(isinstance(n, str) and n.strip() for n in names)):
+    if names == ANY_GPU:
+        if raw.get("device", "cuda") != "cuda" or "hardware" in raw:
+            raise ConfigError(f"profile {path}: nvidia_smi_names = {ANY_GPU!r} is for a cuda profile without "
+                              "`hardware`: the GPU class nvidia-smi lists at run time is what its baselines are keyed "
+                              "by; remove `hardware` (or list the GPU names instead of 'any')")
+    elif names is not None and (not isinstance(names, list) or not names
+                                or not all(isinstance(n, str) and n.strip() for n in names)):
         raise ConfigError(f"profile {path}: nvidia_smi_names must be a non-empty list of GPU names as "
-                          f"`nvidia-smi --query-gpu=name --format=csv,noheader` prints them, got {names!r}")
+                          f"`nvidia-smi --query-gpu=name --format=csv,noheader` prints them, or {ANY_GPU!r} for any "
+                          f"one class of NVIDIA GPU, got {names!r}")
 
 
 def _check_target_and_server(raw: dict[str, Any], path: Path) -> None:
@@ -187,6 +199,18 @@ def _check_target_and_server(raw: dict[str, Any], path: Path) -> None:
     for name, value in env.items():
         if not isinstance(value, str) and not _is_number(value, float):
             raise ConfigError(f"profile {path}: [server.env] {name} must be a string or a number, got {value!r}")
+    missing = raw.get("server", {}).get("env_if_missing", {})
+    if not isinstance(missing, dict):
+        raise ConfigError(f"profile {path}: [server] env_if_missing must be a table of Python module names, each a "
+                          f"table of environment variables ({{ flashinfer = {{ VAR = \"0\" }} }}), got {missing!r}")
+    for module, variables in missing.items():
+        if not module.isidentifier():
+            raise ConfigError(f"profile {path}: [server.env_if_missing] {module!r} must be the name of a top-level "
+                              "Python module (as `import NAME` takes it)")
+        if not isinstance(variables, dict) or not all(
+                isinstance(v, str) or _is_number(v, float) for v in variables.values()):
+            raise ConfigError(f"profile {path}: [server.env_if_missing] {module} must be a table of environment "
+                              f"variables whose values are strings or numbers, got {variables!r}")
     for name, entry in raw.get("methods", {}).items():
         config = entry.get("speculative_config")
         if not isinstance(config, dict):

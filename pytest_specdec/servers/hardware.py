@@ -115,6 +115,25 @@ def check_profile(profile_name: str, names: tuple[str, ...], gpus: GpuList) -> N
         )
 
 
+def one_gpu_class(profile_name: str, gpus: GpuList) -> str:
+    """The one GPU class nvidia-smi lists, for a profile of any NVIDIA GPU (`nvidia_smi_names = "any"`): its
+    baselines are keyed by that name. No GPU, or GPUs of different classes, stop: a server could land on either,
+    and no stored figure holds for both."""
+    if not gpus.names:
+        raise ConfigError(
+            f"--gpu={profile_name}: the {profile_name} profile runs on an NVIDIA GPU, but this machine has none: "
+            f"{gpus.describe()}. Use --gpu=cpu, or --specdec-dry-run to see the commands without running them"
+        )
+    classes = list(dict.fromkeys(gpus.names))
+    if len(classes) > 1:
+        raise ConfigError(
+            f"--gpu={profile_name}: the {profile_name} profile keys its baselines by the one GPU class nvidia-smi "
+            f"lists, but it lists {gpus.describe()} (mixed GPUs: a server could land on either). Make one class "
+            "visible to nvidia-smi's host, or use --specdec-profile PATH with a profile for these GPUs"
+        )
+    return classes[0]
+
+
 def cpu_model() -> str:
     """The CPU's model name (what a CPU profile's baselines are comparable across)."""
     try:

@@ -58,6 +58,7 @@ class Death:
     returncode: int | None
     log_path: Path
     tail: str
+    cause: str = ""  # the first exception its engine core or a worker raised (`VllmServer.cause`), "" if none
 
     def line(self) -> str:
         return f"vLLM ({self.method}, {self.spec_key}) {exit_description(self.returncode)} (log: {self.log_path})"
@@ -182,7 +183,9 @@ class ServerPool:
             raise ServerStartError(f"not starting it again: it failed earlier in this session.\n{self.failed[key]}")
         if server is not None:  # died since last use: record why, drop it and start afresh
             self.reap(spec)
-            self.progress(f"specdec: {self.deaths[-1].line()}; starting it again")
+            death = self.deaths[-1]
+            self.progress(f"specdec: {death.line()}; starting it again"
+                          + "".join(f"\n  {line}" for line in death.cause.splitlines()))
         while len(self._alive) >= self.max_alive:
             old_key, old = next(iter(self._alive.items()))
             self.progress(f"specdec: stopping vLLM ({old.spec.method}, {old_key}) to stay within "
@@ -226,13 +229,15 @@ class ServerPool:
         return server
 
     def reap(self, spec: ServerSpec) -> None:
-        """If `spec`'s server has exited, record why (its exit code and this start's log tail) and drop it."""
+        """If `spec`'s server has exited, record why (its exit code, the exception its engine raised and this
+        start's log tail) and drop it."""
         key = spec.key()
         server = self._alive.get(key)
         if server is None or server.alive():
             return
         assert server.proc is not None
-        self.deaths.append(Death(key, spec.method, server.proc.poll(), server.log_path, server.log_tail()))
+        self.deaths.append(Death(key, spec.method, server.proc.poll(), server.log_path, server.log_tail(),
+                                 server.cause()))
         self._remove(key)  # its group may linger; its GPUs go back
 
     def retire(self, spec: ServerSpec, why: str) -> None:

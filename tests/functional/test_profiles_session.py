@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeConfig, FakeServer
+from fakes import FakeConfig, FakeServer, FakeVllm
 
 from pytest_specdec.servers.hardware import SMI_ENV
 from pytest_specdec.profiles import PROFILE_DIR, load_profile
@@ -71,6 +71,52 @@ def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_
     listed = {nodeid.split("[", 1)[1].split("-")[0] for nodeid in commands}
     assert listed == set(load_profile(gpu).methods) - {"eagle3-degraded"}
     assert {"suffix", "eagle", "mtp", "medusa"} | ({"mlp_speculator"} if gpu != "l40s" else set()) <= listed
+
+
+def test_the_gpu_zoo_dry_run_lists_its_servers_anywhere_and_a_run_needs_one_gpu_class(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake_vllm: FakeVllm,
+        fake_nvidia_smi: Callable[..., Path]) -> None:
+    """`pytest suites/test_methods.py --gpu=gpu-zoo --specdec-dry-run` on a machine without a GPU: the zoo's servers
+    (no download), eager, FlashInfer's sampler off where FlashInfer is missing. A run (the stand-in as `vllm serve`,
+    should one start) stops at collection without a GPU or on GPUs of two classes. vLLM's parser checks these
+    commands in tests/unit/test_profiles.py (slow: it imports vLLM)."""
+    import importlib.util
+
+    from pytest_specdec.zoo import MODELS_DIR
+
+    monkeypatch.setenv("PATH", str(pytester.path / "no-such-dir"))  # no nvidia-smi at all
+    monkeypatch.delenv(SMI_ENV, raising=False)
+    (pytester.path / "suites").mkdir()
+    for name in ("conftest.py", "test_methods.py"):
+        (pytester.path / "suites" / name).write_text((SUITES / name).read_text())
+    result = pytester.runpytest_subprocess("suites", "--gpu=gpu-zoo", "--specdec-dry-run", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=3)
+    result.stdout.fnmatch_lines([
+        "specdec dry run: profile gpu-zoo (*gpu-zoo.toml), 3 test(s); nothing is started",
+        "specdec dry run: profile gpu-zoo was NOT checked against this machine's GPUs (dry run); it runs on any one "
+        "class of NVIDIA GPU, and its baselines are keyed by the class nvidia-smi lists",
+        "specdec dry run: 4 distinct server(s): * none, * draft_model, * eagle3, * ngram",
+        "  suites/test_methods.py: 3 test(s), * server start(s), 24 run(s): ~*",
+    ])
+    commands = [line.split("]: ", 1)[1] for line in result.outlines if line.startswith(("    reference [", "    spec ["))]
+    assert len(commands) == 6
+    flashinfer_off = importlib.util.find_spec("flashinfer") is None
+    for command in commands:
+        argv = shlex.split(command.replace("$PORT", "8000"))
+        assert argv[argv.index("serve") + 1] == str(MODELS_DIR / "target") and "--enforce-eager" in argv
+        assert ("VLLM_USE_FLASHINFER_SAMPLER=0" in argv[:argv.index("serve")]) == flashinfer_off, command
+    assert {json.loads(c.split("--speculative-config ", 1)[1].split("'")[1])["model"]
+            for c in commands if "'{\"method\": \"eagle3\"" in c} == {str(MODELS_DIR / "eagle3")}
+    # Not a dry run: no GPU stops it, GPUs of two classes too; nothing is started.
+    for smi, says in ((None, "*--gpu=gpu-zoo: the gpu-zoo profile runs on an NVIDIA GPU, but this machine has none*"),
+                      ("Tesla T4\nNVIDIA H200\n", "*lists Tesla T4, NVIDIA H200 (mixed GPUs*")):
+        if smi is not None:
+            monkeypatch.setenv(SMI_ENV, str(fake_nvidia_smi(smi)))
+        run = pytester.runpytest_subprocess("suites", "--gpu=gpu-zoo", "-p", "no:cacheprovider")
+        run.assert_outcomes(errors=1)
+        run.stdout.fnmatch_lines([says])
+        assert "starting vLLM" not in run.stdout.str()
+    assert fake_vllm.records() == []
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to split")

