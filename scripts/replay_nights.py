@@ -58,8 +58,8 @@ def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], flo
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("baselines", type=Path, help="one machine's baselines, e.g. baselines/cpu/amd-epyc-2cpu, or a "
-                    "profile's folder holding one machine's")
+    ap.add_argument("baselines", type=Path, help="one machine's baselines, e.g. "
+                    "baselines/cpu/amd-epyc-2cpu-36c383, or a profile's folder holding one machine's")
     ap.add_argument("--profile", default="cpu", help="the profile whose [verdicts] thresholds apply")
     ap.add_argument("--threshold", action="append", default=[], metavar="METRIC=VALUE")
     args = ap.parse_args(argv)
@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(machines) > 1:  # a night is one machine's: never replayed against another's
         ap.error(f"{args.baselines} holds the nights of {len(machines)} machines ({', '.join(machines)}); name one")
     files = {p: d for p, d in files.items() if len(d["sessions"]) >= 3}
+    if not files:  # a night is replayed against the others: two leave one night of variance, none of its spread
+        ap.error(f"no baseline file under {args.baselines} holds 3 nights or more; record more nights with "
+                 "`pytest suites/ --update-baselines`")
     nights = min(len(d["sessions"]) for d in files.values())
     profile = tomllib.loads((PROFILES / f"{args.profile}.toml").read_text())
     thresholds = dict(profile.get("verdicts", {}).get("thresholds", {}))

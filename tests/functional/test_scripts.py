@@ -99,7 +99,9 @@ def test_distribution_simulation_small() -> None:
     assert lines[0].startswith("alpha 0.01, 8 prompts x 4 samples, shift 0.0 nats, 20 comparisons: {")
 
 
-def test_replay_nights_on_the_stored_cpu_baselines() -> None:
+def test_replay_nights_on_the_stored_cpu_baselines(tmp_path: Path) -> None:
+    import json
+
     out = _run([sys.executable, str(SCRIPTS / "replay_nights.py"), "baselines/cpu"])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "files with >= 3 nights; thresholds" in out.stdout.splitlines()[0]
@@ -107,6 +109,13 @@ def test_replay_nights_on_the_stored_cpu_baselines() -> None:
     assert rows, out.stdout
     missing = _run([sys.executable, str(SCRIPTS / "replay_nights.py"), "no/such/dir"])
     assert missing.returncode == 2 and "no baseline files under no/such/dir" in missing.stderr
+    # two nights leave nothing to replay a night against: said, not a traceback
+    committed = next((ROOT / "baselines" / "cpu").rglob("*.json"))
+    data = json.loads(committed.read_text())
+    data["sessions"] = data["sessions"][:2]
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    few = _run([sys.executable, str(SCRIPTS / "replay_nights.py"), str(tmp_path)])
+    assert few.returncode == 2 and "holds 3 nights or more; record more nights" in few.stderr, few.stderr
 
 
 def test_hardware_layout_moves_old_files_into_their_machines_folder_keeping_every_night(tmp_path: Path) -> None:
