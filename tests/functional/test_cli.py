@@ -345,18 +345,17 @@ def test_a_dead_arm_in_new_is_listed_and_fails(tmp_path: Path, arm: str, checked
 
 def test_compare_and_history_on_the_stored_cpu_nights(tmp_path: Path) -> None:
     """Real CPU measurements: the nights kept in baselines/cpu written back as results files
-    (scripts/baseline_nights.py), with test_methods[eagle3]'s spec arm at 0.6 of its speed from night 4."""
+    (scripts/baseline_nights.py), with test_methods[eagle3]'s spec arm at 0.6 of its speed from night 3."""
     root = Path(__file__).resolve().parent.parent.parent
     victim = "suites/test_methods.py::test_methods[eagle3-k3-t0.0-c1]"
     tool = root / "scripts" / "baseline_nights.py"
     made = subprocess.run([sys.executable, str(tool), str(root / "baselines" / "cpu"), str(tmp_path),
-                           "--slow", victim.split("::")[1], "--factor", "0.6", "--from", "4"],
+                           "--slow", victim.split("::")[1], "--factor", "0.6", "--from", "3"],
                           capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
     files = sorted(tmp_path.glob("night-*.json"))
-    if len(files) < 4:
-        pytest.skip(f"baselines/cpu keeps {len(files)} nights; this needs 4")
-    r = cli("compare", files[2], files[3], "--json")  # the profile the files recorded: cpu, its thresholds
+    assert len(files) >= 3, f"baselines/cpu keeps {len(files)} nights; this needs 3"
+    r = cli("compare", files[1], files[2], "--json")  # the profile the files recorded: cpu, its thresholds
     assert r.returncode == 1, r.stdout + r.stderr
     out = json.loads(r.stdout)
     assert victim in out["regressed"]
@@ -365,4 +364,7 @@ def test_compare_and_history_on_the_stored_cpu_nights(tmp_path: Path) -> None:
     assert test["verdicts"]["acceptance_rate"]["verdict"] == "unchanged"  # the injected change is speed only
     r = cli("history", tmp_path, "--per-series", "--json")
     assert r.returncode == 0, r.stderr
-    assert [c["night"] for c in json.loads(r.stdout)["tests"][victim]["speedup"]["change_points"]] == [4]
+    series = json.loads(r.stdout)["tests"][victim]["speedup"]
+    # A change point needs nights on both sides of it (tests/unit/test_history.py): with 3 stored nights the drop at
+    # the last one is compare's to catch, above; history may name it once more nights follow, never one before it.
+    assert all(c["night"] == 3 for c in series["change_points"]), series["change_points"]
