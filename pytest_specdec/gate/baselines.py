@@ -235,7 +235,8 @@ def relative(path: Path, root: Path) -> str:
 
 def load(path: Path, create_hint: str) -> dict[str, Any] | None:
     """The parsed, validated baseline at ``path``; None when there is none."""
-    from pytest_specdec.gate.nights import NIGHT_FIELDS, pairs_problem, run_problem, state_problem
+    from pytest_specdec.gate.nights import NIGHT_FIELDS, pairs_problem, run_problem
+    from pytest_specdec.measure.probe import state_problem
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -304,7 +305,7 @@ def load_sweep(path: Path) -> dict[str, Any] | None:
     nights = data.get("nights")
     if not isinstance(nights, list) or not all(isinstance(n, dict) for n in nights):
         raise BaselineError(f"crossover record {path}: 'nights' is missing or not a list of objects; {fix}")
-    from pytest_specdec.gate.nights import state_problem
+    from pytest_specdec.measure.probe import state_problem
 
     for i, night in enumerate(nights):
         problem = state_problem(night.get("machine_state"))

@@ -41,9 +41,11 @@ def cpu_machine() -> dict[str, Any]:
     return {"hardware": cpu_model(), "device": "cpu", "device_count": os.cpu_count(), "identity": cpu_identity()}
 
 
-def comparability(profile: Profile, method: str, workload: dict[str, Any], dataset: dict[str, Any],
-                  ref_spec: ServerSpec, spec_spec: ServerSpec | None, sampling: Sampling) -> dict[str, Any]:
-    """What must be equal for tonight to be compared with the baseline."""
+def comparability(profile: Profile, fingerprint: Mapping[str, Any], method: str, workload: dict[str, Any],
+                  dataset: dict[str, Any], ref_spec: ServerSpec, spec_spec: ServerSpec | None, sampling: Sampling
+                  ) -> dict[str, Any]:
+    """What must be equal for tonight to be compared with the baseline; ``fingerprint`` is the machine's part
+    (`machine`), read once a session: its identity reads sysfs, and on a GPU host runs nvidia-smi."""
     from pytest_specdec.gate.baselines import model_identity
 
     args = list(ref_spec.args)
@@ -52,7 +54,7 @@ def comparability(profile: Profile, method: str, workload: dict[str, Any], datas
     if spec_spec is not None and spec_spec.speculative_config is not None:
         speculation = {k: v for k, v in spec_spec.speculative_config.items() if k != "model"}
     return {
-        **machine(profile),
+        **fingerprint,
         "tensor_parallel_size": profile.tensor_parallel_size,
         "data_parallel_size": int(dp),
         "target": model_identity(ref_spec.model, ref_spec.revision),  # its pinned revision too: other weights

@@ -229,7 +229,7 @@ class Judge:
         from pytest_specdec.gate.conditions import comparability, under_test
 
         profile = self.cfg.profile
-        comp = comparability(profile, method, workload, dataset, reference, spec, sampling)
+        comp = comparability(profile, self.store.fingerprint, method, workload, dataset, reference, spec, sampling)
         tested = under_test(profile, engines, spec, endpoint=endpoint, endpoint_versions=endpoint_versions)
         self.opened = True
         c = BaselineCheck(path=self.store.path(nodeid), status="missing", check=check, comparability=comp,

@@ -119,8 +119,6 @@ def machine_factor(deviations: Iterable[float], threshold: float, alpha: float) 
     return MachineFactor(mean, mean - q, mean + q, len(d), threshold, 100 * (1 - 2 * alpha))
 
 
-
-
 # ---- the machine's state: what the ratio metrics are conditioned on ----------------------------------------
 
 #: The metrics whose verdict holds only between nights of a comparable machine state: the within-session ratios,
@@ -238,10 +236,10 @@ def state_summary(family: Sequence[tuple[str, Any]], tolerance_pct: float | None
     for _, c in compared:
         for e in c.baseline["sessions"]:
             seen.setdefault(f"{e.get('started', '')}#{id(c)}", e.get("machine_state"))
+    from pytest_specdec.measure.probe import MachineState, mean_state
+
     bad = tuple((n, tuple(v.metric for v in (c.final or c.raw or ())
                           if v.method == MACHINE_STATE and v.family == "gated")) for n, c in compared)
-    mean = None
-    if tonight:
-        mean = {k: math.exp(sum(math.log(s[k]) for s in tonight) / len(tonight)) for k in tonight[0]}
-    return StateSummary(mean, tuple(seen.values()), tolerance_pct, tuple((n, m) for n, m in bad if m),
-                        len(compared))
+    mean = mean_state([MachineState(**s) for s in tonight])
+    return StateSummary(None if mean is None else mean.to_dict(), tuple(seen.values()), tolerance_pct,
+                        tuple((n, m) for n, m in bad if m), len(compared))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError, field_problem
 from pytest_specdec.gate.registry import METRICS
+from pytest_specdec.measure.probe import COMPONENTS, state_problem
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult, RunRecord
@@ -81,26 +82,8 @@ def pairs_problem(speedups: Any) -> str:
     return _numbers((f".speedup_per_pair[{n}]", v) for n, v in enumerate(speedups))
 
 
-def state_problem(state: Any) -> str:
-    """What is wrong with a stored machine state ("" when nothing, or when there is none): every figure of the
-    probe (`measure/probe.py` COMPONENTS) a positive number. A file may hold more (a results file's probes)."""
-    from pytest_specdec.measure.probe import COMPONENTS
-
-    if state is None:
-        return ""
-    if not isinstance(state, dict):
-        return f" is {state!r}, not dict"
-    for name in COMPONENTS:
-        v = state.get(name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            return f".{name} is {v!r}, not a positive number"
-    return ""
-
-
 def state_figures(state: Any) -> dict[str, float] | None:
     """The probe's figures of a checked stored state (None: not probed)."""
-    from pytest_specdec.measure.probe import COMPONENTS
-
     return None if state is None else {name: float(state[name]) for name in COMPONENTS}
 
 

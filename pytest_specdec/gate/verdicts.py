@@ -145,7 +145,9 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
     base_sessions = _sessions_of(baseline, factors)
     cond = None if state_tolerance is None else state_condition(baseline["sessions"], now.machine_state,
                                                                 state_tolerance)
-    kept = {} if cond is None else _sessions_of({"sessions": [baseline["sessions"][i] for i in cond.kept]}, factors)
+    every = cond is None or len(cond.kept) == len(baseline["sessions"])
+    kept = base_sessions if every else _sessions_of({"sessions": [baseline["sessions"][i] for i in cond.kept]},
+                                                    factors)
     out = []
     valid = now.metric_values(untimed_too=True)  # one left out only for coalesced streams stays out ("not judged")
     missing = {name for name, sessions in base_sessions.items()
@@ -194,11 +196,10 @@ def state_not_comparable(name: str, sessions: Sequence[Sequence[float]], values:
                          family: str) -> Verdict:
     """A ratio metric that no stored night of a comparable machine state can judge: `not-comparable` with the
     reason, the figures shown (geometric means) and never counted in the family's adjustment."""
-    from pytest_specdec.gate.stats import Verdict
-    from pytest_specdec.measure.summary import geomean
-
     from pytest_specdec.gate.machine import MACHINE_STATE
     from pytest_specdec.gate.scale import delta_unit, kind_of
+    from pytest_specdec.gate.stats import Verdict
+    from pytest_specdec.measure.summary import geomean
 
     stored = [v for night in sessions for v in night]
     return Verdict(name, "not-comparable", geomean(stored), geomean(list(values)), None, None, None, None,

@@ -48,18 +48,26 @@ class MachineState:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object], where: str = "machine state") -> MachineState:
-        """A stored or printed state; a missing or non-positive figure is an error naming it."""
-        values = {}
-        for name in COMPONENTS:
-            v = d.get(name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ConfigError(f"{where}: {name!r} is {v!r}; it must be a positive number "
-                                  f"({COMPONENTS[name]}, as `python -m pytest_specdec.measure.probe` prints)")
-            values[name] = float(v)
-        return cls(**values)
+        """A stored or printed state; a missing or non-positive figure is an error naming it (`state_problem`)."""
+        problem = state_problem(d)
+        if problem:
+            raise ConfigError(f"{where}{problem} (figures as `python -m pytest_specdec.measure.probe` prints them)")
+        return cls(**{name: float(d[name]) for name in COMPONENTS})  # type: ignore[arg-type]
 
-    def describe(self) -> str:
-        return ", ".join(f"{name} {getattr(self, name):.3g} {unit}" for name, unit in COMPONENTS.items())
+
+def state_problem(state: object) -> str:
+    """What is wrong with a machine state as stored or printed ("" when nothing, or when there is none), worded to
+    follow its path: every figure of the probe a positive number. A record may hold more (a results file's probes).
+    The one check of a state: the baselines, results files, crossover records and the probe command read through it."""
+    if state is None:
+        return ""
+    if not isinstance(state, Mapping):
+        return f" is {state!r}, not dict"
+    for name in COMPONENTS:
+        v = state.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            return f".{name} is {v!r}, not a positive number"
+    return ""
 
 
 def _threads(n: int, window_s: float) -> tuple[float, float]:
