@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.gate.registry import label
-from pytest_specdec.output.wording import FDR_NAMES, format_delta, guard_text, split_sentence, table
+from pytest_specdec.output.wording import FDR_NAMES, format_ci, format_delta, format_p, guard_text, split_sentence, table
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,8 +38,7 @@ def ab_attribution(c: ABCheck) -> str | None:
 
 def ab_verdict_line(v: Verdict) -> str:
     """One A/B verdict in a line: metric, verdict, Δ with its CI, p and what it catches."""
-    ci = "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
-    p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
+    ci, p = format_ci(v), format_p(v)
     threshold = "" if v.threshold is None else f", threshold {v.threshold:+g}{' %' if v.unit == '%' else ' pt'}"
     change = f"Δ {format_delta(v.delta, v.unit)} (CI {ci})"
     return f"{label(v.metric)} {v.verdict}: {change}, p {p}, {guard_text(v)}{threshold}"

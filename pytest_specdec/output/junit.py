@@ -51,11 +51,10 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
 
 
 def verdict_text(v: Verdict) -> str:
-    """A verdict with its change and CI, worded as the terminal's table: "regressed -22.4 % (CI -25.6 % .. -19.0 %)"."""
-    from pytest_specdec.output.wording import format_delta
+    """A verdict with its change and CI, worded once (`wording.format_verdict`)."""
+    from pytest_specdec.output.wording import format_verdict
 
-    ci = "" if v.ci_low is None else f" (CI {format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)})"
-    return v.verdict + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}{ci}")
+    return format_verdict(v)
 
 
 def session_properties(machine: MachineFactor | None, tests: int) -> list[tuple[str, str]]:

@@ -121,6 +121,23 @@ def verdict_phrase(label: str, v: Verdict) -> str:
     return f"{label} {v.verdict}" + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}")
 
 
+def format_ci(v: Verdict) -> str:
+    """A verdict's CI of the change: "-25.6 % .. -19.0 %", or "—" where it has none. The one CI formatter."""
+    return "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
+
+
+def format_p(v: Verdict) -> str:
+    """A verdict's p-value as shown: "exact" for the exact rule (no test), "—" for none, else 2 digits."""
+    return "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
+
+
+def format_verdict(v: Verdict) -> str:
+    """A verdict with its change and CI: "regressed -22.4 % (CI -25.6 % .. -19.0 %)". The one wording the
+    terminal, JUnit, the report and `compare` read."""
+    ci = "" if v.ci_low is None else f" (CI {format_ci(v)})"
+    return v.verdict + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}{ci}")
+
+
 def guard_text(v: Verdict) -> str:
     """What a gated verdict can catch: "catches a drop >= 21 %", "exact", or why nothing is known."""
     return catch_text(v.method, v.mde, v.threshold, v.unit, modelled=v.mde is not None)
@@ -144,10 +161,8 @@ def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI", arms: tuple[str
     """metric | family | baseline | now | Δ | 90% CI | p | verdict, aligned (``arms`` names the two value columns)."""
     rows = [("metric", "family", *arms, "Δ", ci_label, "p", "verdict")]
     for v in verdicts:
-        ci = "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
-        p = "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
         rows.append((label(v.metric), v.family, format_value(v.metric, v.baseline),
-                     format_value(v.metric, v.now), format_delta(v.delta, v.unit), ci, p, v.verdict))
+                     format_value(v.metric, v.now), format_delta(v.delta, v.unit), format_ci(v), format_p(v), v.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
