@@ -27,11 +27,10 @@ class KnownVersion:
 KNOWN_VERSIONS: tuple[KnownVersion, ...] = (
     KnownVersion(
         "vllm", "0.26.0", "one NVIDIA H200, CUDA 13, torch 2.11.0+cu130, the zoo on one GPU with --enforce-eager",
-        "test_methods' draft_model (speedup 1.18x) and ngram (1.64x) end to end: GPU detection, the lease, "
-        "baselines, the JSON and the report",
-        ("eagle3 has not run to its end: its start failed on the zoo's heads before they declared their aux layer "
-         "ids top-level (0.26.0's GPU model runner reads only `eagle_aux_hidden_state_layer_ids` at the config's "
-         "top level); a head that declares them only in `eagle_config` fails there too",
+        "suites/test_methods.py on gpu-zoo end to end, draft_model (speedup 1.29x), eagle3 (1.17x) and ngram "
+        "(1.40x): GPU detection, the lease, baselines, the JSON and the report",
+        ("an EAGLE-3 head must declare its aux layer ids top-level: 0.26.0's GPU model runner reads only "
+         "`eagle_aux_hidden_state_layer_ids` at the config's top level (the zoo's heads declare them both ways)",
          "run without FlashInfer (VLLM_USE_FLASHINFER_SAMPLER=0, as gpu-zoo sets where flashinfer is missing) and "
          "with a stand-in xgrammar (structured outputs untested)",
          "the 8B GPU profiles (h100, h200, a100, l40s) have not run on it")),
