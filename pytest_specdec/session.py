@@ -197,7 +197,7 @@ class SpecDecSession:
         """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` compared with the
         stored baseline, more pairs added two at a time while a verdict is inconclusive (alpha split over the looks)."""
         from pytest_specdec.errors import SpecDecError
-        from pytest_specdec.gate.nights import dead_arms
+        from pytest_specdec.measure.record import dead_arms
         from pytest_specdec.measure.serving import CaseRun, dead_arm
         from pytest_specdec.output.progress import measured, planned
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from pytest_specdec.gate.baselines import SCHEMA as BASELINE_SCHEMA  # noqa: E402
 from pytest_specdec.gate.baselines import BaselineError, render  # noqa: E402
 from pytest_specdec.gate.baselines import load as load_baseline  # noqa: E402
-from pytest_specdec.gate.nights import RUN_FIELDS  # noqa: E402
+from pytest_specdec.measure.record import RUN_FIELDS  # noqa: E402
 from pytest_specdec.output.fields import number  # noqa: E402
 from pytest_specdec.output.schema import SCHEMA as RESULTS_SCHEMA  # noqa: E402
 from pytest_specdec.output.schema import ResultsError  # noqa: E402

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.nights import ArmRun
     from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.measure.record import ArmRun
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.gate.judge import SessionEnd
     from pytest_specdec.profiles import Profile
@@ -62,26 +62,32 @@ def run_value(metric: str, run: ArmRun) -> float | None:
 
 
 def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float) -> list[Verdict]:
-    """The candidate (``result.runs``) against the base (``result.base_runs``), pair i being the two arms' i-th
-    runs: one gated verdict per A/B metric, before the session's adjustment."""
+    """The candidate (``result.runs``) against the base (``result.base_runs``), pair i being the two arms' runs
+    of run index i (`measure.record.pairs`, the one pairing rule: a run invalid on one arm leaves its pair out):
+    one gated verdict per A/B metric, before the session's adjustment."""
     from pytest_specdec.gate.ab import paired
-    from pytest_specdec.gate.nights import ArmRun
+    from pytest_specdec.measure.record import pairs, speedup
 
-    base = [ArmRun.from_record(r) for r in result.base_runs]
-    cand = [ArmRun.from_record(r) for r in result.runs]
-    n = min(len(base), len(cand))
-    out = [dataclasses.replace(paired(m, [run_value(m, r) for r in base[:n]], [run_value(m, r) for r in cand[:n]],
+    def value(metric: str, run: ArmRun | None) -> float | None:
+        return None if run is None else run_value(metric, run)
+
+    records = {arm: [r.record for r in result.arm_runs(arm)]
+               for arm in ("reference", "spec", "base", "base_reference")}
+    ab = pairs(records["base"], records["spec"])
+    out = [dataclasses.replace(paired(m, [value(m, p.first) for p in ab], [value(m, p.second) for p in ab],
                                       thresholds=thresholds, alpha=alpha), family="gated")
            for m in AB_METRICS]
     if not result.base_reference_runs:
         return out
-    refs = {arm: [run_value("output_tok_s", ArmRun.from_record(r)) for r in runs[:n]]
-            for arm, runs in (("base", result.base_reference_runs), ("candidate", result.reference_runs))}
-    spec = {"base": [run_value("output_tok_s", r) for r in base[:n]],
-            "candidate": [run_value("output_tok_s", r) for r in cand[:n]]}
-    speedup = {arm: [None if s is None or r is None else s / r for s, r in zip(spec[arm], refs[arm], strict=True)]
-               for arm in spec}
-    shown = {"reference_tok_s": refs, "speedup": speedup}
+    refs = pairs(records["base_reference"], records["reference"])
+    ref_tok_s = {"base": [value("output_tok_s", p.first) for p in refs],
+                 "candidate": [value("output_tok_s", p.second) for p in refs]}
+    # each install's speedup per run index (its spec run over its reference's), the two of one index paired
+    speedups = {"base": {p.index: speedup(p) for p in pairs(records["base_reference"], records["base"])},
+                "candidate": {p.index: speedup(p) for p in pairs(records["reference"], records["spec"])}}
+    indices = sorted(speedups["base"].keys() | speedups["candidate"].keys())
+    shown = {"reference_tok_s": ref_tok_s,
+             "speedup": {arm: [speedups[arm].get(i) for i in indices] for arm in speedups}}
     return out + [dataclasses.replace(paired(m, shown[m]["base"], shown[m]["candidate"], thresholds=thresholds,
                                              alpha=alpha), family="shown") for m in AB_SHOWN]
 
@@ -218,10 +224,10 @@ class ABGate:
                        self.thresholds, installs, diff(side("base", base_ref, "base"),
                                                        side("spec", "reference", "candidate")),
                        raw=ab_verdicts(result, self.thresholds, self.alpha), check=check,
-                       split=split(explain([r.to_dict() for r in result.base_reference_runs or result.reference_runs],
-                                           [r.to_dict() for r in result.base_runs]),
-                                   explain([r.to_dict() for r in result.reference_runs],
-                                           [r.to_dict() for r in result.runs])))
+                       split=split(explain([r.record for r in result.base_reference_runs or result.reference_runs],
+                                           [r.record for r in result.base_runs]),
+                                   explain([r.record for r in result.reference_runs],
+                                           [r.record for r in result.runs])))
 
     def test_end(self, checks: Sequence[tuple[str, ABCheck]], nodeid: str,
                  collected: Sequence[tuple[str, dict[str, Any] | None]]) -> ABCheck:

@@ -13,8 +13,8 @@ machine's folder; the full fingerprint is the file's ``comparability``. It holds
 * ``sessions`` — raw per-run values grouped by measurement session (one server start each), the last
   ``keep`` of them, so the file learns the night-to-night variance.
 
-Each session is a `gate.nights.Night` entry, each run an `ArmRun` entry: the one run record, whose names
-are the metric registry's. Files are deterministic and diff-friendly: sorted keys, one value per line,
+Each session is a `gate.nights.Night` entry, each run a `measure.record.ArmRun` entry: the one run record,
+whose names are the metric registry's. Files are deterministic and diff-friendly: sorted keys, one value per line,
 floats rounded to 6 significant digits, a schema version. A file of an older schema is an error naming
 the command that converts it (``scripts/convert_schema.py``); nothing reinterprets it silently. Nothing
 is written unless ``--update-baselines`` asks for it (`store.py`: the queue and the writes at the
@@ -29,9 +29,12 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError, field_problem, json_object
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.nights import Night
 
 SCHEMA = 3
 #: How a file of an older schema is brought to this one (run from the checkout's root).
@@ -198,12 +201,31 @@ def render(data: dict[str, Any]) -> str:
     return json.dumps(rounded(data), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def metric_values(entry: dict[str, Any]) -> dict[str, list[float]]:
-    """Per-run values of every verdict metric in one stored session entry (`gate.nights.Night`: the one
-    definition, for stored nights and tonight alike)."""
+class StoredNight(dict[str, Any]):
+    """One ``sessions`` entry of a baseline file as `load` read it: the entry itself (a dict, so it is merged,
+    written back and diffed as the file holds it) with its typed night, read once with the file. The gate
+    reads a stored night several times a test (priors, night variances, the machine factor, the verdicts, the
+    split): each reads this one, not a conversion of its own. Read-only: the night would not follow an edit."""
+
+    __slots__ = ("night",)
+
+    def __init__(self, entry: Mapping[str, Any], night: Night) -> None:
+        super().__init__(entry)
+        self.night = night
+
+
+def night_of(entry: Mapping[str, Any]) -> Night:
+    """The typed night of a stored session entry: the one `load` read, or read now from a baseline held only in
+    memory (`compare`'s, built from a results file)."""
     from pytest_specdec.gate.nights import Night
 
-    return Night.from_entry(entry).metric_values()
+    return entry.night if isinstance(entry, StoredNight) else Night.from_entry(entry)
+
+
+def metric_values(entry: Mapping[str, Any]) -> dict[str, list[float]]:
+    """Per-run values of every verdict metric in one stored session entry (`gate.nights.Night`: the one
+    definition, for stored nights and tonight alike)."""
+    return night_of(entry).metric_values()
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -234,9 +256,11 @@ def relative(path: Path, root: Path) -> str:
 
 
 def load(path: Path, create_hint: str) -> dict[str, Any] | None:
-    """The parsed, validated baseline at ``path``; None when there is none."""
-    from pytest_specdec.gate.nights import NIGHT_FIELDS, pairs_problem, run_problem
+    """The parsed, validated baseline at ``path``, each session a `StoredNight` (its night read once, here);
+    None when there is none."""
+    from pytest_specdec.gate.nights import NIGHT_FIELDS, Night, pairs_problem
     from pytest_specdec.measure.probe import state_problem
+    from pytest_specdec.measure.record import run_problem
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -272,6 +296,7 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
                 problem = run_problem(run)
                 if problem:
                     raise BaselineError(f"baseline {path}: sessions[{i}].runs.{arm}[{j}]{problem}; {fix}")
+    data["sessions"] = [StoredNight(s, Night.from_entry(s)) for s in data["sessions"]]
     return data
 
 

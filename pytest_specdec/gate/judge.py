@@ -344,7 +344,7 @@ def unwritable(result: CaseResult | None) -> str:
     """Why tonight's runs must not become a baseline night ("" when they may): each arm needs a valid run,
     and a test with a spec arm a valid pair, or the file would trade real nights for one that says nothing
     (a dead spec server's night has only the reference's runs)."""
-    from pytest_specdec.gate.nights import dead_arms
+    from pytest_specdec.measure.record import dead_arms
 
     if result is None:
         return "nothing was measured"

@@ -29,19 +29,21 @@ def absolute_scale(name: str, log_factor: float) -> float:
 
 def ref_log(night: Night) -> float | None:
     """Mean log reference tok/s of one night (valid runs), the machine's speed that night."""
+    from pytest_specdec.measure.figures import mean_log
+
     vals = [r.output_tok_s for r in night.reference if r.valid and r.output_tok_s]
-    return sum(math.log(v) for v in vals) / len(vals) if vals else None
+    return mean_log(vals) if vals else None
 
 
 def night_factors(files: Iterable[dict[str, Any]]) -> dict[str, float]:
     """Each stored night's machine factor (log, by its session's ``started``): the mean over every file
     holding that night of its reference speed's deviation from the file's mean night. Pure storage in,
     so it is fixed before any test runs."""
-    from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.baselines import night_of
 
     devs: dict[str, list[float]] = {}
     for data in files:
-        logs = [(e.get("started", ""), ref_log(Night.from_entry(e))) for e in data["sessions"]]
+        logs = [(e.get("started", ""), ref_log(night_of(e))) for e in data["sessions"]]
         logs = [(k, x) for k, x in logs if x is not None]
         if len(logs) < 2:
             continue
@@ -54,11 +56,11 @@ def night_factors(files: Iterable[dict[str, Any]]) -> dict[str, float]:
 def tonight_deviation(baseline: dict[str, Any], now: Night, factors: Mapping[str, float]) -> float | None:
     """log(tonight's reference speed ÷ the baseline's machine-neutral level) for one test: one term of the
     session's machine factor."""
-    from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.baselines import night_of
 
     now_log = ref_log(now)
     logs = [(x - factors.get(e.get("started", ""), 0.0)) for e in baseline["sessions"]
-            if (x := ref_log(Night.from_entry(e))) is not None]
+            if (x := ref_log(night_of(e))) is not None]
     if now_log is None or not logs:
         return None
     return now_log - sum(logs) / len(logs)

@@ -14,6 +14,7 @@ import numpy as np
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import check_kind, checked_values
+from pytest_specdec.measure.figures import mean_log
 
 _OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le,
                                                    ">": operator.gt, "<": operator.lt}
@@ -53,7 +54,7 @@ def check_slo(metric: str, values: Sequence[float], op: str, bound: float, *, ki
     if x.size == 0:
         return SloResult(metric, False, stat, None, op, float(bound), 0,
                          f"{metric}: no values to check against {op} {bound:g}: FAIL")
-    val = {"rate": lambda: float(np.exp(np.log(x).mean())), "acceptance": lambda: float(x.mean()),
+    val = {"rate": lambda: math.exp(mean_log(x.tolist())), "acceptance": lambda: float(x.mean()),
            "latency": lambda: float(np.median(x))}[kind]()
     ok = _OPS[op](val, bound)
     msg = f"{metric}: {stat} {val:.4g} over {x.size} runs {op} {bound:g}: {'pass' if ok else 'FAIL'}"

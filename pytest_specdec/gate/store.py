@@ -9,7 +9,6 @@ there are).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,13 +83,12 @@ def _machine_of(files: list[Path], identity: Any) -> tuple[str, tuple[str, ...]]
 
 def headline(entry: dict[str, Any]) -> dict[str, float]:
     """Geometric means of the headline metrics of one session (for the old → new summary)."""
+    from pytest_specdec.measure.figures import geomean
+
     vals = metric_values(entry)
-    out = {}
-    for name in ("speedup", "output_tok_s", "reference_tok_s", "acceptance_rate"):
-        v = [x for x in vals.get(name, []) if x > 0]
-        if v:
-            out[name] = math.exp(sum(map(math.log, v)) / len(v))
-    return out
+    means = {name: geomean(vals.get(name, [])) for name in ("speedup", "output_tok_s", "reference_tok_s",
+                                                            "acceptance_rate")}
+    return {name: m for name, m in means.items() if m is not None}
 
 
 def _headline_change(old: dict[str, Any] | None, new: dict[str, Any]) -> str:

@@ -199,10 +199,10 @@ def state_not_comparable(name: str, sessions: Sequence[Sequence[float]], values:
     from pytest_specdec.gate.machine import MACHINE_STATE
     from pytest_specdec.gate.scale import delta_unit, kind_of
     from pytest_specdec.gate.stats import Verdict
-    from pytest_specdec.measure.summary import geomean
+    from pytest_specdec.measure.figures import geomean
 
     stored = [v for night in sessions for v in night]
-    return Verdict(name, "not-comparable", geomean(stored), geomean(list(values)), None, None, None, None,
+    return Verdict(name, "not-comparable", geomean(stored), geomean(values), None, None, None, None,
                    len(sessions), len(values), delta_unit(kind_of(name)), MACHINE_STATE, None, reason,
                    family=family)
 
@@ -236,7 +236,7 @@ def explained(nights: Sequence[Night]) -> Explained | None:
     or a stored baseline's sessions, each night's recorded pairs."""
     from pytest_specdec.measure.explain import explain
 
-    return explain([r.to_entry() for n in nights for r in n.reference], [r.to_entry() for n in nights for r in n.spec],
+    return explain([r for n in nights for r in n.reference], [r for n in nights for r in n.spec],
                    [s for n in nights for s in n.speedup_per_pair if s is not None])
 
 
@@ -245,7 +245,7 @@ def baseline_split(baseline: Mapping[str, Any] | None, now: Night | None) -> Spl
     step time (`measure.explain.split`); None without both, or without a speedup on either side."""
     if not baseline or now is None:
         return None
-    from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.baselines import night_of
     from pytest_specdec.measure.explain import split
 
-    return split(explained([Night.from_entry(e) for e in baseline.get("sessions") or ()]), explained([now]))
+    return split(explained([night_of(e) for e in baseline.get("sessions") or ()]), explained([now]))

@@ -1,9 +1,10 @@
 """Why a speedup is what it is: tokens per verification step (τ), the step times, the speedup they predict, the
 verification efficiency, and a speedup change split into "the draft accepts less" and "a step costs more".
 
-Defined once here, as pure functions over a test's runs in the one stored run shape (tonight's, a results file's,
-a stored baseline night's), so the results JSON, the terminal, the report, `compare`,
-`history` and the failure messages all read the same figures.
+Defined once here, as pure functions over a test's runs as the one run record (`record.ArmRun`: tonight's, a
+results file's, a stored baseline night's), so the results JSON, the terminal, the report, `compare`,
+`history` and the failure messages all read the same figures; τ and the geometric mean are `figures.py`'s,
+the pairs `record.pairs`'.
 
 * τ (chain): vLLM accepts a draft's tokens in order and stops at the first rejection, so the expected tokens per
   verification step are 1 + the sum of the per-position acceptance rates, which is vLLM's acceptance length.
@@ -28,6 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from pytest_specdec.measure.figures import geomean, tau
+from pytest_specdec.measure.record import ArmRun, pair_speedups
+
 #: Below this share of a speedup change, a part (acceptance or step time) is called unchanged.
 MINOR_SHARE = 0.1
 #: From this share on, a part is what the change points at.
@@ -36,15 +40,10 @@ MAIN_SHARE = 2 / 3
 Cause = Literal["acceptance", "step time"]
 
 
-#: One run as the stored run shape has it (`gate.nights.RUN_FIELDS`): `runner.RunRecord.to_dict()`, a results
-#: file's run, `gate.nights.ArmRun.to_entry()`. Read: index, valid, output_tok_s, drafts, accepted_tokens,
-#: accepted_per_pos, tpot_ms.
-Run = Mapping[str, Any]
-
-
 def chain_tau(drafts: float, accepted_per_pos: Sequence[float]) -> float | None:
-    """Expected tokens per verification step under chain acceptance: 1 + Σ accepted at position i ÷ drafts."""
-    return 1.0 + sum(accepted_per_pos) / drafts if drafts > 0 else None
+    """Expected tokens per verification step under chain acceptance: 1 + Σ accepted at position i ÷ drafts
+    (`figures.tau` of the positions' accepted tokens)."""
+    return tau(drafts, sum(accepted_per_pos))
 
 
 def iid_alpha(drafts: float, accepted_per_pos: Sequence[float]) -> float | None:
@@ -70,21 +69,9 @@ def cost_per_million(tok_s: float | None, usd_per_hour: float | None) -> float |
     return usd_per_hour / (tok_s * 3600.0) * 1e6
 
 
-def _geomean(values: Sequence[float | None]) -> float | None:
-    vals = [v for v in values if v is not None and v > 0]
-    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
-
-
-def _tpot(run: Run) -> float | None:
+def _tpot(run: ArmRun) -> float | None:
     """The run's median TPOT (ms): the time a sequence waits per output token."""
-    return (run.get("tpot_ms") or {}).get("p50")
-
-
-def pair_speedups(reference: Sequence[Run], spec: Sequence[Run]) -> list[float]:
-    """Spec tok/s ÷ reference tok/s of each pair (the same run index) whose runs are both valid."""
-    ref = {r["index"]: r["output_tok_s"] for r in reference if r["valid"] and r.get("output_tok_s")}
-    return [s["output_tok_s"] / ref[s["index"]] for s in spec
-            if s["valid"] and s.get("output_tok_s") and s["index"] in ref]
+    return (run.latencies_ms.get("tpot_ms") or {}).get("p50")
 
 
 @dataclass(frozen=True)
@@ -112,32 +99,32 @@ class Explained:
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
 
 
-def explain(reference: Sequence[Run], spec: Sequence[Run], speedups: Sequence[float] | None = None
+def explain(reference: Sequence[ArmRun], spec: Sequence[ArmRun], speedups: Sequence[float] | None = None
             ) -> Explained | None:
     """The figures of a spec arm over its valid runs (counters pooled, TPOT and speedups by geometric mean;
-    ``speedups``: the pairs' when not those of `pair_speedups`); None when no valid spec run drafted (no spec
-    arm, or the counters were not read)."""
-    runs = [r for r in spec if r["valid"] and r.get("drafts")]
-    drafts = sum(r["drafts"] for r in runs)
+    ``speedups``: the pairs' when the runs are several nights' pooled, whose run indices repeat, else those of
+    `record.pair_speedups`); None when no valid spec run drafted (no spec arm, or the counters were not read)."""
+    runs = [r for r in spec if r.valid and r.drafts]
+    drafts = sum(r.drafts or 0 for r in runs)
     if not drafts:
         return None
-    counts = [r.get("accepted_per_pos") or () for r in runs]
+    counts = [r.accepted_per_pos or () for r in runs]
     k = max(map(len, counts), default=0)
     per_pos = [float(sum(c[i] for c in counts if i < len(c))) for i in range(k)]
-    tau = chain_tau(drafts, per_pos) if k else 1.0 + sum(r.get("accepted_tokens") or 0 for r in runs) / drafts
-    assert tau is not None
+    t = tau(drafts, sum(per_pos) if k else sum(r.accepted_tokens or 0 for r in runs))
+    assert t is not None
     alpha = iid_alpha(drafts, per_pos) if k else None
-    ref_tpot = _geomean([_tpot(r) for r in reference if r["valid"]])
-    spec_tpot = _geomean([_tpot(r) for r in runs])
-    spec_step = None if spec_tpot is None else tau * spec_tpot
+    ref_tpot = geomean(_tpot(r) for r in reference if r.valid)
+    spec_tpot = geomean(_tpot(r) for r in runs)
+    spec_step = None if spec_tpot is None else t * spec_tpot
     pairs = pair_speedups(reference, spec) if speedups is None else speedups
-    speedup = _geomean(list(pairs))
-    eff = None if speedup is None else speedup / tau
+    speedup = geomean(pairs)
+    eff = None if speedup is None else speedup / t
     rel = None if eff is None else 1.0 / eff
     return Explained(
-        speedup=speedup, tau=tau, tau_iid=None if alpha is None else iid_tau(alpha, k), alpha=alpha, k=k,
+        speedup=speedup, tau=t, tau_iid=None if alpha is None else iid_tau(alpha, k), alpha=alpha, k=k,
         ref_step_ms=ref_tpot, spec_step_ms=spec_step,
-        predicted_speedup=None if ref_tpot is None or not spec_step else tau * ref_tpot / spec_step,
+        predicted_speedup=None if ref_tpot is None or not spec_step else t * ref_tpot / spec_step,
         efficiency=eff, spec_step_rel=rel, draft_overhead=None if rel is None or not k else (rel - 1.0) / k,
         pairs=len(pairs))
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pytest_specdec.errors import ConfigError, SpecDecError
+from pytest_specdec.measure.figures import tau
 from pytest_specdec.measure.types import LoadResult, RequestSample, Sampling
 from pytest_specdec.vllm.counters import Counters, delta, parse_counters
 
@@ -74,7 +75,7 @@ class SpecFigures:
         if d.draft_tokens > 0:
             out.acceptance_rate = d.accepted_tokens / d.draft_tokens
         if d.drafts > 0:
-            out.acceptance_length = 1 + d.accepted_tokens / d.drafts
+            out.acceptance_length = tau(d.drafts, d.accepted_tokens)
             out.per_position_acceptance = [a / d.drafts for a in d.accepted_per_pos]
         steps = d.generation_tokens - n_started - d.accepted_tokens
         if steps > 0:

@@ -76,12 +76,14 @@ def greedy_output_match(result: CaseResult) -> dict[str, Any]:
         common = sorted(set(a.texts) & set(b.texts))
         return sum(a.texts[p] == b.texts[p] for p in common), len(common)
 
+    from pytest_specdec.measure.record import pairs
+
     refs = [r for r in result.reference_runs if r.valid]
-    by_index = {r.index: r for r in refs}
     spec_hits = spec_n = ctrl_hits = ctrl_n = 0
-    for s in (r for r in result.runs if r.valid and r.index in by_index):
-        h, n = matches(s, by_index[s.index])
-        spec_hits, spec_n = spec_hits + h, spec_n + n
+    for pair in pairs(result.reference_runs, result.runs):  # the one pairing rule: same run index, both valid
+        if pair.kept and pair.first is not None and pair.second is not None:
+            h, n = matches(pair.second, pair.first)
+            spec_hits, spec_n = spec_hits + h, spec_n + n
     for a, b in zip(refs, refs[1:]):
         h, n = matches(a, b)
         ctrl_hits, ctrl_n = ctrl_hits + h, ctrl_n + n

@@ -131,8 +131,9 @@ def mean_state(states: list[MachineState]) -> MachineState | None:
     """The geometric mean of several probes (before and after a test's runs), per figure."""
     if not states:
         return None
-    return MachineState(**{name: math.exp(sum(math.log(getattr(s, name)) for s in states) / len(states))
-                           for name in COMPONENTS})
+    from pytest_specdec.measure.figures import mean_log
+
+    return MachineState(**{name: math.exp(mean_log(getattr(s, name) for s in states)) for name in COMPONENTS})
 
 
 if __name__ == "__main__":

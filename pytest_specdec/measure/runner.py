@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts, PromptSource
+from pytest_specdec.measure.record import ArmRun, dropped, pairs, speedup_per_pair
 from pytest_specdec.measure.schedule import Arm, schedule, schedule_ab, warmup_requests
-from pytest_specdec.measure.summary import geomean, hd_p95s, speedups, summarize
+from pytest_specdec.measure.summary import hd_p95s, summarize
 from pytest_specdec.measure.validity import (CLIENT_LAG, DISTURBED, HUNG, NEIGHBOUR, STEP_RATE, ValidityRules, disturbed,
                                              invalid_reasons, latency_untrusted, step_rate)
 
@@ -37,8 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLIENT_LAG", "HUNG", "Arm", "CaseResult", "FixedPrompts", "FreshPrompts", "PromptSource", "RunRecord",
-    "ValidityRules", "extend_case", "geomean", "hd_p95s", "invalid_reasons", "latency_untrusted", "mark_disturbed",
-    "measure_case", "one_run", "schedule", "speedups", "summarize", "warmup_requests",
+    "ValidityRules", "extend_case", "hd_p95s", "invalid_reasons", "latency_untrusted", "mark_disturbed",
+    "measure_case", "one_run", "schedule", "summarize", "warmup_requests",
 ]
 
 
@@ -67,6 +68,17 @@ class RunRecord:
     untrusted: list[str] = field(default_factory=list)
     #: The cores each other server of the session used during the run's window (None: not watched).
     neighbours: dict[str, float] | None = None
+    _record: ArmRun | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def record(self) -> ArmRun:
+        """The run as the one run record (`measure.record.ArmRun`) that the summary, the gate and the baselines
+        read: its figures built once, when the run is measured (`one_run`), its validity the run's as it is now
+        (the disturbed-run rule is applied anew after every look)."""
+        if self._record is None:
+            self._record = ArmRun.measured(self.index, self.metrics, self.hd_p95_ms, self.invalid, self.untrusted)
+        self._record = self._record.with_validity(self.invalid, self.untrusted)
+        return self._record
 
     @property
     def valid(self) -> bool:
@@ -82,15 +94,13 @@ class RunRecord:
         return any(r.startswith(HUNG) for r in self.invalid)
 
     def to_dict(self) -> dict[str, Any]:
-        """The run in the results file: every field of the run a baseline stores (`gate.nights.ArmRun`, which
-        reads this), with the same names and values, and what only the results keep beside them."""
-        spec = self.metrics.spec
-        per_pos = spec.per_position_acceptance if spec is not None else None
+        """The run in the results file: every field of the run a baseline stores (`record.ArmRun`, which reads
+        this back), with the same names and values, and what only the results keep beside them."""
+        per_pos = self.record.accepted_per_pos
         return {
             "arm": self.arm, "index": self.index, "valid": self.valid, "invalid_reasons": self.invalid,
             "cache_salt": self.cache_salt, **self.metrics.to_dict(), "hd_p95_ms": self.hd_p95_ms,
-            # accepted tokens per draft position as counts, as the counters gave them (the rates times drafts)
-            "accepted_per_pos": None if spec is None or per_pos is None else [round(a * spec.drafts) for a in per_pos],
+            "accepted_per_pos": None if per_pos is None else list(per_pos),
             "settle": self.settle, **({"prompt_ids": self.prompt_ids} if self.prompt_ids is not None else {}),
             "latency_untrusted": self.untrusted,
             "chunking": None if self.chunking is None else self.chunking.to_dict(),
@@ -323,7 +333,12 @@ def extend_case(
             progress(f"specdec:   run {rec.index + 1}/{runs} {labels.get(rec.arm, rec.arm):9s} DISTURBED: {why}; "
                      "it leaves the verdicts with its pair")
     result.summary = summarize(ref_runs, spec_runs)
-    result.speedup_per_pair = speedups(ref_runs, spec_runs) if spec_runs else []
+    refs, specs = [r.record for r in ref_runs], [r.record for r in spec_runs]
+    result.speedup_per_pair = speedup_per_pair(refs, specs) if spec_runs else []
+    left_out = dropped(pairs(refs, specs)) if spec_runs else []
+    if left_out:
+        progress(f"specdec:   {len(left_out)} of {len(result.speedup_per_pair)} pair(s) left out of the speedup and "
+                 f"the paired verdicts: " + "; ".join(f"run {i + 1}: {why}" for i, why in left_out))
     return result
 
 

@@ -1,14 +1,18 @@
-"""A test's summary over its valid runs: per-pair speedups, geometric means for rates, pooled counters for
+"""A test's summary over its valid runs: the pairs' speedups, geometric means for rates, pooled counters for
 acceptance, medians of per-run percentiles for latencies, the speedup explained (`explain.py`); and each run's
-Harrell-Davis P95s."""
+Harrell-Davis P95s. It reads the runs as the one run record (`record.ArmRun`), pairs them by the one rule
+(`record.pairs`) and derives τ and the means as `figures.py` defines them."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Protocol
+
+from pytest_specdec.measure.figures import geomean, tau
+from pytest_specdec.measure.record import dropped, pairs, speedup_per_pair
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.metrics import RunMetrics
+    from pytest_specdec.measure.record import ArmRun
     from pytest_specdec.measure.types import LoadResult
 
 
@@ -18,12 +22,7 @@ class RunRecord(Protocol):
     metrics: RunMetrics
 
     @property
-    def valid(self) -> bool: ...
-
-    @property
-    def latency_trusted(self) -> bool: ...
-
-    def to_dict(self) -> dict[str, Any]: ...
+    def record(self) -> ArmRun: ...
 
 
 def hd_p95s(load: LoadResult) -> dict[str, float | None]:
@@ -39,12 +38,7 @@ def hd_p95s(load: LoadResult) -> dict[str, float | None]:
     return out
 
 
-def geomean(values: list[float]) -> float | None:
-    vals = [v for v in values if v is not None and v > 0]
-    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
-
-
-def _median(values: list[float]) -> float | None:
+def _median(values: list[float | None]) -> float | None:
     vals = sorted(v for v in values if v is not None)
     if not vals:
         return None
@@ -52,53 +46,45 @@ def _median(values: list[float]) -> float | None:
     return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 
 
-def speedups(reference: list[RunRecord], spec: list[RunRecord]) -> list[float | None]:
-    """Per pair i: spec tok/s / reference tok/s, None when either run of the pair is invalid."""
-    out: list[float | None] = []
-    for ref, sp in zip(reference, spec):
-        r, s = ref.metrics.output_tok_s, sp.metrics.output_tok_s
-        out.append(s / r if ref.valid and sp.valid and r and s else None)
-    return out
-
-
 def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, Any]:
     """The test's summary over valid runs: geometric means for rates, pooled counters for acceptance,
-    medians of per-run percentiles for latencies (of the spec arm; the reference's when no spec arm)."""
-    ref_ok = [r for r in reference if r.valid]
-    arm = [r for r in spec if r.valid] if spec else ref_ok
-    timed = [r for r in arm if r.latency_trusted]  # a coalesced stream's latencies are left out
-    pair = [s for s in speedups(reference, spec) if s is not None]
-    figures = [r.metrics.spec for r in arm if r.metrics.spec is not None]
-    drafts = sum(f.drafts for f in figures)
-    draft_tokens = sum(f.draft_tokens for f in figures)
-    accepted = sum(f.accepted_tokens for f in figures)
+    medians of per-run percentiles for latencies (of the spec arm; the reference's when no spec arm), and how
+    many pairs the speedup is over, with the dropped ones and why (`record.pairs`)."""
+    refs, specs = [r.record for r in reference], [r.record for r in spec]
+    ref_ok = [r for r in refs if r.valid]
+    arm = [r for r in specs if r.valid] if spec else ref_ok
+    timed = [r for r in arm if r.timed]  # a coalesced stream's latencies are left out
+    paired = pairs(refs, specs) if spec else []
+    counted = [r for r in arm if r.drafts is not None]
+    drafts = sum(r.drafts or 0 for r in counted)
+    draft_tokens = sum(r.draft_tokens or 0 for r in counted)
+    accepted = sum(r.accepted_tokens or 0 for r in counted)
     per_pos: list[float] | None = None
     if drafts:
-        width = max(len(f.per_position_acceptance or []) for f in figures)
-        per_pos = [
-            sum((f.per_position_acceptance or [0] * width)[i] * f.drafts for f in figures) / drafts
-            for i in range(width)
-        ]
-    steps = sum(f.decode_steps or 0 for f in figures)
+        width = max(len(r.accepted_per_pos or ()) for r in counted)
+        per_pos = [sum((r.accepted_per_pos or (0,) * width)[i] for r in counted) / drafts for i in range(width)]
+    # decode steps are not a stored figure: the counters' own, of the same valid runs
+    steps = sum(r.metrics.spec.decode_steps or 0 for r in (spec if spec else reference)
+                if r.record.valid and r.metrics.spec is not None)
 
     def latency(name: str) -> dict[str, float | None]:
-        return {
-            p: _median([(getattr(r.metrics, name) or {}).get(p) for r in timed])  # type: ignore[misc]
-            for p in ("p50", "p95", "p99")
-        }
+        return {p: _median([(r.latencies_ms.get(name) or {}).get(p) for r in timed]) for p in ("p50", "p95", "p99")}
 
     from pytest_specdec.measure.explain import explain
 
-    explained = explain([r.to_dict() for r in reference], [r.to_dict() for r in spec]) if spec else None
+    explained = explain(refs, specs) if spec else None
     return {
         "valid_runs": len(arm),
         "latency_runs": len(timed),
         "valid_reference_runs": len(ref_ok),
-        "output_tok_s": geomean([r.metrics.output_tok_s for r in arm]),  # type: ignore[misc]
-        "reference_tok_s": geomean([r.metrics.output_tok_s for r in ref_ok]),  # type: ignore[misc]
-        "speedup": geomean(pair) if spec else None,
+        "output_tok_s": geomean(r.output_tok_s for r in arm),
+        "reference_tok_s": geomean(r.output_tok_s for r in ref_ok),
+        "speedup": geomean(speedup_per_pair(refs, specs)) if spec else None,
+        # the pairs the speedup is over, and each one left out with why (a run invalid on either arm)
+        "pairs": sum(p.kept for p in paired) if spec else None,
+        "pairs_dropped": [{"index": i, "why": why} for i, why in dropped(paired)] if spec else None,
         "acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-        "acceptance_length": 1 + accepted / drafts if drafts else None,
+        "acceptance_length": tau(drafts, accepted),
         "per_position_acceptance": per_pos,
         "draft_coverage": min(1.0, drafts / steps) if steps and spec else None,
         "ttft_ms": latency("ttft_ms"),

@@ -104,7 +104,9 @@ def _level(metric: str, values: Sequence[float]) -> float:
 
     if kind_of(metric) == "acceptance":
         return sum(values) / len(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+    from pytest_specdec.measure.figures import mean_log
+
+    return math.exp(mean_log(values))
 
 
 def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool = False) -> list[Series]:

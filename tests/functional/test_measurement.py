@@ -118,6 +118,11 @@ def test_a_run_beside_a_busy_server_is_invalid_and_names_it() -> None:
     assert result.runs[1].neighbours == {"reference arm's server (reference-server)": 0.0,
                                          "base arm's server (base-server)": 0.0}, result.runs[1].neighbours
     assert any("INVALID: shared the CPU" in line for line in lines)
+    # each invalid run drops its own pair, said and counted (`record.pairs`)
+    assert lines[-1] == ("specdec:   2 of 4 pair(s) left out of the speedup and the paired verdicts: run 1: the spec "
+                         "run is invalid; run 3: the reference run is invalid and the spec run is invalid"), lines[-1]
+    assert result.summary["pairs"] == 2 and [d["index"] for d in result.summary["pairs_dropped"]] == [0, 2]
+    assert [s is None for s in result.speedup_per_pair] == [True, False, True, False]
     # The limit at 0 (the default) turns the rule off; the cores are still recorded.
     calls.clear()
     with FakeServer(FakeConfig(k=3, acceptance=(0.5, 0.4, 0.3), output_tokens=8)) as spec_url, \

@@ -153,7 +153,7 @@ def test_a_base_arm_without_a_valid_run_is_a_dead_arm() -> None:
     """`nights.dead_arms`, the one rule for an arm never judged on another's figures, covers an A/B base arm."""
     from types import SimpleNamespace
 
-    from pytest_specdec.gate.nights import dead_arms
+    from pytest_specdec.measure.record import dead_arms
 
     ok, bad = SimpleNamespace(valid=True), SimpleNamespace(valid=False)
     assert dead_arms([ok], [ok], [bad, bad]) == ["base"]

@@ -66,7 +66,7 @@ def test_the_reports_reference_latency_skips_coalesced_runs() -> None:
     from pytest_specdec.output.schema import load
     from pytest_specdec.output.sweeps import _reference
 
-    from pytest_specdec.gate.nights import RUN_FIELDS
+    from pytest_specdec.measure.record import RUN_FIELDS
     from pytest_specdec.output.schema import SCHEMA
 
     run = {**dict.fromkeys(RUN_FIELDS), "index": 0, "invalid_reasons": [], "hd_p95_ms": {}}

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.measure.runner import RunRecord, mark_disturbed, speedups
+from pytest_specdec.measure.record import speedup_per_pair
+from pytest_specdec.measure.runner import RunRecord, mark_disturbed
 from pytest_specdec.measure.validity import DISTURBED, ValidityRules, disturbed
 
 
@@ -43,7 +44,8 @@ def test_invalid_runs_neither_count_nor_are_judged() -> None:
 def _record(arm: Any, index: int, tok_s: float, invalid: list[str] | None = None,
             acceptance_length: float | None = None) -> RunRecord:
     spec = None if acceptance_length is None else SimpleNamespace(acceptance_length=acceptance_length)
-    metrics: Any = SimpleNamespace(output_tok_s=tok_s, spec=spec)
+    metrics: Any = SimpleNamespace(output_tok_s=tok_s, spec=spec, n_requests=8, total_output_tokens=100,
+                                   **dict.fromkeys(("tpot_ms", "ttft_ms", "e2e_ms", "itl_token_ms", "itl_chunk_ms")))
     return RunRecord(arm=arm, index=index, metrics=metrics, cache_salt="s", invalid=list(invalid or []))
 
 
@@ -54,7 +56,7 @@ def test_the_rule_is_applied_anew_after_every_look_and_drops_the_pair() -> None:
     assert not runs[2].valid and runs[2].invalid[0].startswith(DISTURBED)
     assert mark_disturbed(runs, rules) == [] and not runs[2].valid  # marked once, kept
     spec = [_record("spec", i, 600.0) for i in range(3)]
-    assert speedups(runs, spec)[2] is None  # its pair leaves the speedup
+    assert speedup_per_pair([r.record for r in runs], [r.record for r in spec])[2] is None  # its pair leaves
     # Later runs at the same speed as the third: the arm is slow, not one run disturbed.
     runs += [_record("reference", i, 150.0) for i in (3, 4, 5)]
     assert mark_disturbed(runs, rules) == [] and all(r.valid for r in runs)

@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_specdec.gate.nights import ArmRun, Night
+from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.verdicts import explained
 from pytest_specdec.measure.explain import chain_tau, cost_per_million, explain, iid_alpha, iid_tau, split
+from pytest_specdec.measure.record import ArmRun
 
 TRUE_TAU = (1 - 0.7 ** 4) / (1 - 0.7)  # 2.533: k = 3, every position accepted with 0.7 given the ones before
 
@@ -26,8 +27,8 @@ def simulated_counters(alpha: float, k: int, drafts: int, seed: int = 0) -> list
 
 
 def run(index: int, *, tok_s: float, tpot_ms: float, per_pos: list[int] | None = None, drafts: int = 0,
-        valid: bool = True) -> dict[str, Any]:
-    """One run in the stored run shape, as a baseline keeps it."""
+        valid: bool = True) -> ArmRun:
+    """One run as the run record has it."""
     return ArmRun(index=index, valid=valid, invalid_reasons=(), latency_untrusted=(), output_tok_s=tok_s,
                   n_requests=8, total_output_tokens=100, drafts=drafts if per_pos else None,
                   draft_tokens=drafts * len(per_pos) if per_pos else None,
@@ -35,7 +36,7 @@ def run(index: int, *, tok_s: float, tpot_ms: float, per_pos: list[int] | None =
                   accepted_per_pos=tuple(per_pos) if per_pos else None,
                   acceptance_rate=sum(per_pos) / (drafts * len(per_pos)) if per_pos else None, draft_coverage=None,
                   latencies_ms={"tpot_ms": {"p50": tpot_ms, "p95": tpot_ms, "p99": tpot_ms}},
-                  hd_p95_ms={}).to_entry()
+                  hd_p95_ms={})
 
 
 def test_tau_of_a_known_iid_acceptance() -> None:
@@ -102,9 +103,8 @@ def test_split_adds_up_exactly_and_names_the_cause() -> None:
 
 
 def night(ref_tok_s: float, spec_tok_s: float) -> Night:
-    ref = [ArmRun.from_entry(run(i, tok_s=ref_tok_s, tpot_ms=10.0)) for i in range(2)]
-    spec = [ArmRun.from_entry(run(i, tok_s=spec_tok_s, tpot_ms=5.0, per_pos=[800, 600, 400], drafts=1000))
-            for i in range(2)]
+    ref = [run(i, tok_s=ref_tok_s, tpot_ms=10.0) for i in range(2)]
+    spec = [run(i, tok_s=spec_tok_s, tpot_ms=5.0, per_pos=[800, 600, 400], drafts=1000) for i in range(2)]
     return Night(tuple(ref), tuple(spec), (spec_tok_s / ref_tok_s,) * 2)
 
 
