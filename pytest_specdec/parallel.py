@@ -47,6 +47,7 @@ def worker_output(session: SpecDecSession) -> bytes:
         "workarounds": workarounds(pool.servers.values()) if pool else [],
         "used": store.used if store else set(),
         "modules": store.modules if store else set(),
+        "lines": session.worker_lines,
     })
 
 
@@ -54,7 +55,7 @@ def merge_worker(session: SpecDecSession, blob: bytes) -> list[str]:
     """Controller: take a finished worker's records; returns problems to show (never dropped silently)."""
     data = pickle.loads(blob)  # noqa: S301 - sent by our own worker process over xdist's channel
     worker = str(data["worker"])
-    problems = []
+    problems = list(data["lines"])  # what the worker did for the session (the strays it stopped)
     for nodeid, record in data["records"].items():
         if nodeid in session.records:
             problems.append(f"specdec: {nodeid} was measured by both {session.measured_by[nodeid]} and {worker}; "

@@ -73,29 +73,42 @@ def pytest_configure(config: pytest.Config) -> None:
     session.worker = worker
     config.stash[session_key] = session
     session.check_configure()
-    from pytest_specdec.servers.hygiene import interrupt_on_termination
-
-    session.undo_signals = interrupt_on_termination()  # SIGTERM/SIGHUP unwind like Ctrl-C: servers stop
+    # Nothing else here: no signal handler, file or /proc scan until a specdec test is collected (`_start_using`).
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     specdec = session.config.stash.get(session_key, None)
-    if specdec is None or specdec.worker:  # the xdist controller speaks and sweeps for its workers
-        return
-    if specdec.runs_note:
+    if specdec is not None and not specdec.worker and specdec.runs_note:  # the xdist controller speaks
         specdec.progress(specdec.runs_note)
-    if specdec.settings.dry_run:
-        return
-    from pytest_specdec.servers.hygiene import find_strays, remove_strays
+
+
+def _used(item: pytest.Item) -> bool:
+    """A specdec test: the marker, or the `specdec` fixture (which fails at its setup without the marker)."""
+    return item.get_closest_marker("specdec") is not None or "specdec" in getattr(item, "fixturenames", ())
+
+
+def _start_using(specdec: SpecDecSession) -> str | None:
+    """A session that will run specdec tests, before any server starts: the server logs' directory checked
+    (a full or read-only one is one line now; returned), SIGTERM/SIGHUP made to unwind like Ctrl-C so servers
+    stop, and servers an earlier session left running stopped (on xdist by the first worker, once). A session
+    without specdec tests never gets here: the plugin is quiet until used, as pytest-xdist is."""
+    from pytest_specdec.servers.hygiene import find_strays, interrupt_on_termination, remove_strays
     from pytest_specdec.servers.spawn import log_dir_problem
 
-    problem = log_dir_problem(specdec.settings.reports_dir / "logs")
-    if problem:  # a full or read-only reports directory: one line, before any server starts
-        pytest.exit(f"specdec: {problem}", returncode=pytest.ExitCode.USAGE_ERROR)
-    strays = find_strays(str(specdec.settings.reports_dir / "logs"))
-    for stray in strays:
-        specdec.progress(f"specdec: stopping a vLLM server an earlier session left running: {stray.line()}")
-    remove_strays(strays)
+    logs = specdec.settings.reports_dir / "logs"
+    problem = log_dir_problem(logs)
+    if problem:
+        return f"specdec: {problem}"
+    specdec.undo_signals = interrupt_on_termination()
+    if specdec.worker in (None, "gw0"):
+        strays = find_strays(str(logs))
+        for stray in strays:
+            line = f"specdec: stopping a vLLM server an earlier session left running: {stray.line()}"
+            specdec.progress(line)
+            if specdec.worker:  # its progress goes to a file: the controller's summary shows it too
+                specdec.worker_lines.append(line)
+        remove_strays(strays)
+    return None
 
 
 def _worker_progress(path: Path) -> Callable[[str], None]:
@@ -168,16 +181,20 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     pairs = [(items[i], _case(items[i])) for i in slots]
     cases = [c for _, c in pairs if c is not None]
     st = specdec.settings
-    if cases and not (config.option.collectonly or st.dry_run or st.endpoint):  # servers would start
+    runs = not (config.option.collectonly or st.dry_run)
+    problem = None
+    if cases and runs and not st.endpoint:  # servers would start
         from pytest_specdec.vllm.installed import missing_vllm
 
         problem = missing_vllm(specdec.profile.device)
-        if problem and specdec.worker:  # an xdist worker cannot raise one: it stops, and the controller says it
-            session.shouldstop = problem
-            items[:] = []
-            return
-        if problem:  # one usage error now, not one error per test at its server start
-            raise pytest.UsageError(problem)
+    if not problem and runs and any(_used(item) for item in items):
+        problem = _start_using(specdec)
+    if problem and specdec.worker:  # an xdist worker cannot raise one: it stops, and the controller says it
+        session.shouldstop = problem
+        items[:] = []
+        return
+    if problem:  # one usage error now, not one error per test at its server start
+        raise pytest.UsageError(problem)
     if cases:
         specdec.check_thresholds()  # before anything runs: a bad threshold is a usage error naming where it is
     specdec.family_size = sum(metrics_per_test(c.method, c.k) for c in cases)
@@ -281,10 +298,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     specdec = session.config.stash.get(session_key, None)
     if specdec is None:
         return
+    from pytest_specdec.servers.spawn import CANNOT_WRITE_LOGS
     from pytest_specdec.vllm.installed import MISSING_VLLM
 
     dsession = session.config.pluginmanager.getplugin("dsession")  # xdist's controller
-    if str(getattr(dsession, "shouldstop", "")).startswith(MISSING_VLLM):  # a worker's usage error
+    if str(getattr(dsession, "shouldstop", "")).startswith((MISSING_VLLM, f"specdec: {CANNOT_WRITE_LOGS}")):  # a worker's usage error
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller adjusts and writes

@@ -73,11 +73,13 @@ class SpecDecSession:
         self.remote: list[dict[str, Any]] = []
         self.measured_by: dict[str, str] = {}  # nodeid -> worker, to catch a test measured twice
         self.xdist_lines: list[str] = []  # controller: what went wrong collecting workers' results
+        self.worker_lines: list[str] = []  # a worker: lines for the controller's summary (the strays it stopped)
         self.report_paths: list[Path] = []
         self.result_paths: list[Path] = []  # the JSON files written at session end
         self.gpu_names: str | None = None  # nvidia-smi's GPUs ("NVIDIA H100 80GB HBM3 x8"), once listed
         self._distributions: dict[tuple[str, int], Collected] = {}  # (nodeid, samples per prompt) -> scored samples
-        self.undo_signals: Callable[[], None] = lambda: None  # gives SIGTERM/SIGHUP back at unconfigure
+        #: gives SIGTERM/SIGHUP back at unconfigure; set once a specdec test is collected (plugin._start_using)
+        self.undo_signals: Callable[[], None] = lambda: None
 
     # --- configuration -------------------------------------------------------------------------
     @property

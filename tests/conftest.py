@@ -267,12 +267,19 @@ def vllm_serve_parser() -> Any:
     return serve_parser()
 
 
+#: A specdec test that is collected (so the plugin starts acting: the log directory's check, the stray sweep, the
+#: signal handlers) and skipped before its servers would start.
+COLLECTED_ONLY = ('import pytest\n\n\n@pytest.mark.skip(reason="collected only")\n'
+                  '@pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=1, max_tokens=16, num_prompts=4)\n'
+                  'def test_nothing(specdec):\n    pass\n')
+
+
 def assert_swept(pytester: pytest.Pytester, reports: Path, stray: Any, live: Any, gone: int) -> None:
-    """A session with ``--specdec-reports=reports`` names and stops the ``stray`` server (owner ``gone``) at its
-    start, and leaves the ``live`` session's server alone."""
-    pytester.makepyfile("def test_nothing(): pass")
+    """A session with ``--specdec-reports=reports`` and a specdec test names and stops the ``stray`` server (owner
+    ``gone``) once the test is collected, and leaves the ``live`` session's server alone."""
+    pytester.makepyfile(COLLECTED_ONLY)
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={reports}")
-    r.assert_outcomes(passed=1)
+    r.assert_outcomes(skipped=1)
     r.stdout.fnmatch_lines([f"specdec: stopping a vLLM server an earlier session left running: pid {stray.pid} "
                             f"(started by pytest pid {gone}, now gone): sleep 300"])
     assert stray.wait(timeout=10) != 0 and live.poll() is None

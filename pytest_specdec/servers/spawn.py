@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+#: How `log_dir_problem`'s line begins: xdist's controller recognises a worker's stop by it.
+CANNOT_WRITE_LOGS = "cannot write server logs under "
+
+
 def log_dir_problem(log_dir: Path) -> str | None:
     """Why server logs cannot be written under `log_dir` (a read-only or full file system, a file in
     the way), as one line naming the path; None when they can. A probe file is written, synced and
@@ -23,7 +27,7 @@ def log_dir_problem(log_dir: Path) -> str | None:
     while not where.exists() and where.parent != where:
         where = where.parent
     if not where.is_dir():
-        return f"cannot write server logs under {log_dir}: {where} is not a directory"
+        return f"{CANNOT_WRITE_LOGS}{log_dir}: {where} is not a directory"
     probe: str | None = None
     try:
         fd, probe = tempfile.mkstemp(dir=where, prefix=".specdec-probe-")
@@ -32,7 +36,7 @@ def log_dir_problem(log_dir: Path) -> str | None:
             f.flush()
             os.fsync(f.fileno())
     except OSError as exc:
-        return f"cannot write server logs under {log_dir}: {exc.filename or where}: {exc.strerror or exc}"
+        return f"{CANNOT_WRITE_LOGS}{log_dir}: {exc.filename or where}: {exc.strerror or exc}"
     finally:
         if probe is not None:
             with contextlib.suppress(OSError):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from fakes import STAND_IN_VALIDITY
 
-from conftest import assert_swept
+from conftest import COLLECTED_ONLY, assert_swept
 
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, REGISTRY_ENV, _running, owner_tag, register
@@ -157,7 +157,7 @@ def test_a_full_reports_directory_is_one_line_at_start_and_leaves_nothing(pytest
     pytester.makeconftest("import errno, os\n\n"
                           "def full(fd):\n    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n\n"
                           "os.fsync = full\n")
-    pytester.makepyfile("def test_nothing(): pass")
+    pytester.makepyfile(COLLECTED_ONLY)
     reports = pytester.path / "reports"
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={reports}")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
@@ -170,7 +170,7 @@ def test_a_log_directory_in_the_way_is_one_line_at_start(pytester: pytest.Pytest
     reports = pytester.path / "reports"
     reports.mkdir()
     (reports / "logs").write_text("a file, not a directory")
-    pytester.makepyfile("def test_nothing(): pass")
+    pytester.makepyfile(COLLECTED_ONLY)
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={reports}")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines([f"*specdec: cannot write server logs under {reports / 'logs'}: *"])

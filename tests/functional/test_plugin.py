@@ -223,3 +223,42 @@ def test_completions_api_and_open_loop_rate_from_marker_and_command_line(pyteste
     assert {t["params"]["api"] for t in data["tests"]} == {"completions", "chat"}
     rated = next(t for t in data["tests"] if t["params"]["request_rate"] == 40.0)
     assert rated["validity"]["valid"] and rated["runs"][0]["request_rate"] == 40.0
+
+
+def test_a_session_without_specdec_tests_leaves_no_trace(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Installed is not used: as pytest-xdist does nothing until -n, a session of plain tests gets no signal
+    handler from the plugin, no scan of /proc, no file (not even a probe it removes again), and no usage error
+    from a disk the plugin could not write to (a full one here)."""
+    import errno
+    import os
+    import signal
+
+    from pytest_specdec.servers import hygiene, spawn
+
+    installed: list[int] = []
+    real_signal = signal.signal
+
+    def spy(sig: int, handler: object) -> object:
+        if sig in (signal.SIGTERM, signal.SIGHUP):
+            installed.append(sig)
+        return real_signal(sig, handler)  # type: ignore[arg-type]
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the plugin scanned /proc in a session without specdec tests")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # the defaults, as in a fresh process (the plugin sets only those)
+        request.addfinalizer(lambda sig=sig, old=real_signal(sig, signal.SIG_DFL): real_signal(sig, old))
+    monkeypatch.setattr(signal, "signal", spy)
+    monkeypatch.setattr(hygiene, "find_strays", refuse)
+    monkeypatch.setattr(spawn.os, "fsync", full)
+    monkeypatch.setenv(hygiene.REGISTRY_ENV, str(tmp_path / "registry"))
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    before = sorted(pytester.path.rglob("*"))
+    for args in (["--co", "-q"], []):  # -p no:benchmark: pytest-benchmark makes .benchmarks/ on its own
+        r = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark", *args)
+        assert r.ret == pytest.ExitCode.OK, r.stdout.str()
+    assert installed == [] and sorted(pytester.path.rglob("*")) == before and not (tmp_path / "registry").exists()
