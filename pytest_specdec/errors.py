@@ -4,8 +4,10 @@ record's fields, worded to follow the record's path in its file."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Collection, Mapping
+from types import ModuleType
 from typing import Any
 
 
@@ -19,6 +21,22 @@ class ConfigError(SpecDecError):
 
 class ServerStartError(SpecDecError):
     """A vLLM server did not become ready; the message carries the command, port and log tail."""
+
+
+#: The optional dependencies, by import name: (distribution, the pytest-specdec extra that installs it).
+EXTRAS = {"pytest_benchmark": ("pytest-benchmark", "benchmark"), "ruptures": ("ruptures", "history"),
+          "openai": ("openai", "openai")}
+
+
+def import_extra(module: str, feature: str) -> ModuleType:
+    """`module`, an optional dependency imported where a feature needs it (the plugin starts without it); when
+    it is missing, a ConfigError naming the feature and the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        dist, extra = EXTRAS[module.split(".")[0]]
+        raise ConfigError(f"{feature} needs {dist}, which is not installed ({exc}): pip install "
+                          f"'pytest-specdec[{extra}]'") from None
 
 
 def json_object(text: str) -> dict[str, Any]:

@@ -191,8 +191,11 @@ class SpecDec:
         return self._session.measure(f"{self.nodeid}::measure[{case.id()}]", case)
 
     def openai_client(self, arm: Literal["spec", "reference"] = "spec") -> openai.OpenAI:
-        """An `openai.OpenAI` client bound to this test's live server (for custom requests and output checks)."""
-        import openai
+        """An `openai.OpenAI` client bound to this test's live server (for custom requests and output checks);
+        `openai` is the `openai` extra's."""
+        from pytest_specdec.errors import import_extra
+
+        openai = import_extra("openai", "specdec.openai_client()")
 
         session = self._session
         spec = session.server_spec(self.case, reference=(arm == "reference"))

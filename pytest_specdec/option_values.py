@@ -143,6 +143,29 @@ def rooted_or_none(value: str | None, config: pytest.Config) -> Path | None:
     return rooted(value, config) if value else None
 
 
+def extra_path(module: str, flag: str) -> Callable[[str | None, pytest.Config], Path | None]:
+    """An output path option whose file needs an optional dependency (`errors.EXTRAS`): given without it
+    installed, a usage error naming the extra, before anything is measured."""
+
+    def read(value: str | None, config: pytest.Config) -> Path | None:
+        if value:
+            import importlib.util
+
+            from pytest_specdec.errors import EXTRAS
+
+            try:
+                missing = importlib.util.find_spec(module) is None
+            except (ImportError, ValueError):  # a broken install, or one set aside (sys.modules[module] = None)
+                missing = True
+            if missing:
+                dist, extra = EXTRAS[module]
+                raise pytest.UsageError(f"{flag} needs {dist}, which is not installed: "
+                                        f"pip install 'pytest-specdec[{extra}]'")
+        return rooted_or_none(value, config)
+
+    return read
+
+
 def absolute_or_none(value: str | None, config: pytest.Config) -> str | None:
     """An input path from the invocation directory (`~` expanded), made absolute so servers started elsewhere
     find it."""

@@ -25,6 +25,7 @@ from pytest_specdec.option_values import (
     dataset_path,
     dataset_spec,
     draft_models,
+    extra_path,
     endpoint_url,
     gpu_list,
     host_address,
@@ -224,9 +225,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--specdec-gpu-hourly-usd", metavar="USD", type=positive_float,
            help="price of one GPU hour (the machine hour on cpu), for the report's cost per 1M output tokens; "
                 "overrides the profile's price_per_hour_usd.", shown_default="the profile's, else no cost"),
-    Option("--specdec-benchmark-json", metavar="PATH", read=rooted_or_none,
+    Option("--specdec-benchmark-json", metavar="PATH", read=extra_path("pytest_benchmark", "--specdec-benchmark-json"),
            help="also write the runs in pytest-benchmark's JSON format (seconds per output token, TPOT, E2E; "
-                "lower is better) for `pytest-benchmark compare`."),
+                "lower is better) for `pytest-benchmark compare`; needs pytest-benchmark (the `benchmark` extra)."),
     Option("--specdec-save-outputs", action="store_true", default=False,
            help="also keep every request's output text, per test, arm and run, in "
                 "reports/specdec-<UTC stamp>.outputs.json beside the results (which name it as outputs_file)."),

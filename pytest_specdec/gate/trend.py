@@ -110,7 +110,10 @@ def trend(metric: str, levels: Sequence[float], *, penalty: float = PENALTY, alp
         return Trend(metric, tuple(levels), None, None, (),
                      note=f"{len(xs)} night(s): a change point needs {min_nights} on each side")
     import numpy as np
-    import ruptures
+
+    from pytest_specdec.errors import import_extra
+
+    ruptures = import_extra("ruptures", "change points across nights (`pytest-specdec history`)")
 
     sd = max(noise_sd(xs), floor)
     pen = penalty * sd * sd

@@ -20,11 +20,15 @@ def benchmark_json(data: Any, *, machine_info: dict[str, Any] | None = None,
     """The session's valid runs as a pytest-benchmark JSON file: one benchmark per test, arm and metric,
     its per-run values as `stats.data`. Statistics, machine and commit info come from pytest-benchmark's
     own code; vLLM's version and the draft/head revisions go in `extra_info` (commit_info is the suite's)."""
-    from pytest_benchmark import __version__ as bench_version
+    from pytest_specdec.errors import import_extra
+
+    feature = "--specdec-benchmark-json"
+    bench_version = import_extra("pytest_benchmark", feature).__version__
     # No public helper builds machine_info (pytest-benchmark 5.3): its plugin's hook implementation does.
-    from pytest_benchmark.plugin import pytest_benchmark_generate_machine_info
-    from pytest_benchmark.stats import Stats
-    from pytest_benchmark.utils import get_commit_info
+    pytest_benchmark_generate_machine_info = import_extra("pytest_benchmark.plugin", feature
+                                                          ).pytest_benchmark_generate_machine_info
+    Stats = import_extra("pytest_benchmark.stats", feature).Stats
+    from pytest_specdec.output.commit import commit_info as suite_commit
 
     results = load(data)
     env = results.environment
@@ -61,6 +65,6 @@ def benchmark_json(data: Any, *, machine_info: dict[str, Any] | None = None,
     return {
         "machine_info": machine_info if machine_info is not None else {
             **pytest_benchmark_generate_machine_info(), "specdec_hardware": env.get("hardware")},
-        "commit_info": commit_info if commit_info is not None else (env.get("commit") or get_commit_info()),
+        "commit_info": commit_info if commit_info is not None else (env.get("commit") or suite_commit() or {}),
         "benchmarks": benchmarks, "datetime": results.started or None, "version": bench_version,
     }

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec import __version__, redact
 from pytest_specdec.files import write_atomic
+from pytest_specdec.output.commit import commit_info
 from pytest_specdec.output.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -376,14 +377,6 @@ def write_report(results: dict[str, Any], reports_dir: Path, started: float, rep
     for path, text in writes:
         write_atomic(path, text)
     return paths
-
-
-def commit_info() -> dict[str, Any] | None:
-    """The suite repository's commit, from the working directory like pytest-benchmark (its helper)."""
-    from pytest_benchmark.utils import get_commit_info
-
-    info = get_commit_info()
-    return None if info.get("id") in (None, "unversioned", "unknown") else dict(info)
 
 
 def unique(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

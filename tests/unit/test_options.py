@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 
@@ -24,3 +25,40 @@ def test_a_setting_is_named_after_its_flag_or_ini_value_unless_said() -> None:
     assert Option("--specdec-json", setting="json_path", help="h").setting == "json_path"
     with pytest.raises(ValueError, match="neither a flag nor an ini value"):
         Option(setting="x", help="h")
+
+
+@pytest.mark.parametrize("module", ["pytest_benchmark", "ruptures", "openai"])
+def test_a_missing_optional_dependency_names_its_extra(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest-benchmark, ruptures and openai are extras: the plugin starts without them, and the feature that
+    needs one says which extra to install, at configure for --specdec-benchmark-json, else where it is used."""
+    import types
+
+    from pytest_specdec.errors import EXTRAS, ConfigError, import_extra
+    from pytest_specdec.option_values import extra_path
+
+    monkeypatch.setitem(sys.modules, module, None)  # an import of it raises ImportError, as when not installed
+    dist, extra = EXTRAS[module]
+    with pytest.raises(ConfigError, match=rf"^the feature needs {dist}, which is not installed .*: pip install "
+                                          rf"'pytest-specdec\[{extra}\]'$"):
+        import_extra(module, "the feature")
+    config = types.SimpleNamespace(rootpath="/root")
+    with pytest.raises(pytest.UsageError, match=rf"--flag needs {dist}, .*'pytest-specdec\[{extra}\]'"):
+        extra_path(module, "--flag")("out.json", config)  # type: ignore[arg-type]
+    assert extra_path(module, "--flag")(None, config) is None  # type: ignore[arg-type]  # not asked for
+
+
+def test_the_plugin_starts_without_its_optional_dependencies(monkeypatch: pytest.MonkeyPatch,
+                                                               request: pytest.FixtureRequest) -> None:
+    """No module imports an extra's package at its top: the plugin, the session, the fixture and the command
+    import with them set aside (the modules imported here are dropped again, the earlier ones put back)."""
+    import importlib
+
+    before = set(sys.modules)
+    request.addfinalizer(lambda: [sys.modules.pop(n) for n in set(sys.modules) - before])
+    for module in ("pytest_benchmark", "ruptures", "openai"):
+        monkeypatch.setitem(sys.modules, module, None)
+    for name in [n for n in sys.modules if n.startswith("pytest_specdec")]:
+        monkeypatch.delitem(sys.modules, name)
+    for name in ("pytest_specdec.plugin", "pytest_specdec.session", "pytest_specdec.fixture", "pytest_specdec.cli",
+                 "pytest_specdec.output.results", "pytest_specdec.output.history", "pytest_specdec.gate.trend"):
+        importlib.import_module(name)
