@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.errors import SpecDecError
+from pytest_specdec.errors import SpecDecDeprecationWarning, SpecDecError
+from pytest_specdec.option_values import RENAMED_DEST, renamed
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -289,8 +291,11 @@ def parser() -> argparse.ArgumentParser:
                    help="practical threshold, repeatable, as --specdec-threshold (e.g. speedup=10)")
     c.add_argument("--alpha", type=_alpha, default=None,
                    help="one-sided level (default: NEW's session's, else 0.05; CIs are 1 - 2 alpha)")
-    c.add_argument("--fdr", choices=("bh", "holm"), default=None,
-                   help="multiplicity adjustment over the gated family (default: NEW's session's, else bh)")
+    c.add_argument("--multiplicity", dest="fdr", choices=("bh", "holm"), default=None,
+                   help="multiplicity adjustment over the gated family: bh (the false discovery rate) or holm (the "
+                        "family-wise error rate) (default: NEW's session's, else bh)")
+    c.add_argument("--fdr", choices=("bh", "holm"), action=renamed("--multiplicity", "fdr"),
+                   help="deprecated spelling of --multiplicity, removed in the next release")
     c.add_argument("--all", action="store_true", help="show every metric's verdict, not only the gated ones")
     c.add_argument("--strict", action="store_true", help="exit 1 also when a test is not comparable")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")
@@ -323,6 +328,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    for used, new in dict.fromkeys(getattr(args, RENAMED_DEST, None) or []):
+        warnings.warn(SpecDecDeprecationWarning(f"{used} is deprecated and goes in the next release: use {new}"),
+                      stacklevel=2)
     try:
         return int(args.run(args))
     except BrokenPipeError:  # `| head` stopped reading: the shell's status for a closed pipe, no traceback

@@ -19,6 +19,11 @@ class ConfigError(SpecDecError):
     """Bad user input: an option, marker, profile or dataset that cannot be used as given."""
 
 
+class SpecDecDeprecationWarning(FutureWarning):
+    """A spelling (an option, a profile key) that still works for one release and then goes: shown by default,
+    in pytest and outside it (a FutureWarning, as Python's own warnings meant for users are)."""
+
+
 class ServerStartError(SpecDecError):
     """A vLLM server did not become ready; the message carries the command, port and log tail."""
 

@@ -71,6 +71,24 @@ class UpdateBaselines(argparse.Action):
         setattr(namespace, self.dest, value)
 
 
+#: Where `renamed` notes each deprecated spelling given (on `config.option`), for the warning at configure.
+RENAMED_DEST = "specdec_renamed"
+
+
+def renamed(new_flag: str, new_dest: str) -> type[argparse.Action]:
+    """The action of a deprecated spelling of ``new_flag``: its value (already typed and checked against the
+    choices by argparse) goes to ``new_dest``, and the spelling is noted so the session warns about it."""
+
+    class Renamed(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                     option_string: str | None = None) -> None:
+            setattr(namespace, new_dest, values)
+            used = getattr(namespace, RENAMED_DEST, None) or []
+            setattr(namespace, RENAMED_DEST, [*used, (str(option_string), new_flag)])
+
+    return Renamed
+
+
 def alpha_value(value: str) -> float:
     """argparse type: a one-sided significance level in (0, 0.5)."""
     return _number(value, float, lambda n: 0 < n < 0.5, "a number in (0, 0.5) like 0.05")
@@ -139,7 +157,7 @@ def rooted(value: str, config: pytest.Config) -> Path:
 
 
 def rooted_or_none(value: str | None, config: pytest.Config) -> Path | None:
-    """An output path option: relative paths are under the rootdir, like --specdec-reports."""
+    """An output path option: relative paths are under the rootdir, like --specdec-reports-dir."""
     return rooted(value, config) if value else None
 
 

@@ -34,6 +34,7 @@ from pytest_specdec.option_values import (
     ini_threshold_items,
     non_negative_float,
     path_or_none,
+    renamed,
     positive_float,
     positive_int,
     rooted,
@@ -66,6 +67,8 @@ class Option:
     help: str
     shown_default: str = "%(default)r"  # the help's last words, "Default: <this>" ("": none); argparse's repr
     read: Callable[[Any, pytest.Config], Any] = as_is  # the option's (or ini's) value -> the setting
+    #: the flag's former spelling, still accepted for one release with a `SpecDecDeprecationWarning`
+    old: str | None = None
 
     def __post_init__(self) -> None:
         if self.flag is None and self.ini is None:
@@ -88,6 +91,10 @@ class Option:
                  "choices": self.choices}
         group.addoption(self.flag, **{k: v for k, v in given.items() if v is not None}, default=self.default,
                         help=text)
+        if self.old is not None:
+            group.addoption(self.old, **{k: v for k, v in given.items() if v is not None and k != "action"},
+                            action=renamed(self.flag, self.dest), default=None,
+                            help=f"deprecated spelling of {self.flag}, removed in the next release.")
         if self.ini is not None:
             parser.addini(self.ini, type="bool", default=False, help=f"as {self.flag}. Default: false")
 
@@ -128,7 +135,8 @@ OPTIONS: tuple[Option, ...] = (
            help="environment variable holding the endpoints' API key (never printed or stored)."),
     Option("--specdec-json", setting="json_path", metavar="PATH", read=path_or_none,
            help="also write the JSON results here (they always go under reports/)."),
-    Option("--specdec-reports", setting="reports_dir", metavar="DIR", default="reports", read=rooted,
+    Option("--specdec-reports-dir", setting="reports_dir", metavar="DIR", default="reports", read=rooted,
+           old="--specdec-reports",
            help="directory for JSON results and server logs."),
     Option("--specdec-max-servers", metavar="N", type=positive_int, default=2,
            help="vLLM servers alive at once; the least recently used one is stopped first."),
@@ -147,16 +155,17 @@ OPTIONS: tuple[Option, ...] = (
                 "requests/s, still capped at the test's concurrency.", shown_default="closed loop"),
     Option("--specdec-startup-timeout", setting="startup_timeout_s", metavar="SECONDS", type=positive_float,
            default=900.0, help="how long a vLLM server may take to become ready."),
-    Option("--specdec-quiet-timeout", setting="quiet_timeout_s", metavar="SECONDS", type=non_negative_float,
-           default=3.0,
+    Option("--specdec-settle-timeout", setting="quiet_timeout_s", metavar="SECONDS", type=non_negative_float,
+           default=3.0, old="--specdec-quiet-timeout",
            help="before each run, wait up to SECONDS for every server this session started to go idle (vLLM's "
                 "processes busy-wait for 1 s after their last step and would share the cores with the run); in "
                 "endpoint mode for the processes behind loopback endpoints, else a fixed 1.2 s; "
                 "0 skips the wait."),
-    Option("--specdec-idle-timeout", setting="idle_timeout_s", metavar="SECONDS", type=positive_float,
+    Option("--specdec-hung-timeout", setting="idle_timeout_s", metavar="SECONDS", type=positive_float,
+           old="--specdec-idle-timeout",
            help="a server that sends nothing on a request for SECONDS is hung: the request fails, its run is "
                 "invalid, and a server this session started is restarted once.",
-           shown_default="the profile's [validity] idle_timeout_s, else 60"),
+           shown_default="the profile's [validity] hung_timeout_s, else 60"),
     Option("--specdec-served-model", metavar="NAME",
            help="endpoint mode: the model name the endpoints serve (vLLM's --served-model-name); a server "
                 "listing another model is an error, so its figures are never recorded as the target's.",
@@ -189,9 +198,10 @@ OPTIONS: tuple[Option, ...] = (
            shown_default="the profile's [verdicts] max_runs (cpu: 4, as many as its runs), else no extra runs"),
     Option("--specdec-alpha", metavar="ALPHA", type=alpha_value, default=0.05,
            help="one-sided significance level of the verdicts (the CIs are 1-2*ALPHA)."),
-    Option("--specdec-fdr", metavar="METHOD", choices=("bh", "holm"), default="bh",
+    Option("--specdec-multiplicity", setting="fdr", metavar="METHOD", choices=("bh", "holm"), default="bh",
+           old="--specdec-fdr",
            help="multiplicity control within each family (gated, shown) of the session's metric tests: bh "
-                "(Benjamini-Hochberg) or holm."),
+                "(Benjamini-Hochberg: the false discovery rate) or holm (the family-wise error rate)."),
     _fail_flag("fail-inconclusive",
                "fail a test whose gated metric (speedup, acceptance, P95 E2E ratio, or what `gate` adds) stays "
                "inconclusive after its last look; by default it passes with a warning"),
@@ -220,7 +230,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--specdec-pin-cpus", action="store_true", default=False,
            help="pin each vLLM server to the CPUs local to its leased GPUs (their NUMA node, as in "
                 "`nvidia-smi topo -m`)."),
-    Option("--specdec-report", setting="report_path", metavar="PATH", read=rooted_or_none,
+    Option("--specdec-report-html", setting="report_path", metavar="PATH", read=rooted_or_none,
+           old="--specdec-report",
            help="write the HTML report here instead of reports/specdec-<UTC stamp>.html and reports/latest.html."),
     Option("--specdec-gpu-hourly-usd", metavar="USD", type=positive_float,
            help="price of one GPU hour (the machine hour on cpu), for the report's cost per 1M output tokens; "

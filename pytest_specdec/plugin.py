@@ -59,6 +59,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_SIGNATURE)
     config.addinivalue_line("markers", VERDICTS_MARKER_SIGNATURE)
     settings = Settings.from_config(config)
+    if not hasattr(config, "workerinput"):  # an xdist worker parses the same command line: one warning each
+        _warn_renamed(config)
     from pytest_specdec import redact
 
     redact.extend(settings.redact)
@@ -74,6 +76,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[session_key] = session
     session.check_configure()
     # Nothing else here: no signal handler, file or /proc scan until a specdec test is collected (`_start_using`).
+
+
+def _warn_renamed(config: pytest.Config) -> None:
+    """One deprecation warning per former spelling of an option given (`Option.old`)."""
+    from pytest_specdec.errors import SpecDecDeprecationWarning
+    from pytest_specdec.option_values import RENAMED_DEST
+
+    for old, new in dict.fromkeys(getattr(config.option, RENAMED_DEST, None) or []):
+        config.issue_config_time_warning(SpecDecDeprecationWarning(
+            f"{old} is deprecated and goes in the next release: use {new}"), stacklevel=2)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -319,7 +331,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         unwritten = False
     except OSError as exc:  # the results are what CI keeps: a session that could not write them fails
         specdec.summary_lines.append(f"specdec: could not write the results ({exc}); fix the directory or point "
-                                     "--specdec-reports (or --specdec-json / --specdec-report) elsewhere")
+                                     "--specdec-reports-dir (or --specdec-json / --specdec-report-html) elsewhere")
         unwritten = True
     _junit_session_properties(session.config, specdec)
     end = specdec.end

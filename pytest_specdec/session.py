@@ -143,7 +143,7 @@ class SpecDecSession:
             raise pytest.UsageError(str(exc)) from None
 
     def validity(self) -> ValidityRules:
-        """The profile's validity rules; --specdec-idle-timeout wins over its idle_timeout_s."""
+        """The profile's validity rules; --specdec-hung-timeout wins over its idle_timeout_s."""
         rules, idle = self.profile.validity, self.settings.idle_timeout_s
         return rules if idle is None else dataclasses.replace(rules, idle_timeout_s=idle)
 

@@ -1,6 +1,6 @@
 """Simulated false alarms and power of an A/B in one session (base v candidate), and the pairs per test they take.
 
-    .venv/bin/python scripts/ab_simulation.py [--suites 2000] [--seed 20261126] [--fdr bh]
+    .venv/bin/python scripts/ab_simulation.py [--suites 2000] [--seed 20261126] [--multiplicity bh]
 
 Suites of 19 tests; each test's gated family (candidate v base spec tok/s, acceptance rate, P95 E2E ratio)
 is judged pair by pair by ``gate.ab.paired``'s core and decision rule, then BH (or Holm) over the suite's
@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suites", type=int, default=2000, help="simulated suites per noise row (default 2000)")
     ap.add_argument("--seed", type=int, default=20261126)
-    ap.add_argument("--fdr", choices=("bh", "holm"), default="bh", help="the family's adjustment (default bh)")
+    ap.add_argument("--multiplicity", dest="fdr", choices=("bh", "holm"), default="bh",
+                    help="the family's adjustment: bh (false discovery rate) or holm (family-wise error rate); default bh")
     ap.add_argument("--pairs", default="8,16,24,32", help="pair counts shown for every row (default 8,16,24,32)")
     ap.add_argument("--max-pairs", type=int, default=48, help="search limit for the smallest pair count (default 48)")
     ap.add_argument("--run-seconds", type=float, default=1.8,

@@ -1,7 +1,7 @@
 """Endpoint mode against two hand-started vLLM CPU servers, next to `vllm bench serve` on the same server
 (docs/measurement.md, "Endpoint mode").
 
-    .venv/bin/python scripts/endpoint_vs_bench.py [--rounds 3] [--quiet-timeout 3]
+    .venv/bin/python scripts/endpoint_vs_bench.py [--rounds 3] [--settle-timeout 3]
 
 Starts the zoo target twice the way a user would from a shell (own session, default priority, not the
 plugin's pool): with ngram k=3, and with no speculation. Both have prefix caching off, because
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--quiet-timeout", default="3", help="the plugin's --specdec-quiet-timeout (0: no settle)")
+    ap.add_argument("--settle-timeout", default="3", help="the plugin's --specdec-settle-timeout (0: no settle)")
     args = ap.parse_args(argv)
     profile = load_profile("cpu")
     no_cache = ("--no-enable-prefix-caching",)
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [sys.executable, "-m", "pytest", str(tmp / "test_endpoint.py"), "-p", "no:cacheprovider",
                    "-p", "no:randomly", "--specdec-profile=cpu", f"--specdec-endpoint={s_srv.base_url}",
                    f"--specdec-reference-endpoint={r_srv.base_url}", "--specdec-runs=1",
-                   f"--specdec-quiet-timeout={args.quiet_timeout}", f"--specdec-reports={reports}",
+                   f"--specdec-settle-timeout={args.settle_timeout}", f"--specdec-reports-dir={reports}",
                    f"--rootdir={tmp}", "-q"]
             proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
             if proc.returncode != 0:

@@ -275,10 +275,10 @@ COLLECTED_ONLY = ('import pytest\n\n\n@pytest.mark.skip(reason="collected only")
 
 
 def assert_swept(pytester: pytest.Pytester, reports: Path, stray: Any, live: Any, gone: int) -> None:
-    """A session with ``--specdec-reports=reports`` and a specdec test names and stops the ``stray`` server (owner
+    """A session with ``--specdec-reports-dir=reports`` and a specdec test names and stops the ``stray`` server (owner
     ``gone``) once the test is collected, and leaves the ``live`` session's server alone."""
     pytester.makepyfile(COLLECTED_ONLY)
-    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={reports}")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports-dir={reports}")
     r.assert_outcomes(skipped=1)
     r.stdout.fnmatch_lines([f"specdec: stopping a vLLM server an earlier session left running: pid {stray.pid} "
                             f"(started by pytest pid {gone}, now gone): sleep 300"])

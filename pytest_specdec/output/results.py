@@ -363,7 +363,7 @@ def write_outputs(records: Iterable[TestRecord], path: Path) -> None:
 
 def write_report(results: dict[str, Any], reports_dir: Path, started: float, report_path: Path | None = None,
                  benchmark_json: Path | None = None) -> list[Path]:
-    """The HTML report next to the JSON (timestamped + latest.html), or at --specdec-report; and the
+    """The HTML report next to the JSON (timestamped + latest.html), or at --specdec-report-html; and the
     pytest-benchmark export at --specdec-benchmark-json. Returns the HTML paths."""
     from pytest_specdec.output.benchmark import benchmark_json as to_benchmark
     from pytest_specdec.output.report import render_html

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.validity import ValidityRules
 from pytest_specdec.profiles.schema import (ANY_GPU, DEFAULT_AB_RUNS, DEFAULT_RUNS, DEFAULT_STATE_TOLERANCE, PLUGIN_FLAGS,
-                                            SCHEMA, VLLM_METHODS, check_keys, check_values, validity_rules)
+                                            SCHEMA, VLLM_METHODS, check_keys, check_values, renamed_keys,
+                                            validity_rules)
 
 if TYPE_CHECKING:
     from pytest_specdec.vllm.command import ServerSpec
@@ -166,6 +167,7 @@ def load_profile(name_or_path: str) -> Profile:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"profile {path}: {exc}") from exc
+    renamed_keys(raw, path)
     check_keys(raw, path)
     check_values(raw, path)
     server, verdicts = raw.get("server", {}), raw.get("verdicts", {})

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
-from pytest_specdec.errors import ConfigError
+from pytest_specdec.errors import ConfigError, SpecDecDeprecationWarning
 from pytest_specdec.measure.validity import ValidityRules
 from pytest_specdec.redact import flag_name
 
@@ -41,6 +42,11 @@ DEFAULT_STATE_TOLERANCE = 15.0
 #: run) 8 pairs catch a lone -10 % tok/s change with power 0.92 (docs/validation.md, scripts/ab_simulation.py).
 DEFAULT_AB_RUNS = 8
 
+#: `[validity]` fields the file names otherwise, so the name says what it does: a server silent this long is hung.
+_VALIDITY_KEY = {"idle_timeout_s": "hung_timeout_s"}
+#: Former spellings of a key, still read for one release with a `SpecDecDeprecationWarning`: (table, old) -> new.
+RENAMED_KEYS = {("validity", "idle_timeout_s"): "hung_timeout_s"}
+
 #: The keys a profile may have, per table. `methods.NAME` tables take `speculative_config` only.
 #: Add a key here (and check and read it somewhere) when the plugin starts to use it.
 SCHEMA: dict[str, frozenset[str]] = {
@@ -59,7 +65,7 @@ SCHEMA: dict[str, frozenset[str]] = {
     # num_prompts / max_tokens: the workload size of tests whose marker does not set them
     # ab_runs: pairs per test in an A/B session (--specdec-base-draft)
     "matrix": frozenset({"k", "temperature", "concurrency", "runs", "ab_runs", "num_prompts", "max_tokens"}),
-    "validity": frozenset(f.name for f in dataclasses.fields(ValidityRules)),
+    "validity": frozenset(_VALIDITY_KEY.get(f.name, f.name) for f in dataclasses.fields(ValidityRules)),
     # thresholds, ab_thresholds (an A/B session's): checked here by the gate's threshold parser
     "verdicts": frozenset({"max_runs", "thresholds", "ab_thresholds", "min_night_sd", "machine_state_tolerance"}),
     "timings": frozenset({"server_start_s", "stream_tok_s", "max_tok_s", "run_overhead_s"}),
@@ -76,7 +82,7 @@ _TIMINGS_NEEDED = ("server_start_s", "stream_tok_s", "max_tok_s")
 #: lag is in ms, and an idle timeout of 0 would call every server hung.
 _VALIDITY_BOUNDS: dict[str, tuple[float, float | None, bool]] = {
     "max_failed_share": (0, 1, False), "max_token_mismatch_share": (0, 1, False),
-    "max_coalesced_share": (0, 1, False), "max_loop_lag_mean_ms": (0, None, False), "idle_timeout_s": (0, None, True),
+    "max_coalesced_share": (0, 1, False), "max_loop_lag_mean_ms": (0, None, False), "hung_timeout_s": (0, None, True),
     "max_run_slowdown": (0, 1, False), "max_neighbour_cores": (0, None, False),
 }
 
@@ -106,6 +112,20 @@ def _text(value: Any, what: str, path: Path, hint: str = "") -> None:
     """A non-empty string."""
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"profile {path}: {what} must be a non-empty string{hint}, got {value!r}")
+
+
+def renamed_keys(raw: dict[str, Any], path: Path) -> None:
+    """Each former spelling of a key (`RENAMED_KEYS`) read as its new name, with a deprecation warning naming
+    the file; both spellings in one table is an error (which one was meant?)."""
+    for (table, old), new in RENAMED_KEYS.items():
+        section = raw.get(table)
+        if not isinstance(section, dict) or old not in section:
+            continue
+        if new in section:
+            raise ConfigError(f"profile {path}: [{table}] sets both {old} and {new}, its new name: keep {new}")
+        warnings.warn(SpecDecDeprecationWarning(f"profile {path}: [{table}] {old} is deprecated and goes in the "
+                                                f"next release: rename it {new}"), stacklevel=3)
+        section[new] = section.pop(old)
 
 
 def check_keys(raw: dict[str, Any], path: Path) -> None:
@@ -324,4 +344,5 @@ def check_values(raw: dict[str, Any], path: Path) -> None:
 
 def validity_rules(raw: dict[str, Any]) -> ValidityRules:
     """The file's `[validity]` limits (checked by `check_values`), the defaults for the rest."""
-    return ValidityRules(**{key: float(value) for key, value in raw.get("validity", {}).items()})
+    field = {key: name for name, key in _VALIDITY_KEY.items()}
+    return ValidityRules(**{field.get(key, key): float(value) for key, value in raw.get("validity", {}).items()})

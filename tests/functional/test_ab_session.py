@@ -41,8 +41,8 @@ def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable
 def session(pytester: pytest.Pytester, profile: Path, *extra: str) -> pytest.RunResult:
     """An A/B session of the suite's one test (a subprocess: the project's conftest replaces vLLM's launcher)."""
     return pytester.runpytest_subprocess(
-        f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-        "--specdec-quiet-timeout=0", f"--specdec-runs={PAIRS}", *extra)
+        f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
+        "--specdec-settle-timeout=0", f"--specdec-runs={PAIRS}", *extra)
 
 
 def ab_section(pytester: pytest.Pytester) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def run(pytester: pytest.Pytester, profile: Path, servers: Servers, *extra: str
     spec, ref = servers
     return pytester.runpytest(
         f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
         "--specdec-runs=3", "-p", "no:cacheprovider",
         # The fake server's timing shares 2 busy cores with everything else, and its acceptance varies by
         # ~4 points per run (salted prompts): wide thresholds keep "unchanged" from flaking (6 points gave a
@@ -204,7 +204,7 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
     pytester.makepyfile(test_suite=make_suite(**SUITE))
     spec, ref = servers
     common = [f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec.base_url}",
-              f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+              f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
               "--specdec-runs=2", "-p", "no:cacheprovider"]
     pytester.runpytest(*common, "--update-baselines").assert_outcomes(passed=1)
     # When a look can settle a verdict (sequential.next_look_useful, tested on its own in test_gate_stats),

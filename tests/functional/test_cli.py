@@ -54,7 +54,7 @@ def night(pytester: pytest.Pytester, profile: Path, servers: Servers, name: str,
     spec, ref = servers
     pytester.runpytest(
         f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
         "--specdec-runs=3", "-p", "no:cacheprovider", *(f"--specdec-threshold={t}" for t in THRESHOLDS), *extra)
     out = pytester.path / f"{name}.json"
     out.write_text((pytester.path / "reports" / "latest.json").read_text())

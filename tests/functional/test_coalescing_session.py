@@ -17,7 +17,7 @@ def _session(pytester: pytest.Pytester, spec_url: str, ref_url: str, *extra: str
     reports = pytester.path / "reports"
     result = pytester.runpytest(
         f"--specdec-profile={pytester.path / 'fake.toml'}", f"--specdec-endpoint={spec_url}",
-        f"--specdec-reference-endpoint={ref_url}", f"--specdec-reports={reports}", "-p", "no:cacheprovider", *extra)
+        f"--specdec-reference-endpoint={ref_url}", f"--specdec-reports-dir={reports}", "-p", "no:cacheprovider", *extra)
     return result, json.loads((reports / "latest.json").read_text())
 
 

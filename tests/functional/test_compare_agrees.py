@@ -37,7 +37,7 @@ def test_compare_against_the_baselines_gives_the_sessions_verdicts(
     def session(*extra: str) -> dict:
         pytester.runpytest(
             f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
             "--specdec-runs=2", "-p", "no:cacheprovider", *(f"--specdec-threshold={t}" for t in THRESHOLDS), *extra)
         return json.loads((pytester.path / "reports" / "latest.json").read_text())
 

@@ -50,7 +50,7 @@ def night(pytester: pytest.Pytester, profile: Path, spec: FakeServerProcess, ref
     """One session against these servers; its crossover entry."""
     result = pytester.runpytest(
         f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
         "--specdec-runs=3", "--specdec-max-runs=3", "-p", "no:cacheprovider",
         # each test's own verdicts stay out of the way: only the crossover is judged here
         "--specdec-threshold=speedup=90", "--specdec-threshold=rate=90", "--specdec-threshold=latency=900",

@@ -26,7 +26,7 @@ SHAREGPT = [
 def _args(fake_profile: Path, endpoints: tuple[str, str], reports: Path, *extra: str) -> list[str]:
     spec, ref = endpoints
     return [f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-            f"--specdec-reports={reports}", "-p", "no:cacheprovider", *extra]
+            f"--specdec-reports-dir={reports}", "-p", "no:cacheprovider", *extra]
 
 
 def test_specdec_dataset_reaches_the_measurement(

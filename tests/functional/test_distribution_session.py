@@ -27,7 +27,7 @@ def endpoints(request: pytest.FixtureRequest, fake_server: Callable[..., FakeSer
 def _args(profile: Path, endpoints: tuple[str, str], reports: Path) -> list[str]:
     spec, ref = endpoints
     return [f"--specdec-profile={profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-            f"--specdec-reports={reports}", "-p", "no:cacheprovider"]
+            f"--specdec-reports-dir={reports}", "-p", "no:cacheprovider"]
 
 
 def test_a_sound_sampler_passes_and_the_check_is_in_the_json(

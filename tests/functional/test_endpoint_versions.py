@@ -66,7 +66,7 @@ def server_with_version(stand_in: Callable[..., FakeServer]) -> Callable[..., tu
 def session(pytester: pytest.Pytester, profile: Path, spec: FakeServer, ref: FakeServer, *extra: str) -> dict:
     r = pytester.runpytest(f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
                            f"--specdec-reference-endpoint={ref.base_url}", "--specdec-runs=2",
-                           f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider", *extra)
+                           f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider", *extra)
     r.assert_outcomes(passed=1)
     return json.loads((pytester.path / "reports" / "latest.json").read_text())
 

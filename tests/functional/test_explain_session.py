@@ -37,7 +37,7 @@ def night(pytester: pytest.Pytester, profile: Path, servers: Servers, name: str,
     spec, ref = servers
     r = pytester.runpytest(
         f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
         f"--specdec-runs={RUNS}", "-p", "no:cacheprovider", f"--specdec-gpu-hourly-usd={USD_PER_HOUR}",
         # wide thresholds on what is not injected; the injected changes are far beyond
         "--specdec-threshold=rate=40", "--specdec-threshold=latency=400", "--specdec-threshold=acceptance=15",

@@ -24,8 +24,8 @@ def run(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[.
     def go(*extra: str, timeout: float | None = None) -> pytest.RunResult:
         profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=STAND_IN_VALIDITY)
         return pytester.runpytest_subprocess(
-            f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-            "--specdec-quiet-timeout=0", *extra, timeout=timeout)
+            f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
+            "--specdec-settle-timeout=0", *extra, timeout=timeout)
 
     pytester.makepyfile(test_suite=make_suite(num_prompts=8, max_tokens=24))
     return go
@@ -110,7 +110,7 @@ def test_a_hung_spec_server_invalidates_its_run_and_is_restarted_once(
     before = when == "before its first token"
     variable = "FAKE_VLLM_HANG_ONCE" if before else "FAKE_VLLM_STALL_ONCE"
     monkeypatch.setenv(variable, f"ngram:6:{pytester.path / 'hung-once'}")
-    r = run("--specdec-idle-timeout=1", "--update-baselines", timeout=60)
+    r = run("--specdec-hung-timeout=1", "--update-baselines", timeout=60)
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines([
         "*run 1/3 spec*INVALID: server hung: sent nothing for 1 s on 1 request(s); 4/8 requests failed (not sent: "
@@ -173,7 +173,7 @@ def test_sigterm_to_pytest_stops_every_server(pytester: pytest.Pytester, run: Ca
     profile = pytester.path / "fakecpu.toml"  # written by `run`'s make_profile on first use
     run("--specdec-dry-run")
     proc = subprocess.Popen([sys.executable, "-m", "pytest", f"--specdec-profile={profile}", "-p", "no:cacheprovider",
-                             f"--specdec-reports={pytester.path / 'reports'}", "-s"],
+                             f"--specdec-reports-dir={pytester.path / 'reports'}", "-s"],
                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     tag = f"{OWNER_ENV}={proc.pid}:".encode()
 
@@ -225,7 +225,7 @@ def test_an_endpoint_serving_another_model_is_an_error_and_versions_are_the_endp
         ref = fake_server(k=0, step_s=0.002, output_tokens=8, model=ref_model, server_info="null")
         return pytester.runpytest(f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",  # type: ignore[attr-defined]
                                   f"--specdec-reference-endpoint={ref.base_url}",  # type: ignore[attr-defined]
-                                  f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",
+                                  f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
                                   "--update-baselines")
 
     wrong = session("some-other-model", "yet-another-model")
@@ -259,7 +259,7 @@ def test_secrets_never_reach_what_the_plugin_writes(pytester: pytest.Pytester, f
     (pytester.path / "fakecpu.toml").write_text(toml)
     pytester.makeini("[pytest]\nspecdec_redact =\n    --lora-creds\n")
     pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8))
-    common = ["--specdec-profile=fakecpu.toml", f"--specdec-reports={pytester.path / 'reports'}", "-p",
+    common = ["--specdec-profile=fakecpu.toml", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p",
               "no:cacheprovider"]
     dry = pytester.runpytest_subprocess(*common, "--specdec-dry-run")
     r = pytester.runpytest_subprocess(*common, "--update-baselines")
@@ -290,7 +290,7 @@ def test_results_that_cannot_be_written_fail_the_session_with_a_clear_line(
     r.assert_outcomes(passed=1)
     assert r.ret == pytest.ExitCode.TESTS_FAILED
     r.stdout.fnmatch_lines(["specdec: could not write the results (*not-a-dir*); fix the directory or point "
-                            "--specdec-reports (or --specdec-json / --specdec-report) elsewhere"])
+                            "--specdec-reports-dir (or --specdec-json / --specdec-report-html) elsewhere"])
     assert "Traceback" not in r.stdout.str() + r.stderr.str()
 
 
@@ -379,7 +379,7 @@ def test_baselines_that_cannot_be_written_fail_the_session_with_a_clear_line_and
 
     def session() -> pytest.RunResult:
         return pytester.runpytest(f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}",
-                                  f"--specdec-reference-endpoint={ref}", f"--specdec-reports={reports}",
+                                  f"--specdec-reference-endpoint={ref}", f"--specdec-reports-dir={reports}",
                                   f"--specdec-baselines={baselines}", "-p", "no:cacheprovider", "--update-baselines")
 
     session().assert_outcomes(passed=1)

@@ -45,7 +45,7 @@ def run(pytester: pytest.Pytester, profile: Path, servers: Servers, *extra: str)
     spec, ref = servers
     return pytester.runpytest(
         f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
         "--specdec-runs=2", "-p", "no:cacheprovider", "--specdec-threshold=rate=60",
         "--specdec-threshold=latency=200", "--specdec-threshold=acceptance=30", *extra)
 

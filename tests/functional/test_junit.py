@@ -37,7 +37,7 @@ def test_junit_properties_of_a_regressed_and_an_unchanged_test(
     def session(*extra: str) -> pytest.RunResult:
         return pytester.runpytest(
             f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec.base_url}",
-            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
             "--specdec-runs=3", "-p", "no:cacheprovider", f"--junitxml={junit}",
             "--specdec-threshold=rate=40", "--specdec-threshold=latency=150", "--specdec-threshold=acceptance=15",
             *extra)

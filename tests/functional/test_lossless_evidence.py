@@ -35,7 +35,7 @@ def session(pytester: pytest.Pytester, fake_profile: Path, fake_server: Callable
         pytester.makepyfile(test_suite=make_suite(verdicts=verdicts, **SUITE))
         return pytester.runpytest(
             f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec.base_url}",
-            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
             "--specdec-runs=2", "-p", "no:cacheprovider", "-p", "no:randomly", *extra)
 
     return run

@@ -42,8 +42,8 @@ def night(pytester: pytest.Pytester, profile: Path, servers: Servers, speed: flo
     reports = pytester.path / "reports"
     result = pytester.runpytest(
         f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={reports}", "--specdec-runs=3",
-        "--specdec-max-runs=3", "--specdec-quiet-timeout=0", "-p", "no:cacheprovider", *extra)
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={reports}", "--specdec-runs=3",
+        "--specdec-max-runs=3", "--specdec-settle-timeout=0", "-p", "no:cacheprovider", *extra)
     result.assert_outcomes(passed=1)
     data = json.loads((reports / "latest.json").read_text())
     data["stdout"] = result.stdout.str()

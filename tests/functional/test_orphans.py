@@ -68,7 +68,7 @@ def starting(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, make_pr
 
     def start() -> tuple[subprocess.Popen[bytes], list[int]]:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", f"--specdec-profile={profile}", "-p", "no:cacheprovider",
-                                 f"--specdec-reports={pytester.path / 'reports-a'}"],
+                                 f"--specdec-reports-dir={pytester.path / 'reports-a'}"],
                                 cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         started.append(proc)
         deadline = time.monotonic() + 60
@@ -95,7 +95,7 @@ def test_a_server_in_start_up_dies_with_a_sigkilled_session_and_a_live_sessions_
     runs its sweep and leaves the first session's servers alone: their owner lives."""
     session, pids = starting()
     assert len(list(registry.glob("*.json"))) == 1
-    other = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={pytester.path / 'reports-b'}",
+    other = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports-dir={pytester.path / 'reports-b'}",
                                           "-k", "no_such_test")
     assert "stopping a vLLM server" not in other.stdout.str()
     assert not any(_gone(pid, 0) for pid in pids), "a live session's server was stopped"
@@ -124,7 +124,7 @@ def test_sigterm_during_a_start_stops_it_at_once(
 @pytest.fixture
 def registered(tmp_path: Path, registry: Path) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
     """Start a stand-in server owned by the process a tag names, logging under `A/logs`, listed in the
-    registry as a session with `--specdec-reports A` lists its servers; all killed at teardown."""
+    registry as a session with `--specdec-reports-dir A` lists its servers; all killed at teardown."""
     logs = tmp_path / "A" / "logs"
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -143,8 +143,8 @@ def registered(tmp_path: Path, registry: Path) -> Iterator[Callable[[str], subpr
 def test_a_stray_of_a_session_with_another_reports_directory_is_stopped(
         pytester: pytest.Pytester, tmp_path: Path, registry: Path,
         registered: Callable[[str], subprocess.Popen[bytes]]) -> None:
-    """A server a gone session started with `--specdec-reports A` (its watchdog killed too) is found through
-    the registry by the next session with `--specdec-reports B`; a live session's server is left alone."""
+    """A server a gone session started with `--specdec-reports-dir A` (its watchdog killed too) is found through
+    the registry by the next session with `--specdec-reports-dir B`; a live session's server is left alone."""
     gone = subprocess.Popen(["true"])
     gone.wait()
     stray, live = registered(f"{gone.pid}:1"), registered(owner_tag(os.getpid()))
@@ -159,7 +159,7 @@ def test_a_full_reports_directory_is_one_line_at_start_and_leaves_nothing(pytest
                           "os.fsync = full\n")
     pytester.makepyfile(COLLECTED_ONLY)
     reports = pytester.path / "reports"
-    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={reports}")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports-dir={reports}")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines([f"*specdec: cannot write server logs under {reports / 'logs'}: *No space left on device*"])
     assert "Traceback" not in r.stdout.str() + r.stderr.str()
@@ -171,7 +171,7 @@ def test_a_log_directory_in_the_way_is_one_line_at_start(pytester: pytest.Pytest
     reports.mkdir()
     (reports / "logs").write_text("a file, not a directory")
     pytester.makepyfile(COLLECTED_ONLY)
-    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports={reports}")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports-dir={reports}")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines([f"*specdec: cannot write server logs under {reports / 'logs'}: *"])
     assert "Traceback" not in r.stdout.str() + r.stderr.str()

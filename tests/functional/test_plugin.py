@@ -20,7 +20,7 @@ def _args(fake_profile: Path, endpoints: tuple[str, str], reports: Path) -> list
     spec, ref = endpoints
     return [
         f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-        f"--specdec-reports={reports}", "-p", "no:cacheprovider",
+        f"--specdec-reports-dir={reports}", "-p", "no:cacheprovider",
     ]
 
 
@@ -39,7 +39,7 @@ def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
         "*--specdec-strict*",
         "*--specdec-max-runs=N*",
         "*--specdec-alpha=ALPHA*",
-        "*--specdec-fdr=METHOD*",
+        "*--specdec-multiplicity=METHOD*",
         "*--specdec-threshold=METRIC=VALUE*",
         "*specdec_keep_sessions (string)*",
         "*specdec_thresholds (linelist)*",
@@ -206,7 +206,7 @@ def test_completions_api_and_open_loop_rate_from_marker_and_command_line(pyteste
         # afterwards, and torch cannot be imported twice in one process.
         result = pytester.runpytest_subprocess(
             f"--specdec-profile={profile}", f"--specdec-endpoint={spec_url}", f"--specdec-reference-endpoint={ref_url}",
-            f"--specdec-reports={pytester.path / 'reports'}", "--specdec-request-rate=40", "-p", "no:cacheprovider",
+            f"--specdec-reports-dir={pytester.path / 'reports'}", "--specdec-request-rate=40", "-p", "no:cacheprovider",
             "-k", "completions or rate", "-v", "--specdec-served-model=fake-model",  # the zoo's template, a fake's name
         )
         sent = spec_srv.requests
@@ -262,3 +262,23 @@ def test_a_session_without_specdec_tests_leaves_no_trace(pytester: pytest.Pytest
         r = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:benchmark", *args)
         assert r.ret == pytest.ExitCode.OK, r.stdout.str()
     assert installed == [] and sorted(pytester.path.rglob("*")) == before and not (tmp_path / "registry").exists()
+
+
+def test_the_former_spellings_of_renamed_options_still_work_with_a_warning(pytester: pytest.Pytester) -> None:
+    """Each renamed option's former spelling sets the same setting for one release, with one deprecation
+    warning naming the new spelling."""
+    pytester.makepyfile('''
+        from pytest_specdec.plugin import session_key
+
+        def test_settings(pytestconfig):
+            st = pytestconfig.stash[session_key].settings
+            assert (st.quiet_timeout_s, st.idle_timeout_s, st.fdr) == (0.5, 7.0, "holm")
+            assert (st.report_path.name, st.reports_dir.name) == ("r.html", "out")
+    ''')
+    old = {"--specdec-quiet-timeout=0.5": "--specdec-settle-timeout", "--specdec-idle-timeout=7": "--specdec-hung-timeout",
+           "--specdec-fdr=holm": "--specdec-multiplicity", "--specdec-report=r.html": "--specdec-report-html",
+           "--specdec-reports=out": "--specdec-reports-dir"}
+    r = pytester.runpytest("-p", "no:cacheprovider", "-W", "default", *old)
+    r.assert_outcomes(passed=1, warnings=len(old))
+    r.stdout.fnmatch_lines_random([f"*SpecDecDeprecationWarning: {flag.split('=')[0]} is deprecated and goes in the "
+                                   f"next release: use {new}" for flag, new in old.items()])

@@ -226,7 +226,7 @@ def endpoint_run(pytester: pytest.Pytester, fake_profile: Path,
         with FakeServer(spec_cfg) as spec_url, FakeServer(ref_cfg) as ref_url:
             return pytester.runpytest(
                 f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec_url}",
-                f"--specdec-reference-endpoint={ref_url}", f"--specdec-reports={pytester.path / 'reports'}",
+                f"--specdec-reference-endpoint={ref_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
                 "-p", "no:cacheprovider", "-rs", "--update-baselines=missing",
             )
 
@@ -318,7 +318,7 @@ def test_explicit_runs_raise_the_profiles_max_runs_and_say_so(pytester: pytest.P
     with FakeServer(_spec()) as spec_url, FakeServer(ref) as ref_url:
         result = pytester.runpytest(
             f"--specdec-profile={profile}", "--specdec-runs=3", f"--specdec-endpoint={spec_url}",
-            f"--specdec-reference-endpoint={ref_url}", f"--specdec-reports={pytester.path / 'reports'}",
+            f"--specdec-reference-endpoint={ref_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
             "-p", "no:cacheprovider", *extra)
     result.assert_outcomes(**({"skipped": 1} if "--specdec-dry-run" in extra else {"passed": 1}))
     line = f"specdec: --specdec-runs 3 raises the profile's [[]verdicts] max_runs from 2 to 3 ({profile})"

@@ -27,7 +27,7 @@ def test_plugin_writes_report_and_ends_the_summary_with_its_uri(
     spec, ref = fake_endpoints
     reports = pytester.path / "reports"
     args = [f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-            f"--specdec-reports={reports}", "-p", "no:cacheprovider", "--update-baselines=missing"]
+            f"--specdec-reports-dir={reports}", "-p", "no:cacheprovider", "--update-baselines=missing"]
     result = pytester.runpytest(*args, "--specdec-gpu-hourly-usd=3", "--specdec-benchmark-json=bench/0001_night.json")
     result.assert_outcomes(passed=1, failed=1)
     latest = reports / "latest.html"
@@ -46,8 +46,8 @@ def test_plugin_writes_report_and_ends_the_summary_with_its_uri(
     assert {b["group"] for b in bench["benchmarks"]} == {"seconds per output token", "TPOT P50 (s)", "E2E P50 (s)"}
 
     own = pytester.path / "nightly" / "r.html"
-    result = pytester.runpytest(*args, f"--specdec-report={own}", "--specdec-benchmark-json=bench/0002_night.json")
-    assert own.is_file() and latest.read_text() == html  # --specdec-report replaces both default paths
+    result = pytester.runpytest(*args, f"--specdec-report-html={own}", "--specdec-benchmark-json=bench/0002_night.json")
+    assert own.is_file() and latest.read_text() == html  # --specdec-report-html replaces both default paths
     result.stdout.fnmatch_lines([f"*specdec report: {own.as_uri()} *"])
 
     # pytest-benchmark reads what the plugin wrote: one night, two nights (history), and the SVG histograms.
@@ -73,7 +73,7 @@ def test_plugin_writes_report_and_ends_the_summary_with_its_uri(
 
 def test_help_lists_the_report_options(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--help").stdout.fnmatch_lines([
-        "*--specdec-report=PATH*", "*--specdec-gpu-hourly-usd=USD*", "*--specdec-benchmark-json=PATH*"])
+        "*--specdec-report-html=PATH*", "*--specdec-gpu-hourly-usd=USD*", "*--specdec-benchmark-json=PATH*"])
     bad = pytester.runpytest("--specdec-gpu-hourly-usd=free")
     bad.stderr.fnmatch_lines(["*--specdec-gpu-hourly-usd: expected a number > 0, got 'free'"])
 
@@ -85,7 +85,7 @@ def test_bad_profile_price_is_a_clear_error(pytester: pytest.Pytester, fake_prof
     spec, ref = fake_endpoints
     result = pytester.runpytest(f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}",
                                 f"--specdec-reference-endpoint={ref}", "-p", "no:cacheprovider",
-                                f"--specdec-reports={pytester.path / 'reports'}", "--update-baselines=missing")
+                                f"--specdec-reports-dir={pytester.path / 'reports'}", "--update-baselines=missing")
     result.stdout.fnmatch_lines(["*price_per_hour_usd must be a number > 0 (USD per GPU hour), got 'cheap'*"])
 
 

@@ -45,7 +45,7 @@ def test_two_concurrent_sessions_on_one_reports_directory_keep_both_results(
         spec = fake_server(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=24).base_url
         ref = fake_server(k=0, step_s=0.002, output_tokens=24).base_url
         args = [sys.executable, "-m", "pytest", f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}",
-                f"--specdec-reference-endpoint={ref}", f"--specdec-reports={reports}", "--specdec-save-outputs",
+                f"--specdec-reference-endpoint={ref}", f"--specdec-reports-dir={reports}", "--specdec-save-outputs",
                 "-p", "no:cacheprovider", "-q"]
         return subprocess.Popen(args, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env={**os.environ, "SPECDEC_TEST_STARTED": started}, text=True)

@@ -51,8 +51,8 @@ def hub(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[...
 
 def night(pytester: pytest.Pytester, path: Path, *extra: str) -> dict[str, object]:
     """One session (a subprocess: the project's conftest replaces the launcher); its one test's results."""
-    r = pytester.runpytest_subprocess(f"--specdec-profile={path}", f"--specdec-reports={pytester.path / 'reports'}",
-                                      "--specdec-quiet-timeout=0", "-p", "no:cacheprovider", *extra)
+    r = pytester.runpytest_subprocess(f"--specdec-profile={path}", f"--specdec-reports-dir={pytester.path / 'reports'}",
+                                      "--specdec-settle-timeout=0", "-p", "no:cacheprovider", *extra)
     r.assert_outcomes(passed=1)
     (test,) = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]
     return test  # type: ignore[no-any-return]

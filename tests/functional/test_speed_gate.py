@@ -52,7 +52,7 @@ def night(pytester: pytest.Pytester, profile: Path, servers: Servers, speed: flo
     ref.reconfigure(step_s=REF_STEP_S / speed)
     return pytester.runpytest(
         f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
         "--specdec-runs=4", "--specdec-max-runs=4", "-p", "no:cacheprovider",
         "--specdec-threshold=speedup=15", "--specdec-threshold=e2e_p95_ratio=40",
         "--specdec-threshold=acceptance=10", "--specdec-threshold=rate=40", "--specdec-threshold=latency=150",

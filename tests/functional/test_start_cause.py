@@ -43,8 +43,8 @@ def run(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[.
     def go() -> pytest.RunResult:
         profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=STAND_IN_VALIDITY)
         return pytester.runpytest_subprocess(
-            f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-            "--specdec-quiet-timeout=0")
+            f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
+            "--specdec-settle-timeout=0")
 
     return go
 

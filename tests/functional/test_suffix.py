@@ -38,8 +38,8 @@ def _run(pytester: pytest.Pytester, make_profile: Callable[..., Path], runs: int
     profile = make_profile("fakesuffix", methods=("suffix", "ngram"), runs=runs, validity=STAND_IN_VALIDITY)
     # A subprocess: the project's conftest replaces server.vllm_launcher (see fake_vllm).
     return pytester.runpytest_subprocess(
-        f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-        "--specdec-quiet-timeout=0", "-v", "--update-baselines=missing",  # no baselines: a first session
+        f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
+        "--specdec-settle-timeout=0", "-v", "--update-baselines=missing",  # no baselines: a first session
     )
 
 

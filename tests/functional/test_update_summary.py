@@ -37,7 +37,7 @@ def run(pytester: pytest.Pytester, profile: Path, servers: Servers, *extra: str)
     spec, ref = servers
     pytester.runpytest(
         f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports={pytester.path / 'reports'}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
         "--specdec-runs=2", "-p", "no:cacheprovider", "--specdec-threshold=rate=40",
         "--specdec-threshold=latency=150", "--specdec-threshold=acceptance=15", *extra)
     reports = pytester.path / "reports"

@@ -52,7 +52,7 @@ def test_without_vllm_the_shipped_suites_are_one_usage_error(pytester: pytest.Py
     pytester.makepyfile(novllm=NO_VLLM)  # loaded with -p before the suites' conftest
     pytester.chdir()
     result = pytester.run(sys.executable, "-m", "pytest", "-p", "novllm", "-p", "no:cacheprovider",
-                          f"--specdec-reports={pytester.path / 'reports'}", str(root / "suites"),
+                          f"--specdec-reports-dir={pytester.path / 'reports'}", str(root / "suites"),
                           f"--rootdir={root}", "-c", str(root / "pyproject.toml"), timeout=120)
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, out

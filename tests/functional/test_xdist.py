@@ -45,7 +45,7 @@ def run(pytester: pytest.Pytester, project: Path,
         profile = make_profile(name, device=device, tensor_parallel_size=1, methods=("ngram",), validity=None)
         # A subprocess: the project's conftest replaces pytest_specdec.vllm.command.vllm_launcher (see fake_vllm).
         return pytester.runpytest_subprocess(
-            "-n", "2", f"--specdec-profile={profile}", f"--specdec-reports={pytester.path / 'reports'}",
+            "-n", "2", f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}",
             "-p", "no:cacheprovider",
             # Four fake servers and two workers share 2 busy cores: wide thresholds keep "unchanged" from flaking.
             "--specdec-threshold=rate=60", "--specdec-threshold=latency=300", "--specdec-threshold=acceptance=15",

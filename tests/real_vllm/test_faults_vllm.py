@@ -121,7 +121,7 @@ def test_a_sigkilled_spec_server_fails_its_test_and_the_next_gets_a_fresh_one(
                                               body='assert specdec.summary["acceptance_rate"] is not None'))
     reports = pytester.path / "reports"
     # 2 pairs, not 1: one run made invalid by a busy machine (client lag) must not fail the fresh server's test.
-    r = pytester.runpytest_subprocess("--gpu=cpu", "--specdec-runs=2", f"--specdec-reports={reports}",
+    r = pytester.runpytest_subprocess("--gpu=cpu", "--specdec-runs=2", f"--specdec-reports-dir={reports}",
                                       "--update-baselines=missing", "-p", "no:cacheprovider", "-v", timeout=900)
     out = r.stdout.str()
     assert record.exists(), f"the spec server was never killed:\n{out[-3000:]}"
@@ -211,7 +211,7 @@ def test_a_head_that_cannot_load_names_the_engine_exception(
     (head / "config.json").write_text(json.dumps(config, indent=2))
     pytester.makepyfile(test_suite=make_suite(method="eagle3", concurrency=1, num_prompts=4, max_tokens=16, verdicts="check=False"))
     reports = pytester.path / "reports"
-    r = pytester.runpytest_subprocess("--gpu=cpu", "--specdec-runs=2", f"--specdec-reports={reports}",
+    r = pytester.runpytest_subprocess("--gpu=cpu", "--specdec-runs=2", f"--specdec-reports-dir={reports}",
                                       f"--specdec-draft=eagle3={head}", "-p", "no:cacheprovider", timeout=900)
     out = r.stdout.str()
     r.assert_outcomes(errors=1)

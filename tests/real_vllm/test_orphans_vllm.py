@@ -37,7 +37,7 @@ def test_a_server_in_start_up_dies_with_a_sigkilled_session(
     monkeypatch.setenv(REGISTRY_ENV, str(pytester.path / "registry"))
     pytester.makepyfile(test_suite=make_suite(concurrency=[1], num_prompts=4, max_tokens=16, verdicts="check=False"))
     logs = pytester.path / "reports" / "logs"
-    session = subprocess.Popen([sys.executable, "-m", "pytest", "--gpu=cpu", f"--specdec-reports={logs.parent}",
+    session = subprocess.Popen([sys.executable, "-m", "pytest", "--gpu=cpu", f"--specdec-reports-dir={logs.parent}",
                                 "-p", "no:cacheprovider"], cwd=pytester.path,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,16 @@ def test_the_plugin_starts_without_its_optional_dependencies(monkeypatch: pytest
     for name in ("pytest_specdec.plugin", "pytest_specdec.session", "pytest_specdec.fixture", "pytest_specdec.cli",
                  "pytest_specdec.output.results", "pytest_specdec.output.history", "pytest_specdec.gate.trend"):
         importlib.import_module(name)
+
+
+def test_compare_fdr_is_now_multiplicity_and_the_former_spelling_warns(tmp_path: Path) -> None:
+    """`pytest-specdec compare --fdr` (Holm controls the FWER, not the FDR) is `--multiplicity`; the former
+    spelling still sets it, with a deprecation warning."""
+    from pytest_specdec.cli import main, parser
+    from pytest_specdec.errors import SpecDecDeprecationWarning
+
+    assert parser().parse_args(["compare", "a.json", "b.json", "--fdr", "holm"]).fdr == "holm"
+    assert parser().parse_args(["compare", "a.json", "b.json", "--multiplicity", "holm"]).fdr == "holm"
+    with pytest.warns(SpecDecDeprecationWarning, match="^--fdr is deprecated and goes in the next release: use "
+                                                       "--multiplicity$"):
+        main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fdr", "holm"])

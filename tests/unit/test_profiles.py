@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.errors import ConfigError
+from pytest_specdec.errors import ConfigError, SpecDecDeprecationWarning
 from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
 from pytest_specdec.servers.hardware import GpuList, check_profile, pick_profile
 from pytest_specdec.profiles import VLLM_METHODS, builtin_profiles, load_profile, server_spec
@@ -83,12 +83,12 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
         ('[placement]\nclient_cpus = "0"\n', "[placement] client_cpus must be a whole number >= 0"),
         ('[placement]\nclient_cpus = 1\n', "[placement] client_cpus is for device = 'cpu' profiles"),
         ('name = "again"\n', "Cannot overwrite a value"),  # TOML's own error, with the file named
-        ('[validity]\nidle_timeout_s = 0\n', "[validity] idle_timeout_s must be a number > 0, got 0"),
-        ('[validity]\nidle_timeout_s = -5\n', "[validity] idle_timeout_s must be a number > 0"),
-        ('[validity]\nidle_timeout_s = "60"\n', "[validity] idle_timeout_s must be a number > 0, got '60'"),
-        ('[validity]\nidle_timeout_s = nan\n', "[validity] idle_timeout_s must be a number > 0, got nan"),
+        ('[validity]\nhung_timeout_s = 0\n', "[validity] hung_timeout_s must be a number > 0, got 0"),
+        ('[validity]\nhung_timeout_s = -5\n', "[validity] hung_timeout_s must be a number > 0"),
+        ('[validity]\nhung_timeout_s = "60"\n', "[validity] hung_timeout_s must be a number > 0, got '60'"),
+        ('[validity]\nhung_timeout_s = nan\n', "[validity] hung_timeout_s must be a number > 0, got nan"),
         ('[validity]\nmax_loop_lag_mean_ms = inf\n', "[validity] max_loop_lag_mean_ms must be a number >= 0, got inf"),
-        ('[validity]\nidle_timeout_s = [60]\n', "[validity] idle_timeout_s must be one number, got [60]"),
+        ('[validity]\nhung_timeout_s = [60]\n', "[validity] hung_timeout_s must be one number, got [60]"),
         ('[validity]\nmax_failed_share = 1.5\n', "[validity] max_failed_share must be a number >= 0 and <= 1"),
         ('[validity]\nmax_coalesced_share = -0.1\n', "[validity] max_coalesced_share must be a number >= 0 and <= 1"),
         ('[validity]\nmax_token_mismatch_share = true\n', "[validity] max_token_mismatch_share must be a number"),
@@ -180,13 +180,27 @@ def test_bad_name_and_target_keys_name_the_key_and_the_file(tmp_path: Path, targ
     assert str(info.value).startswith(f"profile {path}: ") and message in str(info.value)
 
 
+def test_the_former_hung_timeout_key_still_loads_with_a_warning(tmp_path: Path) -> None:
+    """`[validity] idle_timeout_s` is now `hung_timeout_s`: read for one release with a deprecation warning
+    naming the file; both at once is an error."""
+    path = tmp_path / "old.toml"
+    path.write_text(BASE + "[validity]\nidle_timeout_s = 5\n")
+    with pytest.warns(SpecDecDeprecationWarning, match=rf"profile {path}: \[validity\] idle_timeout_s is deprecated .*"
+                                                       "rename it hung_timeout_s"):
+        assert load_profile(str(path)).validity.idle_timeout_s == 5.0
+    path.write_text(BASE + "[validity]\nidle_timeout_s = 5\nhung_timeout_s = 6\n")
+    with pytest.raises(ConfigError, match="sets both idle_timeout_s and hung_timeout_s, its new name: keep "
+                                          "hung_timeout_s"):
+        load_profile(str(path))
+
+
 def test_a_good_user_profile_loads(tmp_path: Path) -> None:
     path = tmp_path / "mine.toml"
     path.write_text('nvidia_smi_names = ["NVIDIA H100 NVL"]\n' + BASE + "[timings]\nserver_start_s = 60\n"
                     "stream_tok_s = 100\nmax_tok_s = 2000\n")
     p = load_profile(str(path))
     assert p.nvidia_smi_names == ("NVIDIA H100 NVL",) and not p.builtin
-    path.write_text(BASE + "[validity]\nidle_timeout_s = 5\nmax_failed_share = 0.25\nmax_loop_lag_mean_ms = 0\n")
+    path.write_text(BASE + "[validity]\nhung_timeout_s = 5\nmax_failed_share = 0.25\nmax_loop_lag_mean_ms = 0\n")
     rules = load_profile(str(path)).validity
     assert (rules.idle_timeout_s, rules.max_failed_share, rules.max_loop_lag_mean_ms) == (5.0, 0.25, 0.0)
     path.write_text(BASE + "[matrix]\nruns = 2\n[verdicts]\nmax_runs = 6\nmin_night_sd = 4\n")
