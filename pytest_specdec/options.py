@@ -187,7 +187,8 @@ OPTIONS: tuple[Option, ...] = (
                 "(docs/gate.md, A/B in one session).", shown_default="no A/B"),
     Option("--specdec-base-python", setting="base_python", metavar="PATH", read=absolute_or_none,
            help="A/B in one session: PATH is the interpreter of another install whose vLLM is the base (e.g. "
-                ".venv-base-0.31.0/bin/python from `scripts/setup.sh --base 0.31.0`); the candidate is this "
+                ".venv-base-0.31.0/bin/python from `scripts/setup.sh --base 0.31.0` in a checkout of pytest-specdec); the "
+                "candidate is this "
                 "environment's vLLM. Each install gets its own reference and spec arms, interleaved; combines with "
                 "--specdec-base-draft.", shown_default="no A/B"),
     Option("--specdec-strict", action="store_true", default=False,

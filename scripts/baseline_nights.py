@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pytest_specdec.output.schema import SCHEMA  # noqa: E402
+from pytest_specdec.formats import RESULTS_SCHEMA  # noqa: E402
 
 
 def run(stored: dict[str, Any], arm: str) -> dict[str, Any]:
@@ -60,7 +60,7 @@ def nights(root: Path) -> dict[str, dict[str, Any]]:
         for session in data["sessions"]:
             started = session["started"]
             doc = docs.setdefault(started, {
-                "schema": SCHEMA, "started": started.replace("Z", "+00:00"), "duration_s": None,
+                "schema": RESULTS_SCHEMA, "started": started.replace("Z", "+00:00"), "duration_s": None,
                 "profile": data.get("profile"),
                 "environment": {"hardware": data["comparability"].get("hardware"),
                                 "vllm_version": (session.get("under_test") or {}).get("vllm"),

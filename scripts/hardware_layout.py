@@ -23,10 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pytest_specdec.formats import CONVERT as HINT  # noqa: E402
 from pytest_specdec.gate.baselines import BaselineError, hardware_key, load  # noqa: E402
 from pytest_specdec.gate.store import BaselineStore, stale_layout  # noqa: E402
-
-HINT = "python scripts/convert_schema.py"
 
 
 def old_files(root: Path) -> list[tuple[str, Path]]:

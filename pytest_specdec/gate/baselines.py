@@ -16,7 +16,7 @@ machine's folder; the full fingerprint is the file's ``comparability``. It holds
 Each session is a `gate.nights.Night` entry, each run a `measure.record.ArmRun` entry: the one run record,
 whose names are the metric registry's. Files are deterministic and diff-friendly: sorted keys, one value per line,
 floats rounded to 6 significant digits, a schema version. A file of an older schema is an error naming
-the command that converts it (``scripts/convert_schema.py``); nothing reinterprets it silently. Nothing
+the command that converts it (``pytest-specdec convert-schema``); nothing reinterprets it silently. Nothing
 is written unless ``--update-baselines`` asks for it (`store.py`: the queue and the writes at the
 session's end).
 """
@@ -32,13 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError, field_problem, json_object
+from pytest_specdec.formats import BASELINE_SCHEMA, CONVERT, SWEEP_SCHEMA
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
 
-SCHEMA = 3
-#: How a file of an older schema is brought to this one (run from the checkout's root).
-CONVERT = "python scripts/convert_schema.py"
 SIGNIFICANT = 6
 
 
@@ -274,11 +272,13 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
     except TypeError:
         raise BaselineError(f"baseline {path} is not a JSON object; {fix}") from None
     version = data.get("schema")
-    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < SCHEMA:
-        raise OlderBaseline(f"baseline {path} has schema {version}, an older format than this plugin's {SCHEMA}; "
+    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < BASELINE_SCHEMA:
+        raise OlderBaseline(f"baseline {path} has schema {version}, an older format than this plugin's "
+                            f"{BASELINE_SCHEMA}; "
                             f"convert it, keeping its nights, with `{CONVERT} {path}`")
-    if version != SCHEMA:
-        raise BaselineError(f"baseline {path} has schema {version!r}, this plugin reads schema {SCHEMA}; {fix}")
+    if version != BASELINE_SCHEMA:
+        raise BaselineError(f"baseline {path} has schema {version!r}, this plugin reads schema {BASELINE_SCHEMA}; "
+                            f"{fix}")
     for key, kind in (("comparability", dict), ("under_test", dict), ("sessions", list)):
         if not isinstance(data.get(key), kind):
             raise BaselineError(f"baseline {path}: '{key}' is missing or not a {kind.__name__}; {fix}")
@@ -304,7 +304,6 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
 
 #: A sweep's record beside its tests' files: its own extension, so no reader of per-test files takes it for one.
 SWEEP_SUFFIX = ".crossover"
-SWEEP_SCHEMA = 1
 
 
 def sweep_path(root: Path, profile: str, hardware: str, sweep_id: str) -> Path:

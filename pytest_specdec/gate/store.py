@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.files import write_atomic
-from pytest_specdec.gate.baselines import SCHEMA, BaselineError, OlderBaseline, baseline_path, diff, load
+from pytest_specdec.formats import BASELINE_SCHEMA, SWEEP_SCHEMA
+from pytest_specdec.gate.baselines import BaselineError, OlderBaseline, baseline_path, diff, load
 from pytest_specdec.gate.baselines import hardware_key, hardware_label, identity_differences, metric_values
 from pytest_specdec.gate.baselines import relative, render, safe_part
 
-#: The command that moves baseline files of the layout without a hardware folder into theirs.
+#: The command that moves baseline files of the layout without a hardware folder into theirs: a one-off migration
+#: (it `git mv`s tracked files), kept in the project's checkout, not in the package.
 MOVE = "python scripts/hardware_layout.py"
 
 
@@ -179,7 +181,8 @@ class BaselineStore:
         if stale:
             raise BaselineError(f"{relative(stale[0], self.root)} holds baseline files with no hardware folder "
                                 f"({len(stale)} such folder(s) under {self.root / safe_part(self.profile)}); move "
-                                f"them into their machine's folder, keeping their nights, with `{MOVE} {self.root}`")
+                                f"them into their machine's folder, keeping their nights, with `{MOVE} {self.root}` in a "
+                                "checkout of pytest-specdec")
         return path, load(path, create_hint)
 
     def all_files(self) -> list[Path]:
@@ -270,7 +273,7 @@ class BaselineStore:
             dropped = max(0, len(sessions) - self.keep)
             sessions = sessions[-self.keep:]
             data = {
-                "schema": SCHEMA, "nodeid": item.nodeid, "profile": self.profile,
+                "schema": BASELINE_SCHEMA, "nodeid": item.nodeid, "profile": self.profile,
                 "comparability": item.comparability, "under_test": item.under_test, "sessions": sessions,
             }
             try:
@@ -295,7 +298,7 @@ def write_sweep(root: Path, path: Path, record: dict[str, Any], night: dict[str,
     by atomic rename, like the tests' files; an OSError is the caller's to list."""
     from filelock import FileLock
 
-    from pytest_specdec.gate.baselines import SWEEP_SCHEMA, load_sweep
+    from pytest_specdec.gate.baselines import load_sweep
 
     try:
         old = load_sweep(path)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec import __version__, redact
 from pytest_specdec.files import write_atomic
 from pytest_specdec.output.commit import commit_info
-from pytest_specdec.output.schema import SCHEMA
+from pytest_specdec.formats import RESULTS_SCHEMA
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABCheck
@@ -199,7 +199,7 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
     ``machine_state`` the session's machine state against its stored nights (`gate.machine.StateSummary`)."""
     hourly = price(profile, gpu_hourly_usd)
     return {
-        "schema": SCHEMA,
+        "schema": RESULTS_SCHEMA,
         "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
         "duration_s": round(time.time() - started, 1),
         "profile": profile.name,

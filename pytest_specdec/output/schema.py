@@ -1,6 +1,6 @@
 """The results file read back as typed data: what the HTML report, the pytest-benchmark export, compare,
 history and any tool render from. `load` takes a parsed `reports/*.json` of this plugin's schema; an older
-file is an error naming the command that converts it (``scripts/convert_schema.py``), so no reader guesses
+file is an error naming the command that converts it (``pytest-specdec convert-schema``), so no reader guesses
 which version wrote a field. A test's runs are the one run record (`gate.nights`): `TestEntry.night`.
 
 The per-run figures and a test's summary stay mappings keyed by the metric registry's names
@@ -14,15 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_specdec.errors import SpecDecError
+from pytest_specdec.formats import CONVERT, RESULTS_SCHEMA
 from pytest_specdec.gate.machine import MachineFactor
 from pytest_specdec.gate.nights import Night, RecordError
 from pytest_specdec.output.fields import number
 
-#: The results file format, written by `output/results.py`; bump it where a field changes meaning or
-#: shape, and teach scripts/convert_schema.py the step from the one before.
-SCHEMA = 4
-#: How a file of an older schema is brought to this one (run from the checkout's root).
-CONVERT = "python scripts/convert_schema.py"
 
 Figures = Mapping[str, Any]
 
@@ -316,11 +312,12 @@ def _current(data: Any, name: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ResultsError(f"{name}: not a JSON object")
     version = data.get("schema")
-    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < SCHEMA:
-        raise ResultsError(f"{name}: results of schema {version}, an older format than this plugin's {SCHEMA}; "
+    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < RESULTS_SCHEMA:
+        raise ResultsError(f"{name}: results of schema {version}, an older format than this plugin's "
+                           f"{RESULTS_SCHEMA}; "
                            f"convert the file with `{CONVERT} {name}`")
-    if version != SCHEMA:
-        raise ResultsError(f"{name}: `schema` is {version!r}; this plugin reads results of schema {SCHEMA} "
+    if version != RESULTS_SCHEMA:
+        raise ResultsError(f"{name}: `schema` is {version!r}; this plugin reads results of schema {RESULTS_SCHEMA} "
                            "(a newer plugin wrote it, or it is not a pytest-specdec results file)")
     return data
 

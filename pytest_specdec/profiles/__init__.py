@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.validity import ValidityRules
 from pytest_specdec.profiles.schema import (ANY_GPU, DEFAULT_AB_RUNS, DEFAULT_RUNS, DEFAULT_STATE_TOLERANCE, PLUGIN_FLAGS,
-                                            SCHEMA, VLLM_METHODS, check_keys, check_values, renamed_keys,
+                                            PROFILE_KEYS, VLLM_METHODS, check_keys, check_values, renamed_keys,
                                             validity_rules)
 
 if TYPE_CHECKING:
     from pytest_specdec.vllm.command import ServerSpec
 
-__all__ = ["ANY_GPU", "DEFAULT_RUNS", "PLUGIN_FLAGS", "PROFILE_DIR", "SCHEMA", "VLLM_METHODS", "Profile",
+__all__ = ["ANY_GPU", "DEFAULT_RUNS", "PLUGIN_FLAGS", "PROFILE_DIR", "PROFILE_KEYS", "VLLM_METHODS", "Profile",
            "builtin_profiles", "load_profile", "server_env", "server_spec"]
 
 PROFILE_DIR = Path(__file__).parent

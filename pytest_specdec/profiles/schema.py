@@ -49,7 +49,7 @@ RENAMED_KEYS = {("validity", "idle_timeout_s"): "hung_timeout_s"}
 
 #: The keys a profile may have, per table. `methods.NAME` tables take `speculative_config` only.
 #: Add a key here (and check and read it somewhere) when the plugin starts to use it.
-SCHEMA: dict[str, frozenset[str]] = {
+PROFILE_KEYS: dict[str, frozenset[str]] = {
     "": frozenset({
         "name", "description", "device", "hardware", "gpus", "nvidia_smi_names", "price_per_hour_usd",
         "target", "server", "methods", "matrix", "validity", "verdicts", "timings", "placement",
@@ -139,22 +139,22 @@ def check_keys(raw: dict[str, Any], path: Path) -> None:
                     f"profile {path}: unknown key {key!r} in {where}; allowed: {', '.join(sorted(allowed))}"
                 )
 
-    check(raw, SCHEMA[""], "the top level")
+    check(raw, PROFILE_KEYS[""], "the top level")
     for section in _TABLES:
         if section in raw and not isinstance(raw[section], dict):
             raise ConfigError(f"profile {path}: {section} must be a table ([{section}]), got {raw[section]!r}")
     for section in _TABLES:
         if section != "methods":
-            check(raw.get(section, {}), SCHEMA[section], f"[{section}]")
+            check(raw.get(section, {}), PROFILE_KEYS[section], f"[{section}]")
     for name, entry in raw.get("methods", {}).items():
         if not isinstance(entry, dict):
             raise ConfigError(f"profile {path}: methods.{name} must be a table, got {entry!r}")
-        check(entry, SCHEMA["methods.*"], f"[methods.{name}]")
+        check(entry, PROFILE_KEYS["methods.*"], f"[methods.{name}]")
         if "target" in entry:
             if not isinstance(entry["target"], dict):
                 raise ConfigError(f"profile {path}: methods.{name}.target must be a table like "
                                   f"{{ model = \"ORG/NAME\" }}, got {entry['target']!r}")
-            check(entry["target"], SCHEMA["methods.*.target"], f"[methods.{name}] target")
+            check(entry["target"], PROFILE_KEYS["methods.*.target"], f"[methods.{name}] target")
     for key, where in (("name", "the top level"), ("target", "the top level")):
         if key not in raw:
             raise ConfigError(f"profile {path}: missing key {key!r} in {where}")

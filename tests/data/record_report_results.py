@@ -18,7 +18,7 @@ noise alone crossed a 6 pt threshold (a false regression at T=0.5 in one of thre
     python tests/data/record_report_results.py [--out PATH]   # rewrites tests/data/report_results.json
 
 Nothing is edited by hand afterwards; the file is the second session's `reports/latest.json`. The committed
-file was recorded by an older plugin and brought to the current schema by scripts/convert_schema.py.
+file was recorded by an older plugin and brought to the current schema by `pytest-specdec convert-schema`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import pytest_specdec.gate.stats
 from fakes import FakeServer
-from pytest_specdec.gate.baselines import SCHEMA, hardware_key
+from pytest_specdec.formats import BASELINE_SCHEMA
+from pytest_specdec.gate.baselines import hardware_key
 from pytest_specdec.gate.conditions import cpu_machine
 
 Servers = tuple[FakeServer, FakeServer]
@@ -85,7 +86,7 @@ def test_workflow_update_regress_accept(
     r.stdout.fnmatch_lines(["specdec baselines (*): 1 created, 0 updated, 0 unchanged, 0 unused",
                             esc(f"  created   {FILE}")])
     data = json.loads(path.read_text())
-    assert data["schema"] == SCHEMA and len(data["sessions"]) == 1
+    assert data["schema"] == BASELINE_SCHEMA and len(data["sessions"]) == 1
     assert data["comparability"]["workload"] == {"concurrency": 4, "max_tokens": 24, "num_prompts": 8, "rate": None,
                                                   "api": "chat"}
     assert data["under_test"]["plugin"] and "engine_config" in data["under_test"]

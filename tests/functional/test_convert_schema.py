@@ -1,4 +1,4 @@
-"""scripts/convert_schema.py: older baseline and results files brought to the current schema, every night kept,
+"""`pytest-specdec convert-schema`: older baseline and results files brought to the current schema, every night kept,
 and what the plugin's readers then read from them; the plugin itself names the command for an older file."""
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.gate.baselines import SCHEMA as BASELINE_SCHEMA
+from pytest_specdec.formats import BASELINE_SCHEMA, RESULTS_SCHEMA
 from pytest_specdec.gate.baselines import BaselineError, load
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.output import report
-from pytest_specdec.output.schema import SCHEMA as RESULTS_SCHEMA
 from pytest_specdec.output.schema import ResultsError
 from pytest_specdec.output.schema import load as load_results
 from pytest_specdec.output.sweeps import regime_limits
@@ -24,10 +23,12 @@ from pytest_specdec.output.sweeps import regime_limits
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: The command as a user runs it, wherever the package is installed (`pytest-specdec convert-schema`).
+COMMAND = [sys.executable, "-m", "pytest_specdec.cli", "convert-schema"]
+
+
 def convert(*paths: Path) -> subprocess.CompletedProcess[str]:
-    """The command as a maintainer runs it (tests import nothing from scripts/)."""
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "convert_schema.py"), *map(str, paths)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return subprocess.run([*COMMAND, *map(str, paths)], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
 def convert_file(path: Path) -> str:
@@ -67,7 +68,7 @@ def test_a_baseline_keeps_its_nights_and_gives_the_same_values(tmp_path: Path) -
     old = old_baseline()
     path = tmp_path / "test_a.json"
     path.write_text(json.dumps(old))
-    with pytest.raises(BaselineError, match=re.escape(f"`python scripts/convert_schema.py {path}`")):
+    with pytest.raises(BaselineError, match=re.escape(f"`pytest-specdec convert-schema {path}`")):
         load(path, "c")
     assert convert_file(path) == (f"converted {path}: baseline schema 1 → {BASELINE_SCHEMA} "
                                           "(sessions, runs (3, 18) kept)")
@@ -126,7 +127,7 @@ def test_a_results_file_gets_what_each_missing_field_meant(tmp_path: Path) -> No
     old = old_results()
     path = tmp_path / "specdec.json"
     path.write_text(json.dumps(old))
-    with pytest.raises(ResultsError, match=re.escape(f"convert the file with `python scripts/convert_schema.py "
+    with pytest.raises(ResultsError, match=re.escape(f"convert the file with `pytest-specdec convert-schema "
                                                      f"{path}`")):
         load_results(old, str(path))
     assert convert_file(path).startswith(f"converted {path}: results schema 1 → {RESULTS_SCHEMA}")
@@ -152,16 +153,14 @@ def test_the_command_converts_folders_skips_other_json_and_names_what_it_cannot(
     (tmp_path / "cpu" / "test_a.json").write_text(json.dumps(old_baseline()))
     (tmp_path / "bench.json").write_text("{}")
     (tmp_path / "new.json").write_text(json.dumps({"schema": 99, "tests": []}))
-    script = [sys.executable, str(ROOT / "scripts" / "convert_schema.py")]
-    out = subprocess.run([*script, str(tmp_path / "cpu"), str(tmp_path / "bench.json")], capture_output=True,
-                         text=True, cwd=ROOT, timeout=120)
+    out = convert(tmp_path / "cpu", tmp_path / "bench.json")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
         f"converted {tmp_path / 'cpu' / 'test_a.json'}: baseline schema 1 → {BASELINE_SCHEMA} (sessions, runs (3, 18) kept)",
         f"skipped {tmp_path / 'bench.json'}: not a baseline or results file (no `schema`)"]
-    bad = subprocess.run([*script, str(tmp_path / "new.json")], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert bad.returncode == 1 and bad.stderr == (
-        f"convert_schema: {tmp_path / 'new.json'}: results schema 99 is not one this command converts "
+    bad = convert(tmp_path / "new.json")
+    assert bad.returncode == 2 and bad.stderr == (
+        f"pytest-specdec convert-schema: error: {tmp_path / 'new.json'}: results schema 99 is not one this command converts "
         f"(1 to {RESULTS_SCHEMA - 1})\n")
 
 
@@ -171,5 +170,5 @@ def test_a_conversion_that_would_not_read_back_writes_nothing(tmp_path: Path) ->
     path = tmp_path / "b.json"
     path.write_text(json.dumps(old))
     out = convert(path)
-    assert out.returncode == 1 and re.search(r"does not read back .*output_tok_s is 'fast'.*nothing written", out.stderr)
+    assert out.returncode == 2 and re.search(r"does not read back .*output_tok_s is 'fast'.*nothing written", out.stderr)
     assert json.loads(path.read_text()) == old

@@ -29,7 +29,8 @@ import numpy
 import pytest
 
 from pytest_specdec.output import benchmark, charts, fields, report, sweeps
-from pytest_specdec.output.schema import SCHEMA, TestEntry, VerdictEntry, load
+from pytest_specdec.formats import RESULTS_SCHEMA
+from pytest_specdec.output.schema import TestEntry, VerdictEntry, load
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "report_results.json"
 
@@ -89,7 +90,7 @@ def with_gate(data: dict[str, Any]) -> dict[str, Any]:
 
 def entry(test: dict[str, Any]) -> TestEntry:
     """One test of a results file as the report reads it."""
-    return load({"schema": SCHEMA, "tests": [test]}).tests[0]
+    return load({"schema": RESULTS_SCHEMA, "tests": [test]}).tests[0]
 
 
 def entries(data: dict[str, Any]) -> tuple[TestEntry, ...]:
@@ -99,7 +100,7 @@ def entries(data: dict[str, Any]) -> tuple[TestEntry, ...]:
 @pytest.fixture(scope="module")
 def recorded_file() -> dict[str, Any]:
     """The recorded file as it is: recorded before the speed gate, without its keys (converted to the current
-    schema by scripts/convert_schema.py)."""
+    schema by `pytest-specdec convert-schema`)."""
     data = json.loads(DATA.read_text())
     # What the file must hold for these tests to mean anything (re-record if one of these fails).
     tests = data["tests"]
@@ -469,27 +470,27 @@ def test_sweep_charts_flag_the_point_that_regressed_on_the_metric_that_did(recor
 
 
 def test_empty_session_renders() -> None:
-    for results in ({"schema": SCHEMA}, {"schema": SCHEMA, "tests": [], "environment": {}, "price": {"usd_per_hour": 2.0}}):
+    for results in ({"schema": RESULTS_SCHEMA}, {"schema": RESULTS_SCHEMA, "tests": [], "environment": {}, "price": {"usd_per_hour": 2.0}}):
         page = report.render_html(results)
         assert "<h2>0 test(s)</h2>" in page and "No specdec test ran in this session." in page
         assert "<svg" not in page and "Sweeps" not in page
 
 
 def test_a_file_of_an_unknown_schema_is_an_error_naming_it() -> None:
-    from pytest_specdec.output.schema import SCHEMA, ResultsError
+    from pytest_specdec.output.schema import ResultsError
 
-    for data, says in (({"tests": []}, "`schema` is None"), ({"schema": SCHEMA + 1}, f"`schema` is {SCHEMA + 1}"),
+    for data, says in (({"tests": []}, "`schema` is None"), ({"schema": RESULTS_SCHEMA + 1}, f"`schema` is {RESULTS_SCHEMA + 1}"),
                        ([1, 2], "not a JSON object")):
         with pytest.raises(ResultsError, match=re.escape(f"reports/x.json: {says}")):
             report.render_html(data, "reports/x.json")
     with pytest.raises(ResultsError, match=re.escape("reports/x.json: tests[1]: no `nodeid`")):
-        load({"schema": SCHEMA, "tests": [{"nodeid": "a", "outcome": "passed"}, {"outcome": "passed"}]},
+        load({"schema": RESULTS_SCHEMA, "tests": [{"nodeid": "a", "outcome": "passed"}, {"outcome": "passed"}]},
              "reports/x.json")
     # A field a reader needs, missing: every reader (the report too, not only the CLI) names where.
     verdict_without_family = {"nodeid": "a", "outcome": "passed", "verdicts": {"speedup": {"verdict": "unchanged"}}}
     with pytest.raises(ResultsError, match=re.escape("reports/x.json: not a pytest-specdec results file as this "
                                                      "plugin writes them (tests[0].verdicts.speedup has no `family`)")):
-        report.render_html({"schema": SCHEMA, "tests": [verdict_without_family]}, "reports/x.json")
+        report.render_html({"schema": RESULTS_SCHEMA, "tests": [verdict_without_family]}, "reports/x.json")
 
 
 # ---- pure pieces --------------------------------------------------------------------------------------

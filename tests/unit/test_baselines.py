@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from pytest_specdec.formats import BASELINE_SCHEMA
 from pytest_specdec.gate.baselines import (
-    SCHEMA,
     BaselineError,
     baseline_path,
     diff,
@@ -129,9 +129,9 @@ def test_load_rejects_bad_files_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(BaselineError, match=r"b.json is not a JSON object; fix or delete it"):
         load(p, "c")
     p.write_text(json.dumps({"schema": 99}))
-    with pytest.raises(BaselineError, match=f"schema 99, this plugin reads schema {SCHEMA}; fix or delete it"):
+    with pytest.raises(BaselineError, match=f"schema 99, this plugin reads schema {BASELINE_SCHEMA}; fix or delete it"):
         load(p, "c")
-    p.write_text(json.dumps({"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": [{}]}))
+    p.write_text(json.dumps({"schema": BASELINE_SCHEMA, "comparability": {}, "under_test": {}, "sessions": [{}]}))
     with pytest.raises(BaselineError, match=r"sessions\[0\] has no runs"):
         load(p, "c")
 
@@ -163,7 +163,7 @@ def test_load_rejects_bad_files_with_the_fix(tmp_path: Path) -> None:
 ], ids=["missing", "wrong-type", "bool-index", "not-object", "pairs", "pair-string", "started-list",
         "latency-string", "per-position-string", "negative-rate", "nan", "infinity", "bool-rate"])
 def test_a_malformed_stored_run_is_an_error_naming_the_file_and_field(tmp_path: Path, edit: Any, says: str) -> None:
-    data = {"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": [entry()]}
+    data = {"schema": BASELINE_SCHEMA, "comparability": {}, "under_test": {}, "sessions": [entry()]}
     p = tmp_path / "b.json"
     p.write_text(json.dumps(data))
     assert load(p, "c") is not None
@@ -183,7 +183,7 @@ def test_one_file_with_a_nan_is_left_out_and_the_others_stay_finite(tmp_path: Pa
         nights = [entry(1.0) | {"started": "n1"}, entry(1.1) | {"started": "n2"}]
         nights[1]["runs"]["reference"][0]["output_tok_s"] *= scale
         (tmp_path / f"{name}.json").write_text(json.dumps(
-            {"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": nights}))
+            {"schema": BASELINE_SCHEMA, "comparability": {}, "under_test": {}, "sessions": nights}))
     stored = []
     for f in sorted(tmp_path.glob("*.json")):
         try:
@@ -206,14 +206,14 @@ def test_an_older_baseline_is_an_error_naming_the_conversion_never_read_as_it_is
     and --update-baselines leaves it as it is (its nights may not be measurable again) and says so."""
     from pytest_specdec.gate.baselines import OlderBaseline
 
-    stored = {"schema": SCHEMA - 1, "comparability": {"hardware": "cpu"}, "under_test": {}, "sessions": [entry()]}
+    stored = {"schema": BASELINE_SCHEMA - 1, "comparability": {"hardware": "cpu"}, "under_test": {}, "sessions": [entry()]}
     s = BaselineStore(tmp_path, "cpu", HERE, mode="all", keep=5)
     path = s.path("t.py::test_a")
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(stored))
     with pytest.raises(OlderBaseline, match=re.escape(
-            f"baseline {path} has schema {SCHEMA - 1}, an older format than this plugin's {SCHEMA}; convert it, "
-            f"keeping its nights, with `python scripts/convert_schema.py {path}`")):
+            f"baseline {path} has schema {BASELINE_SCHEMA - 1}, an older format than this plugin's {BASELINE_SCHEMA}; convert it, "
+            f"keeping its nights, with `pytest-specdec convert-schema {path}`")):
         load(path, "c")
     s.queue(_pending(s, "t.py::test_a", 1.0))
     summary = s.flush()
@@ -319,6 +319,6 @@ def test_files_without_a_hardware_folder_are_an_error_naming_the_move(tmp_path: 
     with pytest.raises(BaselineError, match=re.escape(
             "cpu/suites.test_methods holds baseline files with no hardware folder (1 such folder(s) under "
             f"{tmp_path / 'cpu'}); move them into their machine's folder, keeping their nights, with "
-            f"`python scripts/hardware_layout.py {tmp_path}`")):
+            f"`python scripts/hardware_layout.py {tmp_path}` in a checkout of pytest-specdec")):
         s.read("suites/test_methods.py::test_a", "c")
     assert s.machines().others == ()

@@ -66,8 +66,8 @@ def test_the_reports_reference_latency_skips_coalesced_runs() -> None:
     from pytest_specdec.output.schema import load
     from pytest_specdec.output.sweeps import _reference
 
+    from pytest_specdec.formats import RESULTS_SCHEMA
     from pytest_specdec.measure.record import RUN_FIELDS
-    from pytest_specdec.output.schema import SCHEMA
 
     run = {**dict.fromkeys(RUN_FIELDS), "index": 0, "invalid_reasons": [], "hd_p95_ms": {}}
     test = {"nodeid": "t", "outcome": "passed", "reference_runs": [
@@ -76,4 +76,4 @@ def test_the_reports_reference_latency_skips_coalesced_runs() -> None:
         {**run, "valid": False, "latency_untrusted": [], "ttft_ms": {"p95": 300.0}},
         {**run, "valid": True, "latency_untrusted": [], "ttft_ms": {"p95": 12.0}},
     ]}
-    assert _reference("ttft_ms", "p95")(load({"schema": SCHEMA, "tests": [test]}).tests[0]) == 11.0
+    assert _reference("ttft_ms", "p95")(load({"schema": RESULTS_SCHEMA, "tests": [test]}).tests[0]) == 11.0

@@ -20,7 +20,8 @@ import pytest
 from pytest_specdec.cli import main
 from pytest_specdec.gate.trend import noise_sd, trend
 from pytest_specdec.output.history import Night, order, render_html, series, table_lines, to_json
-from pytest_specdec.output.schema import SCHEMA, load
+from pytest_specdec.formats import RESULTS_SCHEMA
+from pytest_specdec.output.schema import load
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "report_results.json"
 STEPPED = "test_nightly.py::test_k[ngram-k3-t0.0-c2]"
@@ -186,7 +187,7 @@ def test_cli_history_table_json_and_html(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_cli_history_bad_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     nights(tmp_path)
-    (tmp_path / "night-2.json").write_text(json.dumps({"schema": SCHEMA, "tests": [{"nodeid": "x"}]}))
+    (tmp_path / "night-2.json").write_text(json.dumps({"schema": RESULTS_SCHEMA, "tests": [{"nodeid": "x"}]}))
     assert main(["history", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'night-2.json'}: not a pytest-specdec results file" in err and "tests[0] has no `outcome`" in err

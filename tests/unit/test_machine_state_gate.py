@@ -92,11 +92,12 @@ def test_a_state_is_the_geometric_mean_of_the_tests_probes() -> None:
 
 
 def test_a_stored_state_that_is_not_a_positive_figure_is_an_error_naming_it(tmp_path: Path) -> None:
-    from pytest_specdec.gate.baselines import BaselineError, SCHEMA, load, render
+    from pytest_specdec.formats import BASELINE_SCHEMA
+    from pytest_specdec.gate.baselines import BaselineError, load, render
 
     bad = copy.deepcopy(_night(1.0, {"cores": "fast", "hash": 2.0}))
     path = tmp_path / "t.json"
-    path.write_text(render({"schema": SCHEMA, "comparability": {}, "under_test": {}, "sessions": [bad]}))
+    path.write_text(render({"schema": BASELINE_SCHEMA, "comparability": {}, "under_test": {}, "sessions": [bad]}))
     with pytest.raises(BaselineError, match=r"sessions\[0\]\.machine_state\.cores is 'fast', not a positive number"):
         load(path, "pytest --update-baselines")
 

@@ -1,10 +1,10 @@
-"""Convert baseline and results files of an older schema to the current one, in place, keeping every night.
-
-    .venv/bin/python scripts/convert_schema.py baselines/ reports/specdec-20261124T030000Z.json ...
+"""Convert baseline and results files of an older schema to the current one, in place, keeping every night:
+`pytest-specdec convert-schema PATH...` (the command `formats.CONVERT` that the readers name for an older file).
 
 A directory is searched for *.json; a file of the current schema is left as it is, and a file that is neither a
-baseline nor a results file is named and skipped. The plugin itself reads only the current schema and names
-this command for an older file; the conversions live here, so the package keeps no history:
+baseline nor a results file is named and skipped. The readers (`gate/baselines.py`, `output/schema.py`) read
+only the current schema and name this command for an older file; the steps between the schemas live here
+alone, so no reader guesses which version wrote a field:
 
 * baselines, schema 1 → 2: an engine config stored from vLLM's log line (no `config_source`) is marked
   `config_source: "log line (schema 1)"`; 2 → 3: each run takes the registry's names (`itl_ms` →
@@ -21,30 +21,26 @@ had; otherwise nothing is written and the command fails naming the file.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import re
-import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from pytest_specdec.gate.baselines import SCHEMA as BASELINE_SCHEMA  # noqa: E402
-from pytest_specdec.gate.baselines import BaselineError, render  # noqa: E402
-from pytest_specdec.gate.baselines import load as load_baseline  # noqa: E402
-from pytest_specdec.measure.record import RUN_FIELDS  # noqa: E402
-from pytest_specdec.output.fields import number  # noqa: E402
-from pytest_specdec.output.schema import SCHEMA as RESULTS_SCHEMA  # noqa: E402
-from pytest_specdec.output.schema import ResultsError  # noqa: E402
-from pytest_specdec.output.schema import load as load_results  # noqa: E402
+from pytest_specdec.errors import SpecDecError
+from pytest_specdec.formats import BASELINE_SCHEMA, CONVERT, RESULTS_SCHEMA
+from pytest_specdec.gate.baselines import BaselineError, render
+from pytest_specdec.gate.baselines import load as load_baseline
+from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, SHOWN
+from pytest_specdec.measure.record import RUN_FIELDS
+from pytest_specdec.output.fields import number
+from pytest_specdec.output.schema import ResultsError
+from pytest_specdec.output.schema import load as load_results
 
 
-class ConvertError(Exception):
+class ConvertError(SpecDecError):
     """A file that cannot be converted; the message names it."""
 
 
@@ -138,7 +134,7 @@ def results_from_1(data: dict[str, Any]) -> dict[str, Any]:
         baseline = test.get("baseline")
         gate = (baseline or {}).get("gate")
         for metric, v in verdicts.items():
-            v.setdefault("family", "gated" if not gate or metric in gate else "shown")
+            v.setdefault("family", GATED if not gate or metric in gate else SHOWN)
             for key in ("mde", "se", "df"):
                 v.setdefault(key, None)
         for run in _runs(test):
@@ -148,7 +144,7 @@ def results_from_1(data: dict[str, Any]) -> dict[str, Any]:
             level = number(baseline["ci_level"]) if "ci_level" in baseline else _ci_level_1(baseline, verdicts)
             baseline["ci_level"] = None if level is None or not 0 < level < 100 else level / 100 if level >= 1 else level
             baseline.setdefault("inconclusive_gated", [m for m, v in verdicts.items()
-                                                       if v["family"] == "gated" and v.get("verdict") == "inconclusive"])
+                                                       if v["family"] == GATED and v.get("verdict") == INCONCLUSIVE])
     machine = data.get("machine_factor")
     if isinstance(machine, dict):
         machine.pop("line", None)
@@ -285,7 +281,7 @@ def convert_file(path: Path) -> str:
             with tempfile.TemporaryDirectory() as tmp:
                 check = Path(tmp) / path.name
                 check.write_text(written, encoding="utf-8")
-                load_baseline(check, "scripts/convert_schema.py")
+                load_baseline(check, CONVERT)
         else:
             load_results(json.loads(written), str(path))
     except (BaselineError, ResultsError) as exc:
@@ -307,18 +303,8 @@ def files(paths: Iterable[Path]) -> list[Path]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("paths", nargs="+", type=Path, help="baseline or results files, or directories of them")
-    args = ap.parse_args(argv)
-    try:
-        for path in files(args.paths):
-            print(convert_file(path))
-    except ConvertError as exc:
-        print(f"convert_schema: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def convert_paths(paths: Iterable[Path]) -> Iterator[str]:
+    """Convert every baseline and results file among ``paths`` (directories searched for *.json), one line per
+    file as it is done. The first file that cannot be converted stops it with a ConvertError naming that file."""
+    for path in files(paths):
+        yield convert_file(path)
