@@ -76,3 +76,11 @@ def test_compare_fdr_is_now_multiplicity_and_the_former_spelling_warns(tmp_path:
     with pytest.warns(SpecDecDeprecationWarning, match="^--fdr is deprecated and goes in the next release: use "
                                                        "--multiplicity$"):
         main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fdr", "holm"])
+
+
+def test_every_option_and_former_spelling_is_in_the_options_page() -> None:
+    """docs/options.md names every flag and ini value (it once lacked --specdec-base-python), and each renamed
+    option's former spelling."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "options.md").read_text()
+    names = [n for o in OPTIONS for n in (o.flag, o.old, o.ini) if n is not None]
+    assert [n for n in names if f"`{n}" not in page and f"ini `{n}`" not in page] == []
