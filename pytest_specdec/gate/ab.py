@@ -17,11 +17,13 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.kinds import PAIR
 from pytest_specdec.gate.registry import LOG_KINDS, Kind
 from pytest_specdec.gate.scale import center, check_kind, checked_values, delta_unit, on_scale, to_natural
 from pytest_specdec.gate.sequential import detectable
 from pytest_specdec.gate.stats import (
     DEFAULT_THRESHOLDS,
+    EXACT,
     Thresholds,
     Verdict,
     explain_decision,
@@ -86,7 +88,7 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
     if left_out:
         what += f"; {left_out} pair(s) left out (a run missing on one side)"
     if n < 2:
-        return inconclusive_verdict(metric, kind, n, n, bad, "none/pair",
+        return inconclusive_verdict(metric, kind, n, n, bad, PAIR,
                              f"too little data: {n} usable pair(s), need 2; {what}", base_c, cand_c)
     log = "-log" if kind in LOG_KINDS else ""
     sd = float(100.0 * np.std(x, ddof=1))  # natural units: % (log sd ≈ relative sd) or points
@@ -96,7 +98,7 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
         v, why = exact_rule(d, bad, unit, thresholds.exact_tolerance)
         note = (f"near-deterministic (sd of the pairs' differences {sd:.2f} <= {thresholds.exact_sd:g} {unit}): "
                 f"exact rule, {fmt_delta(d, unit)} {why}; CI is the range of differences; {what}")
-        return Verdict(metric, v, base_c, cand_c, d, lo, hi, None, n, n, unit, "exact/pair", bad, note)
+        return Verdict(metric, v, base_c, cand_c, d, lo, hi, None, n, n, unit, EXACT, bad, note, per=PAIR)
     var = float(np.var(x, ddof=1))
     est, lo_s, hi_s, p = paired_core(x.mean(), var, n, a)
     p_rep = float(min(1.0, float(p) * max_looks))
@@ -105,6 +107,6 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
     note = explain_decision(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, 100.0 * (1.0 - 2.0 * a)) + f"; {what}"
     if max_looks > 1:
         note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
-    return Verdict(metric, v, base_c, cand_c, d_n, lo_n, hi_n, p_rep, n, n, unit, f"paired-t{log}/pair", bad,
-                   note, var_fixed=0.0, var_run=var, df=n - 1.0,
+    return Verdict(metric, v, base_c, cand_c, d_n, lo_n, hi_n, p_rep, n, n, unit, f"paired-t{log}", bad,
+                   note, var_fixed=0.0, var_run=var, df=n - 1.0, per=PAIR,
                    mde=detectable(kind, bad, var / n, n - 1.0, a))

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_specdec.gate.kinds import GATED, REGRESSED, SHOWN, UNCHANGED
+
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.stats import Thresholds, Verdict
@@ -75,7 +77,7 @@ def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float) -> lis
                for arm in ("reference", "spec", "base", "base_reference")}
     ab = pairs(records["base"], records["spec"])
     out = [dataclasses.replace(paired(m, [value(m, p.first) for p in ab], [value(m, p.second) for p in ab],
-                                      thresholds=thresholds, alpha=alpha), family="gated")
+                                      thresholds=thresholds, alpha=alpha), family=GATED)
            for m in AB_METRICS]
     if not result.base_reference_runs:
         return out
@@ -89,7 +91,7 @@ def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float) -> lis
     shown = {"reference_tok_s": ref_tok_s,
              "speedup": {arm: [speedups[arm].get(i) for i in indices] for arm in speedups}}
     return out + [dataclasses.replace(paired(m, shown[m]["base"], shown[m]["candidate"], thresholds=thresholds,
-                                             alpha=alpha), family="shown") for m in AB_SHOWN]
+                                             alpha=alpha), family=SHOWN) for m in AB_SHOWN]
 
 
 @dataclass
@@ -119,7 +121,7 @@ class ABCheck:
 
     def regressed(self) -> list[Verdict]:
         """The gated verdicts that regressed (an upgrade A/B's shown ones explain, never fail)."""
-        return [v for v in self.shown() if v.verdict == "regressed" and v.family == "gated"]
+        return [v for v in self.shown() if v.verdict == REGRESSED and v.family == GATED]
 
     def cause(self) -> Cause | None:
         """tok/s regressed: on another install whose reference slowed too while the speedup did not regress, the
@@ -127,14 +129,14 @@ class ABCheck:
         without a split, step time when acceptance held). Acceptance regressed alone: the candidate's drafts are
         accepted less. Else nothing to point at."""
         by = {v.metric: v.verdict for v in self.shown()}
-        if by.get("output_tok_s") == "regressed":
-            if by.get("reference_tok_s") == "regressed" and by.get("speedup") != "regressed":
+        if by.get("output_tok_s") == REGRESSED:
+            if by.get("reference_tok_s") == REGRESSED and by.get("speedup") != REGRESSED:
                 return "non-speculative path"
             if self.split is not None:
                 return self.split.cause() or "acceptance and step time"
-            if by.get("acceptance_rate") == "unchanged":
+            if by.get("acceptance_rate") == UNCHANGED:
                 return "step time"
-        if by.get("acceptance_rate") == "regressed":
+        if by.get("acceptance_rate") == REGRESSED:
             return "acceptance"
         return None
 
@@ -246,5 +248,5 @@ class ABGate:
         from pytest_specdec.gate.judge import SessionEnd
 
         adjust(checks, final=True, fdr=self.fdr, alpha=self.alpha, tests=len(checks))
-        return SessionEnd(None, late_regressions=[(n, TestEnd("regressed", True)) for n, c in checks
+        return SessionEnd(None, late_regressions=[(n, TestEnd(REGRESSED, True)) for n, c in checks
                                                   if c.check and c.regressed() and not c.failed])

@@ -11,17 +11,16 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, SHOWN, Outcome, Status
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
 
-#: How a test met its stored baseline: compared with it, none stored, stored but measured under other
-#: conditions, or unreadable.
-Status = Literal["compared", "missing", "not-comparable", "error"]
-#: What a test's end decides: nothing to say, or the reason it fails or warns.
-Outcome = Literal["pass", "error", "missing", "not-comparable", "regressed", "inconclusive"]
+# `kinds.Status`: how a test met its stored baseline (compared with it, none stored, stored but measured under
+# other conditions, or unreadable); `kinds.Outcome`: what a test's end decides (nothing to say, or why it fails).
 
 
 
@@ -75,7 +74,7 @@ class BaselineCheck:
             "not_comparable_fields": {k: [a, b] for k, (a, b) in self.fields.items()},
             "looks": self.looks, "max_looks": self.max_looks, "unspent_runs": self.unspent,
             "stop_reason": self.stop_reason, "gate": list(self.gate),
-            "inconclusive_gated": [v.metric for v in gated_with(shown, "inconclusive")],
+            "inconclusive_gated": [v.metric for v in gated_with(shown, INCONCLUSIVE)],
             "machine_deviation": self.deviation,
             "alpha": self.alpha, "ci_level": 1 - 2 * self.alpha / max(1, self.max_looks),
             "adjusted": "session" if self.final is not None else "test-end",
@@ -125,11 +124,11 @@ def adjusted_all(checks: Sequence[tuple[str, Judged]], *, final: bool, fdr: str,
     flat = [v for _, c in order for v in c.raw]
     looks_of = [c.max_looks for _, c in order for _ in c.raw]
     out = list(flat)
-    sizes = {"gated": gated_size, "shown": family_size - gated_size}
-    for family in ("gated", "shown"):
+    sizes = {GATED: gated_size, SHOWN: family_size - gated_size}
+    for family in (GATED, SHOWN):
         idx = [i for i, v in enumerate(flat) if v.family == family]
         part = [flat[i] for i in idx]
-        with_p = sum(1 for v in part if v.p is not None and v.verdict != "not-comparable")
+        with_p = sum(1 for v in part if v.p is not None and v.verdict != NOT_COMPARABLE)
         size = None if final else max(sizes[family], with_p)
         for i, v in zip(idx, adjust(part, fdr, alpha, family_size=size)):
             out[i] = v

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.kinds import INCONCLUSIVE, NIGHT, PERCENT, SHOWN, Family
 
 if TYPE_CHECKING:
     import numpy as np
@@ -154,7 +155,7 @@ def estimate(points: Points, *, alpha: float = 0.05, seed: int = SEED, resamples
 
 
 def compare(base: Points, now: Points, *, alpha: float = 0.05, factor: float = FACTOR, seed: int = SEED,
-            resamples: int = RESAMPLES, family: str = "shown") -> Verdict:
+            resamples: int = RESAMPLES, family: Family = SHOWN) -> Verdict:
     """Tonight's crossover against the stored night's: Δ in % of the concurrency, the bootstrap's CI and
     one-sided p (the share of resamples on the far side of no change), decided by `stats.decide` with the
     threshold ``1/factor − 1`` (−33.3 % for 1.5) and its mirror. Both sweeps must cover the same
@@ -170,13 +171,14 @@ def compare(base: Points, now: Points, *, alpha: float = 0.05, factor: float = F
     grid_b, grid_n = [c for c, _ in b], [c for c, _ in n]
     if grid_b != grid_n:
         v = not_comparable("speedup", {"concurrencies": (grid_b, grid_n)})
-        return Verdict(NAME, v.verdict, None, None, None, None, None, None, len(b), len(n), "%", "none", bad,
-                       v.note.replace("comparability keys differ", "the swept concurrencies differ"), family=family)
+        return Verdict(NAME, v.verdict, None, None, None, None, None, None, len(b), len(n), PERCENT, "none", bad,
+                       v.note.replace("comparability keys differ", "the swept concurrencies differ"), family=family,
+                       per=NIGHT)
     eb, en = estimate(base, alpha=alpha, resamples=0), estimate(now, alpha=alpha, resamples=0)
     if eb is None or en is None:
-        return Verdict(NAME, "inconclusive", None, None, None, None, None, None, len(b), len(n), "%", "none", bad,
+        return Verdict(NAME, INCONCLUSIVE, None, None, None, None, None, None, len(b), len(n), PERCENT, "none", bad,
                        "too little data: a crossover needs two concurrencies with two valid pairs each, both nights",
-                       family=family)
+                       family=family, per=NIGHT)
     logc = np.log(grid_b)
     k = len(b)
     samples = [np.log(v).tolist() for _, v in b] + [np.log(v).tolist() for _, v in n]
@@ -190,14 +192,14 @@ def compare(base: Points, now: Points, *, alpha: float = 0.05, factor: float = F
     dist = np.asarray(res.bootstrap_distribution)
     p = float((1 + np.sum(dist >= 0 if d < 0 else dist <= 0)) / (1 + dist.size)) if d else 1.0
     pct = [100.0 * math.expm1(x) for x in (d, res.confidence_interval.low, res.confidence_interval.high)]
-    verdict = str(decide(pct[0], pct[1], pct[2], p, bad, alpha, "%"))
+    verdict = str(decide(pct[0], pct[1], pct[2], p, bad, alpha, PERCENT))
     base_c, now_c = math.exp(float(crossing(_means(b), logc))), math.exp(float(crossing(_means(n), logc)))
     note = (f"crossover {eb.text()} → {en.text()}: {pct[0]:+.1f} % ({100 - 200 * alpha:.3g}% CI {pct[1]:+.1f} % "
             f"to {pct[2]:+.1f} %), p={p:.3g}; regressed beyond {bad:+.1f} % (÷{factor:g}), improved beyond "
             f"{100 * (factor - 1):+.1f} % (×{factor:g}); percentile bootstrap over each point's pairs "
             f"({resamples} resamples, seed {seed}), censored at the swept range {grid_b[0]:g} – {grid_b[-1]:g}")
     return Verdict(NAME, verdict, base_c, now_c, pct[0], pct[1], pct[2], p, sum(len(v) for _, v in b),
-                   sum(len(v) for _, v in n), "%", "bootstrap-log/night", bad, note, family=family)
+                   sum(len(v) for _, v in n), PERCENT, "bootstrap-log", bad, note, family=family, per=NIGHT)
 
 
 def _means(points: Iterable[tuple[float, Sequence[float]]]) -> np.ndarray:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from pytest_specdec.gate.check import BaselineCheck
+from pytest_specdec.gate.kinds import GATED as GATED_FAMILY
+from pytest_specdec.gate.kinds import INCONCLUSIVE, MOVED, NOT_COMPARABLE, REGRESSED
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import TestEnd
@@ -207,16 +209,16 @@ class Judge:
             return TestEnd("missing", True, rel, self.create_command(nodeid, "missing")) if fails else passed
         if self.updating_all:
             return passed
-        if c.status == "not-comparable":
-            return TestEnd("not-comparable", strict, rel)
-        if gated_with(c.verdicts, "regressed"):
+        if c.status == NOT_COMPARABLE:
+            return TestEnd(NOT_COMPARABLE, strict, rel)
+        if gated_with(c.verdicts, REGRESSED):
             c.failed = True
-            return TestEnd("regressed", True, rel, self.create_command(nodeid, "all"))
-        open_ = tuple(gated_with(c.verdicts, "inconclusive"))
+            return TestEnd(REGRESSED, True, rel, self.create_command(nodeid, "all"))
+        open_ = tuple(gated_with(c.verdicts, INCONCLUSIVE))
         if not open_:
             return passed
         c.failed = fail_inconclusive
-        return TestEnd("inconclusive", fail_inconclusive, rel, open=open_)
+        return TestEnd(INCONCLUSIVE, fail_inconclusive, rel, open=open_)
 
     def start(self, nodeid: str, method: str, workload: dict[str, Any], dataset: dict[str, Any], reference: ServerSpec,
               spec: ServerSpec | None, sampling: Sampling, engines: dict[str, dict[str, Any]], *, endpoint: bool,
@@ -242,7 +244,7 @@ class Judge:
         if data is not None:
             c.baseline = data
             c.fields = diff(data["comparability"], comp)
-            c.status = "not-comparable" if c.fields else "compared"
+            c.status = NOT_COMPARABLE if c.fields else "compared"
         return c
 
     def run_looks(self, nodeid: str, c: BaselineCheck, result: CaseResult, extend: Callable[[int], None],
@@ -297,7 +299,7 @@ class Judge:
             # Only a gated change is a change being accepted (it drops the older nights); a shown-family
             # figure that moved with the machine must not wipe the file's history.
             changed = ", ".join(f"{v.metric} {v.verdict}" for v in c.shown()
-                                if v.verdict in ("regressed", "improved") and v.family == "gated")
+                                if v.verdict in MOVED and v.family == GATED_FAMILY)
             self.store.queue(Pending(nodeid, c.path, c.comparability, c.under_test, c.entry, changed))
         summary = self.store.flush()
         rel = self.rel
@@ -329,10 +331,10 @@ class Judge:
 
         checked = [(n, c, r, o) for n, c, r, o in tests if c is not None]
         for nodeid, c, _, _ in checked:
-            late = gated_with(c.final or [], "regressed")  # a shown metric never fails the session
+            late = gated_with(c.final or [], REGRESSED)  # a shown metric never fails the session
             if late and c.check and not c.failed and not self.updating_all and c.status == "compared":
                 end.late_regressions.append(
-                    (nodeid, TestEnd("regressed", True, self.rel(c.path), self.create_command(nodeid, "all"))))
+                    (nodeid, TestEnd(REGRESSED, True, self.rel(c.path), self.create_command(nodeid, "all"))))
         unjudged = tuple(n for n, c, _, _ in checked if c.status == "missing")
         if unjudged and (self.hardware.without_own or (self.cfg.update and not self.hardware.this.files)):
             end.no_own_baselines = (self.hardware, unjudged)

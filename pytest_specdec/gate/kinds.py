@@ -1,9 +1,10 @@
 """The closed vocabularies of a verdict, typed once: what it decided, which family it counts in, the unit of its
-change and the unit it compared (a run, a pair, a session, a night).
+change and the unit it compared (a run, a pair, a session, a night), and the words a test's check ends in.
 
 Every other module names these through the constants below, never as string literals, so a misspelt verdict is
 an attribute error and a type error, not a test that silently never fails. They are plain strings at run time
-(`Literal`), so the JSON the plugin writes and reads is unchanged.
+(`Literal`), so the JSON the plugin writes and reads is unchanged. A word read from a file goes through
+`check_decision`/`check_word`: an unknown one is an error naming the file's field, never a silent mismatch.
 """
 
 from __future__ import annotations
@@ -20,23 +21,53 @@ NOT_COMPARABLE: Final = "not-comparable"
 DECISIONS: Final[tuple[Decision, ...]] = get_args(Decision)
 #: Decided either way beyond the threshold: what a session may act on.
 CONCLUSIVE: Final[frozenset[Decision]] = frozenset({IMPROVED, UNCHANGED, REGRESSED})
+#: Decided beyond the threshold on one side: the changes a reader looks at first.
+MOVED: Final[tuple[Decision, ...]] = (REGRESSED, IMPROVED)
 
 #: Whether a verdict can fail the session (gated) or is only shown.
 Family = Literal["gated", "shown"]
 GATED: Final = "gated"
 SHOWN: Final = "shown"
+FAMILIES: Final[tuple[Family, ...]] = get_args(Family)
 
 #: The unit of a change: relative (%) or absolute points (acceptance).
 Unit = Literal["%", "points"]
 PERCENT: Final = "%"
 POINTS: Final = "points"
+UNITS: Final[tuple[Unit, ...]] = get_args(Unit)
 
 #: What one sample of a comparison is: a run, a pair of interleaved runs (A/B), a stored session or night.
 Per = Literal["run", "pair", "session", "night"]
+RUN: Final = "run"
+PAIR: Final = "pair"
+SESSION: Final = "session"
+NIGHT: Final = "night"
+PERS: Final[tuple[Per, ...]] = get_args(Per)
+
+#: How a test met its stored baseline (`gate.check.BaselineCheck.status`).
+Status = Literal["compared", "missing", "not-comparable", "error"]
+#: How a test's check ended (`gate.check.TestEnd.outcome`): the decisions that end a test, or why none could.
+Outcome = Literal["pass", "error", "missing", "not-comparable", "regressed", "inconclusive"]
 
 
-def check_decision(value: str, where: str) -> Decision:
-    """A decision read from a file, checked: an unknown word is an error naming where it came from."""
-    if value not in DECISIONS:
-        raise ValueError(f"{where}: verdict {value!r} is not one of {', '.join(DECISIONS)}")
+def check_word(value: object, words: tuple[str, ...], what: str, where: str) -> str:
+    """A word read from a file, checked against its vocabulary: an unknown one is a ValueError naming where it
+    came from (``where``: the file and field) and the words allowed."""
+    if value not in words:
+        raise ValueError(f"{where}: {what} {value!r} is not one of {', '.join(words)}")
     return value  # type: ignore[return-value]
+
+
+def check_decision(value: object, where: str) -> Decision:
+    """A decision read from a file, checked: an unknown word is an error naming where it came from."""
+    return check_word(value, DECISIONS, "verdict", where)  # type: ignore[return-value]
+
+
+def split_method(method: str, where: str = "method") -> tuple[str, Per]:
+    """A verdict's rule and comparison unit from the combined form that results files recorded before `per` was
+    a field of its own ("exact/pair" → ("exact", "pair")); a rule without a unit ("none", "machine state")
+    compared runs. An unknown unit is a ValueError naming ``where`` (the file's field) and the method."""
+    rule, slash, per = method.rpartition("/")
+    if not slash:
+        return method, RUN
+    return rule, check_word(per, PERS, "comparison unit", f"{where} {method!r}")  # type: ignore[return-value]

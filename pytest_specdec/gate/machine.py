@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec.gate.kinds import GATED
 from pytest_specdec.gate.registry import ABSOLUTE
 
 if TYPE_CHECKING:
@@ -241,7 +242,7 @@ def state_summary(family: Sequence[tuple[str, Any]], tolerance_pct: float | None
     from pytest_specdec.measure.probe import MachineState, mean_state
 
     bad = tuple((n, tuple(v.metric for v in (c.final or c.raw or ())
-                          if v.method == MACHINE_STATE and v.family == "gated")) for n, c in compared)
+                          if v.method == MACHINE_STATE and v.family == GATED)) for n, c in compared)
     mean = mean_state([MachineState(**s) for s in tonight])
     return StateSummary(None if mean is None else mean.to_dict(), tuple(seen.values()), tolerance_pct,
                         tuple((n, m) for n, m in bad if m), len(compared))

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec.gate.kinds import INCONCLUSIVE, NOT_COMPARABLE
+
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck
     from pytest_specdec.gate.machine import MachineFactor
@@ -85,7 +87,7 @@ class Pipeline:
             return evaluate(c.baseline, c.night, thresholds=c.thresholds, alpha=self.alpha, look=look,
                             max_looks=c.max_looks, priors=s.priors, nights=s.variances, factors=s.factors,
                             tonight_log=tonight_log, gate=c.gate, state_tolerance=self.state_tolerance)
-        if c.status == "not-comparable":
+        if c.status == NOT_COMPARABLE:
             return not_comparable_verdicts(c.night, c.fields, c.gate)
         return []
 
@@ -162,7 +164,7 @@ def sequential(pipeline: Pipeline, c: BaselineCheck, looks: Sequence[int], night
         if i == len(looks) or n_now >= looks[-1]:
             break
         if not next_look_useful(c.raw, n_now, looks[-1], alpha_for_look(pipeline.alpha, i, len(looks))):
-            open_ = [v.metric for v in gated_with(c.raw, "inconclusive")]
+            open_ = [v.metric for v in gated_with(c.raw, INCONCLUSIVE)]
             c.unspent = looks[-1] - n_now
             c.stop_reason = (f"{', '.join(open_)} inconclusive, but {looks[-1]} runs could not settle it" if open_
                              else "every gated verdict is conclusive")

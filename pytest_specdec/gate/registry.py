@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from pytest_specdec.gate.kinds import GATED as GATED_FAMILY
+from pytest_specdec.gate.kinds import PERCENT, POINTS, SHOWN, Family, Unit
+
 Kind = Literal["rate", "acceptance", "latency"]
-Family = Literal["gated", "shown"]
 
 KINDS: tuple[Kind, ...] = ("rate", "acceptance", "latency")
 #: How a change of each kind is stated: relative for the log-scale kinds, in points for a proportion.
-DELTA_UNITS: dict[Kind, str] = {"rate": "%", "latency": "%", "acceptance": "points"}
+DELTA_UNITS: dict[Kind, Unit] = {"rate": PERCENT, "latency": PERCENT, "acceptance": POINTS}
 LOG_KINDS: tuple[Kind, ...] = ("rate", "latency")
 
 
@@ -26,7 +28,7 @@ class Metric:
     kind: Kind
     unit: str  # of one value: "x" (speedup), "ms", "tok/s", "req/s", "tokens", "" (a proportion or plain ratio)
     label: str  # as the terminal and the report show it
-    family: Family = "shown"  # gated metrics fail a test; `gate=[...]` moves a shown one in
+    family: Family = SHOWN  # gated metrics fail a test; `gate=[...]` moves a shown one in
     absolute: bool = False  # an absolute figure: judged after the session's machine factor is divided out
     verdict: bool = True  # compared with the baseline (False: only an SLO or a summary figure)
     badge: bool = False  # one of the report's per-test badges
@@ -52,9 +54,9 @@ class Metric:
 
 #: In table order (verdict metrics first, as the failure table and the report list them).
 METRICS: tuple[Metric, ...] = (
-    Metric("speedup", "rate", "x", "speedup", family="gated", badge=True),
-    Metric("acceptance_rate", "acceptance", "", "acceptance", family="gated", badge=True),
-    Metric("e2e_p95_ratio", "latency", "", "P95 E2E spec/ref", family="gated", badge=True),
+    Metric("speedup", "rate", "x", "speedup", family=GATED_FAMILY, badge=True),
+    Metric("acceptance_rate", "acceptance", "", "acceptance", family=GATED_FAMILY, badge=True),
+    Metric("e2e_p95_ratio", "latency", "", "P95 E2E spec/ref", family=GATED_FAMILY, badge=True),
     Metric("output_tok_s", "rate", "tok/s", "spec tok/s", absolute=True, badge=True),
     Metric("reference_tok_s", "rate", "tok/s", "reference tok/s", absolute=True),
     Metric("per_position_acceptance", "acceptance", "", "per-position acceptance", indexed=True),
@@ -73,7 +75,7 @@ METRICS: tuple[Metric, ...] = (
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 
 VERDICT_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS if m.verdict)
-GATED: tuple[str, ...] = tuple(m.name for m in METRICS if m.family == "gated")
+GATED: tuple[str, ...] = tuple(m.name for m in METRICS if m.family == GATED_FAMILY)
 ABSOLUTE: tuple[str, ...] = tuple(m.name for m in METRICS if m.absolute)
 LATENCY_VERDICTS: frozenset[str] = frozenset(m.name for m in METRICS if m.verdict and m.kind == "latency")
 BADGES: tuple[Metric, ...] = tuple(m for m in METRICS if m.badge)

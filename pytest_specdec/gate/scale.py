@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.kinds import Unit
 from pytest_specdec.gate.registry import DELTA_UNITS, KINDS, LOG_KINDS, Kind
 from pytest_specdec.gate.registry import metric as registry_metric
 
@@ -39,7 +40,7 @@ def check_kind(metric: str, kind: str | None) -> Kind:
     return kind  # type: ignore[return-value]
 
 
-def delta_unit(kind: Kind) -> str:
+def delta_unit(kind: Kind) -> Unit:
     return DELTA_UNITS[kind]
 
 

@@ -16,6 +16,7 @@ from scipy import special
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, POINTS
 from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import LOG_KINDS, to_natural, to_scale
 from pytest_specdec.gate.stats import Verdict, check_alpha, decide
@@ -57,7 +58,7 @@ def adjust(verdicts: Sequence[Verdict], method: str = "bh", alpha: float = 0.05,
     ``regressed`` when the real p-values arrive and the family is adjusted as a whole.
     """
     check_alpha(alpha)
-    idx = [i for i, v in enumerate(verdicts) if v.p is not None and v.verdict != "not-comparable"]
+    idx = [i for i, v in enumerate(verdicts) if v.p is not None and v.verdict != NOT_COMPARABLE]
     out = list(verdicts)
     if not idx:
         adjusted_p(np.array([]), method)  # still validate the method name
@@ -93,7 +94,7 @@ def next_look_useful(verdicts: Sequence[Verdict], n_now: int, max_runs: int, alp
     and, with ``max_runs`` runs per arm and its estimate where it is, could become conclusive
     (:func:`can_settle`). Verdicts without a variance model fall back to :func:`should_continue`."""
     for v in verdicts:
-        if v.family != "gated" or v.verdict != "inconclusive" or n_now >= max_runs:
+        if v.family != GATED or v.verdict != INCONCLUSIVE or n_now >= max_runs:
             continue
         if v.var_fixed is None:
             if v.p is not None and should_continue(v, n_now, max_runs):
@@ -106,15 +107,15 @@ def next_look_useful(verdicts: Sequence[Verdict], n_now: int, max_runs: int, alp
 def should_continue(verdict: Verdict, n_now: int, max_runs: int) -> bool:
     """True when more interleaved runs could settle an inconclusive verdict: under the run budget, and the
     baseline has the 2 units a test needs (more runs tonight cannot fix a thin baseline)."""
-    return verdict.verdict == "inconclusive" and n_now < max_runs and verdict.n_baseline >= 2
+    return verdict.verdict == INCONCLUSIVE and n_now < max_runs and verdict.n_baseline >= 2
 
 
 def can_settle(v: Verdict, n_max: int, alpha: float) -> bool:
     """Whether ``n_max`` runs per arm could turn an inconclusive verdict into a conclusive one, taking the
     estimate where it is now: its CI inside ±threshold, or significant and beyond the threshold."""
-    if v.verdict != "inconclusive" or v.var_fixed is None or v.var_run is None or v.delta is None:
+    if v.verdict != INCONCLUSIVE or v.var_fixed is None or v.var_run is None or v.delta is None:
         return False
-    kind: Kind = "acceptance" if v.unit == "points" else "rate"  # only the scale matters: both log kinds share it
+    kind: Kind = "acceptance" if v.unit == POINTS else "rate"  # only the scale matters: both log kinds share it
     se = math.sqrt(v.var_fixed + v.var_run / n_max)
     df = (v.df or 1.0) + max(0, n_max - v.n_now)  # the extra runs add their df too
     q = float(special.stdtrit(df, 1.0 - alpha)) * se

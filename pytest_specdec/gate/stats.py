@@ -21,6 +21,9 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.kinds import FAMILIES, GATED, IMPROVED, INCONCLUSIVE, NIGHT, NOT_COMPARABLE, PERCENT, PERS
+from pytest_specdec.gate.kinds import REGRESSED, RUN, SESSION, UNCHANGED, UNITS, Decision, Family, Per, Unit
+from pytest_specdec.gate.kinds import check_decision, check_word
 from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import (
     LOG_KINDS,
@@ -36,7 +39,8 @@ from pytest_specdec.gate.scale import (
 )
 from pytest_specdec.gate.variance import HOMOGENEITY_P, NightVariance, Prior
 
-VERDICTS: tuple[str, ...] = ("improved", "unchanged", "regressed", "inconclusive", "not-comparable")
+#: The rule of a near-deterministic metric (`exact_rule`): `Verdict.exact`.
+EXACT = "exact"
 
 
 @dataclass(frozen=True)
@@ -86,10 +90,11 @@ DEFAULT_THRESHOLDS = Thresholds()
 class Verdict:
     """One metric's comparison. ``delta``/CI in ``unit`` (% relative or points); ``baseline``/``now`` in
     the metric's own unit (geometric mean for rates and latencies, mean for acceptance); ``n_*`` count
-    the units compared (runs, or sessions for the baseline when ``method`` ends in ``/session``)."""
+    the units compared (``per``: runs, pairs, or the baseline's sessions or nights). ``method`` is the rule
+    alone ("welch-log", "exact", "none", ...): the unit it compared is ``per``, never a suffix of it."""
 
     metric: str
-    verdict: str
+    verdict: Decision
     baseline: float | None
     now: float | None
     delta: float | None
@@ -98,7 +103,7 @@ class Verdict:
     p: float | None
     n_baseline: int
     n_now: int
-    unit: str
+    unit: Unit
     method: str
     threshold: float | None
     note: str
@@ -108,8 +113,25 @@ class Verdict:
     var_fixed: float | None = None
     var_run: float | None = None
     df: float | None = None
-    family: str = "gated"
+    family: Family = GATED
     mde: float | None = None  # smallest bad-side change (natural units) caught with power 0.9, see detectable()
+    per: Per = RUN
+
+    def __post_init__(self) -> None:
+        """A word outside its vocabulary is a bug where the verdict was built: fail there, not in a reader."""
+        where = f"Verdict({self.metric!r})"
+        check_decision(self.verdict, where)
+        check_word(self.family, FAMILIES, "family", where)
+        check_word(self.unit, UNITS, "unit", where)
+        check_word(self.per, PERS, "per", where)
+        if "/" in self.method:
+            raise ValueError(f"{where}: method {self.method!r} names its comparison unit; pass it as per=")
+
+    @property
+    def exact(self) -> bool:
+        """Decided by the exact rule (near-deterministic figures): no p, and its interval is the range of the
+        differences, not a CI."""
+        return self.method == EXACT
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (for baselines and reports)."""
@@ -211,20 +233,20 @@ def decide(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float, unit: s
     improved = sig & (sign * delta < sign * good)
     inside = np.where(sign < 0, (lo > bad) & (hi < good), (lo > good) & (hi < bad))
     unchanged = ~regressed & ~improved & inside
-    return np.select([regressed, improved, unchanged], ["regressed", "improved", "unchanged"], "inconclusive")
+    return np.select([regressed, improved, unchanged], [REGRESSED, IMPROVED, UNCHANGED], INCONCLUSIVE)
 
 
-def exact_rule(d: float, bad: float, unit: str, tol: float) -> tuple[str, str]:
+def exact_rule(d: float, bad: float, unit: str, tol: float) -> tuple[Decision, str]:
     """The verdict of a near-deterministic metric and why: its difference ``d`` against the tolerance,
     the threshold and its mirror, no p (noise too small for a t)."""
     good, sign = mirror(bad, unit), math.copysign(1.0, bad)
     if abs(d) <= tol:
-        return "unchanged", f"|{d:.3g}| <= tolerance {tol:g}"
+        return UNCHANGED, f"|{d:.3g}| <= tolerance {tol:g}"
     if sign * d > sign * bad:
-        return "regressed", f"worse than the {fmt_delta(bad, unit)} threshold"
+        return REGRESSED, f"worse than the {fmt_delta(bad, unit)} threshold"
     if sign * d < sign * good:
-        return "improved", f"better than the {fmt_delta(good, unit)} mirror threshold"
-    return "inconclusive", f"beyond tolerance {tol:g} but within {fmt_delta(bad, unit)} .. {fmt_delta(good, unit)}"
+        return IMPROVED, f"better than the {fmt_delta(good, unit)} mirror threshold"
+    return INCONCLUSIVE, f"beyond tolerance {tol:g} but within {fmt_delta(bad, unit)} .. {fmt_delta(good, unit)}"
 
 
 def fmt_delta(x: float, unit: str) -> str:
@@ -236,11 +258,11 @@ def explain_decision(verdict: str, delta: float, lo: float, hi: float, p: float,
     ci = f"{ci_level:.4g}% CI {fmt_delta(lo, unit)} to {fmt_delta(hi, unit)}"
     head = f"{fmt_delta(delta, unit)} ({ci}), p={p:.3g}"
     band = f"{fmt_delta(min(bad, mirror(bad, unit)), unit)} .. {fmt_delta(max(bad, mirror(bad, unit)), unit)}"
-    if verdict == "regressed":
+    if verdict == REGRESSED:
         return f"{head} < {alpha:g} and beyond the {fmt_delta(bad, unit)} threshold"
-    if verdict == "improved":
+    if verdict == IMPROVED:
         return f"{head} < {alpha:g} and beyond the {fmt_delta(mirror(bad, unit), unit)} mirror threshold"
-    if verdict == "unchanged":
+    if verdict == UNCHANGED:
         extra = " (significant, but smaller than the threshold)" if p < alpha else ""
         return f"{head}; the CI lies inside {band}{extra}"
     if p < alpha:
@@ -248,10 +270,11 @@ def explain_decision(verdict: str, delta: float, lo: float, hi: float, p: float,
     return f"{head}: not significant at {alpha:g} and the CI reaches beyond {band}; need more runs"
 
 
-def inconclusive_verdict(metric: str, kind: Kind, n_b: int, n_n: int, bad: float, method: str, note: str,
+def inconclusive_verdict(metric: str, kind: Kind, n_b: int, n_n: int, bad: float, per: Per, note: str,
                   baseline: float | None = None, now: float | None = None) -> Verdict:
-    return Verdict(metric, "inconclusive", baseline, now, None, None, None, None, n_b, n_n,
-                   delta_unit(kind), method, bad, note)
+    """Too little data for any rule (method "none"): ``per`` names what there was too little of."""
+    return Verdict(metric, INCONCLUSIVE, baseline, now, None, None, None, None, n_b, n_n,
+                   delta_unit(kind), "none", bad, note, per=per)
 
 
 # ---- public API ----------------------------------------------------------------------------------
@@ -276,7 +299,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
     bad = thresholds.bad_side(metric, kind)
     unit = delta_unit(kind)
     by_session = len(sessions) > 1
-    unit_name = "session" if by_session else "run"
+    per: Per = SESSION if by_session else RUN
     log = "-log" if kind in LOG_KINDS else ""
     xs = [on_scale(kind, s) for s in sessions]
     xn = on_scale(kind, xn_raw)
@@ -289,7 +312,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
 
     if n_b < 2 or n_n < 2:
         need = "sessions" if by_session else "runs"
-        return inconclusive_verdict(metric, kind, n_b, n_n, bad, f"none/{unit_name}",
+        return inconclusive_verdict(metric, kind, n_b, n_n, bad, per,
                              f"too little data: {n_b} baseline {need}, {n_n} runs now (need 2 each); {what}",
                              base_c, now_c)
 
@@ -303,8 +326,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         v, why = exact_rule(d, bad, unit, thresholds.exact_tolerance)
         note = (f"near-deterministic (sd {sd_b:.2f}/{sd_n:.2f} <= {thresholds.exact_sd:g} {unit}): exact rule, "
                 f"{fmt_delta(d, unit)} {why}; CI is the range of differences; {what}")
-        return Verdict(metric, v, base_c, now_c, d, lo, hi, None, n_b, n_n, unit, f"exact/{unit_name}",
-                       bad, note)
+        return Verdict(metric, v, base_c, now_c, d, lo, hi, None, n_b, n_n, unit, EXACT, bad, note, per=per)
 
     if nights is not None:
         means = np.array([s.mean() for s in xs])
@@ -332,7 +354,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         if max_looks > 1:
             note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
         return Verdict(metric, v, base_c, now_c, d_n, lo_n, hi_n, p_rep, len(xs), n_n, unit,
-                       f"nights-t{log}/night", bad, note, var_fixed=var_fixed, var_run=var_run, df=df)
+                       f"nights-t{log}", bad, note, var_fixed=var_fixed, var_run=var_run, df=df, per=NIGHT)
 
     if by_session:
         inv_r = np.mean([1.0 / len(s) for s in xs])
@@ -340,18 +362,18 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         dfw = sum(len(s) - 1 for s in xs) + n_n - 1
         d, lo, hi, p = _session_core(units_b, np.float64(inv_r), np.float64(ss), np.float64(dfw),
                                      np.float64(xn.mean()), n_n, a, *((prior.var, prior.df) if prior else ()))
-        method = f"{'moderated-' if prior else ''}session-t{log}/session"
+        method = f"{'moderated-' if prior else ''}session-t{log}"
         var_fixed = var_run = df_v = None
     elif prior is not None:
         d, lo, hi, p = _moderated_core(units_b, xn, prior.var, prior.df, a)
-        method = f"moderated-t{log}/run"
+        method = f"moderated-t{log}"
         ss = float(((units_b - units_b.mean()) ** 2).sum() + ((xn - xn.mean()) ** 2).sum())
         df_v = prior.df + n_b + n_n - 2
         var_run = max((prior.df * prior.var + ss) / df_v, ss / (n_b + n_n - 2))
         var_fixed = var_run / n_b
     else:
         d, lo, hi, p = _welch_core(units_b, xn, a)
-        method = f"welch{log}/run"
+        method = f"welch{log}"
         vb, vn = float(np.var(units_b, ddof=1)) / n_b, float(np.var(xn, ddof=1))
         var_fixed, var_run = vb, vn
         den = vb ** 2 / (n_b - 1) + (vn / n_n) ** 2 / (n_n - 1)
@@ -366,7 +388,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
     if max_looks > 1:
         note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
     return Verdict(metric, v, base_c, now_c, d_n, lo_n, hi_n, p_rep, n_b, n_n, unit, method, bad, note,
-                   var_fixed=var_fixed, var_run=var_run, df=df_v)
+                   var_fixed=var_fixed, var_run=var_run, df=df_v, per=per)
 
 
 def not_comparable(metric: str, fields: Mapping[str, tuple[Any, Any]]) -> Verdict:
@@ -374,9 +396,9 @@ def not_comparable(metric: str, fields: Mapping[str, tuple[Any, Any]]) -> Verdic
     diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in fields.items())
     try:
         unit = delta_unit(kind_of(metric))
-    except ConfigError:
-        unit = ""
-    return Verdict(metric, "not-comparable", None, None, None, None, None, None, 0, 0, unit, "none", None,
+    except ConfigError:  # a metric outside the registry: no change is shown, so its unit is never read
+        unit = PERCENT
+    return Verdict(metric, NOT_COMPARABLE, None, None, None, None, None, None, 0, 0, unit, "none", None,
                    f"baseline not comparable: {diff or 'comparability keys differ'}")
 
 

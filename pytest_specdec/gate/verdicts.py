@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.kinds import GATED as GATED_FAMILY
+from pytest_specdec.gate.kinds import NOT_COMPARABLE, SHOWN, Decision, Family
 from pytest_specdec.gate.registry import ABSOLUTE, GATED
 from pytest_specdec.gate.registry import VERDICT_METRICS as METRICS
 
@@ -151,7 +153,7 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
     out = []
     valid = now.metric_values(untimed_too=True)  # one left out only for coalesced streams stays out ("not judged")
     missing = {name for name, sessions in base_sessions.items()
-               if name not in valid and any(sessions) and family_of(name, gate) == "gated"}
+               if name not in valid and any(sessions) and family_of(name, gate) == GATED_FAMILY}
     for name in sorted([*now_vals, *missing], key=metric_order):
         sessions = base_sessions.get(name, [])
         values = now_vals.get(name, [])
@@ -177,10 +179,10 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
     return out
 
 
-def family_of(name: str, gate: Iterable[str]) -> str:
-    """"gated" when the metric (or, for per_position_acceptance[i], its base name) is in the gate."""
+def family_of(name: str, gate: Iterable[str]) -> Family:
+    """Gated when the metric (or, for per_position_acceptance[i], its base name) is in the gate, else shown."""
     gate = set(gate)
-    return "gated" if name.split("[", 1)[0] in gate or name in gate else "shown"
+    return GATED_FAMILY if name.split("[", 1)[0] in gate or name in gate else SHOWN
 
 
 def not_comparable_verdicts(now: Night, fields: Mapping[str, tuple[Any, Any]],
@@ -193,23 +195,19 @@ def not_comparable_verdicts(now: Night, fields: Mapping[str, tuple[Any, Any]],
 
 
 def state_not_comparable(name: str, sessions: Sequence[Sequence[float]], values: Sequence[float], reason: str,
-                         family: str) -> Verdict:
+                         family: Family) -> Verdict:
     """A ratio metric that no stored night of a comparable machine state can judge: `not-comparable` with the
     reason, the figures shown (geometric means) and never counted in the family's adjustment."""
+    from pytest_specdec.gate.kinds import NIGHT
     from pytest_specdec.gate.machine import MACHINE_STATE
     from pytest_specdec.gate.scale import delta_unit, kind_of
     from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.measure.figures import geomean
 
     stored = [v for night in sessions for v in night]
-    return Verdict(name, "not-comparable", geomean(stored), geomean(values), None, None, None, None,
+    return Verdict(name, NOT_COMPARABLE, geomean(stored), geomean(values), None, None, None, None,
                    len(sessions), len(values), delta_unit(kind_of(name)), MACHINE_STATE, None, reason,
-                   family=family)
-
-
-def unit_of(v: Verdict) -> str:
-    """The unit of comparison: ``run`` or ``session``."""
-    return v.method.rsplit("/", 1)[-1] if "/" in v.method else "run"
+                   family=family, per=NIGHT)
 
 
 def to_json(v: Verdict) -> dict[str, Any]:
@@ -217,7 +215,7 @@ def to_json(v: Verdict) -> dict[str, Any]:
     return {
         "verdict": v.verdict, "baseline": v.baseline, "now": v.now, "delta": v.delta,
         "ci": None if v.ci_low is None else [v.ci_low, v.ci_high], "p": v.p,
-        "n_baseline": v.n_baseline, "n_now": v.n_now, "unit": unit_of(v), "delta_unit": v.unit,
+        "n_baseline": v.n_baseline, "n_now": v.n_now, "per": v.per, "delta_unit": v.unit,
         "threshold": v.threshold, "method": v.method, "note": v.note, "family": v.family,
         "mde": v.mde if v.mde is not None and math.isfinite(v.mde) else None,  # null beside an se: unbounded
         "se": None if v.var_fixed is None or v.var_run is None or not v.n_now
@@ -225,10 +223,10 @@ def to_json(v: Verdict) -> dict[str, Any]:
     }
 
 
-def gated_with(verdicts: Iterable[Verdict], verdict: str) -> list[Verdict]:
+def gated_with(verdicts: Iterable[Verdict], verdict: Decision) -> list[Verdict]:
     """The gated verdicts that are ``verdict``: only these fail a test or the session (a shown metric
     that regresses is reported, never a failure)."""
-    return [v for v in verdicts if v.family == "gated" and v.verdict == verdict]
+    return [v for v in verdicts if v.family == GATED_FAMILY and v.verdict == verdict]
 
 
 def explained(nights: Sequence[Night]) -> Explained | None:

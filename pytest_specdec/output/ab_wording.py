@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED
 from pytest_specdec.gate.registry import label
-from pytest_specdec.output.wording import FDR_NAMES, format_ci, format_delta, format_p, guard_text, split_sentence, table
+from pytest_specdec.output.wording import FDR_NAMES, format_change, format_p, format_threshold, guard_text, split_sentence, table
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,9 +39,9 @@ def ab_attribution(c: ABCheck) -> str | None:
 
 def ab_verdict_line(v: Verdict) -> str:
     """One A/B verdict in a line: metric, verdict, Δ with its CI, p and what it catches."""
-    ci, p = format_ci(v), format_p(v)
-    threshold = "" if v.threshold is None else f", threshold {v.threshold:+g}{' %' if v.unit == '%' else ' pt'}"
-    change = f"Δ {format_delta(v.delta, v.unit)} (CI {ci})"
+    p = format_p(v)
+    threshold = "" if v.threshold is None else f", threshold {format_threshold(v)}"
+    change = f"Δ {format_change(v)}"
     return f"{label(v.metric)} {v.verdict}: {change}, p {p}, {guard_text(v)}{threshold}"
 
 
@@ -68,6 +69,8 @@ def ab_sides(c: ABCheck) -> str:
     return f"candidate {side('candidate', c.candidate_draft)} vs base {side('base', c.base_draft)}"
 
 
+#: The order the session's line counts the verdicts in.
+DECISIONS_TOLD = (REGRESSED, IMPROVED, UNCHANGED, INCONCLUSIVE)
 #: The differences between an A/B's sides the terminal lists before pointing at the JSON for the rest.
 AB_CHANGED_SHOWN = 8
 
@@ -109,15 +112,14 @@ def ab_session_lines(checks: Sequence[tuple[str, ABCheck]], end: Any, *, alpha: 
             for v in c.shown():
                 if v.family == family:
                     counts[v.verdict] = counts.get(v.verdict, 0) + 1
-        kinds = ("regressed", "improved", "unchanged", "inconclusive")
-        return ", ".join(f"{counts[k]} {k}" for k in kinds if k in counts) or "none"
+        return ", ".join(f"{counts[k]} {k}" for k in DECISIONS_TOLD if k in counts) or "none"
 
     failed = [(n, c) for n, c in checks if c.regressed()]
     causes = ", ".join(f"{n.split('::')[-1]}: {c.cause() or 'tok/s or latency'}" for n, c in failed)
-    shown = any(v.family == "shown" for _, c in checks for v in c.shown())
+    shown = any(v.family == SHOWN for _, c in checks for v in c.shown())
     return [f"specdec A/B: {len(checks)} test(s) judged candidate vs base, {len(failed)} regressed"
-            + (f" ({causes})" if causes else "") + f"; verdicts: {counted('gated')}"
-            + (f"; shown, never failing (the references' tok/s, the speedups): {counted('shown')}" if shown else "")
+            + (f" ({causes})" if causes else "") + f"; verdicts: {counted(GATED)}"
+            + (f"; shown, never failing (the references' tok/s, the speedups): {counted(SHOWN)}" if shown else "")
             ], late
 
 

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
+from pytest_specdec.gate.kinds import REGRESSED
+
 #: Line colours, in series order.
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22")
@@ -116,7 +118,7 @@ def svg_chart(chart: Chart, width: int = 430, height: int = 250) -> str:
     xs = [x for x, _ in pts]
     fx = (lambda v: math.log2(v)) if chart.log_x else (lambda v: v)
     placed, regime_notes = _regimes(chart, xs)
-    flag_notes = [f"{'▼' if verdict == 'regressed' else '▲'} {verdict} vs baseline: {label}"
+    flag_notes = [f"{'▼' if verdict == REGRESSED else '▲'} {verdict} vs baseline: {label}"
                   for _, _, verdict, label in chart.flags]
     notes = [lb for _, _, lb in chart.marks] + flag_notes + regime_notes + ([chart.note] if chart.note else [])
     kinds = ["note"] * len(chart.marks) + [f"note n-{v}" for _, _, v, _ in chart.flags] + ["note"] * len(notes)

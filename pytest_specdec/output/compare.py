@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, NOT_COMPARABLE, REGRESSED, UNCHANGED, Decision
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
@@ -59,6 +60,10 @@ def same_footing(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, An
     return {**old, "target_model": a}, {**new, "target_model": b}
 
 
+#: A test's gated verdicts, the worst first: the one word `Row.word` tells it by.
+WORST_FIRST: tuple[Decision, ...] = (REGRESSED, INCONCLUSIVE, IMPROVED, UNCHANGED)
+
+
 @dataclass
 class Row:
     """One test of the comparison: its verdicts (gated and shown), or why it has none."""
@@ -75,22 +80,22 @@ class Row:
     def failed(self, strict: bool = False) -> bool:
         """Whether this test fails the comparison, as the plugin would fail it: a dead arm in NEW always; a
         gated regression, or under ``strict`` a test not comparable, unless the test opted out."""
-        return self.dead or (self.checked and (self.regressed or (strict and self.status == "not-comparable")))
+        return self.dead or (self.checked and (self.regressed or (strict and self.status == NOT_COMPARABLE)))
 
     @property
     def gated(self) -> list[Verdict]:
-        return [v for v in self.verdicts if v.family == "gated"]
+        return [v for v in self.verdicts if v.family == GATED]
 
     @property
     def regressed(self) -> bool:
-        return any(v.verdict == "regressed" for v in self.gated)
+        return any(v.verdict == REGRESSED for v in self.gated)
 
     @property
     def word(self) -> str:
         """The test's worst gated verdict, as the report's status reads it (regressed before inconclusive)."""
         seen = {v.verdict for v in self.gated}
-        word = next((w for w in ("regressed", "inconclusive", "improved", "unchanged") if w in seen), "no verdicts")
-        return word + (" (check=False: shown, not failed)" if word == "regressed" and not self.checked else "")
+        word = next((w for w in WORST_FIRST if w in seen), "no verdicts")
+        return word + (" (check=False: shown, not failed)" if word == REGRESSED and not self.checked else "")
 
 
 @dataclass
@@ -231,7 +236,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
             stored.append(c.baseline)
             sets = datasets or ({}, {})
             c.fields = diff(*same_footing(conditions(old, then, sets[0]), conditions(new, now, sets[1])))
-        c.status = "not-comparable" if c.fields else "compared"
+        c.status = NOT_COMPARABLE if c.fields else "compared"
         rows.append(Row(nodeid, "no runs" if dead else c.status, fields=c.fields, checked=checked, dead=bool(dead),
                         reason=reason))
         checks.append((nodeid, c))
@@ -297,7 +302,7 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
     from pytest_specdec.output.wording import split_sentence, table
 
     level = f"{100 * (1 - 2 * cmp.alpha):.4g}% CI"
-    order = {"compared": 1, "not-comparable": 2, "no runs": 3}
+    order = {"compared": 1, NOT_COMPARABLE: 2, "no runs": 3}
     rows = sorted(cmp.rows, key=lambda r: (0 if r.failed() else 1 if r.regressed else order.get(r.status, 4)))
     out: list[str] = []
     for r in rows:
@@ -306,9 +311,9 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
             out += ["  " + line for line in table(r.verdicts if shown else r.gated, level).splitlines()]
             if r.split is not None:
                 out.append(f"  speedup explained: {split_sentence(r.split)}")
-        elif r.status == "not-comparable":
+        elif r.status == NOT_COMPARABLE:
             opted = "" if r.checked else " (check=False: shown, not failed)"
-            out.append(f"{r.nodeid}: not-comparable{opted} (measured under other conditions):")
+            out.append(f"{r.nodeid}: {NOT_COMPARABLE}{opted} (measured under other conditions):")
             out += [f"  {k}: {a!r} → {b!r}" for k, (a, b) in r.fields.items()]
         else:
             out.append(f"{r.nodeid}: {r.status}" + (f": {r.reason}" if r.reason else ""))
@@ -318,8 +323,7 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
 
 def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     """The closing lines: the machine factor, the counts of gated verdicts, the tests in one file only."""
-    from pytest_specdec.output.wording import machine_sentence
-    from pytest_specdec.output.wording import FDR_NAMES
+    from pytest_specdec.output.wording import FDR_NAMES, format_verdict, machine_sentence
 
     counts: dict[str, int] = {}
     for r in cmp.rows:
@@ -343,7 +347,7 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     if opted:
         lines.append(f"specdec compare: {len(opted)} test(s) regressed but opted out (check=False), shown and not "
                      f"failed: {', '.join(opted)}")
-    lines += [f"specdec compare: crossover {sweep}: {v.verdict}; {v.note}" for sweep, v in cmp.crossovers]
+    lines += [f"specdec compare: crossover {sweep}: {format_verdict(v)}; {v.note}" for sweep, v in cmp.crossovers]
     dead = [r.nodeid for r in cmp.rows if r.dead]
     if dead:
         lines.append(f"specdec compare: {len(dead)} test(s) without a valid run in {new_name}, failed as the "
@@ -360,10 +364,10 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
         "alpha": cmp.alpha, "fdr": cmp.fdr,
         "baselines": [{"folder": folder, "hardware": name} for folder, name in cmp.machines],
         "machine_factor": cmp.machine.to_dict() if cmp.machine else None,
-        "regressed": [r.nodeid for r in cmp.regressed],
+        REGRESSED: [r.nodeid for r in cmp.regressed],
         "crossovers": {sweep: verdict_json(v) for sweep, v in cmp.crossovers},
         "failed": [r.nodeid for r in cmp.failed(strict)],
-        "tests": [{"nodeid": r.nodeid, "status": r.status, "regressed": r.regressed, "checked": r.checked,
+        "tests": [{"nodeid": r.nodeid, "status": r.status, REGRESSED: r.regressed, "checked": r.checked,
                    "failed": r.failed(strict), "reason": r.reason,
                    "not_comparable_fields": {k: [a, b] for k, (a, b) in r.fields.items()},
                    "verdicts": {v.metric: verdict_json(v) for v in r.verdicts},

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_specdec.gate.kinds import GATED
+
 if TYPE_CHECKING:
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.stats import Verdict
@@ -36,7 +38,7 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
     check = record.baseline
     if check is not None:
         out.append((PREFIX + "baseline", f"{check.status}: {check.path}"))
-        out += [(f"{PREFIX}verdict_{v.metric}", verdict_text(v)) for v in check.shown() if v.family == "gated"]
+        out += [(f"{PREFIX}verdict_{v.metric}", verdict_text(v)) for v in check.shown() if v.family == GATED]
         if check.deviation is not None:
             import math
 

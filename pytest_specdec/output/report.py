@@ -14,13 +14,14 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, MOVED, NOT_COMPARABLE, REGRESSED, SHOWN, UNCHANGED
 from pytest_specdec.output.fields import number, test_name
 from pytest_specdec.output.schema import BaselineUpdate, Results, TestEntry, VerdictEntry, load
 from pytest_specdec.output.sweeps import crossover_rows, sweep_chart_groups, sweeps
 
 #: Worst first: the order of the summary table and of the per-test sections.
-STATUS_ORDER = ("regressed", "failed", "invalid", "inconclusive", "not-comparable", "no baseline", "improved",
-                "unchanged", "passed")
+STATUS_ORDER = (REGRESSED, "failed", "invalid", INCONCLUSIVE, NOT_COMPARABLE, "no baseline", IMPROVED, UNCHANGED,
+                "passed")
 
 
 # ---- reading the results --------------------------------------------------------------------------
@@ -31,22 +32,22 @@ def status(test: TestEntry) -> str:
     regressed, inconclusive and improved, as it decides whether the test fails; a shown-family change is
     listed with the test's metrics but does not colour the test."""
     verdicts = list(test.verdicts.values())
-    gated = [v.verdict for v in verdicts if v.family == "gated"]
-    if "regressed" in gated:
-        return "regressed"
+    gated = [v.verdict for v in verdicts if v.family == GATED]
+    if REGRESSED in gated:
+        return REGRESSED
     if test.failed:
         return "failed"
     if not test.valid:
         return "invalid"
-    if "inconclusive" in gated:
-        return "inconclusive"
-    if any(v.verdict == "not-comparable" for v in verdicts):
-        return "not-comparable"
+    if INCONCLUSIVE in gated:
+        return INCONCLUSIVE
+    if any(v.verdict == NOT_COMPARABLE for v in verdicts):
+        return NOT_COMPARABLE
     if test.baseline is not None and test.baseline.status in ("missing", "error"):
         return "no baseline"
-    if "improved" in gated:
-        return "improved"
-    return "unchanged" if verdicts else "passed"
+    if IMPROVED in gated:
+        return IMPROVED
+    return UNCHANGED if verdicts else "passed"
 
 
 def sort_tests(tests: Iterable[TestEntry]) -> list[TestEntry]:
@@ -133,12 +134,6 @@ def _value(metric: str, x: float | None) -> str:
     return format_value(metric, x, times="×")
 
 
-def _delta(x: float | None, unit: str) -> str:
-    from pytest_specdec.output.wording import format_delta
-
-    return format_delta(x, unit)
-
-
 def ci_header(test: TestEntry) -> str:
     """The header of the test's CI column: two-sided 1 - 2·alpha/max_looks (the one-sided alpha split over
     the planned looks), as `baseline.ci_level` records it; no level where none was computed."""
@@ -147,14 +142,13 @@ def ci_header(test: TestEntry) -> str:
 
 
 def catches(v: VerdictEntry) -> str:
-    """What a verdict's comparison can catch, from its `mde`, `threshold` and `method`: the twin of
-    `verdicts.guard_text`, which needs a `stats.Verdict`."""
-    if v.verdict == "not-comparable":
+    """What a verdict's comparison can catch, from its `mde`, `threshold` and the rule: the twin of
+    `wording.guard_text`, which needs a `stats.Verdict`."""
+    if v.verdict == NOT_COMPARABLE:
         return "—"
     from pytest_specdec.output.wording import catch_text
 
-    return catch_text(v.method, v.mde, v.threshold, v.delta_unit, modelled=v.mde is not None or v.se is not None,
-                      ge="≥")
+    return catch_text(v.exact, v.mde, v.threshold, v.unit, modelled=v.mde is not None or v.se is not None, ge="≥")
 
 
 def _catches_title(v: VerdictEntry) -> str:
@@ -163,24 +157,21 @@ def _catches_title(v: VerdictEntry) -> str:
     return ", ".join(p for p in parts if p) or "smallest bad-side change caught with power 0.9"
 
 
-def verdict_rows(test: TestEntry) -> list[dict[str, str]]:
-    """One row per verdict, the gated family first (what fails the test), each family in metric order."""
+def verdict_rows(verdicts: Iterable[VerdictEntry]) -> list[dict[str, str]]:
+    """One row per verdict, the gated family first (what fails the test), each family in metric order; every
+    figure worded by `output.wording` as the terminal words it (the exact rule's interval marked a range)."""
     from pytest_specdec.gate.registry import label
     from pytest_specdec.gate.verdicts import metric_order
+    from pytest_specdec.output.wording import format_ci, format_delta, format_p, format_threshold
 
     rows = []
-    for v in sorted(test.verdicts.values(), key=lambda v: (v.family != "gated", metric_order(v.metric))):
-        unit = v.delta_unit
+    for v in sorted(verdicts, key=lambda v: (v.family != GATED, metric_order(v.metric))):
         rows.append({
             "key": v.metric, "metric": label(v.metric), "baseline": _value(v.metric, v.baseline),
-            "now": _value(v.metric, v.now), "delta": _delta(v.delta, unit),
-            # The exact rule's interval is the range of the run differences, not a CI at the header's level.
-            "ci": "—" if v.ci is None else f"{_delta(v.ci[0], unit)} .. {_delta(v.ci[1], unit)}"
-                                           + (" (range)" if v.exact else ""),
-            "p": "exact" if v.exact else ("—" if v.p is None else f"{v.p:.2g}"),
+            "now": _value(v.metric, v.now), "delta": format_delta(v.delta, v.unit), "ci": format_ci(v),
+            "p": format_p(v), "n_now": "—" if v.n_now is None else str(v.n_now),
             "n": f"{'—' if v.n_baseline is None else v.n_baseline} / {'—' if v.n_now is None else v.n_now}",
-            "threshold": "—" if v.threshold is None else f"{v.threshold:g} {'%' if unit == '%' else 'pt'}",
-            "verdict": v.verdict, "note": v.note,
+            "threshold": format_threshold(v), "verdict": v.verdict, "note": v.note,
             "family": v.family, "catches": catches(v), "catches_title": _catches_title(v),
         })
     return rows
@@ -188,23 +179,23 @@ def verdict_rows(test: TestEntry) -> list[dict[str, str]]:
 
 def _change_rank(row: dict[str, str]) -> int:
     """Order of the regressions table: gated regressions, gated improvements, then the shown family's."""
-    return 2 * (row["family"] != "gated") + (row["verdict"] != "regressed")
+    return 2 * (row["family"] != GATED) + (row["verdict"] != REGRESSED)
 
 
 def changed_rows(rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     """The regressed and improved rows of one test, in the order of `_change_rank`."""
-    moved = [r for r in rows if r["verdict"] in ("regressed", "improved")]
+    moved = [r for r in rows if r["verdict"] in MOVED]
     return sorted(moved, key=_change_rank)
 
 
 def gate_metrics(tests: Iterable[TestEntry]) -> list[str]:
     """Columns of the "what the gate guards" table: the default gated three, plus any metric a test's
     marker or the ini moved into its gate."""
-    from pytest_specdec.gate.registry import GATED
+    from pytest_specdec.gate.registry import GATED as GATED_METRICS
     from pytest_specdec.gate.verdicts import metric_order
 
-    extra = {m for t in tests if t.baseline is not None for m in t.baseline.gate if m not in GATED}
-    return [*GATED, *sorted(extra, key=metric_order)]
+    extra = {m for t in tests if t.baseline is not None for m in t.baseline.gate if m not in GATED_METRICS}
+    return [*GATED_METRICS, *sorted(extra, key=metric_order)]
 
 
 def gate_cells(test: TestEntry, metrics: Sequence[str]) -> list[dict[str, str | None]]:
@@ -271,7 +262,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
                      "valid": spec["valid"] if spec else True,
                      "acceptance": number(spec.get("acceptance_rate")) if spec else None,
                      "speedup": test.speedup_per_pair[i] if i < len(test.speedup_per_pair) else None})
-    rows = verdict_rows(test)
+    rows = verdict_rows(test.verdicts.values())
     deviation = baseline.machine_deviation if baseline else None
     badges = []
     for b in BADGES:
@@ -289,7 +280,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "badges": badges,
         "verdict_rows": rows, "changed_rows": changed_rows(rows), "ci_header": ci_header(test),
         "ci_column": ci_header(test).removesuffix(" of Δ"),
-        "shown_regressed": [r["metric"] for r in rows if r["family"] == "shown" and r["verdict"] == "regressed"],
+        "shown_regressed": [r["metric"] for r in rows if r["family"] == SHOWN and r["verdict"] == REGRESSED],
         "inconclusive_gated": [label(m) for m in sorted(baseline.inconclusive_gated if baseline else (),
                                                         key=metric_order)],
         "unspent": baseline.unspent_runs if baseline else 0,
@@ -308,7 +299,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "servers": [(arm, key, command_line(servers[key]) if key in servers else "(not recorded)",
                      (servers.get(key) or {}).get("startup_s"))
                     for arm, key in test.servers.items()],
-        "error": test.error, "logs": test.server_logs, "ab": test.ab,
+        "error": test.error, "logs": test.server_logs, "ab": test.ab, "ab_rows": verdict_rows(test.ab_verdicts.values()),
         "per_position": s.get("per_position_acceptance") or [],
         "explained": test.explained, "split": baseline.split_text if baseline else None,
         "distribution": test.distribution,
@@ -360,7 +351,8 @@ def render_html(data: Any, name: str = "results") -> str:
 
 def render(results: Results) -> str:
     """The HTML report from typed results."""
-    from pytest_specdec.output.wording import hardware_view, machine_sentence, machine_state_lines
+    from pytest_specdec.output.hardware_wording import hardware_view, machine_state_lines
+    from pytest_specdec.output.wording import machine_sentence
     from markupsafe import Markup
 
     from pytest_specdec.gate.registry import BADGES, label

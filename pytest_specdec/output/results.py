@@ -22,6 +22,7 @@ from pytest_specdec import __version__, redact
 from pytest_specdec.files import write_atomic
 from pytest_specdec.output.commit import commit_info
 from pytest_specdec.formats import RESULTS_SCHEMA
+from pytest_specdec.gate.kinds import REGRESSED
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABCheck
@@ -174,7 +175,7 @@ def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
             "candidate": {"draft": c.candidate_draft, "server": c.servers.get("spec"),
                           "install": installs.get("candidate")},
             "changed": {k: list(v) for k, v in c.changed.items()},
-            "verdicts": {v.metric: to_json(v) for v in c.shown()}, "regressed": [v.metric for v in c.regressed()],
+            "verdicts": {v.metric: to_json(v) for v in c.shown()}, REGRESSED: [v.metric for v in c.regressed()],
             "attribution": cause, "attribution_text": ab_attribution(c),
             "split": None if c.split is None else c.split.to_dict(),
             "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(c.thresholds),

@@ -15,6 +15,8 @@ from typing import Any
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.formats import CONVERT, RESULTS_SCHEMA
+from pytest_specdec.gate.kinds import FAMILIES, PERCENT, PERS, UNITS, Decision, Family, Per, Unit
+from pytest_specdec.gate.kinds import check_decision, check_word, split_method
 from pytest_specdec.gate.machine import MachineFactor
 from pytest_specdec.gate.nights import Night, RecordError
 from pytest_specdec.output.fields import number
@@ -29,21 +31,24 @@ class ResultsError(SpecDecError):
 
 @dataclass(frozen=True)
 class VerdictEntry:
-    """One metric's verdict as a test recorded it (`gate.verdicts.to_json`)."""
+    """One metric's verdict as a test recorded it (`gate.verdicts.to_json`), its words checked when read. It has
+    the fields `output.wording`'s formatters read (`wording.Judged`), so a results file is worded as the session
+    worded it."""
 
     metric: str
-    verdict: str
-    family: str  # "gated": it can fail the test; "shown": judged and shown, never fails
+    verdict: Decision
+    family: Family  # gated: it can fail the test; shown: judged and shown, never fails
     baseline: float | None
     now: float | None
     delta: float | None
-    delta_unit: str  # "%" or "pt"
+    unit: Unit  # of the change, the file's `delta_unit`: "%" or "points"
     ci: tuple[float, float] | None
     p: float | None
     n_baseline: int | None
     n_now: int | None
     threshold: float | None
-    method: str
+    method: str  # the rule alone ("welch-log", "exact", ...)
+    per: Per  # what one sample of the comparison was: a run, a pair, a session or a night
     note: str
     mde: float | None  # None beside an se: no bound; None without one: no variance model
     se: float | None
@@ -51,18 +56,39 @@ class VerdictEntry:
 
     @property
     def exact(self) -> bool:
-        return self.method.startswith("exact")
+        from pytest_specdec.gate.stats import EXACT
+
+        return self.method == EXACT
+
+    @property
+    def ci_low(self) -> float | None:
+        return None if self.ci is None else self.ci[0]
+
+    @property
+    def ci_high(self) -> float | None:
+        return None if self.ci is None else self.ci[1]
 
     @classmethod
-    def from_dict(cls, metric: str, d: Mapping[str, Any]) -> VerdictEntry:
+    def from_dict(cls, metric: str, d: Mapping[str, Any], where: str = "verdict") -> VerdictEntry:
+        """``where`` (the file and the verdict's place in it) is what an unknown word's error names. A file
+        written before `per` was a field of its own has it as the suffix of `method` ("exact/pair"), split here."""
         ci = d.get("ci")
         lo, hi = (number(ci[0]), number(ci[1])) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
+        try:
+            method, per = split_method(str(d.get("method") or ""), f"{where}.method")
+            if "per" in d:
+                per = check_word(d["per"], PERS, "comparison unit", f"{where}.per")  # type: ignore[assignment]
+            verdict = check_decision(d.get("verdict"), f"{where}.verdict")
+            family = check_word(d["family"], FAMILIES, "family", f"{where}.family")
+            unit = check_word(d.get("delta_unit") or PERCENT, UNITS, "unit", f"{where}.delta_unit")
+        except ValueError as exc:
+            raise ResultsError(str(exc)) from None
         return cls(
-            metric=metric, verdict=str(d.get("verdict")), family=str(d["family"]),
+            metric=metric, verdict=verdict, family=family,  # type: ignore[arg-type]
             baseline=number(d.get("baseline")), now=number(d.get("now")), delta=number(d.get("delta")),
-            delta_unit=str(d.get("delta_unit") or "%"), ci=None if lo is None or hi is None else (lo, hi),
+            unit=unit, ci=None if lo is None or hi is None else (lo, hi),  # type: ignore[arg-type]
             p=number(d.get("p")), n_baseline=_int(d.get("n_baseline")), n_now=_int(d.get("n_now")),
-            threshold=number(d.get("threshold")), method=str(d.get("method") or ""), note=str(d.get("note") or ""),
+            threshold=number(d.get("threshold")), method=method, per=per, note=str(d.get("note") or ""),
             mde=number(d.get("mde")), se=number(d.get("se")), df=number(d.get("df")))
 
 
@@ -144,6 +170,8 @@ class TestEntry:
     output_match: Mapping[str, Any] | None = None
     #: an A/B session's candidate vs base (`output.results.ab_entry`), as the results hold it
     ab: Mapping[str, Any] | None = None
+    #: its verdicts, read as the nightly's are (`ab.verdicts`)
+    ab_verdicts: Mapping[str, VerdictEntry] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -176,10 +204,12 @@ class TestEntry:
             speedup_per_pair=night.speedup_per_pair, night=night,
             valid=bool(validity.get("valid", True)), invalid_runs=tuple(validity.get("invalid_runs") or ()),
             latency_untrusted_runs=tuple(validity.get("latency_untrusted_runs") or ()),
-            verdicts={k: VerdictEntry.from_dict(k, v) for k, v in verdicts.items()},
+            verdicts={k: VerdictEntry.from_dict(k, v, f"{where}.verdicts.{k}") for k, v in verdicts.items()},
             baseline=BaselineEntry.from_dict(baseline) if isinstance(baseline, Mapping) else None,
             error=d.get("error"), server_logs=tuple(d.get("server_logs") or ()), distribution=d.get("distribution"),
-            sampling=d.get("sampling"), output_match=d.get("output_match"), ab=d.get("ab"))
+            sampling=d.get("sampling"), output_match=d.get("output_match"), ab=d.get("ab"),
+            ab_verdicts={k: VerdictEntry.from_dict(k, v, f"{where}.ab.verdicts.{k}")
+                         for k, v in ((d.get("ab") or {}).get("verdicts") or {}).items()})
 
 
 @dataclass(frozen=True)
@@ -278,7 +308,8 @@ def _read(d: dict[str, Any], name: str) -> Results:
         baseline_update=(None if d.get("baseline_update") is None
                          else BaselineUpdate.from_dict(d["baseline_update"], f"{name}: baseline_update")),
         outputs_file=d.get("outputs_file") if isinstance(d.get("outputs_file"), str) else None,
-        crossovers=tuple(x for x in d.get("crossovers") or () if isinstance(x, Mapping)),
+        crossovers=tuple(_crossover(x, f"{name}: crossovers[{i}]") for i, x in enumerate(d.get("crossovers") or ())
+                         if isinstance(x, Mapping)),
         machine_state=d.get("machine_state") if isinstance(d.get("machine_state"), Mapping) else None)
 
 
@@ -320,6 +351,14 @@ def _current(data: Any, name: str) -> dict[str, Any]:
         raise ResultsError(f"{name}: `schema` is {version!r}; this plugin reads results of schema {RESULTS_SCHEMA} "
                            "(a newer plugin wrote it, or it is not a pytest-specdec results file)")
     return data
+
+
+def _crossover(entry: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """A sweep line's crossover entry as written, its verdict's words checked (an unknown one names its field)."""
+    v = entry.get("verdict")
+    if isinstance(v, Mapping):
+        VerdictEntry.from_dict(str(entry.get("sweep") or "crossover"), v, f"{where}.verdict")
+    return entry
 
 
 def _int(x: Any) -> int | None:

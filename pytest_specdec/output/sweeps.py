@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_specdec.gate.kinds import GATED, MOVED, NOT_COMPARABLE, REGRESSED, SHOWN
 from pytest_specdec.output.charts import PALETTE, Chart, Series, crossovers, svg_chart, tick_text
 from pytest_specdec.output.fields import number, test_name
 
@@ -218,10 +219,10 @@ def _flag(chart: Chart, lines: dict[str, list[TestEntry]], axis: str, metrics: S
         at = dict(series.points)
         for t in items:
             x = float(t.params[axis])
-            for verdict in ("regressed", "improved"):
+            for verdict in MOVED:
                 moved = [v for m in metrics if (v := t.verdicts.get(m)) is not None and v.verdict == verdict]
                 if moved and x in at:
-                    what = ", ".join(f"{metric_label(v.metric)} {format_delta(v.delta, v.delta_unit)}" for v in moved)
+                    what = ", ".join(f"{metric_label(v.metric)} {format_delta(v.delta, v.unit)}" for v in moved)
                     where = f"{label} at {_AXIS_SHORT.get(axis, axis)}={tick_text(x)}"
                     chart.flags.append((x, at[x], verdict, f"{where}: {what}"))
 
@@ -324,7 +325,7 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
             "sweep": line.sweep_id, "line": line.label, "tests": [t.nodeid for t in line.tests],
             "points": [{"concurrency": c, "n": len(v), "speedups": v} for c, v in points],
             "crossover": est.to_dict() if est else None, "verdict": None, "path": judge.rel(path),
-            "family": "gated" if gated else "shown", "stored": None}
+            "family": GATED if gated else SHOWN, "stored": None}
         head = f"specdec crossover {line.sweep_id} ({line.label}): {est.text() if est else 'too few valid pairs'}"
         try:
             stored = load_sweep(path) if checks and all(c.check for c in checks) else None
@@ -333,7 +334,7 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
         if stored and stored["nights"] and est is not None:
             last = stored["nights"][-1]
             entry["stored"] = {"started": last.get("started"), "text": (last.get("crossover") or {}).get("text")}
-            odd = [n for n, c in checked.items() if c.status == "not-comparable"]
+            odd = [n for n, c in checked.items() if c.status == NOT_COMPARABLE]
             try:
                 v = compare(points_of(last, str(path)), points, alpha=cfg.alpha, family=entry["family"])
             except ConfigError as exc:  # the stored record's values
@@ -341,16 +342,16 @@ def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float
             else:
                 tolerance = cfg.profile.machine_state_tolerance
                 if odd:
-                    v = dataclasses.replace(v, verdict="not-comparable", note=f"{len(odd)} test(s) of the sweep "
+                    v = dataclasses.replace(v, verdict=NOT_COMPARABLE, note=f"{len(odd)} test(s) of the sweep "
                                             f"are not comparable with their baselines ({', '.join(odd)}); " + v.note)
                 elif not state_comparable(state, last.get("machine_state"), tolerance):  # made of speedups
                     why = state_condition([last], state, tolerance).reason
-                    v = dataclasses.replace(v, verdict="not-comparable", method=MACHINE_STATE,
+                    v = dataclasses.replace(v, verdict=NOT_COMPARABLE, method=MACHINE_STATE,
                                             note=f"{why}; " + v.note)
                 entry["verdict"] = to_json(v)
                 head += (f"; {v.verdict} against {last.get('started')} ({v.delta:+.1f} %, "
                          f"{entry['family']})" if v.delta is not None else f"; {v.verdict}")
-                if gated and v.verdict == "regressed" and cfg.update != "all":
+                if gated and v.verdict == REGRESSED and cfg.update != "all":
                     end.failed = True
                     head += " — the session fails (crossover is in the gate)"
         elif est is not None and checks:
@@ -381,6 +382,6 @@ def crossover_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]
         rows.append({"sweep": str(e.get("sweep", "")), "line": str(e.get("line", "")), "now": now,
                      "stored": f"{stored.get('text')} ({stored.get('started')})" if stored else "no stored night",
                      "change": f"{delta:+.1f} %" if isinstance(delta, (int, float)) else "—",
-                     "verdict": str(v.get("verdict") or ""), "family": str(e.get("family") or "shown"),
+                     "verdict": str(v.get("verdict") or ""), "family": str(e.get("family") or SHOWN),
                      "note": str(v.get("note") or "")})
     return rows

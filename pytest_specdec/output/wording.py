@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, NOT_COMPARABLE, PERCENT, REGRESSED, UNCHANGED
+from pytest_specdec.gate.kinds import Decision, Unit
 from pytest_specdec.gate.registry import label, metric
 
 if TYPE_CHECKING:
@@ -19,84 +21,8 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult
 
 FDR_NAMES = {"bh": "Benjamini-Hochberg", "holm": "Holm"}
-
-
-def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed: bool, recorded: int | None
-                           ) -> list[str]:
-    """The one block a session on a machine without baselines of its own says, for the terminal and the top of
-    the report alike: this machine, the machines that have baselines, what became of the tests, the ways on.
-    ``hardware`` is `gate.store.Hardware.to_dict`; ``recorded``: how many files --update-baselines created in this
-    machine's folder (None without the flag)."""
-    this, root, profile = hardware["this"], hardware.get("root") or "baselines", hardware["profile"]
-    folder = f"{root}/{profile}/{this['key']}/"
-    others = [f"{m['name']} ({root}/{profile}/{m['key']}/, {m['files']} file(s)"
-              + (f"; differs from this one: {', '.join(m['differs'])})" if m.get("differs") else ")")
-              for m in hardware["others"]]
-    if recorded is not None:
-        lines = [f"specdec: this machine, {this['name']}, had no baselines of profile {profile}: this session "
-                 f"recorded its nights in {folder}, {recorded} file(s) of {unjudged} test(s) not judged (the "
-                 "baseline summary says why any was not written); the next session compares against them"]
-        if others:
-            lines.append("  other machines' baselines, read by none of this machine's tests and left untouched: "
-                         + "; ".join(others))
-        return lines
-    what = ("they FAIL (--specdec-strict)" if failed else
-            "they pass, unjudged (--specdec-strict fails them)")
-    return [
-        f"specdec: no baselines for this machine, {this['name']} ({folder} holds none): "
-        f"{unjudged} test(s) measured, none judged; {what}",
-        f"  baselines of profile {profile} were measured on: " + "; ".join(others),
-        "  a speedup measured on other hardware says nothing about this one, so nothing is compared with them",
-        "  the ways on:",
-        "    record this machine's nights (writes only its own folder, and only missing files), then run again "
-        "to compare: the same command with --update-baselines=missing",
-        "    or judge a change within one session on this machine, candidate against base: "
-        "--specdec-base-draft METHOD=MODEL (docs/gate.md, \"A/B in one session\")",
-    ]
-
-
-def machine_state_lines(state: Mapping[str, Any] | None) -> list[str]:
-    """The one block on the machine's state (`gate.machine.StateSummary.to_dict`), for the terminal and the top of
-    the report alike: tonight's state and the stored nights', and, where a test's speedup or E2E ratio could not
-    be judged for it, which and the ways on. One line when every ratio metric was judged."""
-    from pytest_specdec.gate.machine import describe_state
-
-    if not state:
-        return []
-    tonight = describe_state(state["tonight"])
-    stored = (f"the stored nights {state['stored']}" if state["stored_nights"] else "no stored night")
-    head = (f"specdec: machine state: tonight {tonight}; {stored} (a night counts as this state within "
-            f"±{state['tolerance_pct']:g} %)")
-    bad = state["not_comparable"]
-    if not bad:
-        return [head]
-    return [
-        head,
-        f"  {len(bad)} of {state['n_compared']} compared test(s) have no stored night in this state: their "
-        "speedup, E2E ratio and absolute figures are not-comparable (machine state), not judged; acceptance is "
-        "judged as usual",
-        *(f"    {b['nodeid']}: {', '.join(b['metrics'])}" for b in bad),
-        "  on this machine the speedup moves with the machine's state (docs/gate.md, \"Machine state\"); the ways on:",
-        "    judge the change within one session, where both arms see one state: --specdec-base-draft METHOD=MODEL "
-        "or --specdec-base-python PATH",
-        "    or record nights in this state beside the others: the same command with --update-baselines",
-    ]
-
-
-def hardware_view(hw: Any, tests: Sequence[Any], update: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The report's words on the machine: the baselines folder the session read, and when that machine had
-    none of its own the session's one block (``hw``: the results' `gate.settings.hardware`, None in a file
-    recorded before baselines were kept per machine; ``tests``: the results' `TestEntry`s; ``update``: what
-    --update-baselines wrote, with its ``created`` files, None without the flag)."""
-    recorded = None if update is None else len(update["created"])
-    if not isinstance(hw, Mapping):
-        return {"folder": None, "block": []}
-    this = hw["this"]
-    unjudged = [t for t in tests if t.baseline is not None and t.baseline.status == "missing"]
-    show = unjudged and not this["files"] and (hw["others"] or recorded is not None)
-    block = no_own_baselines_lines(hw, len(unjudged), failed=any(t.outcome == "failed" for t in unjudged),
-                                   recorded=recorded) if show else []
-    return {"folder": f"{hw.get('root') or 'baselines'}/{hw['profile']}/{this['key']}", "block": block}
+#: The order a count of verdicts is told in: the quiet majority first, then what needs a look.
+COUNT_ORDER: tuple[Decision, ...] = (UNCHANGED, REGRESSED, IMPROVED, INCONCLUSIVE, NOT_COMPARABLE)
 
 
 def format_value(name: str, x: float | None, times: str = "x") -> str:
@@ -107,54 +33,98 @@ def format_value(name: str, x: float | None, times: str = "x") -> str:
     return "—" if x is None else f"{x:.4g}"
 
 
+class Judged(Protocol):
+    """The fields of a verdict the formatters below read: a `gate.stats.Verdict` and a results file's
+    `output.schema.VerdictEntry` alike, so the terminal, JUnit, the report and `compare` word one the same."""
+
+    @property
+    def verdict(self) -> Decision: ...
+    @property
+    def delta(self) -> float | None: ...
+    @property
+    def ci_low(self) -> float | None: ...
+    @property
+    def ci_high(self) -> float | None: ...
+    @property
+    def p(self) -> float | None: ...
+    @property
+    def unit(self) -> Unit: ...
+    @property
+    def threshold(self) -> float | None: ...
+    @property
+    def exact(self) -> bool: ...
+
+
 def format_delta(x: float | None, unit: str) -> str:
     """A change as the terminal, JSON readers and the report show it: "+3.1 %" or "-0.40 pt"."""
     if x is None:
         return "—"
-    digits = 1 if unit == "%" else 2
+    digits = 1 if unit == PERCENT else 2
     shown = round(x, digits) + 0.0  # a zero is "+0.0", never "-0.0"
-    return f"{shown:+.1f} %" if unit == "%" else f"{shown:+.2f} pt"
+    return f"{shown:+.1f} %" if unit == PERCENT else f"{shown:+.2f} pt"
 
 
-def verdict_phrase(label: str, v: Verdict) -> str:
+def verdict_phrase(label: str, v: Judged) -> str:
     """"speedup regressed -41.2 %": a metric's verdict and change, in one phrase of a summary line."""
     return f"{label} {v.verdict}" + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}")
 
 
-def format_ci(v: Verdict) -> str:
-    """A verdict's CI of the change: "-25.6 % .. -19.0 %", or "—" where it has none. The one CI formatter."""
-    return "—" if v.ci_low is None else f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
+def _interval(v: Judged) -> str:
+    return f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
 
 
-def format_p(v: Verdict) -> str:
+def format_ci(v: Judged) -> str:
+    """A verdict's CI of the change, as a table's CI column shows it: "-25.6 % .. -19.0 %", "—" where it has
+    none, and for the exact rule "-0.2 % .. +0.3 % (range)": the range of the differences, not a CI at the
+    column's level. The one CI formatter."""
+    if v.ci_low is None or v.ci_high is None:
+        return "—"
+    return _interval(v) + (" (range)" if v.exact else "")
+
+
+def format_change(v: Judged) -> str:
+    """A verdict's change with its interval, in running text: "-22.4 % (CI -25.6 % .. -19.0 %)", the exact rule's
+    "+0.1 % (range -0.2 % .. +0.3 %)", "—" without a change."""
+    if v.delta is None:
+        return "—"
+    if v.ci_low is None or v.ci_high is None:
+        return format_delta(v.delta, v.unit)
+    return f"{format_delta(v.delta, v.unit)} ({'range' if v.exact else 'CI'} {_interval(v)})"
+
+
+def format_p(v: Judged) -> str:
     """A verdict's p-value as shown: "exact" for the exact rule (no test), "—" for none, else 2 digits."""
-    return "exact" if v.method.startswith("exact") else ("—" if v.p is None else f"{v.p:.2g}")
+    return "exact" if v.exact else ("—" if v.p is None else f"{v.p:.2g}")
 
 
-def format_verdict(v: Verdict) -> str:
-    """A verdict with its change and CI: "regressed -22.4 % (CI -25.6 % .. -19.0 %)". The one wording the
+def format_threshold(v: Judged) -> str:
+    """A verdict's threshold, signed on its bad side: "-5 %", "+40 %", "-2 pt"; "—" for none."""
+    return "—" if v.threshold is None else f"{v.threshold:+g}{' %' if v.unit == PERCENT else ' pt'}"
+
+
+def format_verdict(v: Judged) -> str:
+    """A verdict with its change and interval: "regressed -22.4 % (CI -25.6 % .. -19.0 %)". The one wording the
     terminal, JUnit, the report and `compare` read."""
-    ci = "" if v.ci_low is None else f" (CI {format_ci(v)})"
-    return v.verdict + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}{ci}")
+    return v.verdict + ("" if v.delta is None else f" {format_change(v)}")
 
 
 def guard_text(v: Verdict) -> str:
     """What a gated verdict can catch: "catches a drop >= 21 %", "exact", or why nothing is known."""
-    return catch_text(v.method, v.mde, v.threshold, v.unit, modelled=v.mde is not None)
+    return catch_text(v.exact, v.mde, v.threshold, v.unit, modelled=v.mde is not None)
 
 
-def catch_text(method: str, mde: float | None, threshold: float | None, unit: str, *, modelled: bool,
+def catch_text(exact: bool, mde: float | None, threshold: float | None, unit: str, *, modelled: bool,
                ge: str = ">=") -> str:
     """The one wording of what a comparison catches, for the terminal (a Verdict) and the report (its JSON,
     where an unbounded ``mde`` is stored as null beside a variance)."""
-    if method.startswith("exact"):
+    if exact:
         return "exact: repeats run to run"
     if not modelled:
         return "no variance model"
     way = "rise" if (threshold or 0) > 0 else "drop"
     if mde is None or not math.isfinite(mde):
         return f"catches no {way}: too few runs for any bound"
-    return f"catches a {way} {ge} {mde:.3g}{' %' if unit == '%' else ' pt'}"
+    return f"catches a {way} {ge} {mde:.3g}{' %' if unit == PERCENT else ' pt'}"
 
 
 def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI", arms: tuple[str, str] = ("baseline", "now")) -> str:
@@ -191,7 +161,7 @@ def split_sentence(s: Split) -> str:
 
     d, share = s.to_dict(), s.acceptance_share
     acc = "unchanged" if share < MINOR_SHARE else "lower" if s.acceptance_log < 0 else "higher"
-    step = format_delta(d["step_change_pct"], "%")
+    step = format_delta(d["step_change_pct"], PERCENT)
     step = f"unchanged ({step})" if 1 - share < MINOR_SHARE else step
     cause = s.cause()
     return (f"speedup {format_delta(d['speedup_change_pct'], '%')}: acceptance {acc} (τ {s.tau_before:.2f} → "
@@ -219,7 +189,7 @@ def attribution(verdicts: Iterable[Verdict], split: Split | None = None) -> str:
             parts.append(verdict_phrase(what, v))
 
     def bad(name: str) -> bool:
-        return name in by and by[name].verdict == "regressed"
+        return name in by and by[name].verdict == REGRESSED
 
     if bad("speedup") and split is not None:
         reading = split_sentence(split) + ": " + {
@@ -235,12 +205,12 @@ def attribution(verdicts: Iterable[Verdict], split: Split | None = None) -> str:
     elif bad("reference_tok_s"):
         reading = ("the no-speculation reference got slower while the speedup held: look at the target, the "
                    "engine or the machine, not at speculation")
-    elif bad("acceptance_rate") or any(v.verdict == "regressed" and v.metric.startswith("per_position")
+    elif bad("acceptance_rate") or any(v.verdict == REGRESSED and v.metric.startswith("per_position")
                                        for v in by.values()):
         reading = "acceptance dropped; the speedup has not (yet) moved beyond its threshold"
     elif bad("output_tok_s"):
         reading = "spec throughput dropped with both the reference and the speedup within their thresholds"
-    elif any(v.verdict == "regressed" for v in by.values()):
+    elif any(v.verdict == REGRESSED for v in by.values()):
         reading = "latency regressed while the throughput figures held"
     else:
         reading = ""
@@ -278,7 +248,7 @@ def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: floa
     the command that accepts the change. ``where`` names the baseline file, ``accept`` the command."""
     from pytest_specdec.gate.verdicts import baseline_split, gated_with
 
-    bad = gated_with(verdicts, "regressed")
+    bad = gated_with(verdicts, REGRESSED)
     assert c.baseline is not None
     sessions = c.baseline["sessions"]
     unit = "session means" if len(sessions) > 1 else "runs"
@@ -313,18 +283,18 @@ def gate_lines(rows: Sequence[tuple[str, BaselineCheck, CaseResult | None]], mac
     rows = [(n, c, r) for n, c, r in rows if c.final]
     if not rows:
         return []
-    m = sum(1 for _, c, _ in rows for v in c.final or [] if v.family == "gated" and v.p is not None)
+    m = sum(1 for _, c, _ in rows for v in c.final or [] if v.family == GATED and v.p is not None)
     out = [f"specdec gate: per test, the gated verdicts and the smallest change each would catch "
            f"(power 0.9, {fdr.upper()} over {m} gated tests at alpha {alpha:g}):"]
-    counts: dict[str, int] = {}
+    counts: dict[Decision, int] = {}
     open_tests: list[str] = []
     unspent = 0
     for nodeid, c, result in rows:
         name = nodeid.split("::")[-1]
-        gated = [v for v in c.final or [] if v.family == "gated"]
+        gated = [v for v in c.final or [] if v.family == GATED]
         for v in gated:
             counts[v.verdict] = counts.get(v.verdict, 0) + 1
-        if c.status == "not-comparable":  # one line: no verdict was possible, and why
+        if c.status == NOT_COMPARABLE:  # one line: no verdict was possible, and why
             fields = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in c.fields.items())
             out.append(f"  {name}: not comparable with its baseline ({fields})")
             continue
@@ -334,16 +304,15 @@ def gate_lines(rows: Sequence[tuple[str, BaselineCheck, CaseResult | None]], mac
             parts += [f"{label(g)} not judged (coalesced streams: no run's latency trusted)"
                       for g in c.gate if g not in judged and g in LATENCY_VERDICTS]  # a coalesced stream leaves latencies unjudged
         out.append(f"  {name}: " + "; ".join(parts))
-        absolute = [v for v in c.final or [] if v.metric in ABSOLUTE and v.family != "gated"]
+        absolute = [v for v in c.final or [] if v.metric in ABSOLUTE and v.family != GATED]
         if absolute and machine is not None:
             out.append(f"    after the machine factor ({machine.factor:.3f}): "
                        + "; ".join(verdict_phrase(label(v.metric), v) for v in absolute))
-        n_open = sum(1 for v in gated if v.verdict == "inconclusive")
+        n_open = sum(1 for v in gated if v.verdict == INCONCLUSIVE)
         if n_open:
             open_tests.append(f"{name} ({n_open})")
         unspent += c.unspent
-    total = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("unchanged", "regressed", "improved", "inconclusive",
-                                                         "not-comparable") if counts.get(k))
+    total = ", ".join(f"{counts[k]} {k}" for k in COUNT_ORDER if counts.get(k))
     out.append(f"specdec gate: {len(rows)} test(s), gated verdicts {total or 'none'}; "
                f"{unspent} run(s) per arm not spent (no look could change a verdict)")
     out.append(f"specdec gate: inconclusive gated metrics per test: {', '.join(open_tests) or 'none'}"
@@ -377,12 +346,12 @@ def test_end_message(nodeid: str, c: BaselineCheck, end: TestEnd, *, alpha: floa
         return f"specdec: {c.error}", None
     if end.outcome == "missing":
         return f"specdec: no baseline for this test at {end.where}\ncreate it with: {end.command}", None
-    if end.outcome == "not-comparable":
+    if end.outcome == NOT_COMPARABLE:
         fields = "\n".join(f"  {k}: {a!r} → {b!r}" for k, (a, b) in c.fields.items())
         msg = (f"baseline {end.where} was measured under different conditions (not-comparable):\n{fields}\n"
                f"to replace it with tonight's measurement: --update-baselines")
         return ("specdec: " + msg, None) if end.fails else (None, f"{nodeid}: {msg}")
-    if end.outcome == "regressed":
+    if end.outcome == REGRESSED:
         return regression_message(c, c.verdicts, alpha=alpha, fdr=fdr, where=end.where, accept=end.command), None
     what = "; ".join(f"{v.metric} {guard_text(v)}" for v in end.open)
     runs = c.looks[-1] if c.looks else "?"
@@ -398,6 +367,8 @@ def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Se
     """The gate's lines at the session's end (`gate.judge.SessionEnd`), in order: a machine without baselines of
     its own (once), the late regressions' heading, the machine factor, the late regressions, the coalesced runs,
     then what the baseline store wrote."""
+    from pytest_specdec.output.hardware_wording import machine_state_lines, no_own_baselines_lines
+
     lines: list[str] = []
     if end.no_own_baselines is not None:
         hardware, unjudged = end.no_own_baselines

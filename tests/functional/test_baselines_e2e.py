@@ -101,8 +101,8 @@ def test_workflow_update_regress_accept(
     assert {"speedup", "output_tok_s", "reference_tok_s", "acceptance_rate", "per_position_acceptance[0]",
             "draft_coverage", "tpot_p95_ms", "ttft_p95_ms", "e2e_p95_ms"} <= set(verdicts)
     v = verdicts["speedup"]
-    assert set(v) >= {"verdict", "baseline", "now", "delta", "ci", "p", "n_baseline", "n_now", "unit"}
-    assert v["unit"] == "run" and v["n_baseline"] == 3 and v["n_now"] == 3
+    assert set(v) >= {"verdict", "baseline", "now", "delta", "ci", "p", "n_baseline", "n_now", "per", "method"}
+    assert v["per"] == "run" and "/" not in v["method"] and v["n_baseline"] == 3 and v["n_now"] == 3
     assert all(x["verdict"] != "regressed" for x in verdicts.values()), verdicts
 
     # 4. Inject a slowdown and an acceptance drop into the spec server: the test fails with the table.
@@ -294,7 +294,7 @@ def test_gate_moves_a_shown_metric_into_the_gated_family(
     r.assert_outcomes(failed=1)
     # A fixed sleep can repeat to within 0.1 % run to run, and then the exact rule judges it (no mde):
     # which rule applies is the scheduler's choice, so the test takes either, but each with its own wording.
-    exact = v["method"].startswith("exact/")
+    exact = v["method"] == "exact"
     assert v["family"] == "gated" and (v["mde"] is None) is exact, v
     assert test["baseline"]["gate"] == [*GATED, "ttft_p95_ms"]
     assert test["outcome"] == "failed"

@@ -61,7 +61,8 @@ def test_compare_against_the_baselines_gives_the_sessions_verdicts(
         assert set(mine["verdicts"]) == set(test["verdicts"]), test["nodeid"]
         for metric, v in test["verdicts"].items():
             got = mine["verdicts"][metric]
-            assert (got["verdict"], got["family"], got["method"]) == (v["verdict"], v["family"], v["method"]), metric
+            assert (got["verdict"], got["family"], got["method"], got["per"]) == (
+                v["verdict"], v["family"], v["method"], v["per"]), metric
             for key in ("delta", "p", "baseline", "now", "mde"):
                 if v[key] is None:
                     assert got[key] is None, (metric, key)

@@ -337,9 +337,9 @@ def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None
     # The exact rule's interval is a range of differences, and says so.
     exact = compare("output_tok_s", [[100.0, 100.0, 100.0]], [90.0, 90.0, 90.0], thresholds=DEFAULT_THRESHOLDS,
                     alpha=0.05)
-    assert exact.method.startswith("exact")
+    assert exact.exact
     t["verdicts"] = {"output_tok_s": to_json(exact)}
-    assert report.verdict_rows(entry(t))[0]["ci"] == "-10.0 % .. -10.0 % (range)"
+    assert report.verdict_rows(entry(t).verdicts.values())[0]["ci"] == "-10.0 % .. -10.0 % (range)"
 
 
 
@@ -638,7 +638,7 @@ def test_each_test_table_has_family_and_catches_gated_first(html: str, recorded:
 
 
 def _verdict(**fields: Any) -> VerdictEntry:
-    return VerdictEntry.from_dict("m", {"family": "gated", **fields})
+    return VerdictEntry.from_dict("m", {"family": "gated", "verdict": "unchanged", **fields})
 
 
 def test_catches_from_the_json_mde() -> None:

@@ -31,7 +31,7 @@ def test_same_config_is_unchanged() -> None:
     v = paired("output_tok_s", BASE, candidate(1.0))
     assert v.verdict == "unchanged", v.note
     assert v.delta == pytest.approx(0.0, abs=1e-9)
-    assert v.n_baseline == v.n_now == 10 and v.method == "paired-t-log/pair" and v.unit == "%"
+    assert v.n_baseline == v.n_now == 10 and (v.method, v.per) == ("paired-t-log", "pair") and v.unit == "%"
 
 
 def test_a_clear_drop_is_regressed_with_the_paired_t() -> None:
@@ -78,7 +78,7 @@ def test_acceptance_is_judged_in_points() -> None:
     base = [0.60, 0.62, 0.61, 0.59, 0.63, 0.60, 0.61, 0.62, 0.58, 0.64]
     cand = [b - 0.05 + j / 10 for b, j in zip(base, JITTER, strict=True)]
     v = paired("acceptance_rate", base, cand)
-    assert v.unit == "points" and v.method == "paired-t/pair"
+    assert v.unit == "points" and (v.method, v.per) == ("paired-t", "pair")
     assert v.delta == pytest.approx(-5.0)  # points: the mean difference x 100, not a ratio
     assert v.verdict == "regressed", v.note  # beyond the 2-point threshold
     small = paired("acceptance_rate", base, [b - 0.01 + j / 10 for b, j in zip(base, JITTER, strict=True)])
@@ -88,7 +88,7 @@ def test_acceptance_is_judged_in_points() -> None:
 def test_constant_differences_take_the_exact_rule() -> None:
     """Acceptance at temperature 0 repeats exactly run to run: no t, the tolerance and the threshold."""
     v = paired("acceptance_rate", [0.6] * 4, [0.55] * 4)
-    assert (v.verdict, v.method, v.p) == ("regressed", "exact/pair", None)
+    assert (v.verdict, v.method, v.per, v.p, v.exact) == ("regressed", "exact", "pair", None, True)
     assert v.delta == pytest.approx(-5.0)
     same = paired("acceptance_rate", [0.6] * 4, [0.6] * 4)
     assert same.verdict == "unchanged" and "exact rule" in same.note

@@ -125,7 +125,7 @@ def test_ab_cause_reads_the_split() -> None:
     from pytest_specdec.gate.stats import Thresholds, Verdict
 
     def check(split_: Any, **verdicts: str) -> ABCheck:
-        raw = [Verdict(m, v, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t/pair", -5.0, "", family="gated")
+        raw = [Verdict(m, v, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t", -5.0, "", family="gated", per="pair")
                for m, v in verdicts.items()]
         return ABCheck("eagle3", "/a", "/b", {}, Thresholds(), raw=raw, split=split_)
 

@@ -71,8 +71,8 @@ def test_no_night_variance_without_two_nights() -> None:
 
 
 def inconclusive_verdict(delta: float, var_fixed: float, var_run: float, n_now: int, df: float) -> Verdict:
-    return Verdict("speedup", "inconclusive", 1.0, 1.0, delta, None, None, 0.5, 3, n_now, "%", "nights-t-log/night",
-                   -25.0, "", var_fixed=var_fixed, var_run=var_run, df=df)
+    return Verdict("speedup", "inconclusive", 1.0, 1.0, delta, None, None, 0.5, 3, n_now, "%", "nights-t-log",
+                   -25.0, "", var_fixed=var_fixed, var_run=var_run, df=df, per="night")
 
 
 def test_a_look_is_useful_only_when_it_can_settle() -> None:
@@ -104,7 +104,7 @@ def test_only_gated_verdicts_fail() -> None:
 
     from pytest_specdec.gate.judge import Judge
 
-    assert 'late = gated_with(c.final or [], "regressed")' in inspect.getsource(Judge.finish)
+    assert 'late = gated_with(c.final or [], REGRESSED)' in inspect.getsource(Judge.finish)
 
 
 def test_night_floor_widens_log_metrics_only_and_says_so() -> None:

@@ -63,7 +63,7 @@ def test_thresholds_rejects_bad_values(kw: dict) -> None:
 def test_regressed_rate_and_ci_direction() -> None:
     v = compare("output_tok_s", [BASE], scaled(0.9))
     assert v.verdict == "regressed"
-    assert v.unit == "%" and v.threshold == -5.0 and v.method == "welch-log/run"
+    assert v.unit == "%" and v.threshold == -5.0 and (v.method, v.per) == ("welch-log", "run")
     assert v.delta == pytest.approx(-10.0, abs=0.01)  # a relative change of the geometric means
     assert v.ci_low < v.delta < v.ci_high < -5.0
     assert v.now / v.baseline - 1 == pytest.approx(v.delta / 100)
@@ -112,7 +112,7 @@ def test_latency_is_lower_is_better() -> None:
 def test_acceptance_in_points_with_welch() -> None:
     base = [0.70, 0.71, 0.69, 0.705, 0.695]
     v = compare("acceptance_rate", [base], [b - 0.05 for b in base])
-    assert v.verdict == "regressed" and v.unit == "points" and v.method == "welch/run"
+    assert v.verdict == "regressed" and v.unit == "points" and (v.method, v.per) == ("welch", "run")
     assert v.delta == pytest.approx(-5.0) and v.ci_high < -2.0
     assert v.baseline == pytest.approx(0.70) and v.now == pytest.approx(0.65)
     assert compare("acceptance_rate", [base], [b - 0.005 for b in base]).verdict == "unchanged"
@@ -128,14 +128,14 @@ def test_acceptance_in_points_with_welch() -> None:
 ])
 def test_near_deterministic_acceptance(now: list[float], verdict: str) -> None:
     v = compare("acceptance_rate", [[0.7, 0.7, 0.7]], now)
-    assert v.verdict == verdict and v.method == "exact/run" and v.p is None
+    assert v.verdict == verdict and (v.method, v.per) == ("exact", "run") and v.exact and v.p is None
     assert "near-deterministic" in v.note
     assert v.ci_low <= v.delta <= v.ci_high
 
 
 def test_one_sided_zero_variance_uses_welch() -> None:
     v = compare("acceptance_rate", [[0.7, 0.7, 0.7]], [0.60, 0.62, 0.58])
-    assert v.method == "welch/run" and v.verdict == "regressed"
+    assert (v.method, v.per) == ("welch", "run") and v.verdict == "regressed"
 
 
 @pytest.mark.parametrize(("baseline", "now"), [
@@ -178,7 +178,7 @@ def test_session_unit_absorbs_night_to_night_shift() -> None:
     nights = [scaled(f) for f in (1.0, 1.06, 0.95, 1.03, 0.97)]  # ~4 % between nights, 0.8 % within
     tonight = scaled(0.94)
     by_session = compare("output_tok_s", nights, tonight)
-    assert by_session.method == "session-t-log/session" and by_session.n_baseline == 5
+    assert (by_session.method, by_session.per) == ("session-t-log", "session") and by_session.n_baseline == 5
     assert "unit: session mean (baseline 5 sessions of 25 runs)" in by_session.note
     assert by_session.verdict == "inconclusive"  # -6 % is within what nights do
     assert by_session.baseline == pytest.approx(math.exp(np.mean([np.log(s).mean() for s in nights])))
@@ -207,7 +207,7 @@ def test_verdict_is_frozen_and_json_able() -> None:
 
 def _pv(p: float, delta: float = -10.0, verdict: str = "regressed") -> Verdict:
     return Verdict("output_tok_s", verdict, 100.0, 90.0, delta, delta - 3, delta + 3, p, 5, 5, "%",
-                   "welch-log/run", -5.0, "n")
+                   "welch-log", -5.0, "n")
 
 
 def test_adjust_bh_matches_scipy_and_redecides() -> None:
@@ -370,9 +370,9 @@ def test_power_for_a_ten_percent_drop() -> None:
 def test_session_unit_with_a_different_number_of_runs_tonight() -> None:
     nights = [scaled(f) for f in (1.0, 1.02, 0.98)]
     v = compare("output_tok_s", nights, scaled(0.8)[:3])
-    assert v.method == "session-t-log/session" and v.verdict == "regressed" and v.n_now == 3
+    assert (v.method, v.per) == ("session-t-log", "session") and v.verdict == "regressed" and v.n_now == 3
     same = compare("acceptance_rate", [[0.7, 0.7], [0.7, 0.7, 0.7]], [0.7, 0.7])
-    assert same.method == "exact/session" and same.verdict == "unchanged"
+    assert (same.method, same.per) == ("exact", "session") and same.verdict == "unchanged"
 
 
 # ---- moderated variance and the session-wide family ----------------------------------------------
@@ -399,7 +399,7 @@ def test_moderation_adds_df_but_never_shrinks_a_noisy_test() -> None:
     now = scaled(0.9, [98.0, 102.0, 99.0, 101.0, 100.0])
     plain = compare("output_tok_s", [base], now)
     mod = compare("output_tok_s", [base], now, prior=Prior(var=0.024**2, df=100, n_sources=30))
-    assert mod.method == "moderated-t-log/run" and "prior from 30 stored baselines" in mod.note
+    assert (mod.method, mod.per) == ("moderated-t-log", "run") and "prior from 30 stored baselines" in mod.note
     assert mod.p < plain.p  # same data, more df
     # A prior far quieter than this test's own noise must not make it look significant.
     noisy = [100.0, 120.0, 85.0, 110.0, 90.0]

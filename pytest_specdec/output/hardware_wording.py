@@ -1,0 +1,87 @@
+"""What a session says about the machine it ran on, for the terminal and the top of the report alike: a machine
+without baselines of its own (which machines have them, the ways on), the machine's state against its stored
+nights, and the report's view of both. The machine factor's sentence is `wording.machine_sentence`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed: bool, recorded: int | None
+                           ) -> list[str]:
+    """The one block a session on a machine without baselines of its own says, for the terminal and the top of
+    the report alike: this machine, the machines that have baselines, what became of the tests, the ways on.
+    ``hardware`` is `gate.store.Hardware.to_dict`; ``recorded``: how many files --update-baselines created in this
+    machine's folder (None without the flag)."""
+    this, root, profile = hardware["this"], hardware.get("root") or "baselines", hardware["profile"]
+    folder = f"{root}/{profile}/{this['key']}/"
+    others = [f"{m['name']} ({root}/{profile}/{m['key']}/, {m['files']} file(s)"
+              + (f"; differs from this one: {', '.join(m['differs'])})" if m.get("differs") else ")")
+              for m in hardware["others"]]
+    if recorded is not None:
+        lines = [f"specdec: this machine, {this['name']}, had no baselines of profile {profile}: this session "
+                 f"recorded its nights in {folder}, {recorded} file(s) of {unjudged} test(s) not judged (the "
+                 "baseline summary says why any was not written); the next session compares against them"]
+        if others:
+            lines.append("  other machines' baselines, read by none of this machine's tests and left untouched: "
+                         + "; ".join(others))
+        return lines
+    what = ("they FAIL (--specdec-strict)" if failed else
+            "they pass, unjudged (--specdec-strict fails them)")
+    return [
+        f"specdec: no baselines for this machine, {this['name']} ({folder} holds none): "
+        f"{unjudged} test(s) measured, none judged; {what}",
+        f"  baselines of profile {profile} were measured on: " + "; ".join(others),
+        "  a speedup measured on other hardware says nothing about this one, so nothing is compared with them",
+        "  the ways on:",
+        "    record this machine's nights (writes only its own folder, and only missing files), then run again "
+        "to compare: the same command with --update-baselines=missing",
+        "    or judge a change within one session on this machine, candidate against base: "
+        "--specdec-base-draft METHOD=MODEL (docs/gate.md, \"A/B in one session\")",
+    ]
+
+
+def machine_state_lines(state: Mapping[str, Any] | None) -> list[str]:
+    """The one block on the machine's state (`gate.machine.StateSummary.to_dict`), for the terminal and the top of
+    the report alike: tonight's state and the stored nights', and, where a test's speedup or E2E ratio could not
+    be judged for it, which and the ways on. One line when every ratio metric was judged."""
+    from pytest_specdec.gate.machine import describe_state
+
+    if not state:
+        return []
+    tonight = describe_state(state["tonight"])
+    stored = (f"the stored nights {state['stored']}" if state["stored_nights"] else "no stored night")
+    head = (f"specdec: machine state: tonight {tonight}; {stored} (a night counts as this state within "
+            f"±{state['tolerance_pct']:g} %)")
+    bad = state["not_comparable"]
+    if not bad:
+        return [head]
+    return [
+        head,
+        f"  {len(bad)} of {state['n_compared']} compared test(s) have no stored night in this state: their "
+        "speedup, E2E ratio and absolute figures are not-comparable (machine state), not judged; acceptance is "
+        "judged as usual",
+        *(f"    {b['nodeid']}: {', '.join(b['metrics'])}" for b in bad),
+        "  on this machine the speedup moves with the machine's state (docs/gate.md, \"Machine state\"); the ways on:",
+        "    judge the change within one session, where both arms see one state: --specdec-base-draft METHOD=MODEL "
+        "or --specdec-base-python PATH",
+        "    or record nights in this state beside the others: the same command with --update-baselines",
+    ]
+
+
+def hardware_view(hw: Any, tests: Sequence[Any], update: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The report's words on the machine: the baselines folder the session read, and when that machine had
+    none of its own the session's one block (``hw``: the results' `gate.settings.hardware`, None in a file
+    recorded before baselines were kept per machine; ``tests``: the results' `TestEntry`s; ``update``: what
+    --update-baselines wrote, with its ``created`` files, None without the flag)."""
+    recorded = None if update is None else len(update["created"])
+    if not isinstance(hw, Mapping):
+        return {"folder": None, "block": []}
+    this = hw["this"]
+    unjudged = [t for t in tests if t.baseline is not None and t.baseline.status == "missing"]
+    show = unjudged and not this["files"] and (hw["others"] or recorded is not None)
+    block = no_own_baselines_lines(hw, len(unjudged), failed=any(t.outcome == "failed" for t in unjudged),
+                                   recorded=recorded) if show else []
+    return {"folder": f"{hw.get('root') or 'baselines'}/{hw['profile']}/{this['key']}", "block": block}
