@@ -199,7 +199,7 @@ def gate_metrics(tests: Iterable[TestEntry]) -> list[str]:
 
 
 def gate_cells(test: TestEntry, metrics: Sequence[str]) -> list[dict[str, str | None]]:
-    """Per gated column, the test's verdict and what it can catch; `family` "shown" where this test does not
+    """Per gated column, the test's verdict and what it can catch; `family` is SHOWN where this test does not
     gate that metric, None where it has no verdict on it."""
     out: list[dict[str, str | None]] = []
     for m in metrics:
