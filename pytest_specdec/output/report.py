@@ -340,6 +340,7 @@ def templates() -> Any:
 
     env.filters["num"] = num
     env.filters["fmtval"] = lambda v: "—" if v is None else str(v)
+    env.globals.update(REGRESSED=REGRESSED, SHOWN=SHOWN)  # the verdict words the pages compare with
     return env
 
 
