@@ -17,13 +17,12 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.kinds import PAIR
+from pytest_specdec.gate.kinds import EXACT, PAIR
 from pytest_specdec.gate.registry import LOG_KINDS, Kind
 from pytest_specdec.gate.scale import center, check_kind, checked_values, delta_unit, on_scale, to_natural
 from pytest_specdec.gate.sequential import detectable
 from pytest_specdec.gate.stats import (
     DEFAULT_THRESHOLDS,
-    EXACT,
     Thresholds,
     Verdict,
     explain_decision,

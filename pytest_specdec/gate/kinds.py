@@ -44,6 +44,10 @@ SESSION: Final = "session"
 NIGHT: Final = "night"
 PERS: Final[tuple[Per, ...]] = get_args(Per)
 
+#: The rule of a near-deterministic metric (`gate.stats.exact_rule`), as a verdict's `method` names it: no p, and
+#: its interval is the range of the differences, not a CI (`Verdict.exact`).
+EXACT: Final = "exact"
+
 #: How a test met its stored baseline (`gate.check.BaselineCheck.status`).
 Status = Literal["compared", "missing", "not-comparable", "error"]
 #: How a test's check ended (`gate.check.TestEnd.outcome`): the decisions that end a test, or why none could.

@@ -21,8 +21,8 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.kinds import FAMILIES, GATED, IMPROVED, INCONCLUSIVE, NIGHT, NOT_COMPARABLE, PERCENT, PERS
-from pytest_specdec.gate.kinds import REGRESSED, RUN, SESSION, UNCHANGED, UNITS, Decision, Family, Per, Unit
+from pytest_specdec.gate.kinds import EXACT, FAMILIES, GATED, IMPROVED, INCONCLUSIVE, NIGHT, NOT_COMPARABLE, PERCENT
+from pytest_specdec.gate.kinds import PERS, REGRESSED, RUN, SESSION, UNCHANGED, UNITS, Decision, Family, Per, Unit
 from pytest_specdec.gate.kinds import check_decision, check_word
 from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import (
@@ -39,8 +39,6 @@ from pytest_specdec.gate.scale import (
 )
 from pytest_specdec.gate.variance import HOMOGENEITY_P, NightVariance, Prior
 
-#: The rule of a near-deterministic metric (`exact_rule`): `Verdict.exact`.
-EXACT = "exact"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED
 from pytest_specdec.gate.registry import label
-from pytest_specdec.output.wording import FDR_NAMES, format_change, format_p, format_threshold, guard_text, split_sentence, table
+from pytest_specdec.output.wording import FDR_NAMES, format_change, format_p, format_threshold, guard_text, split_sentence
+from pytest_specdec.output.wording import table
 
 if TYPE_CHECKING:
     from collections.abc import Callable

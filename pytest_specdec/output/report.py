@@ -299,7 +299,8 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "servers": [(arm, key, command_line(servers[key]) if key in servers else "(not recorded)",
                      (servers.get(key) or {}).get("startup_s"))
                     for arm, key in test.servers.items()],
-        "error": test.error, "logs": test.server_logs, "ab": test.ab, "ab_rows": verdict_rows(test.ab_verdicts.values()),
+        "error": test.error, "logs": test.server_logs,
+        "ab": test.ab, "ab_rows": verdict_rows(test.ab_verdicts.values()),
         "per_position": s.get("per_position_acceptance") or [],
         "explained": test.explained, "split": baseline.split_text if baseline else None,
         "distribution": test.distribution,

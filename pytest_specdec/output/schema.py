@@ -15,7 +15,7 @@ from typing import Any
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.formats import CONVERT, RESULTS_SCHEMA
-from pytest_specdec.gate.kinds import FAMILIES, PERCENT, PERS, UNITS, Decision, Family, Per, Unit
+from pytest_specdec.gate.kinds import EXACT, FAMILIES, PERCENT, PERS, UNITS, Decision, Family, Per, Unit
 from pytest_specdec.gate.kinds import check_decision, check_word, split_method
 from pytest_specdec.gate.machine import MachineFactor
 from pytest_specdec.gate.nights import Night, RecordError
@@ -56,8 +56,6 @@ class VerdictEntry:
 
     @property
     def exact(self) -> bool:
-        from pytest_specdec.gate.stats import EXACT
-
         return self.method == EXACT
 
     @property
