@@ -80,8 +80,8 @@ def test_candidate_judged_against_the_base_pair_by_pair() -> None:
 
 
 def check(**verdicts: str) -> ABCheck:
-    raw = [Verdict(m, verdict, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t", -5.0, "", family="gated", per="pair")
-           for m, verdict in verdicts.items()]
+    raw = [Verdict(m, verdict, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t", -5.0, "", family="gated",
+                   per="pair") for m, verdict in verdicts.items()]
     return ABCheck("eagle3", "/a", "/b", {}, Thresholds(), raw=raw)
 
 
