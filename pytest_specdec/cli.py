@@ -4,6 +4,8 @@
                                                or stored baselines (a directory: exactly the session's own
                                                verdicts); exit 1 where the plugin fails a test (a gated
                                                regression of a test that did not opt out, a dead arm in NEW)
+    pytest-specdec compare [OLD] AB.json       an A/B session's tests judged again, candidate vs base, beside
+                                               OLD's A/B verdicts
     pytest-specdec history DIR|FILE...         per test and gated metric, the nights' series and change points
     pytest-specdec report FILE.json            the HTML report again, from a results file
     pytest-specdec convert-schema PATH...      baseline and results files of an older schema brought to the
@@ -141,10 +143,18 @@ def stored_dir(path: Path, profile: str) -> StoredDir:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from pytest_specdec.output.ab_results import is_ab
     from pytest_specdec.output.compare import compare, names, summary_lines, table_lines, to_json
 
-    old_file = None if args.old.is_dir() else read_results(args.old)
+    if args.new is None:  # one file: an A/B session's, judged again
+        args.old, args.new = None, args.old
+    old_file = None if args.old is None or args.old.is_dir() else read_results(args.old)
     new_raw, new = read_results(args.new)
+    if is_ab(new) or (old_file is not None and is_ab(old_file[1])):
+        return compare_ab_files(args, None if old_file is None else old_file[1], new)
+    if args.old is None:
+        raise InputError(f"{args.new}: not an A/B session's results; compare needs OLD and NEW (one file alone is "
+                         "judged again only when an A/B session wrote it)")
     profile = args.profile or new.profile
     if not profile:
         raise InputError(f"{args.new}: no `profile` recorded; pass --profile NAME or PATH for the thresholds")
@@ -185,6 +195,47 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print("\n".join(table_lines(result, shown=args.all)))
         print("\n".join(summary_lines(result, old_name, new_name)))
     return REGRESSED if result.failed(args.strict) else OK
+
+
+def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results) -> int:
+    """`compare` of an A/B session's results (`output.ab_results`): NEW's A/B tests judged again candidate vs base,
+    beside OLD's when OLD is an A/B session's results too; exit 1 where the plugin fails a test."""
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.gate.thresholds import parse_threshold_items
+    from pytest_specdec.output.ab_results import ab_summary_lines, ab_table_lines, ab_to_json, compare_ab, is_ab
+    from pytest_specdec.output.compare import names
+    from pytest_specdec.output.schema import ResultsError
+
+    if args.old is not None and args.old.is_dir():
+        raise InputError(f"{args.new}: an A/B session's results (candidate vs base, no stored night) cannot be judged "
+                         f"against the baselines in {args.old}; compare it with another A/B session's results, or "
+                         "alone (`pytest-specdec compare NEW.json`) to judge it again")
+    if old is not None and not (is_ab(old) and is_ab(new)):
+        nightly, ab = (args.old, args.new) if is_ab(new) else (args.new, args.old)
+        raise InputError(f"{ab} is an A/B session's results and {nightly} is not: compare two A/B sessions' results, "
+                         f"or {ab} alone to judge it again")
+    try:
+        override = parse_threshold_items(args.threshold, "--threshold")
+    except ConfigError as exc:
+        raise InputError(str(exc)) from None
+    settings = new.gate.settings
+    alpha = args.alpha if args.alpha is not None else float(settings.get("alpha", 0.05))
+    fdr = args.fdr or str(settings.get("fdr", "bh"))
+    old_name, new_name = names((args.old, args.new)) if args.old is not None else ("OLD", str(args.new))
+    try:
+        result = compare_ab(old, new, override=override, alpha=alpha, fdr=fdr, old_name=old_name, new_name=new_name)
+    except ResultsError as exc:
+        raise InputError(str(exc)) from None
+    if args.json:
+        print(json.dumps(ab_to_json(result), indent=1, default=str))
+    else:
+        against = f"{old_name} ({old.started}) → " if old is not None else ""
+        print(f"specdec compare: A/B results: {against}{new_name} ({new.started}); each test's candidate against "
+              "the base measured beside it")
+        print()
+        print("\n".join(ab_table_lines(result, old_name, new_name)))
+        print("\n".join(ab_summary_lines(result, new_name)))
+    return REGRESSED if result.failed() else OK
 
 
 def history_nights(sources: Sequence[Path]) -> tuple[list[Night], list[tuple[Path, str]]]:
@@ -297,7 +348,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("old", type=Path, metavar="OLD",
                    help="the earlier results file (its runs are the baseline), or a baselines directory (the root "
                         "or baselines/<profile>): NEW is then judged exactly as the plugin judged its session")
-    c.add_argument("new", type=Path, metavar="NEW.json", help="the later results file: judged against OLD")
+    c.add_argument("new", type=Path, metavar="NEW.json", nargs="?",
+                   help="the later results file: judged against OLD. An A/B session's results are judged again "
+                        "candidate vs base, beside OLD's when OLD is an A/B session's too, or alone (one file)")
     c.add_argument("--profile", metavar="NAME|PATH",
                    help="profile whose [verdicts] thresholds apply (default: the one NEW recorded)")
     c.add_argument("--threshold", action="append", default=[], metavar="METRIC=VALUE",

@@ -17,6 +17,7 @@ from pytest_specdec.errors import ConfigError
 from pytest_specdec.profiles import VLLM_METHODS
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.protocol import TestOptions
     from pytest_specdec.measure.types import Sampling
     from pytest_specdec.profiles import Profile
 
@@ -118,6 +119,12 @@ class VerdictOptions:
     check: bool = True
     thresholds: dict[str, float] = field(default_factory=dict)
     gate: tuple[str, ...] = ()  # metrics added to the gated family for this test
+
+    def for_gate(self) -> TestOptions:
+        """The options as the session's gate reads them (`gate.protocol.TestOptions`)."""
+        from pytest_specdec.gate.protocol import TestOptions
+
+        return TestOptions(self.check, dict(self.thresholds), tuple(self.gate))
 
 
 def _as_list(name: str, value: Any) -> list[Any]:

@@ -188,8 +188,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for i, item in zip(slots, ordered):
         items[i] = item
     specdec = config.stash[session_key]
-    from pytest_specdec.gate.verdicts import gated_per_test, metrics_per_test
-
     pairs = [(items[i], _case(items[i])) for i in slots]
     cases = [c for _, c in pairs if c is not None]
     st = specdec.settings
@@ -209,12 +207,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         raise pytest.UsageError(problem)
     if cases:
         specdec.check_thresholds()  # before anything runs: a bad threshold is a usage error naming where it is
-    specdec.family_size = sum(metrics_per_test(c.method, c.k) for c in cases)
     # The test-end padding counts what a marker's gate=[...] adds, or a test-end `regressed` could fall
     # back to `inconclusive` once the session's gated family is known.
-    specdec.gated_family_size = sum(gated_per_test(c.method, specdec.gate(_options(item)))
-                                    for item, c in pairs if c is not None)
-    specdec.collected = cases
+    specdec.plan([(item.nodeid, c, _options(item)) for item, c in pairs if c is not None])
     if slots and specdec.worker == "gw0":  # one worker says it, not each
         from pytest_specdec.parallel import parallel_warning
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from pytest_specdec.gate.check import machine_log
 from pytest_specdec.markers import Case, VerdictOptions
 from pytest_specdec.measure.serving import Serving
 from pytest_specdec.measure.workload import Workload
@@ -23,7 +22,8 @@ from pytest_specdec.output.wording import coalesced_lines, test_end_message
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABGate
-    from pytest_specdec.gate.judge import Judge, SessionEnd
+    from pytest_specdec.gate.judge import Judge
+    from pytest_specdec.gate.protocol import Gate, Planned, SessionEnd
     from pytest_specdec.output.sweeps import CrossoverEnd
     from pytest_specdec.measure.lossless import Collected
     from pytest_specdec.measure.validity import ValidityRules
@@ -58,9 +58,9 @@ class SpecDecSession:
         self.ab: ABGate | None = None  # an A/B session's gate (--specdec-base-draft), built at configure
         self.end: SessionEnd | None = None  # the gate's last word (machine factor, late regressions, writes)
         self.crossovers: CrossoverEnd | None = None  # each concurrency sweep's crossover, judged at the end
-        #: metric tests the collected specdec tests can add to the family (for BH before all are known)
-        self.family_size = 0
-        self.gated_family_size = 0
+        #: the collected specdec tests as their gate sees them: what each can add to the family (for BH before
+        #: all are known), and what an A/B refuses before anything runs
+        self.planned: list[Planned] = []
         self.summary_lines: list[str] = []
         self.gate_summary: list[str] = []  # the gate's last lines of the terminal summary
         self.hardware_note = ""  # how the profile was (or was not) checked against the GPUs, for the dry run
@@ -127,20 +127,38 @@ class SpecDecSession:
 
     def check_configure(self) -> None:
         """At configure: explicit --specdec-runs / --specdec-max-runs resolved against the profile, and an A/B
-        session's gate built (`ABGate`), so a conflict stops the session before anything is collected or started."""
+        session's gate built (`ABGate`) from every option that shapes a verdict, so a conflict stops the session
+        before anything is collected or started. What an A/B cannot apply is refused by name."""
         st = self.settings
         if st.runs is None and st.max_runs is None and not st.ab_flag:
             return
         from pytest_specdec.errors import ConfigError
-        from pytest_specdec.gate.ab_session import ABGate
+        from pytest_specdec.gate.ab_session import ABGate, refuse_stored_night_options
 
         try:  # a profile that could not be read: the message names the file and key
-            self.run_limits()
+            runs, max_runs = self.run_limits()
             if st.ab_flag:
-                self.ab = ABGate(self.profile, dict(st.base_drafts), st.cli_thresholds,
-                                 alpha=st.alpha, fdr=st.fdr, base_python=st.base_python)
+                refuse_stored_night_options(st.ab_flag, strict=st.strict, fail_machine=st.fail_machine)
+                self.ab = ABGate(self.profile, dict(st.base_drafts), alpha=st.alpha, fdr=st.fdr, runs=runs,
+                                 max_runs=max_runs, ini_thresholds=st.ini_thresholds, cli_thresholds=st.cli_thresholds,
+                                 gate=st.gate, fail_inconclusive=st.fail_inconclusive, base_python=st.base_python)
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
+
+    def plan(self, tests: list[tuple[str, Case, VerdictOptions | None]]) -> None:
+        """At collection: the collected specdec tests (nodeid, case, their `specdec_verdicts` options) as their gate
+        sees them; a marker field an A/B session cannot apply is a usage error naming the test."""
+        from pytest_specdec.errors import ConfigError
+        from pytest_specdec.gate.protocol import Planned
+
+        self.collected = [case for _, case, _ in tests]
+        self.planned = [Planned(nodeid, case.method, case.k, case.speculative_config,
+                                (options or VerdictOptions()).for_gate()) for nodeid, case, options in tests]
+        if self.ab is not None:
+            try:
+                self.ab.refuse(self.planned)
+            except ConfigError as exc:
+                raise pytest.UsageError(str(exc)) from None
 
     def validity(self) -> ValidityRules:
         """The profile's validity rules; --specdec-hung-timeout wins over its idle_timeout_s."""
@@ -196,8 +214,9 @@ class SpecDecSession:
         return [("reference", ref), ("spec", spec), *base.items()]
 
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
-        """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` compared with the
-        stored baseline, more pairs added two at a time while a verdict is inconclusive (alpha split over the looks)."""
+        """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` judged by the session's
+        gate (the stored nights, or the base in an A/B session), more pairs added two at a time while a verdict is
+        inconclusive (alpha split over the looks)."""
         from pytest_specdec.errors import SpecDecError
         from pytest_specdec.measure.record import dead_arms
         from pytest_specdec.measure.serving import CaseRun, dead_arm
@@ -231,18 +250,19 @@ class SpecDecSession:
             sampling, self.runs(), concurrency=case.concurrency, api_key=self.settings.api_key,
             rules=self.validity(), progress=self.progress, api=case.api,
             rate=case.request_rate)
-        if ab is not None:  # candidate vs base; no stored night is read
-            record.ab = ab.check(case.method, arms, result, self.serving.engine_configs(arms),
-                                 verdicts is None or verdicts.check)
-        elif verdicts is not None:
-            check = record.baseline = self.judge.start(  # its machine deviation joins the factor from the first look
-                nodeid, case.method, case.workload(), self.workload.dataset(case.dataset).identity(), ref_spec,
-                spec_spec, sampling, self.serving.engine_configs(arms),
-                endpoint=bool(self.settings.endpoint), check=verdicts.check, gate=self.gate(verdicts),
-                endpoint_versions=self.serving.endpoint_versions(arms))
-            self.judge.run_looks(
-                nodeid, check, result, run.extend, self.judge.thresholds(verdicts.thresholds), started=self.started,
-                tonight_log=lambda: machine_log(r.baseline for r in self.records.values()), progress=self.progress)
+        if verdicts is not None:  # the session's gate, through its protocol: start, then its looks
+            from pytest_specdec.gate.protocol import TestStart, drive
+
+            gate = self.verdict_gate
+            check = gate.start(TestStart(
+                nodeid, case.method, arms, self.serving.engine_configs(arms), verdicts.for_gate(), case.workload(),
+                self.workload.dataset(case.dataset).identity(), sampling, endpoint=bool(self.settings.endpoint),
+                endpoint_versions=self.serving.endpoint_versions(arms)))
+            if ab is not None:
+                record.ab = check
+            else:
+                record.baseline = check
+            drive(gate, nodeid, check, result, run.extend, self.progress)
         self.progress(measured(nodeid, result.summary))
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
@@ -283,8 +303,15 @@ class SpecDecSession:
             st = self.settings
             self._judge = Judge(GateConfig(
                 self.profile, st.baselines_dir, self.rootpath, st.update_baselines, st.keep_sessions, st.alpha,
-                st.fdr, self.runs(), self.max_runs(), st.gate, st.ini_thresholds, st.cli_thresholds))
+                st.fdr, self.runs(), self.max_runs(), st.gate, st.ini_thresholds, st.cli_thresholds,
+                strict=st.strict, fail_inconclusive=st.fail_inconclusive, fail_machine=st.fail_machine,
+                started=self.started))
         return self._judge
+
+    @property
+    def verdict_gate(self) -> Gate[Any]:
+        """The gate this session judges by (`gate.protocol.Gate`): the A/B's, else the stored nights'."""
+        return self.ab if self.ab is not None else self.judge
 
     def check_thresholds(self) -> None:
         """The profile's, the ini's and the command line's thresholds, each checked where it was given: a bad
@@ -296,54 +323,57 @@ class SpecDecSession:
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
 
-    def gate(self, options: VerdictOptions | None = None) -> tuple[str, ...]:
-        return self.judge.gate(options.gate if options else ())
-
     def check(self, nodeid: str) -> str | None:
-        """At the end of a specdec test: the failure message, or None when it passes (warnings are shown)."""
+        """At the end of a specdec test: its gate decides (`Gate.test_end`) over the family so far, the output
+        layer words it; the failure message, or None when it passes (warnings are shown)."""
         record = self.records.get(nodeid)
-        if record is not None and record.ab is not None and self.ab is not None:
-            from pytest_specdec.output.ab_wording import ab_test_end
-
-            return ab_test_end(self.ab, [(n, r.ab) for n, r in self.records.items() if r.ab is not None], nodeid,
-                               [(o.method, o.speculative_config) for o in self.collected], self.progress)
-        if record is None or record.baseline is None:
+        check = None if record is None else record.ab or record.baseline
+        if check is None:
             return None
-        family = [(n, r.baseline) for n, r in self.records.items() if r.baseline is not None]
-        end = self.judge.test_end(
-            nodeid, record.baseline, family, gated_size=self.gated_family_size, family_size=self.family_size,
-            strict=self.settings.strict, fail_inconclusive=self.settings.fail_inconclusive)
-        failure, warning = test_end_message(nodeid, record.baseline, end, alpha=self.settings.alpha,
-                                            fdr=self.settings.fdr)
+        gate = self.verdict_gate
+        family = [(n, c) for n, c in ((n, r.ab or r.baseline) for n, r in self.records.items()) if c is not None]
+        end = gate.test_end(nodeid, family, self.planned)
+        st = self.settings
+        if record is not None and record.ab is not None:
+            from pytest_specdec.output.ab_wording import ab_test_end_message
+
+            lines, failure, warning = ab_test_end_message(nodeid, record.ab, end, fdr=st.fdr)
+            for line in lines:
+                self.progress(line)
+        else:
+            assert record is not None and record.baseline is not None
+            failure, warning = test_end_message(nodeid, record.baseline, end, alpha=st.alpha, fdr=st.fdr)
         if warning:
             warnings.warn(SpecDecWarning(warning), stacklevel=1)
         return failure
 
     def finalize(self) -> list[str]:
-        """Session end: the gate's last word (`Judge.machine_at_end`, then `Judge.finish`), worded by
-        `output/wording.py`; the machine factor's warning is given between the two, as pytest's, before any
-        baseline is written."""
+        """Session end: the gate's last word (`Gate.finish`: the whole family, the late regressions; for the
+        stored nights the machine factor and the baseline writes), worded by the output layer; the machine
+        factor's warning is given as pytest's."""
+        from pytest_specdec.gate.protocol import Finished
         from pytest_specdec.output.sweeps import judge_crossovers
-        from pytest_specdec.output.ab_wording import ab_session_end
         from pytest_specdec.output.wording import coalesced_summary, gate_lines, machine_sentence, session_end_lines
 
+        st = self.settings
         if self.ab is not None:  # A/B: a test that regresses only once all are in fails the session
-            self.end, self.gate_summary, late = ab_session_end(self.ab, [(n, r.ab) for n, r in self.records.items()
-                                                                         if r.ab is not None])
+            from pytest_specdec.output.ab_wording import ab_session_lines
+
+            checks = [(n, r.ab) for n, r in self.records.items() if r.ab is not None]
+            self.end = self.ab.finish([Finished(n, c, self.records[n].result, self.records[n].outcome)
+                                       for n, c in checks])
+            self.gate_summary, late = ab_session_lines(checks, self.end, fdr=st.fdr)
             return [*late, *coalesced_summary([(n, r.result) for n, r in self.records.items()])]
         tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
-        end = self.judge.machine_at_end([(n, c) for n, c, _, _ in tests if c is not None],
-                                        fail_machine=self.settings.fail_machine)
+        end = self.end = self.judge.finish([Finished(n, c, r, o) for n, c, r, o in tests if c is not None])
         if end.machine_warns and end.machine is not None:
             warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)
-        self.judge.finish(end, tests)
-        self.end = end
         self.crossovers = judge_crossovers(self.judge, self.records.values(), self.started)
         checked = [(n, c, r) for n, c, r, _ in tests if c is not None]
-        self.gate_summary = gate_lines(checked, end.machine, fdr=self.settings.fdr, alpha=self.settings.alpha,
-                                       fail_inconclusive=self.settings.fail_inconclusive)
+        self.gate_summary = gate_lines(checked, end.machine, fdr=st.fdr, alpha=st.alpha,
+                                       fail_inconclusive=st.fail_inconclusive)
         return [*session_end_lines(end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests],
-                                   alpha=self.settings.alpha, fdr=self.settings.fdr, strict=self.settings.strict),
+                                   alpha=st.alpha, fdr=st.fdr, strict=st.strict),
                 *self.crossovers.lines]
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
@@ -364,7 +394,7 @@ class SpecDecSession:
         return dry_run_lines(profile, tests, hardware_note=self.hardware_note,
                              endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
                              server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
-                             max_runs=self.judge.looks()[-1], max_servers=self.placement.max_alive(),
+                             max_runs=self.max_runs(), max_servers=self.placement.max_alive(),
                              price=price(profile, s.gpu_hourly_usd))
 
     def server_starts(self) -> list[StartRecord]:
@@ -400,4 +430,5 @@ class SpecDecSession:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.stop_all()
+
 

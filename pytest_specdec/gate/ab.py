@@ -17,10 +17,10 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.kinds import EXACT, PAIR
+from pytest_specdec.gate.kinds import EXACT, GATED, INCONCLUSIVE, PAIR
 from pytest_specdec.gate.registry import LOG_KINDS, Kind
 from pytest_specdec.gate.scale import center, check_kind, checked_values, delta_unit, on_scale, to_natural
-from pytest_specdec.gate.sequential import detectable
+from pytest_specdec.gate.sequential import detectable, until_settled as settled_or_stop
 from pytest_specdec.gate.stats import (
     DEFAULT_THRESHOLDS,
     Thresholds,
@@ -109,3 +109,13 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
     return Verdict(metric, v, base_c, cand_c, d_n, lo_n, hi_n, p_rep, n, n, unit, f"paired-t{log}", bad,
                    note, var_fixed=0.0, var_run=var, df=n - 1.0, per=PAIR,
                    mde=detectable(kind, bad, var / n, n - 1.0, a))
+
+
+def until_settled(verdicts: Sequence[Verdict], n_now: int, n_max: int, alpha_look: float) -> str | None:
+    """An A/B test's default stop rule (`protocol.StopRule`): the nightly's (`sequential.until_settled`: look
+    again while a gated verdict is inconclusive and more pairs could settle it), and a gated verdict with fewer
+    than 2 usable pairs looks again while more are planned: the base is measured beside the candidate, so more
+    pairs bring what the first look lacked (a thin stored baseline, the nightly's case, never grows)."""
+    thin = any(v.family == GATED and v.verdict == INCONCLUSIVE and v.p is None and v.var_run is None
+               and v.n_now < 2 for v in verdicts)
+    return None if thin and n_now < n_max else settled_or_stop(verdicts, n_now, n_max, alpha_look)

@@ -1,14 +1,14 @@
-"""An A/B session's gate (`--specdec-base-draft`, `--specdec-base-python`): each test's candidate judged against
-the base measured beside it.
+"""An A/B session's gate (`--specdec-base-draft`, `--specdec-base-python`; a `protocol.Gate`): each test's
+candidate judged against the base measured beside it.
 
 The nightly gate asks whether tonight is worse than the stored nights, and the night-to-night movement caps its
 power on a shared CPU. Two arms measured interleaved in one session share the night, so their comparison has no
 night term: each test's candidate spec config is judged against the base's, pair by pair (`ab.paired`), on
-spec tok/s, the acceptance rate and the P95 E2E, then BH/Holm over the session's A/B verdicts as the nightly
-adjusts its family. With the base on another install (`--specdec-base-python`) each install has its own reference
-arm, and two shown verdicts say where a change sits: the references' tok/s (the non-speculative path) and the
-speedups (speculation itself). Stored baselines take no part. The session (wiring) decides when;
-`output/wording.py` words it.
+spec tok/s, the acceptance rate and the P95 E2E (and what `gate=`/`specdec_gate` add), at sequential looks as the
+nightly takes them, then BH/Holm over the session's A/B verdicts as the nightly adjusts its family. With the base
+on another install (`--specdec-base-python`) each install has its own reference arm, and two shown verdicts say
+where a change sits: the references' tok/s (the non-speculative path) and the speedups (speculation itself).
+Stored baselines take no part. The session (wiring) drives it; `output/ab_wording.py` words what it decided.
 """
 
 from __future__ import annotations
@@ -18,30 +18,36 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_specdec.gate.kinds import GATED, REGRESSED, SHOWN, UNCHANGED
-
+from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.check import TestEnd
+    from pytest_specdec.gate.protocol import Finished, Look, Planned, SessionEnd, StopRule, TestOptions, TestStart
     from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.measure.explain import Split
     from pytest_specdec.measure.record import ArmRun
     from pytest_specdec.measure.runner import CaseResult
-    from pytest_specdec.gate.judge import SessionEnd
     from pytest_specdec.profiles import Profile
     from pytest_specdec.profiles.placement import Placement
     from pytest_specdec.vllm.command import ServerSpec
-    from pytest_specdec.measure.explain import Split
 
 #: What an A/B session judges, in this order: the candidate's spec tok/s, acceptance rate and P95 E2E (ms, from
 #: each run's Harrell-Davis P95) against the base's of the same pair.
 AB_METRICS: tuple[str, ...] = ("output_tok_s", "acceptance_rate", "e2e_p95_ms")
 
+#: What `gate=[...]` and the ini `specdec_gate` may add to an A/B test's gated family: the metrics each arm's run
+#: has a figure of (`nights.ArmRun.figure`), judged pair by pair as the three are. The nightly's ratios to the
+#: reference (speedup, e2e_p95_ratio) are not among them: the base and the candidate share each pair's reference,
+#: so their ratio of speedups is the ratio of their tok/s, gated already.
+AB_GATEABLE: tuple[str, ...] = (*AB_METRICS, "tpot_p95_ms", "ttft_p95_ms", "draft_coverage", "acceptance_length")
+
 #: What an upgrade A/B (the base on another install) shows beside them, never failing a test: the two references'
 #: tok/s (the non-speculative path) and the two installs' speedups (each spec run over its install's reference).
 AB_SHOWN: tuple[str, ...] = ("reference_tok_s", "speedup")
 
-#: The A/B thresholds before the profile's [verdicts] ab_thresholds and --specdec-threshold: tok/s 5 % (at the
-#: CPU's noise 21 pairs then catch a -10 % change with power 0.92, docs/validation.md), P95 E2E 10 %; the
-#: acceptance rate keeps the default acceptance threshold (2 points).
+#: The A/B thresholds before the profile's [verdicts] ab_thresholds and the ini's, the command line's and the
+#: marker's: tok/s 5 % (at the CPU's noise 21 pairs then catch a -10 % change with power 0.92,
+#: docs/validation.md), P95 E2E 10 %; the acceptance rate keeps the default acceptance threshold (2 points).
 AB_DEFAULTS: Mapping[str, float] = {"output_tok_s": 5.0, "e2e_p95_ms": 10.0}
 
 #: What a regressed candidate points at: fewer drafted tokens accepted, a slower step, both alike
@@ -49,12 +55,15 @@ AB_DEFAULTS: Mapping[str, float] = {"output_tok_s": 5.0, "e2e_p95_ms": 10.0}
 Cause = Literal["acceptance", "step time", "acceptance and step time", "non-speculative path"]
 
 
-def ab_thresholds(profile_layer: Mapping[str, Any], cli: Sequence[str], where: str) -> Thresholds:
-    """Defaults < the profile's [verdicts] ab_thresholds (``where`` names it) < --specdec-threshold."""
+def ab_thresholds(profile_layer: Mapping[str, Any], ini: Sequence[str], cli: Sequence[str], where: str,
+                  marker: Mapping[str, float] | None = None) -> Thresholds:
+    """Defaults < the profile's [verdicts] ab_thresholds (``where`` names it) < ini specdec_thresholds <
+    --specdec-threshold < the marker's ``thresholds=``, each checked where it was given."""
     from pytest_specdec.gate.thresholds import build_thresholds, check_mapping, parse_threshold_items
 
     return build_thresholds(AB_DEFAULTS, check_mapping(profile_layer, where),
-                            parse_threshold_items(cli, "--specdec-threshold"))
+                            parse_threshold_items(ini, "ini specdec_thresholds"),
+                            parse_threshold_items(cli, "--specdec-threshold"), dict(marker or {}))
 
 
 def run_value(metric: str, run: ArmRun) -> float | None:
@@ -63,40 +72,72 @@ def run_value(metric: str, run: ArmRun) -> float | None:
     return run.figure(metric) if run.valid else None
 
 
-def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float) -> list[Verdict]:
-    """The candidate (``result.runs``) against the base (``result.base_runs``), pair i being the two arms' runs
-    of run index i (`measure.record.pairs`, the one pairing rule: a run invalid on one arm leaves its pair out):
-    one gated verdict per A/B metric, before the session's adjustment."""
+def pair_verdicts(base: Sequence[ArmRun], candidate: Sequence[ArmRun], thresholds: Thresholds, alpha: float, *,
+                  metrics: Sequence[str] = AB_METRICS, references: tuple[Sequence[ArmRun], Sequence[ArmRun]] | None = None,
+                  look: int = 1, max_looks: int = 1) -> list[Verdict]:
+    """The candidate's runs against the base's, pair i being the two arms' runs of run index i
+    (`measure.record.pairs`, the one pairing rule: a run invalid on one arm leaves its pair out): one gated verdict
+    per metric of ``metrics``, and with the two installs' ``references`` (base's, candidate's) the shown ones, raw
+    (before the session's adjustment) at look ``look`` of ``max_looks``. Read by the session and by `compare`."""
     from pytest_specdec.gate.ab import paired
     from pytest_specdec.measure.record import pairs, speedup
 
     def value(metric: str, run: ArmRun | None) -> float | None:
         return None if run is None else run_value(metric, run)
 
-    records = {arm: [r.record for r in result.arm_runs(arm)]
-               for arm in ("reference", "spec", "base", "base_reference")}
-    ab = pairs(records["base"], records["spec"])
+    ab = pairs(base, candidate)
     out = [dataclasses.replace(paired(m, [value(m, p.first) for p in ab], [value(m, p.second) for p in ab],
-                                      thresholds=thresholds, alpha=alpha), family=GATED)
-           for m in AB_METRICS]
-    if not result.base_reference_runs:
+                                      thresholds=thresholds, alpha=alpha, look=look, max_looks=max_looks),
+                               family=GATED) for m in metrics]
+    if references is None:
         return out
-    refs = pairs(records["base_reference"], records["reference"])
+    base_refs, cand_refs = references
+    refs = pairs(base_refs, cand_refs)
     ref_tok_s = {"base": [value("output_tok_s", p.first) for p in refs],
                  "candidate": [value("output_tok_s", p.second) for p in refs]}
     # each install's speedup per run index (its spec run over its reference's), the two of one index paired
-    speedups = {"base": {p.index: speedup(p) for p in pairs(records["base_reference"], records["base"])},
-                "candidate": {p.index: speedup(p) for p in pairs(records["reference"], records["spec"])}}
+    speedups = {"base": {p.index: speedup(p) for p in pairs(base_refs, base)},
+                "candidate": {p.index: speedup(p) for p in pairs(cand_refs, candidate)}}
     indices = sorted(speedups["base"].keys() | speedups["candidate"].keys())
     shown = {"reference_tok_s": ref_tok_s,
              "speedup": {arm: [speedups[arm].get(i) for i in indices] for arm in speedups}}
     return out + [dataclasses.replace(paired(m, shown[m]["base"], shown[m]["candidate"], thresholds=thresholds,
-                                             alpha=alpha), family=SHOWN) for m in AB_SHOWN]
+                                             alpha=alpha, look=look, max_looks=max_looks), family=SHOWN)
+                  for m in AB_SHOWN]
+
+
+def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float, *, metrics: Sequence[str] = AB_METRICS,
+                look: int = 1, max_looks: int = 1) -> list[Verdict]:
+    """A test's runs so far (`pair_verdicts`): the candidate (``result.runs``) against the base
+    (``result.base_runs``); on another install the shown verdicts from both references too."""
+    def arm(runs: Sequence[Any]) -> list[ArmRun]:
+        return [r.record for r in runs]
+
+    refs = ((arm(result.base_reference_runs), arm(result.reference_runs)) if result.base_reference_runs else None)
+    return pair_verdicts(arm(result.base_runs), arm(result.runs), thresholds, alpha, metrics=metrics,
+                         references=refs, look=look, max_looks=max_looks)
+    return out + [dataclasses.replace(paired(m, shown[m]["base"], shown[m]["candidate"], thresholds=thresholds,
+                                             alpha=alpha, look=look, max_looks=max_looks), family=SHOWN)
+                  for m in AB_SHOWN]
+
+
+def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float, *, metrics: Sequence[str] = AB_METRICS,
+                look: int = 1, max_looks: int = 1) -> list[Verdict]:
+    """A test's runs so far (`pair_verdicts`): the candidate (``result.runs``) against the base
+    (``result.base_runs``); on another install the shown verdicts from both references too."""
+    from pytest_specdec.gate.nights import ArmRun
+
+    def arm(runs: Sequence[Any]) -> list[ArmRun]:
+        return [ArmRun.from_record(r) for r in runs]
+
+    refs = ((arm(result.base_reference_runs), arm(result.reference_runs)) if result.base_reference_runs else None)
+    return pair_verdicts(arm(result.base_runs), arm(result.runs), thresholds, alpha, metrics=metrics,
+                         references=refs, look=look, max_looks=max_looks)
 
 
 @dataclass
 class ABCheck:
-    """One test's A/B comparison: what was compared and its verdicts, raw and adjusted over the session."""
+    """One test's A/B comparison: what was compared, its looks and its verdicts, raw and adjusted over the session."""
 
     method: str
     base_draft: str  # the base's draft/head model
@@ -111,9 +152,15 @@ class ABCheck:
     raw: list[Verdict] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)  # adjusted at the test's end (unseen p-values = 1)
     final: list[Verdict] | None = None  # adjusted over the session's whole A/B family
-    max_looks: int = 1  # one look: the pairs are sized up front (`adjusted_all` reads this)
+    metrics: tuple[str, ...] = AB_METRICS  # the gated ones: AB_METRICS and what gate=/specdec_gate add
+    plan: tuple[int, ...] = ()  # pairs at each planned look
+    looks: list[int] = field(default_factory=list)  # pairs at each look taken
+    max_looks: int = 1  # the planned looks: each at alpha / max_looks (`adjusted_all` reads this)
+    unspent: int = 0  # pairs planned but not measured: the stop rule saw no use in them
+    stop_reason: str = ""
     check: bool = True  # specdec_verdicts(check=False): judged and shown, never failed
     failed: bool = False
+    alpha: float = 0.05
     split: Split | None = None  # the candidate's speedup against the base's, split into acceptance and step time
 
     def shown(self) -> list[Verdict]:
@@ -140,15 +187,21 @@ class ABCheck:
             return "acceptance"
         return None
 
+    def to_dict(self) -> dict[str, Any]:
+        """How the test was judged, for the results (beside its verdicts): its looks, gated metrics and level."""
+        return {"checked": self.check, "gate": list(self.metrics), "looks": list(self.looks),
+                "max_looks": self.max_looks, "planned_looks": list(self.plan), "unspent_runs": self.unspent,
+                "stop_reason": self.stop_reason, "alpha": self.alpha,
+                "ci_level": 1 - 2 * self.alpha / max(1, self.max_looks)}
 
-def adjust(checks: Sequence[tuple[str, ABCheck]], *, final: bool, fdr: str, alpha: float, tests: int) -> None:
-    """BH/Holm over every A/B verdict so far, each family on its own (padded with p=1 to what ``tests`` judged
+
+def adjust(checks: Sequence[tuple[str, ABCheck]], *, final: bool, fdr: str, alpha: float, gated_size: int = 0,
+           family_size: int = 0) -> None:
+    """BH/Holm over every A/B verdict so far, each family on its own (padded with p=1 to the sizes the collected
     tests reach, unless ``final``), into each check's ``verdicts`` (or ``final``), as the nightly adjusts."""
     from pytest_specdec.gate.check import adjusted_all
 
-    shown = len(AB_SHOWN) if any(c.installs for _, c in checks) else 0
-    out = adjusted_all(checks, final=final, fdr=fdr, alpha=alpha, gated_size=len(AB_METRICS) * tests,
-                       family_size=(len(AB_METRICS) + shown) * tests)
+    out = adjusted_all(checks, final=final, fdr=fdr, alpha=alpha, gated_size=gated_size, family_size=family_size)
     for nodeid, c in checks:
         if final:
             c.final = out.get(nodeid, c.raw)
@@ -156,26 +209,85 @@ def adjust(checks: Sequence[tuple[str, ABCheck]], *, final: bool, fdr: str, alph
             c.verdicts = out.get(nodeid, c.raw)
 
 
-class ABGate:
-    """An A/B session's gate: the base's profile, the thresholds, each test's check, its end and the session's."""
+def refuse_stored_night_options(ab_flag: str, *, strict: bool, fail_machine: bool) -> None:
+    """The options an A/B session cannot apply, refused by name (ConfigError): both act on stored nights, which
+    an A/B session reads none of. ``ab_flag`` names the flags that made it one."""
+    from pytest_specdec.errors import ConfigError
 
-    def __init__(self, profile: Profile, base_drafts: Mapping[str, str],
-                 cli_thresholds: Sequence[str], *, alpha: float, fdr: str, base_python: str | None = None) -> None:
+    for flag, on, why in (("--specdec-strict", strict, "a stored baseline measured under other conditions"),
+                          ("--specdec-fail-machine (ini specdec_fail_machine)", fail_machine,
+                           "the machine factor of tonight against the stored nights")):
+        if on:
+            raise ConfigError(f"{flag} with {ab_flag}: it fails a session on {why}, and an A/B session reads no "
+                              f"stored night; drop {flag.split(' ')[0]} for the A/B session")
+
+
+def refusal(planned: Planned, judged: Sequence[str]) -> str | None:
+    """Why a test's marker asks what an A/B session cannot do (None: nothing): a ``gate=`` metric without a
+    figure per arm run (`AB_GATEABLE`), or a ``thresholds=`` metric the A/B does not judge in it (``judged``;
+    a kind, e.g. ``latency``, always applies)."""
+    from pytest_specdec.gate.registry import KINDS
+
+    where = f"{planned.nodeid}: specdec_verdicts"
+    bad = [m for m in planned.options.gate if m not in AB_GATEABLE]
+    if bad:
+        return (f"{where}(gate={list(planned.options.gate)}): an A/B session judges the candidate against the base "
+                f"pair by pair and cannot gate {', '.join(bad)}; it may gate {', '.join(AB_GATEABLE)}")
+    unjudged = [m for m in planned.options.thresholds if m not in KINDS and m not in judged]
+    if unjudged:
+        return (f"{where}(thresholds=...): an A/B session does not judge {', '.join(unjudged)} (it judges "
+                f"{', '.join(judged)}); name one of those, or a kind (rate, acceptance, latency)")
+    return None
+
+
+class ABGate:
+    """An A/B session's gate: the base's profile, the thresholds and gated metrics, each test's looks, its end and
+    the session's (`protocol.Gate`)."""
+
+    def __init__(self, profile: Profile, base_drafts: Mapping[str, str], *, alpha: float, fdr: str, runs: int,
+                 max_runs: int, ini_thresholds: Sequence[str] = (), cli_thresholds: Sequence[str] = (),
+                 gate: Sequence[str] = (), fail_inconclusive: bool = False, base_python: str | None = None,
+                 stop: StopRule | None = None) -> None:
         """Raises ConfigError naming the flag, file or key to fix: a method the profile lacks or without a draft
         (`Profile.with_drafts`, the one path `--specdec-draft` takes too), a base interpreter without vLLM or
-        without this project (`vllm.install.probe`), a bad A/B threshold. Servers that cannot be alive at once
-        (a GPU profile's 8B target three or four times) take the ABBA blocks of `schedule.schedule_ab`."""
+        without this project (`vllm.install.probe`), a bad A/B threshold, an ini `specdec_gate` metric an A/B
+        cannot gate. Servers that cannot be alive at once (a GPU profile's 8B target three or four times) take
+        the ABBA blocks of `schedule.schedule_ab`. ``runs``/``max_runs``: pairs at the first look and at most
+        (`profiles.resolve.run_limits`); ``stop``: when a test stops adding pairs before its last planned look
+        (None: `ab.until_settled`)."""
+        from pytest_specdec.errors import ConfigError
+        from pytest_specdec.gate.sequential import planned_looks
         from pytest_specdec.vllm.install import probe, this_install
 
-        self.profile, self.alpha, self.fdr = profile, alpha, fdr
+        self.profile, self.alpha, self.fdr, self.fail_inconclusive = profile, alpha, fdr, fail_inconclusive
         self.base = profile.with_drafts(dict(base_drafts), "--specdec-base-draft")
         #: The methods with a base: those --specdec-base-draft names; on another install every method has one.
         self.methods: tuple[str, ...] | None = tuple(base_drafts) if base_drafts else None
         self.installs = None if base_python is None else {"base": probe(base_python), "candidate": this_install()}
-        raw = profile.raw.get("verdicts", {}).get("ab_thresholds", {})
-        self.thresholds = ab_thresholds(raw, cli_thresholds, f"profile {profile.path} [verdicts] ab_thresholds")
+        self._layers = (profile.raw.get("verdicts", {}).get("ab_thresholds", {}), tuple(ini_thresholds),
+                        tuple(cli_thresholds), f"profile {profile.path} [verdicts] ab_thresholds")
+        self.thresholds = self.test_thresholds()
+        bad = [m for m in gate if m not in AB_GATEABLE]
+        if bad:
+            raise ConfigError(f"ini specdec_gate names {', '.join(bad)}, which an A/B session cannot gate (it judges "
+                              f"the candidate against the base pair by pair); it may gate {', '.join(AB_GATEABLE)}")
+        self.gate = tuple(gate)
+        self.plan = tuple(planned_looks(runs, 2, max_runs))
+        self.stop = stop
 
-    def skip_reason(self, method: str, raw_config: dict[str, Any] | None) -> str | None:
+    def test_thresholds(self, marker: Mapping[str, float] | None = None) -> Thresholds:
+        """The session's A/B thresholds (`ab_thresholds`), with a test's marker on top."""
+        return ab_thresholds(*self._layers, marker)
+
+    def metrics(self, options: TestOptions) -> tuple[str, ...]:
+        """A test's gated metrics: the A/B's three, then the ini's and its marker's additions."""
+        return tuple(dict.fromkeys((*AB_METRICS, *self.gate, *options.gate)))
+
+    def judged(self, options: TestOptions) -> tuple[str, ...]:
+        """Every metric a test's A/B judges: its gated ones, and on another install the shown ones."""
+        return (*self.metrics(options), *(AB_SHOWN if self.installs else ()))
+
+    def skip_reason(self, method: str, raw_config: Mapping[str, Any] | None) -> str | None:
         """Why a test has no A/B comparison in this session (None: it has one)."""
         if method == "none":
             return "it runs the reference alone, with no spec arm to compare"
@@ -187,6 +299,16 @@ class ABGate:
             return (f"method {method!r} has no base (--specdec-base-draft names {', '.join(self.methods)}); "
                     "an A/B session judges only candidate vs base")
         return None
+
+    def refuse(self, planned: Sequence[Planned]) -> None:
+        """Before anything runs: a collected test whose marker asks what an A/B cannot do raises ConfigError
+        naming the test and the field (`refusal`)."""
+        from pytest_specdec.errors import ConfigError
+
+        for p in planned:
+            why = None if self.skip_reason(p.method, p.speculative_config) else refusal(p, self.judged(p.options))
+            if why:
+                raise ConfigError(why)
 
     def base_arms(self, method: str, k: int | None, raw: dict[str, Any] | None, reference: ServerSpec,
                   placement: Placement) -> dict[str, ServerSpec]:
@@ -204,13 +326,12 @@ class ABGate:
         return {"base": dataclasses.replace(base, python=python),
                 "base_reference": dataclasses.replace(reference, python=python)}
 
-    def check(self, method: str, specs: Mapping[str, ServerSpec], result: CaseResult,
-              engine: Mapping[str, Mapping[str, Any]], check: bool = True) -> ABCheck:
-        """A test's raw A/B verdicts from its interleaved runs (``specs``: arm -> server spec; ``engine``: arm ->
-        its server's resolved engine config; ``check`` False: the test's specdec_verdicts marker says it never
-        fails on them)."""
+    def start(self, test: TestStart) -> ABCheck:
+        """A test's comparison after its first pairs: both drafts, what differs between the two sides (versions,
+        engine configs), its thresholds and gated metrics with its marker's on top, its planned looks."""
         from pytest_specdec.gate.baselines import diff
-        from pytest_specdec.measure.explain import explain, split
+
+        specs = test.arms
 
         def draft(arm: str) -> str:
             return str((specs[arm].speculative_config or {}).get("model", "(no draft model)"))
@@ -219,34 +340,67 @@ class ABGate:
 
         def side(spec_arm: str, ref_arm: str, install: str) -> dict[str, Any]:
             versions = {k: v for k, v in (installs or {}).get(install, {}).items() if k != "python"}
-            return {**versions, "engine": engine.get(spec_arm, {}), "reference_engine": engine.get(ref_arm, {})}
+            return {**versions, "engine": dict(test.engines.get(spec_arm, {})),
+                    "reference_engine": dict(test.engines.get(ref_arm, {}))}
 
         base_ref = "base_reference" if "base_reference" in specs else "reference"
-        return ABCheck(method, draft("base"), draft("spec"), {arm: s.key() for arm, s in specs.items()},
-                       self.thresholds, installs, diff(side("base", base_ref, "base"),
-                                                       side("spec", "reference", "candidate")),
-                       raw=ab_verdicts(result, self.thresholds, self.alpha), check=check,
-                       split=split(explain([r.record for r in result.base_reference_runs or result.reference_runs],
-                                           [r.record for r in result.base_runs]),
-                                   explain([r.record for r in result.reference_runs],
-                                           [r.record for r in result.runs])))
+        return ABCheck(test.method, draft("base"), draft("spec"), {arm: s.key() for arm, s in specs.items()},
+                       self.test_thresholds(test.options.thresholds), installs,
+                       diff(side("base", base_ref, "base"), side("spec", "reference", "candidate")),
+                       metrics=self.metrics(test.options), plan=self.plan, max_looks=len(self.plan),
+                       check=test.options.check, alpha=self.alpha)
 
-    def test_end(self, checks: Sequence[tuple[str, ABCheck]], nodeid: str,
-                 collected: Sequence[tuple[str, dict[str, Any] | None]]) -> ABCheck:
-        """At a test's end: every A/B verdict so far adjusted, padded with p=1 to what the ``collected`` tests'
-        (method, raw speculative config) can add; the test's check, decided."""
-        judged = sum(1 for method, raw in collected if self.skip_reason(method, raw) is None)
-        adjust(checks, final=False, fdr=self.fdr, alpha=self.alpha, tests=max(judged, len(checks)))
-        c = dict(checks)[nodeid]
-        c.failed = c.check and bool(c.regressed())
-        return c
+    def look(self, nodeid: str, c: ABCheck, result: CaseResult, look: int) -> Look:
+        """The pairs so far judged at look ``look``, alpha split over the planned looks; another look while the
+        stop rule sees use in it. At the last, the split of the candidate's speedup against the base's."""
+        from pytest_specdec.gate.ab import until_settled
+        from pytest_specdec.gate.protocol import Look
+        from pytest_specdec.gate.sequential import next_look
+        from pytest_specdec.measure.explain import explain, split
 
-    def finish(self, checks: Sequence[tuple[str, ABCheck]]) -> SessionEnd:
+        n_now = min(len(result.runs), len(result.base_runs))
+        c.looks.append(n_now)
+        c.raw = ab_verdicts(result, c.thresholds, self.alpha, metrics=c.metrics, look=look, max_looks=c.max_looks)
+        nxt, why = next_look(c.plan, look, n_now, c.raw, self.alpha, self.stop or until_settled)
+        if nxt is not None:
+            return Look(nxt, f"specdec A/B: {nodeid}: inconclusive at look {look} of {len(c.plan)}: {nxt} pairs")
+        c.split = split(explain([r.record for r in result.base_reference_runs or result.reference_runs],
+                                [r.record for r in result.base_runs]),
+                        explain([r.record for r in result.reference_runs], [r.record for r in result.runs]))
+        if why:
+            c.unspent, c.stop_reason = c.plan[-1] - n_now, why
+            return Look(None, f"specdec A/B: {nodeid}: {c.unspent} pair(s) not measured: {why}")
+        return Look(None)
+
+    def test_end(self, nodeid: str, family: Sequence[tuple[str, ABCheck]], planned: Sequence[Planned]) -> TestEnd:
+        """At a test's end: every A/B verdict so far adjusted, padded with p=1 to what the ``planned`` tests can
+        add; a gated regression fails the test, a gated verdict still inconclusive warns (fails under
+        --specdec-fail-inconclusive), unless its marker says check=False."""
+        from pytest_specdec.gate.check import TestEnd
+
+        judged = [p for p in planned if self.skip_reason(p.method, p.speculative_config) is None]
+        gated = sum(len(self.metrics(p.options)) for p in judged)
+        adjust(family, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated,
+               family_size=gated + (len(AB_SHOWN) * len(judged) if self.installs else 0))
+        c = dict(family)[nodeid]
+        if not c.check:
+            return TestEnd("pass", False)
+        if c.regressed():
+            c.failed = True
+            return TestEnd(REGRESSED, True)
+        open_ = tuple(v for v in c.shown() if v.family == GATED and v.verdict == INCONCLUSIVE)
+        if not open_:
+            return TestEnd("pass", False)
+        c.failed = self.fail_inconclusive
+        return TestEnd(INCONCLUSIVE, self.fail_inconclusive, open=open_)
+
+    def finish(self, tests: Sequence[Finished[ABCheck]]) -> SessionEnd:
         """At the session's end: the whole family adjusted; the tests that regress only now (BH needs every p)
         are its late regressions, which fail the session."""
         from pytest_specdec.gate.check import TestEnd
-        from pytest_specdec.gate.judge import SessionEnd
+        from pytest_specdec.gate.protocol import SessionEnd
 
-        adjust(checks, final=True, fdr=self.fdr, alpha=self.alpha, tests=len(checks))
-        return SessionEnd(None, late_regressions=[(n, TestEnd(REGRESSED, True)) for n, c in checks
+        family = [(t.nodeid, t.check) for t in tests]
+        adjust(family, final=True, fdr=self.fdr, alpha=self.alpha)
+        return SessionEnd(None, late_regressions=[(n, TestEnd(REGRESSED, True)) for n, c in family
                                                   if c.check and c.regressed() and not c.failed])

@@ -1,9 +1,9 @@
-"""The gate for one session: which baselines it reads, how each test is compared and when it stops adding
-runs, the machine factor at the end, and which baselines it writes.
+"""The stored-nights gate of one session (a `protocol.Gate`): which baselines it reads, how each test is
+compared and when it stops adding runs, the machine factor at the end, and which baselines it writes.
 
-The pytest session decides when each step happens and turns the outcomes into failures and warnings;
-this object holds what the steps share (the profile's stored baselines, read once; the thresholds) and
-does the steps' work, the session's end included (`machine_at_end`, then `finish`).
+The pytest session drives it through the protocol (start, look, test end, finish) and turns the outcomes into
+failures and warnings; this object holds what the steps share (the profile's stored baselines, read once; the
+thresholds) and does the steps' work through the gate's one chain (`pipeline.Pipeline`).
 """
 
 from __future__ import annotations
@@ -11,26 +11,26 @@ from __future__ import annotations
 import datetime as dt
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.gate.check import BaselineCheck
 from pytest_specdec.gate.kinds import GATED as GATED_FAMILY
 from pytest_specdec.gate.kinds import INCONCLUSIVE, MOVED, NOT_COMPARABLE, REGRESSED
+from pytest_specdec.gate.protocol import SessionEnd
+from pytest_specdec.gate.store import BaselineWrites
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import TestEnd
-    from pytest_specdec.gate.machine import MachineFactor, StateSummary
     from pytest_specdec.gate.pipeline import Pipeline
+    from pytest_specdec.gate.protocol import Finished, Look, Planned, StopRule, TestStart
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.store import BaselineStore, Hardware
     from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.measure.runner import CaseResult
-    from pytest_specdec.measure.types import Sampling
     from pytest_specdec.profiles import Profile
-    from pytest_specdec.vllm.command import ServerSpec
 
 
 @dataclass(frozen=True)
@@ -49,56 +49,21 @@ class GateConfig:
     gate: tuple[str, ...] = ()  # ini specdec_gate: metrics added to the gated family
     ini_thresholds: tuple[str, ...] = ()
     cli_thresholds: tuple[str, ...] = ()
-
-
-@dataclass
-class SessionEnd:
-    """What the gate decides once every test is in; the wiring words it (`output/wording.py`) and turns it into a
-    warning and the exit status."""
-
-    machine: MachineFactor | None
-    machine_failed: bool = False  # beyond its threshold under --specdec-fail-machine
-    machine_warns: bool = False  # beyond its threshold otherwise: for the wiring to warn
-    #: tests that passed at their end but regress once the whole family is known, with their baseline
-    late_regressions: list[tuple[str, TestEnd]] = field(default_factory=list)
-    written: list[str] = field(default_factory=list)  # what the baseline store says of its writes
-    baselines: BaselineWrites | None = None  # what --update-baselines wrote; None without the flag
-    baselines_failed: bool = False  # some of them could not be written (a read-only directory): the session fails
-    #: this machine had no baselines of the profile (while another machine has, or they are being recorded):
-    #: said once, for the whole session; (the machines, the tests it left without a verdict)
-    no_own_baselines: tuple[Hardware, tuple[str, ...]] | None = None
-    #: the session's machine state against its stored nights (`machine.state_summary`), said once
-    state: StateSummary | None = None
-
-
-@dataclass(frozen=True)
-class BaselineWrites:
-    """What ``--update-baselines`` did, for the results and the report as well as the terminal: a CI job
-    that opens a pull request with the files, or a reviewer of the night, reads it there. Paths are as
-    the checkout names them, so they can go to `git add` as they are."""
-
-    root: str  # the baselines' root
-    mode: str  # "all" or "missing"
-    created: tuple[str, ...] = ()
-    updated: tuple[tuple[str, str], ...] = ()  # (path, old → new headline figures, what was kept or dropped)
-    unchanged: tuple[tuple[str, str], ...] = ()  # (path, why it was not written)
-    unused: tuple[str, ...] = ()  # files of the session's modules that no test of the session read
-    not_written: tuple[tuple[str, str], ...] = ()  # (path, why): failed tests, tests without valid runs
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"root": self.root, "mode": self.mode, "created": list(self.created),
-                "updated": [{"path": p, "change": c} for p, c in self.updated],
-                "unchanged": [{"path": p, "reason": r} for p, r in self.unchanged],
-                "unused": list(self.unused),
-                "not_written": [{"path": p, "reason": r} for p, r in self.not_written]}
+    strict: bool = False  # --specdec-strict: a missing or not-comparable baseline fails its test
+    fail_inconclusive: bool = False  # --specdec-fail-inconclusive
+    fail_machine: bool = False  # --specdec-fail-machine
+    started: float = 0.0  # the session's start (epoch s): the stamp of tonight's night in a baseline file
 
 
 class Judge:
     """Compares each test with its stored baseline and writes baselines at the session's end."""
 
-    def __init__(self, cfg: GateConfig) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: GateConfig, stop: StopRule | None = None) -> None:
+        """``stop``: when a compared test stops adding runs before its last planned look (None: the default,
+        `sequential.until_settled`)."""
+        self.cfg, self.stop = cfg, stop
         self.opened = False  # whether a test of this process read its baseline (an xdist worker sends the store)
+        self._started: list[BaselineCheck] = []  # this process's tests, in order: the machine factor so far
 
     @cached_property
     def store(self) -> BaselineStore:
@@ -183,10 +148,10 @@ class Judge:
 
         return relative(path, self.cfg.rootpath)
 
-    def test_end(self, nodeid: str, c: BaselineCheck, family: Sequence[tuple[str, BaselineCheck]], *, gated_size: int,
-                 family_size: int, strict: bool, fail_inconclusive: bool) -> TestEnd:
+    def test_end(self, nodeid: str, family: Sequence[tuple[str, BaselineCheck]], planned: Sequence[Planned]
+                 ) -> TestEnd:
         """At the end of a test, its verdicts adjusted over the ``family`` so far (padded to the sizes the
-        collected tests can reach), and what they decide.
+        ``planned`` tests can reach), and what they decide.
 
         Regressions fail the test; a missing baseline fails with the command that creates it, except on a
         machine with no baselines of its own while another machine has some: the session says that once
@@ -195,9 +160,12 @@ class Judge:
         --specdec-fail-inconclusive).
         """
         from pytest_specdec.gate.check import TestEnd
-        from pytest_specdec.gate.verdicts import gated_with
+        from pytest_specdec.gate.verdicts import gated_per_test, gated_with, metrics_per_test
 
-        c.verdicts = self.pipeline.test_end(family, nodeid, gated_size=gated_size, family_size=family_size)
+        c = dict(family)[nodeid]
+        c.verdicts = self.pipeline.test_end(
+            family, nodeid, gated_size=sum(gated_per_test(p.method, self.gate(p.options.gate)) for p in planned),
+            family_size=sum(metrics_per_test(p.method, p.k) for p in planned))
         rel = self.rel(c.path)
         passed = TestEnd("pass", False, rel)
         if not c.check:
@@ -205,37 +173,42 @@ class Judge:
         if c.status == "error":  # --update-baselines replaces an unreadable file (the summary says so)
             return passed if self.updating_all else TestEnd("error", True, rel)
         if c.status == "missing":
-            fails = not self.cfg.update and (strict or not self.hardware.without_own)
+            fails = not self.cfg.update and (self.cfg.strict or not self.hardware.without_own)
             return TestEnd("missing", True, rel, self.create_command(nodeid, "missing")) if fails else passed
         if self.updating_all:
             return passed
         if c.status == NOT_COMPARABLE:
-            return TestEnd(NOT_COMPARABLE, strict, rel)
+            return TestEnd(NOT_COMPARABLE, self.cfg.strict, rel)
         if gated_with(c.verdicts, REGRESSED):
             c.failed = True
             return TestEnd(REGRESSED, True, rel, self.create_command(nodeid, "all"))
         open_ = tuple(gated_with(c.verdicts, INCONCLUSIVE))
         if not open_:
             return passed
-        c.failed = fail_inconclusive
-        return TestEnd(INCONCLUSIVE, fail_inconclusive, rel, open=open_)
+        c.failed = self.cfg.fail_inconclusive
+        return TestEnd(INCONCLUSIVE, self.cfg.fail_inconclusive, rel, open=open_)
 
-    def start(self, nodeid: str, method: str, workload: dict[str, Any], dataset: dict[str, Any], reference: ServerSpec,
-              spec: ServerSpec | None, sampling: Sampling, engines: dict[str, dict[str, Any]], *, endpoint: bool,
-              check: bool, gate: tuple[str, ...], endpoint_versions: dict[str, dict[str, str | None]] | None = None
-              ) -> BaselineCheck:
+    def start(self, test: TestStart) -> BaselineCheck:
         """Read the test's baseline and say whether tonight can be compared with it (`gate/conditions.py`:
-        what must be equal, and what is under test; ``engines`` are the arms' resolved engine configs,
-        ``endpoint_versions`` in endpoint mode the versions each arm's endpoint told)."""
+        what must be equal, and what is under test; ``test.engines`` are the arms' resolved engine configs,
+        ``test.endpoint_versions`` in endpoint mode the versions each arm's endpoint told); its thresholds
+        and gated family with its marker's on top."""
         from pytest_specdec.gate.baselines import BaselineError, diff
         from pytest_specdec.gate.conditions import comparability, under_test
 
-        profile = self.cfg.profile
-        comp = comparability(profile, self.store.fingerprint, method, workload, dataset, reference, spec, sampling)
-        tested = under_test(profile, engines, spec, endpoint=endpoint, endpoint_versions=endpoint_versions)
+        profile, nodeid = self.cfg.profile, test.nodeid
+        reference, spec = test.arms["reference"], test.arms.get("spec")
+        comp = comparability(profile, self.store.fingerprint, test.method, dict(test.workload), dict(test.dataset),
+                             reference, spec, test.sampling)
+        tested = under_test(profile, {k: dict(v) for k, v in test.engines.items()}, spec, endpoint=test.endpoint,
+                            endpoint_versions=None if test.endpoint_versions is None
+                            else {k: dict(v) for k, v in test.endpoint_versions.items()})
         self.opened = True
-        c = BaselineCheck(path=self.store.path(nodeid), status="missing", check=check, comparability=comp,
-                          under_test=tested, entry={}, alpha=self.cfg.alpha, gate=gate)
+        c = BaselineCheck(path=self.store.path(nodeid), status="missing", check=test.options.check,
+                          comparability=comp, under_test=tested, entry={}, alpha=self.cfg.alpha,
+                          gate=self.gate(test.options.gate),
+                          thresholds=self.thresholds(dict(test.options.thresholds) or None))
+        self._started.append(c)  # its machine deviation joins the factor from its first look
         try:
             _, data = self.store.read(nodeid, self.create_command(nodeid, "missing"))
         except BaselineError as exc:
@@ -247,31 +220,26 @@ class Judge:
             c.status = NOT_COMPARABLE if c.fields else "compared"
         return c
 
-    def run_looks(self, nodeid: str, c: BaselineCheck, result: CaseResult, extend: Callable[[int], None],
-                  thresholds: Thresholds, *, started: float, tonight_log: Callable[[], float | None],
-                  progress: Callable[[str], None]) -> None:
-        """Compare after the first runs; while a gated verdict is inconclusive and another look could settle
-        it, add runs (``extend(n)``: n per arm in all) and look again, alpha split over the looks
-        (`pipeline.sequential`). ``tonight_log`` is the machine factor (log) from every test compared so far."""
+    def look(self, nodeid: str, c: BaselineCheck, result: CaseResult, look: int) -> Look:
+        """Tonight's runs so far judged at look ``look`` (`pipeline.look_step`): a compared test looks again
+        while a gated verdict is inconclusive and another look could settle it (the gate's stop rule), alpha
+        split over the planned looks; the machine factor is every test's of this session so far. At its last
+        look tonight becomes the entry a baseline file would store."""
+        from pytest_specdec.gate.check import machine_log
         from pytest_specdec.gate.nights import Night
-        from pytest_specdec.gate.pipeline import sequential
+        from pytest_specdec.gate.pipeline import look_step
+        from pytest_specdec.gate.protocol import Look
 
         compared = c.check and c.status == "compared" and not self.updating_all
         looks = self.looks() if compared else [self.cfg.runs]
-        c.thresholds = thresholds
-
-        def night_at(n: int) -> Night:
-            if len(result.reference_runs) < n:
-                progress(f"specdec: {nodeid}: inconclusive at look {len(c.looks)} of {len(looks)}: "
-                         f"{n} interleaved runs")
-                extend(n)
-            return Night.from_result(result)
-
-        sequential(self.pipeline, c, looks, night_at, tonight_log=tonight_log)
-        stamp = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        nxt = look_step(self.pipeline, c, looks, look, Night.from_result(result),
+                        tonight_log=lambda: machine_log(self._started), stop=self.stop)
+        if nxt is not None:
+            return Look(nxt, f"specdec: {nodeid}: inconclusive at look {look} of {len(looks)}: {nxt} interleaved runs")
+        stamp = dt.datetime.fromtimestamp(self.cfg.started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         c.entry = Night.from_result(result, stamp, c.under_test).to_entry()  # tonight as a baseline stores it
-        if c.unspent:
-            progress(f"specdec: {nodeid}: {c.unspent} run(s) per arm not spent: {c.stop_reason}")
+        return Look(None, f"specdec: {nodeid}: {c.unspent} run(s) per arm not spent: {c.stop_reason}"
+                    if c.unspent else "")
 
     def settings(self) -> dict[str, Any]:
         """How this session judges, for the results: what `pytest-specdec compare` needs to judge it again."""
@@ -281,17 +249,17 @@ class Judge:
                 "machine_state_tolerance": self.cfg.profile.machine_state_tolerance,
                 "thresholds": to_dict(self.thresholds()), "hardware": self.hardware.to_dict()}
 
-    def write(self, tests: list[tuple[str, BaselineCheck, CaseResult | None, str]]
-              ) -> tuple[list[str], BaselineWrites, bool]:
-        """--update-baselines: queue each passed test with valid runs (nodeid, check, result, outcome), then
+    def write(self, tests: Sequence[Finished[BaselineCheck]]) -> tuple[list[str], BaselineWrites, bool]:
+        """--update-baselines: queue each passed test with valid runs, then
         write them all at once; returns the terminal's lines, the same as data (what was written and what
         was not, and why), and whether a file could not be written (the session then fails)."""
         from pytest_specdec.gate.store import Pending
 
         lines: list[str] = []
         not_written: list[tuple[str, str]] = []
-        for nodeid, c, result, outcome in tests:
-            why = f"the test {outcome}" if outcome != "passed" else unwritable(result)
+        for t in tests:
+            nodeid, c = t.nodeid, t.check
+            why = f"the test {t.outcome}" if t.outcome != "passed" else unwritable(t.result)
             if why:
                 lines.append(f"specdec: not writing {self.rel(c.path)}: {why}")
                 not_written.append((self.rel(c.path), why))
@@ -310,36 +278,31 @@ class Judge:
             not_written=(*not_written, *((rel(p), f"could not write it: {why}") for p, why in summary.failed)))
         return lines + summary.lines(self.store.root), writes, bool(summary.failed)
 
-    def machine_at_end(self, family: Sequence[tuple[str, BaselineCheck]], *, fail_machine: bool) -> SessionEnd:
-        """Session end, first: the machine factor over every compared test and every test's final verdicts
-        (`Pipeline.finish`). Beyond its threshold the factor fails the session (--specdec-fail-machine) or is
-        a warning, which the wiring gives before `finish` writes. ``family``: the session's checks, in its order."""
+    def finish(self, tests: Sequence[Finished[BaselineCheck]]) -> SessionEnd:
+        """Session end: the machine factor over every compared test and every test's final verdicts
+        (`Pipeline.finish`); beyond its threshold the factor fails the session (--specdec-fail-machine), else
+        `machine_warns` asks the wiring to warn. Then the tests that regress only once the whole family is
+        known, and the queued baseline writes. ``tests``: the session's, in its order."""
+        from pytest_specdec.gate.check import TestEnd
         from pytest_specdec.gate.machine import state_summary
+        from pytest_specdec.gate.verdicts import gated_with
 
+        family = [(t.nodeid, t.check) for t in tests]
         end = SessionEnd(self.pipeline.finish(family, self.thresholds()))
         end.state = state_summary(family, self.pipeline.state_tolerance)
         if end.machine is not None and end.machine.beyond and not self.updating_all:
-            end.machine_failed, end.machine_warns = fail_machine, not fail_machine
-        return end
-
-    def finish(self, end: SessionEnd, tests: Sequence[tuple[str, BaselineCheck | None, CaseResult | None, str]]
-               ) -> None:
-        """Session end, then: the tests that regress only once the whole family is known, and the queued
-        baseline writes. ``tests``: every test's (nodeid, check, result, outcome)."""
-        from pytest_specdec.gate.check import TestEnd
-        from pytest_specdec.gate.verdicts import gated_with
-
-        checked = [(n, c, r, o) for n, c, r, o in tests if c is not None]
-        for nodeid, c, _, _ in checked:
+            end.machine_failed, end.machine_warns = self.cfg.fail_machine, not self.cfg.fail_machine
+        for nodeid, c in family:
             late = gated_with(c.final or [], REGRESSED)  # a shown metric never fails the session
             if late and c.check and not c.failed and not self.updating_all and c.status == "compared":
                 end.late_regressions.append(
                     (nodeid, TestEnd(REGRESSED, True, self.rel(c.path), self.create_command(nodeid, "all"))))
-        unjudged = tuple(n for n, c, _, _ in checked if c.status == "missing")
+        unjudged = tuple(n for n, c in family if c.status == "missing")
         if unjudged and (self.hardware.without_own or (self.cfg.update and not self.hardware.this.files)):
             end.no_own_baselines = (self.hardware, unjudged)
-        if self.cfg.update and checked:  # a test read its baseline here or, under xdist, on a worker
-            end.written, end.baselines, end.baselines_failed = self.write(checked)
+        if self.cfg.update and tests:  # a test read its baseline here or, under xdist, on a worker
+            end.written, end.baselines, end.baselines_failed = self.write(tests)
+        return end
 
 
 def unwritable(result: CaseResult | None) -> str:

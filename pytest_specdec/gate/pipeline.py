@@ -3,7 +3,7 @@
 stored files → each stored night's machine factor → priors and pooled night variances (with the profile's
 floor) → per test: tonight's machine deviation and raw verdicts → the session's machine factor → the raw
 verdicts again with it → Benjamini-Hochberg/Holm over the family. The plugin's `Judge` walks it a test at
-a time (its looks add runs in between, `look`), `pytest-specdec compare` and the validation scripts all at
+a time (its looks add runs in between, `look_step`), `pytest-specdec compare` and the validation scripts all at
 once (`judge_all`); the last two steps are one function (`Pipeline.finish`) for all of them, so the CLI and
 the plugin cannot disagree on the same data.
 """
@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.gate.kinds import INCONCLUSIVE, NOT_COMPARABLE
+from pytest_specdec.gate.kinds import NOT_COMPARABLE
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.protocol import StopRule
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.variance import NightVariance, Prior
 
@@ -145,27 +146,31 @@ def judge_all(pipeline: Pipeline, family: Sequence[tuple[str, BaselineCheck]], t
     return pipeline.finish(family, thresholds)
 
 
-def sequential(pipeline: Pipeline, c: BaselineCheck, looks: Sequence[int], night_at: Callable[[int], Night], *,
-               tonight_log: Callable[[], float | None]) -> None:
-    """A test's looks: judge its first runs; while a gated verdict is inconclusive and another look could
-    settle it, take the runs of the next look (``night_at(n)``: tonight with n runs per arm, measuring more
-    where needed) and judge again, alpha split over the planned looks. Records the looks taken and, when
-    it stops early, the runs not spent and why."""
-    from pytest_specdec.gate.sequential import next_look_useful
-    from pytest_specdec.gate.stats import alpha_for_look
-    from pytest_specdec.gate.verdicts import gated_with
+def look_step(pipeline: Pipeline, c: BaselineCheck, looks: Sequence[int], look: int, night: Night, *,
+              tonight_log: Callable[[], float | None], stop: StopRule | None = None) -> int | None:
+    """Look ``look`` (1-based) of the planned ``looks``: tonight's runs so far (``night``) judged; the runs per
+    arm of the next look, or None when this one is the last: all planned runs taken, or ``stop`` (a
+    `protocol.StopRule`, by default `sequential.until_settled`) says why not (``c.unspent``, ``c.stop_reason``)."""
+    from pytest_specdec.gate.sequential import next_look, until_settled
 
     c.max_looks = len(looks)
-    for i, n in enumerate(looks, start=1):
-        night = night_at(n)
-        n_now = len(night.reference)
-        c.looks.append(n_now)
-        pipeline.look(c, night, look=i, tonight_log=tonight_log)
-        if i == len(looks) or n_now >= looks[-1]:
-            break
-        if not next_look_useful(c.raw, n_now, looks[-1], alpha_for_look(pipeline.alpha, i, len(looks))):
-            open_ = [v.metric for v in gated_with(c.raw, INCONCLUSIVE)]
-            c.unspent = looks[-1] - n_now
-            c.stop_reason = (f"{', '.join(open_)} inconclusive, but {looks[-1]} runs could not settle it" if open_
-                             else "every gated verdict is conclusive")
-            break
+    n_now = len(night.reference)
+    c.looks.append(n_now)
+    pipeline.look(c, night, look=look, tonight_log=tonight_log)
+    nxt, why = next_look(looks, look, n_now, c.raw, pipeline.alpha, stop or until_settled)
+    if why:
+        c.unspent, c.stop_reason = looks[-1] - n_now, why
+    return nxt
+
+
+def sequential(pipeline: Pipeline, c: BaselineCheck, looks: Sequence[int], night_at: Callable[[int], Night], *,
+               tonight_log: Callable[[], float | None], stop: StopRule | None = None) -> None:
+    """A test's looks at once (the simulations): judge its first runs; while ``stop`` lets it (`look_step`),
+    take the runs of the next look (``night_at(n)``: tonight with n runs per arm) and judge again, alpha split
+    over the planned looks. Records the looks taken and, when it stops early, the runs not spent and why."""
+    look, n = 1, looks[0]
+    while True:
+        nxt = look_step(pipeline, c, looks, look, night_at(n), tonight_log=tonight_log, stop=stop)
+        if nxt is None:
+            return
+        look, n = look + 1, nxt

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,7 @@ from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, POINTS
 from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import LOG_KINDS, to_natural, to_scale
-from pytest_specdec.gate.stats import Verdict, check_alpha, decide
+from pytest_specdec.gate.stats import Verdict, alpha_for_look, check_alpha, decide
 
 
 def _holm(p: np.ndarray) -> np.ndarray:
@@ -102,6 +102,27 @@ def next_look_useful(verdicts: Sequence[Verdict], n_now: int, max_runs: int, alp
         elif can_settle(v, max_runs, alpha_look):
             return True
     return False
+
+
+def until_settled(verdicts: Sequence[Verdict], n_now: int, n_max: int, alpha_look: float) -> str | None:
+    """The default stop rule (`protocol.StopRule`): look again while a gated verdict is inconclusive and more
+    runs could settle it (:func:`next_look_useful`); else why it stops."""
+    if next_look_useful(verdicts, n_now, n_max, alpha_look):
+        return None
+    open_ = [v.metric for v in verdicts if v.family == GATED and v.verdict == INCONCLUSIVE]
+    return (f"{', '.join(open_)} inconclusive, but {n_max} runs could not settle it" if open_
+            else "every gated verdict is conclusive")
+
+
+def next_look(looks: Sequence[int], look: int, n_now: int, verdicts: Sequence[Verdict], alpha: float,
+              stop: Callable[[Sequence[Verdict], int, int, float], str | None]) -> tuple[int | None, str]:
+    """After look ``look`` (1-based) of the planned ``looks`` (runs per arm at each), with ``n_now`` runs and
+    these ``verdicts``: the runs of the next look, or None and why it stops before its planned runs ("" when
+    the planned runs are all taken). ``stop`` (a `protocol.StopRule`) is asked at this look's level."""
+    if look >= len(looks) or n_now >= looks[-1]:
+        return None, ""
+    why = stop(verdicts, n_now, looks[-1], alpha_for_look(alpha, look, len(looks)))
+    return (looks[look], "") if why is None else (None, why)
 
 
 def should_continue(verdict: Verdict, n_now: int, max_runs: int) -> bool:

@@ -313,3 +313,25 @@ def write_sweep(root: Path, path: Path, record: dict[str, Any], night: dict[str,
     with FileLock(str(root / ".specdec-baselines.lock"), timeout=600):
         write_atomic(path, render({**record, "schema": SWEEP_SCHEMA, "nights": nights}))
     return ("updated" if old is not None else "created") + f": {len(nights)} night(s) kept{note}"
+
+
+@dataclass(frozen=True)
+class BaselineWrites:
+    """What ``--update-baselines`` did, for the results and the report as well as the terminal: a CI job
+    that opens a pull request with the files, or a reviewer of the night, reads it there. Paths are as
+    the checkout names them, so they can go to `git add` as they are."""
+
+    root: str  # the baselines' root
+    mode: str  # "all" or "missing"
+    created: tuple[str, ...] = ()
+    updated: tuple[tuple[str, str], ...] = ()  # (path, old → new headline figures, what was kept or dropped)
+    unchanged: tuple[tuple[str, str], ...] = ()  # (path, why it was not written)
+    unused: tuple[str, ...] = ()  # files of the session's modules that no test of the session read
+    not_written: tuple[tuple[str, str], ...] = ()  # (path, why): failed tests, tests without valid runs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": self.root, "mode": self.mode, "created": list(self.created),
+                "updated": [{"path": p, "change": c} for p, c in self.updated],
+                "unchanged": [{"path": p, "reason": r} for p, r in self.unchanged],
+                "unused": list(self.unused),
+                "not_written": [{"path": p, "reason": r} for p, r in self.not_written]}

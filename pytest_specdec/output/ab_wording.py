@@ -1,23 +1,23 @@
 """An A/B session's sentences (`gate/ab_session.py`): what the two sides are, what differs between them, each
-test's verdicts and attribution, a regressed candidate's message and the session's closing line; the
-nightly's wording (`wording.py`) supplies the shared pieces.
+test's verdicts, looks and attribution, what its end decided (a regressed candidate's message, an inconclusive
+one's warning) and the session's closing line; the nightly's wording (`wording.py`) supplies the shared pieces.
+It words what the A/B gate decided and decides nothing: the session drives the gate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED
 from pytest_specdec.gate.registry import label
+from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED
 from pytest_specdec.output.wording import FDR_NAMES, format_change, format_p, format_threshold, guard_text, split_sentence
 from pytest_specdec.output.wording import table
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from pytest_specdec.gate.ab_session import ABCheck, ABGate
-    from pytest_specdec.gate.judge import SessionEnd
+    from pytest_specdec.gate.ab_session import ABCheck
+    from pytest_specdec.gate.check import TestEnd
+    from pytest_specdec.gate.protocol import SessionEnd
     from pytest_specdec.gate.stats import Verdict
 
 
@@ -49,7 +49,8 @@ def ab_verdict_line(v: Verdict) -> str:
 def ab_test_lines(nodeid: str, c: ABCheck) -> list[str]:
     """A test's A/B verdicts for the terminal, as its end adjusted them, and what a regression points at."""
     pairs = max((v.n_now for v in c.shown()), default=0)
-    lines = [f"specdec A/B: {nodeid}: {ab_sides(c)} ({pairs} pairs)"]
+    looks = f", looks at {', '.join(map(str, c.looks))} pairs" if len(c.looks) > 1 else ""
+    lines = [f"specdec A/B: {nodeid}: {ab_sides(c)} ({pairs} pairs{looks})"]
     lines += [f"  {ab_verdict_line(v)}" for v in c.shown()]
     lines += ab_changed_lines(c)
     why = ab_attribution(c)
@@ -85,27 +86,51 @@ def ab_changed_lines(c: ABCheck) -> list[str]:
     return lines
 
 
-def ab_failure(c: ABCheck, *, alpha: float, fdr: str) -> str:
+def ab_level(c: ABCheck) -> str:
+    """The CI level of a test's A/B verdicts: 1 - 2 alpha, alpha split over its planned looks."""
+    return f"{100 * (1 - 2 * c.alpha / max(1, c.max_looks)):.4g}% CI"
+
+
+def ab_failure(c: ABCheck, *, fdr: str) -> str:
     """A test whose candidate regressed against its base: the metrics, the table, the attribution and why."""
     bad = c.regressed()
     why = ab_attribution(c)
     return "\n".join([
         f"specdec A/B: the candidate regressed against the base: {', '.join(v.metric for v in bad)}",
         f"{ab_sides(c)}; p: one-sided, adjusted by {FDR_NAMES[fdr]} over the session's A/B verdicts",
-        "", table(c.shown(), f"{100 * (1 - 2 * alpha):.4g}% CI", ("base", "candidate")), "",
+        "", table(c.shown(), ab_level(c), ("base", "candidate")), "",
         *([f"attribution: {why}"] if why else []),
         "why:", *[f"  {v.metric}: {v.note}" for v in bad]])
 
 
-def ab_session_lines(checks: Sequence[tuple[str, ABCheck]], end: Any, *, alpha: float, fdr: str
+def ab_test_end_message(nodeid: str, c: ABCheck, end: TestEnd, *, fdr: str
+                        ) -> tuple[list[str], str | None, str | None]:
+    """An A/B test's end (`ABGate.test_end`) in words: its lines for the terminal, its failure message and its
+    warning (either None)."""
+    lines = ab_test_lines(nodeid, c)
+    if end.outcome == REGRESSED:
+        return lines, ab_failure(c, fdr=fdr), None
+    if end.outcome != INCONCLUSIVE:
+        return lines, None, None
+    what = "; ".join(f"{v.metric} {guard_text(v)}" for v in end.open)
+    msg = (f"{len(end.open)} gated A/B metric(s) inconclusive after {c.looks[-1] if c.looks else '?'} pair(s): "
+           f"{what}")
+    if end.fails:
+        return lines, (f"specdec A/B: {msg} (--specdec-fail-inconclusive)\n{ab_sides(c)}\n\n"
+                       f"{table(c.shown(), ab_level(c), ('base', 'candidate'))}"), None
+    return lines, None, f"{nodeid}: {msg}; the test passes (--specdec-fail-inconclusive fails it)"
+
+
+def ab_session_lines(checks: Sequence[tuple[str, ABCheck]], end: SessionEnd, *, fdr: str
                      ) -> tuple[list[str], list[str]]:
     """The A/B session's end (`gate.ab_session.ABGate.finish`): its closing line (tests judged, how many regressed
     and at what, the verdicts' counts), and the tests that regressed only once the whole family was known."""
     by = dict(checks)
     late = [f"specdec: {n}: after the whole session's A/B family was known, "
-            + ab_failure(by[n], alpha=alpha, fdr=fdr).removeprefix("specdec A/B: ") for n, _ in end.late_regressions]
+            + ab_failure(by[n], fdr=fdr).removeprefix("specdec A/B: ") for n, _ in end.late_regressions]
     if not checks:
         return [], late
+
     def counted(family: str) -> str:
         """The family's verdicts by kind, e.g. "2 regressed, 5 unchanged"."""
         counts: dict[str, int] = {}
@@ -122,20 +147,3 @@ def ab_session_lines(checks: Sequence[tuple[str, ABCheck]], end: Any, *, alpha: 
             + (f" ({causes})" if causes else "") + f"; verdicts: {counted(GATED)}"
             + (f"; shown, never failing (the references' tok/s, the speedups): {counted(SHOWN)}" if shown else "")
             ], late
-
-
-def ab_test_end(gate: ABGate, checks: Sequence[tuple[str, ABCheck]], nodeid: str,
-                collected: Sequence[tuple[str, dict[str, Any] | None]], progress: Callable[[str], None]) -> str | None:
-    """At an A/B test's end: its check decided (`ABGate.test_end`), its lines shown, its failure message or None."""
-    c = gate.test_end(checks, nodeid, collected)
-    for line in ab_test_lines(nodeid, c):
-        progress(line)
-    return ab_failure(c, alpha=gate.alpha, fdr=gate.fdr) if c.failed else None
-
-
-def ab_session_end(gate: ABGate, checks: Sequence[tuple[str, ABCheck]]) -> tuple[SessionEnd, list[str], list[str]]:
-    """At an A/B session's end: the whole family adjusted (`ABGate.finish`), its closing line and the messages of
-    the tests that regress only now (`ab_session_lines`)."""
-    end = gate.finish(checks)
-    summary, late = ab_session_lines(checks, end, alpha=gate.alpha, fdr=gate.fdr)
-    return end, summary, late

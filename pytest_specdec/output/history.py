@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.output.schema import Results, TestEntry
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.nights import Night as RunNight
     from pytest_specdec.gate.trend import Trend
+
+#: How the history names the base of an A/B night's test, after the test's id (the test's own series is the
+#: candidate's).
+AB_BASE = " (A/B base)"
+#: How the nights' table marks an A/B session's night.
+AB_NIGHT = "  (A/B: candidates, and their bases as <test>" + AB_BASE + ")"
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,11 @@ class Night:
     def hardware(self) -> str:
         """The machine the night was measured on, as its results recorded it."""
         return str(self.results.environment.get("hardware") or "unknown hardware")
+
+    @property
+    def ab(self) -> bool:
+        """An A/B session's night: its tests' series are the candidates', and their bases follow (`AB_BASE`)."""
+        return any(t.ab is not None for t in self.results.tests)
 
 
 @dataclass
@@ -117,14 +129,19 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
     from pytest_specdec.gate.registry import GATED
     from pytest_specdec.gate.trend import ALPHA, trend, trends
 
+    from pytest_specdec.output.ab_results import base_night
+
     several = len({n.hardware for n in nights}) > 1
-    tests: dict[tuple[str, str], dict[int, TestEntry]] = {}
+    tests: dict[tuple[str, str], dict[int, tuple[TestEntry, RunNight]]] = {}
     gates: dict[str, dict[str, None]] = {}
     for k, night in enumerate(nights):
-        for t in night.results.tests:
-            tests.setdefault((t.nodeid, night.hardware if several else ""), {})[k] = t
-            gates.setdefault(t.nodeid, dict.fromkeys(GATED)).update(
-                dict.fromkeys(t.baseline.gate if t.baseline else ()))
+        for i, t in enumerate(night.results.tests):
+            # An A/B night's test is its candidate; its base follows as a test of its own (`AB_BASE`).
+            base = base_night(t, f"{night.path}: tests[{i}]")
+            for nodeid, runs in ((t.nodeid, t.night), *(((t.nodeid + AB_BASE, base),) if base else ())):
+                tests.setdefault((nodeid, night.hardware if several else ""), {})[k] = (t, runs)
+                gates.setdefault(nodeid, dict.fromkeys(GATED)).update(
+                    dict.fromkeys(t.baseline.gate if t.baseline else ()))
     out: list[Series] = []
     for (nodeid, hardware), per_night in tests.items():
         for metric in gates[nodeid]:
@@ -136,8 +153,8 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
                 if k not in per_night:
                     points.append(Point(k, None, gap="not in this night's results"))
                     continue
-                test = per_night[k]
-                values = test.night.metric_values().get(metric)
+                test, runs = per_night[k]
+                values = runs.metric_values().get(metric)
                 if not values:
                     points.append(Point(k, None, gap=f"no valid run with this metric (test {test.outcome})"))
                     continue
@@ -179,7 +196,8 @@ def table_lines(nights: Sequence[Night], rows: Sequence[Series]) -> list[str]:
     from pytest_specdec.output.wording import format_delta, format_value
 
     out = [f"nights ({len(nights)}, by session start):"]
-    out += [f"  {k + 1:>3}  {n.started}  {n.hardware}  {n.path}" for k, n in enumerate(nights)]
+    out += [f"  {k + 1:>3}  {n.started}  {n.hardware}  {n.path}" + (AB_NIGHT if n.ab else "")
+            for k, n in enumerate(nights)]
     out.append("")
     current = None
     for s in rows:
@@ -270,7 +288,7 @@ def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequenc
                               for c, night in zip(tr.change_points if tr else (), s.change_nights)],
         }
     return {
-        "nights": [{"night": k + 1, "started": n.started, "hardware": n.hardware, "file": str(n.path)}
+        "nights": [{"night": k + 1, "started": n.started, "hardware": n.hardware, "file": str(n.path), "ab": n.ab}
                    for k, n in enumerate(nights)],
         "duplicates": [{"file": str(d.path), "same_session_as": str(k.path)} for d, k in duplicates],
         "skipped": [{"file": str(path), "why": why} for path, why in skipped],

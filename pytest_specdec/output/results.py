@@ -27,7 +27,7 @@ from pytest_specdec.gate.kinds import REGRESSED
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABCheck
     from pytest_specdec.gate.check import BaselineCheck
-    from pytest_specdec.gate.judge import BaselineWrites
+    from pytest_specdec.gate.store import BaselineWrites
     from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.measure.datasets import Dataset
@@ -179,7 +179,7 @@ def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
             "attribution": cause, "attribution_text": ab_attribution(c),
             "split": None if c.split is None else c.split.to_dict(),
             "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(c.thresholds),
-            "runs": runs}
+            **c.to_dict(), "runs": runs}
 
 
 def session_results(*, started: float, profile: Profile, gpu_names: str | None, servers: dict[str, VllmServer],

@@ -224,7 +224,7 @@ class GateEntry:
 
 @dataclass(frozen=True)
 class BaselineUpdate:
-    """What --update-baselines wrote at the session's end (`gate.judge.BaselineWrites`); paths as the
+    """What --update-baselines wrote at the session's end (`gate.store.BaselineWrites`); paths as the
     checkout names them. A file written without the flag, or before the field existed, has none."""
 
     root: str

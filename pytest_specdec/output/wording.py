@@ -364,7 +364,7 @@ def test_end_message(nodeid: str, c: BaselineCheck, end: TestEnd, *, alpha: floa
 
 def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Sequence[tuple[str, CaseResult | None]],
                       *, alpha: float, fdr: str, strict: bool = False) -> list[str]:
-    """The gate's lines at the session's end (`gate.judge.SessionEnd`), in order: a machine without baselines of
+    """The gate's lines at the session's end (`gate.protocol.SessionEnd`), in order: a machine without baselines of
     its own (once), the late regressions' heading, the machine factor, the late regressions, the coalesced runs,
     then what the baseline store wrote."""
     from pytest_specdec.output.hardware_wording import machine_state_lines, no_own_baselines_lines

@@ -51,7 +51,7 @@ def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable
 def session(pytester: pytest.Pytester, profile: Path, *extra: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
         f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-        "--specdec-settle-timeout=0", f"--specdec-runs={PAIRS}", *extra)
+        "--specdec-settle-timeout=0", f"--specdec-runs={PAIRS}", f"--specdec-max-runs={PAIRS}", *extra)
 
 
 def test_a_slower_install_is_told_apart_from_speculation(pytester: pytest.Pytester, project: Path,

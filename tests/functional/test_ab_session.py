@@ -3,8 +3,10 @@ through the `vllm serve` stand-in, interleaved run by run, and the candidate jud
 
 The stand-in gives each draft model its own behaviour (`METHOD:MODEL` keys of its config): an A/A session (two
 drafts that behave alike) passes with tok/s not regressed; a candidate whose steps are 30 % slower at the same
-acceptance fails on tok/s, attributed to step time; one with a lower acceptance is attributed to acceptance.
-Usage errors stop the session before anything starts.
+acceptance fails on tok/s, attributed to step time, where the marker's thresholds say so and not where the ini's
+do, and on P95 TPOT where the marker gates it, after more than one look; one with a lower acceptance is attributed
+to acceptance. --specdec-max-runs caps the pairs and --specdec-fail-inconclusive fails an open verdict. Usage errors
+(and what an A/B cannot apply) stop the session before anything starts.
 """
 
 from __future__ import annotations
@@ -38,16 +40,24 @@ def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable
     return make_profile("fakeab", methods=("eagle3",), validity=DISTURBED_RULE_ON)
 
 
-def session(pytester: pytest.Pytester, profile: Path, *extra: str) -> pytest.RunResult:
-    """An A/B session of the suite's one test (a subprocess: the project's conftest replaces vLLM's launcher)."""
+def session(pytester: pytest.Pytester, profile: Path, *extra: str, runs: tuple[int, int] = (PAIRS, PAIRS)
+            ) -> pytest.RunResult:
+    """An A/B session of the suite (a subprocess: the project's conftest replaces vLLM's launcher): ``runs`` pairs
+    at the first look and at most (by default one look of PAIRS)."""
     return pytester.runpytest_subprocess(
         f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-        "--specdec-settle-timeout=0", f"--specdec-runs={PAIRS}", *extra)
+        "--specdec-settle-timeout=0", f"--specdec-runs={runs[0]}", f"--specdec-max-runs={runs[1]}", *extra)
+
+
+def ab_sections(pytester: pytest.Pytester) -> dict[str, dict[str, Any]]:
+    """Each test's `ab` section of the results, by test function name."""
+    tests = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]
+    return {t["nodeid"].split("::")[-1].split("[")[0]: t["ab"] for t in tests}
 
 
 def ab_section(pytester: pytest.Pytester) -> dict[str, Any]:
-    (test,) = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]
-    return test["ab"]  # type: ignore[no-any-return]
+    (ab,) = ab_sections(pytester).values()
+    return ab
 
 
 def test_aa_passes_and_records_three_arms(pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm) -> None:
@@ -82,37 +92,113 @@ def test_aa_passes_and_records_three_arms(pytester: pytest.Pytester, project: Pa
     assert len(started) == 3, started  # reference, base and candidate: one server each, alive together
 
 
-def test_slower_candidate_regresses_on_step_time(pytester: pytest.Pytester, project: Path,
-                                                  fake_vllm: FakeVllm) -> None:
-    fake_vllm.configure({**SERVERS, "eagle3:/heads/slow": {"step_s": SPEC_STEP_S * 1.3}})
+#: The marker's, the ini's and the gate's fields in one session: the candidate's steps 60 % slower (tok/s about
+#: -37 %, P95 TPOT and E2E about +60 %); the ini loosens tok/s to 70 % and P95 E2E to 200 %.
+SLOW_INI = "[pytest]\nspecdec_thresholds =\n    output_tok_s=70\n    e2e_p95_ms=200\n"
+SLOW_SUITE = {"test_head": 'thresholds={"output_tok_s": 5}', "test_ini": None, "test_gate": 'gate=["tpot_p95_ms"]'}
+
+
+def test_slower_candidate_judged_by_the_marker_ini_and_gate_over_looks(
+        pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    pytester.makepyfile(test_suite="".join(make_suite(**{**SUITE, "name": name, "verdicts": verdicts})
+                                           for name, verdicts in SLOW_SUITE.items()))
+    pytester.makeini(SLOW_INI)
+    fake_vllm.configure({**SERVERS, "eagle3:/heads/slow": {"step_s": SPEC_STEP_S * 1.6}})
+    # One pair at the first look (too little data, always inconclusive), then 3 and 5: --specdec-max-runs caps it
+    # below the profile's 8 A/B pairs.
     r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-draft=eagle3=/heads/slow",
-                f"--junitxml={pytester.path / 'junit.xml'}")
-    r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["*specdec A/B: the candidate regressed against the base: output_tok_s*",
+                f"--junitxml={pytester.path / 'junit.xml'}", runs=(1, 5))
+    # What the session decided, over its whole A/B family (a regression may show at its test's end, or, as BH pads
+    # the family with the tests to come, only once every p-value is in: a late one fails the session).
+    assert r.ret == pytest.ExitCode.TESTS_FAILED
+    outcomes = {t["nodeid"].split("::")[-1].split("[")[0]: t["outcome"]
+                for t in json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]}
+    assert outcomes["test_ini"] == "passed", outcomes
+    ab = ab_sections(pytester)
+    assert all(x["adjusted"] == "session" for x in ab.values())
+    # The marker's threshold (5 %) over the ini's (70 %): tok/s regressed, attributed to step time.
+    r.stdout.fnmatch_lines(["*the candidate regressed against the base: output_tok_s*",
                             "*attribution: step time (the candidate drafts the same tokens more slowly); speedup -*: "
                             "acceptance unchanged (τ 4.00 → 4.00, +0.0 %), spec step time +* % (in reference steps); "
-                            "mostly step time",
-                            "specdec A/B: 1 test(s) judged candidate vs base, 1 regressed (test_head*: step time)*"])
-    # the test's line: what its (candidate's) speedup is made of
-    r.stdout.fnmatch_lines(["specdec: *test_head*: * tok/s vs reference *, speedup *x, acceptance 1.000; τ 4.00 "
-                            "(k 3; i.i.d. 4.00 from α 1.000), predicted speedup *x vs measured *x, efficiency *"])
-    ab = ab_section(pytester)
-    assert "output_tok_s" in ab["regressed"] and ab["attribution"] == "step time", ab["verdicts"]
-    # the candidate's steps are 30 % dearer at the same τ: the split finds it in the step time
-    assert ab["split"]["cause"] == "step time" and ab["split"]["tau_change_pct"] == 0.0, ab["split"]
-    assert 10 < ab["split"]["step_change_pct"] < 60, ab["split"]
-    assert ab["verdicts"]["acceptance_rate"]["verdict"] == "unchanged"
+                            "mostly step time"])
+    head = ab["test_head"]
+    assert head["thresholds"]["per_metric"]["output_tok_s"] == 5.0 and head["regressed"] == ["output_tok_s"], head
+    assert head["attribution"] == "step time" and head["verdicts"]["acceptance_rate"]["verdict"] == "unchanged"
+    # the candidate's steps are 60 % dearer at the same τ: the split finds it in the step time
+    assert head["split"]["cause"] == "step time" and head["split"]["tau_change_pct"] == 0.0, head["split"]
+    assert 30 < head["split"]["step_change_pct"] < 100, head["split"]
+    # The ini's thresholds where the marker says none: the same drop is inside 70 %, and the test passes.
+    ini = ab["test_ini"]
+    assert ini["thresholds"]["per_metric"] == {**ini["thresholds"]["per_metric"], "output_tok_s": 70.0,
+                                               "e2e_p95_ms": 200.0}, ini["thresholds"]
+    assert ini["regressed"] == [] and ini["verdicts"]["output_tok_s"]["verdict"] in ("unchanged", "inconclusive")
+    # More than one look: the first (one pair) is inconclusive, so pairs are added, alpha split over 3 looks.
+    for name in SLOW_SUITE:
+        assert ab[name]["looks"][:2] == [1, 3] and ab[name]["planned_looks"] == [1, 3, 5], ab[name]
+        assert ab[name]["ci_level"] == pytest.approx(1 - 2 * 0.05 / 3)
+    r.stdout.fnmatch_lines(["specdec A/B: *test_ini*: inconclusive at look 1 of 3: 3 pairs"])
+    # The marker's gate=[...]: P95 TPOT judged pair by pair in the gated family (an A/B judges no TPOT otherwise),
+    # and only it may fail the test (tok/s and E2E are within the ini's). Whether its +60 % clears BH over the
+    # session's family at 3 to 5 pairs depends on the machine's noise: regressed, or inconclusive.
+    gate = ab["test_gate"]
+    assert gate["gate"] == ["output_tok_s", "acceptance_rate", "e2e_p95_ms", "tpot_p95_ms"], gate
+    tpot = gate["verdicts"]["tpot_p95_ms"]
+    assert tpot["family"] == "gated" and tpot["delta"] > 10 and tpot["verdict"] in ("regressed", "inconclusive"), tpot
+    assert gate["regressed"] == (["tpot_p95_ms"] if tpot["verdict"] == "regressed" else []), gate["verdicts"]
     junit = ElementTree.parse(pytester.path / "junit.xml")
     properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
     assert properties["specdec_ab"] == "candidate /heads/slow vs base /heads/a", properties
-    assert properties["specdec_ab_verdict_output_tok_s"].startswith("regressed -"), properties
-    assert properties["specdec_ab_attribution"] == "step time" and properties["specdec_runs_base"].endswith(" of 6")
+    assert properties["specdec_ab_verdict_output_tok_s"].split()[0] in ("regressed", "unchanged", "inconclusive")
     report = (pytester.path / "reports" / "latest.html").read_text()
     assert "A/B: candidate /heads/slow vs base /heads/a" in report and "step time (the candidate drafts" in report
-    assert re.search(r"runs: reference \d valid of 6; base \d valid of 6; candidate \d valid of 6", report)
+    assert re.search(r"runs: reference \d valid of [35]; base \d valid of [35]; candidate \d valid of [35]", report)
     # the A/B's table worded as the nightly's (`output.wording`): the metric's label, Δ and its CI alike
     assert re.search(r"<td class=\"l\">spec tok/s</td><td class=\"l\">gated</td><td>[\d.]+</td><td>[\d.]+</td>"
                      r"<td>-[\d.]+ %</td><td>-[\d.]+ % \.\. [-+][\d.]+ %</td>", report)
+    check_compare_and_history(pytester.path / "reports", ab, capsys)
+
+
+def check_compare_and_history(reports: Path, ab: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+                              ) -> None:
+    """`pytest-specdec compare` and `history` read the A/B session's results: compare judges each test again
+    through the A/B gate's functions (the session's very verdicts), alone or beside another A/B file; history
+    lists the candidate and its base."""
+    from pytest_specdec.cli import main
+
+    capsys.readouterr()  # what pytester printed so far
+    latest = reports / "latest.json"
+    (stamped,) = [p for p in reports.glob("specdec-*.json") if not p.name.endswith(".outputs.json")]
+    assert main(["compare", str(latest), "--json"]) == 1  # its regressions fail, as they failed the session
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(out["failed"]) == sorted(t for t in out["regressed"]), out
+    for t in out["tests"]:
+        name = t["nodeid"].split("::")[-1].split("[")[0]
+        recorded = {m: (v["verdict"], v["delta"], v["p"]) for m, v in ab[name]["verdicts"].items()}
+        assert {m: (v["verdict"], v["delta"], v["p"]) for m, v in t["verdicts"].items()} == recorded, name
+    assert main(["compare", str(stamped), str(latest)]) == 1
+    text = capsys.readouterr().out
+    assert "specdec compare: 3 A/B test(s) of " in text and "output_tok_s: Δ -" in text, text
+    assert f" in {stamped} (candidate /heads/slow vs base /heads/a) → Δ " in text, text
+    assert main(["history", str(reports)]) == 0
+    text = capsys.readouterr().out
+    assert "(A/B: candidates, and their bases as <test> (A/B base))" in text, text
+    assert re.search(r"test_suite.py::test_ini\[\S+\] \(A/B base\)\n  speedup ", text), text
+
+
+def test_max_runs_caps_the_pairs_and_fail_inconclusive_fails(pytester: pytest.Pytester, project: Path,
+                                                               fake_vllm: FakeVllm) -> None:
+    # One pair: every gated verdict has too little data. --specdec-max-runs 1 keeps it there (else the looks would
+    # add pairs up to the profile's 8), and --specdec-fail-inconclusive fails the test for it.
+    fake_vllm.configure(SERVERS)
+    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-fail-inconclusive",
+                runs=(1, 1))
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*specdec A/B: 3 gated A/B metric(s) inconclusive after 1 pair(s): *"
+                            "(--specdec-fail-inconclusive)"])
+    ab = ab_section(pytester)
+    assert ab["looks"] == [1] and ab["planned_looks"] == [1] and ab["unspent_runs"] == 0, ab
+    assert {v["verdict"] for v in ab["verdicts"].values()} == {"inconclusive"}, ab["verdicts"]
 
 
 def test_one_server_at_a_time_takes_abba_blocks_of_the_three_arms(pytester: pytest.Pytester, project: Path,
@@ -149,16 +235,33 @@ def test_lower_acceptance_is_attributed_to_acceptance(pytester: pytest.Pytester,
 @pytest.mark.parametrize(("extra", "message"), [
     (("--specdec-base-draft=eagle3=/heads/a", "--update-baselines"),
      "ERROR: --update-baselines with --specdec-base-draft: an A/B session judges the candidate against the base*"),
+    (("--specdec-base-draft=eagle3=/heads/a", "--specdec-strict"),
+     "ERROR: --specdec-strict with --specdec-base-draft: it fails a session on a stored baseline measured under "
+     "other conditions, and an A/B session reads no stored night; drop --specdec-strict for the A/B session"),
+    (("--specdec-base-draft=eagle3=/heads/a", "-o", "specdec_gate=e2e_p95_ratio"),
+     "ERROR: ini specdec_gate names e2e_p95_ratio, which an A/B session cannot gate*"),
+    (("--specdec-base-draft=eagle3=/heads/a", "--specdec-max-runs=3"),
+     "ERROR: --specdec-max-runs 3 is below the runs per test (6, --specdec-runs)*"),
     (("--specdec-base-draft=medusa=/heads/a",),
      "ERROR: --specdec-base-draft medusa=...: method 'medusa' is not in profile 'fakeab'; allowed: eagle3"),
     (("--specdec-base-draft=eagle3",), "ERROR: --specdec-base-draft expects METHOD=MODEL*, got 'eagle3'"),
 ])
 def test_usage_errors(pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm, extra: tuple[str, ...],
                       message: str) -> None:
-    r = session(pytester, project, *extra)
+    r = pytester.runpytest_subprocess(f"--specdec-profile={project}", f"--specdec-runs={PAIRS}", *extra)
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines([message])
     assert fake_vllm.records() == []  # nothing started
+
+
+def test_a_marker_field_an_ab_cannot_apply_is_a_usage_error(pytester: pytest.Pytester, project: Path,
+                                                           fake_vllm: FakeVllm, make_suite: Callable[..., str]) -> None:
+    pytester.makepyfile(test_suite=make_suite(**SUITE, verdicts='gate=["speedup"]'))
+    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["ERROR: test_suite.py::test_head?*?: specdec_verdicts(gate=?'speedup'?): an A/B session "
+                            "judges the candidate against the base pair by pair and cannot gate speedup; *"])
+    assert fake_vllm.records() == []
 
 
 def test_dry_run_lists_the_base_server(pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm) -> None:

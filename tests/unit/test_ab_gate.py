@@ -1,15 +1,19 @@
 """An A/B session's pieces, called directly: the three arms' order, the A/B thresholds and pairs, the candidate's
-verdicts against the base pair by pair, what a regression is attributed to, and what the gate refuses."""
+verdicts against the base pair by pair, its looks and stop rule, what a regression is attributed to, and what the
+gate refuses."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.ab import until_settled
 from pytest_specdec.gate.ab_session import ABCheck, ABGate, ab_thresholds, ab_verdicts
+from pytest_specdec.gate.protocol import Finished, Planned, TestOptions
 from pytest_specdec.gate.stats import Thresholds, Verdict
 from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
 from pytest_specdec.measure.runner import CaseResult, RunRecord
@@ -25,20 +29,29 @@ def test_reference_first_then_base_and_candidate_alternating() -> None:
     assert schedule_ab(1, 2) == [(1, "reference"), (1, "spec"), (1, "base")]  # a later look keeps the parity
 
 
-def test_thresholds_defaults_profile_then_command_line() -> None:
-    t = ab_thresholds({}, [], "profile")
+def test_thresholds_defaults_profile_ini_command_line_then_marker() -> None:
+    t = ab_thresholds({}, [], [], "profile")
     assert (t.per_metric["output_tok_s"], t.per_metric["e2e_p95_ms"], t.acceptance_points) == (5.0, 10.0, 2.0)
-    t = ab_thresholds({"output_tok_s": 3.0, "acceptance": 1.0}, ["e2e_p95_ms=20"], "profile")
+    t = ab_thresholds({"output_tok_s": 3.0, "acceptance": 1.0}, [], ["e2e_p95_ms=20"], "profile")
     assert (t.per_metric["output_tok_s"], t.per_metric["e2e_p95_ms"], t.acceptance_points) == (3.0, 20.0, 1.0)
-    assert "output_tok_s" not in ab_thresholds({}, ["rate=8"], "profile").per_metric  # a later kind wins
+    assert "output_tok_s" not in ab_thresholds({}, [], ["rate=8"], "profile").per_metric  # a later kind wins
+    t = ab_thresholds({"output_tok_s": 3.0}, ["output_tok_s=7", "e2e_p95_ms=30"], ["e2e_p95_ms=20"], "profile",
+                      {"output_tok_s": 9.0})
+    assert (t.per_metric["output_tok_s"], t.per_metric["e2e_p95_ms"]) == (9.0, 20.0)  # marker > cli > ini > profile
     with pytest.raises(ConfigError, match="--specdec-threshold: unknown metric 'tok_s'"):
-        ab_thresholds({}, ["tok_s=5"], "profile")
+        ab_thresholds({}, [], ["tok_s=5"], "profile")
+    with pytest.raises(ConfigError, match="ini specdec_thresholds: unknown metric 'tok_s'"):
+        ab_thresholds({}, ["tok_s=5"], [], "profile")
 
 
 def test_pairs_from_the_profile_unless_given() -> None:
     cpu = load_profile("cpu")
-    assert run_limits(cpu, None, None, ab=True) == ((21, 21), None)
-    assert run_limits(cpu, 6, 30, ab=True) == ((6, 6), None)  # one look: --specdec-max-runs has no say
+    assert run_limits(cpu, None, None, ab=True) == ((21, 21), None)  # one look of ab_runs pairs
+    assert run_limits(cpu, 6, None, ab=True) == ((6, 21), None)  # looks from 6 pairs up to ab_runs
+    assert run_limits(cpu, 6, 30, ab=True) == ((6, 30), None)  # ... or up to --specdec-max-runs
+    assert run_limits(cpu, 30, None, ab=True) == ((30, 30), None)
+    with pytest.raises(ConfigError, match=r"--specdec-max-runs 5 is below the runs per test \(21, \[matrix\] ab_runs"):
+        run_limits(cpu, None, 5, ab=True)
     assert run_limits(cpu, None, None) == ((4, 4), None)
 
 
@@ -68,15 +81,15 @@ def by_metric(verdicts: list[Verdict]) -> dict[str, Verdict]:
 
 
 def test_candidate_judged_against_the_base_pair_by_pair() -> None:
-    v = by_metric(ab_verdicts(case(0.7), ab_thresholds({}, [], "p"), 0.05))
+    v = by_metric(ab_verdicts(case(0.7), ab_thresholds({}, [], [], "p"), 0.05))
     assert list(v) == ["output_tok_s", "acceptance_rate", "e2e_p95_ms"]
     assert all(x.family == "gated" for x in v.values())
     assert v["output_tok_s"].verdict == "regressed" and -32 < v["output_tok_s"].delta < -28
     assert v["e2e_p95_ms"].verdict == "regressed" and v["acceptance_rate"].verdict == "unchanged"
-    same = by_metric(ab_verdicts(case(1.0), ab_thresholds({}, [], "p"), 0.05))
+    same = by_metric(ab_verdicts(case(1.0), ab_thresholds({}, [], [], "p"), 0.05))
     assert same["output_tok_s"].verdict == "unchanged", same["output_tok_s"]
     # An invalid candidate run takes its pair out; the base's run of that pair is not judged alone.
-    assert by_metric(ab_verdicts(case(1.0, invalid=3), ab_thresholds({}, [], "p"), 0.05))["output_tok_s"].n_now == 7
+    assert by_metric(ab_verdicts(case(1.0, invalid=3), ab_thresholds({}, [], [], "p"), 0.05))["output_tok_s"].n_now == 7
 
 
 def check(**verdicts: str) -> ABCheck:
@@ -98,8 +111,13 @@ def test_attribution() -> None:
                  speedup="regressed").cause() == "step time"
 
 
-def gate(profile_path: str = "cpu", **drafts: str) -> ABGate:
-    return ABGate(load_profile(profile_path), drafts or {"eagle3": "/heads/old"}, [], alpha=0.05, fdr="bh")
+def gate(profile_path: str = "cpu", runs: int = 8, max_runs: int = 8, **drafts: str) -> ABGate:
+    return ABGate(load_profile(profile_path), drafts or {"eagle3": "/heads/old"}, alpha=0.05, fdr="bh", runs=runs,
+                  max_runs=max_runs)
+
+
+def planned(method: str = "eagle3", nodeid: str = "t", **options: Any) -> Planned:
+    return Planned(nodeid, method, 3, None, TestOptions(**options))
 
 
 def test_gate_base_profile_and_refusals(tmp_path: Path) -> None:
@@ -137,16 +155,71 @@ def test_schedule_ab_orders_three_or_four_arms_interleaved_or_in_blocks() -> Non
 def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
     g = gate()
     first = dataclasses.replace(check(), raw=ab_verdicts(case(0.9), g.thresholds, 0.05))
-    collected = [("eagle3", None)] * 40 + [("ngram", None)]  # 40 A/B tests: 120 verdicts
-    c = g.test_end([("t1", first)], "t1", collected)
+    collected = [planned()] * 40 + [planned("ngram")]  # 40 A/B tests: 120 verdicts
+    end = g.test_end("t1", [("t1", first)], collected)
     # one p-value so far (the P95s and acceptance of these runs repeat exactly: the exact rule), 119 unseen
-    assert "119 without a p-value" in by_metric(c.verdicts)["output_tok_s"].note and c.failed
-    assert g.finish([("t1", first)]).late_regressions == []  # it failed at its end already
+    assert "119 without a p-value" in by_metric(first.verdicts)["output_tok_s"].note and first.failed
+    assert (end.outcome, end.fails) == ("regressed", True)
+    # a marker's gate=[...] adds to the padding: 40 tests, each with tpot_p95_ms too
+    g.test_end("t1", [("t1", first)], [planned(gate=("tpot_p95_ms",))] * 40)
+    assert "159 without a p-value" in by_metric(first.verdicts)["output_tok_s"].note
+    done = [Finished("t1", first, None, "failed")]
+    assert g.finish(done).late_regressions == []  # it failed at its end already
     assert first.final is not None and "without a p-value" not in by_metric(first.final)["output_tok_s"].note
     first.failed = False  # as if its end had not called it: regressed only over the whole family
-    assert [n for n, _ in g.finish([("t1", first)]).late_regressions] == ["t1"]
+    assert [n for n, _ in g.finish(done).late_regressions] == ["t1"]
     first.check = False  # specdec_verdicts(check=False): shown, never failed
-    assert not g.test_end([("t1", first)], "t1", collected).failed and g.finish([("t1", first)]).late_regressions == []
+    end = g.test_end("t1", [("t1", first)], collected)
+    assert not end.fails and not first.failed and g.finish(done).late_regressions == []
+
+
+def test_inconclusive_warns_or_fails_under_fail_inconclusive() -> None:
+    few = dataclasses.replace(case(1.0), runs=case(1.0).runs[:1], base_runs=case(1.0).base_runs[:1])
+    for fail in (False, True):
+        g = ABGate(load_profile("cpu"), {"eagle3": "/heads/old"}, alpha=0.05, fdr="bh", runs=1, max_runs=1,
+                   fail_inconclusive=fail)
+        c = dataclasses.replace(check(), raw=ab_verdicts(few, g.thresholds, 0.05))  # one pair: too little data
+        end = g.test_end("t1", [("t1", c)], [planned()])
+        assert (end.outcome, end.fails, c.failed) == ("inconclusive", fail, fail)
+        assert [v.metric for v in end.open] == ["output_tok_s", "acceptance_rate", "e2e_p95_ms"]
+
+
+def test_looks_add_pairs_while_more_could_settle_a_verdict() -> None:
+    """The A/B's sequential looks (`ABGate.look`): alpha split over the planned looks (2, 4, 6 pairs), another
+    look while a gated verdict is inconclusive and more pairs could settle it; the stop rule says why it stops."""
+    g = gate(runs=2, max_runs=6)
+    assert g.plan == (2, 4, 6)
+
+    def upto(n: int, speed: float) -> CaseResult:
+        full = case(speed)
+        return dataclasses.replace(full, runs=full.runs[:n], base_runs=full.base_runs[:n])
+
+    c = ABCheck("eagle3", "/a", "/b", {}, g.thresholds, plan=g.plan, max_looks=3)
+    step = g.look("t1", c, upto(2, 0.9), 1)  # two pairs at alpha/3: the -10 % is not yet significant
+    assert by_metric(c.raw)["output_tok_s"].verdict == "inconclusive" and step.next_runs == 4, c.raw
+    assert "inconclusive at look 1 of 3: 4 pairs" in step.line
+    step = g.look("t1", c, upto(4, 0.9), 2)
+    assert by_metric(c.raw)["output_tok_s"].verdict == "regressed" and step.next_runs is None
+    assert c.looks == [2, 4] and c.unspent == 2 and c.stop_reason == "every gated verdict is conclusive"
+    assert "p x3 (Bonferroni over looks)" in by_metric(c.raw)["output_tok_s"].note
+    # One usable pair: too little data, and more pairs bring it (the nightly's rule alone would stop there).
+    one = ab_verdicts(upto(1, 1.0), g.thresholds, 0.05)
+    assert until_settled(one, 1, 6, 0.05) is None and until_settled(one, 6, 6, 0.05) is not None
+
+
+def test_marker_and_ini_fields_an_ab_cannot_apply_are_refused_by_name() -> None:
+    g = gate()
+    g.refuse([planned(gate=("tpot_p95_ms",), thresholds={"latency": 20.0, "e2e_p95_ms": 30.0})])  # applies
+    g.refuse([planned("ngram", gate=("speedup",))])  # a test without an A/B comparison is skipped, not refused
+    with pytest.raises(ConfigError, match=r"t: specdec_verdicts\(gate=\['speedup'\]\): an A/B session .* cannot "
+                                          r"gate speedup; it may gate output_tok_s"):
+        g.refuse([planned(gate=("speedup",))])
+    with pytest.raises(ConfigError, match=r"t: specdec_verdicts\(thresholds=...\): an A/B session does not judge "
+                                          r"e2e_p95_ratio \(it judges output_tok_s, acceptance_rate, e2e_p95_ms\)"):
+        g.refuse([planned(thresholds={"e2e_p95_ratio": 20.0})])
+    with pytest.raises(ConfigError, match="ini specdec_gate names e2e_p95_ratio, which an A/B session cannot gate"):
+        ABGate(load_profile("cpu"), {"eagle3": "/x"}, alpha=0.05, fdr="bh", runs=8, max_runs=8,
+               gate=("e2e_p95_ratio",))
 
 
 def test_a_base_arm_without_a_valid_run_is_a_dead_arm() -> None:

@@ -1,0 +1,159 @@
+"""The one protocol of a session's gate (start, look, test end, finish) and the loop of looks that drives it.
+
+A session judges its tests against stored nights (`judge.Judge`, through `pipeline.Pipeline`) or, in an A/B
+session, its candidates against the base measured beside them (`ab_session.ABGate`). Both are a `Gate`: the
+session (wiring) drives whichever it runs through these four calls only, and hands the output layer what they
+decided. So every option, ini key and marker field that shapes a verdict reaches both the same way (`TestOptions`,
+`Planned`), and both take sequential looks, each consulting a `StopRule` after every look but the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.check import TestEnd
+    from pytest_specdec.gate.machine import MachineFactor, StateSummary
+    from pytest_specdec.gate.stats import Verdict
+    from pytest_specdec.gate.store import BaselineWrites, Hardware
+    from pytest_specdec.measure.runner import CaseResult
+    from pytest_specdec.measure.types import Sampling
+    from pytest_specdec.vllm.command import ServerSpec
+
+#: A test's record of its comparison, as one gate keeps it (`check.BaselineCheck`, `ab_session.ABCheck`).
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class TestOptions:
+    """What a test's `specdec_verdicts` marker says: whether its verdicts may fail it (``check``), its own
+    thresholds (metric or kind -> magnitude, on top of the session's) and the metrics it adds to the gated
+    family."""
+
+    __test__ = False  # not a pytest test class
+
+    check: bool = True
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    gate: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A collected test before it runs: what its gate needs of the tests to come (how many verdicts each can
+    add to a family, taken as p = 1 until it is measured) and what it refuses before anything starts."""
+
+    nodeid: str
+    method: str
+    k: int | None
+    speculative_config: Mapping[str, Any] | None
+    options: TestOptions
+
+
+@dataclass(frozen=True)
+class TestStart:
+    """A test as its gate meets it, after its first runs: its arms (arm -> server spec) and their servers'
+    resolved engine configs, its marker's options, and what the stored nights must share with it."""
+
+    __test__ = False  # not a pytest test class
+
+    nodeid: str
+    method: str
+    arms: Mapping[str, ServerSpec]
+    engines: Mapping[str, Mapping[str, Any]]
+    options: TestOptions
+    workload: Mapping[str, Any]
+    dataset: Mapping[str, Any]
+    sampling: Sampling
+    endpoint: bool = False
+    #: in endpoint mode, the versions each arm's endpoint told (None otherwise)
+    endpoint_versions: Mapping[str, Mapping[str, str | None]] | None = None
+
+
+@dataclass(frozen=True)
+class Look:
+    """What a gate decides at one look: the runs per arm of the next look (None: this look was its last) and
+    a line for the terminal (why it looks again, or why it stops before its planned runs; "" for none)."""
+
+    next_runs: int | None
+    line: str = ""
+
+
+@dataclass(frozen=True)
+class Finished(Generic[C]):
+    """A test at the session's end: its comparison, what it measured and pytest's word on it."""
+
+    nodeid: str
+    check: C
+    result: CaseResult | None
+    outcome: str  # passed, failed, skipped, pending
+
+
+@dataclass
+class SessionEnd:
+    """What a gate decides once every test is in (`Gate.finish`); the wiring has it worded and turns it into a
+    warning and the exit status. The A/B gate fills only the late regressions: it has no machine factor and
+    writes no baseline."""
+
+    machine: MachineFactor | None
+    machine_failed: bool = False  # beyond its threshold under --specdec-fail-machine
+    machine_warns: bool = False  # beyond its threshold otherwise: for the wiring to warn
+    #: tests that passed at their end but regress once the whole family is known, with their baseline
+    late_regressions: list[tuple[str, TestEnd]] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)  # what the baseline store says of its writes
+    baselines: BaselineWrites | None = None  # what --update-baselines wrote; None without the flag
+    baselines_failed: bool = False  # some of them could not be written (a read-only directory): the session fails
+    #: this machine had no baselines of the profile (while another machine has, or they are being recorded):
+    #: said once, for the whole session; (the machines, the tests it left without a verdict)
+    no_own_baselines: tuple[Hardware, tuple[str, ...]] | None = None
+    #: the session's machine state against its stored nights (`machine.state_summary`), said once
+    state: StateSummary | None = None
+
+
+class StopRule(Protocol):
+    """Whether a test stops adding runs after a look that is not its last: the reason it stops, or None to take
+    the next look. ``verdicts`` are its raw verdicts at this look, ``n_now`` its runs (pairs) per arm, ``n_max``
+    the most it may take, ``alpha_look`` this look's one-sided level. The default continues while a gated
+    verdict is inconclusive and more runs could settle it (`sequential.until_settled`); a rule that stops early
+    on a conclusive `unchanged` plugs in here."""
+
+    def __call__(self, verdicts: Sequence[Verdict], n_now: int, n_max: int, alpha_look: float) -> str | None: ...
+
+
+class Gate(Protocol[C]):
+    """A session's gate: each test started after its first runs, judged at each look, decided at its end
+    against the family so far, and the whole session decided at its end."""
+
+    def start(self, test: TestStart) -> C:
+        """The test's comparison, before any verdict: what it is compared with and how."""
+        ...
+
+    def look(self, nodeid: str, check: C, result: CaseResult, look: int) -> Look:
+        """The test's runs so far (``result``) judged at look ``look`` (1-based); whether to take another."""
+        ...
+
+    def test_end(self, nodeid: str, family: Sequence[tuple[str, C]], planned: Sequence[Planned]) -> TestEnd:
+        """The test's verdicts adjusted over the ``family`` judged so far, padded to what the ``planned`` tests
+        can add, and what they decide."""
+        ...
+
+    def finish(self, tests: Sequence[Finished[C]]) -> SessionEnd:
+        """The session's end: the whole family adjusted, the tests that regress only now, and what follows
+        from them (the machine factor, the baseline writes)."""
+        ...
+
+
+def drive(gate: Gate[C], nodeid: str, check: C, result: CaseResult, extend: Callable[[int], None],
+          progress: Callable[[str], None]) -> None:
+    """A test's looks through its gate: judge the runs measured, and while the gate asks for another look,
+    measure up to its runs per arm (``extend(n)``) and judge again."""
+    look = 1
+    while True:
+        step = gate.look(nodeid, check, result, look)
+        if step.line:
+            progress(step.line)
+        if step.next_runs is None:
+            return
+        extend(step.next_runs)
+        look += 1

@@ -1,0 +1,196 @@
+"""An A/B session's results read back: `compare` judges each A/B test again, candidate against base pair by pair,
+through the A/B gate's own functions (`gate.ab_session.pair_verdicts`, its BH/Holm `adjust`, its test-end rule),
+and sets two A/B sessions side by side; `history` follows the base beside the candidate night by night.
+
+A results test's `ab` section (`output.results.ab_entry`) holds every run of its three or four arms with its arm's
+name, its thresholds, gated metrics and looks: all a second judgement needs. Nothing here re-implements a statistic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.output.schema import Results, ResultsError, TestEntry
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.ab_session import ABCheck
+    from pytest_specdec.gate.nights import ArmRun, Night
+
+#: The arms of an A/B test's runs, as the results name them (the candidate's spec runs are `candidate`).
+AB_ARMS = ("reference", "base_reference", "base", "candidate")
+
+
+def is_ab(results: Results) -> bool:
+    """Whether the file is an A/B session's: some test has an `ab` section."""
+    return any(t.ab is not None for t in results.tests)
+
+
+def ab_runs(test: TestEntry, where: str) -> dict[str, list[ArmRun]]:
+    """An A/B test's runs by arm (`AB_ARMS`), each checked as a stored run is (`nights.run_problem`); a run that
+    cannot be read is a ResultsError naming where it is."""
+    from pytest_specdec.gate.nights import ArmRun, run_problem
+
+    out: dict[str, list[ArmRun]] = {arm: [] for arm in AB_ARMS}
+    runs = (test.ab or {}).get("runs")
+    if not isinstance(runs, list):
+        raise ResultsError(f"{where}.ab.runs is {runs!r}, not a list of runs")
+    for i, run in enumerate(runs):
+        arm = run.get("arm") if isinstance(run, Mapping) else None
+        if arm not in out:
+            raise ResultsError(f"{where}.ab.runs[{i}].arm is {arm!r}, not one of {', '.join(AB_ARMS)}")
+        problem = run_problem(run)
+        if problem:
+            raise ResultsError(f"{where}.ab.runs[{i}]{problem}")
+        out[arm].append(ArmRun.from_entry(run))
+    for arm_runs in out.values():
+        arm_runs.sort(key=lambda r: r.index)
+    return out
+
+
+def base_night(test: TestEntry, where: str) -> Night | None:
+    """The base's night of an A/B test: its spec runs against its own reference (the base install's, or the shared
+    one), each pair's speedup by run index, as the candidate's `TestEntry.night` holds its own; None outside A/B."""
+    from pytest_specdec.gate.nights import Night
+
+    if test.ab is None:
+        return None
+    runs = ab_runs(test, where)
+    refs = runs["base_reference"] or runs["reference"]
+    by_index = {r.index: r for r in refs}
+    pairs = tuple(None if r is None or not (s.valid and r.valid and s.output_tok_s and r.output_tok_s)
+                  else s.output_tok_s / r.output_tok_s
+                  for s in runs["base"] for r in (by_index.get(s.index),))
+    return Night(tuple(refs), tuple(runs["base"]), pairs, test.night.started)
+
+
+@dataclass
+class ABRow:
+    """One A/B test of the comparison: NEW's candidate-vs-base verdicts judged again, OLD's beside them."""
+
+    nodeid: str
+    check: ABCheck | None  # NEW's, judged again (None: the test is in OLD only)
+    old: ABCheck | None = None  # OLD's, judged again (None: OLD has no A/B comparison of the test)
+    status: str = "judged"  # judged | only in OLD | only in NEW | not an A/B test
+    reason: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """As the plugin fails it: a gated regression of a test that did not opt out (check=False)."""
+        return self.check is not None and self.check.check and bool(self.check.regressed())
+
+
+@dataclass
+class ABComparison:
+    """Every A/B test of NEW (and OLD's leftovers), judged again as the session judged them."""
+
+    rows: list[ABRow]
+    alpha: float
+    fdr: str
+    notes: list[str] = field(default_factory=list)
+
+    def failed(self) -> list[ABRow]:
+        return [r for r in self.rows if r.failed]
+
+
+def judge_again(results: Results, where: str, *, override: Mapping[str, float], alpha: float, fdr: str
+                ) -> dict[str, ABCheck]:
+    """Each A/B test of a file judged again from its runs: at the look it ended on, with the thresholds it recorded
+    (``override``, the command line's, on top) and its gated metrics, then BH/Holm over the file's whole A/B family
+    as the session's end adjusts it (`gate.ab_session.adjust`)."""
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.gate.ab_session import AB_METRICS, ABCheck, adjust, pair_verdicts
+    from pytest_specdec.gate.thresholds import from_dict, on_top
+
+    checks: list[tuple[str, ABCheck]] = []
+    for i, t in enumerate(results.tests):
+        if t.ab is None:
+            continue
+        at = f"{where}: tests[{i}]"
+        ab = t.ab
+        try:
+            thresholds = on_top(from_dict(ab.get("thresholds"), f"{at}.ab.thresholds"), override)
+        except ConfigError as exc:
+            raise ResultsError(str(exc)) from None
+        runs = ab_runs(t, at)
+        metrics = tuple(ab.get("gate") or AB_METRICS)
+        looks, max_looks = list(ab.get("looks") or []), int(ab.get("max_looks") or 1)
+        refs = (runs["base_reference"], runs["reference"]) if runs["base_reference"] else None
+        c = ABCheck(str(ab.get("method") or ""), str((ab.get("base") or {}).get("draft")),
+                    str((ab.get("candidate") or {}).get("draft")), {}, thresholds, metrics=metrics, looks=looks,
+                    max_looks=max_looks, check=ab.get("checked") is not False, alpha=alpha)
+        c.raw = pair_verdicts(runs["base"], runs["candidate"], thresholds, alpha, metrics=metrics, references=refs,
+                              look=max(1, min(len(looks), max_looks)), max_looks=max_looks)
+        checks.append((t.nodeid, c))
+    adjust(checks, final=True, fdr=fdr, alpha=alpha)
+    return dict(checks)
+
+
+def compare_ab(old: Results | None, new: Results, *, override: Mapping[str, float], alpha: float, fdr: str,
+               old_name: str = "OLD", new_name: str = "NEW") -> ABComparison:
+    """NEW's A/B tests judged again (`judge_again`), each beside OLD's same test when OLD is an A/B session's
+    results too (None: NEW alone, its verdicts shown again)."""
+    now = judge_again(new, new_name, override=override, alpha=alpha, fdr=fdr)
+    then = {} if old is None else judge_again(old, old_name, override=override, alpha=alpha, fdr=fdr)
+    rows = []
+    for t in new.tests:
+        if t.nodeid in now:
+            rows.append(ABRow(t.nodeid, now[t.nodeid], then.get(t.nodeid),
+                              "judged" if old is None or t.nodeid in then else f"only in {new_name}"))
+        else:
+            rows.append(ABRow(t.nodeid, None, status="not an A/B test",
+                              reason=f"{new_name} ran it without a base (its method has none, or it ran the "
+                                     "reference alone)"))
+    rows += [ABRow(n, None, c, f"only in {old_name}") for n, c in then.items() if n not in now]
+    return ABComparison(rows, alpha, fdr)
+
+
+def ab_table_lines(cmp: ABComparison, old_name: str, new_name: str) -> list[str]:
+    """Per A/B test: NEW's verdicts (the terminal's A/B table), and where OLD has the test, OLD's Δ beside each."""
+    from pytest_specdec.gate.kinds import REGRESSED
+    from pytest_specdec.output.ab_wording import ab_level, ab_sides
+    from pytest_specdec.output.wording import format_delta, table
+
+    out: list[str] = []
+    for r in cmp.rows:
+        if r.check is None:
+            out += [f"{r.nodeid}: {r.status}" + (f": {r.reason}" if r.reason else ""), ""]
+            continue
+        word = REGRESSED if r.check.regressed() else "no gated regression"
+        opted = " (check=False: shown, not failed)" if r.check.regressed() and not r.check.check else ""
+        out.append(f"{r.nodeid}: {word}{opted}; {ab_sides(r.check)} ({r.status})")
+        out += ["  " + line for line in table(r.check.shown(), ab_level(r.check), ("base", "candidate")).splitlines()]
+        if r.old is not None:
+            before = {v.metric: v for v in r.old.shown()}
+            out += [f"  {v.metric}: Δ {format_delta(before[v.metric].delta, v.unit)} {before[v.metric].verdict} in "
+                    f"{old_name} ({ab_sides(r.old)}) → Δ {format_delta(v.delta, v.unit)} {v.verdict} in {new_name}"
+                    for v in r.check.shown() if v.metric in before]
+        out.append("")
+    return out
+
+
+def ab_summary_lines(cmp: ABComparison, new_name: str) -> list[str]:
+    """The closing lines: the A/B tests judged, and those that fail as the plugin fails them."""
+    from pytest_specdec.output.wording import FDR_NAMES
+
+    judged = [r for r in cmp.rows if r.check is not None]
+    bad = cmp.failed()
+    return [f"specdec compare: {len(judged)} A/B test(s) of {new_name} judged again, candidate vs base pair by pair "
+            f"({FDR_NAMES[cmp.fdr]} over the A/B family, alpha {cmp.alpha:g})",
+            f"specdec compare: {len(bad)} A/B test(s) regressed against their base"
+            + (": " + ", ".join(r.nodeid for r in bad) if bad else "")]
+
+
+def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
+    """The A/B comparison as data (`--json`): per test its status and both sides' verdicts in the results' format."""
+    from pytest_specdec.gate.verdicts import to_json
+
+    def verdicts(c: ABCheck | None) -> dict[str, Any] | None:
+        return None if c is None else {v.metric: to_json(v) for v in c.shown()}
+
+    return {"alpha": cmp.alpha, "fdr": cmp.fdr, "ab": True, "failed": [r.nodeid for r in cmp.failed()],
+            "regressed": [r.nodeid for r in cmp.rows if r.check is not None and r.check.regressed()],
+            "tests": [{"nodeid": r.nodeid, "status": r.status, "reason": r.reason, "failed": r.failed,
+                       "checked": None if r.check is None else r.check.check, "verdicts": verdicts(r.check),
+                       "old_verdicts": verdicts(r.old)} for r in cmp.rows]}
