@@ -89,7 +89,8 @@ class Profile:
 
     @property
     def ab_runs(self) -> int:
-        """`[matrix] ab_runs`: pairs per test in an A/B session (one look: the pairs are sized up front)."""
+        """`[matrix] ab_runs`: pairs per test in an A/B session: its first look, and its most unless --specdec-max-runs
+        says otherwise (by default one look, the pairs sized up front)."""
         return int(self.matrix.get("ab_runs", DEFAULT_AB_RUNS))
 
     def method_names(self) -> list[str]:
