@@ -116,23 +116,6 @@ def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float, *, met
     refs = ((arm(result.base_reference_runs), arm(result.reference_runs)) if result.base_reference_runs else None)
     return pair_verdicts(arm(result.base_runs), arm(result.runs), thresholds, alpha, metrics=metrics,
                          references=refs, look=look, max_looks=max_looks)
-    return out + [dataclasses.replace(paired(m, shown[m]["base"], shown[m]["candidate"], thresholds=thresholds,
-                                             alpha=alpha, look=look, max_looks=max_looks), family=SHOWN)
-                  for m in AB_SHOWN]
-
-
-def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float, *, metrics: Sequence[str] = AB_METRICS,
-                look: int = 1, max_looks: int = 1) -> list[Verdict]:
-    """A test's runs so far (`pair_verdicts`): the candidate (``result.runs``) against the base
-    (``result.base_runs``); on another install the shown verdicts from both references too."""
-    from pytest_specdec.gate.nights import ArmRun
-
-    def arm(runs: Sequence[Any]) -> list[ArmRun]:
-        return [ArmRun.from_record(r) for r in runs]
-
-    refs = ((arm(result.base_reference_runs), arm(result.reference_runs)) if result.base_reference_runs else None)
-    return pair_verdicts(arm(result.base_runs), arm(result.runs), thresholds, alpha, metrics=metrics,
-                         references=refs, look=look, max_looks=max_looks)
 
 
 @dataclass

@@ -16,7 +16,8 @@ from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABCheck
-    from pytest_specdec.gate.nights import ArmRun, Night
+    from pytest_specdec.gate.nights import Night
+    from pytest_specdec.measure.record import ArmRun
 
 #: The arms of an A/B test's runs, as the results name them (the candidate's spec runs are `candidate`).
 AB_ARMS = ("reference", "base_reference", "base", "candidate")
@@ -28,9 +29,9 @@ def is_ab(results: Results) -> bool:
 
 
 def ab_runs(test: TestEntry, where: str) -> dict[str, list[ArmRun]]:
-    """An A/B test's runs by arm (`AB_ARMS`), each checked as a stored run is (`nights.run_problem`); a run that
+    """An A/B test's runs by arm (`AB_ARMS`), each checked as a stored run is (`record.run_problem`); a run that
     cannot be read is a ResultsError naming where it is."""
-    from pytest_specdec.gate.nights import ArmRun, run_problem
+    from pytest_specdec.measure.record import ArmRun, run_problem
 
     out: dict[str, list[ArmRun]] = {arm: [] for arm in AB_ARMS}
     runs = (test.ab or {}).get("runs")
@@ -51,18 +52,16 @@ def ab_runs(test: TestEntry, where: str) -> dict[str, list[ArmRun]]:
 
 def base_night(test: TestEntry, where: str) -> Night | None:
     """The base's night of an A/B test: its spec runs against its own reference (the base install's, or the shared
-    one), each pair's speedup by run index, as the candidate's `TestEntry.night` holds its own; None outside A/B."""
+    one), each pair's speedup by the one pairing rule (`measure.record.speedup_per_pair`), as the candidate's
+    `TestEntry.night` holds its own; None outside A/B."""
     from pytest_specdec.gate.nights import Night
+    from pytest_specdec.measure.record import speedup_per_pair
 
     if test.ab is None:
         return None
     runs = ab_runs(test, where)
     refs = runs["base_reference"] or runs["reference"]
-    by_index = {r.index: r for r in refs}
-    pairs = tuple(None if r is None or not (s.valid and r.valid and s.output_tok_s and r.output_tok_s)
-                  else s.output_tok_s / r.output_tok_s
-                  for s in runs["base"] for r in (by_index.get(s.index),))
-    return Night(tuple(refs), tuple(runs["base"]), pairs, test.night.started)
+    return Night(tuple(refs), tuple(runs["base"]), tuple(speedup_per_pair(refs, runs["base"])), test.night.started)
 
 
 @dataclass
