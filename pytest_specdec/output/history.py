@@ -12,6 +12,9 @@ Each night was measured on one machine (its `environment.hardware`). Levels of t
 (their speedups differ by the hardware alone, which would read as a change point): when the nights span
 several machines, each test has one series per machine, named ``<test id> on <hardware>``, and a night of
 another machine is a gap in it.
+
+An A/B session's results are a night too: each test's series is its candidate's, and its base follows as a test
+of its own, ``<test id> (A/B base)`` (`output.ab_results.base_night`).
 """
 
 from __future__ import annotations
