@@ -327,21 +327,19 @@ class SpecDecSession:
         """At the end of a specdec test: its gate decides (`Gate.test_end`) over the family so far, the output
         layer words it; the failure message, or None when it passes (warnings are shown)."""
         record = self.records.get(nodeid)
-        check = None if record is None else record.ab or record.baseline
-        if check is None:
+        if record is None or (record.ab or record.baseline) is None:
             return None
-        gate = self.verdict_gate
-        family = [(n, c) for n, c in ((n, r.ab or r.baseline) for n, r in self.records.items()) if c is not None]
-        end = gate.test_end(nodeid, family, self.planned)
+        family = [(n, c) for n, r in self.records.items() if (c := r.ab or r.baseline) is not None]
+        end = self.verdict_gate.test_end(nodeid, family, self.planned)
         st = self.settings
-        if record is not None and record.ab is not None:
+        if record.ab is not None:
             from pytest_specdec.output.ab_wording import ab_test_end_message
 
             lines, failure, warning = ab_test_end_message(nodeid, record.ab, end, fdr=st.fdr)
             for line in lines:
                 self.progress(line)
         else:
-            assert record is not None and record.baseline is not None
+            assert record.baseline is not None
             failure, warning = test_end_message(nodeid, record.baseline, end, alpha=st.alpha, fdr=st.fdr)
         if warning:
             warnings.warn(SpecDecWarning(warning), stacklevel=1)
