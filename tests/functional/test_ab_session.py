@@ -224,12 +224,14 @@ def test_lower_acceptance_is_attributed_to_acceptance(pytester: pytest.Pytester,
     r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a")  # the candidate: the profile's head
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*attribution: acceptance (the candidate's drafts are accepted less often); speedup -*: "
-                            "acceptance lower (τ 4.00 → 2.*, -*), spec step time * (in reference steps); "
+                            "acceptance lower (τ 4.00 → *, -*), spec step time * (in reference steps); "
                             "mostly acceptance"])
     ab = ab_section(pytester)
     assert "acceptance_rate" in ab["regressed"] and ab["attribution"] == "acceptance", ab["verdicts"]
-    # τ 4 → 2.2 (1 + 0.5 + 0.4 + 0.3) at the same step cost
-    assert ab["split"]["cause"] == "acceptance" and -50 < ab["split"]["tau_change_pct"] < -40, ab["split"]
+    # τ 4 → 2.2 (1 + 0.5 + 0.4 + 0.3) at the same step cost. The fake draws one u a step and accepts the positions
+    # with u < acceptance[i]: 0-3 accepted, sd 1.33 a step, over about 170 steps (6 runs x 4 prompts x 7 steps),
+    # so τ's sd is about 0.10. ±0.4 (4 sd) around 2.2 is -55 % .. -35 %; ±0.2 failed about one run in nine.
+    assert ab["split"]["cause"] == "acceptance" and -55 < ab["split"]["tau_change_pct"] < -35, ab["split"]
 
 
 @pytest.mark.parametrize(("extra", "message"), [
