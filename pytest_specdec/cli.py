@@ -194,7 +194,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print()
         print("\n".join(table_lines(result, shown=args.all)))
         print("\n".join(summary_lines(result, old_name, new_name)))
-    return REGRESSED if result.failed(args.strict) else OK
+    return REGRESSED if result.failed(args.strict) or result.failed_sweeps else OK
 
 
 def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results) -> int:

@@ -22,11 +22,12 @@ class SpecDec:
     """A specdec test's view: `result`/`summary` of its interleaved runs, plus custom measurements."""
 
     def __init__(self, session: SpecDecSession, nodeid: str, case: Case,
-                 verdicts: VerdictOptions | None = None) -> None:
+                 verdicts: VerdictOptions | None = None, callspec: dict[str, Any] | None = None) -> None:
         self._session = session
         self.nodeid = nodeid
         self.case = case
         self._verdicts = verdicts
+        self._callspec = callspec or {}  # the test's other parametrize values: its sweep's identity
         self._result: CaseResult | None = None
 
     @property
@@ -36,7 +37,7 @@ class SpecDec:
     @property
     def result(self) -> CaseResult:
         if self._result is None:
-            self._result = self._session.measure(self.nodeid, self.case, self._verdicts)
+            self._result = self._session.measure(self.nodeid, self.case, self._verdicts, self._callspec)
         return self._result
 
     @property
@@ -188,7 +189,7 @@ class SpecDec:
         if len(cases) != 1:
             raise ConfigError(f"specdec.measure() takes single values, got {len(cases)} combinations from {fields}")
         (case,) = cases
-        return self._session.measure(f"{self.nodeid}::measure[{case.id()}]", case)
+        return self._session.measure(f"{self.nodeid}::measure[{case.id()}]", case, callspec=self._callspec)
 
     def openai_client(self, arm: Literal["spec", "reference"] = "spec") -> openai.OpenAI:
         """An `openai.OpenAI` client bound to this test's live server (for custom requests and output checks);

@@ -240,7 +240,12 @@ def specdec(request: pytest.FixtureRequest, _specdec_case: Case) -> SpecDec:
     from pytest_specdec.markers import verdict_options
 
     options = verdict_options(request.node.get_closest_marker("specdec_verdicts"))
-    handle = SpecDec(session, request.node.nodeid, _specdec_case, options)
+    from pytest_specdec.gate.crossover_gate import recorded
+    from pytest_specdec.markers import PARAM
+
+    callspec = getattr(request.node, "callspec", None)
+    others = {k: recorded(v) for k, v in (callspec.params if callspec else {}).items() if k != PARAM}
+    handle = SpecDec(session, request.node.nodeid, _specdec_case, options, others)
     handle.result  # measure now, so failures to start show as setup errors with the log tail
     return handle
 
@@ -321,6 +326,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         specdec.summary_lines = list(specdec.xdist_lines)
         return
     specdec.summary_lines = [*specdec.xdist_lines, *specdec.finalize()]
+    said = len(specdec.errors)
     try:
         specdec.result_paths = specdec.write_results()
         unwritten = False
@@ -328,10 +334,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         specdec.summary_lines.append(f"specdec: could not write the results ({exc}); fix the directory or point "
                                      "--specdec-reports-dir (or --specdec-json / --specdec-report-html) elsewhere")
         unwritten = True
+    specdec.summary_lines += specdec.error_lines()[said:]  # a test's entry or the report that could not be made
     _junit_session_properties(session.config, specdec)
     end = specdec.end
     failed = unwritten or (end is not None and bool(end.late_regressions or end.machine_failed or end.baselines_failed))
-    failed = failed or bool(specdec.crossovers and specdec.crossovers.failed)
+    failed = failed or bool(specdec.crossovers and specdec.crossovers.failed) or bool(specdec.errors)
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABGate
     from pytest_specdec.gate.judge import Judge
     from pytest_specdec.gate.protocol import Gate, Planned, SessionEnd
-    from pytest_specdec.output.sweeps import CrossoverEnd
+    from pytest_specdec.gate.crossover_gate import CrossoverEnd
     from pytest_specdec.measure.lossless import Collected
     from pytest_specdec.measure.validity import ValidityRules
     from pytest_specdec.measure.runner import CaseResult
@@ -61,6 +61,8 @@ class SpecDecSession:
         #: the collected specdec tests as their gate sees them: what each can add to the family (for BH before
         #: all are known), and what an A/B refuses before anything runs
         self.planned: list[Planned] = []
+        #: what failed at the session's end (what, why): each fails the session, the rest is still written
+        self.errors: list[tuple[str, str]] = []
         self.summary_lines: list[str] = []
         self.gate_summary: list[str] = []  # the gate's last lines of the terminal summary
         self.hardware_note = ""  # how the profile was (or was not) checked against the GPUs, for the dry run
@@ -213,7 +215,8 @@ class SpecDecSession:
                 self.ab.base_arms(case.method, case.k, case.speculative_config, ref, self.placement))
         return [("reference", ref), ("spec", spec), *base.items()]
 
-    def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None) -> CaseResult:
+    def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None,
+                callspec: dict[str, Any] | None = None) -> CaseResult:
         """The case's interleaved reference/spec runs, recorded for the JSON; with ``verdicts`` judged by the session's
         gate (the stored nights, or the base in an A/B session), more pairs added two at a time while a verdict is
         inconclusive (alpha split over the looks)."""
@@ -233,7 +236,7 @@ class SpecDecSession:
         skip = ab.skip_reason(case.method, case.speculative_config) if ab is not None else None
         if skip:
             pytest.skip(f"specdec A/B session: {skip}")
-        record = self.records.setdefault(nodeid, TestRecord(nodeid, case.params()))
+        record = self.records.setdefault(nodeid, TestRecord(nodeid, case.params(), callspec=dict(callspec or {})))
         prompts = self.prompts(case)
         arms = {arm: s for arm, s in self.arms(case) if not arm.startswith("base") or ab is not None}
         ref_spec, spec_spec = arms["reference"], arms.get("spec")
@@ -347,32 +350,81 @@ class SpecDecSession:
 
     def finalize(self) -> list[str]:
         """Session end: the gate's last word (`Gate.finish`: the whole family, the late regressions; for the
-        stored nights the machine factor and the baseline writes), worded by the output layer; the machine
-        factor's warning is given as pytest's."""
-        from pytest_specdec.gate.protocol import Finished
-        from pytest_specdec.output.sweeps import judge_crossovers
+        stored nights the machine factor and the baseline writes), then the crossover gate's, worded by the output
+        layer; the machine factor's warning is given as pytest's. Each step runs on its own (`_step`): one that
+        raises is an error naming what it judged, shown in the terminal, the JSON and the report, and it fails the
+        session; the others still run."""
+        from pytest_specdec.gate.protocol import Finished, SessionEnd
         from pytest_specdec.output.wording import coalesced_summary, gate_lines, machine_sentence, session_end_lines
 
         st = self.settings
         if self.ab is not None:  # A/B: a test that regresses only once all are in fails the session
             from pytest_specdec.output.ab_wording import ab_session_lines
 
-            checks = [(n, r.ab) for n, r in self.records.items() if r.ab is not None]
-            self.end = self.ab.finish([Finished(n, c, self.records[n].result, self.records[n].outcome)
-                                       for n, c in checks])
-            self.gate_summary, late = ab_session_lines(checks, self.end, fdr=st.fdr)
-            return [*late, *coalesced_summary([(n, r.result) for n, r in self.records.items()])]
+            ab, records = self.ab, self.records
+            checks = [(n, r.ab) for n, r in records.items() if r.ab is not None]
+            end = self.end = self._step("the A/B gate's session end", lambda: ab.finish(
+                [Finished(n, c, records[n].result, records[n].outcome) for n, c in checks]), SessionEnd(None))
+            self.gate_summary, late = self._step("the A/B gate's session-end lines", lambda: ab_session_lines(
+                checks, end, fdr=st.fdr), ([], []))
+            coalesced = self._step("the coalesced runs' summary", lambda: coalesced_summary(
+                [(n, r.result) for n, r in records.items()]), [])
+            return [*late, *coalesced, *self.error_lines()]
         tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
-        end = self.end = self.judge.finish([Finished(n, c, r, o) for n, c, r, o in tests if c is not None])
+        end = self.end = self._step(
+            "the gate's session end (machine factor, BH/Holm over the family, late regressions, baseline writes)",
+            lambda: self.judge.finish([Finished(n, c, r, o) for n, c, r, o in tests if c is not None]),
+            SessionEnd(None))
         if end.machine_warns and end.machine is not None:
             warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)
-        self.crossovers = judge_crossovers(self.judge, self.records.values(), self.started)
+        crossovers = self._step("the crossovers", self._crossovers, [])
         checked = [(n, c, r) for n, c, r, _ in tests if c is not None]
-        self.gate_summary = gate_lines(checked, end.machine, fdr=st.fdr, alpha=st.alpha,
-                                       fail_inconclusive=st.fail_inconclusive)
-        return [*session_end_lines(end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests],
-                                   alpha=st.alpha, fdr=st.fdr, strict=st.strict),
-                *self.crossovers.lines]
+        self.gate_summary = self._step("the gate's summary", lambda: gate_lines(
+            checked, end.machine, fdr=st.fdr, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive), [])
+        lines = self._step("the gate's session-end lines", lambda: session_end_lines(
+            end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests], alpha=st.alpha, fdr=st.fdr,
+            strict=st.strict), [])
+        return [*lines, *crossovers, *self.error_lines()]
+
+    def _crossovers(self) -> list[str]:
+        """The crossover gate (`gate.crossover_gate`): every test's point, every sweep judged, the record writes
+        made; its lines. A sweep that cannot be judged is that sweep's error, never the others'."""
+        from pytest_specdec.gate.baselines import sweep_path
+        from pytest_specdec.gate.crossover_gate import CrossoverGate, SweepPoint
+        from pytest_specdec.gate.nights import Night
+        from pytest_specdec.output.sweeps import crossover_lines
+
+        judge, st = self.judge, self.settings
+        gate = CrossoverGate(
+            alpha=st.alpha, tolerance=self.profile.machine_state_tolerance, started=self.started,
+            record_path=lambda sweep: sweep_path(st.baselines_dir, self.profile.name, judge.store.hardware, sweep),
+            rel=judge.rel, profile=self.profile.name, gate=judge.gate(), update=st.update_baselines)
+        for nodeid, r in self.records.items():
+            if r.result is not None:
+                c = r.baseline
+                gate.test_end(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result),
+                                            status=c.status if c else None, checked=c.check if c else True,
+                                            gate=c.gate if c else (), passed=r.outcome == "passed"))
+        self.crossovers = gate.finish()
+        return crossover_lines(self.crossovers, gate.write(self.crossovers, st.baselines_dir, st.keep_sessions))
+
+    def _step(self, what: str, step: Callable[[], Any], default: Any,
+              passing: tuple[type[Exception], ...] = ()) -> Any:
+        """One step of the session's end: its value, or ``default`` and an error naming ``what`` when it raises
+        (a fault in judging one thing must not lose the session's other results); ``passing``: raised as they are."""
+        try:
+            return step()
+        except passing:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any fault of one step is that step's error; the rest is written
+            self.errors.append((what, f"{type(exc).__name__}: {exc}"))
+            return default
+
+    def error_lines(self) -> list[str]:
+        """The session-end errors, as the terminal words them (`self.errors`)."""
+        from pytest_specdec.output.wording import session_error_line
+
+        return [session_error_line(what, why) for what, why in self.errors]
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML
@@ -400,16 +452,25 @@ class SpecDecSession:
         return [*(self._pool.starts if self._pool else []), *(x for r in self.remote for x in r["starts"])]
 
     def write_results(self) -> list[Path]:
-        """The JSON results, then the HTML report from the same data (its paths are `self.report_paths`)."""
+        """The JSON results, then the HTML report from the same data (its paths are `self.report_paths`). A test
+        whose entry cannot be made, or a report that cannot be rendered, is an error (`self.errors`) naming it;
+        the rest is written. An OSError (a directory that cannot be written) is the caller's."""
+        from pytest_specdec.gate.protocol import SessionEnd
         from pytest_specdec.output.results import (outputs_path, session_results, write_outputs, write_report,
                                                    write_results)
+        from pytest_specdec.output.sweeps import crossover_entry
 
-        if not self.records or self.end is None:
+        if not self.records:
             return []
-        s, judge, end = self.settings, self._judge, self.end
+        s, judge, end = self.settings, self._judge, self.end or SessionEnd(None)
         outputs = outputs_path(s.reports_dir, self.started) if s.save_outputs else None
         if outputs is not None:
             write_outputs(self.records.values(), outputs)
+        crossovers = None
+        if self.crossovers is not None:
+            crossovers = [e for x in self.crossovers.sweeps
+                          if (e := self._step(f"the crossover of {x.sweep} ({x.line})",
+                                              lambda x=x: crossover_entry(x), None)) is not None]
         results = session_results(
             started=self.started, profile=self.profile, gpu_names=self.gpu_names,
             servers=self._pool.servers if self._pool else {}, worker=self.worker, remote=self.remote,
@@ -418,11 +479,11 @@ class SpecDecSession:
             fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
             night_variances=judge.pooled_variances if judge else {}, records=self.records.values(),
             baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None,
-            gate_settings=judge.settings() if judge else None,
-            crossovers=self.crossovers.entries if self.crossovers else None,
-            machine_state=end.state.to_dict() if end.state is not None else None)
+            gate_settings=judge.settings() if judge else None, crossovers=crossovers,
+            machine_state=end.state.to_dict() if end.state is not None else None, errors=self.errors)
         paths, data = write_results(results, s.reports_dir, self.started, s.json_path)
-        self.report_paths = write_report(data, s.reports_dir, self.started, s.report_path, s.benchmark_json)
+        self.report_paths = self._step("the HTML report (the results JSON is written)", lambda: write_report(
+            data, s.reports_dir, self.started, s.report_path, s.benchmark_json), [], passing=(OSError,))
         return paths
 
     def close(self) -> None:

@@ -104,8 +104,10 @@ def machine_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[.
 
 #: The tests whose runs need the CPU's timing (node id prefixes): under `-n 2 --dist loadgroup` (the README's
 #: command) one worker runs them one after another, so two real vLLM servers' worth of load, or a real vLLM
-#: server beside the speed gate's timed sessions, never runs at once.
-TIMED = ("tests/real_vllm/", "tests/functional/test_speed_gate.py::", "tests/functional/test_crossover_session.py::")
+#: server beside the speed gate's timed sessions, never runs at once. Of test_crossover_session.py only the timed
+#: session: the file's other test measures no timing and runs beside the rest.
+CROSSOVER_TIMED = "tests/functional/test_crossover_session.py::test_crossover_moves_from_16_to_4_and_regresses"
+TIMED = ("tests/real_vllm/", "tests/functional/test_speed_gate.py::", CROSSOVER_TIMED)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -124,7 +126,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 #: The TIMED tests that measure speed against the simulated vLLM: last in their group, so they run once the other
 #: worker has finished the rest and the machine is quiet (a busy neighbour moved their A/A verdicts).
-QUIET_LAST = ("tests/functional/test_speed_gate.py::", "tests/functional/test_crossover_session.py::")
+QUIET_LAST = ("tests/functional/test_speed_gate.py::", CROSSOVER_TIMED)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

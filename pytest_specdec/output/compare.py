@@ -22,6 +22,7 @@ from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, NOT_COMPARA
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.crossover_gate import SweepOutcome
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.measure.explain import Split
@@ -106,7 +107,8 @@ class Comparison:
     machine: MachineFactor | None
     alpha: float
     fdr: str
-    crossovers: list[tuple[str, Verdict]] = field(default_factory=list)  # (sweep, verdict): shown, never failed
+    #: NEW's concurrency sweeps, judged as the session judges them: a gated regression or an error fails
+    crossovers: list[SweepOutcome] = field(default_factory=list)
     #: against stored baselines: the machines' folders NEW's tests were judged against (their path, their name)
     machines: tuple[tuple[str, str], ...] = ()
 
@@ -118,6 +120,11 @@ class Comparison:
     def failed(self, strict: bool = False) -> list[Row]:
         """The tests that make the comparison fail (exit 1), as `Row.failed` says."""
         return [r for r in self.rows if r.failed(strict)]
+
+    @property
+    def failed_sweeps(self) -> list[SweepOutcome]:
+        """The sweeps that make the comparison fail (exit 1) as they fail the session: a gated regression, an error."""
+        return [x for x in self.crossovers if x.failed]
 
 
 def arms_without_valid_run(test: TestEntry) -> list[str]:
@@ -257,34 +264,56 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     from pytest_specdec.gate.baselines import hardware_label
 
     machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())
-    return Comparison(rows, machine, alpha, fdr, crossovers(old, new, alpha, stores), machines)
+    sweeps = crossovers(old, new, rows, stores, alpha=alpha, tolerance=state_tolerance)
+    return Comparison(rows, machine, alpha, fdr, sweeps, machines)
 
 
-def crossovers(old: Results | StoredDir, new: Results, alpha: float, stores: Mapping[str, Any]
-               ) -> list[tuple[str, Verdict]]:
-    """Each of NEW's concurrency sweep lines: its crossover against OLD's same sweep (its tests in a results
-    file, or the last night of its stored record in the folder of the machine its tests were judged against,
-    ``stores``)."""
-    import dataclasses
+def crossovers(old: Results | StoredDir, new: Results, rows: Sequence[Row], stores: Mapping[str, Any], *,
+               alpha: float, tolerance: float | None) -> list[SweepOutcome]:
+    """Each of NEW's concurrency sweeps judged as the plugin's session judges it (`gate.crossover_gate.judge_sweep`,
+    the same not-comparable rule, a gated `regressed` or an error failing): against OLD's same sweep (its tests in a
+    results file) or the last night of its stored record in the folder of the machine its tests were judged
+    against (``stores``). A member's status is its row's here; a sweep that cannot be judged is its own error."""
+    from pytest_specdec.errors import SpecDecError
+    from pytest_specdec.gate.baselines import load_sweep, sweep_path
+    from pytest_specdec.gate.crossover import NAME, estimate
+    from pytest_specdec.gate.crossover_gate import StoredNight, group, judge_sweep, judged, stored_night, sweep_state
+    from pytest_specdec.output.sweeps import sweep_point
 
-    from pytest_specdec.errors import ConfigError
-    from pytest_specdec.gate.baselines import BaselineError, load_sweep, sweep_path
-    from pytest_specdec.gate.crossover import compare as judge, points_of
-    from pytest_specdec.output.sweeps import sweep_lines
+    before: dict[str, StoredNight] = {}
+    unread: dict[str, str] = {}  # OLD's sweeps that could not be read: NEW's same sweep says why it has no verdict
+    if isinstance(old, Results):
+        for sw in group(sweep_point(t) for t in old.tests)[0]:
+            try:
+                est = estimate(sw.grid(), alpha=alpha, resamples=0, where=f"OLD: {sw.sweep}")
+            except SpecDecError as exc:
+                unread[sw.sweep] = str(exc)
+                continue
+            before[sw.sweep] = StoredNight(old.started, sw.grid(), est.text() if est else None, sweep_state(sw.points))
+    by_id = {r.nodeid: r for r in rows}
 
-    before = {x.sweep_id: x.points() for x in sweep_lines(old.tests)} if isinstance(old, Results) else {}
-    out = []
-    for line in sweep_lines(new.tests):
-        try:
+    def point(t: TestEntry) -> Any:
+        row = by_id.get(t.nodeid)
+        status = None if row is None else row.status if row.status in ("compared", "not-comparable") else "missing"
+        return sweep_point(t, status=status, checked=row.checked if row is not None else None)
+
+    found, out = group(point(t) for t in new.tests)
+    for sweep in found:
+        def judge(sw: Any = sweep) -> SweepOutcome:
+            gated = any(NAME in p.gate for p in sw.points)
+            kw: dict[str, Any] = {"alpha": alpha, "tolerance": tolerance, "gated": gated}
+            if not all(p.status is not None and p.checked for p in sw.points):
+                return judge_sweep(sw, None, note="a test of the sweep was not judged (or opted out)", **kw)
             if isinstance(old, StoredDir):
                 key = old.hardware or next(iter(stores), None)
-                record = None if key is None else load_sweep(sweep_path(old.root, old.profile, key, line.sweep_id))
+                path = None if key is None else sweep_path(old.root, old.profile, key, sw.sweep)
+                record = None if path is None else load_sweep(path)
                 if record and record["nights"]:
-                    before[line.sweep_id] = points_of(record["nights"][-1], line.sweep_id)
-            if line.sweep_id in before:
-                out.append((line.sweep_id, judge(before[line.sweep_id], line.points(), alpha=alpha)))
-        except (BaselineError, ConfigError) as exc:
-            out.append((line.sweep_id, dataclasses.replace(judge([], [], alpha=alpha), note=str(exc))))
+                    before[sw.sweep] = stored_night(record["nights"][-1], str(path))
+            note = "" if sw.sweep in before else unread.get(sw.sweep, "not in OLD")
+            return judge_sweep(sw, before.get(sw.sweep), note=note, **kw)
+
+        out.append(judged(sweep, judge))
     return out
 
 
@@ -323,7 +352,8 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
 
 def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     """The closing lines: the machine factor, the counts of gated verdicts, the tests in one file only."""
-    from pytest_specdec.output.wording import FDR_NAMES, format_verdict, machine_sentence
+    from pytest_specdec.output.sweeps import crossover_line
+    from pytest_specdec.output.wording import FDR_NAMES, machine_sentence
 
     counts: dict[str, int] = {}
     for r in cmp.rows:
@@ -347,7 +377,7 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     if opted:
         lines.append(f"specdec compare: {len(opted)} test(s) regressed but opted out (check=False), shown and not "
                      f"failed: {', '.join(opted)}")
-    lines += [f"specdec compare: crossover {sweep}: {format_verdict(v)}; {v.note}" for sweep, v in cmp.crossovers]
+    lines += [crossover_line(x) for x in cmp.crossovers]
     dead = [r.nodeid for r in cmp.rows if r.dead]
     if dead:
         lines.append(f"specdec compare: {len(dead)} test(s) without a valid run in {new_name}, failed as the "
@@ -365,8 +395,11 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
         "baselines": [{"folder": folder, "hardware": name} for folder, name in cmp.machines],
         "machine_factor": cmp.machine.to_dict() if cmp.machine else None,
         REGRESSED: [r.nodeid for r in cmp.regressed],
-        "crossovers": {sweep: verdict_json(v) for sweep, v in cmp.crossovers},
+        "crossovers": {x.sweep: {**(verdict_json(x.verdict) if x.verdict else {"verdict": None}), "line": x.line,
+                                 "family": x.family, "error": x.error, "failed": x.failed, "why_none": x.note or None}
+                       for x in cmp.crossovers},
         "failed": [r.nodeid for r in cmp.failed(strict)],
+        "failed_sweeps": [x.sweep for x in cmp.failed_sweeps],
         "tests": [{"nodeid": r.nodeid, "status": r.status, REGRESSED: r.regressed, "checked": r.checked,
                    "failed": r.failed(strict), "reason": r.reason,
                    "not_comparable_fields": {k: [a, b] for k, (a, b) in r.fields.items()},

@@ -180,15 +180,19 @@ def crossover_series(nights: Sequence[Night]) -> list[Series]:
     """Per concurrency sweep line, its crossover night by night (`gate.crossover.estimate` without a CI); a night
     on which it did not cross in the swept range is a gap that says on which side."""
     from pytest_specdec.gate.crossover import NAME, estimate
-    from pytest_specdec.output.sweeps import sweep_lines
+    from pytest_specdec.gate.crossover_gate import group
+    from pytest_specdec.output.sweeps import sweep_point
 
     per: dict[str, dict[int, Point]] = {}
     for k, night in enumerate(nights):
-        for line in sweep_lines(night.results.tests):
-            est = estimate(line.points(), resamples=0, where=f"{night.path}: {line.sweep_id}")
+        found, broken = group(sweep_point(t) for t in night.results.tests)
+        for sweep in found:
+            est = estimate(sweep.grid(), resamples=0, where=f"{night.path}: {sweep.sweep}")
             runs = sum(n for _, n in est.pairs) if est else 0
-            per.setdefault(line.sweep_id, {})[k] = (Point(k, est.value, runs) if est and est.value is not None
-                                                    else Point(k, None, gap=est.text() if est else "too few pairs"))
+            per.setdefault(sweep.sweep, {})[k] = (Point(k, est.value, runs) if est and est.value is not None
+                                                  else Point(k, None, gap=est.text() if est else "too few pairs"))
+        for x in broken:  # a sweep its results cannot tell apart: a gap that says why
+            per.setdefault(x.sweep, {})[k] = Point(k, None, gap=str(x.error))
     return [Series(sweep, NAME, [pts.get(k, Point(k, None, gap="not in this night's results"))
                                  for k in range(len(nights))], None) for sweep, pts in per.items()]
 

@@ -362,11 +362,17 @@ def render(results: Results) -> str:
     tests, servers = results.tests, results.servers
     ordered = sort_tests(tests)
     charts = []
+    errors = list(results.errors)
     for sw in sweeps(tests):
         fixed = ", ".join(f"{k}={v}" for k, v in sw.fixed.items() if v is not None)
-        charts.append({"title": f"{sw.function}: {sw.axis} sweep", "fixed": fixed,
-                       "groups": [(title, [Markup(svg) for svg in svgs])  # built escaped
-                                  for title, svgs in sweep_chart_groups(sw, servers)]})
+        title = f"{sw.function}: {sw.axis} sweep"
+        try:
+            groups = sweep_chart_groups(sw, servers)
+        except Exception as exc:  # noqa: BLE001 - one sweep's charts, not the report
+            errors.append({"what": f"the charts of {title} ({fixed})", "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        charts.append({"title": title, "fixed": fixed,
+                       "groups": [(t, [Markup(svg) for svg in svgs]) for t, svgs in groups]})  # built escaped
     env = results.environment
     started = results.started
     active, inactive = workarounds(env)
@@ -382,7 +388,7 @@ def render(results: Results) -> str:
     return templates().get_template("report.html.j2").render(
         results=results, env=env, started=started.replace("T", " ")[:19] + (" UTC" if started else ""),
         duration=results.duration_s, totals=totals(tests),
-        tests=views, charts=charts, crossovers=crossover_rows(results.crossovers), badge_labels=[(b.label, b.family) for b in BADGES],
+        tests=views, charts=charts, crossovers=crossover_rows(results.crossovers), errors=errors, badge_labels=[(b.label, b.family) for b in BADGES],
         machine=machine, machine_line=machine_sentence(machine) if machine else "", gate=results.gate,
         guard_columns=[label(m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
         changed=changed, cost=cost, peaks=cost_peaks(cost), price=results.price,

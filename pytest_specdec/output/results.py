@@ -58,6 +58,8 @@ class TestRecord:
     sampling: dict[str, Any] | None = None
     #: an A/B session's comparison of the candidate with the base (`gate.ab_session`), None outside one
     ab: ABCheck | None = None
+    #: the test's other parametrize values, as recorded (`gate.crossover_gate.recorded`): a sweep is told by them
+    callspec: dict[str, Any] = field(default_factory=dict)
 
     def failed(self, message: str, servers: dict[str, VllmServer]) -> list[tuple[str, str]]:
         """Keep the failure text and the test's servers' log tails (the HTML report shows them the morning
@@ -96,6 +98,7 @@ class TestRecord:
         out: dict[str, Any] = {
             "nodeid": self.nodeid,
             "params": self.params,
+            **({"callspec": self.callspec} if self.callspec else {}),
             **({"sampling": self.sampling} if self.sampling is not None else {}),
             "outcome": self.outcome,
             "when": self.when,
@@ -190,15 +193,19 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                     baseline_writes: BaselineWrites | None = None, outputs_file: str | None = None,
                     gate_settings: dict[str, Any] | None = None,
                     crossovers: list[dict[str, Any]] | None = None,
-                    machine_state: dict[str, Any] | None = None) -> dict[str, Any]:
+                    machine_state: dict[str, Any] | None = None,
+                    errors: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """The results document. ``servers`` are this process's; ``remote`` what each xdist worker sent
     besides its records (its servers, starts and workarounds); ``server_starts`` counts them all;
     ``baseline_writes`` is what --update-baselines wrote (None without it); ``outputs_file`` the name of
     the --specdec-save-outputs side file in the same directory; ``gate_settings`` how the gate judged
     (`Judge.settings`), so that `pytest-specdec compare` can judge the file again as the session did;
-    ``crossovers`` each concurrency sweep line's crossover and its verdict (`output.sweeps.judge_crossovers`);
-    ``machine_state`` the session's machine state against its stored nights (`gate.machine.StateSummary`)."""
+    ``crossovers`` each concurrency sweep's crossover and its verdict or error (`output.sweeps.crossover_entry`);
+    ``machine_state`` the session's machine state against its stored nights (`gate.machine.StateSummary`);
+    ``errors`` what failed at the session's end, (what, why): a test whose entry cannot be made joins them."""
     hourly = price(profile, gpu_hourly_usd)
+    errors = errors if errors is not None else []
+    tests = test_entries(records, hourly["usd_per_hour"] if hourly else None, errors)
     return {
         "schema": RESULTS_SCHEMA,
         "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
@@ -219,8 +226,25 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
         "baseline_update": baseline_writes.to_dict() if baseline_writes is not None else None,
         **({"outputs_file": outputs_file} if outputs_file else {}),
         **({"crossovers": crossovers} if crossovers is not None else {}),
-        "tests": [r.to_dict(hourly["usd_per_hour"] if hourly else None) for r in records],
+        "errors": [{"what": what, "error": why} for what, why in errors],
+        "tests": tests,
     }
+
+
+def test_entries(records: Iterable[TestRecord], usd_per_hour: float | None, errors: list[tuple[str, str]]
+                 ) -> list[dict[str, Any]]:
+    """Every test's entry; one that cannot be made keeps its id, case and outcome with the reason, and joins
+    ``errors``: one test's fault never loses the others' entries."""
+    out = []
+    for r in records:
+        try:
+            out.append(r.to_dict(usd_per_hour))
+        except Exception as exc:  # noqa: BLE001 - this test's entry is lost, not the file
+            why = f"its results entry could not be made ({type(exc).__name__}: {exc})"
+            errors.append((r.nodeid, why))
+            out.append({"nodeid": r.nodeid, "params": r.params, "outcome": r.outcome, "when": r.when,
+                        "servers": r.servers, "error": why})
+    return out
 
 
 def hardware_name(profile: Profile, gpu_names: str | None) -> str:

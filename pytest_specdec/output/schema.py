@@ -170,6 +170,8 @@ class TestEntry:
     ab: Mapping[str, Any] | None = None
     #: its verdicts, read as the nightly's are (`ab.verdicts`)
     ab_verdicts: Mapping[str, VerdictEntry] = field(default_factory=dict)
+    #: the test's other parametrize values (`gate.crossover_gate.recorded`): part of its sweep's identity
+    callspec: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -207,7 +209,8 @@ class TestEntry:
             error=d.get("error"), server_logs=tuple(d.get("server_logs") or ()), distribution=d.get("distribution"),
             sampling=d.get("sampling"), output_match=d.get("output_match"), ab=d.get("ab"),
             ab_verdicts={k: VerdictEntry.from_dict(k, v, f"{where}.ab.verdicts.{k}")
-                         for k, v in ((d.get("ab") or {}).get("verdicts") or {}).items()})
+                         for k, v in ((d.get("ab") or {}).get("verdicts") or {}).items()},
+            callspec=d.get("callspec") if isinstance(d.get("callspec"), Mapping) else {})
 
 
 @dataclass(frozen=True)
@@ -275,10 +278,12 @@ class Results:
     tests: tuple[TestEntry, ...]
     baseline_update: BaselineUpdate | None = None
     outputs_file: str | None = None  # --specdec-save-outputs: the side file's name, beside the results
-    #: each concurrency sweep line's crossover and its verdict (`output.sweeps.judge_crossovers`), as written
+    #: each concurrency sweep's crossover and its verdict or error (`output.sweeps.crossover_entry`), as written
     crossovers: tuple[Mapping[str, Any], ...] = ()
     #: the session's machine state against its stored nights (`gate.machine.StateSummary.to_dict`)
     machine_state: Mapping[str, Any] | None = None
+    #: what failed at the session's end, each ``{"what", "error"}`` (the rest was judged and written)
+    errors: tuple[Mapping[str, str], ...] = ()
 
 
 def load(data: Any, name: str = "results") -> Results:
@@ -308,7 +313,9 @@ def _read(d: dict[str, Any], name: str) -> Results:
         outputs_file=d.get("outputs_file") if isinstance(d.get("outputs_file"), str) else None,
         crossovers=tuple(_crossover(x, f"{name}: crossovers[{i}]") for i, x in enumerate(d.get("crossovers") or ())
                          if isinstance(x, Mapping)),
-        machine_state=d.get("machine_state") if isinstance(d.get("machine_state"), Mapping) else None)
+        machine_state=d.get("machine_state") if isinstance(d.get("machine_state"), Mapping) else None,
+        errors=tuple({"what": str(e.get("what")), "error": str(e.get("error"))} for e in d.get("errors") or ()
+                     if isinstance(e, Mapping)))
 
 
 #: The fields `schema.load` requires, per level of the file, to say where a missing one is missing.

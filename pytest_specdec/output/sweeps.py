@@ -5,18 +5,16 @@ Reads the typed results (`schema.TestEntry`, and the servers by spec key); draws
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.gate.kinds import GATED, MOVED, NOT_COMPARABLE, REGRESSED, SHOWN
+from pytest_specdec.gate.kinds import MOVED, SHOWN
 from pytest_specdec.output.charts import PALETTE, Chart, Series, crossovers, svg_chart, tick_text
 from pytest_specdec.output.fields import number, test_name
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import BaselineCheck
-    from pytest_specdec.gate.judge import Judge
+    from pytest_specdec.gate.crossover_gate import CrossoverEnd, SweepOutcome, SweepPoint
     from pytest_specdec.output.schema import TestEntry
 
 #: Params a sweep chart can take as its x axis (numeric), with the axis label.
@@ -92,6 +90,7 @@ def sweeps(tests: Iterable[TestEntry]) -> list[Sweep]:
                 continue
             fn = test_name(t.nodeid)[0]
             fixed = {k: v for k, v in params.items() if k not in (axis, "method") and not (axis != "k" and k == "k")}
+            fixed.update(t.callspec)  # the test's other parametrize values: a sweep each (gate.crossover_gate)
             key = (fn, repr(sorted((k, repr(v)) for k, v in fixed.items())))
             sweep = groups.setdefault(key, Sweep(fn, axis, fixed, {}))
             sweep.lines.setdefault(_line_label(t, axis), []).append(t)
@@ -232,156 +231,79 @@ def sweep_charts(sweep: Sweep, servers: dict[str, Any]) -> list[str]:
     return [svg for _, svgs in sweep_chart_groups(sweep, servers) for svg in svgs]
 
 
-# ---- the crossover concurrency: one record per line of a concurrency sweep ---------------------------
+# ---- the crossover concurrency: the gate's points from results, its outcomes worded ---------------------------
 
 
-@dataclass(frozen=True)
-class SweepLine:
-    """One line of a concurrency sweep (one method of one test function, the other params fixed): what a
-    crossover is computed from, stored under ``sweep_id`` (the tests' id without the concurrency)."""
+def sweep_point(test: TestEntry, status: str | None = None, checked: bool | None = None) -> SweepPoint:
+    """A results file's test as the crossover gate's point (`gate.crossover_gate.SweepPoint`): ``status`` and
+    ``checked`` are its comparison's (compare's row), else what its recorded baseline says."""
+    from pytest_specdec.gate.crossover_gate import SweepPoint
 
-    sweep_id: str
-    label: str
-    tests: tuple[TestEntry, ...]  # by concurrency
-
-    def points(self) -> list[tuple[float, list[float]]]:
-        """(concurrency, the valid pairs' speedups) per test."""
-        return [(float(t.params["concurrency"]), [s for s in t.speedup_per_pair if s is not None])
-                for t in self.tests]
+    b = test.baseline
+    return SweepPoint.of(test.nodeid, test.params, test.callspec, test.night,
+                         status=status if status is not None else b.status if b else None,
+                         checked=checked if checked is not None else b.checked if b else True,
+                         gate=tuple(b.gate) if b else (), passed=test.outcome == "passed")
 
 
-def sweep_id(test: TestEntry) -> str:
-    """``suites/test_concurrency.py::test_concurrency[eagle3-k3-t0.0-c4]`` → ``...[eagle3-k3-t0.0]``: the id
-    of the sweep a test belongs to (its concurrency part left out)."""
-    path, _, rest = test.nodeid.partition("[")
-    c = f"c{test.params['concurrency']}"
-    parts = [p for p in rest.rstrip("]").split("-") if p != c] if rest else []
-    return f"{path}[{'-'.join(parts)}]" if parts else path
+def crossover_entry(x: SweepOutcome) -> dict[str, Any]:
+    """A sweep's entry in the results' ``crossovers`` (docs/results.md): its points, crossover, verdict or error."""
+    from pytest_specdec.gate.verdicts import to_json
+
+    return {"sweep": x.sweep, "line": x.line, "tests": list(x.tests),
+            "points": [{"concurrency": c, "n": len(v), "speedups": v} for c, v in x.points],
+            "crossover": x.crossover.to_dict() if x.crossover else None,
+            "verdict": to_json(x.verdict) if x.verdict else None, "path": x.path, "family": x.family,
+            "stored": {"started": x.stored.started, "text": x.stored.text} if x.stored and x.verdict else None,
+            "note": x.note or None, "error": x.error, "failed": x.failed}
 
 
-def sweep_lines(tests: Iterable[TestEntry]) -> list[SweepLine]:
-    """Every line of every concurrency sweep whose tests measured a spec arm (a line of method `none` has no
-    speedup)."""
+def crossover_line(x: SweepOutcome) -> str:
+    """The terminal's line of one sweep: its crossover, then its verdict against the stored night, or its error."""
+    from pytest_specdec.gate.kinds import REGRESSED
+    from pytest_specdec.output.wording import format_verdict
+
+    head = f"specdec crossover {x.sweep} ({x.line}): "
+    if x.error is not None:
+        return head + f"ERROR: {x.error} — the session fails"
+    head += x.crossover.text() if x.crossover else "too few valid pairs"
+    if x.note:
+        head += f"; {x.note}"
+    v = x.verdict
+    if v is not None and x.stored is not None:
+        head += f"; {format_verdict(v)} against {x.stored.started} ({x.family})"
+        if x.failed and v.verdict == REGRESSED:
+            head += " — the session fails (crossover is in the gate)"
+    return head
+
+
+def crossover_lines(end: CrossoverEnd, written: Sequence[tuple[str, str]]) -> list[str]:
+    """Every sweep's line, each followed by what became of its record (``written``: `CrossoverGate.write`'s)."""
+    done = dict(written)
     out = []
-    for sweep in sweeps(tests):
-        if sweep.axis != "concurrency":
-            continue
-        for label, items in sweep.lines.items():
-            if len({t.params["concurrency"] for t in items}) >= 2 and any(t.speedup_per_pair for t in items):
-                out.append(SweepLine(sweep_id(items[0]), label, tuple(items)))
+    for x in end.sweeps:
+        out.append(crossover_line(x))
+        if x.path in done:
+            out.append(f"  crossover record {x.path}: {done[x.path]}")
     return out
 
 
-class TestRecord(Protocol):
-    """What the crossover reads of a test's record (`output.results.TestRecord`, which imports the report)."""
-
-    nodeid: str
-    result: Any
-    outcome: str
-    baseline: BaselineCheck | None
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-@dataclass
-class CrossoverEnd:
-    """The session's crossovers: the results' ``crossovers`` entries, the terminal's lines, and whether a
-    gated one regressed (the session then fails)."""
-
-    entries: list[dict[str, Any]]
-    lines: list[str]
-    failed: bool = False
-
-
-def judge_crossovers(judge: Judge, records: Iterable[TestRecord], started: float) -> CrossoverEnd:
-    """Each concurrency sweep line's crossover tonight, its verdict against the stored record's last night
-    (in the shown family unless ``crossover`` is in the gate: ini ``specdec_gate`` or a member test's marker),
-    and under --update-baselines tonight's night appended to the record when every member test passed."""
-    import datetime as dt
-
-    from pytest_specdec.errors import ConfigError
-    from pytest_specdec.gate.baselines import BaselineError, load_sweep, sweep_path
-    from pytest_specdec.gate.crossover import NAME, compare, estimate, points_of
-    from pytest_specdec.gate.machine import MACHINE_STATE, state_comparable, state_condition
-    from pytest_specdec.gate.store import write_sweep
-    from pytest_specdec.gate.verdicts import to_json
-    from pytest_specdec.measure.probe import mean_state
-    from pytest_specdec.output.schema import TestEntry
-
-    stamp = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    recs = {r.nodeid: r for r in records if r.result is not None}
-    entries = [TestEntry.from_dict(r.to_dict(), r.nodeid) for r in recs.values()]
-    cfg, end = judge.cfg, CrossoverEnd([], [])
-    for line in sweep_lines(entries):
-        checked = {t.nodeid: c for t in line.tests if (c := recs[t.nodeid].baseline) is not None}
-        checks = list(checked.values())
-        points = line.points()
-        probed = mean_state([s for t in line.tests if (s := recs[t.nodeid].result.machine_state) is not None])
-        state = None if probed is None else probed.to_dict()  # the sweep's: its tests' states, as a test's probes
-        est = estimate(points, alpha=cfg.alpha, where=line.sweep_id)
-        path = sweep_path(cfg.baselines_dir, cfg.profile.name, judge.store.hardware, line.sweep_id)
-        gated = NAME in judge.gate() or any(NAME in c.gate for c in checks)
-        entry: dict[str, Any] = {
-            "sweep": line.sweep_id, "line": line.label, "tests": [t.nodeid for t in line.tests],
-            "points": [{"concurrency": c, "n": len(v), "speedups": v} for c, v in points],
-            "crossover": est.to_dict() if est else None, "verdict": None, "path": judge.rel(path),
-            "family": GATED if gated else SHOWN, "stored": None}
-        head = f"specdec crossover {line.sweep_id} ({line.label}): {est.text() if est else 'too few valid pairs'}"
-        try:
-            stored = load_sweep(path) if checks and all(c.check for c in checks) else None
-        except BaselineError as exc:
-            stored, head = None, f"{head}; {exc}"
-        if stored and stored["nights"] and est is not None:
-            last = stored["nights"][-1]
-            entry["stored"] = {"started": last.get("started"), "text": (last.get("crossover") or {}).get("text")}
-            odd = [n for n, c in checked.items() if c.status == NOT_COMPARABLE]
-            try:
-                v = compare(points_of(last, str(path)), points, alpha=cfg.alpha, family=entry["family"])
-            except ConfigError as exc:  # the stored record's values
-                head = f"{head}; {exc}"
-            else:
-                tolerance = cfg.profile.machine_state_tolerance
-                if odd:
-                    v = dataclasses.replace(v, verdict=NOT_COMPARABLE, note=f"{len(odd)} test(s) of the sweep "
-                                            f"are not comparable with their baselines ({', '.join(odd)}); " + v.note)
-                elif not state_comparable(state, last.get("machine_state"), tolerance):  # made of speedups
-                    why = state_condition([last], state, tolerance).reason
-                    v = dataclasses.replace(v, verdict=NOT_COMPARABLE, method=MACHINE_STATE,
-                                            note=f"{why}; " + v.note)
-                entry["verdict"] = to_json(v)
-                head += (f"; {v.verdict} against {last.get('started')} ({v.delta:+.1f} %, "
-                         f"{entry['family']})" if v.delta is not None else f"; {v.verdict}")
-                if gated and v.verdict == REGRESSED and cfg.update != "all":
-                    end.failed = True
-                    head += " — the session fails (crossover is in the gate)"
-        elif est is not None and checks:
-            head += ("; no stored night: this session stores it" if cfg.update else
-                     f"; no stored night ({judge.rel(path)}: `pytest --update-baselines` writes it)")
-        end.lines.append(head)
-        if cfg.update and est is not None and all(recs[t.nodeid].outcome == "passed" for t in line.tests):
-            night = {"started": stamp, "points": [{"concurrency": c, "speedups": v} for c, v in points],
-                     "crossover": est.to_dict(), **({"machine_state": state} if state is not None else {})}
-            record = {"sweep": line.sweep_id, "profile": cfg.profile.name, "tests": entry["tests"]}
-            try:
-                what = write_sweep(cfg.baselines_dir, path, record, night, keep=cfg.keep_sessions,
-                                   missing_only=cfg.update == "missing")
-            except OSError as exc:
-                what = f"NOT WRITTEN: {exc}"
-            end.lines.append(f"  crossover record {judge.rel(path)}: {what}")
-        end.entries.append(entry)
-    return end
-
-
 def crossover_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
-    """The report's crossover lines, one per sweep line (strings; the template escapes them)."""
+    """The report's crossover lines, one per sweep line (strings; the template escapes them); a sweep that could not
+    be judged shows its error."""
+    from pytest_specdec.gate.kinds import PERCENT
+    from pytest_specdec.output.wording import format_delta
+
     rows = []
     for e in entries:
         v = e.get("verdict") or {}
         now = (e.get("crossover") or {}).get("text") or "too few valid pairs"
-        stored, delta = e.get("stored") or {}, v.get("delta")
-        rows.append({"sweep": str(e.get("sweep", "")), "line": str(e.get("line", "")), "now": now,
+        stored, delta, error = e.get("stored") or {}, v.get("delta"), e.get("error")
+        rows.append({"sweep": str(e.get("sweep", "")), "line": str(e.get("line", "")),
+                     "now": f"error: {error}" if error else now,
                      "stored": f"{stored.get('text')} ({stored.get('started')})" if stored else "no stored night",
-                     "change": f"{delta:+.1f} %" if isinstance(delta, (int, float)) else "—",
-                     "verdict": str(v.get("verdict") or ""), "family": str(e.get("family") or SHOWN),
-                     "note": str(v.get("note") or "")})
+                     "change": format_delta(delta if isinstance(delta, (int, float)) else None, PERCENT),
+                     "verdict": "error" if error else str(v.get("verdict") or ""),
+                     "family": str(e.get("family") or SHOWN),
+                     "note": str(error or v.get("note") or e.get("note") or "")})
     return rows

@@ -362,6 +362,11 @@ def test_end_message(nodeid: str, c: BaselineCheck, end: TestEnd, *, alpha: floa
     return None, f"{nodeid}: {msg}; the test passes (--specdec-fail-inconclusive fails it)"
 
 
+def session_error_line(what: str, why: str) -> str:
+    """A session-end step that raised (`SpecDecSession.errors`): what it was judging and why; the session fails."""
+    return f"specdec: ERROR in {what}: {why} — the session fails; every other result was judged and written"
+
+
 def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Sequence[tuple[str, CaseResult | None]],
                       *, alpha: float, fdr: str, strict: bool = False) -> list[str]:
     """The gate's lines at the session's end (`gate.protocol.SessionEnd`), in order: a machine without baselines of

@@ -92,7 +92,7 @@ def test_crossover_moves_from_16_to_4_and_regresses(
     v = moved["verdict"]
     assert v["verdict"] == "regressed" and v["delta"] < -50 and v["ci"][1] < -100 / 3, v
     (line,) = [x for x in result.outlines if x.startswith("specdec crossover test_suite.py::test_sweep[ngram-k3-t0.0]")]
-    assert "; regressed against " in line and line.endswith("the session fails (crossover is in the gate)"), line
+    assert "; regressed -" in line and line.endswith("(gated) — the session fails (crossover is in the gate)"), line
 
     # The morning after: the report's own line, `compare` and `history` read the same nights.
     html = (pytester.path / "reports" / "latest.html").read_text()
@@ -100,10 +100,80 @@ def test_crossover_moves_from_16_to_4_and_regresses(
     nights = sorted((pytester.path / "reports").glob("specdec-*.json"))
     assert len(nights) == 3
     capsys.readouterr()  # the sessions' own output: only compare's JSON is read below
-    assert main(["compare", str(nights[0]), str(nights[2]), "--json"]) in (0, 1)
+    # compare judges the crossover as the session did: gated (NEW's tests record it), regressed, exit 1
+    assert main(["compare", str(nights[0]), str(nights[2]), "--json"]) == 1
     cmp = json.loads(capsys.readouterr().out)
-    assert cmp["crossovers"]["test_suite.py::test_sweep[ngram-k3-t0.0]"]["verdict"] == "regressed"
+    sweep = "test_suite.py::test_sweep[ngram-k3-t0.0]"
+    assert cmp["crossovers"][sweep]["verdict"] == "regressed" and cmp["crossovers"][sweep]["family"] == "gated"
+    assert cmp["failed"] == [] and cmp["failed_sweeps"] == [sweep]  # no test fails on its own: the sweep does
     assert main(["history", str(pytester.path / "reports"), "--json"]) == 0
     levels = json.loads(capsys.readouterr().out)["tests"]["test_suite.py::test_sweep[ngram-k3-t0.0]"]["crossover"]
     assert [round(x) for x in levels["levels"]] == [round(stored["crossover"]["value"]), round(same["crossover"]["value"]),
                                                     round(moved["crossover"]["value"])]
+
+
+TAGGED = '''
+import pytest
+
+MARKER = dict(method="ngram", k=3, temperature=0.0, concurrency=[1, 2], max_tokens=16, num_prompts=4)
+
+
+class Same:
+    """A parametrize value whose recorded value (its repr) does not tell it apart: nor can the sweep."""
+
+    def __repr__(self):
+        return "Same()"
+
+
+@pytest.mark.specdec(**MARKER)
+@pytest.mark.parametrize("tag", ["plain", "other"])
+def test_sweep(specdec, tag):
+    pass
+
+
+@pytest.mark.specdec(**MARKER)
+@pytest.mark.parametrize("obj", [Same(), Same()], ids=["a", "b"])
+def test_broken(specdec, obj):
+    pass
+'''
+
+
+def test_a_sweep_per_parameter_and_a_broken_sweep_is_its_own_error(
+    pytester: pytest.Pytester, fake_profile: Path, fake_endpoints: tuple[str, str]
+) -> None:
+    """A concurrency sweep with one more parametrize gives one crossover per tag; a sweep whose tests the results
+    cannot tell apart (two at one concurrency) is an error on that sweep, and the session still writes the JSON,
+    the report, every test's baseline and the other sweeps' records, then fails (exit 1, no INTERNALERROR)."""
+    pytester.makepyfile(test_suite=TAGGED)
+    spec, ref = fake_endpoints
+    reports = pytester.path / "reports"
+    result = pytester.runpytest(
+        f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
+        f"--specdec-reports={reports}", "--specdec-runs=2", "--specdec-max-runs=2", "--update-baselines",
+        "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=8)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    data = json.loads((reports / "latest.json").read_text())
+    by_sweep = {x["sweep"]: x for x in data["crossovers"]}
+    tags = [f"test_suite.py::test_sweep[ngram-k3-t0.0-{t}]" for t in ("plain", "other")]
+    for tag, sweep in zip(("plain", "other"), tags):
+        x = by_sweep[sweep]
+        assert x["error"] is None and x["crossover"] is not None and [p["concurrency"] for p in x["points"]] == [1, 2]
+        assert x["tests"] == [f"test_suite.py::test_sweep[ngram-k3-t0.0-c{c}-{tag}]" for c in (1, 2)], x["tests"]
+    (broken,) = [x for x in data["crossovers"] if x["error"]]
+    assert set(by_sweep) == {*tags, broken["sweep"]} and broken["failed"] and broken["crossover"] is None
+    assert broken["sweep"] == "test_suite.py::test_broken" and broken["error"].startswith(
+        "2 tests at concurrency 1 (test_suite.py::test_broken[ngram-k3-t0.0-c1-a], "
+        "test_suite.py::test_broken[ngram-k3-t0.0-c1-b]): a sweep is"), broken["error"]
+    assert "obj='Same()'" in broken["error"] and "give each parametrize value a repr of its own" in broken["error"]
+    assert {t["callspec"]["tag"] for t in data["tests"] if "tag" in t.get("callspec", {})} == {"plain", "other"}
+    result.stdout.fnmatch_lines([f"specdec crossover {broken['sweep']} (ngram k=3): ERROR: 2 tests at concurrency 1 *"])
+    html = (reports / "latest.html").read_text()
+    assert '<h2 id="errors">' not in html and data["errors"] == []  # no session-end step failed
+    block = html.split('<h2 id="crossovers">', 1)[1].split("</table>", 1)[0]
+    assert block.count('class="badge b-error">error</span>') == 1 and "error: 2 tests at concurrency 1" in block
+    baselines = pytester.path / "baselines" / "fake"
+    assert len(list(baselines.rglob("*.json"))) == 8  # every test's baseline, the broken sweep's tests' too
+    assert sorted(p.name for p in baselines.rglob("*.crossover")) == [
+        "test_sweep[ngram-k3-t0.0-other].crossover", "test_sweep[ngram-k3-t0.0-plain].crossover"]

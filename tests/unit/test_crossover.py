@@ -79,30 +79,30 @@ def test_bad_values_name_where() -> None:
 def test_the_report_shows_each_sweep_lines_crossover_on_its_own_line() -> None:
     """From the recorded sessions (tests/data/report_results.json: an ngram and a draft_model concurrency sweep
     whose speedup crosses 1.0): each line's crossover judged against a copy of itself a quarter lower in
-    concurrency, the way `judge_crossovers` writes the results' entries, then the report's block."""
+    concurrency, through the gate's `judge_sweep` and the results' entries as the session writes them, then the
+    report's block."""
     import json
 
-    from pytest_specdec.gate.verdicts import to_json
+    from pytest_specdec.gate.crossover_gate import StoredNight, group, judge_sweep
     from pytest_specdec.output.report import render_html
     from pytest_specdec.output.schema import load
-    from pytest_specdec.output.sweeps import sweep_lines
+    from pytest_specdec.output.sweeps import crossover_entry, sweep_point
 
     data = json.loads((Path(__file__).resolve().parents[1] / "data" / "report_results.json").read_text())
-    lines = sweep_lines(load(data).tests)
-    assert [(x.sweep_id, x.label) for x in lines] == [
+    found, broken = group(sweep_point(t) for t in load(data).tests)
+    assert broken == [] and [(x.sweep, x.line) for x in found] == [
         ("test_nightly.py::test_concurrency[draft_model-k3-t0.0]", "draft_model k=3"),
         ("test_nightly.py::test_concurrency[ngram-k3-t0.0]", "ngram k=3")]
     entries = []
-    for x in lines:
-        est = X.estimate(x.points())
-        assert est is not None and est.side == "crossed"
-        v = X.compare(x.points(), x.points())
-        entries.append({"sweep": x.sweep_id, "line": x.label, "crossover": est.to_dict(), "verdict": to_json(v),
-                        "family": "shown", "stored": {"started": "2026-11-10T03:00:00Z", "text": est.text()}})
+    for x in found:
+        stored = StoredNight("2026-11-10T03:00:00Z", x.grid(), "stored text")
+        out = judge_sweep(x, stored, alpha=0.05, tolerance=None, gated=False)
+        assert out.crossover is not None and out.crossover.side == "crossed" and not out.failed
+        entries.append(crossover_entry(out))
     html = render_html({**data, "crossovers": entries})
     block = html.split('<h2 id="crossovers">Crossover concurrency</h2>', 1)[1].split("</table>", 1)[0]
     assert block.count("<tr title=") == 2 and block.count('class="badge b-unchanged shown">unchanged') == 2
-    assert f"<td>{lines[1].sweep_id}</td><td>ngram k=3</td><td>{entries[1]['crossover']['text']}</td>" in block
+    assert f"<td>{found[1].sweep}</td><td>ngram k=3</td><td>{entries[1]['crossover']['text']}</td>" in block
     assert '<h2 id="crossovers">' not in render_html(data)  # a session without the section shows no block
 
 

@@ -1,0 +1,327 @@
+"""The crossover as a gated metric: each concurrency sweep's points recorded at its tests' ends (`test_end`), every
+sweep judged at the session's end (`finish`), one outcome per sweep (its verdict, or the error that kept it from
+one) and the record writes to make. The plugin's session and `pytest-specdec compare` both judge a sweep through
+`judge_sweep`, with the same not-comparable rule, so they cannot disagree on the same data.
+
+A sweep is the tests of one test function that differ only in concurrency: grouped by the function, every field of
+the specdec marker but concurrency, and the test's other parametrize values as its results record them
+(``callspec``). Two tests of one group at one concurrency cannot be told apart, so that sweep is an error with the
+reason; it never stops another sweep from being judged or written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.gate.crossover import NAME
+from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE, REGRESSED, SHOWN, Family
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.crossover import Crossover
+    from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.stats import Verdict
+
+#: The swept parameter; every other one is part of a sweep's identity.
+AXIS = "concurrency"
+#: Per point: (concurrency, its valid pairs' speedups).
+Grid = list[tuple[float, list[float]]]
+
+
+def recorded(value: Any) -> Any:
+    """A parametrize value as results record it: a JSON scalar as it is, anything else by its repr."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)
+
+
+def sweep_id(nodeid: str, concurrency: Any) -> str:
+    """``suites/test_concurrency.py::test_concurrency[eagle3-k3-t0.0-c4]`` → ``...[eagle3-k3-t0.0]``: the name of
+    the sweep a test belongs to (its concurrency part left out), under which its crossover record is stored."""
+    path, _, rest = nodeid.partition("[")
+    c = f"c{concurrency}"
+    parts = [p for p in rest.rstrip("]").split("-") if p != c] if rest else []
+    return f"{path}[{'-'.join(parts)}]" if parts else path
+
+
+def line_label(params: Mapping[str, Any]) -> str:
+    """``eagle3 k=3``: the method of a sweep (its k unless the reference's or unset)."""
+    method, k = params.get("method"), params.get("k")
+    return str(method) + ("" if method == "none" or k is None else f" k={k}")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One test's point of a concurrency sweep, as the gate records it at the test's end."""
+
+    nodeid: str
+    params: Mapping[str, Any]  # the case's fields (the results' `params`)
+    callspec: Mapping[str, Any]  # the test's other parametrize values, as recorded
+    speedups: tuple[float, ...]  # its valid pairs'
+    machine_state: Mapping[str, float] | None = None  # the probe's figures while it ran
+    #: its baseline comparison: compared, not-comparable, missing, error; None where it was not compared
+    status: str | None = None
+    checked: bool = True  # False: the test opted out (check=False)
+    gate: tuple[str, ...] = ()  # its gated metrics (ini and marker)
+    passed: bool = True  # pytest's outcome was `passed`
+
+    @classmethod
+    def of(cls, nodeid: str, params: Mapping[str, Any], callspec: Mapping[str, Any], night: Night, *,
+           status: str | None, checked: bool, gate: Sequence[str], passed: bool) -> SweepPoint:
+        """A test's point from its night (tonight's runs, or a results file's test)."""
+        return cls(nodeid, dict(params), dict(callspec), tuple(s for s in night.speedup_per_pair if s is not None),
+                   night.machine_state, status, checked, tuple(gate), passed)
+
+    @property
+    def concurrency(self) -> Any:
+        return self.params.get(AXIS)
+
+    def key(self) -> tuple[str, str, str]:
+        """What a sweep's tests share: the function, every marker field but concurrency, the other parameters."""
+        fixed = sorted((k, repr(v)) for k, v in self.params.items() if k != AXIS)
+        return (self.nodeid.partition("[")[0], repr(fixed), repr(sorted((k, repr(v)) for k, v in self.callspec.items())))
+
+    def grouped_by(self) -> str:
+        """The parameters the key holds, as a message names them."""
+        items = [*((k, v) for k, v in self.params.items() if k != AXIS and v is not None), *self.callspec.items()]
+        return ", ".join(f"{k}={v!r}" for k, v in items)
+
+
+@dataclass(frozen=True)
+class StoredNight:
+    """The night a sweep is judged against: a stored record's last night, or OLD's sweep in `compare`."""
+
+    started: str | None
+    points: Grid
+    text: str | None = None  # its crossover as the terminal words it
+    machine_state: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """One sweep's crossover at the session's end: its verdict against the stored night, or the error that kept it
+    from one (then ``failed``: the session fails). ``note`` says why there is no verdict where that is no error."""
+
+    sweep: str
+    line: str
+    tests: tuple[str, ...]
+    points: Grid
+    family: Family = SHOWN
+    crossover: Crossover | None = None
+    verdict: Verdict | None = None
+    stored: StoredNight | None = None
+    path: str | None = None  # its record, as the checkout names it
+    note: str = ""
+    error: str | None = None
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class SweepWrite:
+    """Tonight's night to append to a sweep's record (under --update-baselines)."""
+
+    sweep: str
+    path: Path
+    record: dict[str, Any]
+    night: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CrossoverEnd:
+    """Every sweep's outcome, and the record writes to make."""
+
+    sweeps: tuple[SweepOutcome, ...] = ()
+    writes: tuple[SweepWrite, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return any(s.failed for s in self.sweeps)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Tests of one sweep, by concurrency (`group`)."""
+
+    sweep: str
+    line: str
+    points: tuple[SweepPoint, ...]
+
+    def grid(self) -> Grid:
+        return [(float(p.concurrency), list(p.speedups)) for p in self.points]
+
+    def outcome(self, **fields: Any) -> SweepOutcome:
+        return SweepOutcome(self.sweep, self.line, tuple(p.nodeid for p in self.points), self.grid(), **fields)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def group(points: Iterable[SweepPoint]) -> tuple[list[Sweep], list[SweepOutcome]]:
+    """The sweeps among the points (a group with at least two concurrencies and a spec arm), and an error per group
+    that holds two tests at one concurrency (a sweep defined wrongly: the message names the parameters)."""
+    groups: dict[tuple[str, str, str], list[SweepPoint]] = {}
+    for p in points:
+        if _number(p.concurrency):
+            groups.setdefault(p.key(), []).append(p)
+    sweeps, errors = [], []
+    for members in groups.values():
+        members.sort(key=lambda p: (p.concurrency, p.nodeid))
+        levels = [p.concurrency for p in members]
+        if len(set(levels)) < 2 or not any(p.speedups for p in members):
+            continue
+        names = list(dict.fromkeys(sweep_id(p.nodeid, p.concurrency) for p in members))
+        sweep = Sweep(names[0] if len(names) == 1 else members[0].nodeid.partition("[")[0],
+                      line_label(members[0].params), tuple(members))
+        twice = next((c for c in levels if levels.count(c) > 1), None)
+        if twice is not None:
+            same = [p.nodeid for p in members if p.concurrency == twice]
+            errors.append(sweep.outcome(error=(
+                f"{len(same)} tests at concurrency {twice} ({', '.join(same)}): a sweep is the tests of one function "
+                f"that differ only in concurrency, grouped by the specdec marker's other fields and the test's other "
+                f"parametrize values as the results record them ({members[0].grouped_by()}), and these record the "
+                "same values; give each parametrize value a repr of its own (or ids= and plain values)"),
+                failed=True))
+        else:
+            sweeps.append(sweep)
+    return sweeps, errors
+
+
+def sweep_state(points: Sequence[SweepPoint]) -> dict[str, float] | None:
+    """The sweep's machine state: the geometric mean of its tests' states (None when one was not probed)."""
+    from pytest_specdec.measure.probe import MachineState, mean_state
+
+    states = [p.machine_state for p in points]
+    if not states or any(s is None for s in states):
+        return None
+    mean = mean_state([MachineState.from_dict(s) for s in states if s is not None])
+    return None if mean is None else mean.to_dict()
+
+
+def judge_sweep(sweep: Sweep, stored: StoredNight | None, *, alpha: float, tolerance: float | None, gated: bool,
+                updating_all: bool = False, path: str | None = None, note: str = "") -> SweepOutcome:
+    """One sweep's crossover tonight and its verdict against ``stored`` (None: no verdict, ``note`` says why).
+    The verdict is `not-comparable` when a member test is not comparable with its baseline, or when the machine
+    state differs from the stored night's beyond ``tolerance`` (%; None: not conditioned); a gated `regressed` fails (not while every
+    baseline is being replaced). A value that cannot be judged raises ConfigError (the caller makes it the
+    sweep's error)."""
+    from pytest_specdec.gate.crossover import compare, estimate
+    from pytest_specdec.gate.machine import MACHINE_STATE, state_comparable, state_condition
+
+    family: Family = GATED if gated else SHOWN
+    points = sweep.grid()
+    est = estimate(points, alpha=alpha, where=sweep.sweep)
+    if stored is None or est is None:
+        return sweep.outcome(family=family, crossover=est, stored=stored, path=path, note=note)
+    v = compare(stored.points, points, alpha=alpha, family=family)
+    odd = [p.nodeid for p in sweep.points if p.status == NOT_COMPARABLE]
+    state = sweep_state(sweep.points)
+    if odd:
+        v = dataclasses.replace(v, verdict=NOT_COMPARABLE, note=f"{len(odd)} test(s) of the sweep are not "
+                                f"comparable with their baselines ({', '.join(odd)}); " + v.note)
+    elif tolerance is not None and not state_comparable(state, stored.machine_state, tolerance):  # made of speedups: conditioned as they are
+        why = state_condition([{"machine_state": stored.machine_state}], state, tolerance).reason
+        v = dataclasses.replace(v, verdict=NOT_COMPARABLE, method=MACHINE_STATE, note=f"{why}; " + v.note)
+    return sweep.outcome(family=family, crossover=est, verdict=v, stored=stored, path=path, note=note,
+                         failed=gated and v.verdict == REGRESSED and not updating_all)
+
+
+def judged(sweep: Sweep, judge: Callable[[], SweepOutcome]) -> SweepOutcome:
+    """``judge()``, or the error that kept it from a verdict as that sweep's outcome (it fails the session): one
+    sweep's error never stops the others."""
+    from pytest_specdec.errors import SpecDecError
+
+    try:
+        return judge()
+    except SpecDecError as exc:  # a value or record that cannot be judged (ConfigError, BaselineError)
+        reason = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a fault judging one sweep is that sweep's error, named with its type
+        reason = f"could not be judged ({type(exc).__name__}: {exc})"
+    return sweep.outcome(error=reason, failed=True)
+
+
+def stored_night(night: Mapping[str, Any], where: str) -> StoredNight:
+    """A stored record's night, its points checked (a bad value raises ConfigError naming ``where``)."""
+    from pytest_specdec.gate.crossover import points_of
+
+    return StoredNight(night.get("started"), points_of(night, where), (night.get("crossover") or {}).get("text"),
+                       night.get("machine_state"))
+
+
+@dataclass
+class CrossoverGate:
+    """The session's crossover: a point per test at its end, every sweep judged and its record writes at the
+    session's end. ``record_path`` names a sweep's record; ``rel`` words a path as the checkout names it."""
+
+    alpha: float
+    tolerance: float  # the profile's machine_state_tolerance, %
+    record_path: Callable[[str], Path]
+    rel: Callable[[Path], str]
+    started: float
+    profile: str
+    gate: tuple[str, ...] = ()  # the session's gated metrics (ini)
+    update: str | None = None  # --update-baselines: None, "all" or "missing"
+    points: list[SweepPoint] = field(default_factory=list)
+
+    def test_end(self, point: SweepPoint) -> None:
+        """A test's point, recorded (every test's: which ones form a sweep is known at the end)."""
+        self.points.append(point)
+
+    def finish(self) -> CrossoverEnd:
+        """Every sweep judged against its stored record's last night (read when each member test read its
+        baseline and did not opt out), each on its own: an error is that sweep's outcome. Under
+        --update-baselines, tonight's night of each sweep whose tests all passed is a write to make."""
+        sweeps, outcomes = group(self.points)
+        writes = []
+        for sweep in sweeps:
+            path = self.record_path(sweep.sweep)
+            out = judged(sweep, lambda s=sweep, p=path: self._judge(s, p))  # type: ignore[misc]
+            outcomes.append(out)
+            if self.update and out.crossover is not None and all(p.passed for p in sweep.points):
+                writes.append(self._write(sweep, path, out.crossover))
+        return CrossoverEnd(tuple(outcomes), tuple(writes))
+
+    def _judge(self, sweep: Sweep, path: Path) -> SweepOutcome:
+        from pytest_specdec.gate.baselines import BaselineError, load_sweep
+
+        members = sweep.points
+        compared = bool(members) and all(p.status is not None and p.checked for p in members)
+        gated = NAME in self.gate or any(NAME in p.gate for p in members)
+        kw = {"alpha": self.alpha, "tolerance": self.tolerance, "gated": gated, "updating_all": self.update == "all",
+              "path": self.rel(path)}
+        unreadable = ""
+        try:
+            record = load_sweep(path) if compared else None
+        except BaselineError as exc:
+            if not self.update:
+                raise
+            record, unreadable = None, f"{exc}; "  # this session replaces it (`write_sweep` says so)
+        if record and record["nights"]:
+            return judge_sweep(sweep, stored_night(record["nights"][-1], str(path)), **kw)  # type: ignore[arg-type]
+        note = ("" if not compared else unreadable + "no stored night: this session stores it" if self.update
+                else f"no stored night ({self.rel(path)}: `pytest --update-baselines` writes it)")
+        return judge_sweep(sweep, None, note=note, **kw)  # type: ignore[arg-type]
+
+    def _write(self, sweep: Sweep, path: Path, crossover: Crossover) -> SweepWrite:
+        stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        state = sweep_state(sweep.points)
+        night = {"started": stamp, "points": [{"concurrency": c, "speedups": v} for c, v in sweep.grid()],
+                 "crossover": crossover.to_dict(), **({"machine_state": state} if state is not None else {})}
+        record = {"sweep": sweep.sweep, "profile": self.profile, "tests": [p.nodeid for p in sweep.points]}
+        return SweepWrite(sweep.sweep, path, record, night)
+
+    def write(self, end: CrossoverEnd, baselines_dir: Path, keep: int) -> list[tuple[str, str]]:
+        """The writes ``end`` holds, each on its own: (its path, what happened, or NOT WRITTEN and why)."""
+        from pytest_specdec.gate.store import write_sweep
+
+        done = []
+        for w in end.writes:
+            try:
+                what = write_sweep(baselines_dir, w.path, w.record, w.night, keep=keep,
+                                   missing_only=self.update == "missing")
+            except OSError as exc:
+                what = f"NOT WRITTEN: {exc}"
+            done.append((self.rel(w.path), what))
+        return done
