@@ -325,16 +325,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not specdec.records:
         specdec.summary_lines = list(specdec.xdist_lines)
         return
-    specdec.summary_lines = [*specdec.xdist_lines, *specdec.finalize()]
+    from pytest_specdec.session_end import error_lines, finalize, write_results
+
+    specdec.summary_lines = [*specdec.xdist_lines, *finalize(specdec)]
     said = len(specdec.errors)
     try:
-        specdec.result_paths = specdec.write_results()
+        specdec.result_paths = write_results(specdec)
         unwritten = False
     except OSError as exc:  # the results are what CI keeps: a session that could not write them fails
         specdec.summary_lines.append(f"specdec: could not write the results ({exc}); fix the directory or point "
                                      "--specdec-reports-dir (or --specdec-json / --specdec-report-html) elsewhere")
         unwritten = True
-    specdec.summary_lines += specdec.error_lines()[said:]  # a test's entry or the report that could not be made
+    specdec.summary_lines += error_lines(specdec)[said:]  # a test's entry or the report that could not be made
     _junit_session_properties(session.config, specdec)
     end = specdec.end
     failed = unwritten or (end is not None and bool(end.late_regressions or end.machine_failed or end.baselines_failed))

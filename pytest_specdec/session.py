@@ -1,6 +1,7 @@
 """The one object a pytest session keeps in `config.stash`: it decides when each stage runs (servers,
 runs, verdicts, files) and holds what the stages share; the stages themselves live in their subpackages
-(docs/architecture.md). `plugin.py` only forwards hooks here; nothing here starts work at import time.
+(docs/architecture.md). `plugin.py` only forwards hooks here; nothing here starts work at import time. The
+session's end, a step at a time, is `session_end.py`'s.
 """
 
 from __future__ import annotations
@@ -348,84 +349,6 @@ class SpecDecSession:
             warnings.warn(SpecDecWarning(warning), stacklevel=1)
         return failure
 
-    def finalize(self) -> list[str]:
-        """Session end: the gate's last word (`Gate.finish`: the whole family, the late regressions; for the
-        stored nights the machine factor and the baseline writes), then the crossover gate's, worded by the output
-        layer; the machine factor's warning is given as pytest's. Each step runs on its own (`_step`): one that
-        raises is an error naming what it judged, shown in the terminal, the JSON and the report, and it fails the
-        session; the others still run."""
-        from pytest_specdec.gate.protocol import Finished, SessionEnd
-        from pytest_specdec.output.wording import coalesced_summary, gate_lines, machine_sentence, session_end_lines
-
-        st = self.settings
-        if self.ab is not None:  # A/B: a test that regresses only once all are in fails the session
-            from pytest_specdec.output.ab_wording import ab_session_lines
-
-            ab, records = self.ab, self.records
-            checks = [(n, r.ab) for n, r in records.items() if r.ab is not None]
-            end = self.end = self._step("the A/B gate's session end", lambda: ab.finish(
-                [Finished(n, c, records[n].result, records[n].outcome) for n, c in checks]), SessionEnd(None))
-            self.gate_summary, late = self._step("the A/B gate's session-end lines", lambda: ab_session_lines(
-                checks, end, fdr=st.fdr), ([], []))
-            coalesced = self._step("the coalesced runs' summary", lambda: coalesced_summary(
-                [(n, r.result) for n, r in records.items()]), [])
-            return [*late, *coalesced, *self.error_lines()]
-        tests = [(n, r.baseline, r.result, r.outcome) for n, r in self.records.items()]
-        end = self.end = self._step(
-            "the gate's session end (machine factor, BH/Holm over the family, late regressions, baseline writes)",
-            lambda: self.judge.finish([Finished(n, c, r, o) for n, c, r, o in tests if c is not None]),
-            SessionEnd(None))
-        if end.machine_warns and end.machine is not None:
-            warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)
-        crossovers = self._step("the crossovers", self._crossovers, [])
-        checked = [(n, c, r) for n, c, r, _ in tests if c is not None]
-        self.gate_summary = self._step("the gate's summary", lambda: gate_lines(
-            checked, end.machine, fdr=st.fdr, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive), [])
-        lines = self._step("the gate's session-end lines", lambda: session_end_lines(
-            end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests], alpha=st.alpha, fdr=st.fdr,
-            strict=st.strict), [])
-        return [*lines, *crossovers, *self.error_lines()]
-
-    def _crossovers(self) -> list[str]:
-        """The crossover gate (`gate.crossover_gate`): every test's point, every sweep judged, the record writes
-        made; its lines. A sweep that cannot be judged is that sweep's error, never the others'."""
-        from pytest_specdec.gate.baselines import sweep_path
-        from pytest_specdec.gate.crossover_gate import CrossoverGate, SweepPoint
-        from pytest_specdec.gate.nights import Night
-        from pytest_specdec.output.sweeps import crossover_lines
-
-        judge, st = self.judge, self.settings
-        gate = CrossoverGate(
-            alpha=st.alpha, tolerance=self.profile.machine_state_tolerance, started=self.started,
-            record_path=lambda sweep: sweep_path(st.baselines_dir, self.profile.name, judge.store.hardware, sweep),
-            rel=judge.rel, profile=self.profile.name, gate=judge.gate(), update=st.update_baselines)
-        for nodeid, r in self.records.items():
-            if r.result is not None:
-                c = r.baseline
-                gate.test_end(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result),
-                                            status=c.status if c else None, checked=c.check if c else True,
-                                            gate=c.gate if c else (), passed=r.outcome == "passed"))
-        self.crossovers = gate.finish()
-        return crossover_lines(self.crossovers, gate.write(self.crossovers, st.baselines_dir, st.keep_sessions))
-
-    def _step(self, what: str, step: Callable[[], Any], default: Any,
-              passing: tuple[type[Exception], ...] = ()) -> Any:
-        """One step of the session's end: its value, or ``default`` and an error naming ``what`` when it raises
-        (a fault in judging one thing must not lose the session's other results); ``passing``: raised as they are."""
-        try:
-            return step()
-        except passing:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any fault of one step is that step's error; the rest is written
-            self.errors.append((what, f"{type(exc).__name__}: {exc}"))
-            return default
-
-    def error_lines(self) -> list[str]:
-        """The session-end errors, as the terminal words them (`self.errors`)."""
-        from pytest_specdec.output.wording import session_error_line
-
-        return [session_error_line(what, why) for what, why in self.errors]
-
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML
         report shows them); returns the (title, tail) sections for the terminal report."""
@@ -450,41 +373,6 @@ class SpecDecSession:
     def server_starts(self) -> list[StartRecord]:
         """Every vLLM start of the session: this process's, and on the xdist controller every worker's."""
         return [*(self._pool.starts if self._pool else []), *(x for r in self.remote for x in r["starts"])]
-
-    def write_results(self) -> list[Path]:
-        """The JSON results, then the HTML report from the same data (its paths are `self.report_paths`). A test
-        whose entry cannot be made, or a report that cannot be rendered, is an error (`self.errors`) naming it;
-        the rest is written. An OSError (a directory that cannot be written) is the caller's."""
-        from pytest_specdec.gate.protocol import SessionEnd
-        from pytest_specdec.output.results import (outputs_path, session_results, write_outputs, write_report,
-                                                   write_results)
-        from pytest_specdec.output.sweeps import crossover_entry
-
-        if not self.records:
-            return []
-        s, judge, end = self.settings, self._judge, self.end or SessionEnd(None)
-        outputs = outputs_path(s.reports_dir, self.started) if s.save_outputs else None
-        if outputs is not None:
-            write_outputs(self.records.values(), outputs)
-        crossovers = None
-        if self.crossovers is not None:
-            crossovers = [e for x in self.crossovers.sweeps
-                          if (e := self._step(f"the crossover of {x.sweep} ({x.line})",
-                                              lambda x=x: crossover_entry(x), None)) is not None]
-        results = session_results(
-            started=self.started, profile=self.profile, gpu_names=self.gpu_names,
-            servers=self._pool.servers if self._pool else {}, worker=self.worker, remote=self.remote,
-            server_starts=len(self.server_starts()), datasets=self.workload.datasets, endpoints=self.serving.facts,
-            gpu_hourly_usd=s.gpu_hourly_usd, machine=end.machine, machine_failed=end.machine_failed,
-            fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
-            night_variances=judge.pooled_variances if judge else {}, records=self.records.values(),
-            baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None,
-            gate_settings=judge.settings() if judge else None, crossovers=crossovers,
-            machine_state=end.state.to_dict() if end.state is not None else None, errors=self.errors)
-        paths, data = write_results(results, s.reports_dir, self.started, s.json_path)
-        self.report_paths = self._step("the HTML report (the results JSON is written)", lambda: write_report(
-            data, s.reports_dir, self.started, s.report_path, s.benchmark_json), [], passing=(OSError,))
-        return paths
 
     def close(self) -> None:
         if self._pool is not None:

@@ -1,0 +1,133 @@
+"""A pytest session's end: the gates' last word (the session's `Gate`, the stored nights' or the A/B's, then the
+crossover's), the results JSON and the report, in that order. Each step runs on its own (`step`): one that raises is an error naming what it
+judged (`SpecDecSession.errors`), shown in the terminal, the JSON and the report, and it fails the session; the
+steps after it still run, so no fault in judging one thing loses the session's other results.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from pytest_specdec.session import SpecDecWarning
+
+if TYPE_CHECKING:
+    from pytest_specdec.session import SpecDecSession
+
+
+def step(session: SpecDecSession, what: str, run: Callable[[], Any], default: Any,
+         passing: tuple[type[Exception], ...] = ()) -> Any:
+    """One step of the session's end: its value, or ``default`` and an error naming ``what`` when it raises;
+    ``passing`` are raised as they are (the caller has its own word for them)."""
+    try:
+        return run()
+    except passing:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any fault of one step is that step's error; the rest is written
+        session.errors.append((what, f"{type(exc).__name__}: {exc}"))
+        return default
+
+
+def error_lines(session: SpecDecSession) -> list[str]:
+    """The session-end errors, as the terminal words them."""
+    from pytest_specdec.output.wording import session_error_line
+
+    return [session_error_line(what, why) for what, why in session.errors]
+
+
+def finalize(session: SpecDecSession) -> list[str]:
+    """The gates' last word and its lines: the session's gate (`Gate.finish`: the whole family, the late
+    regressions; for the stored nights the machine factor and the baseline writes), then the crossover gate's; the
+    machine factor's warning is given as pytest's."""
+    from pytest_specdec.gate.protocol import Finished, SessionEnd
+    from pytest_specdec.output.wording import coalesced_summary, gate_lines, machine_sentence, session_end_lines
+
+    records, st = session.records, session.settings
+    if session.ab is not None:  # A/B: a test that regresses only once all are in fails the session
+        from pytest_specdec.output.ab_wording import ab_session_lines
+
+        ab = session.ab
+        checks = [(n, r.ab) for n, r in records.items() if r.ab is not None]
+        end = session.end = step(session, "the A/B gate's session end", lambda: ab.finish(
+            [Finished(n, c, records[n].result, records[n].outcome) for n, c in checks]), SessionEnd(None))
+        session.gate_summary, late = step(session, "the A/B gate's session-end lines", lambda: ab_session_lines(
+            checks, end, fdr=st.fdr), ([], []))
+        coalesced = step(session, "the coalesced runs' summary", lambda: coalesced_summary(
+            [(n, r.result) for n, r in records.items()]), [])
+        return [*late, *coalesced, *error_lines(session)]
+    judge = session.judge
+    tests = [(n, r.baseline, r.result, r.outcome) for n, r in records.items()]
+    end = session.end = step(
+        session, "the gate's session end (machine factor, BH/Holm over the family, late regressions, baseline writes)",
+        lambda: judge.finish([Finished(n, c, r, o) for n, c, r, o in tests if c is not None]), SessionEnd(None))
+    if end.machine_warns and end.machine is not None:
+        warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)
+    crossovers = step(session, "the crossovers", lambda: judge_crossovers(session), [])
+    checked = [(n, c, r) for n, c, r, _ in tests if c is not None]
+    session.gate_summary = step(session, "the gate's summary", lambda: gate_lines(
+        checked, end.machine, fdr=st.fdr, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive), [])
+    lines = step(session, "the gate's session-end lines", lambda: session_end_lines(
+        end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests], alpha=st.alpha, fdr=st.fdr,
+        strict=st.strict), [])
+    return [*lines, *crossovers, *error_lines(session)]
+
+
+def judge_crossovers(session: SpecDecSession) -> list[str]:
+    """The crossover gate (`gate.crossover_gate`): every measured test's point, every sweep judged, the record
+    writes made; its lines. A sweep that cannot be judged is that sweep's error, never the others'."""
+    from pytest_specdec.gate.baselines import sweep_path
+    from pytest_specdec.gate.crossover_gate import CrossoverGate, SweepPoint
+    from pytest_specdec.gate.nights import Night
+    from pytest_specdec.output.sweeps import crossover_lines
+
+    judge, st, profile = session.judge, session.settings, session.profile
+    gate = CrossoverGate(
+        alpha=st.alpha, tolerance=profile.machine_state_tolerance, started=session.started, profile=profile.name,
+        record_path=lambda sweep: sweep_path(st.baselines_dir, profile.name, judge.store.hardware, sweep),
+        rel=judge.rel, gate=judge.gate(), update=st.update_baselines)
+    for nodeid, r in session.records.items():
+        if r.result is not None:
+            c = r.baseline
+            gate.test_end(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result),
+                                        status=c.status if c else None, checked=c.check if c else True,
+                                        gate=c.gate if c else (), passed=r.outcome == "passed"))
+    session.crossovers = gate.finish()
+    return crossover_lines(session.crossovers, gate.write(session.crossovers, st.baselines_dir, st.keep_sessions))
+
+
+def write_results(session: SpecDecSession) -> list[Path]:
+    """The JSON results, then the HTML report from the same data (its paths are `session.report_paths`). A test
+    whose entry cannot be made, a sweep's entry, or a report that cannot be rendered is an error naming it; the
+    rest is written. An OSError (a directory that cannot be written) is the caller's."""
+    from pytest_specdec.gate.protocol import SessionEnd
+    from pytest_specdec.output.results import (outputs_path, session_results, write_outputs, write_report,
+                                               write_results as write_json)
+    from pytest_specdec.output.sweeps import crossover_entry
+
+    if not session.records:
+        return []
+    s, judge, end = session.settings, session._judge, session.end or SessionEnd(None)
+    outputs = outputs_path(s.reports_dir, session.started) if s.save_outputs else None
+    if outputs is not None:
+        write_outputs(session.records.values(), outputs)
+    crossovers = None
+    if session.crossovers is not None:
+        crossovers = [e for x in session.crossovers.sweeps
+                      if (e := step(session, f"the crossover of {x.sweep} ({x.line})",
+                                    lambda x=x: crossover_entry(x), None)) is not None]
+    pool = session._pool
+    results = session_results(
+        started=session.started, profile=session.profile, gpu_names=session.gpu_names,
+        servers=pool.servers if pool else {}, worker=session.worker, remote=session.remote,
+        server_starts=len(session.server_starts()), datasets=session.workload.datasets,
+        endpoints=session.serving.facts, gpu_hourly_usd=s.gpu_hourly_usd, machine=end.machine,
+        machine_failed=end.machine_failed, fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
+        night_variances=judge.pooled_variances if judge else {}, records=session.records.values(),
+        baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None,
+        gate_settings=judge.settings() if judge else None, crossovers=crossovers,
+        machine_state=end.state.to_dict() if end.state is not None else None, errors=session.errors)
+    paths, data = write_json(results, s.reports_dir, session.started, s.json_path)
+    session.report_paths = step(session, "the HTML report (the results JSON is written)", lambda: write_report(
+        data, s.reports_dir, session.started, s.report_path, s.benchmark_json), [], passing=(OSError,))
+    return paths
