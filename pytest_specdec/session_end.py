@@ -61,6 +61,7 @@ def finalize(session: SpecDecSession) -> list[str]:
     end = session.end = step(
         session, "the gate's session end (machine factor, BH/Holm over the family, late regressions, baseline writes)",
         lambda: judge.finish([Finished(n, c, r, o) for n, c, r, o in tests if c is not None]), SessionEnd(None))
+    session.errors += end.errors  # a test whose final verdicts raised: named, the others judged
     if end.machine_warns and end.machine is not None:
         warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)
     crossovers = step(session, "the crossovers", lambda: judge_crossovers(session), [])

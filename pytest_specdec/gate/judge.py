@@ -288,7 +288,8 @@ class Judge:
         from pytest_specdec.gate.verdicts import gated_with
 
         family = [(t.nodeid, t.check) for t in tests]
-        end = SessionEnd(self.pipeline.finish(family, self.thresholds()))
+        errors: list[tuple[str, str]] = []
+        end = SessionEnd(self.pipeline.finish(family, self.thresholds(), errors), errors=errors)
         end.state = state_summary(family, self.pipeline.state_tolerance)
         if end.machine is not None and end.machine.beyond and not self.updating_all:
             end.machine_failed, end.machine_warns = self.cfg.fail_machine, not self.cfg.fail_machine

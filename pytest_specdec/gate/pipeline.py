@@ -117,18 +117,32 @@ class Pipeline:
         return machine_factor([c.deviation for c in checks if c.status == "compared" and c.raw
                                and c.deviation is not None], warn_threshold(thresholds), self.alpha)
 
-    def finish(self, family: Sequence[tuple[str, BaselineCheck]], thresholds: Thresholds) -> MachineFactor | None:
+    def rejudge(self, nodeid: str, c: BaselineCheck, machine: MachineFactor) -> None:
+        """A compared test's raw verdicts again, with the session's machine factor divided out of the absolute
+        figures (at its last look)."""
+        c.raw = self.raw(c, look=len(c.looks) or 1, tonight_log=machine.log)
+
+    def finish(self, family: Sequence[tuple[str, BaselineCheck]], thresholds: Thresholds,
+               errors: list[tuple[str, str]] | None = None) -> MachineFactor | None:
         """Session end: the machine factor over every compared test, each compared test's raw verdicts again
-        with it divided out of the absolute figures (at its last look), then every test's final verdicts,
-        BH/Holm over the whole family (``c.final``). ``thresholds``: the session's (not a marker's)."""
+        with it (`rejudge`), then every test's final verdicts, BH/Holm over the whole family (``c.final``).
+        ``thresholds``: the session's (not a marker's). With ``errors``, a test whose verdicts raise is left
+        without verdicts and its (nodeid, why) goes there: one test's fault never loses the others' verdicts."""
         from pytest_specdec.gate.check import adjusted_all
 
         checks = [c for _, c in family]
         machine = self.machine(checks, thresholds)
         if machine is not None:
-            for c in checks:
+            for nodeid, c in family:
                 if c.status == "compared" and c.raw:
-                    c.raw = self.raw(c, look=len(c.looks) or 1, tonight_log=machine.log)
+                    try:
+                        self.rejudge(nodeid, c, machine)
+                    except Exception as exc:  # noqa: BLE001 - this test's verdicts are lost, not the family's
+                        if errors is None:
+                            raise
+                        c.raw = []
+                        errors.append((nodeid, f"its final verdicts could not be computed ({type(exc).__name__}: "
+                                               f"{exc})"))
         final = adjusted_all(family, final=True, fdr=self.fdr, alpha=self.alpha, gated_size=0, family_size=0)
         for nodeid, c in family:
             c.final = final.get(nodeid, []) if c.raw else []

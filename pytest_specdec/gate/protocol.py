@@ -109,6 +109,8 @@ class SessionEnd:
     no_own_baselines: tuple[Hardware, tuple[str, ...]] | None = None
     #: the session's machine state against its stored nights (`machine.state_summary`), said once
     state: StateSummary | None = None
+    #: tests whose final verdicts could not be computed (nodeid, why): each fails the session, the rest is judged
+    errors: list[tuple[str, str]] = field(default_factory=list)
 
 
 class StopRule(Protocol):

@@ -178,11 +178,11 @@ def test_a_sweep_per_parameter_and_a_broken_sweep_is_its_own_error(
     assert sorted(p.name for p in baselines.rglob("*.crossover")) == [
         "test_sweep[ngram-k3-t0.0-other].crossover", "test_sweep[ngram-k3-t0.0-plain].crossover"]
 
-    # The other steps of the session's end, each broken on purpose in a second session of the plain tag's sweep: the
-    # gate's final verdicts, one test's results entry and the report. Each is an error naming what it was doing,
+    # The other steps of the session's end, each broken on purpose in a second session of the plain tag's sweep: one
+    # test's final verdicts, the other's results entry and the report. Each is an error naming what it was doing,
     # the session fails, and the rest is written: the JSON, the other test's entry, the baselines, the crossover.
     import pytest_specdec.output.report as report  # imported here: the first session's copy is gone with it
-    from pytest_specdec.gate.judge import Judge
+    from pytest_specdec.gate.pipeline import Pipeline
     from pytest_specdec.output.results import TestRecord
 
     def broken(*_: object, **__: object) -> None:
@@ -191,20 +191,22 @@ def test_a_sweep_per_parameter_and_a_broken_sweep_is_its_own_error(
     to_dict = TestRecord.to_dict
     c1 = "test_suite.py::test_sweep[ngram-k3-t0.0-c1-plain]"
     monkeypatch.setattr(TestRecord, "to_dict", lambda r, *a: broken() if r.nodeid == c1 else to_dict(r, *a))
-    monkeypatch.setattr(Judge, "machine_at_end", broken)
+    rejudge, c2 = Pipeline.rejudge, c1.replace("c1", "c2")
+    monkeypatch.setattr(Pipeline, "rejudge", lambda p, n, *a: broken() if n == c2 else rejudge(p, n, *a))
     monkeypatch.setattr(report, "render", broken)
     result = pytester.runpytest(*args, "-k", "plain")
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED and "INTERNALERROR" not in result.stdout.str()
     result.stdout.fnmatch_lines([
-        "specdec: ERROR in the gate's final verdicts (machine factor, BH/Holm over the family): RuntimeError: broken "
-        "on purpose — the session fails; every other result was judged and written",
+        f"specdec: ERROR in {c2.replace('[', '[[]')}: its final verdicts could not be computed (RuntimeError: broken "
+        "on purpose) — the session fails; every other result was judged and written",
         f"specdec: ERROR in {c1.replace('[', '[[]')}: its results entry could not be made (RuntimeError: broken on "
         "purpose) — *",
         "specdec: ERROR in the HTML report (the results JSON is written): RuntimeError: broken on purpose — *"])
     data = json.loads((reports / "latest.json").read_text())
-    assert [e["what"] for e in data["errors"]] == ["the gate's final verdicts (machine factor, BH/Holm over the family)", c1]
-    assert [(t["nodeid"], "runs" in t) for t in data["tests"]] == [(c1, False), (c1.replace("c1", "c2"), True)]
+    assert [e["what"] for e in data["errors"]] == [c2, c1]
+    assert [(t["nodeid"], "runs" in t) for t in data["tests"]] == [(c1, False), (c2, True)]
+    assert data["tests"][1]["baseline"]["status"] == "compared" and data["machine_factor"] is not None
     assert sorted(data["baseline_update"]["updated"][i]["path"].rsplit("/", 1)[1] for i in range(2)) == [
         "test_sweep[ngram-k3-t0.0-c1-plain].json", "test_sweep[ngram-k3-t0.0-c2-plain].json"]
     (plain,) = data["crossovers"]
