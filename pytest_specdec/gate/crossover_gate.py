@@ -81,7 +81,8 @@ class SweepPoint:
     def key(self) -> tuple[str, str, str]:
         """What a sweep's tests share: the function, every marker field but concurrency, the other parameters."""
         fixed = sorted((k, repr(v)) for k, v in self.params.items() if k != AXIS)
-        return (self.nodeid.partition("[")[0], repr(fixed), repr(sorted((k, repr(v)) for k, v in self.callspec.items())))
+        others = sorted((k, repr(v)) for k, v in self.callspec.items())
+        return (self.nodeid.partition("[")[0], repr(fixed), repr(others))
 
     def grouped_by(self) -> str:
         """The parameters the key holds, as a message names them."""
@@ -204,9 +205,9 @@ def judge_sweep(sweep: Sweep, stored: StoredNight | None, *, alpha: float, toler
                 updating_all: bool = False, path: str | None = None, note: str = "") -> SweepOutcome:
     """One sweep's crossover tonight and its verdict against ``stored`` (None: no verdict, ``note`` says why).
     The verdict is `not-comparable` when a member test is not comparable with its baseline, or when the machine
-    state differs from the stored night's beyond ``tolerance`` (%; None: not conditioned); a gated `regressed` fails (not while every
-    baseline is being replaced). A value that cannot be judged raises ConfigError (the caller makes it the
-    sweep's error)."""
+    state differs from the stored night's beyond ``tolerance`` (%; None: not conditioned), as the speedups it is
+    made of are; a gated `regressed` fails (not while every baseline is being replaced). A value that cannot be
+    judged raises ConfigError (the caller makes it the sweep's error)."""
     from pytest_specdec.gate.crossover import compare, estimate
     from pytest_specdec.gate.machine import MACHINE_STATE, state_comparable, state_condition
 
@@ -221,7 +222,7 @@ def judge_sweep(sweep: Sweep, stored: StoredNight | None, *, alpha: float, toler
     if odd:
         v = dataclasses.replace(v, verdict=NOT_COMPARABLE, note=f"{len(odd)} test(s) of the sweep are not "
                                 f"comparable with their baselines ({', '.join(odd)}); " + v.note)
-    elif tolerance is not None and not state_comparable(state, stored.machine_state, tolerance):  # made of speedups: conditioned as they are
+    elif tolerance is not None and not state_comparable(state, stored.machine_state, tolerance):
         why = state_condition([{"machine_state": stored.machine_state}], state, tolerance).reason
         v = dataclasses.replace(v, verdict=NOT_COMPARABLE, method=MACHINE_STATE, note=f"{why}; " + v.note)
     return sweep.outcome(family=family, crossover=est, verdict=v, stored=stored, path=path, note=note,

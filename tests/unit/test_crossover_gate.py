@@ -65,9 +65,10 @@ def test_one_rule_decides_not_comparable_and_what_fails() -> None:
     odd = G.Sweep(sweep.sweep, sweep.line, (G.SweepPoint(**{**vars(sweep.points[0]), "status": NOT_COMPARABLE}),
                                             *sweep.points[1:]))
     v = G.judge_sweep(odd, stored, gated=True, **kw).verdict
-    assert v is not None and v.verdict == NOT_COMPARABLE and v.note.startswith("1 test(s) of the sweep are not comparable")
+    assert v is not None and v.verdict == NOT_COMPARABLE and v.note.startswith("1 test(s) of the sweep are not")
     busy = G.StoredNight(stored.started, stored.points, machine_state={"cores": 4.0, "hash": 4.0})
-    probed = G.Sweep(sweep.sweep, sweep.line, tuple(G.SweepPoint(**{**vars(p), "machine_state": {"cores": 2.0, "hash": 2.0}})
+    state = {"cores": 2.0, "hash": 2.0}
+    probed = G.Sweep(sweep.sweep, sweep.line, tuple(G.SweepPoint(**{**vars(p), "machine_state": state})
                                                     for p in sweep.points))
     out = G.judge_sweep(probed, busy, gated=True, **kw)
     assert out.verdict is not None and out.verdict.verdict == NOT_COMPARABLE and not out.failed
@@ -77,15 +78,15 @@ def test_one_rule_decides_not_comparable_and_what_fails() -> None:
 def test_one_sweeps_fault_is_its_error_and_the_others_are_judged_and_written(tmp_path: Path) -> None:
     from pytest_specdec.gate.store import write_sweep
 
-    gate = G.CrossoverGate(alpha=0.05, tolerance=15.0, record_path=lambda s: tmp_path / f"{s.split('::')[1]}.crossover",
-                           rel=lambda p: p.name, started=0.0, profile="fake", update="all")
+    gate = G.CrossoverGate(alpha=0.05, tolerance=15.0, started=0.0, profile="fake", update="all", rel=lambda p: p.name,
+                           record_path=lambda s: tmp_path / f"{s.split('::')[1]}.crossover")
     for fn in ("test_a", "test_b", "test_c"):
         for c in (1, 2, 4):
             gate.test_end(point(c, fn=fn))
     grid = [{"concurrency": c, "speedups": list(pairs(8.0, c))} for c in (1, 2, 4)]
     write_sweep(tmp_path, tmp_path / "test_b[ngram-k3-t0.0].crossover", {}, {"started": "x", "points": grid}, keep=3,
                 missing_only=False)
-    (tmp_path / "test_c[ngram-k3-t0.0].crossover").write_text("{ not json")
+    (tmp_path / "test_c[ngram-k3-t0.0].crossover").write_text("{ not json")  # unreadable
     gate.update = None
     end = gate.finish()
     a, b, c = end.sweeps
