@@ -243,6 +243,29 @@ def judged(sweep: Sweep, judge: Callable[[], SweepOutcome]) -> SweepOutcome:
     return sweep.outcome(error=reason, failed=True)
 
 
+#: Reads the night a sweep is judged against: it, or None and why there is none (an unreadable one raises).
+Reader = Callable[[Sweep], tuple["StoredNight | None", str]]
+
+
+def decide(sweep: Sweep, read: Reader, *, alpha: float, tolerance: float | None, gate: Sequence[str] = (),
+           updating_all: bool = False, path: str | None = None) -> SweepOutcome:
+    """A sweep's course, the session's and `compare`'s alike: gated when ``crossover`` is in the session's gate or
+    a member test's; judged against the night ``read`` gives when every member test was compared with its
+    baseline and did not opt out (`judge_sweep`); never raising: a fault is the sweep's error (`judged`)."""
+
+    def course() -> SweepOutcome:
+        gated = NAME in gate or any(NAME in p.gate for p in sweep.points)
+        kw: dict[str, Any] = {"alpha": alpha, "tolerance": tolerance, "gated": gated, "updating_all": updating_all,
+                              "path": path}
+        if not all(p.status is not None and p.checked for p in sweep.points):
+            return judge_sweep(sweep, None, note="a test of the sweep was not compared with a baseline, or opted "
+                                                 "out (check=False)", **kw)
+        stored, why = read(sweep)
+        return judge_sweep(sweep, stored, note="" if stored else why, **kw)
+
+    return judged(sweep, course)
+
+
 def stored_night(night: Mapping[str, Any], where: str) -> StoredNight:
     """A stored record's night, its points checked (a bad value raises ConfigError naming ``where``)."""
     from pytest_specdec.gate.crossover import points_of
@@ -278,32 +301,29 @@ class CrossoverGate:
         writes = []
         for sweep in sweeps:
             path = self.record_path(sweep.sweep)
-            out = judged(sweep, lambda s=sweep, p=path: self._judge(s, p))  # type: ignore[misc]
+            out = decide(sweep, lambda _, p=path: self._read(p), alpha=self.alpha, tolerance=self.tolerance,
+                         gate=self.gate, updating_all=self.update == "all", path=self.rel(path))
             outcomes.append(out)
             if self.update and out.crossover is not None and all(p.passed for p in sweep.points):
                 writes.append(self._write(sweep, path, out.crossover))
         return CrossoverEnd(tuple(outcomes), tuple(writes))
 
-    def _judge(self, sweep: Sweep, path: Path) -> SweepOutcome:
+    def _read(self, path: Path) -> tuple[StoredNight | None, str]:
+        """The last night of the sweep's record, or why there is none; an unreadable record raises, except under
+        --update-baselines, which replaces it (`write_sweep` says so)."""
         from pytest_specdec.gate.baselines import BaselineError, load_sweep
 
-        members = sweep.points
-        compared = bool(members) and all(p.status is not None and p.checked for p in members)
-        gated = NAME in self.gate or any(NAME in p.gate for p in members)
-        kw = {"alpha": self.alpha, "tolerance": self.tolerance, "gated": gated, "updating_all": self.update == "all",
-              "path": self.rel(path)}
         unreadable = ""
         try:
-            record = load_sweep(path) if compared else None
+            record = load_sweep(path)
         except BaselineError as exc:
             if not self.update:
                 raise
-            record, unreadable = None, f"{exc}; "  # this session replaces it (`write_sweep` says so)
+            record, unreadable = None, f"{exc}; "
         if record and record["nights"]:
-            return judge_sweep(sweep, stored_night(record["nights"][-1], str(path)), **kw)  # type: ignore[arg-type]
-        note = ("" if not compared else unreadable + "no stored night: this session stores it" if self.update
-                else f"no stored night ({self.rel(path)}: `pytest --update-baselines` writes it)")
-        return judge_sweep(sweep, None, note=note, **kw)  # type: ignore[arg-type]
+            return stored_night(record["nights"][-1], str(path)), ""
+        return None, (unreadable + "no stored night: this session stores it" if self.update
+                      else f"no stored night ({self.rel(path)}: `pytest --update-baselines` writes it)")
 
     def _write(self, sweep: Sweep, path: Path, crossover: Crossover) -> SweepWrite:
         stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

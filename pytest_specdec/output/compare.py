@@ -264,57 +264,33 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     from pytest_specdec.gate.baselines import hardware_label
 
     machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())
-    sweeps = crossovers(old, new, rows, stores, alpha=alpha, tolerance=state_tolerance)
+    sweeps = crossovers(old, new, rows, stores, alpha=alpha, tolerance=state_tolerance, old_name=old_name)
     return Comparison(rows, machine, alpha, fdr, sweeps, machines)
 
 
 def crossovers(old: Results | StoredDir, new: Results, rows: Sequence[Row], stores: Mapping[str, Any], *,
-               alpha: float, tolerance: float | None) -> list[SweepOutcome]:
-    """Each of NEW's concurrency sweeps judged as the plugin's session judges it (`gate.crossover_gate.judge_sweep`,
-    the same not-comparable rule, a gated `regressed` or an error failing): against OLD's same sweep (its tests in a
-    results file) or the last night of its stored record in the folder of the machine its tests were judged
-    against (``stores``). A member's status is its row's here; a sweep that cannot be judged is its own error."""
-    from pytest_specdec.errors import SpecDecError
+               alpha: float, tolerance: float | None, old_name: str = "OLD") -> list[SweepOutcome]:
+    """Each of NEW's concurrency sweeps judged as the plugin's session judges it (`output.sweeps.judge_results`):
+    against OLD's same sweep (its tests in a results file) or the last night of its stored record in the folder
+    of the machine its tests were judged against (``stores``); a member's status is its row's."""
     from pytest_specdec.gate.baselines import load_sweep, sweep_path
-    from pytest_specdec.gate.crossover import NAME, estimate
-    from pytest_specdec.gate.crossover_gate import StoredNight, group, judge_sweep, judged, stored_night, sweep_state
-    from pytest_specdec.output.sweeps import sweep_point
+    from pytest_specdec.gate.crossover_gate import StoredNight, Sweep, stored_night
+    from pytest_specdec.output.sweeps import judge_results, stored_nights
 
-    before: dict[str, StoredNight] = {}
-    unread: dict[str, str] = {}  # OLD's sweeps that could not be read: NEW's same sweep says why it has no verdict
-    if isinstance(old, Results):
-        for sw in group(sweep_point(t) for t in old.tests)[0]:
-            try:
-                est = estimate(sw.grid(), alpha=alpha, resamples=0, where=f"OLD: {sw.sweep}")
-            except SpecDecError as exc:
-                unread[sw.sweep] = str(exc)
-                continue
-            before[sw.sweep] = StoredNight(old.started, sw.grid(), est.text() if est else None, sweep_state(sw.points))
-    by_id = {r.nodeid: r for r in rows}
+    def read(sweep: Sweep) -> tuple[StoredNight | None, str]:
+        if isinstance(old, Results):
+            return nights.get(sweep.sweep), unread.get(sweep.sweep, f"not in {old_name}")
+        key = old.hardware or next(iter(stores), None)
+        path = None if key is None else sweep_path(old.root, old.profile, key, sweep.sweep)
+        record = None if path is None else load_sweep(path)
+        if record and record["nights"]:
+            return stored_night(record["nights"][-1], str(path)), ""
+        return None, f"no stored night ({path})"
 
-    def point(t: TestEntry) -> Any:
-        row = by_id.get(t.nodeid)
-        status = None if row is None else row.status if row.status in ("compared", "not-comparable") else "missing"
-        return sweep_point(t, status=status, checked=row.checked if row is not None else None)
-
-    found, out = group(point(t) for t in new.tests)
-    for sweep in found:
-        def judge(sw: Any = sweep) -> SweepOutcome:
-            gated = any(NAME in p.gate for p in sw.points)
-            kw: dict[str, Any] = {"alpha": alpha, "tolerance": tolerance, "gated": gated}
-            if not all(p.status is not None and p.checked for p in sw.points):
-                return judge_sweep(sw, None, note="a test of the sweep was not judged (or opted out)", **kw)
-            if isinstance(old, StoredDir):
-                key = old.hardware or next(iter(stores), None)
-                path = None if key is None else sweep_path(old.root, old.profile, key, sw.sweep)
-                record = None if path is None else load_sweep(path)
-                if record and record["nights"]:
-                    before[sw.sweep] = stored_night(record["nights"][-1], str(path))
-            note = "" if sw.sweep in before else unread.get(sw.sweep, "not in OLD")
-            return judge_sweep(sw, before.get(sw.sweep), note=note, **kw)
-
-        out.append(judged(sweep, judge))
-    return out
+    nights, unread = stored_nights(old, alpha) if isinstance(old, Results) else ({}, {})
+    status = {r.nodeid: (r.status if r.status in ("compared", "not-comparable") else "missing", r.checked)
+              for r in rows}
+    return judge_results(new.tests, status, read, alpha=alpha, tolerance=tolerance)
 
 
 def _none_there(store: Any) -> str:

@@ -14,8 +14,8 @@ from pytest_specdec.output.charts import PALETTE, Chart, Series, crossovers, svg
 from pytest_specdec.output.fields import number, test_name
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.crossover_gate import CrossoverEnd, SweepOutcome, SweepPoint
-    from pytest_specdec.output.schema import TestEntry
+    from pytest_specdec.gate.crossover_gate import CrossoverEnd, Reader, StoredNight, SweepOutcome, SweepPoint
+    from pytest_specdec.output.schema import Results, TestEntry
 
 #: Params a sweep chart can take as its x axis (numeric), with the axis label.
 SWEEP_AXES = {"concurrency": "concurrency (requests in flight)", "temperature": "temperature",
@@ -244,6 +244,34 @@ def sweep_point(test: TestEntry, status: str | None = None, checked: bool | None
                          status=status if status is not None else b.status if b else None,
                          checked=checked if checked is not None else b.checked if b else True,
                          gate=tuple(b.gate) if b else (), passed=test.outcome == "passed")
+
+
+def judge_results(tests: Iterable[TestEntry], status: Mapping[str, tuple[str, bool]], read: Reader, *, alpha: float,
+                  tolerance: float | None) -> list[SweepOutcome]:
+    """A results file's concurrency sweeps, each on the session's course (`gate.crossover_gate.decide`): against
+    the night ``read`` gives, each test's (status, checked) as ``status`` says (`compare`'s rows)."""
+    from pytest_specdec.gate.crossover_gate import decide, group
+
+    found, out = group(sweep_point(t, *status.get(t.nodeid, (None, None))) for t in tests)
+    return out + [decide(sweep, read, alpha=alpha, tolerance=tolerance) for sweep in found]
+
+
+def stored_nights(results: Results, alpha: float) -> tuple[dict[str, StoredNight], dict[str, str]]:
+    """A results file's sweeps as the nights another file's are judged against, by sweep; and the sweeps it
+    holds that cannot be read, with why."""
+    from pytest_specdec.errors import SpecDecError
+    from pytest_specdec.gate.crossover import estimate
+    from pytest_specdec.gate.crossover_gate import StoredNight, group, sweep_state
+
+    nights, unread = {}, {}
+    for sw in group(sweep_point(t) for t in results.tests)[0]:
+        try:
+            est = estimate(sw.grid(), alpha=alpha, resamples=0, where=sw.sweep)
+        except SpecDecError as exc:
+            unread[sw.sweep] = str(exc)
+            continue
+        nights[sw.sweep] = StoredNight(results.started, sw.grid(), est.text() if est else None, sweep_state(sw.points))
+    return nights, unread
 
 
 def crossover_entry(x: SweepOutcome) -> dict[str, Any]:
