@@ -1,7 +1,7 @@
 """The crossover as a gated metric: each concurrency sweep's points recorded at its tests' ends (`test_end`), every
 sweep judged at the session's end (`finish`), one outcome per sweep (its verdict, or the error that kept it from
-one) and the record writes to make. The plugin's session and `pytest-specdec compare` both judge a sweep through
-`judge_sweep`, with the same not-comparable rule, so they cannot disagree on the same data.
+one) and the record writes to make. The plugin's session and `pytest-specdec compare` both take a sweep through
+`decide` (then `judge_sweep`), with the same not-comparable rule, so they cannot disagree on the same data.
 
 A sweep is the tests of one test function that differ only in concurrency: grouped by the function, every field of
 the specdec marker but concurrency, and the test's other parametrize values as its results record them

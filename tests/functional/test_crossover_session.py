@@ -72,6 +72,7 @@ def test_crossover_moves_from_16_to_4_and_regresses(
 
     result, stored = night(pytester, fake_profile, spec16, ref, "--update-baselines")
     result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.OK
     assert stored["crossover"]["side"] == "crossed" and 9 < stored["crossover"]["value"] < 25, stored["crossover"]
     assert stored["verdict"] is None and [p["concurrency"] for p in stored["points"]] == [2, 8, 32]
     (record,) = (pytester.path / "baselines" / "fake").rglob("test_sweep*.crossover")  # in this machine's folder
