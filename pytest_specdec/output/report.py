@@ -377,7 +377,16 @@ def render(results: Results) -> str:
     started = results.started
     active, inactive = workarounds(env)
     cost = cost_rows(tests, results.price)
-    views = [test_view(t, servers) for t in ordered]
+    views, shown = [], []
+    for t in ordered:  # one test whose view cannot be made is an error naming it, not a report lost
+        try:
+            views.append(test_view(t, servers))
+        except Exception as exc:  # noqa: BLE001
+            errors.append({"what": t.nodeid, "error": f"its report entry could not be made ({type(exc).__name__}: "
+                                                      f"{exc}); the results JSON holds it"})
+        else:
+            shown.append(t)
+    ordered = shown
     columns = gate_metrics(ordered)
     for i, (v, t) in enumerate(zip(views, ordered)):
         v["anchor"] = f"t{i + 1}"

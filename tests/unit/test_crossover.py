@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -135,3 +136,36 @@ def test_crossover_can_be_moved_into_the_gate() -> None:
     assert check_gate(["output_tok_s", "crossover"], "ini specdec_gate") == ["output_tok_s", "crossover"]
     with pytest.raises(ConfigError, match="unknown metric 'crossovers'"):
         check_gate(["crossovers"], "ini specdec_gate")
+
+
+def test_one_tests_report_entry_that_cannot_be_made_is_an_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report of the recorded sessions with one test's view and the temperature sweep's charts broken on purpose:
+    the report renders, its errors section names both, and every other test and chart is there."""
+    import json
+
+    from pytest_specdec.output import report
+    from pytest_specdec.output.report import render_html
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "data" / "report_results.json").read_text())
+    first, *rest = [t["nodeid"] for t in data["tests"]]
+    view = report.test_view
+
+    def broken(t: Any, servers: Any) -> Any:
+        if t.nodeid == first:
+            raise RuntimeError("broken on purpose")
+        return view(t, servers)
+
+    charts = report.sweep_chart_groups
+
+    def no_temperature(sweep: Any, servers: Any) -> Any:
+        if sweep.axis == "temperature":
+            raise RuntimeError("no chart")
+        return charts(sweep, servers)
+
+    monkeypatch.setattr(report, "test_view", broken)
+    monkeypatch.setattr(report, "sweep_chart_groups", no_temperature)
+    html = render_html(data)
+    errors = html.split('<h2 id="errors">', 1)[1].split("</table>", 1)[0]
+    assert f"<td class=\"l\">{first}</td>" in errors and "(RuntimeError: broken on purpose)" in errors
+    assert "temperature sweep (" in errors and "RuntimeError: no chart" in errors and "speedup vs concurrency" in html
+    assert rest and html.count('<details class="test ') == len(rest)  # every other test's entry
