@@ -17,7 +17,7 @@ from typing import Any
 from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, MOVED, NOT_COMPARABLE, REGRESSED, SHOWN, UNCHANGED
 from pytest_specdec.output.fields import number, test_name
 from pytest_specdec.output.schema import BaselineUpdate, Results, TestEntry, VerdictEntry, load
-from pytest_specdec.output.sweeps import crossover_rows, sweep_chart_groups, sweeps
+from pytest_specdec.output.sweeps import chart_sections, crossover_rows
 
 #: Worst first: the order of the summary table and of the per-test sections.
 STATUS_ORDER = (REGRESSED, "failed", "invalid", INCONCLUSIVE, NOT_COMPARABLE, "no baseline", IMPROVED, UNCHANGED,
@@ -353,26 +353,14 @@ def render_html(data: Any, name: str = "results") -> str:
 
 def render(results: Results) -> str:
     """The HTML report from typed results."""
+    from pytest_specdec.gate.registry import BADGES, label
     from pytest_specdec.output.hardware_wording import hardware_view, machine_state_lines
     from pytest_specdec.output.wording import machine_sentence
-    from markupsafe import Markup
-
-    from pytest_specdec.gate.registry import BADGES, label
 
     tests, servers = results.tests, results.servers
     ordered = sort_tests(tests)
-    charts = []
     errors = list(results.errors)
-    for sw in sweeps(tests):
-        fixed = ", ".join(f"{k}={v}" for k, v in sw.fixed.items() if v is not None)
-        title = f"{sw.function}: {sw.axis} sweep"
-        try:
-            groups = sweep_chart_groups(sw, servers)
-        except Exception as exc:  # noqa: BLE001 - one sweep's charts, not the report
-            errors.append({"what": f"the charts of {title} ({fixed})", "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        charts.append({"title": title, "fixed": fixed,
-                       "groups": [(t, [Markup(svg) for svg in svgs]) for t, svgs in groups]})  # built escaped
+    charts = chart_sections(tests, servers, errors)
     env = results.environment
     started = results.started
     active, inactive = workarounds(env)

@@ -203,6 +203,26 @@ def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str,
     return [(title, svgs) for title, cs in groups if (svgs := [svg for svg in map(svg_chart, cs) if svg])]
 
 
+def chart_sections(tests: Sequence[TestEntry], servers: dict[str, Any], errors: list[dict[str, str]]
+                   ) -> list[dict[str, Any]]:
+    """The report's sweep sections: title, fixed params and chart groups (built escaped); a sweep whose charts
+    cannot be drawn is an error naming it in ``errors``, not a report lost."""
+    from markupsafe import Markup
+
+    out = []
+    for sw in sweeps(tests):
+        fixed = ", ".join(f"{k}={v}" for k, v in sw.fixed.items() if v is not None)
+        title = f"{sw.function}: {sw.axis} sweep"
+        try:
+            groups = sweep_chart_groups(sw, servers)
+        except Exception as exc:  # noqa: BLE001 - one sweep's charts, not the report
+            errors.append({"what": f"the charts of {title} ({fixed})", "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        out.append({"title": title, "fixed": fixed,
+                    "groups": [(t, [Markup(svg) for svg in svgs]) for t, svgs in groups]})
+    return out
+
+
 def _flag(chart: Chart, lines: dict[str, list[TestEntry]], axis: str, metrics: Sequence[str],
           suffix: str) -> None:
     """Mark the points of tests whose verdict on one of `metrics` (what this chart shows) is regressed or

@@ -155,7 +155,9 @@ def test_one_tests_report_entry_that_cannot_be_made_is_an_error_naming_it(monkey
             raise RuntimeError("broken on purpose")
         return view(t, servers)
 
-    charts = report.sweep_chart_groups
+    from pytest_specdec.output import sweeps
+
+    charts = sweeps.sweep_chart_groups
 
     def no_temperature(sweep: Any, servers: Any) -> Any:
         if sweep.axis == "temperature":
@@ -163,7 +165,7 @@ def test_one_tests_report_entry_that_cannot_be_made_is_an_error_naming_it(monkey
         return charts(sweep, servers)
 
     monkeypatch.setattr(report, "test_view", broken)
-    monkeypatch.setattr(report, "sweep_chart_groups", no_temperature)
+    monkeypatch.setattr(sweeps, "sweep_chart_groups", no_temperature)
     html = render_html(data)
     errors = html.split('<h2 id="errors">', 1)[1].split("</table>", 1)[0]
     assert f"<td class=\"l\">{first}</td>" in errors and "(RuntimeError: broken on purpose)" in errors
