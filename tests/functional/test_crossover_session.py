@@ -149,7 +149,7 @@ def test_a_sweep_per_parameter_and_a_broken_sweep_is_its_own_error(
     spec, ref = fake_endpoints
     reports = pytester.path / "reports"
     args = [f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-            f"--specdec-reports={reports}", "--specdec-runs=2", "--specdec-max-runs=2", "--update-baselines",
+            f"--specdec-reports-dir={reports}", "--specdec-runs=2", "--specdec-max-runs=2", "--update-baselines",
             "-p", "no:cacheprovider"]
     result = pytester.runpytest(*args)
     result.assert_outcomes(passed=8)
