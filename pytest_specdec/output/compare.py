@@ -288,7 +288,7 @@ def crossovers(old: Results | StoredDir, new: Results, rows: Sequence[Row], stor
         return None, f"no stored night ({path})"
 
     nights, unread = stored_nights(old, alpha) if isinstance(old, Results) else ({}, {})
-    status = {r.nodeid: (r.status if r.status in ("compared", "not-comparable") else "missing", r.checked)
+    status = {r.nodeid: (r.status if r.status in ("compared", NOT_COMPARABLE) else "missing", r.checked)
               for r in rows}
     return judge_results(new.tests, status, read, alpha=alpha, tolerance=tolerance)
 
