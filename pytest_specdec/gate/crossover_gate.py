@@ -7,6 +7,10 @@ A sweep is the tests of one test function that differ only in concurrency: group
 the specdec marker but concurrency, and the test's other parametrize values as its results record them
 (``callspec``). Two tests of one group at one concurrency cannot be told apart, so that sweep is an error with the
 reason; it never stops another sweep from being judged or written.
+
+It is not a `protocol.Gate`: it judges no single test (no start, no looks, no verdict at a test's end: its points
+are the tests' own runs, and one verdict is a sweep's), so the session drives it after its `Gate.finish`, through
+the same two words, `test_end` and `finish`.
 """
 
 from __future__ import annotations
