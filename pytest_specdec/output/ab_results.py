@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec.gate.kinds import REGRESSED
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
@@ -147,7 +148,6 @@ def compare_ab(old: Results | None, new: Results, *, override: Mapping[str, floa
 
 def ab_table_lines(cmp: ABComparison, old_name: str, new_name: str) -> list[str]:
     """Per A/B test: NEW's verdicts (the terminal's A/B table), and where OLD has the test, OLD's Δ beside each."""
-    from pytest_specdec.gate.kinds import REGRESSED
     from pytest_specdec.output.ab_wording import ab_level, ab_sides
     from pytest_specdec.output.wording import format_delta, table
 
@@ -189,7 +189,7 @@ def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
         return None if c is None else {v.metric: to_json(v) for v in c.shown()}
 
     return {"alpha": cmp.alpha, "fdr": cmp.fdr, "ab": True, "failed": [r.nodeid for r in cmp.failed()],
-            "regressed": [r.nodeid for r in cmp.rows if r.check is not None and r.check.regressed()],
+            REGRESSED: [r.nodeid for r in cmp.rows if r.check is not None and r.check.regressed()],
             "tests": [{"nodeid": r.nodeid, "status": r.status, "reason": r.reason, "failed": r.failed,
                        "checked": None if r.check is None else r.check.check, "verdicts": verdicts(r.check),
                        "old_verdicts": verdicts(r.old)} for r in cmp.rows]}
