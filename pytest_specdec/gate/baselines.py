@@ -258,7 +258,7 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
     None when there is none."""
     from pytest_specdec.gate.nights import NIGHT_FIELDS, Night, pairs_problem
     from pytest_specdec.measure.probe import state_problem
-    from pytest_specdec.measure.record import run_problem
+    from pytest_specdec.measure.record import runs_problem
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -292,10 +292,9 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
         if problem:
             raise BaselineError(f"baseline {path}: sessions[{i}]{problem}; {fix}")
         for arm in ("reference", "spec"):
-            for j, run in enumerate(s["runs"][arm]):
-                problem = run_problem(run)
-                if problem:
-                    raise BaselineError(f"baseline {path}: sessions[{i}].runs.{arm}[{j}]{problem}; {fix}")
+            problem = runs_problem(s["runs"][arm])
+            if problem:
+                raise BaselineError(f"baseline {path}: sessions[{i}].runs.{arm}{problem}; {fix}")
     data["sessions"] = [StoredNight(s, Night.from_entry(s)) for s in data["sessions"]]
     return data
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.gate.registry import METRICS
 from pytest_specdec.measure.probe import COMPONENTS, state_problem
-from pytest_specdec.measure.record import ArmRun, dead_arms, numbers_problem, pairs, run_problem
+from pytest_specdec.measure.record import ArmRun, dead_arms, numbers_problem, pairs, runs_problem
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult
@@ -91,10 +91,9 @@ class Night:
         if problem:
             raise RecordError(f"{where}{problem}")
         for key in ("reference_runs", "runs"):
-            for i, run in enumerate(lists[key]):
-                problem = run_problem(run)
-                if problem:
-                    raise RecordError(f"{where}.{key}[{i}]{problem}")
+            problem = runs_problem(lists[key])
+            if problem:
+                raise RecordError(f"{where}.{key}{problem}")
         problem = state_problem(test.get("machine_state"))
         if problem:
             raise RecordError(f"{where}.machine_state{problem}")

@@ -65,6 +65,16 @@ def run_problem(run: Any) -> str:
     return numbers_problem(figures)
 
 
+def runs_problem(runs: Sequence[Any]) -> str:
+    """What is wrong with a stored list of runs ("" when nothing): the first bad run's problem, by its index
+    (`"[2].valid is 'x', not bool"`), so every reader of stored runs words it the same way."""
+    for i, run in enumerate(runs):
+        problem = run_problem(run)
+        if problem:
+            return f"[{i}]{problem}"
+    return ""
+
+
 def _percentiles(d: Mapping[str, Any] | None) -> Mapping[str, float] | None:
     return None if d is None else {p: d[p] for p in PERCENTILES if p in d}
 
