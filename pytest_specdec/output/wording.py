@@ -55,13 +55,18 @@ class Judged(Protocol):
     def exact(self) -> bool: ...
 
 
+def unit_mark(unit: str) -> str:
+    """The mark a figure in ``unit`` is written with: " %" for a relative change, " pt" for points."""
+    return " %" if unit == PERCENT else " pt"
+
+
 def format_delta(x: float | None, unit: str) -> str:
     """A change as the terminal, JSON readers and the report show it: "+3.1 %" or "-0.40 pt"."""
     if x is None:
         return "—"
     digits = 1 if unit == PERCENT else 2
     shown = round(x, digits) + 0.0  # a zero is "+0.0", never "-0.0"
-    return f"{shown:+.1f} %" if unit == PERCENT else f"{shown:+.2f} pt"
+    return f"{shown:+.{digits}f}{unit_mark(unit)}"
 
 
 def verdict_phrase(label: str, v: Judged) -> str:
@@ -99,7 +104,7 @@ def format_p(v: Judged) -> str:
 
 def format_threshold(v: Judged) -> str:
     """A verdict's threshold, signed on its bad side: "-5 %", "+40 %", "-2 pt"; "—" for none."""
-    return "—" if v.threshold is None else f"{v.threshold:+g}{' %' if v.unit == PERCENT else ' pt'}"
+    return "—" if v.threshold is None else f"{v.threshold:+g}{unit_mark(v.unit)}"
 
 
 def format_verdict(v: Judged) -> str:
@@ -124,7 +129,7 @@ def catch_text(exact: bool, mde: float | None, threshold: float | None, unit: st
     way = "rise" if (threshold or 0) > 0 else "drop"
     if mde is None or not math.isfinite(mde):
         return f"catches no {way}: too few runs for any bound"
-    return f"catches a {way} {ge} {mde:.3g}{' %' if unit == PERCENT else ' pt'}"
+    return f"catches a {way} {ge} {mde:.3g}{unit_mark(unit)}"
 
 
 def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI", arms: tuple[str, str] = ("baseline", "now")) -> str:
