@@ -189,7 +189,7 @@ def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights
     for t in range(TESTS):
         tonight = _night(rng, noise, sh, looks[-1], "tonight", slowdown if t == 0 else 1.0, extra, disturb)
         c = BaselineCheck(path=Path(f"test-{t}"), status="compared", check=True, comparability={}, under_test={},
-                          entry={}, baseline=files[t], alpha=ALPHA, gate=GATED, thresholds=thresholds)
+                          baseline=files[t], alpha=ALPHA, gate=GATED, thresholds=thresholds)
         sequential(pipeline, c, looks, lambda n, e=tonight: _first(e, n, rule), tonight_log=lambda: None)
         family.append((f"test-{t}", c))
     pipeline.finish(family, thresholds)

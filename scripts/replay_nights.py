@@ -41,7 +41,7 @@ def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], flo
         rest = [e for j, e in enumerate(nights) if j != index % len(nights)]
         base[path] = dict(data, sessions=rest)
         family.append((path, BaselineCheck(path=Path(path), status="compared", check=True, comparability={},
-                                           under_test={}, entry={}, night=Night.from_entry(nights[index]),
+                                           under_test={}, night=Night.from_entry(nights[index]),
                                            baseline=base[path], alpha=alpha, gate=GATED, thresholds=built)))
     machine = judge_all(Pipeline(Stored(tuple(base.values()), floor), alpha, "bh"), family, built)
     counts: Counter = Counter()

@@ -33,7 +33,6 @@ class BaselineCheck:
     check: bool
     comparability: dict[str, Any]
     under_test: dict[str, Any]
-    entry: dict[str, Any]  # tonight as the baseline file would store it
     night: Night | None = None  # tonight's runs, typed: what the verdicts judge
     baseline: dict[str, Any] | None = None
     fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs

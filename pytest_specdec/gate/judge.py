@@ -205,7 +205,7 @@ class Judge:
                             else {k: dict(v) for k, v in test.endpoint_versions.items()})
         self.opened = True
         c = BaselineCheck(path=self.store.path(nodeid), status="missing", check=test.options.check,
-                          comparability=comp, under_test=tested, entry={}, alpha=self.cfg.alpha,
+                          comparability=comp, under_test=tested, alpha=self.cfg.alpha,
                           gate=self.gate(test.options.gate),
                           thresholds=self.thresholds(dict(test.options.thresholds) or None))
         self._started.append(c)  # its machine deviation joins the factor from its first look
@@ -223,8 +223,7 @@ class Judge:
     def look(self, nodeid: str, c: BaselineCheck, result: CaseResult, look: int) -> Look:
         """Tonight's runs so far judged at look ``look`` (`pipeline.look_step`): a compared test looks again
         while a gated verdict is inconclusive and another look could settle it (the gate's stop rule), alpha
-        split over the planned looks; the machine factor is every test's of this session so far. At its last
-        look tonight becomes the entry a baseline file would store."""
+        split over the planned looks; the machine factor is every test's of this session so far."""
         from pytest_specdec.gate.check import machine_log
         from pytest_specdec.gate.nights import Night
         from pytest_specdec.gate.pipeline import look_step
@@ -236,8 +235,6 @@ class Judge:
                         tonight_log=lambda: machine_log(self._started), stop=self.stop)
         if nxt is not None:
             return Look(nxt, f"specdec: {nodeid}: inconclusive at look {look} of {len(looks)}: {nxt} interleaved runs")
-        stamp = dt.datetime.fromtimestamp(self.cfg.started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        c.entry = Night.from_result(result, stamp, c.under_test).to_entry()  # tonight as a baseline stores it
         return Look(None, f"specdec: {nodeid}: {c.unspent} run(s) per arm not spent: {c.stop_reason}"
                     if c.unspent else "")
 
@@ -253,8 +250,10 @@ class Judge:
         """--update-baselines: queue each passed test with valid runs, then
         write them all at once; returns the terminal's lines, the same as data (what was written and what
         was not, and why), and whether a file could not be written (the session then fails)."""
+        from pytest_specdec.gate.nights import Night
         from pytest_specdec.gate.store import Pending
 
+        stamp = dt.datetime.fromtimestamp(self.cfg.started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         lines: list[str] = []
         not_written: list[tuple[str, str]] = []
         for t in tests:
@@ -268,7 +267,9 @@ class Judge:
             # figure that moved with the machine must not wipe the file's history.
             changed = ", ".join(f"{v.metric} {v.verdict}" for v in c.shown()
                                 if v.verdict in MOVED and v.family == GATED_FAMILY)
-            self.store.queue(Pending(nodeid, c.path, c.comparability, c.under_test, c.entry, changed))
+            assert t.result is not None  # unwritable() names a test that measured nothing
+            entry = Night.from_result(t.result, stamp, c.under_test).to_entry()  # tonight as a baseline stores it
+            self.store.queue(Pending(nodeid, c.path, c.comparability, c.under_test, entry, changed))
         summary = self.store.flush()
         rel = self.rel
         writes = BaselineWrites(

@@ -205,7 +205,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
                   ) if dead else ""
         gate = tuple(dict.fromkeys((*GATED, *(now.baseline.gate if now.baseline else ()))))
         c = BaselineCheck(path=Path(old_name), status="compared", check=True, comparability={}, under_test={},
-                          entry=now.night.to_entry(), night=now.night, alpha=alpha, gate=gate,
+                          night=now.night, alpha=alpha, gate=gate,
                           thresholds=test_thresholds(now, thresholds, override, where),
                           looks=list(now.baseline.looks) if now.baseline else [],
                           max_looks=now.baseline.max_looks if now.baseline else 1)
