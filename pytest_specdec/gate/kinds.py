@@ -36,6 +36,13 @@ PERCENT: Final = "%"
 POINTS: Final = "points"
 UNITS: Final[tuple[Unit, ...]] = get_args(Unit)
 
+
+def unit_mark(unit: str) -> str:
+    """The mark a figure in ``unit`` is written with: " %" for a relative change, " pt" for points; the gate's
+    notes and the output layer's wording both read it."""
+    return " %" if unit == PERCENT else " pt"
+
+
 #: What one sample of a comparison is: a run, a pair of interleaved runs (A/B), a stored session or night.
 Per = Literal["run", "pair", "session", "night"]
 RUN: Final = "run"

@@ -23,7 +23,7 @@ from scipy import stats as sps
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.kinds import EXACT, FAMILIES, GATED, IMPROVED, INCONCLUSIVE, NIGHT, NOT_COMPARABLE, PERCENT
 from pytest_specdec.gate.kinds import PERS, REGRESSED, RUN, SESSION, UNCHANGED, UNITS, Decision, Family, Per, Unit
-from pytest_specdec.gate.kinds import check_decision, check_word
+from pytest_specdec.gate.kinds import check_decision, check_word, unit_mark
 from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import (
     LOG_KINDS,
@@ -248,7 +248,7 @@ def exact_rule(d: float, bad: float, unit: str, tol: float) -> tuple[Decision, s
 
 
 def fmt_delta(x: float, unit: str) -> str:
-    return f"{x:+.2f}{' %' if unit == '%' else ' pt'}"
+    return f"{x:+.2f}{unit_mark(unit)}"
 
 
 def explain_decision(verdict: str, delta: float, lo: float, hi: float, p: float, bad: float, alpha: float,

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, NOT_COMPARABLE, PERCENT, REGRESSED, UNCHANGED
-from pytest_specdec.gate.kinds import Decision, Unit
+from pytest_specdec.gate.kinds import Decision, Unit, unit_mark
 from pytest_specdec.gate.registry import label, metric
 
 if TYPE_CHECKING:
@@ -53,11 +53,6 @@ class Judged(Protocol):
     def threshold(self) -> float | None: ...
     @property
     def exact(self) -> bool: ...
-
-
-def unit_mark(unit: str) -> str:
-    """The mark a figure in ``unit`` is written with: " %" for a relative change, " pt" for points."""
-    return " %" if unit == PERCENT else " pt"
 
 
 def format_delta(x: float | None, unit: str) -> str:
