@@ -376,6 +376,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for start in starts:
             gpus = f"  GPU {start.gpus}" if start.gpus else ""
             terminalreporter.write_line(f"  {start.method:16s} {start.spec_key}  ready in {start.startup_s:.0f} s{gpus}")
+    if session.time is not None:
+        terminalreporter.write_line(session.time.line())
     for line in session.gate_summary:
         terminalreporter.write_line(line)
     for path in paths:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.validity import ValidityRules
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.measure.types import Prompt
+    from pytest_specdec.output.timing import SessionTime
     from pytest_specdec.profiles import Profile
     from pytest_specdec.profiles.placement import Placement
     from pytest_specdec.servers.pool import ServerPool, StartRecord
@@ -79,6 +80,7 @@ class SpecDecSession:
         self.worker_lines: list[str] = []  # a worker: lines for the controller's summary (the strays it stopped)
         self.report_paths: list[Path] = []
         self.result_paths: list[Path] = []  # the JSON files written at session end
+        self.time: SessionTime | None = None  # where the wall time went, made with the results at the end
         self.gpu_names: str | None = None  # nvidia-smi's GPUs ("NVIDIA H100 80GB HBM3 x8"), once listed
         self._distributions: dict[tuple[str, int], Collected] = {}  # (nodeid, samples per prompt) -> scored samples
         #: gives SIGTERM/SIGHUP back at unconfigure; set once a specdec test is collected (plugin._start_using)

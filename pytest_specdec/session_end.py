@@ -6,6 +6,7 @@ steps after it still run, so no fault in judging one thing loses the session's o
 
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -105,6 +106,7 @@ def write_results(session: SpecDecSession) -> list[Path]:
     from pytest_specdec.output.results import (outputs_path, session_results, write_outputs, write_report,
                                                write_results as write_json)
     from pytest_specdec.output.sweeps import crossover_entry
+    from pytest_specdec.output.timing import session_time
 
     if not session.records:
         return []
@@ -118,6 +120,9 @@ def write_results(session: SpecDecSession) -> list[Path]:
                       if (e := step(session, f"the crossover of {x.sweep} ({x.line})",
                                     lambda x=x: crossover_entry(x), None)) is not None]
     pool = session._pool
+    session.time = step(session, "the session's time split", lambda: session_time(
+        time.time() - session.started, (r.result for r in session.records.values()),
+        (x.startup_s for x in session.server_starts())), None)
     results = session_results(
         started=session.started, profile=session.profile, gpu_names=session.gpu_names,
         servers=pool.servers if pool else {}, worker=session.worker, remote=session.remote,
@@ -127,7 +132,8 @@ def write_results(session: SpecDecSession) -> list[Path]:
         night_variances=judge.pooled_variances if judge else {}, records=session.records.values(),
         baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None,
         gate_settings=judge.settings() if judge else None, crossovers=crossovers,
-        machine_state=end.state.to_dict() if end.state is not None else None, errors=session.errors)
+        machine_state=end.state.to_dict() if end.state is not None else None, errors=session.errors,
+        timing=session.time.to_dict() if session.time is not None else None)
     paths, data = write_json(results, s.reports_dir, session.started, s.json_path)
     session.report_paths = step(session, "the HTML report (the results JSON is written)", lambda: write_report(
         data, s.reports_dir, session.started, s.report_path, s.benchmark_json), [], passing=(OSError,))

@@ -102,7 +102,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from pytest_specdec.servers.pool import Endpoint
     from pytest_specdec.profiles import load_profile, server_spec
     from pytest_specdec.servers.process import VllmServer
-    from pytest_specdec.servers.quiet import wait_quiet
+    from pytest_specdec.servers.quiet import wait_idle
 
     profile = load_profile("cpu")
     prompts = list(builtin().prompts[: args.prompts])
@@ -192,7 +192,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
                 order = order[::-1]
             pair: dict[str, Any] = {"order": order}
             for who in order:
-                wait_quiet({server.proc.pid})  # as the plugin does before every run: no leftover busy-wait
+                wait_idle({server.proc.pid})  # as the plugin does before every run: no leftover busy-wait
                 pair[who] = arms[who](i)
                 print(f"pair {i} {who}: {pair[who]['output_tok_s']:.1f} tok/s, "
                       f"acceptance {pair[who]['acceptance_rate']}", flush=True)

@@ -130,6 +130,8 @@ class CaseResult:
     #: The machine probe's readings (`probe.py`), before the first and before the last run of every look, the
     #: servers quiet; empty where the servers are not on this machine (external endpoints).
     machine_states: list[MachineState] = field(default_factory=list)
+    #: When the test's last run ended (`time.monotonic`), for the next run's wait (None: no run yet).
+    ended: float | None = field(default=None, repr=False)
 
     @property
     def machine_state(self) -> MachineState | None:
@@ -246,7 +248,7 @@ def extend_case(
     block: int | None = None,
     api: str = "chat",
     rate: float | None = None,
-    settle: Callable[[], Quiet] | None = None,
+    settle: Callable[[str | None, float | None], Quiet] | None = None,
     spec_tokens: int | None = None,
     restart: Callable[[Arm], Endpoint | Callable[[], Endpoint] | None] | None = None,
     base: Endpoint | Callable[[], Endpoint] | None = None,
@@ -260,8 +262,9 @@ def extend_case(
     first run of each arm, and after a restart (a block switch with one server at a time, a fresh
     suffix server).  A run's prompts are drawn before its server is asked for, so a draw that needs a
     fresh server gets one.  Summary and speedups are recomputed.  `settle` (e.g. the pool's wait for idle servers) is called right before
-    every measured run, after its endpoint is ready and its warm-up is not yet sent; what it returns
-    is kept with the run. After a run whose server hung, `restart(arm)` may hand a fresh server for the
+    every measured run, after its endpoint is ready and its warm-up is not yet sent, with the run's server
+    instance and when the test's previous run ended (``result.ended``); what it returns is kept with the run.
+    After a run whose server hung, `restart(arm)` may hand a fresh server for the
     arm's later runs (None: keep the arm as it is). With ``base`` (an A/B session) a
     third arm runs in every pair (`schedule_ab`), its runs in ``result.base_runs``, and with ``base_reference``
     (the base on another install) a fourth. ``neighbours`` (the pool's CPU ticks per server instance) is read
@@ -295,13 +298,14 @@ def extend_case(
         n_warm = warmup_requests(len(run_prompts), concurrency) if warm else 0
         # Only a spec arm can learn from what it served; the reference warms up on the run's prompts.
         warmup = source.warmup(n_warm) if arm != "reference" else FixedPrompts(run_prompts).warmup(n_warm)
-        quiet = settle() if settle is not None else None
+        quiet = settle(endpoint.instance, result.ended) if settle is not None else None
         if probe is not None and (i, arm) in probe_at:
             result.machine_states.append(probe())
         limit = 1 if arm.endswith("reference") else None if spec_tokens is None else 1 + spec_tokens
         before = (time.monotonic(), neighbours()) if neighbours is not None else None
         rec = one_run(endpoint, arm, i, run_prompts, sampling, concurrency=concurrency, api_key=api_key,
                       rules=rules, api=api, rate=rate, warmup_prompts=warmup, step_limit=limit)
+        result.ended = time.monotonic()
         if before is not None and neighbours is not None:
             arm_of = {inst: labels.get(a, a) for a, inst in result.instances.items()}
             rec.neighbours = neighbour_cores(before, (time.monotonic(), neighbours()), endpoint.instance, arm_of)
@@ -317,8 +321,9 @@ def extend_case(
         acc = "" if rate_ is None else f", acceptance {rate_:.3f}"
         bad = (f"  INVALID: {'; '.join(rec.invalid)}" if not rec.valid
                else f"  LATENCY UNTRUSTED: {'; '.join(rec.untrusted)}" if rec.untrusted else "")
-        noisy = "" if quiet is None or quiet.quiet else (f"  (servers still busy after {quiet.waited_s:.1f} s: "
-                                                         f"{quiet.cores:.2f} cores)")
+        noisy = "" if quiet is None or quiet.quiet else (
+            f"  (servers still busy after {quiet.waited_s:.1f} s: {quiet.cores:.2f} cores"
+            + (f", {quiet.requests} request(s) held)" if quiet.requests else ")"))
         progress(f"specdec:   run {i + 1}/{runs} {labels.get(arm, arm):9s} {m.output_tok_s or 0:8.1f} tok/s"
                  f"{acc}{bad}{noisy}")
         if rec.hung and restart is not None:

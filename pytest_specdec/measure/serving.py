@@ -166,19 +166,20 @@ class Serving:
 
         return probe
 
-    def settle(self) -> Callable[[], Quiet] | None:
+    def settle(self) -> Callable[[str | None, float | None], Quiet] | None:
         """Before each run, wait for the servers to go idle: those the pool started, or in endpoint mode the
         processes listening on loopback endpoints' ports; endpoints whose processes cannot be found
-        (another host, another user) get a fixed delay instead."""
+        (another host, another user) get a fixed delay instead. It is handed the next run's server instance
+        and when the previous run ended (`ServerPool.wait_quiet`)."""
         o = self.options
         timeout = o.quiet_timeout_s
         if timeout <= 0:
             return None
         if not o.endpoint:
-            return lambda: self._pool().wait_quiet(timeout)
+            return lambda own, ended: self._pool().wait_quiet(timeout, own, ended)
         from pytest_specdec.servers.endpoints import settle
 
-        return settle([u for u in (o.endpoint, o.reference_endpoint) if u], timeout)
+        return settle([u for u in (o.endpoint, o.reference_endpoint) if u], timeout, o.api_key)
 
 
 class CaseRun:

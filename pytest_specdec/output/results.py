@@ -194,7 +194,8 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                     gate_settings: dict[str, Any] | None = None,
                     crossovers: list[dict[str, Any]] | None = None,
                     machine_state: dict[str, Any] | None = None,
-                    errors: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+                    errors: list[tuple[str, str]] | None = None,
+                    timing: dict[str, Any] | None = None) -> dict[str, Any]:
     """The results document. ``servers`` are this process's; ``remote`` what each xdist worker sent
     besides its records (its servers, starts and workarounds); ``server_starts`` counts them all;
     ``baseline_writes`` is what --update-baselines wrote (None without it); ``outputs_file`` the name of
@@ -202,7 +203,8 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
     (`Judge.settings`), so that `pytest-specdec compare` can judge the file again as the session did;
     ``crossovers`` each concurrency sweep's crossover and its verdict or error (`output.sweeps.crossover_entry`);
     ``machine_state`` the session's machine state against its stored nights (`gate.machine.StateSummary`);
-    ``errors`` what failed at the session's end, (what, why): a test whose entry cannot be made joins them."""
+    ``errors`` what failed at the session's end, (what, why): a test whose entry cannot be made joins them;
+    ``timing`` where the session's wall time went (`timing.SessionTime`)."""
     hourly = price(profile, gpu_hourly_usd)
     errors = errors if errors is not None else []
     tests = test_entries(records, hourly["usd_per_hour"] if hourly else None, errors)
@@ -215,6 +217,7 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                                                         (w for r in remote for w in r["workarounds"])), endpoints),
         "servers": merge_servers(server_entries(servers, worker), [r["servers"] for r in remote]),
         "server_starts": server_starts,
+        "time": timing,
         "datasets": {name: d.describe() for name, d in datasets.items()},
         "endpoints": {url: facts.to_dict() for url, facts in endpoints.items()},
         "price": hourly,

@@ -214,24 +214,27 @@ def host_port(url: str) -> tuple[str, int | None]:
     return parts.hostname or "", parts.port
 
 
-def settle(urls: list[str], timeout_s: float) -> Callable[[], Quiet]:
+def settle(urls: list[str], timeout_s: float, api_key: str | None = None) -> Callable[[str | None, float | None], Quiet]:
     """Before each run in endpoint mode: wait for the processes listening on loopback endpoints' ports to go
-    idle, like the servers a session starts itself; an endpoint whose processes cannot be found (another
-    host, another user) gets a fixed delay instead."""
+    idle and their /metrics to show no request held, like the servers a session starts itself; an endpoint
+    whose processes cannot be found (another host, another user) gets a fixed delay instead, counted from the
+    previous run's end. The wait takes the next run's instance and the previous run's end (`ServerPool.wait_quiet`);
+    the instance is unused here: an endpoint's process group cannot be told from its instance id."""
     from pytest_specdec.servers.process import is_loopback
-    from pytest_specdec.servers.quiet import idle_delay, listening_pgids, wait_quiet
+    from pytest_specdec.servers.quiet import idle_delay, listening_pgids, requests_held, wait_idle
 
-    def wait() -> Quiet:
+    def wait(own: str | None, ended: float | None) -> Quiet:
         pgids: set[int] = set()
         for url in urls:
             host, port = host_port(url)
             found = listening_pgids(port) if is_loopback(host) and port else set()
             if not found:
-                return idle_delay()
+                return idle_delay(ended=ended)
             pgids |= found
         # A server in our own process group (a simulated one in tests) cannot be told from the client.
         pgids.discard(os.getpgid(0))
-        return wait_quiet(pgids, timeout_s=timeout_s)
+        return wait_idle(pgids, timeout_s=timeout_s, ended=ended,
+                         requests=lambda: requests_held([(u, api_key) for u in urls]))
 
     return wait
 

@@ -20,7 +20,7 @@ from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.servers.process import VllmServer, exit_description
 
-from pytest_specdec.servers.quiet import Quiet, wait_quiet
+from pytest_specdec.servers.quiet import Quiet, requests_held, wait_idle
 from pytest_specdec.vllm.command import ServerSpec
 
 if TYPE_CHECKING:
@@ -248,10 +248,19 @@ class ServerPool:
             self.progress(f"specdec: stopping vLLM ({spec.method}, {key}): {why}")
             self._remove(key)
 
-    def wait_quiet(self, timeout_s: float) -> Quiet:
-        """Wait for every live server of this pool to go idle (see `server.wait_quiet`)."""
-        pgids = {s.proc.pid for s in self._alive.values() if s.proc is not None and s.alive()}
-        return wait_quiet(pgids, timeout_s=timeout_s)
+    def wait_quiet(self, timeout_s: float, own: str | None = None, ended: float | None = None) -> Quiet:
+        """Wait for the live servers of this pool to go idle (`quiet.wait_idle`): every server's /metrics
+        showing no request running or waiting, and the CPU of every server but `own` (the instance the next
+        run is sent to) at rest. `ended`: when the previous run ended.
+
+        Why `own` may still spin: its busy-wait is its engine waiting for work, and the next run's first
+        requests are that work; it takes no core the run could use, where another server's spin does. With
+        one server at a time (blocks, --specdec-max-servers 1) the next run's server is the previous run's,
+        and the run starts without waiting out its spin."""
+        alive = [s for s in self._alive.values() if s.proc is not None and s.alive()]
+        pgids = {s.proc.pid for s in alive if s.proc is not None and str(s.proc.pid) != own}
+        servers = [(s.base_url, s.api_key) for s in alive]
+        return wait_idle(pgids, timeout_s=timeout_s, requests=lambda: requests_held(servers), ended=ended)
 
     def cpu_ticks(self) -> dict[str, tuple[str, int]]:
         """Per live server (its instance id, the pid that leads its process group): its label (method and spec

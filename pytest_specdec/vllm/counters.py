@@ -105,3 +105,17 @@ def parse_counters(text: str) -> Counters:
                 per_pos[pos] = per_pos.get(pos, 0.0) + s.value
     n = max(per_pos) + 1 if per_pos else 0
     return Counters(accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(n)), spec_decode=spec, **sums)
+
+
+#: vLLM's gauges of the requests an engine holds (vllm/v1/metrics/loggers.py): scheduled, and queued.
+IN_FLIGHT_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def in_flight(text: str) -> int:
+    """The requests running or waiting, summed over engines, from a /metrics body: a server that still holds a
+    run's requests is busy, whatever its CPU use reads. A body that is not Prometheus text is an error."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as e:
+        raise SpecDecError(f"/metrics text is not Prometheus exposition format: {e}") from e
+    return round(sum(s.value for f in families if f.name in IN_FLIGHT_NAMES for s in f.samples))

@@ -122,6 +122,9 @@ class FakeConfig:
     # machine's speed (a test scales step_s for that), like a draft's per-step overhead on a small CPU host,
     # so the speedup moves with the machine's speed.
     draft_overhead_s: float = 0.0
+    # A finished request stays in vllm:num_requests_running this long after its stream ended, as in an engine
+    # that still holds a run's requests (the plugin's wait before the next run must see it); 0 = none.
+    linger_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.merge_steps < 1 or self.batch_events < 1:
@@ -512,7 +515,10 @@ def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tup
                 await resp.write(chunk([], emitted))
             await resp.write(b"data: [DONE]\n\n")
         finally:
-            running.dec()
+            if cfg.linger_s > 0:
+                asyncio.get_running_loop().call_later(cfg.linger_s, running.dec)
+            else:
+                running.dec()
             st.active -= 1
         return resp
 
