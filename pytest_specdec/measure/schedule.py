@@ -1,4 +1,4 @@
-"""The order of a test's runs: reference and spec interleaved per pair, or in ABBA blocks when the two
+"""The order of a test's runs: reference and spec interleaved per pair (ABBA), or in ABBA blocks when the two
 servers cannot be alive at once (a block switch then restarts one server, not two), an A/B session's three
 or four arms, and the warm-up each server gets before its first measured run."""
 
@@ -14,7 +14,10 @@ Arm = Literal["reference", "spec", "base", "base_reference"]
 def schedule(start: int, runs: int, block: int | None, block_index: int = 0) -> list[tuple[int, Arm]]:
     """The order of (pair index, arm) for pairs `start`..`runs`-1.
 
-    ``block=None`` interleaves per pair: (i, reference), (i, spec).  ``block=b`` runs b pairs' worth of
+    ``block=None`` interleaves per pair, which arm goes first swapping from pair to pair (reference, spec,
+    spec, reference, ...): neither arm always runs right after the other's server, and every other run
+    follows its own server's run, so it needs no wait for another server's busy loop to end
+    (`servers.pool.ServerPool.wait_quiet` leaves the next run's own server out).  ``block=b`` runs b pairs' worth of
     one arm, then of the other, and swaps which arm goes first every block (ABBA), so the server that
     is up at the end of a block serves the start of the next; ``block_index`` continues that parity
     when sequential looks extend a case.
@@ -22,7 +25,7 @@ def schedule(start: int, runs: int, block: int | None, block_index: int = 0) -> 
     out: list[tuple[int, Arm]] = []
     if block is None:
         for i in range(start, runs):
-            out += [(i, "reference"), (i, "spec")]
+            out += [(i, "reference"), (i, "spec")] if i % 2 == 0 else [(i, "spec"), (i, "reference")]
         return out
     if block < 1:
         raise ValueError(f"block must be >= 1, got {block}")

@@ -17,9 +17,10 @@ LINGER_S = 0.6  # the reference server holds each finished request this long in 
 def test_a_server_still_holding_requests_is_waited_for(
         pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[..., Path],
         make_suite: Callable[..., str]) -> None:
-    """Runs alternate reference, spec, reference, spec: each spec run follows a reference run whose server
-    still reports its requests running for LINGER_S, so it starts only once they are gone; the runs that follow
-    the spec server (which lets go at once) wait far less. The time split adds up from the runs' records."""
+    """Runs go reference, spec, spec, reference (the lead swaps from pair to pair): the first spec run follows
+    a reference run whose server still reports its requests running for LINGER_S, so it starts only once they
+    are gone; the runs that follow the spec server (which lets go at once) wait far less. The time split adds
+    up from the runs' records."""
     fake_vllm.configure({"*": {"acceptance": [0.8, 0.6, 0.4], "step_s": 0.002, "output_tokens": 16},
                          "none": {"step_s": 0.004, "output_tokens": 16, "linger_s": LINGER_S}})
     profile = make_profile("fakecpu", methods=("ngram",), runs=2, validity=STAND_IN_VALIDITY)
@@ -32,8 +33,8 @@ def test_a_server_still_holding_requests_is_waited_for(
                             "other * s; efficiency (runs / wall) *%"])
     data = json.loads((reports / "latest.json").read_text())
     test = data["tests"][0]
-    after_ref = [run["settle"] for run in test["runs"]]
-    after_spec = [run["settle"] for run in test["reference_runs"][1:]]
+    after_ref = [test["runs"][0]["settle"]]
+    after_spec = [test["runs"][1]["settle"], test["reference_runs"][1]["settle"]]
     for s in after_ref:  # the reference server's requests counted until they were gone
         assert s["quiet"] and s["requests"] == 0 and s["how"] == "cpu"
         assert s["after_run_s"] + s["waited_s"] >= LINGER_S - 0.05, s

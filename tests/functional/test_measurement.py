@@ -12,9 +12,12 @@ from pytest_specdec.measure.runner import ValidityRules, extend_case, measure_ca
 from pytest_specdec.servers.pool import Endpoint
 
 
-def test_schedule_interleaves_pairs_by_default() -> None:
-    assert schedule(0, 3, None) == [(0, "reference"), (0, "spec"), (1, "reference"), (1, "spec"),
+def test_schedule_interleaves_pairs_by_default_abba() -> None:
+    # Which arm leads swaps from pair to pair, so every other run follows its own server's run (no wait for
+    # another server's busy loop), and a later look continues the parity from the pair index.
+    assert schedule(0, 3, None) == [(0, "reference"), (0, "spec"), (1, "spec"), (1, "reference"),
                                     (2, "reference"), (2, "spec")]
+    assert schedule(3, 5, None) == [(3, "spec"), (3, "reference"), (4, "reference"), (4, "spec")]
 
 
 def test_schedule_blocks_are_abba_so_one_server_serves_two_blocks_in_a_row() -> None:
@@ -79,7 +82,7 @@ def test_interleaved_is_recorded() -> None:
         calls: list[str] = []
         result = measure_case(_Arm("reference", ref_url, calls), _Arm("spec", spec_url, calls), _prompts(2),
                               Sampling(temperature=0.0), concurrency=1, runs=2)
-        assert calls == ["reference", "spec", "reference", "spec"]
+        assert calls == ["reference", "spec", "spec", "reference"]
         assert result.alternation == "interleaved"
 
 
