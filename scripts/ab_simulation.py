@@ -7,7 +7,10 @@ is judged pair by pair by ``gate.ab.paired``'s core and decision rule, then BH (
 57 gated verdicts, as the plugin adjusts a session's family (model: tests/sims/ab.py). No night term: both
 arms run in the same session, adjacent runs paired. Targets: <= 5 % of A/A suites with a false
 ``regressed``; a lone -10 % tok/s drop (one test of 19) ``regressed`` in >= 90 % of suites on the CPU
-noise rows, a lone -5 % drop on the GPU-like rows.
+noise rows, a lone -5 % drop on the GPU-like rows. Then the sequential schedules (``--looks``): each test looks
+at the planned pair counts and stops as the plugin's A/B does (`gate.ab.until_settled` on the verdicts at the
+family's level, `gate.ab.at_family_level`), its last look's figures adjusted over the suite; with the mean pairs a
+test used at no change and at each lone drop.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import numpy as np
 # The model is the tests' (tests/sims/ab.py): the figures printed here are the ones they check, smaller.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from sims.ab import GATED, SPEEDUP_SD, TESTS, Figures, Noise, draw, figures, gpu_sd, smallest  # noqa: E402
+from sims.ab import (GATED, SPEEDUP_SD, TESTS, Figures, Noise, Schedule, draw, figures, gpu_sd,  # noqa: E402
+                     schedule, smallest)
 
 #: The noise rows: the CPU's measured per-pair sd, its sensitivity, heavy tails at the same sd, and
 #: GPU-like noise (a 3 % CV per run: sqrt(2) x 3 % per pair; 3 % per pair as gate_simulation.py's gpu-like).
@@ -43,6 +47,24 @@ def _row(noise: Noise, f: Figures, suites: int, mark: str = "") -> str:
             f"{f.any_call:.3f} | {f.unchanged:.3f} | {f.power[-10.0]:.3f} | {f.power[-5.0]:.3f} |")
 
 
+def _seq_row(noise: Noise, s: Schedule, suites: int) -> str:
+    looks = ", ".join(map(str, s.looks))
+    return (f"| {noise.label} | {noise.rate_threshold:g} % | {looks} | {suites} | {s.false_regressed:.3f} | "
+            f"{s.unchanged:.3f} | {s.pairs_aa:.1f} | {s.power[-10.0]:.3f} | {s.pairs_drop[-10.0]:.1f} | "
+            f"{s.power[-5.0]:.3f} | {s.pairs_drop[-5.0]:.1f} |")
+
+
+def _schedules(text: str) -> list[tuple[int, ...]]:
+    """``--looks``: schedules split by ';', each the pairs at its looks, rising (``12,24;8,16``)."""
+    out = []
+    for part in text.split(";"):
+        looks = tuple(int(x) for x in part.split(","))
+        if min(looks) < 2 or list(looks) != sorted(set(looks)):
+            raise ValueError(part)
+        out.append(looks)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the table of every row at the shown pair counts, then each row's smallest pair count."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -54,7 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-pairs", type=int, default=48, help="search limit for the smallest pair count (default 48)")
     ap.add_argument("--run-seconds", type=float, default=1.8,
                     help="one run's wall time on the CPU, for the suite time (default 1.8)")
+    ap.add_argument("--looks", default="21;11,21;12,24;8;8,16",
+                    help="sequential schedules, ';' between them, each the pairs at its looks (default "
+                         "21;11,21;12,24;8;8,16: cpu's one look of 21, two looks to 21 and to 24, the GPU's 8 and 8,16)")
     args = ap.parse_args(argv)
+    try:
+        schedules = _schedules(args.looks)
+    except ValueError:
+        ap.error(f"--looks: schedules like 12,24;8,16 (rising pair counts >= 2), got {args.looks!r}")
     try:
         shown = sorted({int(p) for p in args.pairs.split(",")})
     except ValueError:
@@ -98,6 +127,17 @@ def main(argv: list[str] | None = None) -> int:
         when = f"{runs * args.run_seconds / 60:.0f} min" if noise.label.startswith("cpu") else ""
         print(f"| {noise.label} | {noise.rate_threshold:g} % | {noise.target:g} % | {least.pairs} | {runs} "
               f"| {when} |")
+    print()
+    print("Sequential looks: each test stops once no gated verdict is left open at the family's level that more pairs "
+          "could settle; Bonferroni over its looks, BH/Holm over the suite at the end:")
+    print()
+    print("| noise | tok/s threshold | looks (pairs) | suites | any false `regressed` (A/A) | tok/s `unchanged` (A/A) "
+          "| mean pairs (A/A) | lone -10 % `regressed` | its pairs | lone -5 % `regressed` | its pairs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for noise in ROWS:
+        sums = draw(rng, noise, args.suites, max(looks[-1] for looks in schedules))
+        for looks in schedules:
+            print(_seq_row(noise, schedule(sums, looks, noise, fdr=args.fdr), args.suites))
     print(f"\n({time.perf_counter() - t0:.1f} s)")
     return 0
 

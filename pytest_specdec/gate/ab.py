@@ -4,20 +4,22 @@ The candidate is judged against the base pair by pair: each pair is a base run a
 to it, so the slow drift of a machine (and any night effect) cancels inside the pair and no stored night
 enters. :func:`paired` is a one-sample t on the per-pair difference on the comparison scale (the log ratio
 candidate/base for rates and latencies, the difference in points for acceptance), decided by the same rule
-as :func:`.stats.compare` so an A/B verdict reads like a nightly one. scripts/ab_simulation.py sizes the
-pairs a test needs (model: tests/sims/ab.py).
+as :func:`.stats.compare` so an A/B verdict reads like a nightly one. A test looks after a few pairs and stops
+once every gated verdict is conclusive at the level the session's end judges it (:func:`at_family_level`);
+scripts/ab_simulation.py chose the looks (model: tests/sims/ab.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Final, Literal
 
 import numpy as np
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.kinds import EXACT, GATED, INCONCLUSIVE, PAIR
+from pytest_specdec.gate.kinds import EXACT, GATED, IMPROVED, INCONCLUSIVE, MOVED, PAIR, REGRESSED, UNCHANGED
 from pytest_specdec.gate.registry import LOG_KINDS, Kind
 from pytest_specdec.gate.scale import center, check_kind, checked_values, delta_unit, on_scale, to_natural
 from pytest_specdec.gate.sequential import detectable, until_settled as settled_or_stop
@@ -32,6 +34,13 @@ from pytest_specdec.gate.stats import (
     decide,
     exact_rule,
 )
+
+#: Why a test stopped adding pairs: its gated verdicts all conclusive (one regressed, one improved, or all
+#: unchanged: the equivalence stop), none could settle within the maximum, or the maximum reached.
+Stop = Literal["regressed", "improved", "equivalence", "cannot settle", "max reached"]
+EQUIVALENCE: Final = "equivalence"
+CANNOT_SETTLE: Final = "cannot settle"
+MAX_REACHED: Final = "max reached"
 
 #: Any valid value of a kind: stands in for a missing run while the others are checked at their own index.
 _STAND_IN: dict[Kind, float] = {"rate": 1.0, "latency": 1.0, "acceptance": 0.5}
@@ -119,3 +128,39 @@ def until_settled(verdicts: Sequence[Verdict], n_now: int, n_max: int, alpha_loo
     thin = any(v.family == GATED and v.verdict == INCONCLUSIVE and v.p is None and v.var_run is None
                and v.n_now < 2 for v in verdicts)
     return None if thin and n_now < n_max else settled_or_stop(verdicts, n_now, n_max, alpha_look)
+
+
+def family_level(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float, unit: str, family_size: int
+                 ) -> np.ndarray:
+    """The verdict a look's figures keep whatever the other tests measure, elementwise: decided on
+    ``p`` x ``family_size`` (Bonferroni over the session's planned gated family), which bounds the BH and the Holm
+    adjusted p of the test's end (padded to that size) and of the session's end (no larger a family) from above.
+    ``regressed``/``improved`` here stay so at both ends; ``unchanged`` never depends on p (its CI is inside
+    ±threshold), so an equivalence stop stays too."""
+    return decide(delta, lo, hi, np.minimum(1.0, np.asarray(p, dtype=float) * family_size), bad, alpha, unit)
+
+
+def at_family_level(verdicts: Sequence[Verdict], family_size: int, alpha: float) -> list[Verdict]:
+    """What a stop rule reads at an A/B look: each gated ``regressed``/``improved`` re-decided by
+    :func:`family_level` (one that would not survive the family's adjustment reads ``inconclusive``, so the test
+    takes more pairs instead of stopping on a verdict its end may take back); the others as they are."""
+    out = []
+    for v in verdicts:
+        if v.family == GATED and v.verdict in MOVED and v.p is not None:
+            new = str(family_level(v.delta, v.ci_low, v.ci_high, v.p, v.threshold, alpha, v.unit, family_size))
+            if new != v.verdict:
+                v = dataclasses.replace(v, verdict=new, note=f"{v.note}; not {v.verdict} at p x {family_size} "
+                                        "(the session's gated family), so more pairs")
+        out.append(v)
+    return out
+
+
+def stop_kind(verdicts: Sequence[Verdict]) -> Stop:
+    """Why a test stopped before its maximum, from the verdicts its stop rule read: a gated verdict regressed
+    (first) or improved, all unchanged (equivalence), else an open one no more pairs could settle."""
+    gated = {v.verdict for v in verdicts if v.family == GATED}
+    if REGRESSED in gated:
+        return REGRESSED
+    if IMPROVED in gated:
+        return IMPROVED
+    return EQUIVALENCE if gated <= {UNCHANGED} else CANNOT_SETTLE

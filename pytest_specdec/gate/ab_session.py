@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.ab import Stop
     from pytest_specdec.gate.check import TestEnd
     from pytest_specdec.gate.protocol import Finished, Look, Planned, SessionEnd, StopRule, TestOptions, TestStart
     from pytest_specdec.gate.stats import Thresholds, Verdict
@@ -141,6 +142,7 @@ class ABCheck:
     max_looks: int = 1  # the planned looks: each at alpha / max_looks (`adjusted_all` reads this)
     unspent: int = 0  # pairs planned but not measured: the stop rule saw no use in them
     stop_reason: str = ""
+    stop: Stop | None = None  # why it stopped adding pairs (`ab.Stop`); None: not judged yet
     check: bool = True  # specdec_verdicts(check=False): judged and shown, never failed
     failed: bool = False
     alpha: float = 0.05
@@ -174,7 +176,8 @@ class ABCheck:
         """How the test was judged, for the results (beside its verdicts): its looks, gated metrics and level."""
         return {"checked": self.check, "gate": list(self.metrics), "looks": list(self.looks),
                 "max_looks": self.max_looks, "planned_looks": list(self.plan), "unspent_runs": self.unspent,
-                "stop_reason": self.stop_reason, "alpha": self.alpha,
+                "pairs": self.looks[-1] if self.looks else 0, "max_pairs": self.plan[-1] if self.plan else 0,
+                "stop": self.stop, "stop_reason": self.stop_reason, "alpha": self.alpha,
                 "ci_level": 1 - 2 * self.alpha / max(1, self.max_looks)}
 
 
@@ -236,7 +239,7 @@ class ABGate:
         without this project (`vllm.install.probe`), a bad A/B threshold, an ini `specdec_gate` metric an A/B
         cannot gate. Servers that cannot be alive at once (a GPU profile's 8B target three or four times) take
         the ABBA blocks of `schedule.schedule_ab`. ``runs``/``max_runs``: pairs at the first look and at most
-        (`profiles.resolve.run_limits`); ``stop``: when a test stops adding pairs before its last planned look
+        (`profiles.resolve.run_limits`), a look every [matrix] ab_look_step pairs between; ``stop``: when a test stops adding pairs before its last planned look
         (None: `ab.until_settled`)."""
         from pytest_specdec.errors import ConfigError
         from pytest_specdec.gate.sequential import planned_looks
@@ -255,8 +258,16 @@ class ABGate:
             raise ConfigError(f"ini specdec_gate names {', '.join(bad)}, which an A/B session cannot gate (it judges "
                               f"the candidate against the base pair by pair); it may gate {', '.join(AB_GATEABLE)}")
         self.gate = tuple(gate)
-        self.plan = tuple(planned_looks(runs, 2, max_runs))
+        self.plan = tuple(planned_looks(runs, profile.ab_look_step, max_runs))
         self.stop = stop
+        #: The session's planned gated family (`refuse` counts it at collection): a look's stop reads its verdicts
+        #: at that size (`ab.at_family_level`); None before collection, when no look stops on a moved verdict.
+        self.family_size: int | None = None
+
+    def gated_size(self, planned: Sequence[Planned]) -> int:
+        """The gated verdicts the ``planned`` tests add to the session's A/B family (those with a comparison)."""
+        return sum(len(self.metrics(p.options)) for p in planned
+                   if self.skip_reason(p.method, p.speculative_config) is None)
 
     def test_thresholds(self, marker: Mapping[str, float] | None = None) -> Thresholds:
         """The session's A/B thresholds (`ab_thresholds`), with a test's marker on top."""
@@ -285,9 +296,10 @@ class ABGate:
 
     def refuse(self, planned: Sequence[Planned]) -> None:
         """Before anything runs: a collected test whose marker asks what an A/B cannot do raises ConfigError
-        naming the test and the field (`refusal`)."""
+        naming the test and the field (`refusal`). Counts the session's gated family for the looks' stop rule."""
         from pytest_specdec.errors import ConfigError
 
+        self.family_size = self.gated_size(planned)
         for p in planned:
             why = None if self.skip_reason(p.method, p.speculative_config) else refusal(p, self.judged(p.options))
             if why:
@@ -335,8 +347,10 @@ class ABGate:
 
     def look(self, nodeid: str, c: ABCheck, result: CaseResult, look: int) -> Look:
         """The pairs so far judged at look ``look``, alpha split over the planned looks; another look while the
-        stop rule sees use in it. At the last, the split of the candidate's speedup against the base's."""
-        from pytest_specdec.gate.ab import until_settled
+        stop rule sees use in it, reading the verdicts at the session's family level (`ab.at_family_level`: a
+        regressed or improved verdict stops a test only where the end's BH/Holm cannot take it back). At the last,
+        the split of the candidate's speedup against the base's, and why it stopped (`ab.Stop`)."""
+        from pytest_specdec.gate.ab import MAX_REACHED, at_family_level, stop_kind, until_settled
         from pytest_specdec.gate.protocol import Look
         from pytest_specdec.gate.sequential import next_look
         from pytest_specdec.measure.explain import explain, split
@@ -344,15 +358,18 @@ class ABGate:
         n_now = min(len(result.runs), len(result.base_runs))
         c.looks.append(n_now)
         c.raw = ab_verdicts(result, c.thresholds, self.alpha, metrics=c.metrics, look=look, max_looks=c.max_looks)
-        nxt, why = next_look(c.plan, look, n_now, c.raw, self.alpha, self.stop or until_settled)
+        # before collection counted the family (never in a session), a moved verdict cannot stop a test
+        seen = at_family_level(c.raw, self.family_size or 10**9, self.alpha)
+        nxt, why = next_look(c.plan, look, n_now, seen, self.alpha, self.stop or until_settled)
         if nxt is not None:
             return Look(nxt, f"specdec A/B: {nodeid}: inconclusive at look {look} of {len(c.plan)}: {nxt} pairs")
         c.split = split(explain([r.record for r in result.base_reference_runs or result.reference_runs],
                                 [r.record for r in result.base_runs]),
                         explain([r.record for r in result.reference_runs], [r.record for r in result.runs]))
         if why:
-            c.unspent, c.stop_reason = c.plan[-1] - n_now, why
-            return Look(None, f"specdec A/B: {nodeid}: {c.unspent} pair(s) not measured: {why}")
+            c.unspent, c.stop, c.stop_reason = c.plan[-1] - n_now, stop_kind(seen), why
+            return Look(None, f"specdec A/B: {nodeid}: stopped at {n_now} of {c.plan[-1]} pairs ({c.stop}): {why}")
+        c.stop, c.stop_reason = MAX_REACHED, f"all {n_now} planned pairs measured"
         return Look(None)
 
     def test_end(self, nodeid: str, family: Sequence[tuple[str, ABCheck]], planned: Sequence[Planned]) -> TestEnd:
@@ -362,7 +379,7 @@ class ABGate:
         from pytest_specdec.gate.check import TestEnd
 
         judged = [p for p in planned if self.skip_reason(p.method, p.speculative_config) is None]
-        gated = sum(len(self.metrics(p.options)) for p in judged)
+        gated = self.gated_size(planned)
         adjust(family, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated,
                family_size=gated + (len(AB_SHOWN) * len(judged) if self.installs else 0))
         c = dict(family)[nodeid]

@@ -137,12 +137,19 @@ def can_settle(v: Verdict, n_max: int, alpha: float) -> bool:
     if v.verdict != INCONCLUSIVE or v.var_fixed is None or v.var_run is None or v.delta is None:
         return False
     kind: Kind = "acceptance" if v.unit == POINTS else "rate"  # only the scale matters: both log kinds share it
-    se = math.sqrt(v.var_fixed + v.var_run / n_max)
-    df = (v.df or 1.0) + max(0, n_max - v.n_now)  # the extra runs add their df too
-    q = float(special.stdtrit(df, 1.0 - alpha)) * se
-    d = abs(to_scale(kind, v.delta))
-    thr = abs(to_scale(kind, v.threshold or 0.0))
-    return d + q < thr or (d > thr and d > q)
+    return bool(settle_possible(to_scale(kind, v.delta), to_scale(kind, v.threshold or 0.0), v.var_fixed,
+                                v.var_run, v.df or 1.0, v.n_now, n_max, alpha))
+
+
+def settle_possible(delta: Any, threshold: Any, var_fixed: Any, var_run: Any, df: Any, n_now: Any, n_max: int,
+                    alpha: float) -> np.ndarray:
+    """:func:`can_settle`'s rule, elementwise on the comparison scale (a simulation passes whole batches): with
+    ``n_max`` runs and the estimate where it is, the CI fits inside ±threshold or clears it."""
+    se = np.sqrt(np.asarray(var_fixed, dtype=float) + np.asarray(var_run, dtype=float) / n_max)
+    dof = np.asarray(df, dtype=float) + np.maximum(0, n_max - np.asarray(n_now))  # the extra runs add their df
+    q = special.stdtrit(dof, 1.0 - alpha) * se
+    d, thr = np.abs(np.asarray(delta, dtype=float)), np.abs(np.asarray(threshold, dtype=float))
+    return (d + q < thr) | ((d > thr) & (d > q))
 
 
 def detectable(kind: Kind, bad: float, var: float, df: float, alpha: float, power: float = 0.9) -> float:

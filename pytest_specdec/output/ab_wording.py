@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pytest_specdec.gate.ab import CANNOT_SETTLE, EQUIVALENCE, MAX_REACHED
 from pytest_specdec.gate.registry import label
 from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED
 from pytest_specdec.output.wording import FDR_NAMES, format_change, format_p, format_threshold, guard_text, split_sentence
@@ -46,11 +47,27 @@ def ab_verdict_line(v: Verdict) -> str:
     return f"{label(v.metric)} {v.verdict}: {change}, p {p}, {guard_text(v)}{threshold}"
 
 
+#: Why an A/B test stopped adding pairs (`gate.ab.Stop`), in words.
+AB_STOPS = {REGRESSED: "stopped: regressed at the session family's level",
+            IMPROVED: "stopped: improved at the session family's level",
+            EQUIVALENCE: "stopped: every gated verdict unchanged (equivalence)",
+            CANNOT_SETTLE: "stopped: no more pairs could settle an open verdict",
+            MAX_REACHED: "max reached"}
+
+
+def ab_pairs_text(c: ABCheck) -> str:
+    """The pairs a test used against its maximum, its looks and why it stopped: "12 of 24 pairs, looks at 12,
+    stopped: every gated verdict unchanged (equivalence)"."""
+    pairs = c.looks[-1] if c.looks else max((v.n_now for v in c.shown()), default=0)
+    most = f" of {c.plan[-1]}" if c.plan else ""
+    looks = f", looks at {', '.join(map(str, c.looks))}" if len(c.looks) > 1 else ""
+    stop = f", {AB_STOPS[c.stop]}" if c.stop else ""
+    return f"{pairs}{most} pairs{looks}{stop}"
+
+
 def ab_test_lines(nodeid: str, c: ABCheck) -> list[str]:
     """A test's A/B verdicts for the terminal, as its end adjusted them, and what a regression points at."""
-    pairs = max((v.n_now for v in c.shown()), default=0)
-    looks = f", looks at {', '.join(map(str, c.looks))} pairs" if len(c.looks) > 1 else ""
-    lines = [f"specdec A/B: {nodeid}: {ab_sides(c)} ({pairs} pairs{looks})"]
+    lines = [f"specdec A/B: {nodeid}: {ab_sides(c)} ({ab_pairs_text(c)})"]
     lines += [f"  {ab_verdict_line(v)}" for v in c.shown()]
     lines += ab_changed_lines(c)
     why = ab_attribution(c)
@@ -143,7 +160,14 @@ def ab_session_lines(checks: Sequence[tuple[str, ABCheck]], end: SessionEnd, *, 
     failed = [(n, c) for n, c in checks if c.regressed()]
     causes = ", ".join(f"{n.split('::')[-1]}: {c.cause() or 'tok/s or latency'}" for n, c in failed)
     shown = any(v.family == SHOWN for _, c in checks for v in c.shown())
+    stops: dict[str, int] = {}
+    for _, c in checks:
+        if c.stop:
+            stops[c.stop] = stops.get(c.stop, 0) + 1
+    used = sum(c.looks[-1] for _, c in checks if c.looks)
+    most = sum(c.plan[-1] for _, c in checks if c.plan)
     return [f"specdec A/B: {len(checks)} test(s) judged candidate vs base, {len(failed)} regressed"
             + (f" ({causes})" if causes else "") + f"; verdicts: {counted(GATED)}"
-            + (f"; shown, never failing (the references' tok/s, the speedups): {counted(SHOWN)}" if shown else "")
-            ], late
+            + (f"; shown, never failing (the references' tok/s, the speedups): {counted(SHOWN)}" if shown else ""),
+            f"specdec A/B: pairs used {used} of at most {most}; stopped: "
+            + (", ".join(f"{n} {k}" for k, n in sorted(stops.items())) or "none")], late

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.validity import ValidityRules
-from pytest_specdec.profiles.schema import (ANY_GPU, DEFAULT_AB_RUNS, DEFAULT_RUNS, DEFAULT_STATE_TOLERANCE, PLUGIN_FLAGS,
+from pytest_specdec.profiles.schema import (ANY_GPU, DEFAULT_AB_FIRST_LOOK, DEFAULT_AB_LOOK_STEP, DEFAULT_AB_RUNS, DEFAULT_RUNS, DEFAULT_STATE_TOLERANCE, PLUGIN_FLAGS,
                                             PROFILE_KEYS, VLLM_METHODS, check_keys, check_values, renamed_keys,
                                             validity_rules)
 
@@ -89,9 +89,19 @@ class Profile:
 
     @property
     def ab_runs(self) -> int:
-        """`[matrix] ab_runs`: pairs per test in an A/B session: its first look, and its most unless --specdec-max-runs
-        says otherwise (by default one look, the pairs sized up front)."""
+        """`[matrix] ab_runs`: the most pairs per test in an A/B session unless --specdec-max-runs says otherwise."""
         return int(self.matrix.get("ab_runs", DEFAULT_AB_RUNS))
+
+    @property
+    def ab_first_look(self) -> int:
+        """`[matrix] ab_first_look`: an A/B test's pairs at its first look unless --specdec-runs says otherwise."""
+        return int(self.matrix.get("ab_first_look", DEFAULT_AB_FIRST_LOOK))
+
+    @property
+    def ab_look_step(self) -> int:
+        """`[matrix] ab_look_step`: the pairs an A/B test adds at each look after its first (scripts/ab_simulation.py
+        chose each built-in profile's)."""
+        return int(self.matrix.get("ab_look_step", DEFAULT_AB_LOOK_STEP))
 
     def method_names(self) -> list[str]:
         return ["none", *self.methods]

@@ -103,15 +103,15 @@ def run_limits(profile: Profile, runs: int | None, max_runs: int | None, *, ab: 
     """(runs, max_runs) per test and a note for the terminal: the command line's explicit values (``runs``,
     ``max_runs``; None: not given) win over the profile's defaults. An explicit --specdec-runs above the profile's
     [verdicts] max_runs raises it (the note says so); an explicit --specdec-max-runs below the runs is an error.
-    An A/B session (``ab``) counts pairs: its first look is --specdec-runs, else [matrix] ab_runs, and it adds
-    pairs up to --specdec-max-runs, else ab_runs (raised to an explicit runs), so by default it takes one look of
-    ab_runs pairs, sized up front (docs/gate.md). The profile's own pair is checked when it is read."""
-    n = runs or (profile.ab_runs if ab else profile.runs)
+    An A/B session (``ab``) counts pairs: its first look is --specdec-runs, else [matrix] ab_first_look, and it
+    adds pairs (ab_look_step at a time) up to --specdec-max-runs, else ab_runs (raised to an explicit runs) while
+    the stop rule sees use in them (docs/gate.md). The profile's own values are checked when it is read."""
+    n = runs or (profile.ab_first_look if ab else profile.runs)
     if ab and max_runs is None:
         return (n, max(n, profile.ab_runs)), None
     if max_runs is not None:
         if max_runs < n:
-            source = ("--specdec-runs" if runs else f"[matrix] {'ab_runs' if ab else 'runs'} of profile "
+            source = ("--specdec-runs" if runs else f"[matrix] {'ab_first_look' if ab else 'runs'} of profile "
                       f"{profile.path}")
             raise ConfigError(f"--specdec-max-runs {max_runs} is below the runs per test ({n}, {source}); raise "
                               "--specdec-max-runs or lower --specdec-runs")

@@ -38,9 +38,12 @@ DEFAULT_RUNS = 3
 #: docs/validation.md, "Machine state").
 DEFAULT_STATE_TOLERANCE = 15.0
 
-#: Pairs per test in an A/B session when the profile's [matrix] ab_runs does not say: at a GPU's noise (3 % CV a
-#: run) 8 pairs catch a lone -10 % tok/s change with power 0.92 (docs/validation.md, scripts/ab_simulation.py).
-DEFAULT_AB_RUNS = 8
+#: An A/B session's looks when the profile's [matrix] does not say: the first at 8 pairs, then 8 more at a time
+#: up to ab_runs = 16. At a GPU's noise (3 % CV a run) a lone -10 % tok/s change is caught with power 0.999 and
+#: an A/A test stops after 10.3 pairs on average (docs/validation.md, scripts/ab_simulation.py).
+DEFAULT_AB_RUNS = 16
+DEFAULT_AB_FIRST_LOOK = 8
+DEFAULT_AB_LOOK_STEP = 8
 
 #: `[validity]` fields the file names otherwise, so the name says what it does: a server silent this long is hung.
 _VALIDITY_KEY = {"idle_timeout_s": "hung_timeout_s"}
@@ -63,8 +66,10 @@ PROFILE_KEYS: dict[str, frozenset[str]] = {
     "methods.*": frozenset({"speculative_config", "target"}),
     "methods.*.target": frozenset({"model", "revision"}),
     # num_prompts / max_tokens: the workload size of tests whose marker does not set them
-    # ab_runs: pairs per test in an A/B session (--specdec-base-draft)
-    "matrix": frozenset({"k", "temperature", "concurrency", "runs", "ab_runs", "num_prompts", "max_tokens"}),
+    # ab_runs: the most pairs per test in an A/B session (--specdec-base-draft); ab_first_look: pairs at its
+    # first look; ab_look_step: pairs added at each look after it
+    "matrix": frozenset({"k", "temperature", "concurrency", "runs", "ab_runs", "ab_first_look", "ab_look_step",
+                         "num_prompts", "max_tokens"}),
     "validity": frozenset(_VALIDITY_KEY.get(f.name, f.name) for f in dataclasses.fields(ValidityRules)),
     # thresholds, ab_thresholds (an A/B session's): checked here by the gate's threshold parser
     "verdicts": frozenset({"max_runs", "thresholds", "ab_thresholds", "min_night_sd", "machine_state_tolerance"}),
@@ -259,9 +264,13 @@ def _check_runs(raw: dict[str, Any], path: Path) -> None:
     for key, kind, low, high in (("k", int, 1, None), ("temperature", float, 0, 2), ("concurrency", int, 1, None)):
         if key in matrix:
             _numbers(matrix[key], f"[matrix] {key}", path, kind=kind, low=low, high=high)
-    for key in ("runs", "ab_runs", "num_prompts", "max_tokens"):
+    for key in ("runs", "ab_runs", "ab_first_look", "ab_look_step", "num_prompts", "max_tokens"):
         if key in matrix:
             _numbers(matrix[key], f"[matrix] {key}", path, kind=int, low=1, lists=False)
+    first, most = matrix.get("ab_first_look", DEFAULT_AB_FIRST_LOOK), matrix.get("ab_runs", DEFAULT_AB_RUNS)
+    if first > most:
+        raise ConfigError(f"profile {path}: [matrix] ab_first_look ({first}) is above ab_runs ({most}), the most pairs "
+                          "an A/B test takes; lower ab_first_look or raise ab_runs")
     verdicts = raw.get("verdicts", {})
     if "max_runs" in verdicts:
         _numbers(verdicts["max_runs"], "[verdicts] max_runs", path, kind=int, low=1, lists=False)

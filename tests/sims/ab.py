@@ -15,14 +15,16 @@ a fresh draw.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_specdec.gate.ab import paired_core
+from pytest_specdec.gate.ab import family_level, paired_core
+from pytest_specdec.gate.kinds import INCONCLUSIVE, REGRESSED, UNCHANGED
 from pytest_specdec.gate.registry import Kind
-from pytest_specdec.gate.scale import delta_unit, to_natural
-from pytest_specdec.gate.sequential import adjusted_p
+from pytest_specdec.gate.scale import delta_unit, to_natural, to_scale
+from pytest_specdec.gate.sequential import adjusted_p, settle_possible
 from pytest_specdec.gate.stats import Thresholds, alpha_for_look, decide
 
 #: The A/B's gated family of one test, in column order (tok/s first: the lone regression moves it).
@@ -141,3 +143,82 @@ def smallest(sums: Sums, noise: Noise, max_pairs: int, fdr: str = "bh") -> Figur
         if f.meets(noise.target):
             return f
     return None
+
+
+#: The gated family of a simulated suite: what the plugin's stop rule pads a look to (`ab.at_family_level`).
+FAMILY = TESTS * len(GATED)
+
+
+@dataclass(frozen=True)
+class Stops:
+    """One suite batch run through a look schedule: each test's verdicts after the session's adjustment
+    (suites, tests, gated) and the pairs it used (suites, tests)."""
+
+    verdicts: np.ndarray
+    pairs: np.ndarray
+
+
+def sequential(sums: Sums, looks: Sequence[int], noise: Noise, *, shift_pct: float = 0.0, fdr: str = "bh",
+               alpha: float = 0.05) -> Stops:
+    """The plugin's sequential A/B on a batch: at each planned look (pairs in ``looks``) every test still going is
+    judged at alpha / looks (``paired``'s core, p x looks), and stops when no gated verdict is left that is
+    inconclusive at the family's level (`ab.family_level`) and could still settle (`sequential.settle_possible`),
+    as `ab.until_settled` does; the figures of each test's last look are then BH/Holm-adjusted over the suite."""
+    k, a = len(looks), alpha_for_look(alpha, 1, len(looks))
+    thr = noise.thresholds()
+    bads = [thr.bad_side(name, kind) for name, kind in GATED]
+    units = [delta_unit(kind) for _, kind in GATED]
+    shape = sums.s1.shape[:2]
+    going = np.ones(shape, dtype=bool)
+    pairs = np.full(shape, looks[-1])
+    kept = [np.zeros((*shape, len(GATED))) for _ in range(4)]  # d, lo, hi, p (scale) at each test's last look
+    for i, n in enumerate(looks):
+        mean, var = sums.moments(n)
+        if shift_pct:
+            mean = mean.copy()
+            mean[:, 0, 0] += math.log1p(shift_pct / 100.0)
+        d, lo, hi, p = paired_core(mean, var, n, a)
+        p = np.minimum(1.0, p * k)
+        for dst, src in zip(kept, (d, lo, hi, p), strict=True):
+            dst[going] = src[going]
+        if i == k - 1:
+            break
+        useful = np.zeros(shape, dtype=bool)
+        for j, (_, kind) in enumerate(GATED):
+            nat = [to_natural(kind, v[..., j]) for v in (d, lo, hi)]
+            open_ = family_level(*nat, p[..., j], bads[j], alpha, units[j], FAMILY) == INCONCLUSIVE
+            useful |= open_ & settle_possible(d[..., j], to_scale(kind, bads[j]), 0.0, var[..., j], n - 1.0, n,
+                                              looks[-1], a)
+        stop = going & ~useful
+        pairs[stop] = n
+        going &= useful
+    d, lo, hi, p = kept
+    suites = p.shape[0]
+    padj = adjusted_p(p.reshape(suites, -1), fdr).reshape(p.shape)
+    cols = [decide(*(to_natural(kind, v[..., j]) for v in (d, lo, hi)), padj[..., j], bads[j], alpha, units[j])
+            for j, (_, kind) in enumerate(GATED)]
+    return Stops(np.stack(cols, -1), pairs)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One noise row under one look schedule: the A/A false alarms and pairs, and at each lone drop its power and
+    the pairs the dropped test used (means over suites)."""
+
+    looks: tuple[int, ...]
+    false_regressed: float  # A/A suites with any gated verdict `regressed`
+    unchanged: float  # A/A tok/s verdicts `unchanged`
+    pairs_aa: float  # mean pairs per A/A test
+    power: dict[float, float]
+    pairs_drop: dict[float, float]
+
+
+def schedule(sums: Sums, looks: Sequence[int], noise: Noise, drops: tuple[float, ...] = (-10.0, -5.0),
+             fdr: str = "bh") -> Schedule:
+    """:func:`sequential`'s figures for one row and schedule: A/A, then each lone drop on the first test."""
+    aa = sequential(sums, looks, noise, fdr=fdr)
+    moved = {drop: sequential(sums, looks, noise, shift_pct=drop, fdr=fdr) for drop in drops}
+    return Schedule(tuple(looks), float((aa.verdicts == REGRESSED).any(axis=(1, 2)).mean()),
+                    float((aa.verdicts[..., 0] == UNCHANGED).mean()), float(aa.pairs.mean()),
+                    {drop: float((s.verdicts[:, 0, 0] == REGRESSED).mean()) for drop, s in moved.items()},
+                    {drop: float(s.pairs[:, 0].mean()) for drop, s in moved.items()})

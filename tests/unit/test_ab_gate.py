@@ -46,11 +46,11 @@ def test_thresholds_defaults_profile_ini_command_line_then_marker() -> None:
 
 def test_pairs_from_the_profile_unless_given() -> None:
     cpu = load_profile("cpu")
-    assert run_limits(cpu, None, None, ab=True) == ((21, 21), None)  # one look of ab_runs pairs
-    assert run_limits(cpu, 6, None, ab=True) == ((6, 21), None)  # looks from 6 pairs up to ab_runs
+    assert run_limits(cpu, None, None, ab=True) == ((12, 24), None)  # looks from ab_first_look up to ab_runs
+    assert run_limits(cpu, 6, None, ab=True) == ((6, 24), None)  # looks from 6 pairs up to ab_runs
     assert run_limits(cpu, 6, 30, ab=True) == ((6, 30), None)  # ... or up to --specdec-max-runs
     assert run_limits(cpu, 30, None, ab=True) == ((30, 30), None)
-    with pytest.raises(ConfigError, match=r"--specdec-max-runs 5 is below the runs per test \(21, \[matrix\] ab_runs"):
+    with pytest.raises(ConfigError, match=r"--specdec-max-runs 5 is below the runs per test \(12, \[matrix\] ab_first_look"):
         run_limits(cpu, None, 5, ab=True)
     assert run_limits(cpu, None, None) == ((4, 4), None)
 
@@ -184,16 +184,26 @@ def test_inconclusive_warns_or_fails_under_fail_inconclusive() -> None:
         assert [v.metric for v in end.open] == ["output_tok_s", "acceptance_rate", "e2e_p95_ms"]
 
 
+def stepped_gate(runs: int, max_runs: int, step: int) -> ABGate:
+    """`gate` with the profile's [matrix] ab_look_step set to ``step``."""
+    cpu = load_profile("cpu")
+    profile = dataclasses.replace(cpu, matrix={**cpu.matrix, "ab_look_step": step})
+    return ABGate(profile, {"eagle3": "/heads/old"}, alpha=0.05, fdr="bh", runs=runs, max_runs=max_runs)
+
+
+def upto(n: int, speed: float) -> CaseResult:
+    full = case(speed)
+    return dataclasses.replace(full, runs=full.runs[:n], base_runs=full.base_runs[:n])
+
+
 def test_looks_add_pairs_while_more_could_settle_a_verdict() -> None:
-    """The A/B's sequential looks (`ABGate.look`): alpha split over the planned looks (2, 4, 6 pairs), another
-    look while a gated verdict is inconclusive and more pairs could settle it; the stop rule says why it stops."""
-    g = gate(runs=2, max_runs=6)
+    """The A/B's sequential looks (`ABGate.look`): alpha split over the planned looks (2, 4, 6 pairs: the profile's
+    ab_look_step), another look while a gated verdict is inconclusive and more pairs could settle it; it stops on a
+    regression once it holds at the session family's level, and says why and after how many pairs."""
+    assert gate(runs=2, max_runs=6).plan == (2, 6)  # cpu's step of 12
+    g = stepped_gate(2, 6, 2)
     assert g.plan == (2, 4, 6)
-
-    def upto(n: int, speed: float) -> CaseResult:
-        full = case(speed)
-        return dataclasses.replace(full, runs=full.runs[:n], base_runs=full.base_runs[:n])
-
+    g.refuse([planned()])  # one test: a family of 3 gated verdicts
     c = ABCheck("eagle3", "/a", "/b", {}, g.thresholds, plan=g.plan, max_looks=3)
     step = g.look("t1", c, upto(2, 0.9), 1)  # two pairs at alpha/3: the -10 % is not yet significant
     assert by_metric(c.raw)["output_tok_s"].verdict == "inconclusive" and step.next_runs == 4, c.raw
@@ -201,10 +211,36 @@ def test_looks_add_pairs_while_more_could_settle_a_verdict() -> None:
     step = g.look("t1", c, upto(4, 0.9), 2)
     assert by_metric(c.raw)["output_tok_s"].verdict == "regressed" and step.next_runs is None
     assert c.looks == [2, 4] and c.unspent == 2 and c.stop_reason == "every gated verdict is conclusive"
+    assert c.stop == "regressed" and "stopped at 4 of 6 pairs (regressed)" in step.line
+    assert c.to_dict()["pairs"] == 4 and c.to_dict()["max_pairs"] == 6 and c.to_dict()["stop"] == "regressed"
     assert "p x3 (Bonferroni over looks)" in by_metric(c.raw)["output_tok_s"].note
     # One usable pair: too little data, and more pairs bring it (the nightly's rule alone would stop there).
     one = ab_verdicts(upto(1, 1.0), g.thresholds, 0.05)
     assert until_settled(one, 1, 6, 0.05) is None and until_settled(one, 6, 6, 0.05) is not None
+
+
+def test_a_regression_the_family_could_take_back_does_not_stop_a_test() -> None:
+    """In a family of 100 tests the same -10 % at 4 pairs is regressed on its own but not at p x 300 (the end's BH
+    could take it back), so the test takes its last look instead of stopping on it; at the maximum it says so."""
+    g = stepped_gate(2, 6, 2)
+    g.refuse([planned(nodeid=f"t{i}") for i in range(100)])
+    assert g.family_size == 300
+    c = ABCheck("eagle3", "/a", "/b", {}, g.thresholds, plan=g.plan, max_looks=3)
+    g.look("t1", c, upto(2, 0.9), 1)
+    step = g.look("t1", c, upto(4, 0.9), 2)
+    assert by_metric(c.raw)["output_tok_s"].verdict == "regressed" and step.next_runs == 6, c.raw
+    step = g.look("t1", c, upto(6, 0.9), 3)
+    assert step.next_runs is None and c.stop == "max reached" and c.unspent == 0
+
+
+def test_an_aa_test_stops_on_equivalence() -> None:
+    """An A/A whose CIs fall inside ±threshold stops at its first look with every gated verdict unchanged."""
+    g = stepped_gate(4, 8, 4)
+    g.refuse([planned()])
+    c = ABCheck("eagle3", "/a", "/b", {}, g.thresholds, plan=g.plan, max_looks=2)
+    step = g.look("t1", c, upto(4, 1.0), 1)
+    assert step.next_runs is None and c.stop == "equivalence" and c.unspent == 4, c.raw
+    assert {v.verdict for v in c.raw} == {"unchanged"}
 
 
 def test_marker_and_ini_fields_an_ab_cannot_apply_are_refused_by_name() -> None:

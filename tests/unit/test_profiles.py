@@ -67,7 +67,7 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
     [
         ('pricee_per_hour_usd = 2.0\n', "unknown key 'pricee_per_hour_usd' in the top level; allowed: description"),
         ('[server]\nargz = ["--x"]\n', "unknown key 'argz' in [server]; allowed: args, env"),
-        ('[matrix]\nconcurrencies = [1]\n', "unknown key 'concurrencies' in [matrix]; allowed: ab_runs, concurrency, k"),
+        ('[matrix]\nconcurrencies = [1]\n', "unknown key 'concurrencies' in [matrix]; allowed: ab_first_look, ab_look_step, ab_runs, concurrency"),
         ('[methods.eagle3]\nspeculative_config = { method = "eagle3" }\nk = 3\n',
          "unknown key 'k' in [methods.eagle3]; allowed: speculative_config"),
         ('[timings]\nserver_start = 40\n', "unknown key 'server_start' in [timings]"),
