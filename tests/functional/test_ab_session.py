@@ -36,8 +36,10 @@ SUITE = {"name": "test_head", "method": "eagle3", "num_prompts": PROMPTS, "concu
 def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
             make_profile: Callable[..., Path]) -> Path:
     pytester.makepyfile(test_suite=make_suite(**SUITE))
-    # The disturbed-run rule on: steps of 5-10 ms make runs long enough to measure.
-    return make_profile("fakeab", methods=("eagle3",), validity=DISTURBED_RULE_ON)
+    # The disturbed-run rule on: steps of 5-10 ms make runs long enough to measure. A look every 2 pairs.
+    path = make_profile("fakeab", methods=("eagle3",), validity=DISTURBED_RULE_ON)
+    path.write_text(path.read_text().replace("[matrix]\n", "[matrix]\nab_look_step = 2\n"))
+    return path
 
 
 def session(pytester: pytest.Pytester, profile: Path, *extra: str, runs: tuple[int, int] = (PAIRS, PAIRS)
@@ -67,7 +69,7 @@ def test_aa_passes_and_records_three_arms(pytester: pytest.Pytester, project: Pa
                                                         "slow_factor": 3.0}})
     r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-draft=eagle3=/heads/b")
     r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines(["specdec A/B: *test_head*: candidate /heads/b vs base /heads/a (? pairs)",
+    r.stdout.fnmatch_lines(["specdec A/B: *test_head*: candidate /heads/b vs base /heads/a (6 of 6 pairs, max reached)",
                             "  spec tok/s *: Δ * (CI * .. *), p *, catches a drop >= *, threshold -5 %",
                             "specdec A/B: 1 test(s) judged candidate vs base, 0 regressed; verdicts: *"])
     r.stdout.fnmatch_lines(["specdec:   run 2/6 base      DISTURBED: *"])
@@ -184,6 +186,34 @@ def check_compare_and_history(reports: Path, ab: dict[str, dict[str, Any]], caps
     text = capsys.readouterr().out
     assert "(A/B: candidates, and their bases as <test> (A/B base))" in text, text
     assert re.search(r"test_suite.py::test_ini\[\S+\] \(A/B base\)\n  speedup ", text), text
+
+
+#: Thresholds wide enough that a few pairs of the stand-in settle each gated verdict: what these tests check is
+#: the stop, not the noise of a shared machine.
+WIDE = 'thresholds={"output_tok_s": 15, "e2e_p95_ms": 100}'
+
+
+@pytest.mark.parametrize(("candidate", "step_s", "stop", "verdict"),
+                         [("/heads/b", SPEC_STEP_S, "equivalence", "unchanged"),
+                          ("/heads/slow", SPEC_STEP_S / 0.7, "regressed", "regressed")], ids=["aa", "minus30"])
+def test_a_test_stops_early_both_ways(pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm,
+                                      make_suite: Callable[..., str], candidate: str, step_s: float, stop: str,
+                                      verdict: str) -> None:
+    # Looks at 4, 6, 8, 10 pairs: an A/A stops with tok/s unchanged, a candidate 30 % slower with tok/s
+    # regressed, each before the maximum, and says so (terminal, session line, JSON).
+    pytester.makepyfile(test_suite=make_suite(**{**SUITE, "verdicts": WIDE}))
+    fake_vllm.configure({**SERVERS, f"eagle3:{candidate}": {"step_s": step_s}})
+    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", f"--specdec-draft=eagle3={candidate}",
+                runs=(4, 10))
+    ab = ab_section(pytester)
+    assert ab["stop"] == stop and ab["pairs"] < ab["max_pairs"] == 10 and ab["unspent_runs"] > 0, ab
+    assert ab["planned_looks"] == [4, 6, 8, 10] and ab["looks"][-1] == ab["pairs"], ab
+    assert ab["verdicts"]["output_tok_s"]["verdict"] == verdict, ab["verdicts"]["output_tok_s"]
+    r.stdout.fnmatch_lines([f"specdec A/B: *test_head*: stopped at {ab['pairs']} of 10 pairs ({stop}): *",
+                            f"specdec A/B: *test_head*: candidate {candidate} vs base /heads/a ({ab['pairs']} of 10 "
+                            "pairs*stopped: *",
+                            f"specdec A/B: pairs used {ab['pairs']} of at most 10; stopped: 1 {stop}"])
+    r.assert_outcomes(**({"passed": 1} if stop == "equivalence" else {"failed": 1}))
 
 
 def test_max_runs_caps_the_pairs_and_fail_inconclusive_fails(pytester: pytest.Pytester, project: Path,
