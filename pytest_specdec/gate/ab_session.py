@@ -239,7 +239,8 @@ class ABGate:
         without this project (`vllm.install.probe`), a bad A/B threshold, an ini `specdec_gate` metric an A/B
         cannot gate. Servers that cannot be alive at once (a GPU profile's 8B target three or four times) take
         the ABBA blocks of `schedule.schedule_ab`. ``runs``/``max_runs``: pairs at the first look and at most
-        (`profiles.resolve.run_limits`), a look every [matrix] ab_look_step pairs between; ``stop``: when a test stops adding pairs before its last planned look
+        (`profiles.resolve.run_limits`), a look every [matrix] ab_look_step pairs between; ``stop``: when a test
+        stops adding pairs before its last planned look
         (None: `ab.until_settled`)."""
         from pytest_specdec.errors import ConfigError
         from pytest_specdec.gate.sequential import planned_looks

@@ -50,7 +50,8 @@ def test_pairs_from_the_profile_unless_given() -> None:
     assert run_limits(cpu, 6, None, ab=True) == ((6, 24), None)  # looks from 6 pairs up to ab_runs
     assert run_limits(cpu, 6, 30, ab=True) == ((6, 30), None)  # ... or up to --specdec-max-runs
     assert run_limits(cpu, 30, None, ab=True) == ((30, 30), None)
-    with pytest.raises(ConfigError, match=r"--specdec-max-runs 5 is below the runs per test \(12, \[matrix\] ab_first_look"):
+    with pytest.raises(ConfigError,
+                       match=r"--specdec-max-runs 5 is below the runs per test \(12, \[matrix\] ab_first_look"):
         run_limits(cpu, None, 5, ab=True)
     assert run_limits(cpu, None, None) == ((4, 4), None)
 

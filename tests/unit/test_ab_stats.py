@@ -162,3 +162,33 @@ def test_simulated_false_alarms_and_power_meet_the_design() -> None:
     gpu = sim.Noise("gpu", sim.gpu_sd(0.03), rate_threshold=2.5, target=-5.0)
     f = sim.figures(sim.draw(rng, gpu, 400, 18), 18, gpu)
     assert f.false_regressed <= 0.05 and f.power[-5.0] >= 0.82, f
+
+
+def test_sequential_batch_path_stops_where_the_plugin_stops() -> None:
+    """The simulation's sequential looks (`sims.ab.sequential`) stop each test at the look the plugin's rule
+    does (`ab.at_family_level` over a family of 57, then `ab.until_settled` via `sequential.next_look`)."""
+    from pytest_specdec.gate.ab import at_family_level, until_settled
+    from pytest_specdec.gate.sequential import next_look
+
+    rng = np.random.default_rng(7)
+    noise = sim.Noise("gpu", sim.gpu_sd(0.03))
+    x = rng.standard_normal((3, 4, len(sim.GATED), 8)) * noise.sds()[:, None]
+    x[:, 0, 0] += math.log(0.8)  # one test to stop on regressed
+    looks = (4, 8)
+    got = sim.sequential(sim.Sums.of(x), looks, noise)
+    for s in range(3):
+        for t in range(4):
+            used = looks[-1]
+            for look, n in enumerate(looks, start=1):
+                verdicts = []
+                for j, (name, kind) in enumerate(sim.GATED):
+                    base = [0.6] * n if kind == "acceptance" else [100.0] * n
+                    cand = (0.6 + x[s, t, j, :n] if kind == "acceptance" else 100.0 * np.exp(x[s, t, j, :n])).tolist()
+                    verdicts.append(paired(name, base, cand, kind=kind, thresholds=noise.thresholds(), look=look,
+                                           max_looks=len(looks)))
+                nxt, why = next_look(looks, look, n, at_family_level(verdicts, sim.FAMILY, 0.05), 0.05, until_settled)
+                if nxt is None:
+                    used = n
+                    break
+            assert got.pairs[s, t] == used, (s, t)
+    assert (got.pairs < looks[-1]).any() and (got.verdicts[:, 0, 0] == "regressed").any()

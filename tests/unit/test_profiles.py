@@ -108,6 +108,8 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
         ('[verdicts]\nmin_night_sd = 100\n', "[verdicts] min_night_sd must be a number of % in [0, 100), got 100"),
         ('[verdicts]\nmin_night_sd = "6"\n', "[verdicts] min_night_sd must be a number of % in [0, 100), got '6'"),
         ('[matrix]\nab_runs = 0\n', "[matrix] ab_runs must be a whole number >= 1, got 0"),
+        ('[matrix]\nab_look_step = 0\n', "[matrix] ab_look_step must be a whole number >= 1, got 0"),
+        ('[matrix]\nab_first_look = 20\n', "[matrix] ab_first_look (20) is above ab_runs (16), the most pairs"),
         ('[verdicts]\nab_thresholds = 5\n', "[verdicts] ab_thresholds must be a table like { output_tok_s = 5.0 }"),
         ('[verdicts]\nab_thresholds = { speedup = 5 }\n', "unknown key 'speedup' in [verdicts] ab_thresholds; "
          "allowed: output_tok_s, acceptance_rate, e2e_p95_ms, rate, acceptance, latency"),
