@@ -63,7 +63,7 @@ def test_a_slower_install_is_told_apart_from_speculation(pytester: pytest.Pytest
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines([
         "specdec A/B: *test_head*: candidate vllm* (torch *) with /nonexistent/head vs base vllm 0.0.9 (torch 2.0.0) "
-        "with /nonexistent/head (? pairs)"])
+        "with /nonexistent/head (6 of 6 pairs, max reached)"])
     # Four arms a pair: the two references back to back, then the two spec arms, which side leads alternating.
     r.stdout.fnmatch_lines([f"specdec:   run {i}/6 {arm} *" for i, arms in
                             ((1, ("base ref", "reference", "base", "candidate")),

@@ -173,7 +173,9 @@ def test_ab_simulation_small() -> None:
     out = _run([sys.executable, str(SCRIPTS / "ab_simulation.py"), "--suites", "5", "--pairs", "4", "--max-pairs", "6"])
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith(("| cpu", "| gpu"))]
-    assert len(rows) >= 14 and all(line.count("|") in (7, 10) for line in rows), out.stdout
+    assert len(rows) >= 14 and all(line.count("|") in (7, 10, 12) for line in rows), out.stdout
+    # the sequential table: every noise row under each of the 5 default schedules
+    assert len([line for line in rows if line.count("|") == 12]) == 7 * 5, out.stdout
     bad = _run([sys.executable, str(SCRIPTS / "ab_simulation.py"), "--pairs", "x"])
     assert bad.returncode == 2 and "--pairs: a comma-separated list" in bad.stderr
 
