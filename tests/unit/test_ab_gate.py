@@ -269,3 +269,32 @@ def test_a_base_arm_without_a_valid_run_is_a_dead_arm() -> None:
     assert dead_arms([ok], [ok], [bad, bad]) == ["base"]
     assert dead_arms([ok], [ok], [bad, ok]) == [] and dead_arms([ok], [ok]) == []
     assert dead_arms([bad], [ok], [bad]) == ["reference", "base"]
+
+
+def test_an_early_stop_reads_the_same_at_the_tests_end_and_the_sessions() -> None:
+    """A test that stopped `regressed` at its first look (at p x the 60 gated verdicts of 20 planned tests) stays
+    `regressed` after the test end's BH padded to 60 and after the session's BH; an A/A that stopped on
+    equivalence stays `unchanged` (its CI never moves with p); one regressed on its own but not at the family's
+    level takes more pairs instead of stopping on a verdict its end would take back."""
+    from pytest_specdec.gate.kinds import REGRESSED, UNCHANGED
+
+    g = stepped_gate(4, 8, 4)
+    g.refuse([planned(nodeid=f"t{i}") for i in range(20)])
+    checks = []
+    # t3's -5.5 % at 4 pairs is regressed on its own (p x 2 looks ~0.002) but not at p x 60 (~0.13), which the
+    # test end's BH padded to 60 would take back: it takes its second look, the last, and regresses there.
+    for nodeid, speed in (("t0", 0.7), ("t1", 1.0), ("t2", 1.0), ("t3", 0.945)):
+        c = ABCheck("eagle3", "/a", "/b", {}, g.thresholds, plan=g.plan, max_looks=2)
+        for look, n in enumerate(g.plan, start=1):
+            if g.look(nodeid, c, upto(n, speed), look).next_runs is None:
+                break
+        checks.append((nodeid, c))
+    assert [c.stop for _, c in checks] == ["regressed", "equivalence", "equivalence", "max reached"]
+    assert [c.looks for _, c in checks] == [[4], [4], [4], [4, 8]]
+    for nodeid, _ in checks:
+        g.test_end(nodeid, checks, [planned(nodeid=f"t{i}") for i in range(20)])
+    g.finish([Finished(n, c, None, "passed") for n, c in checks])
+    for n, c in checks:
+        want = UNCHANGED if c.stop == "equivalence" else REGRESSED
+        assert by_metric(c.verdicts)["output_tok_s"].verdict == want, (n, c.verdicts)
+        assert by_metric(c.shown())["output_tok_s"].verdict == want, (n, c.final)
