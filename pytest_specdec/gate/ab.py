@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any, Final, Literal
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.kinds import EXACT, GATED, IMPROVED, INCONCLUSIVE, MOVED, PAIR, REGRESSED, UNCHANGED
+from pytest_specdec.gate.kinds import (CANNOT_SETTLE, EQUIVALENCE, EXACT, GATED, IMPROVED, INCONCLUSIVE, MOVED, PAIR,
+                                       REGRESSED, UNCHANGED, Stop)
 from pytest_specdec.gate.registry import LOG_KINDS, Kind
 from pytest_specdec.gate.scale import center, check_kind, checked_values, delta_unit, on_scale, to_natural
 from pytest_specdec.gate.sequential import detectable, until_settled as settled_or_stop
@@ -34,13 +35,6 @@ from pytest_specdec.gate.stats import (
     decide,
     exact_rule,
 )
-
-#: Why a test stopped adding pairs: its gated verdicts all conclusive (one regressed, one improved, or all
-#: unchanged: the equivalence stop), none could settle within the maximum, or the maximum reached.
-Stop = Literal["regressed", "improved", "equivalence", "cannot settle", "max reached"]
-EQUIVALENCE: Final = "equivalence"
-CANNOT_SETTLE: Final = "cannot settle"
-MAX_REACHED: Final = "max reached"
 
 #: Any valid value of a kind: stands in for a missing run while the others are checked at their own index.
 _STAND_IN: dict[Kind, float] = {"rate": 1.0, "latency": 1.0, "acceptance": 0.5}

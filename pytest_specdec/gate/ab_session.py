@@ -18,10 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED
+from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED, Stop
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.ab import Stop
     from pytest_specdec.gate.check import TestEnd
     from pytest_specdec.gate.protocol import Finished, Look, Planned, SessionEnd, StopRule, TestOptions, TestStart
     from pytest_specdec.gate.stats import Thresholds, Verdict
@@ -351,7 +350,8 @@ class ABGate:
         stop rule sees use in it, reading the verdicts at the session's family level (`ab.at_family_level`: a
         regressed or improved verdict stops a test only where the end's BH/Holm cannot take it back). At the last,
         the split of the candidate's speedup against the base's, and why it stopped (`ab.Stop`)."""
-        from pytest_specdec.gate.ab import MAX_REACHED, at_family_level, stop_kind, until_settled
+        from pytest_specdec.gate.ab import at_family_level, stop_kind, until_settled
+        from pytest_specdec.gate.kinds import MAX_REACHED
         from pytest_specdec.gate.protocol import Look
         from pytest_specdec.gate.sequential import next_look
         from pytest_specdec.measure.explain import explain, split

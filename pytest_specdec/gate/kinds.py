@@ -24,6 +24,13 @@ CONCLUSIVE: Final[frozenset[Decision]] = frozenset({IMPROVED, UNCHANGED, REGRESS
 #: Decided beyond the threshold on one side: the changes a reader looks at first.
 MOVED: Final[tuple[Decision, ...]] = (REGRESSED, IMPROVED)
 
+#: Why an A/B test stopped adding pairs (`gate.ab.stop_kind`): its gated verdicts all conclusive (one regressed,
+#: one improved, or all unchanged: the equivalence stop), an open one no more pairs could settle, or the maximum.
+Stop = Literal["regressed", "improved", "equivalence", "cannot settle", "max reached"]
+EQUIVALENCE: Final = "equivalence"
+CANNOT_SETTLE: Final = "cannot settle"
+MAX_REACHED: Final = "max reached"
+
 #: Whether a verdict can fail the session (gated) or is only shown.
 Family = Literal["gated", "shown"]
 GATED: Final = "gated"

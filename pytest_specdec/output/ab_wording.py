@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pytest_specdec.gate.ab import CANNOT_SETTLE, EQUIVALENCE, MAX_REACHED
 from pytest_specdec.gate.registry import label
-from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED
+from pytest_specdec.gate.kinds import (CANNOT_SETTLE, EQUIVALENCE, GATED, IMPROVED, INCONCLUSIVE, MAX_REACHED, REGRESSED,
+                                       SHOWN, UNCHANGED)
 from pytest_specdec.output.wording import FDR_NAMES, format_change, format_p, format_threshold, guard_text, split_sentence
 from pytest_specdec.output.wording import table
 
