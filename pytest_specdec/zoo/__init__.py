@@ -5,8 +5,9 @@ and real drafters for vLLM to run.  ``target`` (4-layer Llama), ``draft`` (1-lay
 from it), ``eagle3`` (an EAGLE-3 head for the target) and ``eagle3-degraded`` (the same head
 under-trained on purpose: the regression a benchmark must catch) live in ``zoo/models/``, with
 ``draft-slow``, ``draft-slow10`` and ``draft-slow20`` (the draft plus layers that add exactly zero: the same outputs and
-acceptance but slower drafting, the pure timing regressions a benchmark must catch) and a ``MANIFEST.json`` of
-sha256 sums.  This module only uses the standard library, so importing it (as the plugin does)
+acceptance but slower drafting, the pure timing regressions a benchmark must catch), ``draft-wide2048`` (the
+draft's MLP widened from 512 to 2048 units that add exactly zero: a smaller step of the same regression) and a
+``MANIFEST.json`` of sha256 sums.  This module only uses the standard library, so importing it (as the plugin does)
 keeps ``pytest --help`` fast; torch is needed only by ``train.py``.
 """
 
@@ -25,7 +26,8 @@ __all__ = ["MODELS_DIR", "NAMES", "REBUILD_COMMAND", "ZooError", "manifest", "ve
 #: Where the trained models are shipped, inside the installed package.
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 #: The model directories the zoo provides.
-NAMES = ("target", "draft", "eagle3", "eagle3-degraded", "draft-slow", "draft-slow10", "draft-slow20")
+NAMES = ("target", "draft", "eagle3", "eagle3-degraded", "draft-slow", "draft-slow10", "draft-slow20",
+         "draft-wide2048")
 #: The command that retrains the whole zoo (it writes MODELS_DIR and its manifest).
 REBUILD_COMMAND = "python -m pytest_specdec.zoo.train"
 

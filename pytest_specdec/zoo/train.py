@@ -2,8 +2,9 @@
 
 The plugin must measure real speculative decoding on machines with no GPU and no model hub, so it
 trains its own: a target, a draft, an EAGLE-3 head, the head under-trained (an acceptance regression)
-and the slow drafts (pure speed regressions of three sizes), from an offline corpus with fixed seeds.
-The corpus, the seven stages and why each is built as it is: docs/cpu-default.md, "How the zoo is
+and the slow and wide drafts (pure speed regressions of four sizes), from an offline corpus with fixed
+seeds.
+The corpus, the eight stages and why each is built as it is: docs/cpu-default.md, "How the zoo is
 trained".
 
 ``--quick`` runs every stage for a handful of steps (about a minute) into a temporary directory
@@ -35,7 +36,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pytest_specdec.zoo import NAMES, sha256_file
+from pytest_specdec.zoo import NAMES, REBUILD_COMMAND
+from pytest_specdec.zoo.store import (TOKENIZER_FILES, clear_model_dir, default_out, log, replaceable,
+                                      save_safetensors, write_manifest)
+from pytest_specdec.zoo.variants import (SLOW_DRAFTS, WIDE_DRAFTS, build_slow_draft, build_wide_draft,
+                                         rebuild_variants, slow_draft_description, wide_draft_description)
 
 SEED = 1234
 VOCAB_SIZE = 2048
@@ -52,7 +57,6 @@ ECHO_INSTRUCTIONS = ["Return this unchanged:", "Repeat the following exactly:",
                      "Copy this and return it:", "Reformat this and return the whole text:"]
 SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"}
 LICENSE_DIR = Path("/usr/share/common-licenses")
-REBUILD_COMMAND = "python -m pytest_specdec.zoo.train"
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -68,13 +72,6 @@ CHAT_TEMPLATE = (
 TARGET_ARCH = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
                    num_attention_heads=4, num_key_value_heads=4)
 DRAFT_LAYERS = 1
-#: The slow drafts: zoo name -> zero-output layers appended to the draft.  Each gives the draft's
-#: tokens at a known extra drafting cost, so the gate's power can be shown at a large and at
-#: realistic effects: on real vLLM (k=3, c=1, T=0) about -40 %, -10 % and -20 % spec tok/s
-#: (docs/cpu-default.md, "The slow drafts measured").  One layer is the smallest step this
-#: construction has; each costs 1.31 MB (float16).
-SLOW_DRAFTS = {"draft-slow": 4, "draft-slow10": 1, "draft-slow20": 2}
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 @dataclass(frozen=True)
@@ -109,10 +106,6 @@ QUICK = Schedule(tokenizer_chars=400_000,
                  draft_steps=6, draft_batch=4, draft_seq=128, draft_lr=2e-3,
                  head_steps=6, head_batch=4, head_seq=128, head_lr=2e-3,
                  degraded_step=2, gen_count=8, gen_tokens=16)
-
-
-def log(msg: str) -> None:
-    print(f"[zoo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 # --------------------------------------------------------------------------------------- corpus
@@ -390,36 +383,6 @@ def llama_config(num_layers: int) -> Any:
                        initializer_range=0.02, **arch)
 
 
-def save_safetensors(state: dict[str, torch.Tensor], path: Path) -> None:
-    from safetensors.torch import save_file
-
-    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in sorted(state.items())}
-    save_file(tensors, str(path), metadata={"format": "pt"})
-    path.chmod(0o644)
-
-
-#: Every file a zoo model folder holds: a folder with anything else was not written here.
-MODEL_FILES = frozenset({"config.json", "model.safetensors", "generation_config.json", *TOKENIZER_FILES})
-
-
-def replaceable(path: Path) -> None:
-    """Refuse to replace a folder this trainer did not write: `--out` may point anywhere, and a
-    folder named like a zoo model there may hold someone's work."""
-    if not path.exists() and not path.is_symlink():
-        return
-    names = {p.name for p in path.iterdir()} if path.is_dir() and not path.is_symlink() else set()
-    if "config.json" not in names or not names <= MODEL_FILES:
-        raise SystemExit(f"{path} exists and is not a zoo model folder (a config.json and only "
-                         f"{', '.join(sorted(MODEL_FILES))}); move it away or choose another --out")
-
-
-def clear_model_dir(path: Path) -> None:
-    """Remove a zoo model folder before it is written anew (checked by `replaceable` first)."""
-    replaceable(path)
-    if path.exists():
-        shutil.rmtree(path)
-
-
 def save_llama(model: nn.Module, out: Path, tok_dir: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cfg = model.config.to_dict()
@@ -430,66 +393,6 @@ def save_llama(model: nn.Module, out: Path, tok_dir: Path) -> None:
     save_safetensors(model.state_dict(), out / "model.safetensors")
     for name in TOKENIZER_FILES:
         shutil.copy(tok_dir / name, out / name)
-
-
-def build_slow_draft(name: str, draft_dir: Path, out_dir: Path,
-                     extra_layers: int | None = None) -> dict[str, Any]:
-    """Write slow draft ``name``: the draft plus ``extra_layers`` decoder layers that add exactly zero.
-
-    Each appended layer is a copy of the draft's layer 0 (norms, q/k/v, gate/up: real, finite
-    weights, so the kernels do the same work as in a trained layer) with ``self_attn.o_proj`` and
-    ``mlp.down_proj`` set to zero: both branches of the layer then return exact zeros, the residual
-    stream passes through unchanged, and the logits equal the draft's bit for bit.  The config only
-    changes ``num_hidden_layers``; dtype (float16) and tokenizer files are the draft's.
-    ``extra_layers`` defaults to ``SLOW_DRAFTS[name]``.  Returns its MANIFEST.json ``slow_drafts`` entry.
-    """
-    from safetensors.torch import load_file
-
-    if name not in SLOW_DRAFTS:
-        raise ValueError(f"unknown slow draft {name!r}; known: {', '.join(SLOW_DRAFTS)}")
-    if extra_layers is None:
-        extra_layers = SLOW_DRAFTS[name]
-    if extra_layers < 1:
-        raise ValueError(f"extra_layers must be >= 1, got {extra_layers}")
-    cfg = json.loads((draft_dir / "config.json").read_text(encoding="utf-8"))
-    layers = int(cfg["num_hidden_layers"])
-    state = load_file(str(draft_dir / "model.safetensors"))
-    if any(v.dtype != torch.float16 for v in state.values()):
-        raise ValueError(f"{draft_dir} is not stored as float16")
-    prefix = "model.layers.0."
-    layer0 = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-    zeroed = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
-    missing = [z for z in zeroed if z not in layer0]
-    if missing:
-        raise ValueError(f"{draft_dir} layer 0 has no {', '.join(missing)}")
-    for i in range(layers, layers + extra_layers):
-        for key, weight in layer0.items():
-            state[f"model.layers.{i}.{key}"] = (torch.zeros_like(weight) if key in zeroed
-                                                else weight.clone())
-    clear_model_dir(out_dir)
-    out_dir.mkdir(parents=True)
-    cfg["num_hidden_layers"] = layers + extra_layers
-    (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    save_safetensors(state, out_dir / "model.safetensors")
-    for file in TOKENIZER_FILES:
-        shutil.copy(draft_dir / file, out_dir / file)
-    return {
-        "source": "draft",
-        "source_sha256": sha256_file(draft_dir / "model.safetensors"),
-        "draft_layers": layers,
-        "extra_layers": extra_layers,
-        "num_hidden_layers": layers + extra_layers,
-        "zeroed": [f"model.layers.{layers}..{layers + extra_layers - 1}.{z}" for z in zeroed],
-        "command": f"{REBUILD_COMMAND} --only {name}"
-                   + ("" if extra_layers == SLOW_DRAFTS[name] else f" --extra-layers {extra_layers}"),
-    }
-
-
-def slow_draft_description(extra_layers: int) -> str:
-    copies = "copy" if extra_layers == 1 else "copies"
-    return (f"Pure timing regression: the draft plus {extra_layers} appended {copies} of its layer "
-            "with self_attn.o_proj and mlp.down_proj zeroed (each adds exactly zero), so outputs "
-            "and acceptance equal the draft's and only the drafting cost grows")
 
 
 # --------------------------------------------------------------------------------- target, draft
@@ -791,24 +694,6 @@ def save_head(state: dict[str, torch.Tensor], target: nn.Module, out: Path) -> N
     save_safetensors(state, out / "model.safetensors")
 
 
-# ------------------------------------------------------------------------------------ manifest
-
-
-def write_manifest(out: Path, info: dict[str, Any]) -> None:
-    files = {}
-    for name in NAMES:
-        for p in sorted((out / name).iterdir()):
-            if p.is_file():
-                files[f"{name}/{p.name}"] = {"sha256": sha256_file(p), "size": p.stat().st_size}
-    info = dict(info, files=files,
-                total_bytes=sum(f["size"] for f in files.values()))
-    (out / "MANIFEST.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-
-
-def default_out() -> Path:
-    return Path(__file__).resolve().parent / "models"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_specdec.zoo.train",
                                      description="Train the pytest-specdec CPU model zoo.")
@@ -817,19 +702,28 @@ def main(argv: list[str] | None = None) -> int:
                              "--quick a new temporary directory)")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny smoke run (about a minute) that tests the training code")
-    parser.add_argument("--only", nargs="+", choices=list(SLOW_DRAFTS), default=None, metavar="NAME",
-                        help="rebuild only these slow drafts (" + ", ".join(SLOW_DRAFTS) + ") from "
-                             "the zoo already in --out (no training; the other models are verified "
-                             "against MANIFEST.json, which is then updated)")
+    variants = [*SLOW_DRAFTS, *WIDE_DRAFTS]
+    parser.add_argument("--only", nargs="+", choices=variants, default=None, metavar="NAME",
+                        help="rebuild only these speed-only variants of the draft ("
+                             + ", ".join(variants) + ") from the zoo already in --out (no "
+                             "training; the other models are verified against MANIFEST.json, which "
+                             "is then updated)")
     parser.add_argument("--extra-layers", type=int, default=None,
                         help="with --only NAME: zero-output layers appended to the draft (default: "
                              + ", ".join(f"{k} {v}" for k, v in SLOW_DRAFTS.items()) + ")")
+    parser.add_argument("--width", type=int, default=None,
+                        help="with --only NAME: the wide draft's MLP width (default: "
+                             + ", ".join(f"{k} {v}" for k, v in WIDE_DRAFTS.items()) + ")")
     args = parser.parse_args(argv)
-    if args.extra_layers is not None and (args.only is None or len(args.only) != 1):
-        parser.error("--extra-layers needs --only with exactly one slow draft")
+    for flag, value, kinds, kind in (("--extra-layers", args.extra_layers, SLOW_DRAFTS, "slow"),
+                                     ("--width", args.width, WIDE_DRAFTS, "wide")):
+        if value is not None and (args.only is None or len(args.only) != 1 or args.only[0] not in kinds):
+            parser.error(f"{flag} needs --only with exactly one {kind} draft ({', '.join(kinds)})")
     if args.only:
-        return rebuild_slow_drafts(args.out or default_out(),
-                                   {name: args.extra_layers for name in dict.fromkeys(args.only)})
+        names = list(dict.fromkeys(args.only))
+        return rebuild_variants(args.out or default_out(),
+                                {n: args.extra_layers for n in names if n in SLOW_DRAFTS},
+                                {n: args.width for n in names if n in WIDE_DRAFTS})
     sched = QUICK if args.quick else FULL
     out: Path = args.out or (Path(tempfile.mkdtemp(prefix="specdec-zoo-quick-")) if args.quick
                              else default_out())
@@ -870,6 +764,7 @@ def main(argv: list[str] | None = None) -> int:
         times["draft"] = time.monotonic() - t0
         save_llama(draft, out / "draft", tok_dir)
         slow_drafts = {name: build_slow_draft(name, out / "draft", out / name) for name in SLOW_DRAFTS}
+        wide_drafts = {name: build_wide_draft(name, out / "draft", out / name) for name in WIDE_DRAFTS}
 
         t0 = time.monotonic()
         good, degraded = train_eagle3(target, mix.fork(SEED + 2), sched, generated)
@@ -920,41 +815,16 @@ def main(argv: list[str] | None = None) -> int:
                 "deterministic, no noise added)."),
             **{name: slow_draft_description(entry["extra_layers"])
                for name, entry in slow_drafts.items()},
+            **{name: wide_draft_description(name, entry) for name, entry in wide_drafts.items()},
         },
         "slow_drafts": slow_drafts,
+        "wide_drafts": wide_drafts,
         "degradation": (f"eagle3-degraded = eagle3's own training run stopped at step "
                         f"{sched.degraded_step}/{sched.head_steps}"),
         "dtype": "float16",
         "chat_template": CHAT_TEMPLATE,
     })
     log(f"done in {times['total']:.0f}s -> {out}")
-    return 0
-
-
-def rebuild_slow_drafts(out: Path, layers: dict[str, int | None]) -> int:
-    """``--only NAME ...``: derive these slow drafts from the zoo in ``out`` and update its manifest.
-
-    Every other model is checked against the existing MANIFEST.json first, so rewriting the manifest
-    never records the sums of a corrupted file.  ``layers`` maps a name to its extra layers (None:
-    its ``SLOW_DRAFTS`` default).
-    """
-    from pytest_specdec.zoo import manifest, zoo_path
-
-    old = manifest(out)
-    for name in NAMES:
-        if name not in layers:
-            zoo_path(name, models_dir=out)
-    info = {k: v for k, v in old.items() if k not in ("files", "total_bytes")}
-    info["models"] = dict(info.get("models", {}))
-    info["slow_drafts"] = dict(info.get("slow_drafts", {}))
-    for name, extra in layers.items():
-        t0 = time.monotonic()
-        entry = build_slow_draft(name, out / "draft", out / name, extra)
-        info["models"][name] = slow_draft_description(entry["extra_layers"])
-        info["slow_drafts"][name] = entry
-        log(f"{name} ({entry['num_hidden_layers']} layers) in {time.monotonic() - t0:.1f}s -> "
-            f"{out / name}")
-    write_manifest(out, info)
     return 0
 
 

@@ -15,8 +15,9 @@ def test_shipped_zoo_matches_its_manifest_and_fits_the_budget() -> None:
     manifest = verify_zoo()
     assert set(NAMES) <= {rel.split("/", 1)[0] for rel in manifest["files"]}
     total = sum(p.stat().st_size for p in MODELS_DIR.rglob("*") if p.is_file())
-    # 36 MiB: the models ship in every clone; the three slow drafts take 18.9 MiB of it.
-    assert total <= 36 * 1024 * 1024, f"zoo is {total / 2**20:.1f} MiB, over the 36 MiB budget"
+    # 42 MiB: the models ship in every clone; the three slow drafts take 18.9 MiB of it, the wide draft
+    # 5.6 MiB (3.0 MiB in git: its zero units compress).
+    assert total <= 42 * 1024 * 1024, f"zoo is {total / 2**20:.1f} MiB, over the 42 MiB budget"
     eagle = json.loads((zoo_path("eagle3") / "config.json").read_text())
     # Small targets need explicit aux layers: vLLM's defaults collide for 4 layers.
     assert eagle["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]

@@ -1,5 +1,6 @@
-"""Each slow draft (zoo:draft-slow and its smaller siblings) is zoo:draft plus layers that add exactly
-zero: the same logits, only slower.
+"""Each speed-only variant of zoo:draft gives the draft's logits, only slower: a slow draft
+(zoo:draft-slow and its smaller siblings) appends layers that add exactly zero, a wide draft
+(zoo:draft-wide2048) widens the MLP with units that add exactly zero.
 
 They are the zoo's pure timing regressions (`--specdec-draft draft_model=zoo:draft-slow`): acceptance
 must not move, so any difference in outputs would make them a different regression.
@@ -17,13 +18,15 @@ from pytest_specdec.zoo import MODELS_DIR, NAMES, manifest, verify_zoo, zoo_path
 
 torch = pytest.importorskip("torch")
 train = pytest.importorskip("pytest_specdec.zoo.train")
+variants = pytest.importorskip("pytest_specdec.zoo.variants")
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 # torch: the zoo's models loaded and run.
 pytestmark = pytest.mark.slow
 
-SLOW = list(train.SLOW_DRAFTS)
+SLOW = list(variants.SLOW_DRAFTS)
+WIDE = list(variants.WIDE_DRAFTS)
 
 #: Token sequences from the zoo's own tokenizer range (vocab 2048; 0-5 are the specials).
 SEQUENCES = [
@@ -43,7 +46,7 @@ def draft() -> object:
     return _load("draft")
 
 
-@pytest.fixture(scope="module", params=SLOW)
+@pytest.fixture(scope="module", params=SLOW + WIDE)
 def models(request: pytest.FixtureRequest, draft: object) -> tuple[object, object]:
     torch.manual_seed(0)
     return draft, _load(request.param)
@@ -87,9 +90,9 @@ def test_draft_slow_greedy_generation_is_identical(models: tuple[object, object]
 
 
 def test_slow_drafts_are_distinct_zoo_models() -> None:
-    assert set(SLOW) <= set(NAMES)
-    depths = sorted(train.SLOW_DRAFTS.values())
-    assert len(set(depths)) == len(depths) and depths[0] >= 1, train.SLOW_DRAFTS
+    assert set(SLOW) <= set(NAMES) and set(WIDE) <= set(NAMES) and not set(SLOW) & set(WIDE)
+    depths = sorted(variants.SLOW_DRAFTS.values())
+    assert len(set(depths)) == len(depths) and depths[0] >= 1, variants.SLOW_DRAFTS
 
 
 @pytest.mark.parametrize("name", SLOW)
@@ -98,7 +101,7 @@ def test_draft_slow_is_deeper_with_zero_output_extra_layers(name: str) -> None:
     cfg_a = json.loads((draft_dir / "config.json").read_text())
     cfg_b = json.loads((slow_dir / "config.json").read_text())
     base, total = cfg_a["num_hidden_layers"], cfg_b["num_hidden_layers"]
-    assert total == base + train.SLOW_DRAFTS[name]
+    assert total == base + variants.SLOW_DRAFTS[name]
     # Only the depth differs: same width, vocab, dtype, rope, norms.
     assert {k: v for k, v in cfg_b.items() if k != "num_hidden_layers"} == \
         {k: v for k, v in cfg_a.items() if k != "num_hidden_layers"}
@@ -130,29 +133,81 @@ def test_draft_slow_is_in_the_verified_manifest(name: str) -> None:
     entry = manifest()["slow_drafts"][name]
     depth = json.loads((zoo_path(name) / "config.json").read_text())["num_hidden_layers"]
     assert entry["draft_layers"] + entry["extra_layers"] == depth
-    assert entry["extra_layers"] == train.SLOW_DRAFTS[name]
+    assert entry["extra_layers"] == variants.SLOW_DRAFTS[name]
     assert entry["command"] == f"python -m pytest_specdec.zoo.train --only {name}"
     assert entry["source_sha256"] == data["files"]["draft/model.safetensors"]["sha256"]
     for rel in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         assert data["files"][f"{name}/{rel}"] == data["files"][f"draft/{rel}"]
 
 
+@pytest.mark.parametrize("name", WIDE)
+def test_draft_wide_only_widens_the_mlp_with_zero_units(name: str) -> None:
+    draft_dir, wide_dir = zoo_path("draft"), zoo_path(name)
+    cfg_a = json.loads((draft_dir / "config.json").read_text())
+    cfg_b = json.loads((wide_dir / "config.json").read_text())
+    base, width = cfg_a["intermediate_size"], cfg_b["intermediate_size"]
+    assert width == variants.WIDE_DRAFTS[name] > base
+    assert {k: v for k, v in cfg_b.items() if k != "intermediate_size"} == \
+        {k: v for k, v in cfg_a.items() if k != "intermediate_size"}
+    a = safetensors_torch.load_file(str(draft_dir / "model.safetensors"))
+    b = safetensors_torch.load_file(str(wide_dir / "model.safetensors"))
+    assert set(b) == set(a) and all(t.dtype == torch.float16 for t in b.values())
+    widened = {f"model.layers.{i}.{w}" for i in range(cfg_a["num_hidden_layers"]) for w in variants.WIDENED}
+    for key, tensor in a.items():
+        if key not in widened:
+            assert torch.equal(b[key], tensor), key
+            continue
+        axis = variants.WIDENED[key.split(".", 3)[3]]
+        assert b[key].shape[axis] == width and b[key].shape[1 - axis] == tensor.shape[1 - axis], key
+        own, extra = b[key].split([base, width - base], dim=axis)
+        assert torch.equal(own, tensor), f"{key}: the draft's own units changed"
+        assert not extra.any(), f"{key}: the {width - base} new units are not all zeros"
+
+
+@pytest.mark.parametrize("name", WIDE)
+def test_draft_wide_is_in_the_verified_manifest(name: str) -> None:
+    data = verify_zoo()
+    files = {rel for rel in data["files"] if rel.startswith(f"{name}/")}
+    assert files == {f"{name}/{p.name}" for p in zoo_path(name).iterdir() if p.is_file()}
+    entry = data["wide_drafts"][name]
+    width = json.loads((zoo_path(name) / "config.json").read_text())["intermediate_size"]
+    assert entry["intermediate_size"] == width == variants.WIDE_DRAFTS[name]
+    assert entry["zero_units"] == width - entry["draft_intermediate_size"] > 0
+    assert entry["command"] == f"python -m pytest_specdec.zoo.train --only {name}"
+    assert entry["source_sha256"] == data["files"]["draft/model.safetensors"]["sha256"]
+    assert variants.WIDE_COST[name] in data["models"][name]  # the measured cost, with its model
+    for rel in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        assert data["files"][f"{name}/{rel}"] == data["files"][f"draft/{rel}"]
+
+
+def test_a_wide_draft_no_wider_than_the_draft_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="width must exceed the draft's intermediate_size 512, got 512"):
+        variants.build_wide_draft(WIDE[0], zoo_path("draft"), tmp_path / "w", 512)
+    assert not (tmp_path / "w").exists()
+
+
 def test_rebuild_reproduces_the_shipped_slow_drafts_and_manifest(tmp_path: Path) -> None:
-    """`--only` with every slow draft, on a copy of the zoo, gives back the shipped files and
+    """`--only` with every speed-only variant, on a copy of the zoo, gives back the shipped files and
     MANIFEST.json byte for byte: the shipped ones are what the documented command writes."""
     copy = tmp_path / "models"
     shutil.copytree(MODELS_DIR, copy)
-    for name in SLOW:
+    for name in SLOW + WIDE:
         shutil.rmtree(copy / name)
-    assert train.main(["--out", str(copy), "--only", *SLOW]) == 0
-    for name in SLOW:
+    assert train.main(["--out", str(copy), "--only", *SLOW, *WIDE]) == 0
+    for name in SLOW + WIDE:
         for p in sorted(zoo_path(name).iterdir()):
             assert (copy / name / p.name).read_bytes() == p.read_bytes(), f"{name}/{p.name}"
     assert (copy / "MANIFEST.json").read_text() == (MODELS_DIR / "MANIFEST.json").read_text()
     verify_zoo(copy)
 
 
-def test_extra_layers_needs_exactly_one_slow_draft(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("args", "error"), [
+    ([*SLOW[:2], "--extra-layers", "3"], "--extra-layers needs --only with exactly one slow draft"),
+    ([WIDE[0], "--extra-layers", "3"], "--extra-layers needs --only with exactly one slow draft"),
+    ([SLOW[0], "--width", "1024"], "--width needs --only with exactly one wide draft"),
+])
+def test_a_size_flag_needs_exactly_one_draft_of_its_kind(capsys: pytest.CaptureFixture[str],
+                                                         args: list[str], error: str) -> None:
     with pytest.raises(SystemExit):
-        train.main(["--only", *SLOW[:2], "--extra-layers", "3"])
-    assert "--extra-layers needs --only with exactly one slow draft" in capsys.readouterr().err
+        train.main(["--only", *args])
+    assert error in capsys.readouterr().err
