@@ -38,9 +38,9 @@ SLOW_DRAFTS = {"draft-slow": 4, "draft-slow10": 1, "draft-slow20": 2}
 WIDE_DRAFTS = {"draft-wide2048": 2048}
 #: Each wide draft's measured cost at its default width, for its MANIFEST.json description.
 WIDE_COST = {"draft-wide2048": (
-    "not yet sized: two A/B sessions against the draft in test_methods[draft_model] on a loaded "
-    "2-core machine read -21.3 % (90 % CI -41.5 .. +6.0 %, 16 pairs) and +35.5 % (CI +4.9 .. "
-    "+75.1 %, 14 pairs) spec tok/s, acceptance unchanged (docs/cpu-default.md)")}
+    "-12.4 % (95 % CI -15.0 .. -9.7 %) and -17.4 % (CI -21.5 .. -13.1 %) spec tok/s, acceptance "
+    "unchanged, in two A/B sessions against the draft in test_methods[draft_model] on a quiet 2-core "
+    "machine (docs/cpu-default.md, \"The wide draft measured\")")}
 
 
 def load_draft(draft_dir: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
