@@ -32,8 +32,8 @@ __all__ = ["SLOW_DRAFTS", "WIDENED", "WIDE_COST", "WIDE_DRAFTS", "build_slow_dra
 SLOW_DRAFTS = {"draft-slow": 4, "draft-slow10": 1, "draft-slow20": 2}
 #: The wide drafts: zoo name -> the MLP width (``intermediate_size``) of a draft whose units past
 #: the draft's own are zero.  A step smaller than one zero layer (about -19 % spec tok/s in
-#: ``test_methods[draft_model]``), aimed at -10 % there: 2048 units cost about half a layer's time
-#: per forward pass in transformers; ``WIDE_COST`` is what vLLM measured (docs/cpu-default.md,
+#: ``test_methods[draft_model]``), aimed at -10 % there (2048 units timed at about half a layer's
+#: forward pass in transformers); ``WIDE_COST`` is what vLLM measured (docs/cpu-default.md,
 #: "The wide draft measured").
 WIDE_DRAFTS = {"draft-wide2048": 2048}
 #: Each wide draft's measured cost at its default width, for its MANIFEST.json description.
