@@ -373,9 +373,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if starts:
         terminalreporter.write_sep("-", f"specdec: {len(starts)} vLLM server start(s), "
                                         f"{len({s.spec_key for s in starts})} distinct server spec(s)")
-        for start in starts:
-            gpus = f"  GPU {start.gpus}" if start.gpus else ""
-            terminalreporter.write_line(f"  {start.method:16s} {start.spec_key}  ready in {start.startup_s:.0f} s{gpus}")
+        from pytest_specdec.output.progress import server_start_lines
+
+        for line in server_start_lines(starts):
+            terminalreporter.write_line(line)
     if session.time is not None:
         terminalreporter.write_line(session.time.line())
     for line in session.gate_summary:

@@ -69,6 +69,7 @@ class SpecDecSession:
         self.gate_summary: list[str] = []  # the gate's last lines of the terminal summary
         self.hardware_note = ""  # how the profile was (or was not) checked against the GPUs, for the dry run
         self.collected: list[Case] = []  # every collected case (endpoint mode asks which spec configs are wanted)
+        self.run_order: list[tuple[str, Case]] = []  # the specdec tests in the order they run (servers start ahead)
         # the pool's servers, or the external endpoints (which must serve the profile's target model)
         self.serving = Serving(lambda: self.pool, settings, lambda: settings.served_model or self.profile.target)
         #: pytest-xdist: this worker's id ("gw0"), None on the controller and without xdist
@@ -157,6 +158,7 @@ class SpecDecSession:
         from pytest_specdec.gate.protocol import Planned
 
         self.collected = [case for _, case, _ in tests]
+        self.run_order = [(nodeid, case) for nodeid, case, _ in tests]
         self.planned = [Planned(nodeid, case.method, case.k, case.speculative_config,
                                 (options or VerdictOptions()).for_gate()) for nodeid, case, options in tests]
         if self.ab is not None:
@@ -245,6 +247,8 @@ class SpecDecSession:
         ref_spec, spec_spec = arms["reference"], arms.get("spec")
         record.servers = {arm: s.key() for arm, s in arms.items()}
         block = self.placement.block_runs() if spec_spec is not None else None
+        if not self.settings.endpoint:
+            self._start_together(nodeid, list(arms.values()))
         run = CaseRun(self.serving, nodeid, ref_spec, spec_spec, block, self.workload, case.dataset, prompts,
                       lambda: self.prompts(dataclasses.replace(case, num_prompts=None)), arms.get("base"),
                       arms.get("base_reference"))
@@ -280,6 +284,18 @@ class SpecDecSession:
             runs = result.arm_runs(arm)
             raise SpecDecError(dead_arm(nodeid, arm, runs, self.serving.deaths(arms[arm])[died[arm]:]))
         return result
+
+    def _start_together(self, nodeid: str, specs: list[ServerSpec]) -> None:
+        """Start the test's missing servers and the next tests' (in run order) at once where the placement lets
+        them co-reside (`Placement.start_plan`); else each starts when asked for, as before. Under xdist only the
+        test's own: which tests come next on this worker is not known."""
+        order = [n for n, _ in self.run_order]
+        later = self.run_order[order.index(nodeid) + 1:] if nodeid in order and not self.worker else []
+        upcoming = [s for _, case in later for _, s in self.arms(case)]
+        plan = self.placement.start_plan(specs, upcoming, self.pool.alive_specs())
+        if plan is not None:
+            wanted = {s.key(): s for s in [*specs, *upcoming]}
+            self.pool.start_together([wanted[key] for key in plan.start], list(plan.stop), nodeid)
 
     def distribution_check(self, nodeid: str, case: Case, samples_per_prompt: int, alpha: float,
                            tolerance_nats: float) -> dict[str, Any]:
@@ -370,7 +386,7 @@ class SpecDecSession:
                              endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
                              server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
                              max_runs=self.max_runs(), max_servers=self.placement.max_alive(),
-                             price=price(profile, s.gpu_hourly_usd))
+                             price=price(profile, s.gpu_hourly_usd), start_together=self.placement.start_together())
 
     def server_starts(self) -> list[StartRecord]:
         """Every vLLM start of the session: this process's, and on the xdist controller every worker's."""

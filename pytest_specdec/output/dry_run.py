@@ -47,7 +47,7 @@ def command_line(spec: ServerSpec) -> str:
 
 def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: str, endpoints: tuple[str, str] | None,
                   server_cpus: frozenset[int] | None, runs: int, max_runs: int, max_servers: int,
-                  price: dict[str, Any] | None) -> list[str]:
+                  price: dict[str, Any] | None, start_together: bool = False) -> list[str]:
     from pytest_specdec.measure.runner import warmup_requests
     from pytest_specdec.output.estimate import PlannedTest, Timings, estimate, minutes
 
@@ -85,7 +85,10 @@ def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: s
     if timings is None:
         lines.append(f"specdec dry run: no run-time estimate: profile {profile.path} has no [timings]")
         return lines
-    modules = estimate(planned, timings, runs=runs, max_runs=max_runs, max_servers=max_servers)
+    from pytest_specdec.profiles.starts import memory_fraction
+
+    fractions = {key: memory_fraction(spec.args) for key, spec in specs.items()} if start_together else None
+    modules = estimate(planned, timings, runs=runs, max_runs=max_runs, max_servers=max_servers, fractions=fractions)
     lines.append(
         f"specdec dry run: estimated run time per suite ([timings] of {profile.name}: {timings.server_start_s:g} s "
         f"per server start, {timings.stream_tok_s:g} tok/s per request, {timings.max_tok_s:g} tok/s at most; "
@@ -93,13 +96,22 @@ def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: s
         f"reference's rate):"
     )
     for m in modules:
+        together = (f"; {m.together} of its starts in {m.groups} group(s) started together, ~{minutes(m.saved_s)} "
+                    "saved" if m.groups else "")
         lines.append(f"  {m.module}: {m.tests} test(s), {m.starts} server start(s), {m.runs} run(s): "
                      f"~{minutes(m.seconds)} (up to {minutes(m.seconds_max)} if verdicts take {max_runs} "
-                     f"run(s) per arm)")
+                     f"run(s) per arm){together}")
     total = sum(m.seconds for m in modules)
     total_max = sum(m.seconds_max for m in modules)
     hourly = price["usd_per_hour"] if price else None  # the report's price too
     cost = f"; ${total / 3600 * hourly:.2f} to ${total_max / 3600 * hourly:.2f} at ${hourly:g}/h" if hourly else ""
     lines.append(f"  total: ~{minutes(total)} (up to {minutes(total_max)}){cost}")
+    saved = sum(m.saved_s for m in modules)
+    if saved:
+        lines.append(f"  servers that co-reside start together: ~{minutes(saved)} of starts saved "
+                     f"(~{minutes(total + saved)} with every server started one after another)")
+    elif fractions is not None:
+        lines.append("  servers start one after another: no two that a test needs next fit beside each other "
+                     "(--gpu-memory-utilization summing to at most 1, --specdec-max-servers)")
     lines += [f"  no estimate for {u}" for u in unknown]
     return lines

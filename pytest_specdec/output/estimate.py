@@ -11,6 +11,7 @@ reference's rate (speculation only makes them shorter).  Pure functions; no pyte
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,18 +72,37 @@ class ModuleEstimate:
     runs: int = 0  # runs at the profile's runs per arm (both arms counted)
     seconds: float = 0.0
     seconds_max: float = 0.0  # with every test taking max_runs pairs
+    together: int = 0  # starts that overlapped others (counted in `starts` too)
+    groups: int = 0  # groups of servers started together
+    saved_s: float = 0.0  # start time the overlap saved: (servers in a group - 1) x a start, per group
     nodeids: list[str] = field(default_factory=list)
 
 
 def estimate(tests: list[PlannedTest], timings: Timings, *, runs: int, max_runs: int,
-             max_servers: int) -> list[ModuleEstimate]:
-    """Per module, in first-seen order: server starts, runs and seconds (at `runs` and at `max_runs`)."""
+             max_servers: int, fractions: Mapping[str, float] | None = None) -> list[ModuleEstimate]:
+    """Per module, in first-seen order: server starts, runs and seconds (at `runs` and at `max_runs`). With
+    ``fractions`` (each server's memory share, where the placement starts servers together) the servers that
+    start together before a test (`profiles.starts.plan_start`, as the session asks it) cost one start."""
+    from pytest_specdec.profiles.starts import plan_start
+
     alive: OrderedDict[str, None] = OrderedDict()
     modules: dict[str, ModuleEstimate] = {}
-    for t in tests:
+    for i, t in enumerate(tests):
         m = modules.setdefault(t.module, ModuleEstimate(t.module))
         m.tests += 1
         m.nodeids.append(t.nodeid)
+        plan = None if fractions is None else plan_start(
+            t.servers, [key for later in tests[i + 1:] for key in later.servers], list(alive), fractions, max_servers)
+        if plan is not None:
+            for key in plan.stop:
+                del alive[key]
+            alive.update(dict.fromkeys(plan.start))
+            m.starts += len(plan.start)
+            m.together += len(plan.start)
+            m.groups += 1
+            m.saved_s += (len(plan.start) - 1) * timings.server_start_s
+            m.seconds += timings.server_start_s
+            m.seconds_max += timings.server_start_s
         for key in t.servers:  # the pool: reuse, else stop the least recently used and start
             if key in alive:
                 alive.move_to_end(key)

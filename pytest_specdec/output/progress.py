@@ -1,9 +1,13 @@
 """The lines the terminal shows while a specdec test runs: what it is about to measure and what it measured
-(each run's own line is the runner's)."""
+(each run's own line is the runner's); and at the end, the session's server starts."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_specdec.servers.pool import StartRecord
 
 
 def planned(nodeid: str, n_prompts: int, runs: int, block: int | None, fresh: bool) -> str:
@@ -36,3 +40,23 @@ def distribution_measured(nodeid: str, out: dict[str, Any]) -> str:
 
 def _f(x: float | None, spec: str = ".1f") -> str:
     return "—" if x is None else format(x, spec)
+
+
+def server_start_lines(starts: Sequence[StartRecord]) -> list[str]:
+    """The summary's server table: each start, the group it started together with, and what the overlap saved
+    (the group's start-ups added up against its wall time: what one after another would have cost at least)."""
+    lines: list[str] = []
+    groups: dict[str, tuple[float, list[float]]] = {}
+    for start in starts:
+        gpus = f"  GPU {start.gpus}" if start.gpus else ""
+        together = f"  together [{start.group}]" if start.group else ""
+        lines.append(f"  {start.method:16s} {start.spec_key}  ready in {start.startup_s:.0f} s{gpus}{together}")
+        if start.group is not None and start.group_wall_s is not None:
+            groups.setdefault(start.group, (start.group_wall_s, []))[1].append(start.startup_s)
+    if groups:
+        wall = sum(w for w, _ in groups.values())
+        summed = sum(sum(each) for _, each in groups.values())
+        n = sum(len(each) for _, each in groups.values())
+        lines.append(f"  {n} start(s) in {len(groups)} group(s) started together: {wall:.0f} s of wall time for "
+                     f"{summed:.0f} s of start-ups ({summed - wall:.0f} s saved)")
+    return lines

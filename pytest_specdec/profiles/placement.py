@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from pytest_specdec.measure.types import Prompt
     from pytest_specdec.profiles import Profile
+    from pytest_specdec.profiles.starts import StartPlan
     from pytest_specdec.vllm.command import ServerSpec
 
 
@@ -40,6 +41,26 @@ class Placement:
         """Servers the pool keeps alive at once (the dry-run estimate counts restarts with it too); never fewer
         than a test's arms when they co-reside, or an A/B test's third server would stop its first."""
         return max(self.max_servers, self.arms) if self.co_resident() else 1
+
+    def start_together(self) -> bool:
+        """Whether servers that fit beside each other start at once (`profiles/starts.py`): on a GPU profile whose
+        servers co-reside, unless its [placement] start_together = false; never on the CPU, where the starts
+        would share the cores (and the endpoints' servers are not ours)."""
+        return (not self.endpoint and self.profile.device != "cpu" and self.co_resident()
+                and bool(self._raw.get("start_together", True)))
+
+    def start_plan(self, now: Sequence[ServerSpec], upcoming: Sequence[ServerSpec], alive: Sequence[ServerSpec]
+                   ) -> StartPlan | None:
+        """Which servers to start together before a test that needs ``now``: `starts.plan_start` over the specs'
+        keys and memory fractions (None: one at a time, as without it)."""
+        from pytest_specdec.profiles.starts import memory_fraction, plan_start
+
+        if not self.start_together():
+            return None
+        specs = [*now, *upcoming, *alive]
+        fraction = {s.key(): memory_fraction(s.args) for s in specs}
+        return plan_start([s.key() for s in now], [s.key() for s in upcoming], [s.key() for s in alive], fraction,
+                          self.max_alive())
 
     def block_runs(self) -> int | None:
         """None: interleave pairs; else the block size of the arms' alternation (servers cannot co-reside)."""

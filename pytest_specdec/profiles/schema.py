@@ -77,7 +77,8 @@ PROFILE_KEYS: dict[str, frozenset[str]] = {
     # co_resident = false: the reference and spec servers cannot be alive at once (arms alternate in blocks)
     # client_cpus = N (cpu profiles): the first N CPUs are left to the client, the servers start on the rest
     # server_nice = N (0-19): the servers' scheduling priority is lowered by N, so the client reads on time
-    "placement": frozenset({"co_resident", "client_cpus", "server_nice"}),
+    # start_together = false (GPU profiles): servers that fit beside each other still start one at a time
+    "placement": frozenset({"co_resident", "client_cpus", "server_nice", "start_together"}),
 }
 _TABLES = ("target", "server", "matrix", "verdicts", "timings", "methods", "validity", "placement")
 #: [timings] keys the dry run's estimate cannot do without (run_overhead_s has a default).
@@ -329,6 +330,12 @@ def _check_limits(raw: dict[str, Any], path: Path) -> None:
     if not isinstance(placement.get("co_resident", True), bool):
         raise ConfigError(f"profile {path}: [placement] co_resident must be true or false, "
                           f"got {placement['co_resident']!r}")
+    together = placement.get("start_together")
+    if together is not None and not isinstance(together, bool):
+        raise ConfigError(f"profile {path}: [placement] start_together must be true or false, got {together!r}")
+    if together and raw.get("device", "cuda") == "cpu":
+        raise ConfigError(f"profile {path}: [placement] start_together = true is for GPU profiles: on device = 'cpu' "
+                          "the starts would share the cores the servers run on; leave it out")
     client_cpus = placement.get("client_cpus")
     if client_cpus is not None:
         if not _is_number(client_cpus, int) or client_cpus < 0:

@@ -47,6 +47,10 @@ class StartRecord:
     startup_s: float
     command: tuple[str, ...]
     gpus: str | None = None  # the CUDA_VISIBLE_DEVICES it got, when GPUs are leased
+    #: Started together with other servers (`ServerPool.start_together`): the group's id, unique in the session
+    #: (xdist workers' included), and the wall time from the group's first launch to its last server ready.
+    group: str | None = None
+    group_wall_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,9 @@ class ServerPool:
         self.worker = worker  # the xdist worker id, named in lease owners
         self._leases: dict[str, Lease] = {}
         self._local_cpus: dict[str, set[int]] | None = None
+        self._groups = 0  # groups started together so far
+        #: a server of a group that failed to start: its own error, raised to the first test that asks for it
+        self._group_errors: dict[str, ServerStartError] = {}
 
     def _release(self, key: str) -> None:
         lease = self._leases.pop(key, None)
@@ -170,27 +177,9 @@ class ServerPool:
             raise
         return lease, env, cpus
 
-    def get(self, spec: ServerSpec, test: str | None = None) -> VllmServer:
-        """The running server for `spec`, starting it (and stopping the LRU one) if needed.
-
-        `test` (the node id that needs it) is only named in the GPU lease, for the people waiting."""
+    def _prepare(self, spec: ServerSpec, test: str | None) -> tuple[VllmServer, str]:
+        """A server for `spec`, not yet started, on its leased GPUs (or the server CPUs): it and where it runs."""
         key = spec.key()
-        server = self._alive.get(key)
-        if server is not None and server.alive():
-            self._alive.move_to_end(key)
-            return server
-        if key in self.failed:  # the same start failed earlier in this session: it would again
-            raise ServerStartError(f"not starting it again: it failed earlier in this session.\n{self.failed[key]}")
-        if server is not None:  # died since last use: record why, drop it and start afresh
-            self.reap(spec)
-            death = self.deaths[-1]
-            self.progress(f"specdec: {death.line()}; starting it again"
-                          + "".join(f"\n  {line}" for line in death.cause.splitlines()))
-        while len(self._alive) >= self.max_alive:
-            old_key, old = next(iter(self._alive.items()))
-            self.progress(f"specdec: stopping vLLM ({old.spec.method}, {old_key}) to stay within "
-                          f"--specdec-max-servers={self.max_alive}")
-            self._remove(old_key)
         owner = " ".join(x for x in (self.worker, test, f"server {key} ({spec.method})") if x)
         lease, env, cpus = self._placement(spec, owner)
         server = VllmServer(spec, log_dir=self.log_dir, startup_timeout_s=self.startup_timeout_s,
@@ -208,6 +197,42 @@ class ServerPool:
         self.servers[key] = server
         where = (f" on GPU {lease.cuda_visible_devices}" if lease
                  else f" on CPU {format_cpus(cpus)}" if cpus else "")
+        return server, where
+
+    def _started(self, spec: ServerSpec, server: VllmServer, group: str | None = None,
+                 wall_s: float | None = None) -> None:
+        """Record a server that is ready."""
+        key = spec.key()
+        self._alive[key] = server
+        assert server.startup_s is not None
+        lease = self._leases.get(key)
+        self.starts.append(StartRecord(key, spec.method, server.startup_s, tuple(redact.args(server.command)),
+                                       lease.cuda_visible_devices if lease else None, group, wall_s))
+
+    def get(self, spec: ServerSpec, test: str | None = None) -> VllmServer:
+        """The running server for `spec`, starting it (and stopping the LRU one) if needed.
+
+        `test` (the node id that needs it) is only named in the GPU lease, for the people waiting."""
+        key = spec.key()
+        server = self._alive.get(key)
+        if server is not None and server.alive():
+            self._alive.move_to_end(key)
+            return server
+        if key in self._group_errors:  # it failed starting with others: its own error, to the test that needs it
+            raise self._group_errors.pop(key)
+        if key in self.failed:  # the same start failed earlier in this session: it would again
+            raise ServerStartError(f"not starting it again: it failed earlier in this session.\n{self.failed[key]}")
+        if server is not None:  # died since last use: record why, drop it and start afresh
+            self.reap(spec)
+            death = self.deaths[-1]
+            self.progress(f"specdec: {death.line()}; starting it again"
+                          + "".join(f"\n  {line}" for line in death.cause.splitlines()))
+        while len(self._alive) >= self.max_alive:
+            old_key, old = next(iter(self._alive.items()))
+            self.progress(f"specdec: stopping vLLM ({old.spec.method}, {old_key}) to stay within "
+                          f"--specdec-max-servers={self.max_alive}")
+            self._remove(old_key)
+        server, where = self._prepare(spec, test)
         self.progress(f"specdec: starting vLLM ({spec.method}, {spec.key()}){where} ...")
         t0 = time.monotonic()
         try:
@@ -218,15 +243,63 @@ class ServerPool:
             if isinstance(exc, ServerStartError):
                 self.failed[key] = str(exc)
             raise
-        self._alive[key] = server
-        assert server.startup_s is not None
-        self.starts.append(StartRecord(spec.key(), spec.method, server.startup_s, tuple(redact.args(server.command)),
-                                       lease.cuda_visible_devices if lease else None))
+        self._started(spec, server)
         self.progress(
             f"specdec: vLLM ({spec.method}, {spec.key()}) ready in {time.monotonic() - t0:.0f} s "
             f"at {server.base_url}{where}"
         )
         return server
+
+    def alive_specs(self) -> list[ServerSpec]:
+        """The live servers' specs, least recently used first (what a start plan may stop)."""
+        return [server.spec for server in self._alive.values() if server.alive()]
+
+    def start_together(self, specs: list[ServerSpec], stop: list[str], test: str | None = None) -> None:
+        """Start `specs` at once (`servers.together`) after stopping the live servers keyed in `stop`: the
+        placement found they fit beside each other (`profiles/starts.py`). A server that fails is not retried in
+        this session; its error (cause, command, log) goes to the first test that asks for it, and the others
+        still start. Ctrl-C stops every one not yet ready and gives back their GPUs."""
+        from pytest_specdec.servers.together import start_together
+
+        for key in stop:
+            if key in self._alive:
+                old = self._alive[key]
+                self.progress(f"specdec: stopping vLLM ({old.spec.method}, {key}) to make room for the servers "
+                              "that start together")
+                self._remove(key)
+        specs = [s for s in specs if s.key() not in self._alive and s.key() not in self.failed]
+        if len(specs) < 2:  # nothing to overlap: `get` starts it
+            return
+        self._groups += 1
+        group = f"{self.worker or 'main'}#{self._groups}"
+        prepared: list[tuple[ServerSpec, VllmServer]] = []
+        try:
+            for spec in specs:
+                server, where = self._prepare(spec, test)
+                prepared.append((spec, server))
+                self.progress(f"specdec: starting vLLM ({spec.method}, {spec.key()}){where} together with "
+                              f"{len(specs) - 1} other(s) ...")
+            t0 = time.monotonic()
+            errors = start_together([server for _, server in prepared])
+        except BaseException:
+            for spec, server in prepared:
+                if not server.alive():
+                    self._release(spec.key())
+            raise
+        wall = time.monotonic() - t0
+        for (spec, server), error in zip(prepared, errors):
+            key = spec.key()
+            if error is not None:
+                self._release(key)
+                self.failed[key] = str(error)
+                self._group_errors[key] = error
+                self.progress(f"specdec: vLLM ({spec.method}, {key}) failed to start: {str(error).splitlines()[0]} "
+                              f"(log: {server.log_path})")
+                continue
+            self._started(spec, server, group, wall)
+            self.progress(f"specdec: vLLM ({spec.method}, {key}) ready in {server.startup_s:.0f} s at "
+                          f"{server.base_url}")
+        self.progress(f"specdec: {len(specs)} vLLM servers started together in {wall:.0f} s")
 
     def reap(self, spec: ServerSpec) -> None:
         """If `spec`'s server has exited, record why (its exit code, the exception its engine raised and this

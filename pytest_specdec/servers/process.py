@@ -112,6 +112,8 @@ class VllmServer:
     _watchdog: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     #: The server's entry in the per-user registry of live servers (what the next session's sweep reads).
     _entry: Path | None = field(default=None, repr=False)
+    #: When this start's process was launched (`clock`), what its start-up time and deadline count from.
+    _t0: float = field(default=0.0, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -155,13 +157,24 @@ class VllmServer:
                 self._start_once()
                 return
             except ServerStartError:
-                if attempt == PORT_ATTEMPTS or not self._port_taken():
+                if attempt == PORT_ATTEMPTS or not self.port_taken():
                     raise
 
-    def _port_taken(self) -> bool:
+    def port_taken(self) -> bool:
+        """Whether this start failed on a port another process took first (worth a retry on a new port)."""
         return "address already in use" in self.log_tail().lower()
 
     def _start_once(self) -> None:
+        self.spawn()
+        try:
+            while not self.poll_ready():
+                time.sleep(0.5)
+        except BaseException:
+            self.abort()  # stopping twice is harmless; a Ctrl-C in the sleep must stop it too
+            raise
+
+    def spawn(self) -> None:
+        """Launch the process (its log, registry entry, watchdog and priority); readiness is `poll_ready`'s."""
         self.port = free_port(self.spec.host)
         self.command = build_command(self.spec, self.port, self.launcher)
         owner = owner_tag(os.getpid())
@@ -176,7 +189,7 @@ class VllmServer:
             env[API_KEY_ENV] = self.api_key
         self._engine_config, self.server_info_s = None, None
         log = self._open_log(env)
-        t0 = self.clock()
+        self._t0 = self.clock()
         with log:
             self.proc = subprocess.Popen(
                 self.command,
@@ -187,29 +200,41 @@ class VllmServer:
                 start_new_session=True,  # own process group, whose id is the pid: we kill the whole tree
                 preexec_fn=_preexec(self.cpus, self.nice),
             )
-        deadline = t0 + self.startup_timeout_s
         try:
             self._tie_to_session(owner)
             self.priority = lower_priority(self.proc.pid, self.nice) if self.nice else None
             if self.on_spawn is not None:
                 self.on_spawn(self.proc.pid)
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    raise self._start_error(f"{exit_description(code)} while starting")
-                if all(get(f"{self.base_url}{path}", self.api_key, 2.0).ok for path in ("/health", "/v1/models")):
-                    break
-                if self.clock() > deadline:
-                    raise self._start_error(f"not ready after {self.startup_timeout_s:.0f} s")
-                time.sleep(0.5)
-            self.startup_s = self.clock() - t0
-            self._engine_config = self._read_engine_config()
         except BaseException:
-            from pytest_specdec.servers.hygiene import shielded
-
-            with shielded():  # a second Ctrl-C must not leave the half-started server running
-                self.stop(ABORT_GRACE_S)
+            self.abort()
             raise
+
+    def poll_ready(self) -> bool:
+        """One look at a spawned server: True once /health and /v1/models answer (its start-up time and engine
+        config then read); a server that exited or passed its deadline is stopped and raises."""
+        assert self.proc is not None
+        try:
+            code = self.proc.poll()
+            if code is not None:
+                raise self._start_error(f"{exit_description(code)} while starting")
+            if not all(get(f"{self.base_url}{path}", self.api_key, 2.0).ok for path in ("/health", "/v1/models")):
+                if self.clock() > self._t0 + self.startup_timeout_s:
+                    raise self._start_error(f"not ready after {self.startup_timeout_s:.0f} s")
+                return False
+            self.startup_s = self.clock() - self._t0
+            self._engine_config = self._read_engine_config()
+            return True
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Stop a start broken off (failed, timed out, interrupted) after a short grace: vLLM ignores SIGTERM
+        while it starts."""
+        from pytest_specdec.servers.hygiene import shielded
+
+        with shielded():  # a second Ctrl-C must not leave the half-started server running
+            self.stop(ABORT_GRACE_S)
 
     def _open_log(self, env: dict[str, str]) -> BinaryIO:
         """This start's log, its first line the command; what else the start writes is cleared. A log
@@ -357,3 +382,4 @@ class VllmServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+

@@ -44,7 +44,7 @@ Environment for server-lifecycle tests:
 * FAKE_VLLM_CHILD_PID_FILE: start a child process in the server's process group (a stop must take it down too)
   and write its pid there.
 * FAKE_VLLM_RECORDS: a directory; at exit the stand-in writes `<pid>.json` there: its pid, its parent's pid,
-  method, k, start and end times, CUDA_VISIBLE_DEVICES, and `sent`, the prompt of every completion request it
+  method, k, start, ready (about to serve) and end times, CUDA_VISIBLE_DEVICES, and `sent`, the prompt of every completion request it
   served (a chat request's last message), in order.
 """
 
@@ -368,11 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     stall = _hang_once(spec, "FAKE_VLLM_STALL_ONCE")
     if stall:
         app.middlewares.append(_stall_after(state, stall))
+    ready = time.time()  # about to serve: what the plugin's readiness poll waits for
     asyncio.run(_serve(app, sock or bind_socket(args.host, args.port), _die_after_posts(spec), state))
     records = os.environ.get("FAKE_VLLM_RECORDS")
     if records:
         record = {"pid": os.getpid(), "parent_pid": os.getppid(), "method": _method(spec), "k": cfg.k,
-                  "start": started, "end": time.time(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                  "start": started, "ready": ready, "end": time.time(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                   "sent": _sent(state.requests)}
         with open(os.path.join(records, f"{os.getpid()}.json"), "w") as f:
             json.dump(record, f)

@@ -131,6 +131,25 @@ def test_a_second_ctrl_c_while_a_failed_start_cleans_up_still_stops_the_server(
     assert pids and not _alive(pids[0]), "the half-started server survived the second Ctrl-C"
 
 
+def test_a_ctrl_c_while_servers_start_together_stops_every_one_of_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """servers/together.py: Ctrl-C after the first of two servers was launched stops that one too (it was never
+    ready, so no pool knows it), and the interrupt comes after."""
+    from pytest_specdec.servers.together import start_together
+
+    first, second = _server(tmp_path / "a", "hang", monkeypatch), _server(tmp_path / "b", "hang", monkeypatch)
+    pids: list[int] = []
+
+    def ctrl_c(pid: int) -> None:
+        pids.append(pid)
+        raise KeyboardInterrupt
+
+    first.on_spawn, second.on_spawn = pids.append, ctrl_c
+    with pytest.raises(KeyboardInterrupt):
+        start_together([first, second])
+    assert len(pids) == 2 and not any(_alive(pid) for pid in pids), "a server launched together survived Ctrl-C"
+
+
 def test_a_port_taken_before_vllm_binds_it_is_retried_and_each_start_keeps_its_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process binds the chosen port first: the start is retried on a new port, and the failed

@@ -1,0 +1,54 @@
+"""Servers that co-reside start together on a GPU profile (profiles/starts.py plans it, servers/together.py does
+it), through pytester with the `vllm serve` stand-in on a fake GPU: the starts overlap in time, one that fails
+names its own cause and log without stopping the others, and where the servers do not fit beside each other
+they still start one after another. The plan itself: tests/unit/test_start_plan.py."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fakes import FakeVllm
+
+SUITE = {"concurrency": 1, "num_prompts": 4, "max_tokens": 16, "body": "assert specdec.valid", "verdicts": "check=False"}
+
+
+@pytest.mark.parametrize("fraction", ["0.3", "0.6"])
+def test_servers_that_fit_start_at_once_and_the_others_one_after_another(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake_vllm: FakeVllm, make_profile: Callable[..., Path],
+    make_suite: Callable[..., str], fraction: str,
+) -> None:
+    """0.3 of the GPU each: the first test's reference and ngram servers and the next test's suffix server (three
+    fit) start at once; 0.6 each: no two fit, every server starts after the one before it is ready. The stand-in
+    has no suffix decoding, so that server fails at its start in both: its own test fails with its own cause
+    and log, and the others measure."""
+    monkeypatch.setenv("FAKE_VLLM_MODE", "slow")  # each start takes a second or more: starts at once overlap
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    profile = make_profile("fakegpu", device="cuda", tensor_parallel_size=1, methods=("ngram", "suffix"),
+                           validity=None)
+    profile.write_text(profile.read_text() + f'[server]\nargs = ["--gpu-memory-utilization", "{fraction}"]\n')
+    pytester.makepyfile(test_suite=make_suite(name="test_ngram", **SUITE)
+                        + make_suite(name="test_suffix", method="suffix", **SUITE))
+    r = pytester.runpytest_subprocess(f"--specdec-profile={profile}", "--specdec-gpus=0", "--specdec-max-servers=3",
+                                      "-p", "no:cacheprovider",
+                                      f"--specdec-reports-dir={pytester.path / 'reports'}")
+    r.assert_outcomes(passed=1, errors=1)
+    r.stdout.fnmatch_lines(["*test_suffix*", "*vLLM server (suffix) exited with code 1 while starting*",
+                            "*log: *vllm-suffix-*.log*"])
+    assert "not starting it again" not in r.stdout.str()  # its own error, not the pool's memory of it
+
+    starts = {s["method"]: s for s in fake_vllm.records()}
+    assert sorted(starts) == ["ngram", "none"]  # the suffix server never served
+    a, b = starts["none"], starts["ngram"]
+    if fraction == "0.3":
+        assert a["start"] < b["ready"] and b["start"] < a["ready"], (a, b)  # both were starting at once
+        r.stdout.fnmatch_lines(["*specdec: 3 vLLM servers started together in * s*",
+                                "*none * ready in * s  GPU 0  together [[]main#1]*",
+                                "*ngram * ready in * s  GPU 0  together [[]main#1]*",
+                                "*2 start(s) in 1 group(s) started together: * s of wall time for * s of start-ups*"])
+    else:
+        for x, y in itertools.permutations([a, b]):
+            assert x["start"] > y["ready"] or y["start"] > x["ready"], (x, y)  # never starting at once
+        assert "together" not in r.stdout.str()

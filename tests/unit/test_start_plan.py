@@ -1,0 +1,96 @@
+"""Which servers start together (profiles/starts.py), where the profile allows it (Placement.start_together, its
+[placement] start_together key) and what the dry run's estimate makes of it (output/estimate.py). The starts
+themselves: tests/functional/test_start_together.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
+from pytest_specdec.profiles import load_profile
+from pytest_specdec.profiles.placement import Placement
+from pytest_specdec.profiles.starts import StartPlan, memory_fraction, plan_start
+
+
+def half(*keys: str, share: float = 0.45) -> dict[str, float]:
+    return dict.fromkeys(keys, share)
+
+
+def test_a_tests_two_missing_servers_that_fit_start_together() -> None:
+    assert plan_start(["ref", "ngram"], [], [], half("ref", "ngram"), 2) == StartPlan(("ref", "ngram"))
+
+
+@pytest.mark.parametrize(("now", "fraction", "max_alive", "alive"), [
+    (["ref", "ngram"], half("ref", "ngram", share=0.6), 2, []),  # 1.2 of the GPU: they cannot co-reside
+    (["ref", "ngram"], half("ref", "ngram"), 1, []),  # the cap keeps one alive
+    (["ref", "ngram"], half("ref", "ngram"), 2, ["ref"]),  # one to start: nothing to overlap
+    (["ref", "ngram"], half("ref", "ngram"), 2, ["ngram", "ref"]),  # nothing to start
+    (["ref", "base", "cand"], half("ref", "base", "cand"), 3, []),  # an A/B test's three do not fit: one at a time
+])
+def test_one_at_a_time_where_they_do_not_fit_or_nothing_overlaps(now: list[str], fraction: dict[str, float],
+                                                                  max_alive: int, alive: list[str]) -> None:
+    assert plan_start(now, [], alive, fraction, max_alive) is None
+
+
+def test_the_next_tests_servers_join_in_run_order_while_they_fit() -> None:
+    share = half("ref", "a", "b", "c", "d", share=0.2)
+    # 0.2 each: five fit (1.0 exactly, despite binary fractions); a cap of 4 stops at c
+    assert plan_start(["ref", "a"], ["ref", "b", "c", "d"], [], share, 5) == StartPlan(("ref", "a", "b", "c", "d"))
+    assert plan_start(["ref", "a"], ["ref", "b", "c", "d"], [], share, 4) == StartPlan(("ref", "a", "b", "c"))
+    # fractions that make 1 add up to a hair above it in binary (0.34 + 0.56 + 0.1) still fit
+    assert plan_start(["ref", "a"], ["b"], [], {"ref": 0.34, "a": 0.56, "b": 0.1}, 3) == StartPlan(("ref", "a", "b"))
+    # never skipping ahead: b does not fit beside them, so d (which would) waits its turn too
+    share["b"] = 0.7
+    assert plan_start(["ref", "a"], ["b", "d"], [], share, 5) == StartPlan(("ref", "a"))
+
+
+def test_live_servers_nobody_needs_next_are_stopped_least_recently_used_first() -> None:
+    share = half("old1", "old2", "ref", "a", "b", share=0.25)
+    plan = plan_start(["ref", "a"], ["b"], ["old1", "ref", "old2"], share, 4)
+    assert plan == StartPlan(("a", "b"), stop=("old1",))  # ref is kept: the test needs it
+
+
+def test_the_memory_fraction_is_the_servers_flag_else_vllms_default() -> None:
+    assert memory_fraction(["--dtype", "float16", "--gpu-memory-utilization", "0.45"]) == 0.45
+    assert memory_fraction(["--gpu-memory-utilization=0.2"]) == 0.2
+    assert memory_fraction([]) == 0.9  # two servers without it never start together
+    with pytest.raises(ConfigError, match=r"--gpu-memory-utilization 1\.5: expected a fraction in \(0, 1\]"):
+        memory_fraction(["--gpu-memory-utilization", "1.5"])
+
+
+def _placement(tmp_path: Path, device: str, placement: str = "", endpoint: bool = False) -> Placement:
+    path = tmp_path / "p.toml"
+    path.write_text(f'name = "p"\ndevice = "{device}"\n[target]\nmodel = "m"\n'
+                    f'[server]\nargs = ["--gpu-memory-utilization", "0.45"]\n{placement}')
+    return Placement(load_profile(str(path)), endpoint, 2, None, 3, "127.0.0.1")
+
+
+def test_servers_start_together_on_gpu_profiles_only_unless_the_profile_says_not(tmp_path: Path) -> None:
+    assert _placement(tmp_path, "cuda").start_together()
+    assert not _placement(tmp_path, "cuda", "[placement]\nstart_together = false\n").start_together()
+    assert not _placement(tmp_path, "cuda", "[placement]\nco_resident = false\n").start_together()
+    assert not _placement(tmp_path, "cuda", endpoint=True).start_together()
+    assert not _placement(tmp_path, "cpu").start_together()
+
+
+@pytest.mark.parametrize(("device", "value", "message"), [
+    ("cuda", '"yes"', r"\[placement\] start_together must be true or false, got 'yes'"),
+    ("cpu", "true", r"\[placement\] start_together = true is for GPU profiles: on device = 'cpu' the starts would "
+                    r"share the cores"),
+])
+def test_a_bad_start_together_names_the_file_and_key(tmp_path: Path, device: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _placement(tmp_path, device, f"[placement]\nstart_together = {value}\n")
+
+
+def test_the_estimate_counts_a_group_started_together_as_one_start() -> None:
+    timings = Timings(server_start_s=90, stream_tok_s=100, max_tok_s=1000, run_overhead_s=0)
+    tests = [PlannedTest("m.py::a", ("ref", "a"), 100, 1, 1, 0, 0), PlannedTest("m.py::b", ("ref", "b"), 100, 1, 1, 0, 0)]
+    one_by_one = estimate(tests, timings, runs=1, max_runs=1, max_servers=3)[0]
+    together = estimate(tests, timings, runs=1, max_runs=1, max_servers=3, fractions=half("ref", "a", "b", share=0.3))[0]
+    assert (one_by_one.starts, one_by_one.groups, one_by_one.saved_s) == (3, 0, 0)
+    assert (together.starts, together.together, together.groups, together.saved_s) == (3, 3, 1, 180)
+    assert one_by_one.seconds - together.seconds == pytest.approx(180)
