@@ -289,9 +289,15 @@ class SpecDecSession:
         """Start the test's missing servers and the next tests' (in run order) at once where the placement lets
         them co-reside (`Placement.start_plan`); else each starts when asked for, as before. Under xdist only the
         test's own: which tests come next on this worker is not known."""
+        if not self.placement.start_together():
+            return
         order = [n for n, _ in self.run_order]
         later = self.run_order[order.index(nodeid) + 1:] if nodeid in order and not self.worker else []
-        upcoming = [s for _, case in later for _, s in self.arms(case)]
+        upcoming: list[ServerSpec] = []
+        for _, case in later:  # no further than the pool could hold at once
+            if len({s.key() for s in [*specs, *upcoming]}) > self.placement.max_alive():
+                break
+            upcoming += [s for _, s in self.arms(case)]
         plan = self.placement.start_plan(specs, upcoming, self.pool.alive_specs())
         if plan is not None:
             wanted = {s.key(): s for s in [*specs, *upcoming]}
