@@ -3,7 +3,8 @@
 No pytest import: the session object drives it.  A cap on servers alive at once stops the least
 recently used server first; needing it again later restarts it, and every start is recorded.
 With a `GpuPool` (GPU profiles) each server leases its GPUs before it starts and gives them back
-when it stops, dies or fails to start (see gpus.py).
+when it stops, dies or fails to start (see gpus.py). Servers the placement found to fit beside each other
+start together (`start_together`, servers/together.py): a GPU start is minutes of idle GPU.
 """
 
 from __future__ import annotations
