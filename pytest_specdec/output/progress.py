@@ -57,6 +57,6 @@ def server_start_lines(starts: Sequence[StartRecord]) -> list[str]:
         wall = sum(w for w, _ in groups.values())
         summed = sum(sum(each) for _, each in groups.values())
         n = sum(len(each) for _, each in groups.values())
-        lines.append(f"  {n} start(s) in {len(groups)} group(s) started together: {wall:.0f} s of wall time for "
-                     f"{summed:.0f} s of start-ups ({summed - wall:.0f} s saved)")
+        lines.append(f"  {n} start(s) in {len(groups)} group(s) started together: {wall:.1f} s of wall time for "
+                     f"{summed:.1f} s of start-ups ({summed - wall:.1f} s saved)")
     return lines
