@@ -218,6 +218,12 @@ def _check_target_and_server(raw: dict[str, Any], path: Path) -> None:
             raise ConfigError(f"profile {path}: [server] args sets {flag}, but the plugin chooses each server's "
                               "host (--specdec-host) and port (a free one per start) and reads the server there; "
                               f"remove {flag} from [server] args")
+    try:  # which servers fit beside each other reads it (profiles/starts.py)
+        from pytest_specdec.profiles.starts import memory_fraction
+
+        memory_fraction([str(arg) for arg in args])
+    except ConfigError as exc:
+        raise ConfigError(f"profile {path}: [server] args: {exc}") from None
     env = raw.get("server", {}).get("env", {})
     if not isinstance(env, dict):
         raise ConfigError(f"profile {path}: [server] env must be a table of environment variables ([server.env]), "

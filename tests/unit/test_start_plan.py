@@ -86,6 +86,15 @@ def test_a_bad_start_together_names_the_file_and_key(tmp_path: Path, device: str
         _placement(tmp_path, device, f"[placement]\nstart_together = {value}\n")
 
 
+def test_a_bad_memory_fraction_in_the_servers_args_names_the_profile(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('name = "p"\ndevice = "cuda"\n[target]\nmodel = "m"\n[server]\n'
+                    'args = ["--gpu-memory-utilization", "45"]\n')
+    with pytest.raises(ConfigError, match=r"profile .*p\.toml: \[server\] args: server argument "
+                                          r"--gpu-memory-utilization 45: expected a fraction in \(0, 1\]"):
+        load_profile(str(path))
+
+
 def test_the_estimate_counts_a_group_started_together_as_one_start() -> None:
     timings = Timings(server_start_s=90, stream_tok_s=100, max_tok_s=1000, run_overhead_s=0)
     tests = [PlannedTest("m.py::a", ("ref", "a"), 100, 1, 1, 0, 0), PlannedTest("m.py::b", ("ref", "b"), 100, 1, 1, 0, 0)]
