@@ -386,9 +386,12 @@ class SpecDecSession:
         from pytest_specdec.output.results import price
 
         profile, s = self.profile, self.settings
+        # An A/B session skips the tests it has no base for (`measure`): they are named, not estimated.
+        why = {nodeid: r for nodeid, case in cases
+               if self.ab is not None and (r := self.ab.skip_reason(case.method, case.speculative_config))}
         tests = [dry_run_test(nodeid, self.arms(case), case.concurrency, lambda case=case: self.prompts(case))
-                 for nodeid, case in cases]
-        return dry_run_lines(profile, tests, hardware_note=self.hardware_note,
+                 for nodeid, case in cases if nodeid not in why]
+        return dry_run_lines(profile, tests, skipped=why, hardware_note=self.hardware_note,
                              endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
                              server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
                              max_runs=self.max_runs(), max_servers=self.placement.max_alive(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pytest_specdec import redact
 from pytest_specdec.errors import ConfigError
@@ -47,11 +47,13 @@ def command_line(spec: ServerSpec) -> str:
 
 def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: str, endpoints: tuple[str, str] | None,
                   server_cpus: frozenset[int] | None, runs: int, max_runs: int, max_servers: int,
-                  price: dict[str, Any] | None, start_together: bool = False) -> list[str]:
+                  price: dict[str, Any] | None, start_together: bool = False,
+                  skipped: Mapping[str, str] | None = None) -> list[str]:
     from pytest_specdec.measure.runner import warmup_requests
     from pytest_specdec.output.estimate import PlannedTest, Timings, estimate, minutes
 
-    lines = [f"specdec dry run: profile {profile.name} ({profile.path}), {len(tests)} test(s); nothing is started"]
+    lines = [f"specdec dry run: profile {profile.name} ({profile.path}), {len(tests)} test(s)"
+             + (f" and {len(skipped)} skipped" if skipped else "") + "; nothing is started"]
     if hardware_note:
         lines.append(f"specdec dry run: {hardware_note}")
     if endpoints:
@@ -73,6 +75,8 @@ def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: s
             t.nodeid, tuple(spec.key() for _, spec in t.arms), sum(p.max_tokens for p in t.prompts), len(t.prompts),
             t.concurrency, sum(p.max_tokens for p in warm), len(warm),
         ))
+    for nodeid, reason in (skipped or {}).items():
+        lines.append(f"  {nodeid}: skipped, not estimated (specdec A/B session: {reason})")
     methods = ", ".join(f"{key} {spec.method}" for key, spec in specs.items())
     lines.append(f"specdec dry run: {len(specs)} distinct server(s): {methods}")
     if server_cpus:

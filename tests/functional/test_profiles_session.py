@@ -198,6 +198,21 @@ def test_gpu_profile_on_the_wrong_gpus_stops_the_session(pytester: pytest.Pytest
     cpu.stdout.fnmatch_lines(["specdec dry run: profile cpu *"])
 
 
+def test_an_ab_dry_run_names_the_tests_it_skips_and_leaves_them_out_of_the_estimate(pytester: pytest.Pytester) -> None:
+    """An A/B session skips the tests of methods it has no base for; its dry run's estimate counted their runs."""
+    (pytester.path / "suites").mkdir()
+    for name in ("conftest.py", "test_methods.py"):
+        (pytester.path / "suites" / name).write_text((SUITES / name).read_text())
+    result = pytester.runpytest("suites", "--gpu=cpu", "--specdec-base-draft=draft_model=zoo:draft", "--specdec-dry-run",
+                                "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines([
+        "specdec dry run: profile cpu *, 1 test(s) and 2 skipped; nothing is started",
+        "  suites/test_methods.py::test_methods[[]eagle3-*]: skipped, not estimated (specdec A/B session: method "
+        "'eagle3' has no base *",
+        "  suites/test_methods.py: 1 test(s), 3 server start(s), * run(s): *",
+    ])
+
+
 def test_dry_run_estimates_each_suite_from_the_profile_timings(pytester: pytest.Pytester, fake_profile: Path,
                                                                make_suite: Callable[..., str]) -> None:
     fake_profile.write_text(fake_profile.read_text() + "\n[timings]\nserver_start_s = 30\nstream_tok_s = 16\n"
