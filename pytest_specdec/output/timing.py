@@ -34,8 +34,8 @@ class SessionTime:
 
     def to_dict(self) -> dict[str, Any]:
         eff = self.efficiency
-        return {"wall_s": round(self.wall_s, 1), "runs_s": round(self.runs_s, 1),
-                "server_starts_s": round(self.starts_s, 1), "waits_s": round(self.waits_s, 1), "runs": self.runs,
+        return {"wall_s": round(self.wall_s, 2), "runs_s": round(self.runs_s, 2),
+                "server_starts_s": round(self.starts_s, 2), "waits_s": round(self.waits_s, 2), "runs": self.runs,
                 "efficiency": None if eff is None else round(eff, 3)}
 
     def line(self) -> str:
