@@ -298,8 +298,11 @@ def extend_case(
         n_warm = warmup_requests(len(run_prompts), concurrency) if warm else 0
         # Only a spec arm can learn from what it served; the reference warms up on the run's prompts.
         warmup = source.warmup(n_warm) if arm != "reference" else FixedPrompts(run_prompts).warmup(n_warm)
-        quiet = settle(endpoint.instance, result.ended) if settle is not None else None
-        if probe is not None and (i, arm) in probe_at:
+        probing = probe is not None and (i, arm) in probe_at
+        # The probe reads the whole machine: before it, every server must be idle, the next run's own too
+        # (after a run on the same server, its busy loop would take a core from the probe).
+        quiet = settle(None if probing else endpoint.instance, result.ended) if settle is not None else None
+        if probe is not None and probing:
             result.machine_states.append(probe())
         limit = 1 if arm.endswith("reference") else None if spec_tokens is None else 1 + spec_tokens
         before = (time.monotonic(), neighbours()) if neighbours is not None else None

@@ -86,6 +86,34 @@ def test_interleaved_is_recorded() -> None:
         assert result.alternation == "interleaved"
 
 
+def test_the_machine_probe_waits_for_every_server_the_next_runs_own_included() -> None:
+    """A run after its own server's waits only for the others (its own spin is about to be work), but the
+    machine's probe before the first and last run reads the whole machine: there every server must be idle."""
+    from pytest_specdec.servers.quiet import Quiet
+
+    asked: list[str | None] = []
+    probes: list[int] = []
+
+    def settle(own: str | None, ended: float | None) -> Quiet:
+        asked.append(own)
+        return Quiet(0.0, True, 0.0)
+
+    with FakeServer(FakeConfig(k=3, acceptance=(0.5, 0.4, 0.3), output_tokens=8)) as spec_url, \
+            FakeServer(FakeConfig(output_tokens=8)) as ref_url:
+        ref = Endpoint(ref_url, "fake-model", owned=True, instance="ref")
+        spec = Endpoint(spec_url, "fake-model", owned=True, instance="spec")
+        result = measure_case(ref, spec, _prompts(2), Sampling(temperature=0.0), concurrency=1, runs=2,
+                              settle=settle, probe=lambda: probes.append(len(asked)) or "state")
+        # Order: reference, spec, spec, reference; the probe comes before the first and the last run.
+        assert asked == [None, "spec", "spec", None]
+        assert probes == [1, 4] and result.machine_states == ["state", "state"]
+        asked.clear()
+        extend_case(result, ref, spec, _prompts(2), Sampling(temperature=0.0), concurrency=1, runs=3,
+                    settle=settle, probe=lambda: "state")
+        # A later look starts with the reference after the reference's own run: probed, so all servers.
+        assert asked == [None, None]
+
+
 def test_a_run_beside_a_busy_server_is_invalid_and_names_it() -> None:
     """The cores each other server used during a run are read around it (`neighbours`); above the limit the run
     is invalid, naming the server by its arm. Here the base's server spins for half a second (vLLM's busy-wait)
