@@ -79,17 +79,22 @@ def delta(before: Counters, after: Counters) -> Counters:
     return after - before
 
 
+def _families(text: str) -> list[Any]:
+    """A /metrics body's metric families (`prometheus_client.parser`); a body that is not Prometheus text is an
+    error naming it, for the counters and the in-flight gauges alike."""
+    try:
+        return list(text_string_to_metric_families(text))
+    except ValueError as e:
+        raise SpecDecError(f"/metrics text is not Prometheus exposition format: {e}") from e
+
+
 def parse_counters(text: str) -> Counters:
     """Read the counters this plugin uses from a Prometheus text exposition (a /metrics body)."""
     wanted = {v: k for k, v in COUNTER_NAMES.items()}
     sums: dict[str, float] = dict.fromkeys(COUNTER_NAMES, 0.0)
     per_pos: dict[int, float] = {}
     spec = False
-    try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as e:
-        raise SpecDecError(f"/metrics text is not Prometheus exposition format: {e}") from e
-    for fam in families:
+    for fam in _families(text):
         key = wanted.get(fam.name)
         if key is None and fam.name != PER_POS_NAME:
             continue
@@ -114,8 +119,4 @@ IN_FLIGHT_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 def in_flight(text: str) -> int:
     """The requests running or waiting, summed over engines, from a /metrics body: a server that still holds a
     run's requests is busy, whatever its CPU use reads. A body that is not Prometheus text is an error."""
-    try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as e:
-        raise SpecDecError(f"/metrics text is not Prometheus exposition format: {e}") from e
-    return round(sum(s.value for f in families if f.name in IN_FLIGHT_NAMES for s in f.samples))
+    return round(sum(s.value for f in _families(text) if f.name in IN_FLIGHT_NAMES for s in f.samples))
