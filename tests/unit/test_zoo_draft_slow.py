@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,19 +96,25 @@ def test_slow_drafts_are_distinct_zoo_models() -> None:
     assert len(set(depths)) == len(depths) and depths[0] >= 1, variants.SLOW_DRAFTS
 
 
+def _draft_and_variant(name: str, changed: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The draft's and the speed-only variant `name`'s configs and float16 weights, checked to differ in the
+    config only by `changed` (depth for the slow drafts, MLP width for the wide ones)."""
+    draft_dir, variant_dir = zoo_path("draft"), zoo_path(name)
+    cfg_a = json.loads((draft_dir / "config.json").read_text())
+    cfg_b = json.loads((variant_dir / "config.json").read_text())
+    assert {k: v for k, v in cfg_b.items() if k != changed} == {k: v for k, v in cfg_a.items() if k != changed}
+    a = safetensors_torch.load_file(str(draft_dir / "model.safetensors"))
+    b = safetensors_torch.load_file(str(variant_dir / "model.safetensors"))
+    assert all(t.dtype == torch.float16 for t in b.values())
+    return cfg_a, cfg_b, a, b
+
+
 @pytest.mark.parametrize("name", SLOW)
 def test_draft_slow_is_deeper_with_zero_output_extra_layers(name: str) -> None:
-    draft_dir, slow_dir = zoo_path("draft"), zoo_path(name)
-    cfg_a = json.loads((draft_dir / "config.json").read_text())
-    cfg_b = json.loads((slow_dir / "config.json").read_text())
+    # Only the depth differs: same width, vocab, dtype, rope, norms.
+    cfg_a, cfg_b, a, b = _draft_and_variant(name, "num_hidden_layers")
     base, total = cfg_a["num_hidden_layers"], cfg_b["num_hidden_layers"]
     assert total == base + variants.SLOW_DRAFTS[name]
-    # Only the depth differs: same width, vocab, dtype, rope, norms.
-    assert {k: v for k, v in cfg_b.items() if k != "num_hidden_layers"} == \
-        {k: v for k, v in cfg_a.items() if k != "num_hidden_layers"}
-    a = safetensors_torch.load_file(str(draft_dir / "model.safetensors"))
-    b = safetensors_torch.load_file(str(slow_dir / "model.safetensors"))
-    assert all(t.dtype == torch.float16 for t in b.values())
     for name, tensor in a.items():  # the draft's own weights are carried over unchanged
         assert torch.equal(b[name], tensor), name
     layer0 = sorted(k.split(".", 3)[3] for k in a if k.startswith("model.layers.0."))
@@ -142,16 +149,10 @@ def test_draft_slow_is_in_the_verified_manifest(name: str) -> None:
 
 @pytest.mark.parametrize("name", WIDE)
 def test_draft_wide_only_widens_the_mlp_with_zero_units(name: str) -> None:
-    draft_dir, wide_dir = zoo_path("draft"), zoo_path(name)
-    cfg_a = json.loads((draft_dir / "config.json").read_text())
-    cfg_b = json.loads((wide_dir / "config.json").read_text())
+    cfg_a, cfg_b, a, b = _draft_and_variant(name, "intermediate_size")
     base, width = cfg_a["intermediate_size"], cfg_b["intermediate_size"]
     assert width == variants.WIDE_DRAFTS[name] > base
-    assert {k: v for k, v in cfg_b.items() if k != "intermediate_size"} == \
-        {k: v for k, v in cfg_a.items() if k != "intermediate_size"}
-    a = safetensors_torch.load_file(str(draft_dir / "model.safetensors"))
-    b = safetensors_torch.load_file(str(wide_dir / "model.safetensors"))
-    assert set(b) == set(a) and all(t.dtype == torch.float16 for t in b.values())
+    assert set(b) == set(a)
     widened = {f"model.layers.{i}.{w}" for i in range(cfg_a["num_hidden_layers"]) for w in variants.WIDENED}
     for key, tensor in a.items():
         if key not in widened:
