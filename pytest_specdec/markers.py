@@ -24,13 +24,18 @@ if TYPE_CHECKING:
 MARKER = "specdec"
 MARKER_SIGNATURE = (
     "specdec(method=..., k=..., temperature=..., concurrency=..., dataset=..., max_tokens=..., "
-    "num_prompts=..., speculative_config=..., api=..., request_rate=..., ignore_eos=...): measure the spec config(s) against the no-spec "
+    "num_prompts=..., speculative_config=..., api=..., request_rate=..., ignore_eos=..., burstiness=..., input_len=..., "
+    "output_len=..., range_ratio=..., goodput=...): measure the spec config(s) against the no-spec "
     "reference on a vLLM server; each field takes a value or a list (cross product)"
 )
 FIELDS = (
     "method", "k", "temperature", "concurrency", "dataset", "max_tokens", "num_prompts", "speculative_config",
-    "api", "request_rate", "ignore_eos",
+    "api", "request_rate", "ignore_eos", "burstiness", "input_len", "output_len", "range_ratio", "goodput",
 )
+#: The goodput SLOs a request must meet, as `vllm bench serve --goodput` names them (milliseconds).
+GOODPUT_KEYS = ("ttft", "tpot", "e2el")
+#: What a synthetic dataset is called in ids and results (vllm bench serve's ``--dataset-name random``).
+SYNTHETIC = "random"
 APIS = ("chat", "completions")
 VERDICTS_MARKER_SIGNATURE = (
     "specdec_verdicts(check=True, thresholds={metric or kind: magnitude}, gate=[metric, ...]): check=False "
@@ -64,6 +69,16 @@ class Case:
     request_rate: float | None = None  # requests/s, open loop (Poisson); None = closed loop
     #: generate max_tokens whatever the model says (vLLM's ignore_eos); off by default, as in production
     ignore_eos: bool = False
+    #: the gamma shape of open-loop inter-arrival times (vllm bench serve's --burstiness): 1 is Poisson, < 1
+    #: burstier, > 1 more even, inf constant intervals
+    burstiness: float = 1.0
+    #: synthetic prompts of exact token lengths (vllm bench serve's random dataset: --random-input-len,
+    #: --random-output-len, --random-range-ratio), made with the target's tokenizer; None: the dataset's prompts
+    input_len: int | None = None
+    output_len: int | None = None
+    range_ratio: float = 0.0
+    #: the SLOs (ms) of goodput, vllm bench serve's --goodput: ((name, ms), ...) sorted by name; () = none
+    goodput: tuple[tuple[str, float], ...] = ()
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
@@ -85,8 +100,16 @@ class Case:
             parts.append(self.api)
         if self.request_rate is not None:
             parts.append(f"r{self.request_rate:g}")
-        if self.ignore_eos:
+        if self.burstiness != 1.0:
+            parts.append(f"b{self.burstiness:g}")
+        if self.input_len is not None:
+            parts.append(f"in{self.input_len}-out{self.output_len}")
+            if self.range_ratio:
+                parts.append(f"rr{self.range_ratio:g}")
+        if self.ignore_eos and self.output_len is None:
             parts.append("noeos")
+        if self.goodput and "goodput" in varying:
+            parts.append("slo-" + "-".join(f"{k}{v:g}" for k, v in self.goodput))
         return "-".join(parts)
 
     def params(self) -> dict[str, Any]:
@@ -94,12 +117,26 @@ class Case:
         out = asdict(self)
         out.pop("speculative_config_json")
         out["speculative_config"] = self.speculative_config
+        out["goodput"] = dict(self.goodput) or None
         return out
+
+    @property
+    def synthetic(self) -> bool:
+        """Synthetic prompts of exact token lengths instead of a dataset's."""
+        return self.input_len is not None
 
     def workload(self) -> dict[str, Any]:
         """The workload fields a stored baseline must share with tonight to be comparable."""
-        return {"concurrency": self.concurrency, "max_tokens": self.max_tokens, "num_prompts": self.num_prompts,
-                "rate": self.request_rate, "api": self.api}
+        out: dict[str, Any] = {"concurrency": self.concurrency, "max_tokens": self.max_tokens,
+                               "num_prompts": self.num_prompts, "rate": self.request_rate, "api": self.api}
+        # only where set: a stored night without them then still reads as the same workload
+        if self.burstiness != 1.0:
+            out["burstiness"] = self.burstiness
+        if self.synthetic:
+            out.update(input_len=self.input_len, output_len=self.output_len, range_ratio=self.range_ratio)
+        if self.goodput:
+            out["goodput"] = dict(self.goodput)
+        return out
 
     def sampling(self) -> Sampling:
         """Every sampling parameter of the case's requests (all sent explicitly, all recorded)."""
@@ -181,13 +218,19 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
         "api": _as_list("api", kwargs.get("api", defaults.get("api", "chat"))),
         "request_rate": _as_list("request_rate", kwargs.get("request_rate", defaults.get("request_rate"))),
         "ignore_eos": _as_list("ignore_eos", kwargs.get("ignore_eos", False)),
+        "burstiness": _as_list("burstiness", kwargs.get("burstiness", 1.0)),
+        "input_len": _as_list("input_len", kwargs.get("input_len", None)),
+        "output_len": _as_list("output_len", kwargs.get("output_len", None)),
+        "range_ratio": _as_list("range_ratio", kwargs.get("range_ratio", 0.0)),
+        "goodput": _as_list("goodput", kwargs.get("goodput", None)),
     }
+    _check_synthetic(kwargs)
     from pytest_specdec.measure.datasets.formats import MAX_GIVEN_TOKENS
 
     max_given = (MAX_GIVEN_TOKENS, "above any served context length, the bound of a dataset record's own max_tokens")
     cases: list[Case] = []
     for (method, k, temperature, concurrency, dataset, max_tokens, num_prompts, raw, api,
-         rate, ignore_eos) in itertools.product(*lists.values()):
+         rate, ignore_eos, burstiness, input_len, output_len, range_ratio, goodput) in itertools.product(*lists.values()):
         raw_json, k_field = None, "k"
         if raw is not None:
             if not isinstance(raw, dict) or "method" not in raw:
@@ -230,6 +273,20 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
             )
         if not isinstance(ignore_eos, bool):
             raise ConfigError(f"specdec marker: ignore_eos must be True or False, got {ignore_eos!r}")
+        burstiness = _burstiness(burstiness, rate)
+        if "input_len" in kwargs:
+            input_len = _int("input_len", input_len)
+            output_len = _int("output_len", output_len)
+            range_ratio = _range_ratio(range_ratio)
+            dataset, max_tokens, ignore_eos = SYNTHETIC, output_len, True
+            if "api" not in kwargs:
+                api = "completions"
+            elif api != "completions":
+                raise ConfigError(
+                    f"specdec marker: input_len makes prompts of exact token lengths, sent as text over "
+                    f"api='completions' as vllm bench serve's random dataset is; api={api!r} would wrap them in the "
+                    f"chat template's tokens: leave api out or set api='completions'")
+        goodput_slos = _goodput(goodput)
         cases.append(
             Case(
                 method=method,
@@ -243,15 +300,75 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
                 api=api,
                 request_rate=None if rate is None else float(rate),
                 ignore_eos=ignore_eos,
+                burstiness=burstiness,
+                input_len=input_len,
+                output_len=output_len,
+                range_ratio=float(range_ratio),
+                goodput=goodput_slos,
             )
         )
     return list(dict.fromkeys(cases))  # `none` at several k collapses to one case
 
 
+def _burstiness(value: Any, rate: Any) -> float:
+    """vllm bench serve's gamma shape: a number > 0 (inf: constant intervals), only with an open loop."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not value > 0:
+        raise ConfigError(f"specdec marker: burstiness must be a number > 0 (the gamma shape of the arrivals: 1 is "
+                          f"Poisson, below 1 burstier, above 1 more even, inf constant), got {value!r}")
+    if value != 1 and rate is None:
+        raise ConfigError(f"specdec marker: burstiness={value!r} shapes open-loop arrivals, but this test is a closed "
+                          f"loop: set request_rate= too")
+    return float(value)
+
+
+def _range_ratio(value: Any) -> float:
+    """vllm bench serve's --random-range-ratio: lengths drawn uniformly within +- ratio of the given ones."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ConfigError(f"specdec marker: range_ratio must be a number in [0, 1) (lengths drawn uniformly in "
+                          f"[len * (1 - ratio), len * (1 + ratio)]), got {value!r}")
+    return float(value)
+
+
+def _check_synthetic(kwargs: dict[str, Any]) -> None:
+    """input_len and output_len come together, and replace what the dataset, max_tokens and ignore_eos say."""
+    has_in, has_out = "input_len" in kwargs, "output_len" in kwargs
+    if has_in != has_out:
+        given, missing = ("input_len", "output_len") if has_in else ("output_len", "input_len")
+        raise ConfigError(f"specdec marker: {given} needs {missing} too: the two make synthetic prompts of exact "
+                          f"token lengths (vllm bench serve's random dataset)")
+    if "range_ratio" in kwargs and not has_in:
+        raise ConfigError("specdec marker: range_ratio varies synthetic prompt lengths: set input_len and "
+                          "output_len too")
+    if has_in:
+        for name, why in (("dataset", "the prompts are synthetic"), ("max_tokens", "output_len is every "
+                          "request's max_tokens"), ("ignore_eos", "output_len always generates its tokens "
+                          "(ignore_eos, as in vllm bench serve)")):
+            if name in kwargs:
+                raise ConfigError(f"specdec marker: {name}= cannot go with input_len/output_len: {why}; "
+                                  f"leave {name} out")
+
+
+def _goodput(value: Any) -> tuple[tuple[str, float], ...]:
+    """vllm bench serve's --goodput: {"ttft": ms, "tpot": ms, "e2el": ms}, any non-empty subset."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"specdec marker: goodput must be a non-empty dict of SLOs in ms with keys from "
+                          f"{', '.join(GOODPUT_KEYS)} (e.g. {{'ttft': 500, 'tpot': 50}}), got {value!r}")
+    unknown = sorted(set(map(str, value)) - set(GOODPUT_KEYS))
+    if unknown:
+        raise ConfigError(f"specdec marker: goodput key(s) {', '.join(unknown)} unknown; allowed: "
+                          f"{', '.join(GOODPUT_KEYS)} (milliseconds, as vllm bench serve's --goodput)")
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
+            raise ConfigError(f"specdec marker: goodput {k} must be a finite number of milliseconds > 0, got {v!r}")
+    return tuple(sorted((str(k), float(v)) for k, v in value.items()))
+
+
 def varying_fields(cases: list[Case]) -> frozenset[str]:
     """Fields that take more than one value across `cases` (they go into the ids)."""
     return frozenset(
-        name for name in ("dataset", "max_tokens", "num_prompts", "api")
+        name for name in ("dataset", "max_tokens", "num_prompts", "api", "goodput")
         if len({getattr(c, name) for c in cases}) > 1
     )
 
