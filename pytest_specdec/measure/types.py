@@ -26,6 +26,9 @@ class Prompt:
     category: str = ""
     #: completions only: False when `prompt` was rendered from a chat template that holds BOS already
     add_special_tokens: bool | None = None
+    #: the prompt's tokens as the server will count them (the target's tokenizer; a synthetic prompt's exact
+    #: length), None: not counted
+    input_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
