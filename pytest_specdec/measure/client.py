@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 import aiohttp
 
 from pytest_specdec.errors import ConfigError, SpecDecError
-from pytest_specdec.measure.arrivals import Flight, closed_loop, open_loop, ticker
+from pytest_specdec.measure.arrivals import Flight, arrival_times, closed_loop, open_loop, ticker
 from pytest_specdec.measure.types import (
     Api,
+    NOT_SENT,
     LoadResult,
     Prompt,
     RequestSample,
@@ -214,21 +215,22 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str,
 IDLE_TIMEOUT_REASON = "idle stream"
 #: How the requests of a run that stopped at an idle timeout are named: in flight, and not yet sent.
 CANCELLED = "cancelled"
-NOT_SENT = "not sent"
 
 
 async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: Sampling, *, concurrency: int,
                    api: Api = "chat", rate: float | None = None, seed: int = 0, cache_salt: str | None = None,
                    api_key: str | None = None, timeout_s: float = 600, idle_timeout_s: float | None = None,
                    warmup: int = 0,
-                   collect_metrics: bool = True, warmup_prompts: list[Prompt] | None = None) -> LoadResult:
+                   collect_metrics: bool = True, warmup_prompts: list[Prompt] | None = None,
+                   burstiness: float = 1.0) -> LoadResult:
     """Send every prompt once (after ``warmup`` discarded requests) and record each request.
 
     The warm-up cycles through ``prompts``, or sends ``warmup_prompts`` (all of them) when given: a
     drafter that learns from what it served (suffix decoding) must not see the measured prompts first.
 
     Closed loop when ``rate`` is None (``concurrency`` requests always in flight), else open loop with
-    seeded Poisson arrivals. Request errors are recorded per sample, never raised. With
+    seeded gamma arrivals of shape ``burstiness`` (1: Poisson), as ``vllm bench serve`` schedules them
+    (`arrival_times`), still capped at ``concurrency`` in flight. Request errors are recorded per sample, never raised. With
     ``collect_metrics`` the server's /metrics is read right after warm-up and right after the run, so the
     counter delta covers exactly the measured requests.
 
@@ -246,6 +248,9 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
         raise ConfigError(f"api must be 'chat' or 'completions', got {api!r}")
     if not prompts:
         raise ConfigError("run_load needs at least one prompt")
+    if not burstiness > 0:
+        raise ConfigError(f"burstiness must be > 0 (the gamma shape of the arrivals), got {burstiness}")
+    arrivals = None if rate is None else arrival_times(len(prompts), rate, burstiness, seed)
     base = base_url.rstrip("/")
     url = base + _PATHS[api]
     headers = http_headers(api_key)
@@ -290,7 +295,8 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
         if rate is None:
             samples = await closed_loop(run, jobs, concurrency)
         else:
-            samples = await open_loop(run, jobs, concurrency, rate, seed, lambda: halt.reason is not None)
+            assert arrivals is not None
+            samples = await open_loop(run, jobs, concurrency, arrivals, lambda: halt.reason is not None)
         t_end = time.perf_counter()
         stop.set()
         await ticking
@@ -307,7 +313,7 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
                       sampling=sampling, base_url=base, model=model, api=api, concurrency=concurrency,
                       rate=rate, seed=seed, cache_salt=cache_salt, warmup=warmup, timeout_s=timeout_s,
                       warmup_failed=warmup_failed, metrics_before=metrics_before, metrics_after=metrics_after,
-                      metrics_error=metrics_error)
+                      metrics_error=metrics_error, burstiness=burstiness, arrivals_s=arrivals)
 
 
 def event_loop_name() -> str:
@@ -340,9 +346,11 @@ def run_load_sync(base_url: str, model: str, prompts: list[Prompt], sampling: Sa
                   api: Api = "chat", rate: float | None = None, seed: int = 0, cache_salt: str | None = None,
                   api_key: str | None = None, timeout_s: float = 600, idle_timeout_s: float | None = None,
                   warmup: int = 0,
-                  collect_metrics: bool = True, warmup_prompts: list[Prompt] | None = None) -> LoadResult:
+                  collect_metrics: bool = True, warmup_prompts: list[Prompt] | None = None,
+                  burstiness: float = 1.0) -> LoadResult:
     """``run_load`` for synchronous callers (a pytest test body): runs its own event loop."""
     return run_coroutine(run_load(base_url, model, prompts, sampling, concurrency=concurrency, api=api, rate=rate,
                                 seed=seed, cache_salt=cache_salt, api_key=api_key, timeout_s=timeout_s,
                                 idle_timeout_s=idle_timeout_s,
-                                warmup=warmup, collect_metrics=collect_metrics, warmup_prompts=warmup_prompts))
+                                warmup=warmup, collect_metrics=collect_metrics, warmup_prompts=warmup_prompts,
+                                burstiness=burstiness))

@@ -68,6 +68,8 @@ class RunRecord:
     untrusted: list[str] = field(default_factory=list)
     #: The cores each other server of the session used during the run's window (None: not watched).
     neighbours: dict[str, float] | None = None
+    #: Open loop: each request's scheduled arrival and when it was sent (`LoadResult.arrivals`); None: closed.
+    arrivals: dict[str, list[float | None]] | None = None
     _record: ArmRun | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -105,6 +107,7 @@ class RunRecord:
             "latency_untrusted": self.untrusted,
             "chunking": None if self.chunking is None else self.chunking.to_dict(),
             **({"neighbour_cores": self.neighbours} if self.neighbours is not None else {}),
+            **({"arrivals": self.arrivals} if self.arrivals is not None else {}),
         }
 
 
@@ -183,7 +186,7 @@ def one_run(
     endpoint: Endpoint, arm: Arm, index: int, prompts: list[Prompt], sampling: Sampling, *,
     concurrency: int, api_key: str | None, rules: ValidityRules, warmup: int = 0, timeout_s: float = 600.0,
     api: str = "chat", rate: float | None = None, warmup_prompts: list[Prompt] | None = None,
-    step_limit: int | None = 1,
+    step_limit: int | None = 1, burstiness: float = 1.0,
 ) -> RunRecord:
     """One pass of the prompts; the /metrics delta covers exactly the measured requests.  The warm-up
     sends `warmup_prompts` when given, else `warmup` requests cycling through `prompts`.  `step_limit` is
@@ -197,12 +200,13 @@ def one_run(
         endpoint.base_url, endpoint.model, prompts, sampling, concurrency=concurrency,
         cache_salt=salt, api_key=endpoint.api_key or api_key, warmup=warmup, timeout_s=timeout_s,
         api=api,  # type: ignore[arg-type]
-        rate=rate, warmup_prompts=warmup_prompts, idle_timeout_s=rules.idle_timeout_s,
+        rate=rate, warmup_prompts=warmup_prompts, idle_timeout_s=rules.idle_timeout_s, burstiness=burstiness,
     )
     metrics = compute_run_metrics(load, counters_delta(load))
     record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
                        texts={s.prompt_id: s.text for s in load.samples if s.error is None},
-                       output_tokens={s.prompt_id: s.output_tokens for s in load.samples if s.error is None})
+                       output_tokens={s.prompt_id: s.output_tokens for s in load.samples if s.error is None},
+                       arrivals=load.arrivals())
     record.invalid = invalid_reasons(metrics, len(prompts), rules)
     silent = sum(1 for x in load.samples if x.error is not None and x.error.startswith(IDLE_TIMEOUT_REASON))
     if silent:
@@ -248,6 +252,7 @@ def extend_case(
     block: int | None = None,
     api: str = "chat",
     rate: float | None = None,
+    burstiness: float = 1.0,
     settle: Callable[[str | None, float | None], Quiet] | None = None,
     spec_tokens: int | None = None,
     restart: Callable[[Arm], Endpoint | Callable[[], Endpoint] | None] | None = None,
@@ -307,7 +312,8 @@ def extend_case(
         limit = 1 if arm.endswith("reference") else None if spec_tokens is None else 1 + spec_tokens
         before = (time.monotonic(), neighbours()) if neighbours is not None else None
         rec = one_run(endpoint, arm, i, run_prompts, sampling, concurrency=concurrency, api_key=api_key,
-                      rules=rules, api=api, rate=rate, warmup_prompts=warmup, step_limit=limit)
+                      rules=rules, api=api, rate=rate, warmup_prompts=warmup, step_limit=limit,
+                      burstiness=burstiness)
         result.ended = time.monotonic()
         if before is not None and neighbours is not None:
             arm_of = {inst: labels.get(a, a) for a, inst in result.instances.items()}

@@ -13,6 +13,8 @@ from typing import Any, Literal
 from pytest_specdec.errors import ConfigError
 
 Api = Literal["chat", "completions"]
+#: How a request not sent (its run stopped at an idle timeout) is named in its error (`client.py` writes it).
+NOT_SENT = "not sent"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,11 +139,23 @@ class LoadResult:
     metrics_before: str | None = None  # /metrics text taken after warm-up, just before t_start
     metrics_after: str | None = None  # /metrics text taken just after t_end
     metrics_error: str | None = None
+    burstiness: float = 1.0  # open loop: the gamma shape of the arrivals (1: Poisson)
+    #: open loop: each request's scheduled arrival, seconds after t_start (prompt order); None: closed loop
+    arrivals_s: list[float] | None = None
 
     @property
     def duration_s(self) -> float:
         """Wall time of the measured phase (warm-up excluded)."""
         return self.t_end - self.t_start
+
+    def arrivals(self) -> dict[str, list[float | None]] | None:
+        """Open loop: each request's scheduled arrival and when it was sent (seconds after t_start, prompt
+        order; sent is later where the concurrency cap held it, None where the run stopped before it)."""
+        if self.arrivals_s is None:
+            return None
+        sent = [None if s.error is not None and s.error.startswith(NOT_SENT) else round(s.start - self.t_start, 6)
+                for s in self.samples]
+        return {"scheduled_s": [round(a, 6) for a in self.arrivals_s], "sent_s": sent}
 
     @property
     def n_failed(self) -> int:
