@@ -22,6 +22,7 @@ from pytest_specdec.output.results import TestRecord
 from pytest_specdec.output.wording import coalesced_lines, test_end_message
 
 if TYPE_CHECKING:
+    from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.gate.ab_session import ABGate
     from pytest_specdec.gate.judge import Judge
     from pytest_specdec.gate.protocol import Gate, Planned, SessionEnd
@@ -196,13 +197,25 @@ class SpecDecSession:
 
     def _check_possible(self, case: Case) -> None:
         """What only the profile and the dataset can tell is impossible: an error at collection, not later."""
-        records = self.workload.dataset(case.dataset).prompts  # all: suffix decoding draws beyond the sample
+        lengths = (case.input_len, case.output_len, case.range_ratio) if case.synthetic else None
+        if lengths:  # before the prompts are made: the lengths alone can be impossible
+            self.placement.check_possible(case.dataset, 1, None, None, lengths=lengths)  # type: ignore[arg-type]
+        records = self.dataset(case).prompts  # all: suffix decoding draws beyond the sample
         self.placement.check_possible(case.dataset, len(records), case.num_prompts, case.max_tokens,
                                       records if case.max_tokens is None else (), case.concurrency)
+
+    def dataset(self, case: Case) -> Dataset:
+        """The case's dataset: its file's, or synthetic prompts made with its target's tokenizer (`Workload`)."""
+        if not case.synthetic:
+            return self.workload.dataset(case.dataset)
+        return self.workload.synthetic(self.server_spec(case, reference=True).model, case.num_prompts,
+                                       case.input_len, case.output_len, case.range_ratio)  # type: ignore[arg-type]
 
     def prompts(self, case: Case) -> list[Prompt]:
         """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied."""
         self._check_possible(case)
+        if case.synthetic:  # as made: each its own max_tokens, in bench serve's order
+            return list(self.dataset(case).prompts)
         target = self.server_spec(case, reference=True).model  # a preset with its own target: that target's template
         return self.workload.prompts(case.dataset, case.num_prompts, case.max_tokens, case.api, target)
 
@@ -259,14 +272,14 @@ class SpecDecSession:
         result = record.result = run.first(
             sampling, self.runs(), concurrency=case.concurrency, api_key=self.settings.api_key,
             rules=self.validity(), progress=self.progress, api=case.api,
-            rate=case.request_rate)
+            rate=case.request_rate, burstiness=case.burstiness)
         if verdicts is not None:  # the session's gate, through its protocol: start, then its looks
             from pytest_specdec.gate.protocol import TestStart, drive
 
             gate = self.verdict_gate
             check = gate.start(TestStart(
                 nodeid, case.method, arms, self.serving.engine_configs(arms), verdicts.for_gate(), case.workload(),
-                self.workload.dataset(case.dataset).identity(), sampling, endpoint=bool(self.settings.endpoint),
+                self.dataset(case).identity(), sampling, endpoint=bool(self.settings.endpoint),
                 endpoint_versions=self.serving.endpoint_versions(arms)))
             if ab is not None:
                 record.ab = check

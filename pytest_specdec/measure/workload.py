@@ -36,6 +36,22 @@ class Workload:
             self.progress(f"specdec: dataset {self.datasets[name].summary()}")
         return self.datasets[name]
 
+    def synthetic(self, target: str, num_prompts: int | None, input_len: int, output_len: int,
+                  range_ratio: float) -> Dataset:
+        """Synthetic prompts of exact token lengths made with ``target``'s tokenizer (made once per set of
+        parameters; `datasets/synthetic.py`), as ``vllm bench serve --dataset-name random --seed 0`` makes them;
+        without num_prompts bench's default number."""
+        from pytest_specdec.measure.datasets.synthetic import BENCH_NUM_PROMPTS
+
+        num_prompts = BENCH_NUM_PROMPTS if num_prompts is None else num_prompts
+        key = f"random:{target}:{num_prompts}:{input_len}:{output_len}:{range_ratio!r}"
+        if key not in self.datasets:
+            from pytest_specdec.measure.datasets.synthetic import synthetic
+
+            self.datasets[key] = synthetic(target, num_prompts, input_len, output_len, range_ratio)
+            self.progress(f"specdec: dataset {self.datasets[key].summary()}")
+        return self.datasets[key]
+
     def prompts(self, dataset: str, num_prompts: int | None, max_tokens: int | None, api: Api,
                 target: str) -> list[Prompt]:
         """The dataset's prompts (a seeded sample of num_prompts, so every session sends the same ones),

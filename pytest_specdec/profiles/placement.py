@@ -98,7 +98,8 @@ class Placement:
         return dataclasses.replace(spec, host=self.host)
 
     def check_possible(self, dataset: str, size: int, num_prompts: int | None, max_tokens: int | None,
-                       records: Sequence[Prompt] = (), concurrency: int = 1) -> None:
+                       records: Sequence[Prompt] = (), concurrency: int = 1,
+                       lengths: tuple[int, int, float] | None = None) -> None:
         """What only the profile and the dataset can tell is impossible. ``records`` are the prompts the test
         sends: without the marker's ``max_tokens`` each asks for its own, which must leave room for the
         prompt too. Endpoint mode skips the server-limit checks (model length, sequences at once): someone
@@ -125,6 +126,15 @@ class Placement:
                 f"are ever in flight; lower concurrency to at most {sent} or send more prompts"
             )
         limit = max_model_len(self.profile)
+        if lengths is not None and limit is not None and not self.endpoint:  # synthetic: (input_len, output_len, ratio)
+            from pytest_specdec.measure.datasets.synthetic import length_bounds
+
+            _, longest_in, _, longest_out = length_bounds(*lengths, num_special=0)
+            if longest_in + longest_out > limit:
+                raise ConfigError(
+                    f"specdec: input_len={lengths[0]} + output_len={lengths[1]} (up to {longest_in} + {longest_out} "
+                    f"with range_ratio {lengths[2]:g}) is above profile {self.profile.name!r}'s --max-model-len "
+                    f"{limit}; lower input_len or output_len")
         if max_tokens is not None and limit is not None and not self.endpoint and max_tokens >= limit:
             raise ConfigError(
                 f"specdec: max_tokens={max_tokens} leaves no room for the prompt: profile "

@@ -44,3 +44,13 @@ def test_a_records_own_max_tokens_must_leave_room_for_the_prompt(tmp_path: Path)
     placement.check_possible("sg.json", 3, None, 64, records)  # the marker's max_tokens replaces the records'
     placement.check_possible("sg.json", 2, None, None, records[::2])
     _placement(tmp_path, endpoint=True).check_possible("sg.json", 3, None, None, records)  # its own limit
+
+
+def test_synthetic_lengths_must_fit_the_model_length(tmp_path: Path) -> None:
+    placement = _placement(tmp_path)  # --max-model-len 256
+    placement.check_possible("random", 1, None, None, lengths=(200, 56, 0.0))
+    with pytest.raises(ConfigError, match=r"input_len=200 \+ output_len=57 .* --max-model-len 256; lower input_len"):
+        placement.check_possible("random", 1, None, None, lengths=(200, 57, 0.0))
+    with pytest.raises(ConfigError, match=r"up to 240 \+ 60 with range_ratio 0.2"):
+        placement.check_possible("random", 1, None, None, lengths=(200, 50, 0.2))  # the longest draw counts
+    _placement(tmp_path, endpoint=True).check_possible("random", 1, None, None, lengths=(200, 57, 0.0))
