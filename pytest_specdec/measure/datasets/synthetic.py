@@ -125,7 +125,7 @@ def synthetic(target: str, num_prompts: int, input_len: int, output_len: int, ra
 
     tokenizer = load(target)
     if tokenizer.hf is None:
-        raise ConfigError(f"input_len/output_len make prompts of exact token lengths with the target's tokenizer, "
+        raise ConfigError(f"specdec: input_len/output_len make prompts of exact token lengths with the target's tokenizer, "
                           f"which cannot be loaded for {target}: {tokenizer.why}; put the tokenizer where the "
                           f"plugin can read it (the model's folder, or the Hugging Face cache) or use a dataset")
     prompts, missed = synthetic_prompts(tokenizer.hf, num_prompts, input_len, output_len, range_ratio, seed)
