@@ -208,8 +208,11 @@ class SpecDecSession:
         """The case's dataset: its file's, or synthetic prompts made with its target's tokenizer (`Workload`)."""
         if not case.synthetic:
             return self.workload.dataset(case.dataset)
-        return self.workload.synthetic(self.server_spec(case, reference=True).model, case.num_prompts,
-                                       case.input_len, case.output_len, case.range_ratio)  # type: ignore[arg-type]
+        from pytest_specdec.gate.baselines import portable
+
+        model = self.server_spec(case, reference=True).model
+        return self.workload.synthetic(model, case.num_prompts, case.input_len, case.output_len,  # type: ignore[arg-type]
+                                       case.range_ratio, tokenizer_name=portable(model))
 
     def prompts(self, case: Case) -> list[Prompt]:
         """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied."""

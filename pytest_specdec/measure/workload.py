@@ -37,7 +37,7 @@ class Workload:
         return self.datasets[name]
 
     def synthetic(self, target: str, num_prompts: int | None, input_len: int, output_len: int,
-                  range_ratio: float) -> Dataset:
+                  range_ratio: float, tokenizer_name: str | None = None) -> Dataset:
         """Synthetic prompts of exact token lengths made with ``target``'s tokenizer (made once per set of
         parameters; `datasets/synthetic.py`), as ``vllm bench serve --dataset-name random --seed 0`` makes them;
         without num_prompts bench's default number."""
@@ -48,7 +48,8 @@ class Workload:
         if key not in self.datasets:
             from pytest_specdec.measure.datasets.synthetic import synthetic
 
-            self.datasets[key] = synthetic(target, num_prompts, input_len, output_len, range_ratio)
+            self.datasets[key] = synthetic(target, num_prompts, input_len, output_len, range_ratio,
+                                           tokenizer_name=tokenizer_name)
             self.progress(f"specdec: dataset {self.datasets[key].summary()}")
         return self.datasets[key]
 

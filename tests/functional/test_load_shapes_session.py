@@ -53,7 +53,7 @@ def test_burstiness_shapes_the_requests_sent_and_synthetic_prompts_have_their_le
     result.assert_outcomes(passed=2)
     # bench's decode-and-re-encode misses its length on a few prompts of the zoo's tiny tokenizer: said, and kept
     result.stdout.fnmatch_lines(["*dataset random: 32 synthetic prompts (input_len 48, output_len 16, range_ratio 0,"
-                                 " seed 0, tokenizer *target); 1 of them not of their drawn length*"])
+                                 " seed 0, tokenizer zoo:target); 1 of them not of their drawn length*"])
     tok = Tokenizer.from_file(str(zoo_path("target") / "tokenizer.json"))
     counts = [len(tok.encode(r["prompt"]).ids) for r in last_run]  # the last run's prompts, each once
     assert sum(n == 48 for n in counts) == N - 1 and all(abs(n - 48) <= 4 for n in counts)
@@ -69,7 +69,7 @@ def test_burstiness_shapes_the_requests_sent_and_synthetic_prompts_have_their_le
     described = next(d for name, d in data["datasets"].items() if name.startswith("random:"))
     assert {k: described[k] for k in ("input_len", "output_len", "range_ratio", "seed")} == {
         "input_len": 48, "output_len": 16, "range_ratio": 0.0, "seed": 0}
-    assert described["tokenizer"] == target and described["missed_length"] == 1
+    assert described["tokenizer"] == "zoo:target" and described["missed_length"] == 1
 
 
 def test_each_new_fields_bad_value_is_a_collection_error_naming_it(pytester: pytest.Pytester,

@@ -118,9 +118,10 @@ class SyntheticDataset(Dataset):
 
 
 def synthetic(target: str, num_prompts: int, input_len: int, output_len: int, range_ratio: float = 0.0,
-              seed: int = SEED) -> SyntheticDataset:
+              seed: int = SEED, tokenizer_name: str | None = None) -> SyntheticDataset:
     """The synthetic dataset made with ``target``'s tokenizer; without it exact lengths cannot be made, so
-    that is an error naming the target (never the characters / 4 estimate)."""
+    that is an error naming the target (never the characters / 4 estimate). ``tokenizer_name`` is how the
+    identity names it (a zoo path as ``zoo:NAME``, so where a checkout lives does not make nights unlike)."""
     from pytest_specdec.measure.tokens import load
 
     tokenizer = load(target)
@@ -130,7 +131,7 @@ def synthetic(target: str, num_prompts: int, input_len: int, output_len: int, ra
                           f"plugin can read it (the model's folder, or the Hugging Face cache) or use a dataset")
     prompts, missed = synthetic_prompts(tokenizer.hf, num_prompts, input_len, output_len, range_ratio, seed)
     params = {"input_len": input_len, "output_len": output_len, "range_ratio": range_ratio, "seed": seed,
-              "tokenizer": target}
+              "tokenizer": tokenizer_name or target}
     ds = SyntheticDataset(name=CATEGORY, prompts=tuple(prompts), sha256="", format=CATEGORY, params=params,
                           missed=missed)
     return dataclasses.replace(ds, sha256=ds.prompts_sha256)  # no file: its "file" hash is that of what is sent
