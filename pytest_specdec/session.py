@@ -409,6 +409,7 @@ class SpecDecSession:
     # --- output --------------------------------------------------------------------------------
     def dry_run_lines(self, cases: list[tuple[str, Case]]) -> list[str]:
         """Every test's exact server commands and each suite's estimated run time, without starting anything."""
+        from pytest_specdec.measure.saturation import fractions
         from pytest_specdec.output.dry_run import dry_run_lines, dry_run_test
         from pytest_specdec.output.results import price
 
@@ -416,7 +417,10 @@ class SpecDecSession:
         # An A/B session skips the tests it has no base for (`measure`): they are named, not estimated.
         why = {nodeid: r for nodeid, case in cases
                if self.ab is not None and (r := self.ab.skip_reason(case.method, case.speculative_config))}
-        tests = [dry_run_test(nodeid, self.arms(case), case.concurrency, lambda case=case: self.prompts(case))
+        # a rate sweep's lowest point measures its saturation (its first test in the run order)
+        tests = [dry_run_test(nodeid, self.arms(case), case.concurrency, lambda case=case: self.prompts(case),
+                              case.rate_fraction, bool(case.rate_sweep) and case.rate_fraction == fractions(
+                                  case.rate_sweep)[0])
                  for nodeid, case in cases if nodeid not in why]
         return dry_run_lines(profile, tests, skipped=why, hardware_note=self.hardware_note,
                              endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,

@@ -59,18 +59,22 @@ def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
     for name, fraction in (("sat33", 1 / 3), ("sat67", 2 / 3), ("sat100", 1.0)):
         p = points[name]
         assert p["fraction"] == pytest.approx(fraction, abs=1e-6) and p["points"] == 3
-        assert p["request_rate"] == pytest.approx(fraction * sat["req_s"])
+        assert p["request_rate"] == pytest.approx(fraction * sat["req_s"], rel=1e-4)
         # the rate the runs offered is the one recorded
-        assert [r["request_rate"] for r in tests[name]["runs"]] == pytest.approx([p["request_rate"]] * 2)
+        assert [r["request_rate"] for r in tests[name]["runs"]] == pytest.approx([p["request_rate"]] * 2, rel=1e-4)
     assert sum("rate sweep saturation" in line for line in result.outlines) == 1
 
     (entry,) = data["crossovers"]
     assert entry["axis"] == "rate_fraction" and entry["saturation_req_s"] == sat["req_s"]
     assert [p["rate_fraction"] for p in entry["points"]] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    for p, name in zip(entry["points"], ("sat33", "sat67", "sat100")):  # latency speedups: reference ÷ spec E2E P50
+        t = tests[name]
+        ratios = [r["e2e_ms"]["p50"] / s["e2e_ms"]["p50"] for r, s in zip(t["reference_runs"], t["runs"])]
+        assert p["speedups"] == pytest.approx(ratios, rel=1e-4) and p["speedups"] != pytest.approx(t["speedup_per_pair"])
     stop = entry["crossover"]
     assert stop["axis"] == "rate_fraction" and stop["side"] in ("crossed", "above", "below") and stop["ci"], stop
     if stop["side"] == "crossed":
-        assert stop["value_req_s"] == pytest.approx(stop["value"] * sat["req_s"])
+        assert stop["value_req_s"] == pytest.approx(stop["value"] * sat["req_s"], rel=1e-4)
     (line,) = [x for x in result.outlines if x.startswith("specdec stop-paying rate test_suite.py::test_load[")]
     assert stop["text"] in line
     (record,) = (pytester.path / "baselines").rglob("test_load*.crossover")

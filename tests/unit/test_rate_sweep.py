@@ -142,3 +142,18 @@ def test_a_rate_sweeps_record_is_written_and_read_back_on_its_axis(tmp_path: Pat
     gate.update = None
     (again,) = gate.finish().sweeps
     assert again.verdict is not None and again.verdict.verdict == UNCHANGED and again.stored is not None
+
+
+def test_the_dry_runs_estimate_spreads_a_points_runs_over_one_over_its_fraction_and_adds_the_saturation_run() -> None:
+    from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
+
+    timings = Timings(server_start_s=0.0, stream_tok_s=100.0, max_tok_s=400.0, run_overhead_s=1.0)
+
+    def seconds(fraction: float | None, saturation: bool = False) -> float:
+        t = PlannedTest("t.py::f", ("ref", "spec"), 800, 8, 8, 0, 0, fraction, saturation)
+        (m,) = estimate([t], timings, runs=2, max_runs=2, max_servers=2)
+        return m.seconds
+
+    assert seconds(None) == 4 * (800 / 400 + 1.0)  # 2 runs x 2 arms of a closed pass
+    assert seconds(0.5) == 4 * (800 / 400 / 0.5 + 1.0)  # the arrivals of a pass spread over twice its time
+    assert seconds(0.5, saturation=True) == seconds(0.5) + 800 / 400 + 1.0  # one closed pass on the reference
