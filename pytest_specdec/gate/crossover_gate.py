@@ -110,12 +110,13 @@ class SweepPoint:
         """The point's value on its axis (a concurrency, or a rate sweep's fraction of saturation)."""
         return self.params.get(self.axis)
 
-    def key(self) -> tuple[str, str, str, str]:
-        """What a sweep's tests share: the function, the axis, every marker field but the axis, the other
-        parameters."""
+    def key(self) -> tuple[str, str, str]:
+        """What a sweep's tests share: the function, every marker field but the axis (so a rate sweep's points,
+        which leave out their fraction, never group with a concurrency sweep's, which leave out concurrency),
+        the other parameters."""
         fixed = sorted((k, repr(v)) for k, v in self.params.items() if k != self.axis)
         others = sorted((k, repr(v)) for k, v in self.callspec.items())
-        return (self.nodeid.partition("[")[0], self.axis, repr(fixed), repr(others))
+        return (self.nodeid.partition("[")[0], repr(fixed), repr(others))
 
     def grouped_by(self) -> str:
         """The parameters the key holds, as a message names them."""
@@ -210,7 +211,7 @@ def _number(x: Any) -> bool:
 def group(points: Iterable[SweepPoint]) -> tuple[list[Sweep], list[SweepOutcome]]:
     """The sweeps among the points (a group with at least two points on its axis and a spec arm), and an error per
     group that holds two tests at one point (a sweep defined wrongly: the message names the parameters)."""
-    groups: dict[tuple[str, str, str, str], list[SweepPoint]] = {}
+    groups: dict[tuple[str, str, str], list[SweepPoint]] = {}
     for p in points:
         if _number(p.concurrency):
             groups.setdefault(p.key(), []).append(p)

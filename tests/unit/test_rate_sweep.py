@@ -124,6 +124,7 @@ def test_a_rate_sweep_is_judged_by_the_crossovers_gate_on_the_fraction_of_satura
     out = G.judge_sweep(sweep, stored, alpha=0.05, tolerance=None, gated=True)
     assert out.verdict is not None and out.verdict.verdict == REGRESSED and out.family == GATED and out.failed
     assert out.crossover is not None and out.crossover.saturation == 40.0 and out.axis == X.RATE
+    assert out.verdict.note.startswith("crossover rate ≈ 0.5 × saturation → rate ≈ 0.25 × saturation: -50.0 %")
     same = G.judge_sweep(G.Sweep(sweep.sweep, sweep.line, tuple(point(f, 0.5) for f in GRID)), stored, alpha=0.05,
                          tolerance=None, gated=True)
     assert same.verdict is not None and same.verdict.verdict == UNCHANGED and not same.failed
