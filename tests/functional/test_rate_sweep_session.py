@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 from fakes import FakeConfig, FakeServerProcess
 
+from pytest_specdec.cli import main
+from pytest_specdec.gate.kinds import UNCHANGED
+
 REF_STEP_S, SPEC_STEP_S = 0.032, 0.016  # as the crossover session's: 2.0x before the verification cost
 SUITE = {"rate_sweep": 3, "concurrency": 8, "num_prompts": 8, "max_tokens": 5,
          "body": "assert specdec.result.runs"}
@@ -38,7 +41,7 @@ def servers() -> Iterator[Callable[..., FakeServerProcess]]:
 
 def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
     pytester: pytest.Pytester, fake_profile: Any, servers: Callable[..., FakeServerProcess],
-    make_suite: Callable[..., str],
+    make_suite: Callable[..., str], capsys: pytest.CaptureFixture[str],
 ) -> None:
     ref = servers(k=0, step_s=REF_STEP_S, seed=2)
     spec = servers(k=3, acceptance=(0.0, 0.0, 0.0), step_s=SPEC_STEP_S, seed=1, spec_cost_per_request=1 / 4)
@@ -84,3 +87,10 @@ def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
 
     html = (pytester.path / "reports" / "latest.html").read_text()
     assert "speedup vs load" in html and "throughput vs latency" in html and stop["text"].split(" (")[0] in html
+
+    # `compare` reads the stop-paying rate back from the results on its axis: a night against itself is unchanged
+    capsys.readouterr()
+    latest = str(pytester.path / "reports" / "latest.json")
+    assert main(["compare", latest, latest, "--json"]) == 0
+    (cmp,) = json.loads(capsys.readouterr().out)["crossovers"].values()
+    assert cmp["verdict"] == UNCHANGED and cmp["delta"] == 0
