@@ -302,7 +302,8 @@ class SpecDecSession:
         def measure() -> Saturation:
             ref = run.reference() if callable(run.reference) else run.reference
             sat = measure_saturation(ref, prompts, sampling, concurrency=case.concurrency, api=case.api,
-                                     api_key=self.settings.api_key, rules=self.validity(), measured_by=nodeid)
+                                     api_key=self.settings.api_key, rules=self.validity(), measured_by=nodeid,
+                                     settle=self.serving.settle())
             self.progress(f"specdec: {nodeid}: rate sweep saturation {sat.req_s:.3g} req/s (the reference with every "
                           f"prompt let in at once up to concurrency {case.concurrency})")
             return sat

@@ -71,15 +71,20 @@ class RatePoint:
 
 
 def measure_saturation(endpoint: Endpoint, prompts: Sequence[Prompt], sampling: Sampling, *, concurrency: int,
-                       api: str, api_key: str | None, rules: ValidityRules, measured_by: str) -> Saturation:
+                       api: str, api_key: str | None, rules: ValidityRules, measured_by: str,
+                       settle: Callable[[str | None, float | None], object] | None = None) -> Saturation:
     """One closed-loop run of ``prompts`` on the reference at ``concurrency`` (rate inf, capped), warmed up as the
-    runner warms a server; its request throughput is the saturation. An invalid run (failed requests, a hung
-    stream) cannot stand for the server's capacity: an error with its reasons."""
+    runner warms a server, after ``settle`` (the pool's wait for idle servers, as before every measured run: a
+    server just started still spins, and on a small host would take the reference's cores); its request throughput
+    is the saturation. An invalid run (failed requests, a hung stream) cannot stand for the server's capacity: an
+    error with its reasons."""
     from pytest_specdec.measure.prompts import FixedPrompts
     from pytest_specdec.measure.runner import one_run
     from pytest_specdec.measure.schedule import warmup_requests
 
     warm = FixedPrompts(list(prompts)).warmup(warmup_requests(len(prompts), concurrency))
+    if settle is not None:
+        settle(endpoint.instance, None)
     rec = one_run(endpoint, "reference", 0, list(prompts), sampling, concurrency=concurrency, api_key=api_key,
                   rules=rules, api=api, rate=None, warmup_prompts=warm)
     m = rec.metrics
