@@ -237,6 +237,9 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
         "rate_sweep": _as_list("rate_sweep", kwargs.get("rate_sweep", None)),
     }
     _check_synthetic(kwargs)
+    if len(lists["rate_sweep"]) > 1:
+        raise ConfigError(f"specdec marker: rate_sweep={kwargs['rate_sweep']!r}: give one number of points; two sweeps "
+                          "of one test would name their points alike (sat100 in both)")
     from pytest_specdec.measure.datasets.formats import MAX_GIVEN_TOKENS
 
     max_given = (MAX_GIVEN_TOKENS, "above any served context length, the bound of a dataset record's own max_tokens")
@@ -349,7 +352,8 @@ def _rate_sweep(value: Any, rate: Any) -> list[float | None]:
     if rate is not None:
         raise ConfigError(f"specdec marker: rate_sweep={value} finds its request rates at run time (fractions of the "
                           f"reference's saturation), but request_rate={rate!r} is set too: leave request_rate out")
-    return list(fractions(n))  # type: ignore[arg-type]
+    out: list[float | None] = list(fractions(n))
+    return out
 
 
 def _range_ratio(value: Any) -> float:

@@ -6,9 +6,8 @@ one) and the record writes to make. The plugin's session and `pytest-specdec com
 A sweep is the tests of one test function that differ only in its axis: concurrency, or on a rate sweep (the
 marker's ``rate_sweep``) the request rate as a fraction of the reference's saturation, whose speedup is
 latency-based (`crossover.load_speedups`) and whose crossover is the rate where speculation stops paying; one gate
-for both. It is grouped by the function, the axis, every field of
-the specdec marker but the axis, and the test's other parametrize values as its results record them
-(``callspec``). Two tests of one group at one concurrency cannot be told apart, so that sweep is an error with the
+for both. It is grouped by the function, every field of the specdec marker but the axis, and the test's other
+parametrize values as its results record them (``callspec``). Two tests of one group at one point cannot be told apart, so that sweep is an error with the
 reason; it never stops another sweep from being judged or written.
 
 It is not a `protocol.Gate`: it judges no single test (no start, no looks, no verdict at a test's end: its points
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Verdict
 
-#: The swept parameters (a test's `axis_of`); every other one is part of a sweep's identity.
-AXES = (CONCURRENCY, RATE)
 #: Per point: (the axis's value, its valid pairs' speedups).
 Grid = list[tuple[float, list[float]]]
 
@@ -45,7 +42,8 @@ def recorded(value: Any) -> Any:
 
 
 def axis_of(params: Mapping[str, Any]) -> str:
-    """A test's swept axis: a rate sweep's point (its case has a ``rate_fraction``) or a concurrency's."""
+    """A test's swept axis: a rate sweep's point (its case has a ``rate_fraction``) or a concurrency's; every other
+    parameter is part of its sweep's identity."""
     return RATE if params.get(RATE) is not None else CONCURRENCY
 
 
@@ -61,8 +59,7 @@ def sweep_id(nodeid: str, part: str) -> str:
     """``suites/test_concurrency.py::test_concurrency[eagle3-k3-t0.0-c4]`` → ``...[eagle3-k3-t0.0]``: the name of
     the sweep a test belongs to (its axis part, `id_part`, left out), under which its crossover record is stored."""
     path, _, rest = nodeid.partition("[")
-    c = part
-    parts = [p for p in rest.rstrip("]").split("-") if p != c] if rest else []
+    parts = [p for p in rest.rstrip("]").split("-") if p != part] if rest else []
     return f"{path}[{'-'.join(parts)}]" if parts else path
 
 
@@ -192,8 +189,8 @@ class Sweep:
 
     @property
     def saturation(self) -> float | None:
-        """A rate sweep's saturation (req/s): the one its first measured point recorded (one per sweep and
-        session; under xdist a worker measures its own, and each point records the one its rate came from)."""
+        """A rate sweep's saturation (req/s): its lowest point's (one per sweep and session; under xdist each worker
+        measures its own, and each point's results record the one its rate came from)."""
         return next((p.saturation_req_s for p in self.points if p.saturation_req_s is not None), None)
 
     def grid(self) -> Grid:
