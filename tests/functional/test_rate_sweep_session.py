@@ -17,7 +17,7 @@ import pytest
 from fakes import FakeConfig, FakeServerProcess
 
 from pytest_specdec.cli import main
-from pytest_specdec.gate.kinds import UNCHANGED
+from pytest_specdec.gate.kinds import INCONCLUSIVE, UNCHANGED
 
 REF_STEP_S, SPEC_STEP_S = 0.032, 0.016  # as the crossover session's: 2.0x before the verification cost
 SUITE = {"rate_sweep": 3, "concurrency": 8, "num_prompts": 8, "max_tokens": 5,
@@ -49,7 +49,7 @@ def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
     result = pytester.runpytest(
         f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec.base_url}",
         f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-        "--specdec-runs=2", "--specdec-max-runs=2", "-p", "no:cacheprovider", "--update-baselines")
+        "--specdec-runs=3", "--specdec-max-runs=3", "-p", "no:cacheprovider", "--update-baselines")
     result.assert_outcomes(passed=3)
     data = json.loads((pytester.path / "reports" / "latest.json").read_text())
 
@@ -64,7 +64,8 @@ def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
         assert p["fraction"] == pytest.approx(fraction, abs=1e-6) and p["points"] == 3
         assert p["request_rate"] == pytest.approx(fraction * sat["req_s"], rel=1e-4)
         # the rate the runs offered is the one recorded
-        assert [r["request_rate"] for r in tests[name]["runs"]] == pytest.approx([p["request_rate"]] * 2, rel=1e-4)
+        offered = [r["request_rate"] for r in [*tests[name]["runs"], *tests[name]["reference_runs"]]]
+        assert offered == pytest.approx([p["request_rate"]] * 6, rel=1e-4)
     assert sum("rate sweep saturation" in line for line in result.outlines) == 1
 
     (entry,) = data["crossovers"]
@@ -72,7 +73,8 @@ def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
     assert [p["rate_fraction"] for p in entry["points"]] == pytest.approx([1 / 3, 2 / 3, 1.0])
     for p, name in zip(entry["points"], ("sat33", "sat67", "sat100")):  # latency speedups: reference ÷ spec E2E P50
         t = tests[name]
-        ratios = [r["e2e_ms"]["p50"] / s["e2e_ms"]["p50"] for r, s in zip(t["reference_runs"], t["runs"])]
+        ratios = [r["e2e_ms"]["p50"] / s["e2e_ms"]["p50"] for r, s in zip(t["reference_runs"], t["runs"])
+                  if r["valid"] and s["valid"]]
         assert p["speedups"] == pytest.approx(ratios, rel=1e-4) and p["speedups"] != pytest.approx(t["speedup_per_pair"])
     stop = entry["crossover"]
     assert stop["axis"] == "rate_fraction" and stop["side"] in ("crossed", "above", "below") and stop["ci"], stop
@@ -88,9 +90,10 @@ def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
     html = (pytester.path / "reports" / "latest.html").read_text()
     assert "speedup vs load" in html and "throughput vs latency" in html and stop["text"].split(" (")[0] in html
 
-    # `compare` reads the stop-paying rate back from the results on its axis: a night against itself is unchanged
+    # `compare` reads the stop-paying rate back from the results on its axis: a night against itself has not moved
+    # (unchanged, or inconclusive where three runs a point on a loaded host leave the CI wider than the ±33 %)
     capsys.readouterr()
     latest = str(pytester.path / "reports" / "latest.json")
     assert main(["compare", latest, latest, "--json"]) == 0
     (cmp,) = json.loads(capsys.readouterr().out)["crossovers"].values()
-    assert cmp["verdict"] == UNCHANGED and cmp["delta"] == 0
+    assert cmp["verdict"] in (UNCHANGED, INCONCLUSIVE) and cmp["delta"] == 0, cmp
