@@ -25,12 +25,13 @@ MARKER = "specdec"
 MARKER_SIGNATURE = (
     "specdec(method=..., k=..., temperature=..., concurrency=..., dataset=..., max_tokens=..., "
     "num_prompts=..., speculative_config=..., api=..., request_rate=..., ignore_eos=..., burstiness=..., input_len=..., "
-    "output_len=..., range_ratio=..., goodput=...): measure the spec config(s) against the no-spec "
+    "output_len=..., range_ratio=..., goodput=..., rate_sweep=...): measure the spec config(s) against the no-spec "
     "reference on a vLLM server; each field takes a value or a list (cross product)"
 )
 FIELDS = (
     "method", "k", "temperature", "concurrency", "dataset", "max_tokens", "num_prompts", "speculative_config",
     "api", "request_rate", "ignore_eos", "burstiness", "input_len", "output_len", "range_ratio", "goodput",
+    "rate_sweep",
 )
 #: The goodput SLOs a request must meet, as `vllm bench serve --goodput` names them (milliseconds).
 GOODPUT_KEYS = ("ttft", "tpot", "e2el")
@@ -79,6 +80,10 @@ class Case:
     range_ratio: float = 0.0
     #: the SLOs (ms) of goodput, vllm bench serve's --goodput: ((name, ms), ...) sorted by name; () = none
     goodput: tuple[tuple[str, float], ...] = ()
+    #: a rate sweep of ``rate_sweep`` points (docs/suites.md#rate-sweeps): this test's open-loop rate is
+    #: ``rate_fraction`` × the reference's saturation, measured at run time (`measure.saturation`); None: not one
+    rate_sweep: int | None = None
+    rate_fraction: float | None = None
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
@@ -100,6 +105,8 @@ class Case:
             parts.append(self.api)
         if self.request_rate is not None:
             parts.append(f"r{self.request_rate:g}")
+        if self.rate_fraction is not None:  # `gate.crossover_gate.id_part` names the same
+            parts.append(f"sat{round(100 * self.rate_fraction)}")
         if self.burstiness != 1.0:
             parts.append(f"b{self.burstiness:g}")
         if self.input_len is not None:
@@ -136,6 +143,8 @@ class Case:
             out.update(input_len=self.input_len, output_len=self.output_len, range_ratio=self.range_ratio)
         if self.goodput:
             out["goodput"] = dict(self.goodput)
+        if self.rate_fraction is not None:  # the rate as a fraction of saturation: raw req/s follow the machine
+            out.update(rate_sweep=self.rate_sweep, rate_fraction=self.rate_fraction)
         return out
 
     def sampling(self) -> Sampling:
@@ -216,21 +225,28 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
         "num_prompts": _as_list("num_prompts", kwargs.get("num_prompts", profile.matrix.get("num_prompts"))),
         "speculative_config": _as_list("speculative_config", kwargs.get("speculative_config", None)),
         "api": _as_list("api", kwargs.get("api", defaults.get("api", "chat"))),
-        "request_rate": _as_list("request_rate", kwargs.get("request_rate", defaults.get("request_rate"))),
+        # a rate sweep finds its rates at run time: the command line's default rate is not one of them
+        "request_rate": _as_list("request_rate", kwargs.get("request_rate", None if "rate_sweep" in kwargs
+                                                            else defaults.get("request_rate"))),
         "ignore_eos": _as_list("ignore_eos", kwargs.get("ignore_eos", False)),
         "burstiness": _as_list("burstiness", kwargs.get("burstiness", 1.0)),
         "input_len": _as_list("input_len", kwargs.get("input_len", None)),
         "output_len": _as_list("output_len", kwargs.get("output_len", None)),
         "range_ratio": _as_list("range_ratio", kwargs.get("range_ratio", 0.0)),
         "goodput": _as_list("goodput", kwargs.get("goodput", None)),
+        "rate_sweep": _as_list("rate_sweep", kwargs.get("rate_sweep", None)),
     }
     _check_synthetic(kwargs)
+    if len(lists["rate_sweep"]) > 1:
+        raise ConfigError(f"specdec marker: rate_sweep={kwargs['rate_sweep']!r}: give one number of points; two sweeps "
+                          "of one test would name their points alike (sat100 in both)")
     from pytest_specdec.measure.datasets.formats import MAX_GIVEN_TOKENS
 
     max_given = (MAX_GIVEN_TOKENS, "above any served context length, the bound of a dataset record's own max_tokens")
     cases: list[Case] = []
     for (method, k, temperature, concurrency, dataset, max_tokens, num_prompts, raw, api,
-         rate, ignore_eos, burstiness, input_len, output_len, range_ratio, goodput) in itertools.product(*lists.values()):
+         rate, ignore_eos, burstiness, input_len, output_len, range_ratio, goodput,
+         rate_sweep) in itertools.product(*lists.values()):
         raw_json, k_field = None, "k"
         if raw is not None:
             if not isinstance(raw, dict) or "method" not in raw:
@@ -273,7 +289,8 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
             )
         if not isinstance(ignore_eos, bool):
             raise ConfigError(f"specdec marker: ignore_eos must be True or False, got {ignore_eos!r}")
-        burstiness = _burstiness(burstiness, rate)
+        fractions = _rate_sweep(rate_sweep, rate)
+        burstiness = _burstiness(burstiness, rate if rate_sweep is None else rate_sweep)
         if "input_len" in kwargs:
             input_len = _int("input_len", input_len)
             output_len = _int("output_len", output_len)
@@ -287,7 +304,7 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
                     f"api='completions' as vllm bench serve's random dataset is; api={api!r} would wrap them in the "
                     f"chat template's tokens: leave api out or set api='completions'")
         goodput_slos = _goodput(goodput)
-        cases.append(
+        cases.extend(
             Case(
                 method=method,
                 k=k,
@@ -305,7 +322,10 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
                 output_len=output_len,
                 range_ratio=float(range_ratio),
                 goodput=goodput_slos,
+                rate_sweep=rate_sweep,
+                rate_fraction=fraction,
             )
+            for fraction in fractions
         )
     return list(dict.fromkeys(cases))  # `none` at several k collapses to one case
 
@@ -319,6 +339,21 @@ def _burstiness(value: Any, rate: Any) -> float:
         raise ConfigError(f"specdec marker: burstiness={value!r} shapes open-loop arrivals, but this test is a closed "
                           f"loop: set request_rate= too")
     return float(value)
+
+
+def _rate_sweep(value: Any, rate: Any) -> list[float | None]:
+    """A rate sweep's fractions of the reference's saturation (`measure.saturation.fractions`), [None] without
+    one; its rates are found at run time, so it cannot go with a request_rate."""
+    from pytest_specdec.measure.saturation import MAX_POINTS, fractions
+
+    if value is None:
+        return [None]
+    n = _int("rate_sweep", value, minimum=3, maximum=(MAX_POINTS, "its ids name each point in whole % of saturation"))
+    if rate is not None:
+        raise ConfigError(f"specdec marker: rate_sweep={value} finds its request rates at run time (fractions of the "
+                          f"reference's saturation), but request_rate={rate!r} is set too: leave request_rate out")
+    out: list[float | None] = list(fractions(n))
+    return out
 
 
 def _range_ratio(value: Any) -> float:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from pytest_specdec.markers import Case, VerdictOptions
+from pytest_specdec.measure.saturation import Saturations
 from pytest_specdec.measure.serving import Serving
 from pytest_specdec.measure.workload import Workload
 from pytest_specdec.options import Settings
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.lossless import Collected
     from pytest_specdec.measure.validity import ValidityRules
     from pytest_specdec.measure.runner import CaseResult
-    from pytest_specdec.measure.types import Prompt
+    from pytest_specdec.measure.saturation import RatePoint, Saturation
+    from pytest_specdec.measure.serving import CaseRun
+    from pytest_specdec.measure.types import Prompt, Sampling
     from pytest_specdec.output.timing import SessionTime
     from pytest_specdec.profiles import Profile
     from pytest_specdec.profiles.placement import Placement
@@ -61,6 +64,7 @@ class SpecDecSession:
         self.ab: ABGate | None = None  # an A/B session's gate (--specdec-base-draft), built at configure
         self.end: SessionEnd | None = None  # the gate's last word (machine factor, late regressions, writes)
         self.crossovers: CrossoverEnd | None = None  # each concurrency sweep's crossover, judged at the end
+        self.saturations = Saturations()  # each rate sweep's reference saturation, measured at its first test
         #: the collected specdec tests as their gate sees them: what each can add to the family (for BH before
         #: all are known), and what an A/B refuses before anything runs
         self.planned: list[Planned] = []
@@ -272,10 +276,14 @@ class SpecDecSession:
         self.progress(planned(nodeid, len(prompts), self.runs(), block, run.source.fresh))
         sampling = case.sampling()
         record.sampling = sampling.to_request()
+        rate = case.request_rate
+        if case.rate_fraction is not None:  # a rate sweep's point: a fraction of the reference's saturation
+            point = self._rate_point(nodeid, case, callspec, run, prompts, sampling)
+            record.rate_sweep, rate = point.to_dict(), point.request_rate
         result = record.result = run.first(
             sampling, self.runs(), concurrency=case.concurrency, api_key=self.settings.api_key,
             rules=self.validity(), progress=self.progress, api=case.api,
-            rate=case.request_rate, burstiness=case.burstiness)
+            rate=rate, burstiness=case.burstiness)
         if verdicts is not None:  # the session's gate, through its protocol: start, then its looks
             from pytest_specdec.gate.protocol import TestStart, drive
 
@@ -300,6 +308,26 @@ class SpecDecSession:
             runs = result.arm_runs(arm)
             raise SpecDecError(dead_arm(nodeid, arm, runs, self.serving.deaths(arms[arm])[died[arm]:]))
         return result
+
+    def _rate_point(self, nodeid: str, case: Case, callspec: dict[str, Any] | None, run: CaseRun,
+                    prompts: list[Prompt], sampling: Sampling) -> RatePoint:
+        """The test's rate sweep point (`measure.saturation`): the saturation measured on the warm reference at the
+        sweep's first test (the sweep: the function, the case but its fraction, the other parameters)."""
+        from pytest_specdec.measure.saturation import measure_saturation
+
+        def measure() -> Saturation:
+            ref = run.reference() if callable(run.reference) else run.reference
+            sat = measure_saturation(ref, prompts, sampling, concurrency=case.concurrency, api=case.api,
+                                     api_key=self.settings.api_key, rules=self.validity(), measured_by=nodeid,
+                                     settle=self.serving.settle())
+            self.progress(f"specdec: {nodeid}: rate sweep saturation {sat.req_s:.3g} req/s (the reference with every "
+                          f"prompt let in at once up to concurrency {case.concurrency})")
+            return sat
+
+        others = repr(sorted((callspec or {}).items()))
+        sweep = (nodeid.partition("[")[0], dataclasses.replace(case, rate_fraction=None), others)
+        assert case.rate_sweep is not None and case.rate_fraction is not None
+        return self.saturations.point(sweep, case.rate_fraction, case.rate_sweep, measure)
 
     def _start_together(self, nodeid: str, specs: list[ServerSpec]) -> None:
         """Start the test's missing servers and the next tests' (in run order) at once where the placement lets
@@ -398,6 +426,7 @@ class SpecDecSession:
     # --- output --------------------------------------------------------------------------------
     def dry_run_lines(self, cases: list[tuple[str, Case]]) -> list[str]:
         """Every test's exact server commands and each suite's estimated run time, without starting anything."""
+        from pytest_specdec.measure.saturation import fractions
         from pytest_specdec.output.dry_run import dry_run_lines, dry_run_test
         from pytest_specdec.output.results import price
 
@@ -405,7 +434,10 @@ class SpecDecSession:
         # An A/B session skips the tests it has no base for (`measure`): they are named, not estimated.
         why = {nodeid: r for nodeid, case in cases
                if self.ab is not None and (r := self.ab.skip_reason(case.method, case.speculative_config))}
-        tests = [dry_run_test(nodeid, self.arms(case), case.concurrency, lambda case=case: self.prompts(case))
+        # a rate sweep's lowest point measures its saturation (its first test in the run order)
+        tests = [dry_run_test(nodeid, self.arms(case), case.concurrency, lambda case=case: self.prompts(case),
+                              case.rate_fraction, bool(case.rate_sweep) and case.rate_fraction == fractions(
+                                  case.rate_sweep)[0])
                  for nodeid, case in cases if nodeid not in why]
         return dry_run_lines(profile, tests, skipped=why, hardware_note=self.hardware_note,
                              endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,

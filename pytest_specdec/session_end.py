@@ -93,7 +93,8 @@ def judge_crossovers(session: SpecDecSession) -> list[str]:
             c = r.baseline
             gate.test_end(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result),
                                         status=c.status if c else None, checked=c.check if c else True,
-                                        gate=c.gate if c else (), passed=r.outcome == "passed"))
+                                        gate=c.gate if c else (), passed=r.outcome == "passed",
+                                        saturation_req_s=(r.rate_sweep or {}).get("saturation_req_s")))
     session.crossovers = gate.finish()
     return crossover_lines(session.crossovers, gate.write(session.crossovers, st.baselines_dir, st.keep_sessions))
 

@@ -13,6 +13,10 @@ The verdict compares tonight's crossover with the stored night's on the log scal
 in %: ``regressed`` when it moved down by more than `FACTOR` (-33 %) and the bootstrap's one-sided p is
 below alpha, ``unchanged`` when the CI lies inside -33 % .. +50 %, as `stats.decide` rules every metric.
 docs/validation.md#the-crossover-concurrency says why a factor of 1.5 and what it catches.
+
+The axis is a parameter: a concurrency sweep's (`CONCURRENCY`) or a rate sweep's (`RATE`: the offered request
+rate as a fraction of the reference's saturation, where the speedup is latency-based, `load_speedups`, and the
+crossover is the rate where speculation stops paying). One statistic, one bootstrap, one verdict for both.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from pytest_specdec.gate.stats import Verdict
+    from pytest_specdec.measure.record import ArmRun
 
 #: The metric's name in verdicts, the gate (``specdec_gate = crossover``) and the JSON.
 NAME = "crossover"
@@ -38,13 +43,25 @@ RESAMPLES = 2000
 SEED = 0
 #: Per point: (concurrency, its valid pairs' speedups).
 Points = Sequence[tuple[float, Sequence[float]]]
+#: The swept parameters: concurrency, or the request rate as a fraction of the reference's saturation.
+CONCURRENCY, RATE = "concurrency", "rate_fraction"
+#: Per axis: (its symbol in a crossover's text, its word in messages, its plural).
+AXIS_WORDS = {CONCURRENCY: ("c", "concurrency", "concurrencies"), RATE: ("rate", "rate", "rates")}
+
+
+def axis_words(axis: str) -> tuple[str, str, str]:
+    """The axis's (symbol, word, plural); an unknown axis is an error naming the ones there are."""
+    if axis not in AXIS_WORDS:
+        raise ConfigError(f"crossover axis {axis!r} is unknown; one of {', '.join(AXIS_WORDS)}")
+    return AXIS_WORDS[axis]
 
 
 @dataclass(frozen=True)
 class Crossover:
     """One night's crossover. ``side``: "crossed" (``value`` is the concurrency), "above" (speedup above
     1.0 at every swept concurrency: ``> c_max``) or "below" (below 1.0 already at ``c_min``). ``ci`` is the
-    bootstrap CI in concurrency, clamped to the swept range; ``level`` its confidence in %."""
+    bootstrap CI in concurrency, clamped to the swept range; ``level`` its confidence in %. On a rate sweep
+    (``axis`` `RATE`) the values are fractions of the reference's saturation, ``saturation`` its req/s."""
 
     side: str
     value: float | None
@@ -53,15 +70,22 @@ class Crossover:
     c_min: float
     c_max: float
     pairs: tuple[tuple[float, int], ...]  # (concurrency, valid pairs) of the points used
+    axis: str = CONCURRENCY
+    saturation: float | None = None  # a rate sweep's: the reference's req/s with every prompt in flight
 
     def text(self) -> str:
-        """How the report and the terminal state it: ``c ≈ 14.2 (90% CI 9.8 – 20.1)`` or ``c > 32 (...)``."""
+        """How the report and the terminal state it: ``c ≈ 14.2 (90% CI 9.8 – 20.1)`` or ``c > 32 (...)``; on a
+        rate sweep ``rate ≈ 0.62 × saturation (≈ 3.1 req/s) (90% CI ...)``."""
+        sym, word, _ = axis_words(self.axis)
+        unit = " × saturation" if self.axis == RATE else ""
         if self.side == "above":
-            head = f"c > {self.c_max:g} (speedup above 1.0 at every swept concurrency)"
+            head = f"{sym} > {self.c_max:g}{unit} (speedup above 1.0 at every swept {word})"
         elif self.side == "below":
-            head = f"c < {self.c_min:g} (speedup below 1.0 already at the smallest concurrency)"
+            head = f"{sym} < {self.c_min:g}{unit} (speedup below 1.0 already at the smallest {word})"
         else:
-            head = f"c ≈ {self.value:.3g}"
+            head = f"{sym} ≈ {self.value:.3g}{unit}"
+            if self.saturation is not None and self.value is not None:
+                head += f" (≈ {self.value * self.saturation:.3g} req/s)"
         if self.ci is None:
             return head
         lo, hi = self.ci
@@ -70,27 +94,33 @@ class Crossover:
         return f"{head} ({self.level:.3g}% CI {lo_s} – {hi_s})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"side": self.side, "value": self.value, "ci": list(self.ci) if self.ci else None,
-                "level": self.level, "c_min": self.c_min, "c_max": self.c_max, "text": self.text(),
-                "pairs": [{"concurrency": c, "n": n} for c, n in self.pairs]}
+        out = {"side": self.side, "value": self.value, "ci": list(self.ci) if self.ci else None,
+               "level": self.level, "c_min": self.c_min, "c_max": self.c_max, "text": self.text(),
+               "pairs": [{self.axis: c, "n": n} for c, n in self.pairs], "axis": self.axis}
+        if self.saturation is not None:  # the stop-paying rate in req/s beside the fraction it is gated on
+            sat = self.saturation
+            out.update(saturation_req_s=sat, value_req_s=None if self.value is None else self.value * sat,
+                       ci_req_s=[x * sat for x in self.ci] if self.ci else None)
+        return out
 
 
-def checked_points(points: Points, where: str) -> list[tuple[float, list[float]]]:
-    """The points sorted by concurrency, each with its finite positive speedups; a point with fewer than two
+def checked_points(points: Points, where: str, axis: str = CONCURRENCY) -> list[tuple[float, list[float]]]:
+    """The points sorted by the axis's value, each with its finite positive speedups; a point with fewer than two
     is left out (a bootstrap needs two), a bad value is an error naming ``where``."""
+    word = axis_words(axis)[1]
     out: list[tuple[float, list[float]]] = []
     for c, values in points:
         if not (isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c > 0):
-            raise ConfigError(f"{where}: concurrency must be a positive number, got {c!r}")
+            raise ConfigError(f"{where}: {word} must be a positive number, got {c!r}")
         vals = list(values)
         for v in vals:
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
-                raise ConfigError(f"{where}: speedup at concurrency {c:g} must be a positive number, got {v!r}")
+                raise ConfigError(f"{where}: speedup at {word} {c:g} must be a positive number, got {v!r}")
         if len(vals) >= 2:
             out.append((float(c), vals))
     out.sort(key=lambda p: p[0])
     if len({c for c, _ in out}) != len(out):
-        raise ConfigError(f"{where}: two points at the same concurrency")
+        raise ConfigError(f"{where}: two points at the same {word}")
     return out
 
 
@@ -127,12 +157,12 @@ def _bootstrap(samples: list[list[float]], statistic: Any, level: float, seed: i
 
 
 def estimate(points: Points, *, alpha: float = 0.05, seed: int = SEED, resamples: int = RESAMPLES,
-             where: str = "crossover") -> Crossover | None:
-    """One night's crossover with its 1 − 2·alpha bootstrap CI (none with ``resamples=0``); None with fewer
-    than two usable points."""
+             where: str = "crossover", axis: str = CONCURRENCY) -> Crossover | None:
+    """One night's crossover on ``axis`` with its 1 − 2·alpha bootstrap CI (none with ``resamples=0``); None with
+    fewer than two usable points."""
     import numpy as np
 
-    pts = checked_points(points, where)
+    pts = checked_points(points, where, axis)
     if len(pts) < 2:
         return None
     logc = np.log([c for c, _ in pts])
@@ -143,7 +173,7 @@ def estimate(points: Points, *, alpha: float = 0.05, seed: int = SEED, resamples
     value = float(np.exp(x)) if side == "crossed" else None
     pairs = tuple((c, len(v)) for c, v in pts)
     if not resamples:
-        return Crossover(side, value, None, 100.0 * (1.0 - 2.0 * alpha), pts[0][0], pts[-1][0], pairs)
+        return Crossover(side, value, None, 100.0 * (1.0 - 2.0 * alpha), pts[0][0], pts[-1][0], pairs, axis)
 
     def stat(*s: np.ndarray, axis: int = -1) -> np.ndarray:
         return crossing(np.stack([a.mean(axis=axis) for a in s], axis=-1), logc)
@@ -151,33 +181,34 @@ def estimate(points: Points, *, alpha: float = 0.05, seed: int = SEED, resamples
     level = 1.0 - 2.0 * alpha
     res = _bootstrap(samples, stat, level, seed, resamples)
     ci = (float(np.exp(res.confidence_interval.low)), float(np.exp(res.confidence_interval.high)))
-    return Crossover(side, value, ci, 100.0 * level, pts[0][0], pts[-1][0], pairs)
+    return Crossover(side, value, ci, 100.0 * level, pts[0][0], pts[-1][0], pairs, axis)
 
 
 def compare(base: Points, now: Points, *, alpha: float = 0.05, factor: float = FACTOR, seed: int = SEED,
-            resamples: int = RESAMPLES, family: Family = SHOWN) -> Verdict:
-    """Tonight's crossover against the stored night's: Δ in % of the concurrency, the bootstrap's CI and
+            resamples: int = RESAMPLES, family: Family = SHOWN, axis: str = CONCURRENCY) -> Verdict:
+    """Tonight's crossover against the stored night's: Δ in % of the axis's value, the bootstrap's CI and
     one-sided p (the share of resamples on the far side of no change), decided by `stats.decide` with the
     threshold ``1/factor − 1`` (−33.3 % for 1.5) and its mirror. Both sweeps must cover the same
-    concurrencies (else `not-comparable`)."""
+    points of the axis (else `not-comparable`)."""
     import numpy as np
 
     from pytest_specdec.gate.stats import Verdict, decide, not_comparable
 
     if not (isinstance(factor, (int, float)) and factor > 1):
         raise ConfigError(f"crossover factor must be a number above 1, got {factor!r}")
-    b, n = checked_points(base, "stored crossover night"), checked_points(now, "tonight's crossover")
+    plural = axis_words(axis)[2]
+    b, n = checked_points(base, "stored crossover night", axis), checked_points(now, "tonight's crossover", axis)
     bad = 100.0 * (1.0 / factor - 1.0)
     grid_b, grid_n = [c for c, _ in b], [c for c, _ in n]
     if grid_b != grid_n:
-        v = not_comparable("speedup", {"concurrencies": (grid_b, grid_n)})
+        v = not_comparable("speedup", {plural: (grid_b, grid_n)})
         return Verdict(NAME, v.verdict, None, None, None, None, None, None, len(b), len(n), PERCENT, "none", bad,
-                       v.note.replace("comparability keys differ", "the swept concurrencies differ"), family=family,
+                       v.note.replace("comparability keys differ", f"the swept {plural} differ"), family=family,
                        per=NIGHT)
-    eb, en = estimate(base, alpha=alpha, resamples=0), estimate(now, alpha=alpha, resamples=0)
+    eb, en = estimate(base, alpha=alpha, resamples=0, axis=axis), estimate(now, alpha=alpha, resamples=0, axis=axis)
     if eb is None or en is None:
         return Verdict(NAME, INCONCLUSIVE, None, None, None, None, None, None, len(b), len(n), PERCENT, "none", bad,
-                       "too little data: a crossover needs two concurrencies with two valid pairs each, both nights",
+                       f"too little data: a crossover needs two {plural} with two valid pairs each, both nights",
                        family=family, per=NIGHT)
     logc = np.log(grid_b)
     k = len(b)
@@ -208,15 +239,35 @@ def _means(points: Iterable[tuple[float, Sequence[float]]]) -> np.ndarray:
     return np.array([np.mean(np.log(v)) for _, v in points])
 
 
-def points_of(night: Mapping[str, Any], where: str) -> list[tuple[float, list[float]]]:
-    """A stored night's points (``{"points": [{"concurrency": c, "speedups": [...]}, ...]}``), checked."""
+def points_of(night: Mapping[str, Any], where: str, axis: str = CONCURRENCY) -> list[tuple[float, list[float]]]:
+    """A stored night's points (``{"points": [{"concurrency": c, "speedups": [...]}, ...]}``, a rate sweep's
+    ``rate_fraction`` in place of concurrency), checked."""
     raw = night.get("points")
     if not isinstance(raw, list) or not all(isinstance(p, Mapping) for p in raw):
-        raise ConfigError(f"{where}: 'points' must be a list of {{concurrency, speedups}} objects")
+        raise ConfigError(f"{where}: 'points' must be a list of {{{axis}, speedups}} objects")
     out = []
     for i, p in enumerate(raw):
-        c, s = p.get("concurrency"), p.get("speedups")
+        c, s = p.get(axis), p.get("speedups")
         if not isinstance(s, list):
             raise ConfigError(f"{where}: points[{i}].speedups must be a list of numbers")
         out.append((c, s))
-    return checked_points(out, where)
+    return checked_points(out, where, axis)
+
+
+def load_speedups(reference: Sequence[ArmRun], spec: Sequence[ArmRun]) -> list[float]:
+    """A rate sweep's speedup per kept interleaved pair: the reference run's median E2E latency over the spec
+    run's. In an open loop below saturation both arms finish every request at the offered rate, so tok/s is ~1
+    whatever the drafts do; what a user of "spec decode at x req/s" gains is time per request, queueing included
+    (it rises toward saturation, where the slower arm queues first). Every run stores its E2E P50; E2E is the
+    stream's end, so a coalesced stream does not make it untrustworthy."""
+    from pytest_specdec.measure.record import pairs
+
+    out = []
+    for p in pairs(reference, spec):
+        if not p.kept:
+            continue
+        assert p.first is not None and p.second is not None
+        r, s = ((run.latencies_ms.get("e2e_ms") or {}).get("p50") for run in (p.first, p.second))
+        if r and s:
+            out.append(r / s)
+    return out

@@ -3,9 +3,11 @@ sweep judged at the session's end (`finish`), one outcome per sweep (its verdict
 one) and the record writes to make. The plugin's session and `pytest-specdec compare` both take a sweep through
 `decide` (then `judge_sweep`), with the same not-comparable rule, so they cannot disagree on the same data.
 
-A sweep is the tests of one test function that differ only in concurrency: grouped by the function, every field of
-the specdec marker but concurrency, and the test's other parametrize values as its results record them
-(``callspec``). Two tests of one group at one concurrency cannot be told apart, so that sweep is an error with the
+A sweep is the tests of one test function that differ only in its axis: concurrency, or on a rate sweep (the
+marker's ``rate_sweep``) the request rate as a fraction of the reference's saturation, whose speedup is
+latency-based (`crossover.load_speedups`) and whose crossover is the rate where speculation stops paying; one gate
+for both. It is grouped by the function, every field of the specdec marker but the axis, and the test's other
+parametrize values as its results record them (``callspec``). Two tests of one group at one point cannot be told apart, so that sweep is an error with the
 reason; it never stops another sweep from being judged or written.
 
 It is not a `protocol.Gate`: it judges no single test (no start, no looks, no verdict at a test's end: its points
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.gate.crossover import NAME
+from pytest_specdec.gate.crossover import CONCURRENCY, NAME, RATE, axis_words
 from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE, REGRESSED, SHOWN, Family
 
 if TYPE_CHECKING:
@@ -30,9 +32,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Verdict
 
-#: The swept parameter; every other one is part of a sweep's identity.
-AXIS = "concurrency"
-#: Per point: (concurrency, its valid pairs' speedups).
+#: Per point: (the axis's value, its valid pairs' speedups).
 Grid = list[tuple[float, list[float]]]
 
 
@@ -41,12 +41,25 @@ def recorded(value: Any) -> Any:
     return value if value is None or isinstance(value, (str, int, float, bool)) else repr(value)
 
 
-def sweep_id(nodeid: str, concurrency: Any) -> str:
+def axis_of(params: Mapping[str, Any]) -> str:
+    """A test's swept axis: a rate sweep's point (its case has a ``rate_fraction``) or a concurrency's; every other
+    parameter is part of its sweep's identity."""
+    return RATE if params.get(RATE) is not None else CONCURRENCY
+
+
+def id_part(params: Mapping[str, Any]) -> str:
+    """The part of a test's id that names its point on its axis: ``c4``, or ``sat33`` (33 % of saturation:
+    `markers.Case.id`)."""
+    if axis_of(params) == RATE:
+        return f"sat{round(100 * params[RATE])}"
+    return f"c{params.get(CONCURRENCY)}"
+
+
+def sweep_id(nodeid: str, part: str) -> str:
     """``suites/test_concurrency.py::test_concurrency[eagle3-k3-t0.0-c4]`` → ``...[eagle3-k3-t0.0]``: the name of
-    the sweep a test belongs to (its concurrency part left out), under which its crossover record is stored."""
+    the sweep a test belongs to (its axis part, `id_part`, left out), under which its crossover record is stored."""
     path, _, rest = nodeid.partition("[")
-    c = f"c{concurrency}"
-    parts = [p for p in rest.rstrip("]").split("-") if p != c] if rest else []
+    parts = [p for p in rest.rstrip("]").split("-") if p != part] if rest else []
     return f"{path}[{'-'.join(parts)}]" if parts else path
 
 
@@ -70,27 +83,42 @@ class SweepPoint:
     checked: bool = True  # False: the test opted out (check=False)
     gate: tuple[str, ...] = ()  # its gated metrics (ini and marker)
     passed: bool = True  # pytest's outcome was `passed`
+    saturation_req_s: float | None = None  # a rate sweep's: the reference's saturation its rate was a fraction of
 
     @classmethod
     def of(cls, nodeid: str, params: Mapping[str, Any], callspec: Mapping[str, Any], night: Night, *,
-           status: str | None, checked: bool, gate: Sequence[str], passed: bool) -> SweepPoint:
-        """A test's point from its night (tonight's runs, or a results file's test)."""
-        return cls(nodeid, dict(params), dict(callspec), tuple(s for s in night.speedup_per_pair if s is not None),
-                   night.machine_state, status, checked, tuple(gate), passed)
+           status: str | None, checked: bool, gate: Sequence[str], passed: bool,
+           saturation_req_s: float | None = None) -> SweepPoint:
+        """A test's point from its night (tonight's runs, or a results file's test): a rate sweep's speedups are
+        latency-based (`crossover.load_speedups`), a concurrency sweep's the tok/s speedups of its pairs."""
+        from pytest_specdec.gate.crossover import load_speedups
+
+        speedups = (load_speedups(night.reference, night.spec) if axis_of(params) == RATE
+                    else [s for s in night.speedup_per_pair if s is not None])
+        return cls(nodeid, dict(params), dict(callspec), tuple(speedups), night.machine_state, status, checked,
+                   tuple(gate), passed, saturation_req_s)
+
+    @property
+    def axis(self) -> str:
+        return axis_of(self.params)
 
     @property
     def concurrency(self) -> Any:
-        return self.params.get(AXIS)
+        """The point's value on its axis (a concurrency, or a rate sweep's fraction of saturation)."""
+        return self.params.get(self.axis)
 
     def key(self) -> tuple[str, str, str]:
-        """What a sweep's tests share: the function, every marker field but concurrency, the other parameters."""
-        fixed = sorted((k, repr(v)) for k, v in self.params.items() if k != AXIS)
+        """What a sweep's tests share: the function, every marker field but the axis (so a rate sweep's points,
+        which leave out their fraction, never group with a concurrency sweep's, which leave out concurrency),
+        the other parameters."""
+        fixed = sorted((k, repr(v)) for k, v in self.params.items() if k != self.axis)
         others = sorted((k, repr(v)) for k, v in self.callspec.items())
         return (self.nodeid.partition("[")[0], repr(fixed), repr(others))
 
     def grouped_by(self) -> str:
         """The parameters the key holds, as a message names them."""
-        items = [*((k, v) for k, v in self.params.items() if k != AXIS and v is not None), *self.callspec.items()]
+        items = [*((k, v) for k, v in self.params.items() if k != self.axis and v is not None),
+                 *self.callspec.items()]
         return ", ".join(f"{k}={v!r}" for k, v in items)
 
 
@@ -121,6 +149,8 @@ class SweepOutcome:
     note: str = ""
     error: str | None = None
     failed: bool = False
+    axis: str = CONCURRENCY
+    saturation: float | None = None  # a rate sweep's, req/s
 
 
 @dataclass(frozen=True)
@@ -153,11 +183,22 @@ class Sweep:
     line: str
     points: tuple[SweepPoint, ...]
 
+    @property
+    def axis(self) -> str:
+        return self.points[0].axis
+
+    @property
+    def saturation(self) -> float | None:
+        """A rate sweep's saturation (req/s): its lowest point's (one per sweep and session; under xdist each worker
+        measures its own, and each point's results record the one its rate came from)."""
+        return next((p.saturation_req_s for p in self.points if p.saturation_req_s is not None), None)
+
     def grid(self) -> Grid:
         return [(float(p.concurrency), list(p.speedups)) for p in self.points]
 
     def outcome(self, **fields: Any) -> SweepOutcome:
-        return SweepOutcome(self.sweep, self.line, tuple(p.nodeid for p in self.points), self.grid(), **fields)
+        return SweepOutcome(self.sweep, self.line, tuple(p.nodeid for p in self.points), self.grid(),
+                            axis=self.axis, saturation=self.saturation, **fields)
 
 
 def _number(x: Any) -> bool:
@@ -165,8 +206,8 @@ def _number(x: Any) -> bool:
 
 
 def group(points: Iterable[SweepPoint]) -> tuple[list[Sweep], list[SweepOutcome]]:
-    """The sweeps among the points (a group with at least two concurrencies and a spec arm), and an error per group
-    that holds two tests at one concurrency (a sweep defined wrongly: the message names the parameters)."""
+    """The sweeps among the points (a group with at least two points on its axis and a spec arm), and an error per
+    group that holds two tests at one point (a sweep defined wrongly: the message names the parameters)."""
     groups: dict[tuple[str, str, str], list[SweepPoint]] = {}
     for p in points:
         if _number(p.concurrency):
@@ -177,15 +218,16 @@ def group(points: Iterable[SweepPoint]) -> tuple[list[Sweep], list[SweepOutcome]
         levels = [p.concurrency for p in members]
         if len(set(levels)) < 2 or not any(p.speedups for p in members):
             continue
-        names = list(dict.fromkeys(sweep_id(p.nodeid, p.concurrency) for p in members))
+        names = list(dict.fromkeys(sweep_id(p.nodeid, id_part(p.params)) for p in members))
         sweep = Sweep(names[0] if len(names) == 1 else members[0].nodeid.partition("[")[0],
                       line_label(members[0].params), tuple(members))
         twice = next((c for c in levels if levels.count(c) > 1), None)
         if twice is not None:
             same = [p.nodeid for p in members if p.concurrency == twice]
+            word = axis_words(sweep.axis)[1]
             errors.append(sweep.outcome(error=(
-                f"{len(same)} tests at concurrency {twice} ({', '.join(same)}): a sweep is the tests of one function "
-                f"that differ only in concurrency, grouped by the specdec marker's other fields and the test's other "
+                f"{len(same)} tests at {word} {twice} ({', '.join(same)}): a sweep is the tests of one function "
+                f"that differ only in {word}, grouped by the specdec marker's other fields and the test's other "
                 f"parametrize values as the results record them ({members[0].grouped_by()}), and these record the "
                 "same values; give each parametrize value a repr of its own (or ids= and plain values)"),
                 failed=True))
@@ -217,10 +259,12 @@ def judge_sweep(sweep: Sweep, stored: StoredNight | None, *, alpha: float, toler
 
     family: Family = GATED if gated else SHOWN
     points = sweep.grid()
-    est = estimate(points, alpha=alpha, where=sweep.sweep)
+    est = estimate(points, alpha=alpha, where=sweep.sweep, axis=sweep.axis)
+    if est is not None and sweep.saturation is not None:
+        est = dataclasses.replace(est, saturation=sweep.saturation)
     if stored is None or est is None:
         return sweep.outcome(family=family, crossover=est, stored=stored, path=path, note=note)
-    v = compare(stored.points, points, alpha=alpha, family=family)
+    v = compare(stored.points, points, alpha=alpha, family=family, axis=sweep.axis)
     odd = [p.nodeid for p in sweep.points if p.status == NOT_COMPARABLE]
     state = sweep_state(sweep.points)
     if odd:
@@ -270,11 +314,12 @@ def decide(sweep: Sweep, read: Reader, *, alpha: float, tolerance: float | None,
     return judged(sweep, course)
 
 
-def stored_night(night: Mapping[str, Any], where: str) -> StoredNight:
-    """A stored record's night, its points checked (a bad value raises ConfigError naming ``where``)."""
+def stored_night(night: Mapping[str, Any], where: str, axis: str = CONCURRENCY) -> StoredNight:
+    """A stored record's night, its points on ``axis`` checked (a bad value raises ConfigError naming ``where``)."""
     from pytest_specdec.gate.crossover import points_of
 
-    return StoredNight(night.get("started"), points_of(night, where), (night.get("crossover") or {}).get("text"),
+    return StoredNight(night.get("started"), points_of(night, where, axis),
+                       (night.get("crossover") or {}).get("text"),
                        night.get("machine_state"))
 
 
@@ -305,14 +350,14 @@ class CrossoverGate:
         writes = []
         for sweep in sweeps:
             path = self.record_path(sweep.sweep)
-            out = decide(sweep, lambda _, p=path: self._read(p), alpha=self.alpha, tolerance=self.tolerance,
+            out = decide(sweep, lambda sw, p=path: self._read(p, sw.axis), alpha=self.alpha, tolerance=self.tolerance,
                          gate=self.gate, updating_all=self.update == "all", path=self.rel(path))
             outcomes.append(out)
             if self.update and out.crossover is not None and all(p.passed for p in sweep.points):
                 writes.append(self._write(sweep, path, out.crossover))
         return CrossoverEnd(tuple(outcomes), tuple(writes))
 
-    def _read(self, path: Path) -> tuple[StoredNight | None, str]:
+    def _read(self, path: Path, axis: str) -> tuple[StoredNight | None, str]:
         """The last night of the sweep's record, or why there is none; an unreadable record raises, except under
         --update-baselines, which replaces it (`write_sweep` says so)."""
         from pytest_specdec.gate.baselines import BaselineError, load_sweep
@@ -325,16 +370,18 @@ class CrossoverGate:
                 raise
             record, unreadable = None, f"{exc}; "
         if record and record["nights"]:
-            return stored_night(record["nights"][-1], str(path)), ""
+            return stored_night(record["nights"][-1], str(path), axis), ""
         return None, (unreadable + "no stored night: this session stores it" if self.update
                       else f"no stored night ({self.rel(path)}: `pytest --update-baselines` writes it)")
 
     def _write(self, sweep: Sweep, path: Path, crossover: Crossover) -> SweepWrite:
         stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         state = sweep_state(sweep.points)
-        night = {"started": stamp, "points": [{"concurrency": c, "speedups": v} for c, v in sweep.grid()],
-                 "crossover": crossover.to_dict(), **({"machine_state": state} if state is not None else {})}
-        record = {"sweep": sweep.sweep, "profile": self.profile, "tests": [p.nodeid for p in sweep.points]}
+        night = {"started": stamp, "points": [{sweep.axis: c, "speedups": v} for c, v in sweep.grid()],
+                 "crossover": crossover.to_dict(), **({"machine_state": state} if state is not None else {}),
+                 **({"saturation_req_s": sweep.saturation} if sweep.saturation is not None else {})}
+        record = {"sweep": sweep.sweep, "profile": self.profile, "tests": [p.nodeid for p in sweep.points],
+                  "axis": sweep.axis}
         return SweepWrite(sweep.sweep, path, record, night)
 
     def write(self, end: CrossoverEnd, baselines_dir: Path, keep: int) -> list[tuple[str, str]]:

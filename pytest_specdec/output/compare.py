@@ -284,7 +284,7 @@ def crossovers(old: Results | StoredDir, new: Results, rows: Sequence[Row], stor
         path = None if key is None else sweep_path(old.root, old.profile, key, sweep.sweep)
         record = None if path is None else load_sweep(path)
         if record and record["nights"]:
-            return stored_night(record["nights"][-1], str(path)), ""
+            return stored_night(record["nights"][-1], str(path), sweep.axis), ""
         return None, f"no stored night ({path})"
 
     nights, unread = stored_nights(old, alpha) if isinstance(old, Results) else ({}, {})

@@ -26,15 +26,18 @@ class DryRunTest:
     concurrency: int
     prompts: list[Prompt] | None
     error: str | None = None
+    rate_fraction: float | None = None  # a rate sweep's point (`PlannedTest.rate_fraction`)
+    saturation: bool = False  # it measures its rate sweep's saturation
 
 
 def dry_run_test(nodeid: str, arms: list[tuple[str, ServerSpec]], concurrency: int,
-                 prompts: Callable[[], list[Prompt]]) -> DryRunTest:
+                 prompts: Callable[[], list[Prompt]], rate_fraction: float | None = None,
+                 saturation: bool = False) -> DryRunTest:
     """A test whose prompts cannot load is still listed, with why it has no estimate."""
     try:
-        return DryRunTest(nodeid, arms, concurrency, prompts())
+        return DryRunTest(nodeid, arms, concurrency, prompts(), None, rate_fraction, saturation)
     except ConfigError as exc:
-        return DryRunTest(nodeid, arms, concurrency, None, str(exc))
+        return DryRunTest(nodeid, arms, concurrency, None, str(exc), rate_fraction, saturation)
 
 
 def command_line(spec: ServerSpec) -> str:
@@ -73,7 +76,7 @@ def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: s
         warm = t.prompts[: warmup_requests(len(t.prompts), t.concurrency)]
         planned.append(PlannedTest(
             t.nodeid, tuple(spec.key() for _, spec in t.arms), sum(p.max_tokens for p in t.prompts), len(t.prompts),
-            t.concurrency, sum(p.max_tokens for p in warm), len(warm),
+            t.concurrency, sum(p.max_tokens for p in warm), len(warm), t.rate_fraction, t.saturation,
         ))
     for nodeid, reason in (skipped or {}).items():
         lines.append(f"  {nodeid}: skipped, not estimated (specdec A/B session: {reason})")

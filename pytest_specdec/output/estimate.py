@@ -58,6 +58,10 @@ class PlannedTest:
     concurrency: int
     warmup_tokens: int  # per arm, before its first run
     warmup_requests: int
+    #: a rate sweep's point: its open loop at this fraction of the saturation spreads the arrivals of a closed pass
+    #: over 1/fraction of its time
+    rate_fraction: float | None = None
+    saturation: bool = False  # it measures its sweep's saturation first: one warmed closed pass on the reference
 
     @property
     def module(self) -> str:
@@ -116,6 +120,10 @@ def estimate(tests: list[PlannedTest], timings: Timings, *, runs: int, max_runs:
         arms = len(t.servers)
         warm = arms * timings.run_s(t.warmup_tokens, t.warmup_requests, t.concurrency)
         one = timings.run_s(t.output_tokens, t.n_requests, t.concurrency)
+        if t.saturation:
+            warm += warm / arms + one
+        if t.rate_fraction and one:  # the arrivals of a pass spread over 1/fraction of its time; the overhead stays
+            one = (one - timings.run_overhead_s) / t.rate_fraction + timings.run_overhead_s
         m.runs += arms * runs
         m.seconds += warm + arms * runs * one
         m.seconds_max += warm + arms * max(runs, max_runs) * one

@@ -177,7 +177,7 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
 
 
 def crossover_series(nights: Sequence[Night]) -> list[Series]:
-    """Per concurrency sweep line, its crossover night by night (`gate.crossover.estimate` without a CI); a night
+    """Per sweep line (concurrency or rate: a rate sweep's in fractions of saturation), its crossover night by night (`gate.crossover.estimate` without a CI); a night
     on which it did not cross in the swept range is a gap that says on which side."""
     from pytest_specdec.gate.crossover import NAME, estimate
     from pytest_specdec.gate.crossover_gate import group
@@ -187,7 +187,7 @@ def crossover_series(nights: Sequence[Night]) -> list[Series]:
     for k, night in enumerate(nights):
         found, broken = group(sweep_point(t) for t in night.results.tests)
         for sweep in found:
-            est = estimate(sweep.grid(), resamples=0, where=f"{night.path}: {sweep.sweep}")
+            est = estimate(sweep.grid(), resamples=0, where=f"{night.path}: {sweep.sweep}", axis=sweep.axis)
             runs = sum(n for _, n in est.pairs) if est else 0
             per.setdefault(sweep.sweep, {})[k] = (Point(k, est.value, runs) if est and est.value is not None
                                                   else Point(k, None, gap=est.text() if est else "too few pairs"))

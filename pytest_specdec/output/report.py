@@ -17,6 +17,7 @@ from typing import Any
 from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, MOVED, NOT_COMPARABLE, REGRESSED, SHOWN, UNCHANGED
 from pytest_specdec.output.fields import number, test_name
 from pytest_specdec.output.schema import BaselineUpdate, Results, TestEntry, VerdictEntry, load
+from pytest_specdec.output.rate_sweeps import rate_sections
 from pytest_specdec.output.sweeps import chart_sections, crossover_rows
 
 #: Worst first: the order of the summary table and of the per-test sections.
@@ -360,7 +361,7 @@ def render(results: Results) -> str:
     tests, servers = results.tests, results.servers
     ordered = sort_tests(tests)
     errors = list(results.errors)
-    charts = chart_sections(tests, servers, errors)
+    charts = chart_sections(tests, servers, errors) + rate_sections(tests, results.crossovers, errors)
     env = results.environment
     started = results.started
     active, inactive = workarounds(env)

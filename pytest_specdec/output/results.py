@@ -60,6 +60,8 @@ class TestRecord:
     ab: ABCheck | None = None
     #: the test's other parametrize values, as recorded (`gate.crossover_gate.recorded`): a sweep is told by them
     callspec: dict[str, Any] = field(default_factory=dict)
+    #: a rate sweep's point (`measure.saturation.RatePoint.to_dict`): the rate found at run time, and from what
+    rate_sweep: dict[str, Any] | None = None
 
     def failed(self, message: str, servers: dict[str, VllmServer]) -> list[tuple[str, str]]:
         """Keep the failure text and the test's servers' log tails (the HTML report shows them the morning
@@ -99,6 +101,7 @@ class TestRecord:
             "nodeid": self.nodeid,
             "params": self.params,
             **({"callspec": self.callspec} if self.callspec else {}),
+            **({"rate_sweep": self.rate_sweep} if self.rate_sweep is not None else {}),
             **({"sampling": self.sampling} if self.sampling is not None else {}),
             "outcome": self.outcome,
             "when": self.when,

@@ -172,6 +172,8 @@ class TestEntry:
     ab_verdicts: Mapping[str, VerdictEntry] = field(default_factory=dict)
     #: the test's other parametrize values (`gate.crossover_gate.recorded`): part of its sweep's identity
     callspec: Mapping[str, Any] = field(default_factory=dict)
+    #: a rate sweep's point: its fraction, the saturation it is a fraction of and the request rate used
+    rate_sweep: Mapping[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
@@ -210,7 +212,8 @@ class TestEntry:
             sampling=d.get("sampling"), output_match=d.get("output_match"), ab=d.get("ab"),
             ab_verdicts={k: VerdictEntry.from_dict(k, v, f"{where}.ab.verdicts.{k}")
                          for k, v in ((d.get("ab") or {}).get("verdicts") or {}).items()},
-            callspec=d.get("callspec") if isinstance(d.get("callspec"), Mapping) else {})
+            callspec=d.get("callspec") if isinstance(d.get("callspec"), Mapping) else {},
+            rate_sweep=d.get("rate_sweep") if isinstance(d.get("rate_sweep"), Mapping) else None)
 
 
 @dataclass(frozen=True)

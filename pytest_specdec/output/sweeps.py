@@ -263,7 +263,8 @@ def sweep_point(test: TestEntry, status: str | None = None, checked: bool | None
     return SweepPoint.of(test.nodeid, test.params, test.callspec, test.night,
                          status=status if status is not None else b.status if b else None,
                          checked=checked if checked is not None else b.checked if b else True,
-                         gate=tuple(b.gate) if b else (), passed=test.outcome == "passed")
+                         gate=tuple(b.gate) if b else (), passed=test.outcome == "passed",
+                         saturation_req_s=number((test.rate_sweep or {}).get("saturation_req_s")))
 
 
 def judge_results(tests: Iterable[TestEntry], status: Mapping[str, tuple[str, bool]], read: Reader, *, alpha: float,
@@ -286,7 +287,7 @@ def stored_nights(results: Results, alpha: float) -> tuple[dict[str, StoredNight
     nights, unread = {}, {}
     for sw in group(sweep_point(t) for t in results.tests)[0]:
         try:
-            est = estimate(sw.grid(), alpha=alpha, resamples=0, where=sw.sweep)
+            est = estimate(sw.grid(), alpha=alpha, resamples=0, where=sw.sweep, axis=sw.axis)
         except SpecDecError as exc:
             unread[sw.sweep] = str(exc)
             continue
@@ -298,8 +299,9 @@ def crossover_entry(x: SweepOutcome) -> dict[str, Any]:
     """A sweep's entry in the results' ``crossovers`` (docs/results.md): its points, crossover, verdict or error."""
     from pytest_specdec.gate.verdicts import to_json
 
-    return {"sweep": x.sweep, "line": x.line, "tests": list(x.tests),
-            "points": [{"concurrency": c, "n": len(v), "speedups": v} for c, v in x.points],
+    return {"sweep": x.sweep, "line": x.line, "tests": list(x.tests), "axis": x.axis,
+            **({"saturation_req_s": x.saturation} if x.saturation is not None else {}),
+            "points": [{x.axis: c, "n": len(v), "speedups": v} for c, v in x.points],
             "crossover": x.crossover.to_dict() if x.crossover else None,
             "verdict": to_json(x.verdict) if x.verdict else None, "path": x.path, "family": x.family,
             "stored": {"started": x.stored.started, "text": x.stored.text} if x.stored and x.verdict else None,
@@ -311,7 +313,9 @@ def crossover_line(x: SweepOutcome) -> str:
     from pytest_specdec.gate.kinds import REGRESSED
     from pytest_specdec.output.wording import format_verdict
 
-    head = f"specdec crossover {x.sweep} ({x.line}): "
+    from pytest_specdec.gate.crossover import RATE
+
+    head = f"specdec {'stop-paying rate' if x.axis == RATE else 'crossover'} {x.sweep} ({x.line}): "
     if x.error is not None:
         return head + f"ERROR: {x.error} — the session fails"
     head += x.crossover.text() if x.crossover else "too few valid pairs"
