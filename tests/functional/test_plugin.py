@@ -76,7 +76,7 @@ def test_measures_interleaved_runs_and_writes_json(
         "method": "ngram", "k": 3, "temperature": 0.0, "concurrency": 1, "dataset": "builtin",
         "max_tokens": 24, "num_prompts": 8, "speculative_config": None, "api": "chat", "request_rate": None,
         "ignore_eos": False, "burstiness": 1.0, "input_len": None, "output_len": None, "range_ratio": 0.0,
-        "goodput": None,
+        "goodput": None, "rate_sweep": None, "rate_fraction": None,
     }
     # Every sampling parameter the requests carried, explicitly (none left to the server's defaults).
     assert test["sampling"] == {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "presence_penalty": 0.0,
