@@ -316,7 +316,9 @@ class ABGate:
 
         self.family_size = self.gated_size(planned)
         for p in planned:
-            why = None if self.skip_reason(p.method, p.speculative_config) else refusal(p, self.judged(p.options))
+            # a test with goodput SLOs has its goodput judged (shown, or gated), so a threshold may name it
+            judged = (*self.judged(p.options), *((GOODPUT,) if p.goodput else ()))
+            why = None if self.skip_reason(p.method, p.speculative_config) else refusal(p, judged)
             if why:
                 raise ConfigError(why)
 
