@@ -39,7 +39,8 @@ AB_METRICS: tuple[str, ...] = ("output_tok_s", "acceptance_rate", "e2e_p95_ms")
 #: What `gate=[...]` and the ini `specdec_gate` may add to an A/B test's gated family: the metrics each arm's run
 #: has a figure of (`nights.ArmRun.figure`), judged pair by pair as the three are. The nightly's ratios to the
 #: reference (speedup, e2e_p95_ratio) are not among them: the base and the candidate share each pair's reference,
-#: so their ratio of speedups is the ratio of their tok/s, gated already.
+#: so their ratio of speedups is the ratio of their tok/s, gated already. The goodput is (a test with SLOs): each
+#: arm's goodput ratio to its reference, judged pair by pair (`pair_verdicts`), as no other figure says it.
 AB_GATEABLE: tuple[str, ...] = (*AB_METRICS, "tpot_p95_ms", "ttft_p95_ms", "draft_coverage", "acceptance_length",
                                  GOODPUT)
 

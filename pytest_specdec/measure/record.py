@@ -264,8 +264,10 @@ def goodput_undefined(pairs_: Iterable[Pair[ArmRun]], names: tuple[str, str] = (
         r, s = p.first.goodput_req_s, p.second.goodput_req_s
         if r is None and s is None:
             continue
-        zero = [name for name, g in zip(names, (r, s)) if not g]
-        out.append((p.index, f"the {' and the '.join(zero)} run{'s' if len(zero) > 1 else ''} met no SLO (goodput 0)"))
+        zero = [name for name, g in zip(names, (r, s)) if g == 0]
+        why = f"the {' and the '.join(zero)} run{'s' if len(zero) > 1 else ''} met no SLO (goodput 0)" if zero else ""
+        absent = [name for name, g in zip(names, (r, s)) if g is None]  # one arm counted against no SLO
+        out.append((p.index, "; ".join(w for w in (why, *(f"the {name} run has no goodput" for name in absent)) if w)))
     return out
 
 

@@ -96,6 +96,7 @@ def test_the_pair_ratio_and_the_pairs_where_an_arm_met_no_slo() -> None:
     assert goodput_undefined(ps) == [(1, "the reference run met no SLO (goodput 0)"),
                                      (2, "the spec run met no SLO (goodput 0)"),
                                      (4, "the reference and the spec runs met no SLO (goodput 0)")]
+    assert goodput_undefined(pairs([arm(0, None)], [arm(0, 1.0)])) == [(0, "the reference run has no goodput")]
     summary = goodput_summary(ref, spec, ps)
     assert summary["goodput"] == 1.5 and summary["goodput_pairs"] == 1 and len(summary["goodput_undefined"]) == 3
     assert summary["goodput_req_s"] == pytest.approx(1.0)  # a run that met no SLO counts 0 in the arm's mean
