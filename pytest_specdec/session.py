@@ -161,11 +161,18 @@ class SpecDecSession:
         sees them; a marker field an A/B session cannot apply is a usage error naming the test."""
         from pytest_specdec.errors import ConfigError
         from pytest_specdec.gate.protocol import Planned
+        from pytest_specdec.gate.registry import GOODPUT
 
         self.collected = [case for _, case, _ in tests]
         self.run_order = [(nodeid, case) for nodeid, case, _ in tests]
         self.planned = [Planned(nodeid, case.method, case.k, case.speculative_config,
-                                (options or VerdictOptions()).for_gate()) for nodeid, case, options in tests]
+                                (options or VerdictOptions()).for_gate(), bool(case.goodput))
+                        for nodeid, case, options in tests]
+        for p in self.planned:  # a goodput gated without SLOs would never be judged
+            if GOODPUT in p.options.gate and not p.goodput:
+                raise pytest.UsageError(f"{p.nodeid}: specdec_verdicts(gate=[..., 'goodput']) but its specdec marker "
+                                        "sets no goodput SLOs: add goodput={'ttft': ms, 'tpot': ms, 'e2el': ms} "
+                                        "(any of them) or drop 'goodput' from gate")
         if self.ab is not None:
             try:
                 self.ab.refuse(self.planned)
@@ -283,7 +290,7 @@ class SpecDecSession:
         result = record.result = run.first(
             sampling, self.runs(), concurrency=case.concurrency, api_key=self.settings.api_key,
             rules=self.validity(), progress=self.progress, api=case.api,
-            rate=rate, burstiness=case.burstiness)
+            rate=rate, burstiness=case.burstiness, goodput=dict(case.goodput) or None)
         if verdicts is not None:  # the session's gate, through its protocol: start, then its looks
             from pytest_specdec.gate.protocol import TestStart, drive
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED, Stop
+from pytest_specdec.gate.registry import GOODPUT
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import TestEnd
@@ -38,8 +39,10 @@ AB_METRICS: tuple[str, ...] = ("output_tok_s", "acceptance_rate", "e2e_p95_ms")
 #: What `gate=[...]` and the ini `specdec_gate` may add to an A/B test's gated family: the metrics each arm's run
 #: has a figure of (`nights.ArmRun.figure`), judged pair by pair as the three are. The nightly's ratios to the
 #: reference (speedup, e2e_p95_ratio) are not among them: the base and the candidate share each pair's reference,
-#: so their ratio of speedups is the ratio of their tok/s, gated already.
-AB_GATEABLE: tuple[str, ...] = (*AB_METRICS, "tpot_p95_ms", "ttft_p95_ms", "draft_coverage", "acceptance_length")
+#: so their ratio of speedups is the ratio of their tok/s, gated already. The goodput is (a test with SLOs): each
+#: arm's goodput ratio to its reference, judged pair by pair (`pair_verdicts`), as no other figure says it.
+AB_GATEABLE: tuple[str, ...] = (*AB_METRICS, "tpot_p95_ms", "ttft_p95_ms", "draft_coverage", "acceptance_length",
+                                 GOODPUT)
 
 #: What an upgrade A/B (the base on another install) shows beside them, never failing a test: the two references'
 #: tok/s (the non-speculative path) and the two installs' speedups (each spec run over its install's reference).
@@ -74,27 +77,40 @@ def run_value(metric: str, run: ArmRun) -> float | None:
 
 def pair_verdicts(base: Sequence[ArmRun], candidate: Sequence[ArmRun], thresholds: Thresholds, alpha: float, *,
                   metrics: Sequence[str] = AB_METRICS, references: tuple[Sequence[ArmRun], Sequence[ArmRun]] | None = None,
-                  look: int = 1, max_looks: int = 1) -> list[Verdict]:
+                  look: int = 1, max_looks: int = 1, reference: Sequence[ArmRun] = ()) -> list[Verdict]:
     """The candidate's runs against the base's, pair i being the two arms' runs of run index i
     (`measure.record.pairs`, the one pairing rule: a run invalid on one arm leaves its pair out): one gated verdict
     per metric of ``metrics``, and with the two installs' ``references`` (base's, candidate's) the shown ones, raw
-    (before the session's adjustment) at look ``look`` of ``max_looks``. Read by the session and by `compare`."""
+    (before the session's adjustment) at look ``look`` of ``max_looks``. The goodput of a test with SLOs is each
+    arm's ratio to its reference (``references``, else the one ``reference`` both share; a pair without one leaves
+    it), as the nightly's: where the arms share the reference it cancels, so this compares the two arms' goodputs.
+    Shown for a test with SLOs, gated when asked. Read by the session and by `compare`."""
     from pytest_specdec.gate.ab import paired
-    from pytest_specdec.measure.record import pairs, speedup
+    from pytest_specdec.measure.record import goodput_ratio, pairs, speedup
 
-    def value(metric: str, run: ArmRun | None) -> float | None:
-        return None if run is None else run_value(metric, run)
+    refs_of = references or (reference, reference)
+    goodputs = [{p.index: goodput_ratio(p) for p in pairs(refs, arm)} for refs, arm in zip(refs_of, (base, candidate))]
+
+    def value(metric: str, run: ArmRun | None, arm: int) -> float | None:
+        if run is None:
+            return None
+        return goodputs[arm].get(run.index) if metric == GOODPUT else run_value(metric, run)
 
     ab = pairs(base, candidate)
-    out = [dataclasses.replace(paired(m, [value(m, p.first) for p in ab], [value(m, p.second) for p in ab],
+    # a test with goodput SLOs shows its goodput where it does not gate it; one without has none to judge (the ini's
+    # specdec_gate may name goodput for the session's tests that set SLOs)
+    slos = any(r.goodput_req_s is not None for r in (*base, *candidate))
+    shown_goodput = (GOODPUT,) if slos and GOODPUT not in metrics else ()
+    metrics = [m for m in metrics if m != GOODPUT or slos]
+    out = [dataclasses.replace(paired(m, [value(m, p.first, 0) for p in ab], [value(m, p.second, 1) for p in ab],
                                       thresholds=thresholds, alpha=alpha, look=look, max_looks=max_looks),
-                               family=GATED) for m in metrics]
+                               family=SHOWN if m in shown_goodput else GATED) for m in (*metrics, *shown_goodput)]
     if references is None:
         return out
     base_refs, cand_refs = references
     refs = pairs(base_refs, cand_refs)
-    ref_tok_s = {"base": [value("output_tok_s", p.first) for p in refs],
-                 "candidate": [value("output_tok_s", p.second) for p in refs]}
+    ref_tok_s = {"base": [value("output_tok_s", p.first, 0) for p in refs],
+                 "candidate": [value("output_tok_s", p.second, 1) for p in refs]}
     # each install's speedup per run index (its spec run over its reference's), the two of one index paired
     speedups = {"base": {p.index: speedup(p) for p in pairs(base_refs, base)},
                 "candidate": {p.index: speedup(p) for p in pairs(cand_refs, candidate)}}
@@ -115,7 +131,7 @@ def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float, *, met
 
     refs = ((arm(result.base_reference_runs), arm(result.reference_runs)) if result.base_reference_runs else None)
     return pair_verdicts(arm(result.base_runs), arm(result.runs), thresholds, alpha, metrics=metrics,
-                         references=refs, look=look, max_looks=max_looks)
+                         references=refs, look=look, max_looks=max_looks, reference=arm(result.reference_runs))
 
 
 @dataclass
@@ -301,7 +317,9 @@ class ABGate:
 
         self.family_size = self.gated_size(planned)
         for p in planned:
-            why = None if self.skip_reason(p.method, p.speculative_config) else refusal(p, self.judged(p.options))
+            # a test with goodput SLOs has its goodput judged (shown, or gated), so a threshold may name it
+            judged = (*self.judged(p.options), *((GOODPUT,) if p.goodput else ()))
+            why = None if self.skip_reason(p.method, p.speculative_config) else refusal(p, judged)
             if why:
                 raise ConfigError(why)
 

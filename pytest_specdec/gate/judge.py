@@ -165,7 +165,7 @@ class Judge:
         c = dict(family)[nodeid]
         c.verdicts = self.pipeline.test_end(
             family, nodeid, gated_size=sum(gated_per_test(p.method, self.gate(p.options.gate)) for p in planned),
-            family_size=sum(metrics_per_test(p.method, p.k) for p in planned))
+            family_size=sum(metrics_per_test(p.method, p.k, p.goodput) for p in planned))
         rel = self.rel(c.path)
         passed = TestEnd("pass", False, rel)
         if not c.check:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError
-from pytest_specdec.gate.registry import METRICS
+from pytest_specdec.gate.registry import GOODPUT, METRICS
 from pytest_specdec.measure.probe import COMPONENTS, state_problem
-from pytest_specdec.measure.record import ArmRun, dead_arms, numbers_problem, pairs, runs_problem
+from pytest_specdec.measure.record import ArmRun, dead_arms, goodput_ratio, numbers_problem, pairs, runs_problem
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult
@@ -143,6 +143,9 @@ class Night:
             ])
         put("draft_coverage", [r.figure("draft_coverage") for r in spec])
         put("acceptance_length", [r.figure("acceptance_length") for r in spec])
+        # Goodput spec/ref of the same interleaved pair, as the speedup is: a test without SLOs has none, and a
+        # pair where an arm met no SLO has no ratio (`record.goodput_undefined` words it for the line).
+        put(GOODPUT, [goodput_ratio(p) for p in pairs(self.reference, self.spec)])
         for name in LATENCIES:
             put(f"{name}_p95_ms", [r.figure(f"{name}_p95_ms", untimed_too=untimed_too)
                                    for r in (spec if self.spec else ref)])

@@ -49,6 +49,7 @@ class Planned:
     k: int | None
     speculative_config: Mapping[str, Any] | None
     options: TestOptions
+    goodput: bool = False  # it has goodput SLOs: one more verdict (the goodput ratio)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from pytest_specdec.gate.kinds import GATED as GATED_FAMILY
 from pytest_specdec.gate.kinds import PERCENT, POINTS, SHOWN, Family, Unit
 
 Kind = Literal["rate", "acceptance", "latency"]
+#: The goodput ratio's name: a metric only a test with goodput SLOs has (the nightly's, the A/B's and the summary's).
+GOODPUT = "goodput"
 
 KINDS: tuple[Kind, ...] = ("rate", "acceptance", "latency")
 #: How a change of each kind is stated: relative for the log-scale kinds, in points for a proportion.
@@ -63,6 +65,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("draft_coverage", "acceptance", "", "draft coverage"),
     # τ, tokens per verification step: what the speedup is made of beside the step time (measure/explain.py)
     Metric("acceptance_length", "rate", "tokens", "acceptance length"),
+    # per pair, spec goodput ÷ reference goodput (requests meeting the test's SLOs per second, vllm bench serve's
+    # --goodput): only a test with `goodput=` SLOs has it; `gate=["goodput"]` gates it
+    Metric(GOODPUT, "rate", "x", "goodput spec/ref"),
     Metric("tpot_p95_ms", "latency", "ms", "P95 TPOT", absolute=True, badge=True),
     Metric("ttft_p95_ms", "latency", "ms", "P95 TTFT", absolute=True),
     Metric("e2e_p95_ms", "latency", "ms", "P95 E2E", absolute=True),

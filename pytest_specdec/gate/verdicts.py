@@ -35,9 +35,10 @@ def metric_order(name: str) -> tuple[int, int]:
     return (METRICS.index(base) if base in METRICS else len(METRICS), int(rest.rstrip("]") or 0) if rest else -1)
 
 
-def metrics_per_test(method: str, k: int | None) -> int:
-    """How many metric tests one specdec test can add to the session's family (an upper bound)."""
-    return 4 if method == "none" else 10 + (k or 0)
+def metrics_per_test(method: str, k: int | None, goodput: bool = False) -> int:
+    """How many metric tests one specdec test can add to the session's family (an upper bound); ``goodput``: it
+    has goodput SLOs, so its goodput ratio is one more."""
+    return 4 if method == "none" else 10 + (k or 0) + goodput
 
 
 def gated_per_test(method: str, gate: Iterable[str] = GATED) -> int:

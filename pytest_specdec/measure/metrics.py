@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,8 @@ from pytest_specdec.measure.types import LoadResult, RequestSample, Sampling
 from pytest_specdec.vllm.counters import Counters, delta, parse_counters
 
 PERCENTILES: tuple[int, ...] = (50, 95, 99)
+#: The SLOs goodput counts against, as ``vllm bench serve --goodput`` names them (the marker's `GOODPUT_KEYS`).
+GOODPUT_SLOS: tuple[str, ...] = ("ttft", "tpot", "e2el")
 
 
 def counters_delta(load: LoadResult) -> Counters | None:
@@ -132,16 +134,23 @@ class RunMetrics:
     request_rate: float | None = None  # open loop (requests/s); None = closed loop
     loop_lag_max_ms: float | None = None
     loop_lag_mean_ms: float | None = None
+    #: goodput (`goodput`): requests that met every SLO per second of the run; None when the test set no SLOs
+    goodput_req_s: float | None = None
+    good_requests: int | None = None
+    goodput_slos_ms: dict[str, float] | None = None  # the SLOs it was counted against, as the marker gave them
     spec: SpecFigures | None = None
     engine: EngineFigures | None = None
     errors: dict[str, int] = field(default_factory=dict)
     finish_reasons: dict[str, int] = field(default_factory=dict)  # "stop" (EOS) vs "length" (max_tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        """A flat JSON-able dict (for baselines and reports): the counter figures sit beside the rest."""
+        """A flat JSON-able dict (for baselines and reports): the counter figures sit beside the rest; the goodput
+        fields only for a run counted against SLOs (a test without them writes what it wrote before)."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value, kind = getattr(self, f.name), _NESTED.get(f.name)
+            if f.name in _GOODPUT_FIELDS and self.goodput_slos_ms is None:
+                continue
             if kind is None:
                 out[f.name] = copy.deepcopy(value)
             elif value is None:
@@ -153,10 +162,35 @@ class RunMetrics:
 
 #: The RunMetrics fields that ``to_dict`` flattens, with their types.
 _NESTED: dict[str, type] = {"spec": SpecFigures, "engine": EngineFigures}
+#: The RunMetrics fields of goodput, left out of ``to_dict`` where no SLOs were given.
+_GOODPUT_FIELDS: frozenset[str] = frozenset({"goodput_req_s", "good_requests", "goodput_slos_ms"})
 
 
-def compute_run_metrics(load: LoadResult, delta: Counters | None) -> RunMetrics:
-    """One run's figures from its samples and (optionally) the /metrics counter delta over it."""
+def good_requests(samples: Iterable[RequestSample], slos_ms: Mapping[str, float]) -> int:
+    """How many requests met every SLO, as ``vllm bench serve --goodput`` counts them (``calculate_metrics``):
+    successful requests only; an SLO ``s`` (ms, turned into seconds as bench does) holds for a value ``r`` when
+    ``s >= r``; TPOT is ``(e2e - ttft) / (output tokens - 1)`` and counts as 0 for a request with one output token
+    or none (bench's "if output_len <= 1, we regard tpot as 0 for goodput"). A successful request that streamed
+    no token has bench's TTFT and latency of 0 (its defaults), so it is timed the same way here."""
+    unknown = sorted(set(slos_ms) - set(GOODPUT_SLOS))
+    if unknown:
+        raise ConfigError(f"goodput SLO(s) {', '.join(unknown)} unknown: the SLOs are {', '.join(GOODPUT_SLOS)} (ms)")
+    good = 0
+    for s in samples:
+        if s.error is not None:
+            continue
+        ttft, e2e = s.ttft_s or 0.0, s.e2e_s or 0.0
+        tpot = (e2e - ttft) / (s.output_tokens - 1) if s.output_tokens > 1 else 0.0
+        values = {"ttft": ttft, "tpot": tpot, "e2el": e2e}
+        good += all(ms / 1000 >= values[name] for name, ms in slos_ms.items())
+    return good
+
+
+def compute_run_metrics(load: LoadResult, delta: Counters | None,
+                        goodput_slos_ms: Mapping[str, float] | None = None) -> RunMetrics:
+    """One run's figures from its samples and (optionally) the /metrics counter delta over it; with
+    ``goodput_slos_ms`` (``{"ttft"|"tpot"|"e2el": ms}``) its goodput too: the requests that met every SLO
+    (`good_requests`) per second of the same duration the request throughput divides by, as bench does."""
     ok = [s for s in load.samples if s.error is None]
     dur = load.duration_s
     total_out = sum(s.output_tokens for s in ok)
@@ -177,6 +211,10 @@ def compute_run_metrics(load: LoadResult, delta: Counters | None) -> RunMetrics:
         errors=load.error_counts(),
         finish_reasons=dict(Counter(str(s.finish_reason) for s in ok)),
     )
+    if goodput_slos_ms:
+        rm.good_requests = good_requests(ok, goodput_slos_ms)
+        rm.goodput_req_s = rm.good_requests / dur if dur > 0 else None
+        rm.goodput_slos_ms = dict(goodput_slos_ms)
     if delta is not None:
         # Counters see every token generated in the window, including those of requests that failed late.
         usage_tokens = sum(s.output_tokens for s in load.samples)
@@ -317,8 +355,10 @@ def load_bench_result(result: dict[str, Any] | str | os.PathLike[str]) -> LoadRe
                       timeout_s=0.0)
 
 
-def bench_run_metrics(result: dict[str, Any] | str | os.PathLike[str]) -> RunMetrics:
-    """RunMetrics of a ``vllm bench serve`` detailed result, through the same code as our own runs.
+def bench_run_metrics(result: dict[str, Any] | str | os.PathLike[str],
+                      goodput_slos_ms: Mapping[str, float] | None = None) -> RunMetrics:
+    """RunMetrics of a ``vllm bench serve`` detailed result, through the same code as our own runs (with
+    ``goodput_slos_ms``, its goodput as the bench's ``--goodput`` with those SLOs counts it).
 
     Speculative-decoding figures are copied from the file's ``spec_decode_*`` fields (its acceptance
     rate is a percentage there and a fraction here).
@@ -327,7 +367,7 @@ def bench_run_metrics(result: dict[str, Any] | str | os.PathLike[str]) -> RunMet
         with open(result, encoding="utf-8") as f:
             result = json.load(f)
     assert isinstance(result, dict)
-    rm = compute_run_metrics(load_bench_result(result), None)
+    rm = compute_run_metrics(load_bench_result(result), None, goodput_slos_ms)
     rm.max_in_flight, rm.loop_lag_max_ms, rm.loop_lag_mean_ms = None, None, None
     if "spec_decode_num_drafts" in result:
         drafts = int(result["spec_decode_num_drafts"])

@@ -34,8 +34,11 @@ RUN_FIELDS: dict[str, tuple[type, ...]] = {
     "output_tok_s": _NUMBER, "n_requests": _NUMBER, "total_output_tokens": _NUMBER, "drafts": _NUMBER,
     "draft_tokens": _NUMBER, "accepted_tokens": _NUMBER, "accepted_per_pos": (list, type(None)),
     "acceptance_rate": _NUMBER, "draft_coverage": _NUMBER,
-    **{name: (dict, type(None)) for name in DISTRIBUTIONS}, "hd_p95_ms": (dict,),
+    **{name: (dict, type(None)) for name in DISTRIBUTIONS}, "hd_p95_ms": (dict,), "goodput_req_s": _NUMBER,
 }
+#: The stored run's fields that may be absent: goodput is there only for a test with SLOs (and files written
+#: before it was measured have none), so an absent one reads as None.
+OPTIONAL_RUN_FIELDS: frozenset[str] = frozenset({"goodput_req_s"})
 
 
 def numbers_problem(values: Iterable[tuple[str, Any]]) -> str:
@@ -55,10 +58,10 @@ def numbers_problem(values: Iterable[tuple[str, Any]]) -> str:
 def run_problem(run: Any) -> str:
     """What is wrong with one stored run ("" when nothing), by its path in the run: a missing field, one of
     the wrong type, or a figure the verdicts compute with that is not a finite number >= 0."""
-    problem = field_problem(run, RUN_FIELDS)
+    problem = field_problem(run, RUN_FIELDS, required=RUN_FIELDS.keys() - OPTIONAL_RUN_FIELDS)
     if problem:
         return problem
-    figures = [(f".{k}", run[k]) for k, kinds in RUN_FIELDS.items() if kinds is _NUMBER]
+    figures = [(f".{k}", run.get(k)) for k, kinds in RUN_FIELDS.items() if kinds is _NUMBER]
     figures += [(f".accepted_per_pos[{n}]", v) for n, v in enumerate(run["accepted_per_pos"] or [])]
     figures += [(f".hd_p95_ms.{k}", v) for k, v in run["hd_p95_ms"].items()]
     figures += [(f".{name}.{p}", v) for name in DISTRIBUTIONS for p, v in (run[name] or {}).items()]
@@ -98,6 +101,8 @@ class ArmRun:
     draft_coverage: float | None
     latencies_ms: Mapping[str, Mapping[str, float] | None]  # by DISTRIBUTIONS name: p50/p95/p99
     hd_p95_ms: Mapping[str, float | None]  # per-run P95 (Harrell-Davis) by LATENCIES name
+    #: requests that met every SLO of the test per second (`metrics.good_requests`); None: the test set no SLOs
+    goodput_req_s: float | None = None
 
     @property
     def acceptance_length(self) -> float | None:
@@ -137,7 +142,7 @@ class ArmRun:
                    acceptance_rate=None if spec is None else spec.acceptance_rate,
                    draft_coverage=None if spec is None else spec.draft_coverage,
                    latencies_ms={name: _percentiles(getattr(metrics, name)) for name in DISTRIBUTIONS},
-                   hd_p95_ms=dict(hd_p95_ms))
+                   hd_p95_ms=dict(hd_p95_ms), goodput_req_s=metrics.goodput_req_s)
 
     def with_validity(self, invalid: Sequence[str], untrusted: Sequence[str]) -> ArmRun:
         """The same run with its validity as now decided (a later look's disturbed-run rule can change it);
@@ -158,7 +163,7 @@ class ArmRun:
                    accepted_per_pos=None if per_pos is None else tuple(per_pos),
                    acceptance_rate=d.get("acceptance_rate"), draft_coverage=d.get("draft_coverage"),
                    latencies_ms={name: _percentiles(d.get(name)) for name in DISTRIBUTIONS},
-                   hd_p95_ms=dict(d.get("hd_p95_ms") or {}))
+                   hd_p95_ms=dict(d.get("hd_p95_ms") or {}), goodput_req_s=d.get("goodput_req_s"))
 
     def to_entry(self) -> dict[str, Any]:
         """The run as a baseline file stores it (every `RUN_FIELDS` key)."""
@@ -171,6 +176,8 @@ class ArmRun:
             "acceptance_rate": self.acceptance_rate, "draft_coverage": self.draft_coverage,
             **{name: None if v is None else dict(v) for name, v in self.latencies_ms.items()},
             "hd_p95_ms": dict(self.hd_p95_ms),
+            # only where measured: a test without SLOs stores what it stored before
+            **({"goodput_req_s": self.goodput_req_s} if self.goodput_req_s is not None else {}),
         }
 
 
@@ -232,6 +239,36 @@ def speedup(pair: Pair[ArmRun]) -> float | None:
     assert pair.first is not None and pair.second is not None
     r, s = pair.first.output_tok_s, pair.second.output_tok_s
     return s / r if r and s else None
+
+
+def goodput_ratio(pair: Pair[ArmRun]) -> float | None:
+    """One pair's goodput ratio: spec goodput ÷ reference goodput (requests meeting every SLO per second); None
+    where the pair is dropped, the test set no SLOs, or either arm met no SLO (`goodput_undefined` says which)."""
+    if not pair.kept:
+        return None
+    assert pair.first is not None and pair.second is not None
+    r, s = pair.first.goodput_req_s, pair.second.goodput_req_s
+    return s / r if r and s else None
+
+
+def goodput_undefined(pairs_: Iterable[Pair[ArmRun]], names: tuple[str, str] = ("reference", "spec")
+                      ) -> list[tuple[int, str]]:
+    """The kept pairs of a test with SLOs whose goodput ratio is undefined, (run index, why), in index order: an
+    arm whose run met no SLO has goodput 0, and a ratio with 0 on either side has no log (the gate compares rates
+    on the log scale). Such a pair leaves the goodput verdict; this list is how it is said, never dropped silently
+    (a spec arm at 0 beside a reference above it is the worst goodput, so its line names it)."""
+    out = []
+    for p in pairs_:
+        if not p.kept or p.first is None or p.second is None or goodput_ratio(p) is not None:
+            continue
+        r, s = p.first.goodput_req_s, p.second.goodput_req_s
+        if r is None and s is None:
+            continue
+        zero = [name for name, g in zip(names, (r, s)) if g == 0]
+        why = f"the {' and the '.join(zero)} run{'s' if len(zero) > 1 else ''} met no SLO (goodput 0)" if zero else ""
+        absent = [name for name, g in zip(names, (r, s)) if g is None]  # one arm counted against no SLO
+        out.append((p.index, "; ".join(w for w in (why, *(f"the {name} run has no goodput" for name in absent)) if w)))
+    return out
 
 
 def speedup_per_pair(reference: Sequence[ArmRun], spec: Sequence[ArmRun]) -> list[float | None]:

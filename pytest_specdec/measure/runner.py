@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts, PromptSource
@@ -186,12 +187,12 @@ def one_run(
     endpoint: Endpoint, arm: Arm, index: int, prompts: list[Prompt], sampling: Sampling, *,
     concurrency: int, api_key: str | None, rules: ValidityRules, warmup: int = 0, timeout_s: float = 600.0,
     api: str = "chat", rate: float | None = None, warmup_prompts: list[Prompt] | None = None,
-    step_limit: int | None = 1, burstiness: float = 1.0,
+    step_limit: int | None = 1, burstiness: float = 1.0, goodput: Mapping[str, float] | None = None,
 ) -> RunRecord:
     """One pass of the prompts; the /metrics delta covers exactly the measured requests.  The warm-up
     sends `warmup_prompts` when given, else `warmup` requests cycling through `prompts`.  `step_limit` is
     the most tokens one engine step makes per request (1, or k + 1 with speculation); None: unknown, so
-    the stream's chunking is not judged."""
+    the stream's chunking is not judged. ``goodput``: the test's SLOs (ms), its goodput counted against them."""
     from pytest_specdec.measure.client import IDLE_TIMEOUT_REASON, run_load_sync
     from pytest_specdec.measure.metrics import chunking, compute_run_metrics, counters_delta
 
@@ -202,7 +203,7 @@ def one_run(
         api=api,  # type: ignore[arg-type]
         rate=rate, warmup_prompts=warmup_prompts, idle_timeout_s=rules.idle_timeout_s, burstiness=burstiness,
     )
-    metrics = compute_run_metrics(load, counters_delta(load))
+    metrics = compute_run_metrics(load, counters_delta(load), goodput)
     record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
                        texts={s.prompt_id: s.text for s in load.samples if s.error is None},
                        output_tokens={s.prompt_id: s.output_tokens for s in load.samples if s.error is None},
@@ -260,6 +261,7 @@ def extend_case(
     base_reference: Endpoint | Callable[[], Endpoint] | None = None,
     neighbours: Callable[[], dict[str, tuple[str, int]]] | None = None,
     probe: Callable[[], MachineState] | None = None,
+    goodput: Mapping[str, float] | None = None,
 ) -> CaseResult:
     """Continue the alternation of `result` up to `runs` pairs (sequential looks add runs this way).
 
@@ -275,7 +277,8 @@ def extend_case(
     (the base on another install) a fourth. ``neighbours`` (the pool's CPU ticks per server instance) is read
     around every run: the cores each other server used then are kept with the run (`neighbour_reasons`).
     ``probe`` (the machine's state, `probe.py`) is read after the wait for quiet servers before the first and
-    the last run of this look, into ``result.machine_states``.
+    the last run of this look, into ``result.machine_states``. ``goodput``: the test's SLOs (ms), every run's
+    goodput counted against them.
     """
     source = prompts if isinstance(prompts, (FixedPrompts, FreshPrompts)) else FixedPrompts(prompts)
     ref_runs, spec_runs = result.reference_runs, result.runs
@@ -313,7 +316,7 @@ def extend_case(
         before = (time.monotonic(), neighbours()) if neighbours is not None else None
         rec = one_run(endpoint, arm, i, run_prompts, sampling, concurrency=concurrency, api_key=api_key,
                       rules=rules, api=api, rate=rate, warmup_prompts=warmup, step_limit=limit,
-                      burstiness=burstiness)
+                      burstiness=burstiness, goodput=goodput)
         result.ended = time.monotonic()
         if before is not None and neighbours is not None:
             arm_of = {inst: labels.get(a, a) for a, inst in result.instances.items()}

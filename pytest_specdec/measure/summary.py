@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_specdec.measure.figures import geomean, tau
-from pytest_specdec.measure.record import dropped, pairs, speedup_per_pair
+from pytest_specdec.measure.record import dropped, goodput_ratio, goodput_undefined, pairs, speedup_per_pair
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.metrics import RunMetrics
@@ -74,6 +74,7 @@ def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, An
 
     explained = explain(refs, specs) if spec else None
     return {
+        **goodput_summary(refs, specs, paired),
         "valid_runs": len(arm),
         "latency_runs": len(timed),
         "valid_reference_runs": len(ref_ok),
@@ -94,4 +95,26 @@ def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, An
         "e2e_ms": latency("e2e_ms"),
         # τ, step times, predicted speedup, verification efficiency, draft overhead (measure/explain.py)
         "explain": None if explained is None else explained.to_dict(),
+    }
+
+
+def _mean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def goodput_summary(refs: list[ArmRun], specs: list[ArmRun], paired: list[Any]) -> dict[str, Any]:
+    """A test with goodput SLOs: its goodput ratio (the geometric mean of the pairs' spec/ref, as the speedup's),
+    each arm's mean goodput (req/s, a run that met no SLO counting 0) over its valid runs, and the kept pairs whose
+    ratio is undefined with why (`record.goodput_undefined`). Empty for a test without SLOs: nothing new to show."""
+    if not any(r.goodput_req_s is not None for r in (*refs, *specs)):
+        return {}
+    ratios = [goodput_ratio(p) for p in paired]
+    arm = [r for r in specs if r.valid] if specs else [r for r in refs if r.valid]
+    return {
+        "goodput": geomean(ratios) if specs else None,
+        "goodput_pairs": sum(r is not None for r in ratios) if specs else None,
+        "goodput_undefined": [{"index": i, "why": why} for i, why in goodput_undefined(paired)],
+        "goodput_req_s": _mean([r.goodput_req_s for r in arm]),
+        "reference_goodput_req_s": _mean([r.goodput_req_s for r in refs if r.valid]),
     }

@@ -121,7 +121,8 @@ def judge_again(results: Results, where: str, *, override: Mapping[str, float], 
                     str((ab.get("candidate") or {}).get("draft")), {}, thresholds, metrics=metrics, looks=looks,
                     max_looks=max_looks, check=ab.get("checked") is not False, alpha=alpha)
         c.raw = pair_verdicts(runs["base"], runs["candidate"], thresholds, alpha, metrics=metrics, references=refs,
-                              look=max(1, min(len(looks), max_looks)), max_looks=max_looks)
+                              look=max(1, min(len(looks), max_looks)), max_looks=max_looks,
+                              reference=runs["reference"])
         checks.append((t.nodeid, c))
     adjust(checks, final=True, fdr=fdr, alpha=alpha)
     return dict(checks)

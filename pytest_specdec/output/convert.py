@@ -34,7 +34,7 @@ from pytest_specdec.formats import BASELINE_SCHEMA, CONVERT, RESULTS_SCHEMA
 from pytest_specdec.gate.baselines import BaselineError, render
 from pytest_specdec.gate.baselines import load as load_baseline
 from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, SHOWN
-from pytest_specdec.measure.record import RUN_FIELDS
+from pytest_specdec.measure.record import OPTIONAL_RUN_FIELDS, RUN_FIELDS
 from pytest_specdec.output.fields import number
 from pytest_specdec.output.schema import ResultsError
 from pytest_specdec.output.schema import load as load_results
@@ -53,12 +53,12 @@ LOG_LINE_ERA = "log line (schema 1)"
 def run_record(run: dict[str, Any], renamed: Mapping[str, str]) -> dict[str, Any]:
     """One stored run with the run record's fields: ``renamed`` old names → new, the validity lists empty
     where absent (valid and trusted, as their absence meant), any other absent field null (not recorded),
-    except `hd_p95_ms`, an empty map."""
+    except `hd_p95_ms`, an empty map, and the optional ones (goodput), left absent."""
     out = {renamed.get(k, k): v for k, v in run.items()}
     out.setdefault("invalid_reasons", [])
     out.setdefault("latency_untrusted", [])
     out.setdefault("hd_p95_ms", {})
-    for key in RUN_FIELDS:
+    for key in [k for k in RUN_FIELDS if k not in OPTIONAL_RUN_FIELDS]:
         out.setdefault(key, None)
     return out
 

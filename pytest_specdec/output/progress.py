@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,9 +22,23 @@ def measured(nodeid: str, summary: dict[str, Any]) -> str:
 
     s = summary
     why = explained_text(s.get("explain"))
+    goodput = goodput_text(s)
     return (f"specdec: {nodeid}: {_f(s['output_tok_s'])} tok/s vs reference {_f(s['reference_tok_s'])}, "
             f"speedup {_f(s['speedup'], '.2f')}x, acceptance {_f(s['acceptance_rate'], '.3f')}"
-            + (f"; {why}" if why else ""))
+            + (f", {goodput}" if goodput else "") + (f"; {why}" if why else ""))
+
+
+def goodput_text(s: Mapping[str, Any]) -> str:
+    """A test with goodput SLOs (`summary.goodput_summary`): its goodput ratio and each arm's, and every pair whose
+    ratio is undefined because an arm met no SLO (never dropped unsaid); "" for a test without SLOs. The terminal
+    line and the report's test section read it."""
+    if "goodput_req_s" not in s:
+        return ""
+    undefined = s.get("goodput_undefined") or []
+    left = (f" (undefined at {len(undefined)} pair(s), left out of its verdict: "
+            + "; ".join(f"run {u['index'] + 1}: {u['why']}" for u in undefined) + ")") if undefined else ""
+    return (f"goodput {_f(s['goodput'], '.2f')}x ({_f(s['goodput_req_s'], '.2f')} vs reference "
+            f"{_f(s['reference_goodput_req_s'], '.2f')} req/s meeting the SLOs){left}")
 
 
 def distribution_planned(nodeid: str, n_prompts: int, samples_per_prompt: int) -> str:

@@ -251,6 +251,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
     """What the template shows for one test (strings; the template escapes them)."""
     from pytest_specdec.gate.registry import BADGES, label
     from pytest_specdec.gate.verdicts import metric_order
+    from pytest_specdec.output.progress import goodput_text
 
     s = test.summary
     base, ident = test_name(test.nodeid)
@@ -278,6 +279,8 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "acceptance_length": number(s.get("acceptance_length")),
         "tps": number(s.get("output_tok_s")), "ref_tps": number(s.get("reference_tok_s")),
         "tpot_p95": number((s.get("tpot_ms") or {}).get("p95")), "ttft_p95": number((s.get("ttft_ms") or {}).get("p95")),
+        # a test with goodput SLOs: the SLOs and what its runs made of them ("" without SLOs: nothing shown)
+        "goodput": goodput_text(s), "goodput_slos": test.params.get("goodput"),
         "badges": badges,
         "verdict_rows": rows, "changed_rows": changed_rows(rows), "ci_header": ci_header(test),
         "ci_column": ci_header(test).removesuffix(" of Δ"),

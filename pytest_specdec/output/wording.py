@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, NOT_COMPARABLE, PERCENT, REGRESSED, UNCHANGED
 from pytest_specdec.gate.kinds import Decision, Unit, unit_mark
-from pytest_specdec.gate.registry import label, metric
+from pytest_specdec.gate.registry import GOODPUT, label, metric
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck, TestEnd
@@ -304,6 +304,9 @@ def gate_lines(rows: Sequence[tuple[str, BaselineCheck, CaseResult | None]], mac
             parts += [f"{label(g)} not judged (coalesced streams: no run's latency trusted)"
                       for g in c.gate if g not in judged and g in LATENCY_VERDICTS]  # a coalesced stream leaves latencies unjudged
         out.append(f"  {name}: " + "; ".join(parts))
+        # a test with goodput SLOs shows its goodput here where it is not gated (`gate=["goodput"]` gates it)
+        out += [f"    shown: {verdict_phrase(label(v.metric), v)}" for v in c.final or []
+                if v.metric == GOODPUT and v.family != GATED]
         absolute = [v for v in c.final or [] if v.metric in ABSOLUTE and v.family != GATED]
         if absolute and machine is not None:
             out.append(f"    after the machine factor ({machine.factor:.3f}): "

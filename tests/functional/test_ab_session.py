@@ -301,3 +301,39 @@ def test_dry_run_lists_the_base_server(pytester: pytest.Pytester, project: Path,
                             "    base [[]*]: * serve fake-model *\"model\": \"/heads/a\"*",
                             "specdec dry run: 3 distinct server(s): *"])
     assert fake_vllm.records() == []
+
+
+#: Goodput: the candidate accepts all three drafts or none, by halves, so its requests take 4 to 15 decode steps where
+#: the base's take 4; an E2E SLO above the base's requests and below the candidate's slower half makes its goodput
+#: fall by about half (-50 to -65 % over 6 pairs, p < 0.01). Thresholds wide enough that tok/s, acceptance and P95
+#: E2E leave the gated family be. (That goodput is shown, never failing, where not gated: tests/unit/test_goodput.py.)
+GOODPUT_SLO_MS = 150
+GOODPUT_SUITE = {"name": "test_gated", "max_tokens": 16, "goodput": {"e2el": GOODPUT_SLO_MS},
+                 "verdicts": 'gate=["goodput"], thresholds={"output_tok_s": 95, "acceptance_rate": 95, "e2e_p95_ms": 900}'}
+
+
+def test_goodput_falls_regressed_and_failing_where_gated(
+        pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    pytester.makepyfile(test_suite=make_suite(**{**SUITE, **GOODPUT_SUITE}))
+    fake_vllm.configure({**SERVERS, "*": {**SERVERS["*"], "step_s": 0.02},
+                         "eagle3:/heads/coin": {"acceptance": [0.5, 0.5, 0.5]}})
+    r = session(pytester, project, "--specdec-base-draft=eagle3=/heads/a", "--specdec-draft=eagle3=/heads/coin")
+    r.assert_outcomes(failed=1)
+    ab = ab_section(pytester)
+    goodput = ab["verdicts"]["goodput"]
+    assert goodput["family"] == "gated" and goodput["verdict"] == "regressed", goodput
+    assert ab["regressed"] == ["goodput"], ab["verdicts"]  # the other gated metrics are inside their thresholds
+    # each run's goodput with the SLOs it was counted against, in the results
+    run = ab["runs"][0]
+    assert run["goodput_slos_ms"] == {"e2el": GOODPUT_SLO_MS} and run["goodput_req_s"] > 0, run
+    r.stdout.fnmatch_lines(["specdec: *test_gated*: * tok/s vs reference *, goodput *x (* vs reference * req/s "
+                            "meeting the SLOs)*", "  goodput spec/ref regressed: Δ -*",
+                            "*the candidate regressed against the base: goodput*"])
+    # `pytest-specdec compare` judges the goodput again from the recorded runs, as the session did
+    from pytest_specdec.cli import main
+
+    capsys.readouterr()
+    assert main(["compare", str(pytester.path / "reports" / "latest.json"), "--json"]) == 1
+    (again,) = [t["verdicts"]["goodput"] for t in json.loads(capsys.readouterr().out)["tests"]]
+    assert (again["verdict"], again["delta"]) == (goodput["verdict"], goodput["delta"])

@@ -275,9 +275,9 @@ outs = [RequestFuncOutput(success=not e, latency=l, output_tokens=o, ttft=t, itl
                           start_time=s, error=e)
         for e, l, o, t, i, p, s in zip(r["errors"], r["latencies"], r["output_lens"], r["ttfts"], r["itls"],
                                        r["input_lens"], r["start_times"])]
-m, _ = calculate_metrics([], outs, r["duration"], None, [50.0, 95.0, 99.0], {})
+m, _ = calculate_metrics([], outs, r["duration"], None, [50.0, 95.0, 99.0], r.get("goodput_slos_ms") or {})
 d = {"request_throughput": m.request_throughput, "output_throughput": m.output_throughput,
-     "completed": m.completed}
+     "completed": m.completed, "request_goodput": m.request_goodput}
 for name in ("ttft", "tpot", "itl", "e2el"):
     d[f"mean_{name}_ms"] = float(getattr(m, f"mean_{name}_ms"))
     d[f"median_{name}_ms"] = float(getattr(m, f"median_{name}_ms"))
@@ -287,11 +287,21 @@ print("RESULT " + json.dumps(d))
 """
 
 
+#: Goodput SLOs for the synthetic records (TTFTs of about 0.1 s, TPOTs of about 4-12 ms).
+GOODPUT_SLOS_MS = {"ttft": 150.0, "tpot": 8.0, "e2el": 600.0}
+
+
 @pytest.mark.slow
 def test_percentile_parity_with_installed_vllm_bench() -> None:
     """Feed the synthetic records through vLLM's own calculate_metrics (in a child: importing vLLM is
-    heavy and warns) and check our figures agree within 0.1%."""
-    res = synthetic_bench_result(seed=11)
+    heavy and warns) and check our figures agree within 0.1%, and our goodput with its own (SLOs that cut
+    through the requests, a TPOT one among them, which 1-token requests meet at a TPOT of 0) exactly."""
+    res = {**synthetic_bench_result(seed=11), "goodput_slos_ms": GOODPUT_SLOS_MS}
+    # a 1-token request ends 50 ms after its first token, as real ones do: its TPOT still counts as 0 for goodput
+    one_token = [i for i, (out, err) in enumerate(zip(res["output_lens"], res["errors"])) if out == 1 and not err]
+    assert one_token
+    for i in one_token:
+        res["latencies"][i] += 0.05
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", TERM_PLOTLIB_DISABLE="1")
     try:
         p = subprocess.run([sys.executable, "-c", _VLLM_SCRIPT], input=json.dumps(res), capture_output=True,
@@ -304,6 +314,9 @@ def test_percentile_parity_with_installed_vllm_bench() -> None:
             pytest.skip("vllm is not installed in this interpreter")
         raise AssertionError(f"vllm's calculate_metrics failed:\n{p.stderr[-3000:]}")
     theirs = json.loads(line[len("RESULT "):])
+    ours = bench_run_metrics(res, GOODPUT_SLOS_MS)
+    assert ours.good_requests is not None and 0 < ours.good_requests < theirs["completed"]
+    assert ours.goodput_req_s == pytest.approx(theirs.pop("request_goodput"), rel=1e-12)
     mine = {k: v for k, v in res.items() if not k.endswith("_ms") and k not in ("request_throughput",
                                                                                  "output_throughput")}
     assert assert_matches_bench_summary({**mine, **theirs}) >= 20

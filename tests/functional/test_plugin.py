@@ -283,3 +283,13 @@ def test_the_former_spellings_of_renamed_options_still_work_with_a_warning(pytes
     r.assert_outcomes(passed=1, warnings=len(old))
     r.stdout.fnmatch_lines_random([f"*SpecDecDeprecationWarning: {flag.split('=')[0]} is deprecated and goes in the "
                                    f"next release: use {new}" for flag, new in old.items()])
+
+
+def test_a_gated_goodput_without_slos_is_a_usage_error(pytester: pytest.Pytester, fake_profile: Path,
+                                                        make_suite: Callable[..., str]) -> None:
+    """A goodput gated where no SLO was set would never be judged: the session stops before anything starts."""
+    pytester.makepyfile(test_suite=make_suite(name="test_plain", verdicts='gate=["goodput"]'))
+    result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: test_suite.py::test_plain*: specdec_verdicts(gate=[[]..., 'goodput'[]]) but its "
+                                 "specdec marker sets no goodput SLOs: add goodput=*"])

@@ -45,7 +45,8 @@ def _record(arm: Any, index: int, tok_s: float, invalid: list[str] | None = None
             acceptance_length: float | None = None) -> RunRecord:
     spec = None if acceptance_length is None else SimpleNamespace(acceptance_length=acceptance_length)
     metrics: Any = SimpleNamespace(output_tok_s=tok_s, spec=spec, n_requests=8, total_output_tokens=100,
-                                   **dict.fromkeys(("tpot_ms", "ttft_ms", "e2e_ms", "itl_token_ms", "itl_chunk_ms")))
+                                   **dict.fromkeys(("tpot_ms", "ttft_ms", "e2e_ms", "itl_token_ms", "itl_chunk_ms",
+                                                    "goodput_req_s")))
     return RunRecord(arm=arm, index=index, metrics=metrics, cache_salt="s", invalid=list(invalid or []))
 
 
