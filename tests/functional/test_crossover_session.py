@@ -1,11 +1,11 @@
 """The crossover concurrency end to end through pytester, against simulated vLLM servers (endpoint mode).
 
-A concurrency sweep (c = 2, 8, 32) of one spec config whose verification cost rises with the batch
+A concurrency sweep (c = 4, 8, 32) of one spec config whose verification cost rises with the batch
 (`FakeConfig.spec_cost_per_request`): the speedup, 2.0 at c≈0, falls below 1.0 at c = 16 at 1/16 per
-request in flight and at c = 4 at 1/4. Both arms stream one token a step (the spec step is half the
+request in flight and at c = 5 at 1/5. Both arms stream one token a step (the spec step is half the
 reference's and its drafts are rejected), so what a busy machine adds to every step slows both arms alike
 and leaves the crossover where the step times meet. A stored night, then a night without change leaves the crossover
-`unchanged`, and a night at 1/4 moves it to c≈4: `regressed`, which fails the session once the crossover is
+`unchanged`, and a night at 1/5 moves it to c≈5: `regressed`, which fails the session once the crossover is
 gated (``specdec_gate = crossover``) while every test's own speedup verdict stays within its loose threshold.
 """
 
@@ -25,7 +25,8 @@ REF_STEP_S = 0.032  # a decode step; 5 output tokens: the first, then 4 steps on
 # the client and the servers spend per token is a small share of a step on a busy 2-core host (at half of it a
 # stored crossover read 8.2 for 16)
 SPEC_STEP_S = 0.016  # half the reference's: 2.0x before the verification cost
-SUITE = {"concurrency": [2, 8, 32], "num_prompts": 32, "max_tokens": 5,
+# The lowest point at c = 4 (8 waves of the 32 prompts a run): at c = 2 (16 waves) it took two thirds of each session.
+SUITE = {"concurrency": [4, 8, 32], "num_prompts": 32, "max_tokens": 5,
          "body": "assert len([s for s in specdec.result.speedup_per_pair if s is not None]) >= 2"}
 
 
@@ -60,21 +61,21 @@ def night(pytester: pytest.Pytester, profile: Path, spec: FakeServerProcess, ref
     return result, entry
 
 
-def test_crossover_moves_from_16_to_4_and_regresses(
+def test_crossover_moves_from_16_to_5_and_regresses(
     pytester: pytest.Pytester, fake_profile: Path, servers: Callable[..., FakeServerProcess],
     make_suite: Callable[..., str], capsys: pytest.CaptureFixture[str],
 ) -> None:
     ref = servers(k=0, step_s=REF_STEP_S, seed=2)
-    # a spec step costs 1 + cost x requests in flight: 1/16 (crossover at c = 16), then 1/4 (at c = 4)
-    spec16, spec4 = (servers(k=3, acceptance=(0.0, 0.0, 0.0), step_s=SPEC_STEP_S, seed=1, spec_cost_per_request=cost)
-                     for cost in (1 / 16, 1 / 4))
+    # a spec step costs 1 + cost x requests in flight: 1/16 (crossover at c = 16), then 1/5 (at c = 5)
+    spec16, spec5 = (servers(k=3, acceptance=(0.0, 0.0, 0.0), step_s=SPEC_STEP_S, seed=1, spec_cost_per_request=cost)
+                     for cost in (1 / 16, 1 / 5))
     pytester.makepyfile(test_suite=make_suite(name="test_sweep", **SUITE))
 
     result, stored = night(pytester, fake_profile, spec16, ref, "--update-baselines")
     result.assert_outcomes(passed=3)
     assert result.ret == pytest.ExitCode.OK
     assert stored["crossover"]["side"] == "crossed" and 9 < stored["crossover"]["value"] < 25, stored["crossover"]
-    assert stored["verdict"] is None and [p["concurrency"] for p in stored["points"]] == [2, 8, 32]
+    assert stored["verdict"] is None and [p["concurrency"] for p in stored["points"]] == [4, 8, 32]
     (record,) = (pytester.path / "baselines" / "fake").rglob("test_sweep*.crossover")  # in this machine's folder
     assert record.parent.parent.parent.name == "fake" and record.name == "test_sweep[ngram-k3-t0.0].crossover"
     assert len(json.loads(record.read_text())["nights"]) == 1
@@ -83,13 +84,14 @@ def test_crossover_moves_from_16_to_4_and_regresses(
 
     result, same = night(pytester, fake_profile, spec16, ref, "-o", "specdec_gate=crossover")
     assert result.ret == 0, result.stdout.str()
-    # No change: `unchanged` (run alone 4 times, both nights read c ≈ 14.4 to 15.3, unchanged each time).
+    # No change: `unchanged` (run alone 6 times on a busy 2-core machine, load average 10 to 16: it passed each time;
+    # where read out, the stored nights c ≈ 13.7 and 15.2, these 14.6 and 14.8, the moved 4.9 and 5.0).
     assert same["family"] == "gated" and same["verdict"]["verdict"] == "unchanged", same["verdict"]
 
-    result, moved = night(pytester, fake_profile, spec4, ref, "-o", "specdec_gate=crossover")
+    result, moved = night(pytester, fake_profile, spec5, ref, "-o", "specdec_gate=crossover")
     result.assert_outcomes(passed=3)  # no test fails on its own: the session fails on the crossover
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert moved["crossover"]["side"] == "crossed" and 2 < moved["crossover"]["value"] < 6, moved["crossover"]
+    assert moved["crossover"]["side"] == "crossed" and 4 < moved["crossover"]["value"] < 8, moved["crossover"]
     v = moved["verdict"]
     assert v["verdict"] == "regressed" and v["delta"] < -50 and v["ci"][1] < -100 / 3, v
     (line,) = [x for x in result.outlines if x.startswith("specdec crossover test_suite.py::test_sweep[ngram-k3-t0.0]")]
