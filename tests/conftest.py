@@ -105,9 +105,12 @@ def machine_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[.
 #: The tests whose runs need the CPU's timing (node id prefixes): under `-n 2 --dist loadgroup` (the README's
 #: command) one worker runs them one after another, so two real vLLM servers' worth of load, or a real vLLM
 #: server beside the speed gate's timed sessions, never runs at once. Of test_crossover_session.py only the timed
-#: session: the file's other test measures no timing and runs beside the rest.
-CROSSOVER_TIMED = "tests/functional/test_crossover_session.py::test_crossover_moves_from_16_to_4_and_regresses"
-TIMED = ("tests/real_vllm/", "tests/functional/test_speed_gate.py::", CROSSOVER_TIMED)
+#: session: the file's other test measures no timing and runs beside the rest. Of tests/real_vllm, the files that
+#: start servers: test_vllm_cpu_fix.py's kernel checks start none and time nothing, so the other worker takes them.
+CROSSOVER_TIMED = "tests/functional/test_crossover_session.py::test_crossover_moves_from_16_to_5_and_regresses"
+REAL_SERVERS = tuple(f"tests/real_vllm/{name}.py::"
+                     for name in ("test_zoo_vllm", "test_faults_vllm", "test_orphans_vllm"))
+TIMED = (*REAL_SERVERS, "tests/functional/test_speed_gate.py::", CROSSOVER_TIMED)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -131,7 +134,12 @@ QUIET_LAST = ("tests/functional/test_speed_gate.py::", CROSSOVER_TIMED)
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The TIMED tests first: they are the longest unit of work, so the other worker takes the rest beside them;
-    within them, QUIET_LAST at the end."""
+    within them, QUIET_LAST at the end. A test marked ``vllm`` (it starts real servers) outside TIMED is an error: it
+    would run beside the timed group."""
+    stray = [item.nodeid for item in items if item.get_closest_marker("vllm") and not item.nodeid.startswith(TIMED)]
+    if stray:
+        raise pytest.UsageError(f"tests marked vllm outside the timed group: {stray}; add their file to REAL_SERVERS "
+                                "in tests/conftest.py")
     items.sort(key=lambda item: (not item.nodeid.startswith(TIMED), item.nodeid.startswith(QUIET_LAST)))
 
 
