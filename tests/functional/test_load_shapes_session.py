@@ -77,7 +77,7 @@ def test_each_new_fields_bad_value_is_a_collection_error_naming_it(pytester: pyt
     bad = {"burstiness": 'request_rate=2.0, burstiness=0', "closed": "burstiness=2.0", "alone": "input_len=64",
            "input_len": "input_len=0, output_len=8", "range": "input_len=64, output_len=8, range_ratio=1.5",
            "goodput": 'goodput={"ttfb": 500}'}
-    pytester.makepyfile(**{f"test_{name}": f"import pytest\n\n@pytest.mark.specdec(method='ngram', {fields})\n"
+    pytester.makepyfile(**{f"test_bad_{name}": f"import pytest\n\n@pytest.mark.specdec(method='ngram', {fields})\n"
                                            f"def test_it(specdec):\n    pass\n" for name, fields in bad.items()})
     result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--co", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines_random([
