@@ -206,32 +206,40 @@ class SpecDecSession:
                                         self.runs(), st.host, st.ab_servers)
         return self._placement
 
-    def _check_possible(self, case: Case) -> None:
-        """What only the profile and the dataset can tell is impossible: an error at collection, not later."""
+    def _check_possible(self, case: Case, sent: list[Prompt] | None = None) -> None:
+        """What only the profile and the dataset can tell is impossible: an error at collection, not later; with
+        the ``sent`` prompts (their input tokens counted) again when the test sends them."""
         lengths = (case.input_len, case.output_len, case.range_ratio) if case.synthetic else None
         if lengths:  # before the prompts are made: the lengths alone can be impossible
             self.placement.check_possible(case.dataset, 1, None, None, lengths=lengths)  # type: ignore[arg-type]
         records = self.dataset(case).prompts  # all: suffix decoding draws beyond the sample
-        self.placement.check_possible(case.dataset, len(records), case.num_prompts, case.max_tokens,
-                                      records if case.max_tokens is None else (), case.concurrency)
+        checked = sent if sent is not None else records if case.max_tokens is None else ()
+        self.placement.check_possible(case.dataset, len(records), case.num_prompts, case.max_tokens, checked,
+                                      case.concurrency)
+
+    def _target(self, case: Case) -> str:
+        """The model the case's prompts are counted and rendered for: a preset with its own target, that one."""
+        return self.server_spec(case, reference=True).model
 
     def dataset(self, case: Case) -> Dataset:
         """The case's dataset: its file's, or synthetic prompts made with its target's tokenizer (`Workload`)."""
         if not case.synthetic:
-            return self.workload.dataset(case.dataset)
+            return self.workload.dataset(case.dataset, self._target(case))
         from pytest_specdec.gate.baselines import portable
 
-        model = self.server_spec(case, reference=True).model
+        model = self._target(case)
         return self.workload.synthetic(model, case.num_prompts, case.input_len, case.output_len,  # type: ignore[arg-type]
                                        case.range_ratio, tokenizer_name=portable(model))
 
     def prompts(self, case: Case) -> list[Prompt]:
-        """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied."""
+        """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied, their input
+        tokens counted and checked against the served length."""
         self._check_possible(case)
         if case.synthetic:  # as made: each its own max_tokens, in bench serve's order
             return list(self.dataset(case).prompts)
-        target = self.server_spec(case, reference=True).model  # a preset with its own target: that target's template
-        return self.workload.prompts(case.dataset, case.num_prompts, case.max_tokens, case.api, target)
+        sent = self.workload.prompts(case.dataset, case.num_prompts, case.max_tokens, case.api, self._target(case))
+        self._check_possible(case, sent)
+        return sent
 
     def server_spec(self, case: Case, reference: bool) -> ServerSpec:
         return self.placement.server_spec(case.method, case.k, case.speculative_config, reference)

@@ -8,7 +8,9 @@ and callers fall back to their documented estimate and record that they did (`To
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 #: What a count made without the target's tokenizer is: characters / 4 (English prose and code in
@@ -41,6 +43,9 @@ def load(model: str) -> Tokenizer:
     """The model's tokenizer, or the estimate with the reason it could not be loaded (never raises: a count
     is still possible without it, and the reason is shown where the count is). A hub name is read from the
     local Hugging Face cache only, where vLLM's own download of the target puts it."""
+    missing = _not_local(model)
+    if missing:  # said before importing transformers, which takes seconds
+        return Tokenizer(model, why=missing)
     try:
         from transformers import AutoTokenizer
     except ImportError as exc:
@@ -50,3 +55,15 @@ def load(model: str) -> Tokenizer:
     except Exception as exc:  # noqa: BLE001 - any failure to load means: no tokenizer, said with its reason
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return Tokenizer(model, why=f"the tokenizer of {model} could not be loaded: {first}")
+
+
+def _not_local(model: str) -> str:
+    """Why ``model`` has no local files to load a tokenizer from ("" when it may have): neither a folder nor
+    a hub name in the Hugging Face cache (HF_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub)."""
+    if Path(model).expanduser().is_dir():
+        return ""
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub")
+    if (Path(hub) / ("models--" + model.strip("/").replace("/", "--"))).is_dir():
+        return ""
+    return f"the tokenizer of {model} could not be loaded: no such folder, and not in the Hugging Face cache {hub}"

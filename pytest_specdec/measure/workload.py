@@ -1,5 +1,6 @@
 """The prompts a test sends: a dataset loaded once per session, a seeded sample of it, max_tokens applied,
-and for the completions API chat prompts rendered with the target's own chat template."""
+for the completions API chat prompts rendered with the target's own chat template, and each prompt's input
+tokens counted by the target's tokenizer (`counting.py`; lengths estimated from reference answers too)."""
 
 from __future__ import annotations
 
@@ -26,15 +27,26 @@ class Workload:
         self._tokenizer: Any = None  # the target's, for completions prompts rendered from chat
         #: per spec server key, the prompt ids a learning drafter's server was sent (see `source`)
         self.sent: dict[str, set[str]] = {}
+        self._targets: dict[str, str] = {}  # dataset name -> the target it was first loaded for
+        #: (dataset key, api, prompt id) -> (input tokens, how counted)
+        self._counted: dict[tuple[str, str, str], tuple[int, str]] = {}
 
-    def dataset(self, name: str) -> Dataset:
-        """The dataset a spec names (loaded once); what loading skipped or defaulted is shown once."""
-        if name not in self.datasets:
+    def _key(self, name: str, target: str) -> str:
+        """Where a dataset is kept: its name, or for a second target (a preset's own) name and target, since
+        that target's tokenizer counts its lengths."""
+        return name if self._targets.setdefault(name, target) == target else f"{name} (target {target})"
+
+    def dataset(self, name: str, target: str) -> Dataset:
+        """The dataset a spec names (loaded once per target, whose tokenizer counts lengths estimated from
+        reference answers); what loading skipped, defaulted or estimated is shown once."""
+        key = self._key(name, target)
+        if key not in self.datasets:
+            from pytest_specdec.measure import tokens
             from pytest_specdec.measure.datasets import load
 
-            self.datasets[name] = load(name, self.rootpath)
-            self.progress(f"specdec: dataset {self.datasets[name].summary()}")
-        return self.datasets[name]
+            self.datasets[key] = load(name, self.rootpath, lambda: tokens.load(target))
+            self.progress(f"specdec: dataset {self.datasets[key].summary()}")
+        return self.datasets[key]
 
     def synthetic(self, target: str, num_prompts: int | None, input_len: int, output_len: int,
                   range_ratio: float, tokenizer_name: str | None = None) -> Dataset:
@@ -57,14 +69,31 @@ class Workload:
                 target: str) -> list[Prompt]:
         """The dataset's prompts (a seeded sample of num_prompts, so every session sends the same ones),
         max_tokens applied."""
-        prompts = list(self.dataset(dataset).prompts)
+        ds = self.dataset(dataset, target)
+        prompts = list(ds.prompts)
         if num_prompts is not None:
             prompts = random.Random(0).sample(prompts, num_prompts)
         if max_tokens is not None:
             prompts = [dataclasses.replace(p, max_tokens=max_tokens) for p in prompts]
         if api == "completions":
             prompts = self._as_completions(prompts, target)
-        return prompts
+        return self._count(self._key(dataset, target), ds, prompts, api, target)
+
+    def _count(self, key: str, ds: Dataset, prompts: list[Prompt], api: Api, target: str) -> list[Prompt]:
+        """The prompts with their input tokens (`counting.count`, each prompt once per API), recorded in the
+        dataset's results block; the first count of a dataset is shown with how it was made."""
+        from pytest_specdec.measure import counting, tokens
+
+        new = [p for p in prompts if (key, api, p.id) not in self._counted]
+        if new:
+            n, how = counting.count(tokens.load(target), new)
+            first = not ds.inputs.tokens
+            ds.inputs.add(how, new, n)
+            self._counted.update({(key, api, p.id): (c, how) for p, c in zip(new, n, strict=True)})
+            if first:
+                self.progress(f"specdec: dataset {ds.name}: input tokens counted by {how}: mean "
+                              f"{sum(n) / len(n):.1f}, min {min(n)}, max {max(n)} over {len(n)} prompts")
+        return [counting.counted(p, *self._counted[(key, api, p.id)]) for p in prompts]
 
     def source(self, prompts: list[Prompt], speculative_config: dict[str, Any] | None, server_key: str,
                whole_dataset: Callable[[], list[Prompt]], exhausted: Callable[[], None]) -> PromptSource:

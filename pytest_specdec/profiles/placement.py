@@ -101,8 +101,9 @@ class Placement:
                        records: Sequence[Prompt] = (), concurrency: int = 1,
                        lengths: tuple[int, int, float] | None = None) -> None:
         """What only the profile and the dataset can tell is impossible. ``records`` are the prompts the test
-        sends: without the marker's ``max_tokens`` each asks for its own, which must leave room for the
-        prompt too. Endpoint mode skips the server-limit checks (model length, sequences at once): someone
+        sends: each asks for its max_tokens, which must leave room for the prompt, and with the prompt's
+        ``input_tokens`` counted (the target's tokenizer) both must fit --max-model-len, as vLLM requires.
+        Endpoint mode skips the server-limit checks (model length, sequences at once): someone
         else's server has its own."""
         from pytest_specdec.profiles.resolve import max_model_len
 
@@ -140,9 +141,24 @@ class Placement:
                 f"specdec: max_tokens={max_tokens} leaves no room for the prompt: profile "
                 f"{self.profile.name!r} serves with --max-model-len {limit}; lower max_tokens below {limit}"
             )
-        longest = max(records, key=lambda p: p.max_tokens, default=None)
-        if (max_tokens is None and longest is not None and limit is not None and not self.endpoint
-                and longest.max_tokens >= limit):
+
+        def asks(p: Prompt) -> int:  # the marker's max_tokens replaces the records'
+            return max_tokens if max_tokens is not None else p.max_tokens
+
+        longest = max(records, key=lambda p: asks(p) + (p.input_tokens or 0), default=None)
+        if longest is None or limit is None or self.endpoint:
+            return
+        if longest.input_tokens is not None and longest.input_tokens + asks(longest) > limit:
+            lower = ("lower max_tokens in the marker" if max_tokens is not None else
+                     "lower its max_tokens in the file, or set max_tokens in the marker")
+            total, room = longest.input_tokens + asks(longest), max(limit - longest.input_tokens, 0)
+            raise ConfigError(
+                f"specdec: dataset {dataset!r}: prompt {longest.id!r} has {longest.input_tokens} input tokens "
+                f"(counted by the target's tokenizer) and asks for max_tokens={asks(longest)}, {total} in all, "
+                f"above the --max-model-len {limit} profile {self.profile.name!r} serves with; {lower} to at most "
+                f"{room}, or leave the prompt out"
+            )
+        if max_tokens is None and longest.max_tokens >= limit:
             raise ConfigError(
                 f"specdec: dataset {dataset!r}: prompt {longest.id!r} asks for max_tokens={longest.max_tokens}, which "
                 f"leaves no room for the prompt: profile {self.profile.name!r} serves with --max-model-len {limit}; "

@@ -41,7 +41,8 @@ def test_specdec_dataset_reaches_the_measurement(
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "*specdec: dataset sg.json: 4 prompts (sharegpt, sha256 *); skipped 1 empty conversations; "
-        "1 without a length got max_tokens=256; 3 lengths estimated from reference answers",
+        "1 without a length got max_tokens=256; 3 lengths estimated from reference answers, counted by "
+        "characters / 4 (the tokenizer of fake-model could not be loaded: no such folder, *)",
         "*specdec: dataset builtin: 128 prompts (prompts, *",
     ])
     data = json.loads((reports / "latest.json").read_text())
@@ -57,9 +58,15 @@ def test_specdec_dataset_reaches_the_measurement(
     assert sg["format"] == "sharegpt" and sg["prompts"] == 4
     assert sg["skipped"] == {"empty conversations": 1}
     assert sg["output_lengths"]["estimated"] == 3 and sg["output_lengths"]["default"] == 1
+    assert sg["output_lengths"]["counted"].startswith("characters / 4 (the tokenizer of fake-model could not")
+    # the prompts sent, counted without a tokenizer: ceil(characters / 4) of the user turns, and said so
+    assert sg["input_tokens"]["counted"] == sg["output_lengths"]["counted"]
+    assert sg["input_tokens"]["by_category"] == {"": {
+        "prompts": 4, "input_tokens_mean": 4.2, "input_tokens_min": 4, "input_tokens_max": 5, "max_tokens_max": 256}}
     baseline = json.loads(Path(default["baseline"]["path"]).read_text())
     assert baseline["comparability"]["dataset"] == {"name": "sg.json", "format": "sharegpt",
-                                                    "prompts_sha256": sg["prompts_sha256"]}
+                                                    "prompts_sha256": sg["prompts_sha256"],
+                                                    "output_lengths_counted": "characters / 4"}
 
 
 def test_other_dataset_content_makes_the_baseline_not_comparable(

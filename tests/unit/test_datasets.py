@@ -345,7 +345,10 @@ def _session(tmp_path: Path) -> SpecDecSession:
     return SpecDecSession(settings, tmp_path, progress=lambda line: None)
 
 
-def test_sampling_is_seeded_and_never_repeats(tmp_path: Path) -> None:
+def test_sampling_is_seeded_and_never_repeats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_specdec.measure import tokens
+
+    monkeypatch.setattr(tokens, "load", lambda model: tokens.Tokenizer(model, why="not loaded here: it imports torch"))
     case = Case(method="ngram", k=3, temperature=0.0, concurrency=1, dataset="builtin", num_prompts=16)
     first = [p.id for p in _session(tmp_path).prompts(case)]
     again = [p.id for p in _session(tmp_path).prompts(case)]

@@ -54,3 +54,27 @@ def test_synthetic_lengths_must_fit_the_model_length(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"up to 240 \+ 60 with range_ratio 0.2"):
         placement.check_possible("random", 1, None, None, lengths=(200, 50, 0.2))  # the longest draw counts
     _placement(tmp_path, endpoint=True).check_possible("random", 1, None, None, lengths=(200, 57, 0.0))
+
+
+def test_counted_input_tokens_and_max_tokens_must_fit_the_model_length(tmp_path: Path) -> None:
+    """With the prompts' input tokens counted by the target's tokenizer, input + max_tokens above
+    --max-model-len is an error naming the prompt, both numbers and the room left; uncounted (None), only
+    max_tokens is judged, as before."""
+    import dataclasses
+
+    placement = _placement(tmp_path)
+    fits = [dataclasses.replace(_prompt("a", 100), input_tokens=156), _prompt("b", 200)]
+    placement.check_possible("builtin", 2, None, None, fits)  # 156 + 100 = 256: exactly the limit
+    over = [*fits, dataclasses.replace(_prompt("long", 100), input_tokens=157)]
+    with pytest.raises(ConfigError, match=r"dataset 'builtin': prompt 'long' has 157 input tokens \(counted by the "
+                                          r"target's tokenizer\) and asks for max_tokens=100, 257 in all, above the "
+                                          r"--max-model-len 256 profile 'small' serves with; lower its max_tokens in "
+                                          r"the file, or set max_tokens in the marker to at most 99"):
+        placement.check_possible("builtin", 3, None, None, over)
+    with pytest.raises(ConfigError, match=r"prompt 'long' has 157 input tokens .* asks for max_tokens=120, 277 in "
+                                          r"all, .*; lower max_tokens in the marker to at most 99"):
+        placement.check_possible("builtin", 3, None, 120, over)  # the marker's max_tokens is what is asked
+    placement.check_possible("builtin", 3, None, 99, over)
+    uncounted = [dataclasses.replace(p, input_tokens=None) for p in over]
+    placement.check_possible("builtin", 3, None, None, uncounted)
+    _placement(tmp_path, endpoint=True).check_possible("builtin", 3, None, None, over)  # its own limit

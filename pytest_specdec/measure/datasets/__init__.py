@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,13 +49,15 @@ from pytest_specdec.measure.datasets.formats import (
     estimate_tokens,
 )
 
+from pytest_specdec.measure.tokens import Tokenizer
+
 if TYPE_CHECKING:
     from pytest_specdec.measure.types import Prompt
 
 __all__ = [
     "ALIASES", "BUILTIN", "CHARS_PER_TOKEN", "DEFAULT_OUTPUT_TOKENS", "FORMATS", "INSTRUCTCODER_SUFFIX",
     "MAX_GIVEN_TOKENS", "MAX_OUTPUT_TOKENS", "MIN_OUTPUT_TOKENS", "OUTPUT_LENGTH_RULES", "Dataset", "DatasetSpec",
-    "Row", "builtin", "detect_format", "estimate_tokens", "load", "load_file", "load_jsonl",
+    "InputCounts", "Row", "builtin", "detect_format", "estimate_tokens", "load", "load_file", "load_jsonl",
 ]
 
 BUILTIN = Path(__file__).with_name("builtin.jsonl")
@@ -98,6 +100,37 @@ class DatasetSpec:
             "#" + ",".join(self.categories) if self.categories else "")
 
 
+@dataclass
+class InputCounts:
+    """The input tokens of the prompts the session sent, as the server counts them (`measure.counting`), for
+    the dataset's results block: counted as tests send them, never the whole file up front (a 50k-record
+    ShareGPT would cost minutes)."""
+
+    sources: list[str] = field(default_factory=list)  # "tokenizer", or the estimate with why there was none
+    tokens: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # id -> (category, input, max_tokens)
+
+    @property
+    def source(self) -> str:
+        """How the counts were made; two ways (chat and a template-less completions count) are both said."""
+        return "; ".join(self.sources)
+
+    def add(self, source: str, prompts: list[Prompt], tokens: list[int]) -> None:
+        """Record the prompts' input tokens (``tokens``, in order) and how they were counted."""
+        if source not in self.sources:
+            self.sources.append(source)
+        for p, n in zip(prompts, tokens, strict=True):
+            self.tokens[p.id] = (p.category, n, p.max_tokens)
+
+    def by_category(self) -> dict[str, dict[str, int | float]]:
+        """Per category: prompts counted, their input tokens' mean, min and max, and the most max_tokens."""
+        groups: dict[str, list[tuple[int, int]]] = {}
+        for category, n, out in self.tokens.values():
+            groups.setdefault(category, []).append((n, out))
+        return {c: {"prompts": len(g), "input_tokens_mean": round(sum(n for n, _ in g) / len(g), 1),
+                    "input_tokens_min": min(n for n, _ in g), "input_tokens_max": max(n for n, _ in g),
+                    "max_tokens_max": max(o for _, o in g)} for c, g in sorted(groups.items())}
+
+
 @dataclass(frozen=True)
 class Dataset:
     """Prompts plus the identity that goes into comparability keys and what loading did to the file."""
@@ -109,6 +142,9 @@ class Dataset:
     path: str = ""
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> records left out (never silent)
     lengths: dict[str, int] = field(default_factory=dict)  # given / estimated / default -> prompts
+    #: how estimated output lengths were counted: "tokenizer", or characters / 4 with why ("" when none was)
+    counting: str = ""
+    inputs: InputCounts = field(default_factory=InputCounts, compare=False)
 
     def by_category(self, *categories: str) -> list[Prompt]:
         return [p for p in self.prompts if p.category in categories]
@@ -121,9 +157,18 @@ class Dataset:
         blob = json.dumps(rows, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
+    @property
+    def counted_by(self) -> str | None:
+        """Which counting made the estimated output lengths, without the machine's reason (None: none was
+        estimated): in the identity, so lengths counted by chars / 4 are never judged against the tokenizer's."""
+        if not self.lengths.get("estimated"):
+            return None
+        return "tokenizer" if self.counting == "tokenizer" else f"characters / {CHARS_PER_TOKEN}"
+
     def identity(self) -> dict[str, Any]:
         """The comparability key: a baseline measured on other prompts is not comparable."""
-        return {"name": self.name, "format": self.format, "prompts_sha256": self.prompts_sha256}
+        key = {"name": self.name, "format": self.format, "prompts_sha256": self.prompts_sha256}
+        return key if self.counted_by is None else {**key, "output_lengths_counted": self.counted_by}
 
     def describe(self) -> dict[str, Any]:
         """What the JSON results record about the dataset."""
@@ -131,7 +176,10 @@ class Dataset:
             **self.identity(), "path": self.path, "file_sha256": self.sha256, "prompts": len(self.prompts),
             "categories": dict(sorted(Counter(p.category for p in self.prompts).items())),
             "skipped": dict(self.skipped),
-            "output_lengths": {"rule": OUTPUT_LENGTH_RULES[self.format], **self.lengths},
+            "output_lengths": {"rule": OUTPUT_LENGTH_RULES[self.format], **self.lengths,
+                               **({"counted": self.counting} if self.counted_by else {})},
+            **({"input_tokens": {"counted": self.inputs.source, "by_category": self.inputs.by_category()}}
+               if self.inputs.tokens else {}),
         }
 
     def summary(self) -> str:
@@ -142,7 +190,8 @@ class Dataset:
         if self.lengths.get("default"):
             parts.append(f"{self.lengths['default']} without a length got max_tokens={DEFAULT_OUTPUT_TOKENS}")
         if self.lengths.get("estimated"):
-            parts.append(f"{self.lengths['estimated']} lengths estimated from reference answers")
+            parts.append(f"{self.lengths['estimated']} lengths estimated from reference answers, counted by "
+                         f"{self.counting}")
         return "; ".join(parts)
 
     def select(self, categories: tuple[str, ...]) -> Dataset:
@@ -201,8 +250,11 @@ def _records(path: Path, text: str) -> tuple[bool, Iterator[tuple[str, str, Any]
     return False, lines()
 
 
-def load_file(path: Path, fmt: str | None = None, name: str | None = None) -> Dataset:
-    """Read a prompt file in any supported format (detected from its first record unless ``fmt``).
+def load_file(path: Path, fmt: str | None = None, name: str | None = None,
+              tokenizer: Callable[[], Tokenizer] | None = None) -> Dataset:
+    """Read a prompt file in any supported format (detected from its first record unless ``fmt``); output
+    lengths estimated from reference answers are counted by ``tokenizer()`` (the target's, loaded at the
+    first reference answer: a file without one never loads it), else chars / 4.
 
     A malformed record is an error naming the file, the line (JSONL) or JSON path (JSON array), the
     field and what was expected.  Records with nothing to send are counted in ``skipped``, never dropped
@@ -225,6 +277,12 @@ def load_file(path: Path, fmt: str | None = None, name: str | None = None) -> Da
     skipped: Counter[str] = Counter()
     lengths: Counter[str] = Counter()
     parser = _PARSERS[fmt] if fmt else None
+    loaded: list[Tokenizer] = []
+
+    def count(text: str) -> int:
+        if not loaded:
+            loaded.append(tokenizer() if tokenizer is not None else Tokenizer("", why="no tokenizer was given"))
+        return loaded[0].count(text)  # without one: ceil(characters / 4), the documented estimate
     for loc, suffix, obj in records:
         if not isinstance(obj, dict):
             raise ConfigError(f"{loc}: expected a JSON object (a record), got {_got(obj)}")
@@ -236,7 +294,7 @@ def load_file(path: Path, fmt: str | None = None, name: str | None = None) -> Da
                                   f"{', '.join(FORMATS)}")
             parser = _PARSERS[fmt]
         try:
-            prompt, source = parser(obj, f"{path.stem}-{suffix}")
+            prompt, source = parser(obj, f"{path.stem}-{suffix}", count)
         except _Skip as skip:
             skipped[str(skip)] += 1
             continue
@@ -254,8 +312,9 @@ def load_file(path: Path, fmt: str | None = None, name: str | None = None) -> Da
         why = f" (skipped: {', '.join(f'{n} {r}' for r, n in skipped.items())})" if skipped else ""
         raise ConfigError(f"{path}: no prompts{why}")
     assert fmt is not None
+    counting = loaded[0].source if loaded and lengths.get("estimated") else ""
     return Dataset(name=name or path.name, prompts=tuple(prompts), sha256=hashlib.sha256(raw).hexdigest(),
-                   format=fmt, path=str(path), skipped=dict(skipped), lengths=dict(lengths))
+                   format=fmt, path=str(path), skipped=dict(skipped), lengths=dict(lengths), counting=counting)
 
 
 def load_jsonl(path: Path, name: str | None = None) -> Dataset:
@@ -267,8 +326,9 @@ def builtin() -> Dataset:
     return load_file(BUILTIN, "prompts", name="builtin")
 
 
-def load(spec: str, root: Path) -> Dataset:
-    """The dataset a spec string names; a relative path is relative to ``root`` (the rootdir)."""
+def load(spec: str, root: Path, tokenizer: Callable[[], Tokenizer] | None = None) -> Dataset:
+    """The dataset a spec string names; a relative path is relative to ``root`` (the rootdir); ``tokenizer``
+    (the target's) counts lengths estimated from reference answers."""
     parsed = DatasetSpec.parse(spec)
     if parsed.path == "builtin":
         dataset = builtin()
@@ -278,5 +338,5 @@ def load(spec: str, root: Path) -> Dataset:
             path = root / path
         if not path.is_file():
             raise ConfigError(f"dataset {spec!r}: no such file ({path}); use 'builtin' or a file path")
-        dataset = load_file(path, parsed.format)
+        dataset = load_file(path, parsed.format, tokenizer=tokenizer)
     return dataset.select(parsed.categories) if parsed.categories else dataset

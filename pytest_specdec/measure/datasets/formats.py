@@ -23,8 +23,9 @@ ALIASES = {"jsonl": "prompts", "mt_bench": "spec_bench"}
 #: Output length when a record carries neither a length nor a reference answer (vLLM bench's MT-Bench
 #: default, also what ``vllm bench serve --dataset-name spec_bench`` sends).
 DEFAULT_OUTPUT_TOKENS = 256
-#: Token estimate of a reference answer: characters / 4 (English prose and code in Llama-3-class
-#: tokenizers), no tokenizer needed; clamped so every request decodes for a while but none runs away.
+#: Output length from a reference answer: its tokens by the target's tokenizer, or characters / 4 (English
+#: prose and code in Llama-3-class tokenizers) where none can be loaded; clamped so every request decodes for
+#: a while but none runs away.
 CHARS_PER_TOKEN = 4
 MIN_OUTPUT_TOKENS = 16
 MAX_OUTPUT_TOKENS = 1024
@@ -32,7 +33,8 @@ MAX_OUTPUT_TOKENS = 1024
 #: numbers stay comparable with it.
 INSTRUCTCODER_SUFFIX = " Just output the code, do not include any explanation."
 
-_ESTIMATE = (f"estimated from the reference answer: ceil(characters / {CHARS_PER_TOKEN}) clamped to "
+_ESTIMATE = (f"estimated from the reference answer: its tokens by the target's tokenizer (without one: "
+             f"ceil(characters / {CHARS_PER_TOKEN}); `counted` says which) clamped to "
              f"[{MIN_OUTPUT_TOKENS}, {MAX_OUTPUT_TOKENS}]")
 OUTPUT_LENGTH_RULES = {
     "prompts": f"max_tokens (or output_tokens) of each record; missing: {DEFAULT_OUTPUT_TOKENS}",
@@ -46,10 +48,16 @@ _ASSISTANT = frozenset({"gpt", "chatgpt", "assistant", "bing", "bard", "model"})
 _ROLES = frozenset({"system", "user", "assistant", "developer", "tool"})
 
 
-def estimate_tokens(text: str) -> int:
-    """Output length from a reference answer, by the documented rule (no tokenizer: the target's may
-    not be at hand, and the same file must give the same workload on every machine)."""
-    return min(MAX_OUTPUT_TOKENS, max(MIN_OUTPUT_TOKENS, math.ceil(len(text) / CHARS_PER_TOKEN)))
+#: Counts a text's tokens: the target's tokenizer (`measure.tokens.Tokenizer.count`); None: characters / 4.
+Count: TypeAlias = Callable[[str], int] | None
+
+
+def estimate_tokens(text: str, count: Count = None) -> int:
+    """Output length from a reference answer, by the documented rule: ``count`` (the target's tokenizer)
+    where given, else ceil(characters / 4); the dataset records which made its lengths, and its identity
+    says so, so lengths counted two ways are never compared as one workload."""
+    tokens = count(text) if count is not None else math.ceil(len(text) / CHARS_PER_TOKEN)
+    return min(MAX_OUTPUT_TOKENS, max(MIN_OUTPUT_TOKENS, tokens))
 
 
 #: The most output tokens a record may ask for: above any served context length, so a typo such as 1e8
@@ -99,9 +107,9 @@ def _id(obj: dict[str, Any], key: str, default: str) -> str:
     return str(value)
 
 
-def _from_reference(answer: str) -> tuple[str, int]:
+def _from_reference(answer: str, count: Count) -> tuple[str, int]:
     """(where the length came from, max_tokens) for a record whose reference answer may be empty."""
-    return ("estimated", estimate_tokens(answer)) if answer.strip() else ("default", DEFAULT_OUTPUT_TOKENS)
+    return ("estimated", estimate_tokens(answer, count)) if answer.strip() else ("default", DEFAULT_OUTPUT_TOKENS)
 
 
 def _user(text: str) -> list[dict[str, Any]]:
@@ -111,7 +119,7 @@ def _user(text: str) -> list[dict[str, Any]]:
 Row: TypeAlias = tuple["Prompt", str]  # the prompt and where its max_tokens came from: given / estimated / default
 
 
-def _prompts_row(obj: dict[str, Any], default_id: str) -> Row:
+def _prompts_row(obj: dict[str, Any], default_id: str, count: Count = None) -> Row:
     from pytest_specdec.measure.types import Prompt
 
     has_messages, has_prompt = "messages" in obj, "prompt" in obj
@@ -149,7 +157,7 @@ def _prompts_row(obj: dict[str, Any], default_id: str) -> Row:
     return prompt, source
 
 
-def _sharegpt_row(obj: dict[str, Any], default_id: str) -> Row:
+def _sharegpt_row(obj: dict[str, Any], default_id: str, count: Count = None) -> Row:
     from pytest_specdec.measure.types import Prompt
 
     turns = obj.get("conversations", ...)
@@ -166,14 +174,14 @@ def _sharegpt_row(obj: dict[str, Any], default_id: str) -> Row:
     if first is None:
         raise _Skip("without a non-empty human turn")
     reply = next((t["value"] for t in turns[first + 1:] if t["from"] in _ASSISTANT), "")
-    source, max_tokens = _from_reference(reply)
+    source, max_tokens = _from_reference(reply, count)
     category = obj.get("category", "")
     prompt = Prompt(id=_id(obj, "id", default_id), messages=_user(turns[first]["value"]), max_tokens=max_tokens,
                     category=category if isinstance(category, str) else "")
     return prompt, source
 
 
-def _spec_bench_row(obj: dict[str, Any], default_id: str) -> Row:
+def _spec_bench_row(obj: dict[str, Any], default_id: str, count: Count = None) -> Row:
     from pytest_specdec.measure.types import Prompt
 
     turns = obj.get("turns", ...)
@@ -189,20 +197,20 @@ def _spec_bench_row(obj: dict[str, Any], default_id: str) -> Row:
     return prompt, "default"
 
 
-def _instructcoder_row(obj: dict[str, Any], default_id: str) -> Row:
+def _instructcoder_row(obj: dict[str, Any], default_id: str, count: Count = None) -> Row:
     from pytest_specdec.measure.types import Prompt
 
     instruction = _str(obj, "instruction")
     code = _str(obj, "input", empty=True)
     output = _str(obj, "output", empty=True)
     text = (f"{code}\n\n" if code.strip() else "") + instruction + INSTRUCTCODER_SUFFIX
-    source, max_tokens = _from_reference(output)
+    source, max_tokens = _from_reference(output, count)
     prompt = Prompt(id=_id(obj, "id", default_id), messages=_user(text), max_tokens=max_tokens,
                     category="code_editing")
     return prompt, source
 
 
-_PARSERS: dict[str, Callable[[dict[str, Any], str], Row]] = {
+_PARSERS: dict[str, Callable[[dict[str, Any], str, Count], Row]] = {
     "prompts": _prompts_row, "sharegpt": _sharegpt_row, "spec_bench": _spec_bench_row,
     "instructcoder": _instructcoder_row,
 }
