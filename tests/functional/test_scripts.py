@@ -29,6 +29,7 @@ PYTHON_SCRIPTS = {
     "latency_check.py": "A session's measurement traps from its results JSON",
     "replay_nights.py": "Replay stored nights as tonight",
     "stats_simulation.py": "Simulated false-alarm rate and power of pytest_specdec.gate.stats",
+    "token_counts.py": "Token counts of the built-in dataset's prompts by the target's tokenizer",
     "trend_simulation.py": "How `pytest-specdec history` finds change points",
     "vs_bench_serve.py": "Check the plugin's measurements against `vllm bench serve`",
 }
