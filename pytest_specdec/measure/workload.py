@@ -81,19 +81,23 @@ class Workload:
 
     def _count(self, key: str, ds: Dataset, prompts: list[Prompt], api: Api, target: str) -> list[Prompt]:
         """The prompts with their input tokens (`counting.count`, each prompt once per API), recorded in the
-        dataset's results block; the first count of a dataset is shown with how it was made."""
+        dataset's results block; the first count of a dataset is shown with how it was made. A prompt whose
+        length is known already (a synthetic one's, exact) is kept as it is."""
         from pytest_specdec.measure import counting, tokens
 
-        new = [p for p in prompts if (key, api, p.id) not in self._counted]
+        todo = [p for p in prompts if p.input_tokens is None]
+        new = [p for p in todo if (key, api, p.id) not in self._counted]
         if new:
             n, how = counting.count(tokens.load(target), new)
-            first = not ds.inputs.tokens
-            ds.inputs.add(how, new, n)
             self._counted.update({(key, api, p.id): (c, how) for p, c in zip(new, n, strict=True)})
-            if first:
+            if not ds.inputs.tokens:
                 self.progress(f"specdec: dataset {ds.name}: input tokens counted by {how}: mean "
                               f"{sum(n) / len(n):.1f}, min {min(n)}, max {max(n)} over {len(n)} prompts")
-        return [counting.counted(p, *self._counted[(key, api, p.id)]) for p in prompts]
+        for p in todo:
+            n_p, how_p = self._counted[(key, api, p.id)]
+            ds.inputs.add(how_p, [p], [n_p])
+        return [p if p.input_tokens is not None else counting.counted(p, *self._counted[(key, api, p.id)])
+                for p in prompts]
 
     def source(self, prompts: list[Prompt], speculative_config: dict[str, Any] | None, server_key: str,
                whole_dataset: Callable[[], list[Prompt]], exhausted: Callable[[], None]) -> PromptSource:

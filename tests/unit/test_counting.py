@@ -129,3 +129,11 @@ def test_input_counts_by_category() -> None:
     }
     counts.add("characters / 4 (why)", [TEXT], [6])
     assert counts.source == "tokenizer; characters / 4 (why)"  # two ways of counting, both said
+
+
+def test_a_prompt_sent_again_keeps_the_most_max_tokens() -> None:
+    counts = InputCounts()
+    counts.add("tokenizer", [TEXT], [6])
+    counts.add("tokenizer", [Prompt(id="t", prompt="one two three four five", max_tokens=64, category="code")], [6])
+    counts.add("tokenizer", [TEXT], [6])
+    assert counts.by_category()["code"]["max_tokens_max"] == 64 and counts.by_category()["code"]["prompts"] == 1

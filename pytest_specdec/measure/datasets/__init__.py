@@ -115,11 +115,13 @@ class InputCounts:
         return "; ".join(self.sources)
 
     def add(self, source: str, prompts: list[Prompt], tokens: list[int]) -> None:
-        """Record the prompts' input tokens (``tokens``, in order) and how they were counted."""
+        """Record the prompts' input tokens (``tokens``, in order) and how they were counted; a prompt sent
+        again (by another test, with its own max_tokens) keeps the most max_tokens it was sent with."""
         if source not in self.sources:
             self.sources.append(source)
         for p, n in zip(prompts, tokens, strict=True):
-            self.tokens[p.id] = (p.category, n, p.max_tokens)
+            before = self.tokens.get(p.id, ("", 0, 0))[2]
+            self.tokens[p.id] = (p.category, n, max(before, p.max_tokens))
 
     def by_category(self) -> dict[str, dict[str, int | float]]:
         """Per category: prompts counted, their input tokens' mean, min and max, and the most max_tokens."""
