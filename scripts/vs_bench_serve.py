@@ -3,6 +3,7 @@
     python scripts/vs_bench_serve.py ab        # real vLLM CPU server, zoo model
     python scripts/vs_bench_serve.py overhead  # client CPU per streamed token, fake server
     python scripts/vs_bench_serve.py overhead-inproc  # the request paths alone, in one process
+    python scripts/vs_bench_serve.py load      # arrivals, goodput and synthetic lengths (vs_bench_load.py)
 
 `ab` starts one zoo server (cpu profile, `--method`, k=3, prefix caching off so neither client gets
 cache hits: `vllm bench serve` sends no cache_salt) and alternates the plugin's client and
@@ -396,8 +397,13 @@ def main(argv: list[str] | None = None) -> int:
     oi.add_argument("--max-tokens", type=int, default=128, help="tokens per request (default: %(default)s)")
     oi.add_argument("--repeats", type=int, default=8, help="alternating pairs of passes (default: %(default)s)")
     oi.add_argument("--out", default="reports/vs-bench-serve-overhead-inproc.json", help="(default: %(default)s)")
+    import vs_bench_load  # scripts/: the load mode lives in its own module
+
+    vs_bench_load.add_arguments(sub.add_parser("load", help="burstiness, goodput and random-dataset lengths on a "
+                                               "real vLLM CPU server (scripts/vs_bench_load.py)"))
     args = ap.parse_args(argv)
-    return {"ab": cmd_ab, "overhead": cmd_overhead, "overhead-inproc": cmd_overhead_inproc}[args.cmd](args)
+    return {"ab": cmd_ab, "load": vs_bench_load.cmd_load, "overhead": cmd_overhead,
+            "overhead-inproc": cmd_overhead_inproc}[args.cmd](args)
 
 
 if __name__ == "__main__":

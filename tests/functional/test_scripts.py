@@ -31,6 +31,7 @@ PYTHON_SCRIPTS = {
     "stats_simulation.py": "Simulated false-alarm rate and power of pytest_specdec.gate.stats",
     "token_counts.py": "Token counts of the built-in dataset's prompts by the target's tokenizer",
     "trend_simulation.py": "How `pytest-specdec history` finds change points",
+    "vs_bench_load.py": "The plugin's load shaping against `vllm bench serve`",
     "vs_bench_serve.py": "Check the plugin's measurements against `vllm bench serve`",
 }
 
@@ -194,3 +195,23 @@ def test_gate_simulation_small() -> None:
     assert out.stdout.startswith("noise measured on ") and "baselines/cpu" in out.stdout.splitlines()[0]
     rows = [line for line in out.stdout.splitlines() if line.startswith(("| cpu |", "| gpu-like |"))]
     assert len(rows) == 9 and all(line.count("|") == 13 for line in rows), out.stdout
+
+
+def test_vs_bench_load_reads_slos_and_finds_token_mismatches() -> None:
+    """The load mode's pure parts: bench serve's `--goodput` syntax, a bad SLO named, and a request whose token
+    count differs between the clients reported as a mismatch (the figures it prints need real vLLM)."""
+    sys.path.insert(0, str(SCRIPTS))
+    import vs_bench_load
+
+    assert vs_bench_load.parse_slos("ttft:500 tpot:50") == {"ttft": 500.0, "tpot": 50.0}
+    for bad in ("ttft:0", "itl:5", "ttft:x", ""):
+        with pytest.raises(SystemExit, match="--goodput"):
+            vs_bench_load.parse_slos(bad)
+    run = {"request_s": 2.0, "output_tok_s": 60.0, "goodput_req_s": 1.0, "input_tokens": [64, 64],
+           "output_tokens": [32, 32]}
+    same = vs_bench_load.compare({"plugin": [run], "bench": [dict(run)]})
+    assert same["tokens_exact"] and same["request_s"]["rel_diff"] == 0.0
+    off = vs_bench_load.compare({"plugin": [run], "bench": [{**run, "input_tokens": [64, 65], "request_s": 2.5}]})
+    assert not off["tokens_exact"]
+    assert off["token_mismatches"] == [{"pair": 0, "what": "input_tokens", "plugin": [64, 64], "bench": [64, 65]}]
+    assert abs(off["request_s"]["rel_diff"] - (2.0 / 2.5 - 1)) < 1e-12
