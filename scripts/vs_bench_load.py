@@ -145,7 +145,8 @@ def cmd_load(args: argparse.Namespace) -> int:
     from vs_bench_serve import _cpus, run_bench  # the `ab` mode's server pinning and bench runner
 
     workloads = [Workload(f"burstiness {b:g}", b, 0.0) for b in args.burstiness]
-    workloads.append(Workload(f"range_ratio {args.range_ratio:g}", 1.0, args.range_ratio))
+    if args.lengths:
+        workloads.append(Workload(f"range_ratio {args.range_ratio:g}", 1.0, args.range_ratio))
     profile = load_profile("cpu")
     spec = server_spec(profile, args.method, None if args.method == "none" else args.k)
     spec = dataclasses.replace(spec, args=(*spec.args, "--no-enable-prefix-caching"))
@@ -178,7 +179,9 @@ def cmd_load(args: argparse.Namespace) -> int:
                                              Path(tmp), name), env, Path(tmp) / name)
             return {"request_s": res["request_throughput"], "output_tok_s": res["output_throughput"],
                     "goodput_req_s": res.get("request_goodput"), "input_tokens": list(res["input_lens"]),
-                    "output_tokens": list(res["output_lens"]), "failed": res.get("failed", 0)}
+                    "output_tokens": list(res["output_lens"]), "failed": res.get("failed", 0),
+                    # where the SLOs sit: bench's medians, to choose SLOs that some requests miss
+                    "median_ttft_ms": res.get("median_ttft_ms"), "median_tpot_ms": res.get("median_tpot_ms")}
 
         print("warm-up (each client once, not counted)", flush=True)
         plugin(workloads[0]), bench(workloads[0], "warmup")
@@ -189,8 +192,10 @@ def cmd_load(args: argparse.Namespace) -> int:
                     wait_idle({server.proc.pid})  # as the plugin does before every run
                     r = plugin(w) if who == "plugin" else bench(w, f"{wi}-{i}")
                     runs[who].append(r)
+                    medians = (f", median TTFT {r['median_ttft_ms']:.0f} ms, TPOT {r['median_tpot_ms']:.1f} ms"
+                               if who == "bench" else "")
                     print(f"{w.name} pair {i} {who}: {r['request_s']:.3f} req/s, {r['output_tok_s']:.1f} tok/s, "
-                          f"goodput {r['goodput_req_s']}, failed {r['failed']}", flush=True)
+                          f"goodput {r['goodput_req_s']:.3f}, failed {r['failed']}{medians}", flush=True)
             results[w.name] = {"workload": dataclasses.asdict(w), "runs": runs, **compare(runs)}
     summary = {"method": args.method, "k": args.k, "rate": args.rate, "concurrency": args.concurrency,
                "num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len,
@@ -223,6 +228,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--output-len", type=int, default=32, help="(default: %(default)s)")
     ap.add_argument("--range-ratio", type=float, default=0.5,
                     help="the lengths workload's range ratio (default: %(default)s)")
+    ap.add_argument("--lengths", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the range-ratio lengths workload too (default: %(default)s)")
     ap.add_argument("--pairs", type=int, default=3, help="ABBA pairs per workload after warm-up (default: %(default)s)")
     ap.add_argument("--server-cpus", default=None, metavar="CPUS",
                     help="start the server's processes on these CPUs, e.g. 1 (default: not pinned)")
