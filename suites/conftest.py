@@ -38,7 +38,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
 #: Suite modules with synthetic prompts (`input_len`), made at collection with the target's tokenizer: collected where
 #: it loads from local files. The cpu profile's zoo ships its own; a GPU box has its target's in the Hugging Face
 #: cache once a server has downloaded it, so a dry run on a machine without it still lists the other suites.
-TOKENIZER: tuple[str, ...] = ("test_load.py",)
+TOKENIZER: tuple[str, ...] = ("test_load_shapes.py",)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -150,15 +150,16 @@ def test_cpu_profile_dry_run_says_where_servers_start(pytester: pytest.Pytester)
 
 
 def test_the_gpu_only_suite_modules_are_not_collected_on_the_cpu_profile(pytester: pytest.Pytester) -> None:
-    """suites/conftest.py's PRESETS: the cpu profile's suites are the five modules they always were; a profile
+    """suites/conftest.py's PRESETS: the cpu profile's suites are the six modules without GPU presets; a profile
     with a module's presets (here the cpu profile plus an mlp_speculator preset on a zoo model) collects it."""
     (pytester.path / "suites").mkdir()
     for f in SUITES.glob("*.py"):
         (pytester.path / "suites" / f.name).write_text(f.read_text())
     result = pytester.runpytest("suites", "--gpu=cpu", "--specdec-dry-run", "-p", "no:cacheprovider")
     modules = {line.split("::")[0].strip() for line in result.outlines if line.startswith("  suites/") and "::" in line}
-    assert modules == {f"suites/test_{m}.py" for m in ("methods", "k_sweep", "temperature", "concurrency", "workloads")}
-    result.assert_outcomes(skipped=19)
+    assert modules == {f"suites/test_{m}.py" for m in ("methods", "k_sweep", "temperature", "concurrency", "workloads",
+                                                                    "load_shapes")}
+    result.assert_outcomes(skipped=22)
     mine = pytester.path / "cpu-plus.toml"
     mine.write_text((PROFILE_DIR / "cpu.toml").read_text().replace(
         "[methods.ngram]", '[methods.mlp_speculator]\nspeculative_config = { method = "mlp_speculator", model = '
