@@ -209,9 +209,15 @@ class SpecDecSession:
     def _check_possible(self, case: Case, sent: list[Prompt] | None = None) -> None:
         """What only the profile and the dataset can tell is impossible: an error at collection, not later; with
         the ``sent`` prompts (their input tokens counted) again when the test sends them."""
-        lengths = (case.input_len, case.output_len, case.range_ratio) if case.synthetic else None
-        if lengths:  # before the prompts are made: the lengths alone can be impossible
+        if case.synthetic:  # the lengths and counts alone: the prompts (and the tokenizer) wait for the test's run,
+            # so a collection or dry run needs no tokenizer on a GPU box before a server has downloaded the target
+            from pytest_specdec.measure.datasets.synthetic import BENCH_NUM_PROMPTS
+
+            lengths = (case.input_len, case.output_len, case.range_ratio)
             self.placement.check_possible(case.dataset, 1, None, None, lengths=lengths)  # type: ignore[arg-type]
+            size = case.num_prompts or BENCH_NUM_PROMPTS
+            self.placement.check_possible(case.dataset, size, case.num_prompts, None, (), case.concurrency)
+            return
         records = self.dataset(case).prompts  # all: suffix decoding draws beyond the sample
         checked = sent if sent is not None else records if case.max_tokens is None else ()
         self.placement.check_possible(case.dataset, len(records), case.num_prompts, case.max_tokens, checked,
@@ -236,7 +242,9 @@ class SpecDecSession:
         tokens counted and checked against the served length."""
         self._check_possible(case)
         if case.synthetic:  # as made: each its own max_tokens, in bench serve's order
-            return list(self.dataset(case).prompts)
+            made = list(self.dataset(case).prompts)
+            self.placement.check_possible(case.dataset, len(made), case.num_prompts, None, made, case.concurrency)
+            return made
         sent = self.workload.prompts(case.dataset, case.num_prompts, case.max_tokens, case.api, self._target(case))
         self._check_possible(case, sent)
         return sent

@@ -35,15 +35,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
 }
 
 
-#: Suite modules with synthetic prompts (`input_len`), made at collection with the target's tokenizer: collected where
-#: it loads from local files. The cpu profile's zoo ships its own; a GPU box has its target's in the Hugging Face
-#: cache once a server has downloaded it, so a dry run on a machine without it still lists the other suites.
-TOKENIZER: tuple[str, ...] = ("test_load_shapes.py",)
-
-
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    if collection_path.name in TOKENIZER:
-        return not _target_tokenizer_here(config)
     needs = PRESETS.get(collection_path.name)
     if needs is None:
         return None
@@ -55,17 +47,3 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     except SpecDecError:  # collected after all: the plugin names the profile's problem at collection
         return None
     return not set(needs) <= set(methods)
-
-
-def _target_tokenizer_here(config: pytest.Config) -> bool:
-    """Whether the active profile's target tokenizer loads here (a profile's problem: collected, so the plugin
-    names it)."""
-    from pytest_specdec.errors import SpecDecError
-    from pytest_specdec.measure.tokens import load
-    from pytest_specdec.plugin import session_key
-
-    try:
-        target = config.stash[session_key].profile.target
-    except SpecDecError:
-        return True
-    return load(str(target)).hf is not None

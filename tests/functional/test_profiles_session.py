@@ -158,7 +158,7 @@ def test_the_gpu_only_suite_modules_are_not_collected_on_the_cpu_profile(pyteste
     result = pytester.runpytest("suites", "--gpu=cpu", "--specdec-dry-run", "-p", "no:cacheprovider")
     modules = {line.split("::")[0].strip() for line in result.outlines if line.startswith("  suites/") and "::" in line}
     assert modules == {f"suites/test_{m}.py" for m in ("methods", "k_sweep", "temperature", "concurrency", "workloads",
-                                                                    "load_shapes")}
+                                                                    "load")}
     result.assert_outcomes(skipped=22)
     mine = pytester.path / "cpu-plus.toml"
     mine.write_text((PROFILE_DIR / "cpu.toml").read_text().replace(

@@ -4,7 +4,7 @@ synthetic prompts of exact token lengths (docs/load.md).
 On the cpu profile each test is one EAGLE-3 point of ~1 s runs: 8 prompts at 4 req/s (the reference serves
 ~10 req/s of 64 tokens at 8 in flight, so the loop stays open), capped at 8 in flight. The GPU profiles add a
 rate sweep to the reference's saturation, with the rate where speculation stops paying gated as the crossover is
-(test_gpu_methods.py). Collected where the target's tokenizer loads from local files (suites/conftest.py: TOKENIZER).
+(test_gpu_methods.py). Its synthetic prompts are made when the test first runs.
 """
 
 from __future__ import annotations
