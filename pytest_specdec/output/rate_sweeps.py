@@ -56,7 +56,7 @@ def latency_charts(tests: Sequence[TestEntry]) -> list[Chart]:
         for n, (arm, dotted) in enumerate((("spec", False), ("reference", True))):
             pts = [pt for t in tests if (pt := _arm_point(t.runs if arm == "spec" else t.reference_runs, pct))]
             series.append(Series(arm, pts, PALETTE[n], dotted=dotted))
-        charts.append(Chart(f"throughput vs latency: E2E {pct.upper()} (spec solid, reference dotted)",
+        charts.append(Chart(f"achieved req/s vs E2E {pct.upper()}",
                             "achieved req/s", f"E2E {pct.upper()} ms", series))
     return charts
 

@@ -88,7 +88,7 @@ def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
     assert stored["nights"][0]["saturation_req_s"] == pytest.approx(sat["req_s"], rel=1e-4)
 
     html = (pytester.path / "reports" / "latest.html").read_text()
-    assert "speedup vs load" in html and "throughput vs latency" in html and stop["text"].split(" (")[0] in html
+    assert "speedup vs load" in html and "achieved req/s vs E2E P95" in html and stop["text"].split(" (")[0] in html
 
     # `compare` reads the stop-paying rate back from the results on its axis: a night against itself has not moved
     # (unchanged, or inconclusive where three runs a point on a loaded host leave the CI wider than the ±33 %)
