@@ -49,7 +49,7 @@ import scipy.ndimage  # noqa: F401
 import scipy.special  # noqa: F401
 import scipy.stats  # noqa: F401
 
-from fakes import IN_PROCESS_VALIDITY, LAUNCHER, FakeConfig, FakeServer, FakeVllm
+from fakes import IN_PROCESS_VALIDITY, LAUNCHER, FakeConfig, FakeServer, FakeServerProcess, FakeVllm
 from purity import refuse_impure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,6 +198,23 @@ def fake_server() -> Iterator[Callable[..., FakeServer]]:
         server = FakeServer(config or FakeConfig(**fields))
         server.start()
         started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def fake_server_process() -> Iterator[Callable[..., FakeServerProcess]]:
+    """Simulated servers in child processes (``fake_server_process(**FakeConfig fields)``; 5 output tokens unless
+    told): at tens of streams the client's own CPU must not be the servers' too. All stopped at teardown."""
+    started: list[FakeServerProcess] = []
+
+    def start(**fields: Any) -> FakeServerProcess:
+        server = FakeServerProcess(FakeConfig(**{"output_tokens": 5, **fields}))
+        started.append(server)
+        server.start()
         return server
 
     yield start

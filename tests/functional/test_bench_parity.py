@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
+from vllm_child import run_vllm_script
 
 from pytest_specdec.measure.arrivals import arrival_times
 from pytest_specdec.measure.datasets.synthetic import synthetic_prompts
@@ -45,18 +42,7 @@ def test_arrivals_and_prompts_equal_bench_serves_for_the_same_seed() -> None:
     target = str(zoo_path("target"))
     args = {"shapes": [0.5, 1.0, 4.0], "seed": 0, "n": 12, "rate": 50.0, "input_len": 64, "output_len": 16,
             "range_ratio": 0.5, "target": target}
-    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu")
-    try:
-        p = subprocess.run([sys.executable, "-c", _VLLM_SCRIPT], input=json.dumps(args), capture_output=True,
-                           text=True, env=env, timeout=180)
-    except subprocess.TimeoutExpired:
-        pytest.skip("importing vllm took over 180 s")
-    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        if "No module named 'vllm'" in p.stderr:
-            pytest.skip("vllm is not installed in this interpreter")
-        raise AssertionError(f"vllm's get_request / RandomDataset failed:\n{p.stderr[-3000:]}")
-    theirs = json.loads(line[len("RESULT "):])
+    theirs = run_vllm_script(_VLLM_SCRIPT, args, "vllm's get_request / RandomDataset")
     for shape in args["shapes"]:
         assert arrival_times(12, 50.0, shape, 0) == theirs["arrivals"][str(shape)]  # exactly, not approximately
     prompts, _ = synthetic_prompts(load(target).hf, 12, 64, 16, 0.5, seed=0)

@@ -12,12 +12,12 @@ gated (``specdec_gate = crossover``) while every test's own speedup verdict stay
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeConfig, FakeServerProcess
+from fakes import FakeServerProcess
 
 from pytest_specdec.cli import main
 
@@ -31,19 +31,8 @@ SUITE = {"concurrency": [4, 8, 32], "num_prompts": 32, "max_tokens": 5,
 
 
 @pytest.fixture
-def servers() -> Iterator[Callable[..., FakeServerProcess]]:
-    """Simulated servers in child processes: at 32 streams the client's own CPU must not be the servers' too."""
-    started: list[FakeServerProcess] = []
-
-    def start(**fields: Any) -> FakeServerProcess:
-        server = FakeServerProcess(FakeConfig(output_tokens=5, **fields))
-        started.append(server)
-        server.start()
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
+def servers(fake_server_process: Callable[..., FakeServerProcess]) -> Callable[..., FakeServerProcess]:
+    return fake_server_process
 
 
 def night(pytester: pytest.Pytester, profile: Path, spec: FakeServerProcess, ref: FakeServerProcess,

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from vllm_child import run_vllm_script
 from fakes import FakeConfig, FakeServer
 
 from pytest_specdec.errors import SpecDecError
@@ -302,18 +300,7 @@ def test_percentile_parity_with_installed_vllm_bench() -> None:
     assert one_token
     for i in one_token:
         res["latencies"][i] += 0.05
-    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", TERM_PLOTLIB_DISABLE="1")
-    try:
-        p = subprocess.run([sys.executable, "-c", _VLLM_SCRIPT], input=json.dumps(res), capture_output=True,
-                           text=True, env=env, timeout=180)
-    except subprocess.TimeoutExpired:
-        pytest.skip("importing vllm took over 180 s")
-    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        if "No module named 'vllm'" in p.stderr:
-            pytest.skip("vllm is not installed in this interpreter")
-        raise AssertionError(f"vllm's calculate_metrics failed:\n{p.stderr[-3000:]}")
-    theirs = json.loads(line[len("RESULT "):])
+    theirs = run_vllm_script(_VLLM_SCRIPT, res, "vllm's calculate_metrics", TERM_PLOTLIB_DISABLE="1")
     ours = bench_run_metrics(res, GOODPUT_SLOS_MS)
     assert ours.good_requests is not None and 0 < ours.good_requests < theirs["completed"]
     assert ours.goodput_req_s == pytest.approx(theirs.pop("request_goodput"), rel=1e-12)

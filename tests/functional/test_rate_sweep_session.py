@@ -10,11 +10,11 @@ baselines and the report. How it is judged against a stored night is the crossov
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fakes import FakeConfig, FakeServerProcess
+from fakes import FakeServerProcess
 
 from pytest_specdec.cli import main
 from pytest_specdec.gate.kinds import INCONCLUSIVE, UNCHANGED
@@ -25,18 +25,8 @@ SUITE = {"rate_sweep": 3, "concurrency": 8, "num_prompts": 8, "max_tokens": 5,
 
 
 @pytest.fixture
-def servers() -> Iterator[Callable[..., FakeServerProcess]]:
-    started: list[FakeServerProcess] = []
-
-    def start(**fields: Any) -> FakeServerProcess:
-        server = FakeServerProcess(FakeConfig(output_tokens=5, **fields))
-        started.append(server)
-        server.start()
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
+def servers(fake_server_process: Callable[..., FakeServerProcess]) -> Callable[..., FakeServerProcess]:
+    return fake_server_process
 
 
 def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
