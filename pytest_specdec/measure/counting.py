@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from pytest_specdec.measure.tokens import CHARS_PER_TOKEN
+from pytest_specdec.measure.tokens import CHARS_PER_TOKEN, estimate
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.tokens import Tokenizer
@@ -57,4 +57,4 @@ def _tokens(tok: Tokenizer, p: Prompt) -> int:
 def _estimate(p: Prompt) -> int:
     """ceil(characters / 4) of the text sent (chat: the messages' contents; the template's tokens unknown)."""
     text = p.prompt if p.prompt is not None else "".join(str(m.get("content") or "") for m in p.messages or ())
-    return -(-len(text) // CHARS_PER_TOKEN)
+    return estimate(text)

@@ -34,8 +34,13 @@ class Tokenizer:
     def count(self, text: str) -> int:
         """Tokens of ``text`` without special tokens (the estimate rounds up: an empty text is 0)."""
         if self.hf is None:
-            return -(-len(text) // CHARS_PER_TOKEN)
+            return estimate(text)
         return len(self.hf(text, add_special_tokens=False).input_ids)
+
+
+def estimate(text: str) -> int:
+    """The count without a tokenizer: ceil(characters / 4), so an empty text is 0."""
+    return -(-len(text) // CHARS_PER_TOKEN)
 
 
 @functools.lru_cache(maxsize=8)

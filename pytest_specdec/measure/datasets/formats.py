@@ -10,9 +10,10 @@ from the package, so the package imports from it and there is no cycle.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
+
+from pytest_specdec.measure.tokens import CHARS_PER_TOKEN, estimate
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.types import Prompt
@@ -26,7 +27,6 @@ DEFAULT_OUTPUT_TOKENS = 256
 #: Output length from a reference answer: its tokens by the target's tokenizer, or characters / 4 (English
 #: prose and code in Llama-3-class tokenizers) where none can be loaded; clamped so every request decodes for
 #: a while but none runs away.
-CHARS_PER_TOKEN = 4
 MIN_OUTPUT_TOKENS = 16
 MAX_OUTPUT_TOKENS = 1024
 #: What ``vllm bench serve`` appends to an InstructCoder prompt (vllm/benchmarks/datasets), kept so
@@ -56,7 +56,7 @@ def estimate_tokens(text: str, count: Count = None) -> int:
     """Output length from a reference answer, by the documented rule: ``count`` (the target's tokenizer)
     where given, else ceil(characters / 4); the dataset records which made its lengths, and its identity
     says so, so lengths counted two ways are never compared as one workload."""
-    tokens = count(text) if count is not None else math.ceil(len(text) / CHARS_PER_TOKEN)
+    tokens = (count or estimate)(text)
     return min(MAX_OUTPUT_TOKENS, max(MIN_OUTPUT_TOKENS, tokens))
 
 
