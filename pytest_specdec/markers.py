@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.measure.types import GOODPUT_SLOS
 from pytest_specdec.profiles import VLLM_METHODS
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ FIELDS = (
     "rate_sweep",
 )
 #: The goodput SLOs a request must meet, as `vllm bench serve --goodput` names them (milliseconds).
-GOODPUT_KEYS = ("ttft", "tpot", "e2el")
+GOODPUT_KEYS = GOODPUT_SLOS
 #: What a synthetic dataset is called in ids and results (vllm bench serve's ``--dataset-name random``).
 SYNTHETIC = "random"
 APIS = ("chat", "completions")

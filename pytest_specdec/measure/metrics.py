@@ -23,12 +23,10 @@ import numpy as np
 
 from pytest_specdec.errors import ConfigError, SpecDecError
 from pytest_specdec.measure.figures import tau
-from pytest_specdec.measure.types import LoadResult, RequestSample, Sampling
+from pytest_specdec.measure.types import GOODPUT_SLOS, LoadResult, RequestSample, Sampling
 from pytest_specdec.vllm.counters import Counters, delta, parse_counters
 
 PERCENTILES: tuple[int, ...] = (50, 95, 99)
-#: The SLOs goodput counts against, as ``vllm bench serve --goodput`` names them (the marker's `GOODPUT_KEYS`).
-GOODPUT_SLOS: tuple[str, ...] = ("ttft", "tpot", "e2el")
 
 
 def counters_delta(load: LoadResult) -> Counters | None:

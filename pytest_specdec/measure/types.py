@@ -13,6 +13,9 @@ from typing import Any, Literal
 from pytest_specdec.errors import ConfigError
 
 Api = Literal["chat", "completions"]
+#: The SLOs goodput counts against, in ms, as ``vllm bench serve --goodput`` names them: the marker's
+#: ``goodput`` keys and what `metrics.good_requests` judges.
+GOODPUT_SLOS: tuple[str, ...] = ("ttft", "tpot", "e2el")
 #: How a request not sent (its run stopped at an idle timeout) is named in its error (`client.py` writes it).
 NOT_SENT = "not sent"
 
