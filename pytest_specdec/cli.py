@@ -144,6 +144,7 @@ def stored_dir(path: Path, profile: str) -> StoredDir:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from pytest_specdec.output.ab_results import is_ab
+    from pytest_specdec.gate.variance import night_prior_from
     from pytest_specdec.output.compare import compare, names, summary_lines, table_lines, to_json
 
     if args.new is None:  # one file: an A/B session's, judged again
@@ -167,14 +168,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     tolerance = settings.get("machine_state_tolerance")
     if tolerance is None or args.profile:
         tolerance = profile_of(profile, where).machine_state_tolerance
+    prior_table, prior_source = settings.get("night_prior"), settings.get("night_prior_source")
+    if prior_table is None or args.profile:  # a file written before night priors: the profile's
+        prior_table, prior_source = profile_of(profile, where).night_prior, profile_of(profile, where).night_prior_source
+    prior = night_prior_from(prior_table, str(prior_source))
     if args.old.is_dir():
         old: Any = stored_dir(args.old, new.profile or profile)
         floor = settings.get("min_night_sd")
         if floor is None or args.profile:
             floor = profile_of(profile, where).min_night_sd
         result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr,
-                         min_night_sd=float(floor), state_tolerance=float(tolerance), old_name=old_name,
-                         new_name=new_name)
+                         min_night_sd=float(floor), night_prior=prior, state_tolerance=float(tolerance),
+                         old_name=old_name, new_name=new_name)
         started = f"stored baselines of profile {old.profile}"
     else:
         assert old_file is not None
@@ -182,7 +187,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if old.profile != new.profile and not args.profile:
             print(f"specdec compare: the files ran different profiles ({old.profile} → {new.profile}); thresholds "
                   f"of {new.profile}", file=sys.stderr)
-        result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr,
+        result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr, night_prior=prior,
                          state_tolerance=float(tolerance), old_name=old_name, new_name=new_name,
                          datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}))
         started = old.started

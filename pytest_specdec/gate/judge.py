@@ -130,10 +130,12 @@ class Judge:
     def pipeline(self) -> Pipeline:
         """The gate's chain over this profile's stored nights (gate/pipeline.py)."""
         from pytest_specdec.gate.pipeline import Pipeline, Stored
+        from pytest_specdec.gate.variance import night_prior_from
 
         profile = self.cfg.profile
-        return Pipeline(Stored(tuple(self.stored), profile.min_night_sd), self.cfg.alpha, self.cfg.fdr,
-                        profile.machine_state_tolerance)
+        return Pipeline(Stored(tuple(self.stored), profile.min_night_sd,
+                               night_prior_from(profile.night_prior, profile.night_prior_source)),
+                        self.cfg.alpha, self.cfg.fdr, profile.machine_state_tolerance)
 
     def create_command(self, nodeid: str, mode: str) -> str:
         """The command that writes this test's baseline (`mode` "missing" or "all")."""
@@ -243,6 +245,8 @@ class Judge:
         from pytest_specdec.gate.thresholds import to_dict
 
         return {"alpha": self.cfg.alpha, "fdr": self.cfg.fdr, "min_night_sd": self.cfg.profile.min_night_sd,
+                "night_prior": dict(self.cfg.profile.night_prior),
+                "night_prior_source": self.cfg.profile.night_prior_source,
                 "machine_state_tolerance": self.cfg.profile.machine_state_tolerance,
                 "thresholds": to_dict(self.thresholds()), "hardware": self.hardware.to_dict()}
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.protocol import StopRule
     from pytest_specdec.gate.stats import Thresholds, Verdict
-    from pytest_specdec.gate.variance import NightVariance, Prior
+    from pytest_specdec.gate.variance import NightPrior, NightVariance, Prior
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ class Stored:
 
     files: tuple[dict[str, Any], ...]
     min_night_sd: float = 0.0  # the profile's floor on the night-to-night sd of log-scale metrics, %
+    #: What nights are assumed to spread before the files can say (`variance.NightPrior`); None: no prior.
+    night_prior: NightPrior | None = None
 
     @cached_property
     def factors(self) -> dict[str, float]:
@@ -54,7 +56,7 @@ class Stored:
         """Per metric, the night-to-night and run-to-run variance pooled over the files, floor applied."""
         from pytest_specdec.gate.verdicts import night_variances, with_floor
 
-        return with_floor(night_variances(self.files, self.factors), self.min_night_sd)
+        return with_floor(night_variances(self.files, self.factors, self.night_prior), self.min_night_sd)
 
 
 @dataclass(frozen=True)

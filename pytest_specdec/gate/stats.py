@@ -334,7 +334,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         s_w2 = max((nights.df_within * nights.within + ss) / (nights.df_within + dfw), own_w)
         df_w = nights.df_within + dfw
         sig_n2, df_n = nights.between, nights.df_between
-        whose = "the profile's floor, min_night_sd" if nights.floor else "pooled"
+        whose = nights.source()
         h_b = float(np.mean([1.0 / len(s) for s in xs]))
         if (len(xs) > 1 and nights.homogeneity_p is not None and nights.homogeneity_p < HOMOGENEITY_P):
             own_b = float(np.var(means, ddof=1)) - own_w * h_b
@@ -346,8 +346,8 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
         level = 100.0 * (1.0 - 2.0 * a)
         what = (f"unit: night mean (baseline {len(xs)} night(s) of {sum(len(s) for s in xs)} runs, "
-                f"{n_n} runs now); night-to-night sd {100 * math.sqrt(sig_n2):.3g} % ({whose}, "
-                f"{nights.n_sources} stored baselines, {df_n:.0f} df), run sd {100 * math.sqrt(s_w2):.3g} %")
+                f"{n_n} runs now); night-to-night sd {100 * math.sqrt(sig_n2):.3g} {unit} ({whose}; {df_n:.0f} df), "
+                f"run sd {100 * math.sqrt(s_w2):.3g} {unit}")
         note = explain_decision(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
         if max_looks > 1:
             note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,13 +111,95 @@ class NightVariance:
     n_sources: int
     homogeneity_p: float | None = None
     floor: bool = False  # ``between`` is the profile's floor (min_night_sd), not the pooled estimate
+    #: The night prior blended in (`NightPrior`): its sd in the metric's unit (% or points), its df, where it
+    #: came from. ``df_between`` counts its df beside the stored nights' (``df_between - prior_df``).
+    prior_sd: float = 0.0
+    prior_df: float = 0.0
+    prior_source: str = ""
+    prior_unit: str = "%"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values."""
         return dataclasses.asdict(self)
 
+    def source(self) -> str:
+        """Where the night-to-night sd comes from, for a verdict's note: the stored nights pooled, the prior
+        assumed (and its df), or both blended, or the profile's floor."""
+        if self.floor:
+            return "the profile's floor, min_night_sd"
+        pooled_df = self.df_between - self.prior_df
+        pooled = f"pooled over {self.n_sources} stored baselines, {pooled_df:.0f} df"
+        if not self.prior_df:
+            return pooled
+        prior = f"{self.prior_sd:g} {self.prior_unit} at {self.prior_df:g} df from {self.prior_source}"
+        if pooled_df < 1:
+            return f"assumed: {prior}, as no stored baseline has 2 nights"
+        return f"{pooled}, blended with {prior}"
+
 
 HOMOGENEITY_P = 0.01
+
+#: The classes a `NightPrior` gives an sd for: ratios of the two arms of a pair (speedup, E2E ratio, goodput),
+#: absolute figures (tok/s, latencies: they follow the machine's speed) and acceptance (in points).
+PRIOR_CLASSES = ("ratio", "absolute", "acceptance")
+
+
+@dataclass(frozen=True)
+class NightPrior:
+    """How far a test's night mean is assumed to move from night to night before the stored nights can say.
+
+    A first night cannot measure night-to-night variance, and a few nights measure it poorly: comparing runs
+    alone then takes a quiet evening's noise for the host's (a new host gave 5 confident `improved` with
+    nothing changed). The prior enters as ``df`` pseudo-nights of sd ``sd[class]`` (scaled-chi-square
+    pooling, as `estimate_prior`'s), so one stored night is judged with the prior's wide t quantile and
+    the stored nights take over as they accumulate. ``source`` names where it came from (a profile's
+    ``[verdicts] night_prior``, or a host's calibration record).
+    """
+
+    sd: Mapping[str, float]  # a class of PRIOR_CLASSES or a metric name -> sd (% for ratios/absolute, points)
+    df: float
+    source: str
+
+    def __post_init__(self) -> None:
+        bad = [k for k, v in self.sd.items() if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0)]
+        if bad or not (math.isfinite(self.df) and self.df > 0):
+            raise ConfigError(f"{self.source}: a night prior needs sds >= 0 and df > 0, got sd={dict(self.sd)!r}, "
+                              f"df={self.df!r}")
+
+    def sd_of(self, metric: str, absolute: bool) -> float:
+        """The prior sd of ``metric`` (its own entry, its base name's, else its class's; 0: none)."""
+        base = metric.split("[", 1)[0]
+        kind = check_kind(metric, None)
+        cls = "acceptance" if kind == "acceptance" else "absolute" if absolute else "ratio"
+        return float(self.sd.get(metric, self.sd.get(base, self.sd.get(cls, 0.0))))
+
+    def var_of(self, metric: str, absolute: bool) -> float:
+        """The prior variance on the comparison scale (log for rates and latencies, raw for acceptance)."""
+        sd = self.sd_of(metric, absolute)
+        kind = check_kind(metric, None)
+        return math.log1p(sd / 100.0) ** 2 if kind != "acceptance" else (sd / 100.0) ** 2
+
+
+def night_prior_from(table: Mapping[str, float], source: str) -> NightPrior:
+    """A profile's or results file's ``night_prior`` table (class sds and ``df``) as a `NightPrior`."""
+    if "df" not in table:
+        raise ConfigError(f"{source}: night_prior has no df: {dict(table)!r}")
+    return NightPrior({k: float(v) for k, v in table.items() if k != "df"}, float(table["df"]), source)
+
+
+def blend_prior(metric: str, nv: NightVariance | None, prior: NightPrior, absolute: bool) -> NightVariance | None:
+    """``nv`` (the stored nights pooled; None: none has 2 nights) with ``prior`` blended in as its df in
+    pseudo-nights: ``between = (d0 s0² + d σ̂²) / (d0 + d)``, with ``d0 + d`` df. A prior of sd 0 leaves ``nv``."""
+    v0 = prior.var_of(metric, absolute)
+    if v0 <= 0:
+        return nv
+    info = {"prior_sd": prior.sd_of(metric, absolute), "prior_df": prior.df, "prior_source": prior.source,
+            "prior_unit": "points" if check_kind(metric, None) == "acceptance" else "%"}
+    if nv is None:
+        return NightVariance(between=v0, df_between=prior.df, within=0.0, df_within=0.0, n_sources=0, **info)
+    d = nv.df_between
+    return dataclasses.replace(nv, between=(prior.df * v0 + d * nv.between) / (prior.df + d),
+                               df_between=d + prior.df, **info)
 
 
 def night_components(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Kind | None = None

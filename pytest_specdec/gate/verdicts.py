@@ -22,7 +22,7 @@ from pytest_specdec.gate.registry import VERDICT_METRICS as METRICS
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
-    from pytest_specdec.gate.variance import NightVariance, Prior
+    from pytest_specdec.gate.variance import NightPrior, NightVariance, Prior
     from pytest_specdec.measure.explain import Explained, Split
 
 # The gated family (speedup, acceptance, P95 E2E ratio per test) fails a test and alone shares its
@@ -91,9 +91,13 @@ def _sessions_of(baseline: dict[str, Any], factors: Mapping[str, float]) -> dict
     return out
 
 
-def night_variances(files: Iterable[dict[str, Any]], factors: Mapping[str, float]) -> dict[str, NightVariance]:
-    """Per metric, the night-to-night and run-to-run variance pooled over every stored file of the profile."""
-    from pytest_specdec.gate.variance import estimate_night_variance
+def night_variances(files: Iterable[dict[str, Any]], factors: Mapping[str, float],
+                    prior: NightPrior | None = None) -> dict[str, NightVariance]:
+    """Per metric, the night-to-night and run-to-run variance pooled over every stored file of the profile,
+    with ``prior`` blended in (`variance.blend_prior`): then every metric the files hold has one, so a
+    metric whose files hold one night each is judged night against night with the prior's uncertainty,
+    never run against run as if nights did not move."""
+    from pytest_specdec.gate.variance import blend_prior, estimate_night_variance
 
     per_metric: dict[str, list[list[list[float]]]] = {}
     for data in files:
@@ -105,6 +109,8 @@ def night_variances(files: Iterable[dict[str, Any]], factors: Mapping[str, float
             nv = estimate_night_variance(name, tables)
         except ConfigError:
             continue  # a bad value is reported by the verdict of that file's own test
+        if prior is not None:
+            nv = blend_prior(name, nv, prior, name.split("[", 1)[0] in ABSOLUTE)
         if nv is not None:
             out[name] = nv
     return out

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.crossover_gate import SweepOutcome
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.variance import NightPrior
     from pytest_specdec.measure.explain import Split
 
 def conditions(results: Results, test: TestEntry, datasets: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,6 +174,7 @@ def test_thresholds(test: TestEntry, session: Thresholds, override: Mapping[str,
 
 def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, override: Mapping[str, float]
             | None = None, alpha: float = 0.05, fdr: str = "bh", min_night_sd: float = 0.0,
+            night_prior: NightPrior | None = None,
             state_tolerance: float | None = None, old_name: str = "OLD", new_name: str = "NEW",
             datasets: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None) -> Comparison:
     """NEW's tests judged through the gate's one pipeline (`gate.pipeline.judge_all`), as the plugin judges a
@@ -251,7 +253,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
         rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
     else:  # the priors from the files of the machines judged against, as the plugin's session reads them
         stored = [data for s in stores.values() for data in s.readable()]
-    pipeline = Pipeline(Stored(tuple(stored), min_night_sd), alpha, fdr, state_tolerance)
+    pipeline = Pipeline(Stored(tuple(stored), min_night_sd, night_prior), alpha, fdr, state_tolerance)
     machine = judge_all(pipeline, checks, thresholds)
     by_id = dict(checks)
     from pytest_specdec.gate.verdicts import baseline_split

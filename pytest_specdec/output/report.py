@@ -145,9 +145,10 @@ def ci_header(test: TestEntry) -> str:
 def catches(v: VerdictEntry) -> str:
     """What a verdict's comparison can catch, from its `mde`, `threshold` and the rule: the twin of
     `wording.guard_text`, which needs a `stats.Verdict`."""
+    from pytest_specdec.output.wording import catch_text, not_judged_text
+
     if v.verdict == NOT_COMPARABLE:
-        return "—"
-    from pytest_specdec.output.wording import catch_text
+        return not_judged_text(v.method)
 
     return catch_text(v.exact, v.mde, v.threshold, v.unit, modelled=v.mde is not None or v.se is not None, ge="≥")
 

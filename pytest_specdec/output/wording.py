@@ -110,7 +110,15 @@ def format_verdict(v: Judged) -> str:
 
 def guard_text(v: Verdict) -> str:
     """What a gated verdict can catch: "catches a drop >= 21 %", "exact", or why nothing is known."""
+    if v.verdict == NOT_COMPARABLE:
+        return not_judged_text(v.method)
     return catch_text(v.exact, v.mde, v.threshold, v.unit, modelled=v.mde is not None)
+
+
+def not_judged_text(method: str) -> str:
+    """Why a `not-comparable` verdict caught nothing, in the words its block and JSON use: its method names the
+    condition that set it aside ("machine state"), or the baseline's conditions differ."""
+    return f"not judged: {method}" if method and method != "none" else "not judged: the baseline's conditions differ"
 
 
 def catch_text(exact: bool, mde: float | None, threshold: float | None, unit: str, *, modelled: bool,
@@ -242,6 +250,10 @@ def machine_sentence(m: MachineFactor, now: str = "this machine", against: str =
             f"(reference tok/s, factor {m.factor:.3f}, {ci}, {m.n_tests} test(s)){tail}")
 
 
+#: A verdict's unit of comparison (`stats.Verdict.per`) as the failure message names it.
+UNIT_WORDS = {"night": "night means", "session": "session means", "run": "runs"}
+
+
 def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: float, fdr: str, where: str,
                        accept: str) -> str:
     """A failing test's message: what regressed, the table, the attribution, what changed under test and
@@ -251,7 +263,9 @@ def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: floa
     bad = gated_with(verdicts, REGRESSED)
     assert c.baseline is not None
     sessions = c.baseline["sessions"]
-    unit = "session means" if len(sessions) > 1 else "runs"
+    # as the verdicts compared (`stats.Verdict.per`): night means wherever a night variance is known or assumed
+    per = {v.per for v in verdicts if v.verdict != NOT_COMPARABLE}
+    unit = " and ".join(UNIT_WORDS[p] for p in ("night", "session", "run") if p in per) or "none"
     level = 100 * (1 - 2 * alpha / max(1, c.max_looks))
     last = sessions[-1] if sessions else {}
     lines = [

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.validity import ValidityRules
 from pytest_specdec.profiles.schema import (ANY_GPU, DEFAULT_AB_FIRST_LOOK, DEFAULT_AB_LOOK_STEP, DEFAULT_AB_RUNS,
-                                            DEFAULT_RUNS, DEFAULT_STATE_TOLERANCE, PLUGIN_FLAGS,
+                                            DEFAULT_NIGHT_PRIOR, DEFAULT_RUNS, DEFAULT_STATE_TOLERANCE, PLUGIN_FLAGS,
                                             PROFILE_KEYS, VLLM_METHODS, check_keys, check_values, renamed_keys,
-                                            validity_rules)
+                                            night_prior_table, validity_rules)
 
 if TYPE_CHECKING:
     from pytest_specdec.vllm.command import ServerSpec
@@ -56,6 +56,9 @@ class Profile:
     #: `[verdicts] machine_state_tolerance`: ±% within which a stored night's machine state (the probe's
     #: figures, `measure/probe.py`) counts as tonight's for the ratio metrics (docs/gate.md, "Machine state").
     machine_state_tolerance: float = DEFAULT_STATE_TOLERANCE
+    #: `[verdicts] night_prior` over `schema.DEFAULT_NIGHT_PRIOR`: the night-to-night sd assumed per class
+    #: (ratio, absolute %, acceptance points) and its df, before stored nights or a calibration say more.
+    night_prior: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_NIGHT_PRIOR))
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     #: GPU names (`nvidia-smi --query-gpu=name`) this profile's figures hold for; empty = not checked.
     nvidia_smi_names: tuple[str, ...] = ()
@@ -68,6 +71,13 @@ class Profile:
     any_gpu: bool = False
     #: The GPU class nvidia-smi listed for an `any_gpu` profile, once the session checked the GPUs.
     detected_hardware: str | None = None
+
+    @property
+    def night_prior_source(self) -> str:
+        """Where `night_prior` comes from, as a verdict's note names it."""
+        if "night_prior" in self.raw.get("verdicts", {}):
+            return f"profile {self.name}'s night_prior"
+        return "the default night prior (assumed, measured on no host)"
 
     @property
     def hardware(self) -> str:
@@ -198,6 +208,7 @@ def load_profile(name_or_path: str) -> Profile:
         max_runs=verdicts.get("max_runs"),
         min_night_sd=float(verdicts.get("min_night_sd", 0.0)),
         machine_state_tolerance=float(verdicts.get("machine_state_tolerance", DEFAULT_STATE_TOLERANCE)),
+        night_prior=night_prior_table(raw),
         raw=raw,
         nvidia_smi_names=() if any_gpu else tuple(n.strip() for n in raw.get("nvidia_smi_names", [])),
         any_gpu=any_gpu,

@@ -37,6 +37,12 @@ DEFAULT_RUNS = 3
 #: `[verdicts] machine_state_tolerance` of a profile that does not set it, in ±% (measured on the CPU default:
 #: docs/validation.md, "Machine state").
 DEFAULT_STATE_TOLERANCE = 15.0
+#: `[verdicts] night_prior` where a profile names none: what a test's night mean is assumed to move from night
+#: to night before its stored nights can say (`gate.variance.NightPrior`), sd in % (ratios, absolute figures) or
+#: points (acceptance) and its weight in pseudo-nights. Wide on purpose: no host measured it; a calibration
+#: record or the profile's own replaces it (docs/gate.md, "Nights the gate has not seen").
+DEFAULT_NIGHT_PRIOR: dict[str, float] = {"ratio": 10.0, "absolute": 30.0, "acceptance": 0.0, "df": 4.0}
+NIGHT_PRIOR_KEYS = ("ratio", "absolute", "acceptance", "df")
 
 #: An A/B session's looks when the profile's [matrix] does not say: the first at 8 pairs, then 8 more at a time
 #: up to ab_runs = 16. At a GPU's noise (3 % CV a run) a lone -10 % tok/s change is caught with power 0.999 and
@@ -72,7 +78,8 @@ PROFILE_KEYS: dict[str, frozenset[str]] = {
                          "num_prompts", "max_tokens"}),
     "validity": frozenset(_VALIDITY_KEY.get(f.name, f.name) for f in dataclasses.fields(ValidityRules)),
     # thresholds, ab_thresholds (an A/B session's): checked here by the gate's threshold parser
-    "verdicts": frozenset({"max_runs", "thresholds", "ab_thresholds", "min_night_sd", "machine_state_tolerance"}),
+    "verdicts": frozenset({"max_runs", "thresholds", "ab_thresholds", "min_night_sd", "machine_state_tolerance",
+                           "night_prior"}),
     "timings": frozenset({"server_start_s", "stream_tok_s", "max_tok_s", "run_overhead_s"}),
     # co_resident = false: the reference and spec servers cannot be alive at once (arms alternate in blocks)
     # client_cpus = N (cpu profiles): the first N CPUs are left to the client, the servers start on the rest
@@ -292,6 +299,8 @@ def _check_runs(raw: dict[str, Any], path: Path) -> None:
         if not _is_number(sd, float) or not 0 <= sd < 100:
             raise ConfigError(f"profile {path}: [verdicts] min_night_sd must be a number of % in [0, 100), "
                               f"got {sd!r}")
+    if "night_prior" in verdicts:
+        _check_night_prior(verdicts["night_prior"], path)
     if "machine_state_tolerance" in verdicts:
         tol = verdicts["machine_state_tolerance"]
         if not _is_number(tol, float) or not 0 < tol < 100:
@@ -303,6 +312,26 @@ def _check_runs(raw: dict[str, Any], path: Path) -> None:
 #: keep a drop of 100 % (or 100 points) out, which would leave nothing to measure.
 AB_THRESHOLD_NAMES: dict[str, float | None] = {"output_tok_s": 100, "acceptance_rate": 100, "e2e_p95_ms": None,
                                                 "rate": 100, "acceptance": 100, "latency": None}
+
+
+def _check_night_prior(table: Any, path: Path) -> None:
+    """[verdicts] night_prior: sds (% for ratio and absolute, points for acceptance) and df, each a number."""
+    what = "[verdicts] night_prior"
+    if not isinstance(table, dict):
+        raise ConfigError(f"profile {path}: {what} must be a table like {{ ratio = 10.0, absolute = 30.0, df = 2 }}, "
+                          f"got {table!r}")
+    for key, value in table.items():
+        if key not in NIGHT_PRIOR_KEYS:
+            raise ConfigError(f"profile {path}: unknown key {key!r} in {what}; allowed: {', '.join(NIGHT_PRIOR_KEYS)}")
+        low_ok = value > 0 if key == "df" else value >= 0
+        if not _is_number(value, float) or not math.isfinite(value) or not low_ok or (key != "df" and value >= 100):
+            bound = "> 0" if key == "df" else "in [0, 100)"
+            raise ConfigError(f"profile {path}: {what} {key} must be a number {bound}, got {value!r}")
+
+
+def night_prior_table(raw: dict[str, Any]) -> dict[str, float]:
+    """A checked profile's night prior: its `[verdicts] night_prior` over `DEFAULT_NIGHT_PRIOR`."""
+    return {**DEFAULT_NIGHT_PRIOR, **{k: float(v) for k, v in raw.get("verdicts", {}).get("night_prior", {}).items()}}
 
 
 def _check_ab_thresholds(table: Any, path: Path) -> None:

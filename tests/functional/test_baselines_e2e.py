@@ -102,7 +102,9 @@ def test_workflow_update_regress_accept(
             "draft_coverage", "tpot_p95_ms", "ttft_p95_ms", "e2e_p95_ms"} <= set(verdicts)
     v = verdicts["speedup"]
     assert set(v) >= {"verdict", "baseline", "now", "delta", "ci", "p", "n_baseline", "n_now", "per", "method"}
-    assert v["per"] == "run" and "/" not in v["method"] and v["n_baseline"] == 3 and v["n_now"] == 3
+    # One stored night: night mean against night mean, with the night prior's uncertainty (never run by run)
+    assert v["per"] == "night" and "/" not in v["method"] and v["n_baseline"] == 1 and v["n_now"] == 3
+    assert "assumed:" in v["note"] and "as no stored baseline has 2 nights" in v["note"]
     assert all(x["verdict"] != "regressed" for x in verdicts.values()), verdicts
 
     # 4. Inject a slowdown and an acceptance drop into the spec server: the test fails with the table.
@@ -111,7 +113,7 @@ def test_workflow_update_regress_accept(
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines([
         "*specdec: * metric(s) regressed: speedup, *acceptance_rate*",
-        esc(f"*baseline: baselines/{FILE} (1 session(s); unit of comparison: runs*"),
+        esc(f"*baseline: baselines/{FILE} (1 session(s); unit of comparison: night means*"),
         "*metric * baseline * now * Δ * 90% CI * p * verdict",
         "speedup *gated *x *x *-* % *-* % .. -* % *regressed",
         "acceptance *gated *0.* 0.* -* pt *regressed",
