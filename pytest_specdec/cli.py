@@ -7,6 +7,9 @@
     pytest-specdec compare [OLD] AB.json       an A/B session's tests judged again, candidate vs base, beside
                                                OLD's A/B verdicts
     pytest-specdec history DIR|FILE...         per test and gated metric, the nights' series and change points
+    pytest-specdec calibrate FILE.json...      this host's noise from several sessions of the same tests: run and
+                                               night sd per metric, what a lone test catches; --write
+                                               keeps it beside the machine's baselines for the gate
     pytest-specdec report FILE.json            the HTML report again, from a results file
     pytest-specdec convert-schema PATH...      baseline and results files of an older schema brought to the
                                                current one, in place, every night kept (the command the
@@ -144,7 +147,7 @@ def stored_dir(path: Path, profile: str) -> StoredDir:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from pytest_specdec.output.ab_results import is_ab
-    from pytest_specdec.gate.variance import night_prior_from
+    from pytest_specdec.gate.variance import NightPrior, night_prior_from
     from pytest_specdec.output.compare import compare, names, summary_lines, table_lines, to_json
 
     if args.new is None:  # one file: an A/B session's, judged again
@@ -168,10 +171,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     tolerance = settings.get("machine_state_tolerance")
     if tolerance is None or args.profile:
         tolerance = profile_of(profile, where).machine_state_tolerance
-    prior_table, prior_source = settings.get("night_prior"), settings.get("night_prior_source")
-    if prior_table is None or args.profile:  # a file written before night priors: the profile's
-        prior_table, prior_source = profile_of(profile, where).night_prior, profile_of(profile, where).night_prior_source
-    prior = night_prior_from(prior_table, str(prior_source))
+    if settings.get("night_prior") is not None and not args.profile:  # the session's own: its calibration's, say
+        prior = NightPrior.from_dict(settings["night_prior"], f"{args.new}: gate.settings")
+    else:  # a file written before night priors, or --profile: the profile's
+        p = profile_of(profile, where)
+        prior = night_prior_from(p.night_prior, p.night_prior_source)
     if args.old.is_dir():
         old: Any = stored_dir(args.old, new.profile or profile)
         floor = settings.get("min_night_sd")
@@ -333,6 +337,44 @@ def _alpha(text: str) -> float:
     return value
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """`pytest-specdec calibrate`: sessions of one machine and profile in, its calibration record out."""
+    from pytest_specdec.files import write_atomic
+    from pytest_specdec.gate.calibration import calibrate, calibration_path, render_record, summary_lines
+
+    read = [(path, read_results(path)[1]) for path in args.files]
+    keys = {(r.profile, (r.gate.settings.get("hardware") or {}).get("this", {}).get("key")) for _, r in read}
+    if len(keys) > 1:
+        listed = "; ".join(f"{path}: profile {r.profile!r}, hardware "
+                           f"{(r.gate.settings.get('hardware') or {}).get('this', {}).get('key')!r}" for path, r in read)
+        raise InputError(f"the sessions ran on different machines or profiles ({listed}): calibrate one machine's "
+                         "sessions of one profile")
+    [(profile, hardware)] = keys
+    if not profile or not hardware:
+        raise InputError(f"{read[0][0]}: no profile or hardware recorded (gate.settings.hardware.this.key): "
+                         "calibrate results of sessions that judged against baselines")
+    sessions = [{t.nodeid: t.night for t in r.tests if t.night.reference} for _, r in read]
+    alpha = float(read[-1][1].gate.settings.get("alpha", 0.05))
+    record = {**calibrate(sessions, alpha=alpha), "profile": profile, "hardware": hardware,
+              "command": "pytest-specdec calibrate " + " ".join(str(p) for p in args.files)}
+    root = args.baselines or Path((read[-1][1].gate.settings.get("hardware") or {}).get("root") or "baselines")
+    path = calibration_path(root, profile, hardware)
+    if args.json:
+        print(json.dumps(record, indent=1, sort_keys=True))
+    else:
+        print("\n".join(summary_lines(record, str(path))))
+    if args.write:
+        from filelock import FileLock
+
+        root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(root / ".specdec-baselines.lock"), timeout=600):
+            write_atomic(path, render_record(record))
+        print(f"specdec calibration: wrote {path}", file=sys.stderr)
+    else:
+        print(f"specdec calibration: nothing written (--write keeps it at {path})", file=sys.stderr)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     from pytest_specdec.option_values import renamed
 
@@ -388,6 +430,22 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--json", action="store_true", help="print the history as JSON instead of a table")
     h.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML page with the charts")
     h.set_defaults(run=cmd_history)
+
+    k = sub.add_parser("calibrate", help="this host's noise from several sessions of the same tests",
+                       description="Each results file is one session of the same tests on this machine and profile, "
+                                   "standing in for a night. Per metric: the run-to-run sd and the night-to-night sd "
+                                   "beyond it (pooled over the tests), what a lone test then catches, the machine "
+                                   "probe's repeatability and how the reference's speed follows it. With --write the "
+                                   "record goes beside the machine's baselines, and the gate takes its night sds "
+                                   "in place of the profile's night_prior (docs/gate.md).")
+    k.add_argument("files", type=Path, nargs="+", metavar="FILE.json", help="two or more results files")
+    k.add_argument("--write", action="store_true",
+                   help="write the record to <baselines>/<profile>/<hardware>/host.calibration (nothing is written "
+                        "without it)")
+    k.add_argument("--baselines", type=Path, default=None, metavar="DIR",
+                   help="the baselines root (default: the one the sessions recorded, relative to the current directory)")
+    k.add_argument("--json", action="store_true", help="print the record as JSON instead of lines")
+    k.set_defaults(run=cmd_calibrate)
 
     r = sub.add_parser("report", help="re-render the HTML report from a results file",
                        description="The session's HTML report again, from its results JSON (older schemas too).")

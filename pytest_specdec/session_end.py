@@ -68,7 +68,8 @@ def finalize(session: SpecDecSession) -> list[str]:
     crossovers = step(session, "the crossovers", lambda: judge_crossovers(session), [])
     checked = [(n, c, r) for n, c, r, _ in tests if c is not None]
     session.gate_summary = step(session, "the gate's summary", lambda: gate_lines(
-        checked, end.machine, fdr=st.fdr, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive), [])
+        checked, end.machine, fdr=st.fdr, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive,
+        nights=judge.pooled_variances, calibration=judge.calibration_used), [])
     lines = step(session, "the gate's session-end lines", lambda: session_end_lines(
         end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests], alpha=st.alpha, fdr=st.fdr,
         strict=st.strict), [])

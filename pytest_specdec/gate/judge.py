@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.protocol import Finished, Look, Planned, StopRule, TestStart
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.store import BaselineStore, Hardware
-    from pytest_specdec.gate.variance import NightVariance
+    from pytest_specdec.gate.variance import NightPrior, NightVariance
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.profiles import Profile
 
@@ -130,12 +130,40 @@ class Judge:
     def pipeline(self) -> Pipeline:
         """The gate's chain over this profile's stored nights (gate/pipeline.py)."""
         from pytest_specdec.gate.pipeline import Pipeline, Stored
-        from pytest_specdec.gate.variance import night_prior_from
 
         profile = self.cfg.profile
-        return Pipeline(Stored(tuple(self.stored), profile.min_night_sd,
-                               night_prior_from(profile.night_prior, profile.night_prior_source)),
+        return Pipeline(Stored(tuple(self.stored), profile.min_night_sd, self.night_prior),
                         self.cfg.alpha, self.cfg.fdr, profile.machine_state_tolerance)
+
+    @cached_property
+    def calibration(self) -> dict[str, Any] | None:
+        """This machine's calibration record (`gate.calibration`), read once; None where it has none."""
+        from pytest_specdec.gate.calibration import CALIBRATION_FILE, load_calibration
+
+        return load_calibration(self.store.base / CALIBRATION_FILE)
+
+    @property
+    def calibration_used(self) -> dict[str, Any] | None:
+        """The calibration the verdicts were judged with, as the results keep it (where, its sessions, what a lone
+        test catches); None when none was (no compared test, or no record)."""
+        from pytest_specdec.gate.calibration import CALIBRATION_FILE, catch_phrase
+
+        if "pipeline" not in self.__dict__ or self.calibration is None:
+            return None
+        return {"path": self.rel(self.store.base / CALIBRATION_FILE), "sessions": len(self.calibration["sessions"]),
+                "catches": catch_phrase(self.calibration)}
+
+    @cached_property
+    def night_prior(self) -> NightPrior:
+        """What nights are assumed to move before the stored nights can say: this machine's calibration where
+        it has one, else the profile's `[verdicts] night_prior` (or the default's guess)."""
+        from pytest_specdec.gate.calibration import CALIBRATION_FILE, prior_of
+        from pytest_specdec.gate.variance import night_prior_from
+
+        if self.calibration is not None:
+            return prior_of(self.calibration, f"this machine's calibration {self.rel(self.store.base / CALIBRATION_FILE)}")
+        profile = self.cfg.profile
+        return night_prior_from(profile.night_prior, profile.night_prior_source)
 
     def create_command(self, nodeid: str, mode: str) -> str:
         """The command that writes this test's baseline (`mode` "missing" or "all")."""
@@ -245,8 +273,8 @@ class Judge:
         from pytest_specdec.gate.thresholds import to_dict
 
         return {"alpha": self.cfg.alpha, "fdr": self.cfg.fdr, "min_night_sd": self.cfg.profile.min_night_sd,
-                "night_prior": dict(self.cfg.profile.night_prior),
-                "night_prior_source": self.cfg.profile.night_prior_source,
+                "night_prior": self.night_prior.to_dict(),
+                **({"calibration": used} if (used := self.calibration_used) is not None else {}),
                 "machine_state_tolerance": self.cfg.profile.machine_state_tolerance,
                 "thresholds": to_dict(self.thresholds()), "hardware": self.hardware.to_dict()}
 

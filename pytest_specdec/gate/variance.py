@@ -122,19 +122,25 @@ class NightVariance:
         """Plain JSON-able values."""
         return dataclasses.asdict(self)
 
-    def source(self) -> str:
-        """Where the night-to-night sd comes from, for a verdict's note: the stored nights pooled, the prior
-        assumed (and its df), or both blended, or the profile's floor."""
+    def origin(self) -> str:
+        """Where the night-to-night sd comes from, without figures: the stored nights pooled, the night prior
+        alone (its source names itself: a profile's, the default's guess, a machine's calibration), both blended,
+        or the profile's floor."""
         if self.floor:
             return "the profile's floor, min_night_sd"
         pooled_df = self.df_between - self.prior_df
-        pooled = f"pooled over {self.n_sources} stored baselines, {pooled_df:.0f} df"
+        pooled = f"pooled over {self.n_sources} stored baselines ({pooled_df:.0f} df)"
         if not self.prior_df:
             return pooled
-        prior = f"{self.prior_sd:g} {self.prior_unit} at {self.prior_df:g} df from {self.prior_source}"
         if pooled_df < 1:
-            return f"assumed: {prior}, as no stored baseline has 2 nights"
-        return f"{pooled}, blended with {prior}"
+            return f"{self.prior_source}, as no stored baseline has 2 nights"
+        return f"{pooled} blended with {self.prior_source}"
+
+    def source(self) -> str:
+        """`origin` with the prior's own figures, for a verdict's note."""
+        if self.floor or not self.prior_df:
+            return self.origin()
+        return f"{self.origin()}: prior {self.prior_sd:.3g} {self.prior_unit} at {self.prior_df:g} df"
 
 
 HOMOGENEITY_P = 0.01
@@ -159,9 +165,26 @@ class NightPrior:
     sd: Mapping[str, float]  # a class of PRIOR_CLASSES or a metric name -> sd (% for ratios/absolute, points)
     df: float
     source: str
+    #: A metric's own df where it differs from ``df`` (a calibration measures each metric with its own).
+    dfs: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a results file's gate settings keep it, for `compare` to judge with the same prior."""
+        return {"sd": dict(self.sd), "df": self.df, "dfs": dict(self.dfs), "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> NightPrior:
+        try:
+            return cls(dict(d["sd"]), float(d["df"]), str(d["source"]), dict(d.get("dfs") or {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: night_prior {dict(d)!r} cannot be read ({exc})") from None
+
+    def df_of(self, metric: str) -> float:
+        return float(self.dfs.get(metric, self.dfs.get(metric.split("[", 1)[0], self.df)))
 
     def __post_init__(self) -> None:
         bad = [k for k, v in self.sd.items() if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0)]
+        bad += [k for k, v in self.dfs.items() if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)]
         if bad or not (math.isfinite(self.df) and self.df > 0):
             raise ConfigError(f"{self.source}: a night prior needs sds >= 0 and df > 0, got sd={dict(self.sd)!r}, "
                               f"df={self.df!r}")
@@ -190,16 +213,15 @@ def night_prior_from(table: Mapping[str, float], source: str) -> NightPrior:
 def blend_prior(metric: str, nv: NightVariance | None, prior: NightPrior, absolute: bool) -> NightVariance | None:
     """``nv`` (the stored nights pooled; None: none has 2 nights) with ``prior`` blended in as its df in
     pseudo-nights: ``between = (d0 s0² + d σ̂²) / (d0 + d)``, with ``d0 + d`` df. A prior of sd 0 leaves ``nv``."""
-    v0 = prior.var_of(metric, absolute)
+    v0, d0 = prior.var_of(metric, absolute), prior.df_of(metric)
     if v0 <= 0:
         return nv
-    info = {"prior_sd": prior.sd_of(metric, absolute), "prior_df": prior.df, "prior_source": prior.source,
+    info = {"prior_sd": prior.sd_of(metric, absolute), "prior_df": d0, "prior_source": prior.source,
             "prior_unit": "points" if check_kind(metric, None) == "acceptance" else "%"}
     if nv is None:
-        return NightVariance(between=v0, df_between=prior.df, within=0.0, df_within=0.0, n_sources=0, **info)
+        return NightVariance(between=v0, df_between=d0, within=0.0, df_within=0.0, n_sources=0, **info)
     d = nv.df_between
-    return dataclasses.replace(nv, between=(prior.df * v0 + d * nv.between) / (prior.df + d),
-                               df_between=d + prior.df, **info)
+    return dataclasses.replace(nv, between=(d0 * v0 + d * nv.between) / (d0 + d), df_between=d + d0, **info)
 
 
 def night_components(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Kind | None = None

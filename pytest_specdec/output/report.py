@@ -398,4 +398,24 @@ def render(results: Results) -> str:
         commit=env.get("commit") or {}, status_order=STATUS_ORDER, update=update,
         hardware=hardware_view(results.gate.settings.get("hardware"), results.tests, update),
         machine_state=machine_state_lines(results.machine_state),
+        night_lines=night_lines_of(results),
     )
+
+
+def night_lines_of(results: Results) -> list[str]:
+    """The gate block's night-noise lines (`wording.night_lines`), from what the results file kept: each gated
+    metric's night variance and where it came from, and the calibration the session judged with."""
+    from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE
+    from pytest_specdec.gate.variance import NightVariance
+    from pytest_specdec.output.wording import night_lines
+
+    nights = {}
+    for name, d in results.gate.night_variance.items():
+        try:
+            nights[name] = NightVariance(**d)
+        except TypeError:  # a file written before night priors: nothing to say of where its sd came from
+            return []
+    open_verdicts = sum(1 for t in results.tests for v in t.verdicts.values()
+                        if v.family == GATED and v.verdict == INCONCLUSIVE)
+    return [line.removeprefix("specdec gate: ") for line in
+            night_lines(nights, results.gate.settings.get("calibration"), open_verdicts)]

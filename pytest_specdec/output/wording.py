@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck, TestEnd
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.stats import Verdict
+    from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.measure.explain import Split
     from pytest_specdec.measure.runner import CaseResult
 
@@ -288,8 +289,40 @@ def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: floa
     return "\n".join(lines)
 
 
+def night_lines(nights: Mapping[str, NightVariance], calibration: Mapping[str, Any] | None,
+                open_verdicts: int) -> list[str]:
+    """What the gated verdicts took a night to move by, and from where (the stored nights, the night prior, this
+    machine's calibration); where it is the prior alone and verdicts stay open, the ways to a verdict tonight."""
+    import math
+
+    from pytest_specdec.gate.registry import GATED as GATED_METRICS
+    from pytest_specdec.gate.registry import label
+
+    shown = [(n, nights[n]) for n in GATED_METRICS if n in nights]
+    if not shown:
+        return []
+    by_source: dict[str, list[str]] = {}
+    for name, nv in shown:
+        sd = math.sqrt(nv.between)
+        figure = f"{100 * math.expm1(sd):.3g} %" if nv.prior_unit == "%" else f"{100 * sd:.3g} points"
+        by_source.setdefault(nv.origin(), []).append(f"{label(name)} {figure} ({nv.df_between:.0f} df)")
+    out = [f"specdec gate: night-to-night sd {', '.join(parts)}: {source}" for source, parts in by_source.items()]
+    if calibration is not None:  # `Judge.settings`' "calibration": where, how many sessions, what it catches
+        out.append(f"specdec gate: judged with this machine's calibration {calibration['path']} "
+                   f"({calibration['sessions']} sessions): a lone test catches {calibration['catches']}")
+    assumed = [name for name, nv in shown if nv.prior_df and nv.df_between - nv.prior_df < 1]
+    if assumed and open_verdicts and calibration is None:
+        out.append("specdec gate: no stored baseline of this machine has 2 nights yet, so how far its nights move is "
+                   "assumed, and a verdict needs a large change; to judge a change tonight, run the base and the "
+                   "candidate in one session (--specdec-base-draft METHOD=MODEL or --specdec-base-python PATH, "
+                   "docs/gate.md#ab-in-one-session), or measure this host's noise with `pytest-specdec calibrate` "
+                   "(docs/gate.md#calibration)")
+    return out
+
+
 def gate_lines(rows: Sequence[tuple[str, BaselineCheck, CaseResult | None]], machine: MachineFactor | None, *,
-               fdr: str, alpha: float, fail_inconclusive: bool) -> list[str]:
+               fdr: str, alpha: float, fail_inconclusive: bool, nights: Mapping[str, NightVariance] | None = None,
+               calibration: Mapping[str, Any] | None = None) -> list[str]:
     """The terminal's last lines: per test, each gated verdict and what the baseline can catch, and the
     absolute figures once the machine factor is divided out (shown family); then the inconclusive count."""
     from pytest_specdec.gate.registry import ABSOLUTE, LATENCY_VERDICTS, label
@@ -334,7 +367,7 @@ def gate_lines(rows: Sequence[tuple[str, BaselineCheck, CaseResult | None]], mac
                f"{unspent} run(s) per arm not spent (no look could change a verdict)")
     out.append(f"specdec gate: inconclusive gated metrics per test: {', '.join(open_tests) or 'none'}"
                + (" (they fail with --specdec-fail-inconclusive)" if open_tests and not fail_inconclusive else ""))
-    return out
+    return out + night_lines(nights or {}, calibration, len(open_tests))
 
 
 def coalesced_lines(nodeid: str, result: CaseResult, indent: str = "specdec: ") -> list[str]:

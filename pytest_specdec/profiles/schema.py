@@ -323,8 +323,8 @@ def _check_night_prior(table: Any, path: Path) -> None:
     for key, value in table.items():
         if key not in NIGHT_PRIOR_KEYS:
             raise ConfigError(f"profile {path}: unknown key {key!r} in {what}; allowed: {', '.join(NIGHT_PRIOR_KEYS)}")
-        low_ok = value > 0 if key == "df" else value >= 0
-        if not _is_number(value, float) or not math.isfinite(value) or not low_ok or (key != "df" and value >= 100):
+        ok = _is_number(value, float) and math.isfinite(value) and (value > 0 if key == "df" else 0 <= value < 100)
+        if not ok:
             bound = "> 0" if key == "df" else "in [0, 100)"
             raise ConfigError(f"profile {path}: {what} {key} must be a number {bound}, got {value!r}")
 

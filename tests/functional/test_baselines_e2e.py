@@ -104,7 +104,7 @@ def test_workflow_update_regress_accept(
     assert set(v) >= {"verdict", "baseline", "now", "delta", "ci", "p", "n_baseline", "n_now", "per", "method"}
     # One stored night: night mean against night mean, with the night prior's uncertainty (never run by run)
     assert v["per"] == "night" and "/" not in v["method"] and v["n_baseline"] == 1 and v["n_now"] == 3
-    assert "assumed:" in v["note"] and "as no stored baseline has 2 nights" in v["note"]
+    assert "the default night prior (assumed, measured on no host), as no stored baseline has 2 nights" in v["note"]
     assert all(x["verdict"] != "regressed" for x in verdicts.values()), verdicts
 
     # 4. Inject a slowdown and an acceptance drop into the spec server: the test fails with the table.

@@ -651,7 +651,10 @@ def test_catches_from_the_json_mde() -> None:
     assert report.catches(_verdict(mde=None, threshold=-2.0, method="none/run")) == "no variance model"
     assert report.catches(_verdict(mde=None, se=0.02, threshold=-2.0, method="t")) == (
         "catches no drop: too few runs for any bound")
-    assert report.catches(_verdict(verdict="not-comparable", method="t")) == "—"
+    # a verdict set aside says why, in the words of its block and JSON
+    assert report.catches(_verdict(verdict="not-comparable", method="machine state")) == "not judged: machine state"
+    assert report.catches(_verdict(verdict="not-comparable", method="none")) == (
+        "not judged: the baseline's conditions differ")
 
 
 def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, recorded: dict[str, Any]) -> None:

@@ -107,6 +107,12 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
         ('[matrix]\nruns = 5\n[verdicts]\nmax_runs = 4\n', "[verdicts] max_runs (4) is below the runs per test"),
         ('[verdicts]\nmin_night_sd = 100\n', "[verdicts] min_night_sd must be a number of % in [0, 100), got 100"),
         ('[verdicts]\nmin_night_sd = "6"\n', "[verdicts] min_night_sd must be a number of % in [0, 100), got '6'"),
+        ('[verdicts]\nnight_prior = 8\n', "[verdicts] night_prior must be a table like { ratio = 10.0, absolute"),
+        ('[verdicts]\nnight_prior = { speedup = 8 }\n', "unknown key 'speedup' in [verdicts] night_prior; allowed: "
+         "ratio, absolute, acceptance, df"),
+        ('[verdicts]\nnight_prior = { ratio = "8" }\n', "[verdicts] night_prior ratio must be a number in [0, 100), "
+         "got '8'"),
+        ('[verdicts]\nnight_prior = { df = 0 }\n', "[verdicts] night_prior df must be a number > 0, got 0"),
         ('[matrix]\nab_runs = 0\n', "[matrix] ab_runs must be a whole number >= 1, got 0"),
         ('[matrix]\nab_look_step = 0\n', "[matrix] ab_look_step must be a whole number >= 1, got 0"),
         ('[matrix]\nab_first_look = 20\n', "[matrix] ab_first_look (20) is above ab_runs (16), the most pairs"),

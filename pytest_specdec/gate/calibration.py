@@ -1,0 +1,216 @@
+"""A host's calibration: the noise this machine and profile show, measured over several sessions (pure functions,
+and the record's one file format).
+
+A first stored night cannot say how far a night moves, and a profile's night prior is a guess made on other hosts.
+A calibration measures it on this host: each of several sessions of the same tests stands in for a night; per
+metric, the run-to-run sd (pooled within sessions) and the night-to-night sd beyond it (pooled over the tests,
+`variance.estimate_night_variance`, absolute figures with each session's machine factor divided out, as the gate
+judges them); the machine probe's own repeatability; and how vLLM's reference speed follows the probe. The record
+lives beside the machine's baselines (``<profile>/<hardware>/host.calibration``, committed like them); the gate then
+takes its night sds as the night prior (`NightPrior`, with the record's df) in place of the profile's guess, and
+says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.errors import SpecDecError
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.variance import NightPrior
+
+CALIBRATION_SCHEMA = "pytest-specdec/calibration/1"
+#: The record's name inside a machine's baselines folder (not ``*.json``: the baselines' reader lists those).
+CALIBRATION_FILE = "host.calibration"
+#: Runs per arm a lone test is assumed to have at one look, for what the host can catch (the cpu profile's).
+CATCH_RUNS = 4
+
+
+class CalibrationError(SpecDecError):
+    """A calibration that cannot be made or read; the message names the file or input to fix."""
+
+
+def calibration_path(root: Path, profile: str, hardware: str) -> Path:
+    from pytest_specdec.gate.baselines import safe_part
+
+    return root / safe_part(profile) / safe_part(hardware) / CALIBRATION_FILE
+
+
+def _sd_pct(var: float, log: bool) -> float:
+    """A variance on the comparison scale as the sd a prior takes: % for log-scale metrics, points for acceptance."""
+    sd = math.sqrt(max(var, 0.0))
+    return 100.0 * math.expm1(sd) if log else 100.0 * sd
+
+
+def catches(night_var: float, df_night: float, run_var: float, df_run: float, *, alpha: float, runs: int,
+            power: float = 0.9) -> float:
+    """The smallest change (on the comparison scale) a lone test of ``runs`` runs catches with ``power`` against
+    one stored night of as many runs: tonight's night and the stored night each move by the night variance."""
+    from scipy import stats as sps
+
+    b, w = 2.0 * night_var, 2.0 * run_var / runs
+    var = b + w
+    den = (b * b / df_night if df_night > 0 and b > 0 else 0.0) + (w * w / df_run if df_run > 0 and w > 0 else 0.0)
+    df = var * var / den if den > 0 else 1e9
+    return float((sps.t.ppf(1 - alpha, df) + sps.t.ppf(power, df)) * math.sqrt(var))
+
+
+def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, runs: int = CATCH_RUNS
+              ) -> dict[str, Any]:
+    """The calibration of several sessions (each ``{nodeid: Night}``, the same tests, each a night) as the record
+    stores it, less where and how it was made. Needs 2 sessions that share a test with 2+ valid runs an arm."""
+    import numpy as np
+
+    from pytest_specdec.gate.machine import night_factors, ref_log
+    from pytest_specdec.gate.registry import ABSOLUTE
+    from pytest_specdec.gate.registry import GATED as GATED_METRICS
+    from pytest_specdec.gate.registry import metric as registry_metric
+    from pytest_specdec.gate.scale import kind_of
+    from pytest_specdec.gate.verdicts import metric_order, night_variances
+
+    if len(sessions) < 2:
+        raise CalibrationError(f"a calibration needs 2 or more sessions of the same tests, got {len(sessions)}")
+    starts = [next((n.started for n in s.values() if n.started), "") for s in sessions]
+    if len(set(starts)) < len(starts):
+        raise CalibrationError("two sessions share a start stamp: the same results file given twice?")
+    ids = sorted(set.intersection(*(set(s) for s in sessions)))
+    if not ids:
+        raise CalibrationError("the sessions share no test: calibrate with sessions of the same suite")
+    files = [{"sessions": [s[i].to_entry() for s in sessions]} for i in ids]
+    factors = night_factors(files)
+    nights = night_variances(files, factors)
+    if not nights:
+        raise CalibrationError(f"no metric has 2 sessions with 2+ valid runs in any of the {len(ids)} shared tests")
+    metrics: dict[str, Any] = {}
+    for name in sorted(nights, key=metric_order):
+        nv = nights[name]
+        log = kind_of(name) != "acceptance"
+        entry = {"run_sd": _sd_pct(nv.within, log), "df_run": nv.df_within, "night_sd": _sd_pct(nv.between, log),
+                 "df_night": nv.df_between, "tests": nv.n_sources, "unit": "%" if log else "points",
+                 "absolute": name.split("[", 1)[0] in ABSOLUTE}
+        if name in GATED_METRICS:  # as a drop (or a rise, for a latency ratio) in the metric's own unit
+            mde = catches(nv.between, nv.df_between, nv.within, nv.df_within, alpha=alpha, runs=runs)
+            up = registry_metric(name).higher_is_better
+            entry["catches"] = (100.0 * (1 - math.exp(-mde)) if up else 100.0 * math.expm1(mde)) if log else 100.0 * mde
+        metrics[name] = entry
+
+    # The probe: its repeatability (within a session over tests, and of session means), and how the reference's
+    # speed follows it (slope of log reference tok/s on log hash throughput, each centred per test).
+    hashes = [[float(n.machine_state["hash"]) for n in s.values() if n.machine_state] for s in sessions]
+    probe: dict[str, Any] = {"sessions_probed": sum(1 for h in hashes if h)}
+    logs = [np.log(h) for h in hashes if len(h) >= 2]
+    if logs:
+        dfw = sum(len(x) - 1 for x in logs)
+        probe["hash_sd_within_session"] = 100.0 * math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / dfw)
+        if len(logs) >= 2:
+            probe["hash_sd_between_sessions"] = 100.0 * float(np.std([x.mean() for x in logs], ddof=1))
+    xs, ys = [], []
+    for i in ids:
+        pts = [(math.log(float(s[i].machine_state["hash"])), r) for s in sessions
+               if s[i].machine_state and (r := ref_log(s[i])) is not None]
+        if len(pts) >= 2:
+            mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
+            xs += [p[0] - mx for p in pts]
+            ys += [p[1] - my for p in pts]
+    if len(xs) >= 3 and float(np.var(xs)) > 0:
+        x, y = np.array(xs), np.array(ys)
+        probe["reference_follows_hash"] = {"slope": float((x * y).sum() / (x * x).sum()),
+                                           "r": float(np.corrcoef(x, y)[0, 1]) if float(np.var(y)) > 0 else 0.0,
+                                           "points": len(xs)}
+    return {"schema": CALIBRATION_SCHEMA, "sessions": starts, "tests": ids, "alpha": alpha, "catch_runs": runs,
+            "metrics": metrics, "probe": probe}
+
+
+def load_calibration(path: Path) -> dict[str, Any] | None:
+    """The record at ``path``, checked; None when there is none. A broken one is a CalibrationError naming the
+    file and the command that makes it again (never silently replaced by the profile's guess)."""
+    if not path.is_file():
+        return None
+    fix = "make it again with `pytest-specdec calibrate RESULTS.json ... --write`, or remove it"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CalibrationError(f"calibration record {path} cannot be read ({exc}); {fix}") from None
+    if not isinstance(data, dict) or data.get("schema") != CALIBRATION_SCHEMA:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise CalibrationError(f"calibration record {path} has schema {got!r}, this plugin reads "
+                               f"{CALIBRATION_SCHEMA!r}; {fix}")
+    metrics = data.get("metrics")
+    if not isinstance(metrics, dict) or not metrics:
+        raise CalibrationError(f"calibration record {path}: 'metrics' is missing or empty; {fix}")
+    for name, m in metrics.items():
+        for key in ("night_sd", "df_night", "run_sd", "df_run"):
+            v = m.get(key) if isinstance(m, dict) else None
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise CalibrationError(f"calibration record {path}: metrics.{name}.{key} is {v!r}, not a number >= 0; "
+                                       f"{fix}")
+    return data
+
+
+def prior_of(record: Mapping[str, Any], source: str) -> NightPrior:
+    """The record's night sds as the gate's night prior, each with its own df; a metric it did not measure
+    falls back to nothing (the stored nights alone), never to another metric's figure."""
+    from pytest_specdec.gate.variance import NightPrior
+
+    metrics = record["metrics"]
+    usable = {name: m for name, m in metrics.items() if m["df_night"] >= 1}
+    return NightPrior({n: float(m["night_sd"]) for n, m in usable.items()}, 1.0, source,
+                      dfs={n: float(m["df_night"]) for n, m in usable.items()})
+
+
+def render_record(record: Mapping[str, Any]) -> str:
+    from pytest_specdec.gate.baselines import render
+
+    return render(dict(record))
+
+
+def summary_lines(record: Mapping[str, Any], where: str) -> list[str]:
+    """The record in words: per metric this host's noise and, for a gated one, what a lone test catches."""
+    from pytest_specdec.gate.registry import label
+
+    out = [f"specdec calibration ({where}): {len(record['sessions'])} sessions of {len(record['tests'])} tests"]
+    for name, m in _in_order(record):
+        catch = f"; a lone test catches {_catch(name, m)}" if "catches" in m else ""
+        out.append(f"  {label(name)}: run sd {m['run_sd']:.3g} {m['unit']} ({m['df_run']:.0f} df), night sd "
+                   f"{m['night_sd']:.3g} {m['unit']} ({m['df_night']:.0f} df){catch}")
+    p = record.get("probe") or {}
+    if "hash_sd_within_session" in p:
+        follow = p.get("reference_follows_hash")
+        out.append(f"  probe: hash sd {p['hash_sd_within_session']:.3g} % within a session"
+                   + (f", {p['hash_sd_between_sessions']:.3g} % between sessions" if "hash_sd_between_sessions" in p
+                      else "")
+                   + (f"; reference tok/s follows it with slope {follow['slope']:.2f} (r {follow['r']:.2f}, "
+                      f"{follow['points']} points)" if follow else ""))
+    return out
+
+
+def _in_order(record: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The record's metrics in the gate's table order (the file keeps them sorted by name)."""
+    from pytest_specdec.gate.verdicts import metric_order
+
+    return sorted(record["metrics"].items(), key=lambda item: metric_order(item[0]))
+
+
+def _catch(name: str, m: Mapping[str, Any]) -> str:
+    """One metric's smallest caught change, signed on its bad side ("-12.5 %", "+40 %", "-2 pt"), or "exact" where
+    its values repeat run to run and night to night (the gate's exact rule judges it)."""
+    from pytest_specdec.gate.registry import metric as registry_metric
+
+    if not m["run_sd"] and not m["night_sd"]:
+        return "exact"
+    sign = "-" if registry_metric(name).higher_is_better else "+"
+    return f"{sign}{m['catches']:.3g} {'%' if m['unit'] == '%' else 'pt'}"
+
+
+def catch_phrase(record: Mapping[str, Any]) -> str:
+    """What this machine can catch, in one phrase: "speedup -12 %, acceptance -2 pt, ... at power 0.9"."""
+    from pytest_specdec.gate.registry import label
+
+    parts = [f"{label(name)} {_catch(name, m)}" for name, m in _in_order(record) if "catches" in m]
+    return ", ".join(parts) + " at power 0.9" if parts else "nothing measured"

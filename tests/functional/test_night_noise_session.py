@@ -1,0 +1,111 @@
+"""Honest verdicts on a host whose nights move: through pytester, against simulated vLLM servers (endpoint mode).
+
+The machine's speed moves from session to session (both arms alike) and a fixed per-step draft overhead makes the
+speedup move with it, as on a small CPU host. One stored night cannot tell that move from a change under test: the
+gate must not call it `improved` or `regressed`. Several sessions measure it (`pytest-specdec calibrate`): a noisy
+host's calibration must be wider than a quiet one's, and the next session judges with it and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fakes import FakeServer
+
+Servers = tuple[FakeServer, FakeServer]
+SUITE = {"concurrency": 8, "num_prompts": 8, "max_tokens": 24, "body": "assert specdec.result.reference_runs"}
+REF_STEP_S = 0.01  # per decode step at machine speed 1.0
+SPEC_STEP_S = 0.016  # k=3, every draft accepted: 4 tokens a step
+OVERHEAD_S = 0.008  # a spec step's part that does not scale with the machine: speedup 1.67x at 1.0, 1.92x at 0.6
+
+
+@pytest.fixture
+def servers(fake_server: Callable[..., FakeServer]) -> Servers:
+    spec = fake_server(k=3, acceptance=(1.0, 1.0, 1.0), step_s=SPEC_STEP_S, output_tokens=24, drift_sd=0.02,
+                       draft_overhead_s=OVERHEAD_S, seed=1)
+    ref = fake_server(k=0, step_s=REF_STEP_S, output_tokens=24, drift_sd=0.02, seed=2)
+    return spec, ref
+
+
+def night(pytester: pytest.Pytester, profile: Path, servers: Servers, speed: float, where: str,
+          *extra: str) -> pytest.RunResult:
+    """One session on a machine running at ``speed``; its baselines and reports under ``where``."""
+    spec, ref = servers
+    spec.reconfigure(step_s=SPEC_STEP_S / speed)
+    ref.reconfigure(step_s=REF_STEP_S / speed)
+    return pytester.runpytest(
+        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
+        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / where / 'reports'}",
+        f"--specdec-baselines={pytester.path / where / 'baselines'}", "--specdec-runs=3", "--specdec-max-runs=3",
+        "-p", "no:cacheprovider", *extra)
+
+
+def latest(pytester: pytest.Pytester, where: str) -> dict:
+    return json.loads((pytester.path / where / "reports" / "latest.json").read_text())
+
+
+def calibrate(pytester: pytest.Pytester, where: str, *extra: str) -> dict:
+    files = sorted((pytester.path / where / "reports").glob("specdec-*.json"))
+    r = subprocess.run([sys.executable, "-m", "pytest_specdec.cli", "calibrate", *map(str, files), "--json",
+                        "--baselines", str(pytester.path / where / "baselines"), *extra],
+                       capture_output=True, text=True, timeout=60, cwd=pytester.path)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.slow
+def test_a_night_that_moved_is_no_verdict_and_a_calibration_measures_the_move(
+    pytester: pytest.Pytester, make_profile: Callable[..., Path], servers: Servers, make_suite: Callable[..., str]
+) -> None:
+    profile = make_profile()
+    pytester.makepyfile(test_suite=make_suite(**SUITE))
+
+    # A noisy host: night 1 at full speed, stored; night 2 at 0.6x with nothing under test changed. The speedup
+    # moves by ~+15 % and the spec tok/s by ~-30 %: with one stored night no family may call either a change.
+    night(pytester, profile, servers, 1.0, "noisy", "--update-baselines").assert_outcomes(passed=1)
+    r = night(pytester, profile, servers, 0.6, "noisy")
+    r.assert_outcomes(passed=1)
+    [test] = latest(pytester, "noisy")["tests"]
+    speedup = test["verdicts"]["speedup"]
+    assert speedup["delta"] > 8, speedup  # the night really moved the speedup
+    assert speedup["per"] == "night" and "as no stored baseline has 2 nights" in speedup["note"], speedup
+    confident = {m: v["verdict"] for m, v in test["verdicts"].items() if v["verdict"] in ("improved", "regressed")}
+    assert not confident, confident
+    r.stdout.fnmatch_lines(["specdec gate: night-to-night sd speedup 10 % (4 df)*: the default night prior (assumed, "
+                            "measured on no host), as no stored baseline has 2 nights",
+                            "specdec gate: no stored baseline of this machine has 2 nights yet*"
+                            "--specdec-base-draft*calibrate*"])
+
+    # Night 3 at 1.5x; then a quiet host of three nights at full speed. Each calibration measures its own host.
+    night(pytester, profile, servers, 1.5, "noisy").assert_outcomes(passed=1)
+    night(pytester, profile, servers, 1.0, "quiet", "--update-baselines").assert_outcomes(passed=1)
+    for _ in range(2):
+        night(pytester, profile, servers, 1.0, "quiet").assert_outcomes(passed=1)
+    noisy, quiet = calibrate(pytester, "noisy", "--write"), calibrate(pytester, "quiet")
+    assert len(noisy["sessions"]) == len(quiet["sessions"]) == 3
+    n, q = noisy["metrics"]["speedup"], quiet["metrics"]["speedup"]
+    assert n["night_sd"] > 3 * max(q["night_sd"], 1.0), (n, q)
+    assert n["catches"] > q["catches"], (n, q)
+    assert noisy["metrics"]["acceptance_rate"]["night_sd"] == 0.0  # every draft accepted, every night
+
+    # The next noisy session judges with the record, and says so; the verdict notes name it.
+    r = night(pytester, profile, servers, 1.0, "noisy")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["specdec gate: night-to-night sd speedup *: this machine's calibration *host.calibration, "
+                            "as no stored baseline has 2 nights",
+                            "specdec gate: judged with this machine's calibration *host.calibration (3 sessions): "
+                            "a lone test catches speedup -* %, acceptance exact, P95 E2E spec/ref +* % at power 0.9"])
+    assert "no stored baseline of this machine has 2 nights yet" not in r.stdout.str()
+    [test] = latest(pytester, "noisy")["tests"]
+    assert "this machine's calibration" in test["verdicts"]["speedup"]["note"]
+    settings = latest(pytester, "noisy")["gate"]["settings"]
+    assert settings["night_prior"]["source"].startswith("this machine's calibration")
+    assert settings["calibration"]["sessions"] == 3 and settings["calibration"]["catches"].startswith("speedup -")
+    # the report says the same as the terminal, from the results file
+    html = (pytester.path / "noisy" / "reports" / "latest.html").read_text()
+    assert "judged with this machine&#39;s calibration" in html and settings["calibration"]["catches"] in html

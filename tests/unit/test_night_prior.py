@@ -1,0 +1,142 @@
+"""The night prior (`gate.variance.NightPrior`) and a host's calibration (`gate.calibration`): pure functions.
+
+A first stored night cannot measure how far nights move; the prior stands in, blended with the stored nights as
+they come, and a calibration measures it on the host. Simulated at the CPU default's noise (per-pair sd of log
+speedup 0.095), with night effects drawn from a known sd.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_specdec.gate.calibration import (CalibrationError, calibrate, catches, load_calibration, prior_of,
+                                             render_record)
+from pytest_specdec.gate.nights import Night
+from pytest_specdec.gate.stats import compare
+from pytest_specdec.gate.variance import NightPrior, NightVariance, blend_prior, night_prior_from
+from pytest_specdec.measure.record import ArmRun
+from pytest_specdec.profiles import load_profile
+
+RUN_SD = 0.095  # per-pair sd of log speedup on the CPU default
+
+
+def test_one_stored_night_is_judged_night_against_night_with_the_priors_uncertainty() -> None:
+    """A night that moved +25 % with nothing changed: run against run it is a confident `improved` (the bug);
+    against the night with the prior it is not, and the note says what the verdict rests on."""
+    rng = np.random.default_rng(0)
+    base = [list(np.exp(rng.normal(0, RUN_SD, 4)))]
+    now = list(1.25 * np.exp(rng.normal(0, RUN_SD, 4)))
+    assert compare("speedup", base, now).verdict == "improved"  # the run unit alone: confidently wrong
+    prior = NightPrior({"ratio": 10.0, "absolute": 30.0}, 4.0, "the test's prior")
+    v = compare("speedup", base, now, nights=blend_prior("speedup", None, prior, absolute=False))
+    assert v.verdict == "inconclusive" and v.per == "night" and v.n_baseline == 1
+    assert "baseline 1 night(s) of 4 runs" in v.note
+    assert "the test's prior, as no stored baseline has 2 nights: prior 10 % at 4 df" in v.note
+    # a drop far beyond what nights do is still caught from one night
+    worse = list(0.4 * np.exp(rng.normal(0, RUN_SD, 4)))
+    assert compare("speedup", base, worse, nights=blend_prior("speedup", None, prior, absolute=False)
+                   ).verdict == "regressed"
+
+
+def test_the_prior_blends_with_the_stored_nights_and_they_take_over() -> None:
+    prior = NightPrior({"ratio": 10.0, "absolute": 30.0, "acceptance": 0.0}, 4.0, "p")
+    v0 = math.log1p(0.10) ** 2
+    few = NightVariance(between=0.0, df_between=2, within=0.01, df_within=20, n_sources=2)
+    many = NightVariance(between=0.0036, df_between=200, within=0.01, df_within=600, n_sources=40)
+    b = blend_prior("speedup", few, prior, absolute=False)
+    assert b is not None and b.between == pytest.approx(4 * v0 / 6) and b.df_between == 6 and b.prior_df == 4
+    assert "pooled over 2 stored baselines (2 df) blended with p" in b.origin()
+    m = blend_prior("speedup", many, prior, absolute=False)
+    assert m is not None and m.between == pytest.approx((4 * v0 + 200 * 0.0036) / 204)
+    # absolute figures take their own sd; a class at 0 leaves the stored nights alone
+    a = blend_prior("output_tok_s", None, prior, absolute=True)
+    assert a is not None and a.between == pytest.approx(math.log1p(0.30) ** 2)
+    assert blend_prior("acceptance_rate", few, prior, absolute=False) is few
+    assert blend_prior("acceptance_rate", None, prior, absolute=False) is None
+
+
+def test_the_profiles_prior_and_its_default() -> None:
+    cpu = load_profile("cpu")
+    assert cpu.night_prior == {"ratio": 8.0, "absolute": 30.0, "acceptance": 0.0, "df": 8.0}
+    assert cpu.night_prior_source == "profile cpu's night_prior"
+    h100 = load_profile("h100")
+    assert h100.night_prior["df"] == 4.0 and "assumed, measured on no host" in h100.night_prior_source
+    p = night_prior_from(cpu.night_prior, cpu.night_prior_source)
+    assert p.sd_of("speedup", False) == 8.0 and p.sd_of("reference_tok_s", True) == 30.0
+    assert p.sd_of("per_position_acceptance[1]", False) == 0.0 and p.df_of("speedup") == 8.0
+    assert NightPrior.from_dict(p.to_dict(), "here") == p
+
+
+def _night(started: str, speedups: list[float], ref_tok_s: list[float], accept: float, hash_gb: float) -> Night:
+    def run(i: int, tok_s: float, spec: bool) -> ArmRun:
+        return ArmRun.from_entry({"index": i, "valid": True, "output_tok_s": tok_s, "n_requests": 8,
+                                  "total_output_tokens": 512, "invalid_reasons": [],
+                                  **({"acceptance_rate": accept, "draft_tokens": 300, "accepted_tokens": 300 * accept,
+                                      "drafts": 100, "accepted_per_pos": [100 * accept] * 3} if spec else {})})
+    ref = tuple(run(i, t, False) for i, t in enumerate(ref_tok_s))
+    spec = tuple(run(i, t * s, True) for i, (t, s) in enumerate(zip(ref_tok_s, speedups)))
+    return Night(ref, spec, tuple(speedups), started, machine_state={"cores": 2.0, "hash": hash_gb})
+
+
+def _sessions(night_sd: float, n_sessions: int = 4, n_tests: int = 12, seed: int = 0) -> list[dict[str, Night]]:
+    """Sessions of ``n_tests`` tests whose speedup's night mean moves by ``night_sd`` (log) from session to session,
+    each run by RUN_SD; the machine's speed moves every test's reference alike (the probe follows it)."""
+    rng = np.random.default_rng(seed)
+    level = {f"t{i}": rng.uniform(0.8, 2.0) for i in range(n_tests)}
+    out = []
+    for s in range(n_sessions):
+        machine = rng.normal(0, 0.2)
+        out.append({t: _night(f"2026-01-0{s + 1}T00:00:00", list(lv * np.exp(rng.normal(0, night_sd) +
+                                                                          rng.normal(0, RUN_SD, 4))),
+                              list(300 * math.exp(machine) * np.exp(rng.normal(0, 0.03, 4))), 0.6,
+                              2.0 * math.exp(machine + rng.normal(0, 0.01)))
+                    for t, lv in level.items()})
+    return out
+
+
+def test_a_calibration_measures_the_hosts_night_and_run_noise() -> None:
+    quiet, noisy = calibrate(_sessions(0.0)), calibrate(_sessions(0.15))
+    q, n = quiet["metrics"]["speedup"], noisy["metrics"]["speedup"]
+    for m in (q, n):  # the run noise is the same on both hosts, and measured
+        assert m["run_sd"] == pytest.approx(100 * math.expm1(RUN_SD), rel=0.2) and m["df_run"] == 12 * 4 * 3
+    assert q["night_sd"] < 5.0 and n["night_sd"] == pytest.approx(100 * math.expm1(0.15), rel=0.35)
+    assert n["df_night"] == 12 * 3
+    assert n["catches"] > q["catches"] > 0  # what a lone test catches widens with the night noise
+    assert quiet["metrics"]["acceptance_rate"]["night_sd"] == 0.0
+    follow = noisy["probe"]["reference_follows_hash"]
+    assert follow["slope"] == pytest.approx(1.0, abs=0.15) and follow["r"] > 0.9
+    # the record's prior: each metric its own sd and df; one it could not measure falls back to nothing
+    prior = prior_of(noisy, "cal")
+    assert prior.sd_of("speedup", False) == n["night_sd"] and prior.df_of("speedup") == n["df_night"]
+    assert prior.sd_of("goodput", False) == 0.0
+
+
+def test_catches_shrinks_with_runs_and_grows_with_nights() -> None:
+    base = catches(0.005, 20, 0.009, 100, alpha=0.05, runs=4)
+    assert catches(0.005, 20, 0.009, 100, alpha=0.05, runs=16) < base < catches(0.02, 20, 0.009, 100, alpha=0.05,
+                                                                                 runs=4)
+
+
+def test_bad_calibration_input_and_records_say_what_to_fix(tmp_path: Path) -> None:
+    s = _sessions(0.1, n_sessions=2)
+    with pytest.raises(CalibrationError, match="needs 2 or more sessions of the same tests, got 1"):
+        calibrate(s[:1])
+    with pytest.raises(CalibrationError, match="share a start stamp"):
+        calibrate([s[0], s[0]])
+    with pytest.raises(CalibrationError, match="share no test"):
+        calibrate([s[0], {"other": s[1]["t0"]}])
+    path = tmp_path / "host.calibration"
+    assert load_calibration(path) is None
+    path.write_text(render_record(calibrate(s)))
+    assert load_calibration(path) is not None
+    path.write_text('{"schema": "pytest-specdec/calibration/0"}')
+    with pytest.raises(CalibrationError, match="has schema 'pytest-specdec/calibration/0'.*pytest-specdec calibrate"):
+        load_calibration(path)
+    path.write_text(render_record({**calibrate(s), "metrics": {"speedup": {"night_sd": -1, "df_night": 2,
+                                                                           "run_sd": 1, "df_run": 2}}}))
+    with pytest.raises(CalibrationError, match=r"metrics.speedup.night_sd is -1, not a number >= 0"):
+        load_calibration(path)
