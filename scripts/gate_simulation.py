@@ -1,6 +1,7 @@
 """Simulated false alarms and power of the speed gate, decided by the gate's own pipeline.
 
     .venv/bin/python scripts/gate_simulation.py [--suites 1000] [--power-suites 400] [--seed 7] [--disturbed-only]
+    .venv/bin/python scripts/gate_simulation.py --new-host [--suites 400] [--power-suites 200]
 
 One simulated suite is what `pytest suites/` runs against stored baselines: 19 tests, each with the
 gated family (speedup, P95 E2E ratio spec/reference, acceptance rate). Every stored file holds J nights
@@ -43,6 +44,7 @@ from pytest_specdec.gate.scale import kind_of
 from pytest_specdec.gate.sequential import planned_looks
 from pytest_specdec.gate.stats import Thresholds
 from pytest_specdec.gate.thresholds import build_thresholds
+from pytest_specdec.gate.variance import NightPrior, night_prior_from
 from pytest_specdec.measure.validity import disturbed
 
 TESTS = 19
@@ -169,7 +171,7 @@ def _first(entry: dict, n: int, rule: float = 0.0) -> Night:
 
 def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights: int, looks: list[int],
           floor: float, slowdown: float = 1.0, extra: float = 0.0, disturb: float = 0.0,
-          rule: float = RULE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+          rule: float = RULE, prior: NightPrior | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One session through the gate's pipeline (gate/pipeline.py: the looks, the machine factor, BH over the
     family): (verdicts [test, metric], runs per arm per test, speedup MDE per test). ``extra``: an sd of
     tonight's own night effect on the ratios that the stored nights did not show (nights recorded back to
@@ -183,7 +185,7 @@ def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights
         for t in range(TESTS):
             stored[t].append(_ruled(_night(rng, noise, sh, looks[0], f"night-{j}", disturb=disturb), looks[0], rule))
     files = [{"sessions": sessions} for sessions in stored]
-    pipeline = Pipeline(Stored(tuple(files), floor), ALPHA, "bh")
+    pipeline = Pipeline(Stored(tuple(files), floor, prior), ALPHA, "bh")
     sh = shared_draw()
     family = []
     for t in range(TESTS):
@@ -201,7 +203,8 @@ def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights
 
 
 def scenario(rng: np.random.Generator, suites: int, noise: Noise, profile: str, nights: int,
-             slowdown: float = 1.0, extra: float = 0.0, disturb: float = 0.0, rule: float = RULE) -> dict[str, float]:
+             slowdown: float = 1.0, extra: float = 0.0, disturb: float = 0.0, rule: float = RULE,
+             prior: NightPrior | None = None) -> dict[str, float]:
     """Share of suites with any gated `regressed` (any false call), speedup verdict shares, runs, MDE."""
     thresholds, looks, floor = profile_gate(profile)
     i = GATED.index("speedup")
@@ -211,7 +214,7 @@ def scenario(rng: np.random.Generator, suites: int, noise: Noise, profile: str, 
     any_reg = any_call = caught = unchanged = 0.0
     runs, mdes = [], []
     for _ in range(suites):
-        v, r, mde = suite(rng, noise, thresholds, nights, looks, floor, slowdown, extra, disturb, rule)
+        v, r, mde = suite(rng, noise, thresholds, nights, looks, floor, slowdown, extra, disturb, rule, prior)
         any_reg += bool((v[~truth] == "regressed").any())
         any_call += bool(np.isin(v[~truth], ("regressed", "improved")).any())
         caught += v[0, i] == "regressed"
@@ -220,6 +223,34 @@ def scenario(rng: np.random.Generator, suites: int, noise: Noise, profile: str, 
         mdes.append(float(np.median(mde)))
     return {"false_regressed": any_reg / suites, "any_call": any_call / suites, "caught": caught / suites,
             "speedup_unchanged": unchanged / suites, "runs": float(np.mean(runs)), "mde": float(np.median(mdes))}
+
+
+def new_host(rng: np.random.Generator, cpu: Noise, suites: int, power_suites: int) -> int:
+    """A new host: one stored night per test, then tonight. Each test's night effect on the ratios has sd
+    ``night`` (the host's own, which the one stored night cannot show), on top of the measured run noise; the
+    gate judges with the cpu profile's night prior, or without one (run against run, as before the prior)."""
+    from pytest_specdec.profiles import load_profile
+
+    profile = load_profile("cpu")
+    prior = night_prior_from(profile.night_prior, profile.night_prior_source)
+    print(f"\nA new host: {TESTS} tests x {len(GATED)} gated metrics, 1 stored night of {profile_gate('cpu')[1][0]} "
+          f"pairs per test; run noise as measured; each test's night effect on the ratios drawn with the sd below "
+          f"(stored night and tonight alike); BH at alpha {ALPHA}\n")
+    print("| test's night sd (log) | true speedup change | night prior | suites | any false `regressed` | "
+          "any false call (`regressed` or `improved`) | lone drop `regressed` |")
+    print("|---|---|---|---|---|---|---|")
+    for night_sd in (0.05, 0.10, 0.15):
+        noise = Noise(run=cpu.run, night={**cpu.night, "speedup": night_sd, "e2e_p95_ratio": night_sd},
+                      shared={m: 0.0 for m in GATED})
+        for slow in (1.0, 0.6):
+            for with_prior in (False, True):
+                n = suites if slow == 1.0 else power_suites
+                r = scenario(rng, n, noise, "cpu", 1, slow, prior=prior if with_prior else None)
+                change = "none (A/A)" if slow == 1.0 else f"{100 * (slow - 1):+.0f} % in 1 test"
+                caught = "" if slow == 1.0 else f"{r['caught']:.3f}"
+                print(f"| {night_sd:g} | {change} | {'cpu profile' if with_prior else 'none (runs only)'} | {n} | "
+                      f"{r['false_regressed']:.3f} | {r['any_call']:.3f} | {caught} |", flush=True)
+    return 0
 
 
 DESCRIPTIONS = {
@@ -236,9 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--baselines", type=Path, default=ROOT / "baselines" / "cpu")
     ap.add_argument("--disturbed-only", action="store_true", help="only the disturbed-run rule's rows")
+    ap.add_argument("--new-host", action="store_true",
+                    help="a host with one stored night and an unknown night sd: the gate with and without the "
+                         "cpu profile's night prior")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     cpu = measured_noise(args.baselines)
+    if args.new_host:
+        return new_host(rng, cpu, args.suites, args.power_suites)
     print(f"noise measured on {args.baselines} (sd on the comparison scale: log, or fraction for acceptance):")
     for m in GATED:
         print(f"  {m}: run {cpu.run[m]:.4f}, night {cpu.night[m]:.4f}, shared by all tests {cpu.shared[m]:.4f}")

@@ -23,6 +23,7 @@ from pytest_specdec.errors import SpecDecError
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.variance import NightPrior
 
 CALIBRATION_SCHEMA = "pytest-specdec/calibration/1"
@@ -48,17 +49,42 @@ def _sd_pct(var: float, log: bool) -> float:
     return 100.0 * math.expm1(sd) if log else 100.0 * sd
 
 
-def catches(night_var: float, df_night: float, run_var: float, df_run: float, *, alpha: float, runs: int,
-            power: float = 0.9) -> float:
-    """The smallest change (on the comparison scale) a lone test of ``runs`` runs catches with ``power`` against
-    one stored night of as many runs: tonight's night and the stored night each move by the night variance."""
-    from scipy import stats as sps
-
+def _one_night(night_var: float, df_night: float, run_var: float, df_run: float, runs: int) -> tuple[float, float]:
+    """(se, Satterthwaite df) of a lone test of ``runs`` runs against one stored night of as many runs: tonight's
+    night and the stored night each move by the night variance (`stats._nights_core` with J = 1)."""
     b, w = 2.0 * night_var, 2.0 * run_var / runs
     var = b + w
     den = (b * b / df_night if df_night > 0 and b > 0 else 0.0) + (w * w / df_run if df_run > 0 and w > 0 else 0.0)
-    df = var * var / den if den > 0 else 1e9
-    return float((sps.t.ppf(1 - alpha, df) + sps.t.ppf(power, df)) * math.sqrt(var))
+    return math.sqrt(var), (var * var / den if den > 0 else 1e9)
+
+
+def catches(night_var: float, df_night: float, run_var: float, df_run: float, *, alpha: float, runs: int,
+            power: float = 0.9) -> float:
+    """The smallest change (on the comparison scale) such a lone test catches with ``power``."""
+    from scipy import stats as sps
+
+    se, df = _one_night(night_var, df_night, run_var, df_run, runs)
+    return float((sps.t.ppf(1 - alpha, df) + sps.t.ppf(power, df)) * se)
+
+
+def resolves(night_var: float, df_night: float, run_var: float, df_run: float, *, alpha: float, runs: int) -> float:
+    """The smallest change (on the comparison scale) such a lone test can tell from none at all (one-sided
+    ``alpha``): a threshold below it can never be crossed with significance, nor its CI fit inside it."""
+    from scipy import stats as sps
+
+    se, df = _one_night(night_var, df_night, run_var, df_run, runs)
+    return float(sps.t.ppf(1 - alpha, df) * se)
+
+
+def as_change(name: str, x: float) -> float:
+    """A change on the comparison scale as a threshold's magnitude: % of a drop (rates), % of a rise (latencies),
+    points (acceptance)."""
+    from pytest_specdec.gate.registry import metric as registry_metric
+    from pytest_specdec.gate.scale import kind_of
+
+    if kind_of(name) == "acceptance":
+        return 100.0 * x
+    return 100.0 * (1 - math.exp(-x)) if registry_metric(name).higher_is_better else 100.0 * math.expm1(x)
 
 
 def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, runs: int = CATCH_RUNS
@@ -70,7 +96,6 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     from pytest_specdec.gate.machine import night_factors, ref_log
     from pytest_specdec.gate.registry import ABSOLUTE
     from pytest_specdec.gate.registry import GATED as GATED_METRICS
-    from pytest_specdec.gate.registry import metric as registry_metric
     from pytest_specdec.gate.scale import kind_of
     from pytest_specdec.gate.verdicts import metric_order, night_variances
 
@@ -94,10 +119,10 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
         entry = {"run_sd": _sd_pct(nv.within, log), "df_run": nv.df_within, "night_sd": _sd_pct(nv.between, log),
                  "df_night": nv.df_between, "tests": nv.n_sources, "unit": "%" if log else "points",
                  "absolute": name.split("[", 1)[0] in ABSOLUTE}
+        noise = (nv.between, nv.df_between, nv.within, nv.df_within)
+        entry["resolves"] = as_change(name, resolves(*noise, alpha=alpha, runs=runs))
         if name in GATED_METRICS:  # as a drop (or a rise, for a latency ratio) in the metric's own unit
-            mde = catches(nv.between, nv.df_between, nv.within, nv.df_within, alpha=alpha, runs=runs)
-            up = registry_metric(name).higher_is_better
-            entry["catches"] = (100.0 * (1 - math.exp(-mde)) if up else 100.0 * math.expm1(mde)) if log else 100.0 * mde
+            entry["catches"] = as_change(name, catches(*noise, alpha=alpha, runs=runs))
         metrics[name] = entry
 
     # The probe: its repeatability (within a session over tests, and of session means), and how the reference's
@@ -162,6 +187,21 @@ def prior_of(record: Mapping[str, Any], source: str) -> NightPrior:
     usable = {name: m for name, m in metrics.items() if m["df_night"] >= 1}
     return NightPrior({n: float(m["night_sd"]) for n, m in usable.items()}, 1.0, source,
                       dfs={n: float(m["df_night"]) for n, m in usable.items()})
+
+
+def raised_thresholds(record: Mapping[str, Any], thresholds: Thresholds) -> dict[str, tuple[float, float]]:
+    """metric -> (threshold, what this host resolves) where the threshold is below what the calibration says
+    a lone test against one night can tell from no change: such a threshold can only ever give `inconclusive`."""
+    from pytest_specdec.gate.scale import kind_of
+
+    out = {}
+    for name, m in record["metrics"].items():
+        r = m.get("resolves")
+        if isinstance(r, (int, float)) and r > 0:
+            now = abs(thresholds.bad_side(name, kind_of(name)))
+            if r > now and (kind_of(name) == "latency" or r < 100):
+                out[name] = (now, float(r))
+    return out
 
 
 def render_record(record: Mapping[str, Any]) -> str:

@@ -117,9 +117,17 @@ class Judge:
 
     def thresholds(self, marker: dict[str, float] | None = None) -> Thresholds:
         """Defaults < profile [verdicts.thresholds] < ini specdec_thresholds < --specdec-threshold < marker."""
-        from pytest_specdec.gate.thresholds import build_thresholds
+        from pytest_specdec.gate.thresholds import build_thresholds, on_top
 
-        return build_thresholds(*self._base_thresholds, *([marker] if marker else []))
+        t = build_thresholds(*self._base_thresholds, *([marker] if marker else []))
+        raised = self.raised(t)
+        return on_top(t, {name: new for name, (_, new) in raised.items()}) if raised else t
+
+    def raised(self, thresholds: Thresholds) -> dict[str, tuple[float, float]]:
+        """The thresholds this machine's calibration raises to what a lone test can resolve (none without one)."""
+        from pytest_specdec.gate.calibration import raised_thresholds
+
+        return raised_thresholds(self.calibration, thresholds) if self.calibration is not None else {}
 
     @cached_property
     def stored(self) -> list[dict[str, Any]]:
@@ -150,8 +158,12 @@ class Judge:
 
         if "pipeline" not in self.__dict__ or self.calibration is None:
             return None
+        from pytest_specdec.gate.thresholds import build_thresholds
+
+        raised = self.raised(build_thresholds(*self._base_thresholds))
         return {"path": self.rel(self.store.base / CALIBRATION_FILE), "sessions": len(self.calibration["sessions"]),
-                "catches": catch_phrase(self.calibration)}
+                "catches": catch_phrase(self.calibration),
+                "raised_thresholds": {name: list(pair) for name, pair in raised.items()}}
 
     @cached_property
     def night_prior(self) -> NightPrior:

@@ -212,9 +212,11 @@ def night_prior_from(table: Mapping[str, float], source: str) -> NightPrior:
 
 def blend_prior(metric: str, nv: NightVariance | None, prior: NightPrior, absolute: bool) -> NightVariance | None:
     """``nv`` (the stored nights pooled; None: none has 2 nights) with ``prior`` blended in as its df in
-    pseudo-nights: ``between = (d0 s0² + d σ̂²) / (d0 + d)``, with ``d0 + d`` df. A prior of sd 0 leaves ``nv``."""
+    pseudo-nights: ``between = (d0 s0² + d σ̂²) / (d0 + d)``, with ``d0 + d`` df. A class's sd of 0 (a profile's
+    acceptance) leaves ``nv``; a metric's own 0 (a calibration measured no night effect) is a measurement, and
+    blends like any other."""
     v0, d0 = prior.var_of(metric, absolute), prior.df_of(metric)
-    if v0 <= 0:
+    if v0 <= 0 and metric not in prior.sd and metric.split("[", 1)[0] not in prior.sd:
         return nv
     info = {"prior_sd": prior.sd_of(metric, absolute), "prior_df": d0, "prior_source": prior.source,
             "prior_unit": "points" if check_kind(metric, None) == "acceptance" else "%"}

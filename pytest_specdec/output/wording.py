@@ -297,6 +297,8 @@ def night_lines(nights: Mapping[str, NightVariance], calibration: Mapping[str, A
 
     from pytest_specdec.gate.registry import GATED as GATED_METRICS
     from pytest_specdec.gate.registry import label
+    from pytest_specdec.gate.scale import kind_of
+    from pytest_specdec.gate.verdicts import metric_order
 
     shown = [(n, nights[n]) for n in GATED_METRICS if n in nights]
     if not shown:
@@ -310,6 +312,11 @@ def night_lines(nights: Mapping[str, NightVariance], calibration: Mapping[str, A
     if calibration is not None:  # `Judge.settings`' "calibration": where, how many sessions, what it catches
         out.append(f"specdec gate: judged with this machine's calibration {calibration['path']} "
                    f"({calibration['sessions']} sessions): a lone test catches {calibration['catches']}")
+        raised = calibration.get("raised_thresholds") or {}
+        if raised:
+            out.append("specdec gate: thresholds raised to what this host resolves: " + ", ".join(
+                f"{label(name)} {old:.3g} → {new:.3g}{' pt' if kind_of(name) == 'acceptance' else ' %'}"
+                for name, (old, new) in sorted(raised.items(), key=lambda item: metric_order(item[0]))))
     assumed = [name for name, nv in shown if nv.prior_df and nv.df_between - nv.prior_df < 1]
     if assumed and open_verdicts and calibration is None:
         out.append("specdec gate: no stored baseline of this machine has 2 nights yet, so how far its nights move is "

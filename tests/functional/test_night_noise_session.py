@@ -99,7 +99,8 @@ def test_a_night_that_moved_is_no_verdict_and_a_calibration_measures_the_move(
     r.stdout.fnmatch_lines(["specdec gate: night-to-night sd speedup *: this machine's calibration *host.calibration, "
                             "as no stored baseline has 2 nights",
                             "specdec gate: judged with this machine's calibration *host.calibration (3 sessions): "
-                            "a lone test catches speedup -* %, acceptance exact, P95 E2E spec/ref +* % at power 0.9"])
+                            "a lone test catches speedup -* %, acceptance exact, P95 E2E spec/ref +* % at power 0.9",
+                            "specdec gate: thresholds raised to what this host resolves: speedup 5 → * %, *"])
     assert "no stored baseline of this machine has 2 nights yet" not in r.stdout.str()
     [test] = latest(pytester, "noisy")["tests"]
     assert "this machine's calibration" in test["verdicts"]["speedup"]["note"]

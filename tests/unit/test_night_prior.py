@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from pytest_specdec.gate.calibration import (CalibrationError, calibrate, catches, load_calibration, prior_of,
-                                             render_record)
+                                             raised_thresholds, render_record, resolves)
 from pytest_specdec.gate.nights import Night
-from pytest_specdec.gate.stats import compare
+from pytest_specdec.gate.stats import Thresholds, compare
 from pytest_specdec.gate.variance import NightPrior, NightVariance, blend_prior, night_prior_from
 from pytest_specdec.measure.record import ArmRun
 from pytest_specdec.profiles import load_profile
@@ -113,9 +113,26 @@ def test_a_calibration_measures_the_hosts_night_and_run_noise() -> None:
     prior = prior_of(noisy, "cal")
     assert prior.sd_of("speedup", False) == n["night_sd"] and prior.df_of("speedup") == n["df_night"]
     assert prior.sd_of("goodput", False) == 0.0
+    # a measured night sd of 0 is a measurement: the metric is still judged night against night, with its df
+    nv = blend_prior("speedup", None, prior_of(quiet, "cal"), absolute=False)
+    assert nv is not None and nv.df_between == q["df_night"] and "cal, as no stored baseline has 2 nights" in nv.source()
+    assert blend_prior("goodput", None, prior, absolute=False) is None
+
+
+def test_thresholds_below_what_the_host_resolves_are_raised_to_it() -> None:
+    """A threshold a lone test can never tell from no change only ever gives `inconclusive`: the calibration
+    raises it to what the host resolves, and leaves a wider one alone."""
+    record = calibrate(_sessions(0.15))
+    r = record["metrics"]["speedup"]["resolves"]
+    assert 0 < r < record["metrics"]["speedup"]["catches"]
+    raised = raised_thresholds(record, Thresholds(rate_pct=5.0))
+    assert raised["speedup"] == (5.0, r)
+    assert "speedup" not in raised_thresholds(record, Thresholds(per_metric={"speedup": r + 1}))
+    assert "acceptance_rate" not in raised  # exact: it resolves any change
 
 
 def test_catches_shrinks_with_runs_and_grows_with_nights() -> None:
+    assert resolves(0.005, 20, 0.009, 100, alpha=0.05, runs=4) < catches(0.005, 20, 0.009, 100, alpha=0.05, runs=4)
     base = catches(0.005, 20, 0.009, 100, alpha=0.05, runs=4)
     assert catches(0.005, 20, 0.009, 100, alpha=0.05, runs=16) < base < catches(0.02, 20, 0.009, 100, alpha=0.05,
                                                                                  runs=4)
