@@ -354,8 +354,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise InputError(f"{read[0][0]}: no profile or hardware recorded (gate.settings.hardware.this.key): "
                          "calibrate results of sessions that judged against baselines")
     sessions = [{t.nodeid: t.night for t in r.tests if t.night.reference} for _, r in read]
-    alpha = float(read[-1][1].gate.settings.get("alpha", 0.05))
-    record = {**calibrate(sessions, alpha=alpha), "profile": profile, "hardware": hardware,
+    settings = read[-1][1].gate.settings
+    alpha, floor = float(settings.get("alpha", 0.05)), float(settings.get("min_night_sd") or 0.0)
+    record = {**calibrate(sessions, alpha=alpha, min_night_sd=floor), "profile": profile, "hardware": hardware,
               "command": "pytest-specdec calibrate " + " ".join(str(p) for p in args.files)}
     root = args.baselines or Path((read[-1][1].gate.settings.get("hardware") or {}).get("root") or "baselines")
     path = calibration_path(root, profile, hardware)

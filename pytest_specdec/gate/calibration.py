@@ -87,10 +87,13 @@ def as_change(name: str, x: float) -> float:
     return 100.0 * (1 - math.exp(-x)) if registry_metric(name).higher_is_better else 100.0 * math.expm1(x)
 
 
-def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, runs: int = CATCH_RUNS
-              ) -> dict[str, Any]:
+def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, runs: int = CATCH_RUNS,
+              min_night_sd: float = 0.0) -> dict[str, Any]:
     """The calibration of several sessions (each ``{nodeid: Night}``, the same tests, each a night) as the record
-    stores it, less where and how it was made. Needs 2 sessions that share a test with 2+ valid runs an arm."""
+    stores it, less where and how it was made. Needs 2 sessions that share a test with 2+ valid runs an arm.
+
+    What a lone test catches and resolves is figured as the gate will judge: a log-scale metric's night sd no
+    lower than the profile's floor ``min_night_sd`` (%), which sessions minutes apart can understate."""
     import numpy as np
 
     from pytest_specdec.gate.machine import night_factors, ref_log
@@ -119,7 +122,8 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
         entry = {"run_sd": _sd_pct(nv.within, log), "df_run": nv.df_within, "night_sd": _sd_pct(nv.between, log),
                  "df_night": nv.df_between, "tests": nv.n_sources, "unit": "%" if log else "points",
                  "absolute": name.split("[", 1)[0] in ABSOLUTE}
-        noise = (nv.between, nv.df_between, nv.within, nv.df_within)
+        floor = math.log1p(min_night_sd / 100.0) ** 2 if log else 0.0
+        noise = (max(nv.between, floor), nv.df_between, nv.within, nv.df_within)
         entry["resolves"] = as_change(name, resolves(*noise, alpha=alpha, runs=runs))
         if name in GATED_METRICS:  # as a drop (or a rise, for a latency ratio) in the metric's own unit
             entry["catches"] = as_change(name, catches(*noise, alpha=alpha, runs=runs))
@@ -149,7 +153,7 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
                                            "r": float(np.corrcoef(x, y)[0, 1]) if float(np.var(y)) > 0 else 0.0,
                                            "points": len(xs)}
     return {"schema": CALIBRATION_SCHEMA, "sessions": starts, "tests": ids, "alpha": alpha, "catch_runs": runs,
-            "metrics": metrics, "probe": probe}
+            "min_night_sd": min_night_sd, "metrics": metrics, "probe": probe}
 
 
 def load_calibration(path: Path) -> dict[str, Any] | None:

@@ -106,6 +106,9 @@ def test_a_calibration_measures_the_hosts_night_and_run_noise() -> None:
     assert q["night_sd"] < 5.0 and n["night_sd"] == pytest.approx(100 * math.expm1(0.15), rel=0.35)
     assert n["df_night"] == 12 * 3
     assert n["catches"] > q["catches"] > 0  # what a lone test catches widens with the night noise
+    # as the gate judges: no night sd below the profile's floor (sessions minutes apart understate it)
+    floored = calibrate(_sessions(0.0), min_night_sd=6.0)["metrics"]["speedup"]
+    assert floored["night_sd"] == q["night_sd"] and floored["catches"] > q["catches"]
     assert quiet["metrics"]["acceptance_rate"]["night_sd"] == 0.0
     follow = noisy["probe"]["reference_follows_hash"]
     assert follow["slope"] == pytest.approx(1.0, abs=0.15) and follow["r"] > 0.9
