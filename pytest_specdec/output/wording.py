@@ -306,7 +306,7 @@ def night_lines(nights: Mapping[str, NightVariance], calibration: Mapping[str, A
     by_source: dict[str, list[str]] = {}
     for name, nv in shown:
         sd = math.sqrt(nv.between)
-        figure = f"{100 * math.expm1(sd):.3g} %" if nv.prior_unit == "%" else f"{100 * sd:.3g} points"
+        figure = f"{100 * sd:.3g} points" if kind_of(name) == "acceptance" else f"{100 * math.expm1(sd):.3g} %"
         by_source.setdefault(nv.origin(), []).append(f"{label(name)} {figure} ({nv.df_between:.0f} df)")
     out = [f"specdec gate: night-to-night sd {', '.join(parts)}: {source}" for source, parts in by_source.items()]
     if calibration is not None:  # `Judge.settings`' "calibration": where, how many sessions, what it catches
