@@ -147,10 +147,8 @@ def catches(v: VerdictEntry) -> str:
     `wording.guard_text`, which needs a `stats.Verdict`."""
     from pytest_specdec.output.wording import catch_text, not_judged_text
 
-    if v.verdict == NOT_COMPARABLE:
-        return not_judged_text(v.method)
-
-    return catch_text(v.exact, v.mde, v.threshold, v.unit, modelled=v.mde is not None or v.se is not None, ge="≥")
+    return not_judged_text(v.verdict, v.method) or catch_text(v.exact, v.mde, v.threshold, v.unit,
+                                                              modelled=v.mde is not None or v.se is not None, ge="≥")
 
 
 def _catches_title(v: VerdictEntry) -> str:

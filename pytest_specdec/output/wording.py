@@ -111,15 +111,19 @@ def format_verdict(v: Judged) -> str:
 
 def guard_text(v: Verdict) -> str:
     """What a gated verdict can catch: "catches a drop >= 21 %", "exact", or why nothing is known."""
-    if v.verdict == NOT_COMPARABLE:
-        return not_judged_text(v.method)
-    return catch_text(v.exact, v.mde, v.threshold, v.unit, modelled=v.mde is not None)
+    return not_judged_text(v.verdict, v.method) or catch_text(v.exact, v.mde, v.threshold, v.unit,
+                                                              modelled=v.mde is not None)
 
 
-def not_judged_text(method: str) -> str:
-    """Why a `not-comparable` verdict caught nothing, in the words its block and JSON use: its method names the
-    condition that set it aside ("machine state"), or the baseline's conditions differ."""
-    return f"not judged: {method}" if method and method != "none" else "not judged: the baseline's conditions differ"
+def not_judged_text(verdict: str, method: str) -> str | None:
+    """Why a verdict caught nothing, in the words its block and JSON use (None: it was judged). A `not-comparable`
+    one's method names the condition that set it aside ("machine state"), else the baseline's conditions differ;
+    method "none" had too little data for any rule."""
+    if verdict == NOT_COMPARABLE:
+        return f"not judged: {method}" if method and method != "none" else "not judged: the baseline's conditions differ"
+    if method == "none":
+        return "not judged: too little data (fewer than 2 values on a side)"
+    return None
 
 
 def catch_text(exact: bool, mde: float | None, threshold: float | None, unit: str, *, modelled: bool,

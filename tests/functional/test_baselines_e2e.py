@@ -339,7 +339,8 @@ def test_fail_inconclusive(pytester: pytest.Pytester, fake_profile: Path, server
     r.assert_outcomes(failed=1)
     assert test["outcome"] == "failed"
     r.stdout.fnmatch_lines([f"*specdec: {len(open_)} gated metric(s) inconclusive after 3 run(s) per arm: "
-                            "speedup no variance model; * (--specdec-fail-inconclusive)",
+                            "speedup not judged: too little data (fewer than 2 values on a side); * "
+                            "(--specdec-fail-inconclusive)",
                             "*metric * baseline * now * Δ * 90% CI * p * verdict",
                             "speedup *gated *inconclusive"])
     assert count in tail(r), tail(r)

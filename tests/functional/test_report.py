@@ -648,7 +648,9 @@ def test_catches_from_the_json_mde() -> None:
     assert (report.catches(_verdict(mde=2.5, threshold=-2.0, delta_unit="points", method="t"))
             == "catches a drop ≥ 2.5 pt")
     assert report.catches(_verdict(mde=None, threshold=-2.0, method="exact/run")) == "exact: repeats run to run"
-    assert report.catches(_verdict(mde=None, threshold=-2.0, method="none/run")) == "no variance model"
+    assert report.catches(_verdict(mde=None, threshold=-2.0, method="t")) == "no variance model"  # an older file
+    assert report.catches(_verdict(verdict="inconclusive", mde=None, threshold=-2.0, method="none/run")) == (
+        "not judged: too little data (fewer than 2 values on a side)")
     assert report.catches(_verdict(mde=None, se=0.02, threshold=-2.0, method="t")) == (
         "catches no drop: too few runs for any bound")
     # a verdict set aside says why, in the words of its block and JSON
@@ -677,7 +679,7 @@ def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, rec
         assert f'>catches a {way} ≥ {v.mde:.3g} {unit}</span>' in cell
     assert '<span class="badge b-regressed">regressed</span><span class="c"' in rows[1]  # acceptance
     no_model = next(r for r in rows if "test_k[ngram-k5-t0.0-c2]" in r)
-    assert no_model.count(">no variance model</span>") == 3
+    assert no_model.count(">not judged: too little data (fewer than 2 values on a side)</span>") == 3
     assert "(+2 not spent)</span>" in next(r for r in rows if "ngram-k3-t0.0-c4]" in r)
     assert "inconclusive one passes with a warning (--specdec-fail-inconclusive fails it)" in html
     strict = report.render_html({**recorded, "gate": {**recorded["gate"], "fail_inconclusive": True}})
