@@ -126,19 +126,19 @@ class NightVariance:
         """Where the night-to-night sd comes from, without figures: the stored nights pooled, the night prior
         alone (its source names itself: a profile's, the default's guess, a machine's calibration), both blended,
         or the profile's floor."""
-        if self.floor:
-            return "the profile's floor, min_night_sd"
         pooled_df = self.df_between - self.prior_df
         pooled = f"pooled over {self.n_sources} stored baselines ({pooled_df:.0f} df)"
         if not self.prior_df:
-            return pooled
-        if pooled_df < 1:
-            return f"{self.prior_source}, as no stored baseline has 2 nights"
-        return f"{pooled} blended with {self.prior_source}"
+            below = pooled
+        elif pooled_df < 1:
+            below = f"{self.prior_source}, as no stored baseline has 2 nights"
+        else:
+            below = f"{pooled} blended with {self.prior_source}"
+        return f"the profile's floor, min_night_sd, above {below}" if self.floor else below
 
     def source(self) -> str:
         """`origin` with the prior's own figures, for a verdict's note."""
-        if self.floor or not self.prior_df:
+        if not self.prior_df:
             return self.origin()
         return f"{self.origin()}: prior {self.prior_sd:.3g} {self.prior_unit} at {self.prior_df:g} df"
 
