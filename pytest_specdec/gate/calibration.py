@@ -122,7 +122,9 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
         entry = {"run_sd": _sd_pct(nv.within, log), "df_run": nv.df_within, "night_sd": _sd_pct(nv.between, log),
                  "df_night": nv.df_between, "tests": nv.n_sources, "unit": "%" if log else "points",
                  "absolute": name.split("[", 1)[0] in ABSOLUTE}
-        floor = math.log1p(min_night_sd / 100.0) ** 2 if log else 0.0
+        # a metric that repeats exactly run to run and night to night is judged by the exact rule: no floor
+        exact = nv.within == 0 and nv.between == 0
+        floor = math.log1p(min_night_sd / 100.0) ** 2 if log and not exact else 0.0
         noise = (max(nv.between, floor), nv.df_between, nv.within, nv.df_within)
         entry["resolves"] = as_change(name, resolves(*noise, alpha=alpha, runs=runs))
         if name in GATED_METRICS:  # as a drop (or a rise, for a latency ratio) in the metric's own unit
