@@ -26,6 +26,7 @@ PYTHON_SCRIPTS = {
     "endpoint_vs_bench.py": "Endpoint mode against two hand-started vLLM CPU servers",
     "gate_simulation.py": "Simulated false alarms and power of the speed gate",
     "hardware_layout.py": "Move baseline files of the layout without a hardware folder into their machine's folder",
+    "known_answers.py": "Known answers on the real engine: how often the gate catches a change",
     "latency_check.py": "A session's measurement traps from its results JSON",
     "replay_nights.py": "Replay stored nights as tonight",
     "stats_simulation.py": "Simulated false-alarm rate and power of pytest_specdec.gate.stats",
