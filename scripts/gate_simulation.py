@@ -239,10 +239,10 @@ def new_host(rng: np.random.Generator, cpu: Noise, suites: int, power_suites: in
     print("| test's night sd (log) | true speedup change | night prior | suites | any false `regressed` | "
           "any false call (`regressed` or `improved`) | lone drop `regressed` |")
     print("|---|---|---|---|---|---|---|")
-    for night_sd in (0.05, 0.10, 0.15):
+    for night_sd in (0.05, 0.10, 0.15, 0.20):
         noise = Noise(run=cpu.run, night={**cpu.night, "speedup": night_sd, "e2e_p95_ratio": night_sd},
                       shared={m: 0.0 for m in GATED})
-        for slow in (1.0, 0.6):
+        for slow in (1.0, 0.6, 0.4):
             for with_prior in (False, True):
                 n = suites if slow == 1.0 else power_suites
                 r = scenario(rng, n, noise, "cpu", 1, slow, prior=prior if with_prior else None)

@@ -345,12 +345,14 @@ def test_a_dead_arm_in_new_is_listed_and_fails(tmp_path: Path, arm: str, checked
 
 def test_compare_and_history_on_the_stored_cpu_nights(tmp_path: Path) -> None:
     """Real CPU measurements: the nights kept in baselines/cpu written back as results files
-    (scripts/baseline_nights.py), with test_methods[eagle3]'s spec arm at 0.6 of its speed from night 3."""
+    (scripts/baseline_nights.py), with test_methods[eagle3]'s spec arm at 0.4 of its speed from night 3. One results
+    file against another is one night against one, judged with the cpu profile's night prior: a drop must be
+    large to be called (0.6x reads -44 % but `inconclusive` after BH; docs/cli.md)."""
     root = Path(__file__).resolve().parent.parent.parent
     victim = "suites/test_methods.py::test_methods[eagle3-k3-t0.0-c1]"
     tool = root / "scripts" / "baseline_nights.py"
     made = subprocess.run([sys.executable, str(tool), str(root / "baselines" / "cpu"), str(tmp_path),
-                           "--slow", victim.split("::")[1], "--factor", "0.6", "--from", "3"],
+                           "--slow", victim.split("::")[1], "--factor", "0.4", "--from", "3"],
                           capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
     files = sorted(tmp_path.glob("night-*.json"))

@@ -61,13 +61,13 @@ def test_the_prior_blends_with_the_stored_nights_and_they_take_over() -> None:
 
 def test_the_profiles_prior_and_its_default() -> None:
     cpu = load_profile("cpu")
-    assert cpu.night_prior == {"ratio": 8.0, "absolute": 30.0, "acceptance": 0.0, "df": 8.0}
+    assert cpu.night_prior == {"ratio": 10.0, "absolute": 30.0, "acceptance": 0.0, "df": 4.0}
     assert cpu.night_prior_source == "profile cpu's night_prior"
     h100 = load_profile("h100")
     assert h100.night_prior["df"] == 4.0 and "assumed, measured on no host" in h100.night_prior_source
     p = night_prior_from(cpu.night_prior, cpu.night_prior_source)
-    assert p.sd_of("speedup", False) == 8.0 and p.sd_of("reference_tok_s", True) == 30.0
-    assert p.sd_of("per_position_acceptance[1]", False) == 0.0 and p.df_of("speedup") == 8.0
+    assert p.sd_of("speedup", False) == 10.0 and p.sd_of("reference_tok_s", True) == 30.0
+    assert p.sd_of("per_position_acceptance[1]", False) == 0.0 and p.df_of("speedup") == 4.0
     assert NightPrior.from_dict(p.to_dict(), "here") == p
 
 
