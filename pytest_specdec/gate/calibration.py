@@ -184,15 +184,53 @@ def load_calibration(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def prior_of(record: Mapping[str, Any], source: str) -> NightPrior:
-    """The record's night sds as the gate's night prior, each with its own df; a metric it did not measure
-    falls back to nothing (the stored nights alone), never to another metric's figure."""
+def prior_of(record: Mapping[str, Any], source: str, base: NightPrior) -> NightPrior:
+    """The record's night sds blended with ``base`` (the profile's night prior) as the gate's night prior: per
+    metric ``(d_c s_c² + d_p s_p²) / (d_c + d_p)`` with ``d_c + d_p`` df, as stored nights blend with a prior. A
+    calibration of a few sessions an hour apart sees less than nights do (a quiet hour hides the machine states a
+    week brings), so it narrows the profile's guess by its df and never replaces it outright; a metric it did not
+    measure keeps ``base``'s figure."""
     from pytest_specdec.gate.variance import NightPrior
 
-    metrics = record["metrics"]
-    usable = {name: m for name, m in metrics.items() if m["df_night"] >= 1}
-    return NightPrior({n: float(m["night_sd"]) for n, m in usable.items()}, 1.0, source,
-                      dfs={n: float(m["df_night"]) for n, m in usable.items()})
+    sd, dfs = dict(base.sd), dict(base.dfs)
+    for name, m in record["metrics"].items():
+        if m["df_night"] < 1:
+            continue
+        log = m["unit"] == "%"
+        absolute = bool(m.get("absolute"))
+        v_c = math.log1p(m["night_sd"] / 100.0) ** 2 if log else (m["night_sd"] / 100.0) ** 2
+        v_p, d_p = base.var_of(name, absolute), base.df_of(name)
+        d_c = float(m["df_night"])
+        if v_p <= 0:  # the profile assumes no night effect for this class (acceptance): the measurement alone
+            v, d = v_c, d_c
+        else:
+            v, d = (d_c * v_c + d_p * v_p) / (d_c + d_p), d_c + d_p
+        sd[name] = 100.0 * math.expm1(math.sqrt(v)) if log else 100.0 * math.sqrt(v)
+        dfs[name] = d
+    return NightPrior(sd, base.df, f"{source} blended with {base.source}", dfs=dfs)
+
+
+def as_judged(record: Mapping[str, Any], prior: NightPrior, *, min_night_sd: float, alpha: float) -> dict[str, Any]:
+    """The record with each metric's ``catches`` and ``resolves`` figured as the gate judges with it: the night
+    variance of ``prior`` (the record blended with the profile's, `prior_of`), no lower than the floor, and the
+    record's run noise. What the session says it catches is then what its verdicts can catch."""
+    from pytest_specdec.gate.registry import GATED as GATED_METRICS
+
+    runs = int(record.get("catch_runs", CATCH_RUNS))
+    metrics = {}
+    for name, m in record["metrics"].items():
+        m = dict(m)
+        log = m["unit"] == "%"
+        if m["run_sd"] or m["night_sd"]:  # an exact metric resolves any change, as the exact rule judges it
+            floor = math.log1p(min_night_sd / 100.0) ** 2 if log else 0.0
+            run_var = math.log1p(m["run_sd"] / 100.0) ** 2 if log else (m["run_sd"] / 100.0) ** 2
+            noise = (max(prior.var_of(name, bool(m.get("absolute"))), floor), prior.df_of(name), run_var,
+                     float(m["df_run"]))
+            m["resolves"] = as_change(name, resolves(*noise, alpha=alpha, runs=runs))
+            if name in GATED_METRICS:
+                m["catches"] = as_change(name, catches(*noise, alpha=alpha, runs=runs))
+        metrics[name] = m
+    return {**record, "metrics": metrics}
 
 
 def raised_thresholds(record: Mapping[str, Any], thresholds: Thresholds) -> dict[str, tuple[float, float]]:

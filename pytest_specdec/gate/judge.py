@@ -127,7 +127,19 @@ class Judge:
         """The thresholds this machine's calibration raises to what a lone test can resolve (none without one)."""
         from pytest_specdec.gate.calibration import raised_thresholds
 
-        return raised_thresholds(self.calibration, thresholds) if self.calibration is not None else {}
+        return raised_thresholds(self.judged_calibration, thresholds) if self.judged_calibration is not None else {}
+
+    @cached_property
+    def judged_calibration(self) -> dict[str, Any] | None:
+        """This machine's calibration with what a lone test catches and resolves figured as the gate judges with
+        it (its night prior blended with the profile's, the floor): what the session says, and the thresholds it
+        raises (`calibration.as_judged`)."""
+        from pytest_specdec.gate.calibration import as_judged
+
+        if self.calibration is None:
+            return None
+        return as_judged(self.calibration, self.night_prior, min_night_sd=self.cfg.profile.min_night_sd,
+                         alpha=self.cfg.alpha)
 
     @cached_property
     def stored(self) -> list[dict[str, Any]]:
@@ -162,20 +174,22 @@ class Judge:
 
         raised = self.raised(build_thresholds(*self._base_thresholds))
         return {"path": self.rel(self.store.base / CALIBRATION_FILE), "sessions": len(self.calibration["sessions"]),
-                "catches": catch_phrase(self.calibration),
+                "catches": catch_phrase(self.judged_calibration or self.calibration),
                 "raised_thresholds": {name: list(pair) for name, pair in raised.items()}}
 
     @cached_property
     def night_prior(self) -> NightPrior:
-        """What nights are assumed to move before the stored nights can say: this machine's calibration where
-        it has one, else the profile's `[verdicts] night_prior` (or the default's guess)."""
+        """What nights are assumed to move before the stored nights can say: the profile's `[verdicts]
+        night_prior` (or the default's guess), narrowed by this machine's calibration where it has one."""
         from pytest_specdec.gate.calibration import CALIBRATION_FILE, prior_of
         from pytest_specdec.gate.variance import night_prior_from
 
-        if self.calibration is not None:
-            return prior_of(self.calibration, f"this machine's calibration {self.rel(self.store.base / CALIBRATION_FILE)}")
         profile = self.cfg.profile
-        return night_prior_from(profile.night_prior, profile.night_prior_source)
+        base = night_prior_from(profile.night_prior, profile.night_prior_source)
+        if self.calibration is None:
+            return base
+        return prior_of(self.calibration, f"this machine's calibration {self.rel(self.store.base / CALIBRATION_FILE)}",
+                        base)
 
     def create_command(self, nodeid: str, mode: str) -> str:
         """The command that writes this test's baseline (`mode` "missing" or "all")."""

@@ -96,8 +96,9 @@ def test_a_night_that_moved_is_no_verdict_and_a_calibration_measures_the_move(
     # The next noisy session judges with the record, and says so; the verdict notes name it.
     r = night(pytester, profile, servers, 1.0, "noisy")
     r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines(["specdec gate: night-to-night sd speedup *: this machine's calibration *host.calibration, "
-                            "as no stored baseline has 2 nights",
+    r.stdout.fnmatch_lines(["specdec gate: night-to-night sd speedup *: this machine's calibration *host.calibration "
+                            "blended with the default night prior (assumed, measured on no host), as no stored "
+                            "baseline has 2 nights",
                             "specdec gate: judged with this machine's calibration *host.calibration (3 sessions): "
                             "a lone test catches speedup -* %, acceptance exact, P95 E2E spec/ref +* % at power 0.9",
                             "specdec gate: thresholds raised to what this host resolves: speedup 5 → * %, *"])

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_specdec.gate.calibration import (CalibrationError, calibrate, catches, load_calibration, prior_of,
-                                             raised_thresholds, render_record, resolves)
+from pytest_specdec.gate.calibration import (CalibrationError, as_judged, calibrate, catches, load_calibration,
+                                             prior_of, raised_thresholds, render_record, resolves)
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.stats import Thresholds, compare
 from pytest_specdec.gate.variance import NightPrior, NightVariance, blend_prior, night_prior_from
@@ -112,14 +112,27 @@ def test_a_calibration_measures_the_hosts_night_and_run_noise() -> None:
     assert quiet["metrics"]["acceptance_rate"]["night_sd"] == 0.0
     follow = noisy["probe"]["reference_follows_hash"]
     assert follow["slope"] == pytest.approx(1.0, abs=0.15) and follow["r"] > 0.9
-    # the record's prior: each metric its own sd and df; one it could not measure falls back to nothing
-    prior = prior_of(noisy, "cal")
-    assert prior.sd_of("speedup", False) == n["night_sd"] and prior.df_of("speedup") == n["df_night"]
-    assert prior.sd_of("goodput", False) == 0.0
-    # a measured night sd of 0 is a measurement: the metric is still judged night against night, with its df
-    nv = blend_prior("speedup", None, prior_of(quiet, "cal"), absolute=False)
-    assert nv is not None and nv.df_between == q["df_night"] and "cal, as no stored baseline has 2 nights" in nv.source()
-    assert blend_prior("goodput", None, prior, absolute=False) is None
+    # the record's prior: each metric its night variance blended with the profile's by their df; a metric it did
+    # not measure keeps the profile's figure
+    base = NightPrior({"ratio": 10.0, "absolute": 30.0, "acceptance": 0.0}, 4.0, "the profile's")
+    prior = prior_of(noisy, "cal", base)
+    v = (n["df_night"] * math.log1p(n["night_sd"] / 100) ** 2 + 4 * math.log1p(0.10) ** 2) / (n["df_night"] + 4)
+    assert prior.var_of("speedup", False) == pytest.approx(v) and prior.df_of("speedup") == n["df_night"] + 4
+    assert prior.sd_of("goodput", False) == 10.0 and prior.df_of("goodput") == 4.0
+    assert prior.source == "cal blended with the profile's"
+    # a quiet calibration narrows the profile's guess by its df, never to nothing
+    quiet_prior = prior_of(quiet, "cal", base)
+    assert 0 < quiet_prior.sd_of("speedup", False) < 10.0
+    # acceptance, which the profile assumes does not move: the measurement alone (0 here), still a night variance
+    nv = blend_prior("acceptance_rate", None, quiet_prior, absolute=False)
+    assert nv is not None and nv.between == 0 and nv.df_between == q["df_night"]
+    assert "cal blended with the profile's, as no stored baseline has 2 nights" in nv.source()
+    # what the session says it catches is figured with the night variance it judges with: the blend is wider
+    # than the quiet record alone, and the floor widens it further
+    judged = as_judged(quiet, quiet_prior, min_night_sd=0.0, alpha=0.05)["metrics"]["speedup"]
+    assert judged["catches"] > q["catches"]
+    assert as_judged(quiet, quiet_prior, min_night_sd=12.0, alpha=0.05)["metrics"]["speedup"]["catches"] > judged["catches"]
+    assert as_judged(quiet, quiet_prior, min_night_sd=0.0, alpha=0.05)["metrics"]["acceptance_rate"]["catches"] == 0.0
 
 
 def test_thresholds_below_what_the_host_resolves_are_raised_to_it() -> None:
