@@ -225,7 +225,7 @@ def scenario(rng: np.random.Generator, suites: int, noise: Noise, profile: str, 
             "speedup_unchanged": unchanged / suites, "runs": float(np.mean(runs)), "mde": float(np.median(mdes))}
 
 
-def new_host(rng: np.random.Generator, cpu: Noise, suites: int, power_suites: int) -> int:
+def new_host(rng: np.random.Generator, cpu: Noise, suites: int, power_suites: int, other: str | None = None) -> int:
     """A new host: one stored night per test, then tonight. Each test's night effect on the ratios has sd
     ``night`` (the host's own, which the one stored night cannot show), on top of the measured run noise; the
     gate judges with the cpu profile's night prior, or without one (run against run, as before the prior)."""
@@ -233,6 +233,10 @@ def new_host(rng: np.random.Generator, cpu: Noise, suites: int, power_suites: in
 
     profile = load_profile("cpu")
     prior = night_prior_from(profile.night_prior, profile.night_prior_source)
+    name = "cpu profile"
+    if other:
+        sd, df = (float(x) for x in other.split(","))
+        prior, name = NightPrior({**prior.sd, "ratio": sd}, df, f"--prior {other}"), f"{sd:g} % at {df:g} df"
     print(f"\nA new host: {TESTS} tests x {len(GATED)} gated metrics, 1 stored night of {profile_gate('cpu')[1][0]} "
           f"pairs per test; run noise as measured; each test's night effect on the ratios drawn with the sd below "
           f"(stored night and tonight alike); BH at alpha {ALPHA}\n")
@@ -248,7 +252,7 @@ def new_host(rng: np.random.Generator, cpu: Noise, suites: int, power_suites: in
                 r = scenario(rng, n, noise, "cpu", 1, slow, prior=prior if with_prior else None)
                 change = "none (A/A)" if slow == 1.0 else f"{100 * (slow - 1):+.0f} % in 1 test"
                 caught = "" if slow == 1.0 else f"{r['caught']:.3f}"
-                print(f"| {night_sd:g} | {change} | {'cpu profile' if with_prior else 'none (runs only)'} | {n} | "
+                print(f"| {night_sd:g} | {change} | {name if with_prior else 'none (runs only)'} | {n} | "
                       f"{r['false_regressed']:.3f} | {r['any_call']:.3f} | {caught} |", flush=True)
     return 0
 
@@ -270,11 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-host", action="store_true",
                     help="a host with one stored night and an unknown night sd: the gate with and without the "
                          "cpu profile's night prior")
+    ap.add_argument("--prior", metavar="SD,DF", default=None,
+                    help="with --new-host: the ratios' night prior to judge with, sd in %% and df (default: the cpu "
+                         "profile's night_prior)")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     cpu = measured_noise(args.baselines)
     if args.new_host:
-        return new_host(rng, cpu, args.suites, args.power_suites)
+        return new_host(rng, cpu, args.suites, args.power_suites, args.prior)
     print(f"noise measured on {args.baselines} (sd on the comparison scale: log, or fraction for acceptance):")
     for m in GATED:
         print(f"  {m}: run {cpu.run[m]:.4f}, night {cpu.night[m]:.4f}, shared by all tests {cpu.shared[m]:.4f}")
