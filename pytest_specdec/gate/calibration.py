@@ -235,7 +235,8 @@ def as_judged(record: Mapping[str, Any], prior: NightPrior, *, min_night_sd: flo
 
 def raised_thresholds(record: Mapping[str, Any], thresholds: Thresholds) -> dict[str, tuple[float, float]]:
     """metric -> (threshold, what this host resolves) where the threshold is below what the calibration says
-    a lone test against one night can tell from no change: such a threshold can only ever give `inconclusive`."""
+    a lone test against one night can tell from no change (by more than 1 %): such a threshold can only ever give
+    `inconclusive`."""
     from pytest_specdec.gate.scale import kind_of
 
     out = {}
@@ -243,7 +244,7 @@ def raised_thresholds(record: Mapping[str, Any], thresholds: Thresholds) -> dict
         r = m.get("resolves")
         if isinstance(r, (int, float)) and r > 0:
             now = abs(thresholds.bad_side(name, kind_of(name)))
-            if r > now and (kind_of(name) == "latency" or r < 100):
+            if r > 1.01 * now and (kind_of(name) == "latency" or r < 100):  # not for a rounding's worth
                 out[name] = (now, float(r))
     return out
 
