@@ -358,7 +358,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     alpha, floor = float(settings.get("alpha", 0.05)), float(settings.get("min_night_sd") or 0.0)
     record = {**calibrate(sessions, alpha=alpha, min_night_sd=floor), "profile": profile, "hardware": hardware,
               "command": "pytest-specdec calibrate " + " ".join(str(p) for p in args.files)}
-    root = args.baselines or Path((read[-1][1].gate.settings.get("hardware") or {}).get("root") or "baselines")
+    root = args.baselines or Path((settings.get("hardware") or {}).get("root") or "baselines")
     path = calibration_path(root, profile, hardware)
     if args.json:
         print(json.dumps(record, indent=1, sort_keys=True))
@@ -437,8 +437,8 @@ def parser() -> argparse.ArgumentParser:
                                    "standing in for a night. Per metric: the run-to-run sd and the night-to-night sd "
                                    "beyond it (pooled over the tests), what a lone test then catches, the machine "
                                    "probe's repeatability and how the reference's speed follows it. With --write the "
-                                   "record goes beside the machine's baselines, and the gate takes its night sds "
-                                   "in place of the profile's night_prior (docs/gate.md).")
+                                   "record goes beside the machine's baselines, and the gate blends its night sds "
+                                   "into the profile's night_prior (docs/gate.md).")
     k.add_argument("files", type=Path, nargs="+", metavar="FILE.json", help="two or more results files")
     k.add_argument("--write", action="store_true",
                    help="write the record to <baselines>/<profile>/<hardware>/host.calibration (nothing is written "

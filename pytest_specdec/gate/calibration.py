@@ -7,8 +7,7 @@ metric, the run-to-run sd (pooled within sessions) and the night-to-night sd bey
 `variance.estimate_night_variance`, absolute figures with each session's machine factor divided out, as the gate
 judges them); the machine probe's own repeatability; and how vLLM's reference speed follows the probe. The record
 lives beside the machine's baselines (``<profile>/<hardware>/host.calibration``, committed like them); the gate then
-takes its night sds as the night prior (`NightPrior`, with the record's df) in place of the profile's guess, and
-says so.
+blends its night sds into the profile's night prior (`prior_of`: each metric by its df) and says so.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ DEFAULT_STATE_TOLERANCE = 15.0
 #: `[verdicts] night_prior` where a profile names none: what a test's night mean is assumed to move from night
 #: to night before its stored nights can say (`gate.variance.NightPrior`), sd in % (ratios, absolute figures) or
 #: points (acceptance) and its weight in pseudo-nights. Wide on purpose: no host measured it; a calibration
-#: record or the profile's own replaces it (docs/gate.md, "Nights the gate has not seen").
+#: record narrows it, the profile's own replaces it (docs/gate.md, "Nights the gate has not seen").
 DEFAULT_NIGHT_PRIOR: dict[str, float] = {"ratio": 10.0, "absolute": 30.0, "acceptance": 0.0, "df": 4.0}
 NIGHT_PRIOR_KEYS = ("ratio", "absolute", "acceptance", "df")
 
