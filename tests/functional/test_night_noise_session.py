@@ -70,9 +70,10 @@ def test_a_night_that_moved_is_no_verdict_and_a_calibration_measures_the_move(
     night(pytester, profile, servers, 1.0, "noisy", "--update-baselines").assert_outcomes(passed=1)
     r = night(pytester, profile, servers, 0.6, "noisy")
     r.assert_outcomes(passed=1)
-    [test] = latest(pytester, "noisy")["tests"]
+    results = latest(pytester, "noisy")
+    assert results["machine_factor"]["factor"] < 0.85, results["machine_factor"]  # the night really moved
+    [test] = results["tests"]
     speedup = test["verdicts"]["speedup"]
-    assert speedup["delta"] > 8, speedup  # the night really moved the speedup
     assert speedup["per"] == "night" and "as no stored baseline has 2 nights" in speedup["note"], speedup
     confident = {m: v["verdict"] for m, v in test["verdicts"].items() if v["verdict"] in ("improved", "regressed")}
     assert not confident, confident
@@ -81,15 +82,16 @@ def test_a_night_that_moved_is_no_verdict_and_a_calibration_measures_the_move(
                             "specdec gate: no stored baseline of this machine has 2 nights yet*"
                             "--specdec-base-draft*calibrate*"])
 
-    # Night 3 at 1.5x; then a quiet host of three nights at full speed. Each calibration measures its own host.
-    night(pytester, profile, servers, 1.5, "noisy").assert_outcomes(passed=1)
+    # Night 3 at 2x (speedup ~1.25x against 1.67x and ~1.9x); then a quiet host of three nights at full speed. Each
+    # calibration measures its own host (under a busy CI the quiet one picks up some noise too: compared, not zero).
+    night(pytester, profile, servers, 2.0, "noisy").assert_outcomes(passed=1)
     night(pytester, profile, servers, 1.0, "quiet", "--update-baselines").assert_outcomes(passed=1)
     for _ in range(2):
         night(pytester, profile, servers, 1.0, "quiet").assert_outcomes(passed=1)
     noisy, quiet = calibrate(pytester, "noisy", "--write"), calibrate(pytester, "quiet")
     assert len(noisy["sessions"]) == len(quiet["sessions"]) == 3
     n, q = noisy["metrics"]["speedup"], quiet["metrics"]["speedup"]
-    assert n["night_sd"] > 3 * max(q["night_sd"], 1.0), (n, q)
+    assert n["night_sd"] > max(2 * q["night_sd"], 5.0), (n, q)
     assert n["catches"] > q["catches"], (n, q)
     assert noisy["metrics"]["acceptance_rate"]["night_sd"] == 0.0  # every draft accepted, every night
 
