@@ -48,6 +48,24 @@ def _sd_pct(var: float, log: bool) -> float:
     return 100.0 * math.expm1(sd) if log else 100.0 * sd
 
 
+def _var(sd_pct: float, log: bool) -> float:
+    """`_sd_pct`'s inverse: an sd as the record and a prior give it, as a variance on the comparison scale."""
+    return math.log1p(sd_pct / 100.0) ** 2 if log else (sd_pct / 100.0) ** 2
+
+
+def _reach(name: str, night_var: float, df_night: float, run_var: float, df_run: float, *, log: bool,
+           min_night_sd: float, alpha: float, runs: int) -> dict[str, float]:
+    """What a lone test resolves (and, for a gated metric, catches) at this noise, the night variance no lower
+    than the profile's floor on a log-scale metric: the one figuring of both, for the record and as judged."""
+    from pytest_specdec.gate.registry import GATED as GATED_METRICS
+
+    noise = (max(night_var, _var(min_night_sd, True) if log else 0.0), df_night, run_var, df_run)
+    out = {"resolves": as_change(name, resolves(*noise, alpha=alpha, runs=runs))}
+    if name in GATED_METRICS:  # as a drop (or a rise, for a latency ratio) in the metric's own unit
+        out["catches"] = as_change(name, catches(*noise, alpha=alpha, runs=runs))
+    return out
+
+
 def _one_night(night_var: float, df_night: float, run_var: float, df_run: float, runs: int) -> tuple[float, float]:
     """(se, Satterthwaite df) of a lone test of ``runs`` runs against one stored night of as many runs: tonight's
     night and the stored night each move by the night variance (`stats._nights_core` with J = 1)."""
@@ -97,7 +115,6 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
 
     from pytest_specdec.gate.machine import night_factors, ref_log
     from pytest_specdec.gate.registry import ABSOLUTE
-    from pytest_specdec.gate.registry import GATED as GATED_METRICS
     from pytest_specdec.gate.scale import kind_of
     from pytest_specdec.gate.verdicts import metric_order, night_variances
 
@@ -123,11 +140,8 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
                  "absolute": name.split("[", 1)[0] in ABSOLUTE}
         # a metric that repeats exactly run to run and night to night is judged by the exact rule: no floor
         exact = nv.within == 0 and nv.between == 0
-        floor = math.log1p(min_night_sd / 100.0) ** 2 if log and not exact else 0.0
-        noise = (max(nv.between, floor), nv.df_between, nv.within, nv.df_within)
-        entry["resolves"] = as_change(name, resolves(*noise, alpha=alpha, runs=runs))
-        if name in GATED_METRICS:  # as a drop (or a rise, for a latency ratio) in the metric's own unit
-            entry["catches"] = as_change(name, catches(*noise, alpha=alpha, runs=runs))
+        entry.update(_reach(name, nv.between, nv.df_between, nv.within, nv.df_within, log=log,
+                            min_night_sd=0.0 if exact else min_night_sd, alpha=alpha, runs=runs))
         metrics[name] = entry
 
     # The probe: its repeatability (within a session over tests, and of session means), and how the reference's
@@ -197,14 +211,14 @@ def prior_of(record: Mapping[str, Any], source: str, base: NightPrior) -> NightP
             continue
         log = m["unit"] == "%"
         absolute = bool(m.get("absolute"))
-        v_c = math.log1p(m["night_sd"] / 100.0) ** 2 if log else (m["night_sd"] / 100.0) ** 2
+        v_c = _var(m["night_sd"], log)
         v_p, d_p = base.var_of(name, absolute), base.df_of(name)
         d_c = float(m["df_night"])
         if v_p <= 0:  # the profile assumes no night effect for this class (acceptance): the measurement alone
             v, d = v_c, d_c
         else:
             v, d = (d_c * v_c + d_p * v_p) / (d_c + d_p), d_c + d_p
-        sd[name] = 100.0 * math.expm1(math.sqrt(v)) if log else 100.0 * math.sqrt(v)
+        sd[name] = _sd_pct(v, log)
         dfs[name] = d
     return NightPrior(sd, base.df, f"{source} blended with {base.source}", dfs=dfs)
 
@@ -213,21 +227,15 @@ def as_judged(record: Mapping[str, Any], prior: NightPrior, *, min_night_sd: flo
     """The record with each metric's ``catches`` and ``resolves`` figured as the gate judges with it: the night
     variance of ``prior`` (the record blended with the profile's, `prior_of`), no lower than the floor, and the
     record's run noise. What the session says it catches is then what its verdicts can catch."""
-    from pytest_specdec.gate.registry import GATED as GATED_METRICS
-
     runs = int(record.get("catch_runs", CATCH_RUNS))
     metrics = {}
     for name, m in record["metrics"].items():
         m = dict(m)
         log = m["unit"] == "%"
         if m["run_sd"] or m["night_sd"]:  # an exact metric resolves any change, as the exact rule judges it
-            floor = math.log1p(min_night_sd / 100.0) ** 2 if log else 0.0
-            run_var = math.log1p(m["run_sd"] / 100.0) ** 2 if log else (m["run_sd"] / 100.0) ** 2
-            noise = (max(prior.var_of(name, bool(m.get("absolute"))), floor), prior.df_of(name), run_var,
-                     float(m["df_run"]))
-            m["resolves"] = as_change(name, resolves(*noise, alpha=alpha, runs=runs))
-            if name in GATED_METRICS:
-                m["catches"] = as_change(name, catches(*noise, alpha=alpha, runs=runs))
+            m.update(_reach(name, prior.var_of(name, bool(m.get("absolute"))), prior.df_of(name),
+                            _var(m["run_sd"], log), float(m["df_run"]), log=log, min_night_sd=min_night_sd,
+                            alpha=alpha, runs=runs))
         metrics[name] = m
     return {**record, "metrics": metrics}
 
