@@ -148,6 +148,7 @@ def stored_dir(path: Path, profile: str) -> StoredDir:
 def cmd_compare(args: argparse.Namespace) -> int:
     from pytest_specdec.output.ab_results import is_ab
     from pytest_specdec.gate.variance import NightPrior, night_prior_from
+    from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.output.compare import compare, names, summary_lines, table_lines, to_json
 
     if args.new is None:  # one file: an A/B session's, judged again
@@ -170,7 +171,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     old_name, new_name = names((args.old, args.new))
     tolerance = settings.get("machine_state_tolerance")
     if tolerance is None or args.profile:
-        tolerance = profile_of(profile, where).machine_state_tolerance
+        pct = profile_of(profile, where).machine_state_tolerance
+        tolerance = StateTolerance(pct, pct, f"profile {profile}'s machine_state_tolerance")
+    else:  # the session's own: its calibration's, say (a number in a file before tolerances per kind)
+        tolerance = StateTolerance.from_setting(tolerance, f"{args.new}: gate.settings")
     if settings.get("night_prior") is not None and not args.profile:  # the session's own: its calibration's, say
         prior = NightPrior.from_dict(settings["night_prior"], f"{args.new}: gate.settings")
     else:  # a file written before night priors, or --profile: the profile's
@@ -182,7 +186,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if floor is None or args.profile:
             floor = profile_of(profile, where).min_night_sd
         result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr,
-                         min_night_sd=float(floor), night_prior=prior, state_tolerance=float(tolerance),
+                         min_night_sd=float(floor), night_prior=prior, state_tolerance=tolerance,
                          old_name=old_name, new_name=new_name)
         started = f"stored baselines of profile {old.profile}"
     else:
@@ -192,7 +196,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"specdec compare: the files ran different profiles ({old.profile} → {new.profile}); thresholds "
                   f"of {new.profile}", file=sys.stderr)
         result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr, night_prior=prior,
-                         state_tolerance=float(tolerance), old_name=old_name, new_name=new_name,
+                         state_tolerance=tolerance, old_name=old_name, new_name=new_name,
                          datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}))
         started = old.started
     if args.json:

@@ -86,7 +86,7 @@ def judge_crossovers(session: SpecDecSession) -> list[str]:
 
     judge, st, profile = session.judge, session.settings, session.profile
     gate = CrossoverGate(
-        alpha=st.alpha, tolerance=profile.machine_state_tolerance, started=session.started, profile=profile.name,
+        alpha=st.alpha, tolerance=judge.state_tolerance.ratio, started=session.started, profile=profile.name,
         record_path=lambda sweep: sweep_path(st.baselines_dir, profile.name, judge.store.hardware, sweep),
         rel=judge.rel, gate=judge.gate(), update=st.update_baselines)
     for nodeid, r in session.records.items():

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.errors import SpecDecError
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.variance import NightPrior
@@ -167,8 +168,120 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
         probe["reference_follows_hash"] = {"slope": float((x * y).sum() / (x * x).sum()),
                                            "r": float(np.corrcoef(x, y)[0, 1]) if float(np.var(y)) > 0 else 0.0,
                                            "points": len(xs)}
+    spread = state_spread(sessions, ids)
+    if spread is not None:
+        probe["state_range_pct"] = 100.0 * math.expm1(spread)
+    for name, follow in follows_state(sessions, ids, factors).items():
+        if name in metrics:
+            metrics[name]["follows_state"] = follow
     return {"schema": CALIBRATION_SCHEMA, "sessions": starts, "tests": ids, "alpha": alpha, "catch_runs": runs,
             "min_night_sd": min_night_sd, "metrics": metrics, "probe": probe}
+
+
+def _capacity(state: Mapping[str, float] | None) -> float | None:
+    """log(cores × hash): the share of the machine a run gets times its per-core speed, the one figure each
+    state-bound metric is regressed on (a busier machine lowers the first, a slower host the second)."""
+    if not state or not state.get("cores") or not state.get("hash"):
+        return None
+    return math.log(float(state["cores"])) + math.log(float(state["hash"]))
+
+
+def state_spread(sessions: Sequence[Mapping[str, Night]], ids: Sequence[str]) -> float | None:
+    """The widest machine-state distance (`machine.state_distance`, log) between two sessions of one test: how far
+    apart the states were that the calibration saw; None when no test was probed in 2 sessions."""
+    from pytest_specdec.gate.machine import state_distance
+
+    out = None
+    for i in ids:
+        states = [s[i].machine_state for s in sessions if s[i].machine_state]
+        for a in range(len(states)):
+            for b in range(a + 1, len(states)):
+                d = state_distance(states[a], states[b])  # type: ignore[arg-type]
+                out = d if out is None else max(out, d)
+    return out
+
+
+def follows_state(sessions: Sequence[Mapping[str, Night]], ids: Sequence[str], factors: Mapping[str, float]
+                  ) -> dict[str, dict[str, float]]:
+    """How each state-bound metric (`machine.STATE_BOUND`) follows the machine's state: the slope of its night
+    mean (log; absolute figures with each session's machine factor divided out, as the gate judges them) on
+    `_capacity`, both centred per test, with its se and df (points − tests − 1). Needs 3 points beyond the tests'
+    centring and a state that moved."""
+    import numpy as np
+
+    from pytest_specdec.gate.machine import STATE_BOUND, absolute_scale
+    from pytest_specdec.gate.registry import ABSOLUTE
+
+    pts: dict[str, list[tuple[float, float, str]]] = {}
+    for i in ids:
+        for s in sessions:
+            night = s[i]
+            x = _capacity(night.machine_state)
+            if x is None:
+                continue
+            f = factors.get(night.started or "", 0.0)
+            for name, vals in night.metric_values().items():
+                if name.split("[", 1)[0] not in STATE_BOUND:
+                    continue
+                logs = [math.log(v * (absolute_scale(name, f) if name in ABSOLUTE and f else 1.0))
+                        for v in vals if v and v > 0]
+                if logs:
+                    pts.setdefault(name, []).append((x, sum(logs) / len(logs), i))
+    out = {}
+    for name, p in pts.items():
+        xs, ys, tests = [], [], 0
+        for i in sorted({t for _, _, t in p}):
+            mine = [(x, y) for x, y, t in p if t == i]
+            if len(mine) >= 2:
+                mx, my = sum(x for x, _ in mine) / len(mine), sum(y for _, y in mine) / len(mine)
+                xs += [x - mx for x, _ in mine]
+                ys += [y - my for _, y in mine]
+                tests += 1
+        df = len(xs) - tests - 1
+        cx, cy = np.array(xs), np.array(ys)
+        sxx = float((cx * cx).sum())
+        if df < 1 or sxx <= 0:
+            continue
+        slope = float((cx * cy).sum()) / sxx
+        resid = float(((cy - slope * cx) ** 2).sum()) / df
+        out[name] = {"slope": slope, "se": math.sqrt(resid / sxx), "df": float(df), "points": float(len(xs))}
+    return out
+
+
+def state_tolerance_of(record: Mapping[str, Any], prior: NightPrior, base: StateTolerance, source: str
+                       ) -> StateTolerance:
+    """The machine-state tolerance per kind from what the record measured. A metric whose night mean moves by
+    ``b`` per unit of log capacity moves by at most ``2·b·δ`` between two states within ``δ`` of each other on
+    both probe figures; the tolerance is the ``δ`` at which that reaches the night sd of the profile's ``prior``
+    (not the record's: sessions in several states measure the state's moves into their night sd), ``b`` taken at
+    its upper 95 % bound, and never beyond the widest state distance the calibration saw. A kind keeps ``base``'s (the profile's) where the calibration's states moved less than that
+    tolerance, or none of its metrics has a slope: a quiet calibration cannot say how the state matters."""
+    import dataclasses
+
+    from scipy import stats as sps
+
+    spread = (record.get("probe") or {}).get("state_range_pct")
+    if not isinstance(spread, (int, float)) or spread <= 0:
+        return base
+    seen = math.log1p(spread / 100.0)
+    kinds: dict[str, list[float]] = {}
+    for name, m in record["metrics"].items():
+        f = m.get("follows_state")
+        if not isinstance(f, Mapping):
+            continue
+        absolute = bool(m.get("absolute"))
+        bound = abs(float(f["slope"])) + float(sps.t.ppf(0.95, max(float(f["df"]), 1.0))) * float(f["se"])
+        sd = math.sqrt(prior.var_of(name, absolute))
+        delta = seen if bound <= 0 else min(seen, sd / (2.0 * bound))
+        kinds.setdefault("absolute" if absolute else "ratio", []).append(100.0 * math.expm1(delta))
+    got = {}
+    for kind in ("ratio", "absolute"):
+        now = getattr(base, kind)
+        got[kind] = now if spread < now or kind not in kinds else round(min(kinds[kind]), 1)
+    if got["ratio"] == base.ratio and got["absolute"] == base.absolute:
+        return base
+    return dataclasses.replace(base, ratio=got["ratio"], absolute=got["absolute"],
+                               source=f"{source} (its states {spread:.3g} % apart)")
 
 
 def load_calibration(path: Path) -> dict[str, Any] | None:
@@ -269,8 +382,11 @@ def summary_lines(record: Mapping[str, Any], where: str) -> list[str]:
     out = [f"specdec calibration ({where}): {len(record['sessions'])} sessions of {len(record['tests'])} tests"]
     for name, m in _in_order(record):
         catch = f"; a lone test catches {_catch(name, m)}" if "catches" in m else ""
+        f = m.get("follows_state")
+        state = (f"; follows the machine's capacity with slope {f['slope']:.2f} (se {f['se']:.2f}, {f['df']:.0f} df)"
+                 if f else "")
         out.append(f"  {label(name)}: run sd {m['run_sd']:.3g} {m['unit']} ({m['df_run']:.0f} df), night sd "
-                   f"{m['night_sd']:.3g} {m['unit']} ({m['df_night']:.0f} df){catch}")
+                   f"{m['night_sd']:.3g} {m['unit']} ({m['df_night']:.0f} df){catch}{state}")
     p = record.get("probe") or {}
     if "hash_sd_within_session" in p:
         follow = p.get("reference_follows_hash")
@@ -279,6 +395,8 @@ def summary_lines(record: Mapping[str, Any], where: str) -> list[str]:
                       else "")
                    + (f"; reference tok/s follows it with slope {follow['slope']:.2f} (r {follow['r']:.2f}, "
                       f"{follow['points']} points)" if follow else ""))
+    if "state_range_pct" in p:
+        out.append(f"  machine state: the sessions' states of one test were up to {p['state_range_pct']:.3g} % apart")
     return out
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.pipeline import Pipeline
     from pytest_specdec.gate.protocol import Finished, Look, Planned, StopRule, TestStart
     from pytest_specdec.gate.stats import Thresholds
+    from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.store import BaselineStore, Hardware
     from pytest_specdec.gate.variance import NightPrior, NightVariance
     from pytest_specdec.measure.runner import CaseResult
@@ -153,7 +154,30 @@ class Judge:
 
         profile = self.cfg.profile
         return Pipeline(Stored(tuple(self.stored), profile.min_night_sd, self.night_prior),
-                        self.cfg.alpha, self.cfg.fdr, profile.machine_state_tolerance)
+                        self.cfg.alpha, self.cfg.fdr, self.state_tolerance)
+
+    @cached_property
+    def state_tolerance(self) -> StateTolerance:
+        """Within how far a stored night's machine state is tonight's, per kind: measured by this machine's
+        calibration where it saw the state move (`calibration.state_tolerance_of`), else the profile's."""
+        from pytest_specdec.gate.calibration import CALIBRATION_FILE, state_tolerance_of
+
+        from pytest_specdec.gate.variance import night_prior_from
+
+        if self.calibration is None:
+            return self.profile_state_tolerance
+        profile = self.cfg.profile
+        return state_tolerance_of(self.calibration, night_prior_from(profile.night_prior, profile.night_prior_source),
+                                  self.profile_state_tolerance,
+                                  f"this machine's calibration {self.rel(self.store.base / CALIBRATION_FILE)}")
+
+    @property
+    def profile_state_tolerance(self) -> StateTolerance:
+        """The profile's ``[verdicts] machine_state_tolerance``, one for every kind."""
+        from pytest_specdec.gate.machine import StateTolerance
+
+        pct = self.cfg.profile.machine_state_tolerance
+        return StateTolerance(pct, pct, f"profile {self.cfg.profile.name}'s machine_state_tolerance")
 
     @cached_property
     def calibration(self) -> dict[str, Any] | None:
@@ -175,7 +199,10 @@ class Judge:
         raised = self.raised(build_thresholds(*self._base_thresholds))
         return {"path": self.rel(self.store.base / CALIBRATION_FILE), "sessions": len(self.calibration["sessions"]),
                 "catches": catch_phrase(self.judged_calibration or self.calibration),
-                "raised_thresholds": {name: list(pair) for name, pair in raised.items()}}
+                "raised_thresholds": {name: list(pair) for name, pair in raised.items()},
+                # where the record saw the state move and measured a tolerance of its own
+                **({"state_tolerance": self.state_tolerance.to_dict()}
+                   if self.state_tolerance != self.profile_state_tolerance else {})}
 
     @cached_property
     def night_prior(self) -> NightPrior:
@@ -301,7 +328,7 @@ class Judge:
         return {"alpha": self.cfg.alpha, "fdr": self.cfg.fdr, "min_night_sd": self.cfg.profile.min_night_sd,
                 "night_prior": self.night_prior.to_dict(),
                 **({"calibration": used} if (used := self.calibration_used) is not None else {}),
-                "machine_state_tolerance": self.cfg.profile.machine_state_tolerance,
+                "machine_state_tolerance": self.state_tolerance.to_dict(),
                 "thresholds": to_dict(self.thresholds()), "hardware": self.hardware.to_dict()}
 
     def write(self, tests: Sequence[Finished[BaselineCheck]]) -> tuple[list[str], BaselineWrites, bool]:

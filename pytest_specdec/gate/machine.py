@@ -135,6 +135,52 @@ STATE_BOUND: tuple[str, ...] = ("speedup", "e2e_p95_ratio", GOODPUT, *ABSOLUTE)
 MACHINE_STATE = "machine state"
 
 
+@dataclass(frozen=True)
+class StateTolerance:
+    """±% within which a stored night's machine state counts as tonight's, per kind of state-bound metric.
+
+    Ratios of the two arms of a pair (speedup, E2E ratio, goodput) and absolute figures (tok/s, latencies, the
+    machine factor divided out) follow the machine's state differently; a calibration that saw the state move
+    measures how steeply each does (`calibration.state_tolerance_of`). Without one, both take the profile's
+    ``[verdicts] machine_state_tolerance``. ``source`` says which."""
+
+    ratio: float
+    absolute: float
+    source: str
+
+    def of(self, name: str) -> float:
+        """The tolerance of one state-bound metric."""
+        return self.absolute if name.split("[", 1)[0] in ABSOLUTE else self.ratio
+
+    @property
+    def uniform(self) -> bool:
+        return self.ratio == self.absolute
+
+    def phrase(self) -> str:
+        """``±15 %`` or ``±40 % for ratios, ±8 % for absolute figures``."""
+        if self.uniform:
+            return f"±{self.ratio:g} %"
+        return f"±{self.ratio:.3g} % for ratios, ±{self.absolute:.3g} % for absolute figures"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ratio": self.ratio, "absolute": self.absolute, "source": self.source}
+
+    @classmethod
+    def from_setting(cls, value: Any, where: str) -> StateTolerance:
+        """A results file's ``machine_state_tolerance``: a number (one for both kinds, as before calibrations
+        measured them) or `to_dict`'s mapping; anything else is an error naming ``where``."""
+        from pytest_specdec.errors import ConfigError
+
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return cls(float(value), float(value), "")
+        if isinstance(value, Mapping):
+            r, a = value.get("ratio"), value.get("absolute")
+            if all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in (r, a)):
+                return cls(float(r), float(a), str(value.get("source", "")))  # type: ignore[arg-type]
+        raise ConfigError(f"{where}: machine_state_tolerance is {value!r}, not a number of % > 0 nor "
+                         "{ratio, absolute, source}")
+
+
 def state_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     """How far apart two probe readings are: the largest |log ratio| over their figures (0 when equal)."""
     return max(abs(math.log(a[k] / b[k])) for k in a if k in b)
@@ -215,21 +261,23 @@ class StateSummary:
 
     tonight: Mapping[str, float] | None
     stored: tuple[Mapping[str, float] | None, ...]
-    tolerance_pct: float
+    tolerance: StateTolerance
     not_comparable: tuple[tuple[str, tuple[str, ...]], ...]
     n_compared: int
 
     def to_dict(self) -> dict[str, Any]:
+        """``tolerance_pct`` is the ratios' (the gated speedup's); ``tolerance`` gives each kind's and its source."""
         return {"tonight": None if self.tonight is None else dict(self.tonight),
                 "stored": describe_range(self.stored), "stored_nights": len(self.stored),
-                "tolerance_pct": self.tolerance_pct, "n_compared": self.n_compared,
+                "tolerance_pct": self.tolerance.ratio, "tolerance": self.tolerance.to_dict(),
+                "n_compared": self.n_compared,
                 "not_comparable": [{"nodeid": n, "metrics": list(m)} for n, m in self.not_comparable]}
 
 
-def state_summary(family: Sequence[tuple[str, Any]], tolerance_pct: float | None) -> StateSummary | None:
+def state_summary(family: Sequence[tuple[str, Any]], tolerance: StateTolerance | None) -> StateSummary | None:
     """The summary over a session's checks (`check.BaselineCheck`: their night, baseline and final verdicts);
     None when no test was probed nor compared."""
-    if tolerance_pct is None:
+    if tolerance is None:
         return None
     tonight = [c.night.machine_state for _, c in family if c.night is not None and c.night.machine_state]
     compared = [(n, c) for n, c in family if c.status == "compared" and c.baseline is not None]
@@ -244,5 +292,5 @@ def state_summary(family: Sequence[tuple[str, Any]], tolerance_pct: float | None
     bad = tuple((n, tuple(v.metric for v in (c.final or c.raw or ())
                           if v.method == MACHINE_STATE and v.family == GATED)) for n, c in compared)
     mean = mean_state([MachineState(**s) for s in tonight])
-    return StateSummary(None if mean is None else mean.to_dict(), tuple(seen.values()), tolerance_pct,
+    return StateSummary(None if mean is None else mean.to_dict(), tuple(seen.values()), tolerance,
                         tuple((n, m) for n, m in bad if m), len(compared))

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.protocol import StopRule
     from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.variance import NightPrior, NightVariance, Prior
 
 
@@ -66,9 +67,10 @@ class Pipeline:
     stored: Stored
     alpha: float
     fdr: str  # "bh" | "holm"
-    #: ±% within which a stored night's machine state is tonight's (the profile's [verdicts]
-    #: machine_state_tolerance): the ratio metrics are judged against those nights only. None: not conditioned.
-    state_tolerance: float | None = None
+    #: ±% within which a stored night's machine state is tonight's, per kind (the profile's [verdicts]
+    #: machine_state_tolerance, or this machine's calibration's): the state-bound metrics are judged against those
+    #: nights only. None: not conditioned.
+    state_tolerance: StateTolerance | None = None
 
     def deviation(self, baseline: dict[str, Any], night: Night) -> float | None:
         """log(tonight's reference speed ÷ the baseline's machine-neutral level): one test's term of the

@@ -22,6 +22,7 @@ from pytest_specdec.gate.registry import VERDICT_METRICS as METRICS
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.gate.machine import StateCondition, StateTolerance
     from pytest_specdec.gate.variance import NightPrior, NightVariance, Prior
     from pytest_specdec.measure.explain import Explained, Split
 
@@ -133,7 +134,7 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
              look: int = 1, max_looks: int = 1, priors: Mapping[tuple[str, str], Prior] | None = None,
              nights: Mapping[str, NightVariance] | None = None, factors: Mapping[str, float] | None = None,
              tonight_log: float | None = None, gate: Iterable[str] = GATED,
-             state_tolerance: float | None = None) -> list[Verdict]:
+             state_tolerance: StateTolerance | float | None = None) -> list[Verdict]:
     """One verdict per metric present tonight, and per gated metric the baseline has that tonight lacks for
     want of a valid run or pair (`inconclusive`: a gated figure that goes missing is never a silent pass; one
     left out for coalesced streams is reported as not judged); raw, before the session's multiplicity
@@ -143,20 +144,31 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
     (the profile's stored files hold a single night, or a results file is the baseline in `compare`) run by
     run, or session means against tonight's, with the ``priors``. Absolute figures first have the machine
     factor divided out: each stored night's (``factors``) and tonight's (``tonight_log``, the session's).
-    With ``state_tolerance`` (%) the ratio metrics (`machine.STATE_BOUND`) are judged against the nights of a
-    comparable machine state only, and are `not-comparable` (method "machine state") when there is none."""
-    from pytest_specdec.gate.machine import STATE_BOUND, absolute_scale, state_condition
+    With ``state_tolerance`` (`machine.StateTolerance`, or one % for every kind) the state-bound metrics
+    (`machine.STATE_BOUND`) are judged against the nights of a comparable machine state only, each kind with its
+    own tolerance, and are `not-comparable` (method "machine state") when there is none."""
+    from pytest_specdec.gate.machine import STATE_BOUND, StateTolerance, absolute_scale, state_condition
     from pytest_specdec.gate.stats import compare
 
     factors = factors or {}
     gate = set(gate)
     now_vals = now.metric_values()
     base_sessions = _sessions_of(baseline, factors)
-    cond = None if state_tolerance is None else state_condition(baseline["sessions"], now.machine_state,
-                                                                state_tolerance)
-    every = cond is None or len(cond.kept) == len(baseline["sessions"])
-    kept = base_sessions if every else _sessions_of({"sessions": [baseline["sessions"][i] for i in cond.kept]},
-                                                    factors)
+    if isinstance(state_tolerance, (int, float)):
+        state_tolerance = StateTolerance(float(state_tolerance), float(state_tolerance), "")
+    conds: dict[float, tuple[StateCondition, dict[str, list[list[float]]]]] = {}
+
+    def condition(name: str) -> tuple[StateCondition, dict[str, list[list[float]]]]:
+        """The nights comparable at this metric's tolerance, and their values (one reading per tolerance)."""
+        assert state_tolerance is not None
+        tol = state_tolerance.of(name)
+        if tol not in conds:
+            cond = state_condition(baseline["sessions"], now.machine_state, tol)
+            every = len(cond.kept) == len(baseline["sessions"])
+            conds[tol] = cond, (base_sessions if every else _sessions_of(
+                {"sessions": [baseline["sessions"][i] for i in cond.kept]}, factors))
+        return conds[tol]
+
     out = []
     valid = now.metric_values(untimed_too=True)  # one left out only for coalesced streams stays out ("not judged")
     missing = {name for name, sessions in base_sessions.items()
@@ -165,7 +177,8 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
         sessions = base_sessions.get(name, [])
         values = now_vals.get(name, [])
         note = ""
-        if cond is not None and name in STATE_BOUND:
+        if state_tolerance is not None and name in STATE_BOUND:
+            cond, kept = condition(name)
             if not cond.kept:
                 out.append(state_not_comparable(name, sessions, values, cond.reason, family_of(name, gate)))
                 continue

@@ -24,7 +24,7 @@ from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 if TYPE_CHECKING:
     from pytest_specdec.gate.crossover_gate import SweepOutcome
     from pytest_specdec.gate.stats import Thresholds, Verdict
-    from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.machine import MachineFactor, StateTolerance
     from pytest_specdec.gate.variance import NightPrior
     from pytest_specdec.measure.explain import Split
 
@@ -175,7 +175,7 @@ def test_thresholds(test: TestEntry, session: Thresholds, override: Mapping[str,
 def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, override: Mapping[str, float]
             | None = None, alpha: float = 0.05, fdr: str = "bh", min_night_sd: float = 0.0,
             night_prior: NightPrior | None = None,
-            state_tolerance: float | None = None, old_name: str = "OLD", new_name: str = "NEW",
+            state_tolerance: StateTolerance | None = None, old_name: str = "OLD", new_name: str = "NEW",
             datasets: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None) -> Comparison:
     """NEW's tests judged through the gate's one pipeline (`gate.pipeline.judge_all`), as the plugin judges a
     session: against a baseline directory (``StoredDir``: each test against its own file, the night variances,
@@ -266,7 +266,8 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     from pytest_specdec.gate.baselines import hardware_label
 
     machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())
-    sweeps = crossovers(old, new, rows, stores, alpha=alpha, tolerance=state_tolerance, old_name=old_name)
+    sweeps = crossovers(old, new, rows, stores, alpha=alpha,
+                        tolerance=None if state_tolerance is None else state_tolerance.ratio, old_name=old_name)
     return Comparison(rows, machine, alpha, fdr, sweeps, machines)
 
 

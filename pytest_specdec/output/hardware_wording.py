@@ -54,7 +54,7 @@ def machine_state_lines(state: Mapping[str, Any] | None) -> list[str]:
     tonight = describe_state(state["tonight"])
     stored = (f"the stored nights {state['stored']}" if state["stored_nights"] else "no stored night")
     head = (f"specdec: machine state: tonight {tonight}; {stored} (a night counts as this state within "
-            f"±{state['tolerance_pct']:g} %)")
+            f"{tolerance_phrase(state)})")
     bad = state["not_comparable"]
     if not bad:
         return [head]
@@ -69,6 +69,15 @@ def machine_state_lines(state: Mapping[str, Any] | None) -> list[str]:
         "or --specdec-base-python PATH",
         "    or record nights in this state beside the others: the same command with --update-baselines",
     ]
+
+
+def tolerance_phrase(state: Mapping[str, Any]) -> str:
+    """The state tolerance as a results file gives it: one figure (±15 %, the profile's), or one per kind with
+    where they come from (a file before per-kind tolerances has ``tolerance_pct`` alone)."""
+    from pytest_specdec.gate.machine import StateTolerance
+
+    tol = StateTolerance.from_setting(state.get("tolerance") or state["tolerance_pct"], "machine_state")
+    return tol.phrase() + (f", {tol.source}" if tol.source else "")
 
 
 def hardware_view(hw: Any, tests: Sequence[Any], update: Mapping[str, Any] | None) -> dict[str, Any]:

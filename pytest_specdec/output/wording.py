@@ -316,6 +316,13 @@ def night_lines(nights: Mapping[str, NightVariance], calibration: Mapping[str, A
     if calibration is not None:  # `Judge.settings`' "calibration": where, how many sessions, what it catches
         out.append(f"specdec gate: judged with this machine's calibration {calibration['path']} "
                    f"({calibration['sessions']} sessions): a lone test catches {calibration['catches']}")
+        tol = calibration.get("state_tolerance")
+        if tol:  # measured where the calibration saw the machine's state move, else the profile's
+            from pytest_specdec.gate.machine import StateTolerance
+
+            t = StateTolerance.from_setting(tol, f"{calibration['path']}: state_tolerance")
+            out.append(f"specdec gate: a stored night counts as tonight's machine state within {t.phrase()} "
+                       f"({t.source})")
         raised = calibration.get("raised_thresholds") or {}
         if raised:
             out.append("specdec gate: thresholds raised to what this host resolves: " + ", ".join(

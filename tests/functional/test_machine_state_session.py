@@ -95,3 +95,27 @@ def test_a_slower_or_faster_machine_gives_no_conclusive_speedup_verdict(
     software = night(pytester, fake_profile, servers, 1.0, reference_slower=3.0)
     assert verdict(software, "speedup")["verdict"] == "improved"
     assert software["machine_state"]["not_comparable"] == []
+
+    # A calibration over these sessions saw the state move (cores 2 → 0.67, hash 2 → 6) and the speedup follow it:
+    # it narrows the ratios' tolerance below the profile's 15 %, and the next session says so and judges with it.
+    import subprocess
+    import sys
+
+    files = sorted((pytester.path / "reports").glob("specdec-*.json"))
+    r = subprocess.run([sys.executable, "-m", "pytest_specdec.cli", "calibrate", *map(str, files), "--write",
+                        "--baselines", str(pytester.path / "baselines")],
+                       capture_output=True, text=True, timeout=60, cwd=pytester.path)
+    assert r.returncode == 0, r.stderr
+    assert "speedup: run sd" in r.stdout and "follows the machine's capacity with slope -" in r.stdout, r.stdout
+    machine_state(cores=1.95, hash=2.04)
+    again = night(pytester, fake_profile, servers, 1.0)
+    tol = again["gate"]["settings"]["machine_state_tolerance"]
+    assert 0 < tol["ratio"] < 15.0 and tol["source"].startswith("this machine's calibration"), tol
+    assert f"a stored night counts as tonight's machine state within ±{tol['ratio']:.3g} % for ratios" in again["stdout"]
+    assert f"within ±{tol['ratio']:.3g} % for ratios" in again["stdout"].split("specdec: machine state:")[1]
+    assert verdict(again, "speedup")["verdict"] != "not-comparable"  # 2.5 % off the stored state: within it
+    # 10 % off: within the profile's 15 %, not within what this host's speedup allows
+    machine_state(cores=1.8, hash=2.0)
+    off = night(pytester, fake_profile, servers, 1.0)
+    assert verdict(off, "speedup")["verdict"] == "not-comparable", verdict(off, "speedup")
+    assert f"tolerance ±{tol['ratio']:g} %" in verdict(off, "speedup")["note"]

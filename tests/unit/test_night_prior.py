@@ -7,6 +7,7 @@ speedup 0.095), with night effects drawn from a known sd.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from pytest_specdec.gate.calibration import (CalibrationError, as_judged, calibrate, catches, load_calibration,
-                                             prior_of, raised_thresholds, render_record, resolves)
+                                             prior_of, raised_thresholds, render_record, resolves, summary_lines)
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.stats import Thresholds, compare
 from pytest_specdec.gate.variance import NightPrior, NightVariance, blend_prior, night_prior_from
@@ -173,3 +174,65 @@ def test_bad_calibration_input_and_records_say_what_to_fix(tmp_path: Path) -> No
                                                                            "run_sd": 1, "df_run": 2}}}))
     with pytest.raises(CalibrationError, match=r"metrics.speedup.night_sd is -1, not a number >= 0"):
         load_calibration(path)
+
+
+def _state_sessions(slope: float, cores: tuple[float, ...], n_tests: int = 8, seed: int = 1) -> list[dict[str, Night]]:
+    """Sessions whose machine state differs by ``cores`` (another process spinning on one of two CPUs: 1.1), and
+    whose speedup's night mean follows the machine's capacity with ``slope`` (log on log)."""
+    rng = np.random.default_rng(seed)
+    level = {f"t{i}": rng.uniform(0.8, 2.0) for i in range(n_tests)}
+    out = []
+    for s, c in enumerate(cores):
+        nights = {t: _night(f"2026-01-0{s + 1}T00:00:00", list(lv * (c / 2.0) ** slope
+                                                                * np.exp(rng.normal(0, RUN_SD, 4))),
+                            list(300 * (c / 2.0) * np.exp(rng.normal(0, 0.03, 4))), 0.6,
+                            2.0 * math.exp(rng.normal(0, 0.01))) for t, lv in level.items()}
+        out.append({t: dataclasses.replace(n, machine_state={"cores": c * math.exp(rng.normal(0, 0.01)),
+                                                             "hash": n.machine_state["hash"]})
+                    for t, n in nights.items()})
+    return out
+
+
+def test_the_state_tolerance_per_kind_is_measured_where_the_calibration_saw_the_state_move() -> None:
+    """A ratio that does not follow the machine's capacity may be judged across states far apart; one that follows
+    it steeply only across close ones; a calibration whose states hardly moved keeps the profile's tolerance."""
+    from pytest_specdec.gate.calibration import state_tolerance_of
+    from pytest_specdec.gate.machine import StateTolerance
+
+    prior = NightPrior({"ratio": 10.0, "absolute": 30.0, "acceptance": 0.0}, 4.0, "p")
+    base = StateTolerance(15.0, 15.0, "the profile's")
+    busy = (2.0, 2.0, 1.1, 2.0, 1.1, 1.1)
+    flat = calibrate(_state_sessions(0.0, busy))
+    assert flat["probe"]["state_range_pct"] == pytest.approx(100 * (2.0 / 1.1 - 1), rel=0.1)
+    f = flat["metrics"]["speedup"]["follows_state"]
+    assert abs(f["slope"]) < 0.1 and f["df"] == 8 * 6 - 8 - 1
+    t = state_tolerance_of(flat, prior, base, "cal")
+    assert t.ratio > 40 and t.ratio <= flat["probe"]["state_range_pct"] + 0.1  # never beyond what it saw
+    assert t.source.startswith("cal (its states") and t.of("speedup") == t.ratio
+    # tok/s follows the cores one for one, but each session's machine factor divides that out, as the gate judges
+    assert t.of("output_tok_s") == t.absolute > 40
+    steep = state_tolerance_of(calibrate(_state_sessions(1.0, busy)), prior, base, "cal")
+    assert steep.ratio < 15.0 and steep.ratio < t.ratio
+    quiet = calibrate(_state_sessions(1.0, (2.0,) * 4))
+    assert state_tolerance_of(quiet, prior, base, "cal") is base
+    assert "follows the machine's capacity with slope" in "\n".join(summary_lines(flat, "here"))
+
+
+def test_each_kind_is_judged_against_the_nights_within_its_own_state_tolerance() -> None:
+    from pytest_specdec.gate.machine import StateTolerance
+    from pytest_specdec.gate.verdicts import evaluate
+    from pytest_specdec.errors import ConfigError
+
+    stored = _state_sessions(0.0, (1.1,), n_tests=1)[0]["t0"]
+    now = _state_sessions(0.0, (2.0,), n_tests=1, seed=2)[0]["t0"]
+    baseline = {"sessions": [stored.to_entry()]}
+    kw = {"thresholds": Thresholds(), "alpha": 0.05}
+    by = {v.metric: v for v in evaluate(baseline, now, state_tolerance=StateTolerance(90.0, 15.0, "cal"), **kw)}
+    assert by["speedup"].verdict != "not-comparable" and by["output_tok_s"].verdict == "not-comparable"
+    assert "tolerance ±15 %" in by["output_tok_s"].note
+    one = {v.metric: v for v in evaluate(baseline, now, state_tolerance=15.0, **kw)}
+    assert one["speedup"].verdict == one["output_tok_s"].verdict == "not-comparable"
+    assert StateTolerance.from_setting(15, "x") == StateTolerance(15.0, 15.0, "")
+    assert StateTolerance.from_setting(StateTolerance(90.0, 15.0, "cal").to_dict(), "x").ratio == 90.0
+    with pytest.raises(ConfigError, match=r"results.json: machine_state_tolerance is 'wide', not a number"):
+        StateTolerance.from_setting("wide", "results.json")
