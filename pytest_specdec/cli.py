@@ -341,26 +341,28 @@ def _alpha(text: str) -> float:
     return value
 
 
+def profile_state_tolerance(name: str, results: Results) -> float | None:
+    """The profile's machine-state tolerance, which groups a calibration's sessions of one state (never a
+    calibration's own): as the session recorded it where it was the profile's, else from the profile by name."""
+    from pytest_specdec.gate.machine import StateTolerance
+
+    recorded = results.gate.settings.get("machine_state_tolerance")
+    if recorded is not None:
+        tol = StateTolerance.from_setting(recorded, f"{name}: gate.settings")
+        if not tol.source or tol.source.startswith("profile "):
+            return tol.ratio
+    return profile_of(results.profile, f"{name}: `profile`").machine_state_tolerance if results.profile else None
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """`pytest-specdec calibrate`: sessions of one machine and profile in, its calibration record out."""
     from pytest_specdec.files import write_atomic
-    from pytest_specdec.gate.calibration import calibrate, calibration_path, render_record, summary_lines
+    from pytest_specdec.gate.calibration import calibration_path, of_results, render_record, summary_lines
 
-    read = [(path, read_results(path)[1]) for path in args.files]
-    keys = {(r.profile, (r.gate.settings.get("hardware") or {}).get("this", {}).get("key")) for _, r in read}
-    if len(keys) > 1:
-        listed = "; ".join(f"{path}: profile {r.profile!r}, hardware "
-                           f"{(r.gate.settings.get('hardware') or {}).get('this', {}).get('key')!r}" for path, r in read)
-        raise InputError(f"the sessions ran on different machines or profiles ({listed}): calibrate one machine's "
-                         "sessions of one profile")
-    [(profile, hardware)] = keys
-    if not profile or not hardware:
-        raise InputError(f"{read[0][0]}: no profile or hardware recorded (gate.settings.hardware.this.key): "
-                         "calibrate results of sessions that judged against baselines")
-    sessions = [{t.nodeid: t.night for t in r.tests if t.night.reference} for _, r in read]
+    read = [(str(path), read_results(path)[1]) for path in args.files]
+    record, profile, hardware = of_results(read, profile_state_tolerance(*read[-1]))
     settings = read[-1][1].gate.settings
-    alpha, floor = float(settings.get("alpha", 0.05)), float(settings.get("min_night_sd") or 0.0)
-    record = {**calibrate(sessions, alpha=alpha, min_night_sd=floor), "profile": profile, "hardware": hardware,
+    record = {**record, "profile": profile, "hardware": hardware,
               "command": "pytest-specdec calibrate " + " ".join(str(p) for p in args.files)}
     root = args.baselines or Path((settings.get("hardware") or {}).get("root") or "baselines")
     path = calibration_path(root, profile, hardware)

@@ -240,6 +240,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--specdec-benchmark-json", metavar="PATH", read=extra_path("pytest_benchmark", "--specdec-benchmark-json"),
            help="also write the runs in pytest-benchmark's JSON format (seconds per output token, TPOT, E2E; "
                 "lower is better) for `pytest-benchmark compare`; needs pytest-benchmark (the `benchmark` extra)."),
+    Option("--specdec-calibrate", action="store_true", default=False,
+           help="this session is one of this machine's calibration sessions: at its end, every such session of the "
+                "profile and machine in the reports directory (this one included) measures the host's noise, and "
+                "from the second on the record is written to baselines/<profile>/<hardware>/host.calibration "
+                "(docs/gate.md, Calibration)."),
     Option("--specdec-save-outputs", action="store_true", default=False,
            help="also keep every request's output text, per test, arm and run, in "
                 "reports/specdec-<UTC stamp>.outputs.json beside the results (which name it as outputs_file)."),
@@ -307,6 +312,7 @@ class Settings:
     gpu_hourly_usd: float | None = None
     benchmark_json: Path | None = None
     save_outputs: bool = False  # --specdec-save-outputs: every request's output text in a side file
+    calibrate: bool = False  # --specdec-calibrate: one of this machine's calibration sessions
     host: str = "127.0.0.1"  # --specdec-host: where the servers we start bind
     fail_inconclusive: bool = False
     fail_machine: bool = False
@@ -333,6 +339,10 @@ class Settings:
                 f"--update-baselines with {ab}: an A/B session judges the candidate against the base "
                 "measured beside it, not against stored nights, so it has nothing to store as a night; run the "
                 f"baselines update without {ab}")
+        if ab and settings.calibrate:
+            raise pytest.UsageError(
+                f"--specdec-calibrate with {ab}: a calibration measures how stored nights move, and an A/B session "
+                "judges against the base beside it, not against nights; calibrate with nightly sessions")
         if ab and settings.endpoint:
             raise pytest.UsageError(
                 f"{ab} with --specdec-endpoint: an A/B session starts the base's and the candidate's "

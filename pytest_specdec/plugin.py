@@ -325,7 +325,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not specdec.records:
         specdec.summary_lines = list(specdec.xdist_lines)
         return
-    from pytest_specdec.session_end import error_lines, finalize, write_results
+    from pytest_specdec.session_end import calibrate_session, error_lines, finalize, step, write_results
 
     specdec.summary_lines = [*specdec.xdist_lines, *finalize(specdec)]
     said = len(specdec.errors)
@@ -336,6 +336,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         specdec.summary_lines.append(f"specdec: could not write the results ({exc}); fix the directory or point "
                                      "--specdec-reports-dir (or --specdec-json / --specdec-report-html) elsewhere")
         unwritten = True
+    if not unwritten:
+        specdec.summary_lines += step(specdec, "the calibration (--specdec-calibrate)",
+                                      lambda: calibrate_session(specdec), [])
     specdec.summary_lines += error_lines(specdec)[said:]  # a test's entry or the report that could not be made
     _junit_session_properties(session.config, specdec)
     end = specdec.end

@@ -400,7 +400,7 @@ class SpecDecSession:
                 self.profile, st.baselines_dir, self.rootpath, st.update_baselines, st.keep_sessions, st.alpha,
                 st.fdr, self.runs(), self.max_runs(), st.gate, st.ini_thresholds, st.cli_thresholds,
                 strict=st.strict, fail_inconclusive=st.fail_inconclusive, fail_machine=st.fail_machine,
-                started=self.started))
+                started=self.started, calibrate=st.calibrate))
         return self._judge
 
     @property

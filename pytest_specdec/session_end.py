@@ -140,3 +140,59 @@ def write_results(session: SpecDecSession) -> list[Path]:
     session.report_paths = step(session, "the HTML report (the results JSON is written)", lambda: write_report(
         data, s.reports_dir, session.started, s.report_path, s.benchmark_json), [], passing=(OSError,))
     return paths
+
+
+def calibrate_session(session: SpecDecSession) -> list[str]:
+    """--specdec-calibrate, after the results are written: this session and every earlier calibration session of
+    the same profile and machine in the reports directory (`gate.settings.calibration_session`), each a night,
+    calibrated together (`gate.calibration.of_results`, as `pytest-specdec calibrate` does). From the second session
+    on the record is written beside the machine's baselines, once, at the end (filelock, atomic rename); the lines
+    name the sessions it rests on, and any results file that could not be read."""
+    import json
+
+    from filelock import FileLock
+
+    from pytest_specdec.files import write_atomic
+    from pytest_specdec.gate.calibration import CALIBRATION_FILE, of_results, render_record, summary_lines
+    from pytest_specdec.output.schema import ResultsError, load
+
+    if not session.settings.calibrate or not session.result_paths or session._judge is None:
+        return []
+    judge, st = session.judge, session.settings
+    this = session.result_paths[0]
+    named, unread = [], []
+    for path in sorted(st.reports_dir.glob("specdec-*.json")):
+        if path.name.endswith(".outputs.json"):
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or not (data.get("gate") or {}).get("settings", {}).get("calibration_session"):
+                continue
+            named.append((path, load(data, str(path))))
+        except (OSError, ValueError, ResultsError) as exc:
+            unread.append(f"{path.name} ({type(exc).__name__})")
+    mine = next((r for p, r in named if p == this), None)
+    if mine is None:
+        return [(f"specdec calibration: this session's results {this} are not a calibration session's; nothing "
+                 "calibrated")]
+    key = (mine.profile, (mine.gate.settings.get("hardware") or {}).get("this", {}).get("key"))
+    pool = [(p, r) for p, r in named if (r.profile, (r.gate.settings.get("hardware") or {}).get("this", {})
+                                          .get("key")) == key]
+    path = judge.store.base / CALIBRATION_FILE
+    out = [f"specdec calibration: results files left out, unreadable: {', '.join(unread)}"] if unread else []
+    if len(pool) < 2:
+        return [*out, (f"specdec calibration: 1 calibration session of profile {key[0]} on this machine so far (this "
+                       f"one, in {judge.rel(st.reports_dir)}); run the same command again, spread over the day and "
+                       f"some with the machine busy: from the second session on, the record is written to "
+                       f"{judge.rel(path)}")]
+    record, profile, hardware = of_results([(p.name, r) for p, r in pool],
+                                           session.profile.machine_state_tolerance)
+    record = {**record, "profile": profile, "hardware": hardware,
+              "command": "pytest --specdec-calibrate: " + " ".join(p.name for p, _ in pool)}
+    existed = path.exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(st.baselines_dir / ".specdec-baselines.lock"), timeout=600):
+        write_atomic(path, render_record(record))
+    return [*out, *summary_lines(record, judge.rel(path)),
+            (f"specdec calibration: {'replaced' if existed else 'wrote'} {judge.rel(path)} from {len(pool)} sessions "
+             f"in {judge.rel(st.reports_dir)}; commit it beside the baselines")]

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.variance import NightPrior
+    from pytest_specdec.output.schema import Results
 
 CALIBRATION_SCHEMA = "pytest-specdec/calibration/1"
 #: The record's name inside a machine's baselines folder (not ``*.json``: the baselines' reader lists those).
@@ -44,14 +45,15 @@ def calibration_path(root: Path, profile: str, hardware: str) -> Path:
 
 
 def _sd_pct(var: float, log: bool) -> float:
-    """A variance on the comparison scale as the sd a prior takes: % for log-scale metrics, points for acceptance."""
-    sd = math.sqrt(max(var, 0.0))
-    return 100.0 * math.expm1(sd) if log else 100.0 * sd
+    from pytest_specdec.gate.variance import var_as_sd
+
+    return var_as_sd(var, log)
 
 
 def _var(sd_pct: float, log: bool) -> float:
-    """`_sd_pct`'s inverse: an sd as the record and a prior give it, as a variance on the comparison scale."""
-    return math.log1p(sd_pct / 100.0) ** 2 if log else (sd_pct / 100.0) ** 2
+    from pytest_specdec.gate.variance import sd_as_var
+
+    return sd_as_var(sd_pct, log)
 
 
 def _reach(name: str, night_var: float, df_night: float, run_var: float, df_run: float, *, log: bool,
@@ -106,12 +108,16 @@ def as_change(name: str, x: float) -> float:
 
 
 def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, runs: int = CATCH_RUNS,
-              min_night_sd: float = 0.0) -> dict[str, Any]:
+              min_night_sd: float = 0.0, state_tolerance: float | None = None) -> dict[str, Any]:
     """The calibration of several sessions (each ``{nodeid: Night}``, the same tests, each a night) as the record
     stores it, less where and how it was made. Needs 2 sessions that share a test with 2+ valid runs an arm.
 
     What a lone test catches and resolves is figured as the gate will judge: a log-scale metric's night sd no
-    lower than the profile's floor ``min_night_sd`` (%), which sessions minutes apart can understate."""
+    lower than the profile's floor ``min_night_sd`` (%), which sessions minutes apart can understate.
+
+    With ``state_tolerance`` (the profile's, %), a state-bound metric's night sd is measured between sessions of
+    one test in a comparable machine state only, as the gate judges it (`state_groups`): sessions in other states
+    measure how it follows the state (`follows_state`), not how far its nights move."""
     import numpy as np
 
     from pytest_specdec.gate.machine import night_factors, ref_log
@@ -130,6 +136,15 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     files = [{"sessions": [s[i].to_entry() for s in sessions]} for i in ids]
     factors = night_factors(files)
     nights = night_variances(files, factors)
+    grouped = {}
+    if state_tolerance is not None:
+        from pytest_specdec.gate.machine import STATE_BOUND
+
+        same_state = [{"sessions": [sessions[j][i].to_entry() for j in g]}
+                      for i in ids for g in state_groups([s[i] for s in sessions], state_tolerance) if len(g) >= 2]
+        grouped = {name: nv for name, nv in night_variances(same_state, factors).items()
+                   if name.split("[", 1)[0] in STATE_BOUND}
+        nights = {**nights, **grouped}
     if not nights:
         raise CalibrationError(f"no metric has 2 sessions with 2+ valid runs in any of the {len(ids)} shared tests")
     metrics: dict[str, Any] = {}
@@ -138,7 +153,7 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
         log = kind_of(name) != "acceptance"
         entry = {"run_sd": _sd_pct(nv.within, log), "df_run": nv.df_within, "night_sd": _sd_pct(nv.between, log),
                  "df_night": nv.df_between, "tests": nv.n_sources, "unit": "%" if log else "points",
-                 "absolute": name.split("[", 1)[0] in ABSOLUTE}
+                 "absolute": name.split("[", 1)[0] in ABSOLUTE, **({"same_state": True} if name in grouped else {})}
         # a metric that repeats exactly run to run and night to night is judged by the exact rule: no floor
         exact = nv.within == 0 and nv.between == 0
         entry.update(_reach(name, nv.between, nv.df_between, nv.within, nv.df_within, log=log,
@@ -184,6 +199,22 @@ def _capacity(state: Mapping[str, float] | None) -> float | None:
     if not state or not state.get("cores") or not state.get("hash"):
         return None
     return math.log(float(state["cores"])) + math.log(float(state["hash"]))
+
+
+def state_groups(nights: Sequence[Night], tolerance_pct: float) -> list[list[int]]:
+    """One test's sessions (their indexes) in groups of a comparable machine state: each joins the first group whose
+    first session it is comparable with (`machine.state_comparable`), in the order given."""
+    from pytest_specdec.gate.machine import state_comparable
+
+    groups: list[list[int]] = []
+    for j, n in enumerate(nights):
+        home = next((g for g in groups if state_comparable(n.machine_state, nights[g[0]].machine_state,
+                                                           tolerance_pct)), None)
+        if home is None:
+            groups.append([j])
+        else:
+            home.append(j)
+    return groups
 
 
 def state_spread(sessions: Sequence[Mapping[str, Night]], ids: Sequence[str]) -> float | None:
@@ -282,6 +313,31 @@ def state_tolerance_of(record: Mapping[str, Any], prior: NightPrior, base: State
         return base
     return dataclasses.replace(base, ratio=got["ratio"], absolute=got["absolute"],
                                source=f"{source} (its states {spread:.3g} % apart)")
+
+
+def of_results(named: Sequence[tuple[str, Results]], state_tolerance: float | None = None
+               ) -> tuple[dict[str, Any], str, str]:
+    """The record of several sessions' results files (``(name, results)``, each a night), with where it was made:
+    (record, profile, hardware key). Files of two machines or profiles are refused, naming each; so is one that
+    names neither (it judged against no baselines). The alpha and floor are the last session's."""
+    keys = {(r.profile, _hardware_key(r)) for _, r in named}
+    if len(keys) > 1:
+        listed = "; ".join(f"{name}: profile {r.profile!r}, hardware {_hardware_key(r)!r}" for name, r in named)
+        raise CalibrationError(f"the sessions ran on different machines or profiles ({listed}): calibrate one "
+                               "machine's sessions of one profile")
+    [(profile, hardware)] = keys
+    if not profile or not hardware:
+        raise CalibrationError(f"{named[0][0]}: no profile or hardware recorded (gate.settings.hardware.this.key): "
+                               "calibrate results of sessions that judged against baselines")
+    sessions = [{t.nodeid: t.night for t in r.tests if t.night.reference} for _, r in named]
+    settings = named[-1][1].gate.settings
+    alpha, floor = float(settings.get("alpha", 0.05)), float(settings.get("min_night_sd") or 0.0)
+    record = calibrate(sessions, alpha=alpha, min_night_sd=floor, state_tolerance=state_tolerance)
+    return record, profile, hardware
+
+
+def _hardware_key(results: Results) -> str | None:
+    return (results.gate.settings.get("hardware") or {}).get("this", {}).get("key")
 
 
 def load_calibration(path: Path) -> dict[str, Any] | None:
@@ -386,7 +442,8 @@ def summary_lines(record: Mapping[str, Any], where: str) -> list[str]:
         state = (f"; follows the machine's capacity with slope {f['slope']:.2f} (se {f['se']:.2f}, {f['df']:.0f} df)"
                  if f else "")
         out.append(f"  {label(name)}: run sd {m['run_sd']:.3g} {m['unit']} ({m['df_run']:.0f} df), night sd "
-                   f"{m['night_sd']:.3g} {m['unit']} ({m['df_night']:.0f} df){catch}{state}")
+                   f"{m['night_sd']:.3g} {m['unit']} ({m['df_night']:.0f} df"
+                   f"{', sessions of one machine state' if m.get('same_state') else ''}){catch}{state}")
     p = record.get("probe") or {}
     if "hash_sd_within_session" in p:
         follow = p.get("reference_follows_hash")

@@ -53,6 +53,7 @@ class GateConfig:
     strict: bool = False  # --specdec-strict: a missing or not-comparable baseline fails its test
     fail_inconclusive: bool = False  # --specdec-fail-inconclusive
     fail_machine: bool = False  # --specdec-fail-machine
+    calibrate: bool = False  # --specdec-calibrate: the results say so, and the session's end calibrates
     started: float = 0.0  # the session's start (epoch s): the stamp of tonight's night in a baseline file
 
 
@@ -329,7 +330,8 @@ class Judge:
                 "night_prior": self.night_prior.to_dict(),
                 **({"calibration": used} if (used := self.calibration_used) is not None else {}),
                 "machine_state_tolerance": self.state_tolerance.to_dict(),
-                "thresholds": to_dict(self.thresholds()), "hardware": self.hardware.to_dict()}
+                "thresholds": to_dict(self.thresholds()), "hardware": self.hardware.to_dict(),
+                **({"calibration_session": True} if self.cfg.calibrate else {})}
 
     def write(self, tests: Sequence[Finished[BaselineCheck]]) -> tuple[list[str], BaselineWrites, bool]:
         """--update-baselines: queue each passed test with valid runs, then

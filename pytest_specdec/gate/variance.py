@@ -145,6 +145,18 @@ class NightVariance:
 
 HOMOGENEITY_P = 0.01
 
+
+def sd_as_var(sd: float, log: bool) -> float:
+    """An sd as a prior, a record or the profile's floor give it (% for log-scale metrics, points for acceptance) as
+    a variance on the comparison scale: the one conversion, both ways (`var_as_sd`)."""
+    return math.log1p(sd / 100.0) ** 2 if log else (sd / 100.0) ** 2
+
+
+def var_as_sd(var: float, log: bool) -> float:
+    """`sd_as_var`'s inverse (a variance that is a float's rounding of 0 is 0: exact metrics read exact)."""
+    sd = math.sqrt(var) if var > 1e-24 else 0.0
+    return 100.0 * math.expm1(sd) if log else 100.0 * sd
+
 #: The classes a `NightPrior` gives an sd for: ratios of the two arms of a pair (speedup, E2E ratio, goodput),
 #: absolute figures (tok/s, latencies: they follow the machine's speed) and acceptance (in points).
 PRIOR_CLASSES = ("ratio", "absolute", "acceptance")
@@ -198,9 +210,7 @@ class NightPrior:
 
     def var_of(self, metric: str, absolute: bool) -> float:
         """The prior variance on the comparison scale (log for rates and latencies, raw for acceptance)."""
-        sd = self.sd_of(metric, absolute)
-        kind = check_kind(metric, None)
-        return math.log1p(sd / 100.0) ** 2 if kind != "acceptance" else (sd / 100.0) ** 2
+        return sd_as_var(self.sd_of(metric, absolute), check_kind(metric, None) != "acceptance")
 
 
 def night_prior_from(table: Mapping[str, float], source: str) -> NightPrior:

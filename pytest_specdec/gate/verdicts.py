@@ -123,8 +123,9 @@ def with_floor(nights: Mapping[str, NightVariance], min_sd_pct: float) -> dict[s
     night variance turns a quiet night into false `regressed` verdicts; the profile's floor says how far
     its nights are known to move."""
     from pytest_specdec.gate.scale import kind_of
+    from pytest_specdec.gate.variance import sd_as_var
 
-    floor = math.log1p(min_sd_pct / 100.0) ** 2
+    floor = sd_as_var(min_sd_pct, True)
     return {name: (dataclasses.replace(nv, between=floor, floor=True)
                    if floor > nv.between and kind_of(name) != "acceptance" else nv)
             for name, nv in nights.items()}

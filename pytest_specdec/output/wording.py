@@ -333,8 +333,8 @@ def night_lines(nights: Mapping[str, NightVariance], calibration: Mapping[str, A
         out.append("specdec gate: no stored baseline of this machine has 2 nights yet, so how far its nights move is "
                    "assumed, and a verdict needs a large change; to judge a change tonight, run the base and the "
                    "candidate in one session (--specdec-base-draft METHOD=MODEL or --specdec-base-python PATH, "
-                   "docs/gate.md#ab-in-one-session), or measure this host's noise with `pytest-specdec calibrate` "
-                   "(docs/gate.md#calibration)")
+                   "docs/gate.md#ab-in-one-session), or measure this host's noise: the same command with "
+                   "--specdec-calibrate, a few times (docs/gate.md#calibration)")
     return out
 
 

@@ -267,6 +267,8 @@ def test_lower_acceptance_is_attributed_to_acceptance(pytester: pytest.Pytester,
 @pytest.mark.parametrize(("extra", "message"), [
     (("--specdec-base-draft=eagle3=/heads/a", "--update-baselines"),
      "ERROR: --update-baselines with --specdec-base-draft: an A/B session judges the candidate against the base*"),
+    (("--specdec-base-python=/usr/bin/python3", "--specdec-calibrate"),
+     "ERROR: --specdec-calibrate with --specdec-base-python: a calibration measures how stored nights move*"),
     (("--specdec-base-draft=eagle3=/heads/a", "--specdec-strict"),
      "ERROR: --specdec-strict with --specdec-base-draft: it fails a session on a stored baseline measured under "
      "other conditions, and an A/B session reads no stored night; drop --specdec-strict for the A/B session"),

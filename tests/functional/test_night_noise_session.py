@@ -2,8 +2,8 @@
 
 The machine's speed moves from session to session (both arms alike) and a fixed per-step draft overhead makes the
 speedup move with it, as on a small CPU host. One stored night cannot tell that move from a change under test: the
-gate must not call it `improved` or `regressed`. Several sessions measure it (`pytest-specdec calibrate`): a noisy
-host's calibration must be wider than a quiet one's, and the next session judges with it and says so.
+gate must not call it `improved` or `regressed`. Several sessions measure it (`--specdec-calibrate`, or
+`pytest-specdec calibrate` on their results): a noisy host's calibration must be wider than a quiet one's, and the next session judges with it and says so.
 """
 
 from __future__ import annotations
@@ -80,15 +80,32 @@ def test_a_night_that_moved_is_no_verdict_and_a_calibration_measures_the_move(
     r.stdout.fnmatch_lines(["specdec gate: night-to-night sd speedup 10 % (4 df)*: the default night prior (assumed, "
                             "measured on no host), as no stored baseline has 2 nights",
                             "specdec gate: no stored baseline of this machine has 2 nights yet*"
-                            "--specdec-base-draft*calibrate*"])
+                            "--specdec-base-draft*--specdec-calibrate*"])
 
     # Night 3 at 2x (speedup ~1.25x against 1.67x and ~1.9x); then a quiet host of three nights at full speed. Each
     # calibration measures its own host (under a busy CI the quiet one picks up some noise too: compared, not zero).
+    # The quiet host calibrates as a mode of its sessions (--specdec-calibrate): the first says it needs a second,
+    # each later one writes the record of all of them, once, at its end.
     night(pytester, profile, servers, 2.0, "noisy").assert_outcomes(passed=1)
-    night(pytester, profile, servers, 1.0, "quiet", "--update-baselines").assert_outcomes(passed=1)
-    for _ in range(2):
-        night(pytester, profile, servers, 1.0, "quiet").assert_outcomes(passed=1)
-    noisy, quiet = calibrate(pytester, "noisy", "--write"), calibrate(pytester, "quiet")
+    r = night(pytester, profile, servers, 1.0, "quiet", "--update-baselines", "--specdec-calibrate")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["specdec calibration: 1 calibration session of profile * on this machine so far (this "
+                            "one, in quiet/reports); run the same command again*the record is written to "
+                            "quiet/baselines/*/host.calibration"])
+    records = sorted((pytester.path / "quiet" / "baselines").glob("*/*/host.calibration"))
+    assert not records
+    for n in (2, 3):
+        r = night(pytester, profile, servers, 1.0, "quiet", "--specdec-calibrate")
+        r.assert_outcomes(passed=1)
+        r.stdout.fnmatch_lines(["specdec calibration (quiet/baselines/*/host.calibration): 3 sessions*" if n == 3
+                                else "specdec calibration (quiet/baselines/*/host.calibration): 2 sessions*",
+                                "  speedup: run sd *",
+                                f"specdec calibration: {'replaced' if n == 3 else 'wrote'} quiet/baselines/*/"
+                                f"host.calibration from {n} sessions in quiet/reports; commit it beside the baselines"])
+    [record] = (pytester.path / "quiet" / "baselines").glob("*/*/host.calibration")
+    quiet = json.loads(record.read_text())
+    assert quiet["command"].startswith("pytest --specdec-calibrate: specdec-")
+    noisy = calibrate(pytester, "noisy", "--write")
     assert len(noisy["sessions"]) == len(quiet["sessions"]) == 3
     n, q = noisy["metrics"]["speedup"], quiet["metrics"]["speedup"]
     assert n["night_sd"] > max(2 * q["night_sd"], 5.0), (n, q)
