@@ -137,11 +137,15 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     factors = night_factors(files)
     nights = night_variances(files, factors)
     grouped = {}
+    repeat = None  # the widest distance between two sessions of one test in one state: the probe's repeatability
     if state_tolerance is not None:
         from pytest_specdec.gate.machine import STATE_BOUND
 
+        groups = {i: state_groups([s[i] for s in sessions], state_tolerance) for i in ids}
         same_state = [{"sessions": [sessions[j][i].to_entry() for j in g]}
-                      for i in ids for g in state_groups([s[i] for s in sessions], state_tolerance) if len(g) >= 2]
+                      for i in ids for g in groups[i] if len(g) >= 2]
+        repeat = max((d for i in ids for g in groups[i]
+                      if (d := state_spread([{i: sessions[j][i]} for j in g], [i])) is not None), default=None)
         grouped = {name: nv for name, nv in night_variances(same_state, factors).items()
                    if name.split("[", 1)[0] in STATE_BOUND}
         nights = {**nights, **grouped}
@@ -186,6 +190,8 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     spread = state_spread(sessions, ids)
     if spread is not None:
         probe["state_range_pct"] = 100.0 * math.expm1(spread)
+    if repeat is not None:
+        probe["state_repeat_pct"] = 100.0 * math.expm1(repeat)
     for name, follow in follows_state(sessions, ids, factors).items():
         if name in metrics:
             metrics[name]["follows_state"] = follow
@@ -285,8 +291,11 @@ def state_tolerance_of(record: Mapping[str, Any], prior: NightPrior, base: State
     ``b`` per unit of log capacity moves by at most ``2·b·δ`` between two states within ``δ`` of each other on
     both probe figures; the tolerance is the ``δ`` at which that reaches the night sd of the profile's ``prior``
     (not the record's: sessions in several states measure the state's moves into their night sd), ``b`` taken at
-    its upper 95 % bound, and never beyond the widest state distance the calibration saw. A kind keeps ``base``'s (the profile's) where the calibration's states moved less than that
-    tolerance, or none of its metrics has a slope: a quiet calibration cannot say how the state matters."""
+    its upper 95 % bound, never beyond the widest state distance the calibration saw, and never below the widest
+    between two of its sessions of one state (``state_repeat_pct``, the probe's own repeatability: a tolerance below
+    it would set aside nights of tonight's very state). A kind keeps ``base``'s (the profile's) where the
+    calibration's states moved less than that tolerance, or none of its metrics has a slope: a quiet calibration
+    cannot say how the state matters."""
     import dataclasses
 
     from scipy import stats as sps
@@ -295,6 +304,8 @@ def state_tolerance_of(record: Mapping[str, Any], prior: NightPrior, base: State
     if not isinstance(spread, (int, float)) or spread <= 0:
         return base
     seen = math.log1p(spread / 100.0)
+    repeat = (record.get("probe") or {}).get("state_repeat_pct")
+    floor = math.log1p(repeat / 100.0) if isinstance(repeat, (int, float)) and repeat > 0 else 0.0
     kinds: dict[str, list[float]] = {}
     for name, m in record["metrics"].items():
         f = m.get("follows_state")
@@ -303,7 +314,7 @@ def state_tolerance_of(record: Mapping[str, Any], prior: NightPrior, base: State
         absolute = bool(m.get("absolute"))
         bound = abs(float(f["slope"])) + float(sps.t.ppf(0.95, max(float(f["df"]), 1.0))) * float(f["se"])
         sd = math.sqrt(prior.var_of(name, absolute))
-        delta = seen if bound <= 0 else min(seen, sd / (2.0 * bound))
+        delta = seen if bound <= 0 else min(seen, max(floor, sd / (2.0 * bound)))
         kinds.setdefault("absolute" if absolute else "ratio", []).append(100.0 * math.expm1(delta))
     got = {}
     for kind in ("ratio", "absolute"):
@@ -453,7 +464,8 @@ def summary_lines(record: Mapping[str, Any], where: str) -> list[str]:
                    + (f"; reference tok/s follows it with slope {follow['slope']:.2f} (r {follow['r']:.2f}, "
                       f"{follow['points']} points)" if follow else ""))
     if "state_range_pct" in p:
-        out.append(f"  machine state: the sessions' states of one test were up to {p['state_range_pct']:.3g} % apart")
+        out.append(f"  machine state: the sessions' states of one test were up to {p['state_range_pct']:.3g} % apart"
+                   + (f", and within {p['state_repeat_pct']:.3g} % in one state" if "state_repeat_pct" in p else ""))
     return out
 
 

@@ -221,6 +221,12 @@ def test_the_state_tolerance_per_kind_is_measured_where_the_calibration_saw_the_
     assert grouped["metrics"]["speedup"]["night_sd"] < 5
     assert grouped["metrics"]["speedup"]["same_state"] and "same_state" not in grouped["metrics"]["acceptance_rate"]
     assert grouped["metrics"]["speedup"]["follows_state"] == steep_record["metrics"]["speedup"]["follows_state"]
+    # never below what the probe repeats within in one state: else it would set aside nights of tonight's state
+    repeat = grouped["probe"]["state_repeat_pct"]
+    assert 0 < repeat < 15.0
+    assert state_tolerance_of(grouped, prior, base, "cal").ratio >= round(repeat, 1)
+    jittery = {**grouped, "probe": {**grouped["probe"], "state_repeat_pct": 12.0}}
+    assert state_tolerance_of(jittery, prior, base, "cal").ratio == 12.0 > steep.ratio
     quiet = calibrate(_state_sessions(1.0, (2.0,) * 4))
     assert state_tolerance_of(quiet, prior, base, "cal") is base
     assert "follows the machine's capacity with slope" in "\n".join(summary_lines(flat, "here"))
