@@ -130,10 +130,14 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     starts = [next((n.started for n in s.values() if n.started), "") for s in sessions]
     if len(set(starts)) < len(starts):
         raise CalibrationError("two sessions share a start stamp: the same results file given twice?")
-    ids = sorted(set.intersection(*(set(s) for s in sessions)))
+    # each test's nights, in session order: a test in 2 or more sessions counts (a suite's session beside one of
+    # its files' sessions adds that file's tests)
+    per = {i: [s[i] for s in sessions if i in s] for i in sorted(set().union(*sessions))}
+    per = {i: nights for i, nights in per.items() if len(nights) >= 2}
+    ids = sorted(per)
     if not ids:
-        raise CalibrationError("the sessions share no test: calibrate with sessions of the same suite")
-    files = [{"sessions": [s[i].to_entry() for s in sessions]} for i in ids]
+        raise CalibrationError("no test ran in 2 or more of the sessions: calibrate with sessions of the same tests")
+    files = [{"sessions": [n.to_entry() for n in per[i]]} for i in ids]
     factors = night_factors(files)
     nights = night_variances(files, factors)
     grouped = {}
@@ -141,16 +145,16 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     if state_tolerance is not None:
         from pytest_specdec.gate.machine import STATE_BOUND
 
-        groups = {i: state_groups([s[i] for s in sessions], state_tolerance) for i in ids}
-        same_state = [{"sessions": [sessions[j][i].to_entry() for j in g]}
-                      for i in ids for g in groups[i] if len(g) >= 2]
-        repeat = max((d for i in ids for g in groups[i]
-                      if (d := state_spread([{i: sessions[j][i]} for j in g], [i])) is not None), default=None)
+        groups = {i: state_groups(per[i], state_tolerance) for i in ids}
+        same_state = [{"sessions": [per[i][j].to_entry() for j in g]} for i in ids for g in groups[i] if len(g) >= 2]
+        repeat = max((d for i in ids for g in groups[i] if (d := state_spread({i: [per[i][j] for j in g]}))
+                      is not None), default=None)
         grouped = {name: nv for name, nv in night_variances(same_state, factors).items()
                    if name.split("[", 1)[0] in STATE_BOUND}
         nights = {**nights, **grouped}
     if not nights:
-        raise CalibrationError(f"no metric has 2 sessions with 2+ valid runs in any of the {len(ids)} shared tests")
+        raise CalibrationError(f"no metric has 2 sessions with 2+ valid runs in any of the {len(ids)} tests that ran "
+                               "in 2 or more sessions")
     metrics: dict[str, Any] = {}
     for name in sorted(nights, key=metric_order):
         nv = nights[name]
@@ -176,8 +180,8 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
             probe["hash_sd_between_sessions"] = 100.0 * float(np.std([x.mean() for x in logs], ddof=1))
     xs, ys = [], []
     for i in ids:
-        pts = [(math.log(float(s[i].machine_state["hash"])), r) for s in sessions
-               if s[i].machine_state and (r := ref_log(s[i])) is not None]
+        pts = [(math.log(float(n.machine_state["hash"])), r) for n in per[i]
+               if n.machine_state and (r := ref_log(n)) is not None]
         if len(pts) >= 2:
             mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
             xs += [p[0] - mx for p in pts]
@@ -187,12 +191,12 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
         probe["reference_follows_hash"] = {"slope": float((x * y).sum() / (x * x).sum()),
                                            "r": float(np.corrcoef(x, y)[0, 1]) if float(np.var(y)) > 0 else 0.0,
                                            "points": len(xs)}
-    spread = state_spread(sessions, ids)
+    spread = state_spread(per)
     if spread is not None:
         probe["state_range_pct"] = 100.0 * math.expm1(spread)
     if repeat is not None:
         probe["state_repeat_pct"] = 100.0 * math.expm1(repeat)
-    for name, follow in follows_state(sessions, ids, factors).items():
+    for name, follow in follows_state(per, factors).items():
         if name in metrics:
             metrics[name]["follows_state"] = follow
     return {"schema": CALIBRATION_SCHEMA, "sessions": starts, "tests": ids, "alpha": alpha, "catch_runs": runs,
@@ -223,14 +227,14 @@ def state_groups(nights: Sequence[Night], tolerance_pct: float) -> list[list[int
     return groups
 
 
-def state_spread(sessions: Sequence[Mapping[str, Night]], ids: Sequence[str]) -> float | None:
+def state_spread(per: Mapping[str, Sequence[Night]]) -> float | None:
     """The widest machine-state distance (`machine.state_distance`, log) between two sessions of one test: how far
     apart the states were that the calibration saw; None when no test was probed in 2 sessions."""
     from pytest_specdec.gate.machine import state_distance
 
     out = None
-    for i in ids:
-        states = [s[i].machine_state for s in sessions if s[i].machine_state]
+    for nights in per.values():
+        states = [n.machine_state for n in nights if n.machine_state]
         for a in range(len(states)):
             for b in range(a + 1, len(states)):
                 d = state_distance(states[a], states[b])  # type: ignore[arg-type]
@@ -238,8 +242,7 @@ def state_spread(sessions: Sequence[Mapping[str, Night]], ids: Sequence[str]) ->
     return out
 
 
-def follows_state(sessions: Sequence[Mapping[str, Night]], ids: Sequence[str], factors: Mapping[str, float]
-                  ) -> dict[str, dict[str, float]]:
+def follows_state(per: Mapping[str, Sequence[Night]], factors: Mapping[str, float]) -> dict[str, dict[str, float]]:
     """How each state-bound metric (`machine.STATE_BOUND`) follows the machine's state: the slope of its night
     mean (log; absolute figures with each session's machine factor divided out, as the gate judges them) on
     `_capacity`, both centred per test, with its se and df (points − tests − 1). Needs 3 points beyond the tests'
@@ -250,9 +253,8 @@ def follows_state(sessions: Sequence[Mapping[str, Night]], ids: Sequence[str], f
     from pytest_specdec.gate.registry import ABSOLUTE
 
     pts: dict[str, list[tuple[float, float, str]]] = {}
-    for i in ids:
-        for s in sessions:
-            night = s[i]
+    for i, nights in per.items():
+        for night in nights:
             x = _capacity(night.machine_state)
             if x is None:
                 continue

@@ -161,8 +161,12 @@ def test_bad_calibration_input_and_records_say_what_to_fix(tmp_path: Path) -> No
         calibrate(s[:1])
     with pytest.raises(CalibrationError, match="share a start stamp"):
         calibrate([s[0], s[0]])
-    with pytest.raises(CalibrationError, match="share no test"):
+    with pytest.raises(CalibrationError, match="no test ran in 2 or more of the sessions"):
         calibrate([s[0], {"other": s[1]["t0"]}])
+    # a test in one session only (a suite's session beside a file's) is left out; the others count
+    three = _sessions(0.1, n_sessions=3)
+    mixed = calibrate([three[0], {"t0": three[1]["t0"], "t1": three[1]["t1"]}, three[2]])
+    assert mixed["tests"] == sorted(three[0]) and mixed["metrics"]["speedup"]["df_night"] == 2 * 2 + 10 * 1  # t0, t1: 3 nights
     path = tmp_path / "host.calibration"
     assert load_calibration(path) is None
     path.write_text(render_record(calibrate(s)))
