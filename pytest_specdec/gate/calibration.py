@@ -141,14 +141,11 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     factors = night_factors(files)
     nights = night_variances(files, factors)
     grouped = {}
-    repeat = None  # the widest distance between two sessions of one test in one state: the probe's repeatability
     if state_tolerance is not None:
         from pytest_specdec.gate.machine import STATE_BOUND
 
         groups = {i: state_groups(per[i], state_tolerance) for i in ids}
         same_state = [{"sessions": [per[i][j].to_entry() for j in g]} for i in ids for g in groups[i] if len(g) >= 2]
-        repeat = max((d for i in ids for g in groups[i] if (d := state_spread({i: [per[i][j] for j in g]}))
-                      is not None), default=None)
         grouped = {name: nv for name, nv in night_variances(same_state, factors).items()
                    if name.split("[", 1)[0] in STATE_BOUND}
         nights = {**nights, **grouped}
@@ -194,6 +191,7 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     spread = state_spread(per)
     if spread is not None:
         probe["state_range_pct"] = 100.0 * math.expm1(spread)
+    repeat = state_repeat(sessions)
     if repeat is not None:
         probe["state_repeat_pct"] = 100.0 * math.expm1(repeat)
     for name, follow in follows_state(per, factors).items():
@@ -225,6 +223,28 @@ def state_groups(nights: Sequence[Night], tolerance_pct: float) -> list[list[int
         else:
             home.append(j)
     return groups
+
+
+def state_repeat(sessions: Sequence[Mapping[str, Night]]) -> float | None:
+    """How far apart two probe readings of one state fall (log, 95 % of pairs): 1.96·√2 times the probe's sd
+    between the tests of one session, pooled over the sessions, on its noisiest figure. A session's tests are
+    probed minutes apart in one nominal state, so this is the probe's repeatability with the drift a session has;
+    None with fewer than 2 probed tests in any session."""
+    from pytest_specdec.measure.probe import COMPONENTS
+
+    worst = None
+    for k in COMPONENTS:
+        ss, df = 0.0, 0
+        for s in sessions:
+            logs = [math.log(float(n.machine_state[k])) for n in s.values() if n.machine_state and n.machine_state.get(k)]
+            if len(logs) >= 2:
+                m = sum(logs) / len(logs)
+                ss += sum((x - m) ** 2 for x in logs)
+                df += len(logs) - 1
+        if df:
+            sd = math.sqrt(ss / df)
+            worst = sd if worst is None else max(worst, sd)
+    return None if worst is None else 1.96 * math.sqrt(2.0) * worst
 
 
 def state_spread(per: Mapping[str, Sequence[Night]]) -> float | None:
@@ -293,9 +313,9 @@ def state_tolerance_of(record: Mapping[str, Any], prior: NightPrior, base: State
     ``b`` per unit of log capacity moves by at most ``2·b·δ`` between two states within ``δ`` of each other on
     both probe figures; the tolerance is the ``δ`` at which that reaches the night sd of the profile's ``prior``
     (not the record's: sessions in several states measure the state's moves into their night sd), ``b`` taken at
-    its upper 95 % bound, never beyond the widest state distance the calibration saw, and never below the widest
-    between two of its sessions of one state (``state_repeat_pct``, the probe's own repeatability: a tolerance below
-    it would set aside nights of tonight's very state). A kind keeps ``base``'s (the profile's) where the
+    its upper 95 % bound, never beyond the widest state distance the calibration saw, and never below what two
+    readings of one state differ by (``state_repeat_pct``, `state_repeat`: a tolerance below the probe's own
+    repeatability would set aside nights of tonight's very state). A kind keeps ``base``'s (the profile's) where the
     calibration's states moved less than that tolerance, or none of its metrics has a slope: a quiet calibration
     cannot say how the state matters."""
     import dataclasses
@@ -467,7 +487,8 @@ def summary_lines(record: Mapping[str, Any], where: str) -> list[str]:
                       f"{follow['points']} points)" if follow else ""))
     if "state_range_pct" in p:
         out.append(f"  machine state: the sessions' states of one test were up to {p['state_range_pct']:.3g} % apart"
-                   + (f", and within {p['state_repeat_pct']:.3g} % in one state" if "state_repeat_pct" in p else ""))
+                   + (f"; two readings of one state differ by up to {p['state_repeat_pct']:.3g} % (95 %)"
+                      if "state_repeat_pct" in p else ""))
     return out
 
 
