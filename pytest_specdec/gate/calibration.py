@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.variance import NightPrior
-    from pytest_specdec.output.schema import Results
 
 CALIBRATION_SCHEMA = "pytest-specdec/calibration/1"
 #: The record's name inside a machine's baselines folder (not ``*.json``: the baselines' reader lists those).
@@ -346,31 +345,6 @@ def state_tolerance_of(record: Mapping[str, Any], prior: NightPrior, base: State
         return base
     return dataclasses.replace(base, ratio=got["ratio"], absolute=got["absolute"],
                                source=f"{source} (its states {spread:.3g} % apart)")
-
-
-def of_results(named: Sequence[tuple[str, Results]], state_tolerance: float | None = None
-               ) -> tuple[dict[str, Any], str, str]:
-    """The record of several sessions' results files (``(name, results)``, each a night), with where it was made:
-    (record, profile, hardware key). Files of two machines or profiles are refused, naming each; so is one that
-    names neither (it judged against no baselines). The alpha and floor are the last session's."""
-    keys = {(r.profile, _hardware_key(r)) for _, r in named}
-    if len(keys) > 1:
-        listed = "; ".join(f"{name}: profile {r.profile!r}, hardware {_hardware_key(r)!r}" for name, r in named)
-        raise CalibrationError(f"the sessions ran on different machines or profiles ({listed}): calibrate one "
-                               "machine's sessions of one profile")
-    [(profile, hardware)] = keys
-    if not profile or not hardware:
-        raise CalibrationError(f"{named[0][0]}: no profile or hardware recorded (gate.settings.hardware.this.key): "
-                               "calibrate results of sessions that judged against baselines")
-    sessions = [{t.nodeid: t.night for t in r.tests if t.night.reference} for _, r in named]
-    settings = named[-1][1].gate.settings
-    alpha, floor = float(settings.get("alpha", 0.05)), float(settings.get("min_night_sd") or 0.0)
-    record = calibrate(sessions, alpha=alpha, min_night_sd=floor, state_tolerance=state_tolerance)
-    return record, profile, hardware
-
-
-def _hardware_key(results: Results) -> str | None:
-    return (results.gate.settings.get("hardware") or {}).get("this", {}).get("key")
 
 
 def load_calibration(path: Path) -> dict[str, Any] | None:

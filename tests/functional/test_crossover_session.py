@@ -73,9 +73,11 @@ def test_crossover_moves_from_16_to_5_and_regresses(
 
     result, same = night(pytester, fake_profile, spec16, ref, "-o", "specdec_gate=crossover")
     assert result.ret == 0, result.stdout.str()
-    # No change: `unchanged` (run alone 6 times on a busy 2-core machine, load average 10 to 16: it passed each time;
-    # where read out, the stored nights c ≈ 13.7 and 15.2, these 14.6 and 14.8, the moved 4.9 and 5.0).
-    assert same["family"] == "gated" and same["verdict"]["verdict"] == "unchanged", same["verdict"]
+    # No change: never `regressed` or `improved`. `unchanged` when run alone 6 times on a busy 2-core machine (load
+    # average 10 to 16; where read out, the stored nights c ≈ 13.7 and 15.2, these 14.6 and 14.8, the moved 4.9 and
+    # 5.0); in a full CI run on a slower host the stored night read c ≈ 17.2 and this one 13.8, -19 % with a 90 % CI
+    # of -35 to -6 %: `inconclusive`, which a move within the threshold's reach honestly is.
+    assert same["family"] == "gated" and same["verdict"]["verdict"] in ("unchanged", "inconclusive"), same["verdict"]
 
     result, moved = night(pytester, fake_profile, spec5, ref, "-o", "specdec_gate=crossover")
     result.assert_outcomes(passed=3)  # no test fails on its own: the session fails on the crossover
