@@ -154,7 +154,7 @@ def calibrate_session(session: SpecDecSession) -> list[str]:
 
     from pytest_specdec.files import write_atomic
     from pytest_specdec.gate.calibration import CALIBRATION_FILE, render_record, summary_lines
-    from pytest_specdec.output.calibration_sessions import of_results
+    from pytest_specdec.output.calibration_sessions import machine_of, of_results
     from pytest_specdec.output.schema import ResultsError, load
 
     if not session.settings.calibrate or not session.result_paths or session._judge is None:
@@ -176,9 +176,8 @@ def calibrate_session(session: SpecDecSession) -> list[str]:
     if mine is None:
         return [(f"specdec calibration: this session's results {this} are not a calibration session's; nothing "
                  "calibrated")]
-    key = (mine.profile, (mine.gate.settings.get("hardware") or {}).get("this", {}).get("key"))
-    pool = [(p, r) for p, r in named if (r.profile, (r.gate.settings.get("hardware") or {}).get("this", {})
-                                          .get("key")) == key]
+    key = (mine.profile, machine_of(mine))
+    pool = [(p, r) for p, r in named if (r.profile, machine_of(r)) == key]
     path = judge.store.base / CALIBRATION_FILE
     out = [f"specdec calibration: results files left out, unreadable: {', '.join(unread)}"] if unread else []
     if len(pool) < 2:

@@ -19,9 +19,9 @@ def of_results(named: Sequence[tuple[str, Results]], state_tolerance: float | No
     """The record of several sessions' results files (``(name, results)``, each a night), with where it was made:
     (record, profile, hardware key). Files of two machines or profiles are refused, naming each; so is one that
     names neither (it judged against no baselines). The alpha and floor are the last session's."""
-    keys = {(r.profile, _hardware_key(r)) for _, r in named}
+    keys = {(r.profile, machine_of(r)) for _, r in named}
     if len(keys) > 1:
-        listed = "; ".join(f"{name}: profile {r.profile!r}, hardware {_hardware_key(r)!r}" for name, r in named)
+        listed = "; ".join(f"{name}: profile {r.profile!r}, hardware {machine_of(r)!r}" for name, r in named)
         raise CalibrationError(f"the sessions ran on different machines or profiles ({listed}): calibrate one "
                                "machine's sessions of one profile")
     [(profile, hardware)] = keys
@@ -35,5 +35,6 @@ def of_results(named: Sequence[tuple[str, Results]], state_tolerance: float | No
     return record, profile, hardware
 
 
-def _hardware_key(results: Results) -> str | None:
+def machine_of(results: Results) -> str | None:
+    """The machine folder a session's baselines were read from (`gate.settings.hardware.this.key`)."""
     return (results.gate.settings.get("hardware") or {}).get("this", {}).get("key")
