@@ -171,8 +171,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     old_name, new_name = names((args.old, args.new))
     tolerance = settings.get("machine_state_tolerance")
     if tolerance is None or args.profile:
-        pct = profile_of(profile, where).machine_state_tolerance
-        tolerance = StateTolerance(pct, pct, f"profile {profile}'s machine_state_tolerance")
+        tolerance = StateTolerance.of_profile(profile, profile_of(profile, where).machine_state_tolerance)
     else:  # the session's own: its calibration's, say (a number in a file before tolerances per kind)
         tolerance = StateTolerance.from_setting(tolerance, f"{args.new}: gate.settings")
     if settings.get("night_prior") is not None and not args.profile:  # the session's own: its calibration's, say
@@ -349,7 +348,7 @@ def profile_state_tolerance(name: str, results: Results) -> float | None:
     recorded = results.gate.settings.get("machine_state_tolerance")
     if recorded is not None:
         tol = StateTolerance.from_setting(recorded, f"{name}: gate.settings")
-        if not tol.source or tol.source.startswith("profile "):
+        if tol.profiles:
             return tol.ratio
     return profile_of(results.profile, f"{name}: `profile`").machine_state_tolerance if results.profile else None
 

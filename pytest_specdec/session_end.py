@@ -167,7 +167,8 @@ def calibrate_session(session: SpecDecSession) -> list[str]:
             continue
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(data, dict) or not (data.get("gate") or {}).get("settings", {}).get("calibration_session"):
+            settings = (data.get("gate") or {}).get("settings", {}) if isinstance(data, dict) else {}
+            if not settings.get("calibration_session"):
                 continue
             named.append((path, load(data, str(path))))
         except (OSError, ValueError, ResultsError) as exc:

@@ -235,7 +235,8 @@ def state_repeat(sessions: Sequence[Mapping[str, Night]]) -> float | None:
     for k in COMPONENTS:
         ss, df = 0.0, 0
         for s in sessions:
-            logs = [math.log(float(n.machine_state[k])) for n in s.values() if n.machine_state and n.machine_state.get(k)]
+            logs = [math.log(float(n.machine_state[k])) for n in s.values()
+                    if n.machine_state and n.machine_state.get(k)]
             if len(logs) >= 2:
                 m = sum(logs) / len(logs)
                 ss += sum((x - m) ** 2 for x in logs)

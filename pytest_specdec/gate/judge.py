@@ -162,7 +162,6 @@ class Judge:
         """Within how far a stored night's machine state is tonight's, per kind: measured by this machine's
         calibration where it saw the state move (`calibration.state_tolerance_of`), else the profile's."""
         from pytest_specdec.gate.calibration import CALIBRATION_FILE, state_tolerance_of
-
         from pytest_specdec.gate.variance import night_prior_from
 
         if self.calibration is None:
@@ -177,8 +176,7 @@ class Judge:
         """The profile's ``[verdicts] machine_state_tolerance``, one for every kind."""
         from pytest_specdec.gate.machine import StateTolerance
 
-        pct = self.cfg.profile.machine_state_tolerance
-        return StateTolerance(pct, pct, f"profile {self.cfg.profile.name}'s machine_state_tolerance")
+        return StateTolerance.of_profile(self.cfg.profile.name, self.cfg.profile.machine_state_tolerance)
 
     @cached_property
     def calibration(self) -> dict[str, Any] | None:
@@ -202,8 +200,7 @@ class Judge:
                 "catches": catch_phrase(self.judged_calibration or self.calibration),
                 "raised_thresholds": {name: list(pair) for name, pair in raised.items()},
                 # where the record saw the state move and measured a tolerance of its own
-                **({"state_tolerance": self.state_tolerance.to_dict()}
-                   if self.state_tolerance != self.profile_state_tolerance else {})}
+                **({"state_tolerance": self.state_tolerance.to_dict()} if not self.state_tolerance.profiles else {})}
 
     @cached_property
     def night_prior(self) -> NightPrior:

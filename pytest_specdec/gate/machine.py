@@ -148,6 +148,16 @@ class StateTolerance:
     absolute: float
     source: str
 
+    @classmethod
+    def of_profile(cls, profile: str, pct: float) -> StateTolerance:
+        """A profile's ``[verdicts] machine_state_tolerance``, one for every kind."""
+        return cls(pct, pct, f"profile {profile}'s machine_state_tolerance")
+
+    @property
+    def profiles(self) -> bool:
+        """A profile's (`of_profile`, or a number in a results file before tolerances per kind), not measured."""
+        return not self.source or self.source.startswith("profile ")
+
     def of(self, name: str) -> float:
         """The tolerance of one state-bound metric."""
         return self.absolute if name.split("[", 1)[0] in ABSOLUTE else self.ratio
