@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,7 +53,12 @@ class MethodResult:
     texts_t0: dict[str, str] = field(default_factory=dict)
     workarounds: list[dict[str, Any]] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
+    #: A twin's interleaved greedy c=1 runs against its base (`measure_with_twins`); empty for other methods
+    timing_pairs: list[dict[str, Any]] = field(default_factory=list)
 
+
+#: Interleaved timing pairs of each twin against its base, both servers up (`measure_with_twins`).
+TWIN_PAIRS = 3
 
 #: Attempts per throughput point when the only invalid reason is a lagging client event loop.
 LAG_ATTEMPTS = 3
@@ -91,6 +99,79 @@ def _run(
     )
 
 
+@contextmanager
+def _serving(method: str, prompts: list[Any], log_dir: Path, *, fix: bool,
+             progress: Any) -> Iterator[tuple[Any, str, MethodResult]]:
+    """Start the server for `method` from the `cpu` profile, warm it up on the first 4 `prompts`, yield it with its
+    model and the result to fill, record its workarounds, stop it (always)."""
+    from pytest_specdec.profiles import load_profile, server_spec
+    from pytest_specdec.servers.http import served_model
+    from pytest_specdec.servers.process import VllmServer
+
+    profile = load_profile("cpu")
+    env = None if fix else {"SPECDEC_VLLM_CPU_FIX": "0"}
+    spec = server_spec(profile, method, None if method == "none" else K, extra_env=env)
+    server = VllmServer(spec, log_dir=log_dir, cpus=server_cpus())
+    label = method if fix else f"{method} (no fix)"
+    progress(f"[zoo] starting vLLM for {label} ...")
+    with server:
+        assert server.startup_s is not None
+        progress(f"[zoo] {label}: ready in {server.startup_s:.0f} s at {server.base_url}")
+        result = MethodResult(method=label, startup_s=server.startup_s, command=server.command)
+        model = served_model(server.base_url, server.api_key)
+        # Warm-up: the first requests of a fresh server compile new shapes.
+        _run(server, model, prompts[:4], 0.0, 4, profile.validity)
+        yield server, model, result
+        result.workarounds = server.workarounds()
+
+
+def _greedy_run(server: Any, model: str, prompts: list[Any], concurrency: int, rules: ValidityRules,
+                label: str, progress: Any) -> tuple[RunRecord, list[dict[str, Any]]]:
+    """One greedy (throughput) run, taken again up to LAG_ATTEMPTS in all while the client's event loop lagged.
+
+    On 2 shared cores a busy moment starves the client's event loop and invalidates a run's timing (not its
+    counters or texts); every earlier attempt is returned to be kept in the summary."""
+    earlier: list[dict[str, Any]] = []
+    run = _run(server, model, prompts, 0.0, concurrency, rules)
+    while _only_client_lag(run.invalid) and len(earlier) + 1 < LAG_ATTEMPTS:
+        earlier.append({"output_tok_s": run.metrics.output_tok_s, "invalid_reasons": run.invalid})
+        progress(f"[zoo] {label} greedy c={concurrency}: client-bound ({run.invalid[0]}), measuring again")
+        run = _run(server, model, prompts, 0.0, concurrency, rules)
+    return run, earlier
+
+
+def _measure_points(server: Any, model: str, result: MethodResult, prompts: list[Any], *,
+                    temperatures: tuple[float, ...], concurrencies: tuple[int, ...], per_category: bool,
+                    progress: Any) -> None:
+    """Throughput at every concurrency for greedy decoding; T > 0 only at the first (acceptance)."""
+    from pytest_specdec.profiles import load_profile
+
+    rules = load_profile("cpu").validity
+    points = [(0.0, c) for c in concurrencies if 0.0 in temperatures]
+    points += [(t, concurrencies[0]) for t in temperatures if t != 0.0]
+    for temperature, concurrency in points:
+        t0 = time.monotonic()
+        key = f"t{temperature}-c{concurrency}"
+        if temperature == 0.0:
+            run, earlier = _greedy_run(server, model, prompts, concurrency, rules, result.method, progress)
+        else:
+            run, earlier = _run(server, model, prompts, temperature, concurrency, rules), []
+        result.runs[key] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid, "earlier_attempts": earlier}
+        if temperature == 0.0 and concurrency == 1:
+            result.texts_t0 = run.texts
+        m = result.runs[key]
+        progress(
+            f"[zoo] {result.method} {key}: {m['output_tok_s']:.1f} tok/s, acceptance "
+            f"{_fmt(m.get('acceptance_rate'))} per position {_fmt_list(m.get('per_position_acceptance'))}"
+            f" ({time.monotonic() - t0:.0f} s)"
+        )
+    if per_category:
+        for name, cats in (("prose", PROSE), ("code_editing", CODE_EDIT)):
+            subset = [p for p in prompts if p.category in cats]
+            run = _run(server, model, subset, 0.0, 1, rules)
+            result.runs[f"t0.0-c1-{name}"] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid}
+
+
 def measure_method(
     method: str,
     prompts: list[Any],
@@ -103,56 +184,69 @@ def measure_method(
     progress: Any = print,
 ) -> MethodResult:
     """Start the server for `method`, warm it up, measure the runs, stop it (always)."""
-    from pytest_specdec.profiles import load_profile, server_spec
-    from pytest_specdec.servers.http import served_model
-    from pytest_specdec.servers.process import VllmServer
-
-    profile = load_profile("cpu")
-    rules = profile.validity
-    env = None if fix else {"SPECDEC_VLLM_CPU_FIX": "0"}
-    spec = server_spec(profile, method, None if method == "none" else K, extra_env=env)
-    server = VllmServer(spec, log_dir=log_dir, cpus=server_cpus())
-    label = method if fix else f"{method} (no fix)"
-    progress(f"[zoo] starting vLLM for {label} ...")
-    with server:
-        assert server.startup_s is not None
-        progress(f"[zoo] {label}: ready in {server.startup_s:.0f} s at {server.base_url}")
-        result = MethodResult(method=label, startup_s=server.startup_s, command=server.command)
-        model = served_model(server.base_url, server.api_key)
-        # Warm-up: the first requests of a fresh server compile new shapes.
-        _run(server, model, prompts[:4], 0.0, 4, rules)
-        # Throughput at every concurrency for greedy decoding; T > 0 only at the first (acceptance).
-        points = [(0.0, c) for c in concurrencies if 0.0 in temperatures]
-        points += [(t, concurrencies[0]) for t in temperatures if t != 0.0]
-        for temperature, concurrency in points:
-            t0 = time.monotonic()
-            key = f"t{temperature}-c{concurrency}"
-            earlier: list[dict[str, Any]] = []
-            run = _run(server, model, prompts, temperature, concurrency, rules)
-            # On 2 shared cores a busy moment starves the client's event loop and invalidates a run's
-            # timing (not its counters or texts): take a greedy (throughput) run again, up to LAG_ATTEMPTS
-            # in all, and keep every earlier attempt in the summary.
-            while temperature == 0.0 and _only_client_lag(run.invalid) and len(earlier) + 1 < LAG_ATTEMPTS:
-                earlier.append({"output_tok_s": run.metrics.output_tok_s, "invalid_reasons": run.invalid})
-                progress(f"[zoo] {label} {key}: client-bound ({run.invalid[0]}), measuring again")
-                run = _run(server, model, prompts, temperature, concurrency, rules)
-            result.runs[key] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid,
-                                "earlier_attempts": earlier}
-            if temperature == 0.0 and concurrency == 1:
-                result.texts_t0 = run.texts
-            m = result.runs[key]
-            progress(
-                f"[zoo] {label} {key}: {m['output_tok_s']:.1f} tok/s, acceptance "
-                f"{_fmt(m.get('acceptance_rate'))} per position {_fmt_list(m.get('per_position_acceptance'))}"
-                f" ({time.monotonic() - t0:.0f} s)"
-            )
-        if per_category:
-            for name, cats in (("prose", PROSE), ("code_editing", CODE_EDIT)):
-                subset = [p for p in prompts if p.category in cats]
-                run = _run(server, model, subset, 0.0, 1, rules)
-                result.runs[f"t0.0-c1-{name}"] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid}
-        result.workarounds = server.workarounds()
+    with _serving(method, prompts, log_dir, fix=fix, progress=progress) as (server, model, result):
+        _measure_points(server, model, result, prompts, temperatures=temperatures, concurrencies=concurrencies,
+                        per_category=per_category, progress=progress)
     return result
+
+
+def _timing_pairs(base: tuple[Any, str, MethodResult], twin: tuple[Any, str, MethodResult], prompts: list[Any],
+                  pairs: int, progress: Any) -> list[dict[str, Any]]:
+    """`pairs` interleaved greedy c=1 runs of a twin and its base, both servers up, the lead swapped from pair to
+    pair, each run after the other server has gone idle (`servers.quiet.wait_idle`, as the gate's runs wait).
+
+    Why: on a host whose speed swings within minutes, one run of each server minutes apart measured the slow
+    draft from -44 % to -13 % (the 0.85 check failed once in CI); a pair's two runs seconds apart see one state."""
+    from pytest_specdec.profiles import load_profile
+    from pytest_specdec.servers.quiet import requests_held, wait_idle
+
+    rules = load_profile("cpu").validity
+    arms = {"base": base, "twin": twin}
+    both = [(s.base_url, s.api_key) for s, _, _ in arms.values()]
+    out: list[dict[str, Any]] = []
+    for i in range(pairs):
+        order = ("base", "twin") if i % 2 == 0 else ("twin", "base")
+        pair: dict[str, Any] = {"first": order[0]}
+        for arm in order:
+            server, model, result = arms[arm]
+            other = arms["twin" if arm == "base" else "base"][0]
+            quiet = wait_idle({other.proc.pid}, timeout_s=3.0, requests=lambda: requests_held(both))
+            run, earlier = _greedy_run(server, model, prompts, 1, rules, result.method, progress)
+            pair[arm] = {"output_tok_s": run.metrics.output_tok_s, "invalid_reasons": run.invalid,
+                         "earlier_attempts": earlier, "quiet": quiet.to_dict()}
+        progress(f"[zoo] {twin[2].method} vs {base[2].method}, pair {i + 1}/{pairs}: "
+                 f"{pair['twin']['output_tok_s']:.1f} vs {pair['base']['output_tok_s']:.1f} tok/s")
+        out.append(pair)
+    return out
+
+
+def measure_with_twins(base: str, twins: tuple[str, ...], prompts: list[Any], log_dir: Path, *,
+                       temperatures: tuple[float, ...], concurrencies: tuple[int, ...], pairs: int = TWIN_PAIRS,
+                       progress: Any = print) -> dict[str, MethodResult]:
+    """Measure `base` as `measure_method` does, then, its server still up, each twin greedy at c=1 and in
+    `pairs` interleaved timing pairs against it (`MethodResult.timing_pairs`)."""
+    results: dict[str, MethodResult] = {}
+    with _serving(base, prompts, log_dir, fix=True, progress=progress) as served_base:
+        _measure_points(*served_base, prompts, temperatures=temperatures, concurrencies=concurrencies,
+                        per_category=False, progress=progress)
+        results[base] = served_base[2]
+        for twin in twins:
+            with _serving(twin, prompts, log_dir, fix=True, progress=progress) as served_twin:
+                _measure_points(*served_twin, prompts, temperatures=(0.0,), concurrencies=(1,),
+                                per_category=False, progress=progress)
+                served_twin[2].timing_pairs = _timing_pairs(served_base, served_twin, prompts, pairs, progress)
+            results[twin] = served_twin[2]
+    return results
+
+
+def twin_speed(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A twin's output tok/s against its base from the timing pairs: each valid pair's ratio and their geometric
+    mean (None when no pair is valid). A pair with an invalid run is kept, named, and left out of the mean."""
+    ratios = [p["twin"]["output_tok_s"] / p["base"]["output_tok_s"]
+              if not p["twin"]["invalid_reasons"] and not p["base"]["invalid_reasons"] else None for p in pairs]
+    valid = [r for r in ratios if r is not None]
+    mean = math.exp(sum(math.log(r) for r in valid) / len(valid)) if valid else None
+    return {"ratios": ratios, "geometric_mean": mean, "valid_pairs": len(valid), "pairs": len(pairs)}
 
 
 def _fmt(x: float | None) -> str:
@@ -191,12 +285,22 @@ def measure(
     # every `stride`-th of the first n: fewer prompts that still span the categories (prose and code editing)
     prompts = list(dataset.prompts[:n_prompts or ZOO_PROMPTS])[::stride]
     results: dict[str, MethodResult] = {}
+    # A twin whose base is measured too is measured beside it, in interleaved timing pairs (`measure_with_twins`).
+    paired = {twin for twin in methods if twin in TWINS and TWINS[twin] in methods}
     for method in methods:
+        if method in paired:
+            continue
         twin = method in TWINS
         # T > 0 is measured for acceptance: not for the reference (no drafts) nor a twin (same drafts)
         at_t1 = not twin and method != "none" and (hot is None or method in hot)
+        temperatures = (0.0, 1.0) if at_t1 else (0.0,)
+        its_twins = tuple(t for t in methods if t in paired and TWINS[t] == method)
+        if its_twins:
+            results.update(measure_with_twins(method, its_twins, prompts, log_dir, temperatures=temperatures,
+                                              concurrencies=concurrencies, progress=progress))
+            continue
         results[method] = measure_method(
-            method, prompts, log_dir, temperatures=(0.0, 1.0) if at_t1 else (0.0,),
+            method, prompts, log_dir, temperatures=temperatures,
             concurrencies=concurrencies[:1] if twin else concurrencies,
             per_category=per_category and method == "ngram", progress=progress,
         )
@@ -225,6 +329,9 @@ def measure(
             entry["output_match_t0"] = output_match(reference_texts, res.texts_t0)
         if name in TWINS and TWINS[name] in results:
             entry["output_match_twin_t0"] = output_match(results[TWINS[name]].texts_t0, res.texts_t0)
+        if res.timing_pairs:
+            entry["timing_pairs"] = res.timing_pairs
+            entry["speed_vs_twin"] = twin_speed(res.timing_pairs)
         summary["methods"][name] = entry
     return summary
 
@@ -255,6 +362,12 @@ def markdown(summary: dict[str, Any]) -> str:
             f"| {'—' if match is None else f'{match:.0%}'} "
             f"| {'—' if tps1 is None else f'{tps1:.0f}'} | {'—' if tps8 is None else f'{tps8:.0f}'} |"
         )
+    for name, entry in summary["methods"].items():
+        speed = entry.get("speed_vs_twin")
+        if speed and speed["geometric_mean"] is not None:
+            each = ", ".join("—" if r is None else f"{r - 1:+.1%}" for r in speed["ratios"])
+            lines += ["", (f"{name} against {TWINS[name]}, greedy c=1 output tok/s in {speed['pairs']} interleaved "
+                           f"pairs: {speed['geometric_mean'] - 1:+.1%} (geometric mean; pairs {each}).")]
     ngram = summary["methods"].get("ngram", {}).get("runs", {})
     if "t0.0-c1-prose" in ngram:
         lines += [

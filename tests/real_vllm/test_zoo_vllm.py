@@ -102,8 +102,11 @@ def test_slow_draft_is_a_pure_speed_regression(zoo: dict[str, Any]) -> None:
     assert zoo["methods"]["draft-slow"]["output_match_twin_t0"] == 1.0
     assert slow["acceptance_rate"] == draft["acceptance_rate"]
     assert slow["per_position_acceptance"] == draft["per_position_acceptance"]
-    fast, slower = _run(zoo, "draft_model", "t0.0-c1", timing=True), _run(zoo, "draft-slow", "t0.0-c1", timing=True)
-    assert slower["output_tok_s"] < 0.85 * fast["output_tok_s"], (slower["output_tok_s"], fast["output_tok_s"])
+    # Timed in interleaved pairs with both servers up: one run of each server minutes apart read -44 % to -13 %
+    # on a host whose speed swings (docs/cpu-default.md, "The slow drafts measured").
+    speed = zoo["methods"]["draft-slow"]["speed_vs_twin"]
+    assert speed["valid_pairs"] == speed["pairs"] == 3, zoo["methods"]["draft-slow"]["timing_pairs"]
+    assert max(speed["ratios"]) < 1.0 and speed["geometric_mean"] < 0.85, speed
 
 
 @pytest.mark.parametrize("method", ["ngram", "draft_model", "eagle3", "eagle3-degraded", "draft-slow"])

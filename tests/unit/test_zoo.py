@@ -114,3 +114,42 @@ def test_a_head_missing_one_declaration_is_named(zoo_copy: Path, drop: str) -> N
     assert aux_layer_mismatches(eagle3_heads(zoo_copy)) == [
         "eagle3: top-level None, eagle_config [1, 2, 3]" if drop == "top-level"
         else "eagle3: top-level [1, 2, 3], eagle_config None"]
+
+
+def test_a_twin_is_timed_beside_its_base_and_an_invalid_pair_is_named_not_averaged(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`zoo.measure`: a slow draft measured with its base goes through `measure_with_twins` (interleaved pairs,
+    both servers up), never a server of its own; its speed is the pairs' geometric mean, an invalid pair kept
+    and left out of it."""
+    from pytest_specdec.zoo import measure as zoo_measure
+
+    def pair(base: float, twin: float, invalid: list[str] | None = None) -> dict[str, object]:
+        return {"first": "base", "base": {"output_tok_s": base, "invalid_reasons": []},
+                "twin": {"output_tok_s": twin, "invalid_reasons": invalid or []}}
+
+    alone: list[str] = []
+    paired: list[tuple[str, tuple[str, ...]]] = []
+
+    def measured(method: str, *_a: object, **_kw: object) -> zoo_measure.MethodResult:
+        alone.append(method)
+        return zoo_measure.MethodResult(method=method, startup_s=1.0)
+
+    def with_twins(base: str, twins: tuple[str, ...], *_a: object,
+                   **_kw: object) -> dict[str, zoo_measure.MethodResult]:
+        paired.append((base, twins))
+        pairs = [pair(100.0, 60.0), pair(100.0, 90.0, ["client lagged"]), pair(80.0, 60.0)]
+        return {base: zoo_measure.MethodResult(method=base, startup_s=1.0),
+                **{t: zoo_measure.MethodResult(method=t, startup_s=1.0, timing_pairs=pairs) for t in twins}}
+
+    monkeypatch.setattr(zoo_measure, "measure_method", measured)
+    monkeypatch.setattr(zoo_measure, "measure_with_twins", with_twins)
+    summary = zoo_measure.measure(tmp_path, methods=("draft-slow", "none", "draft_model"), no_fix_method=None)
+    assert alone == ["none"] and paired == [("draft_model", ("draft-slow",))]
+    speed = summary["methods"]["draft-slow"]["speed_vs_twin"]
+    assert speed["ratios"] == [0.6, None, 0.75] and speed["valid_pairs"] == 2 and speed["pairs"] == 3
+    assert speed["geometric_mean"] == pytest.approx((0.6 * 0.75) ** 0.5)
+    assert "draft-slow against draft_model" in zoo_measure.markdown(summary)
+    # Without its base, a twin is measured alone, as before.
+    alone.clear()
+    zoo_measure.measure(tmp_path, methods=("draft-slow",), no_fix_method=None)
+    assert alone == ["draft-slow"]
