@@ -325,7 +325,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not specdec.records:
         specdec.summary_lines = list(specdec.xdist_lines)
         return
-    from pytest_specdec.session_end import calibrate_session, error_lines, finalize, step, write_results
+    from pytest_specdec.session_end import (calibrate_session, error_lines, finalize, session_fails, step,
+                                            write_results)
 
     specdec.summary_lines = [*specdec.xdist_lines, *finalize(specdec)]
     said = len(specdec.errors)
@@ -341,10 +342,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                                       lambda: calibrate_session(specdec), [])
     specdec.summary_lines += error_lines(specdec)[said:]  # a test's entry or the report that could not be made
     _junit_session_properties(session.config, specdec)
-    end = specdec.end
-    failed = unwritten or (end is not None and bool(end.late_regressions or end.machine_failed or end.baselines_failed))
-    failed = failed or bool(specdec.crossovers and specdec.crossovers.failed) or bool(specdec.errors)
-    if failed and session.exitstatus == pytest.ExitCode.OK:
+    if session_fails(specdec, results_written=not unwritten) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

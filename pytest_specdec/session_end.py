@@ -37,6 +37,17 @@ def error_lines(session: SpecDecSession) -> list[str]:
     return [session_error_line(what, why) for what, why in session.errors]
 
 
+def session_fails(session: SpecDecSession, *, results_written: bool) -> bool:
+    """Whether the session's end fails the session, over every test's own outcome: the results could not be
+    written (what CI keeps), a test regressed only once the whole family was known, the machine factor beyond its
+    threshold under --specdec-fail-machine, a baseline that could not be written, a sweep's gated regression or
+    error, or a step of the session's end that raised."""
+    end = session.end
+    return (not results_written
+            or (end is not None and bool(end.late_regressions or end.machine_failed or end.baselines_failed))
+            or bool(session.crossovers and session.crossovers.failed) or bool(session.errors))
+
+
 def finalize(session: SpecDecSession) -> list[str]:
     """The gates' last word and its lines: the session's gate (`Gate.finish`: the whole family, the late
     regressions; for the stored nights the machine factor and the baseline writes), then the crossover gate's; the
@@ -56,7 +67,8 @@ def finalize(session: SpecDecSession) -> list[str]:
             checks, end, fdr=st.fdr), ([], []))
         coalesced = step(session, "the coalesced runs' summary", lambda: coalesced_summary(
             [(n, r.result) for n, r in records.items()]), [])
-        return [*late, *coalesced, *error_lines(session)]
+        crossovers = step(session, "the crossovers", lambda: judge_ab_crossovers(session), [])
+        return [*late, *coalesced, *crossovers, *error_lines(session)]
     judge = session.judge
     tests = [(n, r.baseline, r.result, r.outcome) for n, r in records.items()]
     end = session.end = step(
@@ -98,6 +110,27 @@ def judge_crossovers(session: SpecDecSession) -> list[str]:
                                         saturation_req_s=(r.rate_sweep or {}).get("saturation_req_s")))
     session.crossovers = gate.finish()
     return crossover_lines(session.crossovers, gate.write(session.crossovers, st.baselines_dir, st.keep_sessions))
+
+
+def judge_ab_crossovers(session: SpecDecSession) -> list[str]:
+    """An A/B session's sweeps (`crossover_gate.against_base`): each candidate sweep's crossover against its base
+    arm's, from the same interleaved pairs; its lines. A sweep that cannot be judged is that sweep's error."""
+    from pytest_specdec.gate.crossover_gate import SweepPoint, against_base
+    from pytest_specdec.gate.nights import Night
+    from pytest_specdec.output.sweeps import crossover_lines
+
+    assert session.ab is not None
+    points, bases = [], {}
+    for nodeid, r in session.records.items():
+        if r.result is None or r.ab is None:  # a test with no A/B comparison (no base for it) is no point
+            continue
+        kw: dict[str, Any] = {"status": "compared", "checked": r.ab.check, "gate": r.ab.metrics,
+                              "passed": r.outcome == "passed",
+                              "saturation_req_s": (r.rate_sweep or {}).get("saturation_req_s")}
+        points.append(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result), **kw))
+        bases[nodeid] = SweepPoint.of(nodeid, r.params, r.callspec, Night.base_from_result(r.result), **kw)
+    session.crossovers = against_base(points, bases, alpha=session.settings.alpha, gate=session.ab.gate)
+    return crossover_lines(session.crossovers, [])
 
 
 def write_results(session: SpecDecSession) -> list[Path]:

@@ -18,11 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, REGRESSED, SHOWN, UNCHANGED, Stop
+from pytest_specdec.gate.kinds import GATED, REGRESSED, SHOWN, UNCHANGED, Stop
+from pytest_specdec.gate.crossover import NAME as CROSSOVER
 from pytest_specdec.gate.registry import GOODPUT
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import TestEnd
+    from pytest_specdec.gate.check import FailRule, TestEnd
     from pytest_specdec.gate.protocol import Finished, Look, Planned, SessionEnd, StopRule, TestOptions, TestStart
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.measure.explain import Split
@@ -41,8 +42,10 @@ AB_METRICS: tuple[str, ...] = ("output_tok_s", "acceptance_rate", "e2e_p95_ms")
 #: reference (speedup, e2e_p95_ratio) are not among them: the base and the candidate share each pair's reference,
 #: so their ratio of speedups is the ratio of their tok/s, gated already. The goodput is (a test with SLOs): each
 #: arm's goodput ratio to its reference, judged pair by pair (`pair_verdicts`), as no other figure says it.
+#: The crossover (`CROSSOVER`) is a sweep's, not a pair's: judged at the session's end, the candidate's sweep against
+#: the base's (`crossover_gate.against_base`).
 AB_GATEABLE: tuple[str, ...] = (*AB_METRICS, "tpot_p95_ms", "ttft_p95_ms", "draft_coverage", "acceptance_length",
-                                 GOODPUT)
+                                 GOODPUT, CROSSOVER)
 
 #: What an upgrade A/B (the base on another install) shows beside them, never failing a test: the two references'
 #: tok/s (the non-speculative path) and the two installs' speedups (each spec run over its install's reference).
@@ -101,7 +104,7 @@ def pair_verdicts(base: Sequence[ArmRun], candidate: Sequence[ArmRun], threshold
     # specdec_gate may name goodput for the session's tests that set SLOs)
     slos = any(r.goodput_req_s is not None for r in (*base, *candidate))
     shown_goodput = (GOODPUT,) if slos and GOODPUT not in metrics else ()
-    metrics = [m for m in metrics if m != GOODPUT or slos]
+    metrics = [m for m in metrics if (m != GOODPUT or slos) and m != CROSSOVER]  # a sweep's: judged at the end
     out = [dataclasses.replace(paired(m, [value(m, p.first, 0) for p in ab], [value(m, p.second, 1) for p in ab],
                                       thresholds=thresholds, alpha=alpha, look=look, max_looks=max_looks),
                                family=SHOWN if m in shown_goodput else GATED) for m in (*metrics, *shown_goodput)]
@@ -282,7 +285,7 @@ class ABGate:
 
     def gated_size(self, planned: Sequence[Planned]) -> int:
         """The gated verdicts the ``planned`` tests add to the session's A/B family (those with a comparison)."""
-        return sum(len(self.metrics(p.options)) for p in planned
+        return sum(len([m for m in self.metrics(p.options) if m != CROSSOVER]) for p in planned
                    if self.skip_reason(p.method, p.speculative_config) is None)
 
     def test_thresholds(self, marker: Mapping[str, float] | None = None) -> Thresholds:
@@ -395,31 +398,30 @@ class ABGate:
         """At a test's end: every A/B verdict so far adjusted, padded with p=1 to what the ``planned`` tests can
         add; a gated regression fails the test, a gated verdict still inconclusive warns (fails under
         --specdec-fail-inconclusive), unless its marker says check=False."""
-        from pytest_specdec.gate.check import TestEnd
-
         judged = [p for p in planned if self.skip_reason(p.method, p.speculative_config) is None]
         gated = self.gated_size(planned)
         adjust(family, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated,
                family_size=gated + (len(AB_SHOWN) * len(judged) if self.installs else 0))
         c = dict(family)[nodeid]
-        if not c.check:
-            return TestEnd("pass", False)
-        if c.regressed():
-            c.failed = True
-            return TestEnd(REGRESSED, True)
-        open_ = tuple(v for v in c.shown() if v.family == GATED and v.verdict == INCONCLUSIVE)
-        if not open_:
-            return TestEnd("pass", False)
-        c.failed = self.fail_inconclusive
-        return TestEnd(INCONCLUSIVE, self.fail_inconclusive, open=open_)
+        end = self.fail_rule.decide(checked=c.check, status="compared", verdicts=c.shown())
+        c.failed = end.fails
+        return end
+
+    @property
+    def fail_rule(self) -> FailRule:
+        """The session's failure rule (`check.FailRule`): an A/B test always has its base to compare with."""
+        from pytest_specdec.gate.check import FailRule
+
+        return FailRule(fail_inconclusive=self.fail_inconclusive)
 
     def finish(self, tests: Sequence[Finished[ABCheck]]) -> SessionEnd:
         """At the session's end: the whole family adjusted; the tests that regress only now (BH needs every p)
         are its late regressions, which fail the session."""
-        from pytest_specdec.gate.check import TestEnd
         from pytest_specdec.gate.protocol import SessionEnd
 
         family = [(t.nodeid, t.check) for t in tests]
         adjust(family, final=True, fdr=self.fdr, alpha=self.alpha)
-        return SessionEnd(None, late_regressions=[(n, TestEnd(REGRESSED, True)) for n, c in family
-                                                  if c.check and c.regressed() and not c.failed])
+        rule = self.fail_rule
+        ends = [(n, c, rule.decide(checked=c.check, status="compared", verdicts=c.shown())) for n, c in family]
+        return SessionEnd(None, late_regressions=[(n, end) for n, c, end in ends
+                                                  if end.outcome == REGRESSED and not c.failed])

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, SHOWN, Outcome, Status
+from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, REGRESSED, SHOWN, Outcome, Status
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
@@ -96,6 +96,48 @@ class TestEnd:
     where: str = ""  # the baseline file, as the checkout names it
     command: str = ""  # the command that creates (missing) or accepts (regressed) the baseline
     open: tuple[Verdict, ...] = ()  # the gated verdicts still inconclusive
+
+
+PASSED = TestEnd("pass", False)
+
+
+@dataclass(frozen=True)
+class FailRule:
+    """The one rule for "does this test fail?": what a test's verdicts and how it met its baseline decide under the
+    session's options. The nightly and the A/B test ends, their late regressions at the session's end, `compare`
+    and the A/B's `compare` all ask it, so a file judged again fails exactly the tests the session failed.
+
+    A test that opted out (``check=False``) never fails on its verdicts; a shown metric never fails a test."""
+
+    strict: bool = False  # --specdec-strict: a test not comparable with its baseline fails
+    fail_inconclusive: bool = False  # --specdec-fail-inconclusive: a gated verdict still inconclusive fails
+    replacing: bool = False  # --update-baselines=all: every baseline is replaced, so nothing is judged
+    #: a missing baseline fails (not while baselines are recorded, nor on a machine with none of its own unless
+    #: strict: the judge sets it; a file judged again has no missing baselines to fail)
+    missing_fails: bool = False
+
+    def decide(self, *, checked: bool, status: Status, verdicts: Sequence[Verdict], dead: bool = False) -> TestEnd:
+        """The test's end: its outcome, whether it fails, and its gated verdicts still open. ``dead``: an arm
+        without a valid run, which fails whatever the rest says."""
+        if dead:
+            return TestEnd("error", True)
+        if not checked:
+            return PASSED
+        if status == "error":  # --update-baselines replaces an unreadable file (the summary says so)
+            return PASSED if self.replacing else TestEnd("error", True)
+        if status == "missing":
+            return TestEnd("missing", True) if self.missing_fails else PASSED
+        if self.replacing:
+            return PASSED
+        if status == NOT_COMPARABLE:
+            return TestEnd(NOT_COMPARABLE, self.strict)
+        gated = [v for v in verdicts if v.family == GATED]
+        if any(v.verdict == REGRESSED for v in gated):
+            return TestEnd(REGRESSED, True)
+        open_ = tuple(v for v in gated if v.verdict == INCONCLUSIVE)
+        if open_:
+            return TestEnd(INCONCLUSIVE, self.fail_inconclusive, open=open_)
+        return PASSED
 
 
 def adjusted(checks: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, final: bool, fdr: str, alpha: float,

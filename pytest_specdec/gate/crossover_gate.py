@@ -314,6 +314,31 @@ def decide(sweep: Sweep, read: Reader, *, alpha: float, tolerance: float | None,
     return judged(sweep, course)
 
 
+#: What an A/B session's sweeps are judged against, as the terminal, the JSON and the report name it.
+BASE_ARM = "the base arm, this session"
+
+
+def against_base(points: Sequence[SweepPoint], bases: Mapping[str, SweepPoint], *, alpha: float,
+                 gate: Sequence[str] = ()) -> CrossoverEnd:
+    """An A/B session's sweeps: the candidate's crossover (``points``) judged against the base arm's (``bases``, by
+    test), whose pairs ran interleaved with the candidate's on this machine in this session: no record is read or
+    written and the machine state is not conditioned on. The same `decide` as a stored night's, so the verdict,
+    the gate (``crossover`` in the ini's or a test's gate) and the errors read alike."""
+    from pytest_specdec.gate.crossover import estimate
+
+    def read(sweep: Sweep) -> tuple[StoredNight | None, str]:
+        missing = [p.nodeid for p in sweep.points if p.nodeid not in bases]
+        if missing:
+            return None, f"no base arm for {', '.join(missing)}"
+        grid = [(float(p.concurrency), list(bases[p.nodeid].speedups)) for p in sweep.points]
+        est = estimate(grid, alpha=alpha, where=f"{sweep.sweep} (base)", axis=sweep.axis)
+        return StoredNight(BASE_ARM, grid, est.text() if est else "too few valid pairs"), ""
+
+    sweeps, outcomes = group(points)
+    outcomes += [decide(sweep, read, alpha=alpha, tolerance=None, gate=gate) for sweep in sweeps]
+    return CrossoverEnd(tuple(outcomes))
+
+
 def stored_night(night: Mapping[str, Any], where: str, axis: str = CONCURRENCY) -> StoredNight:
     """A stored record's night, its points on ``axis`` checked (a bad value raises ConfigError naming ``where``)."""
     from pytest_specdec.gate.crossover import points_of

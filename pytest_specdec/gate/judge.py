@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from pytest_specdec.gate.protocol import SessionEnd
 from pytest_specdec.gate.store import BaselineWrites
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import TestEnd
+    from pytest_specdec.gate.check import FailRule, TestEnd
     from pytest_specdec.gate.pipeline import Pipeline
     from pytest_specdec.gate.protocol import Finished, Look, Planned, StopRule, TestStart
     from pytest_specdec.gate.stats import Thresholds
@@ -240,34 +240,28 @@ class Judge:
         baseline warns (fails under --specdec-strict); inconclusive gated verdicts warn (fail under
         --specdec-fail-inconclusive).
         """
-        from pytest_specdec.gate.check import TestEnd
-        from pytest_specdec.gate.verdicts import gated_per_test, gated_with, metrics_per_test
+        from pytest_specdec.gate.verdicts import gated_per_test, metrics_per_test
 
         c = dict(family)[nodeid]
         c.verdicts = self.pipeline.test_end(
             family, nodeid, gated_size=sum(gated_per_test(p.method, self.gate(p.options.gate)) for p in planned),
             family_size=sum(metrics_per_test(p.method, p.k, p.goodput) for p in planned))
-        rel = self.rel(c.path)
-        passed = TestEnd("pass", False, rel)
-        if not c.check:
-            return passed
-        if c.status == "error":  # --update-baselines replaces an unreadable file (the summary says so)
-            return passed if self.updating_all else TestEnd("error", True, rel)
-        if c.status == "missing":
-            fails = not self.cfg.update and (self.cfg.strict or not self.hardware.without_own)
-            return TestEnd("missing", True, rel, self.create_command(nodeid, "missing")) if fails else passed
-        if self.updating_all:
-            return passed
-        if c.status == NOT_COMPARABLE:
-            return TestEnd(NOT_COMPARABLE, self.cfg.strict, rel)
-        if gated_with(c.verdicts, REGRESSED):
-            c.failed = True
-            return TestEnd(REGRESSED, True, rel, self.create_command(nodeid, "all"))
-        open_ = tuple(gated_with(c.verdicts, INCONCLUSIVE))
-        if not open_:
-            return passed
-        c.failed = self.cfg.fail_inconclusive
-        return TestEnd(INCONCLUSIVE, self.cfg.fail_inconclusive, rel, open=open_)
+        end = replace(self.fail_rule.decide(checked=c.check, status=c.status, verdicts=c.verdicts),
+                      where=self.rel(c.path))
+        if end.outcome in ("missing", REGRESSED):  # the command that creates or accepts the baseline
+            end = replace(end, command=self.create_command(nodeid, "missing" if end.outcome == "missing" else "all"))
+        c.failed = end.fails and end.outcome in (REGRESSED, INCONCLUSIVE)
+        return end
+
+    @property
+    def fail_rule(self) -> FailRule:
+        """The session's failure rule (`check.FailRule`): a missing baseline fails but while baselines are
+        recorded, and on a machine with none of its own (said once for the session) unless --specdec-strict."""
+        from pytest_specdec.gate.check import FailRule
+
+        return FailRule(strict=self.cfg.strict, fail_inconclusive=self.cfg.fail_inconclusive,
+                        replacing=self.updating_all,
+                        missing_fails=not self.cfg.update and (self.cfg.strict or not self.hardware.without_own))
 
     def start(self, test: TestStart) -> BaselineCheck:
         """Read the test's baseline and say whether tonight can be compared with it (`gate/conditions.py`:
@@ -368,9 +362,7 @@ class Judge:
         (`Pipeline.finish`); beyond its threshold the factor fails the session (--specdec-fail-machine), else
         `machine_warns` asks the wiring to warn. Then the tests that regress only once the whole family is
         known, and the queued baseline writes. ``tests``: the session's, in its order."""
-        from pytest_specdec.gate.check import TestEnd
         from pytest_specdec.gate.machine import state_summary
-        from pytest_specdec.gate.verdicts import gated_with
 
         family = [(t.nodeid, t.check) for t in tests]
         errors: list[tuple[str, str]] = []
@@ -378,11 +370,12 @@ class Judge:
         end.state = state_summary(family, self.pipeline.state_tolerance)
         if end.machine is not None and end.machine.beyond and not self.updating_all:
             end.machine_failed, end.machine_warns = self.cfg.fail_machine, not self.cfg.fail_machine
+        rule = self.fail_rule
         for nodeid, c in family:
-            late = gated_with(c.final or [], REGRESSED)  # a shown metric never fails the session
-            if late and c.check and not c.failed and not self.updating_all and c.status == "compared":
+            late = rule.decide(checked=c.check, status=c.status, verdicts=c.final or [])
+            if late.outcome == REGRESSED and not c.failed:
                 end.late_regressions.append(
-                    (nodeid, TestEnd(REGRESSED, True, self.rel(c.path), self.create_command(nodeid, "all"))))
+                    (nodeid, replace(late, where=self.rel(c.path), command=self.create_command(nodeid, "all"))))
         unjudged = tuple(n for n, c in family if c.status == "missing")
         if unjudged and (self.hardware.without_own or (self.cfg.update and not self.hardware.this.files)):
             end.no_own_baselines = (self.hardware, unjudged)

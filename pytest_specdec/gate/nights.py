@@ -69,6 +69,18 @@ class Night:
                    None if state is None else state.to_dict())
 
     @classmethod
+    def base_from_result(cls, result: CaseResult, started: str = "") -> Night:
+        """An A/B test's base arm tonight: its spec runs against its own reference (the base install's, or the
+        shared one), each pair's speedup by the one pairing rule, as `from_result` holds the candidate's."""
+        from pytest_specdec.measure.record import speedup_per_pair
+
+        refs = tuple(r.record for r in (result.base_reference_runs or result.reference_runs))
+        base = tuple(r.record for r in result.base_runs)
+        state = result.machine_state
+        return cls(refs, base, tuple(speedup_per_pair(refs, base)), started, {},
+                   None if state is None else state.to_dict())
+
+    @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> Night:
         """A baseline file's session: ``{"started", "under_test", "runs": {"reference": [...], "spec": [...]},
         "speedup_per_pair"}`` (the reader has checked it)."""

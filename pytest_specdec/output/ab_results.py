@@ -77,8 +77,11 @@ class ABRow:
 
     @property
     def failed(self) -> bool:
-        """As the plugin fails it: a gated regression of a test that did not opt out (check=False)."""
-        return self.check is not None and self.check.check and bool(self.check.regressed())
+        """As the plugin fails it (`gate.check.FailRule`): a gated regression of a test that did not opt out."""
+        from pytest_specdec.gate.check import FailRule
+
+        return self.check is not None and FailRule().decide(checked=self.check.check, status="compared",
+                                                            verdicts=self.check.shown()).fails
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, NOT_COMPARABLE, REGRESSED, UNCHANGED, Decision
+from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, NOT_COMPARABLE, REGRESSED, UNCHANGED, Decision, Status
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
@@ -80,9 +80,14 @@ class Row:
     split: Split | None = None  # the speedup's change OLD → NEW in acceptance and step time (`measure.explain`)
 
     def failed(self, strict: bool = False) -> bool:
-        """Whether this test fails the comparison, as the plugin would fail it: a dead arm in NEW always; a
-        gated regression, or under ``strict`` a test not comparable, unless the test opted out."""
-        return self.dead or (self.checked and (self.regressed or (strict and self.status == NOT_COMPARABLE)))
+        """Whether this test fails the comparison: the session's rule (`gate.check.FailRule`) over NEW's verdicts;
+        a test with no baseline to compare with (only in NEW, no runs) fails only for a dead arm."""
+        from pytest_specdec.gate.check import FailRule
+
+        status: Status = ("compared" if self.status == "compared" else NOT_COMPARABLE
+                          if self.status == NOT_COMPARABLE else "missing")
+        return FailRule(strict=strict).decide(checked=self.checked, status=status, verdicts=self.verdicts,
+                                              dead=self.dead).fails
 
     @property
     def gated(self) -> list[Verdict]:

@@ -339,3 +339,31 @@ def test_goodput_falls_regressed_and_failing_where_gated(
     assert main(["compare", str(pytester.path / "reports" / "latest.json"), "--json"]) == 1
     (again,) = [t["verdicts"]["goodput"] for t in json.loads(capsys.readouterr().out)["tests"]]
     assert (again["verdict"], again["delta"]) == (goodput["verdict"], goodput["delta"])
+
+
+def test_an_ab_sweep_judges_the_candidates_crossover_against_the_bases(
+        pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        make_profile: Callable[..., Path]) -> None:
+    """A concurrency sweep run as an A/B: the candidate's crossover judged against the base arm's, measured in the
+    same interleaved pairs; gated (``specdec_gate = crossover``) its regression fails the session while every test's
+    own verdicts stay within their loose thresholds. The speedup is 2 / (1 + cost x requests in flight): the base's
+    cost 1/16 crosses 1.0 at c = 16, the candidate's 1/4 at c = 4."""
+    pytester.makepyfile(test_suite=make_suite(name="test_sweep", method="eagle3", concurrency=[2, 8, 32],
+                                              num_prompts=32, max_tokens=5, body="assert specdec.result.base_runs"))
+    profile = make_profile("fakeab", methods=("eagle3",))
+    fake_vllm.configure({"none": {"step_s": 0.016, "output_tokens": 5},
+                         "*": {"acceptance": [1.0, 1.0, 1.0], "step_s": 0.032, "output_tokens": 5},
+                         "eagle3:/heads/a": {"spec_cost_per_request": 1 / 16},
+                         "eagle3:/heads/b": {"spec_cost_per_request": 1 / 4}})
+    r = session(pytester, profile, "--specdec-base-draft=eagle3=/heads/a", "--specdec-draft=eagle3=/heads/b",
+                "-o", "specdec_gate=crossover", "--specdec-threshold=rate=90", "--specdec-threshold=latency=900",
+                runs=(3, 3))
+    r.assert_outcomes(passed=3)
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, r.stdout.str()
+    r.stdout.fnmatch_lines(["specdec crossover *test_sweep[[]eagle3-k3-t0.0[]] (eagle3 k=3): *; regressed * against "
+                            "the base arm, this session (gated) — the session fails (crossover is in the gate)"])
+    (entry,) = json.loads((pytester.path / "reports" / "latest.json").read_text())["crossovers"]
+    assert entry["stored"]["started"] == "the base arm, this session" and entry["failed"], entry
+    assert entry["crossover"]["value"] < 8 and entry["verdict"]["verdict"] == "regressed", entry
+    # No record is read or written by an A/B session.
+    assert not (pytester.path / "baselines").exists()

@@ -89,7 +89,8 @@ def test_a_look_is_useful_only_when_it_can_settle() -> None:
 
 def test_only_gated_verdicts_fail() -> None:
     """A shown metric that regresses (alone, or only once the session's whole family is known) is reported
-    but never fails the test or the session: the session's end uses the same helper as the test's end."""
+    but never fails the test or the session: the test's end and the session's end ask one rule."""
+    from pytest_specdec.gate.check import FailRule
     from pytest_specdec.gate.verdicts import gated_with
 
     def v(metric: str, verdict: str, family: str) -> Verdict:
@@ -100,11 +101,9 @@ def test_only_gated_verdicts_fail() -> None:
     gated = v("speedup", "regressed", "gated")
     assert gated_with([shown, v("speedup", "unchanged", "gated")], "regressed") == []
     assert gated_with([shown, gated], "regressed") == [gated]
-    import inspect
-
-    from pytest_specdec.gate.judge import Judge
-
-    assert 'late = gated_with(c.final or [], REGRESSED)' in inspect.getsource(Judge.finish)
+    rule = FailRule()
+    assert rule.decide(checked=True, status="compared", verdicts=[shown]).outcome == "pass"
+    assert rule.decide(checked=True, status="compared", verdicts=[shown, gated]).fails
 
 
 def test_night_floor_widens_log_metrics_only_and_says_so() -> None:

@@ -1,0 +1,40 @@
+"""The one failure rule (`gate.check.FailRule`): what the session, `compare` and the A/B's `compare` ask."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_specdec.gate.check import FailRule
+from pytest_specdec.gate.kinds import Status
+from pytest_specdec.gate.stats import Verdict
+
+
+def _v(verdict: str, family: str = "gated") -> Verdict:
+    return Verdict("speedup", verdict, 1.0, 0.9, -10.0, -15.0, -5.0, 0.001, 5, 5, "%", "m", -5.0, "", family=family)
+
+
+REGRESSED, OPEN, FINE = _v("regressed"), _v("inconclusive"), _v("unchanged")
+
+
+@pytest.mark.parametrize(("rule", "status", "verdicts", "checked", "dead", "outcome", "fails"), [
+    (FailRule(), "compared", [FINE], True, False, "pass", False),
+    (FailRule(), "compared", [FINE, _v("regressed", "shown")], True, False, "pass", False),
+    (FailRule(), "compared", [REGRESSED], True, False, "regressed", True),
+    (FailRule(), "compared", [REGRESSED], False, False, "pass", False),  # check=False: shown, never failed
+    (FailRule(), "compared", [OPEN], True, False, "inconclusive", False),
+    (FailRule(fail_inconclusive=True), "compared", [OPEN], True, False, "inconclusive", True),
+    (FailRule(fail_inconclusive=True), "compared", [OPEN, REGRESSED], True, False, "regressed", True),
+    (FailRule(), "not-comparable", [REGRESSED], True, False, "not-comparable", False),
+    (FailRule(strict=True), "not-comparable", [], True, False, "not-comparable", True),
+    (FailRule(), "missing", [], True, False, "pass", False),
+    (FailRule(missing_fails=True), "missing", [], True, False, "missing", True),
+    (FailRule(), "error", [], True, False, "error", True),
+    (FailRule(replacing=True), "error", [], True, False, "pass", False),
+    (FailRule(replacing=True), "compared", [REGRESSED], True, False, "pass", False),
+    (FailRule(), "compared", [FINE], False, True, "error", True),  # an arm without a valid run fails anyway
+])
+def test_one_rule_decides_every_test_end(rule: FailRule, status: Status, verdicts: list[Verdict], checked: bool,
+                                         dead: bool, outcome: str, fails: bool) -> None:
+    end = rule.decide(checked=checked, status=status, verdicts=verdicts, dead=dead)
+    assert (end.outcome, end.fails) == (outcome, fails)
+    assert end.open == ((OPEN,) if outcome == "inconclusive" else ())
