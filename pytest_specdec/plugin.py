@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -70,7 +70,8 @@ def pytest_configure(config: pytest.Config) -> None:
         check_xdist(config.option.dist, settings)
     workerinput = getattr(config, "workerinput", None)
     worker = workerinput["workerid"] if workerinput else None
-    progress = _worker_progress(settings.reports_dir / "logs" / worker / "progress.log") if worker else _progress(config)
+    progress = (_worker_progress(settings.reports_dir / "logs" / worker / "progress.log") if worker
+                else _progress(config))
     session = SpecDecSession(settings, config.rootpath, progress)
     session.worker = worker
     config.stash[session_key] = session
@@ -184,6 +185,7 @@ def _options(item: pytest.Item) -> Any:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     # Tests sharing a server run together: reorder the specdec tests among their own slots.
     slots = [i for i, item in enumerate(items) if _case(item) is not None]
+    # the ignore below: _case is not None in every slot
     ordered = sorted((items[i] for i in slots), key=lambda it: _case(it).server_key())  # type: ignore[union-attr]
     for i, item in zip(slots, ordered):
         items[i] = item
@@ -219,6 +221,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
             warnings.warn(warning, stacklevel=1)
     if specdec.settings.dry_run and slots:
+        # the ignore below: _case is not None in every slot
         for line in specdec.dry_run_lines([(items[i].nodeid, _case(items[i])) for i in slots]):  # type: ignore[misc]
             specdec.progress(line)
 
@@ -226,7 +229,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 @pytest.fixture
 def _specdec_case(request: pytest.FixtureRequest) -> Case:
     """The matrix point of this test (parametrized from the specdec marker)."""
-    return request.param  # type: ignore[no-any-return]
+    return request.param
 
 
 @pytest.fixture
@@ -246,7 +249,7 @@ def specdec(request: pytest.FixtureRequest, _specdec_case: Case) -> SpecDec:
     callspec = getattr(request.node, "callspec", None)
     others = {k: recorded(v) for k, v in (callspec.params if callspec else {}).items() if k != PARAM}
     handle = SpecDec(session, request.node.nodeid, _specdec_case, options, others)
-    handle.result  # measure now, so failures to start show as setup errors with the log tail
+    _ = handle.result  # measure now, so failures to start show as setup errors with the log tail
     return handle
 
 
@@ -314,7 +317,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from pytest_specdec.vllm.installed import MISSING_VLLM
 
     dsession = session.config.pluginmanager.getplugin("dsession")  # xdist's controller
-    if str(getattr(dsession, "shouldstop", "")).startswith((MISSING_VLLM, f"specdec: {CANNOT_WRITE_LOGS}")):  # a worker's usage error
+    # a worker's usage error
+    if str(getattr(dsession, "shouldstop", "")).startswith((MISSING_VLLM, f"specdec: {CANNOT_WRITE_LOGS}")):
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller adjusts and writes
@@ -325,8 +329,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not specdec.records:
         specdec.summary_lines = list(specdec.xdist_lines)
         return
-    from pytest_specdec.session_end import (calibrate_session, error_lines, finalize, session_fails, step,
-                                            write_results)
+    from pytest_specdec.session_end import calibrate_session, error_lines, finalize, session_fails, step, write_results
 
     specdec.summary_lines = [*specdec.xdist_lines, *finalize(specdec)]
     said = len(specdec.errors)
@@ -359,7 +362,8 @@ def _junit_session_properties(config: pytest.Config, specdec: SpecDecSession) ->
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> Generator[None, None, None]:
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
+                            ) -> Generator[None, None, None]:
     # Outermost wrapper: after pytest's own summary (failures, short summary), so the report line ends it.
     yield
     session = config.stash.get(session_key, None)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,17 +25,17 @@ from pytest_specdec.output.results import TestRecord
 from pytest_specdec.output.wording import coalesced_lines, test_end_message
 
 if TYPE_CHECKING:
-    from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.gate.ab_session import ABGate
+    from pytest_specdec.gate.crossover_gate import CrossoverEnd
     from pytest_specdec.gate.judge import Judge
     from pytest_specdec.gate.protocol import Gate, Planned, SessionEnd
-    from pytest_specdec.gate.crossover_gate import CrossoverEnd
+    from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.measure.lossless import Collected
-    from pytest_specdec.measure.validity import ValidityRules
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.measure.saturation import RatePoint, Saturation
     from pytest_specdec.measure.serving import CaseRun
     from pytest_specdec.measure.types import Prompt, Sampling
+    from pytest_specdec.measure.validity import ValidityRules
     from pytest_specdec.output.timing import SessionTime
     from pytest_specdec.profiles import Profile
     from pytest_specdec.profiles.placement import Placement
@@ -214,6 +216,7 @@ class SpecDecSession:
             from pytest_specdec.measure.datasets.synthetic import BENCH_NUM_PROMPTS
 
             lengths = (case.input_len, case.output_len, case.range_ratio)
+            # the ignore below: a synthetic case sets both lengths
             self.placement.check_possible(case.dataset, 1, None, None, lengths=lengths)  # type: ignore[arg-type]
             size = case.num_prompts or BENCH_NUM_PROMPTS
             self.placement.check_possible(case.dataset, size, case.num_prompts, None, (), case.concurrency)
@@ -234,6 +237,7 @@ class SpecDecSession:
         from pytest_specdec.gate.baselines import portable
 
         model = self._target(case)
+        # the ignore below: a synthetic case sets both lengths
         return self.workload.synthetic(model, case.num_prompts, case.input_len, case.output_len,  # type: ignore[arg-type]
                                        case.range_ratio, tokenizer_name=portable(model))
 
@@ -383,7 +387,7 @@ class SpecDecSession:
             self.progress(distribution_planned(nodeid, len(prompts), samples_per_prompt))
             self._distributions[key] = self.serving.sample_distribution(
                 arms["reference"], arms["spec"], nodeid, prompts, case.sampling(), samples_per_prompt,
-                case.api, self.progress)  # type: ignore[arg-type]
+                case.api, self.progress)
         out = self._distributions[key].summary(alpha, tolerance_nats)
         self.records.setdefault(nodeid, TestRecord(nodeid, case.params())).distribution = out
         self.progress(distribution_measured(nodeid, out))
@@ -458,9 +462,9 @@ class SpecDecSession:
         why = {nodeid: r for nodeid, case in cases
                if self.ab is not None and (r := self.ab.skip_reason(case.method, case.speculative_config))}
         # a rate sweep's lowest point measures its saturation (its first test in the run order)
-        tests = [dry_run_test(nodeid, self.arms(case), case.concurrency, lambda case=case: self.prompts(case),
-                              case.rate_fraction, bool(case.rate_sweep) and case.rate_fraction == fractions(
-                                  case.rate_sweep)[0])
+        tests = [dry_run_test(nodeid, self.arms(case), case.concurrency, partial(self.prompts, case),
+                              case.rate_fraction, case.rate_sweep is not None and bool(case.rate_sweep)
+                              and case.rate_fraction == fractions(case.rate_sweep)[0])
                  for nodeid, case in cases if nodeid not in why]
         return dry_run_lines(profile, tests, skipped=why, hardware_note=self.hardware_note,
                              endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,

@@ -1,5 +1,6 @@
 """A pytest session's end: the gates' last word (the session's `Gate`, the stored nights' or the A/B's, then the
-crossover's), the results JSON and the report, in that order. Each step runs on its own (`step`): one that raises is an error naming what it
+crossover's), the results JSON and the report, in that order. Each step runs on its own (`step`): one that raises is an
+error naming what it
 judged (`SpecDecSession.errors`), shown in the terminal, the JSON and the report, and it fails the session; the
 steps after it still run, so no fault in judging one thing loses the session's other results.
 """
@@ -8,8 +9,10 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.session import SpecDecWarning
 
@@ -138,8 +141,8 @@ def write_results(session: SpecDecSession) -> list[Path]:
     whose entry cannot be made, a sweep's entry, or a report that cannot be rendered is an error naming it; the
     rest is written. An OSError (a directory that cannot be written) is the caller's."""
     from pytest_specdec.gate.protocol import SessionEnd
-    from pytest_specdec.output.results import (outputs_path, session_results, write_outputs, write_report,
-                                               write_results as write_json)
+    from pytest_specdec.output.results import outputs_path, session_results, write_outputs, write_report
+    from pytest_specdec.output.results import write_results as write_json
     from pytest_specdec.output.sweeps import crossover_entry
     from pytest_specdec.output.timing import session_time
 
@@ -153,7 +156,7 @@ def write_results(session: SpecDecSession) -> list[Path]:
     if session.crossovers is not None:
         crossovers = [e for x in session.crossovers.sweeps
                       if (e := step(session, f"the crossover of {x.sweep} ({x.line})",
-                                    lambda x=x: crossover_entry(x), None)) is not None]
+                                    partial(crossover_entry, x), None)) is not None]
     pool = session._pool
     session.time = step(session, "the session's time split", lambda: session_time(
         time.time() - session.started, (r.result for r in session.records.values()),

@@ -25,8 +25,7 @@ import numpy as np
 # The model is the tests' (tests/sims/ab.py): the figures printed here are the ones they check, smaller.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from sims.ab import (GATED, SPEEDUP_SD, TESTS, Figures, Noise, Schedule, draw, figures, gpu_sd,  # noqa: E402
-                     schedule, smallest)
+from sims.ab import GATED, SPEEDUP_SD, TESTS, Figures, Noise, Schedule, draw, figures, gpu_sd, schedule, smallest  # noqa: E402
 
 #: The noise rows: the CPU's measured per-pair sd, its sensitivity, heavy tails at the same sd, and
 #: GPU-like noise (a 3 % CV per run: sqrt(2) x 3 % per pair; 3 % per pair as gate_simulation.py's gpu-like).
@@ -71,14 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suites", type=int, default=2000, help="simulated suites per noise row (default 2000)")
     ap.add_argument("--seed", type=int, default=20261126)
     ap.add_argument("--multiplicity", dest="fdr", choices=("bh", "holm"), default="bh",
-                    help="the family's adjustment: bh (false discovery rate) or holm (family-wise error rate); default bh")
+                    help="the family's adjustment: bh (false discovery rate) or holm (family-wise error rate); "
+                         "default bh")
     ap.add_argument("--pairs", default="8,16,24,32", help="pair counts shown for every row (default 8,16,24,32)")
     ap.add_argument("--max-pairs", type=int, default=48, help="search limit for the smallest pair count (default 48)")
     ap.add_argument("--run-seconds", type=float, default=1.8,
                     help="one run's wall time on the CPU, for the suite time (default 1.8)")
     ap.add_argument("--looks", default="21;11,21;12,24;8;8,16",
                     help="sequential schedules, ';' between them, each the pairs at its looks (default "
-                         "21;11,21;12,24;8;8,16: cpu's one look of 21, two looks to 21 and to 24, the GPU's 8 and 8,16)")
+                         "21;11,21;12,24;8;8,16: cpu's one look of 21, two looks to 21 and to 24, "
+                         "the GPU's 8 and 8,16)")
     args = ap.parse_args(argv)
     try:
         schedules = _schedules(args.looks)

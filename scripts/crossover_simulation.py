@@ -7,7 +7,8 @@ cost growing with the batch, as the simulated vLLM's ``spec_cost_per_request``).
 speedup around it with the CPU default's per-pair sd (0.095, docs/validation.md), and each night shifts every
 point of the sweep alike by a night effect (sd ``--night-sd``). The stored night has c* = 16; tonight has c* = 16
 (no change: how often is it called regressed, and how often unchanged), c* = 8 (a move by 2, past the ×1.5
-threshold) or c* = 4 (the move the gate must catch: power). Every decision is `crossover.compare` itself, with the plugin's resamples and alpha.
+threshold) or c* = 4 (the move the gate must catch: power). Every decision is `crossover.compare` itself, with the
+plugin's resamples and alpha.
 """
 
 from __future__ import annotations

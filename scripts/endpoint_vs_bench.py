@@ -48,8 +48,8 @@ def test_endpoint(specdec):
 
 def main(argv: list[str] | None = None) -> int:
     from pytest_specdec.measure.datasets import builtin
-    from pytest_specdec.servers.http import served_model
     from pytest_specdec.profiles import load_profile, server_spec
+    from pytest_specdec.servers.http import served_model
     from pytest_specdec.servers.process import VllmServer
     from pytest_specdec.zoo import zoo_path
 

@@ -33,8 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from pytest_specdec.gate.baselines import hardware_key, load
 from pytest_specdec.gate.check import BaselineCheck
 from pytest_specdec.gate.nights import Night
@@ -46,6 +44,8 @@ from pytest_specdec.gate.stats import Thresholds
 from pytest_specdec.gate.thresholds import build_thresholds
 from pytest_specdec.gate.variance import NightPrior, night_prior_from
 from pytest_specdec.measure.validity import disturbed
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TESTS = 19
 STORED_RUNS = 3  # pairs per stored night in baselines/cpu

@@ -1,7 +1,8 @@
 """Known answers on the real engine: how often the gate catches a change it is known to have, and how often it calls
 a change that is not there.
 
-    .venv/bin/python scripts/known_answers.py run --sessions 10 --out ka -- suites/test_methods.py -k "eagle3 or draft_model" \\
+    .venv/bin/python scripts/known_answers.py run --sessions 10 --out ka -- suites/test_methods.py \\
+        -k "eagle3 or draft_model" \\
         --changed "--specdec-draft eagle3=zoo:eagle3-degraded --specdec-draft draft_model=zoo:draft-slow"
     .venv/bin/python scripts/known_answers.py table ka
 
@@ -57,8 +58,9 @@ def table(out: Path) -> str:
                 if metric in GATED and v.get("mde") is not None and kind == "aa":
                     claims[name, metric].append(abs(float(v["mde"])))
     lines = [f"{counts['changed']} changed and {counts['aa']} A/A sessions ({out})", "",
-             "| test | gated metric | claimed to catch (A/A sessions) | changed: `regressed` | changed: other verdicts | "
-             "A/A: `regressed` or `improved` (any family, this test) | A/A verdicts |", "|---|---|---|---|---|---|---|"]
+             "| test | gated metric | claimed to catch (A/A sessions) | changed: `regressed` | "
+             "changed: other verdicts | A/A: `regressed` or `improved` (any family, this test) | A/A verdicts |",
+             "|---|---|---|---|---|---|---|"]
     tests = sorted({name for _, name, _ in calls})
     for name in tests:
         false = sum(n for (kind, t, _), c in calls.items() if kind == "aa" and t == name
@@ -70,8 +72,8 @@ def table(out: Path) -> str:
             claim = (f"{min(mdes):.3g} to {max(mdes):.3g}" if mdes else
                      "exact" if aa and all(v in ("unchanged", "regressed") for v in aa) and metric == "acceptance_rate"
                      else "—")
-            lines.append(f"| {name} | {metric} | {claim} | {changed['regressed']} of {sum(changed.values())} | {others} | "
-                         f"{false} | {', '.join(f'{n} {v}' for v, n in sorted(aa.items()))} |")
+            lines.append(f"| {name} | {metric} | {claim} | {changed['regressed']} of {sum(changed.values())} | "
+                         f"{others} | {false} | {', '.join(f'{n} {v}' for v, n in sorted(aa.items()))} |")
     return "\n".join(lines)
 
 

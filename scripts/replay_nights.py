@@ -4,9 +4,9 @@
 
 For every night index i present in every file, night i of each file plays "tonight" and the file's other
 nights are the baseline; the pooled night variances and machine factors come from those other nights
-only, as in a real session, with the profile's night sd floor. Prints, per replayed night, how many gated verdicts of each kind the
-suite would get (after Benjamini-Hochberg over the gated family) and the median smallest speedup drop
-each test catches. No looks are replayed: tonight has the runs the night stored.
+only, as in a real session, with the profile's night sd floor. Prints, per replayed night, how many gated
+verdicts of each kind the suite would get (after Benjamini-Hochberg over the gated family) and the median
+smallest speedup drop each test catches. No looks are replayed: tonight has the runs the night stored.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import statistics
 import tomllib
 from collections import Counter
 from pathlib import Path
-
 
 from pytest_specdec.gate.baselines import hardware_key, load
 from pytest_specdec.gate.check import BaselineCheck
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(nights):
         c, mdes, line = replay(files, i, thresholds, floor)
         n = len(files)
-        conc = lambda metric: n - c[(metric, "inconclusive")] - c[(metric, "not-comparable")]  # noqa: E731
+        conc = lambda metric, n=n, c=c: n - c[(metric, "inconclusive")] - c[(metric, "not-comparable")]  # noqa: E731
         print(f"| {i + 1} of {nights} | {c[('speedup', 'unchanged')]} / {c[('speedup', 'inconclusive')]} / "
               f"{c[('speedup', 'regressed')]} of {n} | {conc('e2e_p95_ratio')} of {n} | "
               f"{conc('acceptance_rate')} of {n} | {statistics.median(mdes) if mdes else float('nan'):.1f} % |")

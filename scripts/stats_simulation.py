@@ -180,10 +180,12 @@ DESCRIPTIONS = {
     "mod_aa_hetero1.5_bh_any_regressed": "  ... A/A, each test's noise x0.67..x1.5 of 3 %",
     "mod_aa_hetero2_bh_any_regressed": "  ... A/A, each test's noise x0.5..x2",
     "mod_aa_hetero3_bh_any_regressed": "  ... A/A, each test's noise x0.33..x3",
-    "mod_aa_nights_session_bh_any_regressed": "  ... A/A 5 nights x 5 runs, night sd 3 % + run 3 %, session unit (not moderated)",
+    "mod_aa_nights_session_bh_any_regressed": ("  ... A/A 5 nights x 5 runs, night sd 3 % + run 3 %, "
+                                               "session unit (not moderated)"),
     "mod_aa_nights_shared_session_bh_any_regressed": "  ... same, night effect shared by all tests",
     "mod_aa_sequential_bh_any_regressed": "  ... A/A sequential looks at 3 and 5 runs",
-    "mod_aa_fixed_shift3_single_bh_any_regressed": "  ... every rate 3 % lower tonight, 1-session baseline: any regressed",
+    "mod_aa_fixed_shift3_single_bh_any_regressed": ("  ... every rate 3 % lower tonight, 1-session baseline: "
+                                                    "any regressed"),
     "welch_aa_fixed_shift3_single_bh_any_regressed": "  ... (plain Welch instead, same data)",
     "mod_aa_fixed_shift3_nights_bh_any_regressed": "  ... every rate 3 % lower, baseline 5 nights (night sd 3 %)",
     "mod_power_5v5_one_of_suite_bh": "  ... power: the only -10 % test of 30 x 6, 5 v 5 runs, 3 % noise",

@@ -6,7 +6,8 @@ Per category: prompts, input tokens as the server counts them (the chat template
 generation prompt, `pytest_specdec.measure.counting`, the plugin's own count) with their mean, min and max,
 the same tokenizer's count of the messages' contents alone (what the template adds is the difference), the
 old estimate (ceil(characters / 4) of the contents) with its mean, min and max, and the ratio of the
-tokenizer's mean to the estimate's. Prints a Markdown table (docs/validation.md, "Token counts of the built-in dataset").
+tokenizer's mean to the estimate's. Prints a Markdown table (docs/validation.md, "Token counts of the built-in
+dataset").
 """
 
 from __future__ import annotations

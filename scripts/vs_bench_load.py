@@ -134,6 +134,8 @@ def cmd_load(args: argparse.Namespace) -> int:
     """Start the server, warm both clients, then per workload alternate them over `--pairs` ABBA pairs."""
     slos = parse_slos(args.goodput)
     require_plugin_features()
+    from vs_bench_serve import _cpus, run_bench  # the `ab` mode's server pinning and bench runner
+
     from pytest_specdec.measure.client import run_load_sync
     from pytest_specdec.measure.datasets.synthetic import synthetic
     from pytest_specdec.measure.metrics import compute_run_metrics, counters_delta
@@ -142,7 +144,6 @@ def cmd_load(args: argparse.Namespace) -> int:
     from pytest_specdec.servers.http import served_model
     from pytest_specdec.servers.process import VllmServer
     from pytest_specdec.servers.quiet import wait_idle
-    from vs_bench_serve import _cpus, run_bench  # the `ab` mode's server pinning and bench runner
 
     workloads = [Workload(f"burstiness {b:g}", b, 0.0) for b in args.burstiness]
     if args.lengths:

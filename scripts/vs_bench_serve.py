@@ -95,13 +95,13 @@ def _cpus(text: str | None) -> frozenset[int] | None:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from pytest_specdec.measure.metrics import bench_parity
     from pytest_specdec.measure.datasets import builtin
-    from pytest_specdec.measure.types import Sampling
-    from pytest_specdec.servers.http import served_model
+    from pytest_specdec.measure.metrics import bench_parity
     from pytest_specdec.measure.runner import ValidityRules, one_run
-    from pytest_specdec.servers.pool import Endpoint
+    from pytest_specdec.measure.types import Sampling
     from pytest_specdec.profiles import load_profile, server_spec
+    from pytest_specdec.servers.http import served_model
+    from pytest_specdec.servers.pool import Endpoint
     from pytest_specdec.servers.process import VllmServer
     from pytest_specdec.servers.quiet import wait_idle
 
@@ -152,7 +152,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
             import aiohttp
             from vllm.benchmarks.lib.endpoint_request_func import (
-                RequestFuncInput, async_request_openai_chat_completions)
+                RequestFuncInput,
+                async_request_openai_chat_completions,
+            )
 
             async def go() -> tuple[int, float, int]:
                 conn = aiohttp.TCPConnector(limit=args.concurrency, limit_per_host=args.concurrency,
@@ -246,7 +248,6 @@ print(json.dumps({{"tokens": tokens, "failed": sum(s.error is not None for s in 
 def cmd_overhead(args: argparse.Namespace) -> int:
     """Per repetition, each client (order alternating) at N and 2N requests; slope = CPU per token."""
     from fakes import FakeConfig, FakeServerProcess
-
     from pytest_specdec.zoo import zoo_path
 
     cfg = FakeConfig(output_tokens=args.max_tokens, k=3, acceptance=(0.0, 0.0, 0.0))
@@ -310,11 +311,11 @@ def cmd_overhead_inproc(args: argparse.Namespace) -> int:
     import statistics
 
     import aiohttp
-    from fakes import FakeConfig, FakeServerProcess
     from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_chat_completions
 
-    from pytest_specdec.measure.types import Prompt, Sampling
+    from fakes import FakeConfig, FakeServerProcess
     from pytest_specdec.measure.client import run_load_sync
+    from pytest_specdec.measure.types import Prompt, Sampling
 
     n, c, mt = args.requests, args.concurrency, args.max_tokens
 

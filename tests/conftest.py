@@ -13,8 +13,8 @@ Layout, in tiers (docs/ci.md gives each tier's command and time):
 * ``data/``: recorded inputs (tests/data/record_report_results.py writes report_results.json).
 
 pytest imports this file in its default ``prepend`` import mode, which puts tests/ on sys.path: that is how the
-test modules import ``fakes``, ``sims`` and ``purity``. The test modules have unique names across the directories (none has an
-``__init__.py``).
+test modules import ``fakes``, ``sims`` and ``purity``. The test modules have unique names across the directories
+(none has an ``__init__.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ import jinja2  # noqa: F401
 import numpy  # noqa: F401
 import pytest
 import pytest_benchmark.stats  # noqa: F401
+import scipy.ndimage  # noqa: F401
+import scipy.special  # noqa: F401
+import scipy.stats  # noqa: F401
+from purity import refuse_impure
+
 import pytest_specdec.gate.baselines  # noqa: F401
 import pytest_specdec.gate.judge  # noqa: F401
 import pytest_specdec.gate.sequential  # noqa: F401
@@ -45,12 +50,7 @@ import pytest_specdec.measure.lossless  # noqa: F401
 import pytest_specdec.measure.metrics  # noqa: F401
 import pytest_specdec.measure.runner  # noqa: F401
 import pytest_specdec.servers.gpus  # noqa: F401
-import scipy.ndimage  # noqa: F401
-import scipy.special  # noqa: F401
-import scipy.stats  # noqa: F401
-
 from fakes import IN_PROCESS_VALIDITY, LAUNCHER, FakeConfig, FakeServer, FakeServerProcess, FakeVllm
-from purity import refuse_impure
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -261,7 +261,8 @@ def fake_vllm(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Fak
 
     Run the project with ``pytester.runpytest_subprocess``: in this process the replacement would outlive the
     run and send later tests' real vLLM servers to the stand-in."""
-    pytester.makeconftest(f"import pytest_specdec.vllm.command\n\npytest_specdec.vllm.command.vllm_launcher = lambda: {LAUNCHER!r}\n")
+    pytester.makeconftest(f"import pytest_specdec.vllm.command\n\n"
+                          f"pytest_specdec.vllm.command.vllm_launcher = lambda: {LAUNCHER!r}\n")
     records = pytester.path / "serve-records"
     records.mkdir()
     monkeypatch.setenv("FAKE_VLLM_RECORDS", str(records))
@@ -297,7 +298,8 @@ def vllm_serve_parser() -> Any:
 #: A specdec test that is collected (so the plugin starts acting: the log directory's check, the stray sweep, the
 #: signal handlers) and skipped before its servers would start.
 COLLECTED_ONLY = ('import pytest\n\n\n@pytest.mark.skip(reason="collected only")\n'
-                  '@pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=1, max_tokens=16, num_prompts=4)\n'
+                  '@pytest.mark.specdec(method="ngram", k=3, temperature=0.0, concurrency=1, max_tokens=16, '
+                  'num_prompts=4)\n'
                   'def test_nothing(specdec):\n    pass\n')
 
 

@@ -13,27 +13,41 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.kinds import (CANNOT_SETTLE, EQUIVALENCE, EXACT, GATED, IMPROVED, INCONCLUSIVE, MOVED, PAIR,
-                                       REGRESSED, UNCHANGED, Stop)
+from pytest_specdec.gate.kinds import (
+    CANNOT_SETTLE,
+    EQUIVALENCE,
+    EXACT,
+    GATED,
+    IMPROVED,
+    INCONCLUSIVE,
+    MOVED,
+    PAIR,
+    REGRESSED,
+    UNCHANGED,
+    Decision,
+    Stop,
+)
 from pytest_specdec.gate.registry import LOG_KINDS, Kind
 from pytest_specdec.gate.scale import center, check_kind, checked_values, delta_unit, on_scale, to_natural
-from pytest_specdec.gate.sequential import detectable, until_settled as settled_or_stop
+from pytest_specdec.gate.sequential import detectable
+from pytest_specdec.gate.sequential import until_settled as settled_or_stop
 from pytest_specdec.gate.stats import (
     DEFAULT_THRESHOLDS,
     Thresholds,
     Verdict,
+    alpha_for_look,
+    decide,
+    decision,
+    exact_rule,
     explain_decision,
     fmt_delta,
     inconclusive_verdict,
-    alpha_for_look,
-    decide,
-    exact_rule,
 )
 
 #: Any valid value of a kind: stands in for a missing run while the others are checked at their own index.
@@ -105,7 +119,7 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
     est, lo_s, hi_s, p = paired_core(x.mean(), var, n, a)
     p_rep = float(min(1.0, float(p) * max_looks))
     d_n, lo_n, hi_n = (float(to_natural(kind, v)) for v in (est, lo_s, hi_s))
-    v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
+    v = decision(d_n, lo_n, hi_n, p_rep, bad, alpha, unit)
     note = explain_decision(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, 100.0 * (1.0 - 2.0 * a)) + f"; {what}"
     if max_looks > 1:
         note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
@@ -141,7 +155,8 @@ def at_family_level(verdicts: Sequence[Verdict], family_size: int, alpha: float)
     out = []
     for v in verdicts:
         if v.family == GATED and v.verdict in MOVED and v.p is not None:
-            new = str(family_level(v.delta, v.ci_low, v.ci_high, v.p, v.threshold, alpha, v.unit, family_size))
+            new = cast(Decision, str(family_level(v.delta, v.ci_low, v.ci_high, v.p, v.threshold, alpha, v.unit,
+                                                  family_size)))
             if new != v.verdict:
                 v = dataclasses.replace(v, verdict=new, note=f"{v.note}; not {v.verdict} at p x {family_size} "
                                         "(the session's gated family), so more pairs")

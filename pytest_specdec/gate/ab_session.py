@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pytest_specdec.gate.kinds import GATED, REGRESSED, SHOWN, UNCHANGED, Stop
 from pytest_specdec.gate.crossover import NAME as CROSSOVER
+from pytest_specdec.gate.kinds import GATED, REGRESSED, SHOWN, UNCHANGED, Stop
 from pytest_specdec.gate.registry import GOODPUT
 
 if TYPE_CHECKING:
@@ -79,7 +79,8 @@ def run_value(metric: str, run: ArmRun) -> float | None:
 
 
 def pair_verdicts(base: Sequence[ArmRun], candidate: Sequence[ArmRun], thresholds: Thresholds, alpha: float, *,
-                  metrics: Sequence[str] = AB_METRICS, references: tuple[Sequence[ArmRun], Sequence[ArmRun]] | None = None,
+                  metrics: Sequence[str] = AB_METRICS,
+                  references: tuple[Sequence[ArmRun], Sequence[ArmRun]] | None = None,
                   look: int = 1, max_looks: int = 1, reference: Sequence[ArmRun] = ()) -> list[Verdict]:
     """The candidate's runs against the base's, pair i being the two arms' runs of run index i
     (`measure.record.pairs`, the one pairing rule: a run invalid on one arm leaves its pair out): one gated verdict

@@ -103,7 +103,10 @@ def as_change(name: str, x: float) -> float:
 
     if kind_of(name) == "acceptance":
         return 100.0 * x
-    return 100.0 * (1 - math.exp(-x)) if registry_metric(name).higher_is_better else 100.0 * math.expm1(x)
+    spec = registry_metric(name)
+    if spec is None:
+        raise ValueError(f"{name!r} is not a metric of the registry (gate/registry.py)")
+    return 100.0 * (1 - math.exp(-x)) if spec.higher_is_better else 100.0 * math.expm1(x)
 
 
 def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, runs: int = CATCH_RUNS,
@@ -257,7 +260,7 @@ def state_spread(per: Mapping[str, Sequence[Night]]) -> float | None:
         states = [n.machine_state for n in nights if n.machine_state]
         for a in range(len(states)):
             for b in range(a + 1, len(states)):
-                d = state_distance(states[a], states[b])  # type: ignore[arg-type]
+                d = state_distance(states[a], states[b])
                 out = d if out is None else max(out, d)
     return out
 
@@ -481,7 +484,10 @@ def _catch(name: str, m: Mapping[str, Any]) -> str:
 
     if not m["run_sd"] and not m["night_sd"]:
         return "exact"
-    sign = "-" if registry_metric(name).higher_is_better else "+"
+    spec = registry_metric(name)
+    if spec is None:
+        raise ValueError(f"{name!r} is not a metric of the registry (gate/registry.py)")
+    sign = "-" if spec.higher_is_better else "+"
     return f"{sign}{m['catches']:.3g} {'%' if m['unit'] == '%' else 'pt'}"
 
 

@@ -192,7 +192,7 @@ def compare(base: Points, now: Points, *, alpha: float = 0.05, factor: float = F
     points of the axis (else `not-comparable`)."""
     import numpy as np
 
-    from pytest_specdec.gate.stats import Verdict, decide, not_comparable
+    from pytest_specdec.gate.stats import Verdict, decision, not_comparable
 
     if not (isinstance(factor, (int, float)) and factor > 1):
         raise ConfigError(f"crossover factor must be a number above 1, got {factor!r}")
@@ -223,7 +223,7 @@ def compare(base: Points, now: Points, *, alpha: float = 0.05, factor: float = F
     dist = np.asarray(res.bootstrap_distribution)
     p = float((1 + np.sum(dist >= 0 if d < 0 else dist <= 0)) / (1 + dist.size)) if d else 1.0
     pct = [100.0 * math.expm1(x) for x in (d, res.confidence_interval.low, res.confidence_interval.high)]
-    verdict = str(decide(pct[0], pct[1], pct[2], p, bad, alpha, PERCENT))
+    verdict = decision(pct[0], pct[1], pct[2], p, bad, alpha, PERCENT)
     base_c, now_c = math.exp(float(crossing(_means(b), logc))), math.exp(float(crossing(_means(n), logc)))
     note = (f"crossover {eb.text()} → {en.text()}: {pct[0]:+.1f} % ({100 - 200 * alpha:.3g}% CI {pct[1]:+.1f} % "
             f"to {pct[2]:+.1f} %), p={p:.3g}; regressed beyond {bad:+.1f} % (÷{factor:g}), improved beyond "

@@ -7,7 +7,8 @@ A sweep is the tests of one test function that differ only in its axis: concurre
 marker's ``rate_sweep``) the request rate as a fraction of the reference's saturation, whose speedup is
 latency-based (`crossover.load_speedups`) and whose crossover is the rate where speculation stops paying; one gate
 for both. It is grouped by the function, every field of the specdec marker but the axis, and the test's other
-parametrize values as its results record them (``callspec``). Two tests of one group at one point cannot be told apart, so that sweep is an error with the
+parametrize values as its results record them (``callspec``). Two tests of one group at one point cannot be told apart,
+so that sweep is an error with the
 reason; it never stops another sweep from being judged or written.
 
 It is not a `protocol.Gate`: it judges no single test (no start, no looks, no verdict at a test's end: its points
@@ -375,8 +376,11 @@ class CrossoverGate:
         writes = []
         for sweep in sweeps:
             path = self.record_path(sweep.sweep)
-            out = decide(sweep, lambda sw, p=path: self._read(p, sw.axis), alpha=self.alpha, tolerance=self.tolerance,
-                         gate=self.gate, updating_all=self.update == "all", path=self.rel(path))
+            def read(sw: Sweep, p: Path = path) -> tuple[StoredNight | None, str]:
+                return self._read(p, sw.axis)
+
+            out = decide(sweep, read, alpha=self.alpha, tolerance=self.tolerance, gate=self.gate,
+                         updating_all=self.update == "all", path=self.rel(path))
             outcomes.append(out)
             if self.update and out.crossover is not None and all(p.passed for p in sweep.points):
                 writes.append(self._write(sweep, path, out.crossover))
@@ -400,7 +404,7 @@ class CrossoverGate:
                       else f"no stored night ({self.rel(path)}: `pytest --update-baselines` writes it)")
 
     def _write(self, sweep: Sweep, path: Path, crossover: Crossover) -> SweepWrite:
-        stamp = dt.datetime.fromtimestamp(self.started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = dt.datetime.fromtimestamp(self.started, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         state = sweep_state(sweep.points)
         night = {"started": stamp, "points": [{sweep.axis: c, "speedups": v} for c, v in sweep.grid()],
                  "crossover": crossover.to_dict(), **({"machine_state": state} if state is not None else {}),

@@ -24,10 +24,10 @@ from pytest_specdec.gate.store import BaselineWrites
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import FailRule, TestEnd
+    from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.pipeline import Pipeline
     from pytest_specdec.gate.protocol import Finished, Look, Planned, StopRule, TestStart
     from pytest_specdec.gate.stats import Thresholds
-    from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.store import BaselineStore, Hardware
     from pytest_specdec.gate.variance import NightPrior, NightVariance
     from pytest_specdec.measure.runner import CaseResult
@@ -331,7 +331,7 @@ class Judge:
         from pytest_specdec.gate.nights import Night
         from pytest_specdec.gate.store import Pending
 
-        stamp = dt.datetime.fromtimestamp(self.cfg.started, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = dt.datetime.fromtimestamp(self.cfg.started, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         lines: list[str] = []
         not_written: list[tuple[str, str]] = []
         for t in tests:

@@ -73,11 +73,12 @@ def check_word(value: object, words: tuple[str, ...], what: str, where: str) -> 
     came from (``where``: the file and field) and the words allowed."""
     if value not in words:
         raise ValueError(f"{where}: {what} {value!r} is not one of {', '.join(words)}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def check_decision(value: object, where: str) -> Decision:
     """A decision read from a file, checked: an unknown word is an error naming where it came from."""
+    # the ignore below: check_word returned one of DECISIONS
     return check_word(value, DECISIONS, "verdict", where)  # type: ignore[return-value]
 
 
@@ -88,4 +89,5 @@ def split_method(method: str, where: str = "method") -> tuple[str, Per]:
     rule, slash, per = method.rpartition("/")
     if not slash:
         return method, RUN
+    # the ignore below: check_word returned one of PERS
     return rule, check_word(per, PERS, "comparison unit", f"{where} {method!r}")  # type: ignore[return-value]

@@ -44,8 +44,8 @@ def night_factors(files: Iterable[dict[str, Any]]) -> dict[str, float]:
 
     devs: dict[str, list[float]] = {}
     for data in files:
-        logs = [(e.get("started", ""), ref_log(night_of(e))) for e in data["sessions"]]
-        logs = [(k, x) for k, x in logs if x is not None]
+        read = [(e.get("started", ""), ref_log(night_of(e))) for e in data["sessions"]]
+        logs = [(k, x) for k, x in read if x is not None]
         if len(logs) < 2:
             continue
         mean = sum(x for _, x in logs) / len(logs)
@@ -186,6 +186,7 @@ class StateTolerance:
         if isinstance(value, Mapping):
             r, a = value.get("ratio"), value.get("absolute")
             if all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in (r, a)):
+                # the ignore below: r and a are numbers: checked just above
                 return cls(float(r), float(a), str(value.get("source", "")))  # type: ignore[arg-type]
         raise ConfigError(f"{where}: machine_state_tolerance is {value!r}, not a number of % > 0 nor "
                          "{ratio, absolute, source}")

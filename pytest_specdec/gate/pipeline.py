@@ -19,11 +19,10 @@ from pytest_specdec.gate.kinds import NOT_COMPARABLE
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import BaselineCheck
-    from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.machine import MachineFactor, StateTolerance
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.protocol import StopRule
     from pytest_specdec.gate.stats import Thresholds, Verdict
-    from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.variance import NightPrior, NightVariance, Prior
 
 

@@ -37,7 +37,7 @@ def check_kind(metric: str, kind: str | None) -> Kind:
         return kind_of(metric)
     if kind not in KINDS:
         raise ConfigError(f"metric {metric!r}: kind must be 'rate', 'acceptance' or 'latency', got {kind!r}")
-    return kind  # type: ignore[return-value]
+    return kind
 
 
 def delta_unit(kind: Kind) -> Unit:

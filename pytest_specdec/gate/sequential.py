@@ -19,7 +19,7 @@ from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, POINTS
 from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import LOG_KINDS, to_natural, to_scale
-from pytest_specdec.gate.stats import Verdict, alpha_for_look, check_alpha, decide
+from pytest_specdec.gate.stats import Verdict, alpha_for_look, check_alpha, decision
 
 
 def _holm(p: np.ndarray) -> np.ndarray:
@@ -72,7 +72,7 @@ def adjust(verdicts: Sequence[Verdict], method: str = "bh", alpha: float = 0.05,
     unseen = f" ({m - len(idx)} without a p-value, taken as p=1: not measured yet, or exact)" if m > len(idx) else ""
     for i, pa in zip(idx, padj, strict=True):
         v = verdicts[i]
-        new = str(decide(v.delta, v.ci_low, v.ci_high, pa, v.threshold, alpha, v.unit))
+        new = decision(v.delta, v.ci_low, v.ci_high, pa, v.threshold, alpha, v.unit)
         change = f", {v.verdict} -> {new}" if new != v.verdict else ""
         note = f"{v.note}; {name} over {m} tests{unseen}: p {v.p:.3g} -> {pa:.3g}{change}"
         out[i] = dataclasses.replace(v, verdict=new, p=float(pa), note=note)

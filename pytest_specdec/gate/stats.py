@@ -15,15 +15,35 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.kinds import EXACT, FAMILIES, GATED, IMPROVED, INCONCLUSIVE, NIGHT, NOT_COMPARABLE, PERCENT
-from pytest_specdec.gate.kinds import PERS, REGRESSED, RUN, SESSION, UNCHANGED, UNITS, Decision, Family, Per, Unit
-from pytest_specdec.gate.kinds import check_decision, check_word, unit_mark
+from pytest_specdec.gate.kinds import (
+    EXACT,
+    FAMILIES,
+    GATED,
+    IMPROVED,
+    INCONCLUSIVE,
+    NIGHT,
+    NOT_COMPARABLE,
+    PERCENT,
+    PERS,
+    REGRESSED,
+    RUN,
+    SESSION,
+    UNCHANGED,
+    UNITS,
+    Decision,
+    Family,
+    Per,
+    Unit,
+    check_decision,
+    check_word,
+    unit_mark,
+)
 from pytest_specdec.gate.registry import Kind
 from pytest_specdec.gate.scale import (
     LOG_KINDS,
@@ -38,7 +58,6 @@ from pytest_specdec.gate.scale import (
     to_natural,
 )
 from pytest_specdec.gate.variance import HOMOGENEITY_P, NightVariance, Prior
-
 
 
 @dataclass(frozen=True)
@@ -169,8 +188,8 @@ def _moderated_core(xb: np.ndarray, xn: np.ndarray, var0: Any, df0: Any, a: floa
     return est, est - q * se, est + q * se, p
 
 
-def _session_core(means: np.ndarray, inv_r: np.ndarray, ss_within: np.ndarray, df_within: np.ndarray,
-                  now_mean: np.ndarray, n_now: int, a: float, var0: Any = 0.0,
+def _session_core(means: np.ndarray, inv_r: Any, ss_within: Any, df_within: Any,
+                  now_mean: Any, n_now: int, a: float, var0: Any = 0.0,
                   df0: Any = 0.0) -> tuple[np.ndarray, ...]:
     """t of tonight's session mean against the mean of k baseline session means (last axis of ``means``).
 
@@ -232,6 +251,11 @@ def decide(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float, unit: s
     inside = np.where(sign < 0, (lo > bad) & (hi < good), (lo > good) & (hi < bad))
     unchanged = ~regressed & ~improved & inside
     return np.select([regressed, improved, unchanged], [REGRESSED, IMPROVED, UNCHANGED], INCONCLUSIVE)
+
+
+def decision(delta: Any, lo: Any, hi: Any, p: Any, bad: Any, alpha: float, unit: str = "%") -> Decision:
+    """`decide` for one verdict: its word, typed."""
+    return cast(Decision, str(decide(delta, lo, hi, p, bad, alpha, unit)))
 
 
 def exact_rule(d: float, bad: float, unit: str, tol: float) -> tuple[Decision, str]:
@@ -307,6 +331,9 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
     now_c = center(kind, xn.mean()) if n_n else None
     what = (f"unit: session mean (baseline {n_b} sessions of {sum(len(s) for s in xs)} runs)" if by_session
             else f"unit: run (baseline 1 session of {n_b} runs)")
+    var_fixed: float | None = None  # the comparison's variance split (None where a session mean has none)
+    var_run: float | None = None
+    df_v: float | None = None
 
     if n_b < 2 or n_n < 2:
         need = "sessions" if by_session else "runs"
@@ -343,7 +370,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         d, lo, hi, p, var_fixed, var_run, df = _nights_core(means, h_b, xn, s_w2, df_w, sig_n2, df_n, a)
         p_rep = float(min(1.0, p * max_looks))
         d_n, lo_n, hi_n = (float(to_natural(kind, v)) for v in (d, lo, hi))
-        v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
+        v = decision(d_n, lo_n, hi_n, p_rep, bad, alpha, unit)
         level = 100.0 * (1.0 - 2.0 * a)
         what = (f"unit: night mean (baseline {len(xs)} night(s) of {sum(len(s) for s in xs)} runs, "
                 f"{n_n} runs now); night-to-night sd {100 * math.sqrt(sig_n2):.3g} {unit} ({whose}; {df_n:.0f} df), "
@@ -358,19 +385,19 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         inv_r = np.mean([1.0 / len(s) for s in xs])
         ss = sum(float(((s - s.mean()) ** 2).sum()) for s in xs) + float(((xn - xn.mean()) ** 2).sum())
         dfw = sum(len(s) - 1 for s in xs) + n_n - 1
-        d, lo, hi, p = _session_core(units_b, np.float64(inv_r), np.float64(ss), np.float64(dfw),
-                                     np.float64(xn.mean()), n_n, a, *((prior.var, prior.df) if prior else ()))
+        d, lo, hi, p = (float(x) for x in _session_core(units_b, np.float64(inv_r), np.float64(ss), np.float64(dfw),
+                                                        np.float64(xn.mean()), n_n, a,
+                                                        *((prior.var, prior.df) if prior else ())))
         method = f"{'moderated-' if prior else ''}session-t{log}"
-        var_fixed = var_run = df_v = None
     elif prior is not None:
-        d, lo, hi, p = _moderated_core(units_b, xn, prior.var, prior.df, a)
+        d, lo, hi, p = (float(x) for x in _moderated_core(units_b, xn, prior.var, prior.df, a))
         method = f"moderated-t{log}"
         ss = float(((units_b - units_b.mean()) ** 2).sum() + ((xn - xn.mean()) ** 2).sum())
         df_v = prior.df + n_b + n_n - 2
         var_run = max((prior.df * prior.var + ss) / df_v, ss / (n_b + n_n - 2))
         var_fixed = var_run / n_b
     else:
-        d, lo, hi, p = _welch_core(units_b, xn, a)
+        d, lo, hi, p = (float(x) for x in _welch_core(units_b, xn, a))
         method = f"welch{log}"
         vb, vn = float(np.var(units_b, ddof=1)) / n_b, float(np.var(xn, ddof=1))
         var_fixed, var_run = vb, vn
@@ -378,7 +405,7 @@ def compare(metric: str, baseline: Sequence[Sequence[float]], now: Sequence[floa
         df_v = (vb + vn / n_n) ** 2 / den if den > 0 else float(n_b + n_n - 2)
     p_rep = float(min(1.0, float(p) * max_looks))
     d_n, lo_n, hi_n = (float(to_natural(kind, v)) for v in (d, lo, hi))
-    v = str(decide(d_n, lo_n, hi_n, p_rep, bad, alpha, unit))
+    v = decision(d_n, lo_n, hi_n, p_rep, bad, alpha, unit)
     level = 100.0 * (1.0 - 2.0 * a)
     note = explain_decision(v, d_n, lo_n, hi_n, p_rep, bad, alpha, unit, level) + f"; {what}"
     if prior is not None:

@@ -15,9 +15,20 @@ from typing import Any
 
 from pytest_specdec.files import write_atomic
 from pytest_specdec.formats import BASELINE_SCHEMA, SWEEP_SCHEMA
-from pytest_specdec.gate.baselines import BaselineError, OlderBaseline, baseline_path, diff, load
-from pytest_specdec.gate.baselines import hardware_key, hardware_label, identity_differences, metric_values
-from pytest_specdec.gate.baselines import relative, render, safe_part
+from pytest_specdec.gate.baselines import (
+    BaselineError,
+    OlderBaseline,
+    baseline_path,
+    diff,
+    hardware_key,
+    hardware_label,
+    identity_differences,
+    load,
+    metric_values,
+    relative,
+    render,
+    safe_part,
+)
 
 #: The command that moves baseline files of the layout without a hardware folder into theirs: a one-off migration
 #: (it `git mv`s tracked files), kept in the project's checkout, not in the package.
@@ -181,8 +192,8 @@ class BaselineStore:
         if stale:
             raise BaselineError(f"{relative(stale[0], self.root)} holds baseline files with no hardware folder "
                                 f"({len(stale)} such folder(s) under {self.root / safe_part(self.profile)}); move "
-                                f"them into their machine's folder, keeping their nights, with `{MOVE} {self.root}` in a "
-                                "checkout of pytest-specdec")
+                                f"them into their machine's folder, keeping their nights, with `{MOVE} {self.root}` in "
+                                "a checkout of pytest-specdec")
         return path, load(path, create_hint)
 
     def all_files(self) -> list[Path]:

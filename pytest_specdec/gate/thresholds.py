@@ -97,7 +97,7 @@ def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
         # Within a layer a metric beats its kind whatever the order: `speedup=15 rate=40` keeps 15.
         for name, value in sorted(layer.items(), key=lambda item: item[0] not in KINDS):
             if name in KINDS:
-                kinds[THRESHOLD_FIELD[name]] = value  # type: ignore[index]
+                kinds[THRESHOLD_FIELD[name]] = value
                 # a kind set by a later layer beats an earlier per-metric value of that kind
                 for m in [m for m in per_metric if kind_of(m) == name]:
                     del per_metric[m]

@@ -18,7 +18,7 @@ from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.registry import Kind
-from pytest_specdec.gate.scale import check_kind, on_scale, checked_sessions
+from pytest_specdec.gate.scale import check_kind, checked_sessions, on_scale
 
 
 @dataclass(frozen=True)
@@ -228,12 +228,13 @@ def blend_prior(metric: str, nv: NightVariance | None, prior: NightPrior, absolu
     v0, d0 = prior.var_of(metric, absolute), prior.df_of(metric)
     if v0 <= 0 and metric not in prior.sd and metric.split("[", 1)[0] not in prior.sd:
         return nv
-    info = {"prior_sd": prior.sd_of(metric, absolute), "prior_df": d0, "prior_source": prior.source,
-            "prior_unit": "points" if check_kind(metric, None) == "acceptance" else "%"}
+    sd, unit = prior.sd_of(metric, absolute), "points" if check_kind(metric, None) == "acceptance" else "%"
     if nv is None:
-        return NightVariance(between=v0, df_between=d0, within=0.0, df_within=0.0, n_sources=0, **info)
+        return NightVariance(between=v0, df_between=d0, within=0.0, df_within=0.0, n_sources=0, prior_sd=sd,
+                             prior_df=d0, prior_source=prior.source, prior_unit=unit)
     d = nv.df_between
-    return dataclasses.replace(nv, between=(d0 * v0 + d * nv.between) / (d0 + d), df_between=d + d0, **info)
+    return dataclasses.replace(nv, between=(d0 * v0 + d * nv.between) / (d0 + d), df_between=d + d0, prior_sd=sd,
+                               prior_df=d0, prior_source=prior.source, prior_unit=unit)
 
 
 def night_components(metric: str, baseline: Sequence[Sequence[Any]], *, kind: Kind | None = None

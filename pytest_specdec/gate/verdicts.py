@@ -20,9 +20,9 @@ from pytest_specdec.gate.registry import ABSOLUTE, GATED
 from pytest_specdec.gate.registry import VERDICT_METRICS as METRICS
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.machine import StateCondition, StateTolerance
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
-    from pytest_specdec.gate.machine import StateCondition, StateTolerance
     from pytest_specdec.gate.variance import NightPrior, NightVariance, Prior
     from pytest_specdec.measure.explain import Explained, Split
 

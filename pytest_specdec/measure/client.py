@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import aiohttp
@@ -20,8 +20,8 @@ import aiohttp
 from pytest_specdec.errors import ConfigError, SpecDecError
 from pytest_specdec.measure.arrivals import Flight, arrival_times, closed_loop, open_loop, ticker
 from pytest_specdec.measure.types import (
-    Api,
     NOT_SENT,
+    Api,
     LoadResult,
     Prompt,
     RequestSample,
@@ -180,7 +180,7 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str,
                             sample.finish_reason = c0["finish_reason"]
                 if done:
                     break
-    except asyncio.TimeoutError:  # an alias of TimeoutError since 3.11; distinct (and raised by aiohttp) on 3.10
+    except TimeoutError:  # an alias of TimeoutError since 3.11; distinct (and raised by aiohttp) on 3.10
         idle = timeout.sock_read is not None and (perf() - st) < (timeout.total or float("inf")) - 0.5
         sample.error = (f"{IDLE_TIMEOUT_REASON}: nothing received for {timeout.sock_read:g} s" if idle
                         else f"timeout after {timeout.total} s")
@@ -196,7 +196,7 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str,
         sample.error = f"{CANCELLED}: {halt.reason}"
     finally:
         if halt is not None:
-            halt.inflight.discard(task)  # type: ignore[arg-type]
+            halt.inflight.discard(task)
         flight.leave()
         sample.output_tokens = seen
         sample.text = "".join(pieces)
@@ -230,7 +230,8 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
 
     Closed loop when ``rate`` is None (``concurrency`` requests always in flight), else open loop with
     seeded gamma arrivals of shape ``burstiness`` (1: Poisson), as ``vllm bench serve`` schedules them
-    (`arrival_times`), still capped at ``concurrency`` in flight. Request errors are recorded per sample, never raised. With
+    (`arrival_times`), still capped at ``concurrency`` in flight. Request errors are recorded per sample, never raised.
+    With
     ``collect_metrics`` the server's /metrics is read right after warm-up and right after the run, so the
     counter delta covers exactly the measured requests.
 
@@ -325,7 +326,7 @@ def event_loop_name() -> str:
     return f"uvloop {uvloop.__version__}"
 
 
-def run_coroutine(coro: Awaitable[_T]) -> _T:
+def run_coroutine(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run ``coro`` on a new event loop: uvloop's when it is installed (vLLM depends on it), else asyncio's.
 
     Why: the client's CPU per streamed token is what caps the concurrency one process can drive without
@@ -335,9 +336,9 @@ def run_coroutine(coro: Awaitable[_T]) -> _T:
     try:
         import uvloop
     except ImportError:
-        result = asyncio.run(coro)  # type: ignore[arg-type]
+        result = asyncio.run(coro)
     else:
-        result = uvloop.run(coro)  # type: ignore[arg-type]
+        result = uvloop.run(coro)
     raise_if_terminated()  # a SIGTERM that a callback of the load swallowed still ends the session
     return result
 

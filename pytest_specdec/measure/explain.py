@@ -96,7 +96,8 @@ class Explained:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Explained:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        # the values as `to_dict` wrote them, read back untyped from a results file
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
 
 def explain(reference: Sequence[ArmRun], spec: Sequence[ArmRun], speedups: Sequence[float] | None = None

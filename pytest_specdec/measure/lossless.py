@@ -24,8 +24,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError, SpecDecError, json_object
-from pytest_specdec.measure.outputs import (EVIDENCE_CHARS, EVIDENCE_PROMPTS, collapsed_positions, differing_outputs,
-                                            evidence_line, excerpt, first_difference, greedy_output_match)
+from pytest_specdec.measure.outputs import (
+    EVIDENCE_CHARS,
+    EVIDENCE_PROMPTS,
+    collapsed_positions,
+    differing_outputs,
+    evidence_line,
+    excerpt,
+    first_difference,
+    greedy_output_match,
+)
 
 __all__ = [
     "ALPHA", "ARMS", "EVIDENCE_CHARS", "EVIDENCE_PROMPTS", "TOLERANCE_NATS", "Collected", "DistributionError", "Sample",
@@ -81,7 +89,7 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], 
             text = await resp.text()
             if resp.status != 200:
                 raise DistributionError(f"{what}: POST {url} answered HTTP {resp.status}: {text[:300]}")
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+    except (TimeoutError, aiohttp.ClientError) as e:
         raise DistributionError(f"{what}: POST {url} failed: {type(e).__name__}: {e}") from e
     try:
         return json_object(text)
@@ -258,7 +266,8 @@ def compare(spec: Mapping[str, Sequence[float]], ref_a: Mapping[str, Sequence[fl
     arms = dict(zip(ARMS, (spec, ref_a, ref_b)))
     out: dict[str, Any] = {
         "statistic": "mean target log-prob per output token (nats) of each sample, scored by the reference server",
-        "test": "two-sided Wilcoxon signed-rank over (prompt, sample) pairs", "alpha": alpha, "tolerance_nats": tolerance_nats,
+        "test": "two-sided Wilcoxon signed-rank over (prompt, sample) pairs", "alpha": alpha,
+        "tolerance_nats": tolerance_nats,
         "n_prompts": len(ids), "n_samples": {a: sum(len(v[p]) for p in ids) for a, v in arms.items()},
         "mean_logprob": {a: None for a in ARMS}, "diff": None, "ci": None, "ci_level": CI_LEVEL, "p": None,
         "control_diff": None, "control_ci": None, "control_p": None, "verdict": "inconclusive", "why": None,
@@ -269,7 +278,8 @@ def compare(spec: Mapping[str, Sequence[float]], ref_a: Mapping[str, Sequence[fl
     need = min_prompts(alpha)
     if min(len(d), len(c)) < need:
         out["why"] = (f"{min(len(d), len(c))} (prompt, sample) pair(s) with scored samples in all three arms; the "
-                      f"paired test needs at least {need} to reach p < {alpha:g}: raise num_prompts or samples_per_prompt")
+                      f"paired test needs at least {need} to reach p < {alpha:g}: raise num_prompts or "
+                      f"samples_per_prompt")
         return out
     means = {a: [sum(v[p]) / len(v[p]) for p in ids] for a, v in arms.items()}
     out["mean_logprob"] = {a: sum(m) / len(m) for a, m in means.items()}
@@ -297,7 +307,8 @@ class Collected:
 
     def summary(self, alpha: float = ALPHA, tolerance_nats: float = TOLERANCE_NATS) -> dict[str, Any]:
         """``compare`` over the arms, plus what was sent and how many samples came back empty."""
-        out = compare(*(per_prompt(self.arms[a]) for a in ARMS), alpha=alpha, tolerance_nats=tolerance_nats)
+        spec, ref_a, ref_b = (per_prompt(self.arms[a]) for a in ARMS)
+        out = compare(spec, ref_a, ref_b, alpha=alpha, tolerance_nats=tolerance_nats)
         out["samples_per_prompt"] = self.samples_per_prompt
         out["prompts_sent"] = self.prompts
         out["empty_samples"] = {a: sum(1 for s in v if not s.output_token_ids) for a, v in self.arms.items()}

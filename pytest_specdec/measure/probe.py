@@ -12,7 +12,8 @@ is slower"; this probe can, since no vLLM code is in it. Two figures:
 CPU seconds, not wall seconds, for the speed: a core shared with another process is time-sliced, and that is
 what ``cores`` measures, once. An interpreter loop's speed was tried as a third figure and dropped: it differed
 by 20 % between two Python processes on one idle machine. About 0.15 s in all; repeats on an idle machine
-agree within a few % (docs/validation.md). ``SPECDEC_MACHINE_PROBE`` names an executable to run instead, which prints one JSON
+agree within a few % (docs/validation.md). ``SPECDEC_MACHINE_PROBE`` names an executable to run instead, which prints
+one JSON
 object with the same keys (the tests give a simulated machine's state this way). No pytest.
 """
 
@@ -25,7 +26,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pytest_specdec.errors import ConfigError
@@ -52,6 +53,7 @@ class MachineState:
         problem = state_problem(d)
         if problem:
             raise ConfigError(f"{where}{problem} (figures as `python -m pytest_specdec.measure.probe` prints them)")
+        # the ignore below: COMPONENTS are the fields, by name
         return cls(**{name: float(d[name]) for name in COMPONENTS})  # type: ignore[arg-type]
 
 

@@ -4,7 +4,8 @@ server served (suffix decoding), prompts that server has never been sent."""
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.types import Prompt

@@ -19,16 +19,27 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts, PromptSource
 from pytest_specdec.measure.record import ArmRun, dropped, pairs, speedup_per_pair
 from pytest_specdec.measure.schedule import Arm, schedule, schedule_ab, warmup_requests
 from pytest_specdec.measure.summary import hd_p95s, summarize
-from pytest_specdec.measure.validity import (CLIENT_LAG, DISTURBED, HUNG, NEIGHBOUR, STEP_RATE, ValidityRules, disturbed,
-                                             invalid_reasons, latency_untrusted, step_rate)
+from pytest_specdec.measure.validity import (
+    CLIENT_LAG,
+    DEFAULT_RULES,
+    DISTURBED,
+    HUNG,
+    NEIGHBOUR,
+    STEP_RATE,
+    ValidityRules,
+    disturbed,
+    invalid_reasons,
+    latency_untrusted,
+    step_rate,
+)
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.metrics import Chunking, RunMetrics
@@ -200,7 +211,7 @@ def one_run(
     load: LoadResult = run_load_sync(
         endpoint.base_url, endpoint.model, prompts, sampling, concurrency=concurrency,
         cache_salt=salt, api_key=endpoint.api_key or api_key, warmup=warmup, timeout_s=timeout_s,
-        api=api,  # type: ignore[arg-type]
+        api=api,  # type: ignore[arg-type]  # the marker checked api is chat or completions
         rate=rate, warmup_prompts=warmup_prompts, idle_timeout_s=rules.idle_timeout_s, burstiness=burstiness,
     )
     metrics = compute_run_metrics(load, counters_delta(load), goodput)
@@ -248,7 +259,7 @@ def extend_case(
     concurrency: int,
     runs: int,
     api_key: str | None = None,
-    rules: ValidityRules = ValidityRules(),
+    rules: ValidityRules = DEFAULT_RULES,
     progress: Callable[[str], None] = lambda line: None,
     block: int | None = None,
     api: str = "chat",
@@ -268,7 +279,8 @@ def extend_case(
     A run is warmed up when its arm's server instance is not the one the arm's previous run used: the
     first run of each arm, and after a restart (a block switch with one server at a time, a fresh
     suffix server).  A run's prompts are drawn before its server is asked for, so a draw that needs a
-    fresh server gets one.  Summary and speedups are recomputed.  `settle` (e.g. the pool's wait for idle servers) is called right before
+    fresh server gets one.  Summary and speedups are recomputed.  `settle` (e.g. the pool's wait for idle servers) is
+    called right before
     every measured run, after its endpoint is ready and its warm-up is not yet sent, with the run's server
     instance and when the test's previous run ended (``result.ended``); what it returns is kept with the run.
     After a run whose server hung, `restart(arm)` may hand a fresh server for the

@@ -5,7 +5,8 @@ fixture's clients never ask which mode the session is in. No pytest import (a sk
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Union
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -5,6 +5,7 @@ Harrell-Davis P95s. It reads the runs as the one run record (`record.ArmRun`), p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_specdec.measure.figures import geomean, tau
@@ -46,7 +47,7 @@ def _median(values: list[float | None]) -> float | None:
     return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 
 
-def summarize(reference: list[RunRecord], spec: list[RunRecord]) -> dict[str, Any]:
+def summarize(reference: Sequence[RunRecord], spec: Sequence[RunRecord]) -> dict[str, Any]:
     """The test's summary over valid runs: geometric means for rates, pooled counters for acceptance,
     medians of per-run percentiles for latencies (of the spec arm; the reference's when no spec arm), and how
     many pairs the speedup is over, with the dropped ones and why (`record.pairs`)."""

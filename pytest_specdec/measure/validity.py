@@ -30,13 +30,17 @@ class ValidityRules:
     idle_timeout_s: float = 60.0
     # A run this much slower than the median of its arm's other runs in the same test (a fraction: 0.3 is 30 %
     # fewer tok/s; a spec arm's tok/s per acceptance length) was disturbed by something else on the machine, not
-    # by what is under test: it leaves the verdicts with its pair (`disturbed`). 0 turns the rule off. On the CPU a run's log tok/s varies with an sd
+    # by what is under test: it leaves the verdicts with its pair (`disturbed`). 0 turns the rule off. On the CPU a
+    # run's log tok/s varies with an sd
     # of about 0.07, so 0.3 (0.36 in log) is five sd away (docs/measurement.md#disturbed-runs).
     max_run_slowdown: float = 0.3
     # Another server of the session (an A/B session keeps three or four alive) using more than this many cores
     # during a run took them from the server measured: the run is invalid, naming it. 0 turns the rule off.
     max_neighbour_cores: float = 0.0
 
+
+#: The rules with every default (a frozen value: safe as an argument's default)
+DEFAULT_RULES = ValidityRules()
 
 #: How a client-bound run's invalid reason starts: the lag invalidates the run's timing, not its counters
 #: or texts, so callers that only need those (the zoo's acceptance checks) look for this prefix.

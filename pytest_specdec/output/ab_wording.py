@@ -9,11 +9,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pytest_specdec.gate.kinds import (
+    CANNOT_SETTLE,
+    EQUIVALENCE,
+    GATED,
+    IMPROVED,
+    INCONCLUSIVE,
+    MAX_REACHED,
+    REGRESSED,
+    SHOWN,
+    UNCHANGED,
+)
 from pytest_specdec.gate.registry import label
-from pytest_specdec.gate.kinds import (CANNOT_SETTLE, EQUIVALENCE, GATED, IMPROVED, INCONCLUSIVE, MAX_REACHED, REGRESSED,
-                                       SHOWN, UNCHANGED)
-from pytest_specdec.output.wording import FDR_NAMES, format_change, format_p, format_threshold, guard_text, split_sentence
-from pytest_specdec.output.wording import table
+from pytest_specdec.output.wording import (
+    FDR_NAMES,
+    format_change,
+    format_p,
+    format_threshold,
+    guard_text,
+    split_sentence,
+    table,
+)
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABCheck

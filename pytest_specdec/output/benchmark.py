@@ -9,7 +9,8 @@ from pytest_specdec.output.schema import load
 
 #: (name suffix, group, run field → seconds): lower is better, as pytest-benchmark assumes.
 BENCH_METRICS = (
-    ("s_per_output_token", "seconds per output token", lambda r: 1.0 / r["output_tok_s"] if number(r.get("output_tok_s")) else None),
+    ("s_per_output_token", "seconds per output token",
+     lambda r: 1.0 / r["output_tok_s"] if number(r.get("output_tok_s")) else None),
     ("tpot_p50", "TPOT P50 (s)", lambda r: (r.get("tpot_ms") or {}).get("p50") and r["tpot_ms"]["p50"] / 1000),
     ("e2e_p50", "E2E P50 (s)", lambda r: (r.get("e2e_ms") or {}).get("p50") and r["e2e_ms"]["p50"] / 1000),
 )
@@ -47,7 +48,7 @@ def benchmark_json(data: Any, *, machine_info: dict[str, Any] | None = None,
         for arm, runs in (("spec", test.runs), ("reference", test.reference_runs)):
             valid = [r for r in runs if r["valid"]]
             for suffix, group, get in BENCH_METRICS:
-                values = [float(v) for v in (get(r) for r in valid) if number(v) is not None]
+                values = [x for x in (number(get(r)) for r in valid) if x is not None]
                 if not values:
                     continue
                 stats = Stats()

@@ -18,13 +18,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, NOT_COMPARABLE, REGRESSED, UNCHANGED, Decision, Status
+from pytest_specdec.gate.kinds import (
+    GATED,
+    IMPROVED,
+    INCONCLUSIVE,
+    NOT_COMPARABLE,
+    REGRESSED,
+    UNCHANGED,
+    Decision,
+    Status,
+)
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.crossover_gate import SweepOutcome
-    from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.machine import MachineFactor, StateTolerance
+    from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.gate.variance import NightPrior
     from pytest_specdec.measure.explain import Split
 
@@ -264,10 +273,10 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     from pytest_specdec.gate.verdicts import baseline_split
 
     for row in rows:
-        c = by_id.get(row.nodeid)
-        if c is not None:
-            row.verdicts = c.final or []
-            row.split = baseline_split(c.baseline, c.night)
+        judged = by_id.get(row.nodeid)
+        if judged is not None:
+            row.verdicts = judged.final or []
+            row.split = baseline_split(judged.baseline, judged.night)
     from pytest_specdec.gate.baselines import hardware_label
 
     machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())

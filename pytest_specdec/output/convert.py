@@ -25,7 +25,7 @@ import copy
 import json
 import re
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +142,8 @@ def results_from_1(data: dict[str, Any]) -> dict[str, Any]:
             run.setdefault("latency_untrusted", [])
         if isinstance(baseline, dict):
             level = number(baseline["ci_level"]) if "ci_level" in baseline else _ci_level_1(baseline, verdicts)
-            baseline["ci_level"] = None if level is None or not 0 < level < 100 else level / 100 if level >= 1 else level
+            baseline["ci_level"] = (None if level is None or not 0 < level < 100
+                                    else level / 100 if level >= 1 else level)
             baseline.setdefault("inconclusive_gated", [m for m, v in verdicts.items()
                                                        if v["family"] == GATED and v.get("verdict") == INCONCLUSIVE])
     machine = data.get("machine_factor")
@@ -245,6 +246,11 @@ def results_counts(data: Mapping[str, Any]) -> tuple[int, int]:
 # ---- files ------------------------------------------------------------------------------------------------
 
 
+def _results_text(d: dict[str, Any]) -> str:
+    """A results file's text, as the plugin writes it."""
+    return json.dumps(d, indent=1, sort_keys=True, default=str)
+
+
 def convert_file(path: Path) -> str:
     """Convert one file in place; what was done, as one line."""
     try:
@@ -254,14 +260,13 @@ def convert_file(path: Path) -> str:
     version = data.get("schema") if isinstance(data, dict) else None
     if not isinstance(data, dict) or not isinstance(version, int):
         return f"skipped {path}: not a baseline or results file (no `schema`)"
+    text: Callable[[dict[str, Any]], str]
     if "sessions" in data:
         kind, current, convert, counts = "baseline", BASELINE_SCHEMA, convert_baseline, baseline_counts
         text = render
     elif "tests" in data:
         kind, current, convert, counts = "results", RESULTS_SCHEMA, convert_results, results_counts
-
-        def text(d: dict[str, Any]) -> str:
-            return json.dumps(d, indent=1, sort_keys=True, default=str)
+        text = _results_text
     else:
         return f"skipped {path}: not a baseline or results file (no `sessions` or `tests`)"
     if version == current:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec import redact
 from pytest_specdec.errors import ConfigError

@@ -110,7 +110,7 @@ def _when(started: str) -> tuple[float, str]:
     except ValueError:
         return (-math.inf, started)
     if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
+        t = t.replace(tzinfo=dt.UTC)
     return (t.timestamp(), started)
 
 
@@ -131,7 +131,6 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
     alone (``per_series``)."""
     from pytest_specdec.gate.registry import GATED
     from pytest_specdec.gate.trend import ALPHA, trend, trends
-
     from pytest_specdec.output.ab_results import base_night
 
     several = len({n.hardware for n in nights}) > 1
@@ -177,7 +176,8 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
 
 
 def crossover_series(nights: Sequence[Night]) -> list[Series]:
-    """Per sweep line (concurrency or rate: a rate sweep's in fractions of saturation), its crossover night by night (`gate.crossover.estimate` without a CI); a night
+    """Per sweep line (concurrency or rate: a rate sweep's in fractions of saturation), its crossover night by night
+    (`gate.crossover.estimate` without a CI); a night
     on which it did not cross in the swept range is a gap that says on which side."""
     from pytest_specdec.gate.crossover import NAME, estimate
     from pytest_specdec.gate.crossover_gate import group
@@ -308,9 +308,9 @@ def chart_svg(s: Series, nights: Sequence[Night]) -> str:
     """One metric's small chart: the nightly levels, each level between change points as a dashed line,
     and each change point circled and numbered, its figures listed under the chart."""
     from pytest_specdec.gate.registry import label
-    from pytest_specdec.output.wording import format_delta, format_value
     from pytest_specdec.output.charts import Chart, svg_chart
     from pytest_specdec.output.charts import Series as Line
+    from pytest_specdec.output.wording import format_delta, format_value
 
     pts = [(float(p.night + 1), p.value) for p in s.points if p.value is not None]
     if not pts:
@@ -358,8 +358,8 @@ def render_html(nights: Sequence[Night], rows: Sequence[Series],
     from markupsafe import Markup
 
     from pytest_specdec.gate.registry import label
-    from pytest_specdec.output.wording import format_delta
     from pytest_specdec.output.report import templates
+    from pytest_specdec.output.wording import format_delta
 
     tests: dict[str, list[dict[str, Any]]] = {}
     changes: dict[str, list[str]] = {}

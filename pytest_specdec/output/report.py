@@ -16,8 +16,8 @@ from typing import Any
 
 from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, MOVED, NOT_COMPARABLE, REGRESSED, SHOWN, UNCHANGED
 from pytest_specdec.output.fields import number, test_name
-from pytest_specdec.output.schema import BaselineUpdate, Results, TestEntry, VerdictEntry, load
 from pytest_specdec.output.rate_sweeps import rate_sections
+from pytest_specdec.output.schema import BaselineUpdate, Results, TestEntry, VerdictEntry, load
 from pytest_specdec.output.sweeps import chart_sections, crossover_rows
 
 #: Worst first: the order of the summary table and of the per-test sections.
@@ -153,7 +153,8 @@ def catches(v: VerdictEntry) -> str:
 
 def _catches_title(v: VerdictEntry) -> str:
     """The standard error and degrees of freedom behind `catches` (the cell's tooltip)."""
-    parts = [f"se {v.se:.3g} (comparison scale)" if v.se is not None else "", f"df {v.df:.3g}" if v.df is not None else ""]
+    parts = [f"se {v.se:.3g} (comparison scale)" if v.se is not None else "",
+             f"df {v.df:.3g}" if v.df is not None else ""]
     return ", ".join(p for p in parts if p) or "smallest bad-side change caught with power 0.9"
 
 
@@ -215,7 +216,8 @@ def gate_cells(test: TestEntry, metrics: Sequence[str]) -> list[dict[str, str | 
 def diff_summary(diff: Mapping[str, Any]) -> list[str]:
     """The under-test change in a few lines: each version, hash or plugin field `old → new`, then the
     engine-config fields that changed, per arm, by name (their values are long; the test's section has them)."""
-    lines, engine = [], {}
+    lines: list[str] = []
+    engine: dict[str, Any] = {}
     for key, ab in diff.items():
         parts = key.split(".")
         if parts[0] == "engine_config" and len(parts) >= 3:
@@ -277,7 +279,8 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "speedup": number(s.get("speedup")), "acceptance": number(s.get("acceptance_rate")),
         "acceptance_length": number(s.get("acceptance_length")),
         "tps": number(s.get("output_tok_s")), "ref_tps": number(s.get("reference_tok_s")),
-        "tpot_p95": number((s.get("tpot_ms") or {}).get("p95")), "ttft_p95": number((s.get("ttft_ms") or {}).get("p95")),
+        "tpot_p95": number((s.get("tpot_ms") or {}).get("p95")),
+        "ttft_p95": number((s.get("ttft_ms") or {}).get("p95")),
         # a test with goodput SLOs: the SLOs and what its runs made of them ("" without SLOs: nothing shown)
         "goodput": goodput_text(s), "goodput_slos": test.params.get("goodput"),
         "badges": badges,
@@ -362,7 +365,7 @@ def render(results: Results) -> str:
 
     tests, servers = results.tests, results.servers
     ordered = sort_tests(tests)
-    errors = list(results.errors)
+    errors = [dict(e) for e in results.errors]
     charts = chart_sections(tests, servers, errors) + rate_sections(tests, results.crossovers, errors)
     env = results.environment
     started = results.started
@@ -388,7 +391,8 @@ def render(results: Results) -> str:
     return templates().get_template("report.html.j2").render(
         results=results, env=env, started=started.replace("T", " ")[:19] + (" UTC" if started else ""),
         duration=results.duration_s, totals=totals(tests),
-        tests=views, charts=charts, crossovers=crossover_rows(results.crossovers), errors=errors, badge_labels=[(b.label, b.family) for b in BADGES],
+        tests=views, charts=charts, crossovers=crossover_rows(results.crossovers), errors=errors,
+        badge_labels=[(b.label, b.family) for b in BADGES],
         machine=machine, machine_line=machine_sentence(machine) if machine else "", gate=results.gate,
         guard_columns=[label(m) for m in columns], guarded=[v for v in views if v["verdict_rows"]],
         changed=changed, cost=cost, peaks=cost_peaks(cost), price=results.price,

@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec import __version__, redact
 from pytest_specdec.files import write_atomic
-from pytest_specdec.output.commit import commit_info
 from pytest_specdec.formats import RESULTS_SCHEMA
 from pytest_specdec.gate.kinds import REGRESSED
+from pytest_specdec.output.commit import commit_info
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABCheck
     from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.store import BaselineWrites
     from pytest_specdec.gate.variance import NightVariance
-    from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.profiles import Profile
@@ -122,9 +122,7 @@ class TestRecord:
         if self.ab is not None:
             out["ab"] = ab_entry(self.ab, self.result)
         if self.baseline is not None:
-            from pytest_specdec.gate.verdicts import to_json
-
-            from pytest_specdec.gate.verdicts import baseline_split
+            from pytest_specdec.gate.verdicts import baseline_split, to_json
             from pytest_specdec.output.wording import attribution
 
             shown = self.baseline.shown()
@@ -213,7 +211,7 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
     tests = test_entries(records, hourly["usd_per_hour"] if hourly else None, errors)
     return {
         "schema": RESULTS_SCHEMA,
-        "started": dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(),
+        "started": dt.datetime.fromtimestamp(started, dt.UTC).isoformat(),
         "duration_s": round(time.time() - started, 1),
         "profile": profile.name,
         "environment": endpoint_environment(environment(profile, gpu_names, list(servers.values()),
@@ -359,7 +357,7 @@ def stamp(started: float) -> str:
     """The session's start as it appears in file names (UTC, to the microsecond), and this process's pid: two
     sessions sharing a reports directory never write the same name, even when they start at the same moment.
     Every file of the session (results, report, saved outputs) carries the same stamp, which pairs them."""
-    t = dt.datetime.fromtimestamp(started, dt.timezone.utc)
+    t = dt.datetime.fromtimestamp(started, dt.UTC)
     return f"{t:%Y%m%dT%H%M%S}.{t:%f}Z-{os.getpid()}"
 
 

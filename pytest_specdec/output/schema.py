@@ -15,12 +15,23 @@ from typing import Any
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.formats import CONVERT, RESULTS_SCHEMA
-from pytest_specdec.gate.kinds import EXACT, FAMILIES, PERCENT, PERS, UNITS, Decision, Family, Per, Unit
-from pytest_specdec.gate.kinds import check_decision, check_word, split_method
+from pytest_specdec.gate.kinds import (
+    EXACT,
+    FAMILIES,
+    PERCENT,
+    PERS,
+    UNITS,
+    Decision,
+    Family,
+    Per,
+    Unit,
+    check_decision,
+    check_word,
+    split_method,
+)
 from pytest_specdec.gate.machine import MachineFactor
 from pytest_specdec.gate.nights import Night, RecordError
 from pytest_specdec.output.fields import number
-
 
 Figures = Mapping[str, Any]
 
@@ -75,6 +86,7 @@ class VerdictEntry:
         try:
             method, per = split_method(str(d.get("method") or ""), f"{where}.method")
             if "per" in d:
+                # the ignore below: check_word returned one of PERS
                 per = check_word(d["per"], PERS, "comparison unit", f"{where}.per")  # type: ignore[assignment]
             verdict = check_decision(d.get("verdict"), f"{where}.verdict")
             family = check_word(d["family"], FAMILIES, "family", f"{where}.family")
@@ -82,8 +94,9 @@ class VerdictEntry:
         except ValueError as exc:
             raise ResultsError(str(exc)) from None
         return cls(
-            metric=metric, verdict=verdict, family=family,  # type: ignore[arg-type]
+            metric=metric, verdict=verdict, family=family,  # type: ignore[arg-type]  # words checked above
             baseline=number(d.get("baseline")), now=number(d.get("now")), delta=number(d.get("delta")),
+            # the ignore below: numbers checked above
             unit=unit, ci=None if lo is None or hi is None else (lo, hi),  # type: ignore[arg-type]
             p=number(d.get("p")), n_baseline=_int(d.get("n_baseline")), n_now=_int(d.get("n_now")),
             threshold=number(d.get("threshold")), method=method, per=per, note=str(d.get("note") or ""),
@@ -212,7 +225,7 @@ class TestEntry:
             sampling=d.get("sampling"), output_match=d.get("output_match"), ab=d.get("ab"),
             ab_verdicts={k: VerdictEntry.from_dict(k, v, f"{where}.ab.verdicts.{k}")
                          for k, v in ((d.get("ab") or {}).get("verdicts") or {}).items()},
-            callspec=d.get("callspec") if isinstance(d.get("callspec"), Mapping) else {},
+            callspec=cs if isinstance(cs := d.get("callspec"), Mapping) else {},
             rate_sweep=d.get("rate_sweep") if isinstance(d.get("rate_sweep"), Mapping) else None)
 
 

@@ -95,7 +95,7 @@ def sweeps(tests: Iterable[TestEntry]) -> list[Sweep]:
             sweep = groups.setdefault(key, Sweep(fn, axis, fixed, {}))
             sweep.lines.setdefault(_line_label(t, axis), []).append(t)
         for sweep in groups.values():
-            for label, items in sweep.lines.items():
+            for items in sweep.lines.values():
                 items.sort(key=lambda t: t.params[axis])
             if any(len({t.params[axis] for t in items}) >= 2 for items in sweep.lines.values()):
                 out.append(sweep)
@@ -129,7 +129,7 @@ def _ref_points(items: list[TestEntry], axis: str, get: Any) -> list[tuple[float
     return [(float(t.params[axis]), y) for t in items if (y := number(get(t))) is not None]
 
 
-def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str, list[str]]]:
+def sweep_chart_groups(sweep: Sweep, servers: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     """The charts of one sweep (SVG strings) in two rows: throughput and acceptance (speedup with its 1.0
     line, crossovers and regime marks; acceptance with draft coverage; per-position acceptance), then latency
     (TPOT P50/P95 of the spec arm; TTFT and E2E P95, spec arm solid, reference arm dotted)."""
@@ -147,7 +147,7 @@ def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str,
         speed.note = "no line crosses 1.0 in this sweep"
     if axis == "concurrency":
         seen: set[tuple[float, str]] = set()
-        for label, items in lines.items():
+        for items in lines.values():
             k = _k_of(items[0])
             spec_key = items[0].servers.get("spec")
             for limit, what in regime_limits(servers.get(spec_key) if spec_key else None):
@@ -203,7 +203,7 @@ def sweep_chart_groups(sweep: Sweep, servers: dict[str, Any]) -> list[tuple[str,
     return [(title, svgs) for title, cs in groups if (svgs := [svg for svg in map(svg_chart, cs) if svg])]
 
 
-def chart_sections(tests: Sequence[TestEntry], servers: dict[str, Any], errors: list[dict[str, str]]
+def chart_sections(tests: Sequence[TestEntry], servers: Mapping[str, Any], errors: list[dict[str, str]]
                    ) -> list[dict[str, Any]]:
     """The report's sweep sections: title, fixed params and chart groups (built escaped); a sweep whose charts
     cannot be drawn is an error naming it in ``errors``, not a report lost."""
@@ -310,10 +310,9 @@ def crossover_entry(x: SweepOutcome) -> dict[str, Any]:
 
 def crossover_line(x: SweepOutcome) -> str:
     """The terminal's line of one sweep: its crossover, then its verdict against the stored night, or its error."""
+    from pytest_specdec.gate.crossover import RATE
     from pytest_specdec.gate.kinds import REGRESSED
     from pytest_specdec.output.wording import format_verdict
-
-    from pytest_specdec.gate.crossover import RATE
 
     head = f"specdec {'stop-paying rate' if x.axis == RATE else 'crossover'} {x.sweep} ({x.line}): "
     if x.error is not None:

@@ -9,8 +9,18 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, NOT_COMPARABLE, PERCENT, REGRESSED, UNCHANGED
-from pytest_specdec.gate.kinds import Decision, Unit, unit_mark
+from pytest_specdec.gate.kinds import (
+    GATED,
+    IMPROVED,
+    INCONCLUSIVE,
+    NOT_COMPARABLE,
+    PERCENT,
+    REGRESSED,
+    UNCHANGED,
+    Decision,
+    Unit,
+    unit_mark,
+)
 from pytest_specdec.gate.registry import GOODPUT, label, metric
 
 if TYPE_CHECKING:
@@ -120,7 +130,8 @@ def not_judged_text(verdict: str, method: str) -> str | None:
     one's method names the condition that set it aside ("machine state"), else the baseline's conditions differ;
     method "none" had too little data for any rule."""
     if verdict == NOT_COMPARABLE:
-        return f"not judged: {method}" if method and method != "none" else "not judged: the baseline's conditions differ"
+        return (f"not judged: {method}" if method and method != "none"
+                else "not judged: the baseline's conditions differ")
     if method == "none":
         return "not judged: too little data (fewer than 2 values on a side)"
     return None
@@ -145,7 +156,8 @@ def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI", arms: tuple[str
     rows = [("metric", "family", *arms, "Δ", ci_label, "p", "verdict")]
     for v in verdicts:
         rows.append((label(v.metric), v.family, format_value(v.metric, v.baseline),
-                     format_value(v.metric, v.now), format_delta(v.delta, v.unit), format_ci(v), format_p(v), v.verdict))
+                     format_value(v.metric, v.now), format_delta(v.delta, v.unit), format_ci(v), format_p(v),
+                     v.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -367,7 +379,7 @@ def gate_lines(rows: Sequence[tuple[str, BaselineCheck, CaseResult | None]], mac
         if result is not None and result.untrusted_runs:  # a latency left with no trusted run
             judged = {v.metric for v in gated}
             parts += [f"{label(g)} not judged (coalesced streams: no run's latency trusted)"
-                      for g in c.gate if g not in judged and g in LATENCY_VERDICTS]  # a coalesced stream leaves latencies unjudged
+                      for g in c.gate if g not in judged and g in LATENCY_VERDICTS]  # a coalesced stream: unjudged
         out.append(f"  {name}: " + "; ".join(parts))
         # a test with goodput SLOs shows its goodput here where it is not gated (`gate=["goodput"]` gates it)
         out += [f"    shown: {verdict_phrase(label(v.metric), v)}" for v in c.final or []

@@ -16,10 +16,23 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.validity import ValidityRules
-from pytest_specdec.profiles.schema import (ANY_GPU, DEFAULT_AB_FIRST_LOOK, DEFAULT_AB_LOOK_STEP, DEFAULT_AB_RUNS,
-                                            DEFAULT_NIGHT_PRIOR, DEFAULT_RUNS, DEFAULT_STATE_TOLERANCE, PLUGIN_FLAGS,
-                                            PROFILE_KEYS, VLLM_METHODS, check_keys, check_values, renamed_keys,
-                                            night_prior_table, validity_rules)
+from pytest_specdec.profiles.schema import (
+    ANY_GPU,
+    DEFAULT_AB_FIRST_LOOK,
+    DEFAULT_AB_LOOK_STEP,
+    DEFAULT_AB_RUNS,
+    DEFAULT_NIGHT_PRIOR,
+    DEFAULT_RUNS,
+    DEFAULT_STATE_TOLERANCE,
+    PLUGIN_FLAGS,
+    PROFILE_KEYS,
+    VLLM_METHODS,
+    check_keys,
+    check_values,
+    night_prior_table,
+    renamed_keys,
+    validity_rules,
+)
 
 if TYPE_CHECKING:
     from pytest_specdec.vllm.command import ServerSpec

@@ -3,8 +3,9 @@ which priority, and on a GPU profile the GPUs it leases (--specdec-gpus, else ev
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_specdec.profiles.placement import Placement

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
 
@@ -214,7 +215,8 @@ def host_port(url: str) -> tuple[str, int | None]:
     return parts.hostname or "", parts.port
 
 
-def settle(urls: list[str], timeout_s: float, api_key: str | None = None) -> Callable[[str | None, float | None], Quiet]:
+def settle(urls: list[str], timeout_s: float, api_key: str | None = None
+           ) -> Callable[[str | None, float | None], Quiet]:
     """Before each run in endpoint mode: wait for the processes listening on loopback endpoints' ports to go
     idle and their /metrics to show no request held, like the servers a session starts itself; an endpoint
     whose processes cannot be found (another host, another user) gets a fixed delay instead, counted from the

@@ -35,6 +35,7 @@ from typing import Any
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.formats import LEASE_SCHEMA
+
 #: vLLM's flags whose product is the GPUs one server uses (short forms as vLLM's parser accepts).
 _PARALLEL_FLAGS = {
     "tensor": ("--tensor-parallel-size", "-tp"),
@@ -163,7 +164,7 @@ class Lease:
 
     def describe(self, now: float | None = None) -> str:
         now = time.time() if now is None else now
-        since = dt.datetime.fromtimestamp(self.since, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        since = dt.datetime.fromtimestamp(self.since, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         server = f", vLLM pid {self.server_pid}" if self.server_pid is not None else ""
         return (f"GPU {self.cuda_visible_devices}: pid {self.pid} on {self.host}{server}, {self.owner}, "
                 f"since {since} ({now - self.since:.0f} s)")

@@ -14,9 +14,9 @@ import platform
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from pytest_specdec.errors import ConfigError
 

@@ -10,10 +10,9 @@ import os
 import signal
 import tempfile
 import time
-from pathlib import Path
-from collections.abc import Iterator
-from typing import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from pytest_specdec import redact
 
@@ -164,7 +163,7 @@ def find_strays(logs: str, proc: str = "/proc") -> list[Stray]:
         if pgid != pid and (pgid in groups or _running(pgid, proc)):
             continue  # a server's child: its leader is (or will be) the stray, and takes it along
         groups[pgid] = Stray(pid, tag, " ".join(redact.args(argv)), pgid, listed)  # printed: no secrets
-    for (tag, pgid), path in registered.items():
+    for (_tag, pgid), path in registered.items():
         if pgid not in groups and not group_alive(pgid):  # stopped without removing its entry
             with contextlib.suppress(OSError):
                 os.unlink(path)

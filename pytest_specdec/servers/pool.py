@@ -12,15 +12,14 @@ from __future__ import annotations
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.servers.process import VllmServer, exit_description
-
 from pytest_specdec.servers.quiet import Quiet, requests_held, wait_idle
 from pytest_specdec.vllm.command import ServerSpec
 

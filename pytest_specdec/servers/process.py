@@ -18,15 +18,16 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 from pytest_specdec import redact
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.servers.cause import engine_exception
-from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, owner_tag, register
 from pytest_specdec.servers.http import get, server_info
+from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, owner_tag, register
 from pytest_specdec.servers.spawn import _preexec, lower_priority, terminate_group
 from pytest_specdec.vllm.command import ServerSpec, arg_value, build_command
 from pytest_specdec.vllm.cpu_fix import FIX_NAME, OPT_IN_ENV, RECORD_ENV

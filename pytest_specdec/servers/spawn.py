@@ -10,9 +10,9 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-
+from typing import Any
 
 #: How `log_dir_problem`'s line begins: xdist's controller recognises a worker's stop by it.
 CANNOT_WRITE_LOGS = "cannot write server logs under "
@@ -74,7 +74,7 @@ def _prctl() -> Callable[[int, int], int] | None:
     import ctypes
 
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
 

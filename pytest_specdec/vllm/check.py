@@ -17,7 +17,7 @@ import json
 import os
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from pytest_specdec.errors import ConfigError
 
@@ -48,7 +48,7 @@ def _vllm() -> Iterator[None]:
             warnings.simplefilter("ignore")
             yield
     finally:
-        md.version, md.distribution = saved  # type: ignore[assignment]
+        md.version, md.distribution = saved
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -75,13 +75,14 @@ def parse_serve(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Na
 
 def speculative_config_problems(config: dict[str, Any]) -> list[str]:
     """What vLLM's SpeculativeConfig would reject: unknown keys, an unknown method, ill-typed values."""
-    import pydantic
     from typing import Annotated
+
+    import pydantic
 
     with _vllm():
         from vllm.config.speculative import SpeculativeConfig
 
-    fields = SpeculativeConfig.__pydantic_fields__
+    fields = cast(Any, SpeculativeConfig).__pydantic_fields__
     problems: list[str] = []
     for raw_key, value in config.items():
         key = raw_key.replace("-", "_")  # EngineArgs.create_speculative_config does the same
@@ -91,7 +92,7 @@ def speculative_config_problems(config: dict[str, Any]) -> list[str]:
         info = fields[key]
         annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
         try:
-            pydantic.TypeAdapter(annotation).validate_python(value)
+            pydantic.TypeAdapter(cast(Any, annotation)).validate_python(value)
         except pydantic.ValidationError as exc:
             first = next((e["msg"] for e in exc.errors()), str(exc))
             problems.append(f"{raw_key}={value!r}: {first}")

@@ -40,8 +40,8 @@ def _alias_vllm_metadata(dist_name: str) -> None:
     def distribution(name: str) -> Any:
         return real_distribution(dist_name if name == "vllm" else name)
 
-    md.version = version  # type: ignore[assignment]
-    md.distribution = distribution  # type: ignore[assignment]
+    md.version = version  # type: ignore[assignment]  # patching the module vLLM asks
+    md.distribution = distribution  # type: ignore[assignment]  # patching the module vLLM asks
 
 
 def main(argv: list[str] | None = None) -> int:

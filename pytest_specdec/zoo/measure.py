@@ -89,8 +89,8 @@ def server_cpus() -> frozenset[int] | None:
 def _run(
     server: Any, model: str, prompts: list[Any], temperature: float, concurrency: int, rules: ValidityRules
 ) -> RunRecord:
-    from pytest_specdec.measure.types import Sampling
     from pytest_specdec.measure.runner import one_run
+    from pytest_specdec.measure.types import Sampling
     from pytest_specdec.servers.pool import Endpoint
 
     return one_run(
@@ -348,7 +348,7 @@ def markdown(summary: dict[str, Any]) -> str:
     for name, entry in summary["methods"].items():
         runs = entry["runs"]
 
-        def get(key: str, field_: str) -> Any:
+        def get(key: str, field_: str, runs: dict[str, Any] = runs) -> Any:
             return runs.get(key, {}).get(field_)
 
         match = entry.get("output_match_t0")

@@ -59,7 +59,7 @@ def clear_model_dir(path: Path) -> None:
 
 
 def write_manifest(out: Path, info: dict[str, Any]) -> None:
-    files = {}
+    files: dict[str, dict[str, Any]] = {}
     for name in NAMES:
         for p in sorted((out / name).iterdir()):
             if p.is_file():

@@ -30,17 +30,54 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from pytest_specdec.zoo import NAMES, REBUILD_COMMAND
-from pytest_specdec.zoo.store import (TOKENIZER_FILES, clear_model_dir, default_out, log, replaceable,
-                                      save_safetensors, write_manifest)
-from pytest_specdec.zoo.variants import (SLOW_DRAFTS, WIDE_DRAFTS, build_slow_draft, build_wide_draft,
-                                         rebuild_variants, slow_draft_description, wide_draft_description)
+from pytest_specdec.zoo.store import (
+    TOKENIZER_FILES,
+    clear_model_dir,
+    default_out,
+    log,
+    replaceable,
+    save_safetensors,
+    write_manifest,
+)
+from pytest_specdec.zoo.variants import (
+    SLOW_DRAFTS,
+    WIDE_DRAFTS,
+    build_slow_draft,
+    build_wide_draft,
+    rebuild_variants,
+    slow_draft_description,
+    wide_draft_description,
+)
+
+if TYPE_CHECKING:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    # Typing-only views of the bare ``nn.Module`` containers Eagle3Head builds (never instantiated:
+    # the runtime objects stay plain nn.Module, so module classes, key names and RNG use are unchanged).
+    class _Eagle3Attn(nn.Module):
+        q_proj: nn.Linear
+        k_proj: nn.Linear
+        v_proj: nn.Linear
+        o_proj: nn.Linear
+
+    class _Eagle3MLP(nn.Module):
+        gate_proj: nn.Linear
+        up_proj: nn.Linear
+        down_proj: nn.Linear
+
+    class _Eagle3Mid(nn.Module):
+        input_layernorm: RMSNorm
+        hidden_norm: RMSNorm
+        post_attention_layernorm: RMSNorm
+        self_attn: _Eagle3Attn
+        mlp: _Eagle3MLP
 
 SEED = 1234
 VOCAB_SIZE = 2048
@@ -232,7 +269,7 @@ class Mixture:
         self.sources = sorted(MIX)
         self.weights = [MIX[s] for s in self.sources]
 
-    def fork(self, seed: int) -> "Mixture":
+    def fork(self, seed: int) -> Mixture:
         """The same token streams with an independent, seeded sampler (one per stage)."""
         other = object.__new__(Mixture)
         other.__dict__.update(self.__dict__)
@@ -372,18 +409,21 @@ def round_to_fp16_(model: nn.Module) -> None:
             p.copy_(p.half().float())
 
 
-def llama_config(num_layers: int) -> Any:
+def llama_config(num_layers: int) -> LlamaConfig:
     from transformers import LlamaConfig
 
-    arch = dict(TARGET_ARCH, num_hidden_layers=num_layers)
-    return LlamaConfig(vocab_size=VOCAB_SIZE, max_position_embeddings=2048,
+    arch: dict[str, Any] = dict(TARGET_ARCH, num_hidden_layers=num_layers)
+    # rope_theta: not a declared field of transformers 5's dataclass LlamaConfig, whose generated signature
+    # mypy checks, but still accepted as an extra keyword (folded into rope_parameters) by @strict(accept_kwargs).
+    return LlamaConfig(  # type: ignore[call-arg]  # rope_theta is an extra kwarg, see above
+                       vocab_size=VOCAB_SIZE, max_position_embeddings=2048,
                        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
                        bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
                        hidden_act="silu", attention_bias=False, mlp_bias=False,
                        initializer_range=0.02, **arch)
 
 
-def save_llama(model: nn.Module, out: Path, tok_dir: Path) -> None:
+def save_llama(model: LlamaForCausalLM, out: Path, tok_dir: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cfg = model.config.to_dict()
     cfg["architectures"] = ["LlamaForCausalLM"]
@@ -398,7 +438,7 @@ def save_llama(model: nn.Module, out: Path, tok_dir: Path) -> None:
 # --------------------------------------------------------------------------------- target, draft
 
 
-def train_target(mix: Mixture, sched: Schedule) -> nn.Module:
+def train_target(mix: Mixture, sched: Schedule) -> LlamaForCausalLM:
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(SEED)
@@ -419,7 +459,7 @@ def train_target(mix: Mixture, sched: Schedule) -> nn.Module:
     return model
 
 
-def generate_responses(target: nn.Module, mix: Mixture, count: int, max_new: int
+def generate_responses(target: LlamaForCausalLM, mix: Mixture, count: int, max_new: int
                        ) -> list[list[int]]:
     """The target's own answers to corpus-derived chat prompts (prompt + answer token ids).
 
@@ -440,7 +480,10 @@ def generate_responses(target: nn.Module, mix: Mixture, count: int, max_new: int
             mask[r, width - len(p):] = 1
         sample = (c // chunk) % 3 == 2
         with torch.no_grad():
-            gen = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new,
+            # transformers types generate()'s self as its GenerativePreTrainedModel Protocol, which its own
+            # models do not satisfy under mypy (device/dtype are read-only properties there).
+            gen = target.generate(  # type: ignore[misc]  # self-type Protocol mismatch inside transformers
+                                  input_ids=ids, attention_mask=mask, max_new_tokens=max_new,
                                   do_sample=sample, temperature=0.8 if sample else None,
                                   top_p=None, top_k=None, eos_token_id=EOS, pad_token_id=PAD)
         for r, p in enumerate(group):
@@ -453,8 +496,8 @@ def generate_responses(target: nn.Module, mix: Mixture, count: int, max_new: int
     return out
 
 
-def train_draft(target: nn.Module, mix: Mixture, sched: Schedule,
-                generated: list[list[int]]) -> nn.Module:
+def train_draft(target: LlamaForCausalLM, mix: Mixture, sched: Schedule,
+                generated: list[list[int]]) -> LlamaForCausalLM:
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(SEED + 1)
@@ -511,17 +554,17 @@ class Eagle3Head(nn.Module):
         super().__init__()
         self.heads, self.head_dim, self.theta = heads, hidden // heads, theta
         self.fc = nn.Linear(n_aux * hidden, hidden, bias=False)
-        mid = nn.Module()
+        mid = cast("_Eagle3Mid", nn.Module())
         mid.input_layernorm = RMSNorm(hidden, eps)
         mid.hidden_norm = RMSNorm(hidden, eps)
         mid.post_attention_layernorm = RMSNorm(hidden, eps)
-        attn = nn.Module()
+        attn = cast("_Eagle3Attn", nn.Module())
         attn.q_proj = nn.Linear(2 * hidden, hidden, bias=False)
         attn.k_proj = nn.Linear(2 * hidden, hidden, bias=False)
         attn.v_proj = nn.Linear(2 * hidden, hidden, bias=False)
         attn.o_proj = nn.Linear(hidden, hidden, bias=False)
         mid.self_attn = attn
-        mlp = nn.Module()
+        mlp = cast("_Eagle3MLP", nn.Module())
         mlp.gate_proj = nn.Linear(hidden, inter, bias=False)
         mlp.up_proj = nn.Linear(hidden, inter, bias=False)
         mlp.down_proj = nn.Linear(inter, hidden, bias=False)
@@ -584,7 +627,7 @@ class Eagle3Head(nn.Module):
         return {k: v for k, v in self.state_dict().items()}
 
 
-def target_features(target: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def target_features(target: LlamaForCausalLM, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(concatenated aux hidden states [B,T,3H], teacher log-probs [B,T,V]) of the target."""
     captured: dict[int, torch.Tensor] = {}
     hooks = []
@@ -629,7 +672,7 @@ def head_loss(head: Eagle3Head, embed: nn.Embedding, x: torch.Tensor, aux: torch
     return total, parts
 
 
-def new_head(target: nn.Module) -> Eagle3Head:
+def new_head(target: LlamaForCausalLM) -> Eagle3Head:
     cfg = target.config
     head = Eagle3Head(cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
                       cfg.vocab_size, cfg.rms_norm_eps, rope_theta(cfg), len(AUX_LAYER_IDS))
@@ -644,7 +687,7 @@ def rope_theta(cfg: Any) -> float:
     return float(params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
 
 
-def train_eagle3(target: nn.Module, mix: Mixture, sched: Schedule,
+def train_eagle3(target: LlamaForCausalLM, mix: Mixture, sched: Schedule,
                  generated: list[list[int]]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Train the head; return (final state, state at ``sched.degraded_step``)."""
     torch.manual_seed(SEED + 2)
@@ -672,7 +715,7 @@ def train_eagle3(target: nn.Module, mix: Mixture, sched: Schedule,
     return {k: v.detach().clone() for k, v in head.checkpoint_state().items()}, degraded
 
 
-def save_head(state: dict[str, torch.Tensor], target: nn.Module, out: Path) -> None:
+def save_head(state: dict[str, torch.Tensor], target: LlamaForCausalLM, out: Path) -> None:
     """Write config.json + model.safetensors in the layout vLLM's llama_eagle3.py loads."""
     out.mkdir(parents=True, exist_ok=True)
     cfg = llama_config(1).to_dict()
@@ -780,7 +823,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": REBUILD_COMMAND + (" --quick" if args.quick else ""),
         "quick": args.quick,
         "seeds": {"global": SEED, "target_init": SEED, "draft_init": SEED + 1,
-                  "eagle3_init": SEED + 2, "generate": SEED + 3, "data_generate": SEED + 3, "data_target": SEED, "data_draft": SEED + 1,
+                  "eagle3_init": SEED + 2, "generate": SEED + 3, "data_generate": SEED + 3, "data_target": SEED,
+                  "data_draft": SEED + 1,
                   "data_eagle3": SEED + 2, "tokenizer_sample": SEED},
         "schedule": asdict(sched),
         "torch_threads": 2,

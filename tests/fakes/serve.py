@@ -16,8 +16,9 @@ What it simulates:
 * `--fake-config JSON` or FAKE_VLLM_CONFIG: `FakeConfig` fields for every server (`{"step_s": 0.001}`), or keyed
   by method (`{"*": {...}, "none": {...}, "ngram": {...}}`: `none` is the reference, `*` every method not
   named; a method's own keys win), or by method and draft model (`"eagle3:/heads/new"`: that draft's keys win
-  over its method's, so an A/B session's base and candidate can differ). `k` comes from the speculative config's `num_speculative_tokens` unless given,
-  and an `acceptance` longer than k is cut to its first k values. The flag's fields win over the variable's.
+  over its method's, so an A/B session's base and candidate can differ). `k` comes from the speculative config's
+  `num_speculative_tokens` unless given, and an `acceptance` longer than k is cut to its first k values. The
+  flag's fields win over the variable's.
 * Without either, a GPU-like simulation per method: a decode step costs more when more tokens are in flight
   (`capacity` 16, the capture size printed) so the speedup falls with concurrency and crosses 1.0, acceptance
   falls with the requested temperature; `ngram` drafts on 85 % of steps with acceptance 0.75 * 0.8^i,
@@ -44,8 +45,8 @@ Environment for server-lifecycle tests:
 * FAKE_VLLM_CHILD_PID_FILE: start a child process in the server's process group (a stop must take it down too)
   and write its pid there.
 * FAKE_VLLM_RECORDS: a directory; at exit the stand-in writes `<pid>.json` there: its pid, its parent's pid,
-  method, k, start, ready (about to serve) and end times, CUDA_VISIBLE_DEVICES, and `sent`, the prompt of every completion request it
-  served (a chat request's last message), in order.
+  method, k, start, ready (about to serve) and end times, CUDA_VISIBLE_DEVICES, and `sent`, the prompt of every
+  completion request it served (a chat request's last message), in order.
 """
 
 from __future__ import annotations
@@ -373,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     records = os.environ.get("FAKE_VLLM_RECORDS")
     if records:
         record = {"pid": os.getpid(), "parent_pid": os.getppid(), "method": _method(spec), "k": cfg.k,
-                  "start": started, "ready": ready, "end": time.time(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                  "start": started, "ready": ready, "end": time.time(),
+                  "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                   "sent": _sent(state.requests)}
         with open(os.path.join(records, f"{os.getpid()}.json"), "w") as f:
             json.dump(record, f)

@@ -582,7 +582,8 @@ def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tup
         for c in choices:
             st.success.labels(cfg.model, engine, c["finish_reason"]).inc()
         d: dict[str, Any] = {
-            "id": f"{'chatcmpl' if chat else 'cmpl'}-{st.n}", "object": "chat.completion" if chat else "text_completion",
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{st.n}",
+            "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": cfg.model, "choices": choices, "service_tier": None,
             "system_fingerprint": None,
             "usage": {"prompt_tokens": len(prompt_ids), "total_tokens": len(prompt_ids) + generated,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from fakes import DISTURBED_RULE_ON, LAUNCHER, FakeVllm
 
 PROMPTS, CONCURRENCY, PAIRS = 4, 2, 6

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import re
-from xml.etree import ElementTree
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
-from fakes import DISTURBED_RULE_ON, FakeVllm
 
+from fakes import DISTURBED_RULE_ON, FakeVllm
 from pytest_specdec.measure.schedule import warmup_requests
 
 PROMPTS, CONCURRENCY, PAIRS = 4, 2, 6
@@ -311,7 +311,8 @@ def test_dry_run_lists_the_base_server(pytester: pytest.Pytester, project: Path,
 #: E2E leave the gated family be. (That goodput is shown, never failing, where not gated: tests/unit/test_goodput.py.)
 GOODPUT_SLO_MS = 150
 GOODPUT_SUITE = {"name": "test_gated", "max_tokens": 16, "goodput": {"e2el": GOODPUT_SLO_MS},
-                 "verdicts": 'gate=["goodput"], thresholds={"output_tok_s": 95, "acceptance_rate": 95, "e2e_p95_ms": 900}'}
+                 "verdicts": ('gate=["goodput"], '
+                              'thresholds={"output_tok_s": 95, "acceptance_rate": 95, "e2e_p95_ms": 900}')}
 
 
 def test_goodput_falls_regressed_and_failing_where_gated(

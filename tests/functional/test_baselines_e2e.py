@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 import pytest_specdec.gate.stats
 from fakes import FakeServer
 from pytest_specdec.formats import BASELINE_SCHEMA
@@ -120,8 +121,8 @@ def test_workflow_update_regress_accept(
         # One test: the machine factor is its own reference deviation, so reference tok/s is +0.0 % by
         # construction and unchanged or inconclusive only as its run noise allows.
         "reference tok/s *shown *",
-        # dearer steps and τ ~2.8 → ~1.9 (each within the fake's run noise of ±0.1: a stored acceptance of 0.67 is τ 3.0):
-        # the split measures both parts
+        # dearer steps and τ ~2.8 → ~1.9 (each within the fake's run noise of ±0.1: a stored acceptance of 0.67 is
+        # τ 3.0): the split measures both parts
         "attribution: reference decoding * +0.0 %; speedup regressed -* %; acceptance regressed -* pt*: "
         "speedup -* %: acceptance lower (τ *.* → *.*, -* %), spec step time +* % (in reference steps); *",
         "under test, baseline (*) → now:",
@@ -194,7 +195,8 @@ def test_bad_threshold_and_marker_are_clear_errors(pytester: pytest.Pytester, fa
     pytester.makepyfile(test_suite=make_suite(**SUITE))
     r = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-threshold=sped=5")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
-    r.stderr.fnmatch_lines(["*--specdec-threshold: unknown metric 'sped'; allowed: rate, acceptance, latency, speedup*"])
+    r.stderr.fnmatch_lines(["*--specdec-threshold: unknown metric 'sped'; "
+                            "allowed: rate, acceptance, latency, speedup*"])
     r = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-threshold=speedup=-1")
     r.stderr.fnmatch_lines(["*threshold of speedup must be a positive number*got '-1'"])
     r = pytester.runpytest(f"--specdec-profile={fake_profile}", "--update-baselines=some")
@@ -366,7 +368,9 @@ def test_fail_machine(pytester: pytest.Pytester, fake_profile: Path, servers: Se
     r.assert_outcomes(passed=1)  # the test itself passes either way: it is the session that fails
     data = latest(pytester)
     machine = data["machine_factor"]
-    assert machine["factor"] < 0.6 and machine["beyond_threshold"] and machine["threshold"] == 20, machine
+    # 3x the steps: a factor about 0.35 on a quiet machine; a busy one adds per-request costs both nights share
+    # (0.62 read in a fresh-clone CI run while other jobs ran). What is tested: beyond the ±20 % threshold.
+    assert machine["factor"] < 0.8 and machine["beyond_threshold"] and machine["threshold"] == 20, machine
     line = "specdec: this machine ran * % slower than the baseline nights (*); beyond ±20 %*"
     if how == "default":
         assert r.ret == pytest.ExitCode.OK

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 from vllm_child import run_vllm_script
 

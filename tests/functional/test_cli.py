@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import DISTURBED_RULE_ON, FakeServer
 
+from fakes import DISTURBED_RULE_ON, FakeServer
 from pytest_specdec.formats import RESULTS_SCHEMA
 
 Servers = tuple[FakeServer, FakeServer]

@@ -10,10 +10,10 @@ import urllib.request
 from collections.abc import Callable
 
 import pytest
-from fakes import FakeConfig, FakeServer, FakeServerProcess
 
-from pytest_specdec.measure.types import Prompt, RequestSample, Sampling
+from fakes import FakeConfig, FakeServer, FakeServerProcess
 from pytest_specdec.measure.client import run_load_sync
+from pytest_specdec.measure.types import Prompt, RequestSample, Sampling
 
 MODEL = "fake-model"
 

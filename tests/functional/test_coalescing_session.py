@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import FakeConfig, FakeServer
 
 LATENCY_METRICS = {"ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms", "e2e_p95_ratio"}

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import FakeServer
 
 SCRIPT = Path(sys.executable).with_name("pytest-specdec")
@@ -99,6 +100,7 @@ def test_compare_against_the_baselines_gives_the_sessions_verdicts(
     other.write_text(json.dumps(tonight))
     r = cli("compare", pytester.path / "baselines", other)
     assert r.returncode == 0 and "holds no baselines, so nothing of NEW could be judged; the profile's " \
-        f"baselines were measured on: " in r.stdout and f"({folder.name})" in r.stdout, r.stdout
-    statuses = [t["status"] for t in json.loads(cli("compare", pytester.path / "baselines", other, "--json").stdout)["tests"]]
+        "baselines were measured on: " in r.stdout and f"({folder.name})" in r.stdout, r.stdout
+    compared = json.loads(cli("compare", pytester.path / "baselines", other, "--json").stdout)
+    statuses = [t["status"] for t in compared["tests"]]
     assert statuses == [f"only in {other}"] * len(tonight["tests"]), statuses

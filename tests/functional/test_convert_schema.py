@@ -156,12 +156,13 @@ def test_the_command_converts_folders_skips_other_json_and_names_what_it_cannot(
     out = convert(tmp_path / "cpu", tmp_path / "bench.json")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
-        f"converted {tmp_path / 'cpu' / 'test_a.json'}: baseline schema 1 → {BASELINE_SCHEMA} (sessions, runs (3, 18) kept)",
+        f"converted {tmp_path / 'cpu' / 'test_a.json'}: baseline schema 1 → {BASELINE_SCHEMA} "
+        "(sessions, runs (3, 18) kept)",
         f"skipped {tmp_path / 'bench.json'}: not a baseline or results file (no `schema`)"]
     bad = convert(tmp_path / "new.json")
     assert bad.returncode == 2 and bad.stderr == (
-        f"pytest-specdec convert-schema: error: {tmp_path / 'new.json'}: results schema 99 is not one this command converts "
-        f"(1 to {RESULTS_SCHEMA - 1})\n")
+        f"pytest-specdec convert-schema: error: {tmp_path / 'new.json'}: results schema 99 is not one this "
+        f"command converts (1 to {RESULTS_SCHEMA - 1})\n")
 
 
 def test_a_conversion_that_would_not_read_back_writes_nothing(tmp_path: Path) -> None:
@@ -170,5 +171,6 @@ def test_a_conversion_that_would_not_read_back_writes_nothing(tmp_path: Path) ->
     path = tmp_path / "b.json"
     path.write_text(json.dumps(old))
     out = convert(path)
-    assert out.returncode == 2 and re.search(r"does not read back .*output_tok_s is 'fast'.*nothing written", out.stderr)
+    assert out.returncode == 2 and re.search(r"does not read back .*output_tok_s is 'fast'.*nothing written",
+                                             out.stderr)
     assert json.loads(path.read_text()) == old

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeServerProcess
 
+from fakes import FakeServerProcess
 from pytest_specdec.cli import main
 
 REF_STEP_S = 0.032  # a decode step; 5 output tokens: the first, then 4 steps on either arm. Long enough that what
@@ -102,7 +102,8 @@ def test_crossover_moves_from_16_to_5_and_regresses(
     assert cmp["failed"] == [] and cmp["failed_sweeps"] == [sweep]  # no test fails on its own: the sweep does
     assert main(["history", str(pytester.path / "reports"), "--json"]) == 0
     levels = json.loads(capsys.readouterr().out)["tests"]["test_suite.py::test_sweep[ngram-k3-t0.0]"]["crossover"]
-    assert [round(x) for x in levels["levels"]] == [round(stored["crossover"]["value"]), round(same["crossover"]["value"]),
+    assert [round(x) for x in levels["levels"]] == [round(stored["crossover"]["value"]),
+                                                    round(same["crossover"]["value"]),
                                                     round(moved["crossover"]["value"])]
 
 

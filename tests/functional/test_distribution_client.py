@@ -4,12 +4,11 @@ it reads back, and a biased sampler found (the statistic alone: tests/unit/test_
 from __future__ import annotations
 
 import pytest
-from fakes import FakeConfig, FakeServer, toy_lm
 
+from fakes import FakeConfig, FakeServer, toy_lm
 from pytest_specdec.measure.lossless import DistributionError, Sample, _read_logprobs, collect, sample, score
 from pytest_specdec.measure.types import Prompt, Sampling
 from pytest_specdec.servers.pool import Endpoint
-
 
 PROMPTS = [Prompt(id=f"p{i}", messages=[{"role": "user", "content": f"tell me about topic {i} and {i * 7}"}],
                   max_tokens=12) for i in range(3)]

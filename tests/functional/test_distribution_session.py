@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import FakeServer
 
 # One test at temperature 1.0 that runs the check and wants `same`; verdicts off (no baseline needed).

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+
 from fakes import FakeConfig, FakeServer, vllm_server_info
 from fakes.server import CUDA_RUNTIME_VERSION, NVIDIA_DRIVER_VERSION
-
 from pytest_specdec.gate.conditions import UNKNOWN
 from pytest_specdec.vllm.cli import vllm_distribution
 

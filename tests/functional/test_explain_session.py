@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from fakes import FakeServer
 
 Servers = tuple[FakeServer, FakeServer]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from fakes import FakeConfig
 from fakes.serve import _configured, parse_args, server_config
 
@@ -40,11 +41,13 @@ def test_a_configured_server_gets_its_methods_fields_and_k_from_the_command(monk
 def test_without_a_configuration_the_server_is_the_gpu_like_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FAKE_VLLM_CONFIG", raising=False)
     monkeypatch.delenv("SPECDEC_FAKE_DEGRADE", raising=False)
-    ngram5 = _config(["serve", "m", "--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 5})])
+    ngram5 = _config(["serve", "m", "--speculative-config",
+                      json.dumps({"method": "ngram", "num_speculative_tokens": 5})])
     assert ngram5.k == 5 and ngram5.capacity == 16 and ngram5.temperature_decay == 0.9 and ngram5.fail_request == 30
     assert ngram5.acceptance == pytest.approx([0.75 * 0.8 ** i for i in range(5)]) and ngram5.draft_share == 0.85
     monkeypatch.setenv("SPECDEC_FAKE_DEGRADE", "ngram:5")
-    degraded = _config(["serve", "m", "--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 5})])
+    degraded = _config(["serve", "m", "--speculative-config",
+                        json.dumps({"method": "ngram", "num_speculative_tokens": 5})])
     assert degraded.acceptance == pytest.approx([a / 2 for a in ngram5.acceptance])
     reference = _config(["serve", "m"])
     assert (reference.k, reference.capacity, reference.fail_request) == (0, 16, 0)
@@ -55,8 +58,8 @@ def test_without_a_configuration_the_server_is_the_gpu_like_simulation(monkeypat
 def test_failing_request_and_temperature_decay_reach_the_streams() -> None:
     """fail_request and temperature_decay, the simulation's two request-level behaviours, reach the app."""
     from fakes import FakeServer
-    from pytest_specdec.measure.types import Prompt, Sampling
     from pytest_specdec.measure.client import run_load_sync
+    from pytest_specdec.measure.types import Prompt, Sampling
 
     prompts = [Prompt(id=f"p{i}", messages=[{"role": "user", "content": f"q {i}"}], max_tokens=64) for i in range(3)]
     with FakeServer(FakeConfig(k=3, acceptance=(0.9, 0.9, 0.9), output_tokens=64, fail_request=2)) as url:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from fakes import STAND_IN_VALIDITY, FakeVllm
 from fakes.server import TORCH_VERSION, VLLM_VERSION
 
@@ -24,8 +25,8 @@ def run(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[.
     def go(*extra: str, timeout: float | None = None) -> pytest.RunResult:
         profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=STAND_IN_VALIDITY)
         return pytester.runpytest_subprocess(
-            f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-            "--specdec-settle-timeout=0", *extra, timeout=timeout)
+            f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}",
+            "-p", "no:cacheprovider", "--specdec-settle-timeout=0", *extra, timeout=timeout)
 
     pytester.makepyfile(test_suite=make_suite(num_prompts=8, max_tokens=24))
     return go

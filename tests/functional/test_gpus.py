@@ -84,7 +84,8 @@ def overlaps(intervals: list[tuple[int, tuple[str, ...], float, float]]) -> list
 def test_gpu_lists_parse_and_bad_ones_say_what_to_fix() -> None:
     assert parse_gpu_list("0, 1,2", "--specdec-gpus") == ("0", "1", "2")
     assert parse_gpu_list("GPU-8a2f,MIG-1c", "x") == ("GPU-8a2f", "MIG-1c")
-    with pytest.raises(GpuLeaseError, match=r"--specdec-gpus: expected comma-separated GPU ids like 0,1,2,3, got '0,,1'"):
+    with pytest.raises(GpuLeaseError,
+                       match=r"--specdec-gpus: expected comma-separated GPU ids like 0,1,2,3, got '0,,1'"):
         parse_gpu_list("0,,1", "--specdec-gpus")
     with pytest.raises(GpuLeaseError, match=r"GPU id\(s\) 1 given twice"):
         parse_gpu_list("1,0,1", "--specdec-gpus")
@@ -103,7 +104,8 @@ def test_discover_uses_cuda_visible_devices_then_nvidia_smi() -> None:
         return subprocess.CompletedProcess(cmd, 0, "0\n1\n2\n3\n4\n5\n6\n7\n", "")
 
     assert discover_gpus({}, run=smi, which=lambda name: "/usr/bin/nvidia-smi") == tuple(str(i) for i in range(8))
-    with pytest.raises(GpuLeaseError, match="nvidia-smi is not on PATH and CUDA_VISIBLE_DEVICES is unset; pass --specdec-gpus"):
+    with pytest.raises(GpuLeaseError,
+                       match="nvidia-smi is not on PATH and CUDA_VISIBLE_DEVICES is unset; pass --specdec-gpus"):
         discover_gpus({}, run=smi, which=lambda name: None)
 
     def broken(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -252,7 +254,8 @@ def test_bad_requests_and_a_corrupt_state_file_are_clear_errors(tmp_path: Path) 
     with pytest.raises(GpuLeaseError, match=r"server x needs 4 GPU\(s\) but only 2 may be leased \(0,1\); lower"):
         pool.acquire(4, "server x", timeout_s=1)
     pool.state_path.write_text("{not json")
-    with pytest.raises(GpuLeaseError, match="GPU lease file .* is unreadable .*delete it when no pytest-specdec session"):
+    with pytest.raises(GpuLeaseError,
+                       match="GPU lease file .* is unreadable .*delete it when no pytest-specdec session"):
         pool.acquire(1, "y", timeout_s=1)
     with pytest.raises(GpuLeaseError, match="the GPU list is empty"):
         GpuPool(tmp_path, ())

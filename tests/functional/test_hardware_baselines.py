@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import FakeServer
 
+from fakes import FakeServer
 from pytest_specdec.gate.baselines import hardware_key
 from pytest_specdec.gate.conditions import cpu_machine
 

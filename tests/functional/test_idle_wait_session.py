@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import STAND_IN_VALIDITY, FakeVllm
 
 LINGER_S = 0.6  # the reference server holds each finished request this long in vllm:num_requests_running

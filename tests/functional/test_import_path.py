@@ -16,7 +16,8 @@ def test_the_plugins_import_path_leaves_out_the_trainer_and_the_measurement_comm
     code = ("import sys, pytest_specdec.plugin, pytest_specdec.session, pytest_specdec.cli\n"
             "from pytest_specdec.profiles import load_profile\n"
             "load_profile('cpu')\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or m.startswith('pytest_specdec.zoo.')))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' "
+            "or m.startswith('pytest_specdec.zoo.')))")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(root)}, cwd=root,
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.strip() == "[]", out

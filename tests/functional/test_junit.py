@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import FakeServer
 
 GOOD = {"step_s": 0.001, "acceptance": (0.8, 0.6, 0.4)}

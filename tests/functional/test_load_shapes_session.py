@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import FakeConfig, FakeServer
 
 N, RATE = 32, 64.0

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import FakeServer
 
+from fakes import FakeServer
 from pytest_specdec.output.report import render_html
 
 SUITE = {"concurrency": 4, "num_prompts": 6, "max_tokens": 24, "body": "specdec.assert_lossless()"}

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import FakeServer
 
 SUITE = {"num_prompts": 4, "max_tokens": 16, "concurrency": 1}
@@ -111,7 +112,8 @@ def test_a_slower_or_faster_machine_gives_no_conclusive_speedup_verdict(
     again = night(pytester, fake_profile, servers, 1.0)
     tol = again["gate"]["settings"]["machine_state_tolerance"]
     assert 0 < tol["ratio"] < 15.0 and tol["source"].startswith("this machine's calibration"), tol
-    assert f"a stored night counts as tonight's machine state within ±{tol['ratio']:.3g} % for ratios" in again["stdout"]
+    assert (f"a stored night counts as tonight's machine state within ±{tol['ratio']:.3g} % for ratios"
+            in again["stdout"])
     assert f"within ±{tol['ratio']:.3g} % for ratios" in again["stdout"].split("specdec: machine state:")[1]
     assert verdict(again, "speedup")["verdict"] != "not-comparable"  # 2.5 % off the stored state: within it
     # 10 % off: within the profile's 15 %, not within what this host's speedup allows

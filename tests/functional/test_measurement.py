@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fakes import FakeConfig, FakeServer
 
-from pytest_specdec.measure.types import Prompt, Sampling
+from fakes import FakeConfig, FakeServer
 from pytest_specdec.measure.runner import ValidityRules, extend_case, measure_case, schedule
+from pytest_specdec.measure.types import Prompt, Sampling
 from pytest_specdec.servers.pool import Endpoint
 
 
@@ -165,8 +165,8 @@ def test_a_run_beside_a_busy_server_is_invalid_and_names_it() -> None:
 
 
 def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any:
-    from pytest_specdec.measure.runner import RunRecord
     from pytest_specdec.measure.metrics import RunMetrics
+    from pytest_specdec.measure.runner import RunRecord
 
     fields = {f: None for f in RunMetrics.__dataclass_fields__}
     fields.update(total_output_tokens=0)
@@ -177,8 +177,8 @@ def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any
 
 
 def test_output_match_judges_spec_against_the_reference_control() -> None:
-    from pytest_specdec.measure.runner import CaseResult
     from pytest_specdec.measure.outputs import greedy_output_match
+    from pytest_specdec.measure.runner import CaseResult
 
     same = {f"p{i}": f"out{i}" for i in range(20)}
     refs = [_rec("reference", i, same) for i in range(3)]

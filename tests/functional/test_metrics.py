@@ -9,12 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 from vllm_child import run_vllm_script
-from fakes import FakeConfig, FakeServer
 
+from fakes import FakeConfig, FakeServer
 from pytest_specdec.errors import SpecDecError
-from pytest_specdec.measure.types import LoadResult, Prompt, RequestSample, Sampling
 from pytest_specdec.measure.client import run_load_sync
-from pytest_specdec.vllm.counters import Counters, delta, parse_counters
 from pytest_specdec.measure.metrics import (
     bench_parity,
     bench_run_metrics,
@@ -22,6 +20,8 @@ from pytest_specdec.measure.metrics import (
     counters_delta,
     summarize,
 )
+from pytest_specdec.measure.types import LoadResult, Prompt, RequestSample, Sampling
+from pytest_specdec.vllm.counters import Counters, delta, parse_counters
 
 # Shaped like a real vLLM /metrics body: two engines, `_total` samples, `_created` gauges, and look-alike
 # families (`prompt_tokens_cached`, `_by_source`, a histogram) that must not be added in.

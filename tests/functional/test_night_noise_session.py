@@ -3,7 +3,8 @@
 The machine's speed moves from session to session (both arms alike) and a fixed per-step draft overhead makes the
 speedup move with it, as on a small CPU host. One stored night cannot tell that move from a change under test: the
 gate must not call it `improved` or `regressed`. Several sessions measure it (`--specdec-calibrate`, or
-`pytest-specdec calibrate` on their results): a noisy host's calibration must be wider than a quiet one's, and the next session judges with it and says so.
+`pytest-specdec calibrate` on their results): a noisy host's calibration must be wider than a quiet one's, and the
+next session judges with it and says so.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import FakeServer
 
 Servers = tuple[FakeServer, FakeServer]

@@ -17,10 +17,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fakes import STAND_IN_VALIDITY
-
 from conftest import COLLECTED_ONLY, assert_swept
 
+from fakes import STAND_IN_VALIDITY
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, REGISTRY_ENV, _running, owner_tag, register
 from pytest_specdec.servers.process import VllmServer
@@ -67,8 +66,8 @@ def starting(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, make_pr
     started: list[subprocess.Popen[bytes]] = []
 
     def start() -> tuple[subprocess.Popen[bytes], list[int]]:
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", f"--specdec-profile={profile}", "-p", "no:cacheprovider",
-                                 f"--specdec-reports-dir={pytester.path / 'reports-a'}"],
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", f"--specdec-profile={profile}",
+                                 "-p", "no:cacheprovider", f"--specdec-reports-dir={pytester.path / 'reports-a'}"],
                                 cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         started.append(proc)
         deadline = time.monotonic() + 60
@@ -95,7 +94,8 @@ def test_a_server_in_start_up_dies_with_a_sigkilled_session_and_a_live_sessions_
     runs its sweep and leaves the first session's servers alone: their owner lives."""
     session, pids = starting()
     assert len(list(registry.glob("*.json"))) == 1
-    other = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--specdec-reports-dir={pytester.path / 'reports-b'}",
+    other = pytester.runpytest_subprocess("-p", "no:cacheprovider",
+                                          f"--specdec-reports-dir={pytester.path / 'reports-b'}",
                                           "-k", "no_such_test")
     assert "stopping a vLLM server" not in other.stdout.str()
     assert not any(_gone(pid, 0) for pid in pids), "a live session's server was stopped"

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import FakeConfig, FakeServer
 
 SUITE = {"concurrency": [1, 4], "num_prompts": 8, "max_tokens": 24, "body": """
@@ -125,8 +126,8 @@ def test_unknown_marker_key_is_a_collection_error(pytester: pytest.Pytester, fak
 def test_impossible_workloads_are_collection_errors(
     pytester: pytest.Pytester, fake_profile: Path, fields: str, message: str
 ) -> None:
-    fake_profile.write_text(fake_profile.read_text().replace('[target]', '[server]\nargs = ["--max-model-len", "1024"]\n'
-                                                                            '[target]'))
+    fake_profile.write_text(fake_profile.read_text().replace(
+        '[target]', '[server]\nargs = ["--max-model-len", "1024"]\n[target]'))
     (pytester.path / "p.jsonl").write_text('{"prompt": "Hi?", "max_tokens": 40}\n'
                                             '{"id": "long", "prompt": "Write a novel.", "max_tokens": 4096}\n')
     pytester.makepyfile(f"""
@@ -147,7 +148,8 @@ def test_dry_run_prints_commands_and_starts_nothing(pytester: pytest.Pytester, f
     result.assert_outcomes(skipped=4)
     result.stdout.fnmatch_lines([
         "specdec dry run: profile fake*4 test(s)*",
-        "*spec [[]*[]]: *serve fake-model --host 127.0.0.1 --port $PORT --generation-config vllm --speculative-config*eagle3*",
+        "*spec [[]*[]]: *serve fake-model --host 127.0.0.1 --port $PORT --generation-config vllm "
+        "--speculative-config*eagle3*",
         "specdec dry run: 3 distinct server(s)*",
     ])
 
@@ -161,7 +163,8 @@ def test_specdec_host_is_where_servers_bind_and_a_bad_one_is_a_usage_error(
     result.stdout.fnmatch_lines(["*serve fake-model --host 0.0.0.0 --port $PORT --generation-config vllm*"])
     bad = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-host=not a host", "-p", "no:cacheprovider")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
-    bad.stderr.fnmatch_lines(["*--specdec-host: expected an IP address (e.g. 127.0.0.1) or a host name, got 'not a host'*"])
+    bad.stderr.fnmatch_lines(["*--specdec-host: expected an IP address (e.g. 127.0.0.1) or a host name, "
+                              "got 'not a host'*"])
 
 
 def test_specdec_draft_replaces_a_methods_head_under_the_same_test_ids(
@@ -252,7 +255,8 @@ def test_a_session_without_specdec_tests_leaves_no_trace(pytester: pytest.Pytest
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     for sig in (signal.SIGTERM, signal.SIGHUP):  # the defaults, as in a fresh process (the plugin sets only those)
-        request.addfinalizer(lambda sig=sig, old=real_signal(sig, signal.SIG_DFL): real_signal(sig, old))
+        old = real_signal(sig, signal.SIG_DFL)
+        request.addfinalizer(lambda sig=sig, old=old: real_signal(sig, old))
     monkeypatch.setattr(signal, "signal", spy)
     monkeypatch.setattr(hygiene, "find_strays", refuse)
     monkeypatch.setattr(spawn.os, "fsync", full)
@@ -276,7 +280,8 @@ def test_the_former_spellings_of_renamed_options_still_work_with_a_warning(pytes
             assert (st.quiet_timeout_s, st.idle_timeout_s, st.fdr) == (0.5, 7.0, "holm")
             assert (st.report_path.name, st.reports_dir.name) == ("r.html", "out")
     ''')
-    old = {"--specdec-quiet-timeout=0.5": "--specdec-settle-timeout", "--specdec-idle-timeout=7": "--specdec-hung-timeout",
+    old = {"--specdec-quiet-timeout=0.5": "--specdec-settle-timeout",
+           "--specdec-idle-timeout=7": "--specdec-hung-timeout",
            "--specdec-fdr=holm": "--specdec-multiplicity", "--specdec-report=r.html": "--specdec-report-html",
            "--specdec-reports=out": "--specdec-reports-dir"}
     r = pytester.runpytest("-p", "no:cacheprovider", "-W", "default", *old)
@@ -291,5 +296,5 @@ def test_a_gated_goodput_without_slos_is_a_usage_error(pytester: pytest.Pytester
     pytester.makepyfile(test_suite=make_suite(name="test_plain", verdicts='gate=["goodput"]'))
     result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: test_suite.py::test_plain*: specdec_verdicts(gate=[[]..., 'goodput'[]]) but its "
-                                 "specdec marker sets no goodput SLOs: add goodput=*"])
+    result.stderr.fnmatch_lines(["ERROR: test_suite.py::test_plain*: specdec_verdicts(gate=[[]..., 'goodput'[]]) "
+                                 "but its specdec marker sets no goodput SLOs: add goodput=*"])

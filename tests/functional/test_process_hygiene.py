@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.servers.process import is_loopback, terminate_group
-
 from pytest_specdec.servers.hygiene import LOGS_ENV, OWNER_ENV, find_strays, owner_tag, remove_strays, shielded
+from pytest_specdec.servers.process import is_loopback, terminate_group
 
 
 def _gone(pid: int, within_s: float = 10.0) -> bool:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeConfig, FakeServer, FakeVllm
 
-from pytest_specdec.servers.hardware import SMI_ENV
+from fakes import FakeConfig, FakeServer, FakeVllm
 from pytest_specdec.profiles import PROFILE_DIR, load_profile
+from pytest_specdec.servers.hardware import SMI_ENV
 
 GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
 MINI = {"name": "test_m", "concurrency": 1, "num_prompts": 4, "max_tokens": 16,
@@ -103,7 +103,8 @@ def test_the_gpu_zoo_dry_run_lists_its_servers_anywhere_and_a_run_needs_one_gpu_
         "  servers that co-reside start together: ~60 s of starts saved (~* with every server started one after "
         "another)",
     ])
-    commands = [line.split("]: ", 1)[1] for line in result.outlines if line.startswith(("    reference [", "    spec ["))]
+    commands = [line.split("]: ", 1)[1] for line in result.outlines
+                if line.startswith(("    reference [", "    spec ["))]
     assert len(commands) == 6
     flashinfer_off = importlib.util.find_spec("flashinfer") is None
     for command in commands:
@@ -204,8 +205,8 @@ def test_an_ab_dry_run_names_the_tests_it_skips_and_leaves_them_out_of_the_estim
     (pytester.path / "suites").mkdir()
     for name in ("conftest.py", "test_methods.py"):
         (pytester.path / "suites" / name).write_text((SUITES / name).read_text())
-    result = pytester.runpytest("suites", "--gpu=cpu", "--specdec-base-draft=draft_model=zoo:draft", "--specdec-dry-run",
-                                "-p", "no:cacheprovider")
+    result = pytester.runpytest("suites", "--gpu=cpu", "--specdec-base-draft=draft_model=zoo:draft",
+                                "--specdec-dry-run", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines([
         "specdec dry run: profile cpu *, 1 test(s) and 2 skipped; nothing is started",
         "  suites/test_methods.py::test_methods[[]eagle3-*]: skipped, not estimated (specdec A/B session: method "
@@ -218,8 +219,10 @@ def test_dry_run_estimates_each_suite_from_the_profile_timings(pytester: pytest.
                                                                make_suite: Callable[..., str]) -> None:
     fake_profile.write_text(fake_profile.read_text() + "\n[timings]\nserver_start_s = 30\nstream_tok_s = 16\n"
                             "max_tok_s = 32\nrun_overhead_s = 0\n")
-    fake_profile.write_text(fake_profile.read_text().replace('name = "fake"', 'name = "fake"\nprice_per_hour_usd = 3.6'))
-    pytester.makepyfile(test_a=make_suite(method=["ngram", "eagle3"], **MINI), test_b=make_suite(method="ngram", **MINI))
+    fake_profile.write_text(fake_profile.read_text().replace('name = "fake"',
+                                                             'name = "fake"\nprice_per_hour_usd = 3.6'))
+    pytester.makepyfile(test_a=make_suite(method=["ngram", "eagle3"], **MINI),
+                        test_b=make_suite(method="ngram", **MINI))
     result = pytester.runpytest(f"--specdec-profile={fake_profile}", "--specdec-dry-run", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=3)
     # test_a: starts reference, eagle3, ngram (3 x 30 s); 2 tests x 2 arms x 2 runs of 64 tokens at 16 tok/s

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fakes import FakeServerProcess
 
+from fakes import FakeServerProcess
 from pytest_specdec.cli import main
 from pytest_specdec.gate.kinds import INCONCLUSIVE, UNCHANGED
 
@@ -65,7 +65,8 @@ def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
         t = tests[name]
         ratios = [r["e2e_ms"]["p50"] / s["e2e_ms"]["p50"] for r, s in zip(t["reference_runs"], t["runs"])
                   if r["valid"] and s["valid"]]
-        assert p["speedups"] == pytest.approx(ratios, rel=1e-4) and p["speedups"] != pytest.approx(t["speedup_per_pair"])
+        assert (p["speedups"] == pytest.approx(ratios, rel=1e-4)
+                and p["speedups"] != pytest.approx(t["speedup_per_pair"]))
     stop = entry["crossover"]
     assert stop["axis"] == "rate_fraction" and stop["side"] in ("crossed", "above", "below") and stop["ci"], stop
     if stop["side"] == "crossed":

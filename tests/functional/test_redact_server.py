@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fakes import LAUNCHER
 
+from fakes import LAUNCHER
 from pytest_specdec.errors import ServerStartError
 from pytest_specdec.servers.process import VllmServer
 from pytest_specdec.vllm.command import ServerSpec

@@ -28,8 +28,8 @@ from typing import Any
 import numpy
 import pytest
 
-from pytest_specdec.output import benchmark, charts, fields, report, sweeps
 from pytest_specdec.formats import RESULTS_SCHEMA
+from pytest_specdec.output import benchmark, charts, fields, report, sweeps
 from pytest_specdec.output.schema import TestEntry, VerdictEntry, load
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "report_results.json"
@@ -208,7 +208,7 @@ def _chart_notes(html: str) -> list[str]:
 
 def test_each_test_shows_ci_n_p_thresholds_attribution_commands_and_logs(html: str, recorded: dict[str, Any]) -> None:
     regressed = next(t for t in recorded["tests"] if report.status(entry(t)) == "regressed")
-    section = html.split(f'id="t1"', 1)[1].split("</details>", 1)[0]
+    section = html.split('id="t1"', 1)[1].split("</details>", 1)[0]
     assert "<th>90% CI of Δ</th>" in section and "n baseline / now" in section and "threshold" in section
     v = regressed["verdicts"]["acceptance_rate"]
     assert f"{v['delta']:+.2f} pt" in section and f"{v['ci'][0]:+.2f} pt .. {v['ci'][1]:+.2f} pt" in section
@@ -425,7 +425,7 @@ def test_regressions_table_says_what_where_and_by_how_much(html: str, recorded: 
     changed = html.split('<table class="changed">', 1)[1].split("</table>", 1)[0]
     assert html.index('<table class="changed">') < html.index('<table class="summary">')  # above the summary
     assert '<a href="#t1">test_k[ngram-k2-t0.0-c2]</a>' in changed
-    for name, v in regressed["verdicts"].items():
+    for _name, v in regressed["verdicts"].items():
         if v["verdict"] == "regressed":
             assert f"{v['delta']:+.2f} pt</td>" in changed
             assert f"{v['ci'][0]:+.2f} pt .. {v['ci'][1]:+.2f} pt" in changed
@@ -470,7 +470,8 @@ def test_sweep_charts_flag_the_point_that_regressed_on_the_metric_that_did(recor
 
 
 def test_empty_session_renders() -> None:
-    for results in ({"schema": RESULTS_SCHEMA}, {"schema": RESULTS_SCHEMA, "tests": [], "environment": {}, "price": {"usd_per_hour": 2.0}}):
+    for results in ({"schema": RESULTS_SCHEMA},
+                    {"schema": RESULTS_SCHEMA, "tests": [], "environment": {}, "price": {"usd_per_hour": 2.0}}):
         page = report.render_html(results)
         assert "<h2>0 test(s)</h2>" in page and "No specdec test ran in this session." in page
         assert "<svg" not in page and "Sweeps" not in page
@@ -479,7 +480,8 @@ def test_empty_session_renders() -> None:
 def test_a_file_of_an_unknown_schema_is_an_error_naming_it() -> None:
     from pytest_specdec.output.schema import ResultsError
 
-    for data, says in (({"tests": []}, "`schema` is None"), ({"schema": RESULTS_SCHEMA + 1}, f"`schema` is {RESULTS_SCHEMA + 1}"),
+    for data, says in (({"tests": []}, "`schema` is None"),
+                       ({"schema": RESULTS_SCHEMA + 1}, f"`schema` is {RESULTS_SCHEMA + 1}"),
                        ([1, 2], "not a JSON object")):
         with pytest.raises(ResultsError, match=re.escape(f"reports/x.json: {says}")):
             report.render_html(data, "reports/x.json")
@@ -581,11 +583,15 @@ def test_status_counts_only_the_gated_family() -> None:
     assert report.status(entry(t(speedup=("unchanged", "gated"), output_tok_s=("regressed", "shown")))) == "unchanged"
     assert report.status(entry(t(speedup=("unchanged", "gated"), tpot_p95_ms=("inconclusive", "shown")))) == "unchanged"
     assert report.status(entry(t(speedup=("unchanged", "gated"), ttft_p95_ms=("improved", "shown")))) == "unchanged"
-    assert report.status(entry(t(e2e_p95_ratio=("regressed", "gated"), output_tok_s=("improved", "shown")))) == "regressed"
-    assert report.status(entry(t(acceptance_rate=("inconclusive", "gated"), e2e_p95_ms=("regressed", "shown")))) == "inconclusive"
+    assert report.status(entry(t(e2e_p95_ratio=("regressed", "gated"),
+                                 output_tok_s=("improved", "shown")))) == "regressed"
+    assert report.status(entry(t(acceptance_rate=("inconclusive", "gated"),
+                                 e2e_p95_ms=("regressed", "shown")))) == "inconclusive"
     assert report.status(entry(t(speedup=("improved", "gated"), e2e_p95_ms=("regressed", "shown")))) == "improved"
-    assert report.status(entry(t(output_tok_s=("regressed", "gated")))) == "regressed"  # moved into the gate by a marker
-    assert report.status(entry(t(speedup=("not-comparable", "gated"), output_tok_s=("not-comparable", "shown")))) == "not-comparable"
+    # moved into the gate by a marker
+    assert report.status(entry(t(output_tok_s=("regressed", "gated")))) == "regressed"
+    assert report.status(entry(t(speedup=("not-comparable", "gated"),
+                                 output_tok_s=("not-comparable", "shown")))) == "not-comparable"
 
 
 def test_shown_family_regression_is_listed_but_does_not_colour_the_test(recorded: dict[str, Any]) -> None:
@@ -631,7 +637,8 @@ def test_each_test_table_has_family_and_catches_gated_first(html: str, recorded:
     idx = next(i for i, t in enumerate(report.sort_tests(entries(recorded))) if t.nodeid.endswith("ngram-k3-t0.0-c4]"))
     spent = html.split(f'id="t{idx + 1}"', 1)[1].split("</details>", 1)[0]
     assert '<p class="muted">2 run(s) per arm not spent: every gated verdict is conclusive</p>' in spent
-    idx = next(i for i, t in enumerate(report.sort_tests(entries(recorded))) if t.nodeid.endswith("test_k[ngram-k3-t0.0-c2]"))
+    idx = next(i for i, t in enumerate(report.sort_tests(entries(recorded)))
+               if t.nodeid.endswith("test_k[ngram-k3-t0.0-c2]"))
     open_ = html.split(f'id="t{idx + 1}"', 1)[1].split("</details>", 1)[0]
     assert '<p class="v-inconclusive">gated inconclusive: acceptance</p>' in open_
     assert "not spent" not in open_
@@ -674,7 +681,8 @@ def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, rec
     assert len(cells) == 3
     for cell, metric in zip(cells, ("speedup", "acceptance_rate", "e2e_p95_ratio")):
         v = regressed.verdicts[metric]
-        way, unit = ("rise", "%") if metric == "e2e_p95_ratio" else ("drop", "pt" if metric == "acceptance_rate" else "%")
+        way, unit = (("rise", "%") if metric == "e2e_p95_ratio"
+                     else ("drop", "pt" if metric == "acceptance_rate" else "%"))
         assert f'<span class="badge b-{v.verdict}">{v.verdict}</span>' in cell
         assert f'>catches a {way} ≥ {v.mde:.3g} {unit}</span>' in cell
     assert '<span class="badge b-regressed">regressed</span><span class="c"' in rows[1]  # acceptance
@@ -687,11 +695,10 @@ def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, rec
 
 
 def test_machine_factor_line_in_the_header_escaped_and_highlighted(recorded: dict[str, Any]) -> None:
-    from pytest_specdec.output.wording import machine_sentence
-
     from html import escape
 
     from pytest_specdec.gate.machine import machine_factor
+    from pytest_specdec.output.wording import machine_sentence
 
     def header(data: dict[str, Any]) -> str:
         return report.render_html(data).split("<header>", 1)[1].split("</header>", 1)[0]
@@ -708,7 +715,8 @@ def test_machine_factor_line_in_the_header_escaped_and_highlighted(recorded: dic
     assert slow is not None and slow.beyond
     data = {**recorded, "machine_factor": slow.to_dict(), "gate": {**recorded["gate"], "machine_failed": True}}
     beyond = header(data)
-    assert '<div class="meta mf beyond"><b>machine factor</b> <span class="line">this machine ran 18.0 % slower' in beyond
+    assert ('<div class="meta mf beyond"><b>machine factor</b> <span class="line">this machine ran 18.0 % slower'
+            in beyond)
     assert "beyond ±10 %: absolute figures are compared after dividing it out</span>" in beyond
     assert '<span class="failed">the session failed on the machine factor (--specdec-fail-machine)</span>' in beyond
     # The sentence is built from the stored fields; a schema-1 file's prose `line` is dropped, never shown.
@@ -813,7 +821,7 @@ def _line_pixels(img: Any, boxes: list[tuple[int, int, int, int]], hex_color: st
     """Pixels of a line colour inside the plot areas only (badges, legends and borders are outside)."""
     want = numpy.array([int(hex_color[i:i + 2], 16) for i in (1, 3, 5)])
     rgb = numpy.asarray(img).astype(int)
-    return sum(int((numpy.abs(rgb[t:b, l:r] - want) <= tol).all(axis=-1).sum()) for l, t, r, b in boxes)
+    return sum(int((numpy.abs(rgb[t:b, left:r] - want) <= tol).all(axis=-1).sum()) for left, t, r, b in boxes)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import STAND_IN_VALIDITY, FakeVllm
 
 HEAD_1, HEAD_2, TARGET = "1" * 40, "2" * 40, "7" * 40

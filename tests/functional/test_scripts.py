@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes import LAUNCHER
 
+from fakes import LAUNCHER
 from pytest_specdec.gate.baselines import hardware_key
 
 ROOT = Path(__file__).resolve().parents[2]

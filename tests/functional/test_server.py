@@ -8,14 +8,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fakes import LAUNCHER, FakeConfig, FakeServer, resolve_speculative_config
 
+from fakes import LAUNCHER, FakeConfig, FakeServer, resolve_speculative_config
 from pytest_specdec.errors import ServerStartError
-from pytest_specdec.vllm.command import ServerSpec, build_command
 from pytest_specdec.servers.process import VllmServer
+from pytest_specdec.vllm.command import ServerSpec, build_command
 from pytest_specdec.vllm.engine_config import (
     engine_config_from_server_info,
     parse_config_line,
@@ -376,7 +375,8 @@ def test_pool_reuses_per_spec_and_respects_the_cap(tmp_path: Path, monkeypatch: 
     reference = ServerSpec(model="m")
     try:
         first = pool.get(ngram)
-        assert pool.get(ServerSpec(model="m", speculative_config={"method": "ngram", "num_speculative_tokens": 3})) is first
+        same = ServerSpec(model="m", speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+        assert pool.get(same) is first
         pool.get(reference)  # the cap of 1 stops the ngram server first
         assert not first.alive()
         assert any("to stay within --specdec-max-servers=1" in line for line in lines)
@@ -475,7 +475,6 @@ def test_listening_pgids_finds_the_group_of_a_loopback_server() -> None:
     import sys
 
     from pytest_specdec.servers.process import free_port
-
     from pytest_specdec.servers.quiet import listening_pgids
 
     port = free_port()

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import DISTURBED_RULE_ON, FakeServer
 
+from fakes import DISTURBED_RULE_ON, FakeServer
 from pytest_specdec.gate.baselines import hardware_key
 from pytest_specdec.gate.conditions import cpu_machine
 from pytest_specdec.measure.schedule import warmup_requests
@@ -28,7 +28,8 @@ C8 = {"concurrency": 8, "num_prompts": 8}
 SUITE = {"max_tokens": 24, "body": "assert len([s for s in specdec.result.speedup_per_pair if s is not None]) >= 2"}
 REF_STEP_S = 0.03  # per decode step at machine speed 1.0: long enough that HTTP overhead stays small and a
 # busy CI host (two CPU hogs on the two cores) cannot disturb the runs
-SPEC_STEP_S = 0.048  # k=3, every draft accepted (acceptance repeats exactly, as at temperature 0): 4 tokens a step, 2.5x
+SPEC_STEP_S = 0.048  # k=3, every draft accepted (acceptance repeats exactly, as at temperature 0): 4 tokens a
+# step, 2.5x
 DRIFT = 0.02  # sd of the log speed multiplier, redrawn every 0.3 s on each server
 
 

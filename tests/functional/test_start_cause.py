@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import STAND_IN_VALIDITY, FakeVllm
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -21,15 +22,20 @@ ROOT = ("AssertionError: Tried to load weights of size torch.Size([256, 768])to 
 DIES_MID_RUN = """\
 (EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511] EngineCore encountered a fatal error.
 (EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511] Traceback (most recent call last):
-(EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511]   File "/v/vllm/v1/engine/core.py", line 1496, in run_engine_core
+(EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511]   File "/v/vllm/v1/engine/core.py", line 1496, \
+in run_engine_core
 (EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511]     engine_core.run_busy_loop()
-(EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511]   File "/v/vllm/v1/spec_decode/llm_base_proposer.py", line 550, in propose
+(EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511]   File "/v/vllm/v1/spec_decode/llm_base_proposer.py", \
+line 550, in propose
 (EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511]     target_hidden_states = self.model.combine_hidden_states(
-(EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511]   File "/v/vllm/model_executor/models/llama_eagle3.py", line 418, in combine_hidden_states
+(EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511]   File "/v/vllm/model_executor/models/llama_eagle3.py", \
+line 418, in combine_hidden_states
 (EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511]     return self.model.fc(hidden_states)
-(EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511] RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x512 and 768x256)
+(EngineCore pid=5120) ERROR 11-27 14:10:02 [core.py:1511] RuntimeError: mat1 and mat2 shapes cannot be multiplied \
+(4x512 and 768x256)
 (APIServer pid=5101) ERROR 11-27 14:10:02 [async_llm.py:700] AsyncLLM output_handler failed.
-(APIServer pid=5101) ERROR 11-27 14:10:02 [async_llm.py:700] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+(APIServer pid=5101) ERROR 11-27 14:10:02 [async_llm.py:700] vllm.v1.engine.exceptions.EngineDeadError: \
+EngineCore encountered an issue. See stack trace (above) for the root cause.
 """
 SERVERS = {"*": {"acceptance": [0.8, 0.6, 0.4], "step_s": 0.002, "output_tokens": 24}, "none": {"step_s": 0.004}}
 
@@ -43,8 +49,8 @@ def run(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[.
     def go() -> pytest.RunResult:
         profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=STAND_IN_VALIDITY)
         return pytester.runpytest_subprocess(
-            f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-            "--specdec-settle-timeout=0")
+            f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}",
+            "-p", "no:cacheprovider", "--specdec-settle-timeout=0")
 
     return go
 

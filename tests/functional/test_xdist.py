@@ -10,10 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import FakeVllm
 
 # pytester's in-process runs drop modules first imported inside them (tests/conftest.py imports the plugin's)
 import xdist  # noqa: F401 - the [test] extra installs pytest-xdist
+
+from fakes import FakeVllm
 
 # Each `vllm serve` the plugin starts: k from its speculative config, the acceptance of (0.8, 0.6, 0.4, 0.3, 0.2)
 # cut to k, steps of 1 ms (2 ms without speculation), 24 tokens per request.

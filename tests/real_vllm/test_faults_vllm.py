@@ -209,7 +209,8 @@ def test_a_head_that_cannot_load_names_the_engine_exception(
     config = json.loads((head / "config.json").read_text())
     config["eagle_aux_hidden_state_layer_ids"] = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 2]
     (head / "config.json").write_text(json.dumps(config, indent=2))
-    pytester.makepyfile(test_suite=make_suite(method="eagle3", concurrency=1, num_prompts=4, max_tokens=16, verdicts="check=False"))
+    pytester.makepyfile(test_suite=make_suite(method="eagle3", concurrency=1, num_prompts=4, max_tokens=16,
+                                              verdicts="check=False"))
     reports = pytester.path / "reports"
     r = pytester.runpytest_subprocess("--gpu=cpu", "--specdec-runs=2", f"--specdec-reports-dir={reports}",
                                       f"--specdec-draft=eagle3={head}", "-p", "no:cacheprovider", timeout=900)

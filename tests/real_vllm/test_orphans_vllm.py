@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 
 import pytest
+from test_faults_vllm import _session_processes  # pytest puts this directory on sys.path (no __init__.py)
 
 from pytest_specdec.servers.hygiene import REGISTRY_ENV
 from pytest_specdec.vllm.cli import vllm_distribution
-from test_faults_vllm import _session_processes  # pytest puts this directory on sys.path (no __init__.py)
 
 pytestmark = [
     pytest.mark.vllm,

@@ -66,7 +66,8 @@ def draw(rng: np.random.Generator, suites: int, tests: int, *, runs_base: int = 
     out: Draws = {}
     nt = 1 if noise.shared_night else tests
     for name, kind in METRICS:
-        run_sd, night_sd = (noise.run_acc, noise.night_acc) if kind == "acceptance" else (noise.run_log, noise.night_log)
+        run_sd, night_sd = ((noise.run_acc, noise.night_acc) if kind == "acceptance"
+                            else (noise.run_log, noise.night_log))
         if noise.hetero > 1.0:
             h = math.log(noise.hetero)
             run_sd = run_sd * np.exp(rng.uniform(-h, h, (suites, tests, 1)))

@@ -206,14 +206,15 @@ def test_an_older_baseline_is_an_error_naming_the_conversion_never_read_as_it_is
     and --update-baselines leaves it as it is (its nights may not be measurable again) and says so."""
     from pytest_specdec.gate.baselines import OlderBaseline
 
-    stored = {"schema": BASELINE_SCHEMA - 1, "comparability": {"hardware": "cpu"}, "under_test": {}, "sessions": [entry()]}
+    stored = {"schema": BASELINE_SCHEMA - 1, "comparability": {"hardware": "cpu"}, "under_test": {},
+              "sessions": [entry()]}
     s = BaselineStore(tmp_path, "cpu", HERE, mode="all", keep=5)
     path = s.path("t.py::test_a")
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(stored))
     with pytest.raises(OlderBaseline, match=re.escape(
-            f"baseline {path} has schema {BASELINE_SCHEMA - 1}, an older format than this plugin's {BASELINE_SCHEMA}; convert it, "
-            f"keeping its nights, with `pytest-specdec convert-schema {path}`")):
+            f"baseline {path} has schema {BASELINE_SCHEMA - 1}, an older format than this plugin's {BASELINE_SCHEMA}; "
+            f"convert it, keeping its nights, with `pytest-specdec convert-schema {path}`")):
         load(path, "c")
     s.queue(_pending(s, "t.py::test_a", 1.0))
     summary = s.flush()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_specdec.measure.types import RequestSample
-from pytest_specdec.measure.runner import ValidityRules, latency_untrusted
 from pytest_specdec.measure.metrics import chunking
+from pytest_specdec.measure.runner import ValidityRules, latency_untrusted
+from pytest_specdec.measure.types import RequestSample
 
 
 def _sample(chunks: list[tuple[float, int]]) -> RequestSample:
@@ -63,11 +63,10 @@ def test_failed_requests_and_a_bad_limit() -> None:
 
 def test_the_reports_reference_latency_skips_coalesced_runs() -> None:
     """The TTFT/E2E charts draw the reference arm from its runs: a burst must not be drawn against a stream."""
-    from pytest_specdec.output.schema import load
-    from pytest_specdec.output.sweeps import _reference
-
     from pytest_specdec.formats import RESULTS_SCHEMA
     from pytest_specdec.measure.record import RUN_FIELDS
+    from pytest_specdec.output.schema import load
+    from pytest_specdec.output.sweeps import _reference
 
     run = {**dict.fromkeys(RUN_FIELDS), "index": 0, "invalid_reasons": [], "hd_p95_ms": {}}
     test = {"nodeid": "t", "outcome": "passed", "reference_runs": [

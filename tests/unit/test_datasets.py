@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.markers import Case
 from pytest_specdec.measure.datasets import (
     BUILTIN,
     DEFAULT_OUTPUT_TOKENS,
@@ -25,8 +27,6 @@ from pytest_specdec.measure.datasets import (
     load,
     load_file,
 )
-from pytest_specdec.errors import ConfigError
-from pytest_specdec.markers import Case
 from pytest_specdec.options import Settings
 from pytest_specdec.session import SpecDecSession
 
@@ -244,8 +244,8 @@ MALFORMED = [
                  r"expected one JSON object per line",
                  id="jsonl-syntax"),
     pytest.param("p.jsonl", '{"prompt": "a"}\n{"prompt": "b", "max_tokens": "ten"}\n',
-                 r"p.jsonl:2: max_tokens: expected a whole number from 1 to 1048576, got str 'ten' \(reading the file as "
-                 r"prompts",
+                 r"p.jsonl:2: max_tokens: expected a whole number from 1 to 1048576, got str 'ten' "
+                 r"\(reading the file as prompts",
                  id="jsonl-max-tokens"),
     pytest.param("p.jsonl", '{"prompt": "a", "max_tokens": 0}\n',
                  r"p.jsonl:1: max_tokens: expected a whole number from 1 to 1048576, got int 0", id="jsonl-zero"),

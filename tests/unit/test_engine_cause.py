@@ -55,7 +55,8 @@ PREFIXED_EVERY_LINE = """\
 (EngineCore_DP0 pid=955)     engine_core = EngineCoreProc(*args, **kwargs)
 (EngineCore_DP0 pid=955)   File "/site-packages/vllm/v1/worker/gpu/model_runner.py", line 410, in profile_run
 (EngineCore_DP0 pid=955)     self.speculator.run_model(num_tokens)
-(EngineCore_DP0 pid=955)   File "/site-packages/vllm/model_executor/models/llama_eagle3.py", line 300, in combine_hidden_states
+(EngineCore_DP0 pid=955)   File "/site-packages/vllm/model_executor/models/llama_eagle3.py", line 300, \
+in combine_hidden_states
 (EngineCore_DP0 pid=955)     return self.model.fc(hidden_states)
 (EngineCore_DP0 pid=955)            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^
 (EngineCore_DP0 pid=955) RuntimeError: mat1 and mat2 shapes cannot be multiplied (8192x512 and 768x256)
@@ -129,7 +130,8 @@ def test_a_log_without_an_engine_exception_gives_none(log: str) -> None:
 
 def test_a_dead_arm_quotes_the_cause_above_the_log_tail() -> None:
     death = Death("abc", "eagle3", 1, Path("vllm-eagle3-abc-1.log"), "line 1\nline 2",
-                  "cause (EngineCore pid=9, log line 4): RuntimeError: boom\n  raised at File \"/v/x.py\", line 2, in f")
+                  "cause (EngineCore pid=9, log line 4): RuntimeError: boom\n"
+                  "  raised at File \"/v/x.py\", line 2, in f")
     text = dead_arm("t::test[eagle3]", "spec", [], [death])
     lines = text.splitlines()
     assert lines[1:] == ["  vLLM (eagle3, abc) exited with code 1 (log: vllm-eagle3-abc-1.log)",

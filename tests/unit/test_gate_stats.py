@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from pytest_specdec.gate.stats import Verdict, decide, mirror
 from pytest_specdec.gate.sequential import can_settle
-from pytest_specdec.gate.variance import estimate_night_variance
+from pytest_specdec.gate.stats import Verdict, decide, mirror
 from pytest_specdec.gate.thresholds import build_thresholds
+from pytest_specdec.gate.variance import estimate_night_variance
 
 
 def test_mirror_is_the_same_distance_on_the_log_scale() -> None:
@@ -109,8 +109,8 @@ def test_only_gated_verdicts_fail() -> None:
 def test_night_floor_widens_log_metrics_only_and_says_so() -> None:
     """Nights recorded minutes apart barely spread; the profile's floor (min_night_sd) stands in for the
     night-to-night variance they cannot show, so the same small shift is no longer significant."""
-    from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.gate.stats import compare
+    from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.gate.verdicts import with_floor
 
     tight = NightVariance(between=0.0001, df_between=40, within=0.0004, df_within=100, n_sources=20)
@@ -128,10 +128,10 @@ def test_night_floor_widens_log_metrics_only_and_says_so() -> None:
 def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
     """One run and a tiny alpha on a latency: no rise is caught at all. That is `inf` (no numpy overflow
     warning, which is an error here), null in the JSON, and the same words in the terminal and the report."""
-    from pytest_specdec.output.report import catches
-    from pytest_specdec.output.schema import VerdictEntry
     from pytest_specdec.gate.sequential import detectable
     from pytest_specdec.gate.verdicts import to_json
+    from pytest_specdec.output.report import catches
+    from pytest_specdec.output.schema import VerdictEntry
     from pytest_specdec.output.wording import guard_text
 
     assert detectable("latency", 1.0, 0.16, 1.0, 0.001 / 6) == float("inf")
@@ -140,7 +140,8 @@ def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
                 family="shown", mde=float("inf"), var_fixed=0.1, var_run=0.06, df=1.0)
     stored = to_json(v)
     assert stored["mde"] is None and stored["se"] is not None
-    assert guard_text(v) == "catches no rise: too few runs for any bound" == catches(VerdictEntry.from_dict(v.metric, stored))
+    assert (guard_text(v) == "catches no rise: too few runs for any bound"
+            == catches(VerdictEntry.from_dict(v.metric, stored)))
 
 
 def test_a_zero_change_reads_plus_zero() -> None:

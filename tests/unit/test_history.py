@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from pytest_specdec.cli import main
+from pytest_specdec.formats import RESULTS_SCHEMA
 from pytest_specdec.gate.trend import noise_sd, trend
 from pytest_specdec.output.history import Night, order, render_html, series, table_lines, to_json
-from pytest_specdec.formats import RESULTS_SCHEMA
 from pytest_specdec.output.schema import load
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "report_results.json"
@@ -190,7 +190,8 @@ def test_cli_history_bad_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
     (tmp_path / "night-2.json").write_text(json.dumps({"schema": RESULTS_SCHEMA, "tests": [{"nodeid": "x"}]}))
     assert main(["history", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert f"{tmp_path / 'night-2.json'}: not a pytest-specdec results file" in err and "tests[0] has no `outcome`" in err
+    assert (f"{tmp_path / 'night-2.json'}: not a pytest-specdec results file" in err
+            and "tests[0] has no `outcome`" in err)
 
 
 def test_cli_history_of_a_reports_folder_skips_its_other_json(tmp_path: Path,
@@ -225,7 +226,8 @@ def test_cli_history_of_a_reports_folder_skips_its_other_json(tmp_path: Path,
     only.mkdir()
     bench.rename(only / bench.name)
     assert main(["history", str(only)]) == 2
-    assert f"{only}: a directory without results files (*.json; 1 other JSON file(s) skipped)" in capsys.readouterr().err
+    assert (f"{only}: a directory without results files (*.json; 1 other JSON file(s) skipped)"
+            in capsys.readouterr().err)
 
 
 def test_render_html_of_no_change(tmp_path: Path) -> None:

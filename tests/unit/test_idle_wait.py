@@ -5,8 +5,9 @@ choice of whose CPU it watches, and the session's time split (`output/timing.py`
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

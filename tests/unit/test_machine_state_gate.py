@@ -69,7 +69,8 @@ def test_a_ratio_metric_without_a_night_in_tonights_state_is_not_comparable_and_
         assert (v.verdict, v.method, v.p, v.delta) == ("not-comparable", MACHINE_STATE, None, None)
         assert v.note == ("machine state: tonight cores 1.2, hash 2 GB/CPU-s; the stored nights cores 1.97, "
                           "hash 2.02 GB/CPU-s; tolerance ±15 %")
-    assert got["speedup"].now == pytest.approx(1.5, rel=0.01) and got["speedup"].baseline == pytest.approx(1.0, rel=0.01)
+    assert (got["speedup"].now == pytest.approx(1.5, rel=0.01)
+            and got["speedup"].baseline == pytest.approx(1.0, rel=0.01))
     assert got["acceptance_rate"].verdict == got["acceptance_length"].verdict == "unchanged"
     # spec tok/s with the machine factor divided out is the speedup again: not judged either
     assert got["output_tok_s"].method == got["tpot_p95_ms"].method == MACHINE_STATE

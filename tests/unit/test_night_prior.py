@@ -14,8 +14,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_specdec.gate.calibration import (CalibrationError, as_judged, calibrate, catches, load_calibration,
-                                             prior_of, raised_thresholds, render_record, resolves, summary_lines)
+from pytest_specdec.gate.calibration import (
+    CalibrationError,
+    as_judged,
+    calibrate,
+    catches,
+    load_calibration,
+    prior_of,
+    raised_thresholds,
+    render_record,
+    resolves,
+    summary_lines,
+)
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.stats import Thresholds, compare
 from pytest_specdec.gate.variance import NightPrior, NightVariance, blend_prior, night_prior_from
@@ -132,7 +142,8 @@ def test_a_calibration_measures_the_hosts_night_and_run_noise() -> None:
     # than the quiet record alone, and the floor widens it further
     judged = as_judged(quiet, quiet_prior, min_night_sd=0.0, alpha=0.05)["metrics"]["speedup"]
     assert judged["catches"] > q["catches"]
-    assert as_judged(quiet, quiet_prior, min_night_sd=12.0, alpha=0.05)["metrics"]["speedup"]["catches"] > judged["catches"]
+    assert (as_judged(quiet, quiet_prior, min_night_sd=12.0, alpha=0.05)["metrics"]["speedup"]["catches"]
+            > judged["catches"])
     assert as_judged(quiet, quiet_prior, min_night_sd=0.0, alpha=0.05)["metrics"]["acceptance_rate"]["catches"] == 0.0
 
 
@@ -166,7 +177,8 @@ def test_bad_calibration_input_and_records_say_what_to_fix(tmp_path: Path) -> No
     # a test in one session only (a suite's session beside a file's) is left out; the others count
     three = _sessions(0.1, n_sessions=3)
     mixed = calibrate([three[0], {"t0": three[1]["t0"], "t1": three[1]["t1"]}, three[2]])
-    assert mixed["tests"] == sorted(three[0]) and mixed["metrics"]["speedup"]["df_night"] == 2 * 2 + 10 * 1  # t0, t1: 3 nights
+    assert (mixed["tests"] == sorted(three[0])
+            and mixed["metrics"]["speedup"]["df_night"] == 2 * 2 + 10 * 1)  # t0, t1: 3 nights
     path = tmp_path / "host.calibration"
     assert load_calibration(path) is None
     path.write_text(render_record(calibrate(s)))
@@ -237,9 +249,9 @@ def test_the_state_tolerance_per_kind_is_measured_where_the_calibration_saw_the_
 
 
 def test_each_kind_is_judged_against_the_nights_within_its_own_state_tolerance() -> None:
+    from pytest_specdec.errors import ConfigError
     from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.verdicts import evaluate
-    from pytest_specdec.errors import ConfigError
 
     stored = _state_sessions(0.0, (1.1,), n_tests=1)[0]["t0"]
     now = _state_sessions(0.0, (2.0,), n_tests=1, seed=2)[0]["t0"]

@@ -14,8 +14,8 @@ import pytest
 
 from pytest_specdec.errors import ConfigError, SpecDecDeprecationWarning
 from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
-from pytest_specdec.servers.hardware import GpuList, check_profile, pick_profile
 from pytest_specdec.profiles import VLLM_METHODS, builtin_profiles, load_profile, server_spec
+from pytest_specdec.servers.hardware import GpuList, check_profile, pick_profile
 
 GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
 
@@ -67,7 +67,8 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
     [
         ('pricee_per_hour_usd = 2.0\n', "unknown key 'pricee_per_hour_usd' in the top level; allowed: description"),
         ('[server]\nargz = ["--x"]\n', "unknown key 'argz' in [server]; allowed: args, env"),
-        ('[matrix]\nconcurrencies = [1]\n', "unknown key 'concurrencies' in [matrix]; allowed: ab_first_look, ab_look_step, ab_runs, concurrency"),
+        ('[matrix]\nconcurrencies = [1]\n',
+         "unknown key 'concurrencies' in [matrix]; allowed: ab_first_look, ab_look_step, ab_runs, concurrency"),
         ('[methods.eagle3]\nspeculative_config = { method = "eagle3" }\nk = 3\n',
          "unknown key 'k' in [methods.eagle3]; allowed: speculative_config"),
         ('[timings]\nserver_start = 40\n', "unknown key 'server_start' in [timings]"),
@@ -76,7 +77,8 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
         ('[matrix]\nk = [0, 3]\n', "[matrix] k must be a whole number >= 1 (or a list of them), got 0"),
         ('[matrix]\ntemperature = [3.0]\n', "[matrix] temperature must be a number >= 0 and <= 2"),
         ('[matrix]\nruns = [3]\n', "[matrix] runs must be one whole number, got [3]"),
-        ('[timings]\nserver_start_s = -1\nstream_tok_s = 1\nmax_tok_s = 1\n', "[timings] server_start_s must be a number"),
+        ('[timings]\nserver_start_s = -1\nstream_tok_s = 1\nmax_tok_s = 1\n',
+         "[timings] server_start_s must be a number"),
         ('nvidia_smi_names = []\n', "nvidia_smi_names must be a non-empty list of GPU names"),
         ('device = "tpu"\n', "device must be 'cpu' or 'cuda', got 'tpu'"),
         ('[placement]\nclient_cpus = -1\n', "[placement] client_cpus must be a whole number >= 0"),
@@ -136,8 +138,9 @@ speculative_config = { method = "ngram", prompt_lookup_max = 4 }
          "[server.env_if_missing] 'flash-infer' must be the name of a top-level Python module"),
         ('[server.env_if_missing]\nflashinfer = { X = [1] }\n',
          "[server.env_if_missing] flashinfer must be a table of environment variables whose values are strings"),
-        ('nvidia_smi_names = "anything"\n', "nvidia_smi_names must be a non-empty list of GPU names as "
-                                            "`nvidia-smi --query-gpu=name --format=csv,noheader` prints them, or 'any'"),
+        ('nvidia_smi_names = "anything"\n',
+         "nvidia_smi_names must be a non-empty list of GPU names as "
+         "`nvidia-smi --query-gpu=name --format=csv,noheader` prints them, or 'any'"),
         ('nvidia_smi_names = "any"\nhardware = "NVIDIA H200"\n',
          "nvidia_smi_names = 'any' is for a cuda profile without `hardware`"),
         ('nvidia_smi_names = "any"\ndevice = "cpu"\n', "nvidia_smi_names = 'any' is for a cuda profile"),
@@ -230,8 +233,8 @@ def _serve_argv(command: list[str]) -> list[str]:
 def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here(vllm_serve_parser: Any,
                                                                                   name: str) -> None:
     """Each method at each k of the profile's matrix, and the reference, as vLLM would parse them."""
-    from pytest_specdec.vllm.command import build_command
     from pytest_specdec.vllm.check import check_command
+    from pytest_specdec.vllm.command import build_command
 
     profile = load_profile(name)
     for method in profile.method_names():
@@ -452,7 +455,8 @@ def test_revisions_reach_vllm_and_a_presets_own_target_serves_both_arms(tmp_path
 
     path = tmp_path / "mine.toml"
     path.write_text('name = "mine"\n[target]\nmodel = "org/t"\nrevision = "r1"\n'
-                    '[methods.mtp]\ntarget = { model = "org/mtp", revision = "r2" }\nspeculative_config = { method = "mtp" }\n'
+                    '[methods.mtp]\ntarget = { model = "org/mtp", revision = "r2" }\n'
+                    'speculative_config = { method = "mtp" }\n'
                     '[methods.eagle]\nspeculative_config = { method = "eagle", model = "org/h", revision = "r3" }\n')
     p = load_profile(str(path))
 

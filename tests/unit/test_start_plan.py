@@ -97,9 +97,11 @@ def test_a_bad_memory_fraction_in_the_servers_args_names_the_profile(tmp_path: P
 
 def test_the_estimate_counts_a_group_started_together_as_one_start() -> None:
     timings = Timings(server_start_s=90, stream_tok_s=100, max_tok_s=1000, run_overhead_s=0)
-    tests = [PlannedTest("m.py::a", ("ref", "a"), 100, 1, 1, 0, 0), PlannedTest("m.py::b", ("ref", "b"), 100, 1, 1, 0, 0)]
+    tests = [PlannedTest("m.py::a", ("ref", "a"), 100, 1, 1, 0, 0),
+             PlannedTest("m.py::b", ("ref", "b"), 100, 1, 1, 0, 0)]
     one_by_one = estimate(tests, timings, runs=1, max_runs=1, max_servers=3)[0]
-    together = estimate(tests, timings, runs=1, max_runs=1, max_servers=3, fractions=half("ref", "a", "b", share=0.3))[0]
+    together = estimate(tests, timings, runs=1, max_runs=1, max_servers=3,
+                        fractions=half("ref", "a", "b", share=0.3))[0]
     assert (one_by_one.starts, one_by_one.groups, one_by_one.saved_s) == (3, 0, 0)
     assert (together.starts, together.together, together.groups, together.saved_s) == (3, 3, 1, 180)
     assert one_by_one.seconds - together.seconds == pytest.approx(180)

@@ -14,10 +14,10 @@ from scipy.stats import false_discovery_control
 from sims import stats as sim
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.stats import Thresholds, Verdict, alpha_for_look, compare, not_comparable
+from pytest_specdec.gate.scale import kind_of
 from pytest_specdec.gate.sequential import adjust, adjusted_p, planned_looks, should_continue
 from pytest_specdec.gate.slo import check_slo
-from pytest_specdec.gate.scale import kind_of
+from pytest_specdec.gate.stats import Thresholds, Verdict, alpha_for_look, compare, not_comparable
 from pytest_specdec.measure.metrics import harrell_davis_p95
 
 BASE = [100.0, 101.0, 99.0, 100.5, 99.5]  # tok/s, ~0.8 % run noise

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from pytest_specdec.formats import RESULTS_SCHEMA as SCHEMA
 from pytest_specdec.gate.kinds import PAIR, REGRESSED, RUN, SESSION, split_method
 from pytest_specdec.gate.stats import DEFAULT_THRESHOLDS, Verdict, compare
 from pytest_specdec.gate.verdicts import to_json
 from pytest_specdec.output.report import verdict_rows
-from pytest_specdec.formats import RESULTS_SCHEMA as SCHEMA
 from pytest_specdec.output.schema import ResultsError, VerdictEntry, load
 from pytest_specdec.output.wording import format_ci, format_p, format_verdict, table
 

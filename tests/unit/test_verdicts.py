@@ -30,7 +30,8 @@ def _night(spec_valid: bool = True, ref_valid: bool = True, spec_coalesced: bool
 
 def _verdicts(now: dict[str, Any]) -> dict[str, str]:
     baseline = {"sessions": [_night(), _night()]}
-    return {v.metric: v.verdict for v in evaluate(baseline, Night.from_entry(now), thresholds=DEFAULT_THRESHOLDS, alpha=0.05)
+    return {v.metric: v.verdict
+            for v in evaluate(baseline, Night.from_entry(now), thresholds=DEFAULT_THRESHOLDS, alpha=0.05)
             if v.family == "gated"}
 
 

@@ -16,5 +16,6 @@ def test_completions_without_transformers_is_a_clear_error(tmp_path: Path, monke
     says what to install or change, not a bare ImportError."""
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` now raises ImportError
     workload = Workload(tmp_path, print)
-    with pytest.raises(ConfigError, match=r"needs transformers .*install pytest-specdec\[cpu\] or \[gpu\], or use api='chat'"):
+    with pytest.raises(ConfigError,
+                       match=r"needs transformers .*install pytest-specdec\[cpu\] or \[gpu\], or use api='chat'"):
         workload.prompts("builtin", 2, 8, "completions", "some/model")

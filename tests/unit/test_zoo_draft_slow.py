@@ -45,7 +45,7 @@ SEQUENCES = [
 ]
 
 
-def _load(name: str) -> "transformers.LlamaForCausalLM":
+def _load(name: str) -> transformers.LlamaForCausalLM:
     model = transformers.LlamaForCausalLM.from_pretrained(zoo_path(name), dtype=torch.float32)
     return model.eval()
 
@@ -122,7 +122,9 @@ def test_slow_drafts_are_distinct_zoo_models() -> None:
     assert len(set(depths)) == len(depths) and depths[0] >= 1, variants.SLOW_DRAFTS
 
 
-def _draft_and_variant(name: str, changed: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+def _draft_and_variant(
+    name: str, changed: str
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The draft's and the speed-only variant `name`'s configs and float16 weights, checked to differ in the
     config only by `changed` (depth for the slow drafts, MLP width for the wide ones)."""
     draft_dir, variant_dir = zoo_path("draft"), zoo_path(name)

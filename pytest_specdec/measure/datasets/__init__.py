@@ -48,7 +48,6 @@ from pytest_specdec.measure.datasets.formats import (
     detect_format,
     estimate_tokens,
 )
-
 from pytest_specdec.measure.tokens import Tokenizer
 
 if TYPE_CHECKING:

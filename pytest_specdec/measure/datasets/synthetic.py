@@ -103,6 +103,7 @@ class SyntheticDataset(Dataset):
     def describe(self) -> dict[str, Any]:
         lengths = [p.input_tokens for p in self.prompts]
         return {**self.identity(), "prompts": len(self.prompts), "categories": {CATEGORY: len(self.prompts)},
+                # the ignore below: made prompts all know their length
                 "input_tokens": {"min": min(lengths), "max": max(lengths)},  # type: ignore[type-var]
                 "output_tokens": {"min": min(p.max_tokens for p in self.prompts),
                                   "max": max(p.max_tokens for p in self.prompts)},
@@ -126,9 +127,10 @@ def synthetic(target: str, num_prompts: int, input_len: int, output_len: int, ra
 
     tokenizer = load(target)
     if tokenizer.hf is None:
-        raise ConfigError(f"specdec: input_len/output_len make prompts of exact token lengths with the target's tokenizer, "
-                          f"which cannot be loaded for {target}: {tokenizer.why}; put the tokenizer where the "
-                          f"plugin can read it (the model's folder, or the Hugging Face cache) or use a dataset")
+        raise ConfigError(f"specdec: input_len/output_len make prompts of exact token lengths with the target's "
+                          f"tokenizer, which cannot be loaded for {target}: {tokenizer.why}; put the tokenizer "
+                          f"where the plugin can read it (the model's folder, or the Hugging Face cache) or use a "
+                          f"dataset")
     prompts, missed = synthetic_prompts(tokenizer.hf, num_prompts, input_len, output_len, range_ratio, seed)
     params = {"input_len": input_len, "output_len": output_len, "range_ratio": range_ratio, "seed": seed,
               "tokenizer": tokenizer_name or target}
