@@ -158,13 +158,13 @@ OPTIONS: tuple[Option, ...] = (
                 "requests/s, still capped at the test's concurrency.", shown_default="closed loop"),
     Option("--specdec-startup-timeout", setting="startup_timeout_s", metavar="SECONDS", type=positive_float,
            default=900.0, help="how long a vLLM server may take to become ready."),
-    Option("--specdec-settle-timeout", setting="quiet_timeout_s", metavar="SECONDS", type=non_negative_float,
+    Option("--specdec-settle-timeout", setting="settle_timeout_s", metavar="SECONDS", type=non_negative_float,
            default=3.0, old="--specdec-quiet-timeout",
            help="before each run, wait up to SECONDS for every server this session started to go idle: CPU at "
                 "rest and no request running or waiting (vLLM's processes busy-wait for 1 s after their last step "
                 "and would share the cores with the run); in endpoint mode for the processes behind loopback "
                 "endpoints, else a fixed 1.2 s from the previous run's end; 0 skips the wait."),
-    Option("--specdec-hung-timeout", setting="idle_timeout_s", metavar="SECONDS", type=positive_float,
+    Option("--specdec-hung-timeout", setting="hung_timeout_s", metavar="SECONDS", type=positive_float,
            old="--specdec-idle-timeout",
            help="a server that sends nothing on a request for SECONDS is hung: the request fails, its run is "
                 "invalid, and a server this session started is restarted once.",
@@ -288,8 +288,8 @@ class Settings:
     reports_dir: Path
     max_servers: int
     startup_timeout_s: float
-    quiet_timeout_s: float = 3.0
-    idle_timeout_s: float | None = None
+    settle_timeout_s: float = 3.0
+    hung_timeout_s: float | None = None
     served_model: str | None = None
     baselines_dir: Path = Path("baselines")
     update_baselines: str | None = None

@@ -182,9 +182,9 @@ class SpecDecSession:
                 raise pytest.UsageError(str(exc)) from None
 
     def validity(self) -> ValidityRules:
-        """The profile's validity rules; --specdec-hung-timeout wins over its idle_timeout_s."""
-        rules, idle = self.profile.validity, self.settings.idle_timeout_s
-        return rules if idle is None else dataclasses.replace(rules, idle_timeout_s=idle)
+        """The profile's validity rules; --specdec-hung-timeout wins over its hung_timeout_s."""
+        rules, hung = self.profile.validity, self.settings.hung_timeout_s
+        return rules if hung is None else dataclasses.replace(rules, hung_timeout_s=hung)
 
     def expand(self, kwargs: dict[str, Any], args: tuple[Any, ...] = ()) -> list[Case]:
         """A marker's (or `specdec.measure()`'s) fields as cases of the active profile; the command line's

@@ -212,7 +212,7 @@ def one_run(
         endpoint.base_url, endpoint.model, prompts, sampling, concurrency=concurrency,
         cache_salt=salt, api_key=endpoint.api_key or api_key, warmup=warmup, timeout_s=timeout_s,
         api=api,  # type: ignore[arg-type]  # the marker checked api is chat or completions
-        rate=rate, warmup_prompts=warmup_prompts, idle_timeout_s=rules.idle_timeout_s, burstiness=burstiness,
+        rate=rate, warmup_prompts=warmup_prompts, idle_timeout_s=rules.hung_timeout_s, burstiness=burstiness,
     )
     metrics = compute_run_metrics(load, counters_delta(load), goodput)
     record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
@@ -222,7 +222,7 @@ def one_run(
     record.invalid = invalid_reasons(metrics, len(prompts), rules)
     silent = sum(1 for x in load.samples if x.error is not None and x.error.startswith(IDLE_TIMEOUT_REASON))
     if silent:
-        record.invalid.insert(0, f"{HUNG}: sent nothing for {rules.idle_timeout_s:g} s on {silent} request(s)")
+        record.invalid.insert(0, f"{HUNG}: sent nothing for {rules.hung_timeout_s:g} s on {silent} request(s)")
     record.hd_p95_ms = hd_p95s(load)
     if step_limit is not None:
         record.chunking = chunking(load.samples, step_limit)

@@ -36,7 +36,7 @@ class ServingOptions(Protocol):
     @property
     def api_key(self) -> str | None: ...
     @property
-    def quiet_timeout_s(self) -> float: ...
+    def settle_timeout_s(self) -> float: ...
 
 
 class Serving:
@@ -173,7 +173,7 @@ class Serving:
         (another host, another user) get a fixed delay instead. It is handed the next run's server instance
         and when the previous run ended (`ServerPool.wait_quiet`)."""
         o = self.options
-        timeout = o.quiet_timeout_s
+        timeout = o.settle_timeout_s
         if timeout <= 0:
             return None
         if not o.endpoint:

@@ -27,7 +27,7 @@ class ValidityRules:
     max_coalesced_share: float = 0.05
     # A server that sends nothing on a request for this long is hung: the request fails (not after the
     # total timeout), its run is invalid, and a server the plugin owns is restarted once.
-    idle_timeout_s: float = 60.0
+    hung_timeout_s: float = 60.0
     # A run this much slower than the median of its arm's other runs in the same test (a fraction: 0.3 is 30 %
     # fewer tok/s; a spec arm's tok/s per acceptance length) was disturbed by something else on the machine, not
     # by what is under test: it leaves the verdicts with its pair (`disturbed`). 0 turns the rule off. On the CPU a

@@ -51,8 +51,6 @@ DEFAULT_AB_RUNS = 16
 DEFAULT_AB_FIRST_LOOK = 8
 DEFAULT_AB_LOOK_STEP = 8
 
-#: `[validity]` fields the file names otherwise, so the name says what it does: a server silent this long is hung.
-_VALIDITY_KEY = {"idle_timeout_s": "hung_timeout_s"}
 #: Former spellings of a key, still read for one release with a `SpecDecDeprecationWarning`: (table, old) -> new.
 RENAMED_KEYS = {("validity", "idle_timeout_s"): "hung_timeout_s"}
 
@@ -76,7 +74,7 @@ PROFILE_KEYS: dict[str, frozenset[str]] = {
     # first look; ab_look_step: pairs added at each look after it
     "matrix": frozenset({"k", "temperature", "concurrency", "runs", "ab_runs", "ab_first_look", "ab_look_step",
                          "num_prompts", "max_tokens"}),
-    "validity": frozenset(_VALIDITY_KEY.get(f.name, f.name) for f in dataclasses.fields(ValidityRules)),
+    "validity": frozenset(f.name for f in dataclasses.fields(ValidityRules)),
     # thresholds, ab_thresholds (an A/B session's): checked here by the gate's threshold parser
     "verdicts": frozenset({"max_runs", "thresholds", "ab_thresholds", "min_night_sd", "machine_state_tolerance",
                            "night_prior"}),
@@ -395,5 +393,4 @@ def check_values(raw: dict[str, Any], path: Path) -> None:
 
 def validity_rules(raw: dict[str, Any]) -> ValidityRules:
     """The file's `[validity]` limits (checked by `check_values`), the defaults for the rest."""
-    field = {key: name for name, key in _VALIDITY_KEY.items()}
-    return ValidityRules(**{field.get(key, key): float(value) for key, value in raw.get("validity", {}).items()})
+    return ValidityRules(**{key: float(value) for key, value in raw.get("validity", {}).items()})

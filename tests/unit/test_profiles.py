@@ -198,7 +198,7 @@ def test_the_former_hung_timeout_key_still_loads_with_a_warning(tmp_path: Path) 
     path.write_text(BASE + "[validity]\nidle_timeout_s = 5\n")
     with pytest.warns(SpecDecDeprecationWarning, match=rf"profile {path}: \[validity\] idle_timeout_s is deprecated .*"
                                                        "rename it hung_timeout_s"):
-        assert load_profile(str(path)).validity.idle_timeout_s == 5.0
+        assert load_profile(str(path)).validity.hung_timeout_s == 5.0
     path.write_text(BASE + "[validity]\nidle_timeout_s = 5\nhung_timeout_s = 6\n")
     with pytest.raises(ConfigError, match="sets both idle_timeout_s and hung_timeout_s, its new name: keep "
                                           "hung_timeout_s"):
@@ -213,7 +213,7 @@ def test_a_good_user_profile_loads(tmp_path: Path) -> None:
     assert p.nvidia_smi_names == ("NVIDIA H100 NVL",) and not p.builtin
     path.write_text(BASE + "[validity]\nhung_timeout_s = 5\nmax_failed_share = 0.25\nmax_loop_lag_mean_ms = 0\n")
     rules = load_profile(str(path)).validity
-    assert (rules.idle_timeout_s, rules.max_failed_share, rules.max_loop_lag_mean_ms) == (5.0, 0.25, 0.0)
+    assert (rules.hung_timeout_s, rules.max_failed_share, rules.max_loop_lag_mean_ms) == (5.0, 0.25, 0.0)
     path.write_text(BASE + "[matrix]\nruns = 2\n[verdicts]\nmax_runs = 6\nmin_night_sd = 4\n")
     p = load_profile(str(path))
     assert (p.runs, p.max_runs, p.min_night_sd) == (2, 6, 4.0) and isinstance(p.min_night_sd, float)
