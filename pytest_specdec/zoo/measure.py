@@ -16,6 +16,7 @@ plugin's import path: nothing the plugin imports imports this module (or the tra
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -30,6 +31,7 @@ from pytest_specdec import redact
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import RunRecord, ValidityRules
+    from pytest_specdec.profiles import Profile
 
 K = 3
 ZOO_METHODS = ("none", "ngram", "draft_model", "eagle3", "eagle3-degraded", "draft-slow")
@@ -99,16 +101,24 @@ def _run(
     )
 
 
+@functools.cache
+def _cpu_profile() -> Profile:
+    """The `cpu` profile every zoo server starts from and every run's validity rules come from, read once."""
+    from pytest_specdec.profiles import load_profile
+
+    return load_profile("cpu")
+
+
 @contextmanager
 def _serving(method: str, prompts: list[Any], log_dir: Path, *, fix: bool,
              progress: Any) -> Iterator[tuple[Any, str, MethodResult]]:
     """Start the server for `method` from the `cpu` profile, warm it up on the first 4 `prompts`, yield it with its
     model and the result to fill, record its workarounds, stop it (always)."""
-    from pytest_specdec.profiles import load_profile, server_spec
+    from pytest_specdec.profiles import server_spec
     from pytest_specdec.servers.http import served_model
     from pytest_specdec.servers.process import VllmServer
 
-    profile = load_profile("cpu")
+    profile = _cpu_profile()
     env = None if fix else {"SPECDEC_VLLM_CPU_FIX": "0"}
     spec = server_spec(profile, method, None if method == "none" else K, extra_env=env)
     server = VllmServer(spec, log_dir=log_dir, cpus=server_cpus())
@@ -144,9 +154,7 @@ def _measure_points(server: Any, model: str, result: MethodResult, prompts: list
                     temperatures: tuple[float, ...], concurrencies: tuple[int, ...], per_category: bool,
                     progress: Any) -> None:
     """Throughput at every concurrency for greedy decoding; T > 0 only at the first (acceptance)."""
-    from pytest_specdec.profiles import load_profile
-
-    rules = load_profile("cpu").validity
+    rules = _cpu_profile().validity
     points = [(0.0, c) for c in concurrencies if 0.0 in temperatures]
     points += [(t, concurrencies[0]) for t in temperatures if t != 0.0]
     for temperature, concurrency in points:
@@ -197,10 +205,9 @@ def _timing_pairs(base: tuple[Any, str, MethodResult], twin: tuple[Any, str, Met
 
     Why: on a host whose speed swings within minutes, one run of each server minutes apart measured the slow
     draft from -44 % to -13 % (the 0.85 check failed once in CI); a pair's two runs seconds apart see one state."""
-    from pytest_specdec.profiles import load_profile
     from pytest_specdec.servers.quiet import requests_held, wait_idle
 
-    rules = load_profile("cpu").validity
+    rules = _cpu_profile().validity
     arms = {"base": base, "twin": twin}
     both = [(s.base_url, s.api_key) for s, _, _ in arms.values()]
     out: list[dict[str, Any]] = []
