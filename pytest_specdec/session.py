@@ -64,7 +64,7 @@ class SpecDecSession:
         self.records: dict[str, TestRecord] = {}
         self._judge: Judge | None = None
         self.ab: ABGate | None = None  # an A/B session's gate (--specdec-base-draft), built at configure
-        self.end: SessionEnd | None = None  # the gate's last word (machine factor, late regressions, writes)
+        self.end: SessionEnd[Any] | None = None  # the gate's last word (machine factor, late regressions, writes)
         self.crossovers: CrossoverEnd | None = None  # each concurrency sweep's crossover, judged at the end
         self.saturations = Saturations()  # each rate sweep's reference saturation, measured at its first test
         #: the collected specdec tests as their gate sees them: what each can add to the family (for BH before
@@ -315,15 +315,15 @@ class SpecDecSession:
             from pytest_specdec.gate.protocol import TestStart, drive
 
             gate = self.verdict_gate
-            check = gate.start(TestStart(
+            started = gate.start(TestStart(
                 nodeid, case.method, arms, self.serving.engine_configs(arms), verdicts.for_gate(), case.workload(),
                 self.dataset(case).identity(), sampling, endpoint=bool(self.settings.endpoint),
                 endpoint_versions=self.serving.endpoint_versions(arms)))
+            judged = drive(gate, nodeid, started, result, run.extend, self.progress)
             if ab is not None:
-                record.ab = check
+                record.ab = judged
             else:
-                record.baseline = check
-            drive(gate, nodeid, check, result, run.extend, self.progress)
+                record.baseline = judged
         self.progress(measured(nodeid, result.summary))
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
@@ -429,17 +429,18 @@ class SpecDecSession:
         if record is None or (record.ab or record.baseline) is None:
             return None
         family = [(n, c) for n, r in self.records.items() if (c := r.ab or r.baseline) is not None]
-        end = self.verdict_gate.test_end(nodeid, family, self.planned)
+        judged, end = self.verdict_gate.test_end(nodeid, family, self.planned)
         st = self.settings
         if record.ab is not None:
             from pytest_specdec.output.ab_wording import ab_test_end_message
 
-            lines, failure, warning = ab_test_end_message(nodeid, record.ab, end, fdr=st.fdr)
+            record.ab = judged
+            lines, failure, warning = ab_test_end_message(nodeid, judged, end, fdr=st.fdr)
             for line in lines:
                 self.progress(line)
         else:
-            assert record.baseline is not None
-            failure, warning = test_end_message(nodeid, record.baseline, end, alpha=st.alpha, fdr=st.fdr)
+            record.baseline = judged
+            failure, warning = test_end_message(nodeid, judged, end, alpha=st.alpha, fdr=st.fdr)
         if warning:
             warnings.warn(SpecDecWarning(warning), stacklevel=1)
         return failure

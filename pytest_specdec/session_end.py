@@ -42,19 +42,17 @@ def error_lines(session: SpecDecSession) -> list[str]:
 
 def session_fails(session: SpecDecSession, *, results_written: bool) -> bool:
     """Whether the session's end fails the session, over every test's own outcome: the results could not be
-    written (what CI keeps), a test regressed only once the whole family was known, the machine factor beyond its
-    threshold under --specdec-fail-machine, a baseline that could not be written, a sweep's gated regression or
-    error, or a step of the session's end that raised."""
+    written (what CI keeps), the gate's end fails it (`SessionEnd.fails`), a sweep's gated regression or error, or
+    a step of the session's end that raised."""
     end = session.end
-    return (not results_written
-            or (end is not None and bool(end.late_regressions or end.machine_failed or end.baselines_failed))
+    return (not results_written or (end is not None and end.fails)
             or bool(session.crossovers and session.crossovers.failed) or bool(session.errors))
 
 
 def finalize(session: SpecDecSession) -> list[str]:
     """The gates' last word and its lines: the session's gate (`Gate.finish`: the whole family, the late
     regressions; for the stored nights the machine factor and the baseline writes), then the crossover gate's; the
-    machine factor's warning is given as pytest's."""
+    machine factor's warning is given as pytest's. Each test's record keeps its final judgement."""
     from pytest_specdec.gate.protocol import Finished, SessionEnd
     from pytest_specdec.output.wording import coalesced_summary, gate_lines, machine_sentence, session_end_lines
 
@@ -66,27 +64,33 @@ def finalize(session: SpecDecSession) -> list[str]:
         checks = [(n, r.ab) for n, r in records.items() if r.ab is not None]
         end = session.end = step(session, "the A/B gate's session end", lambda: ab.finish(
             [Finished(n, c, records[n].result, records[n].outcome) for n, c in checks]), SessionEnd(None))
+        for n, judged in end.judged:
+            records[n].ab = judged
+        finals = [(n, r.ab) for n, r in records.items() if r.ab is not None]
         session.gate_summary, late = step(session, "the A/B gate's session-end lines", lambda: ab_session_lines(
-            checks, end, fdr=st.fdr), ([], []))
+            finals, end, fdr=st.fdr), ([], []))
         coalesced = step(session, "the coalesced runs' summary", lambda: coalesced_summary(
             [(n, r.result) for n, r in records.items()]), [])
         crossovers = step(session, "the crossovers", lambda: judge_ab_crossovers(session), [])
         return [*late, *coalesced, *crossovers, *error_lines(session)]
     judge = session.judge
-    tests = [(n, r.baseline, r.result, r.outcome) for n, r in records.items()]
+    started = [(n, r.baseline, r.result, r.outcome) for n, r in records.items()]
     end = session.end = step(
         session, "the gate's session end (machine factor, BH/Holm over the family, late regressions, baseline writes)",
-        lambda: judge.finish([Finished(n, c, r, o) for n, c, r, o in tests if c is not None]), SessionEnd(None))
+        lambda: judge.finish([Finished(n, c, r, o) for n, c, r, o in started if c is not None]), SessionEnd(None))
+    for n, judged in end.judged:
+        records[n].baseline = judged
     session.errors += end.errors  # a test whose final verdicts raised: named, the others judged
     if end.machine_warns and end.machine is not None:
         warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)
     crossovers = step(session, "the crossovers", lambda: judge_crossovers(session), [])
-    checked = [(n, c, r) for n, c, r, _ in tests if c is not None]
+    tests = [(n, r.baseline, r.result) for n, r in records.items()]
+    checked = [(n, c, r) for n, c, r in tests if c is not None]
     session.gate_summary = step(session, "the gate's summary", lambda: gate_lines(
         checked, end.machine, fdr=st.fdr, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive,
         nights=judge.pooled_variances, calibration=judge.calibration_used), [])
     lines = step(session, "the gate's session-end lines", lambda: session_end_lines(
-        end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r, _ in tests], alpha=st.alpha, fdr=st.fdr,
+        end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r in tests], alpha=st.alpha, fdr=st.fdr,
         strict=st.strict), [])
     return [*lines, *crossovers, *error_lines(session)]
 
@@ -108,8 +112,8 @@ def judge_crossovers(session: SpecDecSession) -> list[str]:
         if r.result is not None:
             c = r.baseline
             gate.test_end(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result),
-                                        status=c.status if c else None, checked=c.check if c else True,
-                                        gate=c.gate if c else (), passed=r.outcome == "passed",
+                                        status=c.plan.status if c else None, checked=c.plan.checked if c else True,
+                                        gate=c.plan.gate if c else (), passed=r.outcome == "passed",
                                         saturation_req_s=(r.rate_sweep or {}).get("saturation_req_s")))
     session.crossovers = gate.finish()
     return crossover_lines(session.crossovers, gate.write(session.crossovers, st.baselines_dir, st.keep_sessions))
@@ -127,7 +131,7 @@ def judge_ab_crossovers(session: SpecDecSession) -> list[str]:
     for nodeid, r in session.records.items():
         if r.result is None or r.ab is None:  # a test with no A/B comparison (no base for it) is no point
             continue
-        kw: dict[str, Any] = {"status": "compared", "checked": r.ab.check, "gate": r.ab.metrics,
+        kw: dict[str, Any] = {"status": "compared", "checked": r.ab.checked, "gate": r.ab.plan.metrics,
                               "passed": r.outcome == "passed",
                               "saturation_req_s": (r.rate_sweep or {}).get("saturation_req_s")}
         points.append(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result), **kw))

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from pytest_specdec.gate.baselines import hardware_key, load
-from pytest_specdec.gate.check import BaselineCheck
+from pytest_specdec.gate.check import Judgement, Plan
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.pipeline import Pipeline, Stored, sequential
 from pytest_specdec.gate.registry import GATED
@@ -190,11 +190,11 @@ def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights
     family = []
     for t in range(TESTS):
         tonight = _night(rng, noise, sh, looks[-1], "tonight", slowdown if t == 0 else 1.0, extra, disturb)
-        c = BaselineCheck(path=Path(f"test-{t}"), status="compared", check=True, comparability={}, under_test={},
-                          baseline=files[t], alpha=ALPHA, gate=GATED, thresholds=thresholds)
-        sequential(pipeline, c, looks, lambda n, e=tonight: _first(e, n, rule), tonight_log=lambda: None)
+        c = Judgement(Plan(path=Path(f"test-{t}"), status="compared", checked=True, comparability={}, under_test={},
+                           baseline=files[t], alpha=ALPHA, gate=GATED, thresholds=thresholds, max_looks=len(looks)))
+        c = sequential(pipeline, c, looks, lambda n, e=tonight: _first(e, n, rule), tonight_log=lambda _: None)
         family.append((f"test-{t}", c))
-    pipeline.finish(family, thresholds)
+    _, family = pipeline.finish(family, thresholds)
     runs = np.array([c.looks[-1] for _, c in family])
     gated = [{v.metric: v for v in c.final or []} for _, c in family]
     verdicts = np.array([[g[m].verdict for m in GATED] for g in gated])

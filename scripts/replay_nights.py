@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from pytest_specdec.gate.baselines import hardware_key, load
-from pytest_specdec.gate.check import BaselineCheck
+from pytest_specdec.gate.check import Judgement, Plan
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
 from pytest_specdec.gate.registry import GATED
@@ -39,10 +39,10 @@ def replay(files: dict[str, dict], index: int, thresholds: dict[str, float], flo
         nights = data["sessions"]
         rest = [e for j, e in enumerate(nights) if j != index % len(nights)]
         base[path] = dict(data, sessions=rest)
-        family.append((path, BaselineCheck(path=Path(path), status="compared", check=True, comparability={},
-                                           under_test={}, night=Night.from_entry(nights[index]),
-                                           baseline=base[path], alpha=alpha, gate=GATED, thresholds=built)))
-    machine = judge_all(Pipeline(Stored(tuple(base.values()), floor), alpha, "bh"), family, built)
+        plan = Plan(path=Path(path), status="compared", checked=True, comparability={}, under_test={},
+                    baseline=base[path], alpha=alpha, gate=GATED, thresholds=built)
+        family.append((path, Judgement(plan, night=Night.from_entry(nights[index]))))
+    machine, family = judge_all(Pipeline(Stored(tuple(base.values()), floor), alpha, "bh"), family, built)
     counts: Counter = Counter()
     mdes = []
     for _, c in family:

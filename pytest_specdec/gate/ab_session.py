@@ -138,37 +138,80 @@ def ab_verdicts(result: CaseResult, thresholds: Thresholds, alpha: float, *, met
                          references=refs, look=look, max_looks=max_looks, reference=arm(result.reference_runs))
 
 
-@dataclass
-class ABCheck:
-    """One test's A/B comparison: what was compared, its looks and its verdicts, raw and adjusted over the session."""
+@dataclass(frozen=True)
+class ABPlan:
+    """A test's A/B comparison as fixed at its start: what is compared (both drafts, their servers, what differs
+    between the two sides) and how (thresholds, gated metrics, the looks planned, the level)."""
 
     method: str
     base_draft: str  # the base's draft/head model
     candidate_draft: str  # the candidate's
-    servers: dict[str, str]  # arm -> server spec key (reference, spec, base, base_reference)
+    servers: Mapping[str, str]  # arm -> server spec key (reference, spec, base, base_reference)
     thresholds: Thresholds
     #: An upgrade A/B's installs: "base" and "candidate" -> their vLLM, torch and interpreter (None: one install).
-    installs: dict[str, dict[str, str | None]] | None = None
+    installs: Mapping[str, Mapping[str, str | None]] | None = None
     #: What differs between the base's side and the candidate's: versions and the spec and reference arms'
     #: engine configs, ``dotted key: (base, candidate)`` (`baselines.diff`).
-    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    raw: list[Verdict] = field(default_factory=list)
-    verdicts: list[Verdict] = field(default_factory=list)  # adjusted at the test's end (unseen p-values = 1)
-    final: list[Verdict] | None = None  # adjusted over the session's whole A/B family
+    changed: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     metrics: tuple[str, ...] = AB_METRICS  # the gated ones: AB_METRICS and what gate=/specdec_gate add
-    plan: tuple[int, ...] = ()  # pairs at each planned look
-    looks: list[int] = field(default_factory=list)  # pairs at each look taken
+    looks: tuple[int, ...] = ()  # pairs at each planned look
     max_looks: int = 1  # the planned looks: each at alpha / max_looks (`adjusted_all` reads this)
-    unspent: int = 0  # pairs planned but not measured: the stop rule saw no use in them
-    stop_reason: str = ""
-    stop: Stop | None = None  # why it stopped adding pairs (`ab.Stop`); None: not judged yet
-    check: bool = True  # specdec_verdicts(check=False): judged and shown, never failed
-    failed: bool = False
+    checked: bool = True  # specdec_verdicts(check=False): judged and shown, never failed
     alpha: float = 0.05
+
+
+@dataclass(frozen=True)
+class ABJudgement:
+    """One test's A/B judgement: its plan, each look taken, its verdicts at its end and after the session's
+    family adjustment, why it stopped adding pairs, and the split of its speedup. Frozen: each step makes a new
+    one."""
+
+    plan: ABPlan
+    looks_taken: tuple[Look, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()  # adjusted at the test's end (unseen p-values = 1)
+    final: tuple[Verdict, ...] | None = None  # adjusted over the session's whole A/B family
+    stop: Stop | None = None  # why it stopped adding pairs (`ab.Stop`); None: not judged yet
     split: Split | None = None  # the candidate's speedup against the base's, split into acceptance and step time
+    end: TestEnd | None = None  # what the test's end decided
+
+    @property
+    def raw(self) -> tuple[Verdict, ...]:
+        """The last look's verdicts, before the family's adjustment."""
+        return self.looks_taken[-1].raw if self.looks_taken else ()
+
+    @property
+    def looks(self) -> list[int]:
+        """Pairs at each look taken."""
+        return [look.runs for look in self.looks_taken]
+
+    @property
+    def max_looks(self) -> int:
+        return self.plan.max_looks
+
+    @property
+    def checked(self) -> bool:
+        return self.plan.checked
+
+    @property
+    def alpha(self) -> float:
+        return self.plan.alpha
+
+    @property
+    def unspent(self) -> int:
+        """Pairs planned but not measured: the stop rule saw no use in them."""
+        return self.looks_taken[-1].unspent if self.looks_taken else 0
+
+    @property
+    def stop_reason(self) -> str:
+        return self.looks_taken[-1].stop_reason if self.looks_taken else ""
+
+    @property
+    def failed(self) -> bool:
+        """Whether the test's end failed it: a regression found only at the session's end is then not news."""
+        return self.end is not None and self.end.fails
 
     def shown(self) -> list[Verdict]:
-        return self.final if self.final is not None else (self.verdicts or self.raw)
+        return list(self.final if self.final is not None else (self.verdicts or self.raw))
 
     def regressed(self) -> list[Verdict]:
         """The gated verdicts that regressed (an upgrade A/B's shown ones explain, never fail)."""
@@ -193,25 +236,24 @@ class ABCheck:
 
     def to_dict(self) -> dict[str, Any]:
         """How the test was judged, for the results (beside its verdicts): its looks, gated metrics and level."""
-        return {"checked": self.check, "gate": list(self.metrics), "looks": list(self.looks),
-                "max_looks": self.max_looks, "planned_looks": list(self.plan), "unspent_runs": self.unspent,
-                "pairs": self.looks[-1] if self.looks else 0, "max_pairs": self.plan[-1] if self.plan else 0,
-                "stop": self.stop, "stop_reason": self.stop_reason, "alpha": self.alpha,
-                "ci_level": 1 - 2 * self.alpha / max(1, self.max_looks)}
+        plan = self.plan
+        return {"checked": plan.checked, "gate": list(plan.metrics), "looks": self.looks,
+                "max_looks": plan.max_looks, "planned_looks": list(plan.looks), "unspent_runs": self.unspent,
+                "pairs": self.looks[-1] if self.looks else 0, "max_pairs": plan.looks[-1] if plan.looks else 0,
+                "stop": self.stop, "stop_reason": self.stop_reason, "alpha": plan.alpha,
+                "ci_level": 1 - 2 * plan.alpha / max(1, plan.max_looks)}
 
 
-def adjust(checks: Sequence[tuple[str, ABCheck]], *, final: bool, fdr: str, alpha: float, gated_size: int = 0,
-           family_size: int = 0) -> None:
+def adjust(checks: Sequence[tuple[str, ABJudgement]], *, final: bool, fdr: str, alpha: float, gated_size: int = 0,
+           family_size: int = 0) -> list[tuple[str, ABJudgement]]:
     """BH/Holm over every A/B verdict so far, each family on its own (padded with p=1 to the sizes the collected
-    tests reach, unless ``final``), into each check's ``verdicts`` (or ``final``), as the nightly adjusts."""
+    tests reach, unless ``final``): each judgement with its ``verdicts`` (or ``final``), as the nightly adjusts."""
     from pytest_specdec.gate.check import adjusted_all
 
     out = adjusted_all(checks, final=final, fdr=fdr, alpha=alpha, gated_size=gated_size, family_size=family_size)
-    for nodeid, c in checks:
-        if final:
-            c.final = out.get(nodeid, c.raw)
-        else:
-            c.verdicts = out.get(nodeid, c.raw)
+    if final:
+        return [(nodeid, dataclasses.replace(c, final=tuple(out.get(nodeid, c.raw)))) for nodeid, c in checks]
+    return [(nodeid, dataclasses.replace(c, verdicts=tuple(out.get(nodeid, c.raw)))) for nodeid, c in checks]
 
 
 def refuse_stored_night_options(ab_flag: str, *, strict: bool, fail_machine: bool) -> None:
@@ -343,7 +385,7 @@ class ABGate:
         return {"base": dataclasses.replace(base, python=python),
                 "base_reference": dataclasses.replace(reference, python=python)}
 
-    def start(self, test: TestStart) -> ABCheck:
+    def start(self, test: TestStart) -> ABJudgement:
         """A test's comparison after its first pairs: both drafts, what differs between the two sides (versions,
         engine configs), its thresholds and gated metrics with its marker's on top, its planned looks."""
         from pytest_specdec.gate.baselines import diff
@@ -361,13 +403,14 @@ class ABGate:
                     "reference_engine": dict(test.engines.get(ref_arm, {}))}
 
         base_ref = "base_reference" if "base_reference" in specs else "reference"
-        return ABCheck(test.method, draft("base"), draft("spec"), {arm: s.key() for arm, s in specs.items()},
-                       self.test_thresholds(test.options.thresholds), installs,
-                       diff(side("base", base_ref, "base"), side("spec", "reference", "candidate")),
-                       metrics=self.metrics(test.options), plan=self.plan, max_looks=len(self.plan),
-                       check=test.options.check, alpha=self.alpha)
+        return ABJudgement(ABPlan(
+            test.method, draft("base"), draft("spec"), {arm: s.key() for arm, s in specs.items()},
+            self.test_thresholds(test.options.thresholds), installs,
+            diff(side("base", base_ref, "base"), side("spec", "reference", "candidate")),
+            metrics=self.metrics(test.options), looks=self.plan, max_looks=len(self.plan),
+            checked=test.options.check, alpha=self.alpha))
 
-    def look(self, nodeid: str, c: ABCheck, result: CaseResult, look: int) -> Look:
+    def look(self, nodeid: str, c: ABJudgement, result: CaseResult, look: int) -> tuple[ABJudgement, Look]:
         """The pairs so far judged at look ``look``, alpha split over the planned looks; another look while the
         stop rule sees use in it, reading the verdicts at the session's family level (`ab.at_family_level`: a
         regressed or improved verdict stops a test only where the end's BH/Holm cannot take it back). At the last,
@@ -378,35 +421,39 @@ class ABGate:
         from pytest_specdec.gate.sequential import next_look
         from pytest_specdec.measure.explain import explain, split
 
+        plan = c.plan
         n_now = min(len(result.runs), len(result.base_runs))
-        c.looks.append(n_now)
-        c.raw = ab_verdicts(result, c.thresholds, self.alpha, metrics=c.metrics, look=look, max_looks=c.max_looks)
+        raw = tuple(ab_verdicts(result, plan.thresholds, self.alpha, metrics=plan.metrics, look=look,
+                                max_looks=plan.max_looks))
         # before collection counted the family (never in a session), a moved verdict cannot stop a test
-        seen = at_family_level(c.raw, self.family_size or 10**9, self.alpha)
-        nxt, why = next_look(c.plan, look, n_now, seen, self.alpha, self.stop or until_settled)
+        seen = at_family_level(list(raw), self.family_size or 10**9, self.alpha)
+        nxt, why = next_look(plan.looks, look, n_now, seen, self.alpha, self.stop or until_settled)
         if nxt is not None:
-            return Look(nxt, f"specdec A/B: {nodeid}: inconclusive at look {look} of {len(c.plan)}: {nxt} pairs")
-        c.split = split(explain([r.record for r in result.base_reference_runs or result.reference_runs],
-                                [r.record for r in result.base_runs]),
-                        explain([r.record for r in result.reference_runs], [r.record for r in result.runs]))
+            step = Look(n_now, raw, nxt, line=f"specdec A/B: {nodeid}: inconclusive at look {look} of "
+                                              f"{len(plan.looks)}: {nxt} pairs")
+            return dataclasses.replace(c, looks_taken=(*c.looks_taken, step)), step
+        parts = split(explain([r.record for r in result.base_reference_runs or result.reference_runs],
+                              [r.record for r in result.base_runs]),
+                      explain([r.record for r in result.reference_runs], [r.record for r in result.runs]))
         if why:
-            c.unspent, c.stop, c.stop_reason = c.plan[-1] - n_now, stop_kind(seen), why
-            return Look(None, f"specdec A/B: {nodeid}: stopped at {n_now} of {c.plan[-1]} pairs ({c.stop}): {why}")
-        c.stop, c.stop_reason = MAX_REACHED, f"all {n_now} planned pairs measured"
-        return Look(None)
+            stop = stop_kind(seen)
+            step = Look(n_now, raw, None, unspent=plan.looks[-1] - n_now, stop_reason=why,
+                        line=f"specdec A/B: {nodeid}: stopped at {n_now} of {plan.looks[-1]} pairs ({stop}): {why}")
+        else:
+            stop, step = MAX_REACHED, Look(n_now, raw, None, stop_reason=f"all {n_now} planned pairs measured")
+        return dataclasses.replace(c, looks_taken=(*c.looks_taken, step), stop=stop, split=parts), step
 
-    def test_end(self, nodeid: str, family: Sequence[tuple[str, ABCheck]], planned: Sequence[Planned]) -> TestEnd:
+    def test_end(self, nodeid: str, family: Sequence[tuple[str, ABJudgement]], planned: Sequence[Planned]
+                 ) -> tuple[ABJudgement, TestEnd]:
         """At a test's end: every A/B verdict so far adjusted, padded with p=1 to what the ``planned`` tests can
         add; a gated regression fails the test, a gated verdict still inconclusive warns (fails under
         --specdec-fail-inconclusive), unless its marker says check=False."""
         judged = [p for p in planned if self.skip_reason(p.method, p.speculative_config) is None]
         gated = self.gated_size(planned)
-        adjust(family, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated,
-               family_size=gated + (len(AB_SHOWN) * len(judged) if self.installs else 0))
-        c = dict(family)[nodeid]
-        end = self.fail_rule.decide(checked=c.check, status="compared", verdicts=c.shown())
-        c.failed = end.fails
-        return end
+        c = dict(adjust(family, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated,
+                        family_size=gated + (len(AB_SHOWN) * len(judged) if self.installs else 0)))[nodeid]
+        end = self.fail_rule.decide(checked=c.checked, status="compared", verdicts=c.shown())
+        return dataclasses.replace(c, end=end), end
 
     @property
     def fail_rule(self) -> FailRule:
@@ -415,14 +462,13 @@ class ABGate:
 
         return FailRule(fail_inconclusive=self.fail_inconclusive)
 
-    def finish(self, tests: Sequence[Finished[ABCheck]]) -> SessionEnd:
+    def finish(self, tests: Sequence[Finished[ABJudgement]]) -> SessionEnd[ABJudgement]:
         """At the session's end: the whole family adjusted; the tests that regress only now (BH needs every p)
         are its late regressions, which fail the session."""
         from pytest_specdec.gate.protocol import SessionEnd
 
-        family = [(t.nodeid, t.check) for t in tests]
-        adjust(family, final=True, fdr=self.fdr, alpha=self.alpha)
+        family = adjust([(t.nodeid, t.check) for t in tests], final=True, fdr=self.fdr, alpha=self.alpha)
         rule = self.fail_rule
-        ends = [(n, c, rule.decide(checked=c.check, status="compared", verdicts=c.shown())) for n, c in family]
-        return SessionEnd(None, late_regressions=[(n, end) for n, c, end in ends
-                                                  if end.outcome == REGRESSED and not c.failed])
+        ends = [(n, c, rule.decide(checked=c.checked, status="compared", verdicts=c.shown())) for n, c in family]
+        return SessionEnd(None, tuple(family), late_regressions=tuple(
+            (n, end) for n, c, end in ends if end.outcome == REGRESSED and not c.failed))

@@ -8,7 +8,7 @@ adjustment over every test's verdicts.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,6 +17,7 @@ from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, REGRE
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
+    from pytest_specdec.gate.protocol import Look
     from pytest_specdec.gate.stats import Thresholds, Verdict
 
 # `kinds.Status`: how a test met its stored baseline (compared with it, none stored, stored but measured under
@@ -24,64 +25,103 @@ if TYPE_CHECKING:
 
 
 
-@dataclass
-class BaselineCheck:
-    """One test's comparison with its stored baseline."""
+@dataclass(frozen=True)
+class Plan:
+    """A test's comparison with its stored baseline as fixed at its start: the file, how tonight met it, what
+    its verdicts use (level, gated family, thresholds, the looks planned)."""
 
     path: Path
     status: Status
-    check: bool
-    comparability: dict[str, Any]
-    under_test: dict[str, Any]
-    night: Night | None = None  # tonight's runs, typed: what the verdicts judge
-    baseline: dict[str, Any] | None = None
-    fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs
-    raw: list[Verdict] = field(default_factory=list)  # before the session's multiplicity adjustment
-    verdicts: list[Verdict] = field(default_factory=list)  # adjusted at the test's end (p-values unseen = 1)
-    final: list[Verdict] | None = None  # adjusted over the whole session's family
-    looks: list[int] = field(default_factory=list)  # runs per arm at each look taken
-    max_looks: int = 1
-    failed: bool = False
-    error: str | None = None
+    checked: bool  # specdec_verdicts(check=False): judged and shown, never failed
+    comparability: Mapping[str, Any]
+    under_test: Mapping[str, Any]
+    baseline: Mapping[str, Any] | None = None  # the stored baseline file's data (None: none stored, or unreadable)
+    differs: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs
+    error: str | None = None  # why the baseline file could not be read
     alpha: float = 0.05  # one-sided, split over the looks: the CIs of Δ are two-sided 1 - 2·alpha/max_looks
     gate: tuple[str, ...] = ()  # the gated family's metrics for this test
-    unspent: int = 0  # runs per arm planned but not spent: no further look could change a gated verdict
-    stop_reason: str = ""
+    thresholds: Thresholds | None = None
+    max_looks: int = 1  # the looks planned: each at alpha / max_looks
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One test's judgement against its stored baseline: its plan, tonight's runs, each look taken, its verdicts
+    at its end and after the session's family adjustment. Frozen: each step of the gate makes a new one."""
+
+    plan: Plan
+    night: Night | None = None  # tonight's runs, typed: what the verdicts judge
+    looks_taken: tuple[Look, ...] = ()
     deviation: float | None = None  # log(tonight's reference speed ÷ the baseline's): one term of the machine factor
-    thresholds: Thresholds | None = None  # what its verdicts used (again when the machine factor is final)
+    #: the raw verdicts judged again at the session's end with its machine factor (None: not judged again)
+    rejudged: tuple[Verdict, ...] | None = None
+    verdicts: tuple[Verdict, ...] = ()  # adjusted at the test's end (p-values unseen = 1)
+    final: tuple[Verdict, ...] | None = None  # adjusted over the whole session's family
+    end: TestEnd | None = None  # what the test's end decided
+
+    @property
+    def raw(self) -> tuple[Verdict, ...]:
+        """The verdicts before the family's adjustment: the last look's, or judged again at the session's end."""
+        if self.rejudged is not None:
+            return self.rejudged
+        return self.looks_taken[-1].raw if self.looks_taken else ()
+
+    @property
+    def looks(self) -> list[int]:
+        """Runs per arm at each look taken."""
+        return [look.runs for look in self.looks_taken]
+
+    @property
+    def max_looks(self) -> int:
+        return self.plan.max_looks
+
+    @property
+    def unspent(self) -> int:
+        """Runs per arm planned but not spent: no further look could change a gated verdict."""
+        return self.looks_taken[-1].unspent if self.looks_taken else 0
+
+    @property
+    def stop_reason(self) -> str:
+        return self.looks_taken[-1].stop_reason if self.looks_taken else ""
+
+    @property
+    def failed(self) -> bool:
+        """Whether the test's end failed it on its verdicts (a regression, or inconclusive under
+        --specdec-fail-inconclusive): a regression found only at the session's end is then not news."""
+        return self.end is not None and self.end.fails and self.end.outcome in (REGRESSED, INCONCLUSIVE)
 
     def shown(self) -> list[Verdict]:
-        return self.final if self.final is not None else (self.verdicts or self.raw)
+        return list(self.final if self.final is not None else (self.verdicts or self.raw))
 
     def under_test_diff(self) -> dict[str, list[Any]]:
         """What changed under test since the baseline's last session (the report shows it per test)."""
-        if not self.baseline:
+        if not self.plan.baseline:
             return {}
         from pytest_specdec.gate.baselines import diff
 
-        return {k: [a, b] for k, (a, b) in diff(self.baseline.get("under_test", {}), self.under_test).items()}
+        return {k: [a, b] for k, (a, b) in diff(self.plan.baseline.get("under_test", {}),
+                                                dict(self.plan.under_test)).items()}
 
     def to_dict(self) -> dict[str, Any]:
         from pytest_specdec.gate.thresholds import to_dict as thresholds_dict
         from pytest_specdec.gate.verdicts import gated_with
 
-        shown = self.shown()
-        path = str(self.path)
-        sessions = len(self.baseline["sessions"]) if self.baseline else 0
+        plan, shown = self.plan, self.shown()
+        sessions = len(plan.baseline["sessions"]) if plan.baseline else 0
         return {
-            "path": path, "status": self.status, "checked": self.check, "sessions": sessions,
-            "not_comparable_fields": {k: [a, b] for k, (a, b) in self.fields.items()},
-            "looks": self.looks, "max_looks": self.max_looks, "unspent_runs": self.unspent,
-            "stop_reason": self.stop_reason, "gate": list(self.gate),
+            "path": str(plan.path), "status": plan.status, "checked": plan.checked, "sessions": sessions,
+            "not_comparable_fields": {k: [a, b] for k, (a, b) in plan.differs.items()},
+            "looks": self.looks, "max_looks": plan.max_looks, "unspent_runs": self.unspent,
+            "stop_reason": self.stop_reason, "gate": list(plan.gate),
             "inconclusive_gated": [v.metric for v in gated_with(shown, INCONCLUSIVE)],
             "machine_deviation": self.deviation,
-            "alpha": self.alpha, "ci_level": 1 - 2 * self.alpha / max(1, self.max_looks),
+            "alpha": plan.alpha, "ci_level": 1 - 2 * plan.alpha / max(1, plan.max_looks),
             "adjusted": "session" if self.final is not None else "test-end",
-            "under_test": self.under_test,
+            "under_test": plan.under_test,
             "under_test_diff": self.under_test_diff(),
-            "comparability": self.comparability,
-            "thresholds": None if self.thresholds is None else thresholds_dict(self.thresholds),
-            **({"error": self.error} if self.error else {}),
+            "comparability": plan.comparability,
+            "thresholds": None if plan.thresholds is None else thresholds_dict(plan.thresholds),
+            **({"error": plan.error} if plan.error else {}),
         }
 
 
@@ -140,7 +180,7 @@ class FailRule:
         return PASSED
 
 
-def adjusted(checks: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, final: bool, fdr: str, alpha: float,
+def adjusted(checks: Sequence[tuple[str, Judgement]], nodeid: str, *, final: bool, fdr: str, alpha: float,
              gated_size: int, family_size: int) -> list[Verdict]:
     """This test's verdicts after BH/Holm over every raw verdict so far (`adjusted_all`)."""
     return adjusted_all(checks, final=final, fdr=fdr, alpha=alpha, gated_size=gated_size,
@@ -148,10 +188,13 @@ def adjusted(checks: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, final:
 
 
 class Judged(Protocol):
-    """What the family adjustment reads of a test's comparison: a nightly `BaselineCheck`, or an A/B session's."""
+    """What the family adjustment reads of a test's judgement: a nightly `Judgement`, or an A/B session's."""
 
-    raw: list[Verdict]
-    max_looks: int
+    @property
+    def raw(self) -> Sequence[Verdict]: ...
+
+    @property
+    def max_looks(self) -> int: ...
 
 
 def adjusted_all(checks: Sequence[tuple[str, Judged]], *, final: bool, fdr: str, alpha: float,
@@ -189,7 +232,7 @@ def adjusted_all(checks: Sequence[tuple[str, Judged]], *, final: bool, fdr: str,
     return by_test
 
 
-def machine_log(checks: Iterable[BaselineCheck | None]) -> float | None:
+def machine_log(deviations: Iterable[float | None]) -> float | None:
     """The machine factor (log) from every test compared so far (the session's, once all are in)."""
-    devs = [c.deviation for c in checks if c is not None and c.deviation is not None]
+    devs = [d for d in deviations if d is not None]
     return sum(devs) / len(devs) if devs else None

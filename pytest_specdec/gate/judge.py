@@ -16,9 +16,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.gate.check import BaselineCheck
+from pytest_specdec.gate.check import Judgement, Plan
 from pytest_specdec.gate.kinds import GATED as GATED_FAMILY
-from pytest_specdec.gate.kinds import INCONCLUSIVE, MOVED, NOT_COMPARABLE, REGRESSED
+from pytest_specdec.gate.kinds import MOVED, NOT_COMPARABLE, REGRESSED
 from pytest_specdec.gate.protocol import SessionEnd
 from pytest_specdec.gate.store import BaselineWrites
 
@@ -65,7 +65,8 @@ class Judge:
         `sequential.until_settled`)."""
         self.cfg, self.stop = cfg, stop
         self.opened = False  # whether a test of this process read its baseline (an xdist worker sends the store)
-        self._started: list[BaselineCheck] = []  # this process's tests, in order: the machine factor so far
+        #: this process's tests, in order, as last judged: the machine factor so far
+        self._started: dict[str, Judgement] = {}
 
     @cached_property
     def store(self) -> BaselineStore:
@@ -229,8 +230,8 @@ class Judge:
 
         return relative(path, self.cfg.rootpath)
 
-    def test_end(self, nodeid: str, family: Sequence[tuple[str, BaselineCheck]], planned: Sequence[Planned]
-                 ) -> TestEnd:
+    def test_end(self, nodeid: str, family: Sequence[tuple[str, Judgement]], planned: Sequence[Planned]
+                 ) -> tuple[Judgement, TestEnd]:
         """At the end of a test, its verdicts adjusted over the ``family`` so far (padded to the sizes the
         ``planned`` tests can reach), and what they decide.
 
@@ -243,15 +244,14 @@ class Judge:
         from pytest_specdec.gate.verdicts import gated_per_test, metrics_per_test
 
         c = dict(family)[nodeid]
-        c.verdicts = self.pipeline.test_end(
+        verdicts = self.pipeline.test_end(
             family, nodeid, gated_size=sum(gated_per_test(p.method, self.gate(p.options.gate)) for p in planned),
             family_size=sum(metrics_per_test(p.method, p.k, p.goodput) for p in planned))
-        end = replace(self.fail_rule.decide(checked=c.check, status=c.status, verdicts=c.verdicts),
-                      where=self.rel(c.path))
+        end = replace(self.fail_rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=verdicts),
+                      where=self.rel(c.plan.path))
         if end.outcome in ("missing", REGRESSED):  # the command that creates or accepts the baseline
             end = replace(end, command=self.create_command(nodeid, "missing" if end.outcome == "missing" else "all"))
-        c.failed = end.fails and end.outcome in (REGRESSED, INCONCLUSIVE)
-        return end
+        return replace(c, verdicts=verdicts, end=end), end
 
     @property
     def fail_rule(self) -> FailRule:
@@ -263,7 +263,7 @@ class Judge:
                         replacing=self.updating_all,
                         missing_fails=not self.cfg.update and (self.cfg.strict or not self.hardware.without_own))
 
-    def start(self, test: TestStart) -> BaselineCheck:
+    def start(self, test: TestStart) -> Judgement:
         """Read the test's baseline and say whether tonight can be compared with it (`gate/conditions.py`:
         what must be equal, and what is under test; ``test.engines`` are the arms' resolved engine configs,
         ``test.endpoint_versions`` in endpoint mode the versions each arm's endpoint told); its thresholds
@@ -279,39 +279,42 @@ class Judge:
                             endpoint_versions=None if test.endpoint_versions is None
                             else {k: dict(v) for k, v in test.endpoint_versions.items()})
         self.opened = True
-        c = BaselineCheck(path=self.store.path(nodeid), status="missing", check=test.options.check,
-                          comparability=comp, under_test=tested, alpha=self.cfg.alpha,
-                          gate=self.gate(test.options.gate),
-                          thresholds=self.thresholds(dict(test.options.thresholds) or None))
-        self._started.append(c)  # its machine deviation joins the factor from its first look
+        thresholds = self.thresholds(dict(test.options.thresholds) or None)
+        plan = Plan(self.store.path(nodeid), "missing", test.options.check, comp, tested, alpha=self.cfg.alpha,
+                    gate=self.gate(test.options.gate), thresholds=thresholds)
         try:
             _, data = self.store.read(nodeid, self.create_command(nodeid, "missing"))
         except BaselineError as exc:
-            c.status, c.error = "error", str(exc)
-            return c
-        if data is not None:
-            c.baseline = data
-            c.fields = diff(data["comparability"], comp)
-            c.status = NOT_COMPARABLE if c.fields else "compared"
+            plan = replace(plan, status="error", error=str(exc))
+        else:
+            if data is not None:
+                differs = diff(data["comparability"], comp)
+                plan = replace(plan, status=NOT_COMPARABLE if differs else "compared", baseline=data, differs=differs)
+            if plan.checked and plan.status == "compared" and not self.updating_all:
+                plan = replace(plan, max_looks=len(self.looks()))
+        c = self._started[nodeid] = Judgement(plan)  # its machine deviation joins the factor from its first look
         return c
 
-    def look(self, nodeid: str, c: BaselineCheck, result: CaseResult, look: int) -> Look:
+    def look(self, nodeid: str, c: Judgement, result: CaseResult, look: int) -> tuple[Judgement, Look]:
         """Tonight's runs so far judged at look ``look`` (`pipeline.look_step`): a compared test looks again
         while a gated verdict is inconclusive and another look could settle it (the gate's stop rule), alpha
         split over the planned looks; the machine factor is every test's of this session so far."""
         from pytest_specdec.gate.check import machine_log
         from pytest_specdec.gate.nights import Night
         from pytest_specdec.gate.pipeline import look_step
-        from pytest_specdec.gate.protocol import Look
 
-        compared = c.check and c.status == "compared" and not self.updating_all
-        looks = self.looks() if compared else [self.cfg.runs]
-        nxt = look_step(self.pipeline, c, looks, look, Night.from_result(result),
-                        tonight_log=lambda: machine_log(self._started), stop=self.stop)
-        if nxt is not None:
-            return Look(nxt, f"specdec: {nodeid}: inconclusive at look {look} of {len(looks)}: {nxt} interleaved runs")
-        return Look(None, f"specdec: {nodeid}: {c.unspent} run(s) per arm not spent: {c.stop_reason}"
-                    if c.unspent else "")
+        looks = self.looks() if c.plan.max_looks > 1 else [self.cfg.runs]
+        others = [j.deviation for n, j in self._started.items() if n != nodeid]
+        c, step = look_step(self.pipeline, c, looks, look, Night.from_result(result),
+                            tonight_log=lambda deviation: machine_log([*others, deviation]), stop=self.stop)
+        line = ""
+        if step.next_runs is not None:
+            line = f"specdec: {nodeid}: inconclusive at look {look} of {len(looks)}: {step.next_runs} interleaved runs"
+        elif step.unspent:
+            line = f"specdec: {nodeid}: {step.unspent} run(s) per arm not spent: {step.stop_reason}"
+        step = replace(step, line=line)
+        c = self._started[nodeid] = replace(c, looks_taken=(*c.looks_taken[:-1], step))
+        return c, step
 
     def settings(self) -> dict[str, Any]:
         """How this session judges, for the results: what `pytest-specdec compare` needs to judge it again."""
@@ -324,7 +327,7 @@ class Judge:
                 "thresholds": to_dict(self.thresholds()), "hardware": self.hardware.to_dict(),
                 **({"calibration_session": True} if self.cfg.calibrate else {})}
 
-    def write(self, tests: Sequence[Finished[BaselineCheck]]) -> tuple[list[str], BaselineWrites, bool]:
+    def write(self, tests: Sequence[Finished[Judgement]]) -> tuple[list[str], BaselineWrites, bool]:
         """--update-baselines: queue each passed test with valid runs, then
         write them all at once; returns the terminal's lines, the same as data (what was written and what
         was not, and why), and whether a file could not be written (the session then fails)."""
@@ -336,18 +339,20 @@ class Judge:
         not_written: list[tuple[str, str]] = []
         for t in tests:
             nodeid, c = t.nodeid, t.check
+            plan = c.plan
             why = f"the test {t.outcome}" if t.outcome != "passed" else unwritable(t.result)
             if why:
-                lines.append(f"specdec: not writing {self.rel(c.path)}: {why}")
-                not_written.append((self.rel(c.path), why))
+                lines.append(f"specdec: not writing {self.rel(plan.path)}: {why}")
+                not_written.append((self.rel(plan.path), why))
                 continue
             # Only a gated change is a change being accepted (it drops the older nights); a shown-family
             # figure that moved with the machine must not wipe the file's history.
             changed = ", ".join(f"{v.metric} {v.verdict}" for v in c.shown()
                                 if v.verdict in MOVED and v.family == GATED_FAMILY)
             assert t.result is not None  # unwritable() names a test that measured nothing
-            entry = Night.from_result(t.result, stamp, c.under_test).to_entry()  # tonight as a baseline stores it
-            self.store.queue(Pending(nodeid, c.path, c.comparability, c.under_test, entry, changed))
+            under = dict(plan.under_test)
+            entry = Night.from_result(t.result, stamp, under).to_entry()  # tonight as a baseline stores it
+            self.store.queue(Pending(nodeid, plan.path, dict(plan.comparability), under, entry, changed))
         summary = self.store.flush()
         rel = self.rel
         writes = BaselineWrites(
@@ -357,31 +362,36 @@ class Judge:
             not_written=(*not_written, *((rel(p), f"could not write it: {why}") for p, why in summary.failed)))
         return lines + summary.lines(self.store.root), writes, bool(summary.failed)
 
-    def finish(self, tests: Sequence[Finished[BaselineCheck]]) -> SessionEnd:
+    def finish(self, tests: Sequence[Finished[Judgement]]) -> SessionEnd[Judgement]:
         """Session end: the machine factor over every compared test and every test's final verdicts
         (`Pipeline.finish`); beyond its threshold the factor fails the session (--specdec-fail-machine), else
         `machine_warns` asks the wiring to warn. Then the tests that regress only once the whole family is
         known, and the queued baseline writes. ``tests``: the session's, in its order."""
         from pytest_specdec.gate.machine import state_summary
+        from pytest_specdec.gate.protocol import Finished
 
-        family = [(t.nodeid, t.check) for t in tests]
         errors: list[tuple[str, str]] = []
-        end = SessionEnd(self.pipeline.finish(family, self.thresholds(), errors), errors=errors)
-        end.state = state_summary(family, self.pipeline.state_tolerance)
-        if end.machine is not None and end.machine.beyond and not self.updating_all:
-            end.machine_failed, end.machine_warns = self.cfg.fail_machine, not self.cfg.fail_machine
+        machine, family = self.pipeline.finish([(t.nodeid, t.check) for t in tests], self.thresholds(), errors)
+        beyond = machine is not None and machine.beyond and not self.updating_all
         rule = self.fail_rule
+        late = []
         for nodeid, c in family:
-            late = rule.decide(checked=c.check, status=c.status, verdicts=c.final or [])
-            if late.outcome == REGRESSED and not c.failed:
-                end.late_regressions.append(
-                    (nodeid, replace(late, where=self.rel(c.path), command=self.create_command(nodeid, "all"))))
-        unjudged = tuple(n for n, c in family if c.status == "missing")
-        if unjudged and (self.hardware.without_own or (self.cfg.update and not self.hardware.this.files)):
-            end.no_own_baselines = (self.hardware, unjudged)
+            end = rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=c.final or [])
+            if end.outcome == REGRESSED and not c.failed:
+                late.append((nodeid, replace(end, where=self.rel(c.plan.path),
+                                             command=self.create_command(nodeid, "all"))))
+        unjudged = tuple(n for n, c in family if c.plan.status == "missing")
+        own = (self.hardware, unjudged) if unjudged and (
+            self.hardware.without_own or (self.cfg.update and not self.hardware.this.files)) else None
+        written: tuple[list[str], BaselineWrites | None, bool] = ([], None, False)
         if self.cfg.update and tests:  # a test read its baseline here or, under xdist, on a worker
-            end.written, end.baselines, end.baselines_failed = self.write(tests)
-        return end
+            final = dict(family)
+            written = self.write([Finished(t.nodeid, final[t.nodeid], t.result, t.outcome) for t in tests])
+        return SessionEnd(machine, tuple(family), machine_failed=beyond and self.cfg.fail_machine,
+                          machine_warns=beyond and not self.cfg.fail_machine, late_regressions=tuple(late),
+                          written=tuple(written[0]), baselines=written[1], baselines_failed=written[2],
+                          no_own_baselines=own, state=state_summary(family, self.pipeline.state_tolerance),
+                          errors=tuple(errors))
 
 
 def unwritable(result: CaseResult | None) -> str:

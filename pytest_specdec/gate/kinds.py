@@ -62,7 +62,7 @@ PERS: Final[tuple[Per, ...]] = get_args(Per)
 #: its interval is the range of the differences, not a CI (`Verdict.exact`).
 EXACT: Final = "exact"
 
-#: How a test met its stored baseline (`gate.check.BaselineCheck.status`).
+#: How a test met its stored baseline (`gate.check.Plan.status`).
 Status = Literal["compared", "missing", "not-comparable", "error"]
 #: How a test's check ended (`gate.check.TestEnd.outcome`): the decisions that end a test, or why none could.
 Outcome = Literal["pass", "error", "missing", "not-comparable", "regressed", "inconclusive"]

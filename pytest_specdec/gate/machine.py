@@ -16,6 +16,7 @@ from pytest_specdec.gate.kinds import GATED
 from pytest_specdec.gate.registry import ABSOLUTE, GOODPUT
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.check import Judgement
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds
 
@@ -285,18 +286,18 @@ class StateSummary:
                 "not_comparable": [{"nodeid": n, "metrics": list(m)} for n, m in self.not_comparable]}
 
 
-def state_summary(family: Sequence[tuple[str, Any]], tolerance: StateTolerance | None) -> StateSummary | None:
-    """The summary over a session's checks (`check.BaselineCheck`: their night, baseline and final verdicts);
+def state_summary(family: Sequence[tuple[str, Judgement]], tolerance: StateTolerance | None) -> StateSummary | None:
+    """The summary over a session's judgements (`check.Judgement`: their night, baseline and final verdicts);
     None when no test was probed nor compared."""
     if tolerance is None:
         return None
     tonight = [c.night.machine_state for _, c in family if c.night is not None and c.night.machine_state]
-    compared = [(n, c) for n, c in family if c.status == "compared" and c.baseline is not None]
+    compared = [(n, c) for n, c in family if c.plan.status == "compared" and c.plan.baseline is not None]
     if not tonight and not compared:
         return None
     seen: dict[str, Mapping[str, float] | None] = {}
     for _, c in compared:
-        for e in c.baseline["sessions"]:
+        for e in (c.plan.baseline or {})["sessions"]:
             seen.setdefault(f"{e.get('started', '')}#{id(c)}", e.get("machine_state"))
     from pytest_specdec.measure.probe import MachineState, mean_state
 

@@ -11,14 +11,15 @@ the plugin cannot disagree on the same data.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.gate.kinds import NOT_COMPARABLE
+from pytest_specdec.gate.protocol import Look
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.gate.check import Judgement
     from pytest_specdec.gate.machine import MachineFactor, StateTolerance
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.protocol import StopRule
@@ -78,116 +79,126 @@ class Pipeline:
 
         return tonight_deviation(baseline, night, self.stored.factors)
 
-    def raw(self, c: BaselineCheck, *, look: int, tonight_log: float | None) -> list[Verdict]:
+    def raw(self, c: Judgement, *, look: int, tonight_log: float | None) -> tuple[Verdict, ...]:
         """One test's verdicts before the family's adjustment: against its baseline when compared, every
         metric `not-comparable` when the baseline was measured under other conditions, none otherwise."""
         from pytest_specdec.gate.verdicts import evaluate, not_comparable_verdicts
 
+        plan = c.plan
         if c.night is None:
-            return []
-        if c.status == "compared" and c.baseline is not None:
-            assert c.thresholds is not None
+            return ()
+        if plan.status == "compared" and plan.baseline is not None:
+            assert plan.thresholds is not None
             s = self.stored
-            return evaluate(c.baseline, c.night, thresholds=c.thresholds, alpha=self.alpha, look=look,
-                            max_looks=c.max_looks, priors=s.priors, nights=s.variances, factors=s.factors,
-                            tonight_log=tonight_log, gate=c.gate, state_tolerance=self.state_tolerance)
-        if c.status == NOT_COMPARABLE:
-            return not_comparable_verdicts(c.night, c.fields, c.gate)
-        return []
+            return tuple(evaluate(dict(plan.baseline), c.night, thresholds=plan.thresholds, alpha=self.alpha,
+                                  look=look, max_looks=plan.max_looks, priors=s.priors, nights=s.variances,
+                                  factors=s.factors, tonight_log=tonight_log, gate=plan.gate,
+                                  state_tolerance=self.state_tolerance))
+        if plan.status == NOT_COMPARABLE:
+            return tuple(not_comparable_verdicts(c.night, dict(plan.differs), plan.gate))
+        return ()
 
-    def look(self, c: BaselineCheck, night: Night, *, look: int, tonight_log: Callable[[], float | None]) -> None:
-        """Tonight's runs so far (``night``) judged at ``look``. Its machine deviation joins the factor first:
-        ``tonight_log()``, the factor of every test compared so far, is read after, so it counts this test."""
-        c.night = night
-        if c.status == "compared" and c.baseline is not None:
-            c.deviation = self.deviation(c.baseline, night)
-        c.raw = self.raw(c, look=look, tonight_log=tonight_log())
+    def look(self, c: Judgement, night: Night, *, look: int, tonight_log: Callable[[float | None], float | None]
+             ) -> tuple[Judgement, tuple[Verdict, ...]]:
+        """Tonight's runs so far (``night``) judged at ``look``: the judgement with them and its deviation, and the
+        raw verdicts. Its machine deviation joins the factor first: ``tonight_log(deviation)`` is the factor of
+        every test compared so far with this one's deviation counted."""
+        plan = c.plan
+        deviation = c.deviation
+        if plan.status == "compared" and plan.baseline is not None:
+            deviation = self.deviation(dict(plan.baseline), night)
+        c = replace(c, night=night, deviation=deviation)
+        return c, self.raw(c, look=look, tonight_log=tonight_log(deviation))
 
-    def test_end(self, family: Sequence[tuple[str, BaselineCheck]], nodeid: str, *, gated_size: int,
-                 family_size: int) -> list[Verdict]:
+    def test_end(self, family: Sequence[tuple[str, Judgement]], nodeid: str, *, gated_size: int,
+                 family_size: int) -> tuple[Verdict, ...]:
         """A test's verdicts at its end: adjusted over the family so far, padded with p = 1 to the sizes the
         collected tests can reach (the later tests' p-values are not known yet)."""
         from pytest_specdec.gate.check import adjusted
 
-        return adjusted(family, nodeid, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated_size,
-                        family_size=family_size)
+        return tuple(adjusted(family, nodeid, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated_size,
+                              family_size=family_size))
 
-    def machine(self, checks: Iterable[BaselineCheck], thresholds: Thresholds) -> MachineFactor | None:
+    def machine(self, checks: Iterable[Judgement], thresholds: Thresholds) -> MachineFactor | None:
         """The session's machine factor from every compared test's deviation (None without one); it warns
         beyond the session's reference threshold."""
         from pytest_specdec.gate.machine import machine_factor, warn_threshold
 
-        return machine_factor([c.deviation for c in checks if c.status == "compared" and c.raw
+        return machine_factor([c.deviation for c in checks if c.plan.status == "compared" and c.raw
                                and c.deviation is not None], warn_threshold(thresholds), self.alpha)
 
-    def rejudge(self, nodeid: str, c: BaselineCheck, machine: MachineFactor) -> None:
+    def rejudge(self, c: Judgement, machine: MachineFactor) -> Judgement:
         """A compared test's raw verdicts again, with the session's machine factor divided out of the absolute
         figures (at its last look)."""
-        c.raw = self.raw(c, look=len(c.looks) or 1, tonight_log=machine.log)
+        return replace(c, rejudged=self.raw(c, look=len(c.looks_taken) or 1, tonight_log=machine.log))
 
-    def finish(self, family: Sequence[tuple[str, BaselineCheck]], thresholds: Thresholds,
-               errors: list[tuple[str, str]] | None = None) -> MachineFactor | None:
+    def finish(self, family: Sequence[tuple[str, Judgement]], thresholds: Thresholds,
+               errors: list[tuple[str, str]] | None = None
+               ) -> tuple[MachineFactor | None, list[tuple[str, Judgement]]]:
         """Session end: the machine factor over every compared test, each compared test's raw verdicts again
-        with it (`rejudge`), then every test's final verdicts, BH/Holm over the whole family (``c.final``).
-        ``thresholds``: the session's (not a marker's). With ``errors``, a test whose verdicts raise is left
-        without verdicts and its (nodeid, why) goes there: one test's fault never loses the others' verdicts."""
+        with it (`rejudge`), then every test's final verdicts, BH/Holm over the whole family (``final``): the factor
+        and every test's final judgement. ``thresholds``: the session's (not a marker's). With ``errors``, a test
+        whose verdicts raise is left without verdicts and its (nodeid, why) goes there: one test's fault never
+        loses the others' verdicts."""
         from pytest_specdec.gate.check import adjusted_all
 
-        checks = [c for _, c in family]
-        machine = self.machine(checks, thresholds)
+        machine = self.machine([c for _, c in family], thresholds)
+        judged = list(family)
         if machine is not None:
-            for nodeid, c in family:
-                if c.status == "compared" and c.raw:
+            for i, (nodeid, c) in enumerate(judged):
+                if c.plan.status == "compared" and c.raw:
                     try:
-                        self.rejudge(nodeid, c, machine)
+                        judged[i] = (nodeid, self.rejudge(c, machine))
                     except Exception as exc:  # noqa: BLE001 - this test's verdicts are lost, not the family's
                         if errors is None:
                             raise
-                        c.raw = []
+                        judged[i] = (nodeid, replace(c, rejudged=()))
                         errors.append((nodeid, f"its final verdicts could not be computed ({type(exc).__name__}: "
                                                f"{exc})"))
-        final = adjusted_all(family, final=True, fdr=self.fdr, alpha=self.alpha, gated_size=0, family_size=0)
-        for nodeid, c in family:
-            c.final = final.get(nodeid, []) if c.raw else []
-        return machine
+        final = adjusted_all(judged, final=True, fdr=self.fdr, alpha=self.alpha, gated_size=0, family_size=0)
+        return machine, [(n, replace(c, final=tuple(final.get(n, [])) if c.raw else ())) for n, c in judged]
 
 
-def judge_all(pipeline: Pipeline, family: Sequence[tuple[str, BaselineCheck]], thresholds: Thresholds
-              ) -> MachineFactor | None:
+def judge_all(pipeline: Pipeline, family: Sequence[tuple[str, Judgement]], thresholds: Thresholds
+              ) -> tuple[MachineFactor | None, list[tuple[str, Judgement]]]:
     """Every test of a finished night at once, as the plugin judges them by the session's end: each test at
-    its last look (``c.looks``; one look when empty) against its baseline, then `Pipeline.finish`. The
-    checks must hold tonight's night, thresholds, gate, status and baseline; their verdicts are set in place."""
-    for _, c in family:
-        if c.night is not None:
-            pipeline.look(c, c.night, look=len(c.looks) or 1, tonight_log=lambda: None)
-    return pipeline.finish(family, thresholds)
+    its last look (the looks it took, ``looks_taken``; one look when none) against its baseline, then
+    `Pipeline.finish`. The judgements must hold tonight's night and their plan; the judged ones are returned."""
+    judged = []
+    for nodeid, c in family:
+        if (night := c.night) is not None:
+            c, raw = pipeline.look(c, night, look=len(c.looks_taken) or 1, tonight_log=lambda _: None)
+            last = c.looks_taken[-1] if c.looks_taken else Look(len(night.reference))
+            c = replace(c, looks_taken=(*c.looks_taken[:-1], replace(last, raw=raw)))
+        judged.append((nodeid, c))
+    return pipeline.finish(judged, thresholds)
 
 
-def look_step(pipeline: Pipeline, c: BaselineCheck, looks: Sequence[int], look: int, night: Night, *,
-              tonight_log: Callable[[], float | None], stop: StopRule | None = None) -> int | None:
-    """Look ``look`` (1-based) of the planned ``looks``: tonight's runs so far (``night``) judged; the runs per
-    arm of the next look, or None when this one is the last: all planned runs taken, or ``stop`` (a
-    `protocol.StopRule`, by default `sequential.until_settled`) says why not (``c.unspent``, ``c.stop_reason``)."""
+def look_step(pipeline: Pipeline, c: Judgement, looks: Sequence[int], look: int, night: Night, *,
+              tonight_log: Callable[[float | None], float | None], stop: StopRule | None = None
+              ) -> tuple[Judgement, Look]:
+    """Look ``look`` (1-based) of the planned ``looks``: tonight's runs so far (``night``) judged; the judgement
+    with the look added, and the look: the runs per arm of the next (None when this one is the last: all planned
+    runs taken, or ``stop``, a `protocol.StopRule`, by default `sequential.until_settled`, says why not: the runs
+    not spent and why)."""
     from pytest_specdec.gate.sequential import next_look, until_settled
 
-    c.max_looks = len(looks)
     n_now = len(night.reference)
-    c.looks.append(n_now)
-    pipeline.look(c, night, look=look, tonight_log=tonight_log)
-    nxt, why = next_look(looks, look, n_now, c.raw, pipeline.alpha, stop or until_settled)
-    if why:
-        c.unspent, c.stop_reason = looks[-1] - n_now, why
-    return nxt
+    c, raw = pipeline.look(c, night, look=look, tonight_log=tonight_log)
+    nxt, why = next_look(looks, look, n_now, list(raw), pipeline.alpha, stop or until_settled)
+    step = Look(n_now, raw, nxt, unspent=looks[-1] - n_now if why else 0, stop_reason=why or "")
+    return replace(c, looks_taken=(*c.looks_taken, step)), step
 
 
-def sequential(pipeline: Pipeline, c: BaselineCheck, looks: Sequence[int], night_at: Callable[[int], Night], *,
-               tonight_log: Callable[[], float | None], stop: StopRule | None = None) -> None:
+def sequential(pipeline: Pipeline, c: Judgement, looks: Sequence[int], night_at: Callable[[int], Night], *,
+               tonight_log: Callable[[float | None], float | None], stop: StopRule | None = None) -> Judgement:
     """A test's looks at once (the simulations): judge its first runs; while ``stop`` lets it (`look_step`),
     take the runs of the next look (``night_at(n)``: tonight with n runs per arm) and judge again, alpha split
-    over the planned looks. Records the looks taken and, when it stops early, the runs not spent and why."""
+    over the planned looks. The judgement with the looks taken and, when it stops early, the runs not spent
+    and why."""
     look, n = 1, looks[0]
     while True:
-        nxt = look_step(pipeline, c, looks, look, night_at(n), tonight_log=tonight_log, stop=stop)
-        if nxt is None:
-            return
-        look, n = look + 1, nxt
+        c, step = look_step(pipeline, c, looks, look, night_at(n), tonight_log=tonight_log, stop=stop)
+        if step.next_runs is None:
+            return c
+        look, n = look + 1, step.next_runs

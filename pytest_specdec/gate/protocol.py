@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.types import Sampling
     from pytest_specdec.vllm.command import ServerSpec
 
-#: A test's record of its comparison, as one gate keeps it (`check.BaselineCheck`, `ab_session.ABCheck`).
+#: A test's judgement, as one gate makes it (`check.Judgement`, `ab_session.ABJudgement`): frozen, a new one each step.
 C = TypeVar("C")
 
 
@@ -74,10 +74,16 @@ class TestStart:
 
 @dataclass(frozen=True)
 class Look:
-    """What a gate decides at one look: the runs per arm of the next look (None: this look was its last) and
-    a line for the terminal (why it looks again, or why it stops before its planned runs; "" for none)."""
+    """One look a gate took at a test: the runs per arm (pairs, in an A/B) it judged, their verdicts before the
+    family's adjustment, and what it decided: the runs per arm of the next look (None: this look was its last),
+    the runs planned but not spent and why (a look that stopped before the planned runs), and a line for the
+    terminal (why it looks again, or why it stops early; "" for none)."""
 
-    next_runs: int | None
+    runs: int
+    raw: tuple[Verdict, ...] = ()
+    next_runs: int | None = None
+    unspent: int = 0
+    stop_reason: str = ""
     line: str = ""
 
 
@@ -91,18 +97,19 @@ class Finished(Generic[C]):
     outcome: str  # passed, failed, skipped, pending
 
 
-@dataclass
-class SessionEnd:
+@dataclass(frozen=True)
+class SessionEnd(Generic[C]):
     """What a gate decides once every test is in (`Gate.finish`); the wiring has it worded and turns it into a
-    warning and the exit status. The A/B gate fills only the late regressions: it has no machine factor and
-    writes no baseline."""
+    warning and the exit status. The A/B gate has no machine factor and writes no baseline."""
 
     machine: MachineFactor | None
+    #: every test's judgement as the session's end leaves it (its final verdicts), in the session's order
+    judged: tuple[tuple[str, C], ...] = ()
     machine_failed: bool = False  # beyond its threshold under --specdec-fail-machine
     machine_warns: bool = False  # beyond its threshold otherwise: for the wiring to warn
     #: tests that passed at their end but regress once the whole family is known, with their baseline
-    late_regressions: list[tuple[str, TestEnd]] = field(default_factory=list)
-    written: list[str] = field(default_factory=list)  # what the baseline store says of its writes
+    late_regressions: tuple[tuple[str, TestEnd], ...] = ()
+    written: tuple[str, ...] = ()  # what the baseline store says of its writes
     baselines: BaselineWrites | None = None  # what --update-baselines wrote; None without the flag
     baselines_failed: bool = False  # some of them could not be written (a read-only directory): the session fails
     #: this machine had no baselines of the profile (while another machine has, or they are being recorded):
@@ -111,7 +118,14 @@ class SessionEnd:
     #: the session's machine state against its stored nights (`machine.state_summary`), said once
     state: StateSummary | None = None
     #: tests whose final verdicts could not be computed (nodeid, why): each fails the session, the rest is judged
-    errors: list[tuple[str, str]] = field(default_factory=list)
+    errors: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def fails(self) -> bool:
+        """Whether the gate's end fails the session, over every test's own outcome: a test that regressed only once
+        the whole family was known, the machine factor beyond its threshold under --specdec-fail-machine, a baseline
+        that could not be written, a test whose final verdicts could not be computed."""
+        return bool(self.late_regressions or self.machine_failed or self.baselines_failed or self.errors)
 
 
 class StopRule(Protocol):
@@ -129,34 +143,36 @@ class Gate(Protocol[C]):
     against the family so far, and the whole session decided at its end."""
 
     def start(self, test: TestStart) -> C:
-        """The test's comparison, before any verdict: what it is compared with and how."""
+        """The test's judgement before any verdict: its plan (what it is compared with and how)."""
         ...
 
-    def look(self, nodeid: str, check: C, result: CaseResult, look: int) -> Look:
-        """The test's runs so far (``result``) judged at look ``look`` (1-based); whether to take another."""
+    def look(self, nodeid: str, judged: C, result: CaseResult, look: int) -> tuple[C, Look]:
+        """The test's runs so far (``result``) judged at look ``look`` (1-based): its judgement with the look
+        added, and the look (whether to take another)."""
         ...
 
-    def test_end(self, nodeid: str, family: Sequence[tuple[str, C]], planned: Sequence[Planned]) -> TestEnd:
+    def test_end(self, nodeid: str, family: Sequence[tuple[str, C]], planned: Sequence[Planned]
+                 ) -> tuple[C, TestEnd]:
         """The test's verdicts adjusted over the ``family`` judged so far, padded to what the ``planned`` tests
-        can add, and what they decide."""
+        can add, and what they decide: its judgement at its end, and the end."""
         ...
 
-    def finish(self, tests: Sequence[Finished[C]]) -> SessionEnd:
-        """The session's end: the whole family adjusted, the tests that regress only now, and what follows
-        from them (the machine factor, the baseline writes)."""
+    def finish(self, tests: Sequence[Finished[C]]) -> SessionEnd[C]:
+        """The session's end: the whole family adjusted (every test's final judgement), the tests that regress
+        only now, and what follows from them (the machine factor, the baseline writes)."""
         ...
 
 
-def drive(gate: Gate[C], nodeid: str, check: C, result: CaseResult, extend: Callable[[int], None],
-          progress: Callable[[str], None]) -> None:
+def drive(gate: Gate[C], nodeid: str, judged: C, result: CaseResult, extend: Callable[[int], None],
+          progress: Callable[[str], None]) -> C:
     """A test's looks through its gate: judge the runs measured, and while the gate asks for another look,
-    measure up to its runs per arm (``extend(n)``) and judge again."""
+    measure up to its runs per arm (``extend(n)``) and judge again; the judgement after the last look."""
     look = 1
     while True:
-        step = gate.look(nodeid, check, result, look)
+        judged, step = gate.look(nodeid, judged, result, look)
         if step.line:
             progress(step.line)
         if step.next_runs is None:
-            return
+            return judged
         extend(step.next_runs)
         look += 1

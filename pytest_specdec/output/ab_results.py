@@ -16,7 +16,7 @@ from pytest_specdec.gate.kinds import REGRESSED
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.ab_session import ABCheck
+    from pytest_specdec.gate.ab_session import ABJudgement
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.measure.record import ArmRun
 
@@ -70,8 +70,8 @@ class ABRow:
     """One A/B test of the comparison: NEW's candidate-vs-base verdicts judged again, OLD's beside them."""
 
     nodeid: str
-    check: ABCheck | None  # NEW's, judged again (None: the test is in OLD only)
-    old: ABCheck | None = None  # OLD's, judged again (None: OLD has no A/B comparison of the test)
+    check: ABJudgement | None  # NEW's, judged again (None: the test is in OLD only)
+    old: ABJudgement | None = None  # OLD's, judged again (None: OLD has no A/B comparison of the test)
     status: str = "judged"  # judged | only in OLD | only in NEW | not an A/B test
     reason: str = ""
 
@@ -80,7 +80,7 @@ class ABRow:
         """As the plugin fails it (`gate.check.FailRule`): a gated regression of a test that did not opt out."""
         from pytest_specdec.gate.check import FailRule
 
-        return self.check is not None and FailRule().decide(checked=self.check.check, status="compared",
+        return self.check is not None and FailRule().decide(checked=self.check.checked, status="compared",
                                                             verdicts=self.check.shown()).fails
 
 
@@ -98,15 +98,16 @@ class ABComparison:
 
 
 def judge_again(results: Results, where: str, *, override: Mapping[str, float], alpha: float, fdr: str
-                ) -> dict[str, ABCheck]:
+                ) -> dict[str, ABJudgement]:
     """Each A/B test of a file judged again from its runs: at the look it ended on, with the thresholds it recorded
     (``override``, the command line's, on top) and its gated metrics, then BH/Holm over the file's whole A/B family
     as the session's end adjusts it (`gate.ab_session.adjust`)."""
     from pytest_specdec.errors import ConfigError
-    from pytest_specdec.gate.ab_session import AB_METRICS, ABCheck, adjust, pair_verdicts
+    from pytest_specdec.gate.ab_session import AB_METRICS, ABJudgement, ABPlan, adjust, pair_verdicts
+    from pytest_specdec.gate.protocol import Look
     from pytest_specdec.gate.thresholds import from_dict, on_top
 
-    checks: list[tuple[str, ABCheck]] = []
+    checks: list[tuple[str, ABJudgement]] = []
     for i, t in enumerate(results.tests):
         if t.ab is None:
             continue
@@ -120,15 +121,17 @@ def judge_again(results: Results, where: str, *, override: Mapping[str, float], 
         metrics = tuple(ab.get("gate") or AB_METRICS)
         looks, max_looks = list(ab.get("looks") or []), int(ab.get("max_looks") or 1)
         refs = (runs["base_reference"], runs["reference"]) if runs["base_reference"] else None
-        c = ABCheck(str(ab.get("method") or ""), str((ab.get("base") or {}).get("draft")),
-                    str((ab.get("candidate") or {}).get("draft")), {}, thresholds, metrics=metrics, looks=looks,
-                    max_looks=max_looks, check=ab.get("checked") is not False, alpha=alpha)
-        c.raw = pair_verdicts(runs["base"], runs["candidate"], thresholds, alpha, metrics=metrics, references=refs,
-                              look=max(1, min(len(looks), max_looks)), max_looks=max_looks,
-                              reference=runs["reference"])
-        checks.append((t.nodeid, c))
-    adjust(checks, final=True, fdr=fdr, alpha=alpha)
-    return dict(checks)
+        plan = ABPlan(str(ab.get("method") or ""), str((ab.get("base") or {}).get("draft")),
+                      str((ab.get("candidate") or {}).get("draft")), {}, thresholds, metrics=metrics,
+                      max_looks=max_looks, checked=ab.get("checked") is not False, alpha=alpha)
+        raw = tuple(pair_verdicts(runs["base"], runs["candidate"], thresholds, alpha, metrics=metrics,
+                                  references=refs, look=max(1, min(len(looks), max_looks)), max_looks=max_looks,
+                                  reference=runs["reference"]))
+        # each look the pairs it recorded, the last judged again (a file without looks: the pairs its verdicts saw)
+        last = looks[-1] if looks else max((v.n_now or 0 for v in raw), default=0)
+        taken = (*(Look(n) for n in looks[:-1]), Look(last, raw))
+        checks.append((t.nodeid, ABJudgement(plan, taken)))
+    return dict(adjust(checks, final=True, fdr=fdr, alpha=alpha))
 
 
 def compare_ab(old: Results | None, new: Results, *, override: Mapping[str, float], alpha: float, fdr: str,
@@ -161,7 +164,7 @@ def ab_table_lines(cmp: ABComparison, old_name: str, new_name: str) -> list[str]
             out += [f"{r.nodeid}: {r.status}" + (f": {r.reason}" if r.reason else ""), ""]
             continue
         word = REGRESSED if r.check.regressed() else "no gated regression"
-        opted = " (check=False: shown, not failed)" if r.check.regressed() and not r.check.check else ""
+        opted = " (check=False: shown, not failed)" if r.check.regressed() and not r.check.checked else ""
         out.append(f"{r.nodeid}: {word}{opted}; {ab_sides(r.check)} ({r.status})")
         out += ["  " + line for line in table(r.check.shown(), ab_level(r.check), ("base", "candidate")).splitlines()]
         if r.old is not None:
@@ -189,11 +192,11 @@ def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
     """The A/B comparison as data (`--json`): per test its status and both sides' verdicts in the results' format."""
     from pytest_specdec.gate.verdicts import to_json
 
-    def verdicts(c: ABCheck | None) -> dict[str, Any] | None:
+    def verdicts(c: ABJudgement | None) -> dict[str, Any] | None:
         return None if c is None else {v.metric: to_json(v) for v in c.shown()}
 
     return {"alpha": cmp.alpha, "fdr": cmp.fdr, "ab": True, "failed": [r.nodeid for r in cmp.failed()],
             REGRESSED: [r.nodeid for r in cmp.rows if r.check is not None and r.check.regressed()],
             "tests": [{"nodeid": r.nodeid, "status": r.status, "reason": r.reason, "failed": r.failed,
-                       "checked": None if r.check is None else r.check.check, "verdicts": verdicts(r.check),
+                       "checked": None if r.check is None else r.check.checked, "verdicts": verdicts(r.check),
                        "old_verdicts": verdicts(r.old)} for r in cmp.rows]}

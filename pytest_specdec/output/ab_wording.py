@@ -32,7 +32,7 @@ from pytest_specdec.output.wording import (
 )
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.ab_session import ABCheck
+    from pytest_specdec.gate.ab_session import ABJudgement
     from pytest_specdec.gate.check import TestEnd
     from pytest_specdec.gate.protocol import SessionEnd
     from pytest_specdec.gate.stats import Verdict
@@ -47,7 +47,7 @@ AB_CAUSES = {"acceptance": "acceptance (the candidate's drafts are accepted less
                                          "its steps cost more)"}
 
 
-def ab_attribution(c: ABCheck) -> str | None:
+def ab_attribution(c: ABJudgement) -> str | None:
     """The A/B attribution line's text: the cause, and the split of the candidate's speedup against the base's."""
     cause = c.cause()
     if cause is None:
@@ -71,17 +71,17 @@ AB_STOPS = {REGRESSED: "stopped: regressed at the session family's level",
             MAX_REACHED: "max reached"}
 
 
-def ab_pairs_text(c: ABCheck) -> str:
+def ab_pairs_text(c: ABJudgement) -> str:
     """The pairs a test used against its maximum, its looks and why it stopped: "12 of 24 pairs, looks at 12,
     stopped: every gated verdict unchanged (equivalence)"."""
     pairs = c.looks[-1] if c.looks else max((v.n_now for v in c.shown()), default=0)
-    most = f" of {c.plan[-1]}" if c.plan else ""
+    most = f" of {c.plan.looks[-1]}" if c.plan.looks else ""
     looks = f", looks at {', '.join(map(str, c.looks))}" if len(c.looks) > 1 else ""
     stop = f", {AB_STOPS[c.stop]}" if c.stop else ""
     return f"{pairs}{most} pairs{looks}{stop}"
 
 
-def ab_test_lines(nodeid: str, c: ABCheck) -> list[str]:
+def ab_test_lines(nodeid: str, c: ABJudgement) -> list[str]:
     """A test's A/B verdicts for the terminal, as its end adjusted them, and what a regression points at."""
     lines = [f"specdec A/B: {nodeid}: {ab_sides(c)} ({ab_pairs_text(c)})"]
     lines += [f"  {ab_verdict_line(v)}" for v in c.shown()]
@@ -92,16 +92,16 @@ def ab_test_lines(nodeid: str, c: ABCheck) -> list[str]:
     return lines
 
 
-def ab_sides(c: ABCheck) -> str:
+def ab_sides(c: ABJudgement) -> str:
     """What an A/B compares: the drafts, and on two installs their vLLM and torch."""
-    if not c.installs:
-        return f"candidate {c.candidate_draft} vs base {c.base_draft}"
+    if not c.plan.installs:
+        return f"candidate {c.plan.candidate_draft} vs base {c.plan.base_draft}"
 
     def side(name: str, draft: str) -> str:
-        i = c.installs[name] if c.installs else {}
+        i = c.plan.installs[name] if c.plan.installs else {}
         return f"{i.get('distribution')} {i.get('vllm')} (torch {i.get('torch')}) with {draft}"
 
-    return f"candidate {side('candidate', c.candidate_draft)} vs base {side('base', c.base_draft)}"
+    return f"candidate {side('candidate', c.plan.candidate_draft)} vs base {side('base', c.plan.base_draft)}"
 
 
 #: The order the session's line counts the verdicts in.
@@ -110,21 +110,21 @@ DECISIONS_TOLD = (REGRESSED, IMPROVED, UNCHANGED, INCONCLUSIVE)
 AB_CHANGED_SHOWN = 8
 
 
-def ab_changed_lines(c: ABCheck) -> list[str]:
+def ab_changed_lines(c: ABJudgement) -> list[str]:
     """What differs between the base's side and the candidate's (versions, engine configs), base → candidate."""
-    items = list(c.changed.items())
+    items = list(c.plan.changed.items())
     lines = [f"  differs: {k}: {a!r} → {b!r}" for k, (a, b) in items[:AB_CHANGED_SHOWN]]
     if len(items) > AB_CHANGED_SHOWN:
         lines.append(f"  differs: {len(items) - AB_CHANGED_SHOWN} more, in the JSON's ab.changed")
     return lines
 
 
-def ab_level(c: ABCheck) -> str:
+def ab_level(c: ABJudgement) -> str:
     """The CI level of a test's A/B verdicts: 1 - 2 alpha, alpha split over its planned looks."""
     return f"{100 * (1 - 2 * c.alpha / max(1, c.max_looks)):.4g}% CI"
 
 
-def ab_failure(c: ABCheck, *, fdr: str) -> str:
+def ab_failure(c: ABJudgement, *, fdr: str) -> str:
     """A test whose candidate regressed against its base: the metrics, the table, the attribution and why."""
     bad = c.regressed()
     why = ab_attribution(c)
@@ -136,7 +136,7 @@ def ab_failure(c: ABCheck, *, fdr: str) -> str:
         "why:", *[f"  {v.metric}: {v.note}" for v in bad]])
 
 
-def ab_test_end_message(nodeid: str, c: ABCheck, end: TestEnd, *, fdr: str
+def ab_test_end_message(nodeid: str, c: ABJudgement, end: TestEnd, *, fdr: str
                         ) -> tuple[list[str], str | None, str | None]:
     """An A/B test's end (`ABGate.test_end`) in words: its lines for the terminal, its failure message and its
     warning (either None)."""
@@ -154,7 +154,7 @@ def ab_test_end_message(nodeid: str, c: ABCheck, end: TestEnd, *, fdr: str
     return lines, None, f"{nodeid}: {msg}; the test passes (--specdec-fail-inconclusive fails it)"
 
 
-def ab_session_lines(checks: Sequence[tuple[str, ABCheck]], end: SessionEnd, *, fdr: str
+def ab_session_lines(checks: Sequence[tuple[str, ABJudgement]], end: SessionEnd, *, fdr: str
                      ) -> tuple[list[str], list[str]]:
     """The A/B session's end (`gate.ab_session.ABGate.finish`): its closing line (tests judged, how many regressed
     and at what, the verdicts' counts), and the tests that regressed only once the whole family was known."""
@@ -181,7 +181,7 @@ def ab_session_lines(checks: Sequence[tuple[str, ABCheck]], end: SessionEnd, *, 
         if c.stop:
             stops[c.stop] = stops.get(c.stop, 0) + 1
     used = sum(c.looks[-1] for _, c in checks if c.looks)
-    most = sum(c.plan[-1] for _, c in checks if c.plan)
+    most = sum(c.plan.looks[-1] for _, c in checks if c.plan.looks)
     return [f"specdec A/B: {len(checks)} test(s) judged candidate vs base, {len(failed)} regressed"
             + (f" ({causes})" if causes else "") + f"; verdicts: {counted(GATED)}"
             + (f"; shown, never failing (the references' tok/s, the speedups): {counted(SHOWN)}" if shown else ""),

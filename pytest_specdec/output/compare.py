@@ -198,9 +198,12 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     NEW's). Each test is judged at the look it ended on, with the thresholds it recorded (``override``, the
     command line's, on top; ``thresholds`` where it recorded none); the machine factor comes from every
     compared test's reference arm."""
+    from dataclasses import replace
+
     from pytest_specdec.gate.baselines import BaselineError, diff
-    from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.gate.check import Judgement, Plan
     from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
+    from pytest_specdec.gate.protocol import Look
     from pytest_specdec.gate.registry import GATED
 
     override = override or {}
@@ -208,7 +211,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     old_tests = {t.nodeid: (i, t) for i, t in enumerate(old.tests)} if isinstance(old, Results) else {}
     stores: dict[str, Any] = {}  # a machine's folder -> its store, for StoredDir
     rows: list[Row] = []
-    checks: list[tuple[str, BaselineCheck]] = []
+    checks: list[tuple[str, Judgement]] = []
     stored: list[dict[str, Any]] = []
     for nodeid, (j, now) in new_tests.items():
         where = f"{new_name}: tests[{j}]"
@@ -220,11 +223,11 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
                   f"({outcomes}); it fails, as the plugin fails a test without a valid {' or '.join(dead)} run"
                   ) if dead else ""
         gate = tuple(dict.fromkeys((*GATED, *(now.baseline.gate if now.baseline else ()))))
-        c = BaselineCheck(path=Path(old_name), status="compared", check=True, comparability={}, under_test={},
-                          night=now.night, alpha=alpha, gate=gate,
-                          thresholds=test_thresholds(now, thresholds, override, where),
-                          looks=list(now.baseline.looks) if now.baseline else [],
-                          max_looks=now.baseline.max_looks if now.baseline else 1)
+        # judged as the session judged it: at the look it ended on, each look the runs it recorded
+        plan = Plan(path=Path(old_name), status="compared", checked=True, comparability={}, under_test={},
+                    alpha=alpha, gate=gate, thresholds=test_thresholds(now, thresholds, override, where),
+                    max_looks=now.baseline.max_looks if now.baseline else 1)
+        looks = tuple(Look(n) for n in (now.baseline.looks if now.baseline else ()))
         if isinstance(old, StoredDir):
             if now.baseline is None or now.baseline.comparability is None:
                 rows.append(Row(nodeid, "not judged", reason=f"{where} records no conditions to check against "
@@ -241,8 +244,8 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
                 rows.append(Row(nodeid, f"only in {new_name}", reason=f"no baseline at {path}", checked=checked,
                                 dead=bool(dead)))
                 continue
-            c.path, c.baseline = path, data
-            c.fields = diff(data["comparability"], dict(now.baseline.comparability))
+            plan = replace(plan, path=path, baseline=data,
+                           differs=diff(data["comparability"], dict(now.baseline.comparability)))
         else:
             assert isinstance(old, Results)
             if nodeid not in old_tests:
@@ -255,28 +258,29 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
                                 f"{'s' if len(gone) > 1 else ''} in {old_name} ({outcomes})"
                                 + (f"; and {reason}" if reason else ""), checked=checked, dead=bool(dead)))
                 continue
-            c.baseline = {"sessions": [then.night.to_entry()]}
-            stored.append(c.baseline)
+            baseline = {"sessions": [then.night.to_entry()]}
+            stored.append(baseline)
             sets = datasets or ({}, {})
-            c.fields = diff(*same_footing(conditions(old, then, sets[0]), conditions(new, now, sets[1])))
-        c.status = NOT_COMPARABLE if c.fields else "compared"
-        rows.append(Row(nodeid, "no runs" if dead else c.status, fields=c.fields, checked=checked, dead=bool(dead),
-                        reason=reason))
-        checks.append((nodeid, c))
+            plan = replace(plan, baseline=baseline, differs=diff(*same_footing(conditions(old, then, sets[0]),
+                                                                               conditions(new, now, sets[1]))))
+        plan = replace(plan, status=NOT_COMPARABLE if plan.differs else "compared")
+        rows.append(Row(nodeid, "no runs" if dead else plan.status, fields=dict(plan.differs), checked=checked,
+                        dead=bool(dead), reason=reason))
+        checks.append((nodeid, Judgement(plan, night=now.night, looks_taken=looks)))
     if isinstance(old, Results):
         rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
     else:  # the priors from the files of the machines judged against, as the plugin's session reads them
         stored = [data for s in stores.values() for data in s.readable()]
     pipeline = Pipeline(Stored(tuple(stored), min_night_sd, night_prior), alpha, fdr, state_tolerance)
-    machine = judge_all(pipeline, checks, thresholds)
-    by_id = dict(checks)
+    machine, judged_all = judge_all(pipeline, checks, thresholds)
+    by_id = dict(judged_all)
     from pytest_specdec.gate.verdicts import baseline_split
 
     for row in rows:
         judged = by_id.get(row.nodeid)
         if judged is not None:
-            row.verdicts = judged.final or []
-            row.split = baseline_split(judged.baseline, judged.night)
+            row.verdicts = list(judged.final or [])
+            row.split = baseline_split(judged.plan.baseline, judged.night)
     from pytest_specdec.gate.baselines import hardware_label
 
     machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())

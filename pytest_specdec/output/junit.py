@@ -37,7 +37,7 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
                 out.append((f"{PREFIX}runs_{arm}", f"{sum(r.valid for r in runs)} valid of {len(runs)}"))
     check = record.baseline
     if check is not None:
-        out.append((PREFIX + "baseline", f"{check.status}: {check.path}"))
+        out.append((PREFIX + "baseline", f"{check.plan.status}: {check.plan.path}"))
         out += [(f"{PREFIX}verdict_{v.metric}", verdict_text(v)) for v in check.shown() if v.family == GATED]
         if check.deviation is not None:
             import math

@@ -25,8 +25,8 @@ from pytest_specdec.gate.kinds import REGRESSED
 from pytest_specdec.output.commit import commit_info
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.ab_session import ABCheck
-    from pytest_specdec.gate.check import BaselineCheck
+    from pytest_specdec.gate.ab_session import ABJudgement
+    from pytest_specdec.gate.check import Judgement
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.store import BaselineWrites
     from pytest_specdec.gate.variance import NightVariance
@@ -49,7 +49,7 @@ class TestRecord:
     when: str | None = None  # the phase that decided it: setup, call or teardown
     servers: dict[str, str] = field(default_factory=dict)  # arm -> server spec key
     error: str | None = None
-    baseline: BaselineCheck | None = None
+    baseline: Judgement | None = None
     #: tails of the servers' logs when the test failed, so the HTML report can show them the morning after
     server_logs: list[dict[str, str]] = field(default_factory=list)
     #: the temperature > 0 distribution check (specdec.distribution_check), when the test ran it
@@ -57,7 +57,7 @@ class TestRecord:
     #: every sampling parameter the requests carried (Sampling.to_request)
     sampling: dict[str, Any] | None = None
     #: an A/B session's comparison of the candidate with the base (`gate.ab_session`), None outside one
-    ab: ABCheck | None = None
+    ab: ABJudgement | None = None
     #: the test's other parametrize values, as recorded (`gate.crossover_gate.recorded`): a sweep is told by them
     callspec: dict[str, Any] = field(default_factory=dict)
     #: a rate sweep's point (`measure.saturation.RatePoint.to_dict`): the rate found at run time, and from what
@@ -126,7 +126,7 @@ class TestRecord:
             from pytest_specdec.output.wording import attribution
 
             shown = self.baseline.shown()
-            split = baseline_split(self.baseline.baseline, self.baseline.night)
+            split = baseline_split(self.baseline.plan.baseline, self.baseline.night)
             out["verdicts"] = {v.metric: to_json(v) for v in shown}
             out["baseline"] = {**self.baseline.to_dict(), "attribution": attribution(shown, split) if shown else None,
                                "split": None if split is None else split.to_dict()}
@@ -158,7 +158,7 @@ def cost_entry(summary: dict[str, Any], usd_per_hour: float | None) -> dict[str,
             "reference": cost_per_million(summary.get("reference_tok_s"), usd_per_hour)}
 
 
-def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
+def ab_entry(c: ABJudgement, result: CaseResult | None) -> dict[str, Any]:
     """A test's `ab` section: what was compared, the verdicts (`gate.verdicts.to_json`, as the nightly's), what a
     regression points at, each side's install and what differs between them (versions, engine configs), and every
     run of the three or four arms in the results' run shape, each with its arm's name
@@ -172,17 +172,17 @@ def ab_entry(c: ABCheck, result: CaseResult | None) -> dict[str, Any]:
                                       *(r.to_dict() for r in result.base_reference_runs),
                                       *(r.to_dict() for r in result.base_runs),
                                       *({**r.to_dict(), "arm": "candidate"} for r in result.runs)]
-    installs = c.installs or {}
-    return {"method": c.method,
-            "base": {"draft": c.base_draft, "server": c.servers.get("base"), "install": installs.get("base"),
-                     "reference_server": c.servers.get("base_reference")},
-            "candidate": {"draft": c.candidate_draft, "server": c.servers.get("spec"),
+    installs = c.plan.installs or {}
+    return {"method": c.plan.method,
+            "base": {"draft": c.plan.base_draft, "server": c.plan.servers.get("base"), "install": installs.get("base"),
+                     "reference_server": c.plan.servers.get("base_reference")},
+            "candidate": {"draft": c.plan.candidate_draft, "server": c.plan.servers.get("spec"),
                           "install": installs.get("candidate")},
-            "changed": {k: list(v) for k, v in c.changed.items()},
+            "changed": {k: list(v) for k, v in c.plan.changed.items()},
             "verdicts": {v.metric: to_json(v) for v in c.shown()}, REGRESSED: [v.metric for v in c.regressed()],
             "attribution": cause, "attribution_text": ab_attribution(c),
             "split": None if c.split is None else c.split.to_dict(),
-            "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(c.thresholds),
+            "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(c.plan.thresholds),
             **c.to_dict(), "runs": runs}
 
 

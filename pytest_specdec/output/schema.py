@@ -105,7 +105,7 @@ class VerdictEntry:
 
 @dataclass(frozen=True)
 class BaselineEntry:
-    """How a test met its stored baseline (`gate.check.BaselineCheck.to_dict`)."""
+    """How a test met its stored baseline (`gate.check.Judgement.to_dict`)."""
 
     path: str
     status: str  # compared, missing, not-comparable, error, ...

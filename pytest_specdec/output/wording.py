@@ -24,7 +24,7 @@ from pytest_specdec.gate.kinds import (
 from pytest_specdec.gate.registry import GOODPUT, label, metric
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import BaselineCheck, TestEnd
+    from pytest_specdec.gate.check import Judgement, TestEnd
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.gate.variance import NightVariance
@@ -271,15 +271,15 @@ def machine_sentence(m: MachineFactor, now: str = "this machine", against: str =
 UNIT_WORDS = {"night": "night means", "session": "session means", "run": "runs"}
 
 
-def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: float, fdr: str, where: str,
+def regression_message(c: Judgement, verdicts: Sequence[Verdict], *, alpha: float, fdr: str, where: str,
                        accept: str) -> str:
     """A failing test's message: what regressed, the table, the attribution, what changed under test and
     the command that accepts the change. ``where`` names the baseline file, ``accept`` the command."""
     from pytest_specdec.gate.verdicts import baseline_split, gated_with
 
     bad = gated_with(verdicts, REGRESSED)
-    assert c.baseline is not None
-    sessions = c.baseline["sessions"]
+    assert c.plan.baseline is not None
+    sessions = c.plan.baseline["sessions"]
     # as the verdicts compared (`stats.Verdict.per`): night means wherever a night variance is known or assumed
     per = {v.per for v in verdicts if v.verdict != NOT_COMPARABLE}
     unit = " and ".join(UNIT_WORDS[p] for p in ("night", "session", "run") if p in per) or "none"
@@ -294,9 +294,9 @@ def regression_message(c: BaselineCheck, verdicts: list[Verdict], *, alpha: floa
         "",
         table(verdicts, f"{level:.4g}% CI"),
         "",
-        f"attribution: {attribution(verdicts, baseline_split(c.baseline, c.night))}",
+        f"attribution: {attribution(verdicts, baseline_split(c.plan.baseline, c.night))}",
         f"under test, baseline ({last.get('started', '?')}) → now:",
-        *under_test_diff(c.baseline.get("under_test", {}), c.under_test),
+        *under_test_diff(c.plan.baseline.get("under_test", {}), dict(c.plan.under_test)),
         "why:",
         *[f"  {v.metric}: {v.note}" for v in bad],
         "",
@@ -350,7 +350,7 @@ def night_lines(nights: Mapping[str, NightVariance], calibration: Mapping[str, A
     return out
 
 
-def gate_lines(rows: Sequence[tuple[str, BaselineCheck, CaseResult | None]], machine: MachineFactor | None, *,
+def gate_lines(rows: Sequence[tuple[str, Judgement, CaseResult | None]], machine: MachineFactor | None, *,
                fdr: str, alpha: float, fail_inconclusive: bool, nights: Mapping[str, NightVariance] | None = None,
                calibration: Mapping[str, Any] | None = None) -> list[str]:
     """The terminal's last lines: per test, each gated verdict and what the baseline can catch, and the
@@ -371,15 +371,15 @@ def gate_lines(rows: Sequence[tuple[str, BaselineCheck, CaseResult | None]], mac
         gated = [v for v in c.final or [] if v.family == GATED]
         for v in gated:
             counts[v.verdict] = counts.get(v.verdict, 0) + 1
-        if c.status == NOT_COMPARABLE:  # one line: no verdict was possible, and why
-            fields = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in c.fields.items())
+        if c.plan.status == NOT_COMPARABLE:  # one line: no verdict was possible, and why
+            fields = ", ".join(f"{k} {a!r} → {b!r}" for k, (a, b) in c.plan.differs.items())
             out.append(f"  {name}: not comparable with its baseline ({fields})")
             continue
         parts = [f"{label(v.metric)} {v.verdict} ({guard_text(v)})" for v in gated]
         if result is not None and result.untrusted_runs:  # a latency left with no trusted run
             judged = {v.metric for v in gated}
             parts += [f"{label(g)} not judged (coalesced streams: no run's latency trusted)"
-                      for g in c.gate if g not in judged and g in LATENCY_VERDICTS]  # a coalesced stream: unjudged
+                      for g in c.plan.gate if g not in judged and g in LATENCY_VERDICTS]  # a coalesced stream: unjudged
         out.append(f"  {name}: " + "; ".join(parts))
         # a test with goodput SLOs shows its goodput here where it is not gated (`gate=["goodput"]` gates it)
         out += [f"    shown: {verdict_phrase(label(v.metric), v)}" for v in c.final or []
@@ -417,17 +417,17 @@ def coalesced_summary(results: Sequence[tuple[str, CaseResult | None]]) -> list[
             *(line for n, r in untrusted for line in coalesced_lines(n, r, indent="  "))]
 
 
-def test_end_message(nodeid: str, c: BaselineCheck, end: TestEnd, *, alpha: float, fdr: str
+def test_end_message(nodeid: str, c: Judgement, end: TestEnd, *, alpha: float, fdr: str
                      ) -> tuple[str | None, str | None]:
     """A test's end in words: (failure message, warning message), either None."""
     if end.outcome == "pass":
         return None, None
     if end.outcome == "error":
-        return f"specdec: {c.error}", None
+        return f"specdec: {c.plan.error}", None
     if end.outcome == "missing":
         return f"specdec: no baseline for this test at {end.where}\ncreate it with: {end.command}", None
     if end.outcome == NOT_COMPARABLE:
-        fields = "\n".join(f"  {k}: {a!r} → {b!r}" for k, (a, b) in c.fields.items())
+        fields = "\n".join(f"  {k}: {a!r} → {b!r}" for k, (a, b) in c.plan.differs.items())
         msg = (f"baseline {end.where} was measured under different conditions (not-comparable):\n{fields}\n"
                f"to replace it with tonight's measurement: --update-baselines")
         return ("specdec: " + msg, None) if end.fails else (None, f"{nodeid}: {msg}")
@@ -447,7 +447,7 @@ def session_error_line(what: str, why: str) -> str:
     return f"specdec: ERROR in {what}: {why} — the session fails; every other result was judged and written"
 
 
-def session_end_lines(end: Any, checks: Mapping[str, BaselineCheck], results: Sequence[tuple[str, CaseResult | None]],
+def session_end_lines(end: Any, checks: Mapping[str, Judgement], results: Sequence[tuple[str, CaseResult | None]],
                       *, alpha: float, fdr: str, strict: bool = False) -> list[str]:
     """The gate's lines at the session's end (`gate.protocol.SessionEnd`), in order: a machine without baselines of
     its own (once), the late regressions' heading, the machine factor, the late regressions, the coalesced runs,

@@ -187,7 +187,8 @@ def test_a_sweep_per_parameter_and_a_broken_sweep_is_its_own_error(
     c1 = "test_suite.py::test_sweep[ngram-k3-t0.0-c1-plain]"
     monkeypatch.setattr(TestRecord, "to_dict", lambda r, *a: broken() if r.nodeid == c1 else to_dict(r, *a))
     rejudge, c2 = Pipeline.rejudge, c1.replace("c1", "c2")
-    monkeypatch.setattr(Pipeline, "rejudge", lambda p, n, *a: broken() if n == c2 else rejudge(p, n, *a))
+    monkeypatch.setattr(Pipeline, "rejudge",  # c2's judgement: its baseline file is named by its test
+                        lambda p, c, *a: broken() if c.plan.path.stem == c2.partition("::")[2] else rejudge(p, c, *a))
     monkeypatch.setattr(report, "render", broken)
     result = pytester.runpytest(*args, "-k", "plain")
     result.assert_outcomes(passed=2)

@@ -330,7 +330,7 @@ def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None
     base, now = [[100.0, 104.0, 98.0]], [80.0, 83.0, 79.0]
     three = compare("output_tok_s", base, now, thresholds=DEFAULT_THRESHOLDS, alpha=0.05, look=3, max_looks=3)
     t["verdicts"] = {"output_tok_s": to_json(three)}
-    t["baseline"].update(max_looks=3, ci_level=1 - 2 * 0.05 / 3)  # as `BaselineCheck.to_dict` records it
+    t["baseline"].update(max_looks=3, ci_level=1 - 2 * 0.05 / 3)  # as `Judgement.to_dict` records it
     assert report.ci_header(entry(t)) == "96.67% CI of Δ"
     section = report.render_html(data).split('id="t1"', 1)[1].split("</details>", 1)[0]
     assert "<th>96.67% CI of Δ</th>" in section and "<th>90% CI" not in section
@@ -344,7 +344,7 @@ def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None
 
 
 def test_ci_level_comes_from_the_recorded_field_not_the_notes(recorded: dict[str, Any]) -> None:
-    """A results file that records `baseline.ci_level` (every one `BaselineCheck.to_dict` writes) gives the
+    """A results file that records `baseline.ci_level` (every one `Judgement.to_dict` writes) gives the
     level from it alone: the verdict notes say "90% CI" and are not read; a null level claims none."""
     data = copy.deepcopy(recorded)
     t = next(t for t in data["tests"] if report.status(entry(t)) == "regressed")

@@ -5,6 +5,7 @@ gate refuses."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,8 @@ import pytest
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.ab import until_settled
-from pytest_specdec.gate.ab_session import ABCheck, ABGate, ab_thresholds, ab_verdicts
-from pytest_specdec.gate.protocol import Finished, Planned, TestOptions
+from pytest_specdec.gate.ab_session import ABGate, ABJudgement, ABPlan, ab_thresholds, ab_verdicts
+from pytest_specdec.gate.protocol import Finished, Look, Planned, TestOptions
 from pytest_specdec.gate.stats import Thresholds, Verdict
 from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
 from pytest_specdec.measure.runner import CaseResult, RunRecord
@@ -93,10 +94,19 @@ def test_candidate_judged_against_the_base_pair_by_pair() -> None:
     assert by_metric(ab_verdicts(case(1.0, invalid=3), ab_thresholds({}, [], [], "p"), 0.05))["output_tok_s"].n_now == 7
 
 
-def check(**verdicts: str) -> ABCheck:
-    raw = [Verdict(m, verdict, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t", -5.0, "", family="gated",
-                   per="pair") for m, verdict in verdicts.items()]
-    return ABCheck("eagle3", "/a", "/b", {}, Thresholds(), raw=raw)
+def judged(raw: Sequence[Verdict], checked: bool = True) -> ABJudgement:
+    """A test's A/B judgement after one look of 8 pairs with these raw verdicts."""
+    return ABJudgement(ABPlan("eagle3", "/a", "/b", {}, Thresholds(), checked=checked), (Look(8, tuple(raw)),))
+
+
+def check(**verdicts: str) -> ABJudgement:
+    return judged([Verdict(m, verdict, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t", -5.0, "",
+                           family="gated", per="pair") for m, verdict in verdicts.items()])
+
+
+def plan(g: ABGate) -> ABJudgement:
+    """A test's A/B judgement before its first look, as `ABGate.start` plans it."""
+    return ABJudgement(ABPlan("eagle3", "/a", "/b", {}, g.thresholds, looks=g.plan, max_looks=len(g.plan)))
 
 
 def test_attribution() -> None:
@@ -155,23 +165,25 @@ def test_schedule_ab_orders_three_or_four_arms_interleaved_or_in_blocks() -> Non
 
 def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
     g = gate()
-    first = dataclasses.replace(check(), raw=ab_verdicts(case(0.9), g.thresholds, 0.05))
+    first = judged(ab_verdicts(case(0.9), g.thresholds, 0.05))
     collected = [planned()] * 40 + [planned("ngram")]  # 40 A/B tests: 120 verdicts
-    end = g.test_end("t1", [("t1", first)], collected)
+    ended, end = g.test_end("t1", [("t1", first)], collected)
     # one p-value so far (the P95s and acceptance of these runs repeat exactly: the exact rule), 119 unseen
-    assert "119 without a p-value" in by_metric(first.verdicts)["output_tok_s"].note and first.failed
-    assert (end.outcome, end.fails) == ("regressed", True)
+    assert "119 without a p-value" in by_metric(ended.verdicts)["output_tok_s"].note and ended.failed
+    assert (end.outcome, end.fails) == ("regressed", True) and ended.end == end and not first.failed
     # a marker's gate=[...] adds to the padding: 40 tests, each with tpot_p95_ms too
-    g.test_end("t1", [("t1", first)], [planned(gate=("tpot_p95_ms",))] * 40)
-    assert "159 without a p-value" in by_metric(first.verdicts)["output_tok_s"].note
-    done = [Finished("t1", first, None, "failed")]
-    assert g.finish(done).late_regressions == []  # it failed at its end already
-    assert first.final is not None and "without a p-value" not in by_metric(first.final)["output_tok_s"].note
-    first.failed = False  # as if its end had not called it: regressed only over the whole family
-    assert [n for n, _ in g.finish(done).late_regressions] == ["t1"]
-    first.check = False  # specdec_verdicts(check=False): shown, never failed
-    end = g.test_end("t1", [("t1", first)], collected)
-    assert not end.fails and not first.failed and g.finish(done).late_regressions == []
+    padded, _ = g.test_end("t1", [("t1", first)], [planned(gate=("tpot_p95_ms",))] * 40)
+    assert "159 without a p-value" in by_metric(padded.verdicts)["output_tok_s"].note
+    session = g.finish([Finished("t1", ended, None, "failed")])
+    assert session.late_regressions == ()  # it failed at its end already
+    final = dict(session.judged)["t1"]
+    assert final.final is not None and "without a p-value" not in by_metric(final.final)["output_tok_s"].note
+    # as if its end had not called it: regressed only over the whole family
+    assert [n for n, _ in g.finish([Finished("t1", first, None, "passed")]).late_regressions] == ["t1"]
+    opted = judged(first.raw, checked=False)  # specdec_verdicts(check=False): shown, never failed
+    ended, end = g.test_end("t1", [("t1", opted)], collected)
+    assert not end.fails and not ended.failed
+    assert g.finish([Finished("t1", ended, None, "passed")]).late_regressions == ()
 
 
 def test_inconclusive_warns_or_fails_under_fail_inconclusive() -> None:
@@ -179,8 +191,8 @@ def test_inconclusive_warns_or_fails_under_fail_inconclusive() -> None:
     for fail in (False, True):
         g = ABGate(load_profile("cpu"), {"eagle3": "/heads/old"}, alpha=0.05, fdr="bh", runs=1, max_runs=1,
                    fail_inconclusive=fail)
-        c = dataclasses.replace(check(), raw=ab_verdicts(few, g.thresholds, 0.05))  # one pair: too little data
-        end = g.test_end("t1", [("t1", c)], [planned()])
+        c = judged(ab_verdicts(few, g.thresholds, 0.05))  # one pair: too little data
+        c, end = g.test_end("t1", [("t1", c)], [planned()])
         assert (end.outcome, end.fails, c.failed) == ("inconclusive", fail, fail)
         assert [v.metric for v in end.open] == ["output_tok_s", "acceptance_rate", "e2e_p95_ms"]
 
@@ -205,11 +217,10 @@ def test_looks_add_pairs_while_more_could_settle_a_verdict() -> None:
     g = stepped_gate(2, 6, 2)
     assert g.plan == (2, 4, 6)
     g.refuse([planned()])  # one test: a family of 3 gated verdicts
-    c = ABCheck("eagle3", "/a", "/b", {}, g.thresholds, plan=g.plan, max_looks=3)
-    step = g.look("t1", c, upto(2, 0.9), 1)  # two pairs at alpha/3: the -10 % is not yet significant
+    c, step = g.look("t1", plan(g), upto(2, 0.9), 1)  # two pairs at alpha/3: the -10 % is not yet significant
     assert by_metric(c.raw)["output_tok_s"].verdict == "inconclusive" and step.next_runs == 4, c.raw
     assert "inconclusive at look 1 of 3: 4 pairs" in step.line
-    step = g.look("t1", c, upto(4, 0.9), 2)
+    c, step = g.look("t1", c, upto(4, 0.9), 2)
     assert by_metric(c.raw)["output_tok_s"].verdict == "regressed" and step.next_runs is None
     assert c.looks == [2, 4] and c.unspent == 2 and c.stop_reason == "every gated verdict is conclusive"
     assert c.stop == "regressed" and "stopped at 4 of 6 pairs (regressed)" in step.line
@@ -226,11 +237,10 @@ def test_a_regression_the_family_could_take_back_does_not_stop_a_test() -> None:
     g = stepped_gate(2, 6, 2)
     g.refuse([planned(nodeid=f"t{i}") for i in range(100)])
     assert g.family_size == 300
-    c = ABCheck("eagle3", "/a", "/b", {}, g.thresholds, plan=g.plan, max_looks=3)
-    g.look("t1", c, upto(2, 0.9), 1)
-    step = g.look("t1", c, upto(4, 0.9), 2)
+    c, _ = g.look("t1", plan(g), upto(2, 0.9), 1)
+    c, step = g.look("t1", c, upto(4, 0.9), 2)
     assert by_metric(c.raw)["output_tok_s"].verdict == "regressed" and step.next_runs == 6, c.raw
-    step = g.look("t1", c, upto(6, 0.9), 3)
+    c, step = g.look("t1", c, upto(6, 0.9), 3)
     assert step.next_runs is None and c.stop == "max reached" and c.unspent == 0
 
 
@@ -238,8 +248,7 @@ def test_an_aa_test_stops_on_equivalence() -> None:
     """An A/A whose CIs fall inside ±threshold stops at its first look with every gated verdict unchanged."""
     g = stepped_gate(4, 8, 4)
     g.refuse([planned()])
-    c = ABCheck("eagle3", "/a", "/b", {}, g.thresholds, plan=g.plan, max_looks=2)
-    step = g.look("t1", c, upto(4, 1.0), 1)
+    c, step = g.look("t1", plan(g), upto(4, 1.0), 1)
     assert step.next_runs is None and c.stop == "equivalence" and c.unspent == 4, c.raw
     assert {v.verdict for v in c.raw} == {"unchanged"}
 
@@ -284,17 +293,17 @@ def test_an_early_stop_reads_the_same_at_the_tests_end_and_the_sessions() -> Non
     # t3's -5.5 % at 4 pairs is regressed on its own (p x 2 looks ~0.002) but not at p x 60 (~0.13), which the
     # test end's BH padded to 60 would take back: it takes its second look, the last, and regresses there.
     for nodeid, speed in (("t0", 0.7), ("t1", 1.0), ("t2", 1.0), ("t3", 0.945)):
-        c = ABCheck("eagle3", "/a", "/b", {}, g.thresholds, plan=g.plan, max_looks=2)
+        c = plan(g)
         for look, n in enumerate(g.plan, start=1):
-            if g.look(nodeid, c, upto(n, speed), look).next_runs is None:
+            c, step = g.look(nodeid, c, upto(n, speed), look)
+            if step.next_runs is None:
                 break
         checks.append((nodeid, c))
     assert [c.stop for _, c in checks] == ["regressed", "equivalence", "equivalence", "max reached"]
     assert [c.looks for _, c in checks] == [[4], [4], [4], [4, 8]]
-    for nodeid, _ in checks:
-        g.test_end(nodeid, checks, [planned(nodeid=f"t{i}") for i in range(20)])
-    g.finish([Finished(n, c, None, "passed") for n, c in checks])
-    for n, c in checks:
-        want = UNCHANGED if c.stop == "equivalence" else REGRESSED
-        assert by_metric(c.verdicts)["output_tok_s"].verdict == want, (n, c.verdicts)
-        assert by_metric(c.shown())["output_tok_s"].verdict == want, (n, c.final)
+    ended = [g.test_end(nodeid, checks, [planned(nodeid=f"t{i}") for i in range(20)])[0] for nodeid, _ in checks]
+    session = g.finish([Finished(n, c, None, "passed") for (n, _), c in zip(checks, ended, strict=True)])
+    for at_end, (n, final) in zip(ended, session.judged, strict=True):
+        want = UNCHANGED if final.stop == "equivalence" else REGRESSED
+        assert by_metric(at_end.verdicts)["output_tok_s"].verdict == want, (n, at_end.verdicts)
+        assert by_metric(final.shown())["output_tok_s"].verdict == want, (n, final.final)

@@ -121,13 +121,14 @@ def test_cost_per_million() -> None:
 
 
 def test_ab_cause_reads_the_split() -> None:
-    from pytest_specdec.gate.ab_session import ABCheck
+    from pytest_specdec.gate.ab_session import ABJudgement, ABPlan
+    from pytest_specdec.gate.protocol import Look
     from pytest_specdec.gate.stats import Thresholds, Verdict
 
-    def check(split_: Any, **verdicts: str) -> ABCheck:
-        raw = [Verdict(m, v, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t", -5.0, "", family="gated", per="pair")
-               for m, v in verdicts.items()]
-        return ABCheck("eagle3", "/a", "/b", {}, Thresholds(), raw=raw, split=split_)
+    def check(split_: Any, **verdicts: str) -> ABJudgement:
+        raw = tuple(Verdict(m, v, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t", -5.0, "", family="gated",
+                            per="pair") for m, v in verdicts.items())
+        return ABJudgement(ABPlan("eagle3", "/a", "/b", {}, Thresholds()), (Look(8, raw),), split=split_)
 
     ref = [run(i, tok_s=100.0, tpot_ms=10.0) for i in range(2)]
     base = explain(ref, [run(i, tok_s=200.0, tpot_ms=5.0, per_pos=[800, 600, 400], drafts=1000) for i in range(2)])
