@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from vs_bench_serve import bench_command, bench_prompts_file, run_bench  # noqa: E402
+from vllm_bench import bench_command, bench_prompts_file, run_bench  # noqa: E402
 
 from pytest_specdec.output.schema import load  # noqa: E402
 

@@ -134,7 +134,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     """Start the server, warm both clients, then per workload alternate them over `--pairs` ABBA pairs."""
     slos = parse_slos(args.goodput)
     require_plugin_features()
-    from vs_bench_serve import _cpus, run_bench  # the `ab` mode's server pinning and bench runner
+    from vllm_bench import run_bench, server_cpus  # bench serve's runner and the server pinning, as `ab`'s
 
     from pytest_specdec.measure.client import run_load_sync
     from pytest_specdec.measure.datasets.synthetic import synthetic
@@ -157,7 +157,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     sampling = Sampling(temperature=0.0, ignore_eos=True)  # bench's --ignore-eos, --temperature 0
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, VllmServer(spec, log_dir=out.parent / "vs-bench-logs",
-                                                          cpus=_cpus(args.server_cpus)) as server:
+                                                          cpus=server_cpus(args.server_cpus)) as server:
         print(f"server ready in {server.startup_s:.0f} s: {' '.join(server.command)}", flush=True)
         model = served_model(server.base_url)
 

@@ -42,40 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the simulated server: tests/fakes
 
-def bench_prompts_file(prompts: list[Any], path: Path) -> None:
-    """The built-in prompts as bench serve's custom JSONL: the user turn and its max_tokens."""
-    with path.open("w", encoding="utf-8") as f:
-        for p in prompts:
-            if not p.messages or len(p.messages) != 1 or p.messages[0]["role"] != "user":
-                raise SystemExit(f"prompt {p.id}: bench serve's custom dataset takes one user turn")
-            f.write(json.dumps({"prompt": p.messages[0]["content"], "output_tokens": p.max_tokens}) + "\n")
-
-
-def bench_command(base_url: str, model: str, tokenizer: str, data: Path, n: int, concurrency: int,
-                  temperature: float, result_dir: Path, name: str) -> list[str]:
-    return [
-        sys.executable, "-m", "pytest_specdec.vllm.cli", "bench", "serve",
-        "--backend", "openai-chat", "--base-url", base_url, "--endpoint", "/v1/chat/completions",
-        "--model", model, "--tokenizer", tokenizer,
-        "--dataset-name", "custom", "--dataset-path", str(data), "--custom-output-len", "-1",
-        "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(n),
-        "--max-concurrency", str(concurrency), "--request-rate", "inf",
-        "--temperature", str(temperature), "--num-warmups", "0", "--seed", "0",
-        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
-        "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", name,
-        "--ready-check-timeout-sec", "0",
-    ]
-
-
-def run_bench(cmd: list[str], env: dict[str, str], result: Path) -> tuple[dict[str, Any], float]:
-    """Run bench serve; return its result JSON and the CPU seconds its process used."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench serve failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return json.loads(result.read_text()), cpu
+from vllm_bench import bench_command, bench_prompts_file, run_bench, server_cpus  # noqa: E402
 
 
 def t_interval(xs: list[float], level: float = 0.90) -> tuple[float, float, float]:
@@ -86,12 +53,6 @@ def t_interval(xs: list[float], level: float = 0.90) -> tuple[float, float, floa
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
     half = stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
-
-
-def _cpus(text: str | None) -> frozenset[int] | None:
-    """`--server-cpus 1,3` → {1, 3}: the CPUs the server's processes start on (vLLM's CPU worker then binds
-    itself to its own cores)."""
-    return None if not text else frozenset(int(x) for x in text.split(","))
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
@@ -116,7 +77,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     parities: list[dict[str, dict[str, float]]] = []
     env = {**os.environ, **dict(spec.env)}
     with tempfile.TemporaryDirectory() as tmp, VllmServer(spec, log_dir=out_dir / "vs-bench-logs",
-                                                                  cpus=_cpus(args.server_cpus)) as server:
+                                                                  cpus=server_cpus(args.server_cpus)) as server:
         print(f"server ready in {server.startup_s:.0f} s: {' '.join(server.command)}", flush=True)
         model = served_model(server.base_url)
         data = Path(tmp) / "prompts.jsonl"

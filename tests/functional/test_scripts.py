@@ -35,6 +35,8 @@ PYTHON_SCRIPTS = {
     "vs_bench_load.py": "The plugin's load shaping against `vllm bench serve`",
     "vs_bench_serve.py": "Check the plugin's measurements against `vllm bench serve`",
 }
+#: The modules under scripts/ that tools import and nobody runs: listed in the README as such, never a tool.
+LIBRARY = ("vllm_bench.py",)
 
 
 def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -42,11 +44,16 @@ def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess[st
 
 
 def test_every_script_is_listed_here_and_in_the_readme() -> None:
-    """A new script gets a --help test and a README line (or is deleted): the list above is what scripts/ holds."""
+    """A new script gets a --help test and a README line (or is deleted): the lists above are what scripts/ holds.
+    A library module is listed in the README's own section, and has no `__main__` of its own."""
     tools = sorted([*PYTHON_SCRIPTS, "setup.sh"])
-    assert sorted(p.name for p in SCRIPTS.iterdir() if p.is_file() and p.name != "README.md") == tools
+    held = sorted(p.name for p in SCRIPTS.iterdir() if p.is_file() and p.name != "README.md")
+    assert held == sorted([*tools, *LIBRARY])
     readme = (SCRIPTS / "README.md").read_text()
     assert [name for name in tools if f"`{name}`" not in readme] == []
+    library_section = readme.split("**Library modules**", 1)[-1]
+    assert [name for name in LIBRARY if f"`{name}`" not in library_section] == []
+    assert [name for name in LIBRARY if "__main__" in (SCRIPTS / name).read_text()] == []
 
 
 @pytest.mark.parametrize("name", sorted(PYTHON_SCRIPTS))
