@@ -1,9 +1,9 @@
 """Check the plugin's measurements against `vllm bench serve` (evidence that both use the same metric definitions).
 
-    python scripts/vs_bench_serve.py ab        # real vLLM CPU server, zoo model
-    python scripts/vs_bench_serve.py overhead  # client CPU per streamed token, fake server
-    python scripts/vs_bench_serve.py overhead-inproc  # the request paths alone, in one process
-    python scripts/vs_bench_serve.py load      # arrivals, goodput and synthetic lengths (vs_bench_load.py)
+    python -m scripts.vs_bench_serve ab        # real vLLM CPU server, zoo model
+    python -m scripts.vs_bench_serve overhead  # client CPU per streamed token, fake server
+    python -m scripts.vs_bench_serve overhead-inproc  # the request paths alone, in one process
+    python -m scripts.vs_bench_serve load      # arrivals, goodput and synthetic lengths (vs_bench_load.py)
 
 `ab` starts one zoo server (cpu profile, `--method`, k=3, prefix caching off so neither client gets
 cache hits: `vllm bench serve` sends no cache_salt) and alternates the plugin's client and
@@ -38,11 +38,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the simulated server: tests/fakes
+from scripts import vs_bench_load  # the load mode lives in its own module
+from scripts.vllm_bench import bench_command, bench_prompts_file, run_bench, server_cpus
 
-from vllm_bench import bench_command, bench_prompts_file, run_bench, server_cpus  # noqa: E402
+#: The checkout: the overhead mode's client child runs in it, so it imports this checkout's plugin as the tool does.
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def t_interval(xs: list[float], level: float = 0.90) -> tuple[float, float, float]:
@@ -192,24 +192,25 @@ def cmd_ab(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The overhead mode's plugin client, run as `python -c` in the checkout (cwd=ROOT, so sys.path[0] is the root): a
+#: process of its own, whose CPU seconds are the client's.
 OVERHEAD_CHILD = r"""
 import json, sys
-sys.path.insert(0, {root!r})
 from pytest_specdec.measure.types import Prompt, Sampling
 from pytest_specdec.measure.client import run_load_sync
 base_url, n, c, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-prompts = [Prompt(id=str(i), messages=[{{"role": "user", "content": "hello %d" % i}}], max_tokens=max_tokens)
+prompts = [Prompt(id=str(i), messages=[{"role": "user", "content": "hello %d" % i}], max_tokens=max_tokens)
            for i in range(n)]
 res = run_load_sync(base_url, "fake-model", prompts, Sampling(temperature=0.0), concurrency=c, collect_metrics=False)
 tokens = sum(s.output_tokens or 0 for s in res.samples if s.error is None)
-print(json.dumps({{"tokens": tokens, "failed": sum(s.error is not None for s in res.samples)}}))
+print(json.dumps({"tokens": tokens, "failed": sum(s.error is not None for s in res.samples)}))
 """
 
 
 def cmd_overhead(args: argparse.Namespace) -> int:
     """Per repetition, each client (order alternating) at N and 2N requests; slope = CPU per token."""
-    from fakes import FakeConfig, FakeServerProcess
     from pytest_specdec.zoo import zoo_path
+    from tests.fakes import FakeConfig, FakeServerProcess
 
     cfg = FakeConfig(output_tokens=args.max_tokens, k=3, acceptance=(0.0, 0.0, 0.0))
     points: list[dict[str, Any]] = []
@@ -219,14 +220,12 @@ def cmd_overhead(args: argparse.Namespace) -> int:
         with data.open("w") as f:
             for i in range(2 * args.requests):
                 f.write(json.dumps({"prompt": f"hello {i}", "output_tokens": args.max_tokens}) + "\n")
-        child = Path(tmp) / "child.py"
-        child.write_text(OVERHEAD_CHILD.format(root=str(ROOT)))
 
         def one(who: str, n: int) -> tuple[int, float]:
             if who == "plugin":
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                proc = subprocess.run([sys.executable, str(child), url, str(n), str(args.concurrency),
-                                       str(args.max_tokens)], capture_output=True, text=True, check=True)
+                proc = subprocess.run([sys.executable, "-c", OVERHEAD_CHILD, url, str(n), str(args.concurrency),
+                                       str(args.max_tokens)], cwd=ROOT, capture_output=True, text=True, check=True)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
                 return json.loads(proc.stdout.strip().splitlines()[-1])["tokens"], cpu
@@ -274,9 +273,9 @@ def cmd_overhead_inproc(args: argparse.Namespace) -> int:
     import aiohttp
     from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_chat_completions
 
-    from fakes import FakeConfig, FakeServerProcess
     from pytest_specdec.measure.client import run_load_sync
     from pytest_specdec.measure.types import Prompt, Sampling
+    from tests.fakes import FakeConfig, FakeServerProcess
 
     n, c, mt = args.requests, args.concurrency, args.max_tokens
 
@@ -359,8 +358,6 @@ def main(argv: list[str] | None = None) -> int:
     oi.add_argument("--max-tokens", type=int, default=128, help="tokens per request (default: %(default)s)")
     oi.add_argument("--repeats", type=int, default=8, help="alternating pairs of passes (default: %(default)s)")
     oi.add_argument("--out", default="reports/vs-bench-serve-overhead-inproc.json", help="(default: %(default)s)")
-    import vs_bench_load  # scripts/: the load mode lives in its own module
-
     vs_bench_load.add_arguments(sub.add_parser("load", help="burstiness, goodput and random-dataset lengths on a "
                                                "real vLLM CPU server (scripts/vs_bench_load.py)"))
     args = ap.parse_args(argv)
