@@ -192,8 +192,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The overhead mode's plugin client, run as `python -c` in the checkout (cwd=ROOT, so sys.path[0] is the root): a
-#: process of its own, whose CPU seconds are the client's.
+#: The overhead mode's plugin client, run as `python -c` in the checkout (cwd=ROOT: `-c` puts the working directory
+#: first on the import path): a process of its own, whose CPU seconds are the client's.
 OVERHEAD_CHILD = r"""
 import json, sys
 from pytest_specdec.measure.types import Prompt, Sampling

@@ -5,7 +5,9 @@ test_distribution.py)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +70,75 @@ def test_script_help(name: str) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("usage: "), out.stdout
     assert PYTHON_SCRIPTS[name] in " ".join(out.stdout.split()), out.stdout
+
+
+def test_no_tool_edits_the_import_path() -> None:
+    """The tools run as modules of the scripts package from the repository root, which puts the root on the import
+    path: none adds a folder of its own (not even in a child's generated code), so each imports what it names."""
+    edits = [f"{p.name}:{n}: {line.strip()}" for p in sorted(SCRIPTS.glob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if "sys.path" in line or "addsitedir" in line]
+    assert edits == []
+
+
+def _sibling_imports(path: Path) -> set[str]:
+    """The modules of scripts/ that ``path`` imports, at any depth of its code: as ``scripts.NAME``, relatively, or
+    by a bare sibling name (the form a path edit made work)."""
+    siblings = {p.stem for p in SCRIPTS.glob("*.py")} - {"__init__"}
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):  # a relative import is from the scripts package
+            base = ".".join(filter(None, ("scripts" if node.level else None, node.module)))
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            stem = parts[1] if parts[0] == "scripts" and len(parts) > 1 else parts[0]
+            if stem in siblings and stem != path.stem:
+                found.add(stem)
+    return found
+
+
+def test_the_tools_import_each_other_in_one_direction_only() -> None:
+    """No import circle among scripts/'s modules; a library module imports no tool."""
+    graph = {p.stem: _sibling_imports(p) for p in sorted(SCRIPTS.glob("*.py"))}
+    library = {Path(name).stem for name in LIBRARY}
+    assert {m: sorted(graph[m] - library) for m in library if graph[m] - library} == {}
+    done: set[str] = set()
+
+    def cycle(m: str, stack: list[str]) -> list[str] | None:
+        if m in stack:
+            return [*stack[stack.index(m):], m]
+        if m in done:
+            return None
+        for n in sorted(graph[m]):
+            if (found := cycle(n, [*stack, m])) is not None:
+                return found
+        done.add(m)
+        return None
+
+    assert [c for m in sorted(graph) if (c := cycle(m, [])) is not None] == []
+
+
+#: Where commands that run a tool are written down.
+DOCUMENTED = ("README.md", "docs", "scripts", "pytest_specdec", "tests", "suites", "examples", ".ci")
+
+
+def test_documented_commands_run_the_tools_as_modules() -> None:
+    """A command that runs a tool by its path would not find its imports; every `-m scripts.NAME` names a tool."""
+    texts = {p: p.read_text() for top in DOCUMENTED for p in ([ROOT / top] if (ROOT / top).is_file() else
+                                                                 sorted((ROOT / top).rglob("*")))
+             if p.is_file() and (p.suffix in (".md", ".py", ".toml", ".yml", ".yaml", ".sh") or p.parent.name == ".ci")}
+    by_path = [f"{p.relative_to(ROOT)}: {m}" for p, text in texts.items()
+               for m in re.findall(r"python3?\s+scripts/\w+\.py", text)]
+    assert by_path == []
+    tools = {Path(name).stem for name in PYTHON_SCRIPTS}
+    unknown = [f"{p.relative_to(ROOT)}: {m}" for p, text in texts.items()
+               for m in re.findall(r"-m\s+scripts\.(\w+)", text) if m not in tools and m != "NAME"]
+    assert unknown == []
+    assert any("-m scripts.vs_bench_serve" in text for text in texts.values())
 
 
 def test_setup_sh_help_installs_nothing() -> None:
