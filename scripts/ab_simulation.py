@@ -1,6 +1,6 @@
 """Simulated false alarms and power of an A/B in one session (base v candidate), and the pairs per test they take.
 
-    .venv/bin/python scripts/ab_simulation.py [--suites 2000] [--seed 20261126] [--multiplicity bh]
+    .venv/bin/python -m scripts.ab_simulation [--suites 2000] [--seed 20261126] [--multiplicity bh]
 
 Suites of 19 tests; each test's gated family (candidate v base spec tok/s, acceptance rate, P95 E2E ratio)
 is judged pair by pair by ``gate.ab.paired``'s core and decision rule, then BH (or Holm) over the suite's
@@ -16,16 +16,12 @@ test used at no change and at each lone drop.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 # The model is the tests' (tests/sims/ab.py): the figures printed here are the ones they check, smaller.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from sims.ab import GATED, SPEEDUP_SD, TESTS, Figures, Noise, Schedule, draw, figures, gpu_sd, schedule, smallest  # noqa: E402
+from tests.sims.ab import GATED, SPEEDUP_SD, TESTS, Figures, Noise, Schedule, draw, figures, gpu_sd, schedule, smallest
 
 #: The noise rows: the CPU's measured per-pair sd, its sensitivity, heavy tails at the same sd, and
 #: GPU-like noise (a 3 % CV per run: sqrt(2) x 3 % per pair; 3 % per pair as gate_simulation.py's gpu-like).

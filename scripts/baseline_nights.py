@@ -1,7 +1,7 @@
 """The nights stored in a profile's baseline files, written back as one results file per night, so
 `pytest-specdec compare` and `history` can be tried on real measurements without running the suites:
 
-    .venv/bin/python scripts/baseline_nights.py baselines/cpu OUT_DIR
+    .venv/bin/python -m scripts.baseline_nights baselines/cpu OUT_DIR
     .venv/bin/pytest-specdec history OUT_DIR
     .venv/bin/pytest-specdec compare OUT_DIR/night-4.json OUT_DIR/night-5.json
 
@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from pytest_specdec.formats import RESULTS_SCHEMA  # noqa: E402
+from pytest_specdec.formats import RESULTS_SCHEMA
 
 
 def run(stored: dict[str, Any], arm: str) -> dict[str, Any]:

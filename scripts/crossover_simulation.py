@@ -1,6 +1,6 @@
 """Simulated false-regressed rate and power of the crossover verdict (pytest_specdec.gate.crossover).
 
-    .venv/bin/python scripts/crossover_simulation.py [--trials 300] [--seed 7]
+    .venv/bin/python -m scripts.crossover_simulation [--trials 300] [--seed 7]
 
 A sweep's speedup follows ``s0 / (1 + c (s0 - 1) / c*)`` (2.0 at c → 0, 1.0 at the crossover c*: a verification
 cost growing with the batch, as the simulated vLLM's ``spec_cost_per_request``). Each point's pairs draw their log
@@ -15,15 +15,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pytest_specdec.gate.crossover import compare  # noqa: E402
+from pytest_specdec.gate.crossover import compare
 
 GRIDS = {"cpu-like [1..64], 4 runs": ((1, 2, 4, 8, 16, 32, 64), 4), "h100 [1, 4, 16, 64], 5 runs": ((1, 4, 16, 64), 5)}
 

@@ -1,7 +1,7 @@
 """How often the temperature > 0 distribution check calls a sound sampler `shifted`, and how often it
 finds a shifted one, on simulated per-sample log-probs.
 
-    .venv/bin/python scripts/distribution_simulation.py [--seed 1] [--scale 1]
+    .venv/bin/python -m scripts.distribution_simulation [--seed 1] [--scale 1]
 
 The data model is tests/sims/distribution.py's `arms` (tests/unit/test_distribution.py checks the
 statistic on it too): prompts at -2.5 ± 0.5 nats, samples scattered by 0.3 nats, 4 samples per prompt,
@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
-from pathlib import Path
+
+from pytest_specdec.measure.lossless import compare
 
 # The data model is the tests' (tests/sims/distribution.py), so the figures here are of what they check.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from sims.distribution import arms  # noqa: E402
-
-from pytest_specdec.measure.lossless import compare  # noqa: E402
+from tests.sims.distribution import arms
 
 CASES = ((0.01, 8, 0.0, 2000), (0.01, 16, 0.0, 1000), (0.01, 8, 0.3, 400), (0.01, 16, 0.3, 400),
          (0.01, 8, 0.15, 400), (0.001, 8, 0.0, 4000), (0.001, 8, 0.3, 400), (0.001, 16, 0.3, 400),

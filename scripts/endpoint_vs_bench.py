@@ -1,7 +1,7 @@
 """Endpoint mode against two hand-started vLLM CPU servers, next to `vllm bench serve` on the same server
 (docs/measurement.md, "Endpoint mode").
 
-    .venv/bin/python scripts/endpoint_vs_bench.py [--rounds 3] [--settle-timeout 3]
+    .venv/bin/python -m scripts.endpoint_vs_bench [--rounds 3] [--settle-timeout 3]
 
 Starts the zoo target twice the way a user would from a shell (own session, default priority, not the
 plugin's pool): with ngram k=3, and with no speculation. Both have prefix caching off, because
@@ -28,13 +28,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from vs_bench_serve import bench_command, bench_prompts_file, run_bench  # noqa: E402
-
-from pytest_specdec.output.schema import load  # noqa: E402
+from pytest_specdec.output.schema import load
+from scripts.vllm_bench import bench_command, bench_prompts_file, run_bench
 
 SUITE = """
 import pytest

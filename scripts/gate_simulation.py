@@ -1,7 +1,7 @@
 """Simulated false alarms and power of the speed gate, decided by the gate's own pipeline.
 
-    .venv/bin/python scripts/gate_simulation.py [--suites 1000] [--power-suites 400] [--seed 7] [--disturbed-only]
-    .venv/bin/python scripts/gate_simulation.py --new-host [--suites 400] [--power-suites 200]
+    .venv/bin/python -m scripts.gate_simulation [--suites 1000] [--power-suites 400] [--seed 7] [--disturbed-only]
+    .venv/bin/python -m scripts.gate_simulation --new-host [--suites 400] [--power-suites 200]
 
 One simulated suite is what `pytest suites/` runs against stored baselines: 19 tests, each with the
 gated family (speedup, P95 E2E ratio spec/reference, acceptance rate). Every stored file holds J nights

@@ -1,6 +1,6 @@
 """Move baseline files of the layout without a hardware folder into their machine's folder, keeping every night.
 
-    .venv/bin/python scripts/hardware_layout.py baselines/ [--check]
+    .venv/bin/python -m scripts.hardware_layout baselines/ [--check]
 
 Before, a profile's files lay at ``<root>/<profile>/<suite module>/<test>.json``, one machine's per checkout; now
 each machine keeps its own folder, ``<root>/<profile>/<hardware>/<suite module>/<test>.json``, named by
@@ -20,12 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from pytest_specdec.formats import CONVERT as HINT  # noqa: E402
-from pytest_specdec.gate.baselines import BaselineError, hardware_key, load  # noqa: E402
-from pytest_specdec.gate.store import BaselineStore, stale_layout  # noqa: E402
+from pytest_specdec.formats import CONVERT as HINT
+from pytest_specdec.gate.baselines import BaselineError, hardware_key, load
+from pytest_specdec.gate.store import BaselineStore, stale_layout
 
 
 def old_files(root: Path) -> list[tuple[str, Path]]:

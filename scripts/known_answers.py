@@ -1,10 +1,10 @@
 """Known answers on the real engine: how often the gate catches a change it is known to have, and how often it calls
 a change that is not there.
 
-    .venv/bin/python scripts/known_answers.py run --sessions 10 --out ka -- suites/test_methods.py \\
+    .venv/bin/python -m scripts.known_answers run --sessions 10 --out ka -- suites/test_methods.py \\
         -k "eagle3 or draft_model" \\
         --changed "--specdec-draft eagle3=zoo:eagle3-degraded --specdec-draft draft_model=zoo:draft-slow"
-    .venv/bin/python scripts/known_answers.py table ka
+    .venv/bin/python -m scripts.known_answers table ka
 
 `run` alternates a session with the change (the `--changed` options: the zoo's degraded EAGLE-3 head, a
 pure acceptance drop; its slowed draft, a pure speed drop) and an A/A session without it, each against the

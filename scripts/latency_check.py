@@ -1,7 +1,7 @@
 """A session's measurement traps from its results JSON: invalid runs, coalesced runs, and at concurrency 1
 each test's reference TTFT P95 against its spec arm's (docs/validation.md, "Measurement traps").
 
-    .venv/bin/python scripts/latency_check.py reports/latest.json
+    .venv/bin/python -m scripts.latency_check reports/latest.json
 
 Per c=1 test: the largest TTFT P95 of the reference arm's trusted runs, the largest of the spec arm's,
 their ratio, and the runs flagged as coalesced (their latency is left out of everything).

@@ -1,6 +1,6 @@
 """Replay stored nights as tonight: what the gate would have said about a night nothing changed in.
 
-    .venv/bin/python scripts/replay_nights.py baselines/cpu [--profile cpu] [--threshold speedup=25]
+    .venv/bin/python -m scripts.replay_nights baselines/cpu [--profile cpu] [--threshold speedup=25]
 
 For every night index i present in every file, night i of each file plays "tonight" and the file's other
 nights are the baseline; the pooled night variances and machine factors come from those other nights

@@ -1,6 +1,6 @@
 """Simulated false-alarm rate and power of pytest_specdec.gate.stats on synthetic per-run values.
 
-    .venv/bin/python scripts/stats_simulation.py [--suites 2000] [--seed 20240611]
+    .venv/bin/python -m scripts.stats_simulation [--suites 2000] [--seed 20240611]
 
 Values are drawn directly on the comparison scale (log for rates and latencies, raw rate for
 acceptance) and go through the same cores, decision rule and p-value adjustment as ``stats.compare``
@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-# The noise model is the tests' (tests/sims/stats.py): the figures printed here are the ones they check, smaller.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from pytest_specdec.gate.sequential import adjusted_p
+from pytest_specdec.gate.stats import decide as decide_each
 
-from sims.stats import (  # noqa: E402
+# The noise model is the tests' (tests/sims/stats.py): the figures printed here are the ones they check, smaller.
+from tests.sims.stats import (
     COL,
     DROP_10,
     METRICS,
@@ -39,9 +38,6 @@ from sims.stats import (  # noqa: E402
     natural,
     sequential,
 )
-
-from pytest_specdec.gate.sequential import adjusted_p  # noqa: E402
-from pytest_specdec.gate.stats import decide as decide_each  # noqa: E402
 
 
 def figures(suites: int = 2000, tests: int = 30, seed: int = 20240611) -> dict[str, float]:

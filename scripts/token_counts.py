@@ -1,6 +1,6 @@
 """Token counts of the built-in dataset's prompts by the target's tokenizer, against ceil(characters / 4).
 
-    .venv/bin/python scripts/token_counts.py [--model zoo:target] [--dataset builtin]
+    .venv/bin/python -m scripts.token_counts [--model zoo:target] [--dataset builtin]
 
 Per category: prompts, input tokens as the server counts them (the chat template applied with the
 generation prompt, `pytest_specdec.measure.counting`, the plugin's own count) with their mean, min and max,

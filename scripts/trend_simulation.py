@@ -1,7 +1,7 @@
 """How `pytest-specdec history` finds change points, simulated: the false-alarm rate on flat series and the
 power on a step, through the same function (`pytest_specdec.gate.trend.trend`).
 
-    .venv/bin/python scripts/trend_simulation.py [--series 200] [--seed 0] [--penalty 6] [--alpha 0.05]
+    .venv/bin/python -m scripts.trend_simulation [--series 200] [--seed 0] [--penalty 6] [--alpha 0.05]
 
 Flat series: N nights of speedup levels with log-normal noise whose sd is drawn per series from 10-30 %.
 Step series: 6 nights, the level moving at night 4 by a drop of D % (nights 1-3 at 1.0, 4-6 at 1 - D).

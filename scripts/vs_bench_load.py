@@ -1,7 +1,7 @@
 """The plugin's load shaping against `vllm bench serve` on one real vLLM CPU server (vs_bench_serve.py's `load` mode).
 
-    python scripts/vs_bench_serve.py load [--pairs 3] [--server-cpus 1]
-    python scripts/vs_bench_load.py [same options]
+    python -m scripts.vs_bench_serve load [--pairs 3] [--server-cpus 1]
+    python -m scripts.vs_bench_load [same options]
 
 One zoo server (cpu profile, `--method`, k, prefix caching off as in `ab`) serves both clients. Per workload,
 the plugin's client (`run_load_sync`: its gamma arrivals; `synthetic`: its random-dataset prompts with the
@@ -30,8 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from scripts.vllm_bench import run_bench, server_cpus  # bench serve's runner and the server pinning, as `ab`'s
 
 #: The figures compared, as (the plugin's RunMetrics field, bench serve's result key).
 FIGURES: tuple[tuple[str, str, str], ...] = (
@@ -134,8 +133,6 @@ def cmd_load(args: argparse.Namespace) -> int:
     """Start the server, warm both clients, then per workload alternate them over `--pairs` ABBA pairs."""
     slos = parse_slos(args.goodput)
     require_plugin_features()
-    from vs_bench_serve import _cpus, run_bench  # the `ab` mode's server pinning and bench runner
-
     from pytest_specdec.measure.client import run_load_sync
     from pytest_specdec.measure.datasets.synthetic import synthetic
     from pytest_specdec.measure.metrics import compute_run_metrics, counters_delta
@@ -157,7 +154,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     sampling = Sampling(temperature=0.0, ignore_eos=True)  # bench's --ignore-eos, --temperature 0
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, VllmServer(spec, log_dir=out.parent / "vs-bench-logs",
-                                                          cpus=_cpus(args.server_cpus)) as server:
+                                                          cpus=server_cpus(args.server_cpus)) as server:
         print(f"server ready in {server.startup_s:.0f} s: {' '.join(server.command)}", flush=True)
         model = served_model(server.base_url)
 

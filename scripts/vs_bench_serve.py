@@ -1,9 +1,9 @@
 """Check the plugin's measurements against `vllm bench serve` (evidence that both use the same metric definitions).
 
-    python scripts/vs_bench_serve.py ab        # real vLLM CPU server, zoo model
-    python scripts/vs_bench_serve.py overhead  # client CPU per streamed token, fake server
-    python scripts/vs_bench_serve.py overhead-inproc  # the request paths alone, in one process
-    python scripts/vs_bench_serve.py load      # arrivals, goodput and synthetic lengths (vs_bench_load.py)
+    python -m scripts.vs_bench_serve ab        # real vLLM CPU server, zoo model
+    python -m scripts.vs_bench_serve overhead  # client CPU per streamed token, fake server
+    python -m scripts.vs_bench_serve overhead-inproc  # the request paths alone, in one process
+    python -m scripts.vs_bench_serve load      # arrivals, goodput and synthetic lengths (vs_bench_load.py)
 
 `ab` starts one zoo server (cpu profile, `--method`, k=3, prefix caching off so neither client gets
 cache hits: `vllm bench serve` sends no cache_salt) and alternates the plugin's client and
@@ -38,44 +38,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the simulated server: tests/fakes
+from scripts import vs_bench_load  # the load mode lives in its own module
+from scripts.vllm_bench import bench_command, bench_prompts_file, run_bench, server_cpus
 
-def bench_prompts_file(prompts: list[Any], path: Path) -> None:
-    """The built-in prompts as bench serve's custom JSONL: the user turn and its max_tokens."""
-    with path.open("w", encoding="utf-8") as f:
-        for p in prompts:
-            if not p.messages or len(p.messages) != 1 or p.messages[0]["role"] != "user":
-                raise SystemExit(f"prompt {p.id}: bench serve's custom dataset takes one user turn")
-            f.write(json.dumps({"prompt": p.messages[0]["content"], "output_tokens": p.max_tokens}) + "\n")
-
-
-def bench_command(base_url: str, model: str, tokenizer: str, data: Path, n: int, concurrency: int,
-                  temperature: float, result_dir: Path, name: str) -> list[str]:
-    return [
-        sys.executable, "-m", "pytest_specdec.vllm.cli", "bench", "serve",
-        "--backend", "openai-chat", "--base-url", base_url, "--endpoint", "/v1/chat/completions",
-        "--model", model, "--tokenizer", tokenizer,
-        "--dataset-name", "custom", "--dataset-path", str(data), "--custom-output-len", "-1",
-        "--skip-chat-template", "--disable-shuffle", "--num-prompts", str(n),
-        "--max-concurrency", str(concurrency), "--request-rate", "inf",
-        "--temperature", str(temperature), "--num-warmups", "0", "--seed", "0",
-        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
-        "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", name,
-        "--ready-check-timeout-sec", "0",
-    ]
-
-
-def run_bench(cmd: list[str], env: dict[str, str], result: Path) -> tuple[dict[str, Any], float]:
-    """Run bench serve; return its result JSON and the CPU seconds its process used."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench serve failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return json.loads(result.read_text()), cpu
+#: The checkout: the overhead mode's client child runs in it, so it imports this checkout's plugin as the tool does.
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def t_interval(xs: list[float], level: float = 0.90) -> tuple[float, float, float]:
@@ -86,12 +53,6 @@ def t_interval(xs: list[float], level: float = 0.90) -> tuple[float, float, floa
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
     half = stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
-
-
-def _cpus(text: str | None) -> frozenset[int] | None:
-    """`--server-cpus 1,3` → {1, 3}: the CPUs the server's processes start on (vLLM's CPU worker then binds
-    itself to its own cores)."""
-    return None if not text else frozenset(int(x) for x in text.split(","))
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
@@ -116,7 +77,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     parities: list[dict[str, dict[str, float]]] = []
     env = {**os.environ, **dict(spec.env)}
     with tempfile.TemporaryDirectory() as tmp, VllmServer(spec, log_dir=out_dir / "vs-bench-logs",
-                                                                  cpus=_cpus(args.server_cpus)) as server:
+                                                                  cpus=server_cpus(args.server_cpus)) as server:
         print(f"server ready in {server.startup_s:.0f} s: {' '.join(server.command)}", flush=True)
         model = served_model(server.base_url)
         data = Path(tmp) / "prompts.jsonl"
@@ -231,24 +192,25 @@ def cmd_ab(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The overhead mode's plugin client, run as `python -c` in the checkout (cwd=ROOT: `-c` puts the working directory
+#: first on the import path): a process of its own, whose CPU seconds are the client's.
 OVERHEAD_CHILD = r"""
 import json, sys
-sys.path.insert(0, {root!r})
 from pytest_specdec.measure.types import Prompt, Sampling
 from pytest_specdec.measure.client import run_load_sync
 base_url, n, c, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-prompts = [Prompt(id=str(i), messages=[{{"role": "user", "content": "hello %d" % i}}], max_tokens=max_tokens)
+prompts = [Prompt(id=str(i), messages=[{"role": "user", "content": "hello %d" % i}], max_tokens=max_tokens)
            for i in range(n)]
 res = run_load_sync(base_url, "fake-model", prompts, Sampling(temperature=0.0), concurrency=c, collect_metrics=False)
 tokens = sum(s.output_tokens or 0 for s in res.samples if s.error is None)
-print(json.dumps({{"tokens": tokens, "failed": sum(s.error is not None for s in res.samples)}}))
+print(json.dumps({"tokens": tokens, "failed": sum(s.error is not None for s in res.samples)}))
 """
 
 
 def cmd_overhead(args: argparse.Namespace) -> int:
     """Per repetition, each client (order alternating) at N and 2N requests; slope = CPU per token."""
-    from fakes import FakeConfig, FakeServerProcess
     from pytest_specdec.zoo import zoo_path
+    from tests.fakes import FakeConfig, FakeServerProcess
 
     cfg = FakeConfig(output_tokens=args.max_tokens, k=3, acceptance=(0.0, 0.0, 0.0))
     points: list[dict[str, Any]] = []
@@ -258,14 +220,12 @@ def cmd_overhead(args: argparse.Namespace) -> int:
         with data.open("w") as f:
             for i in range(2 * args.requests):
                 f.write(json.dumps({"prompt": f"hello {i}", "output_tokens": args.max_tokens}) + "\n")
-        child = Path(tmp) / "child.py"
-        child.write_text(OVERHEAD_CHILD.format(root=str(ROOT)))
 
         def one(who: str, n: int) -> tuple[int, float]:
             if who == "plugin":
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                proc = subprocess.run([sys.executable, str(child), url, str(n), str(args.concurrency),
-                                       str(args.max_tokens)], capture_output=True, text=True, check=True)
+                proc = subprocess.run([sys.executable, "-c", OVERHEAD_CHILD, url, str(n), str(args.concurrency),
+                                       str(args.max_tokens)], cwd=ROOT, capture_output=True, text=True, check=True)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
                 return json.loads(proc.stdout.strip().splitlines()[-1])["tokens"], cpu
@@ -313,9 +273,9 @@ def cmd_overhead_inproc(args: argparse.Namespace) -> int:
     import aiohttp
     from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_chat_completions
 
-    from fakes import FakeConfig, FakeServerProcess
     from pytest_specdec.measure.client import run_load_sync
     from pytest_specdec.measure.types import Prompt, Sampling
+    from tests.fakes import FakeConfig, FakeServerProcess
 
     n, c, mt = args.requests, args.concurrency, args.max_tokens
 
@@ -398,8 +358,6 @@ def main(argv: list[str] | None = None) -> int:
     oi.add_argument("--max-tokens", type=int, default=128, help="tokens per request (default: %(default)s)")
     oi.add_argument("--repeats", type=int, default=8, help="alternating pairs of passes (default: %(default)s)")
     oi.add_argument("--out", default="reports/vs-bench-serve-overhead-inproc.json", help="(default: %(default)s)")
-    import vs_bench_load  # scripts/: the load mode lives in its own module
-
     vs_bench_load.add_arguments(sub.add_parser("load", help="burstiness, goodput and random-dataset lengths on a "
                                                "real vLLM CPU server (scripts/vs_bench_load.py)"))
     args = ap.parse_args(argv)

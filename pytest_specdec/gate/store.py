@@ -32,7 +32,7 @@ from pytest_specdec.gate.baselines import (
 
 #: The command that moves baseline files of the layout without a hardware folder into theirs: a one-off migration
 #: (it `git mv`s tracked files), kept in the project's checkout, not in the package.
-MOVE = "python scripts/hardware_layout.py"
+MOVE = "python -m scripts.hardware_layout"
 
 
 @dataclass
@@ -192,8 +192,8 @@ class BaselineStore:
         if stale:
             raise BaselineError(f"{relative(stale[0], self.root)} holds baseline files with no hardware folder "
                                 f"({len(stale)} such folder(s) under {self.root / safe_part(self.profile)}); move "
-                                f"them into their machine's folder, keeping their nights, with `{MOVE} {self.root}` in "
-                                "a checkout of pytest-specdec")
+                                f"them into their machine's folder, keeping their nights, with `{MOVE} {self.root}` "
+                                "from the root of a checkout of pytest-specdec")
         return path, load(path, create_hint)
 
     def all_files(self) -> list[Path]:

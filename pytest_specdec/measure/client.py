@@ -331,7 +331,7 @@ def run_coroutine(coro: Coroutine[Any, Any, _T]) -> _T:
 
     Why: the client's CPU per streamed token is what caps the concurrency one process can drive without
     becoming the bottleneck; with uvloop it is below ``vllm bench serve``'s (docs/validation.md, measured
-    by ``scripts/vs_bench_serve.py overhead-inproc``).
+    by ``python -m scripts.vs_bench_serve overhead-inproc``).
     """
     try:
         import uvloop

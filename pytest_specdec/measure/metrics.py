@@ -392,7 +392,7 @@ def bench_parity(result: dict[str, Any]) -> dict[str, dict[str, float]]:
     """bench serve's own summary figures next to the plugin's, recomputed from its per-request records.
 
     Why: the plugin claims ``vllm bench serve``'s definitions; this is the check (relative difference
-    per figure), run on real files by ``scripts/vs_bench_serve.py ab`` and in tests/functional/test_metrics.py.
+    per figure), run on real files by ``python -m scripts.vs_bench_serve ab`` and in tests/functional/test_metrics.py.
     """
     ours = bench_run_metrics(result).to_dict()
     out: dict[str, dict[str, float]] = {}

@@ -73,8 +73,8 @@ def split_cpus(client_cpus: int, available: Iterable[int] | None = None) -> froz
     affinity) are left to the client; None when that leaves the servers nothing or nothing is reserved.
 
     Why: on the 2-core cpu profile vLLM's busy-waiting engine core floated onto its worker's core and
-    halved runs; with the server on core 1 and the client on core 0, `scripts/vs_bench_serve.py ab
-    --server-cpus 1` measured no half-speed run (docs/bench-parity.md)."""
+    halved runs; with the server on core 1 and the client on core 0, `python -m
+    scripts.vs_bench_serve ab --server-cpus 1` measured no half-speed run (docs/bench-parity.md)."""
     import os
 
     cpus = sorted(os.sched_getaffinity(0) if available is None else available)

@@ -79,8 +79,9 @@ def server_cpus() -> frozenset[int] | None:
 
     Why: on 2 cores, with vLLM's worker pinned to core 0 and its busy-waiting engine core (and, for
     ngram, its proposer) free to float, the client's event loop stalled for up to 2 s in CI and made
-    ngram runs invalid three times in a row; with the server started on core 1, `scripts/vs_bench_serve.py
-    ab --server-cpus 1` measured no half-speed runs.  None on a 1-CPU machine (nothing to separate).
+    ngram runs invalid three times in a row; with the server started on core 1, `python -m
+    scripts.vs_bench_serve ab --server-cpus 1` measured no half-speed runs.  None on a 1-CPU machine (nothing to
+    separate).
     """
     import os
 

@@ -350,10 +350,9 @@ def test_compare_and_history_on_the_stored_cpu_nights(tmp_path: Path) -> None:
     large to be called (0.6x reads -44 % but `inconclusive` after BH; docs/cli.md)."""
     root = Path(__file__).resolve().parent.parent.parent
     victim = "suites/test_methods.py::test_methods[eagle3-k3-t0.0-c1]"
-    tool = root / "scripts" / "baseline_nights.py"
-    made = subprocess.run([sys.executable, str(tool), str(root / "baselines" / "cpu"), str(tmp_path),
-                           "--slow", victim.split("::")[1], "--factor", "0.4", "--from", "3"],
-                          capture_output=True, text=True, timeout=120)
+    made = subprocess.run([sys.executable, "-m", "scripts.baseline_nights", str(root / "baselines" / "cpu"),
+                           str(tmp_path), "--slow", victim.split("::")[1], "--factor", "0.4", "--from", "3"],
+                          capture_output=True, text=True, timeout=120, cwd=root)  # a tool runs from the root
     assert made.returncode == 0, made.stderr
     files = sorted(tmp_path.glob("night-*.json"))
     assert len(files) >= 3, f"baselines/cpu keeps {len(files)} nights; this needs 3"

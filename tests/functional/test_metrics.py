@@ -314,7 +314,7 @@ REAL_BENCH_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_serve_de
 
 def test_real_bench_file() -> None:
     """A real `vllm bench serve --save-result --save-detailed` file from vLLM CPU serving the zoo's eagle3
-    (written by `python scripts/vs_bench_serve.py ab --keep-detailed tests/data/...`): every summary
+    (written by `python -m scripts.vs_bench_serve ab --keep-detailed tests/data/...`): every summary
     figure bench serve printed agrees with ours, recomputed from its per-request records, within 0.1%."""
     with REAL_BENCH_FILE.open(encoding="utf-8") as f:
         res = json.load(f)

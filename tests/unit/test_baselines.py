@@ -320,6 +320,6 @@ def test_files_without_a_hardware_folder_are_an_error_naming_the_move(tmp_path: 
     with pytest.raises(BaselineError, match=re.escape(
             "cpu/suites.test_methods holds baseline files with no hardware folder (1 such folder(s) under "
             f"{tmp_path / 'cpu'}); move them into their machine's folder, keeping their nights, with "
-            f"`python scripts/hardware_layout.py {tmp_path}` in a checkout of pytest-specdec")):
+            f"`python -m scripts.hardware_layout {tmp_path}` from the root of a checkout of pytest-specdec")):
         s.read("suites/test_methods.py::test_a", "c")
     assert s.machines().others == ()
