@@ -68,7 +68,7 @@ def finalize(session: SpecDecSession) -> list[str]:
             records[n].ab = judged
         finals = [(n, r.ab) for n, r in records.items() if r.ab is not None]
         session.gate_summary, late = step(session, "the A/B gate's session-end lines", lambda: ab_session_lines(
-            finals, end, fdr=st.fdr), ([], []))
+            finals, end, multiplicity=st.multiplicity), ([], []))
         coalesced = step(session, "the coalesced runs' summary", lambda: coalesced_summary(
             [(n, r.result) for n, r in records.items()]), [])
         crossovers = step(session, "the crossovers", lambda: judge_ab_crossovers(session), [])
@@ -87,10 +87,10 @@ def finalize(session: SpecDecSession) -> list[str]:
     tests = [(n, r.baseline, r.result) for n, r in records.items()]
     checked = [(n, c, r) for n, c, r in tests if c is not None]
     session.gate_summary = step(session, "the gate's summary", lambda: gate_lines(
-        checked, end.machine, fdr=st.fdr, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive,
+        checked, end.machine, multiplicity=st.multiplicity, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive,
         nights=judge.pooled_variances, calibration=judge.calibration_used), [])
     lines = step(session, "the gate's session-end lines", lambda: session_end_lines(
-        end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r in tests], alpha=st.alpha, fdr=st.fdr,
+        end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r in tests], alpha=st.alpha, multiplicity=st.multiplicity,
         strict=st.strict), [])
     return [*lines, *crossovers, *error_lines(session)]
 
@@ -108,14 +108,15 @@ def judge_crossovers(session: SpecDecSession) -> list[str]:
         alpha=st.alpha, tolerance=judge.state_tolerance.ratio, started=session.started, profile=profile.name,
         record_path=lambda sweep: sweep_path(st.baselines_dir, profile.name, judge.store.hardware, sweep),
         rel=judge.rel, gate=judge.gate(), update=st.update_baselines)
+    points = []
     for nodeid, r in session.records.items():
         if r.result is not None:
             c = r.baseline
-            gate.test_end(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result),
+            points.append(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result),
                                         status=c.plan.status if c else None, checked=c.plan.checked if c else True,
                                         gate=c.plan.gate if c else (), passed=r.outcome == "passed",
                                         saturation_req_s=(r.rate_sweep or {}).get("saturation_req_s")))
-    session.crossovers = gate.finish()
+    session.crossovers = gate.finish(points)
     return crossover_lines(session.crossovers, gate.write(session.crossovers, st.baselines_dir, st.keep_sessions))
 
 

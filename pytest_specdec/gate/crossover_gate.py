@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -349,9 +349,9 @@ def stored_night(night: Mapping[str, Any], where: str, axis: str = CONCURRENCY) 
                        night.get("machine_state"))
 
 
-@dataclass
+@dataclass(frozen=True)
 class CrossoverGate:
-    """The session's crossover: a point per test at its end, every sweep judged and its record writes at the
+    """The session's crossover: every sweep judged from the session's points and its record writes, at the
     session's end. ``record_path`` names a sweep's record; ``rel`` words a path as the checkout names it."""
 
     alpha: float
@@ -362,17 +362,13 @@ class CrossoverGate:
     profile: str
     gate: tuple[str, ...] = ()  # the session's gated metrics (ini)
     update: str | None = None  # --update-baselines: None, "all" or "missing"
-    points: list[SweepPoint] = field(default_factory=list)
 
-    def test_end(self, point: SweepPoint) -> None:
-        """A test's point, recorded (every test's: which ones form a sweep is known at the end)."""
-        self.points.append(point)
-
-    def finish(self) -> CrossoverEnd:
-        """Every sweep judged against its stored record's last night (read when each member test read its
-        baseline and did not opt out), each on its own: an error is that sweep's outcome. Under
-        --update-baselines, tonight's night of each sweep whose tests all passed is a write to make."""
-        sweeps, outcomes = group(self.points)
+    def finish(self, points: Sequence[SweepPoint]) -> CrossoverEnd:
+        """Every sweep of the session's ``points`` (every measured test's: which ones form a sweep is known at
+        the end) judged against its stored record's last night (read when each member test read its baseline and
+        did not opt out), each on its own: an error is that sweep's outcome. Under --update-baselines, tonight's
+        night of each sweep whose tests all passed is a write to make."""
+        sweeps, outcomes = group(list(points))
         writes = []
         for sweep in sweeps:
             path = self.record_path(sweep.sweep)

@@ -3,6 +3,7 @@ a sweep defined wrongly as its own error, the one not-comparable rule, and one s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -80,21 +81,17 @@ def test_one_sweeps_fault_is_its_error_and_the_others_are_judged_and_written(tmp
 
     gate = G.CrossoverGate(alpha=0.05, tolerance=15.0, started=0.0, profile="fake", update="all", rel=lambda p: p.name,
                            record_path=lambda s: tmp_path / f"{s.split('::')[1]}.crossover")
-    for fn in ("test_a", "test_b", "test_c"):
-        for c in (1, 2, 4):
-            gate.test_end(point(c, fn=fn))
+    points = [point(c, fn=fn) for fn in ("test_a", "test_b", "test_c") for c in (1, 2, 4)]
     grid = [{"concurrency": c, "speedups": list(pairs(8.0, c))} for c in (1, 2, 4)]
     write_sweep(tmp_path, tmp_path / "test_b[ngram-k3-t0.0].crossover", {}, {"started": "x", "points": grid}, keep=3,
                 missing_only=False)
     (tmp_path / "test_c[ngram-k3-t0.0].crossover").write_text("{ not json")  # unreadable
-    gate.update = None
-    end = gate.finish()
+    end = dataclasses.replace(gate, update=None).finish(points)
     a, b, c = end.sweeps
     assert a.error is None and a.verdict is None and a.note.startswith("no stored night")
     assert b.error is None and b.verdict is not None and b.verdict.verdict == UNCHANGED
     assert c.failed and c.error is not None and "is not a JSON object" in c.error and end.failed
-    gate.update = "all"  # --update-baselines: every sweep's night is written, the unreadable record replaced
-    end = gate.finish()
+    end = gate.finish(points)  # --update-baselines: every sweep's night is written, the unreadable record replaced
     assert not end.failed and [w.sweep for w in end.writes] == [x.sweep for x in end.sweeps]
     assert [what.split(":")[0] for _, what in gate.write(end, tmp_path, keep=3)] == ["created", "updated", "created"]
 

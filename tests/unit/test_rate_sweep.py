@@ -3,6 +3,7 @@ the latency speedup per pair, and the crossover's statistic and gate on the rate
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -135,15 +136,13 @@ def test_a_rate_sweep_is_judged_by_the_crossovers_gate_on_the_fraction_of_satura
 def test_a_rate_sweeps_record_is_written_and_read_back_on_its_axis(tmp_path: Path) -> None:
     gate = G.CrossoverGate(alpha=0.05, tolerance=15.0, started=0.0, profile="fake", update="all", rel=lambda p: p.name,
                            record_path=lambda s: tmp_path / "load.crossover")
-    for f in GRID:
-        gate.test_end(point(f, 0.5))
-    end = gate.finish()
+    points = [point(f, 0.5) for f in GRID]
+    end = gate.finish(points)
     (w,) = end.writes
     assert w.record["axis"] == X.RATE and w.night["saturation_req_s"] == 40.0
     assert [p["rate_fraction"] for p in w.night["points"]] == list(GRID)
     gate.write(end, tmp_path, keep=3)
-    gate.update = None
-    (again,) = gate.finish().sweeps
+    (again,) = dataclasses.replace(gate, update=None).finish(points).sweeps
     assert again.verdict is not None and again.verdict.verdict == UNCHANGED and again.stored is not None
 
 
