@@ -167,7 +167,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     settings = new.gate.settings
     th, override = thresholds(profile, args.threshold, where, None if args.profile else settings.get("thresholds"))
     alpha = args.alpha if args.alpha is not None else float(settings.get("alpha", 0.05))
-    fdr = args.fdr or str(settings.get("fdr", "bh"))
+    multiplicity = args.multiplicity or str(settings.get("multiplicity", "bh"))
     old_name, new_name = names((args.old, args.new))
     tolerance = settings.get("machine_state_tolerance")
     if tolerance is None or args.profile:
@@ -184,7 +184,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         floor = settings.get("min_night_sd")
         if floor is None or args.profile:
             floor = profile_of(profile, where).min_night_sd
-        result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr,
+        result = compare(old, new, thresholds=th, override=override, alpha=alpha, multiplicity=multiplicity,
                          min_night_sd=float(floor), night_prior=prior, state_tolerance=tolerance,
                          old_name=old_name, new_name=new_name)
         started = f"stored baselines of profile {old.profile}"
@@ -194,7 +194,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if old.profile != new.profile and not args.profile:
             print(f"specdec compare: the files ran different profiles ({old.profile} → {new.profile}); thresholds "
                   f"of {new.profile}", file=sys.stderr)
-        result = compare(old, new, thresholds=th, override=override, alpha=alpha, fdr=fdr, night_prior=prior,
+        result = compare(old, new, thresholds=th, override=override, alpha=alpha, multiplicity=multiplicity,
+                         night_prior=prior,
                          state_tolerance=tolerance, old_name=old_name, new_name=new_name,
                          datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}))
         started = old.started
@@ -232,10 +233,11 @@ def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results
         raise InputError(str(exc)) from None
     settings = new.gate.settings
     alpha = args.alpha if args.alpha is not None else float(settings.get("alpha", 0.05))
-    fdr = args.fdr or str(settings.get("fdr", "bh"))
+    multiplicity = args.multiplicity or str(settings.get("multiplicity", "bh"))
     old_name, new_name = names((args.old, args.new)) if args.old is not None else ("OLD", str(args.new))
     try:
-        result = compare_ab(old, new, override=override, alpha=alpha, fdr=fdr, old_name=old_name, new_name=new_name)
+        result = compare_ab(old, new, override=override, alpha=alpha, multiplicity=multiplicity, old_name=old_name,
+                            new_name=new_name)
     except ResultsError as exc:
         raise InputError(str(exc)) from None
     if args.json:
@@ -411,10 +413,10 @@ def parser() -> argparse.ArgumentParser:
                    help="practical threshold, repeatable, as --specdec-threshold (e.g. speedup=10)")
     c.add_argument("--alpha", type=_alpha, default=None,
                    help="one-sided level (default: NEW's session's, else 0.05; CIs are 1 - 2 alpha)")
-    c.add_argument("--multiplicity", dest="fdr", choices=("bh", "holm"), default=None,
+    c.add_argument("--multiplicity", dest="multiplicity", choices=("bh", "holm"), default=None,
                    help="multiplicity adjustment over the gated family: bh (the false discovery rate) or holm (the "
                         "family-wise error rate) (default: NEW's session's, else bh)")
-    c.add_argument("--fdr", choices=("bh", "holm"), action=renamed("--multiplicity", "fdr"),
+    c.add_argument("--fdr", choices=("bh", "holm"), action=renamed("--multiplicity", "multiplicity"),
                    help="deprecated spelling of --multiplicity, removed in the next release")
     c.add_argument("--all", action="store_true", help="show every metric's verdict, not only the gated ones")
     c.add_argument("--strict", action="store_true", help="exit 1 also when a test is not comparable")

@@ -9,7 +9,7 @@ from __future__ import annotations
 #: Baseline files: `<baselines>/<profile>/<hardware>/<suite module>/<test>.json`.
 BASELINE_SCHEMA = 3
 #: Results files: `reports/specdec-<UTC stamp>.json` (and --specdec-json).
-RESULTS_SCHEMA = 4
+RESULTS_SCHEMA = 5
 #: A concurrency sweep's crossover record beside its tests' baseline files (`<sweep>.crossover`).
 SWEEP_SCHEMA = 1
 #: The GPU lease file a host's sessions share (`servers/gpus.py`); transient, never converted.

@@ -202,7 +202,7 @@ OPTIONS: tuple[Option, ...] = (
            shown_default="the profile's [verdicts] max_runs (cpu: 4, as many as its runs), else no extra runs"),
     Option("--specdec-alpha", metavar="ALPHA", type=alpha_value, default=0.05,
            help="one-sided significance level of the verdicts (the CIs are 1-2*ALPHA)."),
-    Option("--specdec-multiplicity", setting="fdr", metavar="METHOD", choices=("bh", "holm"), default="bh",
+    Option("--specdec-multiplicity", setting="multiplicity", metavar="METHOD", choices=("bh", "holm"), default="bh",
            old="--specdec-fdr",
            help="multiplicity control within each family (gated, shown) of the session's metric tests: bh "
                 "(Benjamini-Hochberg: the false discovery rate) or holm (the family-wise error rate)."),
@@ -296,7 +296,7 @@ class Settings:
     strict: bool = False
     max_runs: int | None = None
     alpha: float = 0.05
-    fdr: str = "bh"
+    multiplicity: str = "bh"
     cli_thresholds: tuple[str, ...] = ()
     ini_thresholds: tuple[str, ...] = ()
     keep_sessions: int = 5

@@ -152,7 +152,8 @@ class SpecDecSession:
             runs, max_runs = self.run_limits()
             if st.ab_flag:
                 refuse_stored_night_options(st.ab_flag, strict=st.strict, fail_machine=st.fail_machine)
-                self.ab = ABGate(self.profile, dict(st.base_drafts), alpha=st.alpha, fdr=st.fdr, runs=runs,
+                self.ab = ABGate(self.profile, dict(st.base_drafts), alpha=st.alpha, multiplicity=st.multiplicity,
+                                 runs=runs,
                                  max_runs=max_runs, ini_thresholds=st.ini_thresholds, cli_thresholds=st.cli_thresholds,
                                  gate=st.gate, fail_inconclusive=st.fail_inconclusive, base_python=st.base_python)
         except ConfigError as exc:
@@ -402,7 +403,7 @@ class SpecDecSession:
             st = self.settings
             self._judge = Judge(GateConfig(
                 self.profile, st.baselines_dir, self.rootpath, st.update_baselines, st.keep_sessions, st.alpha,
-                st.fdr, self.runs(), self.max_runs(), st.gate, st.ini_thresholds, st.cli_thresholds,
+                st.multiplicity, self.runs(), self.max_runs(), st.gate, st.ini_thresholds, st.cli_thresholds,
                 strict=st.strict, fail_inconclusive=st.fail_inconclusive, fail_machine=st.fail_machine,
                 started=self.started, calibrate=st.calibrate))
         return self._judge
@@ -435,12 +436,12 @@ class SpecDecSession:
             from pytest_specdec.output.ab_wording import ab_test_end_message
 
             record.ab = judged
-            lines, failure, warning = ab_test_end_message(nodeid, judged, end, fdr=st.fdr)
+            lines, failure, warning = ab_test_end_message(nodeid, judged, end, multiplicity=st.multiplicity)
             for line in lines:
                 self.progress(line)
         else:
             record.baseline = judged
-            failure, warning = test_end_message(nodeid, judged, end, alpha=st.alpha, fdr=st.fdr)
+            failure, warning = test_end_message(nodeid, judged, end, alpha=st.alpha, multiplicity=st.multiplicity)
         if warning:
             warnings.warn(SpecDecWarning(warning), stacklevel=1)
         return failure

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suites", type=int, default=2000, help="simulated suites per noise row (default 2000)")
     ap.add_argument("--seed", type=int, default=20261126)
-    ap.add_argument("--multiplicity", dest="fdr", choices=("bh", "holm"), default="bh",
+    ap.add_argument("--multiplicity", dest="multiplicity", choices=("bh", "holm"), default="bh",
                     help="the family's adjustment: bh (false discovery rate) or holm (family-wise error rate); "
                          "default bh")
     ap.add_argument("--pairs", default="8,16,24,32", help="pair counts shown for every row (default 8,16,24,32)")
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rng = np.random.default_rng(args.seed)
     print(f"{args.suites} suites of {TESTS} tests x {len(GATED)} gated metrics ({', '.join(m for m, _ in GATED)}), "
-          f"seed {args.seed}; {args.fdr.upper() if args.fdr == 'bh' else 'Holm'} over the suite's "
+          f"seed {args.seed}; {args.multiplicity.upper() if args.multiplicity == 'bh' else 'Holm'} over the suite's "
           f"{TESTS * len(GATED)} verdicts at alpha 0.05; acceptance threshold 2 pt, P95 E2E 10 %")
     print()
     print("| noise (per-pair sd of log candidate/base tok/s) | tok/s threshold | pairs per test | suites | "
@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     best: list[tuple[Noise, Figures | None]] = []
     for noise in ROWS:
         sums = draw(rng, noise, args.suites, max(args.max_pairs, *shown))
-        least = smallest(sums, noise, args.max_pairs, args.fdr)
+        least = smallest(sums, noise, args.max_pairs, args.multiplicity)
         best.append((noise, least))
-        rows = {n: figures(sums, n, noise, fdr=args.fdr) for n in shown}
+        rows = {n: figures(sums, n, noise, multiplicity=args.multiplicity) for n in shown}
         if least is not None:
             rows[least.pairs] = least
         for n in sorted(rows):
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     for noise in ROWS:
         sums = draw(rng, noise, args.suites, max(looks[-1] for looks in schedules))
         for looks in schedules:
-            print(_seq_row(noise, schedule(sums, looks, noise, fdr=args.fdr), args.suites))
+            print(_seq_row(noise, schedule(sums, looks, noise, multiplicity=args.multiplicity), args.suites))
     print(f"\n({time.perf_counter() - t0:.1f} s)")
     return 0
 

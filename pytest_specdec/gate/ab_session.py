@@ -244,13 +244,15 @@ class ABJudgement:
                 "ci_level": 1 - 2 * plan.alpha / max(1, plan.max_looks)}
 
 
-def adjust(checks: Sequence[tuple[str, ABJudgement]], *, final: bool, fdr: str, alpha: float, gated_size: int = 0,
+def adjust(checks: Sequence[tuple[str, ABJudgement]], *, final: bool, multiplicity: str, alpha: float,
+           gated_size: int = 0,
            family_size: int = 0) -> list[tuple[str, ABJudgement]]:
     """BH/Holm over every A/B verdict so far, each family on its own (padded with p=1 to the sizes the collected
     tests reach, unless ``final``): each judgement with its ``verdicts`` (or ``final``), as the nightly adjusts."""
     from pytest_specdec.gate.check import adjusted_all
 
-    out = adjusted_all(checks, final=final, fdr=fdr, alpha=alpha, gated_size=gated_size, family_size=family_size)
+    out = adjusted_all(checks, final=final, multiplicity=multiplicity, alpha=alpha, gated_size=gated_size,
+                       family_size=family_size)
     if final:
         return [(nodeid, dataclasses.replace(c, final=tuple(out.get(nodeid, c.raw)))) for nodeid, c in checks]
     return [(nodeid, dataclasses.replace(c, verdicts=tuple(out.get(nodeid, c.raw)))) for nodeid, c in checks]
@@ -291,7 +293,7 @@ class ABGate:
     """An A/B session's gate: the base's profile, the thresholds and gated metrics, each test's looks, its end and
     the session's (`protocol.Gate`)."""
 
-    def __init__(self, profile: Profile, base_drafts: Mapping[str, str], *, alpha: float, fdr: str, runs: int,
+    def __init__(self, profile: Profile, base_drafts: Mapping[str, str], *, alpha: float, multiplicity: str, runs: int,
                  max_runs: int, ini_thresholds: Sequence[str] = (), cli_thresholds: Sequence[str] = (),
                  gate: Sequence[str] = (), fail_inconclusive: bool = False, base_python: str | None = None,
                  stop: StopRule | None = None) -> None:
@@ -307,7 +309,8 @@ class ABGate:
         from pytest_specdec.gate.sequential import planned_looks
         from pytest_specdec.vllm.install import probe, this_install
 
-        self.profile, self.alpha, self.fdr, self.fail_inconclusive = profile, alpha, fdr, fail_inconclusive
+        self.profile, self.alpha, self.multiplicity = profile, alpha, multiplicity
+        self.fail_inconclusive = fail_inconclusive
         self.base = profile.with_drafts(dict(base_drafts), "--specdec-base-draft")
         #: The methods with a base: those --specdec-base-draft names; on another install every method has one.
         self.methods: tuple[str, ...] | None = tuple(base_drafts) if base_drafts else None
@@ -450,7 +453,7 @@ class ABGate:
         --specdec-fail-inconclusive), unless its marker says check=False."""
         judged = [p for p in planned if self.skip_reason(p.method, p.speculative_config) is None]
         gated = self.gated_size(planned)
-        c = dict(adjust(family, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated,
+        c = dict(adjust(family, final=False, multiplicity=self.multiplicity, alpha=self.alpha, gated_size=gated,
                         family_size=gated + (len(AB_SHOWN) * len(judged) if self.installs else 0)))[nodeid]
         end = self.fail_rule.decide(checked=c.checked, status="compared", verdicts=c.shown())
         return dataclasses.replace(c, end=end), end
@@ -467,7 +470,8 @@ class ABGate:
         are its late regressions, which fail the session."""
         from pytest_specdec.gate.protocol import SessionEnd
 
-        family = adjust([(t.nodeid, t.check) for t in tests], final=True, fdr=self.fdr, alpha=self.alpha)
+        family = adjust([(t.nodeid, t.check) for t in tests], final=True, multiplicity=self.multiplicity,
+                        alpha=self.alpha)
         rule = self.fail_rule
         ends = [(n, c, rule.decide(checked=c.checked, status="compared", verdicts=c.shown())) for n, c in family]
         return SessionEnd(None, tuple(family), late_regressions=tuple(

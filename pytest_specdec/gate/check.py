@@ -180,10 +180,10 @@ class FailRule:
         return PASSED
 
 
-def adjusted(checks: Sequence[tuple[str, Judgement]], nodeid: str, *, final: bool, fdr: str, alpha: float,
+def adjusted(checks: Sequence[tuple[str, Judgement]], nodeid: str, *, final: bool, multiplicity: str, alpha: float,
              gated_size: int, family_size: int) -> list[Verdict]:
     """This test's verdicts after BH/Holm over every raw verdict so far (`adjusted_all`)."""
-    return adjusted_all(checks, final=final, fdr=fdr, alpha=alpha, gated_size=gated_size,
+    return adjusted_all(checks, final=final, multiplicity=multiplicity, alpha=alpha, gated_size=gated_size,
                         family_size=family_size).get(nodeid, [])
 
 
@@ -197,7 +197,7 @@ class Judged(Protocol):
     def max_looks(self) -> int: ...
 
 
-def adjusted_all(checks: Sequence[tuple[str, Judged]], *, final: bool, fdr: str, alpha: float,
+def adjusted_all(checks: Sequence[tuple[str, Judged]], *, final: bool, multiplicity: str, alpha: float,
                  gated_size: int, family_size: int) -> dict[str, list[Verdict]]:
     """Every test's verdicts after BH/Holm over every raw verdict so far, each family (gated, shown) on its
     own; padded with p=1 to the family size collected, unless ``final``."""
@@ -214,7 +214,7 @@ def adjusted_all(checks: Sequence[tuple[str, Judged]], *, final: bool, fdr: str,
         part = [flat[i] for i in idx]
         with_p = sum(1 for v in part if v.p is not None and v.verdict != NOT_COMPARABLE)
         size = None if final else max(sizes[family], with_p)
-        for i, v in zip(idx, adjust(part, fdr, alpha, family_size=size)):
+        for i, v in zip(idx, adjust(part, multiplicity, alpha, family_size=size)):
             out[i] = v
         # What a lone regression must clear: BH/Holm over m tests is alpha/m for the smallest p.
         m = max(1, size or with_p)

@@ -44,7 +44,7 @@ class GateConfig:
     update: str | None  # --update-baselines: None, "all" or "missing"
     keep_sessions: int
     alpha: float
-    fdr: str  # "bh" | "holm"
+    multiplicity: str  # "bh" | "holm"
     runs: int  # runs per arm at the first look
     max_runs: int  # resolved: --specdec-max-runs, else the profile's [verdicts] max_runs, raised to an explicit runs
     gate: tuple[str, ...] = ()  # ini specdec_gate: metrics added to the gated family
@@ -156,7 +156,7 @@ class Judge:
 
         profile = self.cfg.profile
         return Pipeline(Stored(tuple(self.stored), profile.min_night_sd, self.night_prior),
-                        self.cfg.alpha, self.cfg.fdr, self.state_tolerance)
+                        self.cfg.alpha, self.cfg.multiplicity, self.state_tolerance)
 
     @cached_property
     def state_tolerance(self) -> StateTolerance:
@@ -320,7 +320,8 @@ class Judge:
         """How this session judges, for the results: what `pytest-specdec compare` needs to judge it again."""
         from pytest_specdec.gate.thresholds import to_dict
 
-        return {"alpha": self.cfg.alpha, "fdr": self.cfg.fdr, "min_night_sd": self.cfg.profile.min_night_sd,
+        return {"alpha": self.cfg.alpha, "multiplicity": self.cfg.multiplicity,
+                "min_night_sd": self.cfg.profile.min_night_sd,
                 "night_prior": self.night_prior.to_dict(),
                 **({"calibration": used} if (used := self.calibration_used) is not None else {}),
                 "machine_state_tolerance": self.state_tolerance.to_dict(),

@@ -66,7 +66,7 @@ class Pipeline:
 
     stored: Stored
     alpha: float
-    fdr: str  # "bh" | "holm"
+    multiplicity: str  # "bh" | "holm"
     #: ±% within which a stored night's machine state is tonight's, per kind (the profile's [verdicts]
     #: machine_state_tolerance, or this machine's calibration's): the state-bound metrics are judged against those
     #: nights only. None: not conditioned.
@@ -116,7 +116,8 @@ class Pipeline:
         collected tests can reach (the later tests' p-values are not known yet)."""
         from pytest_specdec.gate.check import adjusted
 
-        return tuple(adjusted(family, nodeid, final=False, fdr=self.fdr, alpha=self.alpha, gated_size=gated_size,
+        return tuple(adjusted(family, nodeid, final=False, multiplicity=self.multiplicity, alpha=self.alpha,
+                              gated_size=gated_size,
                               family_size=family_size))
 
     def machine(self, checks: Iterable[Judgement], thresholds: Thresholds) -> MachineFactor | None:
@@ -155,7 +156,8 @@ class Pipeline:
                         judged[i] = (nodeid, replace(c, rejudged=()))
                         errors.append((nodeid, f"its final verdicts could not be computed ({type(exc).__name__}: "
                                                f"{exc})"))
-        final = adjusted_all(judged, final=True, fdr=self.fdr, alpha=self.alpha, gated_size=0, family_size=0)
+        final = adjusted_all(judged, final=True, multiplicity=self.multiplicity, alpha=self.alpha, gated_size=0,
+                             family_size=0)
         return machine, [(n, replace(c, final=tuple(final.get(n, [])) if c.raw else ())) for n, c in judged]
 
 

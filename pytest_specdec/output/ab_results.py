@@ -90,14 +90,14 @@ class ABComparison:
 
     rows: list[ABRow]
     alpha: float
-    fdr: str
+    multiplicity: str
     notes: list[str] = field(default_factory=list)
 
     def failed(self) -> list[ABRow]:
         return [r for r in self.rows if r.failed]
 
 
-def judge_again(results: Results, where: str, *, override: Mapping[str, float], alpha: float, fdr: str
+def judge_again(results: Results, where: str, *, override: Mapping[str, float], alpha: float, multiplicity: str
                 ) -> dict[str, ABJudgement]:
     """Each A/B test of a file judged again from its runs: at the look it ended on, with the thresholds it recorded
     (``override``, the command line's, on top) and its gated metrics, then BH/Holm over the file's whole A/B family
@@ -131,15 +131,15 @@ def judge_again(results: Results, where: str, *, override: Mapping[str, float], 
         last = looks[-1] if looks else max((v.n_now or 0 for v in raw), default=0)
         taken = (*(Look(n) for n in looks[:-1]), Look(last, raw))
         checks.append((t.nodeid, ABJudgement(plan, taken)))
-    return dict(adjust(checks, final=True, fdr=fdr, alpha=alpha))
+    return dict(adjust(checks, final=True, multiplicity=multiplicity, alpha=alpha))
 
 
-def compare_ab(old: Results | None, new: Results, *, override: Mapping[str, float], alpha: float, fdr: str,
+def compare_ab(old: Results | None, new: Results, *, override: Mapping[str, float], alpha: float, multiplicity: str,
                old_name: str = "OLD", new_name: str = "NEW") -> ABComparison:
     """NEW's A/B tests judged again (`judge_again`), each beside OLD's same test when OLD is an A/B session's
     results too (None: NEW alone, its verdicts shown again)."""
-    now = judge_again(new, new_name, override=override, alpha=alpha, fdr=fdr)
-    then = {} if old is None else judge_again(old, old_name, override=override, alpha=alpha, fdr=fdr)
+    now = judge_again(new, new_name, override=override, alpha=alpha, multiplicity=multiplicity)
+    then = {} if old is None else judge_again(old, old_name, override=override, alpha=alpha, multiplicity=multiplicity)
     rows = []
     for t in new.tests:
         if t.nodeid in now:
@@ -150,7 +150,7 @@ def compare_ab(old: Results | None, new: Results, *, override: Mapping[str, floa
                               reason=f"{new_name} ran it without a base (its method has none, or it ran the "
                                      "reference alone)"))
     rows += [ABRow(n, None, c, f"only in {old_name}") for n, c in then.items() if n not in now]
-    return ABComparison(rows, alpha, fdr)
+    return ABComparison(rows, alpha, multiplicity)
 
 
 def ab_table_lines(cmp: ABComparison, old_name: str, new_name: str) -> list[str]:
@@ -178,12 +178,12 @@ def ab_table_lines(cmp: ABComparison, old_name: str, new_name: str) -> list[str]
 
 def ab_summary_lines(cmp: ABComparison, new_name: str) -> list[str]:
     """The closing lines: the A/B tests judged, and those that fail as the plugin fails them."""
-    from pytest_specdec.output.wording import FDR_NAMES
+    from pytest_specdec.output.wording import MULTIPLICITY_NAMES
 
     judged = [r for r in cmp.rows if r.check is not None]
     bad = cmp.failed()
     return [f"specdec compare: {len(judged)} A/B test(s) of {new_name} judged again, candidate vs base pair by pair "
-            f"({FDR_NAMES[cmp.fdr]} over the A/B family, alpha {cmp.alpha:g})",
+            f"({MULTIPLICITY_NAMES[cmp.multiplicity]} over the A/B family, alpha {cmp.alpha:g})",
             f"specdec compare: {len(bad)} A/B test(s) regressed against their base"
             + (": " + ", ".join(r.nodeid for r in bad) if bad else "")]
 
@@ -195,7 +195,8 @@ def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
     def verdicts(c: ABJudgement | None) -> dict[str, Any] | None:
         return None if c is None else {v.metric: to_json(v) for v in c.shown()}
 
-    return {"alpha": cmp.alpha, "fdr": cmp.fdr, "ab": True, "failed": [r.nodeid for r in cmp.failed()],
+    return {"alpha": cmp.alpha, "multiplicity": cmp.multiplicity, "ab": True,
+            "failed": [r.nodeid for r in cmp.failed()],
             REGRESSED: [r.nodeid for r in cmp.rows if r.check is not None and r.check.regressed()],
             "tests": [{"nodeid": r.nodeid, "status": r.status, "reason": r.reason, "failed": r.failed,
                        "checked": None if r.check is None else r.check.checked, "verdicts": verdicts(r.check),

@@ -22,7 +22,7 @@ from pytest_specdec.gate.kinds import (
 )
 from pytest_specdec.gate.registry import label
 from pytest_specdec.output.wording import (
-    FDR_NAMES,
+    MULTIPLICITY_NAMES,
     format_change,
     format_p,
     format_threshold,
@@ -124,25 +124,25 @@ def ab_level(c: ABJudgement) -> str:
     return f"{100 * (1 - 2 * c.alpha / max(1, c.max_looks)):.4g}% CI"
 
 
-def ab_failure(c: ABJudgement, *, fdr: str) -> str:
+def ab_failure(c: ABJudgement, *, multiplicity: str) -> str:
     """A test whose candidate regressed against its base: the metrics, the table, the attribution and why."""
     bad = c.regressed()
     why = ab_attribution(c)
     return "\n".join([
         f"specdec A/B: the candidate regressed against the base: {', '.join(v.metric for v in bad)}",
-        f"{ab_sides(c)}; p: one-sided, adjusted by {FDR_NAMES[fdr]} over the session's A/B verdicts",
+        f"{ab_sides(c)}; p: one-sided, adjusted by {MULTIPLICITY_NAMES[multiplicity]} over the session's A/B verdicts",
         "", table(c.shown(), ab_level(c), ("base", "candidate")), "",
         *([f"attribution: {why}"] if why else []),
         "why:", *[f"  {v.metric}: {v.note}" for v in bad]])
 
 
-def ab_test_end_message(nodeid: str, c: ABJudgement, end: TestEnd, *, fdr: str
+def ab_test_end_message(nodeid: str, c: ABJudgement, end: TestEnd, *, multiplicity: str
                         ) -> tuple[list[str], str | None, str | None]:
     """An A/B test's end (`ABGate.test_end`) in words: its lines for the terminal, its failure message and its
     warning (either None)."""
     lines = ab_test_lines(nodeid, c)
     if end.outcome == REGRESSED:
-        return lines, ab_failure(c, fdr=fdr), None
+        return lines, ab_failure(c, multiplicity=multiplicity), None
     if end.outcome != INCONCLUSIVE:
         return lines, None, None
     what = "; ".join(f"{v.metric} {guard_text(v)}" for v in end.open)
@@ -154,13 +154,14 @@ def ab_test_end_message(nodeid: str, c: ABJudgement, end: TestEnd, *, fdr: str
     return lines, None, f"{nodeid}: {msg}; the test passes (--specdec-fail-inconclusive fails it)"
 
 
-def ab_session_lines(checks: Sequence[tuple[str, ABJudgement]], end: SessionEnd, *, fdr: str
+def ab_session_lines(checks: Sequence[tuple[str, ABJudgement]], end: SessionEnd, *, multiplicity: str
                      ) -> tuple[list[str], list[str]]:
     """The A/B session's end (`gate.ab_session.ABGate.finish`): its closing line (tests judged, how many regressed
     and at what, the verdicts' counts), and the tests that regressed only once the whole family was known."""
     by = dict(checks)
     late = [f"specdec: {n}: after the whole session's A/B family was known, "
-            + ab_failure(by[n], fdr=fdr).removeprefix("specdec A/B: ") for n, _ in end.late_regressions]
+            + ab_failure(by[n], multiplicity=multiplicity).removeprefix("specdec A/B: ")
+            for n, _ in end.late_regressions]
     if not checks:
         return [], late
 

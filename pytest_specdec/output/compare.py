@@ -121,7 +121,7 @@ class Comparison:
     rows: list[Row]
     machine: MachineFactor | None
     alpha: float
-    fdr: str
+    multiplicity: str
     #: NEW's concurrency sweeps, judged as the session judges them: a gated regression or an error fails
     crossovers: list[SweepOutcome] = field(default_factory=list)
     #: against stored baselines: the machines' folders NEW's tests were judged against (their path, their name)
@@ -187,7 +187,7 @@ def test_thresholds(test: TestEntry, session: Thresholds, override: Mapping[str,
 
 
 def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, override: Mapping[str, float]
-            | None = None, alpha: float = 0.05, fdr: str = "bh", min_night_sd: float = 0.0,
+            | None = None, alpha: float = 0.05, multiplicity: str = "bh", min_night_sd: float = 0.0,
             night_prior: NightPrior | None = None,
             state_tolerance: StateTolerance | None = None, old_name: str = "OLD", new_name: str = "NEW",
             datasets: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None) -> Comparison:
@@ -271,7 +271,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
         rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
     else:  # the priors from the files of the machines judged against, as the plugin's session reads them
         stored = [data for s in stores.values() for data in s.readable()]
-    pipeline = Pipeline(Stored(tuple(stored), min_night_sd, night_prior), alpha, fdr, state_tolerance)
+    pipeline = Pipeline(Stored(tuple(stored), min_night_sd, night_prior), alpha, multiplicity, state_tolerance)
     machine, judged_all = judge_all(pipeline, checks, thresholds)
     by_id = dict(judged_all)
     from pytest_specdec.gate.verdicts import baseline_split
@@ -286,7 +286,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())
     sweeps = crossovers(old, new, rows, stores, alpha=alpha,
                         tolerance=None if state_tolerance is None else state_tolerance.ratio, old_name=old_name)
-    return Comparison(rows, machine, alpha, fdr, sweeps, machines)
+    return Comparison(rows, machine, alpha, multiplicity, sweeps, machines)
 
 
 def crossovers(old: Results | StoredDir, new: Results, rows: Sequence[Row], stores: Mapping[str, Any], *,
@@ -350,7 +350,7 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
 def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     """The closing lines: the machine factor, the counts of gated verdicts, the tests in one file only."""
     from pytest_specdec.output.sweeps import crossover_line
-    from pytest_specdec.output.wording import FDR_NAMES, machine_sentence
+    from pytest_specdec.output.wording import MULTIPLICITY_NAMES, machine_sentence
 
     counts: dict[str, int] = {}
     for r in cmp.rows:
@@ -366,7 +366,7 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     verdicts = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
     tests = ", ".join(f"{n} {k}" for k, n in status.items())
     lines.append(f"specdec compare: {len(cmp.rows)} test(s): {tests}; gated verdicts {verdicts} "
-                 f"({FDR_NAMES[cmp.fdr]} over the gated family, alpha {cmp.alpha:g})")
+                 f"({MULTIPLICITY_NAMES[cmp.multiplicity]} over the gated family, alpha {cmp.alpha:g})")
     bad = [r for r in cmp.regressed if r.checked]
     lines.append(f"specdec compare: {len(bad)} test(s) regressed from {old_name} to {new_name}"
                  + (": " + ", ".join(r.nodeid for r in bad) if bad else ""))
@@ -388,7 +388,7 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
     from pytest_specdec.gate.verdicts import to_json as verdict_json
 
     return {
-        "alpha": cmp.alpha, "fdr": cmp.fdr,
+        "alpha": cmp.alpha, "multiplicity": cmp.multiplicity,
         "baselines": [{"folder": folder, "hardware": name} for folder, name in cmp.machines],
         "machine_factor": cmp.machine.to_dict() if cmp.machine else None,
         REGRESSED: [r.nodeid for r in cmp.regressed],

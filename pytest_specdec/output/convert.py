@@ -13,7 +13,8 @@ alone, so no reader guesses which version wrote a field:
 * results, schema 1 → 2: fields schema 1 grew one by one get what their absence meant (`_results_from_1`);
   2 → 3: the summary takes the registry's names; 3 → 4: each run carries the run record's
   `accepted_per_pos` (accepted tokens per draft position as counts: its rates times its drafts), and an
-  engine config printed as vLLM's text gets its capture size and token budget as numbers.
+  engine config printed as vLLM's text gets its capture size and token budget as numbers; 4 → 5:
+  `gate.settings.fdr` is `gate.settings.multiplicity` (it holds `bh` or `holm`, and Holm is no FDR method).
 
 Each converted file is read back by the plugin's own reader, and keeps as many sessions, tests and runs as it
 had; otherwise nothing is written and the command fails naming the file.
@@ -229,9 +230,18 @@ def results_from_3(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def results_from_4(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 4 → 5: the gate's setting `fdr` is `multiplicity`, in its place among the settings."""
+    gate = data.get("gate")
+    if isinstance(gate, dict) and isinstance(gate.get("settings"), dict) and "fdr" in gate["settings"]:
+        gate["settings"] = {("multiplicity" if k == "fdr" else k): v for k, v in gate["settings"].items()}
+    data["schema"] = 5
+    return data
+
+
 def convert_results(data: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(data)
-    for version, step in ((1, results_from_1), (2, results_from_2), (3, results_from_3)):
+    for version, step in ((1, results_from_1), (2, results_from_2), (3, results_from_3), (4, results_from_4)):
         if out["schema"] == version:
             out = step(out)
     return out

@@ -237,7 +237,7 @@ class GateEntry:
     fail_machine: bool = False
     machine_failed: bool = False
     night_variance: Mapping[str, Any] = field(default_factory=dict)
-    #: how the session judged (`gate.judge.Judge.settings`): alpha, fdr, min_night_sd, the session's thresholds
+    #: how the session judged (`gate.judge.Judge.settings`): alpha, multiplicity, min_night_sd, the session's thresholds
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.explain import Split
     from pytest_specdec.measure.runner import CaseResult
 
-FDR_NAMES = {"bh": "Benjamini-Hochberg", "holm": "Holm"}
+MULTIPLICITY_NAMES = {"bh": "Benjamini-Hochberg", "holm": "Holm"}
 #: The order a count of verdicts is told in: the quiet majority first, then what needs a look.
 COUNT_ORDER: tuple[Decision, ...] = (UNCHANGED, REGRESSED, IMPROVED, INCONCLUSIVE, NOT_COMPARABLE)
 
@@ -271,7 +271,7 @@ def machine_sentence(m: MachineFactor, now: str = "this machine", against: str =
 UNIT_WORDS = {"night": "night means", "session": "session means", "run": "runs"}
 
 
-def regression_message(c: Judgement, verdicts: Sequence[Verdict], *, alpha: float, fdr: str, where: str,
+def regression_message(c: Judgement, verdicts: Sequence[Verdict], *, alpha: float, multiplicity: str, where: str,
                        accept: str) -> str:
     """A failing test's message: what regressed, the table, the attribution, what changed under test and
     the command that accepts the change. ``where`` names the baseline file, ``accept`` the command."""
@@ -289,8 +289,8 @@ def regression_message(c: Judgement, verdicts: Sequence[Verdict], *, alpha: floa
         f"specdec: {len(bad)} metric(s) regressed: {', '.join(v.metric for v in bad)}",
         f"baseline: {where} ({len(sessions)} session(s); unit of comparison: {unit}; "
         f"{c.looks[-1] if c.looks else '?'} run(s) per arm now, look {len(c.looks)} of {c.max_looks})",
-        f"p: one-sided, x{c.max_looks} for the looks, adjusted by {FDR_NAMES[fdr]} over the session's metric tests "
-        f"(the family depends on which tests were selected)",
+        f"p: one-sided, x{c.max_looks} for the looks, adjusted by {MULTIPLICITY_NAMES[multiplicity]} over the "
+        "session's metric tests (the family depends on which tests were selected)",
         "",
         table(verdicts, f"{level:.4g}% CI"),
         "",
@@ -351,7 +351,8 @@ def night_lines(nights: Mapping[str, NightVariance], calibration: Mapping[str, A
 
 
 def gate_lines(rows: Sequence[tuple[str, Judgement, CaseResult | None]], machine: MachineFactor | None, *,
-               fdr: str, alpha: float, fail_inconclusive: bool, nights: Mapping[str, NightVariance] | None = None,
+               multiplicity: str, alpha: float, fail_inconclusive: bool,
+               nights: Mapping[str, NightVariance] | None = None,
                calibration: Mapping[str, Any] | None = None) -> list[str]:
     """The terminal's last lines: per test, each gated verdict and what the baseline can catch, and the
     absolute figures once the machine factor is divided out (shown family); then the inconclusive count."""
@@ -362,7 +363,7 @@ def gate_lines(rows: Sequence[tuple[str, Judgement, CaseResult | None]], machine
         return []
     m = sum(1 for _, c, _ in rows for v in c.final or [] if v.family == GATED and v.p is not None)
     out = [f"specdec gate: per test, the gated verdicts and the smallest change each would catch "
-           f"(power 0.9, {fdr.upper()} over {m} gated tests at alpha {alpha:g}):"]
+           f"(power 0.9, {multiplicity.upper()} over {m} gated tests at alpha {alpha:g}):"]
     counts: dict[Decision, int] = {}
     open_tests: list[str] = []
     unspent = 0
@@ -417,7 +418,7 @@ def coalesced_summary(results: Sequence[tuple[str, CaseResult | None]]) -> list[
             *(line for n, r in untrusted for line in coalesced_lines(n, r, indent="  "))]
 
 
-def test_end_message(nodeid: str, c: Judgement, end: TestEnd, *, alpha: float, fdr: str
+def test_end_message(nodeid: str, c: Judgement, end: TestEnd, *, alpha: float, multiplicity: str
                      ) -> tuple[str | None, str | None]:
     """A test's end in words: (failure message, warning message), either None."""
     if end.outcome == "pass":
@@ -432,7 +433,8 @@ def test_end_message(nodeid: str, c: Judgement, end: TestEnd, *, alpha: float, f
                f"to replace it with tonight's measurement: --update-baselines")
         return ("specdec: " + msg, None) if end.fails else (None, f"{nodeid}: {msg}")
     if end.outcome == REGRESSED:
-        return regression_message(c, c.verdicts, alpha=alpha, fdr=fdr, where=end.where, accept=end.command), None
+        return regression_message(c, c.verdicts, alpha=alpha, multiplicity=multiplicity, where=end.where,
+                                  accept=end.command), None
     what = "; ".join(f"{v.metric} {guard_text(v)}" for v in end.open)
     runs = c.looks[-1] if c.looks else "?"
     msg = f"{len(end.open)} gated metric(s) inconclusive after {runs} run(s) per arm: {what}"
@@ -448,7 +450,7 @@ def session_error_line(what: str, why: str) -> str:
 
 
 def session_end_lines(end: Any, checks: Mapping[str, Judgement], results: Sequence[tuple[str, CaseResult | None]],
-                      *, alpha: float, fdr: str, strict: bool = False) -> list[str]:
+                      *, alpha: float, multiplicity: str, strict: bool = False) -> list[str]:
     """The gate's lines at the session's end (`gate.protocol.SessionEnd`), in order: a machine without baselines of
     its own (once), the late regressions' heading, the machine factor, the late regressions, the coalesced runs,
     then what the baseline store wrote."""
@@ -470,7 +472,7 @@ def session_end_lines(end: Any, checks: Mapping[str, Judgement], results: Sequen
             lines.append("specdec: the session fails on the machine factor (--specdec-fail-machine)")
     for nodeid, late in end.late_regressions:
         c = checks[nodeid]
-        lines.append(regression_message(c, c.final or [], alpha=alpha, fdr=fdr, where=late.where,
+        lines.append(regression_message(c, c.final or [], alpha=alpha, multiplicity=multiplicity, where=late.where,
                                         accept=late.command).replace(
             "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
     return [*lines, *coalesced_summary(results), *end.written]

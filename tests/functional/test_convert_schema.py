@@ -104,6 +104,7 @@ def old_results() -> dict[str, Any]:
            "accepted_tokens": None, "per_position_acceptance": None, "acceptance_rate": None, "draft_coverage": None}
     return {
         "schema": 1, "started": "2026-11-24T03:00:00+00:00", "machine_factor": None,
+        "gate": {"settings": {"alpha": 0.05, "fdr": "holm", "min_night_sd": 6.0}},
         "environment": {"workarounds": [{"name": "patch-x", "detail": "why"}, "plain"]},
         "servers": {"s": {"engine_config": {"compilation_config": "{'level': 3, 'cudagraph_capture_sizes': [1, 512]}",
                                             "max_num_batched_tokens": "2048"}, "command": []}},
@@ -123,7 +124,8 @@ def test_a_results_file_gets_what_each_missing_field_meant(tmp_path: Path) -> No
     """Schema 1 → current: the outcome's phase becomes `when`; a verdict without `family` is gated unless its
     baseline's `gate` says otherwise, without `mde` no variance model; `ci_level` from `alpha` and `max_looks`,
     else from the notes; a workaround's `detail` is its reason; the summary takes the registry's names; a run
-    carries its accepted tokens per position as counts; a printed engine config its numbers."""
+    carries its accepted tokens per position as counts; a printed engine config its numbers; the gate's setting
+    `fdr` is `multiplicity`."""
     old = old_results()
     path = tmp_path / "specdec.json"
     path.write_text(json.dumps(old))
@@ -145,6 +147,7 @@ def test_a_results_file_gets_what_each_missing_field_meant(tmp_path: Path) -> No
     assert new["environment"]["workarounds"] == [{"name": "patch-x", "applied": True, "reason": "why"},
                                                  {"name": "plain", "applied": True, "reason": None}]
     assert regime_limits(new["servers"]["s"]) == [(512, "CUDA-graph capture size"), (2048, "max_num_batched_tokens")]
+    assert new["gate"]["settings"] == {"alpha": 0.05, "multiplicity": "holm", "min_night_sd": 6.0}
     assert convert_file(path) == f"current {path}: results schema {RESULTS_SCHEMA}"
 
 

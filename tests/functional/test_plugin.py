@@ -277,7 +277,7 @@ def test_the_former_spellings_of_renamed_options_still_work_with_a_warning(pytes
 
         def test_settings(pytestconfig):
             st = pytestconfig.stash[session_key].settings
-            assert (st.settle_timeout_s, st.hung_timeout_s, st.fdr) == (0.5, 7.0, "holm")
+            assert (st.settle_timeout_s, st.hung_timeout_s, st.multiplicity) == (0.5, 7.0, "holm")
             assert (st.report_path.name, st.reports_dir.name) == ("r.html", "out")
     ''')
     old = {"--specdec-quiet-timeout=0.5": "--specdec-settle-timeout",

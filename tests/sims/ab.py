@@ -91,7 +91,7 @@ def draw(rng: np.random.Generator, noise: Noise, suites: int, pairs: int, tests:
     return Sums.of(z * noise.sds()[:, None])
 
 
-def judge(sums: Sums, n: int, noise: Noise, *, shift_pct: float = 0.0, fdr: str = "bh", alpha: float = 0.05,
+def judge(sums: Sums, n: int, noise: Noise, *, shift_pct: float = 0.0, multiplicity: str = "bh", alpha: float = 0.05,
           lone_only: bool = False) -> np.ndarray:
     """Verdicts after the family's adjustment, (suites, tests, gated); the first test's tok/s moved by
     ``shift_pct`` %. ``lone_only``: decide that one cell only, (suites,) (the p-values of all still adjust)."""
@@ -101,7 +101,7 @@ def judge(sums: Sums, n: int, noise: Noise, *, shift_pct: float = 0.0, fdr: str 
         mean[:, 0, 0] += math.log1p(shift_pct / 100.0)
     d, lo, hi, p = paired_core(mean, var, n, alpha_for_look(alpha, 1, 1))
     suites = p.shape[0]
-    padj = adjusted_p(p.reshape(suites, -1), fdr).reshape(p.shape)
+    padj = adjusted_p(p.reshape(suites, -1), multiplicity).reshape(p.shape)
     thr = noise.thresholds()
     cols = []
     for j, (name, kind) in enumerate(GATED[: 1 if lone_only else None]):
@@ -126,20 +126,21 @@ class Figures:
 
 
 def figures(sums: Sums, n: int, noise: Noise, drops: tuple[float, ...] = (-10.0, -5.0),
-            fdr: str = "bh") -> Figures:
+            multiplicity: str = "bh") -> Figures:
     """The false alarms, the A/A share unchanged and the power at each lone drop, with ``n`` pairs per test."""
-    v = judge(sums, n, noise, fdr=fdr)
-    power = {drop: float((judge(sums, n, noise, shift_pct=drop, fdr=fdr, lone_only=True) == "regressed").mean())
+    v = judge(sums, n, noise, multiplicity=multiplicity)
+    power = {drop: float((judge(sums, n, noise, shift_pct=drop, multiplicity=multiplicity, lone_only=True)
+                          == "regressed").mean())
              for drop in drops}
     return Figures(n, float((v == "regressed").any(axis=(1, 2)).mean()),
                    float(np.isin(v, ("regressed", "improved")).any(axis=(1, 2)).mean()),
                    float((v[..., 0] == "unchanged").mean()), power)
 
 
-def smallest(sums: Sums, noise: Noise, max_pairs: int, fdr: str = "bh") -> Figures | None:
+def smallest(sums: Sums, noise: Noise, max_pairs: int, multiplicity: str = "bh") -> Figures | None:
     """The fewest pairs per test (2..``max_pairs``) meeting the row's targets, with its figures; None: none do."""
     for n in range(2, max_pairs + 1):
-        f = figures(sums, n, noise, fdr=fdr)
+        f = figures(sums, n, noise, multiplicity=multiplicity)
         if f.meets(noise.target):
             return f
     return None
@@ -158,7 +159,7 @@ class Stops:
     pairs: np.ndarray
 
 
-def sequential(sums: Sums, looks: Sequence[int], noise: Noise, *, shift_pct: float = 0.0, fdr: str = "bh",
+def sequential(sums: Sums, looks: Sequence[int], noise: Noise, *, shift_pct: float = 0.0, multiplicity: str = "bh",
                alpha: float = 0.05) -> Stops:
     """The plugin's sequential A/B on a batch: at each planned look (pairs in ``looks``) every test still going is
     judged at alpha / looks (``paired``'s core, p x looks), and stops when no gated verdict is left that is
@@ -194,7 +195,7 @@ def sequential(sums: Sums, looks: Sequence[int], noise: Noise, *, shift_pct: flo
         going &= useful
     d, lo, hi, p = kept
     suites = p.shape[0]
-    padj = adjusted_p(p.reshape(suites, -1), fdr).reshape(p.shape)
+    padj = adjusted_p(p.reshape(suites, -1), multiplicity).reshape(p.shape)
     cols = [decide(*(to_natural(kind, v[..., j]) for v in (d, lo, hi)), padj[..., j], bads[j], alpha, units[j])
             for j, (_, kind) in enumerate(GATED)]
     return Stops(np.stack(cols, -1), pairs)
@@ -214,10 +215,10 @@ class Schedule:
 
 
 def schedule(sums: Sums, looks: Sequence[int], noise: Noise, drops: tuple[float, ...] = (-10.0, -5.0),
-             fdr: str = "bh") -> Schedule:
+             multiplicity: str = "bh") -> Schedule:
     """:func:`sequential`'s figures for one row and schedule: A/A, then each lone drop on the first test."""
-    aa = sequential(sums, looks, noise, fdr=fdr)
-    moved = {drop: sequential(sums, looks, noise, shift_pct=drop, fdr=fdr) for drop in drops}
+    aa = sequential(sums, looks, noise, multiplicity=multiplicity)
+    moved = {drop: sequential(sums, looks, noise, shift_pct=drop, multiplicity=multiplicity) for drop in drops}
     return Schedule(tuple(looks), float((aa.verdicts == REGRESSED).any(axis=(1, 2)).mean()),
                     float((aa.verdicts[..., 0] == UNCHANGED).mean()), float(aa.pairs.mean()),
                     {drop: float((s.verdicts[:, 0, 0] == REGRESSED).mean()) for drop, s in moved.items()},

@@ -123,7 +123,8 @@ def test_attribution() -> None:
 
 
 def gate(profile_path: str = "cpu", runs: int = 8, max_runs: int = 8, **drafts: str) -> ABGate:
-    return ABGate(load_profile(profile_path), drafts or {"eagle3": "/heads/old"}, alpha=0.05, fdr="bh", runs=runs,
+    return ABGate(load_profile(profile_path), drafts or {"eagle3": "/heads/old"}, alpha=0.05, multiplicity="bh",
+                  runs=runs,
                   max_runs=max_runs)
 
 
@@ -189,7 +190,7 @@ def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
 def test_inconclusive_warns_or_fails_under_fail_inconclusive() -> None:
     few = dataclasses.replace(case(1.0), runs=case(1.0).runs[:1], base_runs=case(1.0).base_runs[:1])
     for fail in (False, True):
-        g = ABGate(load_profile("cpu"), {"eagle3": "/heads/old"}, alpha=0.05, fdr="bh", runs=1, max_runs=1,
+        g = ABGate(load_profile("cpu"), {"eagle3": "/heads/old"}, alpha=0.05, multiplicity="bh", runs=1, max_runs=1,
                    fail_inconclusive=fail)
         c = judged(ab_verdicts(few, g.thresholds, 0.05))  # one pair: too little data
         c, end = g.test_end("t1", [("t1", c)], [planned()])
@@ -201,7 +202,7 @@ def stepped_gate(runs: int, max_runs: int, step: int) -> ABGate:
     """`gate` with the profile's [matrix] ab_look_step set to ``step``."""
     cpu = load_profile("cpu")
     profile = dataclasses.replace(cpu, matrix={**cpu.matrix, "ab_look_step": step})
-    return ABGate(profile, {"eagle3": "/heads/old"}, alpha=0.05, fdr="bh", runs=runs, max_runs=max_runs)
+    return ABGate(profile, {"eagle3": "/heads/old"}, alpha=0.05, multiplicity="bh", runs=runs, max_runs=max_runs)
 
 
 def upto(n: int, speed: float) -> CaseResult:
@@ -264,7 +265,7 @@ def test_marker_and_ini_fields_an_ab_cannot_apply_are_refused_by_name() -> None:
                                           r"e2e_p95_ratio \(it judges output_tok_s, acceptance_rate, e2e_p95_ms\)"):
         g.refuse([planned(thresholds={"e2e_p95_ratio": 20.0})])
     with pytest.raises(ConfigError, match="ini specdec_gate names e2e_p95_ratio, which an A/B session cannot gate"):
-        ABGate(load_profile("cpu"), {"eagle3": "/x"}, alpha=0.05, fdr="bh", runs=8, max_runs=8,
+        ABGate(load_profile("cpu"), {"eagle3": "/x"}, alpha=0.05, multiplicity="bh", runs=8, max_runs=8,
                gate=("e2e_p95_ratio",))
 
 

@@ -132,8 +132,8 @@ def test_batch_path_matches_paired_and_adjust() -> None:
     x[:, 0, 0] += math.log(0.6)  # something to find
     mean, var = sim.Sums.of(x).moments(4)  # the first 4 pairs, from the running sums
     assert np.allclose(mean, x[..., :4].mean(-1)) and np.allclose(var, x[..., :4].var(-1, ddof=1))
-    for fdr in ("bh", "holm"):
-        batch = sim.judge(sim.Sums.of(x), 6, noise, fdr=fdr)
+    for multiplicity in ("bh", "holm"):
+        batch = sim.judge(sim.Sums.of(x), 6, noise, multiplicity=multiplicity)
         for s in range(3):
             verdicts = []
             for t in range(4):
@@ -141,7 +141,7 @@ def test_batch_path_matches_paired_and_adjust() -> None:
                     base = [0.6] * 6 if kind == "acceptance" else [100.0] * 6
                     cand = (0.6 + x[s, t, j] if kind == "acceptance" else 100.0 * np.exp(x[s, t, j])).tolist()
                     verdicts.append(paired(name, base, cand, kind=kind, thresholds=noise.thresholds()))
-            got = [v.verdict for v in adjust(verdicts, fdr)]
+            got = [v.verdict for v in adjust(verdicts, multiplicity)]
             assert got == batch[s].reshape(-1).tolist()
         assert (batch == "regressed").any()
 

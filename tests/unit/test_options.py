@@ -71,8 +71,8 @@ def test_compare_fdr_is_now_multiplicity_and_the_former_spelling_warns(tmp_path:
     from pytest_specdec.cli import main, parser
     from pytest_specdec.errors import SpecDecDeprecationWarning
 
-    assert parser().parse_args(["compare", "a.json", "b.json", "--fdr", "holm"]).fdr == "holm"
-    assert parser().parse_args(["compare", "a.json", "b.json", "--multiplicity", "holm"]).fdr == "holm"
+    assert parser().parse_args(["compare", "a.json", "b.json", "--fdr", "holm"]).multiplicity == "holm"
+    assert parser().parse_args(["compare", "a.json", "b.json", "--multiplicity", "holm"]).multiplicity == "holm"
     with pytest.warns(SpecDecDeprecationWarning, match="^--fdr is deprecated and goes in the next release: use "
                                                        "--multiplicity$"):
         main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fdr", "holm"])
