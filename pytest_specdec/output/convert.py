@@ -37,6 +37,7 @@ from pytest_specdec.gate.baselines import load as load_baseline
 from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, SHOWN
 from pytest_specdec.measure.record import OPTIONAL_RUN_FIELDS, RUN_FIELDS
 from pytest_specdec.output.fields import number
+from pytest_specdec.output.results import render_results
 from pytest_specdec.output.schema import ResultsError
 from pytest_specdec.output.schema import load as load_results
 
@@ -256,11 +257,6 @@ def results_counts(data: Mapping[str, Any]) -> tuple[int, int]:
 # ---- files ------------------------------------------------------------------------------------------------
 
 
-def _results_text(d: dict[str, Any]) -> str:
-    """A results file's text, as the plugin writes it."""
-    return json.dumps(d, indent=1, sort_keys=True, default=str)
-
-
 def convert_file(path: Path) -> str:
     """Convert one file in place; what was done, as one line."""
     try:
@@ -276,7 +272,7 @@ def convert_file(path: Path) -> str:
         text = render
     elif "tests" in data:
         kind, current, convert, counts = "results", RESULTS_SCHEMA, convert_results, results_counts
-        text = _results_text
+        text = render_results
     else:
         return f"skipped {path}: not a baseline or results file (no `sessions` or `tests`)"
     if version == current:

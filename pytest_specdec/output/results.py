@@ -13,7 +13,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -361,11 +361,17 @@ def stamp(started: float) -> str:
     return f"{t:%Y%m%dT%H%M%S}.{t:%f}Z-{os.getpid()}"
 
 
+def render_results(results: Mapping[str, Any]) -> str:
+    """A results file's text: the one form the session writes and `convert-schema` writes back (sorted keys, one
+    value per line; a value JSON cannot hold, as its text)."""
+    return json.dumps(results, indent=1, sort_keys=True, default=str)
+
+
 def write_results(results: dict[str, Any], reports_dir: Path, started: float, json_path: Path | None = None
                   ) -> tuple[list[Path], dict[str, Any]]:
     """The JSON, always under reports/ (timestamped + latest) and at --specdec-json when given. Returns the
     paths and the data as written (what the report renders, so both say the same)."""
-    data = json.dumps(results, indent=1, sort_keys=True, default=str)
+    data = render_results(results)
     paths = [reports_dir / f"specdec-{stamp(started)}.json", reports_dir / "latest.json"]
     if json_path:
         paths.append(json_path)
