@@ -23,8 +23,8 @@ from pytest_specdec.gate.kinds import GATED, REGRESSED, SHOWN, UNCHANGED, Stop
 from pytest_specdec.gate.registry import GOODPUT
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import FailRule, TestEnd
-    from pytest_specdec.gate.protocol import Finished, Look, Planned, SessionEnd, StopRule, TestOptions, TestStart
+    from pytest_specdec.gate.check import FailRule, Look, TestEnd
+    from pytest_specdec.gate.protocol import Finished, Planned, SessionEnd, StopRule, TestOptions, TestStart
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.measure.explain import Split
     from pytest_specdec.measure.record import ArmRun
@@ -419,8 +419,8 @@ class ABGate:
         regressed or improved verdict stops a test only where the end's BH/Holm cannot take it back). At the last,
         the split of the candidate's speedup against the base's, and why it stopped (`ab.Stop`)."""
         from pytest_specdec.gate.ab import at_family_level, stop_kind, until_settled
+        from pytest_specdec.gate.check import Look
         from pytest_specdec.gate.kinds import MAX_REACHED
-        from pytest_specdec.gate.protocol import Look
         from pytest_specdec.gate.sequential import next_look
         from pytest_specdec.measure.explain import explain, split
 

@@ -17,12 +17,26 @@ from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, REGRE
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
-    from pytest_specdec.gate.protocol import Look
     from pytest_specdec.gate.stats import Thresholds, Verdict
 
 # `kinds.Status`: how a test met its stored baseline (compared with it, none stored, stored but measured under
 # other conditions, or unreadable); `kinds.Outcome`: what a test's end decides (nothing to say, or why it fails).
 
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look a gate took at a test: the runs per arm (pairs, in an A/B) it judged, their verdicts before the
+    family's adjustment, and what it decided: the runs per arm of the next look (None: this look was its last),
+    the runs planned but not spent and why (a look that stopped before the planned runs), and a line for the
+    terminal (why it looks again, or why it stops early; "" for none)."""
+
+    runs: int
+    raw: tuple[Verdict, ...] = ()
+    next_runs: int | None = None
+    unspent: int = 0
+    stop_reason: str = ""
+    line: str = ""
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from pytest_specdec.gate.protocol import SessionEnd
 from pytest_specdec.gate.store import BaselineWrites
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import FailRule, TestEnd
+    from pytest_specdec.gate.check import FailRule, Look, TestEnd
     from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.pipeline import Pipeline
-    from pytest_specdec.gate.protocol import Finished, Look, Planned, StopRule, TestStart
+    from pytest_specdec.gate.protocol import Finished, Planned, StopRule, TestStart
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.store import BaselineStore, Hardware
     from pytest_specdec.gate.variance import NightPrior, NightVariance
@@ -391,7 +391,11 @@ class Judge:
         return SessionEnd(machine, tuple(family), machine_failed=beyond and self.cfg.fail_machine,
                           machine_warns=beyond and not self.cfg.fail_machine, late_regressions=tuple(late),
                           written=tuple(written[0]), baselines=written[1], baselines_failed=written[2],
-                          no_own_baselines=own, state=state_summary(family, self.pipeline.state_tolerance),
+                          no_own_baselines=own, state=state_summary(
+                              [c.night for _, c in family],
+                              [(n, c.plan.baseline, c.final or c.raw) for n, c in family
+                               if c.plan.status == "compared" and c.plan.baseline is not None],
+                              self.pipeline.state_tolerance),
                           errors=tuple(errors))
 
 

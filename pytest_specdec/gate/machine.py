@@ -16,9 +16,8 @@ from pytest_specdec.gate.kinds import GATED
 from pytest_specdec.gate.registry import ABSOLUTE, GOODPUT
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import Judgement
     from pytest_specdec.gate.nights import Night
-    from pytest_specdec.gate.stats import Thresholds
+    from pytest_specdec.gate.stats import Thresholds, Verdict
 
 
 def absolute_scale(name: str, log_factor: float) -> float:
@@ -286,23 +285,24 @@ class StateSummary:
                 "not_comparable": [{"nodeid": n, "metrics": list(m)} for n, m in self.not_comparable]}
 
 
-def state_summary(family: Sequence[tuple[str, Judgement]], tolerance: StateTolerance | None) -> StateSummary | None:
-    """The summary over a session's judgements (`check.Judgement`: their night, baseline and final verdicts);
-    None when no test was probed nor compared."""
+def state_summary(tonight: Sequence[Night | None],
+                  compared: Sequence[tuple[str, Mapping[str, Any], Sequence[Verdict]]],
+                  tolerance: StateTolerance | None) -> StateSummary | None:
+    """The summary over a session's tests: every test's night (``tonight``), and each compared test's (nodeid,
+    stored baseline, final verdicts); None when no test was probed nor compared."""
     if tolerance is None:
         return None
-    tonight = [c.night.machine_state for _, c in family if c.night is not None and c.night.machine_state]
-    compared = [(n, c) for n, c in family if c.plan.status == "compared" and c.plan.baseline is not None]
-    if not tonight and not compared:
+    states = [n.machine_state for n in tonight if n is not None and n.machine_state]
+    if not states and not compared:
         return None
     seen: dict[str, Mapping[str, float] | None] = {}
-    for _, c in compared:
-        for e in (c.plan.baseline or {})["sessions"]:
-            seen.setdefault(f"{e.get('started', '')}#{id(c)}", e.get("machine_state"))
+    for i, (_, baseline, _) in enumerate(compared):
+        for e in baseline["sessions"]:
+            seen.setdefault(f"{e.get('started', '')}#{i}", e.get("machine_state"))
     from pytest_specdec.measure.probe import MachineState, mean_state
 
-    bad = tuple((n, tuple(v.metric for v in (c.final or c.raw or ())
-                          if v.method == MACHINE_STATE and v.family == GATED)) for n, c in compared)
-    mean = mean_state([MachineState(**s) for s in tonight])
+    bad = tuple((n, tuple(v.metric for v in verdicts if v.method == MACHINE_STATE and v.family == GATED))
+                for n, _, verdicts in compared)
+    mean = mean_state([MachineState(**s) for s in states])
     return StateSummary(None if mean is None else mean.to_dict(), tuple(seen.values()), tolerance,
                         tuple((n, m) for n, m in bad if m), len(compared))

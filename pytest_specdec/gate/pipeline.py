@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec.gate.check import Look
 from pytest_specdec.gate.kinds import NOT_COMPARABLE
-from pytest_specdec.gate.protocol import Look
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import Judgement

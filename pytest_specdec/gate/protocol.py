@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import TestEnd
+    from pytest_specdec.gate.check import Look, TestEnd
     from pytest_specdec.gate.machine import MachineFactor, StateSummary
     from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.gate.store import BaselineWrites, Hardware
@@ -70,21 +70,6 @@ class TestStart:
     endpoint: bool = False
     #: in endpoint mode, the versions each arm's endpoint told (None otherwise)
     endpoint_versions: Mapping[str, Mapping[str, str | None]] | None = None
-
-
-@dataclass(frozen=True)
-class Look:
-    """One look a gate took at a test: the runs per arm (pairs, in an A/B) it judged, their verdicts before the
-    family's adjustment, and what it decided: the runs per arm of the next look (None: this look was its last),
-    the runs planned but not spent and why (a look that stopped before the planned runs), and a line for the
-    terminal (why it looks again, or why it stops early; "" for none)."""
-
-    runs: int
-    raw: tuple[Verdict, ...] = ()
-    next_runs: int | None = None
-    unspent: int = 0
-    stop_reason: str = ""
-    line: str = ""
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def judge_again(results: Results, where: str, *, override: Mapping[str, float], 
     as the session's end adjusts it (`gate.ab_session.adjust`)."""
     from pytest_specdec.errors import ConfigError
     from pytest_specdec.gate.ab_session import AB_METRICS, ABJudgement, ABPlan, adjust, pair_verdicts
-    from pytest_specdec.gate.protocol import Look
+    from pytest_specdec.gate.check import Look
     from pytest_specdec.gate.thresholds import from_dict, on_top
 
     checks: list[tuple[str, ABJudgement]] = []

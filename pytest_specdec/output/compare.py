@@ -201,9 +201,8 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     from dataclasses import replace
 
     from pytest_specdec.gate.baselines import BaselineError, diff
-    from pytest_specdec.gate.check import Judgement, Plan
+    from pytest_specdec.gate.check import Judgement, Look, Plan
     from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
-    from pytest_specdec.gate.protocol import Look
     from pytest_specdec.gate.registry import GATED
 
     override = override or {}

@@ -14,7 +14,8 @@ import pytest
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.ab import until_settled
 from pytest_specdec.gate.ab_session import ABGate, ABJudgement, ABPlan, ab_thresholds, ab_verdicts
-from pytest_specdec.gate.protocol import Finished, Look, Planned, TestOptions
+from pytest_specdec.gate.check import Look
+from pytest_specdec.gate.protocol import Finished, Planned, TestOptions
 from pytest_specdec.gate.stats import Thresholds, Verdict
 from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
 from pytest_specdec.measure.runner import CaseResult, RunRecord

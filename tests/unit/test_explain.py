@@ -122,7 +122,7 @@ def test_cost_per_million() -> None:
 
 def test_ab_cause_reads_the_split() -> None:
     from pytest_specdec.gate.ab_session import ABJudgement, ABPlan
-    from pytest_specdec.gate.protocol import Look
+    from pytest_specdec.gate.check import Look
     from pytest_specdec.gate.stats import Thresholds, Verdict
 
     def check(split_: Any, **verdicts: str) -> ABJudgement:
