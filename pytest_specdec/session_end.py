@@ -146,9 +146,15 @@ def write_results(session: SpecDecSession) -> list[Path]:
     whose entry cannot be made, a sweep's entry, or a report that cannot be rendered is an error naming it; the
     rest is written. An OSError (a directory that cannot be written) is the caller's."""
     from pytest_specdec.gate.protocol import SessionEnd
-    from pytest_specdec.output.results import outputs_path, session_results, write_outputs, write_report
+    from pytest_specdec.output.results import (
+        crossover_entry,
+        gate_settings,
+        outputs_path,
+        session_results,
+        write_outputs,
+        write_report,
+    )
     from pytest_specdec.output.results import write_results as write_json
-    from pytest_specdec.output.sweeps import crossover_entry
     from pytest_specdec.output.timing import session_time
 
     if not session.records:
@@ -174,7 +180,7 @@ def write_results(session: SpecDecSession) -> list[Path]:
         machine_failed=end.machine_failed, fail_inconclusive=s.fail_inconclusive, fail_machine=s.fail_machine,
         night_variances=judge.pooled_variances if judge else {}, records=session.records.values(),
         baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None,
-        gate_settings=judge.settings() if judge else None, crossovers=crossovers,
+        gate_settings=gate_settings(judge) if judge else None, crossovers=crossovers,
         machine_state=end.state.to_dict() if end.state is not None else None, errors=session.errors,
         timing=session.time.to_dict() if session.time is not None else None)
     paths, data = write_json(results, s.reports_dir, session.started, s.json_path)

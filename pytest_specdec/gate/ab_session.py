@@ -234,15 +234,6 @@ class ABJudgement:
             return "acceptance"
         return None
 
-    def to_dict(self) -> dict[str, Any]:
-        """How the test was judged, for the results (beside its verdicts): its looks, gated metrics and level."""
-        plan = self.plan
-        return {"checked": plan.checked, "gate": list(plan.metrics), "looks": self.looks,
-                "max_looks": plan.max_looks, "planned_looks": list(plan.looks), "unspent_runs": self.unspent,
-                "pairs": self.looks[-1] if self.looks else 0, "max_pairs": plan.looks[-1] if plan.looks else 0,
-                "stop": self.stop, "stop_reason": self.stop_reason, "alpha": plan.alpha,
-                "ci_level": 1 - 2 * plan.alpha / max(1, plan.max_looks)}
-
 
 def adjust(checks: Sequence[tuple[str, ABJudgement]], *, final: bool, multiplicity: str, alpha: float,
            gated_size: int = 0,

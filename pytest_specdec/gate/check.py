@@ -116,28 +116,6 @@ class Judgement:
         return {k: [a, b] for k, (a, b) in diff(self.plan.baseline.get("under_test", {}),
                                                 dict(self.plan.under_test)).items()}
 
-    def to_dict(self) -> dict[str, Any]:
-        from pytest_specdec.gate.thresholds import to_dict as thresholds_dict
-        from pytest_specdec.gate.verdicts import gated_with
-
-        plan, shown = self.plan, self.shown()
-        sessions = len(plan.baseline["sessions"]) if plan.baseline else 0
-        return {
-            "path": str(plan.path), "status": plan.status, "checked": plan.checked, "sessions": sessions,
-            "not_comparable_fields": {k: [a, b] for k, (a, b) in plan.differs.items()},
-            "looks": self.looks, "max_looks": plan.max_looks, "unspent_runs": self.unspent,
-            "stop_reason": self.stop_reason, "gate": list(plan.gate),
-            "inconclusive_gated": [v.metric for v in gated_with(shown, INCONCLUSIVE)],
-            "machine_deviation": self.deviation,
-            "alpha": plan.alpha, "ci_level": 1 - 2 * plan.alpha / max(1, plan.max_looks),
-            "adjusted": "session" if self.final is not None else "test-end",
-            "under_test": plan.under_test,
-            "under_test_diff": self.under_test_diff(),
-            "comparability": plan.comparability,
-            "thresholds": None if plan.thresholds is None else thresholds_dict(plan.thresholds),
-            **({"error": plan.error} if plan.error else {}),
-        }
-
 
 @dataclass(frozen=True)
 class TestEnd:

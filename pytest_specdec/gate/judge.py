@@ -316,18 +316,6 @@ class Judge:
         c = self._started[nodeid] = replace(c, looks_taken=(*c.looks_taken[:-1], step))
         return c, step
 
-    def settings(self) -> dict[str, Any]:
-        """How this session judges, for the results: what `pytest-specdec compare` needs to judge it again."""
-        from pytest_specdec.gate.thresholds import to_dict
-
-        return {"alpha": self.cfg.alpha, "multiplicity": self.cfg.multiplicity,
-                "min_night_sd": self.cfg.profile.min_night_sd,
-                "night_prior": self.night_prior.to_dict(),
-                **({"calibration": used} if (used := self.calibration_used) is not None else {}),
-                "machine_state_tolerance": self.state_tolerance.to_dict(),
-                "thresholds": to_dict(self.thresholds()), "hardware": self.hardware.to_dict(),
-                **({"calibration_session": True} if self.cfg.calibrate else {})}
-
     def write(self, tests: Sequence[Finished[Judgement]]) -> tuple[list[str], BaselineWrites, bool]:
         """--update-baselines: queue each passed test with valid runs, then
         write them all at once; returns the terminal's lines, the same as data (what was written and what

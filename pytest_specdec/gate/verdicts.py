@@ -231,19 +231,6 @@ def state_not_comparable(name: str, sessions: Sequence[Sequence[float]], values:
                    family=family, per=NIGHT)
 
 
-def to_json(v: Verdict) -> dict[str, Any]:
-    """The JSON results' entry of one verdict: its figures, how it was decided and what it can catch."""
-    return {
-        "verdict": v.verdict, "baseline": v.baseline, "now": v.now, "delta": v.delta,
-        "ci": None if v.ci_low is None else [v.ci_low, v.ci_high], "p": v.p,
-        "n_baseline": v.n_baseline, "n_now": v.n_now, "per": v.per, "delta_unit": v.unit,
-        "threshold": v.threshold, "method": v.method, "note": v.note, "family": v.family,
-        "mde": v.mde if v.mde is not None and math.isfinite(v.mde) else None,  # null beside an se: unbounded
-        "se": None if v.var_fixed is None or v.var_run is None or not v.n_now
-        else math.sqrt(v.var_fixed + v.var_run / v.n_now), "df": v.df,
-    }
-
-
 def gated_with(verdicts: Iterable[Verdict], verdict: Decision) -> list[Verdict]:
     """The gated verdicts that are ``verdict``: only these fail a test or the session (a shown metric
     that regresses is reported, never a failure)."""

@@ -107,21 +107,6 @@ class RunRecord:
     def hung(self) -> bool:
         return any(r.startswith(HUNG) for r in self.invalid)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The run in the results file: every field of the run a baseline stores (`record.ArmRun`, which reads
-        this back), with the same names and values, and what only the results keep beside them."""
-        per_pos = self.record.accepted_per_pos
-        return {
-            "arm": self.arm, "index": self.index, "valid": self.valid, "invalid_reasons": self.invalid,
-            "cache_salt": self.cache_salt, **self.metrics.to_dict(), "hd_p95_ms": self.hd_p95_ms,
-            "accepted_per_pos": None if per_pos is None else list(per_pos),
-            "settle": self.settle, **({"prompt_ids": self.prompt_ids} if self.prompt_ids is not None else {}),
-            "latency_untrusted": self.untrusted,
-            "chunking": None if self.chunking is None else self.chunking.to_dict(),
-            **({"neighbour_cores": self.neighbours} if self.neighbours is not None else {}),
-            **({"arrivals": self.arrivals} if self.arrivals is not None else {}),
-        }
-
 
 @dataclass
 class CaseResult:
@@ -172,26 +157,6 @@ class CaseResult:
     def untrusted_runs(self) -> list[RunRecord]:
         """Valid runs whose latency figures are left out (coalesced streams)."""
         return [r for r in self.all_runs if r.valid and r.untrusted]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "runs": [r.to_dict() for r in self.runs],
-            "reference_runs": [r.to_dict() for r in self.reference_runs],
-            "speedup_per_pair": self.speedup_per_pair,
-            "alternation": self.alternation,
-            "machine_state": None if self.machine_state is None else {
-                **self.machine_state.to_dict(), "probes": [s.to_dict() for s in self.machine_states]},
-            "summary": self.summary,
-            "validity": {
-                "valid": not self.invalid_runs,
-                "invalid_runs": [
-                    {"arm": r.arm, "index": r.index, "reasons": r.invalid} for r in self.invalid_runs
-                ],
-                "latency_untrusted_runs": [
-                    {"arm": r.arm, "index": r.index, "reasons": r.untrusted} for r in self.untrusted_runs
-                ],
-            },
-        }
 
 
 def one_run(

@@ -190,10 +190,10 @@ def ab_summary_lines(cmp: ABComparison, new_name: str) -> list[str]:
 
 def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
     """The A/B comparison as data (`--json`): per test its status and both sides' verdicts in the results' format."""
-    from pytest_specdec.gate.verdicts import to_json
+    from pytest_specdec.output.results import verdict_entry
 
     def verdicts(c: ABJudgement | None) -> dict[str, Any] | None:
-        return None if c is None else {v.metric: to_json(v) for v in c.shown()}
+        return None if c is None else {v.metric: verdict_entry(v) for v in c.shown()}
 
     return {"alpha": cmp.alpha, "multiplicity": cmp.multiplicity, "ab": True,
             "failed": [r.nodeid for r in cmp.failed()],

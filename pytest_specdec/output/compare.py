@@ -384,7 +384,7 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
 def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
     """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format;
     `regressed` lists every test with a regressed gated metric, `failed` those that make the exit status 1."""
-    from pytest_specdec.gate.verdicts import to_json as verdict_json
+    from pytest_specdec.output.results import verdict_entry as verdict_json
 
     return {
         "alpha": cmp.alpha, "multiplicity": cmp.multiplicity,

@@ -1,7 +1,7 @@
 """The report's rate sweep charts: per rate sweep, its speedup against load with the stop-paying rate marked, and
 a throughput–latency curve per arm (achieved req/s against E2E P50 and P95), drawn with `charts`.
 
-Reads the results' crossover entries of rate sweeps (`output.sweeps.crossover_entry`: the points' latency speedups,
+Reads the results' crossover entries of rate sweeps (`output.results.crossover_entry`: the points' latency speedups,
 the stop-paying rate) and their tests' runs; a concurrency sweep's charts stay `sweeps`'.
 """
 

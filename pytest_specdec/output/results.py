@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.metadata as md
 import json
+import math
 import os
 import platform
 import time
@@ -21,17 +22,20 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec import __version__, redact
 from pytest_specdec.files import write_atomic
 from pytest_specdec.formats import RESULTS_SCHEMA
-from pytest_specdec.gate.kinds import REGRESSED
+from pytest_specdec.gate.kinds import INCONCLUSIVE, REGRESSED
 from pytest_specdec.output.commit import commit_info
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
     from pytest_specdec.gate.check import Judgement
+    from pytest_specdec.gate.crossover_gate import SweepOutcome
+    from pytest_specdec.gate.judge import Judge
     from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.gate.store import BaselineWrites
     from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.measure.datasets import Dataset
-    from pytest_specdec.measure.runner import CaseResult
+    from pytest_specdec.measure.runner import CaseResult, RunRecord
     from pytest_specdec.profiles import Profile
     from pytest_specdec.servers.endpoints import EndpointFacts
     from pytest_specdec.servers.process import VllmServer
@@ -108,7 +112,7 @@ class TestRecord:
             "servers": self.servers,
         }
         if self.result is not None:
-            out.update(self.result.to_dict())
+            out.update(case_entry(self.result))
             match = self.output_match_entry()
             if match is not None:
                 out["output_match"] = match
@@ -122,13 +126,14 @@ class TestRecord:
         if self.ab is not None:
             out["ab"] = ab_entry(self.ab, self.result)
         if self.baseline is not None:
-            from pytest_specdec.gate.verdicts import baseline_split, to_json
+            from pytest_specdec.gate.verdicts import baseline_split
             from pytest_specdec.output.wording import attribution
 
             shown = self.baseline.shown()
             split = baseline_split(self.baseline.plan.baseline, self.baseline.night)
-            out["verdicts"] = {v.metric: to_json(v) for v in shown}
-            out["baseline"] = {**self.baseline.to_dict(), "attribution": attribution(shown, split) if shown else None,
+            out["verdicts"] = {v.metric: verdict_entry(v) for v in shown}
+            out["baseline"] = {**baseline_entry(self.baseline),
+                               "attribution": attribution(shown, split) if shown else None,
                                "split": None if split is None else split.to_dict()}
         return out
 
@@ -159,31 +164,137 @@ def cost_entry(summary: dict[str, Any], usd_per_hour: float | None) -> dict[str,
 
 
 def ab_entry(c: ABJudgement, result: CaseResult | None) -> dict[str, Any]:
-    """A test's `ab` section: what was compared, the verdicts (`gate.verdicts.to_json`, as the nightly's), what a
-    regression points at, each side's install and what differs between them (versions, engine configs), and every
-    run of the three or four arms in the results' run shape, each with its arm's name
-    (the candidate's are the test's own `runs`, there named `spec`)."""
+    """A test's `ab` section: what was compared, the verdicts (`verdict_entry`, as the nightly's), what a
+    regression points at, each side's install and what differs between them (versions, engine configs), how it was
+    judged (its looks, gated metrics and level), and every run of the three or four arms in the results' run shape,
+    each with its arm's name (the candidate's are the test's own `runs`, there named `spec`)."""
     from pytest_specdec.gate.thresholds import to_dict
-    from pytest_specdec.gate.verdicts import to_json
     from pytest_specdec.output.ab_wording import ab_attribution
 
     cause = c.cause()
-    runs = [] if result is None else [*(r.to_dict() for r in result.reference_runs),
-                                      *(r.to_dict() for r in result.base_reference_runs),
-                                      *(r.to_dict() for r in result.base_runs),
-                                      *({**r.to_dict(), "arm": "candidate"} for r in result.runs)]
-    installs = c.plan.installs or {}
-    return {"method": c.plan.method,
-            "base": {"draft": c.plan.base_draft, "server": c.plan.servers.get("base"), "install": installs.get("base"),
-                     "reference_server": c.plan.servers.get("base_reference")},
-            "candidate": {"draft": c.plan.candidate_draft, "server": c.plan.servers.get("spec"),
+    runs = [] if result is None else [*(run_entry(r) for r in result.reference_runs),
+                                      *(run_entry(r) for r in result.base_reference_runs),
+                                      *(run_entry(r) for r in result.base_runs),
+                                      *({**run_entry(r), "arm": "candidate"} for r in result.runs)]
+    plan = c.plan
+    installs = plan.installs or {}
+    return {"method": plan.method,
+            "base": {"draft": plan.base_draft, "server": plan.servers.get("base"), "install": installs.get("base"),
+                     "reference_server": plan.servers.get("base_reference")},
+            "candidate": {"draft": plan.candidate_draft, "server": plan.servers.get("spec"),
                           "install": installs.get("candidate")},
-            "changed": {k: list(v) for k, v in c.plan.changed.items()},
-            "verdicts": {v.metric: to_json(v) for v in c.shown()}, REGRESSED: [v.metric for v in c.regressed()],
+            "changed": {k: list(v) for k, v in plan.changed.items()},
+            "verdicts": {v.metric: verdict_entry(v) for v in c.shown()}, REGRESSED: [v.metric for v in c.regressed()],
             "attribution": cause, "attribution_text": ab_attribution(c),
             "split": None if c.split is None else c.split.to_dict(),
-            "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(c.plan.thresholds),
-            **c.to_dict(), "runs": runs}
+            "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(plan.thresholds),
+            "checked": plan.checked, "gate": list(plan.metrics), "looks": c.looks,
+            "max_looks": plan.max_looks, "planned_looks": list(plan.looks), "unspent_runs": c.unspent,
+            "pairs": c.looks[-1] if c.looks else 0, "max_pairs": plan.looks[-1] if plan.looks else 0,
+            "stop": c.stop, "stop_reason": c.stop_reason, "alpha": plan.alpha,
+            "ci_level": 1 - 2 * plan.alpha / max(1, plan.max_looks), "runs": runs}
+
+
+def baseline_entry(j: Judgement) -> dict[str, Any]:
+    """A test's `baseline` section: how it met its stored baseline and how it was judged (its looks, gated
+    metrics, level, the machine deviation, what changed under test)."""
+    from pytest_specdec.gate.thresholds import to_dict as thresholds_dict
+    from pytest_specdec.gate.verdicts import gated_with
+
+    plan, shown = j.plan, j.shown()
+    sessions = len(plan.baseline["sessions"]) if plan.baseline else 0
+    return {
+        "path": str(plan.path), "status": plan.status, "checked": plan.checked, "sessions": sessions,
+        "not_comparable_fields": {k: [a, b] for k, (a, b) in plan.differs.items()},
+        "looks": j.looks, "max_looks": plan.max_looks, "unspent_runs": j.unspent,
+        "stop_reason": j.stop_reason, "gate": list(plan.gate),
+        "inconclusive_gated": [v.metric for v in gated_with(shown, INCONCLUSIVE)],
+        "machine_deviation": j.deviation,
+        "alpha": plan.alpha, "ci_level": 1 - 2 * plan.alpha / max(1, plan.max_looks),
+        "adjusted": "session" if j.final is not None else "test-end",
+        "under_test": plan.under_test,
+        "under_test_diff": j.under_test_diff(),
+        "comparability": plan.comparability,
+        "thresholds": None if plan.thresholds is None else thresholds_dict(plan.thresholds),
+        **({"error": plan.error} if plan.error else {}),
+    }
+
+
+def gate_settings(judge: Judge) -> dict[str, Any]:
+    """The results' ``gate.settings``: how this session judged, what `pytest-specdec compare` needs to judge it
+    again (level, multiplicity rule, night sd floor and prior, calibration, state tolerance, thresholds, machine)."""
+    from pytest_specdec.gate.thresholds import to_dict
+
+    cfg = judge.cfg
+    return {"alpha": cfg.alpha, "multiplicity": cfg.multiplicity, "min_night_sd": cfg.profile.min_night_sd,
+            "night_prior": judge.night_prior.to_dict(),
+            **({"calibration": used} if (used := judge.calibration_used) is not None else {}),
+            "machine_state_tolerance": judge.state_tolerance.to_dict(),
+            "thresholds": to_dict(judge.thresholds()), "hardware": judge.hardware.to_dict(),
+            **({"calibration_session": True} if cfg.calibrate else {})}
+
+
+def verdict_entry(v: Verdict) -> dict[str, Any]:
+    """One verdict's entry: its figures, how it was decided and what it can catch."""
+    return {
+        "verdict": v.verdict, "baseline": v.baseline, "now": v.now, "delta": v.delta,
+        "ci": None if v.ci_low is None else [v.ci_low, v.ci_high], "p": v.p,
+        "n_baseline": v.n_baseline, "n_now": v.n_now, "per": v.per, "delta_unit": v.unit,
+        "threshold": v.threshold, "method": v.method, "note": v.note, "family": v.family,
+        "mde": v.mde if v.mde is not None and math.isfinite(v.mde) else None,  # null beside an se: unbounded
+        "se": None if v.var_fixed is None or v.var_run is None or not v.n_now
+        else math.sqrt(v.var_fixed + v.var_run / v.n_now), "df": v.df,
+    }
+
+
+def run_entry(r: RunRecord) -> dict[str, Any]:
+    """A run in the results file: every field of the run a baseline stores (`record.ArmRun`, which reads this
+    back), with the same names and values, and what only the results keep beside them."""
+    per_pos = r.record.accepted_per_pos
+    return {
+        "arm": r.arm, "index": r.index, "valid": r.valid, "invalid_reasons": r.invalid,
+        "cache_salt": r.cache_salt, **r.metrics.to_dict(), "hd_p95_ms": r.hd_p95_ms,
+        "accepted_per_pos": None if per_pos is None else list(per_pos),
+        "settle": r.settle, **({"prompt_ids": r.prompt_ids} if r.prompt_ids is not None else {}),
+        "latency_untrusted": r.untrusted,
+        "chunking": None if r.chunking is None else r.chunking.to_dict(),
+        **({"neighbour_cores": r.neighbours} if r.neighbours is not None else {}),
+        **({"arrivals": r.arrivals} if r.arrivals is not None else {}),
+    }
+
+
+def case_entry(result: CaseResult) -> dict[str, Any]:
+    """What a test measured, in its entry: both arms' runs, the pairs' speedups, the machine state, the summary and
+    which runs were invalid or had untrusted latency."""
+    return {
+        "runs": [run_entry(r) for r in result.runs],
+        "reference_runs": [run_entry(r) for r in result.reference_runs],
+        "speedup_per_pair": result.speedup_per_pair,
+        "alternation": result.alternation,
+        "machine_state": None if result.machine_state is None else {
+            **result.machine_state.to_dict(), "probes": [s.to_dict() for s in result.machine_states]},
+        "summary": result.summary,
+        "validity": {
+            "valid": not result.invalid_runs,
+            "invalid_runs": [
+                {"arm": r.arm, "index": r.index, "reasons": r.invalid} for r in result.invalid_runs
+            ],
+            "latency_untrusted_runs": [
+                {"arm": r.arm, "index": r.index, "reasons": r.untrusted} for r in result.untrusted_runs
+            ],
+        },
+    }
+
+
+def crossover_entry(x: SweepOutcome) -> dict[str, Any]:
+    """A sweep's entry in the results' ``crossovers`` (docs/results.md): its points, crossover, verdict or error."""
+    return {"sweep": x.sweep, "line": x.line, "tests": list(x.tests), "axis": x.axis,
+            **({"saturation_req_s": x.saturation} if x.saturation is not None else {}),
+            "points": [{x.axis: c, "n": len(v), "speedups": v} for c, v in x.points],
+            "crossover": x.crossover.to_dict() if x.crossover else None,
+            "verdict": verdict_entry(x.verdict) if x.verdict else None, "path": x.path, "family": x.family,
+            "stored": {"started": x.stored.started, "text": x.stored.text} if x.stored and x.verdict else None,
+            "note": x.note or None, "error": x.error, "failed": x.failed}
 
 
 def session_results(*, started: float, profile: Profile, gpu_names: str | None, servers: dict[str, VllmServer],
@@ -201,8 +312,8 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
     besides its records (its servers, starts and workarounds); ``server_starts`` counts them all;
     ``baseline_writes`` is what --update-baselines wrote (None without it); ``outputs_file`` the name of
     the --specdec-save-outputs side file in the same directory; ``gate_settings`` how the gate judged
-    (`Judge.settings`), so that `pytest-specdec compare` can judge the file again as the session did;
-    ``crossovers`` each concurrency sweep's crossover and its verdict or error (`output.sweeps.crossover_entry`);
+    (`gate_settings`), so that `pytest-specdec compare` can judge the file again as the session did;
+    ``crossovers`` each concurrency sweep's crossover and its verdict or error (`crossover_entry`);
     ``machine_state`` the session's machine state against its stored nights (`gate.machine.StateSummary`);
     ``errors`` what failed at the session's end, (what, why): a test whose entry cannot be made joins them;
     ``timing`` where the session's wall time went (`timing.SessionTime`)."""

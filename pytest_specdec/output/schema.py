@@ -42,7 +42,7 @@ class ResultsError(SpecDecError):
 
 @dataclass(frozen=True)
 class VerdictEntry:
-    """One metric's verdict as a test recorded it (`gate.verdicts.to_json`), its words checked when read. It has
+    """One metric's verdict as a test recorded it (`output.results.verdict_entry`), its words checked when read. It has
     the fields `output.wording`'s formatters read (`wording.Judged`), so a results file is worded as the session
     worded it."""
 
@@ -105,7 +105,7 @@ class VerdictEntry:
 
 @dataclass(frozen=True)
 class BaselineEntry:
-    """How a test met its stored baseline (`gate.check.Judgement.to_dict`)."""
+    """How a test met its stored baseline (`output.results.baseline_entry`)."""
 
     path: str
     status: str  # compared, missing, not-comparable, error, ...
@@ -237,7 +237,7 @@ class GateEntry:
     fail_machine: bool = False
     machine_failed: bool = False
     night_variance: Mapping[str, Any] = field(default_factory=dict)
-    #: how the session judged (`gate.judge.Judge.settings`): alpha, multiplicity, min_night_sd, the session's thresholds
+    #: how the session judged (`output.results.gate_settings`): alpha, multiplicity, min_night_sd, the thresholds
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -294,7 +294,7 @@ class Results:
     tests: tuple[TestEntry, ...]
     baseline_update: BaselineUpdate | None = None
     outputs_file: str | None = None  # --specdec-save-outputs: the side file's name, beside the results
-    #: each concurrency sweep's crossover and its verdict or error (`output.sweeps.crossover_entry`), as written
+    #: each concurrency sweep's crossover and its verdict or error (`output.results.crossover_entry`), as written
     crossovers: tuple[Mapping[str, Any], ...] = ()
     #: the session's machine state against its stored nights (`gate.machine.StateSummary.to_dict`)
     machine_state: Mapping[str, Any] | None = None

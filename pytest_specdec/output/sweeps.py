@@ -295,19 +295,6 @@ def stored_nights(results: Results, alpha: float) -> tuple[dict[str, StoredNight
     return nights, unread
 
 
-def crossover_entry(x: SweepOutcome) -> dict[str, Any]:
-    """A sweep's entry in the results' ``crossovers`` (docs/results.md): its points, crossover, verdict or error."""
-    from pytest_specdec.gate.verdicts import to_json
-
-    return {"sweep": x.sweep, "line": x.line, "tests": list(x.tests), "axis": x.axis,
-            **({"saturation_req_s": x.saturation} if x.saturation is not None else {}),
-            "points": [{x.axis: c, "n": len(v), "speedups": v} for c, v in x.points],
-            "crossover": x.crossover.to_dict() if x.crossover else None,
-            "verdict": to_json(x.verdict) if x.verdict else None, "path": x.path, "family": x.family,
-            "stored": {"started": x.stored.started, "text": x.stored.text} if x.stored and x.verdict else None,
-            "note": x.note or None, "error": x.error, "failed": x.failed}
-
-
 def crossover_line(x: SweepOutcome) -> str:
     """The terminal's line of one sweep: its crossover, then its verdict against the stored night, or its error."""
     from pytest_specdec.gate.crossover import RATE

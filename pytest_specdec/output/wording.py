@@ -325,7 +325,7 @@ def night_lines(nights: Mapping[str, NightVariance], calibration: Mapping[str, A
         figure = f"{100 * sd:.3g} points" if kind_of(name) == "acceptance" else f"{100 * math.expm1(sd):.3g} %"
         by_source.setdefault(nv.origin(), []).append(f"{label(name)} {figure} ({nv.df_between:.0f} df)")
     out = [f"specdec gate: night-to-night sd {', '.join(parts)}: {source}" for source, parts in by_source.items()]
-    if calibration is not None:  # `Judge.settings`' "calibration": where, how many sessions, what it catches
+    if calibration is not None:  # `results.gate_settings`' "calibration": where, how many sessions, what it catches
         out.append(f"specdec gate: judged with this machine's calibration {calibration['path']} "
                    f"({calibration['sessions']} sessions): a lone test catches {calibration['catches']}")
         tol = calibration.get("state_tolerance")

@@ -9,6 +9,7 @@ import pytest
 from fakes import FakeConfig, FakeServer
 from pytest_specdec.measure.runner import ValidityRules, extend_case, measure_case, schedule
 from pytest_specdec.measure.types import Prompt, Sampling
+from pytest_specdec.output.results import case_entry, run_entry
 from pytest_specdec.servers.pool import Endpoint
 
 
@@ -58,7 +59,7 @@ def test_blocks_run_each_arm_in_turn_with_a_warmup_per_block() -> None:
                               Sampling(temperature=0.0), concurrency=2, runs=3, block=2, progress=lines.append,
                               rules=ValidityRules(max_run_slowdown=0))
         assert calls == ["reference", "reference", "spec", "spec", "spec", "reference"]
-        assert result.alternation == "blocks of 2" and result.to_dict()["alternation"] == "blocks of 2"
+        assert result.alternation == "blocks of 2" and case_entry(result)["alternation"] == "blocks of 2"
         assert [r.index for r in result.reference_runs] == [0, 1, 2]
         assert [r.index for r in result.runs] == [0, 1, 2]
         assert len(result.speedup_per_pair) == 3 and all(s for s in result.speedup_per_pair)
@@ -161,7 +162,7 @@ def test_a_run_beside_a_busy_server_is_invalid_and_names_it() -> None:
         result = measure_case(arm("reference", ref_url), arm("spec", spec_url), _prompts(2), Sampling(temperature=0.0),
                               concurrency=1, runs=2, rules=ValidityRules(max_run_slowdown=0),
                               base=arm("base", spec_url), neighbours=neighbours)
-    assert not result.invalid_runs and result.runs[0].to_dict()["neighbour_cores"]
+    assert not result.invalid_runs and run_entry(result.runs[0])["neighbour_cores"]
 
 
 def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any:

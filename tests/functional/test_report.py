@@ -323,14 +323,14 @@ def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None
     """The CI column says the level of the CI shown: 1 - 2·alpha/max_looks (alpha 0.05 and one look gives
     90 %, three looks 96.67 %), not a fixed 90 %."""
     from pytest_specdec.gate.stats import DEFAULT_THRESHOLDS, compare
-    from pytest_specdec.gate.verdicts import to_json
+    from pytest_specdec.output.results import verdict_entry
 
     data = copy.deepcopy(recorded)
     t = next(t for t in data["tests"] if report.status(entry(t)) == "regressed")
     base, now = [[100.0, 104.0, 98.0]], [80.0, 83.0, 79.0]
     three = compare("output_tok_s", base, now, thresholds=DEFAULT_THRESHOLDS, alpha=0.05, look=3, max_looks=3)
-    t["verdicts"] = {"output_tok_s": to_json(three)}
-    t["baseline"].update(max_looks=3, ci_level=1 - 2 * 0.05 / 3)  # as `Judgement.to_dict` records it
+    t["verdicts"] = {"output_tok_s": verdict_entry(three)}
+    t["baseline"].update(max_looks=3, ci_level=1 - 2 * 0.05 / 3)  # as `output.results.baseline_entry` records it
     assert report.ci_header(entry(t)) == "96.67% CI of Δ"
     section = report.render_html(data).split('id="t1"', 1)[1].split("</details>", 1)[0]
     assert "<th>96.67% CI of Δ</th>" in section and "<th>90% CI" not in section
@@ -338,13 +338,13 @@ def test_ci_level_is_the_one_the_verdicts_used(recorded: dict[str, Any]) -> None
     exact = compare("output_tok_s", [[100.0, 100.0, 100.0]], [90.0, 90.0, 90.0], thresholds=DEFAULT_THRESHOLDS,
                     alpha=0.05)
     assert exact.exact
-    t["verdicts"] = {"output_tok_s": to_json(exact)}
+    t["verdicts"] = {"output_tok_s": verdict_entry(exact)}
     assert report.verdict_rows(entry(t).verdicts.values())[0]["ci"] == "-10.0 % .. -10.0 % (range)"
 
 
 
 def test_ci_level_comes_from_the_recorded_field_not_the_notes(recorded: dict[str, Any]) -> None:
-    """A results file that records `baseline.ci_level` (every one `Judgement.to_dict` writes) gives the
+    """A results file that records `baseline.ci_level` (every one `output.results.baseline_entry` writes) gives the
     level from it alone: the verdict notes say "90% CI" and are not read; a null level claims none."""
     data = copy.deepcopy(recorded)
     t = next(t for t in data["tests"] if report.status(entry(t)) == "regressed")

@@ -20,6 +20,7 @@ from pytest_specdec.gate.stats import Thresholds, Verdict
 from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
 from pytest_specdec.measure.runner import CaseResult, RunRecord
 from pytest_specdec.measure.schedule import schedule_ab
+from pytest_specdec.output.results import ab_entry
 from pytest_specdec.profiles import load_profile
 from pytest_specdec.profiles.placement import Placement
 from pytest_specdec.profiles.resolve import run_limits
@@ -226,7 +227,8 @@ def test_looks_add_pairs_while_more_could_settle_a_verdict() -> None:
     assert by_metric(c.raw)["output_tok_s"].verdict == "regressed" and step.next_runs is None
     assert c.looks == [2, 4] and c.unspent == 2 and c.stop_reason == "every gated verdict is conclusive"
     assert c.stop == "regressed" and "stopped at 4 of 6 pairs (regressed)" in step.line
-    assert c.to_dict()["pairs"] == 4 and c.to_dict()["max_pairs"] == 6 and c.to_dict()["stop"] == "regressed"
+    entry = ab_entry(c, None)
+    assert entry["pairs"] == 4 and entry["max_pairs"] == 6 and entry["stop"] == "regressed"
     assert "p x3 (Bonferroni over looks)" in by_metric(c.raw)["output_tok_s"].note
     # One usable pair: too little data, and more pairs bring it (the nightly's rule alone would stop there).
     one = ab_verdicts(upto(1, 1.0), g.thresholds, 0.05)

@@ -86,8 +86,9 @@ def test_the_report_shows_each_sweep_lines_crossover_on_its_own_line() -> None:
 
     from pytest_specdec.gate.crossover_gate import StoredNight, group, judge_sweep
     from pytest_specdec.output.report import render_html
+    from pytest_specdec.output.results import crossover_entry
     from pytest_specdec.output.schema import load
-    from pytest_specdec.output.sweeps import crossover_entry, sweep_point
+    from pytest_specdec.output.sweeps import sweep_point
 
     data = json.loads((Path(__file__).resolve().parents[1] / "data" / "report_results.json").read_text())
     found, broken = group(sweep_point(t) for t in load(data).tests)

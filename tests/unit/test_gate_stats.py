@@ -129,8 +129,8 @@ def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
     """One run and a tiny alpha on a latency: no rise is caught at all. That is `inf` (no numpy overflow
     warning, which is an error here), null in the JSON, and the same words in the terminal and the report."""
     from pytest_specdec.gate.sequential import detectable
-    from pytest_specdec.gate.verdicts import to_json
     from pytest_specdec.output.report import catches
+    from pytest_specdec.output.results import verdict_entry
     from pytest_specdec.output.schema import VerdictEntry
     from pytest_specdec.output.wording import guard_text
 
@@ -138,7 +138,7 @@ def test_detectable_is_unbounded_without_overflow_and_says_so() -> None:
     assert detectable("rate", -25.0, 0.16, 1.0, 0.001 / 6) <= 100.0  # a drop saturates at -100 %, no warning
     v = Verdict("ttft_p95_ms", "inconclusive", 10.0, 30.0, 200.0, -50.0, 900.0, 0.2, 1, 1, "%", "m", 40.0, "",
                 family="shown", mde=float("inf"), var_fixed=0.1, var_run=0.06, df=1.0)
-    stored = to_json(v)
+    stored = verdict_entry(v)
     assert stored["mde"] is None and stored["se"] is not None
     assert (guard_text(v) == "catches no rise: too few runs for any bound"
             == catches(VerdictEntry.from_dict(v.metric, stored)))

@@ -17,6 +17,7 @@ from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
 from pytest_specdec.measure.record import DISTRIBUTIONS, ArmRun, dropped, pairs, speedup_per_pair
 from pytest_specdec.measure.runner import CaseResult, RunRecord
 from pytest_specdec.measure.summary import summarize
+from pytest_specdec.output.results import run_entry
 
 
 def rec(arm: str, i: int, tok_s: float, *, invalid: tuple[str, ...] = (), drafts: int | None = None) -> RunRecord:
@@ -86,7 +87,7 @@ def test_the_runners_record_is_the_stored_shape_read_back() -> None:
     # what a baseline or a results file stores of tonight's run reads back as the record the gate judged
     for run in (rec("spec", 3, 180.0, drafts=100, invalid=("hung",)), rec("reference", 0, 90.0)):
         run.untrusted.append("coalesced")
-        assert ArmRun.from_entry(run.to_dict()) == run.record
+        assert ArmRun.from_entry(run_entry(run)) == run.record
         assert ArmRun.from_entry(run.record.to_entry()) == run.record
 
 

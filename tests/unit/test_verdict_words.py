@@ -13,8 +13,8 @@ import pytest
 from pytest_specdec.formats import RESULTS_SCHEMA as SCHEMA
 from pytest_specdec.gate.kinds import PAIR, REGRESSED, RUN, SESSION, split_method
 from pytest_specdec.gate.stats import DEFAULT_THRESHOLDS, Verdict, compare
-from pytest_specdec.gate.verdicts import to_json
 from pytest_specdec.output.report import verdict_rows
+from pytest_specdec.output.results import verdict_entry
 from pytest_specdec.output.schema import ResultsError, VerdictEntry, load
 from pytest_specdec.output.wording import format_ci, format_p, format_verdict, table
 
@@ -45,7 +45,7 @@ def test_the_combined_method_of_older_files_is_split_on_read() -> None:
     with pytest.raises(ValueError, match="comparison unit 'week' is not one of run, pair, session, night"):
         split_method("welch/week")
     v = compare("output_tok_s", [[100.0, 100.0, 100.0]], [90.0, 90.0, 90.0], thresholds=DEFAULT_THRESHOLDS)
-    new = to_json(v)
+    new = verdict_entry(v)
     assert (new["method"], new["per"]) == ("exact", RUN) and "unit" not in new
     old = {k: x for k, x in new.items() if k != "per"} | {"method": "exact/run", "unit": "run"}
     assert VerdictEntry.from_dict("output_tok_s", old) == VerdictEntry.from_dict("output_tok_s", new)
@@ -58,7 +58,7 @@ def results(verdicts: dict[str, Any], **more: Any) -> dict[str, Any]:
 
 
 def test_an_unknown_decision_in_a_results_file_names_the_file_and_the_field() -> None:
-    good = to_json(verdict())
+    good = verdict_entry(verdict())
     load(results({"speedup": good}), "reports/night.json")
     with pytest.raises(ResultsError, match=r"^reports/night\.json: tests\[0\]\.verdicts\.speedup\.verdict: "
                                            r"verdict 'regresed' is not one of improved, unchanged, regressed"):
@@ -76,7 +76,7 @@ def test_an_unknown_decision_in_a_results_file_names_the_file_and_the_field() ->
     verdict(unit="points", delta=-3.456, ci_low=-4.0, ci_high=-2.9, threshold=-2.0, metric="acceptance_rate"),
 ], ids=["welch", "exact", "no-data", "points"])
 def test_a_verdict_and_its_json_read_back_are_worded_alike(v: Verdict) -> None:
-    back = VerdictEntry.from_dict(v.metric, to_json(v))
+    back = VerdictEntry.from_dict(v.metric, verdict_entry(v))
     assert (format_verdict(back), format_ci(back), format_p(back)) == (format_verdict(v), format_ci(v), format_p(v))
     row = verdict_rows([back])[0]
     assert (row["ci"], row["p"]) == (format_ci(v), format_p(v)) and format_ci(v) in table([v])
