@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.session import SpecDecWarning
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.ab_session import ABJudgement
+    from pytest_specdec.gate.protocol import SessionEnd
     from pytest_specdec.session import SpecDecSession
 
 
@@ -50,49 +52,76 @@ def session_fails(session: SpecDecSession, *, results_written: bool) -> bool:
 
 
 def finalize(session: SpecDecSession) -> list[str]:
-    """The gates' last word and its lines: the session's gate (`Gate.finish`: the whole family, the late
-    regressions; for the stored nights the machine factor and the baseline writes), then the crossover gate's; the
-    machine factor's warning is given as pytest's. Each test's record keeps its final judgement."""
+    """The gates' last word and its lines, one path whichever gate the session runs: the session's gate
+    (`Gate.finish`: the whole family, each test's final judgement, the late regressions; for the stored nights the
+    machine factor and the baseline writes), then the sweeps' (`judge_sweeps`); the machine factor's warning is
+    given as pytest's. Each test's record keeps its final judgement."""
     from pytest_specdec.gate.protocol import Finished, SessionEnd
-    from pytest_specdec.output.wording import coalesced_summary, gate_lines, machine_sentence, session_end_lines
 
-    records, st = session.records, session.settings
-    if session.ab is not None:  # A/B: a test that regresses only once all are in fails the session
-        from pytest_specdec.output.ab_wording import ab_session_lines
-
-        ab = session.ab
-        checks = [(n, r.ab) for n, r in records.items() if r.ab is not None]
-        end = session.end = step(session, "the A/B gate's session end", lambda: ab.finish(
-            [Finished(n, c, records[n].result, records[n].outcome) for n, c in checks]), SessionEnd(None))
-        for n, judged in end.judged:
-            records[n].ab = judged
-        finals = [(n, r.ab) for n, r in records.items() if r.ab is not None]
-        session.gate_summary, late = step(session, "the A/B gate's session-end lines", lambda: ab_session_lines(
-            finals, end, multiplicity=st.multiplicity), ([], []))
-        coalesced = step(session, "the coalesced runs' summary", lambda: coalesced_summary(
-            [(n, r.result) for n, r in records.items()]), [])
-        crossovers = step(session, "the crossovers", lambda: judge_ab_crossovers(session), [])
-        return [*late, *coalesced, *crossovers, *error_lines(session)]
-    judge = session.judge
-    started = [(n, r.baseline, r.result, r.outcome) for n, r in records.items()]
-    end = session.end = step(
-        session, "the gate's session end (machine factor, BH/Holm over the family, late regressions, baseline writes)",
-        lambda: judge.finish([Finished(n, c, r, o) for n, c, r, o in started if c is not None]), SessionEnd(None))
+    records, ab = session.records, session.ab is not None
+    gate = session.verdict_gate
+    started = [(n, r) for n, r in records.items() if (r.ab if ab else r.baseline) is not None]
+    what = ("the A/B gate's session end" if ab else
+            "the gate's session end (machine factor, BH/Holm over the family, late regressions, baseline writes)")
+    end = session.end = step(session, what, lambda: gate.finish(
+        [Finished(n, r.ab if ab else r.baseline, r.result, r.outcome) for n, r in started]), SessionEnd(None))
     for n, judged in end.judged:
-        records[n].baseline = judged
+        if ab:
+            records[n].ab = judged
+        else:
+            records[n].baseline = judged
     session.errors += end.errors  # a test whose final verdicts raised: named, the others judged
     if end.machine_warns and end.machine is not None:
+        from pytest_specdec.output.wording import machine_sentence
+
         warnings.warn(SpecDecWarning(machine_sentence(end.machine)), stacklevel=1)
-    crossovers = step(session, "the crossovers", lambda: judge_crossovers(session), [])
-    tests = [(n, r.baseline, r.result) for n, r in records.items()]
-    checked = [(n, c, r) for n, c, r in tests if c is not None]
-    session.gate_summary = step(session, "the gate's summary", lambda: gate_lines(
-        checked, end.machine, multiplicity=st.multiplicity, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive,
-        nights=judge.pooled_variances, calibration=judge.calibration_used), [])
-    lines = step(session, "the gate's session-end lines", lambda: session_end_lines(
-        end, {n: c for n, c, _ in checked}, [(n, r) for n, _, r in tests], alpha=st.alpha, multiplicity=st.multiplicity,
-        strict=st.strict), [])
-    return [*lines, *crossovers, *error_lines(session)]
+    sweeps = step(session, "the crossovers", lambda: judge_sweeps(session), [])
+    session.gate_summary = step(session, "the gate's summary", lambda: end_summary(session, end), [])
+    lines = step(session, "the gate's session-end lines", lambda: end_lines(session, end), [])
+    return [*lines, *sweeps, *error_lines(session)]
+
+
+def end_summary(session: SpecDecSession, end: SessionEnd[Any]) -> list[str]:
+    """The gate's summary, the terminal's last lines, as the output layer words what the session's gate decided:
+    an A/B's closing line; the stored nights' verdicts per test and what each can catch."""
+    st = session.settings
+    if session.ab is not None:
+        from pytest_specdec.output.ab_wording import ab_session_lines
+
+        return ab_session_lines(ab_judged(session), end, multiplicity=st.multiplicity)[0]
+    from pytest_specdec.output.wording import gate_lines
+
+    judge = session.judge
+    return gate_lines([(n, r.baseline, r.result) for n, r in session.records.items() if r.baseline is not None],
+                      end.machine, multiplicity=st.multiplicity, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive,
+                      nights=judge.pooled_variances, calibration=judge.calibration_used)
+
+
+def end_lines(session: SpecDecSession, end: SessionEnd[Any]) -> list[str]:
+    """The gate's lines at the session's end: an A/B's late regressions and the coalesced runs; the stored nights'
+    machine without baselines, machine factor, late regressions, coalesced runs and baseline writes."""
+    from pytest_specdec.output.wording import coalesced_summary, session_end_lines
+
+    records, st = session.records, session.settings
+    results = [(n, r.result) for n, r in records.items()]
+    if session.ab is not None:
+        from pytest_specdec.output.ab_wording import ab_session_lines
+
+        late = ab_session_lines(ab_judged(session), end, multiplicity=st.multiplicity)[1]
+        return [*late, *coalesced_summary(results)]
+    return session_end_lines(end, {n: r.baseline for n, r in records.items() if r.baseline is not None}, results,
+                             alpha=st.alpha, multiplicity=st.multiplicity, strict=st.strict)
+
+
+def ab_judged(session: SpecDecSession) -> list[tuple[str, ABJudgement]]:
+    """The A/B session's tests with a comparison, each with its judgement."""
+    return [(n, r.ab) for n, r in session.records.items() if r.ab is not None]
+
+
+def judge_sweeps(session: SpecDecSession) -> list[str]:
+    """The session's sweeps, a session-level family of its gate: in an A/B session each candidate sweep against its
+    base arm's (`judge_ab_crossovers`), else each against its stored record (`judge_crossovers`)."""
+    return judge_ab_crossovers(session) if session.ab is not None else judge_crossovers(session)
 
 
 def judge_crossovers(session: SpecDecSession) -> list[str]:
