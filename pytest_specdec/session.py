@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABGate
     from pytest_specdec.gate.crossover_gate import CrossoverEnd
     from pytest_specdec.gate.judge import Judge
-    from pytest_specdec.gate.protocol import Gate, Planned, SessionEnd
+    from pytest_specdec.gate.protocol import Gate, GateOptions, Planned, SessionEnd
     from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.measure.lossless import Collected
     from pytest_specdec.measure.runner import CaseResult
@@ -63,6 +63,7 @@ class SpecDecSession:
         self.workload = Workload(rootpath, progress)
         self.records: dict[str, TestRecord] = {}
         self._judge: Judge | None = None
+        self._gate_options: GateOptions | None = None  # see gate_options
         self.ab: ABGate | None = None  # an A/B session's gate (--specdec-base-draft), built at configure
         self.end: SessionEnd[Any] | None = None  # the gate's last word (machine factor, late regressions, writes)
         self.crossovers: CrossoverEnd | None = None  # each concurrency sweep's crossover, judged at the end
@@ -149,13 +150,10 @@ class SpecDecSession:
         from pytest_specdec.gate.ab_session import ABGate, refuse_stored_night_options
 
         try:  # a profile that could not be read: the message names the file and key
-            runs, max_runs = self.run_limits()
+            self.run_limits()
             if st.ab_flag:
                 refuse_stored_night_options(st.ab_flag, strict=st.strict, fail_machine=st.fail_machine)
-                self.ab = ABGate(self.profile, dict(st.base_drafts), alpha=st.alpha, multiplicity=st.multiplicity,
-                                 runs=runs,
-                                 max_runs=max_runs, ini_thresholds=st.ini_thresholds, cli_thresholds=st.cli_thresholds,
-                                 gate=st.gate, fail_inconclusive=st.fail_inconclusive, base_python=st.base_python)
+                self.ab = ABGate(self.profile, dict(st.base_drafts), self.gate_options, base_python=st.base_python)
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
 
@@ -401,12 +399,23 @@ class SpecDecSession:
             from pytest_specdec.gate.judge import GateConfig, Judge
 
             st = self.settings
-            self._judge = Judge(GateConfig(
-                self.profile, st.baselines_dir, self.rootpath, st.update_baselines, st.keep_sessions, st.alpha,
-                st.multiplicity, self.runs(), self.max_runs(), st.gate, st.ini_thresholds, st.cli_thresholds,
-                strict=st.strict, fail_inconclusive=st.fail_inconclusive, fail_machine=st.fail_machine,
-                started=self.started, calibrate=st.calibrate))
+            self._judge = Judge(GateConfig(self.profile, st.baselines_dir, self.rootpath, st.update_baselines,
+                                           st.keep_sessions, self.gate_options, started=self.started))
         return self._judge
+
+    @property
+    def gate_options(self) -> GateOptions:
+        """What the options say about judging (`gate.protocol.GateOptions`), built once: both gates take it."""
+        if self._gate_options is None:
+            from pytest_specdec.gate.protocol import GateOptions
+
+            st = self.settings
+            runs, max_runs = self.run_limits()
+            self._gate_options = GateOptions(
+                runs, max_runs, alpha=st.alpha, multiplicity=st.multiplicity, gate=tuple(st.gate),
+                ini_thresholds=tuple(st.ini_thresholds), cli_thresholds=tuple(st.cli_thresholds), strict=st.strict,
+                fail_inconclusive=st.fail_inconclusive, fail_machine=st.fail_machine, calibrate=st.calibrate)
+        return self._gate_options
 
     @property
     def verdict_gate(self) -> Gate[Any]:

@@ -24,7 +24,15 @@ from pytest_specdec.gate.registry import GOODPUT
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import FailRule, Look, TestEnd
-    from pytest_specdec.gate.protocol import Finished, Planned, SessionEnd, StopRule, TestOptions, TestStart
+    from pytest_specdec.gate.protocol import (
+        Finished,
+        GateOptions,
+        Planned,
+        SessionEnd,
+        StopRule,
+        TestOptions,
+        TestStart,
+    )
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.measure.explain import Split
     from pytest_specdec.measure.record import ArmRun
@@ -284,10 +292,8 @@ class ABGate:
     """An A/B session's gate: the base's profile, the thresholds and gated metrics, each test's looks, its end and
     the session's (`protocol.Gate`)."""
 
-    def __init__(self, profile: Profile, base_drafts: Mapping[str, str], *, alpha: float, multiplicity: str, runs: int,
-                 max_runs: int, ini_thresholds: Sequence[str] = (), cli_thresholds: Sequence[str] = (),
-                 gate: Sequence[str] = (), fail_inconclusive: bool = False, base_python: str | None = None,
-                 stop: StopRule | None = None) -> None:
+    def __init__(self, profile: Profile, base_drafts: Mapping[str, str], options: GateOptions, *,
+                 base_python: str | None = None, stop: StopRule | None = None) -> None:
         """Raises ConfigError naming the flag, file or key to fix: a method the profile lacks or without a draft
         (`Profile.with_drafts`, the one path `--specdec-draft` takes too), a base interpreter without vLLM or
         without this project (`vllm.install.probe`), a bad A/B threshold, an ini `specdec_gate` metric an A/B
@@ -300,21 +306,23 @@ class ABGate:
         from pytest_specdec.gate.sequential import planned_looks
         from pytest_specdec.vllm.install import probe, this_install
 
-        self.profile, self.alpha, self.multiplicity = profile, alpha, multiplicity
-        self.fail_inconclusive = fail_inconclusive
+        self.profile, self.options = profile, options
+        self.alpha, self.multiplicity = options.alpha, options.multiplicity
+        self.fail_inconclusive = options.fail_inconclusive
         self.base = profile.with_drafts(dict(base_drafts), "--specdec-base-draft")
         #: The methods with a base: those --specdec-base-draft names; on another install every method has one.
         self.methods: tuple[str, ...] | None = tuple(base_drafts) if base_drafts else None
         self.installs = None if base_python is None else {"base": probe(base_python), "candidate": this_install()}
-        self._layers = (profile.raw.get("verdicts", {}).get("ab_thresholds", {}), tuple(ini_thresholds),
-                        tuple(cli_thresholds), f"profile {profile.path} [verdicts] ab_thresholds")
+        self._layers = (profile.raw.get("verdicts", {}).get("ab_thresholds", {}), options.ini_thresholds,
+                        options.cli_thresholds, f"profile {profile.path} [verdicts] ab_thresholds")
         self.thresholds = self.test_thresholds()
-        bad = [m for m in gate if m not in AB_GATEABLE]
+        bad = [m for m in options.gate if m not in AB_GATEABLE]
         if bad:
             raise ConfigError(f"ini specdec_gate names {', '.join(bad)}, which an A/B session cannot gate (it judges "
                               f"the candidate against the base pair by pair); it may gate {', '.join(AB_GATEABLE)}")
-        self.gate = tuple(gate)
-        self.plan = tuple(planned_looks(runs, profile.ab_look_step, max_runs))
+        self.gate = options.gate
+        #: pairs at each planned look: the first runs, then a look every [matrix] ab_look_step pairs to max_runs
+        self.planned_looks = tuple(planned_looks(options.runs, profile.ab_look_step, options.max_runs))
         self.stop = stop
         #: The session's planned gated family (`refuse` counts it at collection): a look's stop reads its verdicts
         #: at that size (`ab.at_family_level`); None before collection, when no look stops on a moved verdict.
@@ -401,7 +409,7 @@ class ABGate:
             test.method, draft("base"), draft("spec"), {arm: s.key() for arm, s in specs.items()},
             self.test_thresholds(test.options.thresholds), installs,
             diff(side("base", base_ref, "base"), side("spec", "reference", "candidate")),
-            metrics=self.metrics(test.options), looks=self.plan, max_looks=len(self.plan),
+            metrics=self.metrics(test.options), looks=self.planned_looks, max_looks=len(self.planned_looks),
             checked=test.options.check, alpha=self.alpha))
 
     def look(self, nodeid: str, c: ABJudgement, result: CaseResult, look: int) -> tuple[ABJudgement, Look]:

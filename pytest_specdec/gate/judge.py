@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.check import FailRule, Look, TestEnd
     from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.pipeline import Pipeline
-    from pytest_specdec.gate.protocol import Finished, Planned, StopRule, TestStart
+    from pytest_specdec.gate.protocol import Finished, GateOptions, Planned, StopRule, TestStart
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.store import BaselineStore, Hardware
     from pytest_specdec.gate.variance import NightPrior, NightVariance
@@ -36,24 +36,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class GateConfig:
-    """What the options and the profile say about judging."""
+    """Where the stored nights' gate reads and writes, and how it judges (the session's `GateOptions`)."""
 
     profile: Profile
     baselines_dir: Path
     rootpath: Path
     update: str | None  # --update-baselines: None, "all" or "missing"
     keep_sessions: int
-    alpha: float
-    multiplicity: str  # "bh" | "holm"
-    runs: int  # runs per arm at the first look
-    max_runs: int  # resolved: --specdec-max-runs, else the profile's [verdicts] max_runs, raised to an explicit runs
-    gate: tuple[str, ...] = ()  # ini specdec_gate: metrics added to the gated family
-    ini_thresholds: tuple[str, ...] = ()
-    cli_thresholds: tuple[str, ...] = ()
-    strict: bool = False  # --specdec-strict: a missing or not-comparable baseline fails its test
-    fail_inconclusive: bool = False  # --specdec-fail-inconclusive
-    fail_machine: bool = False  # --specdec-fail-machine
-    calibrate: bool = False  # --specdec-calibrate: the results say so, and the session's end calibrates
+    options: GateOptions
     started: float = 0.0  # the session's start (epoch s): the stamp of tonight's night in a baseline file
 
 
@@ -99,13 +89,13 @@ class Judge:
         resolved and checked before the session runs anything)."""
         from pytest_specdec.gate.sequential import planned_looks
 
-        return planned_looks(self.cfg.runs, 2, max(self.cfg.runs, self.cfg.max_runs))
+        return planned_looks(self.cfg.options.runs, 2, max(self.cfg.options.runs, self.cfg.options.max_runs))
 
     def gate(self, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
         """The gated family's metrics: speedup, acceptance, P95 E2E ratio, plus ini and marker additions."""
         from pytest_specdec.gate.registry import GATED
 
-        return tuple(dict.fromkeys((*GATED, *self.cfg.gate, *extra)))
+        return tuple(dict.fromkeys((*GATED, *self.cfg.options.gate, *extra)))
 
     @cached_property
     def _base_thresholds(self) -> list[dict[str, float]]:
@@ -115,8 +105,8 @@ class Judge:
         profile = self.cfg.profile
         raw = profile.raw.get("verdicts", {}).get("thresholds", {})
         return [check_mapping(raw, f"profile {profile.path} [verdicts] thresholds"),
-                parse_threshold_items(self.cfg.ini_thresholds, "ini specdec_thresholds"),
-                parse_threshold_items(self.cfg.cli_thresholds, "--specdec-threshold")]
+                parse_threshold_items(self.cfg.options.ini_thresholds, "ini specdec_thresholds"),
+                parse_threshold_items(self.cfg.options.cli_thresholds, "--specdec-threshold")]
 
     def thresholds(self, marker: dict[str, float] | None = None) -> Thresholds:
         """Defaults < profile [verdicts.thresholds] < ini specdec_thresholds < --specdec-threshold < marker."""
@@ -142,7 +132,7 @@ class Judge:
         if self.calibration is None:
             return None
         return as_judged(self.calibration, self.night_prior, min_night_sd=self.cfg.profile.min_night_sd,
-                         alpha=self.cfg.alpha)
+                         alpha=self.cfg.options.alpha)
 
     @cached_property
     def stored(self) -> list[dict[str, Any]]:
@@ -156,7 +146,7 @@ class Judge:
 
         profile = self.cfg.profile
         return Pipeline(Stored(tuple(self.stored), profile.min_night_sd, self.night_prior),
-                        self.cfg.alpha, self.cfg.multiplicity, self.state_tolerance)
+                        self.cfg.options.alpha, self.cfg.options.multiplicity, self.state_tolerance)
 
     @cached_property
     def state_tolerance(self) -> StateTolerance:
@@ -259,9 +249,9 @@ class Judge:
         recorded, and on a machine with none of its own (said once for the session) unless --specdec-strict."""
         from pytest_specdec.gate.check import FailRule
 
-        return FailRule(strict=self.cfg.strict, fail_inconclusive=self.cfg.fail_inconclusive,
-                        replacing=self.updating_all,
-                        missing_fails=not self.cfg.update and (self.cfg.strict or not self.hardware.without_own))
+        options = self.cfg.options
+        return FailRule(strict=options.strict, fail_inconclusive=options.fail_inconclusive, replacing=self.updating_all,
+                        missing_fails=not self.cfg.update and (options.strict or not self.hardware.without_own))
 
     def start(self, test: TestStart) -> Judgement:
         """Read the test's baseline and say whether tonight can be compared with it (`gate/conditions.py`:
@@ -280,7 +270,7 @@ class Judge:
                             else {k: dict(v) for k, v in test.endpoint_versions.items()})
         self.opened = True
         thresholds = self.thresholds(dict(test.options.thresholds) or None)
-        plan = Plan(self.store.path(nodeid), "missing", test.options.check, comp, tested, alpha=self.cfg.alpha,
+        plan = Plan(self.store.path(nodeid), "missing", test.options.check, comp, tested, alpha=self.cfg.options.alpha,
                     gate=self.gate(test.options.gate), thresholds=thresholds)
         try:
             _, data = self.store.read(nodeid, self.create_command(nodeid, "missing"))
@@ -303,7 +293,7 @@ class Judge:
         from pytest_specdec.gate.nights import Night
         from pytest_specdec.gate.pipeline import look_step
 
-        looks = self.looks() if c.plan.max_looks > 1 else [self.cfg.runs]
+        looks = self.looks() if c.plan.max_looks > 1 else [self.cfg.options.runs]
         others = [j.deviation for n, j in self._started.items() if n != nodeid]
         c, step = look_step(self.pipeline, c, looks, look, Night.from_result(result),
                             tonight_log=lambda deviation: machine_log([*others, deviation]), stop=self.stop)
@@ -376,8 +366,8 @@ class Judge:
         if self.cfg.update and tests:  # a test read its baseline here or, under xdist, on a worker
             final = dict(family)
             written = self.write([Finished(t.nodeid, final[t.nodeid], t.result, t.outcome) for t in tests])
-        return SessionEnd(machine, tuple(family), machine_failed=beyond and self.cfg.fail_machine,
-                          machine_warns=beyond and not self.cfg.fail_machine, late_regressions=tuple(late),
+        return SessionEnd(machine, tuple(family), machine_failed=beyond and self.cfg.options.fail_machine,
+                          machine_warns=beyond and not self.cfg.options.fail_machine, late_regressions=tuple(late),
                           written=tuple(written[0]), baselines=written[1], baselines_failed=written[2],
                           no_own_baselines=own, state=state_summary(
                               [c.night for _, c in family],

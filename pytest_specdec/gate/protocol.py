@@ -27,6 +27,24 @@ C = TypeVar("C")
 
 
 @dataclass(frozen=True)
+class GateOptions:
+    """What the session's options say about judging, built once from its settings (`SpecDecSession.gate_options`):
+    the stored nights' gate and the A/B's both take it, so an option reaches both the same way."""
+
+    runs: int  # runs (pairs) per arm at the first look
+    max_runs: int  # resolved: --specdec-max-runs, else the profile's [verdicts] max_runs, raised to an explicit runs
+    alpha: float = 0.05
+    multiplicity: str = "bh"  # "bh" | "holm"
+    gate: tuple[str, ...] = ()  # ini specdec_gate: metrics added to the gated family
+    ini_thresholds: tuple[str, ...] = ()
+    cli_thresholds: tuple[str, ...] = ()
+    strict: bool = False  # --specdec-strict: a missing or not-comparable baseline fails its test
+    fail_inconclusive: bool = False  # --specdec-fail-inconclusive
+    fail_machine: bool = False  # --specdec-fail-machine
+    calibrate: bool = False  # --specdec-calibrate: the results say so, and the session's end calibrates
+
+
+@dataclass(frozen=True)
 class TestOptions:
     """What a test's `specdec_verdicts` marker says: whether its verdicts may fail it (``check``), its own
     thresholds (metric or kind -> magnitude, on top of the session's) and the metrics it adds to the gated

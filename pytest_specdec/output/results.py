@@ -225,13 +225,13 @@ def gate_settings(judge: Judge) -> dict[str, Any]:
     again (level, multiplicity rule, night sd floor and prior, calibration, state tolerance, thresholds, machine)."""
     from pytest_specdec.gate.thresholds import to_dict
 
-    cfg = judge.cfg
-    return {"alpha": cfg.alpha, "multiplicity": cfg.multiplicity, "min_night_sd": cfg.profile.min_night_sd,
+    cfg, options = judge.cfg, judge.cfg.options
+    return {"alpha": options.alpha, "multiplicity": options.multiplicity, "min_night_sd": cfg.profile.min_night_sd,
             "night_prior": judge.night_prior.to_dict(),
             **({"calibration": used} if (used := judge.calibration_used) is not None else {}),
             "machine_state_tolerance": judge.state_tolerance.to_dict(),
             "thresholds": to_dict(judge.thresholds()), "hardware": judge.hardware.to_dict(),
-            **({"calibration_session": True} if cfg.calibrate else {})}
+            **({"calibration_session": True} if options.calibrate else {})}
 
 
 def verdict_entry(v: Verdict) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.ab import until_settled
 from pytest_specdec.gate.ab_session import ABGate, ABJudgement, ABPlan, ab_thresholds, ab_verdicts
 from pytest_specdec.gate.check import Look
-from pytest_specdec.gate.protocol import Finished, Planned, TestOptions
+from pytest_specdec.gate.protocol import Finished, GateOptions, Planned, TestOptions
 from pytest_specdec.gate.stats import Thresholds, Verdict
 from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
 from pytest_specdec.measure.runner import CaseResult, RunRecord
@@ -108,7 +108,8 @@ def check(**verdicts: str) -> ABJudgement:
 
 def plan(g: ABGate) -> ABJudgement:
     """A test's A/B judgement before its first look, as `ABGate.start` plans it."""
-    return ABJudgement(ABPlan("eagle3", "/a", "/b", {}, g.thresholds, looks=g.plan, max_looks=len(g.plan)))
+    looks = g.planned_looks
+    return ABJudgement(ABPlan("eagle3", "/a", "/b", {}, g.thresholds, looks=looks, max_looks=len(looks)))
 
 
 def test_attribution() -> None:
@@ -125,9 +126,7 @@ def test_attribution() -> None:
 
 
 def gate(profile_path: str = "cpu", runs: int = 8, max_runs: int = 8, **drafts: str) -> ABGate:
-    return ABGate(load_profile(profile_path), drafts or {"eagle3": "/heads/old"}, alpha=0.05, multiplicity="bh",
-                  runs=runs,
-                  max_runs=max_runs)
+    return ABGate(load_profile(profile_path), drafts or {"eagle3": "/heads/old"}, GateOptions(runs, max_runs))
 
 
 def planned(method: str = "eagle3", nodeid: str = "t", **options: Any) -> Planned:
@@ -192,8 +191,7 @@ def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
 def test_inconclusive_warns_or_fails_under_fail_inconclusive() -> None:
     few = dataclasses.replace(case(1.0), runs=case(1.0).runs[:1], base_runs=case(1.0).base_runs[:1])
     for fail in (False, True):
-        g = ABGate(load_profile("cpu"), {"eagle3": "/heads/old"}, alpha=0.05, multiplicity="bh", runs=1, max_runs=1,
-                   fail_inconclusive=fail)
+        g = ABGate(load_profile("cpu"), {"eagle3": "/heads/old"}, GateOptions(1, 1, fail_inconclusive=fail))
         c = judged(ab_verdicts(few, g.thresholds, 0.05))  # one pair: too little data
         c, end = g.test_end("t1", [("t1", c)], [planned()])
         assert (end.outcome, end.fails, c.failed) == ("inconclusive", fail, fail)
@@ -204,7 +202,7 @@ def stepped_gate(runs: int, max_runs: int, step: int) -> ABGate:
     """`gate` with the profile's [matrix] ab_look_step set to ``step``."""
     cpu = load_profile("cpu")
     profile = dataclasses.replace(cpu, matrix={**cpu.matrix, "ab_look_step": step})
-    return ABGate(profile, {"eagle3": "/heads/old"}, alpha=0.05, multiplicity="bh", runs=runs, max_runs=max_runs)
+    return ABGate(profile, {"eagle3": "/heads/old"}, GateOptions(runs, max_runs))
 
 
 def upto(n: int, speed: float) -> CaseResult:
@@ -216,9 +214,9 @@ def test_looks_add_pairs_while_more_could_settle_a_verdict() -> None:
     """The A/B's sequential looks (`ABGate.look`): alpha split over the planned looks (2, 4, 6 pairs: the profile's
     ab_look_step), another look while a gated verdict is inconclusive and more pairs could settle it; it stops on a
     regression once it holds at the session family's level, and says why and after how many pairs."""
-    assert gate(runs=2, max_runs=6).plan == (2, 6)  # cpu's step of 12
+    assert gate(runs=2, max_runs=6).planned_looks == (2, 6)  # cpu's step of 12
     g = stepped_gate(2, 6, 2)
-    assert g.plan == (2, 4, 6)
+    assert g.planned_looks == (2, 4, 6)
     g.refuse([planned()])  # one test: a family of 3 gated verdicts
     c, step = g.look("t1", plan(g), upto(2, 0.9), 1)  # two pairs at alpha/3: the -10 % is not yet significant
     assert by_metric(c.raw)["output_tok_s"].verdict == "inconclusive" and step.next_runs == 4, c.raw
@@ -268,8 +266,7 @@ def test_marker_and_ini_fields_an_ab_cannot_apply_are_refused_by_name() -> None:
                                           r"e2e_p95_ratio \(it judges output_tok_s, acceptance_rate, e2e_p95_ms\)"):
         g.refuse([planned(thresholds={"e2e_p95_ratio": 20.0})])
     with pytest.raises(ConfigError, match="ini specdec_gate names e2e_p95_ratio, which an A/B session cannot gate"):
-        ABGate(load_profile("cpu"), {"eagle3": "/x"}, alpha=0.05, multiplicity="bh", runs=8, max_runs=8,
-               gate=("e2e_p95_ratio",))
+        ABGate(load_profile("cpu"), {"eagle3": "/x"}, GateOptions(8, 8, gate=("e2e_p95_ratio",)))
 
 
 def test_a_base_arm_without_a_valid_run_is_a_dead_arm() -> None:
@@ -298,7 +295,7 @@ def test_an_early_stop_reads_the_same_at_the_tests_end_and_the_sessions() -> Non
     # test end's BH padded to 60 would take back: it takes its second look, the last, and regresses there.
     for nodeid, speed in (("t0", 0.7), ("t1", 1.0), ("t2", 1.0), ("t3", 0.945)):
         c = plan(g)
-        for look, n in enumerate(g.plan, start=1):
+        for look, n in enumerate(g.planned_looks, start=1):
             c, step = g.look(nodeid, c, upto(n, speed), look)
             if step.next_runs is None:
                 break

@@ -162,10 +162,10 @@ def test_an_ab_judges_each_arms_goodput_ratio_shown_or_gated(gated: bool) -> Non
 
 def test_an_ab_takes_a_goodput_threshold_only_from_a_test_with_slos() -> None:
     from pytest_specdec.gate.ab_session import ABGate
-    from pytest_specdec.gate.protocol import Planned, TestOptions
+    from pytest_specdec.gate.protocol import GateOptions, Planned, TestOptions
     from pytest_specdec.profiles import load_profile
 
-    g = ABGate(load_profile("cpu"), {"eagle3": "/heads/old"}, alpha=0.05, multiplicity="bh", runs=8, max_runs=8)
+    g = ABGate(load_profile("cpu"), {"eagle3": "/heads/old"}, GateOptions(8, 8))
     g.refuse([Planned("t", "eagle3", 3, None, TestOptions(thresholds={"goodput": 10.0}), goodput=True)])
     with pytest.raises(ConfigError, match=r"t: specdec_verdicts\(thresholds=...\): an A/B session does not judge "
                                           r"goodput"):
