@@ -332,16 +332,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return OK
 
 
-def _alpha(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value < 0.5:
-        raise argparse.ArgumentTypeError(f"must lie in (0, 0.5), one-sided level: got {text!r}")
-    return value
-
-
 def profile_state_tolerance(name: str, results: Results) -> float | None:
     """The profile's machine-state tolerance, which groups a calibration's sessions of one state (never a
     calibration's own): as the session recorded it where it was the profile's, else from the profile by name."""
@@ -385,7 +375,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    from pytest_specdec.option_values import renamed
+    from pytest_specdec.option_values import alpha_value, renamed
 
     ap = argparse.ArgumentParser(
         prog="pytest-specdec",
@@ -411,7 +401,7 @@ def parser() -> argparse.ArgumentParser:
                    help="profile whose [verdicts] thresholds apply (default: the one NEW recorded)")
     c.add_argument("--threshold", action="append", default=[], metavar="METRIC=VALUE",
                    help="practical threshold, repeatable, as --specdec-threshold (e.g. speedup=10)")
-    c.add_argument("--alpha", type=_alpha, default=None,
+    c.add_argument("--alpha", type=alpha_value, default=None,
                    help="one-sided level (default: NEW's session's, else 0.05; CIs are 1 - 2 alpha)")
     c.add_argument("--multiplicity", dest="multiplicity", choices=("bh", "holm"), default=None,
                    help="multiplicity adjustment over the gated family: bh (the false discovery rate) or holm (the "
@@ -431,7 +421,7 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("sources", type=Path, nargs="+", metavar="DIR|FILE",
                    help="results files, or directories of them: a directory's other JSON (no top-level "
                         "`schema`, or a *.outputs.json side file) is skipped and counted")
-    h.add_argument("--alpha", type=_alpha, default=0.05,
+    h.add_argument("--alpha", type=alpha_value, default=0.05,
                    help="false-discovery rate of the change points over all series (Benjamini-Hochberg; default 0.05)")
     h.add_argument("--per-series", action="store_true",
                    help="judge each series at --alpha alone, without the adjustment over all series (more power, "

@@ -91,8 +91,10 @@ def renamed(new_flag: str, new_dest: str) -> type[argparse.Action]:
 
 
 def alpha_value(value: str) -> float:
-    """argparse type: a one-sided significance level in (0, 0.5)."""
-    return _number(value, float, lambda n: 0 < n < 0.5, "a number in (0, 0.5) like 0.05")
+    """argparse type: a one-sided significance level (`gate.stats.alpha_ok`), for the options and the CLI."""
+    from pytest_specdec.gate.stats import ALPHA_RANGE, alpha_ok
+
+    return _number(value, float, alpha_ok, ALPHA_RANGE)
 
 
 def threshold_item(value: str) -> str:

@@ -427,9 +427,18 @@ def not_comparable(metric: str, fields: Mapping[str, tuple[Any, Any]]) -> Verdic
                    f"baseline not comparable: {diff or 'comparability keys differ'}")
 
 
+#: What a one-sided level may be, in words: every place that takes an alpha (options, the CLI, the gate) says it so.
+ALPHA_RANGE = "a number in (0, 0.5) like 0.05"
+
+
+def alpha_ok(alpha: object) -> bool:
+    """Whether ``alpha`` is a one-sided level the gate can use: in (0, 0.5), so a two-sided CI 1 - 2·alpha exists."""
+    return isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0.0 < alpha < 0.5
+
+
 def check_alpha(alpha: float) -> None:
-    if not (isinstance(alpha, (int, float)) and 0.0 < alpha < 0.5):
-        raise ConfigError(f"alpha must lie in (0, 0.5), got {alpha!r}")
+    if not alpha_ok(alpha):
+        raise ConfigError(f"alpha must be {ALPHA_RANGE}, got {alpha!r}")
 
 
 def alpha_for_look(alpha: float, look: int, max_looks: int) -> float:
