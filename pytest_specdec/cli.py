@@ -1,4 +1,4 @@
-"""`pytest-specdec`: the plugin's results read outside pytest (wiring only; the work is in output/ and gate/).
+"""`pytest-specdec`: the plugin's results read outside pytest (wiring only; the work is in app/, output/ and gate/).
 
     pytest-specdec compare OLD NEW.json        the plugin's verdicts of NEW against OLD's runs (a results file)
                                                or stored baselines (a directory: exactly the session's own
@@ -34,8 +34,8 @@ from pytest_specdec.errors import SpecDecDeprecationWarning, SpecDecError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from pytest_specdec.app.compare import StoredDir
     from pytest_specdec.gate.stats import Thresholds
-    from pytest_specdec.output.compare import StoredDir
     from pytest_specdec.output.history import Night
     from pytest_specdec.output.schema import Results
     from pytest_specdec.profiles import Profile
@@ -131,8 +131,8 @@ def profile_of(profile: str, where: str) -> Profile:
 def stored_dir(path: Path, profile: str) -> StoredDir:
     """OLD given as a directory of baselines: the root (holding ``<profile>/``), the profile's own folder (each
     test against its own machine's folder), or one machine's folder."""
+    from pytest_specdec.app.compare import StoredDir
     from pytest_specdec.gate.baselines import safe_part
-    from pytest_specdec.output.compare import StoredDir
 
     if (path / safe_part(profile)).is_dir():
         return StoredDir(path, profile)
@@ -146,10 +146,11 @@ def stored_dir(path: Path, profile: str) -> StoredDir:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from pytest_specdec.app.compare import compare
     from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.variance import NightPrior, night_prior_from
     from pytest_specdec.output.ab_results import is_ab
-    from pytest_specdec.output.compare import compare, names, summary_lines, table_lines, to_json
+    from pytest_specdec.output.compare import names, summary_lines, table_lines, to_json
 
     if args.new is None:  # one file: an A/B session's, judged again
         args.old, args.new = None, args.old

@@ -179,9 +179,9 @@ def crossover_series(nights: Sequence[Night]) -> list[Series]:
     """Per sweep line (concurrency or rate: a rate sweep's in fractions of saturation), its crossover night by night
     (`gate.crossover.estimate` without a CI); a night
     on which it did not cross in the swept range is a gap that says on which side."""
+    from pytest_specdec.app.compare import sweep_point
     from pytest_specdec.gate.crossover import NAME, estimate
     from pytest_specdec.gate.crossover_gate import group
-    from pytest_specdec.output.sweeps import sweep_point
 
     per: dict[str, dict[int, Point]] = {}
     for k, night in enumerate(nights):
