@@ -146,10 +146,10 @@ def stored_dir(path: Path, profile: str) -> StoredDir:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from pytest_specdec.app.ab_compare import is_ab
     from pytest_specdec.app.compare import compare
     from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.variance import NightPrior, night_prior_from
-    from pytest_specdec.output.ab_results import is_ab
     from pytest_specdec.output.compare import names, summary_lines, table_lines, to_json
 
     if args.new is None:  # one file: an A/B session's, judged again
@@ -212,11 +212,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results) -> int:
-    """`compare` of an A/B session's results (`output.ab_results`): NEW's A/B tests judged again candidate vs base,
-    beside OLD's when OLD is an A/B session's results too; exit 1 where the plugin fails a test."""
+    """`compare` of an A/B session's results (`app.ab_compare`): NEW's A/B tests judged again candidate vs base,
+    beside OLD's when OLD is an A/B session's results too (`output.ab_results` renders them); exit 1 where the plugin
+    fails a test."""
+    from pytest_specdec.app.ab_compare import compare_ab, is_ab
     from pytest_specdec.errors import ConfigError
     from pytest_specdec.gate.thresholds import parse_threshold_items
-    from pytest_specdec.output.ab_results import ab_summary_lines, ab_table_lines, ab_to_json, compare_ab, is_ab
+    from pytest_specdec.output.ab_results import ab_summary_lines, ab_table_lines, ab_to_json
     from pytest_specdec.output.compare import names
     from pytest_specdec.output.schema import ResultsError
 

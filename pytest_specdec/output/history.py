@@ -14,7 +14,7 @@ several machines, each test has one series per machine, named ``<test id> on <ha
 another machine is a gap in it.
 
 An A/B session's results are a night too: each test's series is its candidate's, and its base follows as a test
-of its own, ``<test id> (A/B base)`` (`output.ab_results.base_night`).
+of its own, ``<test id> (A/B base)`` (`app.ab_compare.base_night`).
 """
 
 from __future__ import annotations
@@ -129,9 +129,9 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
     the levels across ``nights`` (already ordered) and their change points, the false-discovery rate over all
     series held at ``alpha`` (`gate.trend.trends`; `gate.trend.ALPHA` by default), or each series at ``alpha``
     alone (``per_series``)."""
+    from pytest_specdec.app.ab_compare import base_night
     from pytest_specdec.gate.registry import GATED
     from pytest_specdec.gate.trend import ALPHA, trend, trends
-    from pytest_specdec.output.ab_results import base_night
 
     several = len({n.hardware for n in nights}) > 1
     tests: dict[tuple[str, str], dict[int, tuple[TestEntry, RunNight]]] = {}
