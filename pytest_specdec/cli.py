@@ -286,7 +286,8 @@ def history_nights(sources: Sequence[Path]) -> tuple[list[Night], list[tuple[Pat
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from pytest_specdec.output.history import order, render_html, rule, series, table_lines, to_json
+    from pytest_specdec.app.history import order, series
+    from pytest_specdec.output.history import render_html, rule, table_lines, to_json
 
     nights_read, skipped = history_nights(args.sources)
     for path, why in skipped:
