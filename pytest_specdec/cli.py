@@ -1,4 +1,4 @@
-"""`pytest-specdec`: the plugin's results read outside pytest (wiring only; the work is in output/ and gate/).
+"""`pytest-specdec`: the plugin's results read outside pytest (wiring only; the work is in app/, output/ and gate/).
 
     pytest-specdec compare OLD NEW.json        the plugin's verdicts of NEW against OLD's runs (a results file)
                                                or stored baselines (a directory: exactly the session's own
@@ -34,8 +34,8 @@ from pytest_specdec.errors import SpecDecDeprecationWarning, SpecDecError
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from pytest_specdec.app.compare import StoredDir
     from pytest_specdec.gate.stats import Thresholds
-    from pytest_specdec.output.compare import StoredDir
     from pytest_specdec.output.history import Night
     from pytest_specdec.output.schema import Results
     from pytest_specdec.profiles import Profile
@@ -131,8 +131,8 @@ def profile_of(profile: str, where: str) -> Profile:
 def stored_dir(path: Path, profile: str) -> StoredDir:
     """OLD given as a directory of baselines: the root (holding ``<profile>/``), the profile's own folder (each
     test against its own machine's folder), or one machine's folder."""
+    from pytest_specdec.app.compare import StoredDir
     from pytest_specdec.gate.baselines import safe_part
-    from pytest_specdec.output.compare import StoredDir
 
     if (path / safe_part(profile)).is_dir():
         return StoredDir(path, profile)
@@ -146,10 +146,11 @@ def stored_dir(path: Path, profile: str) -> StoredDir:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from pytest_specdec.app.ab_compare import is_ab
+    from pytest_specdec.app.compare import compare
     from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.variance import NightPrior, night_prior_from
-    from pytest_specdec.output.ab_results import is_ab
-    from pytest_specdec.output.compare import compare, names, summary_lines, table_lines, to_json
+    from pytest_specdec.output.compare import names, summary_lines, table_lines, to_json
 
     if args.new is None:  # one file: an A/B session's, judged again
         args.old, args.new = None, args.old
@@ -211,11 +212,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results) -> int:
-    """`compare` of an A/B session's results (`output.ab_results`): NEW's A/B tests judged again candidate vs base,
-    beside OLD's when OLD is an A/B session's results too; exit 1 where the plugin fails a test."""
+    """`compare` of an A/B session's results (`app.ab_compare`): NEW's A/B tests judged again candidate vs base,
+    beside OLD's when OLD is an A/B session's results too (`output.ab_results` renders them); exit 1 where the plugin
+    fails a test."""
+    from pytest_specdec.app.ab_compare import compare_ab, is_ab
     from pytest_specdec.errors import ConfigError
     from pytest_specdec.gate.thresholds import parse_threshold_items
-    from pytest_specdec.output.ab_results import ab_summary_lines, ab_table_lines, ab_to_json, compare_ab, is_ab
+    from pytest_specdec.output.ab_results import ab_summary_lines, ab_table_lines, ab_to_json
     from pytest_specdec.output.compare import names
     from pytest_specdec.output.schema import ResultsError
 
@@ -283,7 +286,8 @@ def history_nights(sources: Sequence[Path]) -> tuple[list[Night], list[tuple[Pat
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from pytest_specdec.output.history import order, render_html, rule, series, table_lines, to_json
+    from pytest_specdec.app.history import order, series
+    from pytest_specdec.output.history import render_html, rule, table_lines, to_json
 
     nights_read, skipped = history_nights(args.sources)
     for path, why in skipped:

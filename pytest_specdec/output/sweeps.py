@@ -14,8 +14,8 @@ from pytest_specdec.output.charts import PALETTE, Chart, Series, crossovers, svg
 from pytest_specdec.output.fields import number, test_name
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.crossover_gate import CrossoverEnd, Reader, StoredNight, SweepOutcome, SweepPoint
-    from pytest_specdec.output.schema import Results, TestEntry
+    from pytest_specdec.gate.crossover_gate import CrossoverEnd, SweepOutcome
+    from pytest_specdec.output.schema import TestEntry
 
 #: Params a sweep chart can take as its x axis (numeric), with the axis label.
 SWEEP_AXES = {"concurrency": "concurrency (requests in flight)", "temperature": "temperature",
@@ -251,48 +251,7 @@ def sweep_charts(sweep: Sweep, servers: dict[str, Any]) -> list[str]:
     return [svg for _, svgs in sweep_chart_groups(sweep, servers) for svg in svgs]
 
 
-# ---- the crossover concurrency: the gate's points from results, its outcomes worded ---------------------------
-
-
-def sweep_point(test: TestEntry, status: str | None = None, checked: bool | None = None) -> SweepPoint:
-    """A results file's test as the crossover gate's point (`gate.crossover_gate.SweepPoint`): ``status`` and
-    ``checked`` are its comparison's (compare's row), else what its recorded baseline says."""
-    from pytest_specdec.gate.crossover_gate import SweepPoint
-
-    b = test.baseline
-    return SweepPoint.of(test.nodeid, test.params, test.callspec, test.night,
-                         status=status if status is not None else b.status if b else None,
-                         checked=checked if checked is not None else b.checked if b else True,
-                         gate=tuple(b.gate) if b else (), passed=test.outcome == "passed",
-                         saturation_req_s=number((test.rate_sweep or {}).get("saturation_req_s")))
-
-
-def judge_results(tests: Iterable[TestEntry], status: Mapping[str, tuple[str, bool]], read: Reader, *, alpha: float,
-                  tolerance: float | None) -> list[SweepOutcome]:
-    """A results file's concurrency sweeps, each on the session's course (`gate.crossover_gate.decide`): against
-    the night ``read`` gives, each test's (status, checked) as ``status`` says (`compare`'s rows)."""
-    from pytest_specdec.gate.crossover_gate import decide, group
-
-    found, out = group(sweep_point(t, *status.get(t.nodeid, (None, None))) for t in tests)
-    return out + [decide(sweep, read, alpha=alpha, tolerance=tolerance) for sweep in found]
-
-
-def stored_nights(results: Results, alpha: float) -> tuple[dict[str, StoredNight], dict[str, str]]:
-    """A results file's sweeps as the nights another file's are judged against, by sweep; and the sweeps it
-    holds that cannot be read, with why."""
-    from pytest_specdec.errors import SpecDecError
-    from pytest_specdec.gate.crossover import estimate
-    from pytest_specdec.gate.crossover_gate import StoredNight, group, sweep_state
-
-    nights, unread = {}, {}
-    for sw in group(sweep_point(t) for t in results.tests)[0]:
-        try:
-            est = estimate(sw.grid(), alpha=alpha, resamples=0, where=sw.sweep, axis=sw.axis)
-        except SpecDecError as exc:
-            unread[sw.sweep] = str(exc)
-            continue
-        nights[sw.sweep] = StoredNight(results.started, sw.grid(), est.text() if est else None, sweep_state(sw.points))
-    return nights, unread
+# ---- the crossover concurrency: its outcomes worded (`app.compare` judges a results file's sweeps) ---------
 
 
 def crossover_line(x: SweepOutcome) -> str:

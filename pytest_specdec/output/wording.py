@@ -24,6 +24,7 @@ from pytest_specdec.gate.kinds import (
 from pytest_specdec.gate.registry import GOODPUT, label, metric
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.attribution import Cause
     from pytest_specdec.gate.check import Judgement, TestEnd
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.stats import Verdict
@@ -201,10 +202,29 @@ def split_text(d: Mapping[str, Any] | None) -> str | None:
     return None if not d else split_sentence(Split.from_dict(d))
 
 
+#: What a regressed speedup's split points at (`gate.attribution.SPLIT_CAUSES`), after the split's sentence.
+SPLIT_READINGS: Mapping[Cause, str] = {
+    "acceptance": "fewer drafted tokens are accepted: look at the draft/head",
+    "step time": "a step costs more: drafting or verification got slower (draft cost, kernels, scheduling)",
+    "acceptance and step time": "fewer tokens accepted and a dearer step together"}
+#: What the other causes (`gate.attribution.Cause`) read.
+READINGS: Mapping[Cause, str] = {
+    "draft": "speculation gains less because fewer drafted tokens are accepted: look at the draft/head",
+    "speculation cost": ("speculation gains less at the same acceptance: drafting or verification got slower "
+                         "(draft cost, kernels, scheduling)"),
+    "non-speculative path": ("the no-speculation reference got slower while the speedup held: look at the target, "
+                             "the engine or the machine, not at speculation"),
+    "acceptance alone": "acceptance dropped; the speedup has not (yet) moved beyond its threshold",
+    "spec throughput": "spec throughput dropped with both the reference and the speedup within their thresholds",
+    "latency": "latency regressed while the throughput figures held"}
+
+
 def attribution(verdicts: Iterable[Verdict], split: Split | None = None) -> str:
-    """Which arm moved: the reference decoding, the speedup, the acceptance, and what that points at; a regressed
-    speedup with its ``split`` (`measure.explain.split`, baseline → now) is pointed at what the split measures, and
-    any other reading ends with the split."""
+    """Which arm moved: the reference decoding, the speedup, the acceptance, and what that points at
+    (`gate.attribution.attribute` decides it); a regressed speedup with its ``split`` (`measure.explain.split`,
+    baseline → now) is pointed at what the split measures, and any other reading ends with the split."""
+    from pytest_specdec.gate.attribution import SPLIT_CAUSES, attribute
+
     by = {v.metric: v for v in verdicts}
     parts = []
     for what, name in (("reference decoding", "reference_tok_s"), ("speedup", "speedup"),
@@ -212,35 +232,14 @@ def attribution(verdicts: Iterable[Verdict], split: Split | None = None) -> str:
         v = by.get(name)
         if v is not None:
             parts.append(verdict_phrase(what, v))
-
-    def bad(name: str) -> bool:
-        return name in by and by[name].verdict == REGRESSED
-
-    if bad("speedup") and split is not None:
-        reading = split_sentence(split) + ": " + {
-            "acceptance": "fewer drafted tokens are accepted: look at the draft/head",
-            "step time": "a step costs more: drafting or verification got slower "
-                         "(draft cost, kernels, scheduling)",
-            None: "fewer tokens accepted and a dearer step together"}[split.cause()]
-    elif bad("speedup") and bad("acceptance_rate"):
-        reading = "speculation gains less because fewer drafted tokens are accepted: look at the draft/head"
-    elif bad("speedup"):
-        reading = ("speculation gains less at the same acceptance: drafting or verification got slower "
-                   "(draft cost, kernels, scheduling)")
-    elif bad("reference_tok_s"):
-        reading = ("the no-speculation reference got slower while the speedup held: look at the target, the "
-                   "engine or the machine, not at speculation")
-    elif bad("acceptance_rate") or any(v.verdict == REGRESSED and v.metric.startswith("per_position")
-                                       for v in by.values()):
-        reading = "acceptance dropped; the speedup has not (yet) moved beyond its threshold"
-    elif bad("output_tok_s"):
-        reading = "spec throughput dropped with both the reference and the speedup within their thresholds"
-    elif any(v.verdict == REGRESSED for v in by.values()):
-        reading = "latency regressed while the throughput figures held"
+    cause = attribute(by.values(), split)
+    if cause in SPLIT_CAUSES:
+        assert cause is not None and split is not None
+        reading = split_sentence(split) + ": " + SPLIT_READINGS[cause]
     else:
-        reading = ""
-    if split is not None and not bad("speedup"):  # what the speedup is made of, even where it held
-        reading += ("; " if reading else "") + split_sentence(split)
+        reading = READINGS[cause] if cause is not None else ""
+        if split is not None:  # what the speedup is made of, even where it held
+            reading += ("; " if reading else "") + split_sentence(split)
     return "; ".join(parts) + (f": {reading}" if reading else "")
 
 

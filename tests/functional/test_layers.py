@@ -1,4 +1,4 @@
-"""The package's layers, enforced with import-linter (contracts in pyproject.toml): wiring -> output ->
+"""The package's layers, enforced with import-linter (contracts in pyproject.toml): wiring -> app -> output ->
 gate -> profiles -> measure -> servers -> vllm, no import cycles between siblings, and no pytest in the
 process, measurement and statistics code. Each contract is also shown to fail on a planted violation."""
 
@@ -33,8 +33,10 @@ def test_the_contracts_hold() -> None:
 
 
 @pytest.mark.parametrize(("module", "line", "contract"), [
-    ("vllm/command.py", "import pytest_specdec.session  # noqa: F401", "wiring -> output -> gate"),
-    ("servers/pool.py", "from pytest_specdec.gate import stats  # noqa: F401", "wiring -> output -> gate"),
+    ("vllm/command.py", "import pytest_specdec.session  # noqa: F401", "wiring -> app -> output -> gate"),
+    ("servers/pool.py", "from pytest_specdec.gate import stats  # noqa: F401", "wiring -> app -> output -> gate"),
+    ("output/compare.py", "from pytest_specdec.app import compare  # noqa: F401", "wiring -> app -> output -> gate"),
+    ("app/history.py", "import pytest_specdec.cli  # noqa: F401", "wiring -> app -> output -> gate"),
     ("gate/stats.py", "import pytest  # noqa: F401", "never imports pytest"),
     ("vllm/counters.py", "from pytest_specdec.vllm import cli  # noqa: F401", "no import cycles"),
 ])

@@ -84,11 +84,11 @@ def test_the_report_shows_each_sweep_lines_crossover_on_its_own_line() -> None:
     report's block."""
     import json
 
+    from pytest_specdec.app.compare import sweep_point
     from pytest_specdec.gate.crossover_gate import StoredNight, group, judge_sweep
     from pytest_specdec.output.report import render_html
     from pytest_specdec.output.results import crossover_entry
     from pytest_specdec.output.schema import load
-    from pytest_specdec.output.sweeps import sweep_point
 
     data = json.loads((Path(__file__).resolve().parents[1] / "data" / "report_results.json").read_text())
     found, broken = group(sweep_point(t) for t in load(data).tests)

@@ -1,5 +1,5 @@
 """`pytest-specdec history`: change points across nights (gate/trend.py) and the history built from results files
-(output/history.py, the CLI's table, JSON and HTML).
+(app/history.py; output/history.py renders the CLI's table, JSON and HTML).
 
 The nights are simulated from a recorded session (tests/data/report_results.json, recorded by real plugin
 sessions against the simulated vLLM): each night scales the runs' throughput by a machine factor and the spec
@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_specdec.app.history import order, series
 from pytest_specdec.cli import main
 from pytest_specdec.formats import RESULTS_SCHEMA
 from pytest_specdec.gate.trend import noise_sd, trend
-from pytest_specdec.output.history import Night, order, render_html, series, table_lines, to_json
+from pytest_specdec.output.history import Night, render_html, table_lines, to_json
 from pytest_specdec.output.schema import load
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "report_results.json"

@@ -90,3 +90,32 @@ def test_the_exact_rule_says_range_and_the_others_ci() -> None:
     assert (format_ci(verdict()), format_p(verdict())) == ("-30.0 % .. -20.0 %", "0.001")
     assert format_verdict(verdict(unit="points", delta=-3.456, ci_low=-4.0, ci_high=-2.9)) == (
         "regressed -3.46 pt (CI -4.00 pt .. -2.90 pt)")
+
+
+def test_the_gate_points_a_regression_at_a_cause_and_the_wording_words_each() -> None:
+    """What a test's verdicts point at is the gate's decision (`gate.attribution.attribute`, the first that holds);
+    `wording.attribution` words every cause it can return."""
+    from typing import get_args
+
+    from pytest_specdec.gate.attribution import SPLIT_CAUSES, Cause, attribute
+    from pytest_specdec.measure.explain import Split
+    from pytest_specdec.output.wording import READINGS, SPLIT_READINGS, attribution
+
+    def bad(*metrics: str) -> list[Verdict]:
+        return [verdict(metric=m) for m in metrics]
+
+    slower_step = Split(2.0, 1.6, 4.0, 4.0, 1.0, 1.25)
+    assert attribute(bad("speedup"), slower_step) == "step time"
+    assert attribute(bad("speedup"), Split(2.0, 1.6, 4.0, 3.2, 1.0, 1.0)) == "acceptance"
+    assert attribute(bad("speedup"), Split(2.0, 1.6, 4.0, 3.6, 1.0, 1.11)) == "acceptance and step time"
+    assert attribute(bad("speedup", "acceptance_rate")) == "draft"
+    assert attribute(bad("speedup")) == "speculation cost"
+    assert attribute(bad("reference_tok_s", "acceptance_rate")) == "non-speculative path"
+    assert attribute(bad("per_position_acceptance[1]", "output_tok_s")) == "acceptance alone"
+    assert attribute(bad("output_tok_s", "e2e_p95_ms")) == "spec throughput"
+    assert attribute(bad("e2e_p95_ms")) == "latency"
+    assert attribute([verdict(verdict="unchanged")], slower_step) is None
+    assert set(SPLIT_READINGS) == SPLIT_CAUSES and set(READINGS) | SPLIT_CAUSES == set(get_args(Cause))
+    held = attribution([verdict(verdict="unchanged")], slower_step)
+    assert held.startswith("speedup unchanged") and held.endswith("mostly step time"), held  # the split beside it
+    assert attribution(bad("speedup"), slower_step).endswith("mostly step time: " + SPLIT_READINGS["step time"])

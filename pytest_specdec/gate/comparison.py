@@ -1,0 +1,112 @@
+"""A comparison of two sessions' results, judged: per test its row (its verdicts, or why it has none) and which
+tests and sweeps fail it, by the session's one failure rule (`check.FailRule`); the A/B's rows the same way.
+
+`pytest-specdec compare` builds them (`app/compare.py`, `app/ab_compare.py`); `output/compare.py` and
+`output/ab_results.py` word them. Typed outcomes only: nothing here reads a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE, REGRESSED, Status
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.ab_session import ABJudgement
+    from pytest_specdec.gate.crossover_gate import SweepOutcome
+    from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.stats import Verdict
+    from pytest_specdec.measure.explain import Split
+
+
+@dataclass
+class Row:
+    """One test of the comparison: its verdicts (gated and shown), or why it has none."""
+
+    nodeid: str
+    status: str  # compared | not-comparable | only in OLD | only in NEW | no runs | not judged
+    verdicts: list[Verdict] = field(default_factory=list)
+    fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs
+    reason: str = ""
+    checked: bool = True  # False: NEW's test opted out (check=False): its verdicts are shown, never failed
+    dead: bool = False  # NEW has an arm without a valid run: the plugin fails the test for it
+    split: Split | None = None  # the speedup's change OLD → NEW in acceptance and step time (`measure.explain`)
+
+    def failed(self, strict: bool = False) -> bool:
+        """Whether this test fails the comparison: the session's rule (`gate.check.FailRule`) over NEW's verdicts;
+        a test with no baseline to compare with (only in NEW, no runs) fails only for a dead arm."""
+        from pytest_specdec.gate.check import FailRule
+
+        status: Status = ("compared" if self.status == "compared" else NOT_COMPARABLE
+                          if self.status == NOT_COMPARABLE else "missing")
+        return FailRule(strict=strict).decide(checked=self.checked, status=status, verdicts=self.verdicts,
+                                              dead=self.dead).fails
+
+    @property
+    def gated(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.family == GATED]
+
+    @property
+    def regressed(self) -> bool:
+        return any(v.verdict == REGRESSED for v in self.gated)
+
+
+@dataclass
+class Comparison:
+    """Every test of both files, in NEW's order then OLD's leftovers, and the session-level figures."""
+
+    rows: list[Row]
+    machine: MachineFactor | None
+    alpha: float
+    multiplicity: str
+    #: NEW's concurrency sweeps, judged as the session judges them: a gated regression or an error fails
+    crossovers: list[SweepOutcome] = field(default_factory=list)
+    #: against stored baselines: the machines' folders NEW's tests were judged against (their path, their name)
+    machines: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def regressed(self) -> list[Row]:
+        """Every test with a regressed gated metric, those that opted out included."""
+        return [r for r in self.rows if r.regressed]
+
+    def failed(self, strict: bool = False) -> list[Row]:
+        """The tests that make the comparison fail (exit 1), as `Row.failed` says."""
+        return [r for r in self.rows if r.failed(strict)]
+
+    @property
+    def failed_sweeps(self) -> list[SweepOutcome]:
+        """The sweeps that make the comparison fail (exit 1) as they fail the session: a gated regression, an error."""
+        return [x for x in self.crossovers if x.failed]
+
+
+@dataclass
+class ABRow:
+    """One A/B test of the comparison: NEW's candidate-vs-base verdicts judged again, OLD's beside them."""
+
+    nodeid: str
+    check: ABJudgement | None  # NEW's, judged again (None: the test is in OLD only)
+    old: ABJudgement | None = None  # OLD's, judged again (None: OLD has no A/B comparison of the test)
+    status: str = "judged"  # judged | only in OLD | only in NEW | not an A/B test
+    reason: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """As the plugin fails it (`gate.check.FailRule`): a gated regression of a test that did not opt out."""
+        from pytest_specdec.gate.check import FailRule
+
+        return self.check is not None and FailRule().decide(checked=self.check.checked, status="compared",
+                                                            verdicts=self.check.shown()).fails
+
+
+@dataclass
+class ABComparison:
+    """Every A/B test of NEW (and OLD's leftovers), judged again as the session judged them."""
+
+    rows: list[ABRow]
+    alpha: float
+    multiplicity: str
+    notes: list[str] = field(default_factory=list)
+
+    def failed(self) -> list[ABRow]:
+        return [r for r in self.rows if r.failed]
