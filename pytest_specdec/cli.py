@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from pytest_specdec.app.compare import StoredDir
     from pytest_specdec.gate.stats import Thresholds
-    from pytest_specdec.output.history import Night
+    from pytest_specdec.output.history import NightFile
     from pytest_specdec.output.schema import Results
     from pytest_specdec.profiles import Profile
 
@@ -255,14 +255,14 @@ def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results
     return REGRESSED if result.failed() else OK
 
 
-def history_nights(sources: Sequence[Path]) -> tuple[list[Night], list[tuple[Path, str]]]:
+def history_nights(sources: Sequence[Path]) -> tuple[list[NightFile], list[tuple[Path, str]]]:
     """The results files of ``sources`` read, and the files of its directories skipped with why. A session's
     reports/ holds other JSON beside its results (the saved outputs, a pytest-benchmark file), so a
     directory's *.json that is no results file (`not_results`) is skipped; a file named on the command
     line is meant as one, and is an error otherwise, as a broken results file in a directory is."""
-    from pytest_specdec.output.history import Night
+    from pytest_specdec.output.history import NightFile
 
-    nights: list[Night] = []
+    nights: list[NightFile] = []
     skipped: list[tuple[Path, str]] = []
     for src in sources:
         if src.is_dir():
@@ -274,12 +274,12 @@ def history_nights(sources: Sequence[Path]) -> tuple[list[Night], list[tuple[Pat
                 if why:
                     skipped.append((path, why))
                 else:
-                    nights.append(Night(path, read_results(path, data)[1]))
+                    nights.append(NightFile(path, read_results(path, data)[1]))
             if len(nights) == before:
                 raise InputError(f"{src}: a directory without results files (*.json"
                                  + (f"; {len(found)} other JSON file(s) skipped" if found else "") + ")")
         elif src.exists():
-            nights.append(Night(src, read_results(src)[1]))
+            nights.append(NightFile(src, read_results(src)[1]))
         else:
             raise InputError(f"{src}: no such file or directory")
     return nights, skipped

@@ -26,7 +26,7 @@ from pytest_specdec.output.fields import number
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.crossover_gate import Reader, StoredNight, SweepOutcome, SweepPoint
+    from pytest_specdec.gate.crossover_gate import Reader, SweepNight, SweepOutcome, SweepPoint
     from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.variance import NightPrior
@@ -220,7 +220,7 @@ def crossovers(old: Results | StoredDir, new: Results, rows: Sequence[Row], stor
     from pytest_specdec.gate.baselines import load_sweep, sweep_path
     from pytest_specdec.gate.crossover_gate import Sweep, stored_night
 
-    def read(sweep: Sweep) -> tuple[StoredNight | None, str]:
+    def read(sweep: Sweep) -> tuple[SweepNight | None, str]:
         if isinstance(old, Results):
             return nights.get(sweep.sweep), unread.get(sweep.sweep, f"not in {old_name}")
         key = old.hardware or next(iter(stores), None)
@@ -271,12 +271,12 @@ def judge_results(tests: Iterable[TestEntry], status: Mapping[str, tuple[str, bo
     return out + [decide(sweep, read, alpha=alpha, tolerance=tolerance) for sweep in found]
 
 
-def stored_nights(results: Results, alpha: float) -> tuple[dict[str, StoredNight], dict[str, str]]:
+def stored_nights(results: Results, alpha: float) -> tuple[dict[str, SweepNight], dict[str, str]]:
     """A results file's sweeps as the nights another file's are judged against, by sweep; and the sweeps it
     holds that cannot be read, with why."""
     from pytest_specdec.errors import SpecDecError
     from pytest_specdec.gate.crossover import estimate
-    from pytest_specdec.gate.crossover_gate import StoredNight, group, sweep_state
+    from pytest_specdec.gate.crossover_gate import SweepNight, group, sweep_state
 
     nights, unread = {}, {}
     for sw in group(sweep_point(t) for t in results.tests)[0]:
@@ -285,5 +285,5 @@ def stored_nights(results: Results, alpha: float) -> tuple[dict[str, StoredNight
         except SpecDecError as exc:
             unread[sw.sweep] = str(exc)
             continue
-        nights[sw.sweep] = StoredNight(results.started, sw.grid(), est.text() if est else None, sweep_state(sw.points))
+        nights[sw.sweep] = SweepNight(results.started, sw.grid(), est.text() if est else None, sweep_state(sw.points))
     return nights, unread

@@ -23,17 +23,17 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pytest_specdec.output.history import AB_BASE, Night, Point, Series
+from pytest_specdec.output.history import AB_BASE, NightFile, NightSeries, Point
 from pytest_specdec.output.schema import TestEntry
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night as RunNight
 
 
-def order(nights: Sequence[Night]) -> tuple[list[Night], list[tuple[Night, Night]]]:
+def order(nights: Sequence[NightFile]) -> tuple[list[NightFile], list[tuple[NightFile, NightFile]]]:
     """Nights by recorded session start; (duplicate, kept) for files of a session already read."""
-    kept: dict[str, Night] = {}
-    dupes: list[tuple[Night, Night]] = []
+    kept: dict[str, NightFile] = {}
+    dupes: list[tuple[NightFile, NightFile]] = []
     # latest.json is the copy: the timestamped file of the same session names the night
     for n in sorted(nights, key=lambda n: n.path.name == "latest.json"):
         if n.started in kept:
@@ -66,7 +66,7 @@ def _level(metric: str, values: Sequence[float]) -> float:
     return math.exp(mean_log(values))
 
 
-def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool = False) -> list[Series]:
+def series(nights: Sequence[NightFile], alpha: float | None = None, per_series: bool = False) -> list[NightSeries]:
     """Per test (first seen first) and gated metric (the gate's, plus what a test's recorded gate added),
     the levels across ``nights`` (already ordered) and their change points, the false-discovery rate over all
     series held at ``alpha`` (`gate.trend.trends`; `gate.trend.ALPHA` by default), or each series at ``alpha``
@@ -86,7 +86,7 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
                 tests.setdefault((nodeid, night.hardware if several else ""), {})[k] = (t, runs)
                 gates.setdefault(nodeid, dict.fromkeys(GATED)).update(
                     dict.fromkeys(t.baseline.gate if t.baseline else ()))
-    out: list[Series] = []
+    out: list[NightSeries] = []
     for (nodeid, hardware), per_night in tests.items():
         for metric in gates[nodeid]:
             points = []
@@ -103,7 +103,7 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
                     points.append(Point(k, None, gap=f"no valid run with this metric (test {test.outcome})"))
                     continue
                 points.append(Point(k, _level(metric, values), runs=len(values)))
-            out.append(Series(nodeid, metric, points, None, hardware=hardware))
+            out.append(NightSeries(nodeid, metric, points, None, hardware=hardware))
     out += crossover_series(nights)
     levels = {i: (s.metric, [p.value for p in s.points if p.value is not None])
               for i, s in enumerate(out) if any(p.value is not None for p in s.points)}
@@ -117,7 +117,7 @@ def series(nights: Sequence[Night], alpha: float | None = None, per_series: bool
     return out
 
 
-def crossover_series(nights: Sequence[Night]) -> list[Series]:
+def crossover_series(nights: Sequence[NightFile]) -> list[NightSeries]:
     """Per sweep line (concurrency or rate: a rate sweep's in fractions of saturation), its crossover night by night
     (`gate.crossover.estimate` without a CI); a night
     on which it did not cross in the swept range is a gap that says on which side."""
@@ -135,5 +135,5 @@ def crossover_series(nights: Sequence[Night]) -> list[Series]:
                                                   else Point(k, None, gap=est.text() if est else "too few pairs"))
         for x in broken:  # a sweep its results cannot tell apart: a gap that says why
             per.setdefault(x.sweep, {})[k] = Point(k, None, gap=str(x.error))
-    return [Series(sweep, NAME, [pts.get(k, Point(k, None, gap="not in this night's results"))
+    return [NightSeries(sweep, NAME, [pts.get(k, Point(k, None, gap="not in this night's results"))
                                  for k in range(len(nights))], None) for sweep, pts in per.items()]

@@ -124,7 +124,7 @@ class SweepPoint:
 
 
 @dataclass(frozen=True)
-class StoredNight:
+class SweepNight:
     """The night a sweep is judged against: a stored record's last night, or OLD's sweep in `compare`."""
 
     started: str | None
@@ -145,7 +145,7 @@ class SweepOutcome:
     family: Family = SHOWN
     crossover: Crossover | None = None
     verdict: Verdict | None = None
-    stored: StoredNight | None = None
+    stored: SweepNight | None = None
     path: str | None = None  # its record, as the checkout names it
     note: str = ""
     error: str | None = None
@@ -248,7 +248,7 @@ def sweep_state(points: Sequence[SweepPoint]) -> dict[str, float] | None:
     return None if mean is None else mean.to_dict()
 
 
-def judge_sweep(sweep: Sweep, stored: StoredNight | None, *, alpha: float, tolerance: float | None, gated: bool,
+def judge_sweep(sweep: Sweep, stored: SweepNight | None, *, alpha: float, tolerance: float | None, gated: bool,
                 updating_all: bool = False, path: str | None = None, note: str = "") -> SweepOutcome:
     """One sweep's crossover tonight and its verdict against ``stored`` (None: no verdict, ``note`` says why).
     The verdict is `not-comparable` when a member test is not comparable with its baseline, or when the machine
@@ -293,7 +293,7 @@ def judged(sweep: Sweep, judge: Callable[[], SweepOutcome]) -> SweepOutcome:
 
 
 #: Reads the night a sweep is judged against: it, or None and why there is none (an unreadable one raises).
-Reader = Callable[[Sweep], tuple["StoredNight | None", str]]
+Reader = Callable[[Sweep], tuple["SweepNight | None", str]]
 
 
 def decide(sweep: Sweep, read: Reader, *, alpha: float, tolerance: float | None, gate: Sequence[str] = (),
@@ -327,24 +327,24 @@ def against_base(points: Sequence[SweepPoint], bases: Mapping[str, SweepPoint], 
     the gate (``crossover`` in the ini's or a test's gate) and the errors read alike."""
     from pytest_specdec.gate.crossover import estimate
 
-    def read(sweep: Sweep) -> tuple[StoredNight | None, str]:
+    def read(sweep: Sweep) -> tuple[SweepNight | None, str]:
         missing = [p.nodeid for p in sweep.points if p.nodeid not in bases]
         if missing:
             return None, f"no base arm for {', '.join(missing)}"
         grid = [(float(p.concurrency), list(bases[p.nodeid].speedups)) for p in sweep.points]
         est = estimate(grid, alpha=alpha, where=f"{sweep.sweep} (base)", axis=sweep.axis)
-        return StoredNight(BASE_ARM, grid, est.text() if est else "too few valid pairs"), ""
+        return SweepNight(BASE_ARM, grid, est.text() if est else "too few valid pairs"), ""
 
     sweeps, outcomes = group(points)
     outcomes += [decide(sweep, read, alpha=alpha, tolerance=None, gate=gate) for sweep in sweeps]
     return CrossoverEnd(tuple(outcomes))
 
 
-def stored_night(night: Mapping[str, Any], where: str, axis: str = CONCURRENCY) -> StoredNight:
+def stored_night(night: Mapping[str, Any], where: str, axis: str = CONCURRENCY) -> SweepNight:
     """A stored record's night, its points on ``axis`` checked (a bad value raises ConfigError naming ``where``)."""
     from pytest_specdec.gate.crossover import points_of
 
-    return StoredNight(night.get("started"), points_of(night, where, axis),
+    return SweepNight(night.get("started"), points_of(night, where, axis),
                        (night.get("crossover") or {}).get("text"),
                        night.get("machine_state"))
 
@@ -372,7 +372,7 @@ class CrossoverGate:
         writes = []
         for sweep in sweeps:
             path = self.record_path(sweep.sweep)
-            def read(sw: Sweep, p: Path = path) -> tuple[StoredNight | None, str]:
+            def read(sw: Sweep, p: Path = path) -> tuple[SweepNight | None, str]:
                 return self._read(p, sw.axis)
 
             out = decide(sweep, read, alpha=self.alpha, tolerance=self.tolerance, gate=self.gate,
@@ -382,7 +382,7 @@ class CrossoverGate:
                 writes.append(self._write(sweep, path, out.crossover))
         return CrossoverEnd(tuple(outcomes), tuple(writes))
 
-    def _read(self, path: Path, axis: str) -> tuple[StoredNight | None, str]:
+    def _read(self, path: Path, axis: str) -> tuple[SweepNight | None, str]:
         """The last night of the sweep's record, or why there is none; an unreadable record raises, except under
         --update-baselines, which replaces it (`write_sweep` says so)."""
         from pytest_specdec.gate.baselines import BaselineError, load_sweep

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.types import LoadResult
 
 
-class RunRecord(Protocol):
+class SummaryRun(Protocol):
     """What the summary reads of a run (`runner.RunRecord`, which imports this module)."""
 
     metrics: RunMetrics
@@ -47,7 +47,7 @@ def _median(values: list[float | None]) -> float | None:
     return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 
 
-def summarize(reference: Sequence[RunRecord], spec: Sequence[RunRecord]) -> dict[str, Any]:
+def summarize(reference: Sequence[SummaryRun], spec: Sequence[SummaryRun]) -> dict[str, Any]:
     """The test's summary over valid runs: geometric means for rates, pooled counters for acceptance,
     medians of per-run percentiles for latencies (of the spec arm; the reference's when no spec arm), and how
     many pairs the speedup is over, with the dropped ones and why (`record.pairs`)."""

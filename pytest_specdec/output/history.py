@@ -2,7 +2,7 @@
 `app/history.py`, decided by `gate.trend`) as a table, JSON and a self-contained HTML page with one small chart per
 metric, and the speedup explained night by night.
 
-A night is one results file (`Night`); a series (`Series`) is one test's metric across the ordered nights, its
+A night is one results file (`NightFile`); a series (`NightSeries`) is one test's metric across the ordered nights, its
 levels (`Point`, a gap saying why) and its change points. Nights measured on several machines give one series per
 machine, named ``<test id> on <hardware>``; an A/B night's base follows as a test of its own,
 ``<test id> (A/B base)`` (`AB_BASE`).
@@ -28,7 +28,7 @@ AB_NIGHT = "  (A/B: candidates, and their bases as <test>" + AB_BASE + ")"
 
 
 @dataclass(frozen=True)
-class Night:
+class NightFile:
     """One results file read: its path and typed data."""
 
     path: Path
@@ -60,7 +60,7 @@ class Point:
 
 
 @dataclass
-class Series:
+class NightSeries:
     """One test's metric across the nights, and its change points (night indices, 0-based)."""
 
     nodeid: str
@@ -77,7 +77,7 @@ class Series:
         return f"{self.nodeid} on {self.hardware}" if self.hardware else self.nodeid
 
 
-def table_lines(nights: Sequence[Night], rows: Sequence[Series]) -> list[str]:
+def table_lines(nights: Sequence[NightFile], rows: Sequence[NightSeries]) -> list[str]:
     """The nights, then per test and metric its levels night by night and its change points."""
     from pytest_specdec.gate.registry import label
     from pytest_specdec.output.wording import format_delta, format_value
@@ -116,7 +116,7 @@ EXPLAINED: tuple[tuple[str, str], ...] = (("tau", "τ"), ("tau_iid", "τ i.i.d."
                                           ("draft_overhead", "draft overhead"))
 
 
-def explained(nights: Sequence[Night]) -> dict[str, list[dict[str, Any] | None]]:
+def explained(nights: Sequence[NightFile]) -> dict[str, list[dict[str, Any] | None]]:
     """Per test (first seen first), night by night, its speedup explained (`gate.verdicts.explained`, the one
     definition): None where the night lacks the test or a spec arm that drafted."""
     from pytest_specdec.gate.verdicts import explained as of
@@ -129,7 +129,7 @@ def explained(nights: Sequence[Night]) -> dict[str, list[dict[str, Any] | None]]
     return {n: v for n, v in out.items() if any(v)}
 
 
-def explained_lines(nights: Sequence[Night]) -> list[str]:
+def explained_lines(nights: Sequence[NightFile]) -> list[str]:
     """The explained figures' table: per test, one line per figure, night by night."""
     per_test = explained(nights)
     if not per_test:
@@ -143,7 +143,7 @@ def explained_lines(nights: Sequence[Night]) -> list[str]:
     return out
 
 
-def _noise(s: Series) -> str:
+def _noise(s: NightSeries) -> str:
     from pytest_specdec.gate.scale import kind_of, to_natural
 
     sd = s.trend.noise_sd if s.trend else None
@@ -153,7 +153,8 @@ def _noise(s: Series) -> str:
     return f"{float(to_natural(kind, sd)):.3g} %" if kind != "acceptance" else f"{100 * sd:.3g} pt"
 
 
-def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequence[tuple[Night, Night]] = (),
+def to_json(nights: Sequence[NightFile], rows: Sequence[NightSeries],
+            duplicates: Sequence[tuple[NightFile, NightFile]] = (),
             skipped: Sequence[tuple[Path, str]] = ()) -> dict[str, Any]:
     """The history as data (`--json`): the nights, the duplicates left out, the files of a directory skipped
     as no results files (with why), and per test and metric the levels (null for a gap, with why), the noise
@@ -184,7 +185,7 @@ def to_json(nights: Sequence[Night], rows: Sequence[Series], duplicates: Sequenc
     }
 
 
-def chart_svg(s: Series, nights: Sequence[Night]) -> str:
+def chart_svg(s: NightSeries, nights: Sequence[NightFile]) -> str:
     """One metric's small chart: the nightly levels, each level between change points as a dashed line,
     and each change point circled and numbered, its figures listed under the chart."""
     from pytest_specdec.gate.registry import label
@@ -221,7 +222,7 @@ def chart_svg(s: Series, nights: Sequence[Night]) -> str:
                            marks=marks, note=note, y_min=0.8 * low if low > 0 else None), width=360, height=220)
 
 
-def rule(alpha: float | None, per_series: bool, rows: Sequence[Series]) -> str:
+def rule(alpha: float | None, per_series: bool, rows: Sequence[NightSeries]) -> str:
     """How the change points were decided, in one line for the table and the page."""
     from pytest_specdec.gate.trend import ALPHA
 
@@ -232,8 +233,8 @@ def rule(alpha: float | None, per_series: bool, rows: Sequence[Series]) -> str:
     return f"change points: PELT (ruptures) confirmed by a t-test, {how}"
 
 
-def render_html(nights: Sequence[Night], rows: Sequence[Series],
-                duplicates: Sequence[tuple[Night, Night]] = (), how: str = "") -> str:
+def render_html(nights: Sequence[NightFile], rows: Sequence[NightSeries],
+                duplicates: Sequence[tuple[NightFile, NightFile]] = (), how: str = "") -> str:
     """The self-contained history page (inline CSS and SVG, autoescaped jinja2 template); ``how`` is `rule`."""
     from markupsafe import Markup
 

@@ -62,7 +62,7 @@ def _k_of(test: TestEntry) -> int:
 
 
 @dataclass
-class Sweep:
+class ChartSweep:
     """Tests of one test function that differ only in `axis` (and the method: one line each)."""
 
     function: str
@@ -77,13 +77,13 @@ def _line_label(test: TestEntry, axis: str) -> str:
                                    else f" k={p.get('k')}")
 
 
-def sweeps(tests: Iterable[TestEntry]) -> list[Sweep]:
+def sweeps(tests: Iterable[TestEntry]) -> list[ChartSweep]:
     """Group the measured tests by the params that vary: one sweep per test function, axis and the
     other params held fixed, with a line per method; only where an axis has at least two values."""
     measured = [t for t in tests if t.summary]
-    out: list[Sweep] = []
+    out: list[ChartSweep] = []
     for axis in SWEEP_AXES:
-        groups: dict[tuple[str, str], Sweep] = {}
+        groups: dict[tuple[str, str], ChartSweep] = {}
         for t in measured:
             params = t.params
             if number(params.get(axis)) is None:
@@ -92,7 +92,7 @@ def sweeps(tests: Iterable[TestEntry]) -> list[Sweep]:
             fixed = {k: v for k, v in params.items() if k not in (axis, "method") and not (axis != "k" and k == "k")}
             fixed.update(t.callspec)  # the test's other parametrize values: a sweep each (gate.crossover_gate)
             key = (fn, repr(sorted((k, repr(v)) for k, v in fixed.items())))
-            sweep = groups.setdefault(key, Sweep(fn, axis, fixed, {}))
+            sweep = groups.setdefault(key, ChartSweep(fn, axis, fixed, {}))
             sweep.lines.setdefault(_line_label(t, axis), []).append(t)
         for sweep in groups.values():
             for items in sweep.lines.values():
@@ -129,7 +129,7 @@ def _ref_points(items: list[TestEntry], axis: str, get: Any) -> list[tuple[float
     return [(float(t.params[axis]), y) for t in items if (y := number(get(t))) is not None]
 
 
-def sweep_chart_groups(sweep: Sweep, servers: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+def sweep_chart_groups(sweep: ChartSweep, servers: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     """The charts of one sweep (SVG strings) in two rows: throughput and acceptance (speedup with its 1.0
     line, crossovers and regime marks; acceptance with draft coverage; per-position acceptance), then latency
     (TPOT P50/P95 of the spec arm; TTFT and E2E P95, spec arm solid, reference arm dotted)."""
@@ -246,7 +246,7 @@ def _flag(chart: Chart, lines: dict[str, list[TestEntry]], axis: str, metrics: S
                     chart.flags.append((x, at[x], verdict, f"{where}: {what}"))
 
 
-def sweep_charts(sweep: Sweep, servers: dict[str, Any]) -> list[str]:
+def sweep_charts(sweep: ChartSweep, servers: dict[str, Any]) -> list[str]:
     """All the charts of one sweep, in the order of `sweep_chart_groups`."""
     return [svg for _, svgs in sweep_chart_groups(sweep, servers) for svg in svgs]
 

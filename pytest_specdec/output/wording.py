@@ -45,7 +45,7 @@ def format_value(name: str, x: float | None, times: str = "x") -> str:
     return "—" if x is None else f"{x:.4g}"
 
 
-class Judged(Protocol):
+class VerdictFields(Protocol):
     """The fields of a verdict the formatters below read: a `gate.stats.Verdict` and a results file's
     `output.schema.VerdictEntry` alike, so the terminal, JUnit, the report and `compare` word one the same."""
 
@@ -76,16 +76,16 @@ def format_delta(x: float | None, unit: str) -> str:
     return f"{shown:+.{digits}f}{unit_mark(unit)}"
 
 
-def verdict_phrase(label: str, v: Judged) -> str:
+def verdict_phrase(label: str, v: VerdictFields) -> str:
     """"speedup regressed -41.2 %": a metric's verdict and change, in one phrase of a summary line."""
     return f"{label} {v.verdict}" + ("" if v.delta is None else f" {format_delta(v.delta, v.unit)}")
 
 
-def _interval(v: Judged) -> str:
+def _interval(v: VerdictFields) -> str:
     return f"{format_delta(v.ci_low, v.unit)} .. {format_delta(v.ci_high, v.unit)}"
 
 
-def format_ci(v: Judged) -> str:
+def format_ci(v: VerdictFields) -> str:
     """A verdict's CI of the change, as a table's CI column shows it: "-25.6 % .. -19.0 %", "—" where it has
     none, and for the exact rule "-0.2 % .. +0.3 % (range)": the range of the differences, not a CI at the
     column's level. The one CI formatter."""
@@ -94,7 +94,7 @@ def format_ci(v: Judged) -> str:
     return _interval(v) + (" (range)" if v.exact else "")
 
 
-def format_change(v: Judged) -> str:
+def format_change(v: VerdictFields) -> str:
     """A verdict's change with its interval, in running text: "-22.4 % (CI -25.6 % .. -19.0 %)", the exact rule's
     "+0.1 % (range -0.2 % .. +0.3 %)", "—" without a change."""
     if v.delta is None:
@@ -104,17 +104,17 @@ def format_change(v: Judged) -> str:
     return f"{format_delta(v.delta, v.unit)} ({'range' if v.exact else 'CI'} {_interval(v)})"
 
 
-def format_p(v: Judged) -> str:
+def format_p(v: VerdictFields) -> str:
     """A verdict's p-value as shown: "exact" for the exact rule (no test), "—" for none, else 2 digits."""
     return "exact" if v.exact else ("—" if v.p is None else f"{v.p:.2g}")
 
 
-def format_threshold(v: Judged) -> str:
+def format_threshold(v: VerdictFields) -> str:
     """A verdict's threshold, signed on its bad side: "-5 %", "+40 %", "-2 pt"; "—" for none."""
     return "—" if v.threshold is None else f"{v.threshold:+g}{unit_mark(v.unit)}"
 
 
-def format_verdict(v: Judged) -> str:
+def format_verdict(v: VerdictFields) -> str:
     """A verdict with its change and interval: "regressed -22.4 % (CI -25.6 % .. -19.0 %)". The one wording the
     terminal, JUnit, the report and `compare` read."""
     return v.verdict + ("" if v.delta is None else f" {format_change(v)}")

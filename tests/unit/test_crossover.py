@@ -85,7 +85,7 @@ def test_the_report_shows_each_sweep_lines_crossover_on_its_own_line() -> None:
     import json
 
     from pytest_specdec.app.compare import sweep_point
-    from pytest_specdec.gate.crossover_gate import StoredNight, group, judge_sweep
+    from pytest_specdec.gate.crossover_gate import SweepNight, group, judge_sweep
     from pytest_specdec.output.report import render_html
     from pytest_specdec.output.results import crossover_entry
     from pytest_specdec.output.schema import load
@@ -97,7 +97,7 @@ def test_the_report_shows_each_sweep_lines_crossover_on_its_own_line() -> None:
         ("test_nightly.py::test_concurrency[ngram-k3-t0.0]", "ngram k=3")]
     entries = []
     for x in found:
-        stored = StoredNight("2026-11-10T03:00:00Z", x.grid(), "stored text")
+        stored = SweepNight("2026-11-10T03:00:00Z", x.grid(), "stored text")
         out = judge_sweep(x, stored, alpha=0.05, tolerance=None, gated=False)
         assert out.crossover is not None and out.crossover.side == "crossed" and not out.failed
         entries.append(crossover_entry(out))

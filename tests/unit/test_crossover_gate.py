@@ -57,7 +57,7 @@ def test_one_rule_decides_not_comparable_and_what_fails() -> None:
     machine state beyond the tolerance, makes the sweep `not-comparable`; a gated regression fails, except while
     every baseline is being replaced."""
     (sweep,), _ = G.group(point(c, 4.0) for c in (1, 2, 4, 8, 16))
-    stored = G.StoredNight("2026-11-01T00:00:00Z", [(float(c), list(pairs(16.0, c))) for c in (1, 2, 4, 8, 16)])
+    stored = G.SweepNight("2026-11-01T00:00:00Z", [(float(c), list(pairs(16.0, c))) for c in (1, 2, 4, 8, 16)])
     kw: dict[str, Any] = {"alpha": 0.05, "tolerance": 15.0}
     moved = G.judge_sweep(sweep, stored, gated=True, **kw)
     assert moved.verdict is not None and moved.verdict.verdict == REGRESSED and moved.family == GATED and moved.failed
@@ -67,7 +67,7 @@ def test_one_rule_decides_not_comparable_and_what_fails() -> None:
                                             *sweep.points[1:]))
     v = G.judge_sweep(odd, stored, gated=True, **kw).verdict
     assert v is not None and v.verdict == NOT_COMPARABLE and v.note.startswith("1 test(s) of the sweep are not")
-    busy = G.StoredNight(stored.started, stored.points, machine_state={"cores": 4.0, "hash": 4.0})
+    busy = G.SweepNight(stored.started, stored.points, machine_state={"cores": 4.0, "hash": 4.0})
     state = {"cores": 2.0, "hash": 2.0}
     probed = G.Sweep(sweep.sweep, sweep.line, tuple(G.SweepPoint(**{**vars(p), "machine_state": state})
                                                     for p in sweep.points))

@@ -21,7 +21,7 @@ from pytest_specdec.app.history import order, series
 from pytest_specdec.cli import main
 from pytest_specdec.formats import RESULTS_SCHEMA
 from pytest_specdec.gate.trend import noise_sd, trend
-from pytest_specdec.output.history import Night, render_html, table_lines, to_json
+from pytest_specdec.output.history import NightFile, render_html, table_lines, to_json
 from pytest_specdec.output.schema import load
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "report_results.json"
@@ -95,8 +95,8 @@ def nights(tmp_path: Path, n: int = 6, step_at: int = 3, drop: float = 0.6, seed
     return paths
 
 
-def read(paths: list[Path]) -> list[Night]:
-    return [Night(p, load(json.loads(p.read_text()), str(p))) for p in paths]
+def read(paths: list[Path]) -> list[NightFile]:
+    return [NightFile(p, load(json.loads(p.read_text()), str(p))) for p in paths]
 
 
 def test_history_finds_the_injected_step_and_nothing_else(tmp_path: Path) -> None:

@@ -123,7 +123,7 @@ def test_a_rate_sweep_is_judged_by_the_crossovers_gate_on_the_fraction_of_satura
     assert broken == [] and [(s.sweep, s.axis) for s in found] == [("t.py::test_load[ngram-k3-t0.0-c8]", X.RATE),
                                                                    ("t.py::test_load[ngram-k3-t0.0]", X.CONCURRENCY)]
     sweep = found[0]
-    stored = G.StoredNight("2026-11-01T00:00:00Z", [(f, list(pairs(0.5, f))) for f in GRID])
+    stored = G.SweepNight("2026-11-01T00:00:00Z", [(f, list(pairs(0.5, f))) for f in GRID])
     out = G.judge_sweep(sweep, stored, alpha=0.05, tolerance=None, gated=True)
     assert out.verdict is not None and out.verdict.verdict == REGRESSED and out.family == GATED and out.failed
     assert out.crossover is not None and out.crossover.saturation == 40.0 and out.axis == X.RATE
