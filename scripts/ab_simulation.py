@@ -8,7 +8,7 @@ is judged pair by pair by ``gate.ab.paired``'s core and decision rule, then BH (
 arms run in the same session, adjacent runs paired. Targets: <= 5 % of A/A suites with a false
 ``regressed``; a lone -10 % tok/s drop (one test of 19) ``regressed`` in >= 90 % of suites on the CPU
 noise rows, a lone -5 % drop on the GPU-like rows. Then the sequential schedules (``--looks``): each test looks
-at the planned pair counts and stops as the plugin's A/B does (`gate.ab.until_settled` on the verdicts at the
+at the planned pair counts and stops as the plugin's A/B does (`gate.ab.until_pairs_settle` on the verdicts at the
 family's level, `gate.ab.at_family_level`), its last look's figures adjusted over the suite; with the mean pairs a
 test used at no change and at each lone drop.
 """

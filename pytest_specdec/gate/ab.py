@@ -128,7 +128,7 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
                    mde=detectable(kind, bad, var / n, n - 1.0, a))
 
 
-def until_settled(verdicts: Sequence[Verdict], n_now: int, n_max: int, alpha_look: float) -> str | None:
+def until_pairs_settle(verdicts: Sequence[Verdict], n_now: int, n_max: int, alpha_look: float) -> str | None:
     """An A/B test's default stop rule (`protocol.StopRule`): the nightly's (`sequential.until_settled`: look
     again while a gated verdict is inconclusive and more pairs could settle it), and a gated verdict with fewer
     than 2 usable pairs looks again while more are planned: the base is measured beside the candidate, so more

@@ -301,7 +301,7 @@ class ABGate:
         the ABBA blocks of `schedule.schedule_ab`. ``runs``/``max_runs``: pairs at the first look and at most
         (`profiles.resolve.run_limits`), a look every [matrix] ab_look_step pairs between; ``stop``: when a test
         stops adding pairs before its last planned look
-        (None: `ab.until_settled`)."""
+        (None: `ab.until_pairs_settle`)."""
         from pytest_specdec.errors import ConfigError
         from pytest_specdec.gate.sequential import planned_looks
         from pytest_specdec.vllm.install import probe, this_install
@@ -417,7 +417,7 @@ class ABGate:
         stop rule sees use in it, reading the verdicts at the session's family level (`ab.at_family_level`: a
         regressed or improved verdict stops a test only where the end's BH/Holm cannot take it back). At the last,
         the split of the candidate's speedup against the base's, and why it stopped (`ab.Stop`)."""
-        from pytest_specdec.gate.ab import at_family_level, stop_kind, until_settled
+        from pytest_specdec.gate.ab import at_family_level, stop_kind, until_pairs_settle
         from pytest_specdec.gate.check import Look
         from pytest_specdec.gate.kinds import MAX_REACHED
         from pytest_specdec.gate.sequential import next_look
@@ -429,7 +429,7 @@ class ABGate:
                                 max_looks=plan.max_looks))
         # before collection counted the family (never in a session), a moved verdict cannot stop a test
         seen = at_family_level(list(raw), self.family_size or 10**9, self.alpha)
-        nxt, why = next_look(plan.looks, look, n_now, seen, self.alpha, self.stop or until_settled)
+        nxt, why = next_look(plan.looks, look, n_now, seen, self.alpha, self.stop or until_pairs_settle)
         if nxt is not None:
             step = Look(n_now, raw, nxt, line=f"specdec A/B: {nodeid}: inconclusive at look {look} of "
                                               f"{len(plan.looks)}: {nxt} pairs")

@@ -164,7 +164,7 @@ def sequential(sums: Sums, looks: Sequence[int], noise: Noise, *, shift_pct: flo
     """The plugin's sequential A/B on a batch: at each planned look (pairs in ``looks``) every test still going is
     judged at alpha / looks (``paired``'s core, p x looks), and stops when no gated verdict is left that is
     inconclusive at the family's level (`ab.family_level`) and could still settle (`sequential.settle_possible`),
-    as `ab.until_settled` does; the figures of each test's last look are then BH/Holm-adjusted over the suite."""
+    as `ab.until_pairs_settle` does; the figures of each test's last look are then BH/Holm-adjusted over the suite."""
     k, a = len(looks), alpha_for_look(alpha, 1, len(looks))
     thr = noise.thresholds()
     bads = [thr.bad_side(name, kind) for name, kind in GATED]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.ab import until_settled
+from pytest_specdec.gate.ab import until_pairs_settle
 from pytest_specdec.gate.ab_session import ABGate, ABJudgement, ABPlan, ab_thresholds, ab_verdicts
 from pytest_specdec.gate.check import Look
 from pytest_specdec.gate.protocol import Finished, GateOptions, Planned, TestOptions
@@ -230,7 +230,7 @@ def test_looks_add_pairs_while_more_could_settle_a_verdict() -> None:
     assert "p x3 (Bonferroni over looks)" in by_metric(c.raw)["output_tok_s"].note
     # One usable pair: too little data, and more pairs bring it (the nightly's rule alone would stop there).
     one = ab_verdicts(upto(1, 1.0), g.thresholds, 0.05)
-    assert until_settled(one, 1, 6, 0.05) is None and until_settled(one, 6, 6, 0.05) is not None
+    assert until_pairs_settle(one, 1, 6, 0.05) is None and until_pairs_settle(one, 6, 6, 0.05) is not None
 
 
 def test_a_regression_the_family_could_take_back_does_not_stop_a_test() -> None:

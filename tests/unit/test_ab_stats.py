@@ -166,8 +166,8 @@ def test_simulated_false_alarms_and_power_meet_the_design() -> None:
 
 def test_sequential_batch_path_stops_where_the_plugin_stops() -> None:
     """The simulation's sequential looks (`sims.ab.sequential`) stop each test at the look the plugin's rule
-    does (`ab.at_family_level` over a family of 57, then `ab.until_settled` via `sequential.next_look`)."""
-    from pytest_specdec.gate.ab import at_family_level, until_settled
+    does (`ab.at_family_level` over a family of 57, then `ab.until_pairs_settle` via `sequential.next_look`)."""
+    from pytest_specdec.gate.ab import at_family_level, until_pairs_settle
     from pytest_specdec.gate.sequential import next_look
 
     rng = np.random.default_rng(7)
@@ -186,7 +186,8 @@ def test_sequential_batch_path_stops_where_the_plugin_stops() -> None:
                     cand = (0.6 + x[s, t, j, :n] if kind == "acceptance" else 100.0 * np.exp(x[s, t, j, :n])).tolist()
                     verdicts.append(paired(name, base, cand, kind=kind, thresholds=noise.thresholds(), look=look,
                                            max_looks=len(looks)))
-                nxt, why = next_look(looks, look, n, at_family_level(verdicts, sim.FAMILY, 0.05), 0.05, until_settled)
+                seen = at_family_level(verdicts, sim.FAMILY, 0.05)
+                nxt, why = next_look(looks, look, n, seen, 0.05, until_pairs_settle)
                 if nxt is None:
                     used = n
                     break
