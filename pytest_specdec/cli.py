@@ -102,7 +102,7 @@ def thresholds(profile: str, items: Sequence[str], where: str, recorded: Mapping
     --threshold on top as the plugin layers them; and the --threshold layer alone (it also goes on top of
     each test's recorded thresholds)."""
     from pytest_specdec.errors import ConfigError
-    from pytest_specdec.gate.thresholds import build_thresholds, check_mapping, from_dict, on_top, parse_threshold_items
+    from pytest_specdec.gate.thresholds import build_thresholds, from_dict, layers, on_top, parse_threshold_items
 
     try:
         override = parse_threshold_items(items, "--threshold")
@@ -112,8 +112,9 @@ def thresholds(profile: str, items: Sequence[str], where: str, recorded: Mapping
         raise InputError(str(exc)) from None
     p = profile_of(profile, where)
     raw = p.raw.get("verdicts", {}).get("thresholds", {})
-    try:
-        return build_thresholds(check_mapping(raw, f"profile {p.path} [verdicts] thresholds"), override), override
+    try:  # the profile's table, as the session layers it (no ini here), --threshold on top
+        return build_thresholds(*layers(raw, f"profile {p.path} [verdicts] thresholds", (), items,
+                                        "--threshold")), override
     except ConfigError as exc:
         raise InputError(str(exc)) from None
 

@@ -73,11 +73,9 @@ def ab_thresholds(profile_layer: Mapping[str, Any], ini: Sequence[str], cli: Seq
                   marker: Mapping[str, float] | None = None) -> Thresholds:
     """Defaults < the profile's [verdicts] ab_thresholds (``where`` names it) < ini specdec_thresholds <
     --specdec-threshold < the marker's ``thresholds=``, each checked where it was given."""
-    from pytest_specdec.gate.thresholds import build_thresholds, check_mapping, parse_threshold_items
+    from pytest_specdec.gate.thresholds import build_thresholds, layers
 
-    return build_thresholds(AB_DEFAULTS, check_mapping(profile_layer, where),
-                            parse_threshold_items(ini, "ini specdec_thresholds"),
-                            parse_threshold_items(cli, "--specdec-threshold"), dict(marker or {}))
+    return build_thresholds(AB_DEFAULTS, *layers(profile_layer, where, ini, cli), dict(marker or {}))
 
 
 def run_value(metric: str, run: ArmRun) -> float | None:

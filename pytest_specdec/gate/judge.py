@@ -100,13 +100,11 @@ class Judge:
     @cached_property
     def _base_thresholds(self) -> list[dict[str, float]]:
         """The profile's, the ini's and the command line's threshold layers, each checked where it was given."""
-        from pytest_specdec.gate.thresholds import check_mapping, parse_threshold_items
+        from pytest_specdec.gate.thresholds import layers
 
-        profile = self.cfg.profile
-        raw = profile.raw.get("verdicts", {}).get("thresholds", {})
-        return [check_mapping(raw, f"profile {profile.path} [verdicts] thresholds"),
-                parse_threshold_items(self.cfg.options.ini_thresholds, "ini specdec_thresholds"),
-                parse_threshold_items(self.cfg.options.cli_thresholds, "--specdec-threshold")]
+        profile, options = self.cfg.profile, self.cfg.options
+        return layers(profile.raw.get("verdicts", {}).get("thresholds", {}),
+                      f"profile {profile.path} [verdicts] thresholds", options.ini_thresholds, options.cli_thresholds)
 
     def thresholds(self, marker: dict[str, float] | None = None) -> Thresholds:
         """Defaults < profile [verdicts.thresholds] < ini specdec_thresholds < --specdec-threshold < marker."""

@@ -86,6 +86,16 @@ def check_mapping(mapping: Any, where: str) -> dict[str, float]:
     return {check_name(str(k), where): _magnitude(str(k), v, where) for k, v in mapping.items()}
 
 
+def layers(profile_layer: Any, where: str, ini: Iterable[str] = (), cli: Iterable[str] = (),
+           cli_flag: str = "--specdec-threshold") -> list[dict[str, float]]:
+    """The session's threshold layers, each checked where it was given: the profile's table (``where`` names it),
+    the ini's ``specdec_thresholds``, the command line's (``cli_flag``). The one layering: the stored nights' gate,
+    the A/B's (over its own defaults and table) and `pytest-specdec compare` build their thresholds from it, a
+    marker's on top (`build_thresholds`: a later layer wins)."""
+    return [check_mapping(profile_layer, where), parse_threshold_items(ini, "ini specdec_thresholds"),
+            parse_threshold_items(cli, cli_flag)]
+
+
 def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
     """Defaults overridden layer by layer (profile, ini, CLI, marker: later wins)."""
     from pytest_specdec.gate.scale import THRESHOLD_FIELD, kind_of
