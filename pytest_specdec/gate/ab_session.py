@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from pytest_specdec.gate.check import Looked
 from pytest_specdec.gate.crossover import NAME as CROSSOVER
 from pytest_specdec.gate.kinds import GATED, REGRESSED, SHOWN, UNCHANGED, Stop
 from pytest_specdec.gate.registry import GOODPUT
@@ -167,7 +168,7 @@ class ABPlan:
 
 
 @dataclass(frozen=True)
-class ABJudgement:
+class ABJudgement(Looked):
     """One test's A/B judgement: its plan, each look taken, its verdicts at its end and after the session's
     family adjustment, why it stopped adding pairs, and the split of its speedup. Frozen: each step makes a new
     one."""
@@ -179,16 +180,6 @@ class ABJudgement:
     stop: Stop | None = None  # why it stopped adding pairs (`ab.Stop`); None: not judged yet
     split: Split | None = None  # the candidate's speedup against the base's, split into acceptance and step time
     end: TestEnd | None = None  # what the test's end decided
-
-    @property
-    def raw(self) -> tuple[Verdict, ...]:
-        """The last look's verdicts, before the family's adjustment."""
-        return self.looks_taken[-1].raw if self.looks_taken else ()
-
-    @property
-    def looks(self) -> list[int]:
-        """Pairs at each look taken."""
-        return [look.runs for look in self.looks_taken]
 
     @property
     def max_looks(self) -> int:
@@ -203,21 +194,9 @@ class ABJudgement:
         return self.plan.alpha
 
     @property
-    def unspent(self) -> int:
-        """Pairs planned but not measured: the stop rule saw no use in them."""
-        return self.looks_taken[-1].unspent if self.looks_taken else 0
-
-    @property
-    def stop_reason(self) -> str:
-        return self.looks_taken[-1].stop_reason if self.looks_taken else ""
-
-    @property
     def failed(self) -> bool:
         """Whether the test's end failed it: a regression found only at the session's end is then not news."""
         return self.end is not None and self.end.fails
-
-    def shown(self) -> list[Verdict]:
-        return list(self.final if self.final is not None else (self.verdicts or self.raw))
 
     def regressed(self) -> list[Verdict]:
         """The gated verdicts that regressed (an upgrade A/B's shown ones explain, never fail)."""

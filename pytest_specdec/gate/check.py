@@ -58,8 +58,40 @@ class Plan:
     max_looks: int = 1  # the looks planned: each at alpha / max_looks
 
 
+class Looked:
+    """What a judgement reads of the looks it took and its verdicts, the nightly's (`Judgement`) and the A/B's
+    (`ab_session.ABJudgement`) alike."""
+
+    looks_taken: tuple[Look, ...]
+    verdicts: tuple[Verdict, ...]
+    final: tuple[Verdict, ...] | None
+
+    @property
+    def raw(self) -> tuple[Verdict, ...]:
+        """The last look's verdicts, before the family's adjustment."""
+        return self.looks_taken[-1].raw if self.looks_taken else ()
+
+    @property
+    def looks(self) -> list[int]:
+        """Runs (pairs) per arm at each look taken."""
+        return [look.runs for look in self.looks_taken]
+
+    @property
+    def unspent(self) -> int:
+        """Runs (pairs) per arm planned but not spent: the stop rule saw no use in them."""
+        return self.looks_taken[-1].unspent if self.looks_taken else 0
+
+    @property
+    def stop_reason(self) -> str:
+        return self.looks_taken[-1].stop_reason if self.looks_taken else ""
+
+    def shown(self) -> list[Verdict]:
+        """The verdicts as they stand: adjusted over the session's family, else at the test's end, else raw."""
+        return list(self.final if self.final is not None else (self.verdicts or self.raw))
+
+
 @dataclass(frozen=True)
-class Judgement:
+class Judgement(Looked):
     """One test's judgement against its stored baseline: its plan, tonight's runs, each look taken, its verdicts
     at its end and after the session's family adjustment. Frozen: each step of the gate makes a new one."""
 
@@ -76,36 +108,17 @@ class Judgement:
     @property
     def raw(self) -> tuple[Verdict, ...]:
         """The verdicts before the family's adjustment: the last look's, or judged again at the session's end."""
-        if self.rejudged is not None:
-            return self.rejudged
-        return self.looks_taken[-1].raw if self.looks_taken else ()
-
-    @property
-    def looks(self) -> list[int]:
-        """Runs per arm at each look taken."""
-        return [look.runs for look in self.looks_taken]
+        return self.rejudged if self.rejudged is not None else super().raw
 
     @property
     def max_looks(self) -> int:
         return self.plan.max_looks
 
     @property
-    def unspent(self) -> int:
-        """Runs per arm planned but not spent: no further look could change a gated verdict."""
-        return self.looks_taken[-1].unspent if self.looks_taken else 0
-
-    @property
-    def stop_reason(self) -> str:
-        return self.looks_taken[-1].stop_reason if self.looks_taken else ""
-
-    @property
     def failed(self) -> bool:
         """Whether the test's end failed it on its verdicts (a regression, or inconclusive under
         --specdec-fail-inconclusive): a regression found only at the session's end is then not news."""
         return self.end is not None and self.end.fails and self.end.outcome in (REGRESSED, INCONCLUSIVE)
-
-    def shown(self) -> list[Verdict]:
-        return list(self.final if self.final is not None else (self.verdicts or self.raw))
 
     def under_test_diff(self) -> dict[str, list[Any]]:
         """What changed under test since the baseline's last session (the report shows it per test)."""
