@@ -53,15 +53,16 @@ def run_entry(index: int = 0, tok_s: float | None = 100.0, *, per_pos: Sequence[
     coverage 1.0), or with ``per_pos=None`` one without spec-decode counters (a reference run); invalid where
     ``invalid`` says why; no latency distributions, and per-run P95s of 5, 20 and 100 ms (TPOT, TTFT, E2E) plus
     the index, so that runs differ. ``fields`` replace any of these."""
-    spec = per_pos is not None
+    counters: dict[str, Any] = dict.fromkeys(("drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos",
+                                              "acceptance_rate", "draft_coverage"))
+    if per_pos is not None:
+        counters = {"drafts": drafts, "draft_tokens": drafts * len(per_pos), "accepted_tokens": sum(per_pos),
+                    "accepted_per_pos": list(per_pos), "acceptance_rate": sum(per_pos) / (drafts * len(per_pos)),
+                    "draft_coverage": 1.0}
     entry: dict[str, Any] = {
         "index": index, "valid": invalid is None, "invalid_reasons": [] if invalid is None else [invalid],
-        "latency_untrusted": [], "output_tok_s": tok_s, "n_requests": 8, "total_output_tokens": 192,
-        "drafts": drafts if spec else None, "draft_tokens": drafts * len(per_pos) if spec else None,
-        "accepted_tokens": sum(per_pos) if spec else None, "accepted_per_pos": list(per_pos) if spec else None,
-        "acceptance_rate": sum(per_pos) / (drafts * len(per_pos)) if spec else None,
-        "draft_coverage": 1.0 if spec else None, **dict.fromkeys(DISTRIBUTIONS),
-        "hd_p95_ms": {"tpot": 5.0 + index, "ttft": 20.0 + index, "e2e": 100.0 + index},
+        "latency_untrusted": [], "output_tok_s": tok_s, "n_requests": 8, "total_output_tokens": 192, **counters,
+        **dict.fromkeys(DISTRIBUTIONS), "hd_p95_ms": {"tpot": 5.0 + index, "ttft": 20.0 + index, "e2e": 100.0 + index},
     }
     return {**entry, **fields}
 
