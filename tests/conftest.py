@@ -9,12 +9,14 @@ Layout, in tiers (docs/ci.md gives each tier's command and time):
 * the ``slow`` marker, in any tier: what needs a browser, a linter, torch (importing vLLM included) or runs a Monte
   Carlo calibration; the fast tier is ``pytest tests/unit tests/functional -m "not slow"``;
 * ``fakes/``: the simulated vLLM (``fakes.FakeServer`` in-process, ``fakes.LAUNCHER`` the ``vllm serve`` stand-in);
+* ``factories.py``: the gate's values built with defaults (a verdict, a stored run and night, an A/B judgement);
+* ``session.py``: one plugin session of a pytester project (``specdec_session``) and its results file read back;
 * ``sims/``: the simulations' models, which the tests check and scripts/ prints full-size figures from;
 * ``data/``: recorded inputs (tests/data/record_report_results.py writes report_results.json).
 
 pytest imports this file in its default ``prepend`` import mode, which puts tests/ on sys.path: that is how the
-test modules import ``fakes``, ``sims`` and ``purity``. The test modules have unique names across the directories
-(none has an ``__init__.py``).
+test modules import ``fakes``, ``factories``, ``session``, ``sims`` and ``purity``. The test modules have unique
+names across the directories (none has an ``__init__.py``).
 """
 
 from __future__ import annotations

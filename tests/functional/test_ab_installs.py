@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from session import latest, specdec_session
 
 from fakes import DISTURBED_RULE_ON, LAUNCHER, FakeVllm
 
@@ -50,9 +51,8 @@ def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable
 
 
 def session(pytester: pytest.Pytester, profile: Path, *extra: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
-        f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-        "--specdec-settle-timeout=0", f"--specdec-runs={PAIRS}", f"--specdec-max-runs={PAIRS}", *extra)
+    return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", *extra, runs=PAIRS, max_runs=PAIRS,
+                           subprocess=True).result
 
 
 def test_a_slower_install_is_told_apart_from_speculation(pytester: pytest.Pytester, project: Path,
@@ -73,7 +73,7 @@ def test_a_slower_install_is_told_apart_from_speculation(pytester: pytest.Pytest
                             "shown, never failing (the references' tok/s, the speedups): *regressed*"])
     r.stdout.fnmatch_lines(["*attribution: the non-speculative path (the candidate install's reference slowed too; "
                             "its speedup did not regress)*"])
-    (test,) = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]
+    (test,) = latest(pytester)["tests"]
     ab = test["ab"]
     verdicts = {m: v["verdict"] for m, v in ab["verdicts"].items()}
     assert verdicts["output_tok_s"] == "regressed" and verdicts["reference_tok_s"] == "regressed", verdicts

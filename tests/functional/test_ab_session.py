@@ -19,6 +19,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pytest
+from session import latest, specdec_session
 
 from fakes import DISTURBED_RULE_ON, FakeVllm
 from pytest_specdec.measure.schedule import warmup_requests
@@ -46,14 +47,13 @@ def session(pytester: pytest.Pytester, profile: Path, *extra: str, runs: tuple[i
             ) -> pytest.RunResult:
     """An A/B session of the suite (a subprocess: the project's conftest replaces vLLM's launcher): ``runs`` pairs
     at the first look and at most (by default one look of PAIRS)."""
-    return pytester.runpytest_subprocess(
-        f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-        "--specdec-settle-timeout=0", f"--specdec-runs={runs[0]}", f"--specdec-max-runs={runs[1]}", *extra)
+    return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", *extra, runs=runs[0],
+                           max_runs=runs[1], subprocess=True).result
 
 
 def ab_sections(pytester: pytest.Pytester) -> dict[str, dict[str, Any]]:
     """Each test's `ab` section of the results, by test function name."""
-    tests = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]
+    tests = latest(pytester)["tests"]
     return {t["nodeid"].split("::")[-1].split("[")[0]: t["ab"] for t in tests}
 
 
@@ -115,7 +115,7 @@ def test_slower_candidate_judged_by_the_marker_ini_and_gate_over_looks(
     # the family with the tests to come, only once every p-value is in: a late one fails the session).
     assert r.ret == pytest.ExitCode.TESTS_FAILED
     outcomes = {t["nodeid"].split("::")[-1].split("[")[0]: t["outcome"]
-                for t in json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]}
+                for t in latest(pytester)["tests"]}
     assert outcomes["test_ini"] == "passed", outcomes
     ab = ab_sections(pytester)
     assert all(x["adjusted"] == "session" for x in ab.values())
@@ -363,7 +363,7 @@ def test_an_ab_sweep_judges_the_candidates_crossover_against_the_bases(
     assert r.ret == pytest.ExitCode.TESTS_FAILED, r.stdout.str()
     r.stdout.fnmatch_lines(["specdec crossover *test_sweep[[]eagle3-k3-t0.0[]] (eagle3 k=3): *; regressed * against "
                             "the base arm, this session (gated) — the session fails (crossover is in the gate)"])
-    (entry,) = json.loads((pytester.path / "reports" / "latest.json").read_text())["crossovers"]
+    (entry,) = latest(pytester)["crossovers"]
     assert entry["stored"]["started"] == "the base arm, this session" and entry["failed"], entry
     assert entry["crossover"]["value"] < 8 and entry["verdict"]["verdict"] == "regressed", entry
     # No record is read or written by an A/B session.

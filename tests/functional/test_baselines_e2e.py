@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import latest, specdec_session
 
 import pytest_specdec.gate.stats
 from fakes import FakeServer
@@ -51,21 +52,16 @@ def servers(fake_server: Callable[..., FakeServer]) -> Servers:
 
 def run(pytester: pytest.Pytester, profile: Path, servers: Servers, *extra: str
         ) -> pytest.RunResult:
-    spec, ref = servers
-    return pytester.runpytest(
-        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-        "--specdec-runs=3", "-p", "no:cacheprovider",
-        # The fake server's timing shares 2 busy cores with everything else, and its acceptance varies by
-        # ~4 points per run (salted prompts): wide thresholds keep "unchanged" from flaking (6 points gave a
-        # false `regressed` in a few % of sessions); the injected changes (-83 % speedup, -30 points) are far beyond.
-        "--specdec-threshold=rate=40", "--specdec-threshold=latency=150", "--specdec-threshold=acceptance=15",
-        *extra,
-    )
+    # The fake server's timing shares 2 busy cores with everything else, and its acceptance varies by
+    # ~4 points per run (salted prompts): wide thresholds keep "unchanged" from flaking (6 points gave a
+    # false `regressed` in a few % of sessions); the injected changes (-83 % speedup, -30 points) are far beyond.
+    return specdec_session(pytester, profile, servers, *extra, runs=3,
+                           thresholds=("rate=40", "latency=150", "acceptance=15")).result
 
 
 def results(pytester: pytest.Pytester) -> dict:
-    return json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"][0]
+    """The results of the last session's one test (`latest` has the whole file)."""
+    return latest(pytester)["tests"][0]
 
 
 def test_workflow_update_regress_accept(
@@ -208,17 +204,17 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
     monkeypatch: pytest.MonkeyPatch, make_suite: Callable[..., str]
 ) -> None:
     pytester.makepyfile(test_suite=make_suite(**SUITE))
-    spec, ref = servers
-    common = [f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec.base_url}",
-              f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-              "--specdec-runs=2", "-p", "no:cacheprovider"]
-    pytester.runpytest(*common, "--update-baselines").assert_outcomes(passed=1)
+
+    def session(*extra: str) -> pytest.RunResult:
+        return specdec_session(pytester, fake_profile, servers, *extra, runs=2).result
+
+    session("--update-baselines").assert_outcomes(passed=1)
     # When a look can settle a verdict (sequential.next_look_useful, tested on its own in test_gate_stats),
     # the runs are added and the alpha is split. Whether 2 v 2 fake runs leave one open depends on the
     # machine's timing noise, so the decision is pinned here (pytester runs in this process).
     with monkeypatch.context() as m:
         m.setattr(pytest_specdec.gate.sequential, "next_look_useful", lambda *args, **kwargs: True)
-        r = pytester.runpytest(*common, "--specdec-max-runs=4")
+        r = session("--specdec-max-runs=4")
     r.stdout.fnmatch_lines(["*inconclusive at look 1 of 2: 4 interleaved runs",
                             "*run 4/4 spec*"])
     test = results(pytester)
@@ -229,11 +225,11 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
     # When no look can change a gated verdict the runs are not spent, and the terminal and JSON say so.
     with monkeypatch.context() as m:
         m.setattr(pytest_specdec.gate.sequential, "next_look_useful", lambda *args, **kwargs: False)
-        r = pytester.runpytest(*common, "--specdec-max-runs=4")
+        r = session("--specdec-max-runs=4")
     r.stdout.fnmatch_lines(["*: 2 run(s) per arm not spent: *"])
     test = results(pytester)
     assert test["baseline"]["looks"] == [2] and test["baseline"]["unspent_runs"] == 2
-    r = pytester.runpytest(*common, "--specdec-max-runs=1")
+    r = session("--specdec-max-runs=1")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*--specdec-max-runs 1 is below the runs per test (2, --specdec-runs)*"])
 
@@ -242,11 +238,6 @@ def test_inconclusive_takes_more_runs_up_to_the_maximum(
 
 WARN = ("-W", "default::pytest_specdec.session.SpecDecWarning")  # a SpecDecWarning shows, never raises
 NAME = ID.split("::")[-1]
-
-
-def latest(pytester: pytest.Pytester) -> dict:
-    """The whole JSON results of the last session (`results` gives its one test)."""
-    return json.loads((pytester.path / "reports" / "latest.json").read_text())
 
 
 def baseline(pytester: pytest.Pytester, profile: Path, servers: Servers, *extra: str) -> None:

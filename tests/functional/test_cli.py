@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import DISTURBED_RULE_ON, FakeServer
 from pytest_specdec.formats import RESULTS_SCHEMA
@@ -51,14 +52,8 @@ def servers(fake_server: Callable[..., FakeServer]) -> Servers:
 
 def night(pytester: pytest.Pytester, profile: Path, servers: Servers, name: str, *extra: str) -> Path:
     """One plugin session; its results file copied to `<name>.json`."""
-    spec, ref = servers
-    pytester.runpytest(
-        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-        "--specdec-runs=3", "-p", "no:cacheprovider", *(f"--specdec-threshold={t}" for t in THRESHOLDS), *extra)
-    out = pytester.path / f"{name}.json"
-    out.write_text((pytester.path / "reports" / "latest.json").read_text())
-    return out
+    return specdec_session(pytester, profile, servers, *extra, runs=3, thresholds=THRESHOLDS).keep(
+        pytester.path / f"{name}.json")
 
 
 def test_compare_and_report_on_real_sessions(

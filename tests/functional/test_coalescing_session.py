@@ -3,23 +3,15 @@ verdicts, with the reason in the terminal, the JSON and the report (the detector
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import FakeConfig, FakeServer
 
 LATENCY_METRICS = {"ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms", "e2e_p95_ratio"}
-
-
-def _session(pytester: pytest.Pytester, spec_url: str, ref_url: str, *extra: str) -> tuple[pytest.RunResult, dict]:
-    reports = pytester.path / "reports"
-    result = pytester.runpytest(
-        f"--specdec-profile={pytester.path / 'fake.toml'}", f"--specdec-endpoint={spec_url}",
-        f"--specdec-reference-endpoint={ref_url}", f"--specdec-reports-dir={reports}", "-p", "no:cacheprovider", *extra)
-    return result, json.loads((reports / "latest.json").read_text())
 
 
 @pytest.mark.parametrize("bursty, blamed", [
@@ -37,9 +29,9 @@ def test_a_bursty_server_is_flagged_and_its_latencies_leave_the_verdicts(
     spec = FakeServer(FakeConfig(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.02, output_tokens=16))
     ref = FakeServer(FakeConfig(step_s=0.02, output_tokens=16))
     with spec as spec_url, ref as ref_url:
-        first, data = _session(pytester, spec_url, ref_url, "--update-baselines=missing")
-        first.assert_outcomes(passed=1)
-        test = data["tests"][0]
+        first = specdec_session(pytester, profile, (spec_url, ref_url), "--update-baselines=missing")
+        first.result.assert_outcomes(passed=1)
+        test = first.results["tests"][0]
         assert not test["validity"]["latency_untrusted_runs"]  # both servers stream step by step
         assert all(r["chunking"]["merged_events"] == 0 for r in test["runs"] + test["reference_runs"])
 
@@ -47,9 +39,10 @@ def test_a_bursty_server_is_flagged_and_its_latencies_leave_the_verdicts(
             ref.reconfigure(merge_steps=16)
         else:
             spec.reconfigure(batch_events=16)
-        result, data = _session(pytester, spec_url, ref_url)
+        second = specdec_session(pytester, profile, (spec_url, ref_url))
+    result = second.result
     result.assert_outcomes(passed=1)  # throughput and acceptance are right: the test still runs and passes
-    test = data["tests"][0]
+    test = second.results["tests"][0]
     flagged = test["validity"]["latency_untrusted_runs"]
     assert [r["arm"] for r in flagged] == [bursty, bursty] and test["validity"]["valid"]
     assert all(blamed in r["reasons"][0] for r in flagged)

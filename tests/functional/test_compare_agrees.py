@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import FakeServer
 
@@ -36,11 +37,7 @@ def test_compare_against_the_baselines_gives_the_sessions_verdicts(
     ref = fake_server(k=0, step_s=0.002, output_tokens=24)
 
     def session(*extra: str) -> dict:
-        pytester.runpytest(
-            f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-            "--specdec-runs=2", "-p", "no:cacheprovider", *(f"--specdec-threshold={t}" for t in THRESHOLDS), *extra)
-        return json.loads((pytester.path / "reports" / "latest.json").read_text())
+        return specdec_session(pytester, profile, (spec, ref), *extra, runs=2, thresholds=THRESHOLDS).results
 
     for _ in range(3):  # three stored nights per file: night factors and night variances are in play
         session("--update-baselines")

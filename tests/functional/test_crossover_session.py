@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from session import SessionRun, read_results, specdec_session
 
 from fakes import FakeServerProcess
 from pytest_specdec.cli import main
@@ -38,16 +39,11 @@ def servers(fake_server_process: Callable[..., FakeServerProcess]) -> Callable[.
 def night(pytester: pytest.Pytester, profile: Path, spec: FakeServerProcess, ref: FakeServerProcess,
           *extra: str) -> tuple[pytest.RunResult, dict[str, Any]]:
     """One session against these servers; its crossover entry."""
-    result = pytester.runpytest(
-        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-        "--specdec-runs=3", "--specdec-max-runs=3", "-p", "no:cacheprovider",
-        # each test's own verdicts stay out of the way: only the crossover is judged here
-        "--specdec-threshold=speedup=90", "--specdec-threshold=rate=90", "--specdec-threshold=latency=900",
-        "--specdec-threshold=e2e_p95_ratio=900", *extra)
-    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
-    (entry,) = data["crossovers"]
-    return result, entry
+    session = specdec_session(pytester, profile, (spec, ref), *extra, runs=3, max_runs=3,
+                              # each test's own verdicts stay out of the way: only the crossover is judged here
+                              thresholds=("speedup=90", "rate=90", "latency=900", "e2e_p95_ratio=900"))
+    (entry,) = session.results["crossovers"]
+    return session.result, entry
 
 
 def test_crossover_moves_from_16_to_5_and_regresses(
@@ -140,16 +136,17 @@ def test_a_sweep_per_parameter_and_a_broken_sweep_is_its_own_error(
     cannot tell apart (two at one concurrency) is an error on that sweep, and the session still writes the JSON,
     the report, every test's baseline and the other sweeps' records, then fails (exit 1, no INTERNALERROR)."""
     pytester.makepyfile(test_suite=TAGGED)
-    spec, ref = fake_endpoints
     reports = pytester.path / "reports"
-    args = [f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-            f"--specdec-reports-dir={reports}", "--specdec-runs=2", "--specdec-max-runs=2", "--update-baselines",
-            "-p", "no:cacheprovider"]
-    result = pytester.runpytest(*args)
+
+    def session(*extra: str) -> SessionRun:
+        return specdec_session(pytester, fake_profile, fake_endpoints, "--update-baselines", *extra, runs=2, max_runs=2)
+
+    first = session()
+    result = first.result
     result.assert_outcomes(passed=8)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
-    data = json.loads((reports / "latest.json").read_text())
+    data = first.results
     by_sweep = {x["sweep"]: x for x in data["crossovers"]}
     tags = [f"test_suite.py::test_sweep[ngram-k3-t0.0-{t}]" for t in ("plain", "other")]
     for tag, sweep in zip(("plain", "other"), tags):
@@ -190,7 +187,7 @@ def test_a_sweep_per_parameter_and_a_broken_sweep_is_its_own_error(
     monkeypatch.setattr(Pipeline, "rejudge",  # c2's judgement: its baseline file is named by its test
                         lambda p, c, *a: broken() if c.plan.path.stem == c2.partition("::")[2] else rejudge(p, c, *a))
     monkeypatch.setattr(report, "render", broken)
-    result = pytester.runpytest(*args, "-k", "plain")
+    result = session("-k", "plain").result
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED and "INTERNALERROR" not in result.stdout.str()
     result.stdout.fnmatch_lines([
@@ -199,7 +196,7 @@ def test_a_sweep_per_parameter_and_a_broken_sweep_is_its_own_error(
         f"specdec: ERROR in {c1.replace('[', '[[]')}: its results entry could not be made (RuntimeError: broken on "
         "purpose) — *",
         "specdec: ERROR in the HTML report (the results JSON is written): RuntimeError: broken on purpose — *"])
-    data = json.loads((reports / "latest.json").read_text())
+    data = read_results(reports)
     assert [e["what"] for e in data["errors"]] == [c2, c1]
     assert [(t["nodeid"], "runs" in t) for t in data["tests"]] == [(c1, False), (c2, True)]
     assert data["tests"][1]["baseline"]["status"] == "compared" and data["machine_factor"] is not None

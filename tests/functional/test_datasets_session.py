@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 # Two tests: one on the session's dataset (--specdec-dataset), one naming its own in the marker.
 SUITE = {"name": "test_default_dataset", "concurrency": 2,
@@ -23,21 +24,15 @@ SHAREGPT = [
 ]
 
 
-def _args(fake_profile: Path, endpoints: tuple[str, str], reports: Path, *extra: str) -> list[str]:
-    spec, ref = endpoints
-    return [f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-            f"--specdec-reports-dir={reports}", "-p", "no:cacheprovider", *extra]
-
-
 def test_specdec_dataset_reaches_the_measurement(
     pytester: pytest.Pytester, fake_endpoints: tuple[str, str], fake_profile: Path, make_suite: Callable[..., str]
 ) -> None:
     pytester.makepyfile(test_suite=make_suite(**SUITE) + make_suite(**MARKER_SUITE))
     (pytester.path / "data").mkdir()
     (pytester.path / "data" / "sg.json").write_text(json.dumps(SHAREGPT))
-    reports = pytester.path / "reports"
-    result = pytester.runpytest(*_args(fake_profile, fake_endpoints, reports, "--specdec-dataset=data/sg.json",
-                                       "--update-baselines=missing", "-v"))
+    session = specdec_session(pytester, fake_profile, fake_endpoints, "--specdec-dataset=data/sg.json",
+                              "--update-baselines=missing", "-v")
+    result = session.result
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "*specdec: dataset sg.json: 4 prompts (sharegpt, sha256 *); skipped 1 empty conversations; "
@@ -45,7 +40,7 @@ def test_specdec_dataset_reaches_the_measurement(
         "characters / 4 (the tokenizer of fake-model could not be loaded: no such folder, *)",
         "*specdec: dataset builtin: 128 prompts (prompts, *",
     ])
-    data = json.loads((reports / "latest.json").read_text())
+    data = session.results
     tests = {t["nodeid"].split("::")[1]: t for t in data["tests"]}
     default, marker = tests["test_default_dataset[ngram-k3-t0.0-c2]"], tests["test_marker_dataset[ngram-k3-t0.0-c2]"]
     assert default["params"]["dataset"] == str(pytester.path / "data" / "sg.json")
@@ -75,18 +70,18 @@ def test_other_dataset_content_makes_the_baseline_not_comparable(
     pytester.makepyfile(test_suite=make_suite(**SUITE))
     path = pytester.path / "sg.json"
     path.write_text(json.dumps(SHAREGPT))
-    reports = pytester.path / "reports"
-    first = pytester.runpytest(*_args(fake_profile, fake_endpoints, reports, f"--specdec-dataset={path}",
-                                      "--update-baselines=missing"))
+    first = specdec_session(pytester, fake_profile, fake_endpoints, f"--specdec-dataset={path}",
+                            "--update-baselines=missing").result
     first.assert_outcomes(passed=1)
     changed = [dict(SHAREGPT[0], conversations=[{"from": "human", "value": "Name a large prime."},
                                                 {"from": "gpt", "value": "7" * 40}]), *SHAREGPT[1:]]
     path.write_text(json.dumps(changed))  # same file name, other content
-    second = pytester.runpytest(*_args(fake_profile, fake_endpoints, reports, f"--specdec-dataset={path}"))
+    session = specdec_session(pytester, fake_profile, fake_endpoints, f"--specdec-dataset={path}")
+    second = session.result
     second.assert_outcomes(passed=1, warnings=1)
     second.stdout.fnmatch_lines(["*measured under different conditions (not-comparable)*",
                                     "*dataset.prompts_sha256: '*' → '*'"])
-    test = json.loads((reports / "latest.json").read_text())["tests"][0]
+    test = session.results["tests"][0]
     assert test["baseline"]["status"] == "not-comparable"
     assert list(test["baseline"]["not_comparable_fields"]) == ["dataset.prompts_sha256"]
 

@@ -4,11 +4,11 @@ tests/functional/test_distribution_client.py)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import FakeServer
 
@@ -25,21 +25,15 @@ def endpoints(request: pytest.FixtureRequest, fake_server: Callable[..., FakeSer
     return spec.base_url, fake_server(output_tokens=16).base_url
 
 
-def _args(profile: Path, endpoints: tuple[str, str], reports: Path) -> list[str]:
-    spec, ref = endpoints
-    return [f"--specdec-profile={profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-            f"--specdec-reports-dir={reports}", "-p", "no:cacheprovider"]
-
-
 def test_a_sound_sampler_passes_and_the_check_is_in_the_json(
     pytester: pytest.Pytester, endpoints: tuple[str, str], fake_profile: Path, make_suite: Callable[..., str]
 ) -> None:
     pytester.makepyfile(test_suite=make_suite(**SUITE))
-    reports = pytester.path / "reports"
-    result = pytester.runpytest(*_args(fake_profile, endpoints, reports), "-v")
+    session = specdec_session(pytester, fake_profile, endpoints, "-v")
+    result = session.result
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*distribution same: mean log-prob per token spec -* vs reference -*, p *"])
-    d = json.loads((reports / "latest.json").read_text())["tests"][0]["distribution"]
+    d = session.test["distribution"]
     assert d["verdict"] == "same" and d["n_prompts"] == 12 and d["samples_per_prompt"] == 4
     assert d["n_samples"] == {"spec": 48, "reference_a": 48, "reference_b": 48}
     assert d["empty_samples"] == {"spec": 0, "reference_a": 0, "reference_b": 0}
@@ -50,8 +44,8 @@ def test_a_biased_sampler_fails_with_the_statistic(
     pytester: pytest.Pytester, endpoints: tuple[str, str], fake_profile: Path, make_suite: Callable[..., str]
 ) -> None:
     pytester.makepyfile(test_suite=make_suite(**SUITE))
-    reports = pytester.path / "reports"
-    result = pytester.runpytest(*_args(fake_profile, endpoints, reports))
+    session = specdec_session(pytester, fake_profile, endpoints)
+    result = session.result
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*specdec distribution check failed for *test_sampler?ngram-k3-t1.0-c2?: at temperature 1.0 the target's "
@@ -60,7 +54,7 @@ def test_a_biased_sampler_fails_with_the_statistic(
         "+0.* .. +0.*, Wilcoxon p=* < 0.001 and beyond ±0.05; two reference samples differ by * nats (p=*). The spec "
         "server does not sample from the target's distribution: the rejection sampler is likely broken*",
     ])
-    test = json.loads((reports / "latest.json").read_text())["tests"][0]
+    test = session.test
     assert test["outcome"] == "failed" and test["distribution"]["verdict"] == "shifted"
 
 
@@ -68,7 +62,7 @@ def test_temperature_0_points_at_assert_lossless(
     pytester: pytest.Pytester, endpoints: tuple[str, str], fake_profile: Path, make_suite: Callable[..., str]
 ) -> None:
     pytester.makepyfile(test_suite=make_suite(**{**SUITE, "temperature": 0.0}))
-    result = pytester.runpytest(*_args(fake_profile, endpoints, pytester.path / "reports"))
+    result = specdec_session(pytester, fake_profile, endpoints).result
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*ConfigError: specdec.distribution_check() compares sampling distributions at "
                                  "temperature > 0, but *test_sampler?ngram-k3-t0.0-c2? runs at temperature 0, *"

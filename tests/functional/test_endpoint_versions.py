@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from session import specdec_session
 
 from fakes import FakeConfig, FakeServer, vllm_server_info
 from fakes.server import CUDA_RUNTIME_VERSION, NVIDIA_DRIVER_VERSION
@@ -64,11 +65,9 @@ def server_with_version(stand_in: Callable[..., FakeServer]) -> Callable[..., tu
 
 
 def session(pytester: pytest.Pytester, profile: Path, spec: FakeServer, ref: FakeServer, *extra: str) -> dict:
-    r = pytester.runpytest(f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-                           f"--specdec-reference-endpoint={ref.base_url}", "--specdec-runs=2",
-                           f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider", *extra)
-    r.assert_outcomes(passed=1)
-    return json.loads((pytester.path / "reports" / "latest.json").read_text())
+    session = specdec_session(pytester, profile, (spec, ref), *extra, runs=2)
+    session.result.assert_outcomes(passed=1)
+    return session.results
 
 
 def test_the_endpoints_version_is_under_test_and_an_upgrade_shows(

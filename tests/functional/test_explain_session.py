@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from session import specdec_session
 
 from fakes import FakeServer
 
@@ -25,6 +26,8 @@ REF_STEP_S, SPEC_STEP_S = 0.01, 0.02
 RUNS = 5
 USD_PER_HOUR = 3.6  # $1 per 1M tokens at 1000 tok/s
 SCRIPT = Path(sys.executable).with_name("pytest-specdec")
+# wide thresholds on what is not injected; the injected changes are far beyond
+THRESHOLDS = ("rate=40", "latency=400", "acceptance=15")
 
 
 @pytest.fixture
@@ -35,16 +38,10 @@ def servers(fake_server: Callable[..., FakeServer]) -> Servers:
 
 def night(pytester: pytest.Pytester, profile: Path, servers: Servers, name: str, *extra: str) -> pytest.RunResult:
     """One session; its results file copied to `<name>.json`."""
-    spec, ref = servers
-    r = pytester.runpytest(
-        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-        f"--specdec-runs={RUNS}", "-p", "no:cacheprovider", f"--specdec-gpu-hourly-usd={USD_PER_HOUR}",
-        # wide thresholds on what is not injected; the injected changes are far beyond
-        "--specdec-threshold=rate=40", "--specdec-threshold=latency=400", "--specdec-threshold=acceptance=15",
-        *extra)
-    (pytester.path / f"{name}.json").write_text((pytester.path / "reports" / "latest.json").read_text())
-    return r
+    session = specdec_session(pytester, profile, servers, f"--specdec-gpu-hourly-usd={USD_PER_HOUR}", *extra,
+                              runs=RUNS, thresholds=THRESHOLDS)
+    session.keep(pytester.path / f"{name}.json")
+    return session.result
 
 
 def test_failures_name_the_part_of_the_speedup_that_moved(pytester: pytest.Pytester, fake_profile: Path,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from session import latest, read_results, specdec_session
 
 from fakes import STAND_IN_VALIDITY, FakeVllm
 from fakes.server import TORCH_VERSION, VLLM_VERSION
@@ -24,9 +25,8 @@ def run(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[.
 
     def go(*extra: str, timeout: float | None = None) -> pytest.RunResult:
         profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=STAND_IN_VALIDITY)
-        return pytester.runpytest_subprocess(
-            f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-            "-p", "no:cacheprovider", "--specdec-settle-timeout=0", *extra, timeout=timeout)
+        return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", *extra, subprocess=True,
+                               timeout=timeout).result
 
     pytester.makepyfile(test_suite=make_suite(num_prompts=8, max_tokens=24))
     return go
@@ -61,7 +61,7 @@ def test_a_server_that_dies_fails_its_test_and_keeps_the_baseline(
     dead_reads = (("speedup", "reference tok/s", "P95 E2E spec/ref") if arm == "reference" else ("",))
     assert not any(f"{m} regressed" in r.stdout.str() for m in dead_reads), r.stdout.str()
     assert baseline.read_text() == stored
-    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    data = latest(pytester)
     test = data["tests"][0]
     assert (test["outcome"], test["when"]) == ("failed", "setup") and "exited with code 70" in test["error"]
     verdicts = test["verdicts"]
@@ -119,7 +119,7 @@ def test_a_hung_spec_server_invalidates_its_run_and_is_restarted_once(
         "specdec: stopping vLLM (ngram, *): it hung (sent nothing within the idle timeout); a fresh one*",
         "specdec: starting vLLM (ngram, *",
     ])
-    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    data = latest(pytester)
     runs = data["tests"][0]["runs"]
     assert [r["valid"] for r in runs] == [False, True, True]
     assert runs[0]["invalid_reasons"][0].startswith("server hung")
@@ -224,10 +224,7 @@ def test_an_endpoint_serving_another_model_is_an_error_and_versions_are_the_endp
         spec = fake_server(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=8, model=spec_model,
                            server_info='{"method": "ngram", "num_speculative_tokens": 3}')
         ref = fake_server(k=0, step_s=0.002, output_tokens=8, model=ref_model, server_info="null")
-        return pytester.runpytest(f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",  # type: ignore[attr-defined]
-                                  f"--specdec-reference-endpoint={ref.base_url}",  # type: ignore[attr-defined]
-                                  f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-                                  "--update-baselines")
+        return specdec_session(pytester, profile, (spec, ref), "--update-baselines").result
 
     wrong = session("some-other-model", "yet-another-model")
     wrong.assert_outcomes(errors=1)
@@ -260,10 +257,9 @@ def test_secrets_never_reach_what_the_plugin_writes(pytester: pytest.Pytester, f
     (pytester.path / "fakecpu.toml").write_text(toml)
     pytester.makeini("[pytest]\nspecdec_redact =\n    --lora-creds\n")
     pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8))
-    common = ["--specdec-profile=fakecpu.toml", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p",
-              "no:cacheprovider"]
-    dry = pytester.runpytest_subprocess(*common, "--specdec-dry-run")
-    r = pytester.runpytest_subprocess(*common, "--update-baselines")
+    dry = specdec_session(pytester, "fakecpu.toml", None, "--specdec-dry-run", subprocess=True).result
+    session = specdec_session(pytester, "fakecpu.toml", None, "--update-baselines", subprocess=True)
+    r = session.result
     r.assert_outcomes(passed=1)
     assert "--hf-token '<redacted>'" in dry.stdout.str() and "HF_TOKEN='<redacted>'" in dry.stdout.str()
     written = [p for d in ("reports", "baselines") for p in (pytester.path / d).rglob("*") if p.is_file()]
@@ -271,7 +267,7 @@ def test_secrets_never_reach_what_the_plugin_writes(pytester: pytest.Pytester, f
     for text in [dry.stdout.str(), r.stdout.str(), *(p.read_text(errors="replace") for p in written)]:
         for secret in (flag, env, extra):
             assert secret not in text
-    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    data = session.results
     server = next(s for s in data["servers"].values() if s["method"] == "ngram")
     assert server["env"]["HF_TOKEN"] == "<redacted>" and "<redacted>" in server["command"]
 
@@ -375,13 +371,11 @@ def test_baselines_that_cannot_be_written_fail_the_session_with_a_clear_line_and
     one line naming the directory, the stored files stay byte for byte with no temporary file beside
     them, and the results (what CI keeps) are written."""
     pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=8))
-    spec, ref = fake_endpoints
     reports, baselines = pytester.path / "reports", pytester.path / "baselines"
 
     def session() -> pytest.RunResult:
-        return pytester.runpytest(f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}",
-                                  f"--specdec-reference-endpoint={ref}", f"--specdec-reports-dir={reports}",
-                                  f"--specdec-baselines={baselines}", "-p", "no:cacheprovider", "--update-baselines")
+        return specdec_session(pytester, fake_profile, fake_endpoints, "--update-baselines",
+                               baselines=baselines).result
 
     session().assert_outcomes(passed=1)
     stored = {p: p.read_bytes() for p in baselines.rglob("*") if p.is_file()}
@@ -398,7 +392,7 @@ def test_baselines_that_cannot_be_written_fail_the_session_with_a_clear_line_and
                              "--specdec-baselines elsewhere")])
     assert "Traceback" not in r.stdout.str() + r.stderr.str()
     assert {p: p.read_bytes() for p in baselines.rglob("*") if p.is_file()} == stored  # no temporary file either
-    data = json.loads((reports / "latest.json").read_text())
+    data = read_results(reports)
     assert data["tests"][0]["outcome"] == "passed" and (reports / "latest.html").is_file()
     (unwritten,) = data["baseline_update"]["not_written"]
     assert unwritten["reason"].startswith("could not write it: ") and not data["baseline_update"]["updated"]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import latest, specdec_session
 
 from fakes import FakeServer
 from pytest_specdec.gate.baselines import hardware_key
@@ -42,16 +43,8 @@ def on(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
 
 
 def run(pytester: pytest.Pytester, profile: Path, servers: Servers, *extra: str) -> pytest.RunResult:
-    spec, ref = servers
-    return pytester.runpytest(
-        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-        "--specdec-runs=2", "-p", "no:cacheprovider", "--specdec-threshold=rate=60",
-        "--specdec-threshold=latency=200", "--specdec-threshold=acceptance=30", *extra)
-
-
-def results(pytester: pytest.Pytester) -> dict:
-    return json.loads((pytester.path / "reports" / "latest.json").read_text())
+    return specdec_session(pytester, profile, servers, *extra, runs=2,
+                           thresholds=("rate=60", "latency=200", "acceptance=30")).result
 
 
 def files(pytester: pytest.Pytester, key: str) -> dict[Path, bytes]:
@@ -92,23 +85,23 @@ def test_each_machine_compares_only_against_its_own_and_writes_only_its_own(
 
     # B compares against its own night (one session), A against its own two.
     run(pytester, fake_profile, servers).assert_outcomes(passed=2)
-    for t in results(pytester)["tests"]:
+    for t in latest(pytester)["tests"]:
         assert t["baseline"]["status"] == "compared" and f"/{KEY_B}/" in t["baseline"]["path"], t["baseline"]
         assert t["baseline"]["sessions"] == 1
     assert files(pytester, KEY_A) == a_files and files(pytester, KEY_B) == b_files  # no flag: nothing written
     on(A)
     run(pytester, fake_profile, servers).assert_outcomes(passed=2)
-    for t in results(pytester)["tests"]:
+    for t in latest(pytester)["tests"]:
         assert t["baseline"]["status"] == "compared" and f"/{KEY_A}/" in t["baseline"]["path"], t["baseline"]
         assert t["baseline"]["sessions"] == 2
-    assert results(pytester)["gate"]["settings"]["hardware"]["this"]["key"] == KEY_A
+    assert latest(pytester)["gate"]["settings"]["hardware"]["this"]["key"] == KEY_A
 
     # =missing on a machine with baselines (README's first command) writes nothing and compares.
     r = run(pytester, fake_profile, servers, "--update-baselines=missing")
     r.assert_outcomes(passed=2)
     assert "no baselines for this machine" not in r.stdout.str() and "had no baselines" not in r.stdout.str()
-    assert [t["baseline"]["status"] for t in results(pytester)["tests"]] == ["compared", "compared"]
-    assert results(pytester)["baseline_update"]["created"] == [] and len(results(pytester)["baseline_update"]
+    assert [t["baseline"]["status"] for t in latest(pytester)["tests"]] == ["compared", "compared"]
+    assert latest(pytester)["baseline_update"]["created"] == [] and len(latest(pytester)["baseline_update"]
                                                                        ["unchanged"]) == 2
     assert files(pytester, KEY_A) == a_files
 

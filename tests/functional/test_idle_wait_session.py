@@ -4,11 +4,11 @@ split (runs, server starts, waits, efficiency) is in the terminal and the result
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import STAND_IN_VALIDITY, FakeVllm
 
@@ -26,13 +26,12 @@ def test_a_server_still_holding_requests_is_waited_for(
                          "none": {"step_s": 0.004, "output_tokens": 16, "linger_s": LINGER_S}})
     profile = make_profile("fakecpu", methods=("ngram",), runs=2, validity=STAND_IN_VALIDITY)
     pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=16))
-    reports = pytester.path / "reports"
-    r = pytester.runpytest_subprocess(f"--specdec-profile={profile}", f"--specdec-reports-dir={reports}",
-                                      "--specdec-max-runs=2", "--update-baselines=missing", "-p", "no:cacheprovider")
+    session = specdec_session(pytester, profile, None, "--update-baselines=missing", max_runs=2, subprocess=True)
+    r = session.result
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines(["specdec: wall * s: runs * s (4 runs), server starts * s, waits for idle servers * s, "
                             "other * s; efficiency (runs / wall) *%"])
-    data = json.loads((reports / "latest.json").read_text())
+    data = session.results
     test = data["tests"][0]
     after_ref = [test["runs"][0]["settle"]]
     after_spec = [test["runs"][1]["settle"], test["reference_runs"][1]["settle"]]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import FakeServer
 
@@ -36,12 +37,8 @@ def test_junit_properties_of_a_regressed_and_an_unchanged_test(
     junit = pytester.path / "junit.xml"
 
     def session(*extra: str) -> pytest.RunResult:
-        return pytester.runpytest(
-            f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec.base_url}",
-            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-            "--specdec-runs=3", "-p", "no:cacheprovider", f"--junitxml={junit}",
-            "--specdec-threshold=rate=40", "--specdec-threshold=latency=150", "--specdec-threshold=acceptance=15",
-            *extra)
+        return specdec_session(pytester, fake_profile, (spec, ref), f"--junitxml={junit}", *extra, runs=3,
+                               thresholds=("rate=40", "latency=150", "acceptance=15")).result
 
     session("--update-baselines").assert_outcomes(passed=2)
     spec.reconfigure(**BAD)

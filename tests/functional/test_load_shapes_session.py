@@ -3,12 +3,12 @@ prompts of exact token lengths against the simulated server, and the markers' er
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import latest, specdec_session
 
 from fakes import FakeConfig, FakeServer
 
@@ -46,10 +46,8 @@ def test_burstiness_shapes_the_requests_sent_and_synthetic_prompts_have_their_le
     spec_srv = FakeServer(FakeConfig(k=3, acceptance=(0.8, 0.6, 0.4)))
     ref_srv = FakeServer(FakeConfig())
     with spec_srv as spec_url, ref_srv as ref_url:
-        result = pytester.runpytest_subprocess(
-            f"--specdec-profile={profile}", f"--specdec-endpoint={spec_url}", f"--specdec-reference-endpoint={ref_url}",
-            f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider", "-v",
-            "--specdec-served-model=fake-model")
+        result = specdec_session(pytester, profile, (spec_url, ref_url), "-v", "--specdec-served-model=fake-model",
+                                 subprocess=True).result
         sent, last_run = spec_srv.requests + ref_srv.requests, ref_srv.requests[-N:]
     result.assert_outcomes(passed=2)
     # bench's decode-and-re-encode misses its length on a few prompts of the zoo's tiny tokenizer: said, and kept
@@ -59,7 +57,7 @@ def test_burstiness_shapes_the_requests_sent_and_synthetic_prompts_have_their_le
     counts = [len(tok.encode(r["prompt"]).ids) for r in last_run]  # the last run's prompts, each once
     assert sum(n == 48 for n in counts) == N - 1 and all(abs(n - 48) <= 4 for n in counts)
     assert {r["max_tokens"] for r in sent} == {16} and all(r["ignore_eos"] for r in sent)
-    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    data = latest(pytester)
     for test in data["tests"]:
         shape = test["params"]["burstiness"]
         se = math.sqrt((1 + 1 / shape) / (2 * shape * N))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import read_results, specdec_session
 
 from fakes import FakeServer
 from pytest_specdec.output.report import render_html
@@ -33,10 +34,7 @@ def session(pytester: pytest.Pytester, fake_profile: Path, fake_server: Callable
         spec = fake_server(k=3, acceptance=(0.8, 0.6, 0.4), step_s=0.001, output_tokens=spec_tokens)
         ref = fake_server(k=0, step_s=0.001, output_tokens=24)
         pytester.makepyfile(test_suite=make_suite(verdicts=verdicts, **SUITE))
-        return pytester.runpytest(
-            f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec.base_url}",
-            f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-            "--specdec-runs=2", "-p", "no:cacheprovider", "-p", "no:randomly", *extra)
+        return specdec_session(pytester, fake_profile, (spec, ref), "-p", "no:randomly", *extra, runs=2).result
 
     return run
 
@@ -51,7 +49,7 @@ def test_a_failed_lossless_check_records_the_differing_outputs(
                             "  ... 3 more in the results JSON and the report"])
 
     reports = pytester.path / "reports"
-    data = json.loads((reports / "latest.json").read_text())
+    data = read_results(reports)
     m = data["tests"][0]["output_match"]
     assert (m["spec_match"], m["control_match"], m["spec_n"], m["control_n"]) == (0.0, 1.0, 12, 6)
     assert m["differing_prompts"] == 6 and len(m["differing"]) == 6
@@ -83,7 +81,7 @@ def test_save_outputs_keeps_every_requests_output_beside_the_results(
     data = json.loads(results.read_text())
     side = reports / data["outputs_file"]
     assert side.name == results.name.replace(".json", ".outputs.json")
-    assert json.loads((reports / "latest.json").read_text())["outputs_file"] == side.name
+    assert read_results(reports)["outputs_file"] == side.name
     saved = json.loads(side.read_text())
     [test] = saved["tests"]
     assert test["nodeid"] == data["tests"][0]["nodeid"]

@@ -11,11 +11,11 @@ the machine from vLLM.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import FakeServer
 
@@ -40,15 +40,9 @@ def night(pytester: pytest.Pytester, profile: Path, servers: Servers, speed: flo
     spec, ref = servers
     spec.reconfigure(step_s=SPEC_STEP_S / speed)
     ref.reconfigure(step_s=REF_STEP_S / speed * reference_slower)
-    reports = pytester.path / "reports"
-    result = pytester.runpytest(
-        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={reports}", "--specdec-runs=3",
-        "--specdec-max-runs=3", "--specdec-settle-timeout=0", "-p", "no:cacheprovider", *extra)
-    result.assert_outcomes(passed=1)
-    data = json.loads((reports / "latest.json").read_text())
-    data["stdout"] = result.stdout.str()
-    return data
+    session = specdec_session(pytester, profile, servers, "--specdec-settle-timeout=0", *extra, runs=3, max_runs=3)
+    session.result.assert_outcomes(passed=1)
+    return {**session.results, "stdout": session.result.stdout.str()}
 
 
 def verdict(data: dict, metric: str) -> dict:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import latest, specdec_session
 
 from fakes import FakeServer
 
@@ -40,15 +41,9 @@ def night(pytester: pytest.Pytester, profile: Path, servers: Servers, speed: flo
     spec, ref = servers
     spec.reconfigure(step_s=SPEC_STEP_S / speed)
     ref.reconfigure(step_s=REF_STEP_S / speed)
-    return pytester.runpytest(
-        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / where / 'reports'}",
-        f"--specdec-baselines={pytester.path / where / 'baselines'}", "--specdec-runs=3", "--specdec-max-runs=3",
-        "-p", "no:cacheprovider", *extra)
-
-
-def latest(pytester: pytest.Pytester, where: str) -> dict:
-    return json.loads((pytester.path / where / "reports" / "latest.json").read_text())
+    folder = pytester.path / where
+    return specdec_session(pytester, profile, servers, *extra, runs=3, max_runs=3, reports=folder / "reports",
+                           baselines=folder / "baselines").result
 
 
 def calibrate(pytester: pytest.Pytester, where: str, *extra: str) -> dict:

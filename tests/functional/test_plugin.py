@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import FakeConfig, FakeServer
 
@@ -15,14 +15,6 @@ s = specdec.summary
 assert s["acceptance_rate"] is not None
 assert specdec.params["method"] == "ngram"
 """}
-
-
-def _args(fake_profile: Path, endpoints: tuple[str, str], reports: Path) -> list[str]:
-    spec, ref = endpoints
-    return [
-        f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-        f"--specdec-reports-dir={reports}", "-p", "no:cacheprovider",
-    ]
 
 
 def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
@@ -57,9 +49,9 @@ def test_measures_interleaved_runs_and_writes_json(
     pytester: pytest.Pytester, fake_endpoints: tuple[str, str], fake_profile: Path, make_suite: Callable[..., str]
 ) -> None:
     pytester.makepyfile(test_suite=make_suite(**SUITE))
-    reports = pytester.path / "reports"
     # No baselines yet: creating them is what makes a first session pass (test_baselines_e2e.py has the rest).
-    result = pytester.runpytest(*_args(fake_profile, fake_endpoints, reports), "-v", "--update-baselines=missing")
+    session = specdec_session(pytester, fake_profile, fake_endpoints, "-v", "--update-baselines=missing")
+    result = session.result
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "*test_ngram?ngram-k3-t0.0-c1? PASSED*",
@@ -67,7 +59,7 @@ def test_measures_interleaved_runs_and_writes_json(
         "*run 1/2 spec*tok/s, acceptance 0.*",
         "*specdec results: *latest.json",
     ])
-    data = json.loads((reports / "latest.json").read_text())
+    data = session.results
     assert data["profile"] == "fake"
     import uvloop  # installed with vLLM: the client runs on its loop, and the results say so
 
@@ -208,12 +200,12 @@ def test_completions_api_and_open_loop_rate_from_marker_and_command_line(pyteste
     with spec_srv as spec_url, ref_srv as ref_url:
         # A subprocess: rendering loads transformers (torch), which an in-process run would unload
         # afterwards, and torch cannot be imported twice in one process.
-        result = pytester.runpytest_subprocess(
-            f"--specdec-profile={profile}", f"--specdec-endpoint={spec_url}", f"--specdec-reference-endpoint={ref_url}",
-            f"--specdec-reports-dir={pytester.path / 'reports'}", "--specdec-request-rate=40", "-p", "no:cacheprovider",
-            "-k", "completions or rate", "-v", "--specdec-served-model=fake-model",  # the zoo's template, a fake's name
-        )
+        session = specdec_session(pytester, profile, (spec_url, ref_url), "--specdec-request-rate=40",
+                                  "-k", "completions or rate", "-v",
+                                  "--specdec-served-model=fake-model",  # the zoo's template, a fake's name
+                                  subprocess=True)
         sent = spec_srv.requests
+    result = session.result
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_completions[[]ngram-k3-t0.0-c2-completions[]] PASSED*",
                                  "*test_rate_from_cli[[]ngram-k3-t0.0-c2-r40[]] PASSED*"])
@@ -223,7 +215,7 @@ def test_completions_api_and_open_loop_rate_from_marker_and_command_line(pyteste
     assert all(r["prompt"].startswith("<|bos|><|user|>\n") and r["prompt"].endswith("<|assistant|>\n")
                for r in completions)
     assert all(r["add_special_tokens"] is False and r["max_tokens"] == 8 for r in completions)
-    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    data = session.results
     assert {t["params"]["api"] for t in data["tests"]} == {"completions", "chat"}
     rated = next(t for t in data["tests"] if t["params"]["request_rate"] == 40.0)
     assert rated["validity"]["valid"] and rated["runs"][0]["request_rate"] == 40.0

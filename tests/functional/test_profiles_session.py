@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from session import latest, specdec_session
 
 from fakes import FakeConfig, FakeServer, FakeVllm
 from pytest_specdec.profiles import PROFILE_DIR, load_profile
@@ -248,11 +249,8 @@ def endpoint_run(pytester: pytest.Pytester, fake_profile: Path,
             key: value for key, value in MINI.items() if key != "name"}))
         ref_cfg = ref_cfg or FakeConfig(k=0, step_s=0.001, output_tokens=16)
         with FakeServer(spec_cfg) as spec_url, FakeServer(ref_cfg) as ref_url:
-            return pytester.runpytest(
-                f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec_url}",
-                f"--specdec-reference-endpoint={ref_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-                "-p", "no:cacheprovider", "-rs", "--update-baselines=missing",
-            )
+            return specdec_session(pytester, fake_profile, (spec_url, ref_url), "-rs",
+                                   "--update-baselines=missing").result
 
     return run
 
@@ -269,7 +267,7 @@ def test_endpoint_with_another_k_skips_with_the_reason(pytester: pytest.Pytester
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED*specdec endpoint mode: this test needs k=5 (*); the spec endpoint "
                                  "http://127.0.0.1:* speculates with k=3 (from its /metrics per-position counters)"])
-    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    data = latest(pytester)
     spec_facts = [f for f in data["endpoints"].values() if f["speculating"]]
     assert spec_facts[0]["k"] == 3 and spec_facts[0]["server_info"] is False
 
@@ -292,7 +290,7 @@ def test_endpoint_method_is_checked_when_server_info_shows_it(pytester: pytest.P
                                  "method='eagle3' (speculative config*(/server_info))"])
     # The endpoint's resolved engine config is in the results, flattened as for servers the plugin starts;
     # the reference endpoint has no /server_info, so none is claimed for it.
-    endpoints = json.loads((pytester.path / "reports" / "latest.json").read_text())["endpoints"]
+    endpoints = latest(pytester)["endpoints"]
     engines = {facts["speculating"]: facts["engine_config"] for facts in endpoints.values()}
     assert engines[False] is None
     assert engines[True]["config_source"] == "server_info"
@@ -340,10 +338,7 @@ def test_explicit_runs_raise_the_profiles_max_runs_and_say_so(pytester: pytest.P
     pytester.makepyfile(test_suite=make_suite(**MINI))
     ref = FakeConfig(k=0, step_s=0.001, output_tokens=16)
     with FakeServer(_spec()) as spec_url, FakeServer(ref) as ref_url:
-        result = pytester.runpytest(
-            f"--specdec-profile={profile}", "--specdec-runs=3", f"--specdec-endpoint={spec_url}",
-            f"--specdec-reference-endpoint={ref_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-            "-p", "no:cacheprovider", *extra)
+        result = specdec_session(pytester, profile, (spec_url, ref_url), *extra, runs=3).result
     result.assert_outcomes(**({"skipped": 1} if "--specdec-dry-run" in extra else {"passed": 1}))
     line = f"specdec: --specdec-runs 3 raises the profile's [[]verdicts] max_runs from 2 to 3 ({profile})"
     result.stdout.fnmatch_lines([line])

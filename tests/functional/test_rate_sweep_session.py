@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from session import specdec_session
 
 from fakes import FakeServerProcess
 from pytest_specdec.cli import main
@@ -36,12 +37,10 @@ def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
     ref = servers(k=0, step_s=REF_STEP_S, seed=2)
     spec = servers(k=3, acceptance=(0.0, 0.0, 0.0), step_s=SPEC_STEP_S, seed=1, spec_cost_per_request=1 / 4)
     pytester.makepyfile(test_suite=make_suite(name="test_load", **SUITE))
-    result = pytester.runpytest(
-        f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-        "--specdec-runs=3", "--specdec-max-runs=3", "-p", "no:cacheprovider", "--update-baselines")
+    session = specdec_session(pytester, fake_profile, (spec, ref), "--update-baselines", runs=3, max_runs=3)
+    result = session.result
     result.assert_outcomes(passed=3)
-    data = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    data = session.results
 
     tests = {t["nodeid"].rpartition("-")[2].rstrip("]"): t for t in data["tests"]}
     assert sorted(tests) == ["sat100", "sat33", "sat67"]

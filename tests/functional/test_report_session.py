@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 # Two tests, one failing on purpose: the report is written whatever the outcome.
 REPORT_SUITE = {"concurrency": [1, 2], "num_prompts": 4, "max_tokens": 16, "body": """
@@ -24,11 +25,9 @@ def test_plugin_writes_report_and_ends_the_summary_with_its_uri(
     pytester: pytest.Pytester, fake_endpoints: tuple[str, str], fake_profile: Path, make_suite: Callable[..., str]
 ) -> None:
     pytester.makepyfile(test_suite=make_suite(**REPORT_SUITE))
-    spec, ref = fake_endpoints
-    reports = pytester.path / "reports"
-    args = [f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}", f"--specdec-reference-endpoint={ref}",
-            f"--specdec-reports-dir={reports}", "-p", "no:cacheprovider", "--update-baselines=missing"]
-    result = pytester.runpytest(*args, "--specdec-gpu-hourly-usd=3", "--specdec-benchmark-json=bench/0001_night.json")
+    session = specdec_session(pytester, fake_profile, fake_endpoints, "--update-baselines=missing",
+                              "--specdec-gpu-hourly-usd=3", "--specdec-benchmark-json=bench/0001_night.json")
+    result, reports = session.result, session.reports
     result.assert_outcomes(passed=1, failed=1)
     latest = reports / "latest.html"
     stamped = list(reports.glob("specdec-*.html"))
@@ -37,7 +36,7 @@ def test_plugin_writes_report_and_ends_the_summary_with_its_uri(
     assert re.fullmatch(r"-+ specdec report: file://\S+/reports/latest\.html -+", lines[-2]), lines[-3:]
     assert lines[-1].startswith("=") and "1 failed, 1 passed" in lines[-1]
     html = latest.read_text()
-    data = json.loads((reports / "latest.json").read_text())
+    data = session.results
     assert data["price"]["usd_per_hour"] == 3.0 and data["price"]["source"] == "--specdec-gpu-hourly-usd"
     assert "Cost per 1M output tokens" in html and "speedup vs concurrency" in html
     assert "fails on purpose: the report is written anyway" in html  # the failure text is recorded
@@ -46,7 +45,8 @@ def test_plugin_writes_report_and_ends_the_summary_with_its_uri(
     assert {b["group"] for b in bench["benchmarks"]} == {"seconds per output token", "TPOT P50 (s)", "E2E P50 (s)"}
 
     own = pytester.path / "nightly" / "r.html"
-    result = pytester.runpytest(*args, f"--specdec-report-html={own}", "--specdec-benchmark-json=bench/0002_night.json")
+    result = specdec_session(pytester, fake_profile, fake_endpoints, "--update-baselines=missing",
+                             f"--specdec-report-html={own}", "--specdec-benchmark-json=bench/0002_night.json").result
     assert own.is_file() and latest.read_text() == html  # --specdec-report-html replaces both default paths
     result.stdout.fnmatch_lines([f"*specdec report: {own.as_uri()} *"])
 
@@ -82,10 +82,7 @@ def test_bad_profile_price_is_a_clear_error(pytester: pytest.Pytester, fake_prof
                                             fake_endpoints: tuple[str, str], make_suite: Callable[..., str]) -> None:
     fake_profile.write_text('price_per_hour_usd = "cheap"\n' + fake_profile.read_text())
     pytester.makepyfile(test_suite=make_suite(**REPORT_SUITE))
-    spec, ref = fake_endpoints
-    result = pytester.runpytest(f"--specdec-profile={fake_profile}", f"--specdec-endpoint={spec}",
-                                f"--specdec-reference-endpoint={ref}", "-p", "no:cacheprovider",
-                                f"--specdec-reports-dir={pytester.path / 'reports'}", "--update-baselines=missing")
+    result = specdec_session(pytester, fake_profile, fake_endpoints, "--update-baselines=missing").result
     result.stdout.fnmatch_lines(["*price_per_hour_usd must be a number > 0 (USD per GPU hour), got 'cheap'*"])
 
 

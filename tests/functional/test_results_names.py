@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import read_results
 
 from fakes import FakeServer
 
@@ -64,6 +65,6 @@ def test_two_concurrent_sessions_on_one_reports_directory_keep_both_results(
         assert path.with_suffix(".html").is_file()
         started.add(data["started"])
     assert started == {"2027-01-15T08:00:00.250000+00:00", "2027-01-15T08:00:00.750000+00:00"}
-    latest = json.loads((reports / "latest.json").read_text())
+    latest = read_results(reports)
     assert latest["started"] in started
     assert not [p.name for p in reports.iterdir() if p.name.endswith(".tmp")]

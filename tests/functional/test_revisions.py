@@ -4,11 +4,11 @@ that differs between nights makes them not comparable. The hub cache is a direct
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import STAND_IN_VALIDITY, FakeVllm
 
@@ -52,11 +52,9 @@ def hub(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[...
 
 def night(pytester: pytest.Pytester, path: Path, *extra: str) -> dict[str, object]:
     """One session (a subprocess: the project's conftest replaces the launcher); its one test's results."""
-    r = pytester.runpytest_subprocess(f"--specdec-profile={path}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-                                      "--specdec-settle-timeout=0", "-p", "no:cacheprovider", *extra)
-    r.assert_outcomes(passed=1)
-    (test,) = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]
-    return test  # type: ignore[no-any-return]
+    session = specdec_session(pytester, path, None, "--specdec-settle-timeout=0", *extra, subprocess=True)
+    session.result.assert_outcomes(passed=1)
+    return session.test
 
 
 def test_a_draft_head_changed_upstream_shows_under_test(pytester: pytest.Pytester, hub: Path) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import latest, specdec_session
 
 from fakes import DISTURBED_RULE_ON, FakeServer
 from pytest_specdec.gate.baselines import hardware_key
@@ -31,6 +32,7 @@ REF_STEP_S = 0.03  # per decode step at machine speed 1.0: long enough that HTTP
 SPEC_STEP_S = 0.048  # k=3, every draft accepted (acceptance repeats exactly, as at temperature 0): 4 tokens a
 # step, 2.5x
 DRIFT = 0.02  # sd of the log speed multiplier, redrawn every 0.3 s on each server
+THRESHOLDS = ("speedup=15", "e2e_p95_ratio=40", "acceptance=10", "rate=40", "latency=150")
 
 
 @pytest.fixture
@@ -56,18 +58,11 @@ def night(pytester: pytest.Pytester, profile: Path, servers: Servers, speed: flo
     spec, ref = servers
     spec.reconfigure(step_s=SPEC_STEP_S * spec_slower / speed)
     ref.reconfigure(step_s=REF_STEP_S / speed)
-    return pytester.runpytest(
-        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-        "--specdec-runs=4", "--specdec-max-runs=4", "-p", "no:cacheprovider",
-        "--specdec-threshold=speedup=15", "--specdec-threshold=e2e_p95_ratio=40",
-        "--specdec-threshold=acceptance=10", "--specdec-threshold=rate=40", "--specdec-threshold=latency=150",
-        *extra,
-    )
+    return specdec_session(pytester, profile, servers, *extra, runs=4, max_runs=4, thresholds=THRESHOLDS).result
 
 
 def verdicts(pytester: pytest.Pytester) -> list[dict]:
-    return [t["verdicts"] for t in json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"]]
+    return [t["verdicts"] for t in latest(pytester)["tests"]]
 
 
 # A calibration: five sessions of real waits (75 s run alone on a busy 2-core machine); runs shorter than 24 tokens
@@ -95,7 +90,7 @@ def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
     r.stdout.fnmatch_lines(["specdec:   run 2/4 reference DISTURBED: * tok/s, *% below the median of the "
                             "arm's other runs (*; limit 30%): something else slowed this run; it leaves the verdicts "
                             "with its pair"])
-    c8 = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"][0]
+    c8 = latest(pytester)["tests"][0]
     disturbed = [(run["arm"], run["index"]) for run in c8["validity"]["invalid_runs"]
                  if any(reason.startswith("disturbed: ") for reason in run["reasons"])]
     assert "::test_c8[" in c8["nodeid"] and ("reference", 1) in disturbed, c8["validity"]
@@ -103,7 +98,7 @@ def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
                             "specdec gate: per test, the gated verdicts*",
                             "  test_c*: speedup unchanged (catches a drop >= *",
                             "    after the machine factor (0.*): spec tok/s * %; reference tok/s * %; *"])
-    results = json.loads((pytester.path / "reports" / "latest.json").read_text())
+    results = latest(pytester)
     factor = results["machine_factor"]["factor"]
     assert 0.75 < factor < 1.05, factor
     for v in verdicts(pytester):

@@ -6,11 +6,11 @@ tests/real_vllm/test_faults_vllm.py."""
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import latest, specdec_session
 
 from fakes import STAND_IN_VALIDITY, FakeVllm
 
@@ -48,15 +48,13 @@ def run(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_profile: Callable[.
 
     def go() -> pytest.RunResult:
         profile = make_profile("fakecpu", methods=("ngram",), runs=3, validity=STAND_IN_VALIDITY)
-        return pytester.runpytest_subprocess(
-            f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-            "-p", "no:cacheprovider", "--specdec-settle-timeout=0")
+        return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", subprocess=True).result
 
     return go
 
 
 def _error(pytester: pytest.Pytester) -> str:
-    test = json.loads((pytester.path / "reports" / "latest.json").read_text())["tests"][0]
+    test = latest(pytester)["tests"][0]
     assert (test["outcome"], test["when"]) == ("failed", "setup")
     return str(test["error"])
 

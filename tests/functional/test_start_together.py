@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import FakeVllm
 
@@ -33,9 +34,7 @@ def test_servers_that_fit_start_at_once_and_the_others_one_after_another(
     profile.write_text(profile.read_text() + f'[server]\nargs = ["--gpu-memory-utilization", "{fraction}"]\n')
     pytester.makepyfile(test_suite=make_suite(name="test_ngram", **SUITE)
                         + make_suite(name="test_suffix", method="suffix", **SUITE))
-    r = pytester.runpytest_subprocess(f"--specdec-profile={profile}", "--specdec-gpus=0", "--specdec-max-servers=3",
-                                      "-p", "no:cacheprovider",
-                                      f"--specdec-reports-dir={pytester.path / 'reports'}")
+    r = specdec_session(pytester, profile, None, "--specdec-gpus=0", "--specdec-max-servers=3", subprocess=True).result
     r.assert_outcomes(passed=1, errors=1)
     r.stdout.fnmatch_lines(["*test_suffix*", "*vLLM server (suffix) exited with code 1 while starting*",
                             "*log: *vllm-suffix-*.log*"])

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import read_results, specdec_session
 
 from fakes import STAND_IN_VALIDITY, FakeVllm
 
@@ -38,10 +39,9 @@ def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable
 def _run(pytester: pytest.Pytester, make_profile: Callable[..., Path], runs: int) -> pytest.RunResult:
     profile = make_profile("fakesuffix", methods=("suffix", "ngram"), runs=runs, validity=STAND_IN_VALIDITY)
     # A subprocess: the project's conftest replaces server.vllm_launcher (see fake_vllm).
-    return pytester.runpytest_subprocess(
-        f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}", "-p", "no:cacheprovider",
-        "--specdec-settle-timeout=0", "-v", "--update-baselines=missing",  # no baselines: a first session
-    )
+    return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", "-v",
+                           "--update-baselines=missing",  # no baselines: a first session
+                           subprocess=True).result
 
 
 def test_suffix_runs_get_prompts_their_server_never_saw(pytester: pytest.Pytester, project: Path,
@@ -62,7 +62,7 @@ def test_suffix_runs_get_prompts_their_server_never_saw(pytester: pytest.Pyteste
     ngram = [s for s in servers if s["method"] == "ngram"]
     assert len(ngram) == 1 and len(ngram[0]["sent"]) > len(set(ngram[0]["sent"]))
 
-    data = json.loads((project / "reports" / "latest.json").read_text())
+    data = read_results(project / "reports")
     for test in data["tests"]:
         runs, refs = test["runs"], test["reference_runs"]
         if test["params"]["method"] == "suffix":

@@ -7,11 +7,11 @@ flag records none. A file without the field (recorded before it existed) still l
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from session import specdec_session
 
 from fakes import FakeServer
 from pytest_specdec.gate.baselines import hardware_key
@@ -34,14 +34,9 @@ def servers(fake_server: Callable[..., FakeServer]) -> Servers:
 
 def run(pytester: pytest.Pytester, profile: Path, servers: Servers, *extra: str) -> tuple[dict, str]:
     """One session; returns its results JSON and HTML report."""
-    spec, ref = servers
-    pytester.runpytest(
-        f"--specdec-profile={profile}", f"--specdec-endpoint={spec.base_url}",
-        f"--specdec-reference-endpoint={ref.base_url}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-        "--specdec-runs=2", "-p", "no:cacheprovider", "--specdec-threshold=rate=40",
-        "--specdec-threshold=latency=150", "--specdec-threshold=acceptance=15", *extra)
-    reports = pytester.path / "reports"
-    return json.loads((reports / "latest.json").read_text()), (reports / "latest.html").read_text()
+    session = specdec_session(pytester, profile, servers, *extra, runs=2,
+                              thresholds=("rate=40", "latency=150", "acceptance=15"))
+    return session.results, session.html
 
 
 def test_the_update_summary_is_in_the_results_and_the_report(

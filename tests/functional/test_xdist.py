@@ -13,6 +13,7 @@ import pytest
 
 # pytester's in-process runs drop modules first imported inside them (tests/conftest.py imports the plugin's)
 import xdist  # noqa: F401 - the [test] extra installs pytest-xdist
+from session import read_results, specdec_session
 
 from fakes import FakeVllm
 
@@ -45,13 +46,10 @@ def run(pytester: pytest.Pytester, project: Path,
         name = "fakegpu" if device == "cuda" else "fakecpu"
         profile = make_profile(name, device=device, tensor_parallel_size=1, methods=("ngram",), validity=None)
         # A subprocess: the project's conftest replaces pytest_specdec.vllm.command.vllm_launcher (see fake_vllm).
-        return pytester.runpytest_subprocess(
-            "-n", "2", f"--specdec-profile={profile}", f"--specdec-reports-dir={pytester.path / 'reports'}",
-            "-p", "no:cacheprovider",
+        return specdec_session(
+            pytester, profile, None, "-n", "2", *extra, subprocess=True,
             # Four fake servers and two workers share 2 busy cores: wide thresholds keep "unchanged" from flaking.
-            "--specdec-threshold=rate=60", "--specdec-threshold=latency=300", "--specdec-threshold=acceptance=15",
-            *extra,
-        )
+            thresholds=("rate=60", "latency=300", "acceptance=15")).result
 
     return go
 
@@ -69,7 +67,7 @@ def test_workers_measure_on_disjoint_gpus_and_the_controller_writes_once(
     assert len(files) == 4
     assert all(len(json.loads(f.read_text())["sessions"]) == 1 for f in files)
 
-    data = json.loads((project / "reports" / "latest.json").read_text())
+    data = read_results(project / "reports")
     assert sorted(t["nodeid"] for t in data["tests"]) == sorted(IDS)
     assert all(t["outcome"] == "passed" and t["baseline"]["status"] == "missing" for t in data["tests"])
     placements = [p for s in data["servers"].values() for p in s["placements"]]
@@ -98,7 +96,7 @@ def test_workers_measure_on_disjoint_gpus_and_the_controller_writes_once(
     # family by the controller (workers only adjust at each test's end).
     r = run("cuda", "--specdec-gpus=0,1")
     r.assert_outcomes(passed=4)
-    data = json.loads((project / "reports" / "latest.json").read_text())
+    data = read_results(project / "reports")
     assert sorted(t["nodeid"] for t in data["tests"]) == sorted(IDS)
     for test in data["tests"]:
         assert test["baseline"]["status"] == "compared" and test["baseline"]["adjusted"] == "session"

@@ -5,18 +5,17 @@ gate refuses."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import ab_judgement
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.ab import until_pairs_settle
 from pytest_specdec.gate.ab_session import ABGate, ABJudgement, ABPlan, ab_thresholds, ab_verdicts
-from pytest_specdec.gate.check import Look
 from pytest_specdec.gate.protocol import Finished, GateOptions, Planned, TestOptions
-from pytest_specdec.gate.stats import Thresholds, Verdict
+from pytest_specdec.gate.stats import Verdict
 from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
 from pytest_specdec.measure.runner import CaseResult, RunRecord
 from pytest_specdec.measure.schedule import schedule_ab
@@ -96,16 +95,6 @@ def test_candidate_judged_against_the_base_pair_by_pair() -> None:
     assert by_metric(ab_verdicts(case(1.0, invalid=3), ab_thresholds({}, [], [], "p"), 0.05))["output_tok_s"].n_now == 7
 
 
-def judged(raw: Sequence[Verdict], checked: bool = True) -> ABJudgement:
-    """A test's A/B judgement after one look of 8 pairs with these raw verdicts."""
-    return ABJudgement(ABPlan("eagle3", "/a", "/b", {}, Thresholds(), checked=checked), (Look(8, tuple(raw)),))
-
-
-def check(**verdicts: str) -> ABJudgement:
-    return judged([Verdict(m, verdict, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t", -5.0, "",
-                           family="gated", per="pair") for m, verdict in verdicts.items()])
-
-
 def plan(g: ABGate) -> ABJudgement:
     """A test's A/B judgement before its first look, as `ABGate.start` plans it."""
     looks = g.planned_looks
@@ -113,16 +102,16 @@ def plan(g: ABGate) -> ABJudgement:
 
 
 def test_attribution() -> None:
-    assert check(output_tok_s="regressed", acceptance_rate="regressed").cause() == "acceptance"
-    assert check(output_tok_s="unchanged", acceptance_rate="regressed").cause() == "acceptance"
-    assert check(output_tok_s="regressed", acceptance_rate="unchanged").cause() == "step time"
-    assert check(output_tok_s="regressed", acceptance_rate="inconclusive").cause() is None  # nothing to point at
-    assert check(output_tok_s="unchanged", acceptance_rate="unchanged", e2e_p95_ms="regressed").cause() is None
+    assert ab_judgement(output_tok_s="regressed", acceptance_rate="regressed").cause() == "acceptance"
+    assert ab_judgement(output_tok_s="unchanged", acceptance_rate="regressed").cause() == "acceptance"
+    assert ab_judgement(output_tok_s="regressed", acceptance_rate="unchanged").cause() == "step time"
+    assert ab_judgement(output_tok_s="regressed", acceptance_rate="inconclusive").cause() is None  # nothing to point at
+    assert ab_judgement(output_tok_s="unchanged", acceptance_rate="unchanged", e2e_p95_ms="regressed").cause() is None
     # On another install: the reference slowed too and the speedup did not regress -> not speculation.
-    assert check(output_tok_s="regressed", acceptance_rate="unchanged", reference_tok_s="regressed",
-                 speedup="inconclusive").cause() == "non-speculative path"
-    assert check(output_tok_s="regressed", acceptance_rate="unchanged", reference_tok_s="regressed",
-                 speedup="regressed").cause() == "step time"
+    assert ab_judgement(output_tok_s="regressed", acceptance_rate="unchanged", reference_tok_s="regressed",
+                        speedup="inconclusive").cause() == "non-speculative path"
+    assert ab_judgement(output_tok_s="regressed", acceptance_rate="unchanged", reference_tok_s="regressed",
+                        speedup="regressed").cause() == "step time"
 
 
 def gate(profile_path: str = "cpu", runs: int = 8, max_runs: int = 8, **drafts: str) -> ABGate:
@@ -167,7 +156,7 @@ def test_schedule_ab_orders_three_or_four_arms_interleaved_or_in_blocks() -> Non
 
 def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
     g = gate()
-    first = judged(ab_verdicts(case(0.9), g.thresholds, 0.05))
+    first = ab_judgement(*ab_verdicts(case(0.9), g.thresholds, 0.05))
     collected = [planned()] * 40 + [planned("ngram")]  # 40 A/B tests: 120 verdicts
     ended, end = g.test_end("t1", [("t1", first)], collected)
     # one p-value so far (the P95s and acceptance of these runs repeat exactly: the exact rule), 119 unseen
@@ -182,7 +171,7 @@ def test_test_end_pads_the_family_and_the_end_adjusts_it_whole() -> None:
     assert final.final is not None and "without a p-value" not in by_metric(final.final)["output_tok_s"].note
     # as if its end had not called it: regressed only over the whole family
     assert [n for n, _ in g.finish([Finished("t1", first, None, "passed")]).late_regressions] == ["t1"]
-    opted = judged(first.raw, checked=False)  # specdec_verdicts(check=False): shown, never failed
+    opted = ab_judgement(*first.raw, checked=False)  # specdec_verdicts(check=False): shown, never failed
     ended, end = g.test_end("t1", [("t1", opted)], collected)
     assert not end.fails and not ended.failed
     assert g.finish([Finished("t1", ended, None, "passed")]).late_regressions == ()
@@ -192,7 +181,7 @@ def test_inconclusive_warns_or_fails_under_fail_inconclusive() -> None:
     few = dataclasses.replace(case(1.0), runs=case(1.0).runs[:1], base_runs=case(1.0).base_runs[:1])
     for fail in (False, True):
         g = ABGate(load_profile("cpu"), {"eagle3": "/heads/old"}, GateOptions(1, 1, fail_inconclusive=fail))
-        c = judged(ab_verdicts(few, g.thresholds, 0.05))  # one pair: too little data
+        c = ab_judgement(*ab_verdicts(few, g.thresholds, 0.05))  # one pair: too little data
         c, end = g.test_end("t1", [("t1", c)], [planned()])
         assert (end.outcome, end.fails, c.failed) == ("inconclusive", fail, fail)
         assert [v.metric for v in end.open] == ["output_tok_s", "acceptance_rate", "e2e_p95_ms"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import PER_POS, run_entry
 
 from pytest_specdec.formats import BASELINE_SCHEMA
 from pytest_specdec.gate.baselines import (
@@ -24,17 +25,11 @@ from pytest_specdec.gate.store import BaselineStore, Pending
 from pytest_specdec.zoo import MODELS_DIR
 
 
-def run(index: int, tok_s: float, valid: bool = True, acc: float | None = 0.6) -> dict[str, Any]:
-    return {
-        "index": index, "valid": valid, "invalid_reasons": [] if valid else ["1/8 requests failed"],
-        "output_tok_s": tok_s, "n_requests": 8, "total_output_tokens": 192,
-        "drafts": 100 if acc is not None else None, "draft_tokens": 300 if acc is not None else None,
-        "accepted_tokens": round(300 * acc) if acc is not None else None,
-        "accepted_per_pos": [80, 60, 40] if acc is not None else None, "acceptance_rate": acc,
-        "draft_coverage": 1.0 if acc is not None else None, "latency_untrusted": [], "ttft_ms": None,
-        "tpot_ms": {"p50": 4.0, "p95": 5.0, "p99": 6.0}, "itl_token_ms": None, "itl_chunk_ms": None, "e2e_ms": None,
-        "hd_p95_ms": {"tpot": 5.0 + index, "ttft": 20.0, "e2e": 100.0},
-    }
+def run(index: int, tok_s: float, valid: bool = True, spec: bool = True) -> dict[str, Any]:
+    """A stored run with its TPOT distribution: a spec run (acceptance 0.6) or a reference run."""
+    return run_entry(index, tok_s, per_pos=PER_POS if spec else None,
+                     invalid=None if valid else "1/8 requests failed", tpot_ms={"p50": 4.0, "p95": 5.0, "p99": 6.0},
+                     hd_p95_ms={"tpot": 5.0 + index, "ttft": 20.0, "e2e": 100.0})
 
 
 #: The machine the store tests' files are measured on.
@@ -44,7 +39,7 @@ HERE = {"hardware": "AMD EPYC", "device": "cpu", "device_count": 2}
 def entry(scale: float = 1.0) -> dict[str, Any]:
     return {
         "started": "2026-01-01T00:00:00Z", "under_test": {"vllm": "0.32.0"},
-        "runs": {"reference": [run(i, 100.0 * scale, acc=None) for i in range(3)],
+        "runs": {"reference": [run(i, 100.0 * scale, spec=False) for i in range(3)],
                  "spec": [run(0, 200.0 * scale), run(1, 210.0 * scale), run(2, 1.0, valid=False)]},
         "speedup_per_pair": [2.0, 2.1, None],
     }

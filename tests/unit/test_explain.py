@@ -4,10 +4,10 @@ efficiency from step times, and the split of a speedup change, which must add up
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import pytest
+from factories import ab_judgement, arm_run
 
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.verdicts import explained
@@ -28,15 +28,9 @@ def simulated_counters(alpha: float, k: int, drafts: int, seed: int = 0) -> list
 
 def run(index: int, *, tok_s: float, tpot_ms: float, per_pos: list[int] | None = None, drafts: int = 0,
         valid: bool = True) -> ArmRun:
-    """One run as the run record has it."""
-    return ArmRun(index=index, valid=valid, invalid_reasons=(), latency_untrusted=(), output_tok_s=tok_s,
-                  n_requests=8, total_output_tokens=100, drafts=drafts if per_pos else None,
-                  draft_tokens=drafts * len(per_pos) if per_pos else None,
-                  accepted_tokens=sum(per_pos) if per_pos else None,
-                  accepted_per_pos=tuple(per_pos) if per_pos else None,
-                  acceptance_rate=sum(per_pos) / (drafts * len(per_pos)) if per_pos else None, draft_coverage=None,
-                  latencies_ms={"tpot_ms": {"p50": tpot_ms, "p95": tpot_ms, "p99": tpot_ms}},
-                  hd_p95_ms={})
+    """One run as the run record has it, its TPOT (each percentile) ``tpot_ms``; a spec run where ``per_pos``."""
+    return arm_run(index, tok_s, per_pos=per_pos, drafts=drafts, valid=valid, draft_coverage=None,
+                   total_output_tokens=100, tpot_ms={"p50": tpot_ms, "p95": tpot_ms, "p99": tpot_ms}, hd_p95_ms={})
 
 
 def test_tau_of_a_known_iid_acceptance() -> None:
@@ -121,20 +115,11 @@ def test_cost_per_million() -> None:
 
 
 def test_ab_cause_reads_the_split() -> None:
-    from pytest_specdec.gate.ab_session import ABJudgement, ABPlan
-    from pytest_specdec.gate.check import Look
-    from pytest_specdec.gate.stats import Thresholds, Verdict
-
-    def check(split_: Any, **verdicts: str) -> ABJudgement:
-        raw = tuple(Verdict(m, v, 1.0, 1.0, 0.0, 0.0, 0.0, 0.5, 8, 8, "%", "paired-t", -5.0, "", family="gated",
-                            per="pair") for m, v in verdicts.items())
-        return ABJudgement(ABPlan("eagle3", "/a", "/b", {}, Thresholds()), (Look(8, raw),), split=split_)
-
     ref = [run(i, tok_s=100.0, tpot_ms=10.0) for i in range(2)]
     base = explain(ref, [run(i, tok_s=200.0, tpot_ms=5.0, per_pos=[800, 600, 400], drafts=1000) for i in range(2)])
     slower = split(base, explain(ref, [run(i, tok_s=150.0, tpot_ms=6.7, per_pos=[800, 600, 400], drafts=1000)
                                        for i in range(2)]))
     # tok/s regressed with the acceptance verdict still open: the split has measured where the drop is
-    assert check(slower, output_tok_s="regressed", acceptance_rate="inconclusive").cause() == "step time"
-    assert check(None, output_tok_s="regressed", acceptance_rate="inconclusive").cause() is None
-    assert check(slower, output_tok_s="unchanged", acceptance_rate="unchanged").cause() is None
+    assert ab_judgement(split=slower, output_tok_s="regressed", acceptance_rate="inconclusive").cause() == "step time"
+    assert ab_judgement(split=None, output_tok_s="regressed", acceptance_rate="inconclusive").cause() is None
+    assert ab_judgement(split=slower, output_tok_s="unchanged", acceptance_rate="unchanged").cause() is None

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import night_entry, run_entry
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.ab_session import pair_verdicts
@@ -127,13 +128,11 @@ def test_a_stored_run_may_lack_goodput_but_never_hold_a_bad_one() -> None:
 def night(spec_goodput: float, n: int = 4) -> dict[str, Any]:
     """A stored night: the reference's goodput 2 req/s, the spec's ``spec_goodput`` (±2 % from run to run)."""
     def run(i: int, goodput: float) -> dict[str, Any]:
-        return {"index": i, "valid": True, "invalid_reasons": [], "latency_untrusted": [], "output_tok_s": 100.0,
-                "hd_p95_ms": {}, "goodput_req_s": goodput}
+        return run_entry(i, per_pos=None, hd_p95_ms={}, goodput_req_s=goodput)
 
     wobble = [1.0, 1.02, 0.98, 1.01]
-    return {"started": "s", "under_test": {}, "speedup_per_pair": [1.0] * n,
-            "runs": {"reference": [run(i, 2.0) for i in range(n)],
-                     "spec": [run(i, spec_goodput * wobble[i % 4]) for i in range(n)]}}
+    return night_entry([run(i, 2.0) for i in range(n)], [run(i, spec_goodput * wobble[i % 4]) for i in range(n)],
+                       speedup_per_pair=[1.0] * n)
 
 
 @pytest.mark.parametrize("gate", [(), ("goodput",)], ids=["shown", "gated"])

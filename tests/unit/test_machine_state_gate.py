@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import PER_POS, night_entry, run_entry
 
 from pytest_specdec.gate.baselines import hardware_key, identity_differences
 from pytest_specdec.gate.machine import MACHINE_STATE, state_comparable, state_condition, state_distance
@@ -21,20 +22,14 @@ QUIET = {"cores": 1.97, "hash": 2.02}
 BUSY = {"cores": 1.2, "hash": 2.0}
 
 
-def _run(index: int, tok_s: float, spec: bool) -> dict[str, Any]:
-    return {"index": index, "valid": True, "invalid_reasons": [], "latency_untrusted": [], "output_tok_s": tok_s,
-            "drafts": 100 if spec else None, "draft_tokens": 300 if spec else None,
-            "accepted_tokens": 180 if spec else None, "accepted_per_pos": [80, 60, 40] if spec else None,
-            "acceptance_rate": 0.6 if spec else None, "draft_coverage": 1.0 if spec else None,
-            "hd_p95_ms": {"tpot": 5.0, "ttft": 20.0, "e2e": 100.0 * (1.0 if spec else 1.2) + index}}
-
-
 def _night(speedup: float, state: dict[str, float] | None, started: str = "s") -> dict[str, Any]:
-    ref = [_run(i, 100.0 + i, False) for i in range(4)]
-    spec = [_run(i, (100.0 + i) * speedup * (1 + 0.01 * (-1) ** i), True) for i in range(4)]
-    night = {"started": started, "under_test": {}, "runs": {"reference": ref, "spec": spec},
-             "speedup_per_pair": [s["output_tok_s"] / r["output_tok_s"] for s, r in zip(spec, ref)]}
-    return night if state is None else {**night, "machine_state": state}
+    """A stored night of 4 pairs at ``speedup`` (±1 %) in ``state``: the reference's E2E P95 20 % above the spec's."""
+    def run(i: int, tok_s: float, spec: bool) -> dict[str, Any]:
+        return run_entry(i, tok_s, per_pos=PER_POS if spec else None,
+                         hd_p95_ms={"tpot": 5.0, "ttft": 20.0, "e2e": 100.0 * (1.0 if spec else 1.2) + i})
+    ref = [run(i, 100.0 + i, False) for i in range(4)]
+    spec = [run(i, (100.0 + i) * speedup * (1 + 0.01 * (-1) ** i), True) for i in range(4)]
+    return night_entry(ref, spec, started=started, machine_state=state)
 
 
 def _verdicts(baseline: list[dict[str, Any]], now: dict[str, Any], tolerance: float | None = 15.0) -> dict[str, Any]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from factories import night, run_entry
 
 from pytest_specdec.gate.calibration import (
     CalibrationError,
@@ -29,7 +31,6 @@ from pytest_specdec.gate.calibration import (
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.stats import Thresholds, compare
 from pytest_specdec.gate.variance import NightPrior, NightVariance, blend_prior, night_prior_from
-from pytest_specdec.measure.record import ArmRun
 from pytest_specdec.profiles import load_profile
 
 RUN_SD = 0.095  # per-pair sd of log speedup on the CPU default
@@ -83,14 +84,13 @@ def test_the_profiles_prior_and_its_default() -> None:
 
 
 def _night(started: str, speedups: list[float], ref_tok_s: list[float], accept: float, hash_gb: float) -> Night:
-    def run(i: int, tok_s: float, spec: bool) -> ArmRun:
-        return ArmRun.from_entry({"index": i, "valid": True, "output_tok_s": tok_s, "n_requests": 8,
-                                  "total_output_tokens": 512, "invalid_reasons": [],
-                                  **({"acceptance_rate": accept, "draft_tokens": 300, "accepted_tokens": 300 * accept,
-                                      "drafts": 100, "accepted_per_pos": [100 * accept] * 3} if spec else {})})
-    ref = tuple(run(i, t, False) for i, t in enumerate(ref_tok_s))
-    spec = tuple(run(i, t * s, True) for i, (t, s) in enumerate(zip(ref_tok_s, speedups)))
-    return Night(ref, spec, tuple(speedups), started, machine_state={"cores": 2.0, "hash": hash_gb})
+    def run(i: int, tok_s: float, spec: bool) -> dict[str, Any]:
+        counters = {"per_pos": [100 * accept] * 3, "accepted_tokens": 300 * accept, "acceptance_rate": accept}
+        return run_entry(i, tok_s, **(counters if spec else {"per_pos": None}), total_output_tokens=512,
+                         draft_coverage=None, hd_p95_ms={})
+    ref = [run(i, t, False) for i, t in enumerate(ref_tok_s)]
+    spec = [run(i, t * s, True) for i, (t, s) in enumerate(zip(ref_tok_s, speedups))]
+    return night(ref, spec, speedup_per_pair=speedups, started=started, machine_state={"cores": 2.0, "hash": hash_gb})
 
 
 def _sessions(night_sd: float, n_sessions: int = 4, n_tests: int = 12, seed: int = 0) -> list[dict[str, Night]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import arm_run
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate import crossover as X
@@ -70,10 +71,9 @@ def test_the_saturation_is_measured_once_per_sweep_and_each_rate_is_a_fraction_o
 
 
 def run(index: int, e2e_p50: float | None, valid: bool = True) -> ArmRun:
-    return ArmRun(index=index, valid=valid, invalid_reasons=() if valid else ("x",), latency_untrusted=("coalesced",),
-                  output_tok_s=100.0, n_requests=8, total_output_tokens=40, drafts=None, draft_tokens=None,
-                  accepted_tokens=None, accepted_per_pos=None, acceptance_rate=None, draft_coverage=None,
-                  latencies_ms={"e2e_ms": None if e2e_p50 is None else {"p50": e2e_p50}}, hd_p95_ms={})
+    """A run without spec-decode counters whose stream was coalesced, its E2E P50 ``e2e_p50``."""
+    return arm_run(index, per_pos=None, invalid=None if valid else "x", latency_untrusted=["coalesced"],
+                   total_output_tokens=40, e2e_ms=None if e2e_p50 is None else {"p50": e2e_p50}, hd_p95_ms={})
 
 
 def test_a_pairs_load_speedup_is_the_reference_e2e_p50_over_the_specs() -> None:

@@ -9,21 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from factories import verdict
 
 from pytest_specdec.formats import RESULTS_SCHEMA as SCHEMA
-from pytest_specdec.gate.kinds import PAIR, REGRESSED, RUN, SESSION, split_method
+from pytest_specdec.gate.kinds import PAIR, RUN, SESSION, split_method
 from pytest_specdec.gate.stats import DEFAULT_THRESHOLDS, Verdict, compare
 from pytest_specdec.output.report import verdict_rows
 from pytest_specdec.output.results import verdict_entry
 from pytest_specdec.output.schema import ResultsError, VerdictEntry, load
 from pytest_specdec.output.wording import format_ci, format_p, format_verdict, table
-
-
-def verdict(**kw: Any) -> Verdict:
-    fields: dict[str, Any] = dict(metric="speedup", verdict=REGRESSED, baseline=2.0, now=1.5, delta=-25.0,
-                                  ci_low=-30.0, ci_high=-20.0, p=0.001, n_baseline=5, n_now=5, unit="%",
-                                  method="welch-log", threshold=-5.0, note="")
-    return Verdict(**{**fields, **kw})
 
 
 def test_a_verdict_refuses_words_outside_its_vocabulary_and_a_unit_inside_its_method() -> None:

@@ -4,28 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from factories import night_entry, run_entry
+
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.registry import GATED
 from pytest_specdec.gate.stats import DEFAULT_THRESHOLDS
 from pytest_specdec.gate.verdicts import evaluate
 
 
-def _run(index: int, tok_s: float, valid: bool = True, spec: bool = True) -> dict[str, Any]:
-    return {"index": index, "valid": valid, "invalid_reasons": [] if valid else ["server died"],
-            "latency_untrusted": [], "output_tok_s": tok_s, "drafts": 100 if spec else None,
-            "draft_tokens": 300 if spec else None, "accepted_tokens": 180 if spec else None,
-            "accepted_per_pos": [80, 60, 40] if spec else None, "acceptance_rate": 0.6 if spec else None,
-            "draft_coverage": 1.0 if spec else None,
-            "hd_p95_ms": {"tpot": 5.0 + index, "ttft": 20.0 + index, "e2e": 100.0 + index}}
-
-
 def _night(spec_valid: bool = True, ref_valid: bool = True, spec_coalesced: bool = False) -> dict[str, Any]:
-    ref = [_run(i, 100.0 + i, valid=ref_valid, spec=False) for i in range(3)]
-    spec = [_run(i, 150.0 + 3 * i, valid=spec_valid) for i in range(3)]
+    ref = [run_entry(i, 100.0 + i, per_pos=None, invalid=None if ref_valid else "server died") for i in range(3)]
+    spec = [run_entry(i, 150.0 + 3 * i, invalid=None if spec_valid else "server died") for i in range(3)]
     for run in spec if spec_coalesced else ():
         run["latency_untrusted"] = ["coalesced: 3.0 tokens per event"]
-    pairs = [s["output_tok_s"] / r["output_tok_s"] if s["valid"] and r["valid"] else None for s, r in zip(spec, ref)]
-    return {"started": "s", "under_test": {}, "runs": {"reference": ref, "spec": spec}, "speedup_per_pair": pairs}
+    return night_entry(ref, spec)
 
 
 def _verdicts(now: dict[str, Any]) -> dict[str, str]:
