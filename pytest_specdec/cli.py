@@ -352,9 +352,9 @@ def profile_state_tolerance(name: str, results: Results) -> float | None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """`pytest-specdec calibrate`: sessions of one machine and profile in, its calibration record out."""
+    from pytest_specdec.app.calibrate import of_results
     from pytest_specdec.files import write_atomic
     from pytest_specdec.gate.calibration import calibration_path, render_record, summary_lines
-    from pytest_specdec.output.calibration_sessions import of_results
 
     read = [(str(path), read_results(path)[1]) for path in args.files]
     record, profile, hardware = of_results(read, profile_state_tolerance(*read[-1]))

@@ -221,16 +221,16 @@ def write_results(session: SpecDecSession) -> list[Path]:
 def calibrate_session(session: SpecDecSession) -> list[str]:
     """--specdec-calibrate, after the results are written: this session and every earlier calibration session of
     the same profile and machine in the reports directory (`gate.settings.calibration_session`), each a night,
-    calibrated together (`output.calibration_sessions.of_results`, as `pytest-specdec calibrate` does). From the
+    calibrated together (`app.calibrate.of_results`, as `pytest-specdec calibrate` does). From the
     second session on the record is written beside the machine's baselines, once, at the end (filelock, atomic
     rename); the lines name the sessions it rests on, and any results file that could not be read."""
     import json
 
     from filelock import FileLock
 
+    from pytest_specdec.app.calibrate import machine_of, of_results
     from pytest_specdec.files import write_atomic
     from pytest_specdec.gate.calibration import CALIBRATION_FILE, render_record, summary_lines
-    from pytest_specdec.output.calibration_sessions import machine_of, of_results
     from pytest_specdec.output.schema import ResultsError, load
 
     if not session.settings.calibrate or not session.result_paths or session._judge is None:

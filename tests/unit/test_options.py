@@ -62,7 +62,8 @@ def test_the_plugin_starts_without_its_optional_dependencies(monkeypatch: pytest
         monkeypatch.delitem(sys.modules, name)
     for name in ("pytest_specdec.plugin", "pytest_specdec.session", "pytest_specdec.fixture", "pytest_specdec.cli",
                  "pytest_specdec.output.results", "pytest_specdec.output.history", "pytest_specdec.gate.trend",
-                 "pytest_specdec.app.compare", "pytest_specdec.app.ab_compare", "pytest_specdec.app.history"):
+                 "pytest_specdec.app.compare", "pytest_specdec.app.ab_compare", "pytest_specdec.app.history",
+                 "pytest_specdec.app.calibrate"):
         importlib.import_module(name)
 
 
