@@ -55,6 +55,25 @@ def read_results(reports: Path) -> dict[str, Any]:
     return data
 
 
+#: The results file's documentation: every key a session writes at the top, in a test's entry, its `baseline` and
+#: `ab` sections and the gate's settings is named there (`undocumented`).
+RESULTS_DOC = Path(__file__).resolve().parents[1] / "docs" / "results.md"
+
+
+def undocumented(results: dict[str, Any]) -> list[str]:
+    """The keys of a results file, at the top, in each test's entry, its `baseline` and `ab` sections and
+    `gate.settings`, that docs/results.md never names in backticks: a field the writer added and the doc lacks."""
+    import re
+
+    named = {word for quoted in re.findall(r"`([^`]+)`", RESULTS_DOC.read_text())
+             for word in re.findall(r"[A-Za-z_]\w*", quoted)}
+    keys = {("", k) for k in results} | {("gate.settings.", k) for k in (results.get("gate") or {}).get("settings", {})}
+    for t in results.get("tests", []):
+        keys |= {("tests[].", k) for k in t}
+        keys |= {(f"tests[].{section}.", k) for section in ("baseline", "ab") for k in (t.get(section) or {})}
+    return sorted(where + k for where, k in keys if k not in named)
+
+
 def latest(pytester: pytest.Pytester, where: str = "") -> dict[str, Any]:
     """The results file of the project's last session whose reports went to ``<project>/<where>/reports``."""
     return read_results(pytester.path / where / "reports")

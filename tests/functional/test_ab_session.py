@@ -19,7 +19,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 import pytest
-from session import latest, specdec_session
+from session import latest, specdec_session, undocumented
 
 from fakes import DISTURBED_RULE_ON, FakeVllm
 from pytest_specdec.measure.schedule import warmup_requests
@@ -364,6 +364,7 @@ def test_an_ab_sweep_judges_the_candidates_crossover_against_the_bases(
     r.stdout.fnmatch_lines(["specdec crossover *test_sweep[[]eagle3-k3-t0.0[]] (eagle3 k=3): *; regressed * against "
                             "the base arm, this session (gated) — the session fails (crossover is in the gate)"])
     (entry,) = latest(pytester)["crossovers"]
+    assert undocumented(latest(pytester)) == []  # every field an A/B session wrote is in docs/results.md
     assert entry["stored"]["started"] == "the base arm, this session" and entry["failed"], entry
     assert entry["crossover"]["value"] < 8 and entry["verdict"]["verdict"] == "regressed", entry
     # No record is read or written by an A/B session.

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from session import latest, specdec_session
+from session import latest, specdec_session, undocumented
 
 import pytest_specdec.gate.stats
 from fakes import FakeServer
@@ -94,6 +94,7 @@ def test_workflow_update_regress_accept(
     # 3. Unchanged servers: passes, with verdicts in the JSON results.
     r = run(pytester, fake_profile, servers)
     r.assert_outcomes(passed=1)
+    assert undocumented(latest(pytester)) == []  # every field this session wrote is in docs/results.md
     verdicts = results(pytester)["verdicts"]
     assert {"speedup", "output_tok_s", "reference_tok_s", "acceptance_rate", "per_position_acceptance[0]",
             "draft_coverage", "tpot_p95_ms", "ttft_p95_ms", "e2e_p95_ms"} <= set(verdicts)
