@@ -166,7 +166,7 @@ def judge_ab_crossovers(session: SpecDecSession) -> list[str]:
                               "saturation_req_s": (r.rate_sweep or {}).get("saturation_req_s")}
         points.append(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result), **kw))
         bases[nodeid] = SweepPoint.of(nodeid, r.params, r.callspec, Night.base_from_result(r.result), **kw)
-    session.crossovers = against_base(points, bases, alpha=session.settings.alpha, gate=session.ab.gate)
+    session.crossovers = against_base(points, bases, alpha=session.settings.alpha, gate=session.ab.options.gate)
     return crossover_lines(session.crossovers, [])
 
 

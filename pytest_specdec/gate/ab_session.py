@@ -284,8 +284,6 @@ class ABGate:
         from pytest_specdec.vllm.install import probe, this_install
 
         self.profile, self.options = profile, options
-        self.alpha, self.multiplicity = options.alpha, options.multiplicity
-        self.fail_inconclusive = options.fail_inconclusive
         self.base = profile.with_drafts(dict(base_drafts), "--specdec-base-draft")
         #: The methods with a base: those --specdec-base-draft names; on another install every method has one.
         self.methods: tuple[str, ...] | None = tuple(base_drafts) if base_drafts else None
@@ -297,7 +295,6 @@ class ABGate:
         if bad:
             raise ConfigError(f"ini specdec_gate names {', '.join(bad)}, which an A/B session cannot gate (it judges "
                               f"the candidate against the base pair by pair); it may gate {', '.join(AB_GATEABLE)}")
-        self.gate = options.gate
         #: pairs at each planned look: the first runs, then a look every [matrix] ab_look_step pairs to max_runs
         self.planned_looks = tuple(planned_looks(options.runs, profile.ab_look_step, options.max_runs))
         self.stop = stop
@@ -316,7 +313,7 @@ class ABGate:
 
     def metrics(self, options: TestOptions) -> tuple[str, ...]:
         """A test's gated metrics: the A/B's three, then the ini's and its marker's additions."""
-        return tuple(dict.fromkeys((*AB_METRICS, *self.gate, *options.gate)))
+        return tuple(dict.fromkeys((*AB_METRICS, *self.options.gate, *options.gate)))
 
     def judged(self, options: TestOptions) -> tuple[str, ...]:
         """Every metric a test's A/B judges: its gated ones, and on another install the shown ones."""
@@ -387,7 +384,7 @@ class ABGate:
             self.test_thresholds(test.options.thresholds), installs,
             diff(side("base", base_ref, "base"), side("spec", "reference", "candidate")),
             metrics=self.metrics(test.options), looks=self.planned_looks, max_looks=len(self.planned_looks),
-            checked=test.options.check, alpha=self.alpha))
+            checked=test.options.check, alpha=self.options.alpha))
 
     def look(self, nodeid: str, c: ABJudgement, result: CaseResult, look: int) -> tuple[ABJudgement, Look]:
         """The pairs so far judged at look ``look``, alpha split over the planned looks; another look while the
@@ -402,11 +399,11 @@ class ABGate:
 
         plan = c.plan
         n_now = min(len(result.runs), len(result.base_runs))
-        raw = tuple(ab_verdicts(result, plan.thresholds, self.alpha, metrics=plan.metrics, look=look,
+        raw = tuple(ab_verdicts(result, plan.thresholds, self.options.alpha, metrics=plan.metrics, look=look,
                                 max_looks=plan.max_looks))
         # before collection counted the family (never in a session), a moved verdict cannot stop a test
-        seen = at_family_level(list(raw), self.family_size or 10**9, self.alpha)
-        nxt, why = next_look(plan.looks, look, n_now, seen, self.alpha, self.stop or until_pairs_settle)
+        seen = at_family_level(list(raw), self.family_size or 10**9, self.options.alpha)
+        nxt, why = next_look(plan.looks, look, n_now, seen, self.options.alpha, self.stop or until_pairs_settle)
         if nxt is not None:
             step = Look(n_now, raw, nxt, line=f"specdec A/B: {nodeid}: inconclusive at look {look} of "
                                               f"{len(plan.looks)}: {nxt} pairs")
@@ -429,8 +426,9 @@ class ABGate:
         --specdec-fail-inconclusive), unless its marker says check=False."""
         judged = [p for p in planned if self.skip_reason(p.method, p.speculative_config) is None]
         gated = self.gated_size(planned)
-        c = dict(adjust(family, final=False, multiplicity=self.multiplicity, alpha=self.alpha, gated_size=gated,
-                        family_size=gated + (len(AB_SHOWN) * len(judged) if self.installs else 0)))[nodeid]
+        shown = len(AB_SHOWN) * len(judged) if self.installs else 0
+        c = dict(adjust(family, final=False, multiplicity=self.options.multiplicity, alpha=self.options.alpha,
+                        gated_size=gated, family_size=gated + shown))[nodeid]
         end = self.fail_rule.decide(checked=c.checked, status="compared", verdicts=c.shown())
         return dataclasses.replace(c, end=end), end
 
@@ -439,15 +437,15 @@ class ABGate:
         """The session's failure rule (`check.FailRule`): an A/B test always has its base to compare with."""
         from pytest_specdec.gate.check import FailRule
 
-        return FailRule(fail_inconclusive=self.fail_inconclusive)
+        return FailRule(fail_inconclusive=self.options.fail_inconclusive)
 
     def finish(self, tests: Sequence[Finished[ABJudgement]]) -> SessionEnd[ABJudgement]:
         """At the session's end: the whole family adjusted; the tests that regress only now (BH needs every p)
         are its late regressions, which fail the session."""
         from pytest_specdec.gate.protocol import SessionEnd
 
-        family = adjust([(t.nodeid, t.check) for t in tests], final=True, multiplicity=self.multiplicity,
-                        alpha=self.alpha)
+        family = adjust([(t.nodeid, t.check) for t in tests], final=True, multiplicity=self.options.multiplicity,
+                        alpha=self.options.alpha)
         rule = self.fail_rule
         ends = [(n, c, rule.decide(checked=c.checked, status="compared", verdicts=c.shown())) for n, c in family]
         return SessionEnd(None, tuple(family), late_regressions=tuple(
