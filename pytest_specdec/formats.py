@@ -1,10 +1,19 @@
-"""The version of each file format the plugin writes, in one place, and the one command that brings an older
-file to it. A baseline file (`gate/baselines.py`) and a results file (`output/schema.py`) are two formats with
-a version each; their readers refuse any other version and name `CONVERT`, which ships with the package
-(`pytest-specdec convert-schema`, `output/convert.py`). Bump a version where a field changes meaning or shape,
-and teach `output/convert.py` the step from the one before."""
+"""Each file format the plugin writes, declared once: its version, its one text form, its reader, and the step
+from each older version to the next (`FileFormat`).
+
+The formats themselves are declared beside their readers: the baseline file and a sweep's crossover record in
+`gate/baselines.py` (`BASELINE_FILE`, `CROSSOVER_FILE`), the results file in `output/schema.py`
+(`RESULTS_FILE`). Their readers refuse any other version
+and name `CONVERT`, which ships with the package (`pytest-specdec convert-schema`, `output/convert.py`) and
+brings an older file to the current version through the format's own steps. Bump a version where a field
+changes meaning or shape, and give the format the step from the one before."""
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 #: Baseline files: `<baselines>/<profile>/<hardware>/<suite module>/<test>.json`.
 BASELINE_SCHEMA = 3
@@ -16,3 +25,57 @@ SWEEP_SCHEMA = 1
 LEASE_SCHEMA = 1
 #: How a file of an older schema is brought to the current one, wherever the package is installed.
 CONVERT = "pytest-specdec convert-schema"
+
+Data = dict[str, Any]
+
+
+def version_of(data: Any) -> int | None:
+    """A parsed file's `schema`, when it is an integer (a bool is not one)."""
+    version = data.get("schema") if isinstance(data, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """One file format: what it is called in messages, its current version, how a file of it is told apart, its
+    one text form (what the session writes and `convert-schema` writes back), its reader (what the plugin accepts:
+    raises on anything else), its counts (what a conversion must keep), and the step from each older version.
+
+    Why one value: the writer's text, the reader and the migrations of a format were three modules apart; a
+    version bumped in one and not taught to the others was found by tests alone."""
+
+    kind: str
+    version: int
+    #: True for a parsed JSON object of this format (whatever its version).
+    detect: Callable[[Data], bool]
+    render: Callable[[Any], str]
+    #: The plugin's own reader, given the parsed file and the name its errors use.
+    read: Callable[[Data, str], Any]
+    #: (sessions or tests, runs): what a conversion keeps.
+    counts: Callable[[Mapping[str, Any]], tuple[int, int]]
+    #: ``steps[v]`` takes a file of version ``v`` to ``v + 1``, in place.
+    steps: Mapping[int, Callable[[Data], Data]] = field(default_factory=dict)
+    #: What the counts are of, in the convert command's line.
+    counted: str = "sessions, runs"
+
+    def __post_init__(self) -> None:
+        missing = [v for v in range(1, self.version) if v not in self.steps]
+        if missing:
+            raise ValueError(f"{self.kind} format: no step from version(s) {missing} to the next")
+
+    def older(self, version: int | None) -> bool:
+        """A version this format's steps bring to the current one."""
+        return version is not None and 1 <= version < self.version and version in self.steps
+
+    def migrate(self, data: Data) -> Data:
+        """A copy of ``data`` brought to the current version, one step after another (``data`` is left as is)."""
+        out = copy.deepcopy(data)
+        version = version_of(out)
+        if not self.older(version):
+            raise ValueError(f"{self.kind} schema {version!r} is not one this plugin converts "
+                             f"(1 to {self.version - 1})")
+        assert version is not None
+        for v in range(version, self.version):
+            out = self.steps[v](out)
+            out["schema"] = v + 1
+        return out

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError, field_problem, json_object
-from pytest_specdec.formats import BASELINE_SCHEMA, CONVERT, SWEEP_SCHEMA
+from pytest_specdec.formats import BASELINE_SCHEMA, CONVERT, SWEEP_SCHEMA, FileFormat, version_of
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
@@ -256,10 +256,6 @@ def relative(path: Path, root: Path) -> str:
 def load(path: Path, create_hint: str) -> dict[str, Any] | None:
     """The parsed, validated baseline at ``path``, each session a `StoredNight` (its night read once, here);
     None when there is none."""
-    from pytest_specdec.gate.nights import NIGHT_FIELDS, Night, pairs_problem
-    from pytest_specdec.measure.probe import state_problem
-    from pytest_specdec.measure.record import runs_problem
-
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -271,30 +267,40 @@ def load(path: Path, create_hint: str) -> dict[str, Any] | None:
         raise BaselineError(f"baseline {path} is not valid JSON ({exc}); {fix}") from None
     except TypeError:
         raise BaselineError(f"baseline {path} is not a JSON object; {fix}") from None
-    version = data.get("schema")
-    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < BASELINE_SCHEMA:
-        raise OlderBaseline(f"baseline {path} has schema {version}, an older format than this plugin's "
+    return read(data, str(path), fix)
+
+
+def read(data: dict[str, Any], name: str, fix: str = "fix or delete it") -> dict[str, Any]:
+    """A parsed baseline file checked and typed: each session a `StoredNight`. ``name`` (its path) and ``fix`` are
+    what an error says; an older schema is `OlderBaseline`, naming the command that converts it."""
+    from pytest_specdec.gate.nights import NIGHT_FIELDS, Night, pairs_problem
+    from pytest_specdec.measure.probe import state_problem
+    from pytest_specdec.measure.record import runs_problem
+
+    version = version_of(data)
+    if BASELINE_FILE.older(version):
+        raise OlderBaseline(f"baseline {name} has schema {version}, an older format than this plugin's "
                             f"{BASELINE_SCHEMA}; "
-                            f"convert it, keeping its nights, with `{CONVERT} {path}`")
-    if version != BASELINE_SCHEMA:
-        raise BaselineError(f"baseline {path} has schema {version!r}, this plugin reads schema {BASELINE_SCHEMA}; "
-                            f"{fix}")
+                            f"convert it, keeping its nights, with `{CONVERT} {name}`")
+    if data.get("schema") != BASELINE_SCHEMA or version is None:
+        raise BaselineError(f"baseline {name} has schema {data.get('schema')!r}, this plugin reads schema "
+                            f"{BASELINE_SCHEMA}; {fix}")
     for key, kind in (("comparability", dict), ("under_test", dict), ("sessions", list)):
         if not isinstance(data.get(key), kind):
-            raise BaselineError(f"baseline {path}: '{key}' is missing or not a {kind.__name__}; {fix}")
+            raise BaselineError(f"baseline {name}: '{key}' is missing or not a {kind.__name__}; {fix}")
     for i, s in enumerate(data["sessions"]):
         ok = (isinstance(s, dict) and isinstance(s.get("runs"), dict)
               and all(isinstance(s["runs"].get(a), list) for a in ("reference", "spec")))
         if not ok:
-            raise BaselineError(f"baseline {path}: sessions[{i}] has no runs.reference/runs.spec lists; {fix}")
+            raise BaselineError(f"baseline {name}: sessions[{i}] has no runs.reference/runs.spec lists; {fix}")
         problem = (field_problem(s, NIGHT_FIELDS) or pairs_problem(s["speedup_per_pair"])
                    or (f".machine_state{p}" if (p := state_problem(s.get("machine_state"))) else ""))
         if problem:
-            raise BaselineError(f"baseline {path}: sessions[{i}]{problem}; {fix}")
+            raise BaselineError(f"baseline {name}: sessions[{i}]{problem}; {fix}")
         for arm in ("reference", "spec"):
             problem = runs_problem(s["runs"][arm])
             if problem:
-                raise BaselineError(f"baseline {path}: sessions[{i}].runs.{arm}{problem}; {fix}")
+                raise BaselineError(f"baseline {name}: sessions[{i}].runs.{arm}{problem}; {fix}")
     data["sessions"] = [StoredNight(s, Night.from_entry(s)) for s in data["sessions"]]
     return data
 
@@ -317,21 +323,86 @@ def load_sweep(path: Path) -> dict[str, Any] | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    fix = "fix or delete it, then recreate it with `pytest --update-baselines`"
     try:
         data = json_object(text)
     except (ValueError, TypeError):
-        raise BaselineError(f"crossover record {path} is not a JSON object; {fix}") from None
-    if data.get("schema") != SWEEP_SCHEMA:
-        raise BaselineError(f"crossover record {path} has schema {data.get('schema')!r}, this plugin reads "
-                            f"{SWEEP_SCHEMA}; {fix}")
-    nights = data.get("nights")
-    if not isinstance(nights, list) or not all(isinstance(n, dict) for n in nights):
-        raise BaselineError(f"crossover record {path}: 'nights' is missing or not a list of objects; {fix}")
+        raise BaselineError(f"crossover record {path} is not a JSON object; {SWEEP_FIX}") from None
+    return read_sweep(data, str(path))
+
+
+#: What a crossover record that cannot be read asks of its user.
+SWEEP_FIX = "fix or delete it, then recreate it with `pytest --update-baselines`"
+
+
+def read_sweep(data: dict[str, Any], name: str) -> dict[str, Any]:
+    """A parsed crossover record, checked (``name``, its path, is what an error says)."""
     from pytest_specdec.measure.probe import state_problem
 
+    if data.get("schema") != SWEEP_SCHEMA:
+        raise BaselineError(f"crossover record {name} has schema {data.get('schema')!r}, this plugin reads "
+                            f"{SWEEP_SCHEMA}; {SWEEP_FIX}")
+    nights = data.get("nights")
+    if not isinstance(nights, list) or not all(isinstance(n, dict) for n in nights):
+        raise BaselineError(f"crossover record {name}: 'nights' is missing or not a list of objects; {SWEEP_FIX}")
     for i, night in enumerate(nights):
         problem = state_problem(night.get("machine_state"))
         if problem:
-            raise BaselineError(f"crossover record {path}: nights[{i}].machine_state{problem}; {fix}")
+            raise BaselineError(f"crossover record {name}: nights[{i}].machine_state{problem}; {SWEEP_FIX}")
     return data
+
+
+# ---- the formats: older baseline files, step by step ---------------------------------------------
+
+#: `config_source` of an engine config that schema 1 kept as vLLM's log line printed it.
+LOG_LINE_ERA = "log line (schema 1)"
+
+
+def run_record(run: dict[str, Any], renamed: Mapping[str, str]) -> dict[str, Any]:
+    """One stored run with the run record's fields: ``renamed`` old names → new, the validity lists empty
+    where absent (valid and trusted, as their absence meant), any other absent field null (not recorded),
+    except `hd_p95_ms`, an empty map, and the optional ones (goodput), left absent."""
+    from pytest_specdec.measure.record import OPTIONAL_RUN_FIELDS, RUN_FIELDS
+
+    out = {renamed.get(k, k): v for k, v in run.items()}
+    out.setdefault("invalid_reasons", [])
+    out.setdefault("latency_untrusted", [])
+    out.setdefault("hd_p95_ms", {})
+    for key in [k for k in RUN_FIELDS if k not in OPTIONAL_RUN_FIELDS]:
+        out.setdefault(key, None)
+    return out
+
+
+def _from_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 → 2: engine configs without `config_source` were stored from vLLM's log line."""
+    for config in (data["under_test"].get("engine_config") or {}).values():
+        if isinstance(config, dict) and config and "config_source" not in config:
+            config["config_source"] = LOG_LINE_ERA
+    return data
+
+
+def _from_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 → 3: every run is a full run record under the registry's names; a session without
+    `under_test` or `speedup_per_pair` records none."""
+    for session in data["sessions"]:
+        session.setdefault("under_test", {})
+        session.setdefault("speedup_per_pair", [])
+        session.setdefault("started", "")
+        runs = session["runs"]
+        for arm in ("reference", "spec"):
+            runs[arm] = [run_record(r, {"itl_ms": "itl_token_ms"}) for r in runs[arm]]
+    return data
+
+
+def _counts(data: Mapping[str, Any]) -> tuple[int, int]:
+    """(sessions, runs) of a baseline file."""
+    sessions = data["sessions"]
+    return len(sessions), sum(len(s["runs"][arm]) for s in sessions for arm in ("reference", "spec"))
+
+
+#: A test's baseline file.
+BASELINE_FILE = FileFormat(kind="baseline", version=BASELINE_SCHEMA, detect=lambda d: "sessions" in d,
+                           render=render, read=read, counts=_counts, steps={1: _from_1, 2: _from_2})
+#: A concurrency sweep's crossover record (one version so far: nothing to convert).
+CROSSOVER_FILE = FileFormat(kind="crossover record", version=SWEEP_SCHEMA, detect=lambda d: "nights" in d,
+                            render=render, read=read_sweep, counts=lambda d: (len(d["nights"]), 0),
+                            counted="nights")

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_specdec.files import write_atomic
-from pytest_specdec.formats import BASELINE_SCHEMA, SWEEP_SCHEMA
 from pytest_specdec.gate.baselines import (
+    BASELINE_FILE,
+    CROSSOVER_FILE,
     BaselineError,
     OlderBaseline,
     baseline_path,
@@ -26,7 +27,6 @@ from pytest_specdec.gate.baselines import (
     load,
     metric_values,
     relative,
-    render,
     safe_part,
 )
 
@@ -284,11 +284,11 @@ class BaselineStore:
             dropped = max(0, len(sessions) - self.keep)
             sessions = sessions[-self.keep:]
             data = {
-                "schema": BASELINE_SCHEMA, "nodeid": item.nodeid, "profile": self.profile,
+                "schema": BASELINE_FILE.version, "nodeid": item.nodeid, "profile": self.profile,
                 "comparability": item.comparability, "under_test": item.under_test, "sessions": sessions,
             }
             try:
-                write_atomic(path, render(data))
+                write_atomic(path, BASELINE_FILE.render(data))
             except OSError as exc:
                 summary.updated[:] = [(p, what) for p, what in summary.updated if p != path]
                 summary.failed.append((path, str(exc)))
@@ -322,7 +322,7 @@ def write_sweep(root: Path, path: Path, record: dict[str, Any], night: dict[str,
     nights = [*(old["nights"] if old is not None else []), night][-keep:]
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".specdec-baselines.lock"), timeout=600):
-        write_atomic(path, render({**record, "schema": SWEEP_SCHEMA, "nights": nights}))
+        write_atomic(path, CROSSOVER_FILE.render({**record, "schema": CROSSOVER_FILE.version, "nights": nights}))
     return ("updated" if old is not None else "created") + f": {len(nights)} night(s) kept{note}"
 
 

@@ -14,7 +14,7 @@ import math
 import os
 import platform
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from pytest_specdec.files import write_atomic
 from pytest_specdec.formats import RESULTS_SCHEMA
 from pytest_specdec.gate.kinds import INCONCLUSIVE, REGRESSED
 from pytest_specdec.output.commit import commit_info
+from pytest_specdec.output.schema import render_results
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
@@ -470,12 +471,6 @@ def stamp(started: float) -> str:
     Every file of the session (results, report, saved outputs) carries the same stamp, which pairs them."""
     t = dt.datetime.fromtimestamp(started, dt.UTC)
     return f"{t:%Y%m%dT%H%M%S}.{t:%f}Z-{os.getpid()}"
-
-
-def render_results(results: Mapping[str, Any]) -> str:
-    """A results file's text: the one form the session writes and `convert-schema` writes back (sorted keys, one
-    value per line; a value JSON cannot hold, as its text)."""
-    return json.dumps(results, indent=1, sort_keys=True, default=str)
 
 
 def write_results(results: dict[str, Any], reports_dir: Path, started: float, json_path: Path | None = None

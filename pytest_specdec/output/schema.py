@@ -1,7 +1,10 @@
-"""The results file read back as typed data: what the HTML report, the pytest-benchmark export, compare,
-history and any tool render from. `load` takes a parsed `reports/*.json` of this plugin's schema; an older
-file is an error naming the command that converts it (``pytest-specdec convert-schema``), so no reader guesses
-which version wrote a field. A test's runs are the one run record (`gate.nights`): `TestEntry.night`.
+"""The results file as a format (`RESULTS_FILE`): read back as typed data, written in its one text form
+(`render_results`), and brought from each older schema to the next (the steps at the end).
+
+`load` takes a parsed `reports/*.json` of this plugin's schema: what the HTML report, the pytest-benchmark
+export, compare, history and any tool render from. An older file is an error naming the command that converts
+it (``pytest-specdec convert-schema``, through this format's steps), so no reader guesses which version wrote a
+field. A test's runs are the one run record (`gate.nights`): `TestEntry.night`.
 
 The per-run figures and a test's summary stay mappings keyed by the metric registry's names
 (`output_tok_s`, `reference_tok_s`, `tpot_ms`, ...), read by name where a chart or column needs one.
@@ -9,17 +12,23 @@ The per-run figures and a test's summary stay mappings keyed by the metric regis
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_specdec.errors import SpecDecError
-from pytest_specdec.formats import CONVERT, RESULTS_SCHEMA
+from pytest_specdec.formats import CONVERT, RESULTS_SCHEMA, FileFormat, version_of
+from pytest_specdec.gate.baselines import run_record
 from pytest_specdec.gate.kinds import (
     EXACT,
     FAMILIES,
+    GATED,
+    INCONCLUSIVE,
     PERCENT,
     PERS,
+    SHOWN,
     UNITS,
     Decision,
     Family,
@@ -302,6 +311,12 @@ class Results:
     errors: tuple[Mapping[str, str], ...] = ()
 
 
+def render_results(results: Mapping[str, Any]) -> str:
+    """A results file's text: the one form the session writes and `convert-schema` writes back (sorted keys, one
+    value per line; a value JSON cannot hold, as its text)."""
+    return json.dumps(results, indent=1, sort_keys=True, default=str)
+
+
 def load(data: Any, name: str = "results") -> Results:
     """A parsed results file as typed data; ``name`` (the file's path) is what errors name: a field a reader
     needs and the file lacks is a ResultsError naming where it is missing, for every reader alike."""
@@ -363,14 +378,14 @@ def _current(data: Any, name: str) -> dict[str, Any]:
     schema the command that converts it."""
     if not isinstance(data, dict):
         raise ResultsError(f"{name}: not a JSON object")
-    version = data.get("schema")
-    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < RESULTS_SCHEMA:
+    version = version_of(data)
+    if RESULTS_FILE.older(version):
         raise ResultsError(f"{name}: results of schema {version}, an older format than this plugin's "
                            f"{RESULTS_SCHEMA}; "
                            f"convert the file with `{CONVERT} {name}`")
-    if version != RESULTS_SCHEMA:
-        raise ResultsError(f"{name}: `schema` is {version!r}; this plugin reads results of schema {RESULTS_SCHEMA} "
-                           "(a newer plugin wrote it, or it is not a pytest-specdec results file)")
+    if data.get("schema") != RESULTS_SCHEMA or version is None:
+        raise ResultsError(f"{name}: `schema` is {data.get('schema')!r}; this plugin reads results of schema "
+                           f"{RESULTS_SCHEMA} (a newer plugin wrote it, or it is not a pytest-specdec results file)")
     return data
 
 
@@ -384,3 +399,150 @@ def _crossover(entry: Mapping[str, Any], where: str) -> Mapping[str, Any]:
 
 def _int(x: Any) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+# ---- the format: older results files, step by step ------------------------------------------------------
+
+#: Schema-1 outcomes of a test that failed or skipped outside its call: "failed (setup)".
+_PHASED = re.compile(r"(\w+) \((setup|call|teardown)\)")
+#: The level a schema-1 verdict's note named ("90% CI ..."), for the files that recorded no `ci_level`.
+_CI_IN_NOTE = re.compile(r"(\d+(?:\.\d+)?)% CI\b")
+#: Schema 2 named the summary's throughputs and per-token ITL apart from the runs and the verdicts.
+_SUMMARY_NAMES_2 = {"output_tps": "output_tok_s", "reference_output_tps": "reference_tok_s", "itl_ms": "itl_token_ms"}
+
+
+def _runs(test: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
+    return (*(test.get("runs") or ()), *(test.get("reference_runs") or ()))
+
+
+def _from_1(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 grew field by field; each missing field gets the value its absence meant:
+
+    - `outcome` "failed (setup)" splits into `outcome` and `when`; a run without `valid` or
+      `latency_untrusted` was valid and trusted;
+    - a verdict without `family` could fail its test: gated (or as its baseline's `gate` says);
+      without `mde`/`se`/`df` no variance model was recorded;
+    - a baseline without `ci_level` gets it from `alpha` and `max_looks`, else from its verdicts' notes (a
+      level given in percent becomes a fraction); without `inconclusive_gated`, from its verdicts;
+    - the machine factor's `line` (prose) goes; a workaround without `applied` was applied, its `detail`
+      is its `reason`.
+    """
+    for test in data.get("tests") or []:
+        outcome = str(test.get("outcome") or "pending")
+        phased = _PHASED.fullmatch(outcome)
+        test["outcome"], test["when"] = ((phased[1], phased[2]) if phased else
+                                         (outcome, "call" if outcome in ("passed", "failed", "skipped") else None))
+        verdicts = test.get("verdicts") or {}
+        baseline = test.get("baseline")
+        gate = (baseline or {}).get("gate")
+        for metric, v in verdicts.items():
+            v.setdefault("family", GATED if not gate or metric in gate else SHOWN)
+            for key in ("mde", "se", "df"):
+                v.setdefault(key, None)
+        for run in _runs(test):
+            run.setdefault("valid", True)
+            run.setdefault("latency_untrusted", [])
+        if isinstance(baseline, dict):
+            level = number(baseline["ci_level"]) if "ci_level" in baseline else _ci_level_1(baseline, verdicts)
+            baseline["ci_level"] = (None if level is None or not 0 < level < 100
+                                    else level / 100 if level >= 1 else level)
+            baseline.setdefault("inconclusive_gated", [m for m, v in verdicts.items()
+                                                       if v["family"] == GATED and v.get("verdict") == INCONCLUSIVE])
+    machine = data.get("machine_factor")
+    if isinstance(machine, dict):
+        machine.pop("line", None)
+    env = data.get("environment") or {}
+    env["workarounds"] = [_workaround_1(w) for w in env.get("workarounds") or []]
+    return data
+
+
+def _ci_level_1(baseline: Mapping[str, Any], verdicts: Mapping[str, Mapping[str, Any]]) -> float | None:
+    alpha, looks = number(baseline.get("alpha")), baseline.get("max_looks")
+    if alpha is not None and 0 < alpha < 0.5:
+        return 1 - 2 * alpha / (looks if isinstance(looks, int) and looks >= 1 else 1)
+    for v in verdicts.values():
+        m = _CI_IN_NOTE.search(str(v.get("note") or ""))
+        if m:
+            return float(m.group(1)) / 100
+    return None
+
+
+def _workaround_1(w: Any) -> dict[str, Any]:
+    if not isinstance(w, dict):
+        return {"name": str(w), "applied": True, "reason": None}
+    out = dict(w)
+    out.setdefault("applied", True)
+    out.setdefault("reason", out.pop("detail", None))
+    return out
+
+
+def _from_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 2 → 3: a test's summary takes the registry's names (`output_tok_s`, `reference_tok_s`,
+    `itl_token_ms`), as its runs and verdicts always had."""
+    for test in data.get("tests") or []:
+        summary = test.get("summary")
+        if isinstance(summary, dict):
+            test["summary"] = {_SUMMARY_NAMES_2.get(k, k): v for k, v in summary.items()}
+    return data
+
+
+def accepted_counts(run: Mapping[str, Any]) -> list[int] | None:
+    """A results run's accepted tokens per draft position as counts (its rates times its drafts)."""
+    drafts, per_pos = run.get("drafts"), run.get("per_position_acceptance")
+    return [round(a * drafts) for a in per_pos] if per_pos and drafts else None
+
+
+def printed_capture_size(config: Mapping[str, Any]) -> int | None:
+    """The largest CUDA-graph capture size in an engine config's text values: older results files kept
+    compilation_config as vLLM printed it (`{'cudagraph_capture_sizes': [1, 2, 512], ...}`)."""
+    text = " ".join(v for v in config.values() if isinstance(v, str))
+    m = re.search(r"max_cudagraph_capture_size['\"]?\s*[:=]\s*(\d+)", text)
+    if m:
+        return int(m.group(1))
+    sizes = re.search(r"cudagraph_capture_sizes['\"]?\s*[:=]\s*\[([^\]]*)\]", text)
+    found = re.findall(r"\d+", sizes.group(1)) if sizes else []
+    return max(int(x) for x in found) if found else None
+
+
+def _flat_numbers(config: dict[str, Any]) -> None:
+    """An engine config's capture size and token budget as numbers, where an older file kept them as text."""
+    for key in ("max_cudagraph_capture_size", "max_num_batched_tokens"):
+        if isinstance(config.get(key), str) and config[key].isdecimal():
+            config[key] = int(config[key])
+    if "max_cudagraph_capture_size" not in config and not isinstance(config.get("cudagraph_capture_sizes"), list):
+        size = printed_capture_size(config)
+        if size is not None:
+            config["max_cudagraph_capture_size"] = size
+
+
+def _from_3(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 3 → 4: runs carry the run record's fields (`accepted_per_pos`, and any a file lacks: null);
+    engine configs their capture size and token budget as numbers."""
+    for test in data.get("tests") or []:
+        for key in ("runs", "reference_runs"):
+            if key in test:
+                test[key] = [run_record({**r, "accepted_per_pos": accepted_counts(r)}, {}) for r in test[key]]
+    for server in (data.get("servers") or {}).values():
+        if isinstance(server, dict) and isinstance(server.get("engine_config"), dict):
+            _flat_numbers(server["engine_config"])
+    return data
+
+
+def _from_4(data: dict[str, Any]) -> dict[str, Any]:
+    """Schema 4 → 5: the gate's setting `fdr` is `multiplicity`, in its place among the settings."""
+    gate = data.get("gate")
+    if isinstance(gate, dict) and isinstance(gate.get("settings"), dict) and "fdr" in gate["settings"]:
+        gate["settings"] = {("multiplicity" if k == "fdr" else k): v for k, v in gate["settings"].items()}
+    return data
+
+
+def _counts(data: Mapping[str, Any]) -> tuple[int, int]:
+    """(tests, runs) of a results file."""
+    tests = data.get("tests") or []
+    return len(tests), sum(len(list(_runs(t))) for t in tests)
+
+
+#: A session's results file.
+RESULTS_FILE = FileFormat(kind="results", version=RESULTS_SCHEMA, detect=lambda d: "tests" in d,
+                          render=render_results, read=load, counts=_counts,
+                          steps={1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4}, counted="tests, runs")

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_specdec.gate.baselines import load, load_sweep, render
+from pytest_specdec.formats import FileFormat
+from pytest_specdec.gate.baselines import BASELINE_FILE, CROSSOVER_FILE, load, load_sweep
 from pytest_specdec.gate.calibration import load_calibration, render_record
-from pytest_specdec.output.results import render_results
-from pytest_specdec.output.schema import load as load_results
+from pytest_specdec.output.schema import RESULTS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / "baselines"
@@ -27,13 +27,13 @@ def committed(pattern: str) -> list[Path]:
 @pytest.mark.parametrize("path", committed("*.json"), ids=lambda p: str(p.relative_to(BASELINES)))
 def test_a_committed_baseline_reads_and_writes_back_byte_for_byte(path: Path) -> None:
     data = load(path, "pytest --update-baselines")
-    assert data is not None and render(data) == path.read_text(encoding="utf-8")
+    assert data is not None and BASELINE_FILE.render(data) == path.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("path", committed("*.crossover"), ids=lambda p: str(p.relative_to(BASELINES)))
 def test_a_committed_crossover_record_reads_and_writes_back_byte_for_byte(path: Path) -> None:
     data = load_sweep(path)
-    assert data is not None and render(data) == path.read_text(encoding="utf-8")
+    assert data is not None and CROSSOVER_FILE.render(data) == path.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("path", committed("*.calibration"), ids=lambda p: str(p.relative_to(BASELINES)))
@@ -48,5 +48,33 @@ def test_a_recorded_results_file_reads_and_writes_back_byte_for_byte() -> None:
     path = ROOT / "tests" / "data" / "report_results.json"
     text = path.read_text(encoding="utf-8")
     data = json.loads(text)
-    results = load_results(data, str(path))
-    assert len(results.tests) == len(data["tests"]) and render_results(data) == text
+    results = RESULTS_FILE.read(data, str(path))
+    assert len(results.tests) == len(data["tests"]) and RESULTS_FILE.render(data) == text
+
+
+@pytest.mark.parametrize("fmt", [BASELINE_FILE, CROSSOVER_FILE, RESULTS_FILE], ids=lambda f: f.kind)
+def test_each_format_has_a_step_from_every_older_version(fmt: FileFormat) -> None:
+    """A version bumped without the step from the one before is refused where the format is declared; a format
+    with steps reaches the current version through them, one at a time."""
+    assert all(fmt.older(v) for v in range(1, fmt.version)) and not fmt.older(fmt.version)
+    with pytest.raises(ValueError, match=f"no step from version\\(s\\) \\[{fmt.version}\\]"):
+        FileFormat(kind=fmt.kind, version=fmt.version + 1, detect=fmt.detect, render=fmt.render, read=fmt.read,
+                   counts=fmt.counts, steps=fmt.steps)
+
+
+def test_a_migration_runs_every_step_in_order_and_leaves_the_input_alone() -> None:
+    seen: list[int] = []
+
+    def step(v: int):  # noqa: ANN202
+        def run(data: dict) -> dict:
+            seen.append(data["schema"])
+            return {**data, f"from_{v}": True}
+        return run
+
+    fmt = FileFormat(kind="toy", version=4, detect=lambda d: True, render=str, read=lambda d, n: d,
+                     counts=lambda d: (0, 0), steps={v: step(v) for v in (1, 2, 3)})
+    old = {"schema": 2}
+    assert fmt.migrate(old) == {"schema": 4, "from_2": True, "from_3": True} and seen == [2, 3]
+    assert old == {"schema": 2}
+    with pytest.raises(ValueError, match="toy schema 4 is not one this plugin converts"):
+        fmt.migrate({"schema": 4})
