@@ -16,27 +16,27 @@ from pytest_specdec.output.charts import PALETTE, Chart, Series, svg_chart
 from pytest_specdec.output.fields import number
 
 if TYPE_CHECKING:
-    from pytest_specdec.output.schema import TestEntry
+    from pytest_specdec.output.schema import CrossoverEntry, TestEntry
 
 X_LABEL = "offered rate (fraction of the reference's saturation)"
 
 
-def speedup_chart(entry: Mapping[str, Any]) -> Chart:
+def speedup_chart(entry: CrossoverEntry) -> Chart:
     """The sweep's speedup against load: each point's geometric mean of its pairs' latency speedups (the
     reference's E2E P50 over the spec's), the 1.0 line, and the stop-paying rate where the gate found it; on a log
     axis, as the gate interpolates, so the mark sits on the line."""
     pts = []
-    for p in entry.get("points") or []:
-        x, values = number(p.get("rate_fraction")), [v for v in p.get("speedups") or [] if number(v) and v > 0]
-        if x is not None and values:
-            pts.append((x, math.exp(sum(map(math.log, values)) / len(values))))
+    for p in entry.points:
+        values = [v for v in p.speedups if v > 0]
+        if p.at is not None and values:
+            pts.append((p.at, math.exp(sum(map(math.log, values)) / len(values))))
     chart = Chart("speedup vs load (reference ÷ spec E2E P50, per pair)", X_LABEL, "speedup (×)",
-                  [Series(str(entry.get("line", "")), sorted(pts))], log_x=True, hlines=[(1.0, "1.0 = no gain")])
-    stop = entry.get("crossover") or {}
+                  [Series(entry.line, sorted(pts))], log_x=True, hlines=[(1.0, "1.0 = no gain")])
+    stop = entry.crossover or {}
     if stop.get("side") == "crossed" and number(stop.get("value")) is not None:
-        chart.marks.append((float(stop["value"]), 1.0, f"stops paying: {stop.get('text', '')}"))
+        chart.marks.append((float(stop["value"]), 1.0, f"stops paying: {entry.crossover_text or ''}"))
     else:
-        chart.note = str(stop.get("text") or "too few valid pairs for a stop-paying rate")
+        chart.note = entry.crossover_text or "too few valid pairs for a stop-paying rate"
     return chart
 
 
@@ -61,7 +61,7 @@ def latency_charts(tests: Sequence[TestEntry]) -> list[Chart]:
     return charts
 
 
-def rate_sections(tests: Iterable[TestEntry], crossovers: Iterable[Mapping[str, Any]], errors: list[dict[str, str]]
+def rate_sections(tests: Iterable[TestEntry], crossovers: Iterable[CrossoverEntry], errors: list[dict[str, str]]
                   ) -> list[dict[str, Any]]:
     """The report's rate sweep sections, shaped as `sweeps.chart_sections`' (title, fixed, chart groups); a
     sweep whose charts cannot be drawn is an error naming it, not a report lost."""
@@ -70,13 +70,13 @@ def rate_sections(tests: Iterable[TestEntry], crossovers: Iterable[Mapping[str, 
     by_id = {t.nodeid: t for t in tests}
     out = []
     for e in crossovers:
-        if e.get("axis") != "rate_fraction":
+        if e.axis != "rate_fraction":
             continue
-        title = f"{e.get('sweep')}: rate sweep"
-        sat = number(e.get("saturation_req_s"))
-        fixed = f"{e.get('line')}; saturation {sat:.3g} req/s" if sat is not None else str(e.get("line"))
+        title = f"{e.sweep}: rate sweep"
+        sat = e.saturation_req_s
+        fixed = f"{e.line}; saturation {sat:.3g} req/s" if sat is not None else e.line
         try:
-            members = [by_id[n] for n in e.get("tests") or [] if n in by_id]
+            members = [by_id[n] for n in e.tests if n in by_id]
             groups = [("speedup against load", [svg_chart(speedup_chart(e))]),
                       ("throughput and latency", [svg_chart(c) for c in latency_charts(members)])]
         except Exception as exc:  # noqa: BLE001 - one sweep's charts, not the report

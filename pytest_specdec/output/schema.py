@@ -303,8 +303,8 @@ class Results:
     tests: tuple[TestEntry, ...]
     baseline_update: BaselineUpdate | None = None
     outputs_file: str | None = None  # --specdec-save-outputs: the side file's name, beside the results
-    #: each concurrency sweep's crossover and its verdict or error (`output.results.crossover_entry`), as written
-    crossovers: tuple[Mapping[str, Any], ...] = ()
+    #: each sweep line's crossover and its verdict or error (`output.results.crossover_entry`)
+    crossovers: tuple[CrossoverEntry, ...] = ()
     #: the session's machine state against its stored nights (`gate.machine.StateSummary.to_dict`)
     machine_state: Mapping[str, Any] | None = None
     #: what failed at the session's end, each ``{"what", "error"}`` (the rest was judged and written)
@@ -342,7 +342,8 @@ def _read(d: dict[str, Any], name: str) -> Results:
         baseline_update=(None if d.get("baseline_update") is None
                          else BaselineUpdate.from_dict(d["baseline_update"], f"{name}: baseline_update")),
         outputs_file=d.get("outputs_file") if isinstance(d.get("outputs_file"), str) else None,
-        crossovers=tuple(_crossover(x, f"{name}: crossovers[{i}]") for i, x in enumerate(d.get("crossovers") or ())
+        crossovers=tuple(CrossoverEntry.from_dict(x, f"{name}: crossovers[{i}]")
+                         for i, x in enumerate(d.get("crossovers") or ())
                          if isinstance(x, Mapping)),
         machine_state=d.get("machine_state") if isinstance(d.get("machine_state"), Mapping) else None,
         errors=tuple({"what": str(e.get("what")), "error": str(e.get("error"))} for e in d.get("errors") or ()
@@ -389,12 +390,60 @@ def _current(data: Any, name: str) -> dict[str, Any]:
     return data
 
 
-def _crossover(entry: Mapping[str, Any], where: str) -> Mapping[str, Any]:
-    """A sweep line's crossover entry as written, its verdict's words checked (an unknown one names its field)."""
-    v = entry.get("verdict")
-    if isinstance(v, Mapping):
-        VerdictEntry.from_dict(str(entry.get("sweep") or "crossover"), v, f"{where}.verdict")
-    return entry
+@dataclass(frozen=True)
+class SweepPointEntry:
+    """One point of a sweep line as the results hold it: its value on the axis and its pairs' speedups."""
+
+    at: float | None  # the concurrency, or the fraction of saturation of a rate sweep
+    speedups: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class CrossoverEntry:
+    """One sweep line's entry in the results' ``crossovers`` (`output.results.crossover_entry`): its points, the
+    crossover (or a rate sweep's stop-paying rate) as the gate found it, its verdict against the stored night or the
+    base arm, or the error that kept it from one."""
+
+    sweep: str
+    line: str
+    tests: tuple[str, ...]
+    axis: str  # concurrency, or rate_fraction
+    saturation_req_s: float | None
+    points: tuple[SweepPointEntry, ...]
+    #: the statistic's own fields (`gate.crossover.Crossover.to_dict`): side, value, ci, text, ...
+    crossover: Mapping[str, Any] | None
+    verdict: VerdictEntry | None
+    family: str
+    stored: Mapping[str, Any] | None  # {"started", "text"} of the stored night judged against
+    note: str | None
+    error: str | None
+    failed: bool
+    path: str | None = None
+
+    @property
+    def crossover_text(self) -> str | None:
+        text = (self.crossover or {}).get("text")
+        return str(text) if text else None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> CrossoverEntry:
+        """An entry as written; its verdict's words checked (an unknown one names its field)."""
+        axis = str(d.get("axis") or "concurrency")
+        v = d.get("verdict")
+        points = tuple(SweepPointEntry(at=number(p.get(axis)),
+                                       speedups=tuple(x for x in p.get("speedups") or () if number(x) is not None))
+                       for p in d.get("points") or () if isinstance(p, Mapping))
+        crossover, stored = d.get("crossover"), d.get("stored")
+        return cls(sweep=str(d.get("sweep") or ""), line=str(d.get("line") or ""),
+                   tests=tuple(str(n) for n in d.get("tests") or ()), axis=axis,
+                   saturation_req_s=number(d.get("saturation_req_s")), points=points,
+                   crossover=crossover if isinstance(crossover, Mapping) else None,
+                   verdict=(VerdictEntry.from_dict(str(d.get("sweep") or "crossover"), v, f"{where}.verdict")
+                            if isinstance(v, Mapping) else None),
+                   family=str(d.get("family") or SHOWN), stored=stored if isinstance(stored, Mapping) else None,
+                   note=str(d["note"]) if d.get("note") else None,
+                   error=str(d["error"]) if d.get("error") else None, failed=bool(d.get("failed")),
+                   path=str(d["path"]) if d.get("path") else None)
 
 
 def _int(x: Any) -> int | None:

@@ -9,13 +9,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.gate.kinds import MOVED, SHOWN
+from pytest_specdec.gate.kinds import MOVED
 from pytest_specdec.output.charts import PALETTE, Chart, Series, crossovers, svg_chart, tick_text
 from pytest_specdec.output.fields import number, test_name
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.crossover_gate import CrossoverEnd, SweepOutcome
-    from pytest_specdec.output.schema import TestEntry
+    from pytest_specdec.output.schema import CrossoverEntry, TestEntry
 
 #: Params a sweep chart can take as its x axis (numeric), with the axis label.
 SWEEP_AXES = {"concurrency": "concurrency (requests in flight)", "temperature": "temperature",
@@ -285,7 +285,7 @@ def crossover_lines(end: CrossoverEnd, written: Sequence[tuple[str, str]]) -> li
     return out
 
 
-def crossover_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+def crossover_rows(entries: Iterable[CrossoverEntry]) -> list[dict[str, str]]:
     """The report's crossover lines, one per sweep line (strings; the template escapes them); a sweep that could not
     be judged shows its error."""
     from pytest_specdec.gate.kinds import PERCENT
@@ -293,14 +293,13 @@ def crossover_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]
 
     rows = []
     for e in entries:
-        v = e.get("verdict") or {}
-        now = (e.get("crossover") or {}).get("text") or "too few valid pairs"
-        stored, delta, error = e.get("stored") or {}, v.get("delta"), e.get("error")
-        rows.append({"sweep": str(e.get("sweep", "")), "line": str(e.get("line", "")),
+        v, stored, error = e.verdict, e.stored, e.error
+        now = e.crossover_text or "too few valid pairs"
+        rows.append({"sweep": e.sweep, "line": e.line,
                      "now": f"error: {error}" if error else now,
                      "stored": f"{stored.get('text')} ({stored.get('started')})" if stored else "no stored night",
-                     "change": format_delta(delta if isinstance(delta, (int, float)) else None, PERCENT),
-                     "verdict": "error" if error else str(v.get("verdict") or ""),
-                     "family": str(e.get("family") or SHOWN),
-                     "note": str(error or v.get("note") or e.get("note") or "")})
+                     "change": format_delta(v.delta if v else None, PERCENT),
+                     "verdict": "error" if error else (v.verdict if v else ""),
+                     "family": e.family,
+                     "note": str(error or (v.note if v else "") or e.note or "")})
     return rows
