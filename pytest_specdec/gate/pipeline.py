@@ -198,9 +198,11 @@ def sequential(pipeline: Pipeline, c: Judgement, looks: Sequence[int], night_at:
     take the runs of the next look (``night_at(n)``: tonight with n runs per arm) and judge again, alpha split
     over the planned looks. The judgement with the looks taken and, when it stops early, the runs not spent
     and why."""
-    look, n = 1, looks[0]
-    while True:
-        c, step = look_step(pipeline, c, looks, look, night_at(n), tonight_log=tonight_log, stop=stop)
-        if step.next_runs is None:
-            return c
-        look, n = look + 1, step.next_runs
+    from pytest_specdec.gate.protocol import look_loop
+
+    runs = [looks[0]]  # tonight's runs per arm at each look taken
+
+    def judge(j: Judgement, look: int) -> tuple[Judgement, Look]:
+        return look_step(pipeline, j, looks, look, night_at(runs[-1]), tonight_log=tonight_log, stop=stop)
+
+    return look_loop(c, judge, runs.append)

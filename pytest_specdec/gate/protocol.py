@@ -166,16 +166,25 @@ class Gate(Protocol[C]):
         ...
 
 
-def drive(gate: Gate[C], nodeid: str, judged: C, result: CaseResult, extend: Callable[[int], None],
-          progress: Callable[[str], None]) -> C:
-    """A test's looks through its gate: judge the runs measured, and while the gate asks for another look,
-    measure up to its runs per arm (``extend(n)``) and judge again; the judgement after the last look."""
+def look_loop(judged: C, judge: Callable[[C, int], tuple[C, Look]], extend: Callable[[int], None],
+              progress: Callable[[str], None] | None = None) -> C:
+    """The one loop of a test's looks: judge look 1, and while the look asks for another (`Look.next_runs`), take
+    the runs up to that many per arm (``extend(n)``) and judge the next; the judgement after the last look. The
+    session measures between looks (`drive`); the simulations take tonight's next runs from a simulated night
+    (`pipeline.sequential`)."""
     look = 1
     while True:
-        judged, step = gate.look(nodeid, judged, result, look)
-        if step.line:
+        judged, step = judge(judged, look)
+        if progress is not None and step.line:
             progress(step.line)
         if step.next_runs is None:
             return judged
         extend(step.next_runs)
         look += 1
+
+
+def drive(gate: Gate[C], nodeid: str, judged: C, result: CaseResult, extend: Callable[[int], None],
+          progress: Callable[[str], None]) -> C:
+    """A test's looks through its gate: judge the runs measured, and while the gate asks for another look,
+    measure up to its runs per arm (``extend(n)``) and judge again; the judgement after the last look."""
+    return look_loop(judged, lambda c, look: gate.look(nodeid, c, result, look), extend, progress)
