@@ -36,10 +36,7 @@ def ab_runs(test: TestEntry, where: str) -> dict[str, list[ArmRun]]:
     from pytest_specdec.measure.record import ArmRun, run_problem
 
     out: dict[str, list[ArmRun]] = {arm: [] for arm in AB_ARMS}
-    runs = (test.ab or {}).get("runs")
-    if not isinstance(runs, list):
-        raise ResultsError(f"{where}.ab.runs is {runs!r}, not a list of runs")
-    for i, run in enumerate(runs):
+    for i, run in enumerate(test.ab.runs if test.ab is not None else ()):
         arm = run.get("arm") if isinstance(run, Mapping) else None
         if arm not in out:
             raise ResultsError(f"{where}.ab.runs[{i}].arm is {arm!r}, not one of {', '.join(AB_ARMS)}")
@@ -83,16 +80,15 @@ def judge_again(results: Results, where: str, *, override: Mapping[str, float], 
         at = f"{where}: tests[{i}]"
         ab = t.ab
         try:
-            thresholds = on_top(from_dict(ab.get("thresholds"), f"{at}.ab.thresholds"), override)
+            thresholds = on_top(from_dict(ab.thresholds, f"{at}.ab.thresholds"), override)
         except ConfigError as exc:
             raise ResultsError(str(exc)) from None
         runs = ab_runs(t, at)
-        metrics = tuple(ab.get("gate") or AB_METRICS)
-        looks, max_looks = list(ab.get("looks") or []), int(ab.get("max_looks") or 1)
+        metrics = ab.gate or AB_METRICS
+        looks, max_looks = list(ab.looks), ab.max_looks
         refs = (runs["base_reference"], runs["reference"]) if runs["base_reference"] else None
-        plan = ABPlan(str(ab.get("method") or ""), str((ab.get("base") or {}).get("draft")),
-                      str((ab.get("candidate") or {}).get("draft")), {}, thresholds, metrics=metrics,
-                      max_looks=max_looks, checked=ab.get("checked") is not False, alpha=alpha)
+        plan = ABPlan(ab.method, str(ab.base.get("draft")), str(ab.candidate.get("draft")), {}, thresholds,
+                      metrics=metrics, max_looks=max_looks, checked=ab.checked, alpha=alpha)
         raw = tuple(pair_verdicts(runs["base"], runs["candidate"], thresholds, alpha, metrics=metrics,
                                   references=refs, look=max(1, min(len(looks), max_looks)), max_looks=max_looks,
                                   reference=runs["reference"]))

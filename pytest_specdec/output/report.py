@@ -306,7 +306,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
                      (servers.get(key) or {}).get("startup_s"))
                     for arm, key in test.servers.items()],
         "error": test.error, "logs": test.server_logs,
-        "ab": test.ab, "ab_rows": verdict_rows(test.ab_verdicts.values()),
+        "ab": test.ab, "ab_rows": verdict_rows(test.ab.verdicts.values() if test.ab else ()),
         "per_position": s.get("per_position_acceptance") or [],
         "explained": test.explained, "split": baseline.split_text if baseline else None,
         "distribution": test.distribution,

@@ -162,6 +162,59 @@ class BaselineEntry:
 
 
 @dataclass(frozen=True)
+class ABEntry:
+    """A test's `ab` section in an A/B session (`output.results.ab_entry`): what was compared, the verdicts (read as
+    the nightly's), what a regression points at, how it was judged (its looks, gated metrics, level), and every run
+    of the three or four arms, each named by its `arm`."""
+
+    method: str
+    base: Mapping[str, Any]  # draft, server, install, reference_server
+    candidate: Mapping[str, Any]  # draft, server, install
+    changed: Mapping[str, Any]  # key: [base, candidate]
+    verdicts: Mapping[str, VerdictEntry]
+    regressed: tuple[str, ...]
+    attribution: str | None
+    attribution_text: str | None
+    split: Mapping[str, Any] | None
+    adjusted: str
+    thresholds: Mapping[str, Any] | None
+    checked: bool
+    gate: tuple[str, ...]
+    looks: tuple[int, ...]
+    max_looks: int
+    planned_looks: tuple[int, ...]
+    unspent_runs: int
+    pairs: int
+    max_pairs: int
+    stop: str | None
+    stop_reason: str
+    alpha: float | None
+    ci_level: float | None
+    runs: tuple[Mapping[str, Any], ...]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> ABEntry:
+        runs = d.get("runs")
+        if not isinstance(runs, list):
+            raise ResultsError(f"{where}.runs is {runs!r}, not a list of runs")
+        thresholds, split = d.get("thresholds"), d.get("split")
+        return cls(
+            method=str(d.get("method") or ""), base=_mapping(d.get("base")), candidate=_mapping(d.get("candidate")),
+            changed=_mapping(d.get("changed")),
+            verdicts={k: VerdictEntry.from_dict(k, v, f"{where}.verdicts.{k}")
+                      for k, v in (d.get("verdicts") or {}).items()},
+            regressed=tuple(str(m) for m in d.get("regressed") or ()), attribution=d.get("attribution"),
+            attribution_text=d.get("attribution_text"), split=split if isinstance(split, Mapping) else None,
+            adjusted=str(d.get("adjusted") or ""), thresholds=thresholds if isinstance(thresholds, Mapping) else None,
+            checked=d.get("checked") is not False, gate=tuple(str(m) for m in d.get("gate") or ()),
+            looks=_ints(d.get("looks")), max_looks=_int(d.get("max_looks")) or 1,
+            planned_looks=_ints(d.get("planned_looks")),
+            unspent_runs=_int(d.get("unspent_runs")) or 0, pairs=_int(d.get("pairs")) or 0,
+            max_pairs=_int(d.get("max_pairs")) or 0, stop=d.get("stop"), stop_reason=str(d.get("stop_reason") or ""),
+            alpha=number(d.get("alpha")), ci_level=number(d.get("ci_level")), runs=tuple(runs))
+
+
+@dataclass(frozen=True)
 class TestEntry:
     """One specdec test: its case, outcome, runs, verdicts and baseline."""
 
@@ -188,10 +241,8 @@ class TestEntry:
     sampling: Mapping[str, Any] | None = None
     #: temperature 0: spec vs reference outputs, with the prompts that differed (`measure.lossless.greedy_output_match`)
     output_match: Mapping[str, Any] | None = None
-    #: an A/B session's candidate vs base (`output.results.ab_entry`), as the results hold it
-    ab: Mapping[str, Any] | None = None
-    #: its verdicts, read as the nightly's are (`ab.verdicts`)
-    ab_verdicts: Mapping[str, VerdictEntry] = field(default_factory=dict)
+    #: an A/B session's candidate vs base (`output.results.ab_entry`)
+    ab: ABEntry | None = None
     #: the test's other parametrize values (`gate.crossover_gate.recorded`): part of its sweep's identity
     callspec: Mapping[str, Any] = field(default_factory=dict)
     #: a rate sweep's point: its fraction, the saturation it is a fraction of and the request rate used
@@ -231,9 +282,8 @@ class TestEntry:
             verdicts={k: VerdictEntry.from_dict(k, v, f"{where}.verdicts.{k}") for k, v in verdicts.items()},
             baseline=BaselineEntry.from_dict(baseline) if isinstance(baseline, Mapping) else None,
             error=d.get("error"), server_logs=tuple(d.get("server_logs") or ()), distribution=d.get("distribution"),
-            sampling=d.get("sampling"), output_match=d.get("output_match"), ab=d.get("ab"),
-            ab_verdicts={k: VerdictEntry.from_dict(k, v, f"{where}.ab.verdicts.{k}")
-                         for k, v in ((d.get("ab") or {}).get("verdicts") or {}).items()},
+            sampling=d.get("sampling"), output_match=d.get("output_match"),
+            ab=ABEntry.from_dict(ab, f"{where}.ab") if isinstance(ab := d.get("ab"), Mapping) else None,
             callspec=cs if isinstance(cs := d.get("callspec"), Mapping) else {},
             rate_sweep=d.get("rate_sweep") if isinstance(d.get("rate_sweep"), Mapping) else None)
 
@@ -444,6 +494,14 @@ class CrossoverEntry:
                    note=str(d["note"]) if d.get("note") else None,
                    error=str(d["error"]) if d.get("error") else None, failed=bool(d.get("failed")),
                    path=str(d["path"]) if d.get("path") else None)
+
+
+def _mapping(x: Any) -> Mapping[str, Any]:
+    return x if isinstance(x, Mapping) else {}
+
+
+def _ints(xs: Any) -> tuple[int, ...]:
+    return tuple(n for x in xs or () if (n := _int(x)) is not None)
 
 
 def _int(x: Any) -> int | None:

@@ -15,13 +15,12 @@ from pytest_specdec.output import schema
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 #: Reader fields whose key in the file is another: the key the docs name.
-FILE_KEY = {("VerdictEntry", "unit"): "delta_unit", ("TestEntry", "ab_verdicts"): "verdicts",
-            ("SweepPointEntry", "at"): "concurrency"}
+FILE_KEY = {("VerdictEntry", "unit"): "delta_unit", ("SweepPointEntry", "at"): "concurrency"}
 #: Reader fields that are no key of the file, and what they are read from.
 DERIVED = {("TestEntry", "night"): "the test's runs, read as the gate reads a night"}
 
-TYPED = (schema.Results, schema.TestEntry, schema.VerdictEntry, schema.BaselineEntry, schema.GateEntry,
-         schema.BaselineUpdate, schema.CrossoverEntry, schema.SweepPointEntry)
+TYPED = (schema.Results, schema.TestEntry, schema.VerdictEntry, schema.BaselineEntry, schema.ABEntry,
+         schema.GateEntry, schema.BaselineUpdate, schema.CrossoverEntry, schema.SweepPointEntry)
 
 
 def named() -> set[str]:
