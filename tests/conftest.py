@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 import shlex
 import stat
+import sys
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from typing import Any
 # pytester's in-process runs drop the modules first imported inside them, and numpy warns (an error here) or
 # breaks (`_CopyMode.IF_NEEDED is neither True nor False`, when vLLM's import pulls in scipy.stats) when it is
 # imported a second time in one process: what the plugin's sessions import is imported here, before any such run.
+import _pytest.pytester
 import filelock  # noqa: F401
 import jinja2  # noqa: F401
 import numpy  # noqa: F401
@@ -53,6 +56,31 @@ import pytest_specdec.measure.metrics  # noqa: F401
 import pytest_specdec.measure.runner  # noqa: F401
 import pytest_specdec.servers.gpus  # noqa: F401
 from fakes import IN_PROCESS_VALIDITY, LAUNCHER, FakeConfig, FakeServer, FakeServerProcess, FakeVllm
+
+#: Packages that cannot be imported twice in one process: torch's modules (and vLLM's and triton's) register
+#: operators in torch's process-wide dispatcher, which outlives the modules, so a second import fails ("Only a
+#: single TORCH_LIBRARY can be used to register the namespace c10d_functional") and torch itself breaks (`bad call
+#: flags`); transformers imports them lazily, seconds of them. A plugin session run by pytester in-process imports
+#: them when it loads a tokenizer, and pytester then drops them: the next test to import them failed by xdist's
+#: split (the dry run of test_profiles_session.py, then test_zoo_draft_slow.py: 9 errors). Importing them here
+#: would cost seconds in every session, so pytester's snapshot keeps them, as pytest keeps zope's.
+KEPT_ACROSS_PYTESTER = ("torch", "triton", "transformers", "vllm")
+
+
+class _SnapshotKeepingTorch(_pytest.pytester.SysModulesSnapshot):
+    """pytester's sys.modules snapshot that also keeps the KEPT_ACROSS_PYTESTER modules imported since it was
+    taken (real modules only: a session that blocks an import with ``sys.modules[name] = None`` is still undone)."""
+
+    def __init__(self, preserve: Callable[[str], bool] | None = None) -> None:
+        def keep(name: str) -> bool:
+            module = sys.modules.get(name)
+            kept = name.partition(".")[0] in KEPT_ACROSS_PYTESTER and isinstance(module, types.ModuleType)
+            return kept or (preserve is not None and preserve(name))
+
+        super().__init__(preserve=keep)
+
+
+_pytest.pytester.SysModulesSnapshot = _SnapshotKeepingTorch  # type: ignore[misc]
 
 ROOT = Path(__file__).resolve().parent.parent
 
