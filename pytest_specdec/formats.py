@@ -68,6 +68,20 @@ class FileFormat:
         its step)."""
         return version is not None and 1 <= version < self.version
 
+    def version_problem(self, data: Data, name: str) -> tuple[str, bool] | None:
+        """Why ``data`` (the file ``name``) is not of this format's current version, and whether it is an older one
+        (which `CONVERT` brings forward); None when it is current. One wording for every format's readers."""
+        version = version_of(data)
+        if self.older(version):
+            keeps = " and ".join(self.counted.split(", "))
+            return (f"{name}: {self.kind} of schema {version}, an older format than this plugin's {self.version}; "
+                    f"convert it, keeping its {keeps}, with `{CONVERT} {name}`"), True
+        if version != self.version:
+            return (f"{name}: `schema` is {data.get('schema')!r}; this plugin reads the {self.kind} format of "
+                    f"schema {self.version} (a newer plugin wrote it, or it is not a pytest-specdec {self.kind} "
+                    "file)"), False
+        return None
+
     def migrate(self, data: Data) -> Data:
         """A copy of ``data`` brought to the current version, one step after another (``data`` is left as is)."""
         out = copy.deepcopy(data)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError, field_problem, json_object
-from pytest_specdec.formats import BASELINE_SCHEMA, CONVERT, SWEEP_SCHEMA, FileFormat, version_of
+from pytest_specdec.formats import BASELINE_SCHEMA, SWEEP_SCHEMA, FileFormat
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
@@ -277,14 +277,9 @@ def read(data: dict[str, Any], name: str, fix: str = "fix or delete it") -> dict
     from pytest_specdec.measure.probe import state_problem
     from pytest_specdec.measure.record import runs_problem
 
-    version = version_of(data)
-    if BASELINE_FILE.older(version):
-        raise OlderBaseline(f"baseline {name} has schema {version}, an older format than this plugin's "
-                            f"{BASELINE_SCHEMA}; "
-                            f"convert it, keeping its nights, with `{CONVERT} {name}`")
-    if data.get("schema") != BASELINE_SCHEMA or version is None:
-        raise BaselineError(f"baseline {name} has schema {data.get('schema')!r}, this plugin reads schema "
-                            f"{BASELINE_SCHEMA}; {fix}")
+    if wrong := BASELINE_FILE.version_problem(data, name):
+        said, older = wrong
+        raise OlderBaseline(said) if older else BaselineError(f"{said}; {fix}")
     for key, kind in (("comparability", dict), ("under_test", dict), ("sessions", list)):
         if not isinstance(data.get(key), kind):
             raise BaselineError(f"baseline {name}: '{key}' is missing or not a {kind.__name__}; {fix}")
@@ -338,9 +333,8 @@ def read_sweep(data: dict[str, Any], name: str) -> dict[str, Any]:
     """A parsed crossover record, checked (``name``, its path, is what an error says)."""
     from pytest_specdec.measure.probe import state_problem
 
-    if data.get("schema") != SWEEP_SCHEMA:
-        raise BaselineError(f"crossover record {name} has schema {data.get('schema')!r}, this plugin reads "
-                            f"{SWEEP_SCHEMA}; {SWEEP_FIX}")
+    if wrong := CROSSOVER_FILE.version_problem(data, name):
+        raise BaselineError(f"{wrong[0]}; {SWEEP_FIX}")
     nights = data.get("nights")
     if not isinstance(nights, list) or not all(isinstance(n, dict) for n in nights):
         raise BaselineError(f"crossover record {name}: 'nights' is missing or not a list of objects; {SWEEP_FIX}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_specdec.errors import SpecDecError
-from pytest_specdec.formats import CONVERT, RESULTS_SCHEMA, FileFormat, version_of
+from pytest_specdec.formats import RESULTS_SCHEMA, FileFormat
 from pytest_specdec.gate.baselines import run_record
 from pytest_specdec.gate.kinds import (
     EXACT,
@@ -429,14 +429,8 @@ def _current(data: Any, name: str) -> dict[str, Any]:
     schema the command that converts it."""
     if not isinstance(data, dict):
         raise ResultsError(f"{name}: not a JSON object")
-    version = version_of(data)
-    if RESULTS_FILE.older(version):
-        raise ResultsError(f"{name}: results of schema {version}, an older format than this plugin's "
-                           f"{RESULTS_SCHEMA}; "
-                           f"convert the file with `{CONVERT} {name}`")
-    if data.get("schema") != RESULTS_SCHEMA or version is None:
-        raise ResultsError(f"{name}: `schema` is {data.get('schema')!r}; this plugin reads results of schema "
-                           f"{RESULTS_SCHEMA} (a newer plugin wrote it, or it is not a pytest-specdec results file)")
+    if wrong := RESULTS_FILE.version_problem(data, name):
+        raise ResultsError(wrong[0])
     return data
 
 

@@ -201,7 +201,8 @@ def _results(tmp_path: Path, name: str, edit: Callable[[dict], object] | None = 
     (lambda d: d["tests"][0]["runs"][1].pop("valid"), "{f}: tests[0].runs[1] has no `valid`"),
     (lambda d: d["tests"][0]["reference_runs"][0].update(output_tok_s="fast"),
      "{f}: tests[0].reference_runs[0].output_tok_s is 'fast', not int or float or NoneType"),
-    (lambda d: d.update(schema=9), f"{{f}}: `schema` is 9; this plugin reads results of schema {RESULTS_SCHEMA}"),
+    (lambda d: d.update(schema=9),
+     f"{{f}}: `schema` is 9; this plugin reads the results format of schema {RESULTS_SCHEMA}"),
     (lambda d: d["tests"][2].pop("outcome"), "{f}: not a pytest-specdec results file as this plugin writes them "
                                              "(tests[2] has no `outcome`)"),
 ], ids=["run-without-valid", "run-value-not-a-number", "unknown-schema", "test-without-outcome"])

@@ -129,8 +129,8 @@ def test_a_results_file_gets_what_each_missing_field_meant(tmp_path: Path) -> No
     old = old_results()
     path = tmp_path / "specdec.json"
     path.write_text(json.dumps(old))
-    with pytest.raises(ResultsError, match=re.escape(f"convert the file with `pytest-specdec convert-schema "
-                                                     f"{path}`")):
+    with pytest.raises(ResultsError, match=re.escape(f"convert it, keeping its tests and runs, with "
+                                                     f"`pytest-specdec convert-schema {path}`")):
         load_results(old, str(path))
     assert convert_file(path).startswith(f"converted {path}: results schema 1 → {RESULTS_SCHEMA}")
     new = json.loads(path.read_text())

@@ -124,7 +124,9 @@ def test_load_rejects_bad_files_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(BaselineError, match=r"b.json is not a JSON object; fix or delete it"):
         load(p, "c")
     p.write_text(json.dumps({"schema": 99}))
-    with pytest.raises(BaselineError, match=f"schema 99, this plugin reads schema {BASELINE_SCHEMA}; fix or delete it"):
+    with pytest.raises(BaselineError, match=re.escape(
+            f"`schema` is 99; this plugin reads the baseline format of schema {BASELINE_SCHEMA} (a newer plugin wrote "
+            "it, or it is not a pytest-specdec baseline file); fix or delete it")):
         load(p, "c")
     p.write_text(json.dumps({"schema": BASELINE_SCHEMA, "comparability": {}, "under_test": {}, "sessions": [{}]}))
     with pytest.raises(BaselineError, match=r"sessions\[0\] has no runs"):
@@ -208,8 +210,8 @@ def test_an_older_baseline_is_an_error_naming_the_conversion_never_read_as_it_is
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(stored))
     with pytest.raises(OlderBaseline, match=re.escape(
-            f"baseline {path} has schema {BASELINE_SCHEMA - 1}, an older format than this plugin's {BASELINE_SCHEMA}; "
-            f"convert it, keeping its nights, with `pytest-specdec convert-schema {path}`")):
+            f"{path}: baseline of schema {BASELINE_SCHEMA - 1}, an older format than this plugin's {BASELINE_SCHEMA}; "
+            f"convert it, keeping its sessions and runs, with `pytest-specdec convert-schema {path}`")):
         load(path, "c")
     s.queue(_pending(s, "t.py::test_a", 1.0))
     summary = s.flush()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_specdec.errors import SpecDecError
 from pytest_specdec.formats import FileFormat
 from pytest_specdec.gate.baselines import BASELINE_FILE, CROSSOVER_FILE, load, load_sweep
 from pytest_specdec.gate.calibration import load_calibration, render_record
@@ -78,3 +79,18 @@ def test_a_migration_runs_every_step_in_order_and_leaves_the_input_alone() -> No
     assert old == {"schema": 2}
     with pytest.raises(ValueError, match="toy schema 4 is not one this plugin converts"):
         fmt.migrate({"schema": 4})
+
+
+@pytest.mark.parametrize("fmt", [BASELINE_FILE, CROSSOVER_FILE, RESULTS_FILE], ids=lambda f: f.kind)
+def test_each_reader_refuses_another_version_in_the_formats_one_wording(fmt: FileFormat) -> None:
+    """A newer (or unversioned) file is refused by every reader with `FileFormat.version_problem`'s words, and an
+    older one with the command that converts it: the wording is the format's, written once."""
+    for schema in (fmt.version + 1, "3", None, *range(1, fmt.version)):
+        said, older = fmt.version_problem({"schema": schema}, "f.json") or ("", False)
+        assert said.startswith("f.json: ") and older == (schema in range(1, fmt.version)), schema
+        assert (f"convert it, keeping its {' and '.join(fmt.counted.split(', '))}, with `pytest-specdec "
+                f"convert-schema f.json`" in said) is older
+        with pytest.raises(SpecDecError) as raised:
+            fmt.read({"schema": schema}, "f.json")
+        assert said in str(raised.value), (schema, str(raised.value))
+    assert fmt.version_problem({"schema": fmt.version}, "f.json") is None
