@@ -11,7 +11,7 @@
                                                night sd per metric, what a lone test catches; --write
                                                keeps it beside the machine's baselines for the gate
     pytest-specdec report FILE.json            the HTML report again, from a results file
-    pytest-specdec convert-schema PATH...      baseline and results files of an older schema brought to the
+    pytest-specdec convert-schema PATH...      baseline, crossover and results files of an older schema brought to the
                                                current one, in place, every night kept (the command the
                                                plugin names for an older file)
 
@@ -458,12 +458,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", type=Path, metavar="OUT.html", help="where to write it (default: FILE.html)")
     r.set_defaults(run=cmd_report)
 
-    v = sub.add_parser("convert-schema", help="bring baseline and results files of an older schema to the current one",
+    v = sub.add_parser("convert-schema", help="bring baseline, crossover and results files of an older schema to the "
+                                              "current one",
                        description="Converts each file in place, keeping every night, test and run; a file of the "
                                    "current schema is left as it is, other JSON is named and skipped. Each converted "
                                    "file is read back by the plugin's reader before it is written.")
-    v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="baseline or results files, or directories "
-                                                                       "of them (searched for *.json)")
+    v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="baseline, crossover or results files, or "
+                                                                       "directories of them (searched for *.json and "
+                                                                       "*.crossover)")
     v.set_defaults(run=cmd_convert_schema)
     return ap
 

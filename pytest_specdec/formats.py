@@ -57,6 +57,8 @@ class FileFormat:
     steps: Mapping[int, Callable[[Data], Data]] = field(default_factory=dict)
     #: What the counts are of, in the convert command's line.
     counted: str = "sessions, runs"
+    #: The suffix of its files' names (what `convert-schema` looks for in a directory).
+    suffix: str = ".json"
 
     def __post_init__(self) -> None:
         missing = [v for v in range(1, self.version) if v not in self.steps]

@@ -396,7 +396,7 @@ def _counts(data: Mapping[str, Any]) -> tuple[int, int]:
 #: A test's baseline file.
 BASELINE_FILE = FileFormat(kind="baseline", version=BASELINE_SCHEMA, detect=lambda d: "sessions" in d,
                            render=render, read=read, counts=_counts, steps={1: _from_1, 2: _from_2})
-#: A concurrency sweep's crossover record (one version so far: nothing to convert).
+#: A concurrency sweep's crossover record (one version so far: `convert-schema` finds it current).
 CROSSOVER_FILE = FileFormat(kind="crossover record", version=SWEEP_SCHEMA, detect=lambda d: "nights" in d,
                             render=render, read=read_sweep, counts=lambda d: (len(d["nights"]), 0),
-                            counted="nights")
+                            counted="nights", suffix=SWEEP_SUFFIX)

@@ -1,11 +1,11 @@
-"""Convert baseline and results files of an older schema to the current one, in place, keeping every night:
-`pytest-specdec convert-schema PATH...` (the command `formats.CONVERT` that the readers name for an older file).
+"""Convert baseline, crossover and results files of an older schema to the current one, in place, keeping every
+night: `pytest-specdec convert-schema PATH...` (the command `formats.CONVERT` that the readers name for an older file).
 
-A directory is searched for *.json; a file of the current schema is left as it is, and a file that is neither a
-baseline nor a results file is named and skipped. The steps between the schemas are the formats' own
-(`gate.baselines.BASELINE_FILE`, `output.schema.RESULTS_FILE`): this command finds each file's format, brings it
-to the current version, and writes it in the format's one text form, so no reader guesses which version wrote
-a field:
+A directory is searched for the formats' files (*.json, *.crossover); a file of the current schema is left as it is,
+and a file of none of the formats is named and skipped. The steps between the schemas are the formats' own
+(`gate.baselines.BASELINE_FILE` and `CROSSOVER_FILE`, `output.schema.RESULTS_FILE`): this command finds each file's
+format, brings it to the current version, and writes it in the format's one text form, so no reader guesses which
+version wrote a field:
 
 * baselines, schema 1 → 2: an engine config stored from vLLM's log line (no `config_source`) is marked
   `config_source: "log line (schema 1)"`; 2 → 3: each run takes the registry's names (`itl_ms` →
@@ -29,11 +29,13 @@ from pathlib import Path
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.formats import FileFormat, version_of
-from pytest_specdec.gate.baselines import BASELINE_FILE, BaselineError
+from pytest_specdec.gate.baselines import BASELINE_FILE, CROSSOVER_FILE, BaselineError
 from pytest_specdec.output.schema import RESULTS_FILE, ResultsError
 
 #: The formats this command converts, in the order a file is tried against them.
-CONVERTED: tuple[FileFormat, ...] = (BASELINE_FILE, RESULTS_FILE)
+CONVERTED: tuple[FileFormat, ...] = (BASELINE_FILE, CROSSOVER_FILE, RESULTS_FILE)
+#: What a skipped file is not, in the command's line.
+_KINDS = ", ".join(f.kind for f in CONVERTED[:-1]) + f" or {CONVERTED[-1].kind}"
 
 
 class ConvertError(SpecDecError):
@@ -48,10 +50,10 @@ def convert_file(path: Path) -> str:
         raise ConvertError(f"{path}: cannot be read as JSON ({exc})") from None
     version = version_of(data)
     if not isinstance(data, dict) or version is None:
-        return f"skipped {path}: not a baseline or results file (no `schema`)"
+        return f"skipped {path}: not a {_KINDS} file (no `schema`)"
     fmt = next((f for f in CONVERTED if f.detect(data)), None)
     if fmt is None:
-        return f"skipped {path}: not a baseline or results file (no `sessions` or `tests`)"
+        return f"skipped {path}: not a {_KINDS} file (none of their fields)"
     kind, current = fmt.kind, fmt.version
     if version == current:
         return f"current {path}: {kind} schema {version}"
@@ -78,7 +80,7 @@ def files(paths: Iterable[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out += sorted(p.rglob("*.json"))
+            out += sorted({found for suffix in {f.suffix for f in CONVERTED} for found in p.rglob(f"*{suffix}")})
         elif p.exists():
             out.append(p)
         else:
@@ -87,7 +89,8 @@ def files(paths: Iterable[Path]) -> list[Path]:
 
 
 def convert_paths(paths: Iterable[Path]) -> Iterator[str]:
-    """Convert every baseline and results file among ``paths`` (directories searched for *.json), one line per
-    file as it is done. The first file that cannot be converted stops it with a ConvertError naming that file."""
+    """Convert every file of the CONVERTED formats among ``paths`` (directories searched for their suffixes), one
+    line per file as it is done. The first file that cannot be converted stops it with a ConvertError naming that
+    file."""
     for path in files(paths):
         yield convert_file(path)

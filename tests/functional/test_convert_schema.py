@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.formats import BASELINE_SCHEMA, RESULTS_SCHEMA
+from pytest_specdec.formats import BASELINE_SCHEMA, RESULTS_SCHEMA, SWEEP_SCHEMA
 from pytest_specdec.gate.baselines import BaselineError, load
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.output import report
@@ -21,6 +21,7 @@ from pytest_specdec.output.schema import load as load_results
 from pytest_specdec.output.sweeps import regime_limits
 
 ROOT = Path(__file__).resolve().parents[2]
+BASELINES = ROOT / "baselines"
 
 
 #: The command as a user runs it, wherever the package is installed (`pytest-specdec convert-schema`).
@@ -154,14 +155,17 @@ def test_a_results_file_gets_what_each_missing_field_meant(tmp_path: Path) -> No
 def test_the_command_converts_folders_skips_other_json_and_names_what_it_cannot(tmp_path: Path) -> None:
     (tmp_path / "cpu").mkdir()
     (tmp_path / "cpu" / "test_a.json").write_text(json.dumps(old_baseline()))
+    crossover = next(BASELINES.rglob("*.crossover"))  # a committed record: current, found by its suffix
+    (tmp_path / "cpu" / "sweep.crossover").write_text(crossover.read_text(encoding="utf-8"))
     (tmp_path / "bench.json").write_text("{}")
     (tmp_path / "new.json").write_text(json.dumps({"schema": 99, "tests": []}))
     out = convert(tmp_path / "cpu", tmp_path / "bench.json")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
+        f"current {tmp_path / 'cpu' / 'sweep.crossover'}: crossover record schema {SWEEP_SCHEMA}",
         f"converted {tmp_path / 'cpu' / 'test_a.json'}: baseline schema 1 → {BASELINE_SCHEMA} "
         "(sessions, runs (3, 18) kept)",
-        f"skipped {tmp_path / 'bench.json'}: not a baseline or results file (no `schema`)"]
+        f"skipped {tmp_path / 'bench.json'}: not a baseline, crossover record or results file (no `schema`)"]
     bad = convert(tmp_path / "new.json")
     assert bad.returncode == 2 and bad.stderr == (
         f"pytest-specdec convert-schema: error: {tmp_path / 'new.json'}: results schema 99 is not one this "
