@@ -11,7 +11,7 @@
                                                night sd per metric, what a lone test catches; --write
                                                keeps it beside the machine's baselines for the gate
     pytest-specdec report FILE.json            the HTML report again, from a results file
-    pytest-specdec convert-schema PATH...      baseline, crossover and results files of an older schema brought to the
+    pytest-specdec convert-schema PATH...      the plugin's files of an older schema brought to the
                                                current one, in place, every night kept (the command the
                                                plugin names for an older file)
 
@@ -354,7 +354,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """`pytest-specdec calibrate`: sessions of one machine and profile in, its calibration record out."""
     from pytest_specdec.app.calibrate import of_results
     from pytest_specdec.files import write_atomic
-    from pytest_specdec.gate.calibration import calibration_path, render_record, summary_lines
+    from pytest_specdec.gate.calibration import CALIBRATION_FILE, calibration_path, summary_lines
 
     read = [(str(path), read_results(path)[1]) for path in args.files]
     record, profile, hardware = of_results(read, profile_state_tolerance(*read[-1]))
@@ -372,7 +372,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
         root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(root / ".specdec-baselines.lock"), timeout=600):
-            write_atomic(path, render_record(record))
+            write_atomic(path, CALIBRATION_FILE.render(record))
         print(f"specdec calibration: wrote {path}", file=sys.stderr)
     else:
         print(f"specdec calibration: nothing written (--write keeps it at {path})", file=sys.stderr)
@@ -458,14 +458,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", type=Path, metavar="OUT.html", help="where to write it (default: FILE.html)")
     r.set_defaults(run=cmd_report)
 
-    v = sub.add_parser("convert-schema", help="bring baseline, crossover and results files of an older schema to the "
-                                              "current one",
+    v = sub.add_parser("convert-schema", help="bring the plugin's files (baselines, crossover, results and calibration "
+                                              "records) of an older schema to the current one",
                        description="Converts each file in place, keeping every night, test and run; a file of the "
                                    "current schema is left as it is, other JSON is named and skipped. Each converted "
                                    "file is read back by the plugin's reader before it is written.")
-    v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="baseline, crossover or results files, or "
-                                                                       "directories of them (searched for *.json and "
-                                                                       "*.crossover)")
+    v.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="the plugin's files, or directories of "
+                                                                       "them (searched for *.json, *.crossover and "
+                                                                       "*.calibration)")
     v.set_defaults(run=cmd_convert_schema)
     return ap
 

@@ -3,10 +3,10 @@ from each older version to the next (`FileFormat`).
 
 The formats themselves are declared beside their readers: the baseline file and a sweep's crossover record in
 `gate/baselines.py` (`BASELINE_FILE`, `CROSSOVER_FILE`), the results file in `output/schema.py`
-(`RESULTS_FILE`). Their readers refuse any other version
-and name `CONVERT`, which ships with the package (`pytest-specdec convert-schema`, `output/convert.py`) and
-brings an older file to the current version through the format's own steps. Bump a version where a field
-changes meaning or shape, and give the format the step from the one before."""
+(`RESULTS_FILE`), a host's calibration record in `gate/calibration.py` (`CALIBRATION_FILE`). Their readers refuse
+any other version and name `CONVERT`, which ships with the package (`pytest-specdec convert-schema`,
+`output/convert.py`) and brings an older file to the current version through the format's own steps. Bump a version
+where a field changes meaning or shape, and give the format the step from the one before."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ BASELINE_SCHEMA = 3
 RESULTS_SCHEMA = 5
 #: A concurrency sweep's crossover record beside its tests' baseline files (`<sweep>.crossover`).
 SWEEP_SCHEMA = 1
+#: A host's calibration record beside its baselines (`<profile>/<hardware>/host.calibration`), its `schema` named:
+#: ``"pytest-specdec/calibration/<version>"``.
+CALIBRATION_SCHEMA = 1
 #: The GPU lease file a host's sessions share (`servers/gpus.py`); transient, never converted.
 LEASE_SCHEMA = 1
 #: How a file of an older schema is brought to the current one, wherever the package is installed.
@@ -59,6 +62,9 @@ class FileFormat:
     counted: str = "sessions, runs"
     #: The suffix of its files' names (what `convert-schema` looks for in a directory).
     suffix: str = ".json"
+    #: For a format whose `schema` is a named string, ``"<tag>/<version>"`` (the calibration record's), the tag;
+    #: "" where it is the bare version number.
+    tag: str = ""
 
     def __post_init__(self) -> None:
         missing = [v for v in range(1, self.version) if v not in self.steps]
@@ -70,29 +76,45 @@ class FileFormat:
         its step)."""
         return version is not None and 1 <= version < self.version
 
+    def schema_of(self, version: int) -> int | str:
+        """The `schema` value a file of ``version`` holds."""
+        return f"{self.tag}/{version}" if self.tag else version
+
+    def version_in(self, data: Any) -> int | None:
+        """A parsed file's version as this format writes it (None when it holds none this format could have)."""
+        if not self.tag:
+            return version_of(data)
+        schema = data.get("schema") if isinstance(data, dict) else None
+        prefix = f"{self.tag}/"
+        if isinstance(schema, str) and schema.startswith(prefix) and schema[len(prefix):].isdigit():
+            return int(schema[len(prefix):])
+        return None
+
     def version_problem(self, data: Data, name: str) -> tuple[str, bool] | None:
         """Why ``data`` (the file ``name``) is not of this format's current version, and whether it is an older one
         (which `CONVERT` brings forward); None when it is current. One wording for every format's readers."""
-        version = version_of(data)
+        version = self.version_in(data)
         if self.older(version):
+            assert version is not None
             keeps = " and ".join(self.counted.split(", "))
-            return (f"{name}: {self.kind} of schema {version}, an older format than this plugin's {self.version}; "
-                    f"convert it, keeping its {keeps}, with `{CONVERT} {name}`"), True
+            return (f"{name}: {self.kind} of schema {self.schema_of(version)}, an older format than this plugin's "
+                    f"{self.schema_of(self.version)}; convert it, keeping its {keeps}, with `{CONVERT} {name}`"), True
         if version != self.version:
-            return (f"{name}: `schema` is {data.get('schema')!r}; this plugin reads the {self.kind} format of "
-                    f"schema {self.version} (a newer plugin wrote it, or it is not a pytest-specdec {self.kind} "
-                    "file)"), False
+            got = data.get("schema") if isinstance(data, dict) else None
+            return (f"{name}: `schema` is {got!r}; this plugin reads the {self.kind} format of schema "
+                    f"{self.schema_of(self.version)} (a newer plugin wrote it, or it is not a pytest-specdec "
+                    f"{self.kind} file)"), False
         return None
 
     def migrate(self, data: Data) -> Data:
         """A copy of ``data`` brought to the current version, one step after another (``data`` is left as is)."""
         out = copy.deepcopy(data)
-        version = version_of(out)
+        version = self.version_in(out)
         if not self.older(version):
-            raise ValueError(f"{self.kind} schema {version!r} is not one this plugin converts "
+            raise ValueError(f"{self.kind} schema {out.get('schema')!r} is not one this plugin converts "
                              f"(1 to {self.version - 1})")
         assert version is not None
         for v in range(version, self.version):
             out = self.steps[v](out)
-            out["schema"] = v + 1
+            out["schema"] = self.schema_of(v + 1)
         return out

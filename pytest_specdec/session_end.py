@@ -230,7 +230,7 @@ def calibrate_session(session: SpecDecSession) -> list[str]:
 
     from pytest_specdec.app.calibrate import machine_of, of_results
     from pytest_specdec.files import write_atomic
-    from pytest_specdec.gate.calibration import CALIBRATION_FILE, render_record, summary_lines
+    from pytest_specdec.gate.calibration import CALIBRATION_FILE, CALIBRATION_NAME, summary_lines
     from pytest_specdec.output.schema import ResultsError, load
 
     if not session.settings.calibrate or not session.result_paths or session._judge is None:
@@ -255,7 +255,7 @@ def calibrate_session(session: SpecDecSession) -> list[str]:
                  "calibrated")]
     key = (mine.profile, machine_of(mine))
     pool = [(p, r) for p, r in named if (r.profile, machine_of(r)) == key]
-    path = judge.store.base / CALIBRATION_FILE
+    path = judge.store.base / CALIBRATION_NAME
     out = [f"specdec calibration: results files left out, unreadable: {', '.join(unread)}"] if unread else []
     if len(pool) < 2:
         return [*out, (f"specdec calibration: 1 calibration session of profile {key[0]} on this machine so far (this "
@@ -269,7 +269,7 @@ def calibrate_session(session: SpecDecSession) -> list[str]:
     existed = path.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(st.baselines_dir / ".specdec-baselines.lock"), timeout=600):
-        write_atomic(path, render_record(record))
+        write_atomic(path, CALIBRATION_FILE.render(record))
     return [*out, *summary_lines(record, judge.rel(path)),
             (f"specdec calibration: {'replaced' if existed else 'wrote'} {judge.rel(path)} from {len(pool)} sessions "
              f"in {judge.rel(st.reports_dir)}; commit it beside the baselines")]

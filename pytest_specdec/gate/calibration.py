@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError
+from pytest_specdec.formats import CALIBRATION_SCHEMA, FileFormat
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.machine import StateTolerance
@@ -26,9 +27,10 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.variance import NightPrior
 
-CALIBRATION_SCHEMA = "pytest-specdec/calibration/1"
 #: The record's name inside a machine's baselines folder (not ``*.json``: the baselines' reader lists those).
-CALIBRATION_FILE = "host.calibration"
+CALIBRATION_NAME = "host.calibration"
+#: What a record that cannot be read asks for.
+REMAKE = "make it again with `pytest-specdec calibrate RESULTS.json ... --write`, or remove it"
 #: Runs per arm a lone test is assumed to have at one look, for what the host can catch (the cpu profile's).
 CATCH_RUNS = 4
 
@@ -40,7 +42,7 @@ class CalibrationError(SpecDecError):
 def calibration_path(root: Path, profile: str, hardware: str) -> Path:
     from pytest_specdec.gate.baselines import safe_part
 
-    return root / safe_part(profile) / safe_part(hardware) / CALIBRATION_FILE
+    return root / safe_part(profile) / safe_part(hardware) / CALIBRATION_NAME
 
 
 def _sd_pct(var: float, log: bool) -> float:
@@ -199,7 +201,8 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     for name, follow in follows_state(per, factors).items():
         if name in metrics:
             metrics[name]["follows_state"] = follow
-    return {"schema": CALIBRATION_SCHEMA, "sessions": starts, "tests": ids, "alpha": alpha, "catch_runs": runs,
+    return {"schema": CALIBRATION_FILE.schema_of(CALIBRATION_SCHEMA), "sessions": starts, "tests": ids,
+            "alpha": alpha, "catch_runs": runs,
             "min_night_sd": min_night_sd, "metrics": metrics, "probe": probe}
 
 
@@ -356,24 +359,29 @@ def load_calibration(path: Path) -> dict[str, Any] | None:
     file and the command that makes it again (never silently replaced by the profile's guess)."""
     if not path.is_file():
         return None
-    fix = "make it again with `pytest-specdec calibrate RESULTS.json ... --write`, or remove it"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise CalibrationError(f"calibration record {path} cannot be read ({exc}); {fix}") from None
-    if not isinstance(data, dict) or data.get("schema") != CALIBRATION_SCHEMA:
-        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise CalibrationError(f"calibration record {path} has schema {got!r}, this plugin reads "
-                               f"{CALIBRATION_SCHEMA!r}; {fix}")
+        raise CalibrationError(f"calibration record {path} cannot be read ({exc}); {REMAKE}") from None
+    return read_record(data, str(path))
+
+
+def read_record(data: Any, name: str) -> dict[str, Any]:
+    """A parsed record checked (``name``, its path, is what an error says): the format's version, and each metric's
+    noise figures numbers >= 0."""
+    if not isinstance(data, dict):
+        raise CalibrationError(f"calibration record {name} is not a JSON object; {REMAKE}")
+    if wrong := CALIBRATION_FILE.version_problem(data, name):
+        raise CalibrationError(f"{wrong[0]}; {REMAKE}")
     metrics = data.get("metrics")
     if not isinstance(metrics, dict) or not metrics:
-        raise CalibrationError(f"calibration record {path}: 'metrics' is missing or empty; {fix}")
-    for name, m in metrics.items():
+        raise CalibrationError(f"calibration record {name}: 'metrics' is missing or empty; {REMAKE}")
+    for metric, m in metrics.items():
         for key in ("night_sd", "df_night", "run_sd", "df_run"):
             v = m.get(key) if isinstance(m, dict) else None
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
-                raise CalibrationError(f"calibration record {path}: metrics.{name}.{key} is {v!r}, not a number >= 0; "
-                                       f"{fix}")
+                raise CalibrationError(f"calibration record {name}: metrics.{metric}.{key} is {v!r}, not a number "
+                                       f">= 0; {REMAKE}")
     return data
 
 
@@ -436,7 +444,8 @@ def raised_thresholds(record: Mapping[str, Any], thresholds: Thresholds) -> dict
     return out
 
 
-def render_record(record: Mapping[str, Any]) -> str:
+def _render(record: Mapping[str, Any]) -> str:
+    """The record's one text form: the baselines' (sorted keys, rounded floats)."""
     from pytest_specdec.gate.baselines import render
 
     return render(dict(record))
@@ -497,3 +506,12 @@ def catch_phrase(record: Mapping[str, Any]) -> str:
 
     parts = [f"{label(name)} {_catch(name, m)}" for name, m in _in_order(record) if "catches" in m]
     return ", ".join(parts) + " at power 0.9" if parts else "nothing measured"
+
+
+#: The record's format: its `schema` is named, ``"pytest-specdec/calibration/<version>"`` (one version so far, so
+#: `convert-schema` finds a record current and nothing converts).
+CALIBRATION_FILE = FileFormat(
+    kind="calibration record", version=CALIBRATION_SCHEMA, tag="pytest-specdec/calibration",
+    detect=lambda d: str(d.get("schema", "")).startswith("pytest-specdec/calibration/"), render=_render,
+    read=read_record, counts=lambda d: (len(d["sessions"]), len(d["tests"])), counted="sessions, tests",
+    suffix=f".{CALIBRATION_NAME.rsplit('.', 1)[1]}")

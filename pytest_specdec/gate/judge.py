@@ -150,7 +150,7 @@ class Judge:
     def state_tolerance(self) -> StateTolerance:
         """Within how far a stored night's machine state is tonight's, per kind: measured by this machine's
         calibration where it saw the state move (`calibration.state_tolerance_of`), else the profile's."""
-        from pytest_specdec.gate.calibration import CALIBRATION_FILE, state_tolerance_of
+        from pytest_specdec.gate.calibration import CALIBRATION_NAME, state_tolerance_of
         from pytest_specdec.gate.variance import night_prior_from
 
         if self.calibration is None:
@@ -158,7 +158,7 @@ class Judge:
         profile = self.cfg.profile
         return state_tolerance_of(self.calibration, night_prior_from(profile.night_prior, profile.night_prior_source),
                                   self.profile_state_tolerance,
-                                  f"this machine's calibration {self.rel(self.store.base / CALIBRATION_FILE)}")
+                                  f"this machine's calibration {self.rel(self.store.base / CALIBRATION_NAME)}")
 
     @property
     def profile_state_tolerance(self) -> StateTolerance:
@@ -170,22 +170,22 @@ class Judge:
     @cached_property
     def calibration(self) -> dict[str, Any] | None:
         """This machine's calibration record (`gate.calibration`), read once; None where it has none."""
-        from pytest_specdec.gate.calibration import CALIBRATION_FILE, load_calibration
+        from pytest_specdec.gate.calibration import CALIBRATION_NAME, load_calibration
 
-        return load_calibration(self.store.base / CALIBRATION_FILE)
+        return load_calibration(self.store.base / CALIBRATION_NAME)
 
     @property
     def calibration_used(self) -> dict[str, Any] | None:
         """The calibration the verdicts were judged with, as the results keep it (where, its sessions, what a lone
         test catches); None when none was (no compared test, or no record)."""
-        from pytest_specdec.gate.calibration import CALIBRATION_FILE, catch_phrase
+        from pytest_specdec.gate.calibration import CALIBRATION_NAME, catch_phrase
 
         if "pipeline" not in self.__dict__ or self.calibration is None:
             return None
         from pytest_specdec.gate.thresholds import build_thresholds
 
         raised = self.raised(build_thresholds(*self._base_thresholds))
-        return {"path": self.rel(self.store.base / CALIBRATION_FILE), "sessions": len(self.calibration["sessions"]),
+        return {"path": self.rel(self.store.base / CALIBRATION_NAME), "sessions": len(self.calibration["sessions"]),
                 "catches": catch_phrase(self.judged_calibration or self.calibration),
                 "raised_thresholds": {name: list(pair) for name, pair in raised.items()},
                 # where the record saw the state move and measured a tolerance of its own
@@ -195,14 +195,14 @@ class Judge:
     def night_prior(self) -> NightPrior:
         """What nights are assumed to move before the stored nights can say: the profile's `[verdicts]
         night_prior` (or the default's guess), narrowed by this machine's calibration where it has one."""
-        from pytest_specdec.gate.calibration import CALIBRATION_FILE, prior_of
+        from pytest_specdec.gate.calibration import CALIBRATION_NAME, prior_of
         from pytest_specdec.gate.variance import night_prior_from
 
         profile = self.cfg.profile
         base = night_prior_from(profile.night_prior, profile.night_prior_source)
         if self.calibration is None:
             return base
-        return prior_of(self.calibration, f"this machine's calibration {self.rel(self.store.base / CALIBRATION_FILE)}",
+        return prior_of(self.calibration, f"this machine's calibration {self.rel(self.store.base / CALIBRATION_NAME)}",
                         base)
 
     def create_command(self, nodeid: str, mode: str) -> str:

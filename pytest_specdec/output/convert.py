@@ -1,11 +1,12 @@
-"""Convert baseline, crossover and results files of an older schema to the current one, in place, keeping every
-night: `pytest-specdec convert-schema PATH...` (the command `formats.CONVERT` that the readers name for an older file).
+"""Convert baseline, crossover, results and calibration files of an older schema to the current one, in place,
+keeping every night: `pytest-specdec convert-schema PATH...` (the command `formats.CONVERT` that the readers name
+for an older file).
 
-A directory is searched for the formats' files (*.json, *.crossover); a file of the current schema is left as it is,
-and a file of none of the formats is named and skipped. The steps between the schemas are the formats' own
-(`gate.baselines.BASELINE_FILE` and `CROSSOVER_FILE`, `output.schema.RESULTS_FILE`): this command finds each file's
-format, brings it to the current version, and writes it in the format's one text form, so no reader guesses which
-version wrote a field:
+A directory is searched for the formats' files (*.json, *.crossover, *.calibration); a file of the current schema
+is left as it is, and a file of none of the formats is named and skipped. The steps between the schemas are the
+formats' own (`gate.baselines.BASELINE_FILE` and `CROSSOVER_FILE`, `output.schema.RESULTS_FILE`,
+`gate.calibration.CALIBRATION_FILE`): this command finds each file's format, brings it to the current version,
+and writes it in the format's one text form, so no reader guesses which version wrote a field:
 
 * baselines, schema 1 → 2: an engine config stored from vLLM's log line (no `config_source`) is marked
   `config_source: "log line (schema 1)"`; 2 → 3: each run takes the registry's names (`itl_ms` →
@@ -28,12 +29,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pytest_specdec.errors import SpecDecError
-from pytest_specdec.formats import FileFormat, version_of
-from pytest_specdec.gate.baselines import BASELINE_FILE, CROSSOVER_FILE, BaselineError
-from pytest_specdec.output.schema import RESULTS_FILE, ResultsError
+from pytest_specdec.formats import FileFormat
+from pytest_specdec.gate.baselines import BASELINE_FILE, CROSSOVER_FILE
+from pytest_specdec.gate.calibration import CALIBRATION_FILE
+from pytest_specdec.output.schema import RESULTS_FILE
 
-#: The formats this command converts, in the order a file is tried against them.
-CONVERTED: tuple[FileFormat, ...] = (BASELINE_FILE, CROSSOVER_FILE, RESULTS_FILE)
+#: The formats this command converts, in the order a file is tried against them (the calibration record, told by its
+#: named schema, first: it has `sessions` and `tests` too).
+CONVERTED: tuple[FileFormat, ...] = (CALIBRATION_FILE, BASELINE_FILE, CROSSOVER_FILE, RESULTS_FILE)
 #: What a skipped file is not, in the command's line.
 _KINDS = ", ".join(f.kind for f in CONVERTED[:-1]) + f" or {CONVERTED[-1].kind}"
 
@@ -48,17 +51,17 @@ def convert_file(path: Path) -> str:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConvertError(f"{path}: cannot be read as JSON ({exc})") from None
-    version = version_of(data)
-    if not isinstance(data, dict) or version is None:
+    if not isinstance(data, dict) or data.get("schema") is None:
         return f"skipped {path}: not a {_KINDS} file (no `schema`)"
     fmt = next((f for f in CONVERTED if f.detect(data)), None)
     if fmt is None:
         return f"skipped {path}: not a {_KINDS} file (none of their fields)"
-    kind, current = fmt.kind, fmt.version
+    kind, current, version = fmt.kind, fmt.version, fmt.version_in(data)
     if version == current:
         return f"current {path}: {kind} schema {version}"
     if not fmt.older(version):
-        raise ConvertError(f"{path}: {kind} schema {version} is not one this command converts (1 to {current - 1})")
+        raise ConvertError(f"{path}: {kind} schema {data['schema']!r} is not one this command converts (1 to "
+                           f"{current - 1})")
     try:
         new = fmt.migrate(data)
     except (KeyError, TypeError, AttributeError) as exc:
@@ -70,7 +73,7 @@ def convert_file(path: Path) -> str:
     written = fmt.render(new)
     try:  # the format's own reader: what it cannot read is not written
         fmt.read(json.loads(written), str(path))
-    except (BaselineError, ResultsError) as exc:
+    except SpecDecError as exc:
         raise ConvertError(f"{path}: converted, it does not read back ({exc}); nothing written") from None
     path.write_text(written, encoding="utf-8")
     return f"converted {path}: {kind} schema {version} → {current} ({fmt.counted} {fmt.counts(new)} kept)"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.formats import BASELINE_SCHEMA, RESULTS_SCHEMA, SWEEP_SCHEMA
+from pytest_specdec.formats import BASELINE_SCHEMA, CALIBRATION_SCHEMA, RESULTS_SCHEMA, SWEEP_SCHEMA
 from pytest_specdec.gate.baselines import BaselineError, load
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.output import report
@@ -157,15 +157,19 @@ def test_the_command_converts_folders_skips_other_json_and_names_what_it_cannot(
     (tmp_path / "cpu" / "test_a.json").write_text(json.dumps(old_baseline()))
     crossover = next(BASELINES.rglob("*.crossover"))  # a committed record: current, found by its suffix
     (tmp_path / "cpu" / "sweep.crossover").write_text(crossover.read_text(encoding="utf-8"))
+    calibration = next(BASELINES.rglob("*.calibration"))  # likewise, told from a baseline by its named schema
+    (tmp_path / "cpu" / "host.calibration").write_text(calibration.read_text(encoding="utf-8"))
     (tmp_path / "bench.json").write_text("{}")
     (tmp_path / "new.json").write_text(json.dumps({"schema": 99, "tests": []}))
     out = convert(tmp_path / "cpu", tmp_path / "bench.json")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
+        f"current {tmp_path / 'cpu' / 'host.calibration'}: calibration record schema {CALIBRATION_SCHEMA}",
         f"current {tmp_path / 'cpu' / 'sweep.crossover'}: crossover record schema {SWEEP_SCHEMA}",
         f"converted {tmp_path / 'cpu' / 'test_a.json'}: baseline schema 1 → {BASELINE_SCHEMA} "
         "(sessions, runs (3, 18) kept)",
-        f"skipped {tmp_path / 'bench.json'}: not a baseline, crossover record or results file (no `schema`)"]
+        f"skipped {tmp_path / 'bench.json'}: not a calibration record, baseline, crossover record or results file "
+        "(no `schema`)"]
     bad = convert(tmp_path / "new.json")
     assert bad.returncode == 2 and bad.stderr == (
         f"pytest-specdec convert-schema: error: {tmp_path / 'new.json'}: results schema 99 is not one this "

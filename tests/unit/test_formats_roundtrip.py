@@ -12,7 +12,7 @@ import pytest
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.formats import FileFormat
 from pytest_specdec.gate.baselines import BASELINE_FILE, CROSSOVER_FILE, load, load_sweep
-from pytest_specdec.gate.calibration import load_calibration, render_record
+from pytest_specdec.gate.calibration import CALIBRATION_FILE, load_calibration
 from pytest_specdec.output.schema import RESULTS_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def test_a_committed_crossover_record_reads_and_writes_back_byte_for_byte(path: 
 @pytest.mark.parametrize("path", committed("*.calibration"), ids=lambda p: str(p.relative_to(BASELINES)))
 def test_a_committed_calibration_record_reads_and_writes_back_byte_for_byte(path: Path) -> None:
     data = load_calibration(path)
-    assert data is not None and render_record(data) == path.read_text(encoding="utf-8")
+    assert data is not None and CALIBRATION_FILE.render(data) == path.read_text(encoding="utf-8")
 
 
 def test_a_recorded_results_file_reads_and_writes_back_byte_for_byte() -> None:
@@ -53,7 +53,7 @@ def test_a_recorded_results_file_reads_and_writes_back_byte_for_byte() -> None:
     assert len(results.tests) == len(data["tests"]) and RESULTS_FILE.render(data) == text
 
 
-@pytest.mark.parametrize("fmt", [BASELINE_FILE, CROSSOVER_FILE, RESULTS_FILE], ids=lambda f: f.kind)
+@pytest.mark.parametrize("fmt", [BASELINE_FILE, CROSSOVER_FILE, RESULTS_FILE, CALIBRATION_FILE], ids=lambda f: f.kind)
 def test_each_format_has_a_step_from_every_older_version(fmt: FileFormat) -> None:
     """A version bumped without the step from the one before is refused where the format is declared; a format
     with steps reaches the current version through them, one at a time."""
@@ -81,16 +81,17 @@ def test_a_migration_runs_every_step_in_order_and_leaves_the_input_alone() -> No
         fmt.migrate({"schema": 4})
 
 
-@pytest.mark.parametrize("fmt", [BASELINE_FILE, CROSSOVER_FILE, RESULTS_FILE], ids=lambda f: f.kind)
+@pytest.mark.parametrize("fmt", [BASELINE_FILE, CROSSOVER_FILE, RESULTS_FILE, CALIBRATION_FILE], ids=lambda f: f.kind)
 def test_each_reader_refuses_another_version_in_the_formats_one_wording(fmt: FileFormat) -> None:
     """A newer (or unversioned) file is refused by every reader with `FileFormat.version_problem`'s words, and an
     older one with the command that converts it: the wording is the format's, written once."""
-    for schema in (fmt.version + 1, "3", None, *range(1, fmt.version)):
+    olds = [fmt.schema_of(v) for v in range(1, fmt.version)]
+    for schema in (fmt.schema_of(fmt.version + 1), "3", None, 1 if fmt.tag else "1", *olds):
         said, older = fmt.version_problem({"schema": schema}, "f.json") or ("", False)
-        assert said.startswith("f.json: ") and older == (schema in range(1, fmt.version)), schema
+        assert said.startswith("f.json: ") and older == (schema in olds), schema
         assert (f"convert it, keeping its {' and '.join(fmt.counted.split(', '))}, with `pytest-specdec "
                 f"convert-schema f.json`" in said) is older
         with pytest.raises(SpecDecError) as raised:
             fmt.read({"schema": schema}, "f.json")
         assert said in str(raised.value), (schema, str(raised.value))
-    assert fmt.version_problem({"schema": fmt.version}, "f.json") is None
+    assert fmt.version_problem({"schema": fmt.schema_of(fmt.version)}, "f.json") is None

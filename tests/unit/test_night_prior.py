@@ -17,6 +17,7 @@ import pytest
 from factories import night, run_entry
 
 from pytest_specdec.gate.calibration import (
+    CALIBRATION_FILE,
     CalibrationError,
     as_judged,
     calibrate,
@@ -24,7 +25,6 @@ from pytest_specdec.gate.calibration import (
     load_calibration,
     prior_of,
     raised_thresholds,
-    render_record,
     resolves,
     summary_lines,
 )
@@ -181,12 +181,14 @@ def test_bad_calibration_input_and_records_say_what_to_fix(tmp_path: Path) -> No
             and mixed["metrics"]["speedup"]["df_night"] == 2 * 2 + 10 * 1)  # t0, t1: 3 nights
     path = tmp_path / "host.calibration"
     assert load_calibration(path) is None
-    path.write_text(render_record(calibrate(s)))
+    path.write_text(CALIBRATION_FILE.render(calibrate(s)))
     assert load_calibration(path) is not None
     path.write_text('{"schema": "pytest-specdec/calibration/0"}')
-    with pytest.raises(CalibrationError, match="has schema 'pytest-specdec/calibration/0'.*pytest-specdec calibrate"):
+    with pytest.raises(CalibrationError, match="`schema` is 'pytest-specdec/calibration/0'; this plugin reads the "
+                                               "calibration record format of schema pytest-specdec/calibration/1 "
+                                               ".*pytest-specdec calibrate"):
         load_calibration(path)
-    path.write_text(render_record({**calibrate(s), "metrics": {"speedup": {"night_sd": -1, "df_night": 2,
+    path.write_text(CALIBRATION_FILE.render({**calibrate(s), "metrics": {"speedup": {"night_sd": -1, "df_night": 2,
                                                                            "run_sd": 1, "df_run": 2}}}))
     with pytest.raises(CalibrationError, match=r"metrics.speedup.night_sd is -1, not a number >= 0"):
         load_calibration(path)
