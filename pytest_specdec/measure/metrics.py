@@ -109,7 +109,7 @@ class EngineFigures:
                    prefix_cache_hits=int(d.prefix_cache_hits))
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunMetrics:
     """The figures of one run; every value is plain (JSON-able) and None where undefined.
 
@@ -197,7 +197,16 @@ def compute_run_metrics(load: LoadResult, delta: Counters | None,
     tpots = [t for t in (s.tpot_s for s in ok) if t is not None]
     itl_chunk = [x for s in ok for x in s.itls_chunk_s]
     itl_token = [x for s in ok for x in s.itls_token_s]
-    rm = RunMetrics(
+    good = good_requests(ok, goodput_slos_ms) if goodput_slos_ms else None
+    engine = spec = None
+    if delta is not None:
+        # Counters see every token generated in the window, including those of requests that failed late.
+        usage_tokens = sum(s.output_tokens for s in load.samples)
+        n_started = sum(1 for s in load.samples if s.output_tokens > 0)
+        engine = EngineFigures.from_delta(delta, usage_tokens)
+        if delta.spec_decode:
+            spec = SpecFigures.from_delta(delta, n_started)
+    return RunMetrics(
         n_requests=len(load.samples), n_failed=len(load.samples) - len(ok), duration_s=dur,
         output_tok_s=total_out / dur if dur > 0 else None,
         request_s=len(ok) / dur if dur > 0 else None,
@@ -208,19 +217,10 @@ def compute_run_metrics(load: LoadResult, delta: Counters | None,
         loop_lag_max_ms=load.loop_lag_max_s * 1000, loop_lag_mean_ms=load.loop_lag_mean_s * 1000,
         errors=load.error_counts(),
         finish_reasons=dict(Counter(str(s.finish_reason) for s in ok)),
+        good_requests=good, goodput_req_s=None if good is None or dur <= 0 else good / dur,
+        goodput_slos_ms=dict(goodput_slos_ms) if goodput_slos_ms else None,
+        engine=engine, spec=spec,
     )
-    if goodput_slos_ms:
-        rm.good_requests = good_requests(ok, goodput_slos_ms)
-        rm.goodput_req_s = rm.good_requests / dur if dur > 0 else None
-        rm.goodput_slos_ms = dict(goodput_slos_ms)
-    if delta is not None:
-        # Counters see every token generated in the window, including those of requests that failed late.
-        usage_tokens = sum(s.output_tokens for s in load.samples)
-        n_started = sum(1 for s in load.samples if s.output_tokens > 0)
-        rm.engine = EngineFigures.from_delta(delta, usage_tokens)
-        if delta.spec_decode:
-            rm.spec = SpecFigures.from_delta(delta, n_started)
-    return rm
 
 
 # --- coalesced streams ---------------------------------------------------------------------------
@@ -366,16 +366,16 @@ def bench_run_metrics(result: dict[str, Any] | str | os.PathLike[str],
             result = json.load(f)
     assert isinstance(result, dict)
     rm = compute_run_metrics(load_bench_result(result), None, goodput_slos_ms)
-    rm.max_in_flight, rm.loop_lag_max_ms, rm.loop_lag_mean_ms = None, None, None
+    spec = None
     if "spec_decode_num_drafts" in result:
         drafts = int(result["spec_decode_num_drafts"])
-        rm.spec = SpecFigures(
+        spec = SpecFigures(
             drafts=drafts, draft_tokens=int(result["spec_decode_draft_tokens"]),
             accepted_tokens=int(result["spec_decode_accepted_tokens"]),
             acceptance_rate=result["spec_decode_acceptance_rate"] / 100,
             acceptance_length=result["spec_decode_acceptance_length"] if drafts else None,
             per_position_acceptance=list(result.get("spec_decode_per_position_acceptance_rates") or []) or None)
-    return rm
+    return dataclasses.replace(rm, max_in_flight=None, loop_lag_max_ms=None, loop_lag_mean_ms=None, spec=spec)
 
 
 #: ``vllm bench serve`` summary field -> (RunMetrics field, statistic or "" for a plain value).
