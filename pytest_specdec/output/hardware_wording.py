@@ -6,7 +6,10 @@ nights, and the report's view of both. The machine factor's sentence is `wording
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_specdec.output.schema import MachineStateEntry
 
 
 def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed: bool, recorded: int | None
@@ -43,27 +46,27 @@ def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed
     ]
 
 
-def machine_state_lines(state: Mapping[str, Any] | None) -> list[str]:
-    """The one block on the machine's state (`gate.machine.StateSummary.to_dict`), for the terminal and the top of
-    the report alike: tonight's state and the stored nights', and, where a test's speedup or E2E ratio could not
-    be judged for it, which and the ways on. One line when every ratio metric was judged."""
+def machine_state_lines(state: MachineStateEntry | None) -> list[str]:
+    """The one block on the machine's state, for the terminal (`gate.machine.StateSummary`, read as the results hold
+    it) and the top of the report alike: tonight's state and the stored nights', and, where a test's speedup or E2E
+    ratio could not be judged for it, which and the ways on. One line when every ratio metric was judged."""
     from pytest_specdec.gate.machine import describe_state
 
-    if not state:
+    if state is None:
         return []
-    tonight = describe_state(state["tonight"])
-    stored = (f"the stored nights {state['stored']}" if state["stored_nights"] else "no stored night")
+    tonight = describe_state(state.tonight)
+    stored = (f"the stored nights {state.stored}" if state.stored_nights else "no stored night")
     head = (f"specdec: machine state: tonight {tonight}; {stored} (a night counts as this state within "
             f"{tolerance_phrase(state)})")
-    bad = state["not_comparable"]
+    bad = state.not_comparable
     if not bad:
         return [head]
     return [
         head,
-        f"  {len(bad)} of {state['n_compared']} compared test(s) have no stored night in this state: their "
+        f"  {len(bad)} of {state.n_compared} compared test(s) have no stored night in this state: their "
         "speedup, E2E ratio and absolute figures are not-comparable (machine state), not judged; acceptance is "
         "judged as usual",
-        *(f"    {b['nodeid']}: {', '.join(b['metrics'])}" for b in bad),
+        *(f"    {nodeid}: {', '.join(metrics)}" for nodeid, metrics in bad),
         "  on this machine the speedup moves with the machine's state (docs/gate.md, \"Machine state\"); the ways on:",
         "    judge the change within one session, where both arms see one state: --specdec-base-draft METHOD=MODEL "
         "or --specdec-base-python PATH",
@@ -71,12 +74,12 @@ def machine_state_lines(state: Mapping[str, Any] | None) -> list[str]:
     ]
 
 
-def tolerance_phrase(state: Mapping[str, Any]) -> str:
+def tolerance_phrase(state: MachineStateEntry) -> str:
     """The state tolerance as a results file gives it: one figure (±15 %, the profile's), or one per kind with
     where they come from (a file before per-kind tolerances has ``tolerance_pct`` alone)."""
     from pytest_specdec.gate.machine import StateTolerance
 
-    tol = StateTolerance.from_setting(state.get("tolerance") or state["tolerance_pct"], "machine_state")
+    tol = StateTolerance.from_setting(state.tolerance or state.tolerance_pct, "machine_state")
     return tol.phrase() + (f", {tol.source}" if tol.source else "")
 
 

@@ -355,8 +355,8 @@ class Results:
     outputs_file: str | None = None  # --specdec-save-outputs: the side file's name, beside the results
     #: each sweep line's crossover and its verdict or error (`output.results.crossover_entry`)
     crossovers: tuple[CrossoverEntry, ...] = ()
-    #: the session's machine state against its stored nights (`gate.machine.StateSummary.to_dict`)
-    machine_state: Mapping[str, Any] | None = None
+    #: the session's machine state against its stored nights
+    machine_state: MachineStateEntry | None = None
     #: what failed at the session's end, each ``{"what", "error"}`` (the rest was judged and written)
     errors: tuple[Mapping[str, str], ...] = ()
 
@@ -395,7 +395,8 @@ def _read(d: dict[str, Any], name: str) -> Results:
         crossovers=tuple(CrossoverEntry.from_dict(x, f"{name}: crossovers[{i}]")
                          for i, x in enumerate(d.get("crossovers") or ())
                          if isinstance(x, Mapping)),
-        machine_state=d.get("machine_state") if isinstance(d.get("machine_state"), Mapping) else None,
+        machine_state=(None if d.get("machine_state") is None
+                       else MachineStateEntry.from_dict(d["machine_state"], f"{name}: machine_state")),
         errors=tuple({"what": str(e.get("what")), "error": str(e.get("error"))} for e in d.get("errors") or ()
                      if isinstance(e, Mapping)))
 
@@ -440,6 +441,39 @@ class SweepPointEntry:
 
     at: float | None  # the concurrency, or the fraction of saturation of a rate sweep
     speedups: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class MachineStateEntry:
+    """The session's machine state against its stored nights as the results hold it (`gate.machine.StateSummary`'s
+    `to_dict`): the one block at the session's end, read back for the report and `compare` alike."""
+
+    tonight: Mapping[str, float] | None  # the probe's figures, the geometric mean over the session's tests
+    stored: str  # the stored nights' states, as a range
+    stored_nights: int
+    tolerance_pct: float  # the ratios' tolerance (%)
+    #: the tolerance per kind (`ratio`, `absolute`, `source`); None in a file written before tolerances per kind
+    tolerance: Mapping[str, Any] | None
+    n_compared: int
+    #: each test whose gated ratio metrics no stored night of tonight's state could judge: (nodeid, its metrics)
+    not_comparable: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> MachineStateEntry:
+        """The section as written; one that is not an object, or lacks a field, is an error naming it."""
+        if not isinstance(d, Mapping):
+            raise ResultsError(f"{where} is {type(d).__name__}, not an object")
+        missing = [k for k in ("tonight", "stored", "stored_nights", "tolerance_pct", "n_compared", "not_comparable")
+                   if k not in d]
+        if missing:
+            raise ResultsError(f"{where} has no `{missing[0]}`")
+        tonight, tolerance = d["tonight"], d.get("tolerance")
+        return cls(tonight=dict(tonight) if isinstance(tonight, Mapping) else None, stored=str(d["stored"]),
+                   stored_nights=int(d["stored_nights"]), tolerance_pct=float(d["tolerance_pct"]),
+                   tolerance=dict(tolerance) if isinstance(tolerance, Mapping) else None,
+                   n_compared=int(d["n_compared"]),
+                   not_comparable=tuple((str(b["nodeid"]), tuple(str(m) for m in b["metrics"]))
+                                        for b in d["not_comparable"]))
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,10 @@ def _results(tmp_path: Path, name: str, edit: Callable[[dict], object] | None = 
      f"{{f}}: `schema` is 9; this plugin reads the results format of schema {RESULTS_SCHEMA}"),
     (lambda d: d["tests"][2].pop("outcome"), "{f}: not a pytest-specdec results file as this plugin writes them "
                                              "(tests[2] has no `outcome`)"),
-], ids=["run-without-valid", "run-value-not-a-number", "unknown-schema", "test-without-outcome"])
+    (lambda d: d.update(machine_state=[1]), "{f}: machine_state is list, not an object"),
+    (lambda d: d.update(machine_state={"tonight": None}), "{f}: machine_state has no `stored`"),
+], ids=["run-without-valid", "run-value-not-a-number", "unknown-schema", "test-without-outcome",
+        "machine-state-not-an-object", "machine-state-without-stored"])
 def test_compare_bad_input_names_the_file_and_field(tmp_path: Path, edit: Callable[[dict], object],
                                                     message: str) -> None:
     good = _results(tmp_path, "good.json")

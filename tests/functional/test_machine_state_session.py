@@ -18,6 +18,8 @@ import pytest
 from session import specdec_session
 
 from fakes import FakeServer
+from pytest_specdec.output.hardware_wording import machine_state_lines
+from pytest_specdec.output.schema import load
 
 SUITE = {"num_prompts": 4, "max_tokens": 16, "concurrency": 1}
 REF_STEP_S = 0.008  # per decode step of the reference at speed 1.0
@@ -80,6 +82,9 @@ def test_a_slower_or_faster_machine_gives_no_conclusive_speedup_verdict(
                                             "metrics": ["speedup", "e2e_p95_ratio"]}]
         assert "specdec: machine state: tonight cores" in data["stdout"]
         assert "1 of 1 compared test(s) have no stored night in this state" in data["stdout"]
+        # the file's section, read by the typed reader, says the terminal's block word for word (the report's)
+        block = machine_state_lines(load({k: v for k, v in data.items() if k != "stdout"}).machine_state)
+        assert len(block) == 6 and all(line in data["stdout"].splitlines() for line in block), block
     # the speedup did move, the way the fixed draft cost makes it move: the condition is what kept it unjudged
     assert verdict(slow, "speedup")["now"] > 1.4 * verdict(slow, "speedup")["baseline"]
     assert verdict(fast, "speedup")["now"] < 0.8 * verdict(fast, "speedup")["baseline"]

@@ -20,7 +20,8 @@ FILE_KEY = {("VerdictEntry", "unit"): "delta_unit", ("SweepPointEntry", "at"): "
 DERIVED = {("TestEntry", "night"): "the test's runs, read as the gate reads a night"}
 
 TYPED = (schema.Results, schema.TestEntry, schema.VerdictEntry, schema.BaselineEntry, schema.ABEntry,
-         schema.GateEntry, schema.BaselineUpdate, schema.CrossoverEntry, schema.SweepPointEntry)
+         schema.GateEntry, schema.BaselineUpdate, schema.CrossoverEntry, schema.SweepPointEntry,
+         schema.MachineStateEntry)
 
 
 def named() -> set[str]:
