@@ -91,7 +91,7 @@ class SpecDec:
             value = "no values" if r.value is None else f"{r.value:.4g}"
             rows.append((f"{label} {r.op} {r.bound:g}", r.statistic, value, str(r.n), "pass" if r.passed else "FAIL"))
         widths = [max(len(row[i]) for row in rows) for i in range(5)]
-        table = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+        table = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
         per_run = "\n".join(f"  {r.metric}: {[round(v, 4) for v in values.get(r.metric, [])]}" for r in failed)
         invalid, untrusted = len(self.result.invalid_runs), len(self.result.untrusted_runs)
         coalesced = f"; latencies of {untrusted} coalesced run(s) left out" if untrusted else ""

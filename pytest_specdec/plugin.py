@@ -187,7 +187,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     slots = [i for i, item in enumerate(items) if _case(item) is not None]
     # the ignore below: _case is not None in every slot
     ordered = sorted((items[i] for i in slots), key=lambda it: _case(it).server_key())  # type: ignore[union-attr]
-    for i, item in zip(slots, ordered):
+    for i, item in zip(slots, ordered, strict=True):
         items[i] = item
     specdec = config.stash[session_key]
     pairs = [(items[i], _case(items[i])) for i in slots]

@@ -119,7 +119,7 @@ def compare(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         out[field] = {"unit": unit, **means, "rel_diff": relative(means["plugin"], means["bench"])}
     mismatches = [
         {"pair": i, "what": what, "plugin": p[what], "bench": b[what]}
-        for i, (p, b) in enumerate(zip(runs["plugin"], runs["bench"]))
+        for i, (p, b) in enumerate(zip(runs["plugin"], runs["bench"], strict=True))
         for what in ("input_tokens", "output_tokens") if p[what] != b[what]
     ]
     out["tokens_exact"] = not mismatches

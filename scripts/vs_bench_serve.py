@@ -247,7 +247,7 @@ def cmd_overhead(args: argparse.Namespace) -> int:
                 slopes[who].append(1e6 * (c2 - c1) / (t2 - t1))
                 print(f"rep {rep} {who}: {c1:.2f} / {c2:.2f} CPU s for {t1} / {t2} tokens -> "
                       f"{slopes[who][-1]:.1f} µs per token", flush=True)
-    logs = [math.log(a / b) for a, b in zip(slopes["plugin"], slopes["bench"])]
+    logs = [math.log(a / b) for a, b in zip(slopes["plugin"], slopes["bench"], strict=True)]
     mean, lo, hi = t_interval(logs) if len(logs) > 1 else (logs[0], float("nan"), float("nan"))
     med = {who: sorted(v)[len(v) // 2] for who, v in slopes.items()}
     summary = {"concurrency": args.concurrency, "max_tokens": args.max_tokens, "requests": args.requests,
@@ -316,7 +316,7 @@ def cmd_overhead_inproc(args: argparse.Namespace) -> int:
                 tokens = plugin(url) if who == "plugin" else asyncio.run(bench(url))
                 us[who].append(1e6 * (cpu() - t0) / tokens)
                 print(f"rep {rep} {who}: {us[who][-1]:.1f} µs per token", flush=True)
-    logs = [math.log(a / b) for a, b in zip(us["plugin"], us["bench"])]
+    logs = [math.log(a / b) for a, b in zip(us["plugin"], us["bench"], strict=True)]
     mean, lo, hi = t_interval(logs)
     summary = {"concurrency": c, "max_tokens": mt, "requests": n, "repeats": args.repeats, "cpu_us_per_token": us,
                "ratio_plugin_over_bench": {"mean": math.exp(mean), "ci90": [math.exp(lo), math.exp(hi)]}}

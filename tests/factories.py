@@ -79,7 +79,7 @@ def night_entry(reference: Sequence[Mapping[str, Any]], spec: Sequence[Mapping[s
     run's tok/s over its reference run's (None where either is invalid) unless given; the machine's state only
     where given."""
     pairs = ([s["output_tok_s"] / r["output_tok_s"] if s["valid"] and r["valid"] else None
-              for s, r in zip(spec, reference)] if speedup_per_pair is None else list(speedup_per_pair))
+              for s, r in zip(spec, reference, strict=True)] if speedup_per_pair is None else list(speedup_per_pair))
     entry = {"started": started, "under_test": {}, "runs": {"reference": list(reference), "spec": list(spec)},
              "speedup_per_pair": pairs}
     return entry if machine_state is None else {**entry, "machine_state": machine_state}

@@ -100,7 +100,8 @@ def pair_verdicts(base: Sequence[ArmRun], candidate: Sequence[ArmRun], threshold
     from pytest_specdec.measure.record import goodput_ratio, pairs, speedup
 
     refs_of = references or (reference, reference)
-    goodputs = [{p.index: goodput_ratio(p) for p in pairs(refs, arm)} for refs, arm in zip(refs_of, (base, candidate))]
+    goodputs = [{p.index: goodput_ratio(p) for p in pairs(refs, arm)}
+                for refs, arm in zip(refs_of, (base, candidate), strict=True)]
 
     def value(metric: str, run: ArmRun | None, arm: int) -> float | None:
         if run is None:

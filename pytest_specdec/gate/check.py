@@ -219,7 +219,7 @@ def adjusted_all(checks: Sequence[tuple[str, Judged]], *, final: bool, multiplic
         part = [flat[i] for i in idx]
         with_p = sum(1 for v in part if v.p is not None and v.verdict != NOT_COMPARABLE)
         size = None if final else max(sizes[family], with_p)
-        for i, v in zip(idx, adjust(part, multiplicity, alpha, family_size=size)):
+        for i, v in zip(idx, adjust(part, multiplicity, alpha, family_size=size), strict=True):
             out[i] = v
         # What a lone regression must clear: BH/Holm over m tests is alpha/m for the smallest p.
         m = max(1, size or with_p)

@@ -124,7 +124,7 @@ def trend(metric: str, levels: Sequence[float], *, penalty: float = PENALTY, alp
     while cuts:
         bounds = [0, *cuts, len(xs)]
         ps = [split_p(xs[a:c], xs[c:b], (b - a) - 2 * min_nights + 1, floor)
-              for a, c, b in zip(bounds, bounds[1:], bounds[2:])]
+              for a, c, b in zip(bounds, bounds[1:], bounds[2:], strict=False)]  # each cut with its neighbours
         worst = max(range(len(cuts)), key=lambda i: ps[i])
         if ps[worst] < alpha:
             break
@@ -135,8 +135,8 @@ def trend(metric: str, levels: Sequence[float], *, penalty: float = PENALTY, alp
         return math.exp(m) if kind != "acceptance" else m
 
     points = []
-    # `ps` are the kept splits' p-values: the loop ended on them (or no split is left)
-    for (a, c, b), p in zip(zip(bounds, bounds[1:], bounds[2:]), ps):
+    # `ps` are the kept splits' p-values: the loop ended on them (or no split is left, and `ps` is the last one's)
+    for (a, c, b), p in zip(zip(bounds, bounds[1:], bounds[2:], strict=False), ps if cuts else [], strict=True):
         before, after = float(np.mean(xs[a:c])), float(np.mean(xs[c:b]))
         points.append(ChangePoint(index=c, before=center(before), after=center(after),
                                   change=float(to_natural(kind, after - before)),

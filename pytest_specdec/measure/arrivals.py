@@ -106,7 +106,7 @@ async def open_loop(run: RunFn, jobs: list[Job], concurrency: int, arrivals: lis
         async with sem:
             return await run(p, body, at)
 
-    for (p, body), arrival in zip(jobs, arrivals):
+    for (p, body), arrival in zip(jobs, arrivals, strict=True):
         delay = t0 + arrival - time.perf_counter()
         if delay > 0 and not stopped():
             await asyncio.sleep(delay)

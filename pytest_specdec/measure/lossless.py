@@ -263,7 +263,7 @@ def compare(spec: Mapping[str, Sequence[float]], ref_a: Mapping[str, Sequence[fl
     own samples disagree, and a shift says nothing about the sampler); else ``same``.
     """
     ids = sorted(p for p in spec if spec[p] and ref_a.get(p) and ref_b.get(p))
-    arms = dict(zip(ARMS, (spec, ref_a, ref_b)))
+    arms = dict(zip(ARMS, (spec, ref_a, ref_b), strict=True))
     out: dict[str, Any] = {
         "statistic": "mean target log-prob per output token (nats) of each sample, scored by the reference server",
         "test": "two-sided Wilcoxon signed-rank over (prompt, sample) pairs", "alpha": alpha,
@@ -272,8 +272,9 @@ def compare(spec: Mapping[str, Sequence[float]], ref_a: Mapping[str, Sequence[fl
         "mean_logprob": {a: None for a in ARMS}, "diff": None, "ci": None, "ci_level": CI_LEVEL, "p": None,
         "control_diff": None, "control_ci": None, "control_p": None, "verdict": "inconclusive", "why": None,
     }
-    d = [x - y for p in ids for x, y in zip(spec[p], ref_a[p])]
-    c = [x - y for p in ids for x, y in zip(ref_b[p], ref_a[p])]
+    # as many pairs per prompt as the shorter arm has samples
+    d = [x - y for p in ids for x, y in zip(spec[p], ref_a[p], strict=False)]
+    c = [x - y for p in ids for x, y in zip(ref_b[p], ref_a[p], strict=False)]
     out["n_pairs"], out["control_n_pairs"] = len(d), len(c)
     need = min_prompts(alpha)
     if min(len(d), len(c)) < need:

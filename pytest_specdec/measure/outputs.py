@@ -6,6 +6,7 @@ the per-position acceptance. The temperature > 0 check is `lossless.py`'s.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -84,7 +85,7 @@ def greedy_output_match(result: CaseResult) -> dict[str, Any]:
         if pair.kept and pair.first is not None and pair.second is not None:
             h, n = matches(pair.second, pair.first)
             spec_hits, spec_n = spec_hits + h, spec_n + n
-    for a, b in zip(refs, refs[1:]):
+    for a, b in itertools.pairwise(refs):
         h, n = matches(a, b)
         ctrl_hits, ctrl_n = ctrl_hits + h, ctrl_n + n
     n_differing, differing = differing_outputs(result)

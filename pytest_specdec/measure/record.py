@@ -213,7 +213,7 @@ class Pair(Generic[R]):
     def why_dropped(self, names: tuple[str, str] = ("reference", "spec")) -> str:
         """Why the pair leaves the comparison ("" when it is kept): which arm's run is missing or invalid."""
         bad = [f"no {name} run" if run is None else f"the {name} run is invalid"
-               for name, run in zip(names, (self.first, self.second)) if run is None or not run.valid]
+               for name, run in zip(names, (self.first, self.second), strict=True) if run is None or not run.valid]
         return " and ".join(bad)
 
 
@@ -264,9 +264,9 @@ def goodput_undefined(pairs_: Iterable[Pair[ArmRun]], names: tuple[str, str] = (
         r, s = p.first.goodput_req_s, p.second.goodput_req_s
         if r is None and s is None:
             continue
-        zero = [name for name, g in zip(names, (r, s)) if g == 0]
+        zero = [name for name, g in zip(names, (r, s), strict=True) if g == 0]
         why = f"the {' and the '.join(zero)} run{'s' if len(zero) > 1 else ''} met no SLO (goodput 0)" if zero else ""
-        absent = [name for name, g in zip(names, (r, s)) if g is None]  # one arm counted against no SLO
+        absent = [name for name, g in zip(names, (r, s), strict=True) if g is None]  # one arm counted against no SLO
         out.append((p.index, "; ".join(w for w in (why, *(f"the {name} run has no goodput" for name in absent)) if w)))
     return out
 

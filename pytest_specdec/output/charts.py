@@ -5,6 +5,7 @@ Generic drawing only: `sweeps` builds the report's charts from the results and h
 
 from __future__ import annotations
 
+import itertools
 import math
 import textwrap
 from collections.abc import Sequence
@@ -217,7 +218,7 @@ def crossovers(points: Sequence[tuple[float, float]], level: float = 1.0, log_x:
                ) -> list[tuple[float, float]]:
     """Where a line crosses `level`, linearly interpolated (in log2 x on a log axis)."""
     out = []
-    for (xa, ya), (xb, yb) in zip(points, points[1:]):
+    for (xa, ya), (xb, yb) in itertools.pairwise(points):
         if (ya - level) * (yb - level) < 0:
             t = (level - ya) / (yb - ya)
             if log_x:

@@ -10,6 +10,7 @@ machine, named ``<test id> on <hardware>``; an A/B night's base follows as a tes
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,7 +101,7 @@ def table_lines(nights: Sequence[NightFile], rows: Sequence[NightSeries]) -> lis
             out.append(f"    {tr.note}")
         elif not tr.change_points:
             out.append(f"    no change point (noise sd {_noise(s)})")
-        for c, night in zip(tr.change_points if tr else (), s.change_nights):
+        for c, night in zip(tr.change_points if tr else (), s.change_nights, strict=True):
             out.append(f"    change point at night {night + 1} ({nights[night].started}): "
                        f"{format_value(s.metric, c.before)} → {format_value(s.metric, c.after)} "
                        f"({format_delta(c.change, c.unit)})")
@@ -173,7 +174,7 @@ def to_json(nights: Sequence[NightFile], rows: Sequence[NightSeries],
             "note": tr.note if tr else "no night has a value",
             "change_points": [{"night": night + 1, "started": nights[night].started, "before": c.before,
                                "after": c.after, "change": c.change, "unit": c.unit, "p": c.p}
-                              for c, night in zip(tr.change_points if tr else (), s.change_nights)],
+                              for c, night in zip(tr.change_points if tr else (), s.change_nights, strict=True)],
         }
     return {
         "nights": [{"night": k + 1, "started": n.started, "hardware": n.hardware, "file": str(n.path), "ab": n.ab}
@@ -204,10 +205,10 @@ def chart_svg(s: NightSeries, nights: Sequence[NightFile]) -> str:
         # One line through the fitted levels: flat within a level, a ramp where it changes.
         bounds = [0, *(c.index for c in tr.change_points), len(present)]
         levels = [tr.change_points[0].before, *(c.after for c in tr.change_points)]
-        fitted = [(float(present[i].night + 1), level) for a, b, level in zip(bounds, bounds[1:], levels)
-                  for i in (a, b - 1)]
+        fitted = [(float(present[i].night + 1), level)
+                  for (a, b), level in zip(itertools.pairwise(bounds), levels, strict=True) for i in (a, b - 1)]
         lines.append(Line("level between change points", fitted, color="#ff7f0e", dashed=True))
-        for c, night in zip(tr.change_points, s.change_nights):
+        for c, night in zip(tr.change_points, s.change_nights, strict=True):
             value = next(p.value for p in present if p.night == night)
             assert value is not None
             marks.append((float(night + 1), value,
@@ -245,7 +246,7 @@ def render_html(nights: Sequence[NightFile], rows: Sequence[NightSeries],
     tests: dict[str, list[dict[str, Any]]] = {}
     changes: dict[str, list[str]] = {}
     for s in rows:
-        for c, night in zip(s.trend.change_points if s.trend else (), s.change_nights):
+        for c, night in zip(s.trend.change_points if s.trend else (), s.change_nights, strict=True):
             changes.setdefault(s.name, []).append(
                 f"{label(s.metric)} at night {night + 1} ({format_delta(c.change, c.unit)})")
         tests.setdefault(s.name, []).append({

@@ -382,7 +382,7 @@ def render(results: Results) -> str:
             shown.append(t)
     ordered = shown
     columns = gate_metrics(ordered)
-    for i, (v, t) in enumerate(zip(views, ordered)):
+    for i, (v, t) in enumerate(zip(views, ordered, strict=True)):
         v["anchor"] = f"t{i + 1}"
         v["gate_cells"] = gate_cells(t, columns)
     machine, update = results.machine_factor, update_view(results.baseline_update)

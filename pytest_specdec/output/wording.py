@@ -160,7 +160,7 @@ def table(verdicts: Iterable[Verdict], ci_label: str = "90% CI", arms: tuple[str
                      format_value(v.metric, v.now), format_delta(v.delta, v.unit), format_ci(v), format_p(v),
                      v.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

@@ -223,8 +223,11 @@ def gpu_identity(run: Callable[..., subprocess.CompletedProcess[str]] = subproce
         try:
             done = run(query, capture_output=True, text=True, timeout=60)
             rows = [[c.strip() for c in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
-            gpus = ([dict(zip(GPU_IDENTITY, r)) for r in rows] if done.returncode == 0 and rows
-                    else f"{' '.join(query[1:])} exited with {done.returncode}")
+            odd = next((r for r in rows if len(r) != len(GPU_IDENTITY)), None)
+            gpus = (f"{' '.join(query[1:])} exited with {done.returncode}" if done.returncode != 0 or not rows
+                    else f"{' '.join(query[1:])} printed a row of {len(odd)} fields, not {len(GPU_IDENTITY)}: "
+                         f"{', '.join(odd)}" if odd is not None
+                    else [dict(zip(GPU_IDENTITY, r, strict=True)) for r in rows])
         except (OSError, subprocess.SubprocessError) as exc:
             gpus = f"{' '.join(query[1:])} could not run: {exc}"
     return {"gpus": gpus, "host": cpu_identity()}

@@ -287,7 +287,7 @@ class ServerPool:
                     self._release(spec.key())
             raise
         wall = time.monotonic() - t0
-        for (spec, server), error in zip(prepared, errors):
+        for (spec, server), error in zip(prepared, errors, strict=True):
             key = spec.key()
             if error is not None:
                 self._release(key)

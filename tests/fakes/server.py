@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import math
 import random
@@ -294,7 +295,7 @@ def _prompt_logprobs(lm: ToyLM, ids: list[int], k: Any) -> list[dict[str, dict[s
         return None
     k = lm.vocab if int(k) == -1 else int(k)
     out: list[dict[str, dict[str, Any]] | None] = [None]
-    for prev, tok in zip(ids, ids[1:]):
+    for prev, tok in itertools.pairwise(ids):
         row = lm.table[prev]
         entries = {tok: lm.rank(prev, tok)}
         for r, v in enumerate(sorted(range(lm.vocab), key=lambda v: -row[v])[:k], start=1):

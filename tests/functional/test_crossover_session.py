@@ -149,7 +149,7 @@ def test_a_sweep_per_parameter_and_a_broken_sweep_is_its_own_error(
     data = first.results
     by_sweep = {x["sweep"]: x for x in data["crossovers"]}
     tags = [f"test_suite.py::test_sweep[ngram-k3-t0.0-{t}]" for t in ("plain", "other")]
-    for tag, sweep in zip(("plain", "other"), tags):
+    for tag, sweep in zip(("plain", "other"), tags, strict=True):
         x = by_sweep[sweep]
         assert x["error"] is None and x["crossover"] is not None and [p["concurrency"] for p in x["points"]] == [1, 2]
         assert x["tests"] == [f"test_suite.py::test_sweep[ngram-k3-t0.0-c{c}-{tag}]" for c in (1, 2)], x["tests"]

@@ -3,6 +3,7 @@ prompts of exact token lengths against the simulated server, and the markers' er
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ N, RATE = 32, 64.0
 
 def sent_cv(sent: list[float]) -> float:
     """The coefficient of variation of the gaps between the requests as sent (the first from the run's start)."""
-    gaps = [b - a for a, b in zip([0.0, *sent], sent)]
+    gaps = [b - a for a, b in itertools.pairwise([0.0, *sent])]
     mean = sum(gaps) / len(gaps)
     return math.sqrt(sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1)) / mean
 

@@ -296,7 +296,8 @@ def test_percentile_parity_with_installed_vllm_bench() -> None:
     through the requests, a TPOT one among them, which 1-token requests meet at a TPOT of 0) exactly."""
     res = {**synthetic_bench_result(seed=11), "goodput_slos_ms": GOODPUT_SLOS_MS}
     # a 1-token request ends 50 ms after its first token, as real ones do: its TPOT still counts as 0 for goodput
-    one_token = [i for i, (out, err) in enumerate(zip(res["output_lens"], res["errors"])) if out == 1 and not err]
+    one_token = [i for i, (out, err) in enumerate(zip(res["output_lens"], res["errors"], strict=True))
+                 if out == 1 and not err]
     assert one_token
     for i in one_token:
         res["latencies"][i] += 0.05

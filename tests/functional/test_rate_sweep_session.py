@@ -60,9 +60,10 @@ def test_rate_sweep_records_its_rates_and_the_stop_paying_rate(
     (entry,) = data["crossovers"]
     assert entry["axis"] == "rate_fraction" and entry["saturation_req_s"] == sat["req_s"]
     assert [p["rate_fraction"] for p in entry["points"]] == pytest.approx([1 / 3, 2 / 3, 1.0])
-    for p, name in zip(entry["points"], ("sat33", "sat67", "sat100")):  # latency speedups: reference ÷ spec E2E P50
+    # latency speedups: reference ÷ spec E2E P50
+    for p, name in zip(entry["points"], ("sat33", "sat67", "sat100"), strict=True):
         t = tests[name]
-        ratios = [r["e2e_ms"]["p50"] / s["e2e_ms"]["p50"] for r, s in zip(t["reference_runs"], t["runs"])
+        ratios = [r["e2e_ms"]["p50"] / s["e2e_ms"]["p50"] for r, s in zip(t["reference_runs"], t["runs"], strict=True)
                   if r["valid"] and s["valid"]]
         assert (p["speedups"] == pytest.approx(ratios, rel=1e-4)
                 and p["speedups"] != pytest.approx(t["speedup_per_pair"]))

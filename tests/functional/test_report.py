@@ -56,7 +56,7 @@ def with_gate(data: dict[str, Any]) -> dict[str, Any]:
         if not verdicts:
             continue
         e2e = verdicts.get("e2e_p95_ms")
-        pairs = [s["e2e_ms"]["p95"] / r["e2e_ms"]["p95"] for s, r in zip(t["runs"], t["reference_runs"])
+        pairs = [s["e2e_ms"]["p95"] / r["e2e_ms"]["p95"] for s, r in zip(t["runs"], t["reference_runs"], strict=True)
                  if s["valid"] and r["valid"]]
         if e2e and pairs:
             now = math.exp(sum(map(math.log, pairs)) / len(pairs))
@@ -679,7 +679,7 @@ def test_guard_table_shows_each_gated_verdict_and_what_it_catches(html: str, rec
     assert report.status(regressed) == "regressed" and "test_k[ngram-k2-t0.0-c2]" in rows[1]
     cells = re.findall(r'<td class="l">(.*?)</td>', rows[1])  # the test's own cell is "l id"
     assert len(cells) == 3
-    for cell, metric in zip(cells, ("speedup", "acceptance_rate", "e2e_p95_ratio")):
+    for cell, metric in zip(cells, ("speedup", "acceptance_rate", "e2e_p95_ratio"), strict=True):
         v = regressed.verdicts[metric]
         way, unit = (("rise", "%") if metric == "e2e_p95_ratio"
                      else ("drop", "pt" if metric == "acceptance_rate" else "%"))
@@ -844,7 +844,7 @@ def test_report_renders_in_headless_chromium(html: str, tmp_path: Path, pytestco
 
     def pixels(hex_color: str, tol: int = 12) -> int:
         want = tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-        return sum(n for rgb, n in counts.items() if all(abs(a - b) <= tol for a, b in zip(rgb, want)))
+        return sum(n for rgb, n in counts.items() if all(abs(a - b) <= tol for a, b in zip(rgb, want, strict=True)))
 
     assert pixels("#1d2b3a") > 1400 * 30  # the header bar
     assert pixels("#e8edf2") > 5000  # table header cells: the summary table is laid out
@@ -862,7 +862,7 @@ def test_report_renders_in_headless_chromium(html: str, tmp_path: Path, pytestco
     bare_boxes = _plot_areas(bare)
     assert len(bare_boxes) == 18
     left = [_line_pixels(bare, bare_boxes, c) for c in charts.PALETTE[:2]]
-    assert max(left) < LINE_PIXELS and all(d > 2 * b for d, b in zip(drawn, left)), (drawn, left)
+    assert max(left) < LINE_PIXELS and all(d > 2 * b for d, b in zip(drawn, left, strict=True)), (drawn, left)
 
 
 #: Pixels of one palette colour inside the plot areas above which the charts' lines are drawn (measured:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -11,7 +12,7 @@ from pytest_specdec.measure.arrivals import arrival_times
 
 def cv(times: list[float]) -> float:
     """Coefficient of variation of the inter-arrival times (the first from 0)."""
-    gaps = [b - a for a, b in zip([0.0, *times], times)]
+    gaps = [b - a for a, b in itertools.pairwise([0.0, *times])]
     mean = sum(gaps) / len(gaps)
     sd = math.sqrt(sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1))
     return sd / mean

@@ -63,7 +63,7 @@ def bench_goodput(res: dict[str, Any], slos: dict[str, float]) -> float:
     """vllm/benchmarks/serve.py calculate_metrics' goodput, transcribed: success = empty error; tpot 0 for
     output_len <= 1; good when every ``slo / 1000 >= value``; divided by the file's duration."""
     good = 0
-    for err, ttft, lat, out in zip(res["errors"], res["ttfts"], res["latencies"], res["output_lens"]):
+    for err, ttft, lat, out in zip(res["errors"], res["ttfts"], res["latencies"], res["output_lens"], strict=True):
         if err:
             continue
         tpot = (lat - ttft) / (out - 1) if out > 1 else 0.0

@@ -170,3 +170,8 @@ def test_a_gpu_identity_holds_each_gpus_limits_and_a_lowered_power_limit_is_anot
     assert hardware_key({**here, "identity": full}) != hardware_key({**here, "identity": capped})
     assert identity_differences(capped, full) == ["gpus.0.power.limit 700.00 W → 450.00 W",
                                                   "gpus.1.power.limit 700.00 W → 450.00 W"]
+    # a row without every field (a name with a comma, a driver that leaves one out) is said, never half-read
+    short = gpu_identity(lambda cmd, **_: subprocess.CompletedProcess(cmd, 0, "NVIDIA H200, 143771 MiB, 700.00 W\n"))
+    assert short["gpus"] == ("--query-gpu=name,memory.total,power.limit,clocks.max.sm,clocks.max.memory "
+                             "--format=csv,noheader printed a row of 3 fields, not 5: NVIDIA H200, 143771 MiB, "
+                             "700.00 W")

@@ -89,7 +89,7 @@ def _night(started: str, speedups: list[float], ref_tok_s: list[float], accept: 
         return run_entry(i, tok_s, **(counters if spec else {"per_pos": None}), total_output_tokens=512,
                          draft_coverage=None, hd_p95_ms={})
     ref = [run(i, t, False) for i, t in enumerate(ref_tok_s)]
-    spec = [run(i, t * s, True) for i, (t, s) in enumerate(zip(ref_tok_s, speedups))]
+    spec = [run(i, t * s, True) for i, (t, s) in enumerate(zip(ref_tok_s, speedups, strict=True))]
     return night(ref, spec, speedup_per_pair=speedups, started=started, machine_state={"cores": 2.0, "hash": hash_gb})
 
 

@@ -77,7 +77,7 @@ def test_improved_rate() -> None:
 
 
 def test_unchanged_rate() -> None:
-    v = compare("output_tok_s", [BASE], [b * (1 + j) for b, j in zip(BASE, JITTER[::-1])])
+    v = compare("output_tok_s", [BASE], [b * (1 + j) for b, j in zip(BASE, JITTER[::-1], strict=True)])
     assert v.verdict == "unchanged" and -5.0 < v.ci_low < v.ci_high < 5.0
 
 
@@ -412,10 +412,10 @@ def test_adjust_pads_the_family_and_stays_monotone() -> None:
     alone = adjust(vs)
     padded = adjust(vs, family_size=40)
     assert "37 without a p-value, taken as p=1: not measured yet, or exact" in padded[0].note
-    assert all(p.p >= a.p for p, a in zip(padded, alone))
+    assert all(p.p >= a.p for p, a in zip(padded, alone, strict=True))
     # What is regressed with unseen p-values taken as 1 stays regressed once they are known (monotone).
     final = adjust([*vs, *[compare("output_tok_s", [BASE], scaled(1.0))] * 37])
-    for p, f in zip(padded, final):
+    for p, f in zip(padded, final[:len(vs)], strict=True):  # the three measured
         if p.verdict == "regressed":
             assert f.verdict == "regressed"
     with pytest.raises(ConfigError, match="family_size 2 is smaller than the 3"):

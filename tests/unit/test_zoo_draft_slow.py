@@ -101,7 +101,7 @@ def test_draft_slow_greedy_generation_is_identical(models: tuple[object, object,
         tok_a, log_a = _greedy(draft, seq, 32)
         tok_b, log_b = _greedy(slow, seq, 32)
         assert tok_a == tok_b
-        assert all(_same_logits(x, y, atol) for x, y in zip(log_a, log_b))
+        assert all(_same_logits(x, y, atol) for x, y in zip(log_a, log_b, strict=True))
 
 
 def test_a_changed_wide_draft_is_not_within_rounding(draft: object) -> None:
