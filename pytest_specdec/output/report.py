@@ -253,6 +253,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
     from pytest_specdec.gate.registry import BADGES, label
     from pytest_specdec.gate.verdicts import metric_order
     from pytest_specdec.output.progress import goodput_text
+    from pytest_specdec.output.wording import split_text
 
     s = test.summary
     base, ident = test_name(test.nodeid)
@@ -308,7 +309,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "error": test.error, "logs": test.server_logs,
         "ab": test.ab, "ab_rows": verdict_rows(test.ab.verdicts.values() if test.ab else ()),
         "per_position": s.get("per_position_acceptance") or [],
-        "explained": test.explained, "split": baseline.split_text if baseline else None,
+        "explained": test.explained, "split": split_text(baseline.split) if baseline else None,
         "distribution": test.distribution,
         "output_match": test.output_match,
     }

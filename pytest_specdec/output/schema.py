@@ -138,13 +138,6 @@ class BaselineEntry:
     thresholds: Mapping[str, Any] | None = None  # the thresholds the test was judged with (`gate.thresholds.to_dict`)
     split: Mapping[str, Any] | None = None  # the speedup's change baseline → now split (`measure.explain.Split`)
 
-    @property
-    def split_text(self) -> str | None:
-        """The split in words (`output.wording.split_text`); None without one."""
-        from pytest_specdec.output.wording import split_text
-
-        return split_text(self.split)
-
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BaselineEntry:
         return cls(
