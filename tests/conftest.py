@@ -57,30 +57,32 @@ import pytest_specdec.measure.runner  # noqa: F401
 import pytest_specdec.servers.gpus  # noqa: F401
 from fakes import IN_PROCESS_VALIDITY, LAUNCHER, FakeConfig, FakeServer, FakeServerProcess, FakeVllm
 
-#: Packages that cannot be imported twice in one process: torch's modules (and vLLM's and triton's) register
-#: operators in torch's process-wide dispatcher, which outlives the modules, so a second import fails ("Only a
-#: single TORCH_LIBRARY can be used to register the namespace c10d_functional") and torch itself breaks (`bad call
-#: flags`); transformers imports them lazily, seconds of them. A plugin session run by pytester in-process imports
-#: them when it loads a tokenizer, and pytester then drops them: the next test to import them failed by xdist's
-#: split (the dry run of test_profiles_session.py, then test_zoo_draft_slow.py: 9 errors). Importing them here
-#: would cost seconds in every session, so pytester's snapshot keeps them, as pytest keeps zope's.
-KEPT_ACROSS_PYTESTER = ("torch", "triton", "transformers", "vllm")
+#: Where installed modules live: the environment's site-packages and Python's own library.
+INSTALLED = tuple(dict.fromkeys((sys.prefix, sys.base_prefix)))
 
 
-class _SnapshotKeepingTorch(_pytest.pytester.SysModulesSnapshot):
-    """pytester's sys.modules snapshot that also keeps the KEPT_ACROSS_PYTESTER modules imported since it was
-    taken (real modules only: a session that blocks an import with ``sys.modules[name] = None`` is still undone)."""
+class _SnapshotKeepingInstalled(_pytest.pytester.SysModulesSnapshot):
+    """pytester's sys.modules snapshot that also keeps every installed module imported since it was taken.
+
+    Why: torch's modules (and vLLM's and triton's) register operators in torch's process-wide dispatcher, which
+    outlives the modules, so importing them a second time fails ("Only a single TORCH_LIBRARY can be used to register
+    the namespace c10d_functional"; a second `import torch`: `bad call flags`), and keeping torch alone is not enough:
+    a re-imported sympy is another sympy to the torch that was kept ("Could not compare -oo <= oo"). A plugin session
+    run in-process imports them when it loads a tokenizer; pytester then dropped them, and the next test to import
+    them failed by xdist's split (the dry run of test_profiles_session.py, then test_zoo_draft_slow.py: 9 errors).
+    What pytester must undo is the project's own modules (its tests and conftest, under its temporary directory):
+    those it still drops, and a session's ``sys.modules[name] = None`` is still undone (not a module)."""
 
     def __init__(self, preserve: Callable[[str], bool] | None = None) -> None:
         def keep(name: str) -> bool:
             module = sys.modules.get(name)
-            kept = name.partition(".")[0] in KEPT_ACROSS_PYTESTER and isinstance(module, types.ModuleType)
-            return kept or (preserve is not None and preserve(name))
+            path = getattr(module, "__file__", None) if isinstance(module, types.ModuleType) else None
+            return (isinstance(path, str) and path.startswith(INSTALLED)) or (preserve is not None and preserve(name))
 
         super().__init__(preserve=keep)
 
 
-_pytest.pytester.SysModulesSnapshot = _SnapshotKeepingTorch  # type: ignore[misc]
+_pytest.pytester.SysModulesSnapshot = _SnapshotKeepingInstalled  # type: ignore[misc]
 
 ROOT = Path(__file__).resolve().parent.parent
 

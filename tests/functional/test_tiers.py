@@ -1,7 +1,7 @@
 """The unit tier's guard (tests/purity.py) fails a test that starts a subprocess, opens or serves a socket, or
 sleeps, and leaves a pure one alone: run on planted tests in a pytester project whose conftest applies it as
 tests/conftest.py does to tests/unit (where tests/unit/test_purity.py shows it applied). And pytester's in-process
-runs keep the modules torch cannot import twice (tests/conftest.py's KEPT_ACROSS_PYTESTER)."""
+runs keep the installed modules, which torch's kind cannot import twice (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -44,23 +44,23 @@ def test_the_unit_guard_fails_impure_tests_and_names_what_they_did(pytester: pyt
         result.stdout.fnmatch_lines([f"*AssertionError: a unit test {what}: move it to tests/functional*"])
 
 
-def test_in_process_runs_keep_the_modules_torch_cannot_import_twice(pytester: pytest.Pytester) -> None:
-    """A module of torch's kin first imported in a run stays after it (torch's operators outlive a dropped module,
-    so its second import fails); any other module is dropped, and a run's ``sys.modules["vllm"] = None`` undone."""
-    pytester.makepyfile(test_imports="""
+def test_in_process_runs_keep_installed_modules_and_drop_the_projects(pytester: pytest.Pytester) -> None:
+    """A module installed in the environment (torch's kind, which cannot be imported twice) first imported in a run
+    stays after it; the project's own modules are dropped, and a run's ``sys.modules["vllm"] = None`` is undone."""
+    pytester.makepyfile(test_imports=f"""
         import sys, types
 
         def test_imports():
-            for name in ("torch.kept_probe", "transformers.kept_probe", "dropped_probe"):
+            for name, path in (("kept_probe", {sys.prefix!r} + "/lib/site-packages/kept_probe.py"),
+                               ("dropped_probe", __file__)):
                 sys.modules[name] = types.ModuleType(name)
+                sys.modules[name].__file__ = path
             sys.modules["vllm"] = None
     """)
     vllm_before = sys.modules.get("vllm", "absent")
     try:
         pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
-        assert "torch.kept_probe" in sys.modules and "transformers.kept_probe" in sys.modules
-        assert "dropped_probe" not in sys.modules
+        assert "kept_probe" in sys.modules and "dropped_probe" not in sys.modules and "test_imports" not in sys.modules
         assert sys.modules.get("vllm", "absent") is vllm_before
     finally:
-        for name in ("torch.kept_probe", "transformers.kept_probe"):
-            sys.modules.pop(name, None)
+        sys.modules.pop("kept_probe", None)
