@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 #: The record's name inside a machine's baselines folder (not ``*.json``: the baselines' reader lists those).
 CALIBRATION_NAME = "host.calibration"
+#: The record's `schema` names its format: ``"<tag>/<version>"``.
+CALIBRATION_TAG = "pytest-specdec/calibration"
 #: What a record that cannot be read asks for.
 REMAKE = "make it again with `pytest-specdec calibrate RESULTS.json ... --write`, or remove it"
 #: Runs per arm a lone test is assumed to have at one look, for what the host can catch (the cpu profile's).
@@ -511,7 +513,7 @@ def catch_phrase(record: Mapping[str, Any]) -> str:
 #: The record's format: its `schema` is named, ``"pytest-specdec/calibration/<version>"`` (one version so far, so
 #: `convert-schema` finds a record current and nothing converts).
 CALIBRATION_FILE = FileFormat(
-    kind="calibration record", version=CALIBRATION_SCHEMA, tag="pytest-specdec/calibration",
-    detect=lambda d: str(d.get("schema", "")).startswith("pytest-specdec/calibration/"), render=_render,
+    kind="calibration record", version=CALIBRATION_SCHEMA, tag=CALIBRATION_TAG,
+    detect=lambda d: str(d.get("schema", "")).startswith(f"{CALIBRATION_TAG}/"), render=_render,
     read=read_record, counts=lambda d: (len(d["sessions"]), len(d["tests"])), counted="sessions, tests",
-    suffix=f".{CALIBRATION_NAME.rsplit('.', 1)[1]}")
+    suffix=Path(CALIBRATION_NAME).suffix)

@@ -439,7 +439,7 @@ class SweepPointEntry:
 @dataclass(frozen=True)
 class MachineStateEntry:
     """The session's machine state against its stored nights as the results hold it (`gate.machine.StateSummary`'s
-    `to_dict`): the one block at the session's end, read back for the report and `compare` alike."""
+    `to_dict`): the one block at the session's end, read back for the terminal and the report alike."""
 
     tonight: Mapping[str, float] | None  # the probe's figures, the geometric mean over the session's tests
     stored: str  # the stored nights' states, as a range
