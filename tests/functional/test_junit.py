@@ -13,7 +13,9 @@ from session import specdec_session
 from fakes import FakeServer
 
 GOOD = {"step_s": 0.001, "acceptance": (0.8, 0.6, 0.4)}
-BAD = {"step_s": 0.006, "acceptance": (0.5, 0.3, 0.1)}  # ~6x slower steps, acceptance 0.6 -> 0.3
+BAD = {"step_s": 0.012, "acceptance": (0.5, 0.3, 0.1)}  # ~12x slower steps, acceptance 0.6 -> 0.3
+# A drop far past the 20 % speed threshold: on a busy CI machine three runs' 90 % CI spanned -90 % .. -26 %
+# for a 6x step (inconclusive against 40 %).
 # Two tests on the same servers: one with the default thresholds, one told to let anything through.
 SUITE = """
 import pytest
@@ -38,7 +40,7 @@ def test_junit_properties_of_a_regressed_and_an_unchanged_test(
 
     def session(*extra: str) -> pytest.RunResult:
         return specdec_session(pytester, fake_profile, (spec, ref), f"--junitxml={junit}", *extra, runs=3,
-                               thresholds=("rate=40", "latency=150", "acceptance=15")).result
+                               thresholds=("rate=20", "latency=150", "acceptance=15")).result
 
     session("--update-baselines").assert_outcomes(passed=2)
     spec.reconfigure(**BAD)
