@@ -133,6 +133,14 @@ class Case:
         """Synthetic prompts of exact token lengths instead of a dataset's."""
         return self.input_len is not None
 
+    @property
+    def synthetic_lengths(self) -> tuple[int, int, float] | None:
+        """A synthetic case's (input_len, output_len, range_ratio), typed: the marker sets both lengths or
+        neither; None for a dataset's case."""
+        if self.input_len is None or self.output_len is None:
+            return None
+        return self.input_len, self.output_len, self.range_ratio
+
     def workload(self) -> dict[str, Any]:
         """The workload fields a stored baseline must share with tonight to be comparable."""
         out: dict[str, Any] = {"concurrency": self.concurrency, "max_tokens": self.max_tokens,
@@ -182,17 +190,19 @@ def _as_list(name: str, value: Any) -> list[Any]:
     return [value]
 
 
-def _int(name: str, value: Any, minimum: int = 1, allow_none: bool = False,
-         maximum: tuple[int, str] | None = None) -> int | None:
+def _int(name: str, value: Any, minimum: int = 1, maximum: tuple[int, str] | None = None) -> int:
     """A whole-number field; ``maximum`` is (the limit, where it comes from)."""
-    if value is None and allow_none:
-        return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"specdec marker: {name} must be a whole number >= {minimum}, got {value!r}")
     if maximum is not None and value > maximum[0]:
         raise ConfigError(f"specdec marker: {name}={value} is above {maximum[0]}: {maximum[1]}; "
                           f"lower {name} to at most {maximum[0]}")
     return value
+
+
+def _optional_int(name: str, value: Any, maximum: tuple[int, str] | None = None) -> int | None:
+    """A whole-number field that may be left out (None)."""
+    return None if value is None else _int(name, value, maximum=maximum)
 
 
 def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
@@ -310,11 +320,10 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
                 method=method,
                 k=k,
                 temperature=float(temperature),
-                # the ignore below: without allow_none, _int never returns None
-                concurrency=_int("concurrency", concurrency),  # type: ignore[arg-type]
+                concurrency=_int("concurrency", concurrency),
                 dataset=dataset,
-                max_tokens=_int("max_tokens", max_tokens, allow_none=True, maximum=max_given),
-                num_prompts=_int("num_prompts", num_prompts, allow_none=True),
+                max_tokens=_optional_int("max_tokens", max_tokens, maximum=max_given),
+                num_prompts=_optional_int("num_prompts", num_prompts),
                 speculative_config_json=raw_json,
                 api=api,
                 request_rate=None if rate is None else float(rate),

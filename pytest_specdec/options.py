@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -45,6 +45,9 @@ from pytest_specdec.option_values import (
     threshold_item,
 )
 
+#: The types pytest's `Parser.addini` takes by name (its `_IniTypeTag`).
+IniType = Literal["string", "paths", "pathlist", "args", "linelist", "bool", "int", "float"]
+
 
 @dataclass(frozen=True)
 class Option:
@@ -59,7 +62,7 @@ class Option:
     _: KW_ONLY
     setting: str = ""  # the Settings field, when it is not the name without `specdec_`
     ini: str | None = None  # the ini value: alone, or the flag's twin
-    ini_type: str | None = None  # an ini value's type (pytest's addini types)
+    ini_type: IniType | None = None  # an ini value's type
     metavar: str | None = None
     type: Callable[[str], Any] | None = None
     action: str | builtins.type[argparse.Action] | None = None
@@ -87,8 +90,7 @@ class Option:
     def register(self, parser: pytest.Parser, group: pytest.OptionGroup) -> None:
         text = f"{self.help} Default: {self.shown_default}" if self.shown_default else self.help
         if self.flag is None:
-            # the ignore below: ini_type: one of pytest's addini type names
-            parser.addini(str(self.ini), type=self.ini_type, default=self.default, help=text)  # type: ignore[arg-type]
+            parser.addini(str(self.ini), type=self.ini_type, default=self.default, help=text)
             return
         given = {"metavar": self.metavar, "type": self.type, "action": self.action, "nargs": self.nargs,
                  "choices": self.choices}

@@ -184,14 +184,13 @@ def _options(item: pytest.Item) -> Any:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     # Tests sharing a server run together: reorder the specdec tests among their own slots.
-    slots = [i for i, item in enumerate(items) if _case(item) is not None]
-    # the ignore below: _case is not None in every slot
-    ordered = sorted((items[i] for i in slots), key=lambda it: _case(it).server_key())  # type: ignore[union-attr]
-    for i, item in zip(slots, ordered, strict=True):
+    cased = {i: case for i, item in enumerate(items) if (case := _case(item)) is not None}
+    slots = list(cased)
+    pairs = [(items[i], cased[i]) for i in sorted(slots, key=lambda i: cased[i].server_key())]
+    for i, (item, _) in zip(slots, pairs, strict=True):
         items[i] = item
     specdec = config.stash[session_key]
-    pairs = [(items[i], _case(items[i])) for i in slots]
-    cases = [c for _, c in pairs if c is not None]
+    cases = [c for _, c in pairs]
     st = specdec.settings
     runs = not (config.option.collectonly or st.dry_run)
     problem = None
@@ -211,7 +210,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         specdec.check_thresholds()  # before anything runs: a bad threshold is a usage error naming where it is
     # The test-end padding counts what a marker's gate=[...] adds, or a test-end `regressed` could fall
     # back to `inconclusive` once the session's gated family is known.
-    specdec.plan([(item.nodeid, c, _options(item)) for item, c in pairs if c is not None])
+    specdec.plan([(item.nodeid, c, _options(item)) for item, c in pairs])
     if slots and specdec.worker == "gw0":  # one worker says it, not each
         from pytest_specdec.parallel import parallel_warning
 
@@ -221,8 +220,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
             warnings.warn(warning, stacklevel=1)
     if specdec.settings.dry_run and slots:
-        # the ignore below: _case is not None in every slot
-        for line in specdec.dry_run_lines([(items[i].nodeid, _case(items[i])) for i in slots]):  # type: ignore[misc]
+        for line in specdec.dry_run_lines([(item.nodeid, c) for item, c in pairs]):
             specdec.progress(line)
 
 

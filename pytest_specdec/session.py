@@ -210,13 +210,12 @@ class SpecDecSession:
     def _check_possible(self, case: Case, sent: list[Prompt] | None = None) -> None:
         """What only the profile and the dataset can tell is impossible: an error at collection, not later; with
         the ``sent`` prompts (their input tokens counted) again when the test sends them."""
-        if case.synthetic:  # the lengths and counts alone: the prompts (and the tokenizer) wait for the test's run,
-            # so a collection or dry run needs no tokenizer on a GPU box before a server has downloaded the target
+        lengths = case.synthetic_lengths
+        if lengths is not None:  # the lengths and counts alone: the prompts (and the tokenizer) wait for the test's
+            # run, so a collection or dry run needs no tokenizer on a GPU box before a server has downloaded the target
             from pytest_specdec.measure.datasets.synthetic import BENCH_NUM_PROMPTS
 
-            lengths = (case.input_len, case.output_len, case.range_ratio)
-            # the ignore below: a synthetic case sets both lengths
-            self.placement.check_possible(case.dataset, 1, None, None, lengths=lengths)  # type: ignore[arg-type]
+            self.placement.check_possible(case.dataset, 1, None, None, lengths=lengths)
             size = case.num_prompts or BENCH_NUM_PROMPTS
             self.placement.check_possible(case.dataset, size, case.num_prompts, None, (), case.concurrency)
             return
@@ -231,14 +230,13 @@ class SpecDecSession:
 
     def dataset(self, case: Case) -> Dataset:
         """The case's dataset: its file's, or synthetic prompts made with its target's tokenizer (`Workload`)."""
-        if not case.synthetic:
+        lengths = case.synthetic_lengths
+        if lengths is None:
             return self.workload.dataset(case.dataset, self._target(case))
         from pytest_specdec.gate.baselines import portable
 
         model = self._target(case)
-        # the ignore below: a synthetic case sets both lengths
-        return self.workload.synthetic(model, case.num_prompts, case.input_len, case.output_len,  # type: ignore[arg-type]
-                                       case.range_ratio, tokenizer_name=portable(model))
+        return self.workload.synthetic(model, case.num_prompts, *lengths, tokenizer_name=portable(model))
 
     def prompts(self, case: Case) -> list[Prompt]:
         """The workload: the dataset's prompts (a seeded sample of num_prompts), max_tokens applied, their input

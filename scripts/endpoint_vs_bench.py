@@ -27,6 +27,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from pytest_specdec.output.schema import load
 from scripts.vllm_bench import bench_command, bench_prompts_file, run_bench
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     (tmp / "test_endpoint.py").write_text(textwrap.dedent(SUITE))
     data = tmp / "prompts.jsonl"
     bench_prompts_file(prompts, data)
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     with VllmServer(spec, log_dir=tmp / "logs") as s_srv, VllmServer(ref, log_dir=tmp / "logs") as r_srv:
         model = served_model(s_srv.base_url)
 
@@ -97,21 +98,21 @@ def main(argv: list[str] | None = None) -> int:
         bench(0)
         for i in range(1, args.rounds + 1):
             order = ("plugin", "bench") if i % 2 else ("bench", "plugin")
-            row: dict[str, object] = {"round": i, "order": "/".join(order)}
+            row: dict[str, Any] = {"round": i, "order": "/".join(order)}
             for who in order:
                 if who == "plugin":
                     row.update(plugin(i))
                 else:
                     row["bench_tok_s"] = bench(i)
-            ratio = float(row["tok_s"]) / float(row["bench_tok_s"])  # type: ignore[arg-type]
+            ratio = float(row["tok_s"]) / float(row["bench_tok_s"])
             row["ratio"] = ratio
             rows.append(row)
             print(f"round {i} ({row['order']}): plugin spec {row['tok_s']:.0f} tok/s, bench serve "
                   f"{row['bench_tok_s']:.0f} tok/s, ratio {ratio:.3f}; reference {row['ref_tok_s']:.0f} tok/s; "
                   f"loop lag mean {row['lag_ms']} ms; invalid {row['invalid'] or 'none'}; coalesced "
                   f"{row['coalesced'] or 'none'}; settle {row['settle']}", flush=True)
-    ratios = [float(r["ratio"]) for r in rows]  # type: ignore[arg-type]
-    bound = sum(1 for r in rows for x in r["invalid"] if "client event loop lagged" in x)  # type: ignore[attr-defined]
+    ratios = [float(r["ratio"]) for r in rows]
+    bound = sum(1 for r in rows for x in r["invalid"] if "client event loop lagged" in x)
     print(f"\nplugin ÷ bench serve, spec tok/s: {', '.join(f'{x:.3f}' for x in ratios)} "
           f"(worst {max(abs(1 - x) for x in ratios):.1%} off); client-bound runs {bound} of {2 * len(rows)}")
     return 0

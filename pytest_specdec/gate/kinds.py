@@ -9,7 +9,7 @@ an attribute error and a type error, not a test that silently never fails. They 
 
 from __future__ import annotations
 
-from typing import Final, Literal, get_args
+from typing import Final, Literal, TypeVar, get_args
 
 #: What one metric's comparison decided.
 Decision = Literal["improved", "unchanged", "regressed", "inconclusive", "not-comparable"]
@@ -68,18 +68,23 @@ Status = Literal["compared", "missing", "not-comparable", "error"]
 Outcome = Literal["pass", "error", "missing", "not-comparable", "regressed", "inconclusive"]
 
 
-def check_word(value: object, words: tuple[str, ...], what: str, where: str) -> str:
+#: A vocabulary's word type (a Literal of str).
+W = TypeVar("W", bound=str)
+
+
+def check_word(value: object, words: tuple[W, ...], what: str, where: str) -> W:
     """A word read from a file, checked against its vocabulary: an unknown one is a ValueError naming where it
-    came from (``where``: the file and field) and the words allowed."""
-    if value not in words:
-        raise ValueError(f"{where}: {what} {value!r} is not one of {', '.join(words)}")
-    return value
+    came from (``where``: the file and field) and the words allowed. The vocabulary's own word is returned, so
+    its type is the vocabulary's."""
+    for word in words:
+        if value == word:
+            return word
+    raise ValueError(f"{where}: {what} {value!r} is not one of {', '.join(words)}")
 
 
 def check_decision(value: object, where: str) -> Decision:
     """A decision read from a file, checked: an unknown word is an error naming where it came from."""
-    # the ignore below: check_word returned one of DECISIONS
-    return check_word(value, DECISIONS, "verdict", where)  # type: ignore[return-value]
+    return check_word(value, DECISIONS, "verdict", where)
 
 
 def split_method(method: str, where: str = "method") -> tuple[str, Per]:
@@ -89,5 +94,4 @@ def split_method(method: str, where: str = "method") -> tuple[str, Per]:
     rule, slash, per = method.rpartition("/")
     if not slash:
         return method, RUN
-    # the ignore below: check_word returned one of PERS
-    return rule, check_word(per, PERS, "comparison unit", f"{where} {method!r}")  # type: ignore[return-value]
+    return rule, check_word(per, PERS, "comparison unit", f"{where} {method!r}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from pytest_specdec.gate.kinds import GATED
 from pytest_specdec.gate.registry import ABSOLUTE, GOODPUT
@@ -135,6 +135,11 @@ STATE_BOUND: tuple[str, ...] = ("speedup", "e2e_p95_ratio", GOODPUT, *ABSOLUTE)
 MACHINE_STATE = "machine state"
 
 
+def _positive_number(x: object) -> TypeGuard[float]:
+    """A number > 0 read from a file (a bool is not one)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+
+
 @dataclass(frozen=True)
 class StateTolerance:
     """±% within which a stored night's machine state counts as tonight's, per kind of state-bound metric.
@@ -185,9 +190,8 @@ class StateTolerance:
             return cls(float(value), float(value), "")
         if isinstance(value, Mapping):
             r, a = value.get("ratio"), value.get("absolute")
-            if all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in (r, a)):
-                # the ignore below: r and a are numbers: checked just above
-                return cls(float(r), float(a), str(value.get("source", "")))  # type: ignore[arg-type]
+            if _positive_number(r) and _positive_number(a):
+                return cls(float(r), float(a), str(value.get("source", "")))
         raise ConfigError(f"{where}: machine_state_tolerance is {value!r}, not a number of % > 0 nor "
                          "{ratio, absolute, source}")
 

@@ -94,11 +94,6 @@ class Explained:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Explained:
-        # the values as `to_dict` wrote them, read back untyped from a results file
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
-
 
 def explain(reference: Sequence[ArmRun], spec: Sequence[ArmRun], speedups: Sequence[float] | None = None
             ) -> Explained | None:

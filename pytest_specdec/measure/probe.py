@@ -53,8 +53,15 @@ class MachineState:
         problem = state_problem(d)
         if problem:
             raise ConfigError(f"{where}{problem} (figures as `python -m pytest_specdec.measure.probe` prints them)")
-        # the ignore below: COMPONENTS are the fields, by name
-        return cls(**{name: float(d[name]) for name in COMPONENTS})  # type: ignore[arg-type]
+        figures = {name: _figure(d[name]) for name in COMPONENTS}
+        return cls(cores=figures["cores"], hash=figures["hash"])
+
+
+def _figure(value: object) -> float:
+    """A figure `state_problem` found a number, as a float."""
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"a machine state's figure is {value!r}: state_problem lets no such figure through")
+    return float(value)
 
 
 def state_problem(state: object) -> str:

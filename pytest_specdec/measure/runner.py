@@ -44,7 +44,7 @@ from pytest_specdec.measure.validity import (
 if TYPE_CHECKING:
     from pytest_specdec.measure.metrics import Chunking, RunMetrics
     from pytest_specdec.measure.probe import MachineState
-    from pytest_specdec.measure.types import LoadResult, Prompt, Sampling
+    from pytest_specdec.measure.types import Api, LoadResult, Prompt, Sampling
     from pytest_specdec.servers.pool import Endpoint
     from pytest_specdec.servers.quiet import Quiet
 
@@ -162,7 +162,7 @@ class CaseResult:
 def one_run(
     endpoint: Endpoint, arm: Arm, index: int, prompts: list[Prompt], sampling: Sampling, *,
     concurrency: int, api_key: str | None, rules: ValidityRules, warmup: int = 0, timeout_s: float = 600.0,
-    api: str = "chat", rate: float | None = None, warmup_prompts: list[Prompt] | None = None,
+    api: Api = "chat", rate: float | None = None, warmup_prompts: list[Prompt] | None = None,
     step_limit: int | None = 1, burstiness: float = 1.0, goodput: Mapping[str, float] | None = None,
 ) -> RunRecord:
     """One pass of the prompts; the /metrics delta covers exactly the measured requests.  The warm-up
@@ -176,7 +176,7 @@ def one_run(
     load: LoadResult = run_load_sync(
         endpoint.base_url, endpoint.model, prompts, sampling, concurrency=concurrency,
         cache_salt=salt, api_key=endpoint.api_key or api_key, warmup=warmup, timeout_s=timeout_s,
-        api=api,  # type: ignore[arg-type]  # the marker checked api is chat or completions
+        api=api,
         rate=rate, warmup_prompts=warmup_prompts, idle_timeout_s=rules.hung_timeout_s, burstiness=burstiness,
     )
     metrics = compute_run_metrics(load, counters_delta(load), goodput)
@@ -227,7 +227,7 @@ def extend_case(
     rules: ValidityRules = DEFAULT_RULES,
     progress: Callable[[str], None] = lambda line: None,
     block: int | None = None,
-    api: str = "chat",
+    api: Api = "chat",
     rate: float | None = None,
     burstiness: float = 1.0,
     settle: Callable[[str | None, float | None], Quiet] | None = None,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.errors import SpecDecError
 
 if TYPE_CHECKING:
-    from pytest_specdec.measure.types import Prompt, Sampling
+    from pytest_specdec.measure.types import Api, Prompt, Sampling
     from pytest_specdec.measure.validity import ValidityRules
     from pytest_specdec.servers.pool import Endpoint
 
@@ -71,7 +71,7 @@ class RatePoint:
 
 
 def measure_saturation(endpoint: Endpoint, prompts: Sequence[Prompt], sampling: Sampling, *, concurrency: int,
-                       api: str, api_key: str | None, rules: ValidityRules, measured_by: str,
+                       api: Api, api_key: str | None, rules: ValidityRules, measured_by: str,
                        settle: Callable[[str | None, float | None], object] | None = None) -> Saturation:
     """One closed-loop run of ``prompts`` on the reference at ``concurrency`` (rate inf, capped), warmed up as the
     runner warms a server, after ``settle`` (the pool's wait for idle servers, as before every measured run: a

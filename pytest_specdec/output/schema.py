@@ -95,18 +95,16 @@ class VerdictEntry:
         try:
             method, per = split_method(str(d.get("method") or ""), f"{where}.method")
             if "per" in d:
-                # the ignore below: check_word returned one of PERS
-                per = check_word(d["per"], PERS, "comparison unit", f"{where}.per")  # type: ignore[assignment]
+                per = check_word(d["per"], PERS, "comparison unit", f"{where}.per")
             verdict = check_decision(d.get("verdict"), f"{where}.verdict")
             family = check_word(d["family"], FAMILIES, "family", f"{where}.family")
             unit = check_word(d.get("delta_unit") or PERCENT, UNITS, "unit", f"{where}.delta_unit")
         except ValueError as exc:
             raise ResultsError(str(exc)) from None
         return cls(
-            metric=metric, verdict=verdict, family=family,  # type: ignore[arg-type]  # words checked above
+            metric=metric, verdict=verdict, family=family,
             baseline=number(d.get("baseline")), now=number(d.get("now")), delta=number(d.get("delta")),
-            # the ignore below: numbers checked above
-            unit=unit, ci=None if lo is None or hi is None else (lo, hi),  # type: ignore[arg-type]
+            unit=unit, ci=None if lo is None or hi is None else (lo, hi),
             p=number(d.get("p")), n_baseline=_int(d.get("n_baseline")), n_now=_int(d.get("n_now")),
             threshold=number(d.get("threshold")), method=method, per=per, note=str(d.get("note") or ""),
             mde=number(d.get("mde")), se=number(d.get("se")), df=number(d.get("df")))

@@ -89,6 +89,12 @@ def synthetic_prompts(tok: Any, num_prompts: int, input_len: int, output_len: in
     return prompts, missed
 
 
+def _known(length: int | None) -> int:
+    if length is None:
+        raise ValueError("a synthetic prompt without its input length: synthetic_prompts draws each length first")
+    return length
+
+
 @dataclass(frozen=True)
 class SyntheticDataset(Dataset):
     """Synthetic prompts with what made them: lengths, range, seed and tokenizer are part of the identity, so
@@ -101,10 +107,10 @@ class SyntheticDataset(Dataset):
         return {**super().identity(), **self.params}
 
     def describe(self) -> dict[str, Any]:
-        lengths = [p.input_tokens for p in self.prompts]
+        # made prompts all know their length (drawn from it): one that did not would be a ValueError here
+        lengths = [_known(p.input_tokens) for p in self.prompts]
         return {**self.identity(), "prompts": len(self.prompts), "categories": {CATEGORY: len(self.prompts)},
-                # the ignore below: made prompts all know their length
-                "input_tokens": {"min": min(lengths), "max": max(lengths)},  # type: ignore[type-var]
+                "input_tokens": {"min": min(lengths), "max": max(lengths)},
                 "output_tokens": {"min": min(p.max_tokens for p in self.prompts),
                                   "max": max(p.max_tokens for p in self.prompts)},
                 "missed_length": self.missed}
