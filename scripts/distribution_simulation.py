@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     for alpha, prompts, shift, n in CASES:
         n = max(1, round(n * args.scale))
         rng = random.Random(args.seed)
-        verdicts = [compare(*arms(rng, prompts, shift), alpha=alpha)["verdict"] for _ in range(n)]
+        verdicts = []
+        for _ in range(n):
+            spec, ref_a, ref_b = arms(rng, prompts, shift)
+            verdicts.append(compare(spec, ref_a, ref_b, alpha=alpha)["verdict"])
         counts = {v: verdicts.count(v) for v in sorted(set(verdicts))}
         print(f"alpha {alpha}, {prompts} prompts x 4 samples, shift {shift} nats, {n} comparisons: {counts}")
     return 0

@@ -29,6 +29,7 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -90,11 +91,12 @@ def measured_noise(directory: Path) -> Noise:
         devs: dict[str, list[float]] = {}
         for data in varying if m == "acceptance_rate" else files:
             means = {e["started"]: sum(map(scale, v)) / len(v) for e in data["sessions"] if (v := _values(e, m))}
-            mu = sum(means.values()) / len(means) if len(means) > 1 else None
-            for k, x in means.items() if mu is not None else ():
-                devs.setdefault(k, []).append(x - mu)
+            if len(means) > 1:
+                mu = sum(means.values()) / len(means)
+                for k, x in means.items():
+                    devs.setdefault(k, []).append(x - mu)
         spread = float(np.var([np.mean(v) for v in devs.values()], ddof=1))
-        own = (nv[m].between + nv[m].within / STORED_RUNS) / np.mean([len(v) for v in devs.values()])
+        own = (nv[m].between + nv[m].within / STORED_RUNS) / float(np.mean([len(v) for v in devs.values()]))
         shared[m] = math.sqrt(max(0.0, spread - own))
         night[m] = math.sqrt(max(0.0, nv[m].between - shared[m] ** 2))  # the pooled between holds both
     return Noise(run, night, shared)
@@ -192,7 +194,7 @@ def suite(rng: np.random.Generator, noise: Noise, thresholds: Thresholds, nights
         tonight = _night(rng, noise, sh, looks[-1], "tonight", slowdown if t == 0 else 1.0, extra, disturb)
         c = Judgement(Plan(path=Path(f"test-{t}"), status="compared", checked=True, comparability={}, under_test={},
                            baseline=files[t], alpha=ALPHA, gate=GATED, thresholds=thresholds, max_looks=len(looks)))
-        c = sequential(pipeline, c, looks, lambda n, e=tonight: _first(e, n, rule), tonight_log=lambda _: None)
+        c = sequential(pipeline, c, looks, partial(_first, tonight, rule=rule), tonight_log=lambda _: None)
         family.append((f"test-{t}", c))
     _, family = pipeline.finish(family, thresholds)
     runs = np.array([c.looks[-1] for _, c in family])

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pytest_specdec.output.schema import load
 
@@ -31,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         if t.params.get("concurrency") != 1 or not t.runs:
             continue
 
-        def p95s(runs: tuple[dict, ...]) -> list[float]:
+        def p95s(runs: tuple[Mapping[str, Any], ...]) -> list[float]:
             return [r["ttft_ms"]["p95"] for r in runs if r["valid"] and not r["latency_untrusted"] and r.get("ttft_ms")]
 
         ref, spec = p95s(t.reference_runs), p95s(t.runs)

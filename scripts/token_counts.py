@@ -52,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     for p, n, b, e in zip(prompts, counted, bare, old, strict=True):
         rows.setdefault(p.category, []).append((n, b, e))
     for category, group in [*sorted(rows.items()), ("all", [x for v in rows.values() for x in v])]:
-        n, b, e = ([g[i] for g in group] for i in range(3))
-        mn, me = sum(n) / len(n), sum(e) / len(e)
-        print(f"| {category} | {len(group)} | {mn:.1f} | {min(n)} | {max(n)} | {sum(b) / len(b):.1f} | {me:.1f} "
-              f"| {min(e)} | {max(e)} | {mn / me:.2f} |")
+        ns, bs, es = ([g[i] for g in group] for i in range(3))
+        mn, me = sum(ns) / len(ns), sum(es) / len(es)
+        print(f"| {category} | {len(group)} | {mn:.1f} | {min(ns)} | {max(ns)} | {sum(bs) / len(bs):.1f} | {me:.1f} "
+              f"| {min(es)} | {max(es)} | {mn / me:.2f} |")
     return 0
 
 

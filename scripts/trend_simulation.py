@@ -26,7 +26,7 @@ def false_alarms(nights: int, series: int, rng: np.random.Generator, penalty: fl
     hits = 0
     for _ in range(series):
         sd = math.log1p(rng.uniform(0.10, 0.30))
-        levels = np.exp(rng.normal(0.0, sd, nights))
+        levels = np.exp(rng.normal(0.0, sd, nights)).tolist()
         hits += bool(trend("speedup", levels, penalty=penalty, alpha=alpha).change_points)
     return hits / series
 
@@ -37,7 +37,7 @@ def power(drop_pct: float, noise_pct: float, series: int, rng: np.random.Generat
     sd = math.log1p(noise_pct / 100)
     for _ in range(series):
         shift = np.where(np.arange(nights) >= at, math.log1p(-drop_pct / 100), 0.0)
-        levels = np.exp(shift + rng.normal(0.0, sd, nights))
+        levels = np.exp(shift + rng.normal(0.0, sd, nights)).tolist()
         found += any(c.index == at for c in trend("speedup", levels, penalty=penalty, alpha=alpha).change_points)
     return found / series
 
@@ -48,11 +48,11 @@ def histories(drop_pct: float, noise_pct: float, histories: int, rng: np.random.
     share where series 0 has a change point there, and the share with a change point in any other series."""
     found_step = other = 0
     for _ in range(histories):
-        levels = {}
+        levels: dict[int, tuple[str, list[float]]] = {}
         for i in range(series):
             sd = math.log1p(rng.uniform(0.10, 0.30)) if i or not drop_pct else math.log1p(noise_pct / 100)
             shift = np.where(np.arange(nights) >= at, math.log1p(-drop_pct / 100), 0.0) if i == 0 else 0.0
-            levels[i] = ("speedup", np.exp(shift + rng.normal(0.0, sd, nights)))
+            levels[i] = ("speedup", np.exp(shift + rng.normal(0.0, sd, nights)).tolist())
         found = {i: [c.index for c in t.change_points] for i, t in trends(levels, alpha).items() if t.change_points}
         found_step += at in found.pop(0, []) if drop_pct else 0
         other += bool(found)

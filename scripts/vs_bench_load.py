@@ -157,6 +157,7 @@ def cmd_load(args: argparse.Namespace) -> int:
                                                           cpus=server_cpus(args.server_cpus)) as server:
         print(f"server ready in {server.startup_s:.0f} s: {' '.join(server.command)}", flush=True)
         model = served_model(server.base_url)
+        assert server.proc is not None  # the with started it (VllmServer.__enter__)
 
         def plugin(w: Workload) -> dict[str, Any]:
             prompts = list(synthetic(str(profile.target), args.num_prompts, args.input_len, args.output_len,

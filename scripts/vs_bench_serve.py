@@ -80,6 +80,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
                                                                   cpus=server_cpus(args.server_cpus)) as server:
         print(f"server ready in {server.startup_s:.0f} s: {' '.join(server.command)}", flush=True)
         model = served_model(server.base_url)
+        assert server.proc is not None  # the with started it (VllmServer.__enter__)
         data = Path(tmp) / "prompts.jsonl"
         bench_prompts_file(prompts, data)
         endpoint = Endpoint(server.base_url, model, owned=True)
