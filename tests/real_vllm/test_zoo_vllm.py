@@ -1,7 +1,7 @@
 """The zoo on real vLLM CPU: each method's figures stay in the ranges that make it a useful stand-in.
 
-One module-scoped measurement (python -m pytest_specdec.zoo.measure does the same and prints the
-README table) starts a server per zoo method, plus eagle3 without the temperature fix.
+One module-scoped measurement (python -m pytest_specdec.zoo.measure does more and prints the
+README table) starts a server per zoo method.
 """
 
 from __future__ import annotations
@@ -45,10 +45,12 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
     log_dir = tmp_path_factory.mktemp("zoo-logs")
     # Smaller than the README table's measurement (32 prompts, concurrency 1 and 8, ngram per category, T = 1 for
-    # every method): the checks below need none of them, and this is the longest test of the suite (7 servers one
-    # after another).
+    # every method, the no-fix control, timing pairs on every prompt): the checks below need none of them, and this
+    # is the longest test of the suite (6 servers one after another). The no-fix control's collapse is the kernel's,
+    # checked in test_vllm_cpu_fix.py without a server.
     summary = measure(log_dir, n_prompts=2 * PROMPTS, stride=2, concurrencies=(1,), per_category=False,
-                      hot=("draft_model", "eagle3"), progress=lambda line: print(line, flush=True))
+                      hot=("draft_model", "eagle3"), no_fix_method=None, pair_prompts=PROMPTS // 2,
+                      progress=lambda line: print(line, flush=True))
     print(markdown(summary))
     yield summary
     leftover = [pid for pid in _processes_with_env(str(log_dir)) if pid != os.getpid()]
@@ -117,14 +119,12 @@ def test_greedy_speculation_is_lossless(zoo: dict[str, Any], method: str) -> Non
 def test_cpu_fix_is_recorded_and_repairs_temperature_one(zoo: dict[str, Any]) -> None:
     fixed = zoo["methods"]["eagle3"]
     assert any(w["applied"] for w in fixed["workarounds"]), fixed["workarounds"]
-    broken = zoo["methods"]["eagle3 (no fix)"]
-    assert broken["workarounds"] == []
-    collapsed = _run(zoo, "eagle3 (no fix)", "t1.0-c1")["per_position_acceptance"]
     repaired = _run(zoo, "eagle3", "t1.0-c1")["per_position_acceptance"]
-    # With the fix every position is accepted sometimes; without it positions 2.. almost never are
-    # (measured: .0004/.0002/.0 without, .13/.02/.006 with).
+    # With the fix every position is accepted sometimes; without it positions 2.. almost never are (measured with
+    # `python -m pytest_specdec.zoo.measure`, whose no-fix control serves eagle3 without it: .0004/.0002/.0
+    # without, .13/.02/.006 with).
     assert min(repaired) > 0, repaired
-    assert sum(collapsed[1:]) < 0.01 < sum(repaired[1:]), (collapsed, repaired)
+    assert sum(repaired[1:]) > 0.01, repaired
 
 
 def test_throughput_is_reported_with_and_without_speculation(zoo: dict[str, Any]) -> None:
