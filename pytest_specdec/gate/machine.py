@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from pytest_specdec.gate.kinds import GATED
-from pytest_specdec.gate.registry import ABSOLUTE, GOODPUT
+from pytest_specdec.gate.registry import ABSOLUTE, GOODPUT, TAIL_RATIOS
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
@@ -129,7 +129,7 @@ def machine_factor(deviations: Iterable[float], threshold: float, alpha: float) 
 #: the machine's speed), and the absolute figures, which it divides by the reference's speed (so a spec tok/s so
 #: divided is the speedup again). Acceptance (and τ, the accepted tokens a step) at T = 0 does not move with the
 #: machine: judged on every night.
-STATE_BOUND: tuple[str, ...] = ("speedup", "e2e_p95_ratio", GOODPUT, *ABSOLUTE)
+STATE_BOUND: tuple[str, ...] = ("speedup", *(m.name for m in TAIL_RATIOS), GOODPUT, *ABSOLUTE)
 #: How the reason names the condition, and the `Verdict.method` of a metric no stored night of tonight's state
 #: could judge.
 MACHINE_STATE = "machine state"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError
-from pytest_specdec.gate.registry import GOODPUT, METRICS
+from pytest_specdec.gate.registry import GOODPUT, METRICS, TAIL_RATIOS
 from pytest_specdec.measure.probe import COMPONENTS, state_problem
 from pytest_specdec.measure.record import ArmRun, dead_arms, goodput_ratio, numbers_problem, pairs, runs_problem
 
@@ -161,11 +161,12 @@ class Night:
         for name in LATENCIES:
             put(f"{name}_p95_ms", [r.figure(f"{name}_p95_ms", untimed_too=untimed_too)
                                    for r in (spec if self.spec else ref)])
-        # The gated latency: spec P95 E2E ÷ reference P95 E2E of the same interleaved pair (`record.pairs`), so
-        # the machine's speed that night cancels as it does in the speedup. E2E, not TPOT or TTFT: a stream
-        # whose chunks arrive merged still ends when the request ends.
-        put("e2e_p95_ratio", [s_e2e / r_e2e for p in pairs(self.reference, self.spec)
-                              if p.kept and p.first is not None and p.second is not None
-                              and (s_e2e := p.second.figure("e2e_p95_ms", untimed_too=untimed_too))
-                              and (r_e2e := p.first.figure("e2e_p95_ms", untimed_too=untimed_too))])
+        # The tail ratios: spec ÷ reference of the same interleaved pair (`record.pairs`), so the machine's speed
+        # that night cancels as it does in the speedup. The gated one is E2E's, not TPOT's or TTFT's: a stream
+        # whose chunks arrive merged still ends when the request ends (a coalesced run has no TTFT figure).
+        for m in TAIL_RATIOS:
+            put(m.name, [s / r for p in pairs(self.reference, self.spec)
+                         if p.kept and p.first is not None and p.second is not None
+                         and (s := p.second.figure(m.ratio_of, untimed_too=untimed_too))
+                         and (r := p.first.figure(m.ratio_of, untimed_too=untimed_too))])
         return out

@@ -35,6 +35,9 @@ class Metric:
     verdict: bool = True  # compared with the baseline (False: only an SLO or a summary figure)
     badge: bool = False  # one of the report's per-test badges
     indexed: bool = False  # one value per draft position: `name[i]`
+    #: a tail ratio: per interleaved pair, the spec run's figure of this per-run metric ÷ the reference run's
+    #: (`ArmRun.figure`), so the machine's speed that night cancels as it does in the speedup
+    ratio_of: str = ""
 
     @property
     def higher_is_better(self) -> bool:
@@ -58,7 +61,7 @@ class Metric:
 METRICS: tuple[Metric, ...] = (
     Metric("speedup", "rate", "x", "speedup", family=GATED_FAMILY, badge=True),
     Metric("acceptance_rate", "acceptance", "", "acceptance", family=GATED_FAMILY, badge=True),
-    Metric("e2e_p95_ratio", "latency", "", "P95 E2E spec/ref", family=GATED_FAMILY, badge=True),
+    Metric("e2e_p95_ratio", "latency", "", "P95 E2E spec/ref", family=GATED_FAMILY, badge=True, ratio_of="e2e_p95_ms"),
     Metric("output_tok_s", "rate", "tok/s", "spec tok/s", absolute=True, badge=True),
     Metric("reference_tok_s", "rate", "tok/s", "reference tok/s", absolute=True),
     Metric("per_position_acceptance", "acceptance", "", "per-position acceptance", indexed=True),
@@ -68,6 +71,10 @@ METRICS: tuple[Metric, ...] = (
     # per pair, spec goodput ÷ reference goodput (requests meeting the test's SLOs per second, vllm bench serve's
     # --goodput): only a test with `goodput=` SLOs has it; `gate=["goodput"]` gates it
     Metric(GOODPUT, "rate", "x", "goodput spec/ref"),
+    # the TTFT tails per pair: a method can lengthen time to first token (the draft's prefill, a longer schedule)
+    # while it shortens TPOT; `gate=["ttft_p99_ratio"]` gates one (P99 as vllm bench serve computes it)
+    Metric("ttft_p95_ratio", "latency", "", "P95 TTFT spec/ref", ratio_of="ttft_p95_ms"),
+    Metric("ttft_p99_ratio", "latency", "", "P99 TTFT spec/ref", ratio_of="ttft_p99_ms"),
     Metric("tpot_p95_ms", "latency", "ms", "P95 TPOT", absolute=True, badge=True),
     Metric("ttft_p95_ms", "latency", "ms", "P95 TTFT", absolute=True),
     Metric("e2e_p95_ms", "latency", "ms", "P95 E2E", absolute=True),
@@ -84,6 +91,8 @@ GATED: tuple[str, ...] = tuple(m.name for m in METRICS if m.family == GATED_FAMI
 ABSOLUTE: tuple[str, ...] = tuple(m.name for m in METRICS if m.absolute)
 LATENCY_VERDICTS: frozenset[str] = frozenset(m.name for m in METRICS if m.verdict and m.kind == "latency")
 BADGES: tuple[Metric, ...] = tuple(m for m in METRICS if m.badge)
+#: The tail ratios (`Metric.ratio_of`), each judged against the nights of a comparable machine state as the speedup is.
+TAIL_RATIOS: tuple[Metric, ...] = tuple(m for m in METRICS if m.ratio_of)
 
 
 def metric(name: str) -> Metric | None:

@@ -116,11 +116,15 @@ class ArmRun:
 
     def figure(self, metric: str, *, untimed_too: bool = False) -> float | None:
         """This run's value of a per-run verdict metric (``output_tok_s``, ``acceptance_rate``, ``draft_coverage``,
-        ``acceptance_length`` or a ``<latency>_p95_ms``), whatever its validity; None where it has none, and for a
-        latency of a run whose stream was coalesced unless ``untimed_too``. The one definition that the
-        nightly's per-run values (`gate.nights.Night.metric_values`) and an A/B session's pairs read."""
+        ``acceptance_length``, a ``<latency>_p95_ms`` or ``<latency>_p99_ms``), whatever its validity; None where
+        it has none, and for a latency of a run whose stream was coalesced unless ``untimed_too``. The one
+        definition that the nightly's per-run values (`gate.nights.Night.metric_values`) and an A/B session's pairs
+        read."""
         if metric.endswith("_p95_ms"):
             return self.hd_p95_ms.get(metric.removesuffix("_p95_ms")) if self.timed or untimed_too else None
+        if metric.endswith("_p99_ms"):  # the run's P99 as vllm bench serve computes it (no per-run Harrell-Davis)
+            p99 = (self.latencies_ms.get(metric.removesuffix("_p99_ms") + "_ms") or {}).get("p99")
+            return p99 if self.timed or untimed_too else None
         value: float | None = getattr(self, metric)
         return value
 

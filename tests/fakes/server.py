@@ -119,6 +119,10 @@ class FakeConfig:
     # when something else on the machine takes the cores for one run; (0, 0) = none.
     slow_posts: tuple[int, int] = (0, 0)
     slow_factor: float = 1.0
+    # A TTFT tail: every Nth completion request (counting from 1) waits ttft_tail_s more before its first token,
+    # its decode steps unchanged (a draft's prefill or a longer schedule delaying some requests); 0 = none.
+    ttft_tail_every: int = 0
+    ttft_tail_s: float = 0.0
     # A spec step's fixed part (k > 0 only): seconds added to every decode step that do not scale with the
     # machine's speed (a test scales step_s for that), like a draft's per-step overhead on a small CPU host,
     # so the speedup moves with the machine's speed.
@@ -395,6 +399,7 @@ def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tup
         cfg = st.cfg  # read per request, so FakeServer.reconfigure() takes effect on the next one
         st.posts += 1
         slow = cfg.slow_factor if cfg.slow_posts[0] <= st.posts <= cfg.slow_posts[1] else 1.0
+        tail = cfg.ttft_tail_s if cfg.ttft_tail_every and st.posts % cfg.ttft_tail_every == 0 else 0.0
         if st.posts == cfg.fail_request:
             return _error(500, f"injected error (fake vLLM: request {st.posts})")
         try:
@@ -467,7 +472,7 @@ def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tup
         try:
             if cfg.hang_after and st.posts > cfg.hang_after:  # alive, listening, and silent: a hung engine
                 await asyncio.sleep(3600)
-            await asyncio.sleep(cfg.ttft_s)
+            await asyncio.sleep(cfg.ttft_s + tail)
             emitted, n, finish = 0, 1, None  # the prefill step yields one token and no draft
             if chat:
                 await resp.write(chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},

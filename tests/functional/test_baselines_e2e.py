@@ -302,6 +302,30 @@ def test_gate_moves_a_shown_metric_into_the_gated_family(
     r.stdout.fnmatch_lines([esc(f"  {NAME}: speedup *; P95 TTFT regressed ({catch}*")])
 
 
+# ---- the TTFT tails: spec ÷ reference per pair, shown, gate-able ------------------------------------
+
+def test_a_spec_arms_ttft_tail_fails_the_test_that_gates_its_p99_ratio(
+    pytester: pytest.Pytester, fake_profile: Path, servers: Servers, make_suite: Callable[..., str]
+) -> None:
+    """Every 4th request to the spec server waits 1 s more for its first token, its decode unchanged (a tail that
+    a P95 TPOT never shows): its P95 and P99 TTFT ratios to the reference of the same pair rise far past the 150 %
+    latency threshold. `gate=["ttft_p99_ratio"]` fails the test on it; the P95 ratio stays shown."""
+    pytester.makepyfile(test_suite=make_suite(**GATE_SUITE, verdicts="gate=['ttft_p99_ratio']"))
+    baseline(pytester, fake_profile, servers, *WIDE_GATED)
+
+    servers[0].reconfigure(ttft_tail_every=4, ttft_tail_s=1.0)
+    r = run(pytester, fake_profile, servers, *WIDE_GATED, *WARN)
+    r.assert_outcomes(failed=1)
+    test = results(pytester)
+    p99, p95 = test["verdicts"]["ttft_p99_ratio"], test["verdicts"]["ttft_p95_ratio"]
+    assert (p99["verdict"], p99["family"]) == ("regressed", "gated") and p99["now"] > 10 * p99["baseline"], p99
+    assert (p95["verdict"], p95["family"]) == ("regressed", "shown"), p95
+    assert test["baseline"]["gate"] == [*GATED, "ttft_p99_ratio"]
+    r.stdout.fnmatch_lines(["*specdec: * metric(s) regressed: *ttft_p99_ratio*",
+                            "P95 TTFT spec/ref *shown *regressed",
+                            "P99 TTFT spec/ref *gated *regressed"])
+
+
 # ---- --specdec-fail-inconclusive / ini specdec_fail_inconclusive --------------------------------
 
 # A baseline of one run has no run-to-run variance: tonight's verdicts are all inconclusive ("too little data"),
