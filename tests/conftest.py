@@ -82,7 +82,7 @@ class _SnapshotKeepingInstalled(_pytest.pytester.SysModulesSnapshot):
         super().__init__(preserve=keep)
 
 
-_pytest.pytester.SysModulesSnapshot = _SnapshotKeepingInstalled  # type: ignore[misc]
+_pytest.pytester.SysModulesSnapshot = _SnapshotKeepingInstalled  # type: ignore[misc]  # swapping pytester's class
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -104,7 +104,7 @@ def plan(path: Path, main: Path, pr: Path) -> list[str]:
 def test_the_plan_names_mains_side_of_what_changed(tmp_path: Path, change: dict[str, str | bytes],
                                                     github: list[str], buildkite: list[str]) -> None:
     main = checkout(tmp_path / "main")
-    pr = checkout(tmp_path / "pr", **change)  # type: ignore[arg-type]
+    pr = checkout(tmp_path / "pr", **change)  # type: ignore[arg-type]  # str | bytes: each value fits its key
     assert plan(GITHUB, main, pr) == [line.format(main=main) for line in github]
     assert plan(BUILDKITE, main, pr) == [line.format(main=main) for line in buildkite]
 

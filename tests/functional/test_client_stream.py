@@ -13,7 +13,7 @@ import pytest
 
 from fakes import FakeConfig, FakeServer, FakeServerProcess
 from pytest_specdec.measure.client import run_load_sync
-from pytest_specdec.measure.types import Prompt, RequestSample, Sampling
+from pytest_specdec.measure.types import Api, Prompt, RequestSample, Sampling
 
 MODEL = "fake-model"
 
@@ -48,13 +48,12 @@ def test_sampling_sends_every_field() -> None:
 @pytest.mark.parametrize("server", [FakeConfig(k=3, acceptance=(1.0, 1.0, 1.0), output_tokens=13)],
                          indirect=True)
 @pytest.mark.parametrize("api", ["chat", "completions"])
-def test_tokens_counted_per_chunk_from_usage(server: FakeServer, api: str) -> None:
+def test_tokens_counted_per_chunk_from_usage(server: FakeServer, api: Api) -> None:
     if api == "chat":
         prompts = chat_prompts(4, max_tokens=50)
     else:
         prompts = [Prompt(id=f"c{i}", prompt=f"text {i}", max_tokens=50) for i in range(4)]
-    res = run_load_sync(server.base_url, MODEL, prompts, Sampling(temperature=0.0), concurrency=2,
-                        api=api)  # type: ignore[arg-type]
+    res = run_load_sync(server.base_url, MODEL, prompts, Sampling(temperature=0.0), concurrency=2, api=api)
     for s in res.samples:
         assert s.error is None, s.error
         # prefill token alone, then every step carries 1 + 3 accepted tokens, the last one cut to fit 13
@@ -63,7 +62,8 @@ def test_tokens_counted_per_chunk_from_usage(server: FakeServer, api: str) -> No
         assert s.text == " tok" * 13
         assert s.finish_reason == "length"
         assert len(s.itls_chunk_s) == 3 and len(s.itls_token_s) == 12
-        assert s.tpot_s == pytest.approx((s.e2e_s - s.ttft_s) / 12)  # type: ignore[operator]
+        assert s.tpot_s == pytest.approx(
+            (s.e2e_s - s.ttft_s) / 12)  # type: ignore[operator]  # float | None; set once a request succeeds
 
 
 @pytest.mark.parametrize("server", [FakeConfig(k=2, acceptance=(0.7, 0.3), eos_prob=0.02)], indirect=True)

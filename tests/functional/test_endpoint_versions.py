@@ -14,6 +14,7 @@ import importlib.metadata as md
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -33,8 +34,8 @@ def stand_in() -> Iterator[Callable[..., FakeServer]]:
     `{}`: 404, as a server without the route)."""
     started: list[FakeServer] = []
 
-    def start(routes: dict[str, dict[str, object]], **fields: object) -> FakeServer:
-        server = FakeServer(FakeConfig(**fields))  # type: ignore[arg-type]
+    def start(routes: dict[str, dict[str, object]], **fields: Any) -> FakeServer:
+        server = FakeServer(FakeConfig(**fields))
         for path, told in routes.items():
             server.app.router.add_get(path, answer(told))
         server.start()

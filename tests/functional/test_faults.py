@@ -90,13 +90,13 @@ def test_a_night_without_valid_runs_on_both_arms_is_never_written() -> None:
 
     ok, bad = Run(valid=True), Run(valid=False)
     night = Run(reference_runs=[ok, ok], runs=[ok, bad], speedup_per_pair=[2.0, None])
-    assert unwritable(night) == ""  # type: ignore[arg-type]
-    assert unwritable(Run(reference_runs=[ok], runs=[bad, bad], speedup_per_pair=[None, None])) == (  # type: ignore[arg-type]
-        "the spec arm has no valid run (of 2)")
-    assert unwritable(Run(reference_runs=[bad, ok], runs=[ok, bad], speedup_per_pair=[None, None])) == (  # type: ignore[arg-type]
-        "no pair of runs is valid on both arms")
-    assert unwritable(Run(reference_runs=[bad], runs=[], speedup_per_pair=[])) == (  # type: ignore[arg-type]
-        "the reference arm has no valid run (of 1)")
+    assert unwritable(night) == ""  # type: ignore[arg-type]  # a SimpleNamespace stands in for the CaseResult
+    assert unwritable(Run(reference_runs=[ok], runs=[bad, bad],  # type: ignore[arg-type]  # stand-in CaseResult
+                          speedup_per_pair=[None, None])) == "the spec arm has no valid run (of 2)"
+    assert unwritable(Run(reference_runs=[bad, ok], runs=[ok, bad],  # type: ignore[arg-type]  # stand-in CaseResult
+                          speedup_per_pair=[None, None])) == "no pair of runs is valid on both arms"
+    assert unwritable(Run(reference_runs=[bad], runs=[],  # type: ignore[arg-type]  # stand-in CaseResult
+                          speedup_per_pair=[])) == "the reference arm has no valid run (of 1)"
     assert unwritable(None) == "nothing was measured"
 
 

@@ -171,7 +171,9 @@ def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any
 
     fields = {f: None for f in RunMetrics.__dataclass_fields__}
     fields.update(total_output_tokens=0)
-    rec = RunRecord(arm=arm, index=index, metrics=RunMetrics(**fields), cache_salt="s", texts=texts)  # type: ignore[arg-type]
+    rec = RunRecord(
+        arm=arm, index=index, metrics=RunMetrics(**fields),  # type: ignore[arg-type]  # str arm and None metrics
+        cache_salt="s", texts=texts)
     if not valid:
         rec.invalid.append("test")
     return rec

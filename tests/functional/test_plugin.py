@@ -238,7 +238,7 @@ def test_a_session_without_specdec_tests_leaves_no_trace(pytester: pytest.Pytest
     def spy(sig: int, handler: object) -> object:
         if sig in (signal.SIGTERM, signal.SIGHUP):
             installed.append(sig)
-        return real_signal(sig, handler)  # type: ignore[arg-type]
+        return real_signal(sig, handler)  # type: ignore[arg-type]  # the spy passes on any handler it gets
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the plugin scanned /proc in a session without specdec tests")

@@ -191,7 +191,8 @@ def test_a_ctrl_c_while_the_pool_stops_servers_stops_them_all(tmp_path: Path) ->
 
     stopped: list[str] = []
     pool = ServerPool(tmp_path, 2, 10.0)
-    pool._alive.update(a=_Interrupted("a", stopped), b=_Interrupted("b", stopped))  # type: ignore[dict-item]
+    a, b = _Interrupted("a", stopped), _Interrupted("b", stopped)
+    pool._alive.update(a=a, b=b)  # type: ignore[dict-item]  # stand-in servers, not VllmServers
     with pytest.raises(KeyboardInterrupt):
         pool.stop_all()
     assert sorted(stopped) == ["a", "b"] and not pool._alive
@@ -206,9 +207,10 @@ def test_a_ctrl_c_while_the_pool_retires_a_server_still_stops_it(tmp_path: Path)
 
     stopped: list[str] = []
     pool = ServerPool(tmp_path, 2, 10.0, progress=lambda line: None)
-    pool._alive["k"] = _Interrupted("k", stopped)  # type: ignore[assignment]
+    pool._alive["k"] = _Interrupted("k", stopped)  # type: ignore[assignment]  # a stand-in, not a VllmServer
     with pytest.raises(KeyboardInterrupt):
-        pool.retire(SimpleNamespace(key=lambda: "k", method="suffix"), "every prompt sent")  # type: ignore[arg-type]
+        pool.retire(SimpleNamespace(key=lambda: "k", method="suffix"),  # type: ignore[arg-type]  # stand-in ServerSpec
+                    "every prompt sent")
     assert stopped == ["k"] and not pool._alive
 
 

@@ -124,7 +124,7 @@ def test_a_second_ctrl_c_while_a_failed_start_cleans_up_still_stops_the_server(
         stop(grace_s)
 
     server.on_spawn = first_ctrl_c
-    server.stop = stop_with_a_second_ctrl_c  # type: ignore[method-assign]
+    server.stop = stop_with_a_second_ctrl_c  # type: ignore[method-assign]  # patching for the test
     with pytest.raises(KeyboardInterrupt):
         server.start()
     assert pids and not _alive(pids[0]), "the half-started server survived the second Ctrl-C"

@@ -18,7 +18,7 @@ from pytest_specdec.gate.protocol import Finished, GateOptions, Planned, TestOpt
 from pytest_specdec.gate.stats import Verdict
 from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
 from pytest_specdec.measure.runner import CaseResult, RunRecord
-from pytest_specdec.measure.schedule import schedule_ab
+from pytest_specdec.measure.schedule import Arm, schedule_ab
 from pytest_specdec.output.results import ab_entry
 from pytest_specdec.profiles import load_profile
 from pytest_specdec.profiles.placement import Placement
@@ -58,14 +58,14 @@ def test_pairs_from_the_profile_unless_given() -> None:
     assert run_limits(cpu, None, None) == ((4, 4), None)
 
 
-def run(arm: str, i: int, tok_s: float, acceptance: float | None = 0.8, e2e: float = 100.0,
+def run(arm: Arm, i: int, tok_s: float, acceptance: float | None = 0.8, e2e: float = 100.0,
         valid: bool = True) -> RunRecord:
     spec = None if acceptance is None else SpecFigures(
         drafts=100, draft_tokens=300, accepted_tokens=round(300 * acceptance), acceptance_rate=acceptance)
     metrics = RunMetrics(n_requests=8, n_failed=0, duration_s=1.0, output_tok_s=tok_s, request_s=8.0,
                          total_output_tokens=round(tok_s), ttft_ms=None, tpot_ms=None, e2e_ms=None, itl_chunk_ms=None,
                          itl_token_ms=None, spec=spec)
-    return RunRecord(arm=arm, index=i, metrics=metrics, cache_salt="s",  # type: ignore[arg-type]
+    return RunRecord(arm=arm, index=i, metrics=metrics, cache_salt="s",
                      invalid=[] if valid else ["broken"], hd_p95_ms={"e2e": e2e})
 
 

@@ -117,9 +117,9 @@ def test_thresholds_and_bad_input() -> None:
     with pytest.raises(ConfigError, match=r"candidate\[2\] is -1.0"):
         paired("output_tok_s", [1.0, 2.0, 3.0], [1.0, None, -1.0])
     with pytest.raises(ConfigError, match="must be lists"):
-        paired("output_tok_s", "abc", "abc")  # type: ignore[arg-type]
+        paired("output_tok_s", "abc", "abc")  # type: ignore[arg-type]  # bad input on purpose: the error is under test
     with pytest.raises(ConfigError, match="must be lists"):
-        paired("output_tok_s", [1.0], None)  # type: ignore[arg-type]
+        paired("output_tok_s", [1.0], None)  # type: ignore[arg-type]  # bad input on purpose: the error is under test
 
 
 # ---- the simulation's batch path, and its figures (slow; full size: scripts/ab_simulation.py) ----

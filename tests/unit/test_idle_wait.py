@@ -140,8 +140,8 @@ def test_the_pool_watches_every_server_but_the_next_runs_own(monkeypatch: pytest
 
     monkeypatch.setattr(pool_module, "wait_idle", fake_wait)
     monkeypatch.setattr(pool_module, "requests_held", lambda servers: seen.setdefault("servers", servers) and 0)
-    pool = ServerPool(log_dir=None, max_alive=2, startup_timeout_s=1.0)  # type: ignore[arg-type]
-    pool._alive.update({"ref": _server(11), "spec": _server(22)})  # type: ignore[dict-item]
+    pool = ServerPool(log_dir=None, max_alive=2, startup_timeout_s=1.0)  # type: ignore[arg-type]  # starts no server
+    pool._alive.update({"ref": _server(11), "spec": _server(22)})
     pool.wait_quiet(3.0, own="22", ended=5.0)
     assert seen["pgids"] == {11} and seen["kw"] == {"timeout_s": 3.0, "ended": 5.0}
     assert seen["servers"] == [("http://h:11", "k11"), ("http://h:22", "k22")]
@@ -151,7 +151,9 @@ def test_the_pool_watches_every_server_but_the_next_runs_own(monkeypatch: pytest
 
 
 def _run(arm: Any, duration_s: float, waited_s: float | None) -> RunRecord:
-    rec = RunRecord(arm=arm, index=0, metrics=SimpleNamespace(duration_s=duration_s), cache_salt="s")  # type: ignore[arg-type]
+    rec = RunRecord(arm=arm, index=0,
+                    metrics=SimpleNamespace(duration_s=duration_s),  # type: ignore[arg-type]  # stand-in RunMetrics
+                    cache_salt="s")
     rec.settle = None if waited_s is None else Quiet(waited_s, True, 0.0).to_dict()
     return rec
 

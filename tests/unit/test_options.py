@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -42,10 +43,10 @@ def test_a_missing_optional_dependency_names_its_extra(module: str, monkeypatch:
     with pytest.raises(ConfigError, match=rf"^the feature needs {dist}, which is not installed .*: pip install "
                                           rf"'pytest-specdec\[{extra}\]'$"):
         import_extra(module, "the feature")
-    config = types.SimpleNamespace(rootpath="/root")
+    config = cast(pytest.Config, types.SimpleNamespace(rootpath="/root"))  # what extra_path reads of a Config
     with pytest.raises(pytest.UsageError, match=rf"--flag needs {dist}, .*'pytest-specdec\[{extra}\]'"):
-        extra_path(module, "--flag")("out.json", config)  # type: ignore[arg-type]
-    assert extra_path(module, "--flag")(None, config) is None  # type: ignore[arg-type]  # not asked for
+        extra_path(module, "--flag")("out.json", config)
+    assert extra_path(module, "--flag")(None, config) is None  # not asked for
 
 
 def test_the_plugin_starts_without_its_optional_dependencies(monkeypatch: pytest.MonkeyPatch,

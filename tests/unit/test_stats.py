@@ -166,7 +166,7 @@ def test_bad_values_rejected(baseline: list, now: list, match: str) -> None:
 def test_explicit_kind() -> None:
     assert compare("custom", [[0.5, 0.52]], [0.3, 0.31], kind="acceptance").unit == "points"
     with pytest.raises(ConfigError, match="'custom'.*kind must be"):
-        compare("custom", [[0.5, 0.52]], [0.3, 0.31], kind="ratio")  # type: ignore[arg-type]
+        compare("custom", [[0.5, 0.52]], [0.3, 0.31], kind="ratio")  # type: ignore[arg-type]  # bad kind on purpose
 
 
 def test_acceptance_out_of_range_rejected() -> None:
@@ -197,7 +197,7 @@ def test_not_comparable() -> None:
 def test_verdict_is_frozen_and_json_able() -> None:
     v = compare("output_tok_s", [BASE], scaled(0.9))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        v.verdict = "unchanged"  # type: ignore[misc]
+        v.verdict = "unchanged"  # type: ignore[misc]  # writing a frozen field on purpose: the error is under test
     d = json.loads(json.dumps(v.to_dict()))
     assert d["verdict"] == "regressed" and set(d) == {f.name for f in dataclasses.fields(Verdict)}
 
@@ -287,7 +287,7 @@ def test_harrell_davis_p95() -> None:
     with pytest.raises(ConfigError, match="finite"):
         harrell_davis_p95([1.0, float("nan")])
     with pytest.raises(ConfigError, match="None"):
-        harrell_davis_p95([1.0, None])  # type: ignore[list-item]
+        harrell_davis_p95([1.0, None])  # type: ignore[list-item]  # a None on purpose: the error is under test
 
 
 def test_check_slo() -> None:

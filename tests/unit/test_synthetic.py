@@ -33,15 +33,18 @@ def test_exact_lengths_with_range_ratio_zero() -> None:
     assert missed == 0
     # the server adds its one special token: 19 tokens of text, 20 counted
     assert [p.input_tokens for p in prompts] == [20] * 6 and {p.max_tokens for p in prompts} == {8}
-    assert all(len(p.prompt.split()) == 19 and p.category == "random" for p in prompts)  # type: ignore[union-attr]
-    assert all(0 not in WordTokenizer().encode(p.prompt) for p in prompts)  # type: ignore[arg-type]  # no special ids
+    assert all(len(p.prompt.split()) == 19  # type: ignore[union-attr]  # prompt: str | None, set on these
+               and p.category == "random" for p in prompts)
+    # no special ids in the text
+    assert all(0 not in WordTokenizer().encode(p.prompt) for p in prompts)  # type: ignore[arg-type]  # prompt is set
 
 
 def test_lengths_within_the_range_and_deterministic_per_seed() -> None:
     tok = WordTokenizer(special=0)
     prompts, _ = synthetic_prompts(tok, 40, input_len=100, output_len=50, range_ratio=0.3, seed=7)
     ins, outs = [p.input_tokens for p in prompts], [p.max_tokens for p in prompts]
-    assert all(70 <= n <= 130 for n in ins) and all(35 <= n <= 65 for n in outs)  # type: ignore[operator]
+    assert (all(70 <= n <= 130 for n in ins)  # type: ignore[operator]  # input_tokens: int | None, set here
+            and all(35 <= n <= 65 for n in outs))
     assert len(set(ins)) > 10 and len(set(outs)) > 10
     again, _ = synthetic_prompts(tok, 40, input_len=100, output_len=50, range_ratio=0.3, seed=7)
     other, _ = synthetic_prompts(tok, 40, input_len=100, output_len=50, range_ratio=0.3, seed=8)
@@ -73,5 +76,6 @@ def test_zoo_target_lengths_exact_and_recorded_truthfully() -> None:
     assert [len(tok(p.prompt).input_ids) for p in prompts] == [48] * 8  # as the server counts them
     ranged, _ = synthetic_prompts(tok, 16, input_len=64, output_len=16, range_ratio=0.5)
     assert all(p.input_tokens == len(tok(p.prompt).input_ids) for p in ranged)  # a missed length is its real one
-    assert all(32 <= p.input_tokens <= 96 and 8 <= p.max_tokens <= 24 for p in ranged)  # type: ignore[operator]
+    assert all(32 <= p.input_tokens <= 96  # type: ignore[operator]  # input_tokens: int | None, set on these
+               and 8 <= p.max_tokens <= 24 for p in ranged)
     assert synthetic_prompts(tok, 16, input_len=64, output_len=16, range_ratio=0.5)[0] == ranged
