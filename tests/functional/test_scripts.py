@@ -34,6 +34,7 @@ PYTHON_SCRIPTS = {
     "replay_nights.py": "Replay stored nights as tonight",
     "stats_simulation.py": "Simulated false-alarm rate and power of pytest_specdec.gate.stats",
     "token_counts.py": "Token counts of the built-in dataset's prompts by the target's tokenizer",
+    "trace_files.py": "The package's files a test passes through",
     "trend_simulation.py": "How `pytest-specdec history` finds change points",
     "vs_bench_load.py": "The plugin's load shaping against `vllm bench serve`",
     "vs_bench_serve.py": "Check the plugin's measurements against `vllm bench serve`",
