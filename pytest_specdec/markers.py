@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.types import GOODPUT_SLOS, Api
 from pytest_specdec.profiles import VLLM_METHODS
+from pytest_specdec.profiles.engines import DEFAULT_ENGINE, EngineMode, resolve_engines
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.protocol import TestOptions
@@ -26,13 +27,13 @@ MARKER = "specdec"
 MARKER_SIGNATURE = (
     "specdec(method=..., k=..., temperature=..., concurrency=..., dataset=..., max_tokens=..., "
     "num_prompts=..., speculative_config=..., api=..., request_rate=..., ignore_eos=..., burstiness=..., "
-    "input_len=..., output_len=..., range_ratio=..., goodput=..., rate_sweep=...): measure the spec config(s) "
-    "against the no-spec reference on a vLLM server; each field takes a value or a list (cross product)"
+    "input_len=..., output_len=..., range_ratio=..., goodput=..., rate_sweep=..., engine=...): measure the spec "
+    "config(s) against the no-spec reference on a vLLM server; each field takes a value or a list (cross product)"
 )
 FIELDS = (
     "method", "k", "temperature", "concurrency", "dataset", "max_tokens", "num_prompts", "speculative_config",
     "api", "request_rate", "ignore_eos", "burstiness", "input_len", "output_len", "range_ratio", "goodput",
-    "rate_sweep",
+    "rate_sweep", "engine",
 )
 #: The goodput SLOs a request must meet, as `vllm bench serve --goodput` names them (milliseconds).
 GOODPUT_KEYS = GOODPUT_SLOS
@@ -85,6 +86,18 @@ class Case:
     #: ``rate_fraction`` × the reference's saturation, measured at run time (`measure.saturation`); None: not one
     rate_sweep: int | None = None
     rate_fraction: float | None = None
+    #: the engine mode both arms' servers run in (`profiles.engines`): its name, and what it adds as canonical
+    #: JSON (None for the default mode, the profile's server as it is)
+    engine: str = DEFAULT_ENGINE
+    engine_json: str | None = None
+
+    @property
+    def engine_mode(self) -> EngineMode:
+        """The mode's value: what both arms' servers add."""
+        if self.engine_json is None:
+            return EngineMode()
+        d = json.loads(self.engine_json)
+        return EngineMode(self.engine, tuple(d["args"]), tuple(sorted(d["env"].items())))
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
@@ -118,6 +131,8 @@ class Case:
             parts.append("noeos")
         if self.goodput and "goodput" in varying:
             parts.append("slo-" + "-".join(f"{k}{v:g}" for k, v in self.goodput))
+        if self.engine != DEFAULT_ENGINE or "engine" in varying:
+            parts.append(self.engine)
         return "-".join(parts)
 
     def params(self) -> dict[str, Any]:
@@ -125,6 +140,11 @@ class Case:
         out = asdict(self)
         out.pop("speculative_config_json")
         out["speculative_config"] = self.speculative_config
+        out.pop("engine_json")
+        if self.engine_json is None:  # the default mode: the params a test had before modes existed
+            out.pop("engine")
+        else:
+            out["engine_mode"] = self.engine_mode.definition()
         out["goodput"] = dict(self.goodput) or None
         return out
 
@@ -162,9 +182,9 @@ class Case:
 
         return Sampling(temperature=self.temperature, ignore_eos=self.ignore_eos)
 
-    def server_key(self) -> tuple[str, str]:
+    def server_key(self) -> tuple[str, str, str]:
         """Tests with equal keys share a server: ordering by it keeps them together."""
-        return (self.method, self.speculative_config_json or str(self.k))
+        return (self.method, self.speculative_config_json or str(self.k), self.engine)
 
 
 @dataclass
@@ -246,6 +266,8 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
         "range_ratio": _as_list("range_ratio", kwargs.get("range_ratio", 0.0)),
         "goodput": _as_list("goodput", kwargs.get("goodput", None)),
         "rate_sweep": _as_list("rate_sweep", kwargs.get("rate_sweep", None)),
+        "engine": resolve_engines(_as_list("engine", kwargs.get("engine", DEFAULT_ENGINE)), profile.engines,
+                                  "specdec marker: engine"),
     }
     _check_synthetic(kwargs)
     if len(lists["rate_sweep"]) > 1:
@@ -257,7 +279,7 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
     cases: list[Case] = []
     for (method, k, temperature, concurrency, dataset, max_tokens, num_prompts, raw, api,
          rate, ignore_eos, burstiness, input_len, output_len, range_ratio, goodput,
-         rate_sweep) in itertools.product(*lists.values()):
+         rate_sweep, engine) in itertools.product(*lists.values()):
         raw_json, k_field = None, "k"
         if raw is not None:
             if not isinstance(raw, dict) or "method" not in raw:
@@ -335,6 +357,8 @@ def expand(kwargs: dict[str, Any], profile: Profile, args: tuple[Any, ...] = (),
                 goodput=goodput_slos,
                 rate_sweep=rate_sweep,
                 rate_fraction=fraction,
+                engine=engine.name,
+                engine_json=None if engine.is_default else engine.to_json(),
             )
             for fraction in fractions
         )
@@ -415,7 +439,7 @@ def _goodput(value: Any) -> tuple[tuple[str, float], ...]:
 def varying_fields(cases: list[Case]) -> frozenset[str]:
     """Fields that take more than one value across `cases` (they go into the ids)."""
     return frozenset(
-        name for name in ("dataset", "max_tokens", "num_prompts", "api", "goodput")
+        name for name in ("dataset", "max_tokens", "num_prompts", "api", "goodput", "engine")
         if len({getattr(c, name) for c in cases}) > 1
     )
 

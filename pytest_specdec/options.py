@@ -196,6 +196,11 @@ OPTIONS: tuple[Option, ...] = (
                 "the candidate is this "
                 "environment's vLLM. Each install gets its own reference and spec arms, interleaved; combines with "
                 "--specdec-base-draft.", shown_default="no A/B"),
+    Option("--specdec-base-engine", setting="base_engine", metavar="NAME",
+           help="A/B in one session on this install: NAME is the engine mode of the base (the profile's "
+                "[engines.NAME], or default); each test in another mode (specdec(engine=...)) is judged against its "
+                "method in mode NAME, each side with its own reference; tests in mode NAME are skipped "
+                "(docs/suites.md, Engine modes).", shown_default="no A/B"),
     Option("--specdec-strict", action="store_true", default=False,
            help="fail (not just warn) when a baseline was measured under different comparability keys."),
     Option("--specdec-max-runs", metavar="N", type=positive_int,
@@ -305,6 +310,7 @@ class Settings:
     drafts: tuple[tuple[str, str], ...] = ()
     base_drafts: tuple[tuple[str, str], ...] = ()  # --specdec-base-draft: an A/B session when given
     base_python: str | None = None  # --specdec-base-python: an A/B session on another install's vLLM
+    base_engine: str | None = None  # --specdec-base-engine: an A/B session between two engine modes
     block_runs: int | None = None
     api: str = "chat"
     request_rate: float | None = None
@@ -358,12 +364,13 @@ class Settings:
     def ab_flag(self) -> str | None:
         """The flags that make this an A/B session, as messages name them (None: a nightly session)."""
         flags = [f for f, on in (("--specdec-base-draft", self.base_drafts),
-                                 ("--specdec-base-python", self.base_python))
+                                 ("--specdec-base-python", self.base_python),
+                                 ("--specdec-base-engine", self.base_engine))
                  if on]
         return " and ".join(flags) or None
 
     @property
     def ab_servers(self) -> int:
         """The servers one test keeps alive: reference and spec, a base spec in an A/B session, and a base
-        reference when the base is another install."""
-        return 2 + bool(self.ab_flag) + bool(self.base_python)
+        reference when the base is another install or another engine mode."""
+        return 2 + bool(self.ab_flag) + bool(self.base_python or self.base_engine)

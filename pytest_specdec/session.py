@@ -153,7 +153,8 @@ class SpecDecSession:
             self.run_limits()
             if st.ab_flag:
                 refuse_stored_night_options(st.ab_flag, strict=st.strict, fail_machine=st.fail_machine)
-                self.ab = ABGate(self.profile, dict(st.base_drafts), self.gate_options, base_python=st.base_python)
+                self.ab = ABGate(self.profile, dict(st.base_drafts), self.gate_options, base_python=st.base_python,
+                                 base_engine=st.base_engine)
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
 
@@ -167,7 +168,7 @@ class SpecDecSession:
         self.collected = [case for _, case, _ in tests]
         self.run_order = [(nodeid, case) for nodeid, case, _ in tests]
         self.planned = [Planned(nodeid, case.method, case.k, case.speculative_config,
-                                (options or VerdictOptions()).for_gate(), bool(case.goodput))
+                                (options or VerdictOptions()).for_gate(), bool(case.goodput), case.engine)
                         for nodeid, case, options in tests]
         for p in self.planned:  # a goodput gated without SLOs would never be judged
             if GOODPUT in p.options.gate and not p.goodput:
@@ -179,6 +180,30 @@ class SpecDecSession:
                 self.ab.refuse(self.planned)
             except ConfigError as exc:
                 raise pytest.UsageError(str(exc)) from None
+        self._check_engine_modes()
+
+    def _check_engine_modes(self) -> None:
+        """The collected tests' engine modes (and an engine-mode A/B's base) through vLLM's own `serve` parser, once a
+        session, before any server starts: a flag vLLM does not know is a usage error naming the mode. Endpoint
+        mode refuses them: the endpoints' servers are started by someone else, in their own mode."""
+        from pytest_specdec.errors import ConfigError
+        from pytest_specdec.profiles.engines import check_with_vllm
+
+        modes = {c.engine: c.engine_mode for c in self.collected if c.engine_json is not None}
+        base = self.ab.base_engine if self.ab is not None else None
+        if base is not None and not base.is_default:
+            modes[base.name] = base
+        if not modes:
+            return
+        if self.settings.endpoint:
+            raise pytest.UsageError(f"specdec engine mode(s) {', '.join(sorted(modes))} with --specdec-endpoint: "
+                                    "an engine mode sets the args and env of servers the plugin starts, and the "
+                                    "endpoints' servers run in whatever mode they were started in; drop engine= or "
+                                    "the endpoints")
+        try:
+            check_with_vllm(modes, self.profile.target, self.profile.server_args)
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     def validity(self) -> ValidityRules:
         """The profile's validity rules; --specdec-hung-timeout wins over its hung_timeout_s."""
@@ -251,7 +276,9 @@ class SpecDecSession:
         return sent
 
     def server_spec(self, case: Case, reference: bool) -> ServerSpec:
-        return self.placement.server_spec(case.method, case.k, case.speculative_config, reference)
+        """An arm's server: the profile's for the case, in the case's engine mode (both arms: `profiles.engines`)."""
+        return case.engine_mode.apply(self.placement.server_spec(case.method, case.k, case.speculative_config,
+                                                                 reference))
 
     # --- measuring -----------------------------------------------------------------------------
     def arms(self, case: Case) -> list[tuple[str, ServerSpec]]:
@@ -261,7 +288,7 @@ class SpecDecSession:
             return [("reference", ref)]
         spec = self.server_spec(case, reference=False)
         base = ({} if self.ab is None else
-                self.ab.base_arms(case.method, case.k, case.speculative_config, ref, self.placement))
+                self.ab.base_arms(case.method, case.k, case.speculative_config, ref, self.placement, case.engine))
         return [("reference", ref), ("spec", spec), *base.items()]
 
     def measure(self, nodeid: str, case: Case, verdicts: VerdictOptions | None = None,
@@ -282,7 +309,7 @@ class SpecDecSession:
             if reason:
                 pytest.skip(f"specdec endpoint mode: {reason}")
         ab = self.ab if verdicts is not None else None
-        skip = ab.skip_reason(case.method, case.speculative_config) if ab is not None else None
+        skip = ab.skip_reason(case.method, case.speculative_config, case.engine) if ab is not None else None
         if skip:
             pytest.skip(f"specdec A/B session: {skip}")
         record = self.records.setdefault(nodeid, TestRecord(nodeid, case.params(), callspec=dict(callspec or {})))
@@ -315,7 +342,7 @@ class SpecDecSession:
             started = gate.start(TestStart(
                 nodeid, case.method, arms, self.serving.engine_configs(arms), verdicts.for_gate(), case.workload(),
                 self.dataset(case).identity(), sampling, endpoint=bool(self.settings.endpoint),
-                endpoint_versions=self.serving.endpoint_versions(arms)))
+                endpoint_versions=self.serving.endpoint_versions(arms), engine=case.engine_mode))
             judged = drive(gate, nodeid, started, result, run.extend, self.progress)
             if ab is not None:
                 record.ab = judged
@@ -469,7 +496,7 @@ class SpecDecSession:
         profile, s = self.profile, self.settings
         # An A/B session skips the tests it has no base for (`measure`): they are named, not estimated.
         why = {nodeid: r for nodeid, case in cases
-               if self.ab is not None and (r := self.ab.skip_reason(case.method, case.speculative_config))}
+               if self.ab is not None and (r := self.ab.skip_reason(case.method, case.speculative_config, case.engine))}
         # a rate sweep's lowest point measures its saturation (its first test in the run order)
         tests = [dry_run_test(nodeid, self.arms(case), case.concurrency, partial(self.prompts, case),
                               case.rate_fraction, case.rate_sweep is not None and bool(case.rate_sweep)

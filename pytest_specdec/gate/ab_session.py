@@ -22,6 +22,7 @@ from pytest_specdec.gate.check import Looked
 from pytest_specdec.gate.crossover import NAME as CROSSOVER
 from pytest_specdec.gate.kinds import GATED, REGRESSED, SHOWN, UNCHANGED, Stop
 from pytest_specdec.gate.registry import GOODPUT
+from pytest_specdec.profiles.engines import DEFAULT_ENGINE, EngineMode
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import FailRule, Look, TestEnd
@@ -161,6 +162,8 @@ class ABPlan:
     #: What differs between the base's side and the candidate's: versions and the spec and reference arms'
     #: engine configs, ``dotted key: (base, candidate)`` (`baselines.diff`).
     changed: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    #: An engine-mode A/B's modes, (base, candidate) (`--specdec-base-engine`); None: both sides in the test's mode.
+    engines: tuple[str, str] | None = None
     metrics: tuple[str, ...] = AB_METRICS  # the gated ones: AB_METRICS and what gate=/specdec_gate add
     looks: tuple[int, ...] = ()  # pairs at each planned look
     max_looks: int = 1  # the planned looks: each at alpha / max_looks (`adjusted_all` reads this)
@@ -266,12 +269,27 @@ def refusal(planned: Planned, judged: Sequence[str]) -> str | None:
     return None
 
 
+def base_engine_mode(profile: Profile, name: str, base_drafts: bool, base_python: str | None) -> EngineMode:
+    """``--specdec-base-engine NAME``: the profile's mode of that name (or ``default``), alone: an engine-mode A/B
+    compares one install and one draft in two modes, so it cannot be combined with another base."""
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.profiles.engines import resolve_engine
+
+    other = [flag for flag, on in (("--specdec-base-draft", base_drafts), ("--specdec-base-python", base_python))
+             if on]
+    if other:
+        raise ConfigError(f"--specdec-base-engine {name} with {' and '.join(other)}: an engine-mode A/B compares one "
+                          "install and one draft in two modes; run one kind of A/B per session")
+    return resolve_engine(name, profile.engines, f"--specdec-base-engine (profile {profile.path})")
+
+
 class ABGate:
     """An A/B session's gate: the base's profile, the thresholds and gated metrics, each test's looks, its end and
     the session's (`protocol.Gate`)."""
 
     def __init__(self, profile: Profile, base_drafts: Mapping[str, str], options: GateOptions, *,
-                 base_python: str | None = None, stop: StopRule | None = None) -> None:
+                 base_python: str | None = None, base_engine: str | None = None, stop: StopRule | None = None
+                 ) -> None:
         """Raises ConfigError naming the flag, file or key to fix: a method the profile lacks or without a draft
         (`Profile.with_drafts`, the one path `--specdec-draft` takes too), a base interpreter without vLLM or
         without this project (`vllm.install.probe`), a bad A/B threshold, an ini `specdec_gate` metric an A/B
@@ -279,7 +297,9 @@ class ABGate:
         the ABBA blocks of `schedule.schedule_ab`. ``runs``/``max_runs``: pairs at the first look and at most
         (`profiles.resolve.run_limits`), a look every [matrix] ab_look_step pairs between; ``stop``: when a test
         stops adding pairs before its last planned look
-        (None: `ab.until_pairs_settle`)."""
+        (None: `ab.until_pairs_settle`). ``base_engine``: the engine mode the base runs in on this install
+        (`--specdec-base-engine`, a name of the profile's `[engines]` or ``default``): every test whose own mode is
+        another is judged against its method in the base mode."""
         from pytest_specdec.errors import ConfigError
         from pytest_specdec.gate.sequential import planned_looks
         from pytest_specdec.vllm.install import probe, this_install
@@ -288,6 +308,8 @@ class ABGate:
         self.base = profile.with_drafts(dict(base_drafts), "--specdec-base-draft")
         #: The methods with a base: those --specdec-base-draft names; on another install every method has one.
         self.methods: tuple[str, ...] | None = tuple(base_drafts) if base_drafts else None
+        self.base_engine = None if base_engine is None else base_engine_mode(profile, base_engine, bool(base_drafts),
+                                                                             base_python)
         self.installs = None if base_python is None else {"base": probe(base_python), "candidate": this_install()}
         self._layers = (profile.raw.get("verdicts", {}).get("ab_thresholds", {}), options.ini_thresholds,
                         options.cli_thresholds, f"profile {profile.path} [verdicts] ab_thresholds")
@@ -306,7 +328,7 @@ class ABGate:
     def gated_size(self, planned: Sequence[Planned]) -> int:
         """The gated verdicts the ``planned`` tests add to the session's A/B family (those with a comparison)."""
         return sum(len([m for m in self.metrics(p.options) if m != CROSSOVER]) for p in planned
-                   if self.skip_reason(p.method, p.speculative_config) is None)
+                   if self.skip_reason(p.method, p.speculative_config, p.engine) is None)
 
     def test_thresholds(self, marker: Mapping[str, float] | None = None) -> Thresholds:
         """The session's A/B thresholds (`ab_thresholds`), with a test's marker on top."""
@@ -320,10 +342,16 @@ class ABGate:
         """Every metric a test's A/B judges: its gated ones, and on another install the shown ones."""
         return (*self.metrics(options), *(AB_SHOWN if self.installs else ()))
 
-    def skip_reason(self, method: str, raw_config: Mapping[str, Any] | None) -> str | None:
+    def skip_reason(self, method: str, raw_config: Mapping[str, Any] | None, engine: str = DEFAULT_ENGINE
+                    ) -> str | None:
         """Why a test has no A/B comparison in this session (None: it has one)."""
         if method == "none":
             return "it runs the reference alone, with no spec arm to compare"
+        if self.base_engine is not None:  # one install, one config: the engine modes differ
+            if engine == self.base_engine.name:
+                return (f"it runs in engine mode {engine!r}, the base's (--specdec-base-engine): a candidate in "
+                        "another mode is judged against it")
+            return None
         if self.methods is None:  # another install: the same config on both
             return None
         if raw_config is not None:
@@ -342,20 +370,24 @@ class ABGate:
         for p in planned:
             # a test with goodput SLOs has its goodput judged (shown, or gated), so a threshold may name it
             judged = (*self.judged(p.options), *((GOODPUT,) if p.goodput else ()))
-            why = None if self.skip_reason(p.method, p.speculative_config) else refusal(p, judged)
+            why = None if self.skip_reason(p.method, p.speculative_config, p.engine) else refusal(p, judged)
             if why:
                 raise ConfigError(why)
 
     def base_arms(self, method: str, k: int | None, raw: dict[str, Any] | None, reference: ServerSpec,
-                  placement: Placement) -> dict[str, ServerSpec]:
+                  placement: Placement, engine: str = DEFAULT_ENGINE) -> dict[str, ServerSpec]:
         """A test's base arms (none when it has no A/B comparison, `skip_reason`): the same method and k with the
         base's draft (a marker's own config ``raw``, on another install, as it is). On another install the candidate's
-        reference moves to its interpreter too (the base's own reference arm). The base spec is tagged with its
-        role, so it never shares the candidate's server."""
-        if self.skip_reason(method, raw) is not None:
+        reference moves to its interpreter too (the base's own reference arm); in an engine-mode A/B the base and its
+        own reference run in the base's mode (the speedup is always spec ÷ reference within one mode). The base spec
+        is tagged with its role, so it never shares the candidate's server."""
+        if self.skip_reason(method, raw, engine) is not None:
             return {}
         config = raw if self.methods is None else None
         base = dataclasses.replace(placement.server_spec(method, k, config, False, self.base), role="base")
+        if self.base_engine is not None:
+            ref = placement.server_spec(method, None, raw, True)
+            return {"base": self.base_engine.apply(base), "base_reference": self.base_engine.apply(ref)}
         if self.installs is None:
             return {"base": base}
         python = self.installs["base"].python
@@ -384,6 +416,7 @@ class ABGate:
             test.method, draft("base"), draft("spec"), {arm: s.key() for arm, s in specs.items()},
             self.test_thresholds(test.options.thresholds), installs,
             diff(side("base", base_ref, "base"), side("spec", "reference", "candidate")),
+            engines=None if self.base_engine is None else (self.base_engine.name, test.engine.name),
             metrics=self.metrics(test.options), looks=self.planned_looks, max_looks=len(self.planned_looks),
             checked=test.options.check, alpha=self.options.alpha))
 
@@ -425,7 +458,7 @@ class ABGate:
         """At a test's end: every A/B verdict so far adjusted, padded with p=1 to what the ``planned`` tests can
         add; a gated regression fails the test, a gated verdict still inconclusive warns (fails under
         --specdec-fail-inconclusive), unless its marker says check=False."""
-        judged = [p for p in planned if self.skip_reason(p.method, p.speculative_config) is None]
+        judged = [p for p in planned if self.skip_reason(p.method, p.speculative_config, p.engine) is None]
         gated = self.gated_size(planned)
         shown = len(AB_SHOWN) * len(judged) if self.installs else 0
         c = dict(adjust(family, final=False, multiplicity=self.options.multiplicity, alpha=self.options.alpha,

@@ -17,6 +17,7 @@ from pytest_specdec import __version__, redact
 if TYPE_CHECKING:
     from pytest_specdec.measure.types import Sampling
     from pytest_specdec.profiles import Profile
+    from pytest_specdec.profiles.engines import EngineMode
     from pytest_specdec.vllm.command import ServerSpec
 
 
@@ -42,10 +43,12 @@ def cpu_machine() -> dict[str, Any]:
 
 
 def comparability(profile: Profile, fingerprint: Mapping[str, Any], method: str, workload: dict[str, Any],
-                  dataset: dict[str, Any], ref_spec: ServerSpec, spec_spec: ServerSpec | None, sampling: Sampling
-                  ) -> dict[str, Any]:
+                  dataset: dict[str, Any], ref_spec: ServerSpec, spec_spec: ServerSpec | None, sampling: Sampling,
+                  engine: EngineMode | None = None) -> dict[str, Any]:
     """What must be equal for tonight to be compared with the baseline; ``fingerprint`` is the machine's part
-    (`machine`), read once a session: its identity reads sysfs, and on a GPU host runs nvidia-smi."""
+    (`machine`), read once a session: its identity reads sysfs, and on a GPU host runs nvidia-smi. A test in an
+    engine mode other than the default records the mode (its name, args and env): its args are in ``server_args``
+    already, its env is not, and a night of the default mode (which records none) stays comparable as before."""
     from pytest_specdec.gate.baselines import model_identity
 
     args = list(ref_spec.args)
@@ -64,6 +67,8 @@ def comparability(profile: Profile, fingerprint: Mapping[str, Any], method: str,
         "server_args": redact.args(args),  # a committed file: a token given as an arg never lands there
         "method": method,
         "speculation": speculation,
+        **({"engine": {"name": engine.name, **engine.definition()}}
+           if engine is not None and not engine.is_default else {}),
     }
 
 

@@ -262,7 +262,7 @@ class Judge:
         profile, nodeid = self.cfg.profile, test.nodeid
         reference, spec = test.arms["reference"], test.arms.get("spec")
         comp = comparability(profile, self.store.fingerprint, test.method, dict(test.workload), dict(test.dataset),
-                             reference, spec, test.sampling)
+                             reference, spec, test.sampling, test.engine)
         tested = under_test(profile, {k: dict(v) for k, v in test.engines.items()}, spec, endpoint=test.endpoint,
                             endpoint_versions=None if test.endpoint_versions is None
                             else {k: dict(v) for k, v in test.endpoint_versions.items()})

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from pytest_specdec.profiles.engines import DEFAULT_ENGINE, EngineMode
+
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import Look, TestEnd
     from pytest_specdec.gate.machine import MachineFactor, StateSummary
@@ -68,6 +70,7 @@ class Planned:
     speculative_config: Mapping[str, Any] | None
     options: TestOptions
     goodput: bool = False  # it has goodput SLOs: one more verdict (the goodput ratio)
+    engine: str = DEFAULT_ENGINE  # its engine mode's name (`profiles.engines`)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class TestStart:
     endpoint: bool = False
     #: in endpoint mode, the versions each arm's endpoint told (None otherwise)
     endpoint_versions: Mapping[str, Mapping[str, str | None]] | None = None
+    #: the engine mode both arms ran in (`profiles.engines`): a stored night of another mode is not comparable
+    engine: EngineMode = field(default_factory=EngineMode)
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,10 @@ def ab_test_lines(nodeid: str, c: ABJudgement) -> list[str]:
 
 
 def ab_sides(c: ABJudgement) -> str:
-    """What an A/B compares: the drafts, and on two installs their vLLM and torch."""
+    """What an A/B compares: the drafts, and on two installs their vLLM and torch; in an engine-mode A/B the modes."""
+    if c.plan.engines is not None:
+        base, candidate = c.plan.engines
+        return f"candidate engine mode {candidate} vs base engine mode {base} ({c.plan.candidate_draft})"
     if not c.plan.installs:
         return f"candidate {c.plan.candidate_draft} vs base {c.plan.base_draft}"
 

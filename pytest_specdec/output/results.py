@@ -184,6 +184,7 @@ def ab_entry(c: ABJudgement, result: CaseResult | None) -> dict[str, Any]:
                      "reference_server": plan.servers.get("base_reference")},
             "candidate": {"draft": plan.candidate_draft, "server": plan.servers.get("spec"),
                           "install": installs.get("candidate")},
+            **({"engines": {"base": plan.engines[0], "candidate": plan.engines[1]}} if plan.engines else {}),
             "changed": {k: list(v) for k, v in plan.changed.items()},
             "verdicts": {v.metric: verdict_entry(v) for v in c.shown()}, REGRESSED: [v.metric for v in c.regressed()],
             "attribution": cause, "attribution_text": ab_attribution(c),

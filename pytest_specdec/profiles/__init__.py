@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.measure.validity import ValidityRules
+from pytest_specdec.profiles.engines import EngineMode, profile_engines
 from pytest_specdec.profiles.schema import (
     ANY_GPU,
     DEFAULT_AB_FIRST_LOOK,
@@ -84,6 +85,8 @@ class Profile:
     any_gpu: bool = False
     #: The GPU class nvidia-smi listed for an `any_gpu` profile, once the session checked the GPUs.
     detected_hardware: str | None = None
+    #: `[engines.NAME]`: the engine modes a test may name (`specdec(engine=...)`, profiles/engines.py).
+    engines: dict[str, EngineMode] = field(default_factory=dict)
 
     @property
     def night_prior_source(self) -> str:
@@ -229,6 +232,7 @@ def load_profile(name_or_path: str) -> Profile:
         target_revision=raw["target"].get("revision"),
         method_targets={name: (_resolve(entry["target"]["model"]), entry["target"].get("revision"))
                         for name, entry in raw.get("methods", {}).items() if "target" in entry},
+        engines=profile_engines(raw, path),
     )
 
 

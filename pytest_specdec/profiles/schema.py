@@ -59,7 +59,7 @@ RENAMED_KEYS = {("validity", "idle_timeout_s"): "hung_timeout_s"}
 PROFILE_KEYS: dict[str, frozenset[str]] = {
     "": frozenset({
         "name", "description", "device", "hardware", "gpus", "nvidia_smi_names", "price_per_hour_usd",
-        "target", "server", "methods", "matrix", "validity", "verdicts", "timings", "placement",
+        "target", "server", "methods", "matrix", "validity", "verdicts", "timings", "placement", "engines",
     }),
     "target": frozenset({"model", "tensor_parallel_size", "revision"}),
     # env_if_missing: { MODULE = { VAR = "value" } }, environment the servers get when the Python module MODULE
@@ -69,6 +69,8 @@ PROFILE_KEYS: dict[str, frozenset[str]] = {
     # serves that target in both arms of its tests: { model = "ORG/NAME", revision = "<commit>" }
     "methods.*": frozenset({"speculative_config", "target"}),
     "methods.*.target": frozenset({"model", "revision"}),
+    # engines.NAME: an engine mode, { args = [...], env = { VAR = "v" } } added to both arms' servers of the tests
+    # that name it (`specdec(engine=...)`; profiles/engines.py checks its tables)
     # num_prompts / max_tokens: the workload size of tests whose marker does not set them
     # ab_runs: the most pairs per test in an A/B session (--specdec-base-draft); ab_first_look: pairs at its
     # first look; ab_look_step: pairs added at each look after it
@@ -208,27 +210,7 @@ def _check_target_and_server(raw: dict[str, Any], path: Path) -> None:
     if "tensor_parallel_size" in target:
         _numbers(target["tensor_parallel_size"], "[target] tensor_parallel_size", path, kind=int, low=1,
                  lists=False)
-    args = raw.get("server", {}).get("args", [])
-    if not isinstance(args, list):
-        raise ConfigError(f"profile {path}: [server] args must be a list of `vllm serve` arguments, got {args!r}")
-    for arg in args:
-        if not isinstance(arg, str) and not _is_number(arg, float):
-            raise ConfigError(f"profile {path}: [server] args must be a list of `vllm serve` arguments (strings "
-                              f"or numbers), got {arg!r}")
-        flag = str(arg).partition("=")[0]
-        if flag_name(flag) in REVISION_FLAGS:
-            raise ConfigError(f"profile {path}: [server] args sets {flag}; pin the target's revision with [target] "
-                              "revision (a method's own target: its target's revision), which baselines are keyed by")
-        if flag_name(flag) in PLUGIN_FLAGS:
-            raise ConfigError(f"profile {path}: [server] args sets {flag}, but the plugin chooses each server's "
-                              "host (--specdec-host) and port (a free one per start) and reads the server there; "
-                              f"remove {flag} from [server] args")
-    try:  # which servers fit beside each other reads it (profiles/starts.py)
-        from pytest_specdec.profiles.starts import memory_fraction
-
-        memory_fraction([str(arg) for arg in args])
-    except ConfigError as exc:
-        raise ConfigError(f"profile {path}: [server] args: {exc}") from None
+    check_server_args(raw.get("server", {}).get("args", []), f"profile {path}: [server] args")
     env = raw.get("server", {}).get("env", {})
     if not isinstance(env, dict):
         raise ConfigError(f"profile {path}: [server] env must be a table of environment variables ([server.env]), "
@@ -382,6 +364,30 @@ def _check_limits(raw: dict[str, Any], path: Path) -> None:
         raise ConfigError(f"profile {path}: [placement] server_nice must be a whole number from 0 (the client's "
                           f"priority) to 19 (the lowest), got {nice!r}")
 
+
+
+def check_server_args(args: Any, where: str) -> None:
+    """`vllm serve` arguments a profile's [server] or an engine mode adds: a list of strings or numbers, none that
+    pins a revision or sets what the plugin chooses (host, port), and a memory fraction the placement can read.
+    ``where`` names them in errors (``profile P: [server] args``)."""
+    if not isinstance(args, list):
+        raise ConfigError(f"{where} must be a list of `vllm serve` arguments, got {args!r}")
+    for arg in args:
+        if not isinstance(arg, str) and not _is_number(arg, float):
+            raise ConfigError(f"{where} must be a list of `vllm serve` arguments (strings or numbers), got {arg!r}")
+        flag = str(arg).partition("=")[0]
+        if flag_name(flag) in REVISION_FLAGS:
+            raise ConfigError(f"{where} sets {flag}; pin the target's revision with [target] revision (a method's "
+                              "own target: its target's revision), which baselines are keyed by")
+        if flag_name(flag) in PLUGIN_FLAGS:
+            raise ConfigError(f"{where} sets {flag}, but the plugin chooses each server's host (--specdec-host) and "
+                              f"port (a free one per start) and reads the server there; remove {flag}")
+    try:  # which servers fit beside each other reads it (profiles/starts.py)
+        from pytest_specdec.profiles.starts import memory_fraction
+
+        memory_fraction([str(arg) for arg in args])
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 def check_values(raw: dict[str, Any], path: Path) -> None:
     """Every value the plugin reads later, checked now, so a bad file fails before any server starts."""
