@@ -195,9 +195,11 @@ def test_build_command_turns_the_flag_on_for_spec_servers_only(monkeypatch: pyte
     mine = ("--per-request-spec-decode-metrics=detailed", "--seed", "0")
     cmd = build_command(ServerSpec(model="/m", speculative_config=spec.speculative_config, args=mine), 1, ["vllm"])
     assert cmd.count("--per-request-spec-decode-metrics=detailed") == 1 and rm.FLAG not in cmd
-    assert build_command(ServerSpec(model="/m", args=mine), 1, ["vllm"])[-2:] == ["--seed", "0"]
-    assert build_command(ServerSpec(model="/m", args=(rm.FLAG, "none", "--seed", "0")), 1, ["vllm"])[-2:] == [
-        "--seed", "0"]
+    underscores = ("--per_request_spec_decode_metrics", "summary", "--seed", "0")  # vLLM's parser takes these too
+    for args in (mine, (rm.FLAG, "none", "--seed", "0"), underscores):
+        reference = build_command(ServerSpec(model="/m", args=args), 1, ["vllm"])
+        assert reference[-2:] == ["--seed", "0"] and not any("per" in a and "metrics" in a for a in reference)
+        assert "summary" not in reference and "none" not in reference  # the flag's value went with it
     # an install whose vllm serve does not know the flag never gets it
     monkeypatch.setattr(rm, "knows_flag", lambda python=None: False)
     assert rm.FLAG not in build_command(spec, 1, launcher=["vllm"])
