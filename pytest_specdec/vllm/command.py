@@ -75,13 +75,13 @@ def build_command(spec: ServerSpec, port: int | str, launcher: list[str] | None 
         cmd += ["--served-model-name", spec.served_model_name]
     if spec.speculative_config:
         cmd += ["--speculative-config", json.dumps(spec.speculative_config, sort_keys=True)]
-    cmd += per_request_metrics(spec)
+    cmd += command_args(spec)
     return cmd
 
 
-def per_request_metrics(spec: ServerSpec) -> list[str]:
-    """The spec's own args, with vLLM's per-request acceptance turned on for a spec server whose `vllm serve` knows
-    the flag (`vllm.request_metrics`); a flag the args set wins.
+def command_args(spec: ServerSpec) -> list[str]:
+    """The args after the command's own part: the spec's, with vLLM's per-request acceptance turned on for a spec
+    server whose `vllm serve` knows the flag (`vllm.request_metrics`); a flag the args set wins.
 
     Added here, when the command is built, and never to the spec: the spec's key (which names its server) and the
     comparability's `server_args` (the reference spec's args) stay what they were, so the committed baselines stay
