@@ -30,6 +30,7 @@ from pytest_specdec.measure.types import (
 from pytest_specdec.servers.http import headers as http_headers
 from pytest_specdec.servers.http import metrics_text
 from pytest_specdec.servers.hygiene import raise_if_terminated
+from pytest_specdec.vllm.request_metrics import WHERE, read_request_spec_decode
 
 _PATHS: dict[str, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 # json.loads(bytes) spends half its time sniffing the encoding and wrapping; SSE is UTF-8 by definition,
@@ -157,6 +158,8 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str,
                         return sample
                     usage = obj.get("usage")
                     choices = obj.get("choices")
+                    if "metrics" in obj:  # the final usage chunk, from a server with per-request metrics
+                        _read_metrics(obj["metrics"], sample)
                     if usage is None:
                         sample.error = ("a chunk carried no usage: the server ignored "
                                         "stream_options.continuous_usage_stats, so tokens cannot be counted")
@@ -209,6 +212,21 @@ async def _one_request(session: aiohttp.ClientSession, url: str, body: dict[str,
         elif not chunks:
             sample.error = "no token received"
     return sample
+
+
+def _read_metrics(metrics: Any, sample: RequestSample) -> None:
+    """A chunk's `metrics` (vLLM's `PerRequestMetrics`): its `speculative_decoding` into the sample. Anything
+    malformed, or a second one in the same stream, is a ValueError naming it: the request fails with it."""
+    if metrics is None:
+        return
+    if not isinstance(metrics, dict):
+        raise ValueError(f"a chunk's `metrics` is {metrics!r}, not an object")
+    payload = metrics.get("speculative_decoding")
+    if payload is None:
+        return
+    if sample.spec_decode is not None:
+        raise ValueError(f"{WHERE} came twice in one stream")
+    sample.spec_decode = read_request_spec_decode(payload)
 
 
 #: How a request that the server stopped answering is named in its error (the runner looks for it).

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec.measure.acceptance import COUNTERS, PER_REQUEST, RunAcceptance, Source, run_acceptance
 from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts, PromptSource
 from pytest_specdec.measure.record import ArmRun, dropped, pairs, speedup_per_pair
 from pytest_specdec.measure.schedule import Arm, schedule, schedule_ab, warmup_requests
@@ -82,6 +83,9 @@ class RunRecord:
     neighbours: dict[str, float] | None = None
     #: Open loop: each request's scheduled arrival and when it was sent (`LoadResult.arrivals`); None: closed.
     arrivals: dict[str, list[float | None]] | None = None
+    #: Acceptance from each request's own figures (`measure.acceptance`), checked against the counters; None: the
+    #: requests carried none, and the counters serve alone.
+    acceptance: RunAcceptance | None = None
     _record: ArmRun | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -97,6 +101,11 @@ class RunRecord:
     @property
     def valid(self) -> bool:
         return not self.invalid
+
+    @property
+    def acceptance_source(self) -> Source:
+        """Where the run's acceptance comes from: its requests' own figures, or the counters alone."""
+        return COUNTERS if self.acceptance is None else PER_REQUEST
 
     @property
     def latency_trusted(self) -> bool:
@@ -179,12 +188,18 @@ def one_run(
         api=api,
         rate=rate, warmup_prompts=warmup_prompts, idle_timeout_s=rules.hung_timeout_s, burstiness=burstiness,
     )
-    metrics = compute_run_metrics(load, counters_delta(load), goodput)
+    delta = counters_delta(load)
+    metrics = compute_run_metrics(load, delta, goodput)
     record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
                        texts={s.prompt_id: s.text for s in load.samples if s.error is None},
                        output_tokens={s.prompt_id: s.output_tokens for s in load.samples if s.error is None},
-                       arrivals=load.arrivals())
+                       arrivals=load.arrivals(), acceptance=run_acceptance(load.samples))
     record.invalid = invalid_reasons(metrics, len(prompts), rules)
+    # The requests' own figures must add up to the counters of the same run; where they do not, something else
+    # drove the server (as a token-count mismatch says) or vLLM counted wrong: the run is invalid, both figures named.
+    disagreement = record.acceptance.disagreement(delta) if record.acceptance is not None else ""
+    if disagreement:
+        record.invalid.append(disagreement)
     silent = sum(1 for x in load.samples if x.error is not None and x.error.startswith(IDLE_TIMEOUT_REASON))
     if silent:
         record.invalid.insert(0, f"{HUNG}: sent nothing for {rules.hung_timeout_s:g} s on {silent} request(s)")

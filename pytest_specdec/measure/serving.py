@@ -272,5 +272,6 @@ def dead_arm(test: str, arm: str, runs: Sequence[RunRecord], deaths: list[Death]
         lines += [f"  {death.line()}", *(f"  {line}" for line in death.cause.splitlines()),
                   f"--- last {tail_lines} lines of that log ---", tail]
     if not deaths:
-        lines.append(f"  the {arm} server did not exit; its requests failed (the log tail follows)")
+        lines.append(f"  the {arm} server did not exit: its runs were invalid for the reasons above (the log tail "
+                     "follows)")
     return "\n".join(lines)

@@ -1,17 +1,20 @@
 """A test's summary over its valid runs: the pairs' speedups, geometric means for rates, pooled counters for
-acceptance, medians of per-run percentiles for latencies, the speedup explained (`explain.py`); and each run's
-Harrell-Davis P95s. It reads the runs as the one run record (`record.ArmRun`), pairs them by the one rule
-(`record.pairs`) and derives τ and the means as `figures.py` defines them."""
+acceptance (and the requests' own figures, by prompt and category, where every valid spec run has them), medians
+of per-run percentiles for latencies, the speedup explained (`explain.py`); and each run's Harrell-Davis P95s. It
+reads the runs as the one run record (`record.ArmRun`), pairs them by the one rule (`record.pairs`) and derives τ
+and the means as `figures.py` defines them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pytest_specdec.measure.acceptance import COUNTERS, PER_REQUEST, case_acceptance
 from pytest_specdec.measure.figures import geomean, tau
 from pytest_specdec.measure.record import dropped, goodput_ratio, goodput_undefined, pairs, speedup_per_pair
 
 if TYPE_CHECKING:
+    from pytest_specdec.measure.acceptance import RunAcceptance
     from pytest_specdec.measure.metrics import RunMetrics
     from pytest_specdec.measure.record import ArmRun
     from pytest_specdec.measure.types import LoadResult
@@ -21,6 +24,7 @@ class SummaryRun(Protocol):
     """What the summary reads of a run (`runner.RunRecord`, which imports this module)."""
 
     metrics: RunMetrics
+    acceptance: RunAcceptance | None
 
     @property
     def record(self) -> ArmRun: ...
@@ -74,6 +78,8 @@ def summarize(reference: Sequence[SummaryRun], spec: Sequence[SummaryRun]) -> di
     from pytest_specdec.measure.explain import explain
 
     explained = explain(refs, specs) if spec else None
+    # acceptance from the requests' own figures, over prompts, where every valid spec run has them (one source)
+    requests = case_acceptance([r.acceptance for r in spec if r.record.valid]) if spec else None
     return {
         **goodput_summary(refs, specs, paired),
         "valid_runs": len(arm),
@@ -89,6 +95,8 @@ def summarize(reference: Sequence[SummaryRun], spec: Sequence[SummaryRun]) -> di
         "acceptance_length": tau(drafts, accepted),
         "per_position_acceptance": per_pos,
         "draft_coverage": min(1.0, drafts / steps) if steps and spec else None,
+        "acceptance_source": COUNTERS if requests is None else PER_REQUEST,
+        "request_acceptance": None if requests is None else requests.to_dict(),
         "ttft_ms": latency("ttft_ms"),
         "tpot_ms": latency("tpot_ms"),
         "itl_token_ms": latency("itl_token_ms"),

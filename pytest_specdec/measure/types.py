@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.vllm.request_metrics import RequestSpecDecode
 
 Api = Literal["chat", "completions"]
 #: The SLOs goodput counts against, in ms, as ``vllm bench serve --goodput`` names them: the marker's
@@ -85,6 +86,9 @@ class RequestSample:
     finish_reason: str | None = None
     queue_s: float = 0.0  # open loop only: how long the request waited for a free slot after its arrival
     error: str | None = None
+    #: its acceptance as vLLM counted it (`metrics.speculative_decoding` of a server started with
+    #: --per-request-spec-decode-metrics); None: the server sent none (no speculation, an older vLLM, the flag off)
+    spec_decode: RequestSpecDecode | None = None
 
     @property
     def ok(self) -> bool:

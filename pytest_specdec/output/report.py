@@ -309,6 +309,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "error": test.error, "logs": test.server_logs,
         "ab": test.ab, "ab_rows": verdict_rows(test.ab.verdicts.values() if test.ab else ()),
         "per_position": s.get("per_position_acceptance") or [],
+        "acceptance_source": test.acceptance_source, "request_acceptance": test.request_acceptance,
         "explained": test.explained, "split": split_text(baseline.split) if baseline else None,
         "distribution": test.distribution,
         "output_match": test.output_match,

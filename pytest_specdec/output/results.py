@@ -262,6 +262,8 @@ def run_entry(r: RunRecord) -> dict[str, Any]:
         "chunking": None if r.chunking is None else r.chunking.to_dict(),
         **({"neighbour_cores": r.neighbours} if r.neighbours is not None else {}),
         **({"arrivals": r.arrivals} if r.arrivals is not None else {}),
+        "acceptance_source": r.acceptance_source,
+        "per_request_acceptance": None if r.acceptance is None else r.acceptance.to_dict(),
     }
 
 

@@ -206,6 +206,73 @@ class ABEntry:
 
 
 @dataclass(frozen=True)
+class AcceptanceEntry:
+    """Acceptance from the requests' own figures over some units (`measure.acceptance.Acceptance.to_dict`)."""
+
+    units: int
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    acceptance_rate: float | None
+    acceptance_length: float | None
+    ci: tuple[float, float] | None
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> AcceptanceEntry:
+        """The figures as written; a count or rate of the wrong kind is an error naming its field."""
+        if not isinstance(d, Mapping):
+            raise ResultsError(f"{where} is {d!r}, not an object")
+        counts = {}
+        for key in ("units", "drafts", "draft_tokens", "accepted_tokens"):
+            value = _int(d.get(key))
+            if value is None or value < 0:
+                raise ResultsError(f"{where}.{key} is {d.get(key)!r}, not a count")
+            counts[key] = value
+        ci = d.get("ci")
+        lo, hi = (number(ci[0]), number(ci[1])) if isinstance(ci, list) and len(ci) == 2 else (None, None)
+        if ci is not None and (lo is None or hi is None):
+            raise ResultsError(f"{where}.ci is {ci!r}, not null or [low, high]")
+        rates = {key: number(d.get(key)) for key in ("acceptance_rate", "acceptance_length")}
+        bad = [key for key, value in rates.items() if d.get(key) is not None and value is None]
+        if bad:
+            raise ResultsError(f"{where}.{bad[0]} is {d.get(bad[0])!r}, not a number or null")
+        return cls(units=counts["units"], drafts=counts["drafts"], draft_tokens=counts["draft_tokens"],
+                   accepted_tokens=counts["accepted_tokens"], acceptance_rate=rates["acceptance_rate"],
+                   acceptance_length=rates["acceptance_length"], ci=None if lo is None or hi is None else (lo, hi))
+
+
+@dataclass(frozen=True)
+class RequestAcceptanceEntry:
+    """A test's acceptance from its requests' own figures (its summary's `request_acceptance`,
+    `measure.acceptance.AcceptanceTable.to_dict`): overall, per dataset category, and the histogram of verify steps
+    by the draft tokens they accepted; the intervals over `unit`s at `ci_level`."""
+
+    unit: str
+    ci_level: float
+    overall: AcceptanceEntry
+    by_category: Mapping[str, AcceptanceEntry]
+    acceptance_histogram: tuple[int, ...]
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> RequestAcceptanceEntry:
+        if not isinstance(d, Mapping):
+            raise ResultsError(f"{where} is {d!r}, not an object")
+        hist = d.get("acceptance_histogram")
+        if not isinstance(hist, list) or any(_int(n) is None for n in hist):
+            raise ResultsError(f"{where}.acceptance_histogram is {hist!r}, not a list of counts")
+        categories = d.get("by_category")
+        if not isinstance(categories, Mapping):
+            raise ResultsError(f"{where}.by_category is {categories!r}, not an object")
+        level = number(d.get("ci_level"))
+        if level is None or not 0 < level < 1:
+            raise ResultsError(f"{where}.ci_level is {d.get('ci_level')!r}, not a level in (0, 1)")
+        return cls(unit=str(d.get("unit") or ""), ci_level=level, overall=AcceptanceEntry.from_dict(d, where),
+                   by_category={str(c): AcceptanceEntry.from_dict(v, f"{where}.by_category.{c}")
+                                for c, v in categories.items()},
+                   acceptance_histogram=tuple(hist))
+
+
+@dataclass(frozen=True)
 class TestEntry:
     """One specdec test: its case, outcome, runs, verdicts and baseline."""
 
@@ -238,6 +305,10 @@ class TestEntry:
     callspec: Mapping[str, Any] = field(default_factory=dict)
     #: a rate sweep's point: its fraction, the saturation it is a fraction of and the request rate used
     rate_sweep: Mapping[str, Any] | None = None
+    #: where its acceptance comes from: "per-request" (its requests' own figures) or "counters"
+    acceptance_source: str = "counters"
+    #: its acceptance from its requests' own figures (None: the counters served alone)
+    request_acceptance: RequestAcceptanceEntry | None = None
 
     @property
     def failed(self) -> bool:
@@ -263,6 +334,8 @@ class TestEntry:
         validity = d.get("validity") or {}
         verdicts = d.get("verdicts") or {}
         baseline = d.get("baseline")
+        summary = d.get("summary") or {}
+        requests = summary.get("request_acceptance")
         return cls(
             nodeid=d["nodeid"], params=d.get("params") or {}, outcome=str(d["outcome"]), when=d.get("when"),
             servers=d.get("servers") or {}, summary=d.get("summary") or {},
@@ -276,7 +349,10 @@ class TestEntry:
             sampling=d.get("sampling"), output_match=d.get("output_match"),
             ab=ABEntry.from_dict(ab, f"{where}.ab") if isinstance(ab := d.get("ab"), Mapping) else None,
             callspec=cs if isinstance(cs := d.get("callspec"), Mapping) else {},
-            rate_sweep=d.get("rate_sweep") if isinstance(d.get("rate_sweep"), Mapping) else None)
+            rate_sweep=d.get("rate_sweep") if isinstance(d.get("rate_sweep"), Mapping) else None,
+            acceptance_source=str(summary.get("acceptance_source") or "counters"),
+            request_acceptance=(None if requests is None
+                                else RequestAcceptanceEntry.from_dict(requests, f"{where}.summary.request_acceptance")))
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,26 @@ def build_command(spec: ServerSpec, port: int | str, launcher: list[str] | None 
         cmd += ["--served-model-name", spec.served_model_name]
     if spec.speculative_config:
         cmd += ["--speculative-config", json.dumps(spec.speculative_config, sort_keys=True)]
-    cmd += list(spec.args)
+    cmd += command_args(spec)
     return cmd
+
+
+def command_args(spec: ServerSpec) -> list[str]:
+    """The args after the command's own part: the spec's, with vLLM's per-request acceptance turned on for a spec
+    server whose `vllm serve` knows the flag (`vllm.request_metrics`); a flag the args set wins.
+
+    Added here, when the command is built, and never to the spec: the spec's key (which names its server) and the
+    comparability's `server_args` (the reference spec's args) stay what they were, so the committed baselines stay
+    comparable. A server without speculation never gets it: vLLM refuses to start one with it, so it is taken out
+    of a reference's args too (a profile's args go to both arms). Servers someone else started (endpoint mode) are
+    never built here."""
+    from pytest_specdec.vllm import request_metrics as rm
+
+    if not spec.speculative_config:
+        return rm.without_flag(spec.args)
+    if rm.given(spec.args) or not rm.knows_flag(spec.python):
+        return list(spec.args)
+    return [rm.FLAG, rm.LEVEL, *spec.args]
 
 
 def arg_value(args: Sequence[str], *flags: str) -> str | None:

@@ -4,6 +4,10 @@
                                   [--fake-config JSON]
     python -m fakes serve ...      # the same, with tests/ on sys.path
 
+`--per-request-spec-decode-metrics summary|detailed` makes each stream's final usage chunk carry the request's
+`metrics.speculative_decoding`, as vLLM 0.32 does (`FakeConfig.spec_decode_metrics`); like vLLM, a server without
+--speculative-config refuses it at start.
+
 It starts like vLLM 0.32: one `INFO fake vllm serve ...` line, then vLLM's engine-config line (with a CUDA-graph
 capture size), then it serves /health, /v1/models, /metrics, the completion routes and, with
 VLLM_SERVER_DEV_MODE=1 like vLLM, `/server_info?config_format=json` (built from the command's --max-model-len,
@@ -40,8 +44,8 @@ Environment for server-lifecycle tests:
   completion request, printing an EngineCore error (a server that dies mid-session).
 * FAKE_VLLM_FAULT_LOG=FILE: what a server that fails prints (`crash` at its start, FAKE_VLLM_DIE_AFTER mid-session)
   instead of its one error line: a real vLLM's log of that failure (tests/data).
-* FAKE_VLLM_LEGACY=1: an older vLLM (v0.0.0-fake): no /server_info route, and the older engine-config line
-  (`compilation_config={"level": 3, ...}`).
+* FAKE_VLLM_LEGACY=1: an older vLLM (v0.0.0-fake): no /server_info route, no per-request spec-decode figures, and
+  the older engine-config line (`compilation_config={"level": 3, ...}`).
 * FAKE_VLLM_CHILD_PID_FILE: start a child process in the server's process group (a stop must take it down too)
   and write its pid there.
 * FAKE_VLLM_RECORDS: a directory; at exit the stand-in writes `<pid>.json` there: its pid, its parent's pid,
@@ -115,6 +119,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--enforce-eager", action="store_true")
+    s.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"), default="none")
     s.add_argument("--fake-config", type=json.loads, default=None, metavar="JSON",
                    help="FakeConfig fields, or per method (overrides FAKE_VLLM_CONFIG's)")
     args, _ignored = ap.parse_known_args(argv)
@@ -344,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
         print("INFO Loading EAGLE-3 head <script>alert('log')</script> from " + str(spec.get("model")), flush=True)
         print("ERROR RuntimeError: draft head hidden size 512 does not match the target's 256", flush=True)
         return 1
-    cfg = server_config(args, configured)
+    level = "none" if legacy else args.per_request_spec_decode_metrics  # an older vLLM has no per-request figures
+    if level != "none" and not spec:
+        print("ERROR ValueError: --per-request-spec-decode-metrics requires speculative decoding to be enabled "
+              "(via --speculative-config).", flush=True)  # vllm/config/vllm.py
+        return 1
+    cfg = dataclasses.replace(server_config(args, configured), spec_decode_metrics=level)
     hang = _hang_once(spec)
     if hang:
         cfg = dataclasses.replace(cfg, hang_after=hang)

@@ -130,8 +130,20 @@ class FakeConfig:
     # A finished request stays in vllm:num_requests_running this long after its stream ended, as in an engine
     # that still holds a run's requests (the plugin's wait before the next run must see it); 0 = none.
     linger_s: float = 0.0
+    # vLLM's --per-request-spec-decode-metrics (none, summary, detailed): with speculation, a stream's final usage
+    # chunk carries the request's `metrics.speculative_decoding` (`spec_decoding_metrics`), counted where the counters
+    # are. spec_metrics_extra_steps makes the two disagree: each request's figures claim that many more verify steps
+    # (k draft tokens each, none accepted) than the counters saw.
+    spec_decode_metrics: str = "none"
+    spec_metrics_extra_steps: int = 0
 
     def __post_init__(self) -> None:
+        if self.spec_decode_metrics not in ("none", "summary", "detailed"):
+            raise ValueError(f"spec_decode_metrics is none, summary or detailed, got {self.spec_decode_metrics!r}")
+        if self.spec_decode_metrics != "none" and not self.k:
+            # vllm/config/vllm.py raises the same for a server without speculation
+            raise ValueError("--per-request-spec-decode-metrics requires speculative decoding to be enabled "
+                             "(via --speculative-config).")
         if self.merge_steps < 1 or self.batch_events < 1:
             raise ValueError(f"merge_steps and batch_events must be >= 1, got {self.merge_steps}, {self.batch_events}")
         if self.sampler_bias and not self.k:
@@ -388,6 +400,25 @@ def vllm_server_info(model: str, speculative_config: dict[str, Any] | None, *, d
     }
 
 
+def spec_decoding_metrics(histogram: list[int], draft_tokens: int, k: int, steps: list[tuple[int, int]] | None = None
+                          ) -> dict[str, Any]:
+    """A request's ``metrics.speculative_decoding`` as vLLM 0.32 writes it: ``RequestSpecDecodeMetrics.to_dict``
+    (vllm/v1/metrics/stats.py) into ``SpeculativeDecodingMetrics`` (vllm/entrypoints/generate/base/protocol.py), its
+    fields in that order, the per-step arrays only at the detailed level (``steps``: (accepted, drafted) per step)."""
+    n_steps = sum(histogram)
+    accepted = sum(j * n for j, n in enumerate(histogram))
+    out: dict[str, Any] = {
+        "mean_acceptance_length": 1.0 + accepted / n_steps if n_steps else 1.0,
+        "draft_acceptance_rate": accepted / draft_tokens if draft_tokens else 0.0,
+        "acceptance_histogram": list(histogram), "num_spec_steps": n_steps, "num_accepted_draft_tokens": accepted,
+        "num_draft_tokens": draft_tokens, "num_spec_tokens": k,
+    }
+    if steps:
+        out["per_step_accepted"] = [a for a, _ in steps]
+        out["per_step_drafted"] = [d for _, d in steps]
+    return out
+
+
 def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tuple[web.Application, _State]:
     """The aiohttp application and the state it updates (exposed so tests can inspect requests).
 
@@ -446,12 +477,18 @@ def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tup
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(choices: list[dict[str, Any]], done_tokens: int | None) -> bytes:
+        def chunk(choices: list[dict[str, Any]], done_tokens: int | None,
+                  metrics: dict[str, Any] | None = None) -> bytes:
             d: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": m, "choices": choices}
             if done_tokens is not None:
                 d["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": done_tokens,
                               "total_tokens": n_prompt + done_tokens}
+            if metrics is not None:
+                d["metrics"] = metrics
             return b"data: " + _DUMPS(d).encode() + b"\n\n"
+
+        # the request's own spec-decode figures, observed where the counters are incremented (as vLLM's scheduler)
+        histogram, drafted, steps = [0] * (cfg.k + 1), 0, []
 
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await resp.prepare(request)
@@ -513,12 +550,24 @@ def build_app(cfg: FakeConfig, server_info: dict[str, Any] | None = None) -> tup
                     st.drafts.labels(*lab).inc()
                     st.draft_tokens.labels(*lab).inc(cfg.k)
                     st.accepted.labels(*lab).inc(a)
+                    histogram[a] += 1
+                    drafted += cfg.k
+                    steps.append((a, cfg.k))
                     for p in range(a):
                         st.per_pos.labels(m, engine, str(p)).inc()
                     n += a
             st.success.labels(m, engine, finish).inc()
             if include_usage:
-                await resp.write(chunk([], emitted))
+                # in a stream, the metrics ride on the final usage chunk, for n == 1 only (chat_completion/serving.py)
+                per_request = None
+                if cfg.spec_decode_metrics != "none" and int(body.get("n") or 1) == 1:
+                    extra = cfg.spec_metrics_extra_steps
+                    histogram[0] += extra
+                    steps += [(0, cfg.k)] * extra
+                    per_request = {"speculative_decoding": spec_decoding_metrics(
+                        histogram, drafted + extra * cfg.k, cfg.k,
+                        steps if cfg.spec_decode_metrics == "detailed" else None)}
+                await resp.write(chunk([], emitted, per_request))
             await resp.write(b"data: [DONE]\n\n")
         finally:
             if cfg.linger_s > 0:

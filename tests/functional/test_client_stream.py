@@ -217,11 +217,25 @@ def test_a_run_stops_at_its_first_silent_request(server: FakeServer, rate: float
     assert elapsed < 1.5  # one idle timeout, not the 10 x 0.3 s of every remaining request
 
 
+#: A final usage chunk carrying ``metrics`` (``%`` its value), and a well-formed per-request acceptance (vLLM 0.32's).
+_METRICS = b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}, "metrics": %s}'
+_SPEC_DECODING = (b'{"speculative_decoding": {"mean_acceptance_length": 1.0, "draft_acceptance_rate": 0.0, '
+                  b'"acceptance_histogram": [0, 0, 0, 0], "num_spec_steps": 0, "num_accepted_draft_tokens": 0, '
+                  b'"num_draft_tokens": 0, "num_spec_tokens": 3}}')
+
+
 @pytest.mark.parametrize(("payload", "error"), [
     (b'{"choices": [', "bad stream data: JSONDecodeError: Expecting value*"),
     (b'{"choices": [], "usage": {"completion_tokens": 1}} {"x": 1}', "bad stream data: ValueError: extra data*"),
     (b'{"choices": [{"delta": {"content": "\xff"}}]}', "bad stream data: UnicodeDecodeError*"),
-], ids=["truncated", "trailing", "not-utf8"])
+    # vLLM's per-request acceptance (the final usage chunk's metrics.speculative_decoding): never dropped when wrong
+    (_METRICS % b'{"speculative_decoding": {"num_spec_steps": 1}}',
+     "bad stream data: ValueError: metrics.speculative_decoding has no `num_accepted_draft_tokens`*"),
+    (_METRICS % b'3', "bad stream data: ValueError: a chunk's `metrics` is 3, not an object"),
+    (_METRICS % _SPEC_DECODING + b"\n\ndata: " + _METRICS % _SPEC_DECODING,
+     "bad stream data: ValueError: metrics.speculative_decoding came twice in one stream"),
+], ids=["truncated", "trailing", "not-utf8", "spec-decoding-incomplete", "metrics-not-an-object",
+        "spec-decoding-twice"])
 def test_malformed_stream_is_a_sample_error(payload: bytes, error: str) -> None:
     """A server that breaks the SSE/JSON protocol fails the request with what it sent, never the run."""
     import fnmatch

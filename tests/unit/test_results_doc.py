@@ -17,11 +17,12 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: Reader fields whose key in the file is another: the key the docs name.
 FILE_KEY = {("VerdictEntry", "unit"): "delta_unit", ("SweepPointEntry", "at"): "concurrency"}
 #: Reader fields that are no key of the file, and what they are read from.
-DERIVED = {("TestEntry", "night"): "the test's runs, read as the gate reads a night"}
+DERIVED = {("TestEntry", "night"): "the test's runs, read as the gate reads a night",
+           ("RequestAcceptanceEntry", "overall"): "its own figures, `units` to `ci`, beside `by_category`"}
 
 TYPED = (schema.Results, schema.TestEntry, schema.VerdictEntry, schema.BaselineEntry, schema.ABEntry,
          schema.GateEntry, schema.BaselineUpdate, schema.CrossoverEntry, schema.SweepPointEntry,
-         schema.MachineStateEntry)
+         schema.MachineStateEntry, schema.RequestAcceptanceEntry, schema.AcceptanceEntry)
 
 
 def named() -> set[str]:
