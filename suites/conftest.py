@@ -35,15 +35,21 @@ PRESETS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Suite modules measuring the active profile's engine modes (`[engines.NAME]`): collected where it defines one.
+ENGINE_SUITES = ("test_engines.py",)
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     needs = PRESETS.get(collection_path.name)
-    if needs is None:
+    if needs is None and collection_path.name not in ENGINE_SUITES:
         return None
     from pytest_specdec.errors import SpecDecError
     from pytest_specdec.plugin import session_key
 
     try:
-        methods = config.stash[session_key].profile.methods
+        profile = config.stash[session_key].profile
     except SpecDecError:  # collected after all: the plugin names the profile's problem at collection
         return None
-    return not set(needs) <= set(methods)
+    if needs is None:
+        return not profile.engines
+    return not set(needs) <= set(profile.methods)

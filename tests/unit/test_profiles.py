@@ -248,6 +248,12 @@ def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here
             if profile.device == "cuda":
                 assert 0 < ns.gpu_memory_utilization < 0.5
                 assert ns.tensor_parallel_size == profile.tensor_parallel_size
+    for mode in profile.engines.values():  # each engine mode, after the server's args, in both arms
+        for method in ("none", "eagle3"):
+            spec = mode.apply(server_spec(profile, method, 3))
+            ns = check_command(vllm_serve_parser, _serve_argv(build_command(spec, 8000, launcher=[])))
+            assert (ns.async_scheduling is False) == ("--no-async-scheduling" in mode.args)
+    assert set(profile.engines) == (set() if profile.device == "cpu" else {"sync", "mrv2"})
 
 
 def test_profile_methods_are_vllms_method_literal_not_run_on_a_gpu_here() -> None:
