@@ -151,7 +151,9 @@ NIGHT_NOISE = "tests/functional/test_night_noise_session.py::test_a_night_that_m
 QUIET_LAST = ("tests/functional/test_speed_gate.py::", CROSSOVER_TIMED, NIGHT_NOISE)
 GROUPS = {
     "timed": ("tests/real_vllm/test_orphans_vllm.py::", "tests/real_vllm/test_zoo_vllm.py::", *QUIET_LAST),
-    "vllm": ("tests/real_vllm/test_faults_vllm.py::",),
+    # ruff and mypy (about a minute of one core) beside the fault session, which ends before the timed group does: a
+    # minute less for the workers that share the fast tier
+    "vllm": ("tests/functional/test_code_checks.py::", "tests/real_vllm/test_faults_vllm.py::"),
 }
 TIMED = tuple(prefix for prefixes in GROUPS.values() for prefix in prefixes)
 REAL_SERVERS = tuple(prefix for prefix in TIMED if prefix.startswith("tests/real_vllm/"))

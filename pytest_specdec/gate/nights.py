@@ -20,9 +20,11 @@ from pytest_specdec.measure.record import ArmRun, dead_arms, goodput_ratio, numb
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult
 
-#: The latencies whose per-run P95 (Harrell-Davis, ms) gets a verdict, by `ArmRun.hd_p95_ms` key.
-LATENCIES: tuple[str, ...] = tuple(m.name.removesuffix("_p95_ms") for m in METRICS
-                                   if m.absolute and m.kind == "latency")
+#: The absolute latency tails that get a verdict: each run's P95 (Harrell-Davis, `ArmRun.hd_p95_ms`) and P99
+#: (as vllm bench serve computes it), in ms, read through `ArmRun.figure`.
+LATENCY_TAILS: tuple[str, ...] = tuple(m.name for m in METRICS if m.absolute and m.kind == "latency")
+#: Their latencies, by `ArmRun.hd_p95_ms` key.
+LATENCIES: tuple[str, ...] = tuple(dict.fromkeys(n.rsplit("_", 2)[0] for n in LATENCY_TAILS))
 
 
 class RecordError(SpecDecError):
@@ -158,9 +160,8 @@ class Night:
         # Goodput spec/ref of the same interleaved pair, as the speedup is: a test without SLOs has none, and a
         # pair where an arm met no SLO has no ratio (`record.goodput_undefined` words it for the line).
         put(GOODPUT, [goodput_ratio(p) for p in pairs(self.reference, self.spec)])
-        for name in LATENCIES:
-            put(f"{name}_p95_ms", [r.figure(f"{name}_p95_ms", untimed_too=untimed_too)
-                                   for r in (spec if self.spec else ref)])
+        for name in LATENCY_TAILS:
+            put(name, [r.figure(name, untimed_too=untimed_too) for r in (spec if self.spec else ref)])
         # The tail ratios: spec ÷ reference of the same interleaved pair (`record.pairs`), so the machine's speed
         # that night cancels as it does in the speedup. The gated one is E2E's, not TPOT's or TTFT's: a stream
         # whose chunks arrive merged still ends when the request ends (a coalesced run has no TTFT figure).

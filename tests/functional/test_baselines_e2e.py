@@ -311,7 +311,8 @@ def test_a_spec_arms_ttft_tail_fails_the_test_that_gates_its_p99_ratio(
 ) -> None:
     """Every 4th request to the spec server waits 1 s more for its first token, its decode unchanged (a tail that
     a P95 TPOT never shows): its P95 and P99 TTFT ratios to the reference of the same pair rise far past the 150 %
-    latency threshold. `gate=["ttft_p99_ratio"]` fails the test on it; the P95 ratio stays shown."""
+    latency threshold. `gate=["ttft_p99_ratio"]` fails the test on it; the P95 ratio and the absolute P99 TTFT stay
+    shown."""
     pytester.makepyfile(test_suite=make_suite(**GATE_SUITE, verdicts="gate=['ttft_p99_ratio']"))
     baseline(pytester, fake_profile, servers, *WIDE_GATED)
 
@@ -322,6 +323,10 @@ def test_a_spec_arms_ttft_tail_fails_the_test_that_gates_its_p99_ratio(
     p99, p95 = test["verdicts"]["ttft_p99_ratio"], test["verdicts"]["ttft_p95_ratio"]
     assert (p99["verdict"], p99["family"]) == ("regressed", "gated") and p99["now"] > 10 * p99["baseline"], p99
     assert (p95["verdict"], p95["family"]) == ("regressed", "shown"), p95
+    # The absolute P99s are judged beside the P95s: TTFT's tail shows in its own, shown.
+    p99_ms = test["verdicts"]["ttft_p99_ms"]
+    assert (p99_ms["verdict"], p99_ms["family"]) == ("regressed", "shown") and p99_ms["now"] > 500, p99_ms
+    assert {"tpot_p99_ms", "e2e_p99_ms"} <= set(test["verdicts"]), sorted(test["verdicts"])
     assert test["baseline"]["gate"] == [*GATED, "ttft_p99_ratio"]
     r.stdout.fnmatch_lines(["*specdec: * metric(s) regressed: *ttft_p99_ratio*",
                             "P95 TTFT spec/ref *shown *regressed",
