@@ -27,11 +27,13 @@ def enough_pairs(specdec: Any, minimum: int = 2) -> None:
 
 
 #: Suite modules measuring presets only some profiles have, and those presets: a module is collected when the
-#: active profile has them all, so `pytest suites/` on the cpu profile (no suffix, EAGLE, MTP, Medusa or MLP
-#: speculator in its zoo) measures what it always did, and a GPU profile without room for a head skips its module.
+#: active profile has them all, so `pytest suites/` on the cpu profile (no suffix, EAGLE, MTP, Medusa, MLP
+#: speculator, DFlash, PARD or dynamic-k preset in its zoo) measures what it always did, and a GPU profile without
+#: room for a head skips its module.
 PRESETS: dict[str, tuple[str, ...]] = {
     "test_gpu_methods.py": ("suffix", "eagle", "mtp", "medusa"),
     "test_mlp_speculator.py": ("mlp_speculator",),
+    "test_recent_methods.py": ("dflash", "pard", "eagle3_dynamic"),
 }
 
 

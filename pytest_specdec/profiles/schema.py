@@ -19,7 +19,8 @@ from pytest_specdec.redact import flag_name
 
 #: Speculation methods vLLM knows (vllm/config/speculative.py), plus `none` for the reference.
 VLLM_METHODS = (
-    "ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator",
+    "ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator", "dflash", "dspark",
+    "ngram_gpu",
 )
 
 #: `vllm serve` flags the plugin sets itself: a profile's own would win (argparse keeps the last), so its

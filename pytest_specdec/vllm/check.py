@@ -74,7 +74,8 @@ def parse_serve(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Na
 
 
 def speculative_config_problems(config: dict[str, Any]) -> list[str]:
-    """What vLLM's SpeculativeConfig would reject: unknown keys, an unknown method, ill-typed values."""
+    """What vLLM's SpeculativeConfig would reject: unknown keys, an unknown method, ill-typed values, and a dynamic-k
+    schedule (`num_speculative_tokens_per_batch_size`) its scheduler would refuse."""
     from typing import Annotated
 
     import pydantic
@@ -96,7 +97,30 @@ def speculative_config_problems(config: dict[str, Any]) -> list[str]:
         except pydantic.ValidationError as exc:
             first = next((e["msg"] for e in exc.errors()), str(exc))
             problems.append(f"{raw_key}={value!r}: {first}")
+            continue
+        if key == "num_speculative_tokens_per_batch_size" and value is not None:
+            problems.extend(_dynamic_k_problems(raw_key, value))
     return problems
+
+
+def _dynamic_k_problems(raw_key: str, schedule: Any) -> list[str]:
+    """Dynamic k's batch-size schedule, by the rules vLLM's scheduler applies when it starts.
+
+    The field's type (a list of (first, last, k) triples) says nothing of the rules: positive ranges, first <= last,
+    not overlapping, the lowest starting at 1, k >= 0.  vLLM checks them only in the engine's scheduler
+    (vllm/v1/core/sched/scheduler.py), so a wrong schedule would be a server that fails to start; its own
+    validator says so here.
+    """
+    try:
+        with _vllm():
+            from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+    except ImportError:  # a vLLM without the validator: the field check above is all there is
+        return []
+    try:
+        validate_and_normalize_dynamic_sd_schedule(schedule)
+    except ValueError as exc:
+        return [f"{raw_key}={schedule!r}: {exc}"]
+    return []
 
 
 def speculative_methods() -> tuple[str, ...]:

@@ -72,6 +72,7 @@ def test_dry_run_of_the_suites_prints_every_tests_vllm_serve_command_not_run_on_
     listed = {nodeid.split("[", 1)[1].split("-")[0] for nodeid in commands}
     assert listed == set(load_profile(gpu).methods) - {"eagle3-degraded"}
     assert {"suffix", "eagle", "mtp", "medusa"} | ({"mlp_speculator"} if gpu != "l40s" else set()) <= listed
+    assert {"dflash", "pard", "eagle3_dynamic"} <= listed  # suites/test_recent_methods.py
 
 
 def test_the_gpu_zoo_dry_run_lists_its_servers_anywhere_and_a_run_needs_one_gpu_class(

@@ -32,8 +32,17 @@ def test_every_gpu_profile_is_built_in_and_complete() -> None:
         assert p.raw["price_per_hour_usd"] > 0
         # mlp_speculator: IBM's accelerator (6.4 GB) leaves the L40S's servers no KV cache (l40s.toml)
         heads = {"mtp", "medusa"} | ({"mlp_speculator"} if name != "l40s" else set())
-        assert {"ngram", "suffix", "draft_model", "eagle", "eagle3"} | heads == set(p.methods)
+        newest = {"dflash", "pard", "eagle3_dynamic"}  # vLLM's newest methods (suites/test_recent_methods.py)
+        assert {"ngram", "suffix", "draft_model", "eagle", "eagle3"} | heads | newest == set(p.methods)
         assert p.methods["eagle3"]["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+        assert p.methods["dflash"] == {"method": "dflash", "model": "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat"}
+        # PARD is a draft model that drafts in parallel: vLLM's method draft_model with the flag
+        assert p.methods["pard"] == {"method": "draft_model", "model": "amd/PARD-Llama-3.2-1B",
+                                     "parallel_drafting": True}
+        # dynamic k: the EAGLE-3 preset's head with a batch-size schedule; the marker's k caps it
+        dynamic = dict(p.methods["eagle3_dynamic"])
+        assert dynamic.pop("num_speculative_tokens_per_batch_size") == [[1, 4, 5], [5, 16, 3], [17, 128, 1]]
+        assert dynamic == p.methods["eagle3"]
         # MTP layers live in the target checkpoint: that preset serves its own target, the others Llama's
         assert p.method_targets == {"mtp": ("XiaomiMiMo/MiMo-7B-RL", None)} and "model" not in p.methods["mtp"]
         assert {p.target_of(m)[0] for m in p.methods if m != "mtp"} == {p.target}
@@ -265,6 +274,22 @@ def test_profile_methods_are_vllms_method_literal_not_run_on_a_gpu_here() -> Non
         for method, config in load_profile(name).methods.items():
             assert config["method"] in allowed
             assert speculative_config_problems({**config, "num_speculative_tokens": 3}) == [], (name, method)
+
+
+def test_a_dynamic_k_schedule_is_checked_by_vllms_own_validator_not_run_on_a_gpu_here() -> None:
+    """The schedule's type is a list of triples; its rules are checked only when vLLM's scheduler starts, so the
+    check runs vLLM's own validator (vllm/v1/spec_decode/dynamic/utils.py) on it."""
+    from pytest_specdec.vllm.check import speculative_config_problems
+
+    base = {"method": "eagle3", "model": "h", "num_speculative_tokens": 3}
+    key = "num_speculative_tokens_per_batch_size"
+    assert speculative_config_problems({**base, key: [[1, 4, 5], [5, 16, 3], [17, 128, 1]]}) == []
+    assert speculative_config_problems({**base, key: [[1, 8, 3], [8, 16, 1]]}) == [
+        f"{key}=[[1, 8, 3], [8, 16, 1]]: Batch-size ranges must be non-overlapping and sorted."]
+    assert speculative_config_problems({**base, key: [[2, 8, 3]]}) == [
+        f"{key}=[[2, 8, 3]]: The first batch-size range must start at 1 so every runtime batch size has a defined "
+        "schedule."]
+    assert speculative_config_problems({**base, key: [[1, 8]]})[0].startswith(f"{key}=[[1, 8]]: ")  # not a triple
 
 
 @pytest.mark.slow
