@@ -67,3 +67,24 @@ def test_nothing_changes_is_never_regressed(pytester: pytest.Pytester, fake_vllm
     assert verdicts["acceptance_drift"]["verdict"] == "unchanged", verdicts
     assert verdicts["step_time_drift"]["verdict"] in ("unchanged", "inconclusive"), verdicts
     assert all(v["family"] == "gated" and v["left_out"] == [] for v in verdicts.values()), verdicts
+
+
+def test_a_restart_mid_test_starts_a_new_segment(pytester: pytest.Pytester, fake_vllm: FakeVllm,
+                                                 monkeypatch: pytest.MonkeyPatch, make_suite: Callable[..., str],
+                                                 make_profile: Callable[..., Path]) -> None:
+    """The spec server hangs at its third run's first request: that run is invalid, the server is restarted, and
+    the drift judges the fresh server's runs alone, naming the others and why."""
+    fake_vllm.configure(SERVERS)
+    hang = warmup_requests(PROMPTS, CONCURRENCY) + 2 * PROMPTS
+    monkeypatch.setenv("FAKE_VLLM_HANG_ONCE", f"ngram:{hang}:{pytester.path / 'hung-once'}")
+    pytester.makepyfile(test_suite=make_suite(num_prompts=PROMPTS, concurrency=CONCURRENCY, max_tokens=16))
+    run = specdec_session(pytester, make_profile("fakedrift", methods=("ngram",)), None, "--specdec-settle-timeout=0",
+                          "--specdec-hung-timeout=1", "--update-baselines", runs=PAIRS, max_runs=PAIRS,
+                          subprocess=True)
+    run.result.assert_outcomes(passed=1)
+    for v in run.test["drift"]["verdicts"].values():
+        assert v["early_runs"] + v["late_runs"] == [3, 4, 5, 6, 7], v
+        restarted = "another server start (a restart begins a new segment)"
+        assert v["left_out"][:2] == [f"run 1: {restarted}", f"run 2: {restarted}"], v["left_out"]
+        assert v["left_out"][2].startswith("run 3: spec run invalid (server hung"), v["left_out"]
+    run.result.stdout.fnmatch_lines(["  left out: run 1: another server start*; run 3: spec run invalid (server hung*"])
