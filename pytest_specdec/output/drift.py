@@ -40,7 +40,7 @@ def drift_lines(nodeid: str, drift: Drift) -> list[str]:
     """The terminal's lines for the test: one per metric, and the runs left out once."""
     lines = [f"specdec: drift {nodeid} (early vs late half of one server's runs):"]
     lines += [f"  {verdict_text(v, drift.alpha)}" for v in drift.verdicts]
-    left = sorted({x for v in drift.verdicts for x in v.left_out})
+    left = sorted({x for v in drift.verdicts for x in v.left_out}, key=lambda x: int(x.split()[1].rstrip(":")))
     if left:
         lines.append(f"  left out: {'; '.join(left)}")
     return lines
