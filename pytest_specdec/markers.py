@@ -44,7 +44,8 @@ VERDICTS_MARKER_SIGNATURE = (
     "specdec_verdicts(check=True, thresholds={metric or kind: magnitude}, gate=[metric, ...]): check=False "
     "lets a specdec test opt out of the baseline assertion (verdicts are still recorded); thresholds override "
     "the practical thresholds (% for rates and latencies, points for acceptance) for this test; gate adds "
-    "metrics to the gated family that fails the test (speedup, acceptance_rate, e2e_p95_ratio always are)"
+    "metrics to the gated family that fails the test (speedup, acceptance_rate, e2e_p95_ratio always are), "
+    "acceptance_drift and step_time_drift gate the test's drift within the session"
 )
 VERDICTS_FIELDS = ("check", "thresholds", "gate")
 #: The name the matrix is parametrized under; the `specdec` fixture reads it.
@@ -196,10 +197,12 @@ class VerdictOptions:
     gate: tuple[str, ...] = ()  # metrics added to the gated family for this test
 
     def for_gate(self) -> TestOptions:
-        """The options as the session's gate reads them (`gate.protocol.TestOptions`)."""
+        """The options as the session's gate reads them (`gate.protocol.TestOptions`); the drift metrics are not
+        the gate's (judged within tonight's runs, `gate.drift`), so they stay out."""
+        from pytest_specdec.gate.drift import DRIFT_METRICS
         from pytest_specdec.gate.protocol import TestOptions
 
-        return TestOptions(self.check, dict(self.thresholds), tuple(self.gate))
+        return TestOptions(self.check, dict(self.thresholds), tuple(m for m in self.gate if m not in DRIFT_METRICS))
 
 
 def _as_list(name: str, value: Any) -> list[Any]:

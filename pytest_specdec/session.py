@@ -27,6 +27,7 @@ from pytest_specdec.output.wording import coalesced_lines, test_end_message
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABGate
     from pytest_specdec.gate.crossover_gate import CrossoverEnd
+    from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.judge import Judge
     from pytest_specdec.gate.protocol import Gate, GateOptions, Planned, SessionEnd
     from pytest_specdec.measure.datasets import Dataset
@@ -348,7 +349,13 @@ class SpecDecSession:
                 record.ab = judged
             else:
                 record.baseline = judged
+        record.drift = self._drift(result, verdicts)
         self.progress(measured(nodeid, result.summary))
+        if record.drift is not None:
+            from pytest_specdec.output.drift import drift_lines
+
+            for line in drift_lines(nodeid, record.drift):
+                self.progress(line)
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
         dead = dead_arms(result.reference_runs, result.runs if "spec" in arms else None,
@@ -359,6 +366,18 @@ class SpecDecSession:
             runs = result.arm_runs(arm)
             raise SpecDecError(dead_arm(nodeid, arm, runs, self.serving.deaths(arms[arm])[died[arm]:]))
         return result
+
+    def _drift(self, result: CaseResult, verdicts: VerdictOptions | None) -> Drift | None:
+        """The test's drift within the session (`gate.drift`): its drift metrics gated where its marker's or the
+        ini's `gate` names them. check=False opts out of the baseline assertion only: drift needs no baseline, and
+        a soak test gates its drift without one."""
+        from pytest_specdec.gate.drift import DRIFT_METRICS, drift
+
+        named = {*self.settings.gate, *(verdicts.gate if verdicts is not None else ())}
+        gate = tuple(m for m in DRIFT_METRICS if m in named)
+        return drift([r.record for r in result.reference_runs], [r.record for r in result.runs],
+                     [r.instance for r in result.reference_runs], [r.instance for r in result.runs],
+                     alpha=self.settings.alpha, gate=gate)
 
     def _rate_point(self, nodeid: str, case: Case, callspec: dict[str, Any] | None, run: CaseRun,
                     prompts: list[Prompt], sampling: Sampling) -> RatePoint:
@@ -432,12 +451,14 @@ class SpecDecSession:
     def gate_options(self) -> GateOptions:
         """What the options say about judging (`gate.protocol.GateOptions`), built once: both gates take it."""
         if self._gate_options is None:
+            from pytest_specdec.gate.drift import DRIFT_METRICS
             from pytest_specdec.gate.protocol import GateOptions
 
             st = self.settings
             runs, max_runs = self.run_limits()
             self._gate_options = GateOptions(
-                runs, max_runs, alpha=st.alpha, multiplicity=st.multiplicity, gate=tuple(st.gate),
+                runs, max_runs, alpha=st.alpha, multiplicity=st.multiplicity,
+                gate=tuple(m for m in st.gate if m not in DRIFT_METRICS),  # judged within tonight (`gate.drift`)
                 ini_thresholds=tuple(st.ini_thresholds), cli_thresholds=tuple(st.cli_thresholds), strict=st.strict,
                 fail_inconclusive=st.fail_inconclusive, fail_machine=st.fail_machine, calibrate=st.calibrate)
         return self._gate_options
@@ -461,8 +482,15 @@ class SpecDecSession:
         """At the end of a specdec test: its gate decides (`Gate.test_end`) over the family so far, the output
         layer words it; the failure message, or None when it passes (warnings are shown)."""
         record = self.records.get(nodeid)
-        if record is None or (record.ab or record.baseline) is None:
+        if record is None:
             return None
+        drifted = None
+        if record.drift is not None:
+            from pytest_specdec.output.drift import drift_failure
+
+            drifted = drift_failure(nodeid, record.drift)
+        if (record.ab or record.baseline) is None:
+            return drifted
         family = [(n, c) for n, r in self.records.items() if (c := r.ab or r.baseline) is not None]
         judged, end = self.verdict_gate.test_end(nodeid, family, self.planned)
         st = self.settings
@@ -478,7 +506,7 @@ class SpecDecSession:
             failure, warning = test_end_message(nodeid, judged, end, alpha=st.alpha, multiplicity=st.multiplicity)
         if warning:
             warnings.warn(SpecDecWarning(warning), stacklevel=1)
-        return failure
+        return "\n".join(m for m in (failure, drifted) if m) or None
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML

@@ -41,7 +41,22 @@ PRESETS: dict[str, tuple[str, ...]] = {
 ENGINE_SUITES = ("test_engines.py",)
 
 
+#: Suite modules collected only when asked for: named on the command line (pytest never ignores a path it is given),
+#: or by a `-m` expression naming their marker, so the CPU quickstart's `pytest suites/` does not grow.
+OPT_IN: dict[str, str] = {"test_soak.py": "soak"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "soak: holds one server for many runs and gates its drift within the session "
+                                       "(opt-in: pytest suites/ -m soak, or pytest suites/test_soak.py)")
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    marker = OPT_IN.get(collection_path.name)
+    if marker is not None:
+        import re
+
+        return not re.search(rf"\b{marker}\b", config.option.markexpr or "") or None
     needs = PRESETS.get(collection_path.name)
     if needs is None and collection_path.name not in ENGINE_SUITES:
         return None

@@ -52,16 +52,21 @@ def check_gate(names: Any, where: str) -> list[str]:
     if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
         raise ConfigError(f"{where}: gate must be a list of metric names like ['output_tok_s'], got {names!r}")
     from pytest_specdec.gate.crossover import NAME as CROSSOVER
+    from pytest_specdec.gate.drift import DRIFT_METRICS
 
     out = []
     for name in names:
         name = str(name).strip()
-        if name == CROSSOVER:  # a sweep's metric, not a test's: judged once per concurrency sweep
+        # a sweep's metric, judged once per concurrency sweep; a drift, judged within tonight's runs (gate/drift.py)
+        if name == CROSSOVER or name in DRIFT_METRICS:
             out.append(name)
             continue
+        if name not in KINDS and name.split("[", 1)[0] not in METRICS:
+            raise ConfigError(f"{where}: unknown metric {name!r} in gate; allowed: "
+                              f"{', '.join((*METRICS, CROSSOVER, *DRIFT_METRICS))}")
         if name in KINDS or check_name(name, where) != name:
             raise ConfigError(f"{where}: gate takes metric names, not the kind {name!r}; allowed: "
-                              f"{', '.join((*METRICS, CROSSOVER))}")
+                              f"{', '.join((*METRICS, CROSSOVER, *DRIFT_METRICS))}")
         out.append(name)
     return out
 

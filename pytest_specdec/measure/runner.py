@@ -86,6 +86,10 @@ class RunRecord:
     #: Acceptance from each request's own figures (`measure.acceptance`), checked against the counters; None: the
     #: requests carried none, and the counters serve alone.
     acceptance: RunAcceptance | None = None
+    #: Which start of its server the run used (`Endpoint.instance`: the pid of a server the pool started; empty for
+    #: an endpoint someone else runs, whose restarts cannot be seen): a restart mid-test begins a new segment for
+    #: the drift check (`gate.drift`).
+    instance: str = ""
     _record: ArmRun | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -318,7 +322,7 @@ def extend_case(
             rec.settle = quiet.to_dict()
         if source.fresh:
             rec.prompt_ids = [p.id for p in run_prompts]
-        result.instances[arm] = endpoint.instance
+        result.instances[arm] = rec.instance = endpoint.instance
         result.arm_runs(arm).append(rec)
         m = rec.metrics
         rate_ = m.spec.acceptance_rate if m.spec else None

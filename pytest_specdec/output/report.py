@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_specdec.gate.kinds import GATED, IMPROVED, INCONCLUSIVE, MOVED, NOT_COMPARABLE, REGRESSED, SHOWN, UNCHANGED
+from pytest_specdec.output.drift import drift_summary
 from pytest_specdec.output.fields import number, test_name
 from pytest_specdec.output.rate_sweeps import rate_sections
 from pytest_specdec.output.schema import BaselineUpdate, Results, TestEntry, VerdictEntry, load
@@ -312,6 +313,7 @@ def test_view(test: TestEntry, servers: Mapping[str, Mapping[str, Any]]) -> dict
         "acceptance_source": test.acceptance_source, "request_acceptance": test.request_acceptance,
         "explained": test.explained, "split": split_text(baseline.split) if baseline else None,
         "distribution": test.distribution,
+        "drift": drift_summary(test.drift),
         "output_match": test.output_match,
     }
 

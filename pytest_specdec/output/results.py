@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
     from pytest_specdec.gate.check import Judgement
     from pytest_specdec.gate.crossover_gate import SweepOutcome
+    from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.judge import Judge
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.stats import Verdict
@@ -67,6 +68,9 @@ class TestRecord:
     callspec: dict[str, Any] = field(default_factory=dict)
     #: a rate sweep's point (`measure.saturation.RatePoint.to_dict`): the rate found at run time, and from what
     rate_sweep: dict[str, Any] | None = None
+    #: its runs' drift within the session, early half against late half on one server (`gate.drift`); None
+    #: without a spec arm
+    drift: Drift | None = None
 
     def failed(self, message: str, servers: dict[str, VllmServer]) -> list[tuple[str, str]]:
         """Keep the failure text and the test's servers' log tails (the HTML report shows them the morning
@@ -118,6 +122,8 @@ class TestRecord:
             if match is not None:
                 out["output_match"] = match
             out["cost_per_1m_output_usd"] = cost_entry(self.result.summary, usd_per_hour)
+            if self.drift is not None:
+                out["drift"] = self.drift.to_dict()
         if self.error:
             out["error"] = self.error
         if self.server_logs:

@@ -305,6 +305,8 @@ class TestEntry:
     callspec: Mapping[str, Any] = field(default_factory=dict)
     #: a rate sweep's point: its fraction, the saturation it is a fraction of and the request rate used
     rate_sweep: Mapping[str, Any] | None = None
+    #: its drift within the session (`gate.drift.Drift.to_dict`); None: no spec arm, or a file from before it
+    drift: Mapping[str, Any] | None = None
     #: where its acceptance comes from: "per-request" (its requests' own figures) or "counters"
     acceptance_source: str = "counters"
     #: its acceptance from its requests' own figures (None: the counters served alone)
@@ -350,6 +352,7 @@ class TestEntry:
             ab=ABEntry.from_dict(ab, f"{where}.ab") if isinstance(ab := d.get("ab"), Mapping) else None,
             callspec=cs if isinstance(cs := d.get("callspec"), Mapping) else {},
             rate_sweep=d.get("rate_sweep") if isinstance(d.get("rate_sweep"), Mapping) else None,
+            drift=d.get("drift") if isinstance(d.get("drift"), Mapping) else None,
             acceptance_source=str(summary.get("acceptance_source") or "counters"),
             request_acceptance=(None if requests is None
                                 else RequestAcceptanceEntry.from_dict(requests, f"{where}.summary.request_acceptance")))

@@ -88,6 +88,10 @@ def test_aa_passes_and_records_three_arms(pytester: pytest.Pytester, project: Pa
                  if any(x.startswith("disturbed: ") for x in run["invalid_reasons"])]
     assert ("base", 1) in disturbed, disturbed  # (a busy machine may disturb another run too)
     assert ab["verdicts"]["output_tok_s"]["n_now"] <= PAIRS - 1
+    # The candidate's drift within the session is shown in an A/B session too (not gated here).
+    drift = latest(pytester)["tests"][0]["drift"]["verdicts"]
+    assert drift["acceptance_drift"]["verdict"] == "unchanged" and drift["acceptance_drift"]["family"] == "shown"
+    assert drift["step_time_drift"]["verdict"] != "regressed", drift
     # No stored baseline is read or written in an A/B session.
     assert not (pytester.path / "baselines").exists()
     started = {(s["method"], s["pid"]) for s in fake_vllm.records()}

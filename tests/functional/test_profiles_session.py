@@ -172,6 +172,21 @@ def test_the_gpu_only_suite_modules_are_not_collected_on_the_cpu_profile(pyteste
     assert not [line for line in result.outlines if "test_gpu_methods.py::" in line]  # no suffix/eagle/mtp/medusa
 
 
+def test_the_soak_suite_is_collected_only_when_asked_for(pytester: pytest.Pytester) -> None:
+    """suites/conftest.py's OPT_IN: `pytest suites/` leaves test_soak.py out (the quickstart does not grow); `-m soak`
+    or naming the module collects it."""
+    (pytester.path / "suites").mkdir()
+    for f in SUITES.glob("*.py"):
+        (pytester.path / "suites" / f.name).write_text(f.read_text())
+    dry = ("--gpu=cpu", "--specdec-dry-run", "-p", "no:cacheprovider")
+    result = pytester.runpytest("suites", *dry)
+    assert not [line for line in result.outlines if "test_soak.py" in line]
+    for args in (("suites", "-m", "soak"), ("suites/test_soak.py",)):
+        result = pytester.runpytest(*args, *dry)
+        result.stdout.fnmatch_lines(["  suites/test_soak.py::test_soak[[]ngram-k3-t0.0-c1[]]"])
+        result.assert_outcomes(skipped=1)
+
+
 def test_gpu_profile_on_the_wrong_gpus_stops_the_session(pytester: pytest.Pytester, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           make_suite: Callable[..., str],

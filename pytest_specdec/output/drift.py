@@ -1,0 +1,65 @@
+"""A test's drift within the session (`gate.drift`) in words: the terminal's line, the failure message of a gated
+regressed drift, and the report's short text. Words only: the gate decided."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_specdec.gate.drift import LABELS, Drift, DriftVerdict
+from pytest_specdec.gate.kinds import POINTS, unit_mark
+
+
+def _figure(v: DriftVerdict | Mapping[str, Any], which: str) -> str:
+    x = v[which] if isinstance(v, Mapping) else getattr(v, which)
+    if x is None:
+        return "—"
+    unit = v["unit"] if isinstance(v, Mapping) else v.unit
+    return f"{x:.3f}" if unit == POINTS else f"{x:.3f} ref steps"
+
+
+def verdict_text(v: DriftVerdict | Mapping[str, Any], alpha: float) -> str:
+    """One drift verdict: its metric, word, early → late figures, change, interval and p (a results file's entry
+    or the verdict itself)."""
+    d = dict(v) if isinstance(v, Mapping) else v.to_dict()
+    mark = unit_mark(d["unit"])
+    head = f"{LABELS.get(d['metric'], d['metric'])} {d['verdict']}"
+    if d.get("family") == "gated":
+        head += " (gated)"
+    n = f"{len(d['early_runs'])}+{len(d['late_runs'])} runs"
+    if d["delta"] is None:
+        return f"{head}: {d['note'] or 'not judged'} ({n})"
+    lo, hi = d["ci"]
+    p = "exact" if d["p"] is None else f"p {d['p']:.2g}"
+    return (f"{head}: early {_figure(d, 'early')} → late {_figure(d, 'late')}, Δ {d['delta']:+.2f}{mark} "
+            f"({100 * (1 - 2 * alpha):.0f}% CI {lo:+.2f}{mark} .. {hi:+.2f}{mark}, {p}, threshold "
+            f"{d['threshold']:+g}{mark}, {n})")
+
+
+def drift_lines(nodeid: str, drift: Drift) -> list[str]:
+    """The terminal's lines for the test: one per metric, and the runs left out once."""
+    lines = [f"specdec: drift {nodeid} (early vs late half of one server's runs):"]
+    lines += [f"  {verdict_text(v, drift.alpha)}" for v in drift.verdicts]
+    left = sorted({x for v in drift.verdicts for x in v.left_out}, key=lambda x: int(x.split()[1].rstrip(":")))
+    if left:
+        lines.append(f"  left out: {'; '.join(left)}")
+    return lines
+
+
+def drift_failure(nodeid: str, drift: Drift) -> str | None:
+    """The failure message of a test whose gated drift regressed; None when none did."""
+    failing = drift.failing
+    if not failing:
+        return None
+    names = ", ".join(v.metric for v in failing)
+    return "\n".join([f"specdec: {nodeid}: drift within the session regressed: {names} (late runs against early "
+                      "runs on one server, judged within tonight)",
+                      *(f"  {v.metric}: {verdict_text(v, drift.alpha)}" for v in failing)])
+
+
+def drift_summary(entry: Mapping[str, Any] | None) -> list[str]:
+    """The report's short text: one line per drift metric of a results file's `drift` entry."""
+    if not entry:
+        return []
+    alpha = float(entry.get("alpha", 0.05))
+    return [verdict_text(v, alpha) for v in (entry.get("verdicts") or {}).values()]

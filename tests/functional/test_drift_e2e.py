@@ -1,0 +1,90 @@
+"""Drift within a session end to end: the plugin starts the `vllm serve` stand-in for the reference and the ngram
+arm, and the spec server slows down after half the runs (`slow_posts` from the first late run's first request on,
+`FakeConfig`). Its step time drift is `regressed`, shown in the terminal, the results (`drift`, documented) and the
+report, and fails the test where `specdec_verdicts(gate=["step_time_drift"])` gates it; with nothing changed it is
+never `regressed`. No baseline is read: drift is judged within tonight's runs (`--update-baselines` writes the
+first night's, so the baseline gate passes either way)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from session import specdec_session, undocumented
+
+from fakes import FakeVllm
+from pytest_specdec.measure.schedule import warmup_requests
+
+PROMPTS, CONCURRENCY, PAIRS = 4, 1, 8
+SERVERS: dict[str, dict[str, Any]] = {"ngram": {"k": 3, "acceptance": [1.0, 1.0, 1.0], "step_s": 0.01,
+                                                "output_tokens": 16},
+                                      "none": {"step_s": 0.005, "output_tokens": 16}}
+#: The spec server's first request of the first late run (warm-up requests count: the stand-in counts every POST).
+FIRST_LATE = warmup_requests(PROMPTS, CONCURRENCY) + PAIRS // 2 * PROMPTS + 1
+
+
+def session(pytester: pytest.Pytester, make_suite: Callable[..., str], make_profile: Callable[..., Path],
+            verdicts: str | None) -> Any:
+    pytester.makepyfile(test_suite=make_suite(num_prompts=PROMPTS, concurrency=CONCURRENCY, max_tokens=16,
+                                              verdicts=verdicts))
+    profile = make_profile("fakedrift", methods=("ngram",))
+    return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", "--update-baselines",
+                           runs=PAIRS, max_runs=PAIRS, subprocess=True)
+
+
+def test_a_server_slower_late_fails_where_gated(pytester: pytest.Pytester, fake_vllm: FakeVllm,
+                                                make_suite: Callable[..., str],
+                                                make_profile: Callable[..., Path]) -> None:
+    slow = {"slow_posts": [FIRST_LATE, 10**6], "slow_factor": 1.6}
+    fake_vllm.configure({**SERVERS, "ngram": {**SERVERS["ngram"], **slow}})
+    # check=False opts out of the baseline assertion only, as the soak suite does: a gated drift still fails
+    run = session(pytester, make_suite, make_profile, 'check=False, gate=["step_time_drift"]')
+    run.result.assert_outcomes(failed=1)
+    run.result.stdout.fnmatch_lines([
+        "specdec: drift *test_ngram* (early vs late half of one server's runs):",
+        "  acceptance unchanged: early 1.000 → late 1.000, *",
+        "  step time regressed (gated): early * ref steps → late * ref steps, Δ +*CI*threshold +10 %, 4+4 runs)",
+        "*drift within the session regressed: step_time_drift*"])
+    test = run.test
+    step = test["drift"]["verdicts"]["step_time_drift"]
+    assert step["verdict"] == "regressed" and step["family"] == "gated", step
+    assert step["early_runs"] == [0, 1, 2, 3] and step["late_runs"] == [4, 5, 6, 7], step
+    assert 40 < step["delta"] < 80 and step["ci"][0] > 10, step  # 1.6x slower steps, the step ratio +60 %
+    assert "drift" in test["error"], test["error"]
+    assert not undocumented(run.results)
+    assert "drift within the session" in run.html and "step time regressed" in run.html
+
+
+def test_nothing_changes_is_never_regressed(pytester: pytest.Pytester, fake_vllm: FakeVllm,
+                                            make_suite: Callable[..., str],
+                                            make_profile: Callable[..., Path]) -> None:
+    fake_vllm.configure(SERVERS)
+    run = session(pytester, make_suite, make_profile, 'gate=["step_time_drift", "acceptance_drift"]')
+    run.result.assert_outcomes(passed=1)
+    verdicts = run.test["drift"]["verdicts"]
+    assert verdicts["acceptance_drift"]["verdict"] == "unchanged", verdicts
+    assert verdicts["step_time_drift"]["verdict"] in ("unchanged", "inconclusive"), verdicts
+    assert all(v["family"] == "gated" and v["left_out"] == [] for v in verdicts.values()), verdicts
+
+
+def test_a_restart_mid_test_starts_a_new_segment(pytester: pytest.Pytester, fake_vllm: FakeVllm,
+                                                 monkeypatch: pytest.MonkeyPatch, make_suite: Callable[..., str],
+                                                 make_profile: Callable[..., Path]) -> None:
+    """The spec server hangs at its third run's first request: that run is invalid, the server is restarted, and
+    the drift judges the fresh server's runs alone, naming the others and why."""
+    fake_vllm.configure(SERVERS)
+    hang = warmup_requests(PROMPTS, CONCURRENCY) + 2 * PROMPTS
+    monkeypatch.setenv("FAKE_VLLM_HANG_ONCE", f"ngram:{hang}:{pytester.path / 'hung-once'}")
+    pytester.makepyfile(test_suite=make_suite(num_prompts=PROMPTS, concurrency=CONCURRENCY, max_tokens=16))
+    run = specdec_session(pytester, make_profile("fakedrift", methods=("ngram",)), None, "--specdec-settle-timeout=0",
+                          "--specdec-hung-timeout=1", "--update-baselines", runs=PAIRS, max_runs=PAIRS,
+                          subprocess=True)
+    run.result.assert_outcomes(passed=1)
+    for v in run.test["drift"]["verdicts"].values():
+        assert v["early_runs"] + v["late_runs"] == [3, 4, 5, 6, 7], v
+        restarted = "another server start (a restart begins a new segment)"
+        assert v["left_out"][:2] == [f"run 1: {restarted}", f"run 2: {restarted}"], v["left_out"]
+        assert v["left_out"][2].startswith("run 3: spec run invalid (server hung"), v["left_out"]
+    run.result.stdout.fnmatch_lines(["  left out: run 1: another server start*; run 3: spec run invalid (server hung*"])

@@ -1,0 +1,102 @@
+"""Drift within a session (`gate.drift`): early half against late half of one server's runs, restarts and invalid
+runs left out and said so, and the drift metrics accepted by `gate=[...]` but kept out of the baseline gate."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from factories import arm_run
+
+from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.drift import ACCEPTANCE_DRIFT, STEP_TIME_DRIFT, Drift, drift
+from pytest_specdec.gate.thresholds import check_gate
+from pytest_specdec.markers import VerdictOptions
+from pytest_specdec.measure.record import ArmRun
+from pytest_specdec.output.drift import drift_failure
+
+JITTER = (1.0, 1.03, 0.98, 1.02, 0.99, 1.01, 0.97, 1.02, 1.0, 0.98)
+
+
+def runs(tpots: Sequence[float], *, spec: bool, per_pos: Sequence[Sequence[float]] | None = None,
+         invalid: dict[int, str] | None = None) -> list[ArmRun]:
+    """Runs with these median TPOTs (ms); spec runs accept ``per_pos`` (each run's, default 60 of 100 per
+    position, k=3)."""
+    out = []
+    for i, t in enumerate(tpots):
+        pos = None if not spec else (per_pos[i] if per_pos is not None else (60, 60, 60))
+        out.append(arm_run(i, 100.0, per_pos=pos, invalid=(invalid or {}).get(i),
+                           tpot_ms={"p50": t, "p95": t, "p99": t}))
+    return out
+
+
+def judged(spec: list[ArmRun], ref: list[ArmRun], servers: Sequence[str] | None = None, gate: Sequence[str] = ()
+           ) -> Drift:
+    s = list(servers) if servers is not None else ["1"] * len(spec)
+    d = drift(ref, spec, ["9"] * len(ref), s, alpha=0.05, gate=gate)
+    assert d is not None
+    return d
+
+
+def by_metric(d: Drift) -> dict[str, str]:
+    return {v.metric: v.verdict for v in d.verdicts}
+
+
+def test_a_spec_server_slower_late_is_regressed_and_fails_where_gated() -> None:
+    ref = runs([10.0 * j for j in JITTER], spec=False)
+    spec = runs([5.0 * j * (1.5 if i >= 5 else 1.0) for i, j in enumerate(reversed(JITTER))], spec=True)
+    d = judged(spec, ref, gate=[STEP_TIME_DRIFT])
+    step = next(v for v in d.verdicts if v.metric == STEP_TIME_DRIFT)
+    assert step.verdict == "regressed" and step.family == "gated", step
+    assert step.delta is not None and 40 < step.delta < 60, step
+    assert step.early_runs == (0, 1, 2, 3, 4) and step.late_runs == (5, 6, 7, 8, 9)
+    message = drift_failure("t::x", d)
+    assert message is not None and "step_time_drift" in message and "early" in message and "CI" in message
+    # shown where not gated: the same verdict, no failure
+    assert drift_failure("t::x", judged(spec, ref)) is None
+
+
+def test_nothing_changes_is_never_regressed() -> None:
+    ref = runs([10.0 * j for j in JITTER], spec=False)
+    spec = runs([5.0 * j for j in reversed(JITTER)], spec=True)
+    d = judged(spec, ref, gate=[ACCEPTANCE_DRIFT, STEP_TIME_DRIFT])
+    words = by_metric(d)
+    assert words[ACCEPTANCE_DRIFT] == "unchanged"  # the same counters every run: exact, no t
+    assert words[STEP_TIME_DRIFT] in ("unchanged", "inconclusive"), d
+    assert drift_failure("t::x", d) is None
+
+
+def test_acceptance_falling_late_is_regressed() -> None:
+    early, late = [(60, 61, 59)] * 3 + [(62, 60, 60)] * 2, [(40, 41, 39)] * 3 + [(42, 40, 38)] * 2
+    spec = runs([5.0] * 10, spec=True, per_pos=[*early, *late])
+    v = next(v for v in judged(spec, runs([10.0] * 10, spec=False)).verdicts if v.metric == ACCEPTANCE_DRIFT)
+    assert v.verdict == "regressed" and v.delta is not None and v.delta < -5, v
+
+
+def test_a_restart_starts_a_new_segment_and_invalid_runs_are_said() -> None:
+    ref = runs([10.0] * 8, spec=False)
+    spec = runs([5.0 * j for j in JITTER[:8]], spec=True, invalid={6: "disturbed: slow"})
+    d = judged(spec, ref, servers=["1", "1", "2", "2", "2", "2", "2", "2"])
+    for v in d.verdicts:
+        assert v.early_runs + v.late_runs == (2, 3, 4, 5, 7), v
+        assert "run 1: another server start (a restart begins a new segment)" in v.left_out, v.left_out
+        assert any(x.startswith("run 7: spec run invalid (disturbed: slow)") for x in v.left_out), v.left_out
+
+
+def test_too_few_runs_are_inconclusive() -> None:
+    d = judged(runs([5.0] * 3, spec=True), runs([10.0] * 3, spec=False))
+    assert set(by_metric(d).values()) == {"inconclusive"}
+    assert all("fewer than 4" in v.note for v in d.verdicts)
+
+
+def test_no_spec_arm_has_no_drift() -> None:
+    assert drift(runs([10.0] * 4, spec=False), [], ["9"] * 4, [], alpha=0.05) is None
+
+
+def test_gate_takes_drift_names_but_the_baseline_gate_does_not_see_them() -> None:
+    assert check_gate(["acceptance_drift", "step_time_drift", "output_tok_s"], "m") == [
+        "acceptance_drift", "step_time_drift", "output_tok_s"]
+    with pytest.raises(ConfigError, match="unknown metric 'step_drift' in gate; allowed: .*step_time_drift"):
+        check_gate(["step_drift"], "m")
+    options = VerdictOptions(gate=("step_time_drift", "output_tok_s")).for_gate()
+    assert options.gate == ("output_tok_s",)
