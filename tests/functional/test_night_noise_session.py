@@ -26,9 +26,8 @@ REF_STEP_S = 0.01  # per decode step at machine speed 1.0
 SPEC_STEP_S = 0.016  # k=3, every draft accepted: 4 tokens a step
 OVERHEAD_S = 0.008  # a spec step's part that does not scale with the machine: speedup ~1.5x at 1.0, ~1.66x at 0.6
 #: The prefill before a request's first token, at machine speed 1.0 (both arms; it follows the machine's speed). With
-#: none, TTFT was one step (10-16 ms) plus the client's own event-loop delay: under a busy CI that delay alone moved
-#: P95 TTFT 4x between two sessions (`improved` -76.6 % in a fresh-clone CI), a move of the test host, not of the
-#: machine the test simulates.
+#: none, TTFT is one step (10-16 ms) plus the client's own event-loop delay, which a busy CI host moves several-fold
+#: between two sessions: a move of the test host, not of the machine the test simulates.
 TTFT_S = 0.05
 
 
