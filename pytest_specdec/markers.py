@@ -95,10 +95,7 @@ class Case:
     @property
     def engine_mode(self) -> EngineMode:
         """The mode's value: what both arms' servers add."""
-        if self.engine_json is None:
-            return EngineMode()
-        d = json.loads(self.engine_json)
-        return EngineMode(self.engine, tuple(d["args"]), tuple(sorted(d["env"].items())))
+        return EngineMode() if self.engine_json is None else EngineMode.from_json(self.engine, self.engine_json)
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:

@@ -52,6 +52,12 @@ class EngineMode:
         """The definition as canonical JSON: what a test's case carries (its hash and order stay plain)."""
         return json.dumps(self.definition(), sort_keys=True)
 
+    @classmethod
+    def from_json(cls, name: str, text: str) -> EngineMode:
+        """The mode `to_json` wrote, under its name."""
+        d = json.loads(text)
+        return cls(name, tuple(d["args"]), tuple(sorted(d["env"].items())))
+
     def apply(self, spec: ServerSpec) -> ServerSpec:
         """``spec`` in this mode: its args after the server's, its env over the server's."""
         if self.is_default:
