@@ -65,8 +65,8 @@ def paired_core(mean: Any, var: Any, n: Any, a: float) -> tuple[np.ndarray, ...]
 
 
 def _usable(metric: str, kind: Kind, base: Sequence[float | None], candidate: Sequence[float | None]
-            ) -> tuple[np.ndarray, np.ndarray, int]:
-    """The pairs with both runs, on the comparison scale, and how many were left out. Every value given is
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs with both runs, on the comparison scale, and which pairs were kept. Every value given is
     checked (a bad one raises, naming its index); a None on either side drops that pair only."""
     if any(isinstance(arm, (str, bytes)) or not isinstance(arm, Iterable) for arm in (base, candidate)):
         raise ConfigError(f"metric {metric!r}: base and candidate must be lists of per-run values")
@@ -77,13 +77,30 @@ def _usable(metric: str, kind: Kind, base: Sequence[float | None], candidate: Se
     keep = np.array([b is not None and c is not None for b, c in zip(base, candidate, strict=True)], dtype=bool)
     arms = [checked_values(metric, [_STAND_IN[kind] if v is None else v for v in arm], kind, where)[keep]
             for arm, where in ((base, "base"), (candidate, "candidate"))]
-    return on_scale(kind, arms[0]), on_scale(kind, arms[1]), int((~keep).sum())
+    return on_scale(kind, arms[0]), on_scale(kind, arms[1]), keep
+
+
+def block_means(x: np.ndarray, blocks: Sequence[int | None] | None) -> np.ndarray | None:
+    """The mean difference of each block of pairs, in block order, where the arms ran in blocks (one server at a
+    time, `measure.schedule`) and some block holds more than one pair; None: every pair is its own unit.
+
+    In blocks the pairs of one block share its servers and the machine's state while it ran, and the base's and
+    the candidate's i-th runs are a block apart, so a drift within the block moves every pair of it alike: the
+    pairs are not independent, the blocks are (the design's unit, as a cluster-randomised trial's)."""
+    if blocks is None or len(blocks) != len(x) or any(b is None for b in blocks) or len(set(blocks)) == len(x):
+        return None
+    ids = np.asarray(blocks, dtype=int)
+    return np.array([x[ids == b].mean() for b in dict.fromkeys(blocks)])
 
 
 def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float | None], *,
            kind: Kind | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS, alpha: float = 0.05,
-           look: int = 1, max_looks: int = 1) -> Verdict:
+           look: int = 1, max_looks: int = 1, blocks: Sequence[int | None] | None = None) -> Verdict:
     """The candidate against the base, one difference per pair ``(base[i], candidate[i])``.
+
+    ``blocks``: each pair's block where the arms ran in blocks (`block_means`): the t is then over the blocks'
+    mean differences, one unit a block, and ``var_run`` is a block mean's variance times the pairs a block holds,
+    so the stop rule reads it per pair as it reads an interleaved session's.
 
     ``delta``/CI in % (the candidate's geometric mean ratio to the base's, minus 1) or points; ``baseline``
     and ``now`` are the base's and the candidate's centres over the pairs used; ``n_baseline`` = ``n_now``
@@ -95,17 +112,22 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
     kind = check_kind(metric, kind)
     a = alpha_for_look(alpha, look, max_looks)
     bad, unit = thresholds.bad_side(metric, kind), delta_unit(kind)
-    xb, xc, left_out = _usable(metric, kind, base, candidate)
+    xb, xc, keep = _usable(metric, kind, base, candidate)
+    left_out = int((~keep).sum())
     n = len(xb)
     x = xc - xb
     base_c = center(kind, float(xb.mean())) if n else None
     cand_c = center(kind, float(xc.mean())) if n else None
-    what = f"unit: pair of adjacent base/candidate runs ({n} pairs)"
+    kept = None if blocks is None else [b for b, k in zip(blocks, keep, strict=True) if k]
+    units = block_means(x, kept)
+    what = (f"unit: pair of adjacent base/candidate runs ({n} pairs)" if units is None else
+            f"unit: block of base/candidate pairs ({len(units)} block(s), {n} pairs: one server at a time, so a "
+            "block's pairs share its servers and the machine's drift)")
     if left_out:
         what += f"; {left_out} pair(s) left out (a run missing on one side)"
     if n < 2:
         return inconclusive_verdict(metric, kind, n, n, bad, PAIR,
-                             f"too little data: {n} usable pair(s), need 2; {what}", base_c, cand_c)
+                                    f"too little data: {n} usable pair(s), need 2; {what}", base_c, cand_c)
     log = "-log" if kind in LOG_KINDS else ""
     sd = float(100.0 * np.std(x, ddof=1))  # natural units: % (log sd ≈ relative sd) or points
     if sd <= thresholds.exact_sd:
@@ -115,8 +137,14 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
         note = (f"near-deterministic (sd of the pairs' differences {sd:.2f} <= {thresholds.exact_sd:g} {unit}): "
                 f"exact rule, {fmt_delta(d, unit)} {why}; CI is the range of differences; {what}")
         return Verdict(metric, v, base_c, cand_c, d, lo, hi, None, n, n, unit, EXACT, bad, note, per=PAIR)
-    var = float(np.var(x, ddof=1))
-    est, lo_s, hi_s, p = paired_core(x.mean(), var, n, a)
+    if units is not None and len(units) < 2:
+        return inconclusive_verdict(metric, kind, n, n, bad, PAIR, f"too little data: 1 block, need 2; {what}",
+                                    base_c, cand_c)
+    x_u = x if units is None else units
+    n_u = len(x_u)
+    var_u = float(np.var(x_u, ddof=1))
+    var = var_u * n / n_u  # per pair: what the stop rule divides by the pairs it would have
+    est, lo_s, hi_s, p = paired_core(x_u.mean(), var_u, n_u, a)
     p_rep = float(min(1.0, float(p) * max_looks))
     d_n, lo_n, hi_n = (float(to_natural(kind, v)) for v in (est, lo_s, hi_s))
     v = decision(d_n, lo_n, hi_n, p_rep, bad, alpha, unit)
@@ -124,17 +152,17 @@ def paired(metric: str, base: Sequence[float | None], candidate: Sequence[float 
     if max_looks > 1:
         note += f"; look {look} of {max_looks}: p x{max_looks} (Bonferroni over looks)"
     return Verdict(metric, v, base_c, cand_c, d_n, lo_n, hi_n, p_rep, n, n, unit, f"paired-t{log}", bad,
-                   note, var_fixed=0.0, var_run=var, df=n - 1.0, per=PAIR,
-                   mde=detectable(kind, bad, var / n, n - 1.0, a))
+                   note, var_fixed=0.0, var_run=var, df=n_u - 1.0, per=PAIR,
+                   mde=detectable(kind, bad, var_u / n_u, n_u - 1.0, a))
 
 
 def until_pairs_settle(verdicts: Sequence[Verdict], n_now: int, n_max: int, alpha_look: float) -> str | None:
     """An A/B test's default stop rule (`protocol.StopRule`): the nightly's (`sequential.until_settled`: look
-    again while a gated verdict is inconclusive and more pairs could settle it), and a gated verdict with fewer
-    than 2 usable pairs looks again while more are planned: the base is measured beside the candidate, so more
-    pairs bring what the first look lacked (a thin stored baseline, the nightly's case, never grows)."""
-    thin = any(v.family == GATED and v.verdict == INCONCLUSIVE and v.p is None and v.var_run is None
-               and v.n_now < 2 for v in verdicts)
+    again while a gated verdict is inconclusive and more pairs could settle it), and a gated verdict with too little
+    data (fewer than 2 usable pairs, or pairs in 1 block) looks again while more are planned: the base is
+    measured beside the candidate, so more pairs bring what the first look lacked (a thin stored baseline, the
+    nightly's case, never grows)."""
+    thin = any(v.family == GATED and v.verdict == INCONCLUSIVE and v.method == "none" for v in verdicts)
     return None if thin and n_now < n_max else settled_or_stop(verdicts, n_now, n_max, alpha_look)
 
 

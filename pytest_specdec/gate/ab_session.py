@@ -115,8 +115,12 @@ def pair_verdicts(base: Sequence[ArmRun], candidate: Sequence[ArmRun], threshold
     slos = any(r.goodput_req_s is not None for r in (*base, *candidate))
     shown_goodput = (GOODPUT,) if slos and GOODPUT not in metrics else ()
     metrics = [m for m in metrics if (m != GOODPUT or slos) and m != CROSSOVER]  # a sweep's: judged at the end
+    # where the arms ran in blocks, each pair's block (the same in every arm of a run index): the verdicts' unit
+    block = {r.index: r.block for r in (*base, *candidate)}
+    blocks = [block.get(p.index) for p in ab]
     out = [dataclasses.replace(paired(m, [value(m, p.first, 0) for p in ab], [value(m, p.second, 1) for p in ab],
-                                      thresholds=thresholds, alpha=alpha, look=look, max_looks=max_looks),
+                                      thresholds=thresholds, alpha=alpha, look=look, max_looks=max_looks,
+                                      blocks=blocks),
                                family=SHOWN if m in shown_goodput else GATED) for m in (*metrics, *shown_goodput)]
     if references is None:
         return out
@@ -130,8 +134,10 @@ def pair_verdicts(base: Sequence[ArmRun], candidate: Sequence[ArmRun], threshold
     indices = sorted(speedups["base"].keys() | speedups["candidate"].keys())
     shown = {"reference_tok_s": ref_tok_s,
              "speedup": {arm: [speedups[arm].get(i) for i in indices] for arm in speedups}}
+    shown_blocks = {"reference_tok_s": [block.get(p.index) for p in refs], "speedup": [block.get(i) for i in indices]}
     return out + [dataclasses.replace(paired(m, shown[m]["base"], shown[m]["candidate"], thresholds=thresholds,
-                                             alpha=alpha, look=look, max_looks=max_looks), family=SHOWN)
+                                             alpha=alpha, look=look, max_looks=max_looks, blocks=shown_blocks[m]),
+                                      family=SHOWN)
                   for m in AB_SHOWN]
 
 

@@ -103,6 +103,9 @@ class ArmRun:
     hd_p95_ms: Mapping[str, float | None]  # per-run P95 (Harrell-Davis) by LATENCIES name
     #: requests that met every SLO of the test per second (`metrics.good_requests`); None: the test set no SLOs
     goodput_req_s: float | None = None
+    #: The ABBA block of its pair where the arms ran in blocks (one server at a time, `measure.schedule`); None:
+    #: interleaved. An A/B verdict's unit is then the block (`gate.ab.block_means`).
+    block: int | None = None
 
     @property
     def acceptance_length(self) -> float | None:
@@ -167,7 +170,8 @@ class ArmRun:
                    accepted_per_pos=None if per_pos is None else tuple(per_pos),
                    acceptance_rate=d.get("acceptance_rate"), draft_coverage=d.get("draft_coverage"),
                    latencies_ms={name: _percentiles(d.get(name)) for name in DISTRIBUTIONS},
-                   hd_p95_ms=dict(d.get("hd_p95_ms") or {}), goodput_req_s=d.get("goodput_req_s"))
+                   hd_p95_ms=dict(d.get("hd_p95_ms") or {}), goodput_req_s=d.get("goodput_req_s"),
+                   block=d.get("block"))
 
     def to_entry(self) -> dict[str, Any]:
         """The run as a baseline file stores it (every `RUN_FIELDS` key)."""

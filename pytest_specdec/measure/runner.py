@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.measure.acceptance import COUNTERS, PER_REQUEST, RunAcceptance, Source, run_acceptance
@@ -90,6 +90,8 @@ class RunRecord:
     #: an endpoint someone else runs, whose restarts cannot be seen): a restart mid-test begins a new segment for
     #: the drift check (`gate.drift`).
     instance: str = ""
+    #: The ABBA block of its pair where the arms alternate in blocks (one server at a time); None: interleaved.
+    block: int | None = None
     _record: ArmRun | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -100,6 +102,8 @@ class RunRecord:
         if self._record is None:
             self._record = ArmRun.measured(self.index, self.metrics, self.hd_p95_ms, self.invalid, self.untrusted)
         self._record = self._record.with_validity(self.invalid, self.untrusted)
+        if self._record.block != self.block:
+            self._record = replace(self._record, block=self.block)
         return self._record
 
     @property
@@ -287,8 +291,9 @@ def extend_case(
             raise ValueError(f"cannot extend: {start} reference runs but {len(spec_runs)} spec runs")
         order = (schedule(start, runs, block, result.blocks) if base is None
                  else schedule_ab(start, runs, base_reference is not None, block, result.blocks))
-        if block is not None:
-            result.blocks += len(range(start, runs, block))
+    first_block = result.blocks  # the block of pair i: first_block + (i - start) // block
+    if block is not None:
+        result.blocks += len(range(start, runs, block))
     sources = {"reference": reference, "spec": spec, "base": base, "base_reference": base_reference}
     # the progress lines' names of an A/B session's arms
     labels = {"spec": "candidate", "base_reference": "base ref"} if base is not None else {}
@@ -323,6 +328,7 @@ def extend_case(
         if source.fresh:
             rec.prompt_ids = [p.id for p in run_prompts]
         result.instances[arm] = rec.instance = endpoint.instance
+        rec.block = None if block is None else first_block + (i - start) // block
         result.arm_runs(arm).append(rec)
         m = rec.metrics
         rate_ = m.spec.acceptance_rate if m.spec else None

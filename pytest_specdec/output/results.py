@@ -270,6 +270,7 @@ def run_entry(r: RunRecord) -> dict[str, Any]:
         **({"arrivals": r.arrivals} if r.arrivals is not None else {}),
         "acceptance_source": r.acceptance_source,
         "per_request_acceptance": None if r.acceptance is None else r.acceptance.to_dict(),
+        **({"block": r.block} if r.block is not None else {}),
     }
 
 

@@ -24,6 +24,7 @@ SCRIPTS = ROOT / "scripts"
 PYTHON_SCRIPTS = {
     "ab_simulation.py": "Simulated false alarms and power of an A/B in one session",
     "baseline_nights.py": "The nights stored in a profile's baseline files, written back",
+    "block_simulation.py": "Simulated A/B tests in blocks (one server at a time)",
     "crossover_simulation.py": "Simulated false-regressed rate and power of the crossover verdict",
     "distribution_simulation.py": "How often the temperature > 0 distribution check",
     "endpoint_vs_bench.py": "Endpoint mode against two hand-started vLLM CPU servers",
@@ -266,6 +267,13 @@ def test_ab_simulation_small() -> None:
     assert len([line for line in rows if line.count("|") == 12]) == 7 * 5, out.stdout
     bad = _run([*tool("ab_simulation.py"), "--pairs", "x"])
     assert bad.returncode == 2 and "--pairs: a comma-separated list" in bad.stderr
+
+
+def test_block_simulation_small() -> None:
+    out = _run([*tool("block_simulation.py"), "--tests", "5"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == 8 and all(line.count("%") == 3 for line in rows), out.stdout
 
 
 def test_trend_simulation_small() -> None:

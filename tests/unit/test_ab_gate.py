@@ -8,11 +8,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from factories import ab_judgement
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.ab import until_pairs_settle
+from pytest_specdec.gate.ab import paired, until_pairs_settle
 from pytest_specdec.gate.ab_session import ABGate, ABJudgement, ABPlan, ab_thresholds, ab_verdicts
 from pytest_specdec.gate.protocol import Finished, GateOptions, Planned, TestOptions
 from pytest_specdec.gate.stats import Verdict
@@ -297,3 +298,35 @@ def test_an_early_stop_reads_the_same_at_the_tests_end_and_the_sessions() -> Non
         want = UNCHANGED if final.stop == "equivalence" else REGRESSED
         assert by_metric(at_end.verdicts)["output_tok_s"].verdict == want, (n, at_end.verdicts)
         assert by_metric(final.shown())["output_tok_s"].verdict == want, (n, final.final)
+
+
+def test_in_blocks_the_unit_is_the_block() -> None:
+    # A CI A/A session with one server at a time (blocks of 3 pairs; the stand-in's speed rose as the machine's
+    # load fell): pair by pair it read "regressed" -5.1 %; a block's pairs share that drift, so the unit is the block.
+    base = [632.9, 647.8, 668.2, 709.5, 697.2, 698.9]
+    cand = [638.5, 619.2, 630.4, 697.0, 645.8, 617.8]
+    assert paired("output_tok_s", base, cand).verdict == "regressed"
+    v = paired("output_tok_s", base, cand, blocks=[0, 0, 0, 1, 1, 1])
+    assert v.verdict == "inconclusive" and v.df == 1 and "unit: block of base/candidate pairs (2 block(s)" in v.note, v
+    assert paired("output_tok_s", base, cand, blocks=[0] * 6).note.startswith("too little data: 1 block, need 2")
+    # a pair left out leaves its block; every pair its own block is the pairs' t
+    assert paired("output_tok_s", [None, *base[1:]], cand, blocks=[0, 0, 0, 1, 1, 1]).n_now == 5
+    assert paired("output_tok_s", base, cand, blocks=list(range(6))).note == paired("output_tok_s", base, cand).note
+    # Acceptance that repeats pair to pair keeps the exact rule in one block.
+    assert paired("acceptance_rate", [0.6] * 3, [0.6] * 3, blocks=[0] * 3).method == "exact"
+
+
+def test_blocks_keep_the_false_alarm_rate_where_pairs_lose_it() -> None:
+    # Simulated A/A sessions: 4 blocks of 3 pairs, each block's pairs moved alike (sd 10 %: a machine's swing or a
+    # server start), 1 % noise pair to pair. Pair by pair the t sees only the 1 % and calls a block swing "regressed";
+    # block by block the false alarms stay within the level (5 %).
+    rng = np.random.default_rng(7)
+    blocks = [b for b in range(4) for _ in range(3)]
+    alarms = {"pairs": 0, "blocks": 0}
+    n = 800
+    for _ in range(n):
+        x = np.repeat(rng.normal(0.0, 0.10, 4), 3) + rng.normal(0.0, 0.01, 12)
+        cand = list(100.0 * np.exp(x))
+        alarms["pairs"] += paired("output_tok_s", [100.0] * 12, cand).verdict == "regressed"
+        alarms["blocks"] += paired("output_tok_s", [100.0] * 12, cand, blocks=blocks).verdict == "regressed"
+    assert alarms["pairs"] / n > 0.10 and alarms["blocks"] / n < 0.05 + 2 * (0.05 * 0.95 / n) ** 0.5, alarms
