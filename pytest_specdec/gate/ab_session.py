@@ -164,7 +164,7 @@ class ABPlan:
     servers: Mapping[str, str]  # arm -> server spec key (reference, spec, base, base_reference)
     thresholds: Thresholds
     #: An upgrade A/B's installs: "base" and "candidate" -> their vLLM, torch and interpreter (None: one install).
-    installs: Mapping[str, Mapping[str, str | None]] | None = None
+    installs: Mapping[str, Mapping[str, str | int | None]] | None = None
     #: What differs between the base's side and the candidate's: versions and the spec and reference arms'
     #: engine configs, ``dotted key: (base, candidate)`` (`baselines.diff`).
     changed: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
@@ -414,7 +414,9 @@ class ABGate:
 
         def side(spec_arm: str, ref_arm: str, install: str) -> dict[str, Any]:
             versions = {k: v for k, v in (installs or {}).get(install, {}).items() if k != "python"}
-            return {**versions, "engine": dict(test.engines.get(spec_arm, {})),
+            # each package of the install by name, so `changed` names every one whose version differs
+            packages = {} if self.installs is None else {"packages": self.installs[install].package_versions()}
+            return {**versions, **packages, "engine": dict(test.engines.get(spec_arm, {})),
                     "reference_engine": dict(test.engines.get(ref_arm, {}))}
 
         base_ref = "base_reference" if "base_reference" in specs else "reference"

@@ -90,6 +90,7 @@ def under_test(profile: Profile, engines: dict[str, dict[str, Any]], spec_spec: 
     from pytest_specdec.gate.baselines import model_identity, portable
     from pytest_specdec.servers.hardware import driver_version
     from pytest_specdec.vllm.cli import vllm_distribution
+    from pytest_specdec.vllm.install import cuda_of, this_install
 
     draft = None
     if spec_spec is not None and spec_spec.speculative_config and spec_spec.speculative_config.get("model"):
@@ -110,7 +111,7 @@ def under_test(profile: Profile, engines: dict[str, dict[str, Any]], spec_spec: 
     dist = vllm_distribution()
     return {
         "vllm": _version(dist), "vllm_distribution": dist, "torch": _version("torch"),
-        "cuda": None if profile.device == "cpu" else _version("nvidia-cuda-runtime-cu12"),
+        "cuda": None if profile.device == "cpu" else cuda_of(this_install()),
         "driver": None if profile.device == "cpu" else driver_version(),
         "plugin": __version__, "draft": draft, "engine_config": engine_config, "endpoint": "owned",
         **loaded_revisions(profile, spec_spec),

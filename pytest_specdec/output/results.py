@@ -392,7 +392,9 @@ def environment(profile: Profile, gpu_names: str | None, servers: Iterable[VllmS
     nights run from different checkouts of the same model stay comparable."""
     from pytest_specdec.gate.baselines import model_identity
     from pytest_specdec.measure.client import event_loop_name
+    from pytest_specdec.servers.hardware import driver_version
     from pytest_specdec.vllm.cli import vllm_distribution
+    from pytest_specdec.vllm.install import provenance, this_install
 
     dist = vllm_distribution()
     return {
@@ -407,20 +409,22 @@ def environment(profile: Profile, gpu_names: str | None, servers: Iterable[VllmS
         "target_identity": model_identity(profile.target, profile.raw.get("target", {}).get("revision")),
         "commit": commit_info(),
         "workarounds": workarounds(servers, remote_workarounds),
+        "provenance": provenance(this_install(), driver_version() if gpu_names else None),
     }
 
 
 def endpoint_environment(env: dict[str, Any], endpoints: dict[str, EndpointFacts]) -> dict[str, Any]:
     """Endpoint mode: the vLLM under test is the endpoints', as they told it (/server_info or /version), else
-    unknown; this client's own vLLM moves to `client_vllm_version`, so a night's results never pass it off
-    as what was measured. Unchanged without endpoints."""
+    unknown; this client's own vLLM and packages move to `client_vllm_version` and `client_provenance`, so a
+    night's results never pass them off as what was measured. Unchanged without endpoints."""
     if not endpoints:
         return env
     from pytest_specdec.gate.conditions import UNKNOWN
 
     told = sorted({f.vllm_version for f in endpoints.values() if f.vllm_version})
-    return {**env, "vllm_version": ", ".join(told) or UNKNOWN, "vllm_distribution": None,
-            "client_vllm_version": env.get("vllm_version"), "client_vllm_distribution": env.get("vllm_distribution")}
+    return {**{k: v for k, v in env.items() if k != "provenance"}, "vllm_version": ", ".join(told) or UNKNOWN,
+            "vllm_distribution": None, "client_vllm_version": env.get("vllm_version"),
+            "client_vllm_distribution": env.get("vllm_distribution"), "client_provenance": env.get("provenance")}
 
 
 def workarounds(servers: Iterable[VllmServer], remote: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:

@@ -29,7 +29,8 @@ BASE: dict[str, Any] = {"*": {"acceptance": [1.0, 1.0, 1.0], "step_s": SPEC_STEP
                         "none": {"step_s": REF_STEP_S, "output_tokens": 16}}
 SUITE = {"name": "test_head", "method": "eagle3", "num_prompts": PROMPTS, "concurrency": CONCURRENCY,
          "max_tokens": 16, "body": "assert specdec.result.base_runs"}
-PROBE_ANSWER = {"distribution": "vllm", "vllm": "0.0.9", "torch": "2.0.0", "python": "3.11.7", "shim": True}
+PROBE_ANSWER = {"distribution": "vllm", "vllm": "0.0.9", "torch": "2.0.0", "python": "3.11.7", "shim": True,
+                "packages": [["vllm", "0.0.9"], ["torch", "2.0.0"], ["numpy", "0.0.1"], ["Only_Base", "1.0"]]}
 
 
 def base_python(where: Path, answer: dict[str, Any]) -> Path:
@@ -83,6 +84,16 @@ def test_a_slower_install_is_told_apart_from_speculation(pytester: pytest.Pytest
     assert ab["base"]["install"]["vllm"] == "0.0.9" and ab["candidate"]["install"]["python"] == sys.executable
     assert ab["changed"]["vllm"][0] == "0.0.9"
     assert ab["changed"]["torch"] == ["2.0.0", ab["candidate"]["install"]["torch"]]
+    # every package whose version differs, by name, besides the versions named above (vllm, torch)
+    packages = {k.split(".", 1)[1]: v for k, v in ab["changed"].items() if k.startswith("packages.")}
+    assert packages["numpy"][0] == "0.0.1" and packages["only-base"] == ["1.0", None], packages
+    assert "vllm" not in packages and "torch" not in packages and packages["pytest"][0] is None, packages
+    assert ab["base"]["install"]["packages"] == 4 and ab["changed"]["packages_digest"][0] != \
+        ab["changed"]["packages_digest"][1]
+    r.stdout.fnmatch_lines(["  differs: *", "  differs: * more, in the JSON's ab.changed"])
+    # the session's own servers: this environment's packages are the candidate install's
+    assert latest(pytester)["environment"]["provenance"]["packages_digest"] == \
+        ab["candidate"]["install"]["packages_digest"]
     arms = sorted((run["arm"], run["index"]) for run in ab["runs"])
     assert arms == sorted((a, i) for a in ("reference", "base_reference", "base", "candidate") for i in range(PAIRS))
     assert all(set(run["neighbour_cores"]) and all(c >= 0 for c in run["neighbour_cores"].values())

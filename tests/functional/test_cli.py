@@ -160,6 +160,15 @@ def test_compare_and_report_on_real_sessions(
     # The target as baselines compare it: a hub name by id and revision, a local model by its content hash, so
     # the same model in another checkout (another absolute path) is the same target and other weights are not.
     assert json.loads(second.read_text())["environment"]["target_identity"] == {"id": "fake-model", "revision": None}
+    # and what tells two installs of one vLLM apart, here the client's (the endpoints' packages are theirs): this
+    # environment's packages and torch (the cpu: no CUDA, no driver)
+    from pytest_specdec.vllm.install import provenance, this_install
+
+    prov = json.loads(second.read_text())["environment"]["client_provenance"]
+    assert prov == provenance(this_install(), None) and prov["packages"] > 10 and prov["cuda"] is None, prov
+    html = (pytester.path / "reports" / "latest.html").read_text()
+    assert (f"<b>client's packages</b> {prov['packages']} (digest {prov['packages_digest']}) · torch {prov['torch']}<"
+            in html)
 
     def with_target(path: Path, name: str, model: str, identity: dict | None) -> Path:
         data = json.loads(path.read_text())

@@ -94,6 +94,7 @@ def test_the_endpoints_version_is_under_test_and_an_upgrade_shows(
     env = data["environment"]
     assert (env["vllm_version"], env["vllm_distribution"]) == ("0.99.1", None)
     assert env["client_vllm_version"] == client != "0.99.1"
+    assert "provenance" not in env and env["client_provenance"]["packages"] > 0  # this client's packages, not theirs
     html = (pytester.path / "reports" / "latest.html").read_text()
     assert "<b>vLLM</b> 0.99.1</span>" in html and f"<b>client's vLLM</b> {client} (not under test)" in html
 

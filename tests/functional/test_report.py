@@ -155,6 +155,7 @@ def test_header_totals_and_environment(html: str, recorded: dict[str, Any]) -> N
     assert "workarounds" not in header  # none recorded
     assert f"<b>vLLM</b> {env['vllm_version']}" in html
     assert f"<b>plugin</b> {env['plugin_version']}" in html
+    assert "<b>packages</b>" not in header  # recorded before the results named the packages (provenance)
     assert f"pytest-specdec · {recorded['profile']} · " in html
     if env.get("commit"):
         assert env["commit"]["id"][:12] in html

@@ -48,3 +48,26 @@ def test_the_doctor_reads_the_version_from_package_metadata() -> None:
         raise md.PackageNotFoundError(name)
 
     assert version_standing("vllm", missing) == ["vLLM: not installed"]
+
+
+def test_provenance_names_what_the_vllm_version_does_not() -> None:
+    from pytest_specdec.vllm.install import Install, cuda_of, packages_digest, packages_of, provenance, this_install
+
+    pkgs = packages_of([("Foo_Bar", "1.0"), ("numpy", "2.1.0"), ("foo-bar", "1.1"), ("", "0")])
+    assert pkgs == (("foo-bar", "1.0 + 1.1"), ("numpy", "2.1.0"))  # PEP 503 names; a name installed twice kept
+    assert packages_digest(pkgs) != packages_digest(packages_of([("numpy", "2.1.0"), ("foo-bar", "1.1")]))
+
+    def install(torch: str, *packages: tuple[str, str]) -> Install:
+        return Install("py", "vllm", "0.26.0", torch, "3.11.7", True, packages_of([("vllm", "0.26.0"), *packages]))
+
+    assert cuda_of(install("2.8.0+cu128")) == "12.8" and cuda_of(install("2.8.0+cpu")) is None
+    assert cuda_of(install("2.8.0", ("nvidia-cuda-runtime-cu12", "12.8.90"))) == "12.8.90"  # PyPI's default torch
+    got = provenance(install("2.8.0+cu128", ("triton", "3.4.0")), "570.124.06", {"SPECDEC_IMAGE": "vllm@sha256:ab"})
+    assert got == {"packages_digest": packages_digest((("triton", "3.4.0"), ("vllm", "0.26.0"))), "packages": 2,
+                   "torch": "2.8.0+cu128", "cuda": "12.8", "driver": "570.124.06", "image": "vllm@sha256:ab"}
+    assert provenance(install("2.8.0+cpu"), None, {})["image"] is None
+    # this environment's packages, as its metadata lists them; the A/B diff leaves out what to_dict names
+    here = this_install()
+    assert len(here.packages) == len({d.metadata["Name"].lower().replace("_", "-") for d in md.distributions()})
+    assert here.distribution is not None and here.distribution not in here.package_versions()
+    assert "pytest" in here.package_versions()
