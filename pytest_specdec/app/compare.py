@@ -197,13 +197,12 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     pipeline = Pipeline(Stored(tuple(stored), min_night_sd, night_prior), alpha, multiplicity, state_tolerance)
     machine, judged_all = judge_all(pipeline, checks, thresholds)
     by_id = dict(judged_all)
-    from pytest_specdec.gate.verdicts import baseline_split
 
     for row in rows:
         judged = by_id.get(row.nodeid)
         if judged is not None:
             row.verdicts = list(judged.final or [])
-            row.split = baseline_split(judged.plan.baseline, judged.night)
+            row.split = judged.split()
     from pytest_specdec.gate.baselines import hardware_label
 
     machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())

@@ -18,6 +18,7 @@ from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, REGRE
 if TYPE_CHECKING:
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
+    from pytest_specdec.measure.explain import Split
 
 # `kinds.Status`: how a test met its stored baseline (compared with it, none stored, stored but measured under
 # other conditions, or unreadable); `kinds.Outcome`: what a test's end decides (nothing to say, or why it fails).
@@ -56,6 +57,9 @@ class Plan:
     gate: tuple[str, ...] = ()  # the gated family's metrics for this test
     thresholds: Thresholds | None = None
     max_looks: int = 1  # the looks planned: each at alpha / max_looks
+    #: Other machines whose stored nights stand in for this machine's missing baseline (their folder names): only
+    #: the portable metrics are judged against them (`verdicts.evaluate`). Empty: the baseline is this machine's.
+    machines: tuple[str, ...] = ()
 
 
 class Looked:
@@ -120,6 +124,13 @@ class Judgement(Looked):
         --specdec-fail-inconclusive): a regression found only at the session's end is then not news."""
         return self.end is not None and self.end.fails and self.end.outcome in (REGRESSED, INCONCLUSIVE)
 
+    def split(self) -> Split | None:
+        """The speedup's change since the baseline split into acceptance and step time (`verdicts.baseline_split`);
+        None where the baseline is other machines' nights: their speedup says nothing about this machine's."""
+        from pytest_specdec.gate.verdicts import baseline_split
+
+        return None if self.plan.machines else baseline_split(self.plan.baseline, self.night)
+
     def under_test_diff(self) -> dict[str, list[Any]]:
         """What changed under test since the baseline's last session (the report shows it per test)."""
         if not self.plan.baseline:
@@ -161,9 +172,12 @@ class FailRule:
     #: strict: the judge sets it; a file judged again has no missing baselines to fail)
     missing_fails: bool = False
 
-    def decide(self, *, checked: bool, status: Status, verdicts: Sequence[Verdict], dead: bool = False) -> TestEnd:
+    def decide(self, *, checked: bool, status: Status, verdicts: Sequence[Verdict], dead: bool = False,
+               portable_only: bool = False) -> TestEnd:
         """The test's end: its outcome, whether it fails, and its gated verdicts still open. ``dead``: an arm
-        without a valid run, which fails whatever the rest says."""
+        without a valid run, which fails whatever the rest says. ``portable_only``: the baseline is other
+        machines' nights, so only acceptance was judged: a regression there fails, and then the test's own
+        baseline is missing as for a test without one."""
         if dead:
             return TestEnd("error", True)
         if not checked:
@@ -179,6 +193,8 @@ class FailRule:
         gated = [v for v in verdicts if v.family == GATED]
         if any(v.verdict == REGRESSED for v in gated):
             return TestEnd(REGRESSED, True)
+        if portable_only:
+            return TestEnd("missing", True) if self.missing_fails else PASSED
         open_ = tuple(v for v in gated if v.verdict == INCONCLUSIVE)
         if open_:
             return TestEnd(INCONCLUSIVE, self.fail_inconclusive, open=open_)

@@ -235,7 +235,8 @@ class Judge:
         verdicts = self.pipeline.test_end(
             family, nodeid, gated_size=sum(gated_per_test(p.method, self.gate(p.options.gate)) for p in planned),
             family_size=sum(metrics_per_test(p.method, p.k, p.goodput) for p in planned))
-        end = replace(self.fail_rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=verdicts),
+        end = replace(self.fail_rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=verdicts,
+                                            portable_only=bool(c.plan.machines)),
                       where=self.rel(c.plan.path))
         if end.outcome in ("missing", REGRESSED):  # the command that creates or accepts the baseline
             end = replace(end, command=self.create_command(nodeid, "missing" if end.outcome == "missing" else "all"))
@@ -278,6 +279,10 @@ class Judge:
             if data is not None:
                 differs = diff(data["comparability"], comp)
                 plan = replace(plan, status=NOT_COMPARABLE if differs else "compared", baseline=data, differs=differs)
+            elif self.hardware.others and not self.updating_all:  # acceptance needs no nights of this machine
+                found = self.store.portable(nodeid, comp, [m.key for m in self.hardware.others])
+                if found is not None:
+                    plan = replace(plan, status="compared", baseline=found[0], machines=found[1])
             if plan.checked and plan.status == "compared" and not self.updating_all:
                 plan = replace(plan, max_looks=len(self.looks()))
         c = self._started[nodeid] = Judgement(plan)  # its machine deviation joins the factor from its first look
@@ -353,11 +358,13 @@ class Judge:
         rule = self.fail_rule
         late = []
         for nodeid, c in family:
-            end = rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=c.final or [])
+            end = rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=c.final or [],
+                              portable_only=bool(c.plan.machines))
             if end.outcome == REGRESSED and not c.failed:
                 late.append((nodeid, replace(end, where=self.rel(c.plan.path),
                                              command=self.create_command(nodeid, "all"))))
-        unjudged = tuple(n for n, c in family if c.plan.status == "missing")
+        # their speed judged against nothing: no baseline, or other machines' nights (acceptance judged alone)
+        unjudged = tuple(n for n, c in family if c.plan.status == "missing" or c.plan.machines)
         own = (self.hardware, unjudged) if unjudged and (
             self.hardware.without_own or (self.cfg.update and not self.hardware.this.files)) else None
         written: tuple[list[str], BaselineWrites | None, bool] = ([], None, False)
@@ -370,7 +377,8 @@ class Judge:
                           no_own_baselines=own, state=state_summary(
                               [c.night for _, c in family],
                               [(n, c.plan.baseline, c.final or c.raw) for n, c in family
-                               if c.plan.status == "compared" and c.plan.baseline is not None],
+                               if c.plan.status == "compared" and c.plan.baseline is not None
+                               and not c.plan.machines],
                               self.pipeline.state_tolerance),
                           errors=tuple(errors))
 

@@ -56,6 +56,8 @@ RUN: Final = "run"
 PAIR: Final = "pair"
 SESSION: Final = "session"
 NIGHT: Final = "night"
+#: The method of a speed verdict left unjudged because the stored nights are another machine's (`verdicts.evaluate`).
+ANOTHER_MACHINE: Final = "another machine"
 PERS: Final[tuple[Per, ...]] = get_args(Per)
 
 #: The rule of a near-deterministic metric (`gate.stats.exact_rule`), as a verdict's `method` names it: no p, and

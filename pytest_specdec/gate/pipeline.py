@@ -93,7 +93,7 @@ class Pipeline:
             return tuple(evaluate(dict(plan.baseline), c.night, thresholds=plan.thresholds, alpha=self.alpha,
                                   look=look, max_looks=plan.max_looks, priors=s.priors, nights=s.variances,
                                   factors=s.factors, tonight_log=tonight_log, gate=plan.gate,
-                                  state_tolerance=self.state_tolerance))
+                                  state_tolerance=self.state_tolerance, machines=plan.machines))
         if plan.status == NOT_COMPARABLE:
             return tuple(not_comparable_verdicts(c.night, dict(plan.differs), plan.gate))
         return ()
@@ -105,7 +105,7 @@ class Pipeline:
         every test compared so far with this one's deviation counted."""
         plan = c.plan
         deviation = c.deviation
-        if plan.status == "compared" and plan.baseline is not None:
+        if plan.status == "compared" and plan.baseline is not None and not plan.machines:  # never another machine's
             deviation = self.deviation(dict(plan.baseline), night)
         c = replace(c, night=night, deviation=deviation)
         return c, self.raw(c, look=look, tonight_log=tonight_log(deviation))

@@ -96,6 +96,10 @@ GATED: tuple[str, ...] = tuple(m.name for m in METRICS if m.family == GATED_FAMI
 ABSOLUTE: tuple[str, ...] = tuple(m.name for m in METRICS if m.absolute)
 LATENCY_VERDICTS: frozenset[str] = frozenset(m.name for m in METRICS if m.verdict and m.kind == "latency")
 BADGES: tuple[Metric, ...] = tuple(m for m in METRICS if m.badge)
+#: What the tokens alone decide, not the machine's speed: at T=0 acceptance repeated to the last digit on AMD and Intel
+#: hosts and an H200 (docs/validation.md). Judged against other machines' nights where this one has none of its own.
+PORTABLE: frozenset[str] = frozenset({"acceptance_rate", "acceptance_length", "per_position_acceptance",
+                                      "draft_coverage"})
 #: The tail ratios (`Metric.ratio_of`), each judged against the nights of a comparable machine state as the speedup is.
 TAIL_RATIOS: tuple[Metric, ...] = tuple(m for m in METRICS if m.ratio_of)
 

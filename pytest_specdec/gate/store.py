@@ -196,6 +196,31 @@ class BaselineStore:
                                 "from the root of a checkout of pytest-specdec")
         return path, load(path, create_hint)
 
+    def portable(self, nodeid: str, comparability: dict[str, Any], machines: list[str]
+                 ) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+        """Where this machine has no baseline of ``nodeid``: the other ``machines``' files of it (their folder keys)
+        whose software conditions are tonight's (every comparability field but the machine's: models by content
+        hash, dataset, workload, sampling, server args, speculation, engine mode), their nights pooled into one
+        baseline, and which machines gave them; None when none does. Only read, never written: the portable metrics
+        are judged against them (`verdicts.evaluate`), the speed metrics are not."""
+        sessions: list[Any] = []
+        first: dict[str, Any] | None = None
+        used: list[str] = []
+        for key in machines:
+            try:
+                data = load(baseline_path(self.root, self.profile, key, nodeid), "")
+            except BaselineError:
+                continue  # another machine's unreadable file judges nothing here; its own sessions say so
+            if data is None or not isinstance(data.get("comparability"), dict):
+                continue
+            theirs = {k: v for k, v in data["comparability"].items() if k not in self.fingerprint}
+            if diff(theirs, {k: v for k, v in comparability.items() if k not in self.fingerprint}):
+                continue
+            first = first or data
+            sessions += data["sessions"]
+            used.append(key)
+        return None if first is None else ({**first, "sessions": sessions}, tuple(used))
+
     def all_files(self) -> list[Path]:
         return sorted(self.base.rglob("*.json")) if self.base.is_dir() else []
 

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
+from pytest_specdec.gate.kinds import ANOTHER_MACHINE, NOT_COMPARABLE, SHOWN, Decision, Family
 from pytest_specdec.gate.kinds import GATED as GATED_FAMILY
-from pytest_specdec.gate.kinds import NOT_COMPARABLE, SHOWN, Decision, Family
-from pytest_specdec.gate.registry import ABSOLUTE, GATED
+from pytest_specdec.gate.registry import ABSOLUTE, GATED, PORTABLE
 from pytest_specdec.gate.registry import VERDICT_METRICS as METRICS
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
              look: int = 1, max_looks: int = 1, priors: Mapping[tuple[str, str], Prior] | None = None,
              nights: Mapping[str, NightVariance] | None = None, factors: Mapping[str, float] | None = None,
              tonight_log: float | None = None, gate: Iterable[str] = GATED,
-             state_tolerance: StateTolerance | float | None = None) -> list[Verdict]:
+             state_tolerance: StateTolerance | float | None = None, machines: Sequence[str] = ()) -> list[Verdict]:
     """One verdict per metric present tonight, and per gated metric the baseline has that tonight lacks for
     want of a valid run or pair (`inconclusive`: a gated figure that goes missing is never a silent pass; one
     left out for coalesced streams is reported as not judged); raw, before the session's multiplicity
@@ -147,7 +147,9 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
     factor divided out: each stored night's (``factors``) and tonight's (``tonight_log``, the session's).
     With ``state_tolerance`` (`machine.StateTolerance`, or one % for every kind) the state-bound metrics
     (`machine.STATE_BOUND`) are judged against the nights of a comparable machine state only, each kind with its
-    own tolerance, and are `not-comparable` (method "machine state") when there is none."""
+    own tolerance, and are `not-comparable` (method "machine state") when there is none. ``machines``: the baseline
+    is other machines' nights (this one has none of its own), named so: only the portable metrics
+    (`registry.PORTABLE`) are judged, every other `not-comparable` (method "another machine")."""
     from pytest_specdec.gate.machine import STATE_BOUND, StateTolerance, absolute_scale, state_condition
     from pytest_specdec.gate.stats import compare
 
@@ -178,7 +180,13 @@ def evaluate(baseline: dict[str, Any], now: Night, *, thresholds: Thresholds, al
         sessions = base_sessions.get(name, [])
         values = now_vals.get(name, [])
         note = ""
-        if state_tolerance is not None and name in STATE_BOUND:
+        if machines:
+            if name.split("[", 1)[0] not in PORTABLE:
+                out.append(state_not_comparable(name, sessions, values, another_machine(machines),
+                                                family_of(name, gate), ANOTHER_MACHINE))
+                continue
+            note = f"; against the nights of {', '.join(machines)} (this machine has none of its own)"
+        elif state_tolerance is not None and name in STATE_BOUND:
             cond, kept = condition(name)
             if not cond.kept:
                 out.append(state_not_comparable(name, sessions, values, cond.reason, family_of(name, gate)))
@@ -215,10 +223,17 @@ def not_comparable_verdicts(now: Night, fields: Mapping[str, tuple[Any, Any]],
             for name in sorted(now.metric_values(), key=metric_order)]
 
 
+def another_machine(machines: Sequence[str]) -> str:
+    """Why a speed figure is not judged against other machines' nights."""
+    return (f"measured against the nights of {', '.join(machines)}, another machine: its speed says nothing about "
+            "this one's, so only acceptance is judged until this machine has nights of its own")
+
+
 def state_not_comparable(name: str, sessions: Sequence[Sequence[float]], values: Sequence[float], reason: str,
-                         family: Family) -> Verdict:
-    """A ratio metric that no stored night of a comparable machine state can judge: `not-comparable` with the
-    reason, the figures shown (geometric means) and never counted in the family's adjustment."""
+                         family: Family, method: str | None = None) -> Verdict:
+    """A metric the stored nights cannot judge here: none of a comparable machine state (a ratio metric; method
+    "machine state"), or the nights are another machine's (``method`` "another machine"): `not-comparable` with
+    the reason, the figures shown (geometric means) and never counted in the family's adjustment."""
     from pytest_specdec.gate.kinds import NIGHT
     from pytest_specdec.gate.machine import MACHINE_STATE
     from pytest_specdec.gate.scale import delta_unit, kind_of
@@ -227,7 +242,7 @@ def state_not_comparable(name: str, sessions: Sequence[Sequence[float]], values:
 
     stored = [v for night in sessions for v in night]
     return Verdict(name, NOT_COMPARABLE, geomean(stored), geomean(values), None, None, None, None,
-                   len(sessions), len(values), delta_unit(kind_of(name)), MACHINE_STATE, None, reason,
+                   len(sessions), len(values), delta_unit(kind_of(name)), method or MACHINE_STATE, None, reason,
                    family=family, per=NIGHT)
 
 

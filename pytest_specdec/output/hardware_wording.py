@@ -12,32 +12,44 @@ if TYPE_CHECKING:
     from pytest_specdec.output.schema import MachineStateEntry
 
 
-def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed: bool, recorded: int | None
-                           ) -> list[str]:
+def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed: bool, recorded: int | None,
+                           acceptance: Sequence[Sequence[str]] = ()) -> list[str]:
     """The one block a session on a machine without baselines of its own says, for the terminal and the top of
     the report alike: this machine, the machines that have baselines, what became of the tests, the ways on.
     ``hardware`` is `gate.store.Hardware.to_dict`; ``recorded``: how many files --update-baselines created in this
-    machine's folder (None without the flag)."""
+    machine's folder (None without the flag); ``acceptance``: per test whose acceptance was judged against other
+    machines' nights, their folder keys (`gate.store.BaselineStore.portable`)."""
     this, root, profile = hardware["this"], hardware.get("root") or "baselines", hardware["profile"]
     folder = f"{root}/{profile}/{this['key']}/"
     others = [f"{m['name']} ({root}/{profile}/{m['key']}/, {m['files']} file(s)"
               + (f"; differs from this one: {', '.join(m['differs'])})" if m.get("differs") else ")")
               for m in hardware["others"]]
+    by_machine: dict[str, int] = {}
+    for keys in acceptance:
+        for k in keys:
+            by_machine[k] = by_machine.get(k, 0) + 1
+    portable = ([f"  acceptance (rate, length, per position, coverage) of {sum(1 for a in acceptance if a)} test(s) "
+                 "judged against other machines' nights: "
+                 + "; ".join(f"{root}/{profile}/{k}/ ({n} test(s))" for k, n in by_machine.items())
+                 + "; the tokens decide it, not the machine, so their nights hold here (docs/gate.md, "
+                 "\"Acceptance on any machine\")"] if by_machine else [])
     if recorded is not None:
         lines = [f"specdec: this machine, {this['name']}, had no baselines of profile {profile}: this session "
-                 f"recorded its nights in {folder}, {recorded} file(s) of {unjudged} test(s) not judged (the "
-                 "baseline summary says why any was not written); the next session compares against them"]
-        if others:
+                 f"recorded its nights in {folder}, {recorded} file(s) of {unjudged} test(s) whose speed was not "
+                 "judged (the baseline summary says why any was not written); the next session compares against them",
+                 *portable]
+        if others and not by_machine:
             lines.append("  other machines' baselines, read by none of this machine's tests and left untouched: "
                          + "; ".join(others))
         return lines
     what = ("they FAIL (--specdec-strict)" if failed else
-            "they pass, unjudged (--specdec-strict fails them)")
+            "they pass, their speed unjudged (--specdec-strict fails them)")
     return [
         f"specdec: no baselines for this machine, {this['name']} ({folder} holds none): "
-        f"{unjudged} test(s) measured, none judged; {what}",
+        f"{unjudged} test(s) measured, the speed of none judged; {what}",
+        *portable,
         f"  baselines of profile {profile} were measured on: " + "; ".join(others),
-        "  a speedup measured on other hardware says nothing about this one, so nothing is compared with them",
+        "  a speedup measured on other hardware says nothing about this one, so no speed figure is compared with them",
         "  the ways on:",
         "    record this machine's nights (writes only its own folder, and only missing files), then run again "
         "to compare: the same command with --update-baselines=missing",
@@ -92,8 +104,10 @@ def hardware_view(hw: Any, tests: Sequence[Any], update: Mapping[str, Any] | Non
     if not isinstance(hw, Mapping):
         return {"folder": None, "block": []}
     this = hw["this"]
-    unjudged = [t for t in tests if t.baseline is not None and t.baseline.status == "missing"]
+    unjudged = [t for t in tests if t.baseline is not None and (t.baseline.status == "missing" or t.baseline.machines)]
     show = unjudged and not this["files"] and (hw["others"] or recorded is not None)
     block = no_own_baselines_lines(hw, len(unjudged), failed=any(t.outcome == "failed" for t in unjudged),
-                                   recorded=recorded) if show else []
+                                   recorded=recorded,
+                                   acceptance=[t.baseline.machines for t in unjudged if t.baseline is not None]
+                                   ) if show else []
     return {"folder": f"{hw.get('root') or 'baselines'}/{hw['profile']}/{this['key']}", "block": block}

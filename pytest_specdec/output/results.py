@@ -133,11 +133,10 @@ class TestRecord:
         if self.ab is not None:
             out["ab"] = ab_entry(self.ab, self.result)
         if self.baseline is not None:
-            from pytest_specdec.gate.verdicts import baseline_split
             from pytest_specdec.output.wording import attribution
 
             shown = self.baseline.shown()
-            split = baseline_split(self.baseline.plan.baseline, self.baseline.night)
+            split = self.baseline.split()
             out["verdicts"] = {v.metric: verdict_entry(v) for v in shown}
             out["baseline"] = {**baseline_entry(self.baseline),
                                "attribution": attribution(shown, split) if shown else None,
@@ -225,6 +224,8 @@ def baseline_entry(j: Judgement) -> dict[str, Any]:
         "comparability": plan.comparability,
         "thresholds": None if plan.thresholds is None else thresholds_dict(plan.thresholds),
         **({"error": plan.error} if plan.error else {}),
+        # other machines whose nights judged its acceptance (this machine has no baseline of the test)
+        **({"machines": list(plan.machines)} if plan.machines else {}),
     }
 
 

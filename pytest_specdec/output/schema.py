@@ -135,6 +135,8 @@ class BaselineEntry:
     comparability: Mapping[str, Any] | None = None  # tonight's conditions, as the baseline file records its own
     thresholds: Mapping[str, Any] | None = None  # the thresholds the test was judged with (`gate.thresholds.to_dict`)
     split: Mapping[str, Any] | None = None  # the speedup's change baseline → now split (`measure.explain.Split`)
+    #: other machines whose nights judged the test's acceptance, this machine having no baseline of it
+    machines: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BaselineEntry:
@@ -149,7 +151,7 @@ class BaselineEntry:
             under_test=d.get("under_test") or {}, under_test_diff=d.get("under_test_diff") or {},
             not_comparable_fields=d.get("not_comparable_fields") or {}, error=d.get("error"),
             max_looks=_int(d.get("max_looks")) or 1, comparability=d.get("comparability"),
-            thresholds=d.get("thresholds"), split=d.get("split"))
+            thresholds=d.get("thresholds"), split=d.get("split"), machines=tuple(d.get("machines") or ()))
 
 
 @dataclass(frozen=True)

@@ -274,7 +274,7 @@ def regression_message(c: Judgement, verdicts: Sequence[Verdict], *, alpha: floa
                        accept: str) -> str:
     """A failing test's message: what regressed, the table, the attribution, what changed under test and
     the command that accepts the change. ``where`` names the baseline file, ``accept`` the command."""
-    from pytest_specdec.gate.verdicts import baseline_split, gated_with
+    from pytest_specdec.gate.verdicts import gated_with
 
     bad = gated_with(verdicts, REGRESSED)
     assert c.plan.baseline is not None
@@ -293,7 +293,7 @@ def regression_message(c: Judgement, verdicts: Sequence[Verdict], *, alpha: floa
         "",
         table(verdicts, f"{level:.4g}% CI"),
         "",
-        f"attribution: {attribution(verdicts, baseline_split(c.plan.baseline, c.night))}",
+        f"attribution: {attribution(verdicts, c.split())}",
         f"under test, baseline ({last.get('started', '?')}) → now:",
         *under_test_diff(c.plan.baseline.get("under_test", {}), dict(c.plan.under_test)),
         "why:",
@@ -460,7 +460,8 @@ def session_end_lines(end: Any, checks: Mapping[str, Judgement], results: Sequen
     if end.no_own_baselines is not None:
         hardware, unjudged = end.no_own_baselines
         lines += no_own_baselines_lines(hardware.to_dict(), len(unjudged), failed=strict,
-                                        recorded=None if end.baselines is None else len(end.baselines.created))
+                                        recorded=None if end.baselines is None else len(end.baselines.created),
+                                        acceptance=[checks[n].plan.machines for n in unjudged if n in checks])
     if end.state is not None:
         lines += machine_state_lines(MachineStateEntry.from_dict(end.state.to_dict(), "the machine state"))
     if end.late_regressions:

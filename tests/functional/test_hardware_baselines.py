@@ -2,7 +2,8 @@
 their CPU model (`servers.hardware.cpu_model`, which every fingerprint reads) share one checkout's baselines.
 Each compares only against its own folder, an update on one leaves the other's files byte-identical, and a
 machine without baselines of its own gets one block for the session (not a warning per test), which the
-report's top says once.
+report's top says once. Its acceptance is judged against the other machine's nights (the tokens decide it, not the
+machine), its speed is not: a head that accepts less regresses on a machine's first run.
 """
 
 from __future__ import annotations
@@ -72,11 +73,15 @@ def test_each_machine_compares_only_against_its_own_and_writes_only_its_own(
     r.assert_outcomes(passed=2)
     r.stdout.fnmatch_lines([
         f"specdec: this machine, {B}, * CPUs, had no baselines of profile fake: this session recorded its nights in "
-        f"baselines/fake/{KEY_B}/, 2 file(s) of 2 test(s) not judged (the baseline summary says why any was not "
-        "written); the next session compares against them",
-        f"  other machines' baselines, read by none of this machine's tests and left untouched: {A}, * CPUs "
-        f"(baselines/fake/{KEY_A}/, 2 file(s))",
+        f"baselines/fake/{KEY_B}/, 2 file(s) of 2 test(s) whose speed was not judged (the baseline summary says why "
+        "any was not written); the next session compares against them",
+        "  acceptance (rate, length, per position, coverage) of 2 test(s) judged against other machines' nights: "
+        f"baselines/fake/{KEY_A}/ (2 test(s)); the tokens decide it, not the machine, so their nights hold here*",
         f"specdec baselines (baselines/fake/{KEY_B}, {B}, * CPUs): 2 created, 0 updated, 0 unchanged, 0 unused"])
+    for t in latest(pytester)["tests"]:  # acceptance against A's two nights; the speed figures recorded, not judged
+        assert t["baseline"]["machines"] == [KEY_A] and t["baseline"]["sessions"] == 2, t["baseline"]
+        assert t["verdicts"]["acceptance_rate"]["verdict"] != "not-comparable", t["verdicts"]["acceptance_rate"]
+        assert {t["verdicts"][m]["method"] for m in ("speedup", "output_tok_s")} == {"another machine"}, t["verdicts"]
     assert files(pytester, KEY_A) == a_files
     b_files = files(pytester, KEY_B)
     assert set(b_files) == set(a_files) and all(len(json.loads(b)["sessions"]) == 1 for b in b_files.values())
@@ -125,9 +130,12 @@ def test_a_machine_without_baselines_of_its_own_gets_one_block(
     r.assert_outcomes(passed=2)  # by default: measured, unjudged, passed (docs/gate.md)
     block = [
         f"specdec: no baselines for this machine, {B}, * CPUs (baselines/fake/{KEY_B}/ holds none): 2 test(s) "
-        "measured, none judged; they pass, unjudged (--specdec-strict fails them)",
+        "measured, the speed of none judged; they pass, their speed unjudged (--specdec-strict fails them)",
+        "  acceptance (rate, length, per position, coverage) of 2 test(s) judged against other machines' nights: "
+        f"baselines/fake/{KEY_A}/ (2 test(s)); the tokens decide it, not the machine, so their nights hold here*",
         f"  baselines of profile fake were measured on: {A}, * CPUs (baselines/fake/{KEY_A}/, 2 file(s))",
-        "  a speedup measured on other hardware says nothing about this one, so nothing is compared with them",
+        "  a speedup measured on other hardware says nothing about this one, so no speed figure is compared with "
+        "them",
         "  the ways on:",
         "    record this machine's nights (writes only its own folder, and only missing files), then run again to "
         "compare: the same command with --update-baselines=missing",
@@ -137,7 +145,8 @@ def test_a_machine_without_baselines_of_its_own_gets_one_block(
     r.stdout.fnmatch_lines(block, consecutive=True)
     out = r.stdout.str()
     assert out.count("no baselines for this machine") == 1
-    assert "SpecDecWarning" not in out and "warnings summary" not in out and "not-comparable" not in out
+    assert "SpecDecWarning" not in out and "warnings summary" not in out
+    assert out.count("not-comparable (not judged: another machine)") == 4  # speedup and E2E ratio, per test
     assert "no baseline for this test" not in out  # no failure, and no line per test
     assert files(pytester, KEY_A) == stored and not (pytester.path / "baselines" / "fake" / KEY_B).exists()
 
@@ -146,17 +155,27 @@ def test_a_machine_without_baselines_of_its_own_gets_one_block(
     assert top.count('id="no-own-baselines"') == 1 and html.count("no baselines for this machine") == 1
     assert f"{B}, {os.cpu_count()} CPUs (baselines/fake/{KEY_B}/ holds none)" in top
     assert f"<span><b>baselines</b> baselines/fake/{KEY_B}</span>" in top
-    assert "not-comparable" not in html.split("</style>")[1]
 
     # --specdec-strict fails each test with the command that records this machine's baseline; the block says so.
     r = run(pytester, fake_profile, servers, "--specdec-strict")
     r.assert_outcomes(failed=2)
     r.stdout.fnmatch_lines([f"*no baseline for this test at baselines/fake/{KEY_B}/test_suite/test_ngram*",
                             "*create it with: pytest 'test_suite.py::test_ngram[[]*' --update-baselines=missing",
-                            "specdec: no baselines for this machine, *: 2 test(s) measured, none judged; "
-                            "they FAIL (--specdec-strict)"])
+                            "specdec: no baselines for this machine, *: 2 test(s) measured, the speed of none "
+                            "judged; they FAIL (--specdec-strict)"])
     html = (pytester.path / "reports" / "latest.html").read_text()
     assert "they FAIL (--specdec-strict)" in html[:html.index("<main>")]
+
+    # A head that accepts far less fails on acceptance against A's nights, on B's first run, and is not recorded.
+    servers[0].reconfigure(acceptance=(0.0, 0.0, 0.0))
+    r = run(pytester, fake_profile, servers, "--update-baselines=missing")
+    r.assert_outcomes(failed=2)
+    r.stdout.fnmatch_lines([f"  acceptance_rate: -* pt (90% CI *), p=* beyond the -30.00 pt threshold; *; against the "
+                            f"nights of {KEY_A} (this machine has none of its own)*"])
+    assert "speedup -" not in r.stdout.str()  # no split of the speedup across machines
+    assert all(t["verdicts"]["acceptance_rate"]["verdict"] == "regressed" for t in latest(pytester)["tests"])
+    assert not (pytester.path / "baselines" / "fake" / KEY_B).exists()  # a failed test is never recorded
+    servers[0].reconfigure(acceptance=(0.8, 0.6, 0.4))
 
     # With baselines on neither machine's folder there is nothing to point at: each test fails as before.
     on("Fake CPU Gamma")
