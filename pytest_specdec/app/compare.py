@@ -163,12 +163,17 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
             except BaselineError as exc:
                 rows.append(Row(nodeid, "not judged", reason=str(exc), checked=checked, dead=bool(dead)))
                 continue
-            if data is None:
-                rows.append(Row(nodeid, f"only in {new_name}", reason=f"no baseline at {path}", checked=checked,
-                                dead=bool(dead)))
-                continue
-            plan = replace(plan, path=path, baseline=data,
-                           differs=diff(data["comparability"], dict(now.baseline.comparability)))
+            if data is None:  # as the session: other machines' nights of the same software judge acceptance
+                others = [m.key for m in store.machines().others]
+                found = store.portable(nodeid, dict(now.baseline.comparability), others) if others else None
+                if found is None:
+                    rows.append(Row(nodeid, f"only in {new_name}", reason=f"no baseline at {path}", checked=checked,
+                                    dead=bool(dead)))
+                    continue
+                plan = replace(plan, path=path, baseline=found[0], machines=found[1])
+            else:
+                plan = replace(plan, path=path, baseline=data,
+                               differs=diff(data["comparability"], dict(now.baseline.comparability)))
         else:
             assert isinstance(old, Results)
             if nodeid not in old_tests:

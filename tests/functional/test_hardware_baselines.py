@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -167,7 +169,7 @@ def test_a_machine_without_baselines_of_its_own_gets_one_block(
     assert "they FAIL (--specdec-strict)" in html[:html.index("<main>")]
 
     # A head that accepts far less fails on acceptance against A's nights, on B's first run, and is not recorded.
-    servers[0].reconfigure(acceptance=(0.0, 0.0, 0.0))
+    servers[0].reconfigure(acceptance=(0.02, 0.01, 0.01))
     r = run(pytester, fake_profile, servers, "--update-baselines=missing")
     r.assert_outcomes(failed=2)
     r.stdout.fnmatch_lines([f"  acceptance_rate: -* pt (90% CI *), p=* beyond the -30.00 pt threshold; *; against the "
@@ -175,6 +177,15 @@ def test_a_machine_without_baselines_of_its_own_gets_one_block(
     assert "speedup -" not in r.stdout.str()  # no split of the speedup across machines
     assert all(t["verdicts"]["acceptance_rate"]["verdict"] == "regressed" for t in latest(pytester)["tests"])
     assert not (pytester.path / "baselines" / "fake" / KEY_B).exists()  # a failed test is never recorded
+    # `compare` against the baselines reads A's nights for B's tests as the session did: the same verdicts.
+    out = subprocess.run([str(Path(sys.executable).with_name("pytest-specdec")), "compare",
+                          str(pytester.path / "baselines"), str(pytester.path / "reports" / "latest.json"), "--json",
+                          "--all"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    got = {t["nodeid"]: t["verdicts"] for t in json.loads(out.stdout)["tests"]}
+    for t in latest(pytester)["tests"]:
+        assert {m: v["verdict"] for m, v in got[t["nodeid"]].items()} == {
+            m: v["verdict"] for m, v in t["verdicts"].items()}, t["nodeid"]
     servers[0].reconfigure(acceptance=(0.8, 0.6, 0.4))
 
     # With baselines on neither machine's folder there is nothing to point at: each test fails as before.
