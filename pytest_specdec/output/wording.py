@@ -238,6 +238,8 @@ def attribution(verdicts: Iterable[Verdict], split: Split | None = None) -> str:
         reading = split_sentence(split) + ": " + SPLIT_READINGS[cause]
     else:
         reading = READINGS[cause] if cause is not None else ""
+        if cause == "acceptance alone" and "speedup" in by and by["speedup"].verdict == NOT_COMPARABLE:
+            reading = "acceptance dropped; the speedup is not judged here (not-comparable)"
         if split is not None:  # what the speedup is made of, even where it held
             reading += ("; " if reading else "") + split_sentence(split)
     return "; ".join(parts) + (f": {reading}" if reading else "")

@@ -175,6 +175,8 @@ def test_a_machine_without_baselines_of_its_own_gets_one_block(
     r.stdout.fnmatch_lines([f"  acceptance_rate: -* pt (90% CI *), p=* beyond the -30.00 pt threshold; *; against the "
                             f"nights of {KEY_A} (this machine has none of its own)*"])
     assert "speedup -" not in r.stdout.str()  # no split of the speedup across machines
+    r.stdout.fnmatch_lines(["attribution: *acceptance regressed *: acceptance dropped; the speedup is not judged here "
+                            "(not-comparable)"])
     assert all(t["verdicts"]["acceptance_rate"]["verdict"] == "regressed" for t in latest(pytester)["tests"])
     assert not (pytester.path / "baselines" / "fake" / KEY_B).exists()  # a failed test is never recorded
     # `compare` against the baselines reads A's nights for B's tests as the session did: the same verdicts.
