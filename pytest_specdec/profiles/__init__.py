@@ -1,8 +1,7 @@
 """Hardware profiles: which target, which draft or head per method, server arguments, matrix.
 
 A profile is a small TOML file shipped in this package (`cpu.toml`, `gpu-zoo.toml`, `h100.toml`, `h200.toml`,
-`h100x8-70b.toml`,
-`a100.toml`, `l40s.toml`) or a user's own file.  Model names `zoo:NAME` resolve to the packaged CPU
+`a100.toml`, `l40s.toml`, `h100x8-70b.toml`) or a user's own file.  Model names `zoo:NAME` resolve to the packaged CPU
 zoo.  Every key is checked once, when the file is read (`schema.py`), and what the plugin reads of it
 is a typed attribute of `Profile`.
 """
