@@ -74,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 else _progress(config))
     session = SpecDecSession(settings, config.rootpath, progress)
     session.worker = worker
+    session.workers = workerinput["workercount"] if workerinput else 1
     config.stash[session_key] = session
     session.check_configure()
     # Nothing else here: no signal handler, file or /proc scan until a specdec test is collected (`_start_using`).
