@@ -15,6 +15,7 @@ from pytest_specdec.profiles import load_profile
 from pytest_specdec.profiles.placement import Placement
 from pytest_specdec.profiles.pool import server_pool
 from pytest_specdec.servers.hardware import SMI_ENV
+from pytest_specdec.servers.pool import ServerPool
 
 TEST = ('import pytest\n\n\n@pytest.mark.specdec(method="eagle3", k=3, temperature=0.0, concurrency=1, '
         'num_prompts=4, max_tokens=16)\ndef test_eagle3(specdec):\n    pass\n')
@@ -61,20 +62,23 @@ def test_the_70b_dry_run_leases_two_tp4_servers_on_disjoint_numa_local_gpus(
 
 def test_too_few_gpus_for_the_70b_servers_is_said_before_any_server_starts(tmp_path: Path, eight_gpus: None) -> None:
     placement = Placement(load_profile("h100x8-70b"), False, 2, None, 5, "127.0.0.1")
-    kwargs = {"lease_dir": tmp_path / "leases", "startup_timeout_s": 1.0, "gpu_wait_s": 1.0, "pin_cpus": False,
-              "worker": None, "progress": print}
+
+    def pool(placement: Placement, gpus: str | None, workers: int = 1) -> ServerPool:
+        return server_pool(placement, tmp_path, gpus=gpus, lease_dir=tmp_path / "leases", startup_timeout_s=1.0,
+                           gpu_wait_s=1.0, pin_cpus=False, worker=None, progress=print, workers=workers)
+
     with pytest.raises(ConfigError, match=r"serves meta-llama/Llama-3.3-70B-Instruct on 4 GPU\(s\) per server "
                                           r"\(\[target\] tensor_parallel_size 4 x pipeline_parallel_size 1\), but "
                                           r"this host has 3 GPU\(s\) to lease \(0,1,2\)"):
-        server_pool(placement, tmp_path, gpus="0,1,2", **kwargs)  # type: ignore[arg-type]
+        pool(placement, "0,1,2")
     with pytest.raises(ConfigError, match=r"a test's 2 servers are alive at once.*spec needs 4 GPU\(s\).*"
                                           r"pass --specdec-max-servers 1"):
-        server_pool(placement, tmp_path, gpus="0,1,2,3,4,5", **kwargs)  # type: ignore[arg-type]
+        pool(placement, "0,1,2,3,4,5")
     with pytest.raises(ConfigError, match=r"each xdist worker needs 8 GPUs at once .* hold 1 worker\(s\), not 2; "
                                           r"run with -n 1 or fewer"):
-        server_pool(placement, tmp_path, gpus=None, workers=2, **kwargs)  # type: ignore[arg-type]
-    pool = server_pool(placement, tmp_path, gpus=None, **kwargs)  # type: ignore[arg-type]
-    assert pool.gpus is not None and pool.gpus.gpus == tuple("01234567")
-    assert pool.gpus.numa == {**{str(i): i % 2 for i in range(8)}, **{f"GPU-{i:08x}": i % 2 for i in range(8)}}
+        pool(placement, None, workers=2)
+    leases = pool(placement, None).gpus
+    assert leases is not None and leases.gpus == tuple("01234567")
+    assert leases.numa == {**{str(i): i % 2 for i in range(8)}, **{f"GPU-{i:08x}": i % 2 for i in range(8)}}
     one = Placement(load_profile("h100x8-70b"), False, 1, None, 5, "127.0.0.1")  # arms alternate: 4 GPUs will do
-    assert server_pool(one, tmp_path, gpus="0,1,2,3", **kwargs).gpus is not None  # type: ignore[arg-type]
+    assert pool(one, "0,1,2,3").gpus is not None
