@@ -177,6 +177,19 @@ def test_servers_of_one_process_co_reside_and_others_get_other_gpus(tmp_path: Pa
     assert pool.holders() == []
 
 
+def test_servers_too_large_to_share_get_gpus_of_their_own_and_never_wait_on_their_own_process(tmp_path: Path) -> None:
+    """0.9 of each GPU: a process's second TP-2 server gets the other two GPUs; a third would wait on nothing but
+    its own servers, so it fails at once (not after --specdec-gpu-wait), saying what to lower."""
+    pool = GpuPool(tmp_path, GPUS, sleep=lambda s: pytest.fail("waited on its own servers"))
+    reference = pool.acquire(2, "main reference", timeout_s=3600, fraction=0.9)
+    spec = pool.acquire(2, "main spec", timeout_s=3600, fraction=0.9)
+    assert (reference.gpus, spec.gpus) == (("0", "1"), ("2", "3"))
+    with pytest.raises(GpuLeaseError, match=r"main third needs 2 GPU\(s\) with 0.9 of their memory free, which this "
+                                            r"process's own servers leave nowhere on 0,1,2,3 .*waiting would not help: "
+                                            r"lower --specdec-max-servers"):
+        pool.acquire(2, "main third", timeout_s=3600, fraction=0.9)
+
+
 def test_a_worker_waits_then_times_out_naming_the_holder(tmp_path: Path) -> None:
     held, release = SPAWN.Queue(), SPAWN.Event()
     owner = "gw1 suites/test_k.py::test_k[eagle3-k3-t0.0-c1] server ab12cd34ef56 (eagle3)"

@@ -32,9 +32,9 @@ def test_a_server_spans_nodes_only_when_no_node_has_enough() -> None:
 
 def test_a_small_server_keeps_whole_nodes_free_for_wide_ones() -> None:
     """Best fit: a TP-1 server goes to the node with the fewest free GPUs, so a TP-4 one still finds a node."""
-    busy = {"0"}  # another process holds GPU 0: node 0 has 3 free, node 1 has 4
-    assert choose_gpus(1, 0.9, EIGHT, {}, busy, TWO_NODES) == ("1",)
-    assert choose_gpus(4, 0.9, EIGHT, {}, {*busy, "1"}, TWO_NODES) == ("4", "5", "6", "7")
+    busy = {"4"}  # another process holds GPU 4: node 0 has 4 free, node 1 has 3
+    assert choose_gpus(1, 0.9, EIGHT, {}, busy, TWO_NODES) == ("5",)
+    assert choose_gpus(4, 0.9, EIGHT, {}, {*busy, "5"}, TWO_NODES) == ("0", "1", "2", "3")
 
 
 def test_one_process_servers_share_gpus_only_while_their_memory_fractions_fit() -> None:
