@@ -38,7 +38,9 @@ def lease_plan(placement: Placement, gpus: Sequence[str], numa: Mapping[str, int
     if n > len(gpus):
         raise ConfigError(f"specdec: {spans}, but this host has {len(gpus)} GPU(s) to lease ({','.join(gpus)}); "
                           "run it on a host with more GPUs, or pass --specdec-gpus with enough")
-    arms = ("reference", "spec", "candidate", "fourth")[:placement.arms] if placement.co_resident() else ("server",)
+    names = {2: ("reference", "spec"), 3: ("reference", "base", "candidate")}  # an A/B session's three arms
+    arms = (names.get(placement.arms, tuple(f"server {i + 1}" for i in range(placement.arms)))
+            if placement.co_resident() else ("server",))
     try:
         plan = plan_leases([(arm, n, fraction) for arm in arms], gpus, numa)
     except GpuLeaseError as exc:
@@ -76,7 +78,7 @@ def lease_plan_lines(placement: Placement, gpus: str | None, workers: int = 1) -
     try:
         plan = lease_plan(placement, ids, numa, workers)
     except ConfigError as exc:
-        return [f"specdec dry run: GPU leases: {exc}"]
+        return [f"specdec dry run: GPU leases: {str(exc).removeprefix('specdec: ')}"]
     nodes = sorted({numa[g] for g in ids if g in numa})
     where = (f"NUMA node(s) {', '.join(map(str, nodes))}" if nodes else "NUMA nodes unknown")
     lines = [f"specdec dry run: GPU leases on this host's {len(ids)} GPU(s) ({','.join(ids)}; {where}), "
