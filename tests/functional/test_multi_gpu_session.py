@@ -5,8 +5,10 @@ one node; a host too small for it is said before any server starts. Nothing runs
 
 from __future__ import annotations
 
+import shlex
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from pytest_specdec.profiles.pool import server_pool
 from pytest_specdec.servers.hardware import SMI_ENV
 from pytest_specdec.servers.pool import ServerPool
 
+SUITES = Path(__file__).resolve().parents[2] / "suites"
 TEST = ('import pytest\n\n\n@pytest.mark.specdec(method="eagle3", k=3, temperature=0.0, concurrency=1, '
         'num_prompts=4, max_tokens=16)\ndef test_eagle3(specdec):\n    pass\n')
 
@@ -82,3 +85,29 @@ def test_too_few_gpus_for_the_70b_servers_is_said_before_any_server_starts(tmp_p
     assert leases.numa == {**{str(i): i % 2 for i in range(8)}, **{f"GPU-{i:08x}": i % 2 for i in range(8)}}
     one = Placement(load_profile("h100x8-70b"), False, 1, None, 5, "127.0.0.1")  # arms alternate: 4 GPUs will do
     assert pool(one, "0,1,2,3").gpus is not None
+
+
+@pytest.mark.slow  # vLLM's own argument parser: importing vLLM imports torch
+def test_the_70b_suites_dry_run_on_eight_gpus_parses_with_vllms_own_parser_not_run_on_a_gpu_here(
+        pytester: pytest.Pytester, eight_gpus: None, vllm_serve_parser: Any) -> None:
+    """`pytest suites/ --gpu=h100x8-70b --specdec-dry-run` on the simulated host: every test's two commands as vLLM
+    parses them, TP 4 in both arms, and the two servers' leases on disjoint GPUs."""
+    from pytest_specdec.vllm.check import check_command
+
+    (pytester.path / "suites").mkdir()
+    for f in SUITES.glob("*.py"):
+        (pytester.path / "suites" / f.name).write_text(f.read_text())
+    result = pytester.runpytest("suites", "--gpu=h100x8-70b", "--specdec-dry-run", "-p", "no:cacheprovider")
+    arms = ("    reference [", "    spec [")
+    commands = [line.split("]: ", 1)[1] for line in result.outlines if line.startswith(arms)]
+    assert len(commands) >= 2 * 20, result.outlines  # test_methods, k sweep, temperatures, concurrency, engines...
+    methods = set()
+    for command in commands:
+        argv = shlex.split(command.replace("$PORT", "8000"))
+        ns = check_command(vllm_serve_parser, argv[argv.index("serve"):])
+        assert (ns.model_tag, ns.tensor_parallel_size, ns.pipeline_parallel_size) == (
+            "meta-llama/Llama-3.3-70B-Instruct", 4, 1)
+        methods.add((ns.speculative_config or {}).get("method", "none"))
+    assert methods == {"none", "ngram", "draft_model", "eagle3"}
+    result.stdout.fnmatch_lines(["  reference: CUDA_VISIBLE_DEVICES=0,2,4,6, NUMA node 0",
+                                 "  spec: CUDA_VISIBLE_DEVICES=1,3,5,7, NUMA node 1"])
