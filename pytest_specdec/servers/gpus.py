@@ -398,6 +398,8 @@ class GpuPool:
                 others = {g for x in live if not self._mine(x) for g in x.gpus}
                 pick = choose_gpus(n, fraction, self.gpus, used, others, self.numa)
                 if pick is None and choose_gpus(n, fraction, self.gpus, used, (), self.numa) is None:
+                    if stale:
+                        self._write(live)
                     mine = "; ".join(x.describe(self.now()) for x in live if self._mine(x))
                     raise GpuLeaseError(
                         f"{owner} needs {n} GPU(s) with {fraction:g} of their memory free, which this process's own "
