@@ -195,8 +195,9 @@ def gpu_numa_nodes(
     """Each GPU's NUMA node, keyed by index and UUID: `nvidia-smi --query-gpu=index,uuid,pci.bus_id`, then the PCI
     device's `numa_node` in sysfs (`SPECDEC_PCI_DEVICES` stands in for /sys/bus/pci/devices in tests).
 
-    Never fails: where nvidia-smi or sysfs cannot say (no nvidia-smi, a container without /sys, a one-socket host
-    whose kernel writes -1), the GPU is left out and counts as one node with the others, the placement as before."""
+    Where nvidia-smi or sysfs cannot say (no nvidia-smi, a failing one, a container without /sys, a one-socket host
+    whose kernel writes -1) the GPU is left out and counts as one node with the others, the placement as before;
+    only a `SPECDEC_NVIDIA_SMI` that is not an executable file is an error, as for every nvidia-smi call."""
     from pytest_specdec.servers.hardware import nvidia_smi
 
     root = sysfs or Path(os.environ.get("SPECDEC_PCI_DEVICES", str(PCI_DEVICES)))
