@@ -122,6 +122,20 @@ class SpecDecSession:
                 pin_cpus=st.pin_cpus, worker=self.worker, progress=self.progress, workers=self.workers)
         return self._pool
 
+    def gpu_problem(self) -> str | None:
+        """Why this host's GPUs cannot hold a test's servers (too few for one, for the arms at once, or for the
+        xdist workers' shares: `profiles.pool.lease_plan`), found by making the pool at collection, so it is one
+        usage error before any server starts, not one error per test; None on the CPU and when they fit."""
+        from pytest_specdec.errors import SpecDecError
+
+        if self.profile.device == "cpu" or self.settings.endpoint:
+            return None
+        try:
+            self.pool  # noqa: B018 -- made now: it checks the host's GPUs
+        except SpecDecError as exc:
+            return str(exc)
+        return None
+
     def runs(self) -> int:
         """Run pairs per test at the first look: --specdec-runs, else the profile's."""
         return self.run_limits()[0]

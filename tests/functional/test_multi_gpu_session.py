@@ -63,6 +63,17 @@ def test_the_70b_dry_run_leases_two_tp4_servers_on_disjoint_numa_local_gpus(
     ])
 
 
+def test_a_session_on_too_few_gpus_stops_at_collection_with_one_usage_error(pytester: pytest.Pytester,
+                                                                           eight_gpus: None) -> None:
+    """Not a dry run: the host's 8 H100s pass the class check, but --specdec-gpus leaves 6, too few for the two
+    TP-4 arms at once; the session stops before any server starts (none could: `vllm serve` is never run)."""
+    pytester.makepyfile(test_70b=TEST)
+    result = pytester.runpytest("--gpu=h100x8-70b", "--specdec-gpus=0,1,2,3,4,5", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*specdec: profile 'h100x8-70b' serves meta-llama/Llama-3.3-70B-Instruct on 4 GPU(s) "
+                                 "per server*, and a test's 2 servers are alive at once*pass --specdec-max-servers 1*"])
+
+
 def test_too_few_gpus_for_the_70b_servers_is_said_before_any_server_starts(tmp_path: Path, eight_gpus: None) -> None:
     placement = Placement(load_profile("h100x8-70b"), False, 2, None, 5, "127.0.0.1")
 
