@@ -121,10 +121,11 @@ def _fail_flag(name: str, what: str) -> Option:
 #: Every option and ini value of the plugin, in `pytest --help` order.
 OPTIONS: tuple[Option, ...] = (
     Option("--gpu", metavar="NAME", default="auto",
-           help="hardware profile: cpu, gpu-zoo, h100, h200, a100 or l40s. A GPU profile stops unless nvidia-smi lists "
+           help="hardware profile: cpu, gpu-zoo, h100, h200, a100, l40s or h100x8-70b (a 70B target at TP 4 on "
+                "8 H100s). A GPU profile stops unless nvidia-smi lists "
                 "only its GPU class (e.g. h100 = H100 SXM; not PCIe); gpu-zoo serves the zoo (no download) on any one "
                 "class of NVIDIA GPU, keyed by the class nvidia-smi lists; auto picks the profile from nvidia-smi "
-                "(never gpu-zoo), cpu without GPUs. --specdec-dry-run skips the check."),
+                "(never gpu-zoo or h100x8-70b), cpu without GPUs. --specdec-dry-run skips the check."),
     Option("--specdec-profile", setting="profile_path", metavar="PATH",
            help="a profile TOML file of your own instead of the built-in one named by --gpu."),
     Option("--specdec-runs", metavar="N", type=positive_int, shown_default="the profile's (cpu: 4)",

@@ -74,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 else _progress(config))
     session = SpecDecSession(settings, config.rootpath, progress)
     session.worker = worker
+    session.workers = workerinput["workercount"] if workerinput else 1
     config.stash[session_key] = session
     session.check_configure()
     # Nothing else here: no signal handler, file or /proc scan until a specdec test is collected (`_start_using`).
@@ -197,7 +198,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if cases and runs and not st.endpoint:  # servers would start
         from pytest_specdec.vllm.installed import missing_vllm
 
-        problem = missing_vllm(specdec.profile.device)
+        problem = missing_vllm(specdec.profile.device) or specdec.gpu_problem()
     if not problem and runs and any(_used(item) for item in items):
         problem = _start_using(specdec)
     if problem and specdec.worker:  # an xdist worker cannot raise one: it stops, and the controller says it

@@ -83,6 +83,7 @@ class SpecDecSession:
         self.serving = Serving(lambda: self.pool, settings, lambda: settings.served_model or self.profile.target)
         #: pytest-xdist: this worker's id ("gw0"), None on the controller and without xdist
         self.worker: str | None = None
+        self.workers = 1  # xdist workers of the session (each leases GPUs of its own)
         #: on the controller: what each finished worker sent besides its records (servers, starts)
         self.remote: list[dict[str, Any]] = []
         self.measured_by: dict[str, str] = {}  # nodeid -> worker, to catch a test measured twice
@@ -118,8 +119,22 @@ class SpecDecSession:
             self._pool = server_pool(
                 self.placement, logs / self.worker if self.worker else logs,  # workers may run the same spec at once
                 gpus=st.gpus, lease_dir=st.lease_dir, startup_timeout_s=st.startup_timeout_s, gpu_wait_s=st.gpu_wait_s,
-                pin_cpus=st.pin_cpus, worker=self.worker, progress=self.progress)
+                pin_cpus=st.pin_cpus, worker=self.worker, progress=self.progress, workers=self.workers)
         return self._pool
+
+    def gpu_problem(self) -> str | None:
+        """Why this host's GPUs cannot hold a test's servers (too few for one, for the arms at once, or for the
+        xdist workers' shares: `profiles.pool.lease_plan`), found by making the pool at collection, so it is one
+        usage error before any server starts, not one error per test; None on the CPU and when they fit."""
+        from pytest_specdec.errors import SpecDecError
+
+        if self.profile.device == "cpu" or self.settings.endpoint:
+            return None
+        try:
+            self.pool  # noqa: B018 -- made now: it checks the host's GPUs
+        except SpecDecError as exc:
+            return str(exc)
+        return None
 
     def runs(self) -> int:
         """Run pairs per test at the first look: --specdec-runs, else the profile's."""
@@ -530,11 +545,14 @@ class SpecDecSession:
                               case.rate_fraction, case.rate_sweep is not None and bool(case.rate_sweep)
                               and case.rate_fraction == fractions(case.rate_sweep)[0])
                  for nodeid, case in cases if nodeid not in why]
-        return dry_run_lines(profile, tests, skipped=why, hardware_note=self.hardware_note,
-                             endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
-                             server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
-                             max_runs=self.max_runs(), max_servers=self.placement.max_alive(),
-                             price=price(profile, s.gpu_hourly_usd), start_together=self.placement.start_together())
+        from pytest_specdec.profiles.pool import lease_plan_lines
+
+        return [*dry_run_lines(profile, tests, skipped=why, hardware_note=self.hardware_note,
+                               endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
+                               server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
+                               max_runs=self.max_runs(), max_servers=self.placement.max_alive(),
+                               price=price(profile, s.gpu_hourly_usd), start_together=self.placement.start_together()),
+                *lease_plan_lines(self.placement, s.gpus)]
 
     def server_starts(self) -> list[StartRecord]:
         """Every vLLM start of the session: this process's, and on the xdist controller every worker's."""

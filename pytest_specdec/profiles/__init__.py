@@ -1,7 +1,7 @@
 """Hardware profiles: which target, which draft or head per method, server arguments, matrix.
 
 A profile is a small TOML file shipped in this package (`cpu.toml`, `gpu-zoo.toml`, `h100.toml`, `h200.toml`,
-`a100.toml`, `l40s.toml`) or a user's own file.  Model names `zoo:NAME` resolve to the packaged CPU
+`a100.toml`, `l40s.toml`, `h100x8-70b.toml`) or a user's own file.  Model names `zoo:NAME` resolve to the packaged CPU
 zoo.  Every key is checked once, when the file is read (`schema.py`), and what the plugin reads of it
 is a typed attribute of `Profile`.
 """
@@ -87,6 +87,13 @@ class Profile:
     detected_hardware: str | None = None
     #: `[engines.NAME]`: the engine modes a test may name (`specdec(engine=...)`, profiles/engines.py).
     engines: dict[str, EngineMode] = field(default_factory=dict)
+    #: `[target] pipeline_parallel_size`: with tensor_parallel_size, the GPUs each server spans (both arms').
+    pipeline_parallel_size: int = 1
+
+    @property
+    def server_gpus(self) -> int:
+        """GPUs one server of this profile spans (TP x PP of its [target]); both arms alike."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
     def night_prior_source(self) -> str:
@@ -233,6 +240,7 @@ def load_profile(name_or_path: str) -> Profile:
         method_targets={name: (_resolve(entry["target"]["model"]), entry["target"].get("revision"))
                         for name, entry in raw.get("methods", {}).items() if "target" in entry},
         engines=profile_engines(raw, path),
+        pipeline_parallel_size=raw["target"].get("pipeline_parallel_size", 1),
     )
 
 
@@ -258,8 +266,10 @@ def server_spec(profile: Profile, method: str, k: int | None, extra_env: dict[st
     from pytest_specdec.vllm.command import ServerSpec
 
     args = list(profile.server_args)
-    if profile.tensor_parallel_size > 1:
+    if profile.tensor_parallel_size > 1:  # the reference too: both arms span the same GPUs
         args += ["--tensor-parallel-size", str(profile.tensor_parallel_size)]
+    if profile.pipeline_parallel_size > 1:
+        args += ["--pipeline-parallel-size", str(profile.pipeline_parallel_size)]
     env = dict(profile.server_env)
     env.update(extra_env or {})
     model, revision = profile.target_of(target_of or method)

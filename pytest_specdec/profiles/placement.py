@@ -179,7 +179,7 @@ def max_num_seqs(profile: Profile) -> tuple[int, str]:
         seqs = _whole(profile, args, "--max-num-seqs")
         return seqs, f"--max-num-seqs {seqs} in its [server] args"
     if profile.device == "cpu":
-        ranks = profile.tensor_parallel_size * _whole(profile, args, "--pipeline-parallel-size")
+        ranks = profile.server_gpus  # TP x PP ranks
         seqs, source = 128 * ranks, f"vLLM's default on the CPU, 128 per rank x {ranks}"
     elif any("a100" in name.lower() for name in profile.nvidia_smi_names):
         seqs, source = 256, "vLLM's default on an A100"

@@ -1,7 +1,9 @@
 """Which profile a session runs: the one named by --gpu/--specdec-profile, or for `--gpu=auto` the built-in
 profile whose GPU names cover what nvidia-smi lists; a GPU profile is checked against the GPUs, except
 where it cannot be (a dry run, endpoint mode), and the results say which. A profile of any NVIDIA GPU
-(`nvidia_smi_names = "any"`, never picked by `auto`) takes the class nvidia-smi lists as its hardware."""
+(`nvidia_smi_names = "any"`, never picked by `auto`) takes the class nvidia-smi lists as its hardware. A profile
+whose servers span several GPUs (a 70B target at TP 4) is never picked by `auto` either: the GPU class does not
+say which target a user means to serve, so such a profile is chosen by name."""
 
 from __future__ import annotations
 
@@ -22,13 +24,20 @@ class Resolved:
     note: str  # how the profile was (or was not) checked against this machine's GPUs
 
 
+def auto_candidates() -> dict[str, tuple[str, ...]]:
+    """Each built-in profile's GPU names as `--gpu auto` matches them: none for a profile whose servers span
+    several GPUs (chosen by name only), so an H100 host still picks `h100`, not the 70B profile beside it."""
+    from pytest_specdec.profiles import builtin_profiles, load_profile
+
+    profiles = {name: load_profile(name) for name in builtin_profiles()}
+    return {name: p.nvidia_smi_names if p.server_gpus == 1 else () for name, p in profiles.items()}
+
+
 def detect_profile_name(gpus: GpuList | None = None) -> str:
     """`--gpu auto`: cpu without NVIDIA GPUs, else the built-in profile for the GPUs nvidia-smi lists."""
-    from pytest_specdec.profiles import builtin_profiles, load_profile
     from pytest_specdec.servers.hardware import list_gpus, pick_profile
 
-    candidates = {name: load_profile(name).nvidia_smi_names for name in builtin_profiles()}
-    return pick_profile(list_gpus() if gpus is None else gpus, candidates)
+    return pick_profile(list_gpus() if gpus is None else gpus, auto_candidates())
 
 
 def resolve(name: str, *, endpoint: bool, dry_run: bool, drafts: dict[str, str]) -> Resolved:

@@ -28,6 +28,10 @@ VLLM_METHODS = (
 PLUGIN_FLAGS = frozenset({"--host", "--port"})
 #: The target's revision flag: set from [target] revision, so that the pinned revision keys the baselines.
 REVISION_FLAGS = frozenset({"--revision"})
+#: `vllm serve`'s parallelism flags (with the short forms its parser takes) -> the [target] key that sets them:
+#: said once, in [target], so both arms get the same and the leases, the price and the baselines read one number.
+PARALLEL_FLAGS = {"--tensor-parallel-size": "tensor_parallel_size", "-tp": "tensor_parallel_size",
+                  "--pipeline-parallel-size": "pipeline_parallel_size", "-pp": "pipeline_parallel_size"}
 
 #: `nvidia_smi_names = "any"`: a profile for one NVIDIA GPU of any class (the zoo's, which needs no download); the
 #: class nvidia-smi lists at run time keys its baselines, in place of a `hardware` the file would name.
@@ -62,7 +66,9 @@ PROFILE_KEYS: dict[str, frozenset[str]] = {
         "name", "description", "device", "hardware", "gpus", "nvidia_smi_names", "price_per_hour_usd",
         "target", "server", "methods", "matrix", "validity", "verdicts", "timings", "placement", "engines",
     }),
-    "target": frozenset({"model", "tensor_parallel_size", "revision"}),
+    # tensor_parallel_size x pipeline_parallel_size: the GPUs each server (both arms) spans; the one place to say
+    # it (the flags are refused in [server] args and engine modes), at most the top level's `gpus`
+    "target": frozenset({"model", "tensor_parallel_size", "pipeline_parallel_size", "revision"}),
     # env_if_missing: { MODULE = { VAR = "value" } }, environment the servers get when the Python module MODULE
     # cannot be found (e.g. vLLM's FlashInfer sampler switched off where FlashInfer is not installed)
     "server": frozenset({"args", "env", "env_if_missing"}),
@@ -208,9 +214,7 @@ def _check_target_and_server(raw: dict[str, Any], path: Path) -> None:
     _text(target["model"], "[target] model", path, " (a hub id, a path or zoo:NAME)")
     if "revision" in target:
         _text(target["revision"], "[target] revision", path, " (a hub branch, tag or commit)")
-    if "tensor_parallel_size" in target:
-        _numbers(target["tensor_parallel_size"], "[target] tensor_parallel_size", path, kind=int, low=1,
-                 lists=False)
+    _check_parallel(raw, path)
     check_server_args(raw.get("server", {}).get("args", []), f"profile {path}: [server] args")
     env = raw.get("server", {}).get("env", {})
     if not isinstance(env, dict):
@@ -251,6 +255,31 @@ def _check_target_and_server(raw: dict[str, Any], path: Path) -> None:
             _text(own["model"], f"methods.{name}.target.model", path, " (a hub id or a path)")
             if "revision" in own:
                 _text(own["revision"], f"methods.{name}.target.revision", path, " (a hub branch, tag or commit)")
+
+
+def _check_parallel(raw: dict[str, Any], path: Path) -> None:
+    """[target] tensor_parallel_size and pipeline_parallel_size: whole numbers >= 1 whose product (the GPUs of one
+    server) the profile's host (`gpus`) has; a method's draft_tensor_parallel_size: 1 or the target's TP, the
+    only values vLLM's SpeculativeConfig takes (`_verify_and_get_draft_tp`)."""
+    target = raw["target"]
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        if key in target:
+            _numbers(target[key], f"[target] {key}", path, kind=int, low=1, lists=False)
+    tp, pp = target.get("tensor_parallel_size", 1), target.get("pipeline_parallel_size", 1)
+    gpus = raw.get("gpus")
+    if gpus is not None and tp * pp > gpus:
+        raise ConfigError(f"profile {path}: [target] tensor_parallel_size ({tp}) x pipeline_parallel_size ({pp}) = "
+                          f"{tp * pp} GPUs per server, but the profile's host has gpus = {gpus}; lower them or raise "
+                          "gpus")
+    for name, entry in raw.get("methods", {}).items():
+        config = entry.get("speculative_config")
+        if not isinstance(config, dict) or "draft_tensor_parallel_size" not in config:
+            continue
+        what = f"methods.{name}.speculative_config.draft_tensor_parallel_size"
+        _numbers(config["draft_tensor_parallel_size"], what, path, kind=int, low=1, lists=False)
+        if config["draft_tensor_parallel_size"] not in (1, tp):
+            raise ConfigError(f"profile {path}: {what} must be 1 or the target's tensor_parallel_size ({tp}), as "
+                              f"vLLM requires, got {config['draft_tensor_parallel_size']!r}")
 
 
 def _check_runs(raw: dict[str, Any], path: Path) -> None:
@@ -380,6 +409,9 @@ def check_server_args(args: Any, where: str) -> None:
         if flag_name(flag) in REVISION_FLAGS:
             raise ConfigError(f"{where} sets {flag}; pin the target's revision with [target] revision (a method's "
                               "own target: its target's revision), which baselines are keyed by")
+        if flag_name(flag) in PARALLEL_FLAGS:
+            raise ConfigError(f"{where} sets {flag}; say it with [target] {PARALLEL_FLAGS[flag_name(flag)]} (one "
+                              "place, so both arms and the GPU leases get the same), and remove it here")
         if flag_name(flag) in PLUGIN_FLAGS:
             raise ConfigError(f"{where} sets {flag}, but the plugin chooses each server's host (--specdec-host) and "
                               f"port (a free one per start) and reads the server there; remove {flag}")

@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_specdec.errors import ConfigError
+# The memory fraction is read where the leases read it too (one process's servers share GPUs by it).
+from pytest_specdec.servers.gpus import DEFAULT_GPU_MEMORY_UTILIZATION, memory_fraction
 
-#: vLLM's default --gpu-memory-utilization (EngineArgs.gpu_memory_utilization).
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+__all__ = ["DEFAULT_GPU_MEMORY_UTILIZATION", "StartPlan", "memory_fraction", "plan_start"]
+
 #: Slack for fractions like 0.2 x 5 that add up to a hair above 1.0 in binary.
 _EPS = 1e-9
 
@@ -27,22 +28,6 @@ class StartPlan:
 
     start: tuple[str, ...]  # two or more, in first-use order
     stop: tuple[str, ...] = ()  # least recently used first
-
-
-def memory_fraction(args: Sequence[str]) -> float:
-    """The share of its GPUs' memory a server takes: its --gpu-memory-utilization, else vLLM's default."""
-    from pytest_specdec.vllm.command import arg_value
-
-    value = arg_value(args, "--gpu-memory-utilization")
-    if value is None:
-        return DEFAULT_GPU_MEMORY_UTILIZATION
-    try:
-        fraction = float(value)
-    except ValueError:
-        fraction = -1.0
-    if not 0 < fraction <= 1:
-        raise ConfigError(f"server argument --gpu-memory-utilization {value}: expected a fraction in (0, 1]")
-    return fraction
 
 
 def plan_start(now: Sequence[str], upcoming: Sequence[str], alive: Sequence[str], fraction: Mapping[str, float],

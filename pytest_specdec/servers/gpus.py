@@ -6,9 +6,13 @@ shared directory) hands each server a set of GPU ids, which it gets as `CUDA_VIS
 
 Rules:
 - Leases of different processes never share a GPU.  The servers of one process (a worker's
-  reference and spec servers) share the GPUs that process already holds: the GPU profiles split
-  `--gpu-memory-utilization` so those two co-reside, exactly as in a sequential session, so the
-  placement does not depend on how many GPUs the host has or on `-n`.
+  reference and spec servers) share the GPUs that process already holds while their
+  `--gpu-memory-utilization` fractions sum to at most 1: the 1-GPU profiles split the memory so those
+  two co-reside, exactly as in a sequential session, so the placement does not depend on how many GPUs
+  the host has or on `-n`.  Servers too large to share (a 70B target at TP 4 takes 0.9 of each GPU)
+  get GPUs of their own.
+- A server's GPUs are on one NUMA node where one node has enough free GPUs (`choose_gpus`): a TP
+  group across sockets pays for every all-reduce over the inter-socket link.
 - A process that cannot get enough GPUs polls until a deadline; the timeout names the holders
   (pid, owner — worker, test id, server — and since when).
 - A lease whose holder process and server process are both gone (crash, SIGKILL) is stale and
@@ -44,8 +48,35 @@ _PARALLEL_FLAGS = {
 }
 
 
+#: vLLM's default --gpu-memory-utilization (EngineArgs.gpu_memory_utilization).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+#: Slack for fractions like 0.2 x 5 that add up to a hair above 1.0 in binary.
+_EPS = 1e-9
+#: Where the kernel lists PCI devices (a GPU's `numa_node` and `local_cpulist`).
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+
+
 class GpuLeaseError(SpecDecError):
     """No GPUs could be leased (none found, too few, or held by others past the deadline)."""
+
+
+def memory_fraction(args: Sequence[str]) -> float:
+    """The share of its GPUs' memory a server takes: its --gpu-memory-utilization, else vLLM's default.
+    Why here: the leases decide from it whether a process's servers may share GPUs, and the start plan
+    (profiles/starts.py) whether they may start together; one reading for both."""
+    from pytest_specdec.errors import ConfigError
+    from pytest_specdec.vllm.command import arg_value
+
+    value = arg_value(args, "--gpu-memory-utilization")
+    if value is None:
+        return DEFAULT_GPU_MEMORY_UTILIZATION
+    try:
+        fraction = float(value)
+    except ValueError:
+        fraction = -1.0
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"server argument --gpu-memory-utilization {value}: expected a fraction in (0, 1]")
+    return fraction
 
 
 # --- which GPUs there are ------------------------------------------------------------------------
@@ -108,6 +139,92 @@ def gpus_needed(args: Sequence[str], speculative_config: Mapping[str, Any] | Non
     return max(sizes["tensor"], draft_tp) * sizes["pipeline"] * sizes["data"]
 
 
+# --- which GPUs a server gets ------------------------------------------------------------------
+def choose_gpus(n: int, fraction: float, gpus: Sequence[str], used: Mapping[str, float], others: Iterable[str],
+                numa: Mapping[str, int]) -> tuple[str, ...] | None:
+    """The `n` GPUs (of `gpus`, in their order) a server taking `fraction` of each gets, or None while too few are
+    free. Pure, so the lease arithmetic is tested without a lock file.
+
+    ``used``: the memory fractions this process's servers already take per GPU; such a GPU is joined while the
+    sum stays at most 1 (co-residence), and joined before free ones, so a worker's arms share where they fit.
+    ``others``: GPUs other processes hold. ``numa``: each GPU's NUMA node (absent: unknown, one node). The GPUs
+    come from one node where one has enough: the one holding most of this process's GPUs with room, then the
+    one with the fewest fitting GPUs (a TP-1 server leaves whole nodes to a TP-4 one); else across nodes."""
+    taken = set(others)
+    fits = [g for g in gpus if g not in taken and used.get(g, 0.0) + fraction <= 1 + _EPS]
+    if len(fits) < n:
+        return None
+    ordered = [g for g in fits if g in used] + [g for g in fits if g not in used]  # co-residence first
+    nodes: dict[int | None, list[str]] = {}
+    for g in ordered:
+        nodes.setdefault(numa.get(g), []).append(g)
+    enough = [(node, members) for node, members in nodes.items() if len(members) >= n]
+    if not enough:
+        return tuple(ordered[:n])
+    _, best = min(enough, key=lambda item: (-sum(g in used for g in item[1][:n]), len(item[1]),
+                                            gpus.index(item[1][0])))
+    return tuple(best[:n])
+
+
+def plan_leases(servers: Sequence[tuple[str, int, float]], gpus: Sequence[str], numa: Mapping[str, int]
+                ) -> dict[str, tuple[str, ...]]:
+    """Where one process's servers, alive at once, would land on an idle host: (name, GPUs, memory fraction) each,
+    leased in order as `GpuPool.acquire` leases them. Why: the dry run shows it, and a session finds out before
+    anything starts that the host is too small for them. A server that does not fit raises `GpuLeaseError`."""
+    used: dict[str, float] = {}
+    plan: dict[str, tuple[str, ...]] = {}
+    for name, n, fraction in servers:
+        pick = choose_gpus(n, fraction, gpus, used, (), numa)
+        if pick is None:
+            held = "; ".join(f"{k} on GPU {','.join(v)}" for k, v in plan.items())
+            raise GpuLeaseError(
+                f"{name} needs {n} GPU(s) with {fraction:g} of their memory free, but the host's {len(gpus)} GPU(s) "
+                f"({','.join(gpus)}) cannot hold it" + (f" beside {held}" if held else "")
+            )
+        for g in pick:
+            used[g] = used.get(g, 0.0) + fraction
+        plan[name] = pick
+    return plan
+
+
+def gpu_numa_nodes(
+    run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run,
+    sysfs: Path | None = None,
+    which: Callable[[str], str | None] = shutil.which,
+) -> dict[str, int]:
+    """Each GPU's NUMA node, keyed by index and UUID: `nvidia-smi --query-gpu=index,uuid,pci.bus_id`, then the PCI
+    device's `numa_node` in sysfs (`SPECDEC_PCI_DEVICES` stands in for /sys/bus/pci/devices in tests).
+
+    Where nvidia-smi or sysfs cannot say (no nvidia-smi, a failing one, a container without /sys, a one-socket host
+    whose kernel writes -1) the GPU is left out and counts as one node with the others, the placement as before;
+    only a `SPECDEC_NVIDIA_SMI` that is not an executable file is an error, as for every nvidia-smi call."""
+    from pytest_specdec.servers.hardware import nvidia_smi
+
+    root = sysfs or Path(os.environ.get("SPECDEC_PCI_DEVICES", str(PCI_DEVICES)))
+    smi = nvidia_smi(which)
+    if smi is None:
+        return {}
+    try:
+        proc = run([smi, "--query-gpu=index,uuid,pci.bus_id", "--format=csv,noheader"], capture_output=True,
+                   text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    out: dict[str, int] = {}
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 3:
+            continue
+        index, gpu_uuid, bus = parts
+        domain, _, rest = bus.partition(":")  # nvidia-smi: 00000000:18:00.0, sysfs: 0000:18:00.0
+        try:
+            node = int((root / f"{domain[-4:]}:{rest}".lower() / "numa_node").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if node >= 0:
+            out[index] = out[gpu_uuid] = node
+    return out
+
+
 # --- processes -----------------------------------------------------------------------------------
 def process_start(pid: int) -> str | None:
     """The kernel's start time of `pid` (/proc/PID/stat field 22), so a reused pid is not mistaken
@@ -151,6 +268,9 @@ class Lease:
     since: float  # wall time (time.time())
     server_pid: int | None = None
     server_pid_start: str | None = None
+    #: the server's --gpu-memory-utilization: another server of the same process may join these GPUs while the
+    #: fractions sum to at most 1 (a file of an older version has none: the whole GPU)
+    memory_fraction: float = 1.0
 
     @property
     def cuda_visible_devices(self) -> str:
@@ -194,11 +314,13 @@ class GpuPool:
         sleep: Callable[[float], None] = time.sleep,
         now: Callable[[], float] = time.time,
         host: str | None = None,
+        numa: Mapping[str, int] | None = None,
     ) -> None:
         if not gpus:
             raise GpuLeaseError("no GPUs to lease: the GPU list is empty")
         self.lease_dir = lease_dir
         self.gpus = tuple(gpus)
+        self.numa = dict(numa or {})  # GPU id -> NUMA node (`gpu_numa_nodes`); empty: one node
         self.poll_s = poll_s
         self.clock, self.sleep, self.now = clock, sleep, now
         self.host = host or socket.gethostname()
@@ -244,12 +366,14 @@ class GpuPool:
     def _mine(self, lease: Lease) -> bool:
         return lease.pid == self.pid and lease.pid_start == self._pid_start
 
-    def _choose(self, n: int, live: list[Lease]) -> tuple[str, ...] | None:
-        """n GPUs no other process holds: first the ones this process already holds (co-residence)."""
-        others = {g for x in live if not self._mine(x) for g in x.gpus}
-        mine = {g for x in live if self._mine(x) for g in x.gpus}
-        order = [g for g in self.gpus if g in mine] + [g for g in self.gpus if g not in mine and g not in others]
-        return tuple(order[:n]) if len(order) >= n else None
+    def _used(self, live: list[Lease]) -> dict[str, float]:
+        """The memory fractions this process's own servers take on each GPU they hold."""
+        used: dict[str, float] = {}
+        for x in live:
+            if self._mine(x):
+                for g in x.gpus:
+                    used[g] = used.get(g, 0.0) + x.memory_fraction
+        return used
 
     # public API
     def holders(self) -> list[Lease]:
@@ -258,8 +382,9 @@ class GpuPool:
             return self._live()[0]
 
     def acquire(self, n: int, owner: str, timeout_s: float,
-                progress: Callable[[str], None] = lambda line: None) -> Lease:
-        """Lease `n` GPUs, waiting up to `timeout_s` for other processes to release theirs."""
+                progress: Callable[[str], None] = lambda line: None, fraction: float = 1.0) -> Lease:
+        """Lease `n` GPUs for a server taking `fraction` of each one's memory, waiting up to `timeout_s` for
+        other processes to release theirs."""
         if n > len(self.gpus):
             raise GpuLeaseError(f"{owner} needs {n} GPU(s) but only {len(self.gpus)} may be leased "
                                 f"({','.join(self.gpus)}); lower the tensor parallel size or pass --specdec-gpus")
@@ -270,10 +395,20 @@ class GpuPool:
                 live, stale = self._live()
                 for x in stale:
                     progress(f"specdec: reclaimed a stale GPU lease ({x.describe(self.now())}): its processes are gone")
-                pick = self._choose(n, live)
+                used = self._used(live)
+                others = {g for x in live if not self._mine(x) for g in x.gpus}
+                pick = choose_gpus(n, fraction, self.gpus, used, others, self.numa)
+                if pick is None and choose_gpus(n, fraction, self.gpus, used, (), self.numa) is None:
+                    if stale:
+                        self._write(live)
+                    mine = "; ".join(x.describe(self.now()) for x in live if self._mine(x))
+                    raise GpuLeaseError(
+                        f"{owner} needs {n} GPU(s) with {fraction:g} of their memory free, which this process's own "
+                        f"servers leave nowhere on {','.join(self.gpus)} ({mine}); waiting would not help: lower "
+                        "--specdec-max-servers (1: one server at a time) or the servers' --gpu-memory-utilization")
                 if pick is not None:
                     lease = Lease(id=uuid.uuid4().hex, gpus=pick, pid=self.pid, pid_start=self._pid_start,
-                                  host=self.host, owner=owner, since=self.now())
+                                  host=self.host, owner=owner, since=self.now(), memory_fraction=fraction)
                     self._write([*live, lease])
                     return lease
                 if stale:

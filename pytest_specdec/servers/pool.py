@@ -160,10 +160,11 @@ class ServerPool:
             return None, {}, self.server_cpus
         import os
 
-        from pytest_specdec.servers.gpus import cpus_for, gpu_local_cpus, gpus_needed
+        from pytest_specdec.servers.gpus import cpus_for, gpu_local_cpus, gpus_needed, memory_fraction
 
         n = gpus_needed(spec.args, spec.speculative_config)
-        lease = self.gpus.acquire(n, owner, self.gpu_wait_s, progress=self.progress)
+        lease = self.gpus.acquire(n, owner, self.gpu_wait_s, progress=self.progress,
+                                  fraction=memory_fraction(spec.args))
         # nvidia-smi numbers GPUs in PCI bus order, CUDA (by default) fastest first: make them agree.
         env = {"CUDA_VISIBLE_DEVICES": lease.cuda_visible_devices, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         cpus = None

@@ -158,10 +158,10 @@ def test_the_overlap_check_catches_a_shared_gpu() -> None:
 
 def test_servers_of_one_process_co_reside_and_others_get_other_gpus(tmp_path: Path) -> None:
     pool = GpuPool(tmp_path, GPUS)
-    reference = pool.acquire(1, "main reference", timeout_s=1)
-    spec = pool.acquire(1, "main spec", timeout_s=1)
+    reference = pool.acquire(1, "main reference", timeout_s=1, fraction=0.45)
+    spec = pool.acquire(1, "main spec", timeout_s=1, fraction=0.45)
     assert reference.gpus == spec.gpus == ("0",)  # the profile's memory split lets these two share
-    wide = pool.acquire(2, "main tp2", timeout_s=1)
+    wide = pool.acquire(2, "main tp2", timeout_s=1, fraction=0.1)
     assert wide.gpus == ("0", "1")  # GPUs it already holds first
     held, release = SPAWN.Queue(), SPAWN.Event()
     other = SPAWN.Process(target=_hold, args=(str(tmp_path), GPUS, "gw1", 2, held, release))
@@ -175,6 +175,19 @@ def test_servers_of_one_process_co_reside_and_others_get_other_gpus(tmp_path: Pa
         assert pool.release(lease)
     assert not pool.release(wide)  # a second release says so
     assert pool.holders() == []
+
+
+def test_servers_too_large_to_share_get_gpus_of_their_own_and_never_wait_on_their_own_process(tmp_path: Path) -> None:
+    """0.9 of each GPU: a process's second TP-2 server gets the other two GPUs; a third would wait on nothing but
+    its own servers, so it fails at once (not after --specdec-gpu-wait), saying what to lower."""
+    pool = GpuPool(tmp_path, GPUS, sleep=lambda s: pytest.fail("waited on its own servers"))
+    reference = pool.acquire(2, "main reference", timeout_s=3600, fraction=0.9)
+    spec = pool.acquire(2, "main spec", timeout_s=3600, fraction=0.9)
+    assert (reference.gpus, spec.gpus) == (("0", "1"), ("2", "3"))
+    with pytest.raises(GpuLeaseError, match=r"main third needs 2 GPU\(s\) with 0.9 of their memory free, which this "
+                                            r"process's own servers leave nowhere on 0,1,2,3 .*waiting would not help: "
+                                            r"lower --specdec-max-servers"):
+        pool.acquire(2, "main third", timeout_s=3600, fraction=0.9)
 
 
 def test_a_worker_waits_then_times_out_naming_the_holder(tmp_path: Path) -> None:
@@ -302,8 +315,8 @@ def test_server_pool_starts_servers_on_leased_gpus_and_gives_them_back(
     gpus = GpuPool(tmp_path / "leases", GPUS)
     pool = ServerPool(tmp_path / "logs", max_alive=2, startup_timeout_s=30, launcher=LAUNCHER, gpus=gpus,
                       pin_cpus=True, worker="gw0")
-    reference = ServerSpec(model="m", args=("--tensor-parallel-size", "2"))
-    spec = ServerSpec(model="m", args=("--tensor-parallel-size", "2"),
+    reference = ServerSpec(model="m", args=("--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.45"))
+    spec = ServerSpec(model="m", args=("--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.45"),
                       speculative_config={"method": "ngram", "num_speculative_tokens": 3})
     try:
         a = pool.get(reference, "t.py::test_a")

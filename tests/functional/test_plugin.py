@@ -21,7 +21,7 @@ def test_help_lists_the_options(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines([
         "*speculative decoding regression checks (pytest-specdec)*",
-        "*--gpu=NAME*hardware profile: cpu, gpu-zoo, h100, h200, a100 or*",
+        "*--gpu=NAME*hardware profile: cpu, gpu-zoo, h100, h200, a100, l40s",
         "*Default: 'auto'",
         "*--specdec-runs=N*",
         "*--specdec-dry-run*",

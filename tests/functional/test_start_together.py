@@ -24,7 +24,8 @@ def test_servers_that_fit_start_at_once_and_the_others_one_after_another(
     make_suite: Callable[..., str], fraction: str,
 ) -> None:
     """0.3 of the GPU each: the first test's reference and ngram servers and the next test's suffix server (three
-    fit) start at once; 0.6 each: no two fit, every server starts after the one before it is ready. The stand-in
+    fit) start at once on GPU 0; 0.6 each: no two fit on one GPU (the leases give each its own of GPUs 0-2), and
+    every server starts after the one before it is ready. The stand-in
     has no suffix decoding, so that server fails at its start in both: its own test fails with its own cause
     and log, and the others measure."""
     monkeypatch.setenv("FAKE_VLLM_MODE", "slow")  # each start takes a second or more: starts at once overlap
@@ -34,7 +35,9 @@ def test_servers_that_fit_start_at_once_and_the_others_one_after_another(
     profile.write_text(profile.read_text() + f'[server]\nargs = ["--gpu-memory-utilization", "{fraction}"]\n')
     pytester.makepyfile(test_suite=make_suite(name="test_ngram", **SUITE)
                         + make_suite(name="test_suffix", method="suffix", **SUITE))
-    r = specdec_session(pytester, profile, None, "--specdec-gpus=0", "--specdec-max-servers=3", subprocess=True).result
+    gpus = "0" if fraction == "0.3" else "0,1,2"
+    r = specdec_session(pytester, profile, None, f"--specdec-gpus={gpus}", "--specdec-max-servers=3",
+                        subprocess=True).result
     r.assert_outcomes(passed=1, errors=1)
     r.stdout.fnmatch_lines(["*test_suffix*", "*vLLM server (suffix) exited with code 1 while starting*",
                             "*log: *vllm-suffix-*.log*"])
@@ -50,6 +53,7 @@ def test_servers_that_fit_start_at_once_and_the_others_one_after_another(
                                 "*ngram * ready in * s  GPU 0  together [[]main#1]*",
                                 "*2 start(s) in 1 group(s) started together: * s of wall time for * s of start-ups*"])
     else:
+        r.stdout.fnmatch_lines(["*none * ready in * s  GPU 0*", "*ngram * ready in * s  GPU 1*"])  # GPUs of their own
         for x, y in itertools.permutations([a, b]):
             assert x["start"] > y["ready"] or y["start"] > x["ready"], (x, y)  # never starting at once
         assert "together" not in r.stdout.str()

@@ -45,6 +45,8 @@ def run(pytester: pytest.Pytester, project: Path,
     def go(device: str, *extra: str) -> pytest.RunResult:
         name = "fakegpu" if device == "cuda" else "fakecpu"
         profile = make_profile(name, device=device, tensor_parallel_size=1, methods=("ngram",), validity=None)
+        if device == "cuda":  # as the 1-GPU profiles do: a worker's two servers share its GPU (servers/gpus.py)
+            profile.write_text(profile.read_text() + '[server]\nargs = ["--gpu-memory-utilization", "0.45"]\n')
         # A subprocess: the project's conftest replaces pytest_specdec.vllm.command.vllm_launcher (see fake_vllm).
         return specdec_session(
             pytester, profile, None, "-n", "2", *extra, subprocess=True,

@@ -15,15 +15,18 @@ import pytest
 from pytest_specdec.errors import ConfigError, SpecDecDeprecationWarning
 from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
 from pytest_specdec.profiles import VLLM_METHODS, builtin_profiles, load_profile, server_spec
+from pytest_specdec.profiles.resolve import auto_candidates
 from pytest_specdec.servers.hardware import GpuList, check_profile, pick_profile
 
 GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
+#: Profiles whose servers span several GPUs (chosen by name only, never by `--gpu=auto`).
+MULTI_GPU_PROFILES = ["h100x8-70b"]
 
 
 # --- the profiles themselves ---------------------------------------------------------------------
 
 def test_every_gpu_profile_is_built_in_and_complete() -> None:
-    assert set(GPU_PROFILES) | {"cpu", "gpu-zoo"} == set(builtin_profiles())
+    assert set(GPU_PROFILES) | set(MULTI_GPU_PROFILES) | {"cpu", "gpu-zoo"} == set(builtin_profiles())
     for name in GPU_PROFILES:
         p = load_profile(name)
         assert p.name == name and p.device == "cuda" and p.builtin
@@ -181,6 +184,72 @@ def test_bad_profile_files_name_the_key_and_the_file(tmp_path: Path, extra: str,
     assert message in str(info.value)
 
 
+def test_the_70b_profile_serves_both_arms_at_tp4_on_four_gpus_each() -> None:
+    """The 8-GPU host's profile: the target and the EAGLE-3 head for it, the same TP in the reference as in every
+    spec arm, 4 GPUs a server, 8 for the two, and `--gpu=auto` on H100s still picks the 1-GPU profile."""
+    from pytest_specdec.servers.gpus import gpus_needed, memory_fraction
+
+    p = load_profile("h100x8-70b")
+    assert (p.device, p.builtin, p.raw["gpus"], p.tensor_parallel_size, p.pipeline_parallel_size, p.server_gpus) == (
+        "cuda", True, 8, 4, 1, 4)
+    assert p.target == "meta-llama/Llama-3.3-70B-Instruct" and p.nvidia_smi_names == ("NVIDIA H100 80GB HBM3",)
+    assert p.methods["eagle3"] == {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"}
+    assert {"ngram", "draft_model", "eagle3"} <= set(p.methods)  # suites/test_methods.py's presets
+    reference = server_spec(p, "none", None)
+    for method in p.methods:
+        spec = server_spec(p, method, 3)
+        assert spec.args == reference.args and spec.model == reference.model
+        assert gpus_needed(spec.args, spec.speculative_config) == 4
+    assert memory_fraction(reference.args) + memory_fraction(reference.args) > 1  # never on one GPU together
+    assert max(p.matrix["concurrency"]) <= int(reference.args[reference.args.index("--max-num-seqs") + 1])
+    assert Timings.from_profile(p.raw, p.path) is not None
+    assert pick_profile(GpuList((SXM,) * 8), BUILTIN) == "h100"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[target]\nmodel = "m"\ntensor_parallel_size = 0\n', "[target] tensor_parallel_size must be a whole number >= 1, "
+                                                         "got 0"),
+    ('[target]\nmodel = "m"\npipeline_parallel_size = 1.5\n',
+     "[target] pipeline_parallel_size must be a whole number >= 1, got 1.5"),
+    ('[target]\nmodel = "m"\npipeline_parallel_size = true\n',
+     "[target] pipeline_parallel_size must be a whole number >= 1, got True"),
+    ('gpus = 4\n[target]\nmodel = "m"\ntensor_parallel_size = 4\npipeline_parallel_size = 2\n',
+     "[target] tensor_parallel_size (4) x pipeline_parallel_size (2) = 8 GPUs per server, but the profile's host has "
+     "gpus = 4; lower them or raise gpus"),
+    ('[target]\nmodel = "m"\n[server]\nargs = ["-tp", "4"]\n',
+     "[server] args sets -tp; say it with [target] tensor_parallel_size (one place"),
+    ('[target]\nmodel = "m"\n[server]\nargs = ["--pipeline-parallel-size=2"]\n',
+     "[server] args sets --pipeline-parallel-size; say it with [target] pipeline_parallel_size"),
+    ('[target]\nmodel = "m"\n[engines.wide]\nargs = ["--tensor_parallel_size", "2"]\n',
+     "engine mode 'wide' args sets --tensor_parallel_size; say it with [target] tensor_parallel_size"),
+    ('[target]\nmodel = "m"\ntensor_parallel_size = 4\n[methods.e]\nspeculative_config = { method = "eagle3", '
+     'model = "h", draft_tensor_parallel_size = 2 }\n',
+     "methods.e.speculative_config.draft_tensor_parallel_size must be 1 or the target's tensor_parallel_size (4), as "
+     "vLLM requires, got 2"),
+    ('[target]\nmodel = "m"\n[methods.e]\nspeculative_config = { method = "eagle3", model = "h", '
+     'draft_tensor_parallel_size = 0 }\n',
+     "methods.e.speculative_config.draft_tensor_parallel_size must be a whole number >= 1, got 0"),
+])
+def test_bad_parallel_sizes_name_the_field(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "wide.toml"
+    path.write_text('name = "wide"\n' + text)
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(path))
+    assert str(info.value).startswith(f"profile {path}") and message in str(info.value)
+
+
+def test_good_parallel_sizes_reach_both_arms(tmp_path: Path) -> None:
+    path = tmp_path / "wide.toml"
+    path.write_text('name = "wide"\ngpus = 8\n[target]\nmodel = "m"\ntensor_parallel_size = 2\n'
+                    'pipeline_parallel_size = 4\n[methods.e]\nspeculative_config = { method = "eagle3", model = "h", '
+                    'draft_tensor_parallel_size = 2 }\n')
+    p = load_profile(str(path))
+    assert p.server_gpus == 8
+    for method in ("none", "e"):
+        args = server_spec(p, method, 3).args
+        assert args[-4:] == ("--tensor-parallel-size", "2", "--pipeline-parallel-size", "4")
+
+
 @pytest.mark.parametrize(("target", "message"), [
     ('model = "m"\n[x]', "unknown key 'x' in the top level"),
     ('model = 42', "[target] model must be a non-empty string (a hub id, a path or zoo:NAME), got 42"),
@@ -238,7 +307,7 @@ def _serve_argv(command: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [*GPU_PROFILES, "cpu", "gpu-zoo"])
+@pytest.mark.parametrize("name", [*GPU_PROFILES, *MULTI_GPU_PROFILES, "cpu", "gpu-zoo"])
 def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here(vllm_serve_parser: Any,
                                                                                   name: str) -> None:
     """Each method at each k of the profile's matrix, and the reference, as vLLM would parse them."""
@@ -254,9 +323,10 @@ def test_every_server_command_parses_with_vllms_own_parser_not_run_on_a_gpu_here
             assert ns.speculative_config == spec.speculative_config
             if method != "none":
                 assert ns.speculative_config["num_speculative_tokens"] == k
-            if profile.device == "cuda":
-                assert 0 < ns.gpu_memory_utilization < 0.5
-                assert ns.tensor_parallel_size == profile.tensor_parallel_size
+            if profile.device == "cuda":  # two servers share a GPU, or each has GPUs of its own
+                assert 0 < ns.gpu_memory_utilization < (0.5 if profile.server_gpus == 1 else 0.95)
+            assert ns.tensor_parallel_size == profile.tensor_parallel_size  # both arms, the same TP
+            assert ns.pipeline_parallel_size == profile.pipeline_parallel_size
     for mode in profile.engines.values():  # each engine mode, after the server's args, in both arms
         for method in ("none", "eagle3"):
             spec = mode.apply(server_spec(profile, method, 3))
@@ -270,7 +340,7 @@ def test_profile_methods_are_vllms_method_literal_not_run_on_a_gpu_here() -> Non
 
     allowed = speculative_methods()
     assert set(VLLM_METHODS) <= set(allowed), set(VLLM_METHODS) - set(allowed)
-    for name in GPU_PROFILES:
+    for name in [*GPU_PROFILES, *MULTI_GPU_PROFILES]:
         for method, config in load_profile(name).methods.items():
             assert config["method"] in allowed
             assert speculative_config_problems({**config, "num_speculative_tokens": 3}) == [], (name, method)
@@ -319,7 +389,7 @@ def _rest_of_literal() -> str:
 
 SXM = "NVIDIA H100 80GB HBM3"
 PCIE = "NVIDIA H100 PCIe"
-BUILTIN = {name: load_profile(name).nvidia_smi_names for name in builtin_profiles()}
+BUILTIN = auto_candidates()
 
 
 def test_check_passes_on_the_profiles_own_sku() -> None:
