@@ -551,7 +551,8 @@ class SpecDecSession:
                                endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
                                server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
                                max_runs=self.max_runs(), max_servers=self.placement.max_alive(),
-                               price=price(profile, s.gpu_hourly_usd), start_together=self.placement.start_together()),
+                               price=price(profile, s.gpu_hourly_usd, self.placement.gpus_held()),
+                               start_together=self.placement.start_together()),
                 *lease_plan_lines(self.placement, s.gpus)]
 
     def server_starts(self) -> list[StartRecord]:

@@ -111,7 +111,8 @@ def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: s
                      f"run(s) per arm){together}")
     total = sum(m.seconds for m in modules)
     total_max = sum(m.seconds_max for m in modules)
-    hourly = price["usd_per_hour"] if price else None  # the report's price too
+    # what a test holds at once: one server's GPUs (the report's price), or every arm's where each has its own
+    hourly = (price.get("usd_per_hour_held") or price["usd_per_hour"]) if price else None
     cost = f"; ${total / 3600 * hourly:.2f} to ${total_max / 3600 * hourly:.2f} at ${hourly:g}/h" if hourly else ""
     lines.append(f"  total: ~{minutes(total)} (up to {minutes(total_max)}){cost}")
     saved = sum(m.saved_s for m in modules)

@@ -467,17 +467,19 @@ def merge_servers(local: dict[str, dict[str, Any]], remote: Sequence[dict[str, d
     return servers
 
 
-def price(profile: Profile, gpu_hourly_usd: float | None) -> dict[str, Any] | None:
+def price(profile: Profile, gpu_hourly_usd: float | None, held: int | None = None) -> dict[str, Any] | None:
     """Hourly price of one server's hardware for the report's cost per 1M output tokens:
-    --specdec-gpu-hourly-usd, else the profile's `price_per_hour_usd` (per GPU), times the GPUs a server uses."""
+    --specdec-gpu-hourly-usd, else the profile's `price_per_hour_usd` (per GPU), times the GPUs a server uses
+    (TP x PP); with ``held``, the GPUs a test holds at once (`Placement.gpus_held`), what the dry run's cost uses."""
     per_gpu, source = gpu_hourly_usd, "--specdec-gpu-hourly-usd"
     if per_gpu is None:
         raw = profile.raw.get("price_per_hour_usd")
         if raw is None:
             return None
         per_gpu, source = float(raw), f"profile {profile.name} price_per_hour_usd"
-    gpus = 1 if profile.device == "cpu" else profile.tensor_parallel_size
-    return {"usd_per_hour": per_gpu * gpus, "usd_per_gpu_hour": per_gpu, "gpus": gpus, "source": source}
+    gpus = 1 if profile.device == "cpu" else profile.server_gpus
+    return {"usd_per_hour": per_gpu * gpus, "usd_per_gpu_hour": per_gpu, "gpus": gpus, "source": source,
+            **({"gpus_held": held, "usd_per_hour_held": per_gpu * held} if held is not None else {})}
 
 
 def stamp(started: float) -> str:

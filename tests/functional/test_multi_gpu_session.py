@@ -5,6 +5,7 @@ one node; a host too small for it is said before any server starts. Nothing runs
 
 from __future__ import annotations
 
+import re
 import shlex
 import stat
 from pathlib import Path
@@ -20,6 +21,7 @@ from pytest_specdec.servers.hardware import SMI_ENV
 from pytest_specdec.servers.pool import ServerPool
 
 SUITES = Path(__file__).resolve().parents[2] / "suites"
+PROFILES = Path(__file__).resolve().parents[2] / "pytest_specdec" / "profiles"
 TEST = ('import pytest\n\n\n@pytest.mark.specdec(method="eagle3", k=3, temperature=0.0, concurrency=1, '
         'num_prompts=4, max_tokens=16)\ndef test_eagle3(specdec):\n    pass\n')
 
@@ -61,6 +63,9 @@ def test_the_70b_dry_run_leases_two_tp4_servers_on_disjoint_numa_local_gpus(
         "  reference: CUDA_VISIBLE_DEVICES=0,2,4,6, NUMA node 0",
         "  spec: CUDA_VISIBLE_DEVICES=1,3,5,7, NUMA node 1",
     ])
+    # the session's cost counts the 8 GPUs a test holds (two TP-4 servers), at the profile's price per GPU-hour
+    per_gpu = float(re.search(r"price_per_hour_usd = ([\d.]+)", (PROFILES / "h100x8-70b.toml").read_text())[1])
+    result.stdout.fnmatch_lines([f"  total: ~* at ${per_gpu * 8:g}/h"])
 
 
 def test_a_session_on_too_few_gpus_stops_at_collection_with_one_usage_error(pytester: pytest.Pytester,
