@@ -245,8 +245,8 @@ def _none_there(store: Any) -> str:
     if store.all_files():
         return ""
     others = "; ".join(f"{m.name} ({m.key})" for m in store.machines().others) or "none"
-    return (f" (that folder holds no baselines, so nothing of NEW could be judged; the profile's baselines were "
-            f"measured on: {others})")
+    return (f" (that folder holds no baselines, so NEW's speed could not be judged, its acceptance only against "
+            f"other machines' nights of the same software; the profile's baselines were measured on: {others})")
 
 
 # ---- the crossover concurrency: the gate's points from a results file, its sweeps judged ----------

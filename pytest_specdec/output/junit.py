@@ -16,8 +16,9 @@ PREFIX = "specdec_"
 
 
 def test_properties(record: TestRecord) -> list[tuple[str, str]]:
-    """Figures of one test: the summary's, the runs per arm, the baseline used and each gated verdict
-    with its change and CI (worded as the terminal's table)."""
+    """Figures of one test: the summary's, the runs per arm, the baseline used (and the other machines whose nights
+    judged its acceptance), each gated verdict with its change and CI (worded as the terminal's table), and its
+    drift verdicts."""
     from pytest_specdec.output.ab_wording import ab_sides
     from pytest_specdec.output.wording import format_value
 
@@ -39,10 +40,16 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
     if check is not None:
         out.append((PREFIX + "baseline", f"{check.plan.status}: {check.plan.path}"))
         out += [(f"{PREFIX}verdict_{v.metric}", verdict_text(v)) for v in check.shown() if v.family == GATED]
+        if check.plan.machines:  # its acceptance judged against other machines' nights, its speed against none
+            out.append((PREFIX + "baseline_machines", ", ".join(check.plan.machines)))
         if check.deviation is not None:
             import math
 
             out.append((PREFIX + "reference_vs_baseline", f"{100 * (math.exp(check.deviation) - 1):+.1f} %"))
+    if record.drift is not None:  # early against late runs on one server (`gate.drift`), worded as the terminal's
+        from pytest_specdec.output.drift import verdict_text as drift_text
+
+        out += [(f"{PREFIX}drift_{v.metric}", drift_text(v, record.drift.alpha)) for v in record.drift.verdicts]
     ab = record.ab
     if ab is not None:  # an A/B session: the candidate against the base, and what a regression points at
         out.append((PREFIX + "ab", ab_sides(ab)))

@@ -58,6 +58,9 @@ def test_junit_properties_of_a_regressed_and_an_unchanged_test(
         assert float(p["specdec_e2e_p95_ms"]) > 0 and p["specdec_runs_spec"] == "3 valid of 3"
         assert p["specdec_baseline"].startswith("compared: ") and p["specdec_baseline"].endswith(".json")
         assert "specdec_reference_vs_baseline" in p
+        assert "specdec_baseline_machines" not in p  # this machine's own nights
+        assert p["specdec_drift_acceptance_drift"].startswith("acceptance ")  # early against late, as the terminal
+        assert p["specdec_drift_step_time_drift"].startswith("step time ")
     assert gated["specdec_verdict_speedup"].startswith("regressed -") and " (CI -" in gated["specdec_verdict_speedup"]
     assert gated["specdec_verdict_acceptance_rate"].startswith("regressed -")
     assert lenient["specdec_verdict_speedup"].startswith(("unchanged", "inconclusive"))
