@@ -262,7 +262,7 @@ def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results
 
 def cmd_merge(args: argparse.Namespace) -> int:
     """`pytest-specdec merge`: one night's shards as one results file, JUnit file and HTML report (`app.merge`)."""
-    from pytest_specdec.app.merge import MergeError, Shard, expected_ids, merge, outcome_counts
+    from pytest_specdec.app.merge import INSUFFICIENT_DATA, MergeError, Shard, expected_ids, merge, outcome_counts
     from pytest_specdec.files import write_atomic
     from pytest_specdec.output.junit import junit_xml
     from pytest_specdec.output.results import write_report
@@ -299,7 +299,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, text)
     junit.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(junit, junit_xml(results, suite=f"pytest-specdec merge of {len(shards)} shards"))
+    write_atomic(junit, junit_xml(results, suite=f"pytest-specdec merge of {len(shards)} shards",
+                                  skipped_outcomes=(INSUFFICIENT_DATA,) if args.allow_missing else ()))
     html.parent.mkdir(parents=True, exist_ok=True)
     write_report(json.loads(text), out.parent, 0.0, html)
     name = {"bh": "Benjamini-Hochberg", "holm": "Holm"}.get(merged.multiplicity, merged.multiplicity)

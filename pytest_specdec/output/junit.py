@@ -112,13 +112,15 @@ def entry_properties(test: TestEntry) -> list[tuple[str, str]]:
     return out
 
 
-def junit_xml(results: Results, suite: str = "pytest-specdec") -> str:
+def junit_xml(results: Results, suite: str = "pytest-specdec", skipped_outcomes: Iterable[str] = ()) -> str:
     """A JUnit XML file of a results file's tests, as pytest's --junitxml names them (a test module's path with
     dots as the class name, the test's name as the case's), each with its properties; a failed test's `error`
-    (or its outcome, where it recorded none) is its failure, a skipped test is skipped. What a CI's test view
-    reads where no one pytest session ran the tests (`pytest-specdec merge`)."""
+    (or its outcome, where it recorded none) is its failure, a skipped test (or one of ``skipped_outcomes``: merge's
+    forgiven `insufficient-data`) is skipped. What a CI's test view reads where no one pytest session ran the tests
+    (`pytest-specdec merge`)."""
     import xml.etree.ElementTree as ET
 
+    skipping = {"skipped", *skipped_outcomes}
     cases, failures, skipped = [], 0, 0
     for test in results.tests:
         path, _, name = test.nodeid.rpartition("::")
@@ -130,7 +132,7 @@ def junit_xml(results: Results, suite: str = "pytest-specdec") -> str:
             holder = ET.SubElement(case, "properties")
             for key, value in props:
                 ET.SubElement(holder, "property", name=key, value=value)
-        if test.outcome == "skipped":
+        if test.outcome in skipping:
             skipped += 1
             ET.SubElement(case, "skipped", message=(test.error or "skipped")[:200])
         elif test.outcome != "passed":

@@ -149,8 +149,14 @@ def test_merging_shards_is_judging_the_suite_as_one_session(
         assert f"specdec merge: insufficient-data: {nodeid}: expected" in r.stdout
     assert {t["nodeid"] for t in json.loads(lost.read_text())["tests"] if t["outcome"] == "insufficient-data"} == \
         set(gone)
+    def junit_of_lost() -> dict[str, list[str]]:
+        cases = ET.parse(lost.with_suffix(".junit.xml")).getroot().iter("testcase")
+        return {c.get("name") or "": [e.tag for e in c if e.tag != "properties"] for c in cases}
+
+    assert junit_of_lost()[gone[0].split("::")[1]] == ["failure"]
     r = cli("merge", shards["a"], shards["b"], "--expect", expect, "--allow-missing", "-o", lost)
     assert "insufficient-data" in r.stdout and "--allow-missing: not failed" in r.stdout
+    assert junit_of_lost()[gone[0].split("::")[1]] == ["skipped"]
 
     # Shards of two profiles (or two levels) are refused, naming the field and each file's value.
     other = pytester.path / "other.json"
