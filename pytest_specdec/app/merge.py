@@ -173,7 +173,8 @@ def as_verdict(entry: VerdictEntry, where: str, *, unadjusted: bool) -> Verdict:
 
 def fails_on_verdicts(rule: FailRule, test: TestEntry, verdicts: Sequence[Verdict]) -> bool:
     """Whether the plugin's rule fails the test on these verdicts (a regression, or inconclusive under
-    --specdec-fail-inconclusive), as its test's end would."""
+    --specdec-fail-inconclusive), as its test's end would (judged against other machines' nights where its
+    baseline names them: acceptance alone)."""
     from typing import get_args
 
     from pytest_specdec.gate.kinds import Status
@@ -182,7 +183,7 @@ def fails_on_verdicts(rule: FailRule, test: TestEntry, verdicts: Sequence[Verdic
     status = next((s for s in get_args(Status) if b is not None and s == b.status), None)
     if b is None or status is None:
         return False
-    end = rule.decide(checked=b.checked, status=status, verdicts=verdicts)
+    end = rule.decide(checked=b.checked, status=status, verdicts=verdicts, portable_only=bool(b.machines))
     return end.fails and end.outcome in (REGRESSED, INCONCLUSIVE)
 
 
