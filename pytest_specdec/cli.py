@@ -6,6 +6,10 @@
                                                regression of a test that did not opt out, a dead arm in NEW)
     pytest-specdec compare [OLD] AB.json       an A/B session's tests judged again, candidate vs base, beside
                                                OLD's A/B verdicts
+    pytest-specdec merge SHARD.json...         one night's shards (a session each, on its own machine) as one
+                                               results file, JUnit file and HTML report: BH/Holm redone over
+                                               every shard's verdicts together; with --expect, a test in no
+                                               shard fails the merge; exit 1 where a test fails
     pytest-specdec history DIR|FILE...         per test and gated metric, the nights' series and change points
     pytest-specdec calibrate FILE.json...      this host's noise from several sessions of the same tests: run and
                                                night sd per metric, what a lone test catches; --write
@@ -256,6 +260,78 @@ def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results
     return REGRESSED if result.failed() else OK
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    """`pytest-specdec merge`: one night's shards as one results file, JUnit file and HTML report (`app.merge`)."""
+    from pytest_specdec.app.merge import INSUFFICIENT_DATA, MergeError, Shard, expected_ids, merge, outcome_counts
+    from pytest_specdec.files import write_atomic
+    from pytest_specdec.output.junit import junit_xml
+    from pytest_specdec.output.results import write_report
+    from pytest_specdec.output.schema import ResultsError, load, render_results
+
+    shards = []
+    for path in args.shards:
+        data, results = read_results(path)
+        shards.append(Shard(path, data, results))
+    expected = None
+    if args.expect is not None:
+        try:
+            expected = expected_ids(args.expect.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"--expect {args.expect}: cannot be read ({exc})") from None
+        if not expected:
+            raise InputError(f"--expect {args.expect}: no test ids in it (one `path::test[id]` a line, as "
+                             "`pytest --co -q` or the plugin's dry run prints them)")
+    try:
+        merged = merge(shards, expected)
+    except MergeError as exc:
+        raise InputError(str(exc)) from None
+    out = args.output
+    junit = args.junit or out.with_suffix(".junit.xml")
+    html = args.html or out.with_suffix(".html")
+    written = {p.resolve() for p in (out, junit, html)}
+    if len(written) < 3 or written & {p.resolve() for p in args.shards}:
+        raise InputError(f"-o {out}, --junit {junit} and --html {html} must be three files, none of them a shard")
+    text = render_results(merged.data)
+    try:
+        results = load(merged.data, str(out))  # what every reader will read: read it before writing it
+    except ResultsError as exc:
+        raise InputError(f"the merged night cannot be read back ({exc}); a shard's file is likely broken") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, text)
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(junit, junit_xml(results, suite=f"pytest-specdec merge of {len(shards)} shards",
+                                  skipped_outcomes=(INSUFFICIENT_DATA,) if args.allow_missing else ()))
+    html.parent.mkdir(parents=True, exist_ok=True)
+    write_report(json.loads(text), out.parent, 0.0, html)
+    name = {"bh": "Benjamini-Hochberg", "holm": "Holm"}.get(merged.multiplicity, merged.multiplicity)
+    counts = ", ".join(f"{n} {word}" for word, n in sorted(outcome_counts(merged.data["tests"]).items()))
+    print(f"specdec merge: {len(shards)} shard(s), {len(merged.data['tests'])} test(s) ({counts}); {name} at alpha "
+          f"{merged.alpha:g} over the {merged.family} gated p-value(s) of every shard together")
+    for nodeid, before, after in merged.changed:
+        print(f"specdec merge: {nodeid}: {before} in its shard, {after} once the night's family is adjusted together")
+    for nodeid in merged.failed:
+        print(f"specdec merge: failed: {nodeid}")
+    for sweep in merged.failed_sweeps:
+        print(f"specdec merge: sweep failed: {sweep}")
+    for line in merged.errors:
+        print(f"specdec merge: error: {line}")
+    for path in merged.machine_failed:
+        print(f"specdec merge: machine factor beyond its threshold (--specdec-fail-machine): {path}")
+    for nodeid in merged.missing:
+        print(f"specdec merge: insufficient-data: {nodeid}: expected (--expect {args.expect}) but in no shard")
+    if merged.missing:
+        print(f"specdec merge: {len(merged.missing)} expected test(s) in no shard"
+              + (" (--allow-missing: not failed)" if args.allow_missing else
+                 "; a shard never ran or never uploaded its results (--allow-missing to accept)"))
+    if expected is not None:
+        extra = [t["nodeid"] for t in merged.data["tests"] if t["nodeid"] not in set(expected)]
+        if extra:
+            print(f"specdec merge: {len(extra)} test(s) in the shards but not in --expect {args.expect}: "
+                  + ", ".join(extra))
+    print(f"specdec merge: wrote {out}, {junit}, {html}")
+    return REGRESSED if merged.fails or (merged.missing and not args.allow_missing) else OK
+
+
 def history_nights(sources: Sequence[Path]) -> tuple[list[NightFile], list[tuple[Path, str]]]:
     """The results files of ``sources`` read, and the files of its directories skipped with why. A session's
     reports/ holds other JSON beside its results (the saved outputs, a pytest-benchmark file), so a
@@ -386,7 +462,8 @@ def parser() -> argparse.ArgumentParser:
         prog="pytest-specdec",
         description="Read pytest-specdec results files outside pytest: compare two, trend many, re-render one, "
                     "convert older ones.",
-        epilog="Exit status: 0 fine, 1 a gated regression or a dead arm (compare), 2 bad input. "
+        epilog="Exit status: 0 fine, 1 a gated regression or a dead arm (compare, merge) or an expected test in no "
+               "shard (merge), 2 bad input. "
                "docs/cli.md has more.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -417,6 +494,29 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--strict", action="store_true", help="exit 1 also when a test is not comparable")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")
     c.set_defaults(run=cmd_compare)
+
+    m = sub.add_parser("merge", help="one night's shards as one results file, JUnit file and HTML report",
+                       description="Each SHARD.json is a session's results (--specdec-json) that ran part of the "
+                                   "suite on its own machine. The merged night redoes the session's BH/Holm "
+                                   "adjustment over every shard's verdicts together (the level and rule the shards "
+                                   "recorded), so the night's false-alarm rate is the suite's; each test's outcome "
+                                   "follows from its merged verdicts by the plugin's failure rule. Shards of another "
+                                   "profile, hardware, vLLM, plugin version or gate setting, or a test in two "
+                                   "shards, are refused (exit 2). Exit 1 where a test fails, or an expected test is "
+                                   "in no shard.")
+    m.add_argument("shards", type=Path, nargs="+", metavar="SHARD.json", help="each shard's results file")
+    m.add_argument("--expect", type=Path, metavar="FILE",
+                   help="the test ids the night should hold, one a line: the output of `pytest --co -q` or of the "
+                        "plugin's dry run; a test in no shard is insufficient-data and fails the merge")
+    m.add_argument("--allow-missing", action="store_true",
+                   help="an expected test in no shard is still insufficient-data in the file, but does not fail")
+    m.add_argument("-o", "--output", type=Path, default=Path("reports/specdec-merged.json"), metavar="OUT.json",
+                   help="the merged results file (default: reports/specdec-merged.json)")
+    m.add_argument("--junit", type=Path, default=None, metavar="OUT.xml",
+                   help="the JUnit XML file (default: OUT.junit.xml beside the results)")
+    m.add_argument("--html", type=Path, default=None, metavar="OUT.html",
+                   help="the HTML report (default: OUT.html beside the results)")
+    m.set_defaults(run=cmd_merge)
 
     h = sub.add_parser("history", help="per test and gated metric, the series across nights and its change points",
                        description="One results file is one night, ordered by its recorded session start. Per test "

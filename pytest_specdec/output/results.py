@@ -137,7 +137,9 @@ class TestRecord:
 
             shown = self.baseline.shown()
             split = self.baseline.split()
-            out["verdicts"] = {v.metric: verdict_entry(v) for v in shown}
+            raw = {v.metric: v for v in self.baseline.raw}
+            out["verdicts"] = {v.metric: {**verdict_entry(v), "unadjusted": unadjusted_entry(raw.get(v.metric))}
+                               for v in shown}
             out["baseline"] = {**baseline_entry(self.baseline),
                                "attribution": attribution(shown, split) if shown else None,
                                "split": None if split is None else split.to_dict()}
@@ -254,6 +256,12 @@ def verdict_entry(v: Verdict) -> dict[str, Any]:
         "se": None if v.var_fixed is None or v.var_run is None or not v.n_now
         else math.sqrt(v.var_fixed + v.var_run / v.n_now), "df": v.df,
     }
+
+
+def unadjusted_entry(v: Verdict | None) -> dict[str, Any] | None:
+    """A verdict before the family's adjustment (its word, p and note): what `pytest-specdec merge` adjusts again
+    over several sessions' verdicts together, since an adjusted p cannot be undone. None: no raw verdict."""
+    return None if v is None else {"verdict": v.verdict, "p": v.p, "note": v.note}
 
 
 def run_entry(r: RunRecord) -> dict[str, Any]:

@@ -73,6 +73,8 @@ class VerdictEntry:
     mde: float | None  # None beside an se: no bound; None without one: no variance model
     se: float | None
     df: float | None
+    #: the verdict before the session's family adjustment, `{verdict, p, note}` (None: not recorded)
+    unadjusted: Mapping[str, Any] | None = None
 
     @property
     def exact(self) -> bool:
@@ -107,7 +109,8 @@ class VerdictEntry:
             unit=unit, ci=None if lo is None or hi is None else (lo, hi),
             p=number(d.get("p")), n_baseline=_int(d.get("n_baseline")), n_now=_int(d.get("n_now")),
             threshold=number(d.get("threshold")), method=method, per=per, note=str(d.get("note") or ""),
-            mde=number(d.get("mde")), se=number(d.get("se")), df=number(d.get("df")))
+            mde=number(d.get("mde")), se=number(d.get("se")), df=number(d.get("df")),
+            unadjusted=raw if isinstance(raw := d.get("unadjusted"), Mapping) else None)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """The CI pipelines in examples/ci are meant to be copied as they are, so they are linted here: zizmor
 (offline, pedantic persona, any finding fails) and GitHub's workflow schema for the GitHub Actions files,
-Buildkite's pipeline schema for the Buildkite files; every option they give pytest is one the plugin's
-parser knows, and every script they run exists with the options they give it. Each kind of mistake is
-planted once in a copy, which must then fail. Both tools come with the `test` extra, next to the
+Buildkite's pipeline schema for the Buildkite files (the Kubernetes Jobs have no schema here: their shape is
+checked with the sharded recipes'); every option they give pytest is one the plugin's parser knows (pytest-split's,
+which the sharded recipes install, apart), and every script they run exists with the options they give it. The
+sharded recipes run pytest-split groups and a merge of every shard's results (`sharding_problems`). Each kind of
+mistake is planted once in a copy, which must then fail. Both tools come with the `test` extra, next to the
 interpreter running the tests; a missing tool fails, since a skip would let a broken example through.
 The pull-request A/B recipes' choice of what to A/B is tested in test_ci_pr_ab.py.
 """
@@ -26,8 +28,13 @@ EXAMPLES = ROOT / "examples" / "ci"
 GITHUB = sorted((EXAMPLES / "github").glob("*.yml"))
 BUILDKITE_FILES = sorted((EXAMPLES / "buildkite").glob("*.yml"))
 BUILDKITE = EXAMPLES / "buildkite" / "pipeline.yml"
+KUBERNETES = sorted((EXAMPLES / "kubernetes").glob("*.yml"))
 SCHEMAS = {**{path: "vendor.github-workflows" for path in GITHUB},
            **{path: "vendor.buildkite" for path in BUILDKITE_FILES}}
+#: Every recipe, with a schema or not.
+RECIPES = [*SCHEMAS, *KUBERNETES]
+#: pytest-split's options, which the sharded recipes install beside the plugin (`pip install pytest-split`).
+SPLIT_OPTIONS = {"--splits", "--group"}
 
 
 def tool(name: str) -> Path:
@@ -56,8 +63,9 @@ def schema_check(file: Path, schema: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_examples_exist() -> None:
-    assert [p.name for p in GITHUB] == ["cpu.yml", "nightly.yml", "pr-ab.yml"]
-    assert [p.name for p in BUILDKITE_FILES] == ["pipeline.yml", "pr-ab.yml"]
+    assert [p.name for p in GITHUB] == ["cpu.yml", "nightly.yml", "pr-ab.yml", "sharded.yml"]
+    assert [p.name for p in BUILDKITE_FILES] == ["pipeline.yml", "pr-ab.yml", "sharded.yml"]
+    assert [p.name for p in KUBERNETES] == ["merge.yml", "shards.yml"]
 
 
 def test_the_github_workflows_have_no_zizmor_findings() -> None:
@@ -76,19 +84,31 @@ def pytest_commands(path: Path) -> list[list[str]]:
     """The pytest command lines of an example's shell steps, as argument lists."""
     lines = [line for script in shell_scripts(path) for line in script.replace("&&", "\n").splitlines()]
     commands = [shlex.split(line) for line in lines if ".venv/bin/pytest" in line]
-    return [args[args.index(".venv/bin/pytest"):] for args in commands]
+    return [args[args.index(".venv/bin/pytest"):] for args in commands if ".venv/bin/pytest" in args]
+
+
+def merge_commands(path: Path) -> list[list[str]]:
+    """The `pytest-specdec merge` command lines of an example's shell steps, as argument lists after the verb."""
+    lines = [line for script in shell_scripts(path) for line in script.replace("&&", "\n").splitlines()]
+    commands = [shlex.split(line) for line in lines if "pytest-specdec merge" in line]
+    return [args[args.index("merge") + 1:] for args in commands]
 
 
 def shell_scripts(path: Path) -> list[str]:
-    """The shell each step of an example runs (Buildkite's `$$` is a literal `$`)."""
-    doc = yaml.safe_load(path.read_text())
+    """The shell each step of an example runs (Buildkite's `$$` is a literal `$`; a Kubernetes Job's containers run
+    `bash -c SCRIPT`)."""
+    docs = list(yaml.safe_load_all(path.read_text()))
+    if any(d.get("kind") == "Job" for d in docs):
+        return [c["args"][0] for d in docs if d.get("kind") == "Job"
+                for c in d["spec"]["template"]["spec"]["containers"]]
+    doc = docs[0]
     if "jobs" in doc:
         return [step["run"] for job in doc["jobs"].values() for step in job["steps"] if "run" in step]
     commands = [step.get("command", []) for step in doc["steps"]]
     return ["\n".join([c] if isinstance(c, str) else c).replace("$$", "$") for c in commands if c]
 
 
-@pytest.mark.parametrize("path", list(SCHEMAS), ids=lambda p: p.relative_to(EXAMPLES).as_posix())
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.relative_to(EXAMPLES).as_posix())
 def test_the_steps_are_valid_bash(path: Path) -> None:
     for script in shell_scripts(path):
         r = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, timeout=30)
@@ -128,12 +148,17 @@ def test_the_cpu_jobs_find_the_cpu_torch_wheel(name: str) -> None:
 def test_the_options_the_examples_pass_exist(pytester: pytest.Pytester) -> None:
     """Every option the examples give pytest parses with this plugin loaded (an unknown one or a bad
     value is a usage error). A value the shell fills in at run time is left to the next test, by name."""
-    options = [[arg for arg in command if arg.startswith("--") and "$" not in arg] for path in SCHEMAS
-               for command in pytest_commands(path)]
+    options = [[arg for arg in command if arg.startswith("--") and "$" not in arg and arg not in SPLIT_OPTIONS]
+               for path in RECIPES for command in pytest_commands(path)]
     assert {"--gpu=h100", "--update-baselines", "--junitxml=reports/junit.xml"} <= set(sum(options, []))
     for args in options:
         config = pytester.parseconfig(*args)
         assert config.option.xmlpath == "reports/junit.xml", args
+    uses_split = [path for path in RECIPES if any(SPLIT_OPTIONS & set(c) for c in pytest_commands(path))]
+    assert uses_split == [EXAMPLES / "github" / "sharded.yml", EXAMPLES / "buildkite" / "sharded.yml",
+                          EXAMPLES / "kubernetes" / "shards.yml"]
+    for path in uses_split:
+        assert "pip install pytest-split" in "\n".join(shell_scripts(path)), path
     with pytest.raises(pytest.UsageError):
         pytester.parseconfig("--gpu=h100", "--update-baseline")
 
@@ -161,8 +186,8 @@ def options_named(path: Path) -> set[str]:
 
 
 def test_every_option_an_example_names_is_in_the_plugins_parser(pytester: pytest.Pytester) -> None:
-    for path in SCHEMAS:
-        assert not unknown_to_the_parser(pytester, options_named(path)), path.name
+    for path in RECIPES:
+        assert not unknown_to_the_parser(pytester, options_named(path) - SPLIT_OPTIONS), path.name
     assert {"--specdec-base-python", "--specdec-base-draft"} <= options_named(EXAMPLES / "github" / "pr-ab.yml")
     broken = pytester.path / "pr-ab.yml"
     broken.write_text(replace_once((EXAMPLES / "github" / "pr-ab.yml").read_text(),
@@ -181,7 +206,7 @@ def scripts_run(path: Path) -> tuple[set[str], set[str]]:
 def test_the_scripts_the_examples_run_exist_with_their_options(tmp_path: Path) -> None:
     accepted = set(re.findall(r"(?m)^ +(--[\w-]+)(?:=\*)?\)", (ROOT / "scripts" / "setup.sh").read_text()))
     assert {"--gpu", "--base"} <= accepted
-    for path in SCHEMAS:
+    for path in RECIPES:
         files, setup_options = scripts_run(path)
         assert "scripts/setup.sh" in files, path.name
         assert all((ROOT / f).is_file() for f in files), (path.name, files)
@@ -249,3 +274,85 @@ def test_the_schema_check_fails_a_broken_copy(tmp_path: Path, path: Path, old: s
     r = subprocess.run([str(tool("check-jsonschema")), "--builtin-schema", SCHEMAS[path], "--verbose",
                         "--color", "never", str(broken)], capture_output=True, text=True, timeout=120)
     assert error in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+SHARDED = {"github": EXAMPLES / "github" / "sharded.yml", "buildkite": EXAMPLES / "buildkite" / "sharded.yml",
+           "kubernetes": EXAMPLES / "kubernetes" / "shards.yml"}
+
+
+def sharding_problems(kind: str, shards: Path, merge: Path) -> list[str]:
+    """What a sharded recipe lacks of what docs/parallel.md promises: shards that are pytest-split groups of one
+    suite, as many as the CI runs, each writing its own results file (named by its index) and running whatever
+    another shard did; a merge that runs after every shard, failed or not, of every shard's results file, with
+    the collection list (`pytest suites/ --co -q`) as --expect, through the CLI's own parser."""
+    from pytest_specdec.cli import parser
+
+    problems = []
+    docs = [d for d in yaml.safe_load_all(shards.read_text()) if d]
+    runs = [c for c in pytest_commands(shards) if "--co" not in c]
+    if len(runs) != 1:
+        return [f"{shards.name}: {len(runs)} pytest commands that run tests, not one per shard"]
+    run = runs[0]
+    if run[1:2] != ["suites/"] or "--splits" not in run or "--group" not in run:
+        problems.append(f"{shards.name}: the shard's pytest is no pytest-split group of suites/: {run}")
+    splits = run[run.index("--splits") + 1] if "--splits" in run else ""
+    group = run[run.index("--group") + 1] if "--group" in run else ""
+    json_ = next((a for a in run if a.startswith("--specdec-json=")), "")
+    if kind == "github":
+        job = docs[0]["jobs"]["shard"]
+        groups = job["strategy"]["matrix"]["group"]
+        if splits != str(len(groups)) or groups != list(range(1, len(groups) + 1)) or group != "$GROUP":
+            problems.append(f"{shards.name}: --splits {splits} --group {group} against the matrix's groups {groups}")
+        if "$GROUP" not in json_ or job["steps"][2]["env"]["GROUP"] != "${{ matrix.group }}":
+            problems.append(f"{shards.name}: the results file {json_} is not named by the shard's group")
+        if job["strategy"].get("fail-fast") is not False:
+            problems.append(f"{shards.name}: fail-fast would cancel the other shards when one fails")
+        after = docs[0]["jobs"]["merge"]
+        if after.get("needs") != "shard" or after.get("if") != "always()":
+            problems.append(f"{merge.name}: the merge job does not run after every shard, failed or not")
+    elif kind == "buildkite":
+        step, after = docs[0]["steps"][0], docs[0]["steps"][1]
+        if not step.get("parallelism") or splits != "$BUILDKITE_PARALLEL_JOB_COUNT" \
+                or group != "$((BUILDKITE_PARALLEL_JOB+1))" or "$BUILDKITE_PARALLEL_JOB" not in json_:
+            problems.append(f"{shards.name}: --splits {splits} --group {group} {json_} against parallelism "
+                            f"{step.get('parallelism')}")
+        if after.get("depends_on") != step["key"] or after.get("allow_dependency_failure") is not True:
+            problems.append(f"{merge.name}: the merge step does not run after every shard, failed or not")
+    else:
+        job = next(d for d in docs if d["kind"] == "Job")["spec"]
+        if job.get("completionMode") != "Indexed" or not (str(job["completions"]) == str(job["parallelism"])
+                                                          == splits) or group != "$((JOB_COMPLETION_INDEX+1))" \
+                or "$JOB_COMPLETION_INDEX" not in json_:
+            problems.append(f"{shards.name}: not an Indexed Job of --splits {splits} pods, each its group: {job}")
+    merges = merge_commands(merge)
+    collect = [c for c in pytest_commands(merge) if "--co" in c]
+    if len(merges) != 1 or len(collect) != 1:
+        return [*problems, f"{merge.name}: {len(merges)} merge and {len(collect)} collection commands, not one each"]
+    args = parser().parse_args(["merge", *merges[0]])
+    listed = collect[0][collect[0].index(">") + 1] if ">" in collect[0] else None
+    if collect[0][1:2] != ["suites/"] or "-q" not in collect[0] or args.expect is None or str(args.expect) != listed:
+        problems.append(f"{merge.name}: --expect {args.expect} is not the list `pytest suites/ --co -q` writes "
+                        f"({listed})")
+    if [Path(s).name for s in map(str, args.shards)] != [Path(json_.split("=", 1)[1].replace('"', "")).name
+                                                         .split("$")[0] + "*.json"]:
+        problems.append(f"{merge.name}: merges {args.shards}, not every shard's {json_}")
+    return problems
+
+
+@pytest.mark.parametrize("kind", list(SHARDED))
+def test_the_sharded_recipes_merge_every_shard(kind: str, tmp_path: Path) -> None:
+    shards = SHARDED[kind]
+    merge = EXAMPLES / "kubernetes" / "merge.yml" if kind == "kubernetes" else shards
+    assert sharding_problems(kind, shards, merge) == []
+    text = merge.read_text()
+    broken = tmp_path / merge.name
+    broken.write_text(replace_once(text, " --expect ", " "))
+    assert any("--expect None" in p for p in sharding_problems(kind, shards if kind == "kubernetes" else broken,
+                                                              broken))
+    mutations = {"github": ("if: always()   #", "if: success()   #"),
+                 "buildkite": ("    allow_dependency_failure: true\n", ""),
+                 "kubernetes": ("  completionMode: Indexed", "  completionMode: NonIndexed")}
+    old, new = mutations[kind]
+    broken = tmp_path / shards.name
+    broken.write_text(replace_once(shards.read_text(), old, new))
+    assert sharding_problems(kind, broken, merge if kind == "kubernetes" else broken)
