@@ -132,6 +132,8 @@ def test_merging_shards_is_judging_the_suite_as_one_session(
     cases = list(ET.parse(out.with_suffix(".junit.xml")).getroot().iter("testcase"))
     assert sorted(c.get("name") or "" for c in cases) == sorted(i.split("::")[1] for i in ids)
     assert all(any(p.get("name") == "specdec_verdict_speedup" for p in c.iter("property")) for c in cases)
+    # the properties a session's own --junitxml gives, drift included, from the results file
+    assert all(any(p.get("name") == "specdec_drift_acceptance_drift" for p in c.iter("property")) for c in cases)
     assert out.with_suffix(".html").read_text().count("test_suite.py::test_ngram[") >= 3
 
     # history reads the merged night beside a session's own.
