@@ -123,6 +123,9 @@ def test_a_machine_without_baselines_of_its_own_gets_one_block(
     on: Callable[[str], None],
 ) -> None:
     pytester.makepyfile(test_suite=make_suite(**SUITE) + make_suite(name="test_other", **SUITE))
+    # every draft accepted: A's acceptance is the same in every run, so a drop below is judged with B's runs' noise
+    # alone (two runs a night: with the stand-in's random draws on both sides a drop of 60 pt was once inconclusive)
+    servers[0].reconfigure(acceptance=(1.0, 1.0, 1.0))
     on(A)
     run(pytester, fake_profile, servers, "--update-baselines").assert_outcomes(passed=2)
     stored = files(pytester, KEY_A)
@@ -188,7 +191,7 @@ def test_a_machine_without_baselines_of_its_own_gets_one_block(
     for t in latest(pytester)["tests"]:
         assert {m: v["verdict"] for m, v in got[t["nodeid"]].items()} == {
             m: v["verdict"] for m, v in t["verdicts"].items()}, t["nodeid"]
-    servers[0].reconfigure(acceptance=(0.8, 0.6, 0.4))
+    servers[0].reconfigure(acceptance=(1.0, 1.0, 1.0))
 
     # With baselines on neither machine's folder there is nothing to point at: each test fails as before.
     on("Fake CPU Gamma")
