@@ -545,13 +545,13 @@ class SpecDecSession:
                               case.rate_fraction, case.rate_sweep is not None and bool(case.rate_sweep)
                               and case.rate_fraction == fractions(case.rate_sweep)[0])
                  for nodeid, case in cases if nodeid not in why]
-        from pytest_specdec.profiles.pool import lease_plan_lines
+        from pytest_specdec.profiles.pool import gpus_held, lease_plan_lines
 
         return [*dry_run_lines(profile, tests, skipped=why, hardware_note=self.hardware_note,
                                endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
                                server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
                                max_runs=self.max_runs(), max_servers=self.placement.max_alive(),
-                               price=price(profile, s.gpu_hourly_usd, self.placement.gpus_held()),
+                               price=price(profile, s.gpu_hourly_usd, gpus_held(self.placement)),
                                start_together=self.placement.start_together()),
                 *lease_plan_lines(self.placement, s.gpus)]
 

@@ -42,20 +42,6 @@ class Placement:
         than a test's arms when they co-reside, or an A/B test's third server would stop its first."""
         return max(self.max_servers, self.arms) if self.co_resident() else 1
 
-    def gpus_held(self) -> int:
-        """GPUs one test holds at once: a server's (TP x PP), times its arms where they are alive together on GPUs
-        of their own (their --gpu-memory-utilization summing above 1, as the leases decide); the CPU's one."""
-        from pytest_specdec.profiles import server_spec
-        from pytest_specdec.servers.gpus import memory_fraction
-
-        if self.profile.device == "cpu" or self.endpoint:
-            return 1
-        n = self.profile.server_gpus
-        if not self.co_resident():
-            return n
-        shared = self.arms * memory_fraction(server_spec(self.profile, "none", None).args) <= 1.0
-        return n if shared else n * self.arms
-
     def start_together(self) -> bool:
         """Whether servers that fit beside each other start at once (`profiles/starts.py`): on a GPU profile whose
         servers co-reside, unless its [placement] start_together = false; never on the CPU, where the starts

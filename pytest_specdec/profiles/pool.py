@@ -56,6 +56,16 @@ def lease_plan(placement: Placement, gpus: Sequence[str], numa: Mapping[str, int
     return plan
 
 
+def gpus_held(placement: Placement) -> int:
+    """GPUs one test holds at once, as `lease_plan` would hand them on a host with room for every arm: each arm's
+    own where their memory fractions do not fit together, one server's where they share; the CPU's one. What the
+    dry run prices a session at."""
+    if placement.profile.device == "cpu" or placement.endpoint:
+        return 1
+    plan = lease_plan(placement, tuple(str(i) for i in range(64)), {})
+    return len({g for pick in plan.values() for g in pick})
+
+
 def host_gpus(gpus: str | None) -> tuple[str, ...]:
     """The GPUs the session may lease: --specdec-gpus, else CUDA_VISIBLE_DEVICES, else nvidia-smi's."""
     from pytest_specdec.servers.gpus import discover_gpus, parse_gpu_list
