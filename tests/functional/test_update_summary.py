@@ -34,8 +34,10 @@ def servers(fake_server: Callable[..., FakeServer]) -> Servers:
 
 def run(pytester: pytest.Pytester, profile: Path, servers: Servers, *extra: str) -> tuple[dict, str]:
     """One session; returns its results JSON and HTML report."""
+    # wide: what these sessions check is the update summary; on a busy CI host the stand-in's spec path once ran at
+    # 0.4x its speed for a session (speedup 3.87 -> 1.86), which a 40 % threshold read as a change being accepted
     session = specdec_session(pytester, profile, servers, *extra, runs=2,
-                              thresholds=("rate=40", "latency=150", "acceptance=15"))
+                              thresholds=("rate=80", "latency=150", "acceptance=15"))
     return session.results, session.html
 
 
