@@ -31,16 +31,19 @@ if TYPE_CHECKING:
 
 
 def order(nights: Sequence[NightFile]) -> tuple[list[NightFile], list[tuple[NightFile, NightFile]]]:
-    """Nights by recorded session start; (duplicate, kept) for files of a session already read."""
+    """Nights by recorded session start; (duplicate, kept) for files of a session already read, and for the shards
+    of a merged night read beside it (the merged file is the night: `pytest-specdec merge`)."""
     kept: dict[str, NightFile] = {}
     dupes: list[tuple[NightFile, NightFile]] = []
-    # latest.json is the copy: the timestamped file of the same session names the night
-    for n in sorted(nights, key=lambda n: n.path.name == "latest.json"):
+    # a merged night first, its shards' starts its own; latest.json is the copy: the timestamped file names the night
+    for n in sorted(nights, key=lambda n: (not n.results.merged_from, n.path.name == "latest.json")):
         if n.started in kept:
             dupes.append((n, kept[n.started]))
         else:
-            kept[n.started] = n
-    return sorted(kept.values(), key=lambda n: _when(n.started)), dupes
+            for started in (n.started, *n.results.merged_from):
+                kept.setdefault(started, n)
+    unique = list({id(n): n for n in kept.values()}.values())
+    return sorted(unique, key=lambda n: _when(n.started)), dupes
 
 
 def _when(started: str) -> tuple[float, str]:

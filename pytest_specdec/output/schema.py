@@ -434,6 +434,8 @@ class Results:
     machine_state: MachineStateEntry | None = None
     #: what failed at the session's end, each ``{"what", "error"}`` (the rest was judged and written)
     errors: tuple[Mapping[str, str], ...] = ()
+    #: a merged night (`pytest-specdec merge`): each shard's session start, so `history` reads its shards as its parts
+    merged_from: tuple[str, ...] = ()
 
 
 def render_results(results: Mapping[str, Any]) -> str:
@@ -472,6 +474,7 @@ def _read(d: dict[str, Any], name: str) -> Results:
                          if isinstance(x, Mapping)),
         machine_state=(None if d.get("machine_state") is None
                        else MachineStateEntry.from_dict(d["machine_state"], f"{name}: machine_state")),
+        merged_from=tuple(str(m.get("started") or "") for m in d.get("merged_from") or () if isinstance(m, Mapping)),
         errors=tuple({"what": str(e.get("what")), "error": str(e.get("error"))} for e in d.get("errors") or ()
                      if isinstance(e, Mapping)))
 

@@ -141,6 +141,10 @@ def test_merging_shards_is_judging_the_suite_as_one_session(
     assert h.returncode == 0, h.stderr
     assert [n["file"] for n in json.loads(h.stdout)["nights"]] == [str(pytester.path / "whole.json"), str(out)]
     assert set(ids) <= set(json.loads(h.stdout)["tests"])
+    # ... and its shards beside it as its parts, not as nights of their own
+    h = cli("history", out, *shards.values(), "--json")
+    assert h.returncode == 0, h.stderr
+    assert [n["file"] for n in json.loads(h.stdout)["nights"]] == [str(out)], h.stdout
 
     # A shard left out: its tests are insufficient-data, named, and the merge fails (unless --allow-missing).
     lost = pytester.path / "lost.json"
