@@ -109,8 +109,11 @@ def test_a_night_that_moved_is_no_verdict_and_a_calibration_measures_the_move(
     noisy = calibrate(pytester, "noisy", "--write")
     assert len(noisy["sessions"]) == len(quiet["sessions"]) == 3
     n, q = noisy["metrics"]["speedup"], quiet["metrics"]["speedup"]
-    assert n["night_sd"] > max(2 * q["night_sd"], 5.0), (n, q)
-    assert n["catches"] > q["catches"], (n, q)
+    # Wider on the noisy host: it catches less. Where the nights moved apart the night sd shows it; on a busy CI host
+    # the runs' own noise can explain the same spread (twice seen: night sd 0, a lone test catching -49 % and -59 %),
+    # and the calibration is wider through its run sd instead: either way it resolves less than the quiet one.
+    assert n["catches"] > max(2 * q["catches"], 5.0), (n, q)
+    assert n["night_sd"] > max(2 * q["night_sd"], 5.0) or n["run_sd"] > 2 * q["run_sd"], (n, q)
     assert noisy["metrics"]["acceptance_rate"]["night_sd"] == 0.0  # every draft accepted, every night
 
     # The next noisy session judges with the record, and says so; the verdict notes name it.
