@@ -84,7 +84,9 @@ def test_speed_gate_passes_aa_and_fails_a_slower_spec_path(
     spec, ref = servers
     first = ref.state.posts + warmup_requests(C8["num_prompts"], C8["concurrency"]) + C8["num_prompts"] + 1
     ref.reconfigure(slow_posts=(first, first + C8["num_prompts"] - 1), slow_factor=3.0)
-    r = night(pytester, fake_profile, servers, 0.9)
+    # Up to 8 runs an arm, as a user would let an inconclusive gate look again: 4 pairs on a busy CI host (three
+    # workers on two cores) left the A/A speedup's CI at +0.8 .. +17.7 %, past the 15 % threshold, once.
+    r = night(pytester, fake_profile, servers, 0.9, 1.0, "--specdec-max-runs=8")
     ref.reconfigure(slow_posts=(0, 0), slow_factor=1.0)
     r.assert_outcomes(passed=2)
     r.stdout.fnmatch_lines(["specdec:   run 2/4 reference DISTURBED: * tok/s, *% below the median of the "
