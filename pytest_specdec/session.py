@@ -346,7 +346,7 @@ class SpecDecSession:
         rate = case.request_rate
         if case.rate_fraction is not None:  # a rate sweep's point: a fraction of the reference's saturation
             point = self._rate_point(nodeid, case, callspec, run, prompts, sampling)
-            record.rate_sweep, rate = point.to_dict(), point.request_rate
+            record.rate_sweep, rate = point, point.request_rate
         result = record.result = run.first(
             sampling, self.runs(), concurrency=case.concurrency, api_key=self.settings.api_key,
             rules=self.validity(), progress=self.progress, api=case.api,

@@ -144,7 +144,8 @@ def judge_crossovers(session: SpecDecSession) -> list[str]:
             points.append(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result),
                                         status=c.plan.status if c else None, checked=c.plan.checked if c else True,
                                         gate=c.plan.gate if c else (), passed=r.outcome == "passed",
-                                        saturation_req_s=(r.rate_sweep or {}).get("saturation_req_s")))
+                                        saturation_req_s=None if r.rate_sweep is None
+                                        else r.rate_sweep.saturation.req_s))
     session.crossovers = gate.finish(points)
     return crossover_lines(session.crossovers, gate.write(session.crossovers, st.baselines_dir, st.keep_sessions))
 
@@ -163,7 +164,7 @@ def judge_ab_crossovers(session: SpecDecSession) -> list[str]:
             continue
         kw: dict[str, Any] = {"status": "compared", "checked": r.ab.checked, "gate": r.ab.plan.metrics,
                               "passed": r.outcome == "passed",
-                              "saturation_req_s": (r.rate_sweep or {}).get("saturation_req_s")}
+                              "saturation_req_s": None if r.rate_sweep is None else r.rate_sweep.saturation.req_s}
         points.append(SweepPoint.of(nodeid, r.params, r.callspec, Night.from_result(r.result), **kw))
         bases[nodeid] = SweepPoint.of(nodeid, r.params, r.callspec, Night.base_from_result(r.result), **kw)
     session.crossovers = against_base(points, bases, alpha=session.settings.alpha, gate=session.ab.options.gate)
@@ -210,8 +211,7 @@ def write_results(session: SpecDecSession) -> list[Path]:
         night_variances=judge.pooled_variances if judge else {}, records=session.records.values(),
         baseline_writes=end.baselines, outputs_file=outputs.name if outputs else None,
         gate_settings=gate_settings(judge) if judge else None, crossovers=crossovers,
-        machine_state=end.state.to_dict() if end.state is not None else None, errors=session.errors,
-        timing=session.time.to_dict() if session.time is not None else None)
+        machine_state=end.state, errors=session.errors, timing=session.time)
     paths, data = write_json(results, s.reports_dir, session.started, s.json_path)
     session.report_paths = step(session, "the HTML report (the results JSON is written)", lambda: write_report(
         data, s.reports_dir, session.started, s.report_path, s.benchmark_json), [], passing=(OSError,))

@@ -88,14 +88,10 @@ class MachineFactor:
     def beyond(self) -> bool:
         return abs(self.factor - 1.0) * 100.0 > self.threshold
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"factor": self.factor, "log": self.log, "ci": [math.exp(self.ci_low), math.exp(self.ci_high)],
-                "ci_level": self.level, "n_tests": self.n_tests, "threshold": self.threshold,
-                "beyond_threshold": self.beyond}
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MachineFactor:
-        """The inverse of `to_dict` (the CI bounds are stored as factors, kept as logs here)."""
+        """A results file's ``machine_factor`` (`output.results.machine_factor_entry`: the CI bounds are stored as
+        factors, kept as logs here)."""
         lo, hi = d["ci"]
         return cls(float(d["log"]), math.log(lo), math.log(hi), int(d["n_tests"]), float(d["threshold"]),
                    float(d["ci_level"]))
@@ -279,14 +275,6 @@ class StateSummary:
     tolerance: StateTolerance
     not_comparable: tuple[tuple[str, tuple[str, ...]], ...]
     n_compared: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """``tolerance_pct`` is the ratios' (the gated speedup's); ``tolerance`` gives each kind's and its source."""
-        return {"tonight": None if self.tonight is None else dict(self.tonight),
-                "stored": describe_range(self.stored), "stored_nights": len(self.stored),
-                "tolerance_pct": self.tolerance.ratio, "tolerance": self.tolerance.to_dict(),
-                "n_compared": self.n_compared,
-                "not_comparable": [{"nodeid": n, "metrics": list(m)} for n, m in self.not_comparable]}
 
 
 def state_summary(tonight: Sequence[Night | None],

@@ -125,10 +125,6 @@ class Machine:
     #: How this machine's identity differs from the session's machine (another machine's folder only).
     differs: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "name": self.name, "files": self.files,
-                **({"differs": list(self.differs)} if self.differs else {})}
-
 
 @dataclass(frozen=True)
 class Hardware:
@@ -145,10 +141,6 @@ class Hardware:
     def without_own(self) -> bool:
         """This machine has no baseline of the profile while another machine has: no test can be judged."""
         return self.this.files == 0 and bool(self.others)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"profile": self.profile, "root": self.root, "this": self.this.to_dict(),
-                "others": [m.to_dict() for m in self.others]}
 
 
 def stale_layout(root: Path, profile: str) -> list[Path]:
@@ -364,10 +356,3 @@ class BaselineWrites:
     unchanged: tuple[tuple[str, str], ...] = ()  # (path, why it was not written)
     unused: tuple[str, ...] = ()  # files of the session's modules that no test of the session read
     not_written: tuple[tuple[str, str], ...] = ()  # (path, why): failed tests, tests without valid runs
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"root": self.root, "mode": self.mode, "created": list(self.created),
-                "updated": [{"path": p, "change": c} for p, c in self.updated],
-                "unchanged": [{"path": p, "reason": r} for p, r in self.unchanged],
-                "unused": list(self.unused),
-                "not_written": [{"path": p, "reason": r} for p, r in self.not_written]}

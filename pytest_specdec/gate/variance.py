@@ -118,10 +118,6 @@ class NightVariance:
     prior_source: str = ""
     prior_unit: str = "%"
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able values."""
-        return dataclasses.asdict(self)
-
     def origin(self) -> str:
         """Where the night-to-night sd comes from, without figures: the stored nights pooled, the night prior
         alone (its source names itself: a profile's, the default's guess, a machine's calibration), both blended,

@@ -264,14 +264,6 @@ class Chunking:
         return (f"the client read up to {self.max_read_events} events at once: it was late to read "
                 "(descheduled or busy), not the server")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"step_limit": self.step_limit, "tokens": self.tokens,
-                "over_limit_tokens": self.over_limit_tokens, "over_limit_share": self.over_limit_share,
-                "merged_events": self.merged_events, "max_event_tokens": self.max_event_tokens,
-                "max_read_events": self.max_read_events,
-                # JSON keys are strings; sorted by token count
-                "events": {str(k): v for k, v in sorted(self.events.items())},
-                "reads": {str(k): v for k, v in sorted(self.reads.items())}}
 
 
 def chunking(samples: Iterable[RequestSample], step_limit: int) -> Chunking:

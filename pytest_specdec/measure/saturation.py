@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_specdec.errors import SpecDecError
 
@@ -46,10 +46,6 @@ class Saturation:
     concurrency: int
     measured_by: str  # the test whose warm reference server it was measured on
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"req_s": self.req_s, "output_tok_s": self.output_tok_s, "n_requests": self.n_requests,
-                "duration_s": self.duration_s, "concurrency": self.concurrency, "measured_by": self.measured_by}
-
 
 @dataclass(frozen=True)
 class RatePoint:
@@ -63,11 +59,6 @@ class RatePoint:
     def request_rate(self) -> float:
         """The open-loop rate this test offers, req/s."""
         return self.fraction * self.saturation.req_s
-
-    def to_dict(self) -> dict[str, Any]:
-        """As the test's results record it (``rate_sweep``)."""
-        return {"fraction": self.fraction, "points": self.points, "request_rate": self.request_rate,
-                "saturation_req_s": self.saturation.req_s, "saturation": self.saturation.to_dict()}
 
 
 def measure_saturation(endpoint: Endpoint, prompts: Sequence[Prompt], sampling: Sampling, *, concurrency: int,

@@ -94,12 +94,13 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
 def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
     """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format;
     `regressed` lists every test with a regressed gated metric, `failed` those that make the exit status 1."""
+    from pytest_specdec.output.results import machine_factor_entry
     from pytest_specdec.output.results import verdict_entry as verdict_json
 
     return {
         "alpha": cmp.alpha, "multiplicity": cmp.multiplicity,
         "baselines": [{"folder": folder, "hardware": name} for folder, name in cmp.machines],
-        "machine_factor": cmp.machine.to_dict() if cmp.machine else None,
+        "machine_factor": machine_factor_entry(cmp.machine) if cmp.machine else None,
         REGRESSED: [r.nodeid for r in cmp.regressed],
         "crossovers": {x.sweep: {**(verdict_json(x.verdict) if x.verdict else {"verdict": None}), "line": x.line,
                                  "family": x.family, "error": x.error, "failed": x.failed, "why_none": x.note or None}

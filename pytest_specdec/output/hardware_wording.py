@@ -16,7 +16,7 @@ def no_own_baselines_lines(hardware: Mapping[str, Any], unjudged: int, *, failed
                            acceptance: Sequence[Sequence[str]] = ()) -> list[str]:
     """The one block a session on a machine without baselines of its own says, for the terminal and the top of
     the report alike: this machine, the machines that have baselines, what became of the tests, the ways on.
-    ``hardware`` is `gate.store.Hardware.to_dict`; ``recorded``: how many files --update-baselines created in this
+    ``hardware`` is `output.schema.hardware_entry`; ``recorded``: how many files --update-baselines created in this
     machine's folder (None without the flag); ``acceptance``: per test whose acceptance was judged against other
     machines' nights, their folder keys (`gate.store.BaselineStore.portable`)."""
     this, root, profile = hardware["this"], hardware.get("root") or "baselines", hardware["profile"]

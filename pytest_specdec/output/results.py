@@ -24,7 +24,18 @@ from pytest_specdec.files import write_atomic
 from pytest_specdec.formats import RESULTS_SCHEMA
 from pytest_specdec.gate.kinds import INCONCLUSIVE, REGRESSED
 from pytest_specdec.output.commit import commit_info
-from pytest_specdec.output.schema import render_results
+from pytest_specdec.output.schema import (
+    baseline_writes_entry,
+    chunking_entry,
+    endpoint_entry,
+    hardware_entry,
+    machine_factor_entry,
+    night_variance_entry,
+    rate_point_entry,
+    render_results,
+    session_time_entry,
+    state_summary_entry,
+)
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
@@ -32,12 +43,14 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.crossover_gate import SweepOutcome
     from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.judge import Judge
-    from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.gate.machine import MachineFactor, StateSummary
     from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.gate.store import BaselineWrites
     from pytest_specdec.gate.variance import NightVariance
     from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.measure.runner import CaseResult, RunRecord
+    from pytest_specdec.measure.saturation import RatePoint
+    from pytest_specdec.output.timing import SessionTime
     from pytest_specdec.profiles import Profile
     from pytest_specdec.servers.endpoints import EndpointFacts
     from pytest_specdec.servers.process import VllmServer
@@ -66,8 +79,8 @@ class TestRecord:
     ab: ABJudgement | None = None
     #: the test's other parametrize values, as recorded (`gate.crossover_gate.recorded`): a sweep is told by them
     callspec: dict[str, Any] = field(default_factory=dict)
-    #: a rate sweep's point (`measure.saturation.RatePoint.to_dict`): the rate found at run time, and from what
-    rate_sweep: dict[str, Any] | None = None
+    #: a rate sweep's point (`rate_point_entry`): the rate found at run time, and from what
+    rate_sweep: RatePoint | None = None
     #: its runs' drift within the session, early half against late half on one server (`gate.drift`); None
     #: without a spec arm
     drift: Drift | None = None
@@ -110,7 +123,7 @@ class TestRecord:
             "nodeid": self.nodeid,
             "params": self.params,
             **({"callspec": self.callspec} if self.callspec else {}),
-            **({"rate_sweep": self.rate_sweep} if self.rate_sweep is not None else {}),
+            **({"rate_sweep": rate_point_entry(self.rate_sweep)} if self.rate_sweep is not None else {}),
             **({"sampling": self.sampling} if self.sampling is not None else {}),
             "outcome": self.outcome,
             "when": self.when,
@@ -241,7 +254,7 @@ def gate_settings(judge: Judge) -> dict[str, Any]:
             "night_prior": judge.night_prior.to_dict(),
             **({"calibration": used} if (used := judge.calibration_used) is not None else {}),
             "machine_state_tolerance": judge.state_tolerance.to_dict(),
-            "thresholds": to_dict(judge.thresholds()), "hardware": judge.hardware.to_dict(),
+            "thresholds": to_dict(judge.thresholds()), "hardware": hardware_entry(judge.hardware),
             **({"calibration_session": True} if options.calibrate else {})}
 
 
@@ -274,7 +287,7 @@ def run_entry(r: RunRecord) -> dict[str, Any]:
         "accepted_per_pos": None if per_pos is None else list(per_pos),
         "settle": r.settle, **({"prompt_ids": r.prompt_ids} if r.prompt_ids is not None else {}),
         "latency_untrusted": r.untrusted,
-        "chunking": None if r.chunking is None else r.chunking.to_dict(),
+        "chunking": None if r.chunking is None else chunking_entry(r.chunking),
         **({"neighbour_cores": r.neighbours} if r.neighbours is not None else {}),
         **({"arrivals": r.arrivals} if r.arrivals is not None else {}),
         "acceptance_source": r.acceptance_source,
@@ -325,9 +338,9 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                     baseline_writes: BaselineWrites | None = None, outputs_file: str | None = None,
                     gate_settings: dict[str, Any] | None = None,
                     crossovers: list[dict[str, Any]] | None = None,
-                    machine_state: dict[str, Any] | None = None,
+                    machine_state: StateSummary | None = None,
                     errors: list[tuple[str, str]] | None = None,
-                    timing: dict[str, Any] | None = None) -> dict[str, Any]:
+                    timing: SessionTime | None = None) -> dict[str, Any]:
     """The results document. ``servers`` are this process's; ``remote`` what each xdist worker sent
     besides its records (its servers, starts and workarounds); ``server_starts`` counts them all;
     ``baseline_writes`` is what --update-baselines wrote (None without it); ``outputs_file`` the name of
@@ -349,16 +362,16 @@ def session_results(*, started: float, profile: Profile, gpu_names: str | None, 
                                                         (w for r in remote for w in r["workarounds"])), endpoints),
         "servers": merge_servers(server_entries(servers, worker), [r["servers"] for r in remote]),
         "server_starts": server_starts,
-        "time": timing,
+        "time": None if timing is None else session_time_entry(timing),
         "datasets": {name: d.describe() for name, d in datasets.items()},
-        "endpoints": {url: facts.to_dict() for url, facts in endpoints.items()},
+        "endpoints": {url: endpoint_entry(facts) for url, facts in endpoints.items()},
         "price": hourly,
-        "machine_factor": machine.to_dict() if machine is not None else None,
-        "machine_state": machine_state,
+        "machine_factor": machine_factor_entry(machine) if machine is not None else None,
+        "machine_state": None if machine_state is None else state_summary_entry(machine_state),
         "gate": {"fail_inconclusive": fail_inconclusive, "fail_machine": fail_machine, "machine_failed": machine_failed,
-                 "night_variance": {k: v.to_dict() for k, v in night_variances.items()},
+                 "night_variance": {k: night_variance_entry(v) for k, v in night_variances.items()},
                  **({"settings": gate_settings} if gate_settings else {})},
-        "baseline_update": baseline_writes.to_dict() if baseline_writes is not None else None,
+        "baseline_update": baseline_writes_entry(baseline_writes) if baseline_writes is not None else None,
         **({"outputs_file": outputs_file} if outputs_file else {}),
         **({"crossovers": crossovers} if crossovers is not None else {}),
         "errors": [{"what": what, "error": why} for what, why in errors],
@@ -552,3 +565,4 @@ def unique(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for entry in entries:
         seen.setdefault(json.dumps(entry, sort_keys=True), entry)
     return list(seen.values())
+

@@ -12,11 +12,13 @@ The per-run figures and a test's summary stay mappings keyed by the metric regis
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.formats import RESULTS_SCHEMA, FileFormat
@@ -41,6 +43,15 @@ from pytest_specdec.gate.kinds import (
 from pytest_specdec.gate.machine import MachineFactor
 from pytest_specdec.gate.nights import Night, RecordError
 from pytest_specdec.output.fields import number
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.machine import StateSummary
+    from pytest_specdec.gate.store import BaselineWrites, Hardware, Machine
+    from pytest_specdec.gate.variance import NightVariance
+    from pytest_specdec.measure.metrics import Chunking
+    from pytest_specdec.measure.saturation import RatePoint, Saturation
+    from pytest_specdec.output.timing import SessionTime
+    from pytest_specdec.servers.endpoints import EndpointFacts
 
 Figures = Mapping[str, Any]
 
@@ -759,3 +770,90 @@ def _counts(data: Mapping[str, Any]) -> tuple[int, int]:
 RESULTS_FILE = FileFormat(kind="results", version=RESULTS_SCHEMA, detect=lambda d: "tests" in d,
                           render=render_results, read=load, counts=_counts,
                           steps={1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4}, counted="tests, runs")
+
+
+# ---- the layers' typed values, as this file stores them ------------------------------------------------------
+# The gate, the measurement and the server layers hand these over as frozen values; their JSON shape is written
+# here, beside the rest of the document, and read back here.
+
+
+def machine_factor_entry(m: MachineFactor) -> dict[str, Any]:
+    """The session's ``machine_factor`` (`gate.machine.MachineFactor.from_dict` reads it back: the CI bounds as
+    factors, the mean as a log)."""
+    return {"factor": m.factor, "log": m.log, "ci": [math.exp(m.ci_low), math.exp(m.ci_high)],
+            "ci_level": m.level, "n_tests": m.n_tests, "threshold": m.threshold, "beyond_threshold": m.beyond}
+
+
+def state_summary_entry(s: StateSummary) -> dict[str, Any]:
+    """The session's ``machine_state``: ``tolerance_pct`` is the ratios' (the gated speedup's); ``tolerance``
+    gives each kind's and its source."""
+    from pytest_specdec.gate.machine import describe_range
+
+    return {"tonight": None if s.tonight is None else dict(s.tonight),
+            "stored": describe_range(s.stored), "stored_nights": len(s.stored),
+            "tolerance_pct": s.tolerance.ratio, "tolerance": s.tolerance.to_dict(), "n_compared": s.n_compared,
+            "not_comparable": [{"nodeid": n, "metrics": list(m)} for n, m in s.not_comparable]}
+
+
+def machine_entry(m: Machine) -> dict[str, Any]:
+    """One machine's baselines of the profile: its folder, name, files and, for another machine, how it differs."""
+    return {"key": m.key, "name": m.name, "files": m.files, **({"differs": list(m.differs)} if m.differs else {})}
+
+
+def hardware_entry(h: Hardware) -> dict[str, Any]:
+    """``gate.settings.hardware``: this machine's baselines and every other machine's of the profile."""
+    return {"profile": h.profile, "root": h.root, "this": machine_entry(h.this),
+            "others": [machine_entry(m) for m in h.others]}
+
+
+def baseline_writes_entry(w: BaselineWrites) -> dict[str, Any]:
+    """``baseline_update``: what --update-baselines wrote, kept, left unused and could not write, with why."""
+    return {"root": w.root, "mode": w.mode, "created": list(w.created),
+            "updated": [{"path": p, "change": c} for p, c in w.updated],
+            "unchanged": [{"path": p, "reason": r} for p, r in w.unchanged],
+            "unused": list(w.unused),
+            "not_written": [{"path": p, "reason": r} for p, r in w.not_written]}
+
+
+def endpoint_entry(f: EndpointFacts) -> dict[str, Any]:
+    """One ``endpoints`` entry: what a server the session did not start told of itself."""
+    return {"url": f.url, "models": list(f.models), "speculating": f.speculating, "k": f.k,
+            "speculative_config": f.speculative_config, "server_info": f.server_info,
+            "engine_config": f.engine_config, "vllm_version": f.vllm_version,
+            "version_source": f.version_source, "torch_version": f.torch_version,
+            "cuda_version": f.cuda_version, "driver_version": f.driver_version}
+
+
+def session_time_entry(t: SessionTime) -> dict[str, Any]:
+    """The session's ``time``: where its wall time went, rounded as the terminal line gives it."""
+    eff = t.efficiency
+    return {"wall_s": round(t.wall_s, 2), "runs_s": round(t.runs_s, 2), "server_starts_s": round(t.starts_s, 2),
+            "waits_s": round(t.waits_s, 2), "runs": t.runs, "efficiency": None if eff is None else round(eff, 3)}
+
+
+def chunking_entry(c: Chunking) -> dict[str, Any]:
+    """A run's ``chunking``: tokens per SSE event and per client read (JSON keys are strings; sorted by token
+    count), and how many arrived in reads beyond one engine step."""
+    return {"step_limit": c.step_limit, "tokens": c.tokens,
+            "over_limit_tokens": c.over_limit_tokens, "over_limit_share": c.over_limit_share,
+            "merged_events": c.merged_events, "max_event_tokens": c.max_event_tokens,
+            "max_read_events": c.max_read_events,
+            "events": {str(k): v for k, v in sorted(c.events.items())},
+            "reads": {str(k): v for k, v in sorted(c.reads.items())}}
+
+
+def saturation_entry(s: Saturation) -> dict[str, Any]:
+    """A rate sweep's saturation run: the reference's throughput with every request in flight."""
+    return {"req_s": s.req_s, "output_tok_s": s.output_tok_s, "n_requests": s.n_requests,
+            "duration_s": s.duration_s, "concurrency": s.concurrency, "measured_by": s.measured_by}
+
+
+def rate_point_entry(p: RatePoint) -> dict[str, Any]:
+    """A test's ``rate_sweep``: its fraction of the saturation, the rate it offered and the saturation run."""
+    return {"fraction": p.fraction, "points": p.points, "request_rate": p.request_rate,
+            "saturation_req_s": p.saturation.req_s, "saturation": saturation_entry(p.saturation)}
+
+
+def night_variance_entry(v: NightVariance) -> dict[str, Any]:
+    """One ``gate.night_variance`` entry: every field of the pooled estimate, as it was used."""
+    return dataclasses.asdict(v)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult, RunRecord
@@ -31,12 +31,6 @@ class SessionTime:
     def efficiency(self) -> float | None:
         """Time in runs / wall (None for a session of no wall time)."""
         return self.runs_s / self.wall_s if self.wall_s > 0 else None
-
-    def to_dict(self) -> dict[str, Any]:
-        eff = self.efficiency
-        return {"wall_s": round(self.wall_s, 2), "runs_s": round(self.runs_s, 2),
-                "server_starts_s": round(self.starts_s, 2), "waits_s": round(self.waits_s, 2), "runs": self.runs,
-                "efficiency": None if eff is None else round(eff, 3)}
 
     def line(self) -> str:
         """The terminal's one line: where the wall time went."""

@@ -456,16 +456,16 @@ def session_end_lines(end: Any, checks: Mapping[str, Judgement], results: Sequen
     its own (once), the late regressions' heading, the machine factor, the late regressions, the coalesced runs,
     then what the baseline store wrote."""
     from pytest_specdec.output.hardware_wording import machine_state_lines, no_own_baselines_lines
-    from pytest_specdec.output.schema import MachineStateEntry
+    from pytest_specdec.output.schema import MachineStateEntry, hardware_entry, state_summary_entry
 
     lines: list[str] = []
     if end.no_own_baselines is not None:
         hardware, unjudged = end.no_own_baselines
-        lines += no_own_baselines_lines(hardware.to_dict(), len(unjudged), failed=strict,
+        lines += no_own_baselines_lines(hardware_entry(hardware), len(unjudged), failed=strict,
                                         recorded=None if end.baselines is None else len(end.baselines.created),
                                         acceptance=[checks[n].plan.machines for n in unjudged if n in checks])
     if end.state is not None:
-        lines += machine_state_lines(MachineStateEntry.from_dict(end.state.to_dict(), "the machine state"))
+        lines += machine_state_lines(MachineStateEntry.from_dict(state_summary_entry(end.state), "the machine state"))
     if end.late_regressions:
         lines.append(f"specdec: {len(end.late_regressions)} test(s) passed at their end but regressed once every "
                      "p-value of the session was known (Benjamini-Hochberg/Holm need all of them):")

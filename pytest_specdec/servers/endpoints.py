@@ -78,13 +78,6 @@ class EndpointFacts:
             return f"speculative config {json.dumps(self.speculative_config, sort_keys=True)} (/server_info)"
         return f"speculation with k={self.k} (/metrics); method and draft unknown (no /server_info)"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "models": list(self.models), "speculating": self.speculating, "k": self.k,
-                "speculative_config": self.speculative_config, "server_info": self.server_info,
-                "engine_config": self.engine_config, "vllm_version": self.vllm_version,
-                "version_source": self.version_source, "torch_version": self.torch_version,
-                "cuda_version": self.cuda_version, "driver_version": self.driver_version}
-
     def versions(self) -> dict[str, str | None]:
         """What the endpoint told of its own software: the versions under test in endpoint mode."""
         return {"vllm": self.vllm_version, "torch": self.torch_version, "cuda": self.cuda_version,

@@ -30,7 +30,7 @@ import pytest
 
 from pytest_specdec.formats import RESULTS_SCHEMA
 from pytest_specdec.output import benchmark, charts, fields, report, sweeps
-from pytest_specdec.output.schema import TestEntry, VerdictEntry, load
+from pytest_specdec.output.schema import TestEntry, VerdictEntry, load, machine_factor_entry
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "report_results.json"
 
@@ -82,7 +82,7 @@ def with_gate(data: dict[str, Any]) -> dict[str, Any]:
             inconclusive_gated=[n for n, v in verdicts.items() if v["family"] == "gated"
                                 and v["verdict"] == "inconclusive"])
     factor = machine_factor(deviations, 35.0, 0.05)
-    data["machine_factor"] = factor.to_dict() if factor else None
+    data["machine_factor"] = machine_factor_entry(factor) if factor else None
     data["gate"] = {"fail_inconclusive": False, "fail_machine": False, "machine_failed": False,
                     "night_variance": {}}
     return data
@@ -714,7 +714,8 @@ def test_machine_factor_line_in_the_header_escaped_and_highlighted(recorded: dic
     # 18 % slower is beyond a ±10 % threshold: highlighted; with --specdec-fail-machine the session failed.
     slow = machine_factor([math.log(0.82)] * 3, 10.0, 0.05)
     assert slow is not None and slow.beyond
-    data = {**recorded, "machine_factor": slow.to_dict(), "gate": {**recorded["gate"], "machine_failed": True}}
+    data = {**recorded, "machine_factor": machine_factor_entry(slow),
+            "gate": {**recorded["gate"], "machine_failed": True}}
     beyond = header(data)
     assert ('<div class="meta mf beyond"><b>machine factor</b> <span class="line">this machine ran 18.0 % slower'
             in beyond)

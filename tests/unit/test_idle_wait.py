@@ -13,6 +13,7 @@ import pytest
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.measure.runner import CaseResult, RunRecord
+from pytest_specdec.output.schema import session_time_entry
 from pytest_specdec.output.timing import session_time
 from pytest_specdec.servers.quiet import SAMPLE_S, Quiet, idle_delay, wait_idle
 from pytest_specdec.vllm.counters import in_flight
@@ -165,7 +166,7 @@ def test_the_session_time_split_and_its_efficiency() -> None:
                    base_runs=[_run("base", 4.0, 0.25)])
     t = session_time(20.0, [a, None, b], [3.0, 2.0])
     assert (t.runs_s, t.starts_s, t.waits_s, t.runs, t.efficiency) == (10.0, 5.0, 1.0, 4, 0.5)
-    assert t.to_dict() == {"wall_s": 20.0, "runs_s": 10.0, "server_starts_s": 5.0, "waits_s": 1.0, "runs": 4,
+    assert session_time_entry(t) == {"wall_s": 20.0, "runs_s": 10.0, "server_starts_s": 5.0, "waits_s": 1.0, "runs": 4,
                            "efficiency": 0.5}
     assert t.line() == ("specdec: wall 20 s: runs 10 s (4 runs), server starts 5 s, waits for idle servers 1 s, "
                         "other 4 s; efficiency (runs / wall) 50%")

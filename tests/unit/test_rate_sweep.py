@@ -19,6 +19,7 @@ from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE, REGRESSED, UNCHANGE
 from pytest_specdec.markers import expand
 from pytest_specdec.measure.record import ArmRun
 from pytest_specdec.measure.saturation import RatePoint, Saturation, Saturations, fractions
+from pytest_specdec.output.schema import rate_point_entry
 from pytest_specdec.profiles import Profile
 
 PROFILE = Profile(name="test", path=Path("test.toml"), device="cpu", target="/m", tensor_parallel_size=1,
@@ -66,7 +67,7 @@ def test_the_saturation_is_measured_once_per_sweep_and_each_rate_is_a_fraction_o
     points = [found.point("a", f, 4, measure(f"a{f}")) for f in fractions(4)] + [found.point("b", 1.0, 3, measure("b"))]
     assert calls == ["a0.25", "b"]  # the sweep's first test measures; its others read it
     assert [p.request_rate for p in points] == [3.0, 6.0, 9.0, 12.0, 12.0]
-    d = RatePoint(0.5, 4, points[0].saturation).to_dict()
+    d = rate_point_entry(RatePoint(0.5, 4, points[0].saturation))
     assert d["request_rate"] == 6.0 and d["saturation_req_s"] == 12.0 and d["saturation"]["measured_by"] == "a0.25"
 
 
