@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -32,10 +30,6 @@ class SloResult:
     bound: float
     n: int
     message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able values."""
-        return dataclasses.asdict(self)
 
 
 def check_slo(metric: str, values: Sequence[float], op: str, bound: float, *, kind: Kind | None = None) -> SloResult:

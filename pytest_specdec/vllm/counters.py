@@ -58,12 +58,6 @@ class Counters:
             per_pos.append(x - y)
         return Counters(accepted_per_pos=tuple(per_pos), spec_decode=self.spec_decode, **vals)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able values."""
-        d = dataclasses.asdict(self)
-        d["accepted_per_pos"] = list(self.accepted_per_pos)
-        return d
-
 
 #: Counters.<field> -> the vLLM family it sums.
 COUNTER_NAMES: dict[str, str] = {f.name: f.metadata["family"] for f in dataclasses.fields(Counters) if f.metadata}
