@@ -71,8 +71,8 @@ class RunRecord:
     # Per-run P95 by Harrell-Davis (ms) of tpot/ttft/e2e: steadier than the interpolated sample P95 for
     # the few dozen requests of a run; these are what the P95 verdicts compare.
     hd_p95_ms: dict[str, float | None] = field(default_factory=dict)
-    #: The wait for the servers to go idle before the run: waited_s, quiet, cores (None: not waited).
-    settle: dict[str, Any] | None = None
+    #: The wait for the servers to go idle before the run (None: not waited).
+    settle: Quiet | None = None
     #: The prompt ids of the run when they differ from run to run (FreshPrompts), else None.
     prompt_ids: list[str] | None = None
     #: How the run's tokens arrived per chunk (None: not recorded, e.g. a run built by hand).
@@ -324,7 +324,7 @@ def extend_case(
             rec.neighbours = neighbour_cores(before, (time.monotonic(), neighbours()), endpoint.instance, arm_of)
             rec.invalid += neighbour_reasons(rec.neighbours, rules.max_neighbour_cores)
         if quiet is not None:
-            rec.settle = quiet.to_dict()
+            rec.settle = quiet
         if source.fresh:
             rec.prompt_ids = [p.id for p in run_prompts]
         result.instances[arm] = rec.instance = endpoint.instance

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.saturation import RatePoint, Saturation
     from pytest_specdec.output.timing import SessionTime
     from pytest_specdec.servers.endpoints import EndpointFacts
+    from pytest_specdec.servers.quiet import Quiet
 
 Figures = Mapping[str, Any]
 
@@ -857,3 +858,9 @@ def rate_point_entry(p: RatePoint) -> dict[str, Any]:
 def night_variance_entry(v: NightVariance) -> dict[str, Any]:
     """One ``gate.night_variance`` entry: every field of the pooled estimate, as it was used."""
     return dataclasses.asdict(v)
+
+
+def quiet_entry(q: Quiet) -> dict[str, Any]:
+    """A run's ``settle``: how long it waited for the servers to go quiet, whether they did, and how it watched."""
+    return {"waited_s": round(q.waited_s, 3), "quiet": q.quiet, "cores": round(q.cores, 3), "how": q.how,
+            "requests": q.requests, "after_run_s": None if q.after_run_s is None else round(q.after_run_s, 3)}

@@ -52,4 +52,4 @@ def session_time(wall_s: float, results: Iterable[CaseResult | None], startup_s:
     run's settle recorded (`waited_s`)."""
     runs = [r for res in results if res is not None for r in all_runs(res)]
     return SessionTime(wall_s=wall_s, runs_s=sum(r.metrics.duration_s for r in runs), starts_s=sum(startup_s),
-                       waits_s=sum(float(r.settle["waited_s"]) for r in runs if r.settle), runs=len(runs))
+                       waits_s=sum(r.settle.waited_s for r in runs if r.settle), runs=len(runs))

@@ -7,7 +7,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.servers.http import get
@@ -51,11 +50,6 @@ class Quiet:
     requests: int | None = None
     #: Seconds from the end of the previous run to the start of this wait (None: no previous run known)
     after_run_s: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"waited_s": round(self.waited_s, 3), "quiet": self.quiet, "cores": round(self.cores, 3),
-                "how": self.how, "requests": self.requests,
-                "after_run_s": None if self.after_run_s is None else round(self.after_run_s, 3)}
 
 
 #: A fixed wait before each run against servers whose processes cannot be watched: vLLM's busy-wait

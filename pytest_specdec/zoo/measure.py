@@ -206,6 +206,7 @@ def _timing_pairs(base: tuple[Any, str, MethodResult], twin: tuple[Any, str, Met
 
     Why: on a host whose speed swings within minutes, one run of each server minutes apart measured the slow
     draft from -44 % to -13 % (the 0.85 check failed once in CI); a pair's two runs seconds apart see one state."""
+    from pytest_specdec.output.schema import quiet_entry
     from pytest_specdec.servers.quiet import requests_held, wait_idle
 
     rules = _cpu_profile().validity
@@ -221,7 +222,7 @@ def _timing_pairs(base: tuple[Any, str, MethodResult], twin: tuple[Any, str, Met
             quiet = wait_idle({other.proc.pid}, timeout_s=3.0, requests=lambda: requests_held(both))
             run, earlier = _greedy_run(server, model, prompts, 1, rules, result.method, progress)
             pair[arm] = {"output_tok_s": run.metrics.output_tok_s, "invalid_reasons": run.invalid,
-                         "earlier_attempts": earlier, "quiet": quiet.to_dict()}
+                         "earlier_attempts": earlier, "quiet": quiet_entry(quiet)}
         progress(f"[zoo] {twin[2].method} vs {base[2].method}, pair {i + 1}/{pairs}: "
                  f"{pair['twin']['output_tok_s']:.1f} vs {pair['base']['output_tok_s']:.1f} tok/s")
         out.append(pair)

@@ -13,6 +13,7 @@ import pytest
 
 from fakes import LAUNCHER, FakeConfig, FakeServer, resolve_speculative_config
 from pytest_specdec.errors import ServerStartError
+from pytest_specdec.output.schema import quiet_entry
 from pytest_specdec.servers.process import VllmServer
 from pytest_specdec.vllm.command import ServerSpec, build_command
 from pytest_specdec.vllm.engine_config import (
@@ -500,5 +501,5 @@ def test_idle_delay_is_recorded_as_a_delay() -> None:
 
     waited: list[float] = []
     q = idle_delay(0.5, sleep=waited.append)
-    assert waited == [0.5] and q.to_dict() == {"waited_s": 0.5, "quiet": True, "cores": 0.0, "how": "delay",
+    assert waited == [0.5] and quiet_entry(q) == {"waited_s": 0.5, "quiet": True, "cores": 0.0, "how": "delay",
                                                "requests": None, "after_run_s": None}

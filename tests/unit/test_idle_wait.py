@@ -13,7 +13,7 @@ import pytest
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.measure.runner import CaseResult, RunRecord
-from pytest_specdec.output.schema import session_time_entry
+from pytest_specdec.output.schema import quiet_entry, session_time_entry
 from pytest_specdec.output.timing import session_time
 from pytest_specdec.servers.quiet import SAMPLE_S, Quiet, idle_delay, wait_idle
 from pytest_specdec.vllm.counters import in_flight
@@ -83,8 +83,8 @@ def test_the_wait_gives_up_at_the_timeout_and_says_so() -> None:
 def test_the_time_since_the_previous_run_ended_is_recorded() -> None:
     c = Clock([1.0] * 4)
     q = c.wait(timeout_s=3.0, ended=99.25)  # the previous run ended 0.75 s before the wait began
-    assert q.after_run_s == pytest.approx(0.75) and q.to_dict()["after_run_s"] == 0.75
-    assert wait_idle(set(), ended=None).to_dict() == {"waited_s": 0.0, "quiet": True, "cores": 0.0, "how": "cpu",
+    assert q.after_run_s == pytest.approx(0.75) and quiet_entry(q)["after_run_s"] == 0.75
+    assert quiet_entry(wait_idle(set(), ended=None)) == {"waited_s": 0.0, "quiet": True, "cores": 0.0, "how": "cpu",
                                                       "requests": None, "after_run_s": None}
     assert wait_idle({1}, timeout_s=0).waited_s == 0.0
 
@@ -155,7 +155,7 @@ def _run(arm: Any, duration_s: float, waited_s: float | None) -> RunRecord:
     rec = RunRecord(arm=arm, index=0,
                     metrics=SimpleNamespace(duration_s=duration_s),  # type: ignore[arg-type]  # stand-in RunMetrics
                     cache_salt="s")
-    rec.settle = None if waited_s is None else Quiet(waited_s, True, 0.0).to_dict()
+    rec.settle = None if waited_s is None else Quiet(waited_s, True, 0.0)
     return rec
 
 
