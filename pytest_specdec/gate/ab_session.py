@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from pytest_specdec.profiles import Profile
     from pytest_specdec.profiles.placement import Placement
     from pytest_specdec.vllm.command import ServerSpec
+    from pytest_specdec.vllm.install import Install
 
 #: What an A/B session judges, in this order: the candidate's spec tok/s, acceptance rate and P95 E2E (ms, from
 #: each run's Harrell-Davis P95) against the base's of the same pair.
@@ -164,7 +165,7 @@ class ABPlan:
     servers: Mapping[str, str]  # arm -> server spec key (reference, spec, base, base_reference)
     thresholds: Thresholds
     #: An upgrade A/B's installs: "base" and "candidate" -> their vLLM, torch and interpreter (None: one install).
-    installs: Mapping[str, Mapping[str, str | int | None]] | None = None
+    installs: Mapping[str, Install] | None = None
     #: What differs between the base's side and the candidate's: versions and the spec and reference arms'
     #: engine configs, ``dotted key: (base, candidate)`` (`baselines.diff`).
     changed: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
@@ -410,12 +411,12 @@ class ABGate:
         def draft(arm: str) -> str:
             return str((specs[arm].speculative_config or {}).get("model", "(no draft model)"))
 
-        installs = None if self.installs is None else {k: v.to_dict() for k, v in self.installs.items()}
+        installs = self.installs
 
         def side(spec_arm: str, ref_arm: str, install: str) -> dict[str, Any]:
-            versions = {k: v for k, v in (installs or {}).get(install, {}).items() if k != "python"}
+            versions = {} if installs is None else installs[install].versions()
             # each package of the install by name, so `changed` names every one whose version differs
-            packages = {} if self.installs is None else {"packages": self.installs[install].package_versions()}
+            packages = {} if installs is None else {"packages": installs[install].package_versions()}
             return {**versions, **packages, "engine": dict(test.engines.get(spec_arm, {})),
                     "reference_engine": dict(test.engines.get(ref_arm, {}))}
 

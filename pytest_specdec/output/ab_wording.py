@@ -101,8 +101,9 @@ def ab_sides(c: ABJudgement) -> str:
         return f"candidate {c.plan.candidate_draft} vs base {c.plan.base_draft}"
 
     def side(name: str, draft: str) -> str:
-        i = c.plan.installs[name] if c.plan.installs else {}
-        return f"{i.get('distribution')} {i.get('vllm')} (torch {i.get('torch')}) with {draft}"
+        assert c.plan.installs is not None
+        i = c.plan.installs[name]
+        return f"{i.distribution} {i.vllm} (torch {i.torch}) with {draft}"
 
     return f"candidate {side('candidate', c.plan.candidate_draft)} vs base {side('base', c.plan.base_draft)}"
 

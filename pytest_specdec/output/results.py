@@ -29,6 +29,7 @@ from pytest_specdec.output.schema import (
     chunking_entry,
     endpoint_entry,
     hardware_entry,
+    install_entry,
     machine_factor_entry,
     night_variance_entry,
     quiet_entry,
@@ -199,7 +200,7 @@ def ab_entry(c: ABJudgement, result: CaseResult | None) -> dict[str, Any]:
                                       *(run_entry(r) for r in result.base_runs),
                                       *({**run_entry(r), "arm": "candidate"} for r in result.runs)]
     plan = c.plan
-    installs = plan.installs or {}
+    installs = {name: install_entry(i) for name, i in (plan.installs or {}).items()}
     return {"method": plan.method,
             "base": {"draft": plan.base_draft, "server": plan.servers.get("base"), "install": installs.get("base"),
                      "reference_server": plan.servers.get("base_reference")},

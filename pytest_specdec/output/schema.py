@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from pytest_specdec.output.timing import SessionTime
     from pytest_specdec.servers.endpoints import EndpointFacts
     from pytest_specdec.servers.quiet import Quiet
+    from pytest_specdec.vllm.install import Install
 
 Figures = Mapping[str, Any]
 
@@ -864,3 +865,8 @@ def quiet_entry(q: Quiet) -> dict[str, Any]:
     """A run's ``settle``: how long it waited for the servers to go quiet, whether they did, and how it watched."""
     return {"waited_s": round(q.waited_s, 3), "quiet": q.quiet, "cores": round(q.cores, 3), "how": q.how,
             "requests": q.requests, "after_run_s": None if q.after_run_s is None else round(q.after_run_s, 3)}
+
+
+def install_entry(i: Install) -> dict[str, Any]:
+    """An upgrade A/B side's ``install``: its interpreter and what tells it apart (`Install.versions`)."""
+    return {"python": i.python, **i.versions()}

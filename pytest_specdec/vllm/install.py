@@ -73,13 +73,16 @@ class Install:
     #: Every installed distribution, (normalised name, version), sorted (`packages_of`); empty: not read.
     packages: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
-    def to_dict(self) -> dict[str, str | int | None]:
-        return {"python": self.python, "distribution": self.distribution, "vllm": self.vllm, "torch": self.torch,
+    def versions(self) -> dict[str, str | int | None]:
+        """What tells two installs apart at a glance, the interpreter's path aside: vLLM's distribution and
+        version, torch, Python, and the digest and count of every installed package (an A/B's `changed` compares
+        these; the results show them beside the interpreter)."""
+        return {"distribution": self.distribution, "vllm": self.vllm, "torch": self.torch,
                 "python_version": self.python_version, "packages_digest": packages_digest(self.packages),
                 "packages": len(self.packages)}
 
     def package_versions(self) -> dict[str, str]:
-        """Each package's version but those `to_dict` names (vLLM's distribution, torch): what else differs."""
+        """Each package's version but those `versions` names (vLLM's distribution, torch): what else differs."""
         named = {self.distribution, "torch"}
         return {n: v for n, v in self.packages if n not in named}
 

@@ -66,7 +66,7 @@ def test_provenance_names_what_the_vllm_version_does_not() -> None:
     assert got == {"packages_digest": packages_digest((("triton", "3.4.0"), ("vllm", "0.26.0"))), "packages": 2,
                    "torch": "2.8.0+cu128", "cuda": "12.8", "driver": "570.124.06", "image": "vllm@sha256:ab"}
     assert provenance(install("2.8.0+cpu"), None, {})["image"] is None
-    # this environment's packages, as its metadata lists them; the A/B diff leaves out what to_dict names
+    # this environment's packages, as its metadata lists them; the A/B diff leaves out what `versions` names
     here = this_install()
     assert len(here.packages) == len({d.metadata["Name"].lower().replace("_", "-") for d in md.distributions()})
     assert here.distribution is not None and here.distribution not in here.package_versions()
