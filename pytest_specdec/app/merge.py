@@ -261,10 +261,10 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
 
 def attribution(verdicts: Sequence[Verdict], split: Any) -> str | None:
     """The test's attribution on its merged verdicts, as its results entry words it (`output.wording`)."""
-    from pytest_specdec.measure.explain import Split
+    from pytest_specdec.output.schema import split_of
     from pytest_specdec.output.wording import attribution as words
 
-    return words(verdicts, Split.from_dict(split) if isinstance(split, Mapping) else None) if verdicts else None
+    return words(verdicts, split_of(split) if isinstance(split, Mapping) else None) if verdicts else None
 
 
 def night_document(shards: Sequence[Shard], tests: list[dict[str, Any]]) -> dict[str, Any]:

@@ -10,7 +10,6 @@ baselines), :mod:`.sequential` (multiplicity, looks, what a baseline can catch) 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -149,10 +148,6 @@ class Verdict:
         """Decided by the exact rule (near-deterministic figures): no p, and its interval is the range of the
         differences, not a CI."""
         return self.method == EXACT
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able values (for baselines and reports)."""
-        return dataclasses.asdict(self)
 
 
 # ---- the shared (vectorised) cores ---------------------------------------------------------------

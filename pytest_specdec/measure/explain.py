@@ -25,7 +25,7 @@ the pairs `record.pairs`'.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -156,22 +156,23 @@ class Split:
         total = abs(self.acceptance_log) + abs(self.step_log)
         return abs(self.acceptance_log) / total if total else 0.0
 
+    @property
+    def speedup_change_pct(self) -> float:
+        return 100.0 * math.expm1(self.speedup_log)
+
+    @property
+    def tau_change_pct(self) -> float:
+        return 100.0 * math.expm1(self.acceptance_log)
+
+    @property
+    def step_change_pct(self) -> float:
+        """The spec step's own change (a slower step is positive)."""
+        return 100.0 * math.expm1(-self.step_log)
+
     def cause(self) -> Cause | None:
         """What the change points at: the part with at least `MAIN_SHARE` of it; None when both share it."""
         share = self.acceptance_share
         return "acceptance" if share >= MAIN_SHARE else "step time" if share <= 1 - MAIN_SHARE else None
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Split:
-        """A split as `to_dict` wrote it (its derived figures are computed again)."""
-        return cls(**{k: float(d[k]) for k in cls.__dataclass_fields__})
-
-    def to_dict(self) -> dict[str, Any]:
-        pct = lambda x: 100.0 * math.expm1(x)  # noqa: E731
-        return {**asdict(self), "speedup_change_pct": pct(self.speedup_log),
-                "tau_change_pct": pct(self.acceptance_log), "step_change_pct": pct(-self.step_log),
-                "acceptance_log": self.acceptance_log, "step_log": self.step_log,
-                "acceptance_share": self.acceptance_share, "cause": self.cause()}
 
 
 def split(before: Explained | None, after: Explained | None) -> Split | None:

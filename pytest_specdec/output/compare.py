@@ -94,7 +94,7 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
 def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
     """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format;
     `regressed` lists every test with a regressed gated metric, `failed` those that make the exit status 1."""
-    from pytest_specdec.output.results import machine_factor_entry
+    from pytest_specdec.output.results import machine_factor_entry, split_entry
     from pytest_specdec.output.results import verdict_entry as verdict_json
 
     return {
@@ -111,7 +111,7 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
                    "failed": r.failed(strict), "reason": r.reason,
                    "not_comparable_fields": {k: [a, b] for k, (a, b) in r.fields.items()},
                    "verdicts": {v.metric: verdict_json(v) for v in r.verdicts},
-                   "split": None if r.split is None else r.split.to_dict()} for r in cmp.rows],
+                   "split": None if r.split is None else split_entry(r.split)} for r in cmp.rows],
     }
 
 

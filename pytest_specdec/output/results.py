@@ -36,6 +36,7 @@ from pytest_specdec.output.schema import (
     rate_point_entry,
     render_results,
     session_time_entry,
+    split_entry,
     state_summary_entry,
 )
 
@@ -157,7 +158,7 @@ class TestRecord:
                                for v in shown}
             out["baseline"] = {**baseline_entry(self.baseline),
                                "attribution": attribution(shown, split) if shown else None,
-                               "split": None if split is None else split.to_dict()}
+                               "split": None if split is None else split_entry(split)}
         return out
 
 
@@ -210,7 +211,7 @@ def ab_entry(c: ABJudgement, result: CaseResult | None) -> dict[str, Any]:
             "changed": {k: list(v) for k, v in plan.changed.items()},
             "verdicts": {v.metric: verdict_entry(v) for v in c.shown()}, REGRESSED: [v.metric for v in c.regressed()],
             "attribution": cause, "attribution_text": ab_attribution(c),
-            "split": None if c.split is None else c.split.to_dict(),
+            "split": None if c.split is None else split_entry(c.split),
             "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(plan.thresholds),
             "checked": plan.checked, "gate": list(plan.metrics), "looks": c.looks,
             "max_looks": plan.max_looks, "planned_looks": list(plan.looks), "unspent_runs": c.unspent,

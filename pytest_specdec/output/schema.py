@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.machine import StateSummary
     from pytest_specdec.gate.store import BaselineWrites, Hardware, Machine
     from pytest_specdec.gate.variance import NightVariance
+    from pytest_specdec.measure.explain import Split
     from pytest_specdec.measure.metrics import Chunking
     from pytest_specdec.measure.saturation import RatePoint, Saturation
     from pytest_specdec.output.timing import SessionTime
@@ -870,3 +871,19 @@ def quiet_entry(q: Quiet) -> dict[str, Any]:
 def install_entry(i: Install) -> dict[str, Any]:
     """An upgrade A/B side's ``install``: its interpreter and what tells it apart (`Install.versions`)."""
     return {"python": i.python, **i.versions()}
+
+
+def split_entry(s: Split) -> dict[str, Any]:
+    """A speedup change split into acceptance and step time: its six figures, and the derived ones a reader
+    without the plugin wants (changes in %, the logs, the acceptance's share, the cause)."""
+    return {**dataclasses.asdict(s), "speedup_change_pct": s.speedup_change_pct,
+            "tau_change_pct": s.tau_change_pct, "step_change_pct": s.step_change_pct,
+            "acceptance_log": s.acceptance_log, "step_log": s.step_log,
+            "acceptance_share": s.acceptance_share, "cause": s.cause()}
+
+
+def split_of(d: Mapping[str, Any]) -> Split:
+    """A split as `split_entry` wrote it (its derived figures are computed again)."""
+    from pytest_specdec.measure.explain import Split
+
+    return Split(**{f.name: float(d[f.name]) for f in dataclasses.fields(Split)})

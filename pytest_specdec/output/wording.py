@@ -185,21 +185,21 @@ def split_sentence(s: Split) -> str:
     a speedup change split into acceptance and step time (`measure.explain.Split`), and where most of it is."""
     from pytest_specdec.measure.explain import MINOR_SHARE
 
-    d, share = s.to_dict(), s.acceptance_share
+    share = s.acceptance_share
     acc = "unchanged" if share < MINOR_SHARE else "lower" if s.acceptance_log < 0 else "higher"
-    step = format_delta(d["step_change_pct"], PERCENT)
+    step = format_delta(s.step_change_pct, PERCENT)
     step = f"unchanged ({step})" if 1 - share < MINOR_SHARE else step
     cause = s.cause()
-    return (f"speedup {format_delta(d['speedup_change_pct'], '%')}: acceptance {acc} (τ {s.tau_before:.2f} → "
-            f"{s.tau_after:.2f}, {format_delta(d['tau_change_pct'], '%')}), spec step time {step} (in reference "
+    return (f"speedup {format_delta(s.speedup_change_pct, '%')}: acceptance {acc} (τ {s.tau_before:.2f} → "
+            f"{s.tau_after:.2f}, {format_delta(s.tau_change_pct, '%')}), spec step time {step} (in reference "
             f"steps); {'mostly ' + cause if cause else 'both alike'}")
 
 
 def split_text(d: Mapping[str, Any] | None) -> str | None:
-    """`split_sentence` of a split as the results hold it (`Split.to_dict`); None without one."""
-    from pytest_specdec.measure.explain import Split
+    """`split_sentence` of a split as the results hold it (`output.schema.split_entry`); None without one."""
+    from pytest_specdec.output.schema import split_of
 
-    return None if not d else split_sentence(Split.from_dict(d))
+    return None if not d else split_sentence(split_of(d))
 
 
 #: What a regressed speedup's split points at (`gate.attribution.SPLIT_CAUSES`), after the split's sentence.

@@ -13,6 +13,7 @@ from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.verdicts import explained
 from pytest_specdec.measure.explain import chain_tau, cost_per_million, explain, iid_alpha, iid_tau, split
 from pytest_specdec.measure.record import ArmRun
+from pytest_specdec.output.schema import split_entry, split_of
 
 TRUE_TAU = (1 - 0.7 ** 4) / (1 - 0.7)  # 2.533: k = 3, every position accepted with 0.7 given the ones before
 
@@ -87,13 +88,14 @@ def test_split_adds_up_exactly_and_names_the_cause() -> None:
     s = split(before, slower)
     assert s is not None
     assert s.speedup_log == pytest.approx(s.acceptance_log + s.step_log, abs=1e-12)
-    d = s.to_dict()
+    d = split_entry(s)
     assert d["speedup_change_pct"] == pytest.approx(-20.0) and d["tau_change_pct"] == pytest.approx(0.0)
     assert d["step_change_pct"] == pytest.approx(25.0) and s.cause() == "step time"
     s = split(before, fewer)
     assert s is not None and s.cause() == "acceptance"
     assert s.speedup_log == pytest.approx(s.acceptance_log + s.step_log, abs=1e-12)
-    assert math.isclose(s.to_dict()["tau_change_pct"], 100 * (1.9 / 2.8 - 1))
+    assert math.isclose(s.tau_change_pct, 100 * (1.9 / 2.8 - 1))
+    assert split_of(split_entry(s)) == s  # the results file reads back what it wrote
 
 
 def night(ref_tok_s: float, spec_tok_s: float) -> Night:
