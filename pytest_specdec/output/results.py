@@ -495,8 +495,8 @@ def merge_servers(local: dict[str, dict[str, Any]], remote: Sequence[dict[str, d
 def price(profile: Profile, gpu_hourly_usd: float | None, held: int | None = None) -> dict[str, Any] | None:
     """Hourly price of one server's hardware for the report's cost per 1M output tokens:
     --specdec-gpu-hourly-usd, else the profile's `price_per_hour_usd` (per GPU), times the GPUs a server uses
-    (TP x PP); with ``held``, the GPUs a test holds at once (`profiles.pool.gpus_held`), what the dry run's cost
-    uses."""
+    (TP x PP x DP, `Profile.server_gpus`); with ``held``, the GPUs a test holds at once (`profiles.pool.gpus_held`),
+    what the dry run's cost uses."""
     per_gpu, source = gpu_hourly_usd, "--specdec-gpu-hourly-usd"
     if per_gpu is None:
         raw = profile.raw.get("price_per_hour_usd")

@@ -92,8 +92,12 @@ class Profile:
 
     @property
     def server_gpus(self) -> int:
-        """GPUs one server of this profile spans (TP x PP of its [target]); both arms alike."""
-        return self.tensor_parallel_size * self.pipeline_parallel_size
+        """GPUs one server of this profile spans: TP x PP x DP of the reference's command ([target]'s sizes, and a
+        --data-parallel-size in [server] args), read as the GPU leases read it (`servers.gpus.gpus_needed`), so the
+        price and the leases count one number; both arms alike but for a draft with a wider TP of its own."""
+        from pytest_specdec.servers.gpus import gpus_needed
+
+        return gpus_needed(server_spec(self, "none", None).args, None)
 
     @property
     def night_prior_source(self) -> str:

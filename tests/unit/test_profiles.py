@@ -16,6 +16,7 @@ from pytest_specdec.errors import ConfigError, SpecDecDeprecationWarning
 from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
 from pytest_specdec.profiles import VLLM_METHODS, builtin_profiles, load_profile, server_spec
 from pytest_specdec.profiles.resolve import auto_candidates
+from pytest_specdec.servers.gpus import gpus_needed
 from pytest_specdec.servers.hardware import GpuList, check_profile, pick_profile
 
 GPU_PROFILES = ["a100", "h100", "h200", "l40s"]
@@ -245,6 +246,12 @@ def test_good_parallel_sizes_reach_both_arms(tmp_path: Path) -> None:
                     'draft_tensor_parallel_size = 2 }\n')
     p = load_profile(str(path))
     assert p.server_gpus == 8
+    # data parallelism, set in [server] args, multiplies the GPUs a server spans: the price counts them as the
+    # GPU leases do (`gpus_needed`)
+    dp = tmp_path / "dp.toml"
+    dp.write_text(path.read_text().replace('gpus = 8\n', 'gpus = 16\n[server]\nargs = ["--data-parallel-size", "2"]\n'))
+    assert load_profile(str(dp)).server_gpus == 16 == gpus_needed(server_spec(load_profile(str(dp)), "none", 3).args,
+                                                                    None)
     for method in ("none", "e"):
         args = server_spec(p, method, 3).args
         assert args[-4:] == ("--tensor-parallel-size", "2", "--pipeline-parallel-size", "4")
