@@ -1,5 +1,7 @@
 """The results file as a format (`RESULTS_FILE`): read back as typed data, written in its one text form
-(`render_results`), and brought from each older schema to the next (the steps at the end).
+(`render_results`), brought from each older schema to the next (the steps near the end), and the typed values the
+gate, measurement and server layers hand over written in the form this file stores them (the ``*_entry`` functions
+at the end, which `output.results` assembles; those classes write no JSON of their own).
 
 `load` takes a parsed `reports/*.json` of this plugin's schema: what the HTML report, the pytest-benchmark
 export, compare, history and any tool render from. An older file is an error naming the command that converts
