@@ -182,10 +182,6 @@ class RunAcceptance:
                   for name, mine, theirs in pairs if mine != theirs]
         return f"{MISMATCH}: {'; '.join(differ)}" if differ else ""
 
-    def to_dict(self) -> dict[str, Any]:
-        """The run's `per_request_acceptance` in the results."""
-        return {**self.table.to_dict(), "missing": self.missing, "failed": self.failed}
-
 
 def run_acceptance(samples: Iterable[RequestSample], level: float = CI_LEVEL) -> RunAcceptance | None:
     """One run's acceptance from its requests' figures; None when no request carried any (the counters serve

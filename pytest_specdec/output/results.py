@@ -35,6 +35,7 @@ from pytest_specdec.output.schema import (
     quiet_entry,
     rate_point_entry,
     render_results,
+    run_acceptance_entry,
     session_time_entry,
     split_entry,
     state_summary_entry,
@@ -295,7 +296,7 @@ def run_entry(r: RunRecord) -> dict[str, Any]:
         **({"neighbour_cores": r.neighbours} if r.neighbours is not None else {}),
         **({"arrivals": r.arrivals} if r.arrivals is not None else {}),
         "acceptance_source": r.acceptance_source,
-        "per_request_acceptance": None if r.acceptance is None else r.acceptance.to_dict(),
+        "per_request_acceptance": None if r.acceptance is None else run_acceptance_entry(r.acceptance),
         **({"block": r.block} if r.block is not None else {}),
     }
 

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.machine import StateSummary
     from pytest_specdec.gate.store import BaselineWrites, Hardware, Machine
     from pytest_specdec.gate.variance import NightVariance
+    from pytest_specdec.measure.acceptance import RunAcceptance
     from pytest_specdec.measure.explain import Split
     from pytest_specdec.measure.metrics import Chunking
     from pytest_specdec.measure.saturation import RatePoint, Saturation
@@ -889,3 +890,9 @@ def split_of(d: Mapping[str, Any]) -> Split:
     from pytest_specdec.measure.explain import Split
 
     return Split(**{f.name: float(d[f.name]) for f in dataclasses.fields(Split)})
+
+
+def run_acceptance_entry(r: RunAcceptance) -> dict[str, Any]:
+    """A run's ``per_request_acceptance``: its requests' acceptance table (as the summary's `request_acceptance`
+    gives a test's), and the requests that carried no figures or failed."""
+    return {**r.table.to_dict(), "missing": r.missing, "failed": r.failed}

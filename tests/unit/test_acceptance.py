@@ -19,6 +19,7 @@ from pytest_specdec.measure.acceptance import (
     run_acceptance,
 )
 from pytest_specdec.measure.types import RequestSample
+from pytest_specdec.output.schema import run_acceptance_entry
 from pytest_specdec.vllm import request_metrics as rm
 from pytest_specdec.vllm.command import ServerSpec, build_command
 from pytest_specdec.vllm.counters import Counters
@@ -141,7 +142,7 @@ def test_a_run_tallies_its_requests_overall_and_per_category() -> None:
     assert table.histogram == (3, 2, 2, 2)
     assert {c: (a.units, a.accepted_tokens, a.draft_tokens) for c, a in table.by_category.items()} == {
         "chat": (1, 4, 12), "code": (2, 8, 15)}
-    d = run.to_dict()
+    d = run_acceptance_entry(run)
     assert d["acceptance_rate"] == pytest.approx(12 / 27) and d["acceptance_length"] == pytest.approx(1 + 12 / 9)
     assert d["acceptance_histogram"] == [3, 2, 2, 2] and d["by_category"]["chat"]["ci"] is None  # one request
     assert d["ci"] is not None and d["ci_level"] == 0.95
