@@ -427,7 +427,7 @@ class SpecDecSession:
             if len({s.key() for s in [*specs, *upcoming]}) > self.placement.max_alive():
                 break
             upcoming += [s for _, s in self.arms(case)]
-        plan = self.placement.start_plan(specs, upcoming, self.pool.alive_specs())
+        plan = self.placement.start_plan(specs, upcoming, self.pool.alive_specs(), self.pool.gpu_share(self.workers))
         if plan is not None:
             wanted = {s.key(): s for s in [*specs, *upcoming]}
             self.pool.start_together([wanted[key] for key in plan.start], list(plan.stop), nodeid)
@@ -545,14 +545,16 @@ class SpecDecSession:
                               case.rate_fraction, case.rate_sweep is not None and bool(case.rate_sweep)
                               and case.rate_fraction == fractions(case.rate_sweep)[0])
                  for nodeid, case in cases if nodeid not in why]
-        from pytest_specdec.profiles.pool import gpus_held, lease_plan_lines
+        from pytest_specdec.profiles.pool import gpus_held, lease_plan_lines, planned_gpus
 
         return [*dry_run_lines(profile, tests, skipped=why, hardware_note=self.hardware_note,
                                endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
                                server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
                                max_runs=self.max_runs(), max_servers=self.placement.max_alive(),
                                price=price(profile, s.gpu_hourly_usd, gpus_held(self.placement)),
-                               start_together=self.placement.start_together()),
+                               fit_of=(partial(self.placement.fit, gpus=planned_gpus(self.placement, s.gpus,
+                                                                                     self.workers))
+                                       if self.placement.start_together() else None)),
                 *lease_plan_lines(self.placement, s.gpus)]
 
     def server_starts(self) -> list[StartRecord]:

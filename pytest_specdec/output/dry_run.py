@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ from pytest_specdec.errors import ConfigError
 if TYPE_CHECKING:
     from pytest_specdec.measure.types import Prompt
     from pytest_specdec.profiles import Profile
+    from pytest_specdec.profiles.starts import Fit
     from pytest_specdec.vllm.command import ServerSpec
 
 
@@ -51,8 +52,11 @@ def command_line(spec: ServerSpec) -> str:
 
 def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: str, endpoints: tuple[str, str] | None,
                   server_cpus: frozenset[int] | None, runs: int, max_runs: int, max_servers: int,
-                  price: dict[str, Any] | None, start_together: bool = False,
+                  price: dict[str, Any] | None, fit_of: Callable[[Sequence[ServerSpec]], Fit] | None = None,
                   skipped: Mapping[str, str] | None = None) -> list[str]:
+    """The dry run's lines: each test's commands, the servers, the leases' CPUs and the estimate per suite.
+    ``fit_of``: where servers start together, whether given servers have room at once (`Placement.fit`); None:
+    one at a time."""
     from pytest_specdec.measure.runner import warmup_requests
     from pytest_specdec.output.estimate import PlannedTest, Timings, estimate, minutes
 
@@ -93,10 +97,8 @@ def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: s
     if timings is None:
         lines.append(f"specdec dry run: no run-time estimate: profile {profile.path} has no [timings]")
         return lines
-    from pytest_specdec.profiles.starts import memory_fraction
-
-    fractions = {key: memory_fraction(spec.args) for key, spec in specs.items()} if start_together else None
-    modules = estimate(planned, timings, runs=runs, max_runs=max_runs, max_servers=max_servers, fractions=fractions)
+    fits = None if fit_of is None else fit_of(list(specs.values()))
+    modules = estimate(planned, timings, runs=runs, max_runs=max_runs, max_servers=max_servers, fits=fits)
     lines.append(
         f"specdec dry run: estimated run time per suite ([timings] of {profile.name}: {timings.server_start_s:g} s "
         f"per server start, {timings.stream_tok_s:g} tok/s per request, {timings.max_tok_s:g} tok/s at most; "
@@ -119,8 +121,8 @@ def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: s
     if saved:
         lines.append(f"  servers that co-reside start together: ~{minutes(saved)} of starts saved "
                      f"(~{minutes(total + saved)} with every server started one after another)")
-    elif fractions is not None:
+    elif fits is not None:
         lines.append("  servers start one after another: no two that a test needs next fit beside each other "
-                     "(--gpu-memory-utilization summing to at most 1, --specdec-max-servers)")
+                     "(their GPUs, with --gpu-memory-utilization summing to at most 1 on each, --specdec-max-servers)")
     lines += [f"  no estimate for {u}" for u in unknown]
     return lines

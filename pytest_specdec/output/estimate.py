@@ -14,9 +14,12 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pytest_specdec.profiles.starts import Fit
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,11 @@ class ModuleEstimate:
 
 
 def estimate(tests: list[PlannedTest], timings: Timings, *, runs: int, max_runs: int,
-             max_servers: int, fractions: Mapping[str, float] | None = None) -> list[ModuleEstimate]:
+             max_servers: int, fits: Fit | Mapping[str, float] | None = None) -> list[ModuleEstimate]:
     """Per module, in first-seen order: server starts, runs and seconds (at `runs` and at `max_runs`). With
-    ``fractions`` (each server's memory share, where the placement starts servers together) the servers that
-    start together before a test (`profiles.starts.plan_start`, as the session asks it) cost one start."""
+    ``fits`` (whether servers have room at once, or each server's memory share, where the placement starts servers
+    together) the servers that start together before a test (`profiles.starts.plan_start`, as the session asks it)
+    cost one start."""
     from pytest_specdec.profiles.starts import plan_start
 
     alive: OrderedDict[str, None] = OrderedDict()
@@ -95,8 +99,8 @@ def estimate(tests: list[PlannedTest], timings: Timings, *, runs: int, max_runs:
         m = modules.setdefault(t.module, ModuleEstimate(t.module))
         m.tests += 1
         m.nodeids.append(t.nodeid)
-        plan = None if fractions is None else plan_start(
-            t.servers, [key for later in tests[i + 1:] for key in later.servers], list(alive), fractions, max_servers)
+        plan = None if fits is None else plan_start(
+            t.servers, [key for later in tests[i + 1:] for key in later.servers], list(alive), fits, max_servers)
         if plan is not None:
             for key in plan.stop:
                 del alive[key]

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from pytest_specdec.measure.types import Prompt
     from pytest_specdec.profiles import Profile
-    from pytest_specdec.profiles.starts import StartPlan
+    from pytest_specdec.profiles.starts import Fit, StartPlan
     from pytest_specdec.vllm.command import ServerSpec
 
 
@@ -49,18 +49,29 @@ class Placement:
         return (not self.endpoint and self.profile.device != "cpu" and self.co_resident()
                 and bool(self._raw.get("start_together", True)))
 
-    def start_plan(self, now: Sequence[ServerSpec], upcoming: Sequence[ServerSpec], alive: Sequence[ServerSpec]
-                   ) -> StartPlan | None:
+    def start_plan(self, now: Sequence[ServerSpec], upcoming: Sequence[ServerSpec], alive: Sequence[ServerSpec],
+                   gpus: Sequence[str] = ()) -> StartPlan | None:
         """Which servers to start together before a test that needs ``now``: `starts.plan_start` over the specs'
-        keys and memory fractions (None: one at a time, as without it)."""
-        from pytest_specdec.profiles.starts import memory_fraction, plan_start
+        keys, with room as the leases on ``gpus`` (the GPUs this process may lease) would find it, else as their
+        memory fractions on one set of GPUs (None: one at a time, as without it)."""
+        from pytest_specdec.profiles.starts import plan_start
 
         if not self.start_together():
             return None
-        specs = [*now, *upcoming, *alive]
-        fraction = {s.key(): memory_fraction(s.args) for s in specs}
-        return plan_start([s.key() for s in now], [s.key() for s in upcoming], [s.key() for s in alive], fraction,
-                          self.max_alive())
+        return plan_start([s.key() for s in now], [s.key() for s in upcoming], [s.key() for s in alive],
+                          self.fit([*now, *upcoming, *alive], gpus), self.max_alive())
+
+    def fit(self, specs: Sequence[ServerSpec], gpus: Sequence[str] = ()) -> Fit:
+        """Whether servers of ``specs`` (by key) have room together: on ``gpus`` as the leases place them (each
+        server's GPUs and memory fraction), else as memory fractions on one set of GPUs. The session and the dry
+        run's estimate ask the same."""
+        from pytest_specdec.profiles.starts import fraction_fit, lease_fit, memory_fraction
+        from pytest_specdec.servers.gpus import gpus_needed
+
+        if gpus:
+            return lease_fit({s.key(): (gpus_needed(s.args, s.speculative_config), memory_fraction(s.args))
+                              for s in specs}, gpus)
+        return fraction_fit({s.key(): memory_fraction(s.args) for s in specs})
 
     def block_runs(self) -> int | None:
         """None: interleave pairs; else the block size of the arms' alternation (servers cannot co-reside)."""

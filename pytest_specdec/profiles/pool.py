@@ -66,6 +66,22 @@ def gpus_held(placement: Placement) -> int:
     return len({g for pick in plan.values() for g in pick})
 
 
+def planned_gpus(placement: Placement, gpus: str | None, workers: int = 1) -> tuple[str, ...]:
+    """The GPUs a dry run plans this process's starts on: its share of the host's (--specdec-gpus,
+    CUDA_VISIBLE_DEVICES or nvidia-smi's), else of the host the profile is for (its top-level ``gpus``); none on
+    the CPU, in endpoint mode or where neither says."""
+    from pytest_specdec.servers.gpus import GpuLeaseError
+
+    if placement.profile.device == "cpu" or placement.endpoint:
+        return ()
+    try:
+        ids = host_gpus(gpus)
+    except GpuLeaseError:
+        n = placement.profile.raw.get("gpus")
+        ids = tuple(str(i) for i in range(n)) if isinstance(n, int) and not isinstance(n, bool) else ()
+    return ids[:max(1, len(ids) // max(1, workers))] if ids else ()
+
+
 def host_gpus(gpus: str | None) -> tuple[str, ...]:
     """The GPUs the session may lease: --specdec-gpus, else CUDA_VISIBLE_DEVICES, else nvidia-smi's."""
     from pytest_specdec.servers.gpus import discover_gpus, parse_gpu_list

@@ -3,20 +3,23 @@ idle), and servers that co-reside anyway can start at once. Pure: the session as
 dry run's estimate asks the same questions of the same function, the pool starts what it is told.
 
 A plan starts the test's own missing servers plus the next tests' servers (in run order) that fit beside
-them: at most the pool's cap alive at once, and their `--gpu-memory-utilization` fractions summing to at
-most 1 (one process's servers share its GPUs, servers/gpus.py). A server without the flag counts at vLLM's
-default, 0.9, so two of those never start together.
+them: at most the pool's cap alive at once, and room for all of them on the GPUs. Where the GPUs this process may
+lease are known (`lease_fit`), room is what the leases would find: a GPU's servers' `--gpu-memory-utilization`
+fractions summing to at most 1, so two TP-4 servers at 0.9 on an 8-GPU host start together on disjoint GPUs.
+Where they are not, every server counts as sharing one set of GPUs (`fraction_fit`): fractions summing to at most
+1. A server without the flag counts at vLLM's default, 0.9.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 # The memory fraction is read where the leases read it too (one process's servers share GPUs by it).
 from pytest_specdec.servers.gpus import DEFAULT_GPU_MEMORY_UTILIZATION, memory_fraction
 
-__all__ = ["DEFAULT_GPU_MEMORY_UTILIZATION", "StartPlan", "memory_fraction", "plan_start"]
+__all__ = ["DEFAULT_GPU_MEMORY_UTILIZATION", "Fit", "StartPlan", "fraction_fit", "lease_fit", "memory_fraction",
+           "plan_start"]
 
 #: Slack for fractions like 0.2 x 5 that add up to a hair above 1.0 in binary.
 _EPS = 1e-9
@@ -30,16 +33,42 @@ class StartPlan:
     stop: tuple[str, ...] = ()  # least recently used first
 
 
-def plan_start(now: Sequence[str], upcoming: Sequence[str], alive: Sequence[str], fraction: Mapping[str, float],
+#: Whether servers (by spec key) have room to be alive at once.
+Fit = Callable[[Sequence[str]], bool]
+
+
+def fraction_fit(fraction: Mapping[str, float]) -> Fit:
+    """Room where every server shares one set of GPUs: their memory fractions sum to at most 1."""
+    return lambda keys: sum(fraction[key] for key in keys) <= 1 + _EPS
+
+
+def lease_fit(need: Mapping[str, tuple[int, float]], gpus: Sequence[str]) -> Fit:
+    """Room on ``gpus`` (the GPUs this process may lease) as the leases would find it: each server's GPUs (TP x PP x
+    DP) and memory fraction, ``need[key]``, placed in order on an idle host (`servers.gpus.plan_leases`)."""
+    from pytest_specdec.servers.gpus import GpuLeaseError, plan_leases
+
+    def fit(keys: Sequence[str]) -> bool:
+        try:
+            plan_leases([(key, *need[key]) for key in keys], gpus, {})
+        except GpuLeaseError:
+            return False
+        return True
+
+    return fit
+
+
+def plan_start(now: Sequence[str], upcoming: Sequence[str], alive: Sequence[str], fits: Fit | Mapping[str, float],
                max_alive: int) -> StartPlan | None:
     """What to start together before a test that needs ``now`` (its servers), given the servers the next tests
-    need in run order (``upcoming``) and those ``alive`` (least recently used first). None: start as before,
-    one at a time (nothing of ``now`` is missing, fewer than two would start, or ``now`` itself does not fit)."""
+    need in run order (``upcoming``) and those ``alive`` (least recently used first); ``fits`` says whether servers
+    have room together (a mapping of memory fractions: `fraction_fit`'s). None: start as before, one at a time
+    (nothing of ``now`` is missing, fewer than two would start, or ``now`` itself does not fit)."""
+    fit = fraction_fit(fits) if isinstance(fits, Mapping) else fits
     if all(key in alive for key in now):
         return None
     wanted: list[str] = []
     for key in dict.fromkeys([*now, *upcoming]):
-        if len(wanted) < max_alive and _share(wanted, fraction) + fraction[key] <= 1 + _EPS:
+        if len(wanted) < max_alive and fit([*wanted, key]):
             wanted.append(key)
         elif key in now:
             return None
@@ -50,10 +79,6 @@ def plan_start(now: Sequence[str], upcoming: Sequence[str], alive: Sequence[str]
         return None
     others = [key for key in alive if key not in wanted]
     stop: list[str] = []
-    while others and (len(wanted) + len(others) > max_alive or _share([*wanted, *others], fraction) > 1 + _EPS):
+    while others and (len(wanted) + len(others) > max_alive or not fit([*wanted, *others])):
         stop.append(others.pop(0))
     return StartPlan(start, tuple(stop))
-
-
-def _share(keys: Sequence[str], fraction: Mapping[str, float]) -> float:
-    return sum(fraction[key] for key in keys)

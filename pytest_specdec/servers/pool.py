@@ -255,6 +255,14 @@ class ServerPool:
         """The live servers' specs, least recently used first (what a start plan may stop)."""
         return [server.spec for server in self._alive.values() if server.alive()]
 
+    def gpu_share(self, workers: int) -> tuple[str, ...]:
+        """The GPUs this process may count on leasing for servers alive at once: its even share of the host's when
+        ``workers`` xdist workers lease from it (`profiles.pool.lease_plan` checked that the share holds a test's
+        servers); none without leasing (the cpu profile)."""
+        if self.gpus is None:
+            return ()
+        return self.gpus.gpus[:max(1, len(self.gpus.gpus) // max(1, workers))]
+
     def start_together(self, specs: list[ServerSpec], stop: list[str], test: str | None = None) -> None:
         """Start `specs` at once (`servers.together`) after stopping the live servers keyed in `stop`: the
         placement found they fit beside each other (`profiles/starts.py`). A server that fails is not retried in

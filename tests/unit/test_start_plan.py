@@ -10,9 +10,9 @@ import pytest
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
-from pytest_specdec.profiles import load_profile
+from pytest_specdec.profiles import load_profile, server_spec
 from pytest_specdec.profiles.placement import Placement
-from pytest_specdec.profiles.starts import StartPlan, memory_fraction, plan_start
+from pytest_specdec.profiles.starts import StartPlan, lease_fit, memory_fraction, plan_start
 
 
 def half(*keys: str, share: float = 0.45) -> dict[str, float]:
@@ -101,7 +101,29 @@ def test_the_estimate_counts_a_group_started_together_as_one_start() -> None:
              PlannedTest("m.py::b", ("ref", "b"), 100, 1, 1, 0, 0)]
     one_by_one = estimate(tests, timings, runs=1, max_runs=1, max_servers=3)[0]
     together = estimate(tests, timings, runs=1, max_runs=1, max_servers=3,
-                        fractions=half("ref", "a", "b", share=0.3))[0]
+                        fits=half("ref", "a", "b", share=0.3))[0]
     assert (one_by_one.starts, one_by_one.groups, one_by_one.saved_s) == (3, 0, 0)
     assert (together.starts, together.together, together.groups, together.saved_s) == (3, 3, 1, 180)
     assert one_by_one.seconds - together.seconds == pytest.approx(180)
+
+
+def test_servers_on_disjoint_gpus_start_together_where_the_leases_place_them() -> None:
+    """A 70B-class target at TP 4 takes 0.9 of four GPUs per server: its memory fractions (0.9 + 0.9) never share
+    one set of GPUs, but on an 8-GPU host the leases place the two arms on disjoint GPUs, so they start at once."""
+    need = {"ref": (4, 0.9), "spec": (4, 0.9), "base": (4, 0.9)}
+    eight = tuple("01234567")
+    assert plan_start(["ref", "spec"], [], [], lease_fit(need, eight), 3) == StartPlan(("ref", "spec"))
+    assert plan_start(["ref", "spec"], [], [], lease_fit(need, eight[:4]), 3) is None  # 4 GPUs: one at a time
+    # an A/B test's third TP-4 server has no room beside two on 8 GPUs: its arms start one after another
+    assert plan_start(["ref", "spec", "base"], [], [], lease_fit(need, eight), 3) is None
+    # the fractions alone, where the GPUs are not known, start none of them together
+    assert plan_start(["ref", "spec"], [], [], {k: f for k, (_, f) in need.items()}, 3) is None
+
+
+def test_the_70b_profiles_two_arms_start_together_on_its_eight_gpus() -> None:
+    placement = Placement(load_profile("h100x8-70b"), False, 2, None, 5, "127.0.0.1")
+    ref, spec = server_spec(placement.profile, "none", None), server_spec(placement.profile, "eagle3", 3)
+    assert placement.start_plan([ref, spec], [], [], tuple("01234567")) == StartPlan((ref.key(), spec.key()))
+    assert placement.start_plan([ref, spec], [], [], ()) is None  # no GPUs known: as their fractions say
+    # a process with half the host (two xdist workers) has room for one TP-4 server at a time
+    assert placement.start_plan([ref, spec], [], [], tuple("0123")) is None
