@@ -53,6 +53,12 @@ def test_a_server_slower_late_fails_where_gated(pytester: pytest.Pytester, fake_
     assert step["early_runs"] == [0, 1, 2, 3] and step["late_runs"] == [4, 5, 6, 7], step
     assert 40 < step["delta"] < 80 and step["ci"][0] > 10, step  # 1.6x slower steps, the step ratio +60 %
     assert "drift" in test["error"], test["error"]
+    # a member of the gated family: at the test's end padded to what the collected test can add (its 3 gated
+    # metrics, unmeasured without a baseline, and its gated drift), at the session's end over the members measured
+    assert "Benjamini-Hochberg over 4 tests (3 without a p-value" in test["error"], test["error"]
+    assert "Benjamini-Hochberg over 1 tests" in step["note"], step
+    assert step["unadjusted"]["verdict"] == "regressed" and step["unadjusted"]["p"] <= step["p"], step
+    assert test["drift"]["verdicts"]["acceptance_drift"]["unadjusted"] is None  # shown: adjusted with nothing
     assert not undocumented(run.results)
     assert "drift within the session" in run.html and "step time regressed" in run.html
 
