@@ -42,11 +42,15 @@ def verdict_text(v: DriftVerdict | Mapping[str, Any], alpha: float) -> str:
 
 def drift_lines(nodeid: str, drift: Drift) -> list[str]:
     """The terminal's lines for the test: one per metric, and the runs left out once."""
-    lines = [f"specdec: drift {nodeid} (early vs late half of one server's runs):"]
-    lines += [f"  {verdict_text(v, drift.alpha)}" for v in drift.shown]
+    return [f"specdec: drift {nodeid} (early vs late half of one server's runs):", *verdict_lines(drift)]
+
+
+def verdict_lines(drift: Drift, indent: str = "  ") -> list[str]:
+    """Each drift verdict as it stands, a line each, and the runs left out once (the terminal's, `compare`'s)."""
+    lines = [f"{indent}{verdict_text(v, drift.alpha)}" for v in drift.shown]
     left = sorted({x for v in drift.shown for x in v.left_out}, key=lambda x: int(x.split()[1].rstrip(":")))
     if left:
-        lines.append(f"  left out: {'; '.join(left)}")
+        lines.append(f"{indent}left out: {'; '.join(left)}")
     return lines
 
 
