@@ -40,6 +40,14 @@ def verdict_text(v: DriftVerdict | Mapping[str, Any], alpha: float) -> str:
             f"{d['threshold']:+g}{mark}, {n})" + (f"; {note}" if note else ""))
 
 
+def cell_text(v: DriftVerdict) -> str:
+    """One drift verdict in a few words, for a table's cell (`pytest-specdec history`): its word and change, and
+    whether it was gated."""
+    mark = unit_mark(v.unit)
+    change = "" if v.delta is None else f" {v.delta:+.2f}{mark}"
+    return f"{v.verdict}{change}" + (" (gated)" if v.family == "gated" else "")
+
+
 def drift_lines(nodeid: str, drift: Drift) -> list[str]:
     """The terminal's lines for the test: one per metric, and the runs left out once."""
     return [f"specdec: drift {nodeid} (early vs late half of one server's runs):", *verdict_lines(drift)]

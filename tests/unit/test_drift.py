@@ -127,7 +127,7 @@ def test_a_gated_drift_is_adjusted_with_the_sessions_gated_family() -> None:
     alone is inconclusive among ten gated p-values; a shown drift is left as judged; the results keep the raw."""
     others = [Verdict("speedup", "unchanged", 1.0, 1.0, 0.0, -1.0, 1.0, 0.5, 4, 4, "%", "welch", -5.0, "")] * 9
     drift = Drift((_step("regressed", 0.01), dataclasses.replace(_step("regressed", 0.01, "shown"),
-                                                                 metric=ACCEPTANCE_DRIFT, unit="pt")), 0.05)
+                                                                 metric=ACCEPTANCE_DRIFT, unit="points")), 0.05)
     assert FailRule().decide(checked=True, status="missing", verdicts=(), drift=drift.gated).fails_test  # raw α
     family = [("t::a", _judged(others, None)), ("t::b", _judged((), drift))]
     for final, size in ((True, 0), (False, 10)):
