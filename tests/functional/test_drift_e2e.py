@@ -129,3 +129,28 @@ def test_compare_shows_the_files_drift_and_fails_as_the_session_did(
     assert (step["verdict"], step["unadjusted"]) == ("regressed", recorded["unadjusted"]), step
     gated = [v for v in data["tests"][0]["verdicts"].values() if v["family"] == "gated" and v["p"] is not None]
     assert f"Benjamini-Hochberg over {1 + len(gated)} tests" in step["note"] and step["p"] >= recorded["p"], step
+
+
+def test_an_ab_sessions_candidate_drift_is_gated_and_compare_fails_it_again(
+        pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        make_profile: Callable[..., Path]) -> None:
+    """An A/B session judges the candidate's runs: its late runs slower, its gated step time drift regressed (its p
+    in the A/B family), failing the test though check=False; `compare` of the file fails it again and shows it."""
+    late = warmup_requests(PROMPTS, CONCURRENCY) + PAIRS // 2 * PROMPTS + 1
+    fake_vllm.configure({"eagle3": SERVERS["ngram"], "none": SERVERS["none"],
+                         "eagle3:/heads/b": {**SERVERS["ngram"], "slow_posts": [late, 10**6], "slow_factor": 1.6}})
+    pytester.makepyfile(test_suite=make_suite(method="eagle3", num_prompts=PROMPTS, concurrency=CONCURRENCY,
+                                              max_tokens=16, verdicts='check=False, gate=["step_time_drift"]'))
+    run = specdec_session(pytester, make_profile("fakeabdrift", methods=("eagle3",)), None,
+                          "--specdec-settle-timeout=0", "--specdec-base-draft=eagle3=/heads/a",
+                          "--specdec-draft=eagle3=/heads/b", runs=PAIRS, max_runs=PAIRS, subprocess=True)
+    run.result.assert_outcomes(failed=1)
+    step = run.test["drift"]["verdicts"]["step_time_drift"]
+    assert step["verdict"] == "regressed" and "Benjamini-Hochberg over" in step["note"], step
+    assert "drift within the session regressed: step_time_drift" in run.test["error"], run.test["error"]
+    results = run.reports / "latest.json"
+    text = cli("compare", results)
+    assert text.returncode == 1, text.stdout + text.stderr
+    assert "    step time regressed (gated): early " in text.stdout, text.stdout
+    data = json.loads(cli("compare", results, "--json").stdout)
+    assert data["drifted"] == [run.test["nodeid"]] == data["failed"], data
