@@ -146,3 +146,28 @@ def test_a_gated_drift_is_adjusted_with_the_sessions_gated_family() -> None:
     padded = adjusted_all(family, final=False, multiplicity="bh", alpha=0.05, gated_size=20, family_size=20)
     assert padded["t::b"].drift[0].p == pytest.approx(0.2)
     assert len(padded["t::a"].verdicts) == 9 and padded["t::a"].drift == ()
+
+
+def test_a_drift_that_regresses_only_once_the_family_is_known_is_a_late_regression() -> None:
+    """At its test's end the family is padded with p = 1 for the tests still to come (one of them skipped, say), so
+    p 0.01 among 10 is inconclusive; at the session's end the family is the members measured: regressed, news the
+    session's end must fail on (`late_drift`), never twice for a test that failed at its end already."""
+    from pytest_specdec.gate.check import late_drift
+    from pytest_specdec.gate.pipeline import Pipeline, Stored
+    from pytest_specdec.gate.stats import Thresholds
+
+    c = _judged((), Drift((_step("regressed", 0.01),), 0.05))
+    rule = FailRule()
+    at_end = adjusted_all([("t::b", c)], final=False, multiplicity="bh", alpha=0.05, gated_size=10, family_size=10)
+    drift = at_end["t::b"].drift_of(c)
+    assert drift is not None
+    end = rule.decide(checked=True, status="missing", verdicts=(), drift=drift.gated)
+    assert not end.fails_test
+    _, [(_, final)] = Pipeline(Stored(()), 0.05, "bh").finish([("t::b", dataclasses.replace(c, end=end))],
+                                                              Thresholds())
+    assert final.drift is not None and final.drift.adjusted is not None
+    (step,) = final.drift.shown
+    assert step.verdict == "regressed" and "Benjamini-Hochberg over 1 tests: p 0.01 -> 0.01" in step.note, step
+    now = rule.decide(checked=True, status="missing", verdicts=(), drift=final.drift.gated)
+    assert now.drifted and late_drift(end, now)
+    assert not late_drift(now, now)  # failed at its end already: not news
