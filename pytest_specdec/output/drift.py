@@ -49,8 +49,11 @@ def cell_text(v: DriftVerdict) -> str:
 
 
 def drift_lines(nodeid: str, drift: Drift) -> list[str]:
-    """The terminal's lines for the test: one per metric, and the runs left out once."""
-    return [f"specdec: drift {nodeid} (early vs late half of one server's runs):", *verdict_lines(drift)]
+    """The terminal's lines for the test: one per metric, and the runs left out once. Printed as the test is
+    measured, before its end adjusts a gated one over the session's family (the failure says the adjusted one)."""
+    raw = drift.adjusted is None and any(v.family == "gated" for v in drift.verdicts)
+    return [f"specdec: drift {nodeid} (early vs late half of one server's runs"
+            + ("; gated ones before the family's adjustment" if raw else "") + "):", *verdict_lines(drift)]
 
 
 def verdict_lines(drift: Drift, indent: str = "  ") -> list[str]:

@@ -51,7 +51,8 @@ def test_a_server_slower_late_fails_where_gated(pytester: pytest.Pytester, fake_
     run = session(pytester, make_suite, make_profile, 'check=False, gate=["step_time_drift"]')
     run.result.assert_outcomes(failed=1)
     run.result.stdout.fnmatch_lines([
-        "specdec: drift *test_ngram* (early vs late half of one server's runs):",
+        "specdec: drift *test_ngram* (early vs late half of one server's runs; gated ones before the family's "
+        "adjustment):",
         "  acceptance unchanged: early 1.000 → late 1.000, *",
         "  step time regressed (gated): early * ref steps → late * ref steps, Δ +*CI*threshold +10 %, 4+4 runs)",
         "*drift within the session regressed: step_time_drift*"])
