@@ -184,7 +184,8 @@ class SpecDecSession:
         self.collected = [case for _, case, _ in tests]
         self.run_order = [(nodeid, case) for nodeid, case, _ in tests]
         self.planned = [Planned(nodeid, case.method, case.k, case.speculative_config,
-                                (options or VerdictOptions()).for_gate(), bool(case.goodput), case.engine)
+                                (options or VerdictOptions()).for_gate(), bool(case.goodput), case.engine,
+                                drift=self.drift_gate(options))
                         for nodeid, case, options in tests]
         for p in self.planned:  # a goodput gated without SLOs would never be judged
             if GOODPUT in p.options.gate and not p.goodput:
@@ -360,11 +361,14 @@ class SpecDecSession:
                 self.dataset(case).identity(), sampling, endpoint=bool(self.settings.endpoint),
                 endpoint_versions=self.serving.endpoint_versions(arms), engine=case.engine_mode))
             judged = drive(gate, nodeid, started, result, run.extend, self.progress)
+            record.drift = self._drift(result, verdicts)
+            judged = dataclasses.replace(judged, drift=record.drift)  # its gated drift: members of the family
             if ab is not None:
                 record.ab = judged
             else:
                 record.baseline = judged
-        record.drift = self._drift(result, verdicts)
+        else:
+            record.drift = self._drift(result, verdicts)
         self.progress(measured(nodeid, result.summary))
         if record.drift is not None:
             from pytest_specdec.output.drift import drift_lines
@@ -386,13 +390,18 @@ class SpecDecSession:
         """The test's drift within the session (`gate.drift`): its drift metrics gated where its marker's or the
         ini's `gate` names them. check=False opts out of the baseline assertion only: drift needs no baseline, and
         a soak test gates its drift without one."""
-        from pytest_specdec.gate.drift import DRIFT_METRICS, drift
+        from pytest_specdec.gate.drift import drift
 
-        named = {*self.settings.gate, *(verdicts.gate if verdicts is not None else ())}
-        gate = tuple(m for m in DRIFT_METRICS if m in named)
         return drift([r.record for r in result.reference_runs], [r.record for r in result.runs],
                      [r.instance for r in result.reference_runs], [r.instance for r in result.runs],
-                     alpha=self.settings.alpha, gate=gate)
+                     alpha=self.settings.alpha, gate=self.drift_gate(verdicts))
+
+    def drift_gate(self, verdicts: VerdictOptions | None) -> tuple[str, ...]:
+        """The drift metrics a test gates: those its marker's or the ini's `gate` names (`gate.drift`)."""
+        from pytest_specdec.gate.drift import DRIFT_METRICS
+
+        named = {*self.settings.gate, *(verdicts.gate if verdicts is not None else ())}
+        return tuple(m for m in DRIFT_METRICS if m in named)
 
     def _rate_point(self, nodeid: str, case: Case, callspec: dict[str, Any] | None, run: CaseRun,
                     prompts: list[Prompt], sampling: Sampling) -> RatePoint:
@@ -496,18 +505,22 @@ class SpecDecSession:
     def check(self, nodeid: str) -> str | None:
         """At the end of a specdec test: its gate decides (`Gate.test_end`) over the family so far, the output
         layer words it; the failure message, or None when it passes (warnings are shown)."""
+        from pytest_specdec.output.drift import drift_failure
+
         record = self.records.get(nodeid)
         if record is None:
             return None
-        drifted = None
-        if record.drift is not None:
-            from pytest_specdec.output.drift import drift_failure
+        if (record.ab or record.baseline) is None:  # measured without a gate: its drift alone, by the same rule
+            if record.drift is None:
+                return None
+            from pytest_specdec.gate.check import FailRule
 
-            drifted = drift_failure(nodeid, record.drift)
-        if (record.ab or record.baseline) is None:
-            return drifted
+            alone = FailRule().decide(checked=False, status="missing", verdicts=(), drift=record.drift.gated)
+            return drift_failure(nodeid, record.drift, alone.drifted)
         family = [(n, c) for n, r in self.records.items() if (c := r.ab or r.baseline) is not None]
         judged, end = self.verdict_gate.test_end(nodeid, family, self.planned)
+        record.drift = judged.drift  # its gated drift adjusted over the family so far
+        drifted = drift_failure(nodeid, judged.drift, end.drifted) if judged.drift is not None else None
         st = self.settings
         if record.ab is not None:
             from pytest_specdec.output.ab_wording import ab_test_end_message

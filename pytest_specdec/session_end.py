@@ -70,6 +70,7 @@ def finalize(session: SpecDecSession) -> list[str]:
             records[n].ab = judged
         else:
             records[n].baseline = judged
+        records[n].drift = judged.drift  # its gated drift adjusted over the whole family
     session.errors += end.errors  # a test whose final verdicts raised: named, the others judged
     if end.machine_warns and end.machine is not None:
         from pytest_specdec.output.wording import machine_sentence

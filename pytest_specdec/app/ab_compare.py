@@ -11,6 +11,7 @@ name, its thresholds, gated metrics and looks: all a second judgement needs. Not
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pytest_specdec.gate.comparison import ABComparison, ABRow
@@ -67,7 +68,8 @@ def judge_again(results: Results, where: str, *, override: Mapping[str, float], 
                 ) -> dict[str, ABJudgement]:
     """Each A/B test of a file judged again from its runs: at the look it ended on, with the thresholds it recorded
     (``override``, the command line's, on top) and its gated metrics, then BH/Holm over the file's whole A/B family
-    as the session's end adjusts it (`gate.ab_session.adjust`)."""
+    as the session's end adjusts it (`gate.ab_session.adjust`), each test's gated drift (`gate.drift`) in it as it was
+    in the session's."""
     from pytest_specdec.errors import ConfigError
     from pytest_specdec.gate.ab_session import AB_METRICS, ABJudgement, ABPlan, adjust, pair_verdicts
     from pytest_specdec.gate.check import Look
@@ -95,7 +97,10 @@ def judge_again(results: Results, where: str, *, override: Mapping[str, float], 
         # each look the pairs it recorded, the last judged again (a file without looks: the pairs its verdicts saw)
         last = looks[-1] if looks else max((v.n_now or 0 for v in raw), default=0)
         taken = (*(Look(n) for n in looks[:-1]), Look(last, raw))
-        checks.append((t.nodeid, ABJudgement(plan, taken)))
+        # its drift within the session as judged (the candidate's runs): its gated verdicts join the family again
+        drift = t.drift_judged(at)
+        checks.append((t.nodeid, ABJudgement(plan, taken,
+                                             drift=None if drift is None else replace(drift, adjusted=None))))
     return dict(adjust(checks, final=True, multiplicity=multiplicity, alpha=alpha))
 
 

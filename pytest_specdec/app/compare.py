@@ -9,14 +9,16 @@ night of a results file and a night of a baseline file are the same thing. A tes
 valid runs on one side, is listed as such, never dropped.
 
 What fails the comparison is what fails the test in the plugin: a gated regression of a test that did not opt
-out (`check=False` is shown, never failed), and NEW without a valid run on an arm (the plugin fails such a
-test whatever its `check`, since an arm is never judged on the other arm's figures).
+out (`check=False` is shown, never failed), NEW without a valid run on an arm (the plugin fails such a
+test whatever its `check`, since an arm is never judged on the other arm's figures), and a gated drift of NEW that
+regressed within its session (`gate.drift`: its raw p a member of the comparison's gated family, as it was of the
+session's; whatever its baseline and `check`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,7 @@ from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.crossover_gate import Reader, SweepNight, SweepOutcome, SweepPoint
+    from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.variance import NightPrior
@@ -122,8 +125,6 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     NEW's). Each test is judged at the look it ended on, with the thresholds it recorded (``override``, the
     command line's, on top; ``thresholds`` where it recorded none); the machine factor comes from every
     compared test's reference arm."""
-    from dataclasses import replace
-
     from pytest_specdec.gate.baselines import BaselineError, diff
     from pytest_specdec.gate.check import Judgement, Look, Plan
     from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
@@ -136,6 +137,9 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     rows: list[Row] = []
     checks: list[tuple[str, Judgement]] = []
     stored: list[dict[str, Any]] = []
+    # NEW's drift within its session, as judged: its gated verdicts join the family as they joined the session's
+    drifts = {nodeid: d for nodeid, (j, t) in new_tests.items()
+              if (d := t.drift_judged(f"{new_name}: tests[{j}]")) is not None}
     for nodeid, (j, now) in new_tests.items():
         where = f"{new_name}: tests[{j}]"
         checked = now.baseline.checked if now.baseline else True
@@ -194,7 +198,10 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
         plan = replace(plan, status=NOT_COMPARABLE if plan.differs else "compared")
         rows.append(Row(nodeid, "no runs" if dead else plan.status, fields=dict(plan.differs), checked=checked,
                         dead=bool(dead), reason=reason))
-        checks.append((nodeid, Judgement(plan, night=now.night, looks_taken=looks)))
+        checks.append((nodeid, Judgement(plan, night=now.night, looks_taken=looks, drift=as_judged(drifts, nodeid))))
+    judged_ids = {n for n, _ in checks}
+    checks += [(n, Judgement(Plan(Path(old_name), "missing", True, {}, {}, alpha=alpha), drift=as_judged(drifts, n)))
+               for n in drifts if n not in judged_ids]  # no verdicts of its own: its drift is still a member
     if isinstance(old, Results):
         rows += [Row(n, f"only in {old_name}") for n in old_tests if n not in new_tests]
     else:  # the priors from the files of the machines judged against, as the plugin's session reads them
@@ -208,6 +215,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
         if judged is not None:
             row.verdicts = list(judged.final or [])
             row.split = judged.split()
+            row.drift = judged.drift
     from pytest_specdec.gate.baselines import hardware_label
 
     machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())
@@ -238,6 +246,12 @@ def crossovers(old: Results | StoredDir, new: Results, rows: Sequence[Row], stor
     status = {r.nodeid: (r.status if r.status in ("compared", NOT_COMPARABLE) else "missing", r.checked)
               for r in rows}
     return judge_results(new.tests, status, read, alpha=alpha, tolerance=tolerance)
+
+
+def as_judged(drifts: Mapping[str, Drift], nodeid: str) -> Drift | None:
+    """A test's drift before the family's adjustment (its verdicts as judged), for the comparison's family."""
+    d = drifts.get(nodeid)
+    return None if d is None else replace(d, adjusted=None)
 
 
 def _none_there(store: Any) -> str:

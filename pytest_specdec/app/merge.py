@@ -69,6 +69,8 @@ class Recorded:
 
     raw: tuple[Verdict, ...]
     max_looks: int
+    #: its drift's gated verdicts keep their shard's adjustment: a merge does not adjust them again
+    drift: None = None
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
         entry["shard"] = str(shard.path)
         outcome = t.outcome
         if nodeid in final:
-            verdicts = final[nodeid]
+            verdicts = list(final[nodeid].verdicts)
             entry["verdicts"] = {v.metric: {**verdict_entry(v), "unadjusted": t.verdicts[v.metric].unadjusted}
                                  for v in verdicts}
             if isinstance(entry.get("baseline"), dict):

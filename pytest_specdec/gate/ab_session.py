@@ -26,6 +26,7 @@ from pytest_specdec.profiles.engines import DEFAULT_ENGINE, EngineMode
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import FailRule, Look, TestEnd
+    from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.protocol import (
         Finished,
         GateOptions,
@@ -191,6 +192,8 @@ class ABJudgement(Looked):
     stop: Stop | None = None  # why it stopped adding pairs (`ab.Stop`); None: not judged yet
     split: Split | None = None  # the candidate's speedup against the base's, split into acceptance and step time
     end: TestEnd | None = None  # what the test's end decided
+    #: its drift within the session (`gate.drift`, the candidate's runs): its gated verdicts are members of the family
+    drift: Drift | None = None
 
     @property
     def max_looks(self) -> int:
@@ -236,13 +239,14 @@ def adjust(checks: Sequence[tuple[str, ABJudgement]], *, final: bool, multiplici
            family_size: int = 0) -> list[tuple[str, ABJudgement]]:
     """BH/Holm over every A/B verdict so far, each family on its own (padded with p=1 to the sizes the collected
     tests reach, unless ``final``): each judgement with its ``verdicts`` (or ``final``), as the nightly adjusts."""
-    from pytest_specdec.gate.check import adjusted_all
+    from pytest_specdec.gate.check import Adjusted, adjusted_all
 
     out = adjusted_all(checks, final=final, multiplicity=multiplicity, alpha=alpha, gated_size=gated_size,
                        family_size=family_size)
+    adjusted = [(nodeid, c, out.get(nodeid, Adjusted(tuple(c.raw)))) for nodeid, c in checks]
     if final:
-        return [(nodeid, dataclasses.replace(c, final=tuple(out.get(nodeid, c.raw)))) for nodeid, c in checks]
-    return [(nodeid, dataclasses.replace(c, verdicts=tuple(out.get(nodeid, c.raw)))) for nodeid, c in checks]
+        return [(nodeid, dataclasses.replace(c, final=a.verdicts, drift=a.drift_of(c))) for nodeid, c, a in adjusted]
+    return [(nodeid, dataclasses.replace(c, verdicts=a.verdicts, drift=a.drift_of(c))) for nodeid, c, a in adjusted]
 
 
 def refuse_stored_night_options(ab_flag: str, *, strict: bool, fail_machine: bool) -> None:
@@ -333,8 +337,9 @@ class ABGate:
         self.family_size: int | None = None
 
     def gated_size(self, planned: Sequence[Planned]) -> int:
-        """The gated verdicts the ``planned`` tests add to the session's A/B family (those with a comparison)."""
-        return sum(len([m for m in self.metrics(p.options) if m != CROSSOVER]) for p in planned
+        """The gated verdicts the ``planned`` tests add to the session's A/B family (those with a comparison), their
+        gated drift verdicts included."""
+        return sum(len([m for m in self.metrics(p.options) if m != CROSSOVER]) + len(p.drift) for p in planned
                    if self.skip_reason(p.method, p.speculative_config, p.engine) is None)
 
     def test_thresholds(self, marker: Mapping[str, float] | None = None) -> Thresholds:
@@ -472,7 +477,8 @@ class ABGate:
         shown = len(AB_SHOWN) * len(judged) if self.installs else 0
         c = dict(adjust(family, final=False, multiplicity=self.options.multiplicity, alpha=self.options.alpha,
                         gated_size=gated, family_size=gated + shown))[nodeid]
-        end = self.fail_rule.decide(checked=c.checked, status="compared", verdicts=c.shown())
+        end = self.fail_rule.decide(checked=c.checked, status="compared", verdicts=c.shown(),
+                                    drift=c.drift.gated if c.drift else ())
         return dataclasses.replace(c, end=end), end
 
     @property
@@ -490,6 +496,9 @@ class ABGate:
         family = adjust([(t.nodeid, t.check) for t in tests], final=True, multiplicity=self.options.multiplicity,
                         alpha=self.options.alpha)
         rule = self.fail_rule
-        ends = [(n, c, rule.decide(checked=c.checked, status="compared", verdicts=c.shown())) for n, c in family]
+        from pytest_specdec.gate.check import late_drift
+
+        ends = [(n, c, rule.decide(checked=c.checked, status="compared", verdicts=c.shown(),
+                                   drift=c.drift.gated if c.drift else ())) for n, c in family]
         return SessionEnd(None, tuple(family), late_regressions=tuple(
-            (n, end) for n, c, end in ends if end.outcome == REGRESSED and not c.failed))
+            (n, end) for n, c, end in ends if (end.outcome == REGRESSED and not c.failed) or late_drift(c.end, end)))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, REGRESSED, SHOWN, Outcome, Status
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.stats import Thresholds, Verdict
     from pytest_specdec.measure.explain import Split
@@ -69,6 +70,7 @@ class Looked:
     looks_taken: tuple[Look, ...]
     verdicts: tuple[Verdict, ...]
     final: tuple[Verdict, ...] | None
+    drift: Drift | None
 
     @property
     def raw(self) -> tuple[Verdict, ...]:
@@ -108,6 +110,8 @@ class Judgement(Looked):
     verdicts: tuple[Verdict, ...] = ()  # adjusted at the test's end (p-values unseen = 1)
     final: tuple[Verdict, ...] | None = None  # adjusted over the whole session's family
     end: TestEnd | None = None  # what the test's end decided
+    #: its drift within the session (`gate.drift`): its gated verdicts are members of the gated family
+    drift: Drift | None = None
 
     @property
     def raw(self) -> tuple[Verdict, ...]:
@@ -148,10 +152,18 @@ class TestEnd:
     __test__ = False  # not a pytest test class
 
     outcome: Outcome
-    fails: bool  # the test fails (else a warning, or nothing for "pass")
+    fails: bool  # the outcome fails the test (else a warning, or nothing for "pass"); a regressed drift aside
     where: str = ""  # the baseline file, as the checkout names it
     command: str = ""  # the command that creates (missing) or accepts (regressed) the baseline
     open: tuple[Verdict, ...] = ()  # the gated verdicts still inconclusive
+    #: the gated drift verdicts that regressed (`gate.drift`, judged within tonight): each fails the test, whatever
+    #: the outcome against the baseline says
+    drifted: tuple[Verdict, ...] = ()
+
+    @property
+    def fails_test(self) -> bool:
+        """Whether the test fails: on its outcome, or on a gated drift that regressed."""
+        return self.fails or bool(self.drifted)
 
 
 PASSED = TestEnd("pass", False)
@@ -163,7 +175,10 @@ class FailRule:
     session's options. The nightly and the A/B test ends, their late regressions at the session's end, `compare`
     and the A/B's `compare` all ask it, so a file judged again fails exactly the tests the session failed.
 
-    A test that opted out (``check=False``) never fails on its verdicts; a shown metric never fails a test."""
+    A test that opted out (``check=False``) never fails on its verdicts; a shown metric never fails a test. A gated
+    drift (``drift``: judged within tonight, no baseline needed) that regressed fails it whatever its baseline and
+    its ``check`` say: the end's outcome (and ``fails``) stays the baseline's, the drift in ``drifted``
+    (`TestEnd.fails_test`: either fails the test)."""
 
     strict: bool = False  # --specdec-strict: a test not comparable with its baseline fails
     fail_inconclusive: bool = False  # --specdec-fail-inconclusive: a gated verdict still inconclusive fails
@@ -173,11 +188,18 @@ class FailRule:
     missing_fails: bool = False
 
     def decide(self, *, checked: bool, status: Status, verdicts: Sequence[Verdict], dead: bool = False,
-               portable_only: bool = False) -> TestEnd:
+               portable_only: bool = False, drift: Sequence[Verdict] = ()) -> TestEnd:
         """The test's end: its outcome, whether it fails, and its gated verdicts still open. ``dead``: an arm
         without a valid run, which fails whatever the rest says. ``portable_only``: the baseline is other
         machines' nights, so only acceptance was judged: a regression there fails, and then the test's own
-        baseline is missing as for a test without one."""
+        baseline is missing as for a test without one. ``drift``: its drift verdicts (`drift.Drift.gated`)."""
+        end = self._against_baseline(checked=checked, status=status, verdicts=verdicts, dead=dead,
+                                     portable_only=portable_only)
+        drifted = tuple(v for v in drift if v.family == GATED and v.verdict == REGRESSED)
+        return dataclasses.replace(end, drifted=drifted) if drifted else end
+
+    def _against_baseline(self, *, checked: bool, status: Status, verdicts: Sequence[Verdict], dead: bool,
+                          portable_only: bool) -> TestEnd:
         if dead:
             return TestEnd("error", True)
         if not checked:
@@ -201,11 +223,30 @@ class FailRule:
         return PASSED
 
 
+@dataclass(frozen=True)
+class Adjusted:
+    """A test's members of the session's families after BH/Holm: its verdicts (against its baseline, or the base)
+    and its gated drift verdicts (`drift.Drift.members`)."""
+
+    verdicts: tuple[Verdict, ...] = ()
+    drift: tuple[Verdict, ...] = ()
+
+    def drift_of(self, c: Judged) -> Drift | None:
+        """The judgement's drift with its members as adjusted here (None: it has none)."""
+        return None if c.drift is None else c.drift.with_family(self.drift)
+
+
+def late_drift(at_end: TestEnd | None, now: TestEnd) -> bool:
+    """Whether a gated drift regressed only once the whole family was known: news at the session's end, which fails
+    the session as a late regression does."""
+    return bool(now.drifted) and not (at_end is not None and at_end.drifted)
+
+
 def adjusted(checks: Sequence[tuple[str, Judgement]], nodeid: str, *, final: bool, multiplicity: str, alpha: float,
-             gated_size: int, family_size: int) -> list[Verdict]:
-    """This test's verdicts after BH/Holm over every raw verdict so far (`adjusted_all`)."""
+             gated_size: int, family_size: int) -> Adjusted:
+    """This test's verdicts and drift members after BH/Holm over every raw member so far (`adjusted_all`)."""
     return adjusted_all(checks, final=final, multiplicity=multiplicity, alpha=alpha, gated_size=gated_size,
-                        family_size=family_size).get(nodeid, [])
+                        family_size=family_size).get(nodeid, Adjusted())
 
 
 class Judged(Protocol):
@@ -217,17 +258,25 @@ class Judged(Protocol):
     @property
     def max_looks(self) -> int: ...
 
+    @property
+    def drift(self) -> Drift | None: ...
+
+
+def members(c: Judged) -> tuple[Verdict, ...]:
+    """A test's members of the session's families: its raw verdicts, then its gated drift verdicts as judged."""
+    return (*c.raw, *(c.drift.members if c.drift is not None else ()))
+
 
 def adjusted_all(checks: Sequence[tuple[str, Judged]], *, final: bool, multiplicity: str, alpha: float,
-                 gated_size: int, family_size: int) -> dict[str, list[Verdict]]:
-    """Every test's verdicts after BH/Holm over every raw verdict so far, each family (gated, shown) on its
-    own; padded with p=1 to the family size collected, unless ``final``."""
+                 gated_size: int, family_size: int) -> dict[str, Adjusted]:
+    """Every test's verdicts and gated drift verdicts after BH/Holm over every raw member so far (`members`), each
+    family (gated, shown) on its own; padded with p=1 to the family size collected, unless ``final``."""
     from pytest_specdec.gate.scale import kind_of
     from pytest_specdec.gate.sequential import adjust, detectable
 
-    order = [(n, c) for n, c in checks if c.raw]
-    flat = [v for _, c in order for v in c.raw]
-    looks_of = [c.max_looks for _, c in order for _ in c.raw]
+    order = [(n, c) for n, c in checks if members(c)]
+    flat = [v for _, c in order for v in members(c)]
+    looks_of = [c.max_looks for _, c in order for _ in members(c)]
     out = list(flat)
     sizes = {GATED: gated_size, SHOWN: family_size - gated_size}
     for family in (GATED, SHOWN):
@@ -245,11 +294,12 @@ def adjusted_all(checks: Sequence[tuple[str, Judged]], *, final: bool, multiplic
                 mde = detectable(kind_of(v.metric), v.threshold, v.var_fixed + v.var_run / v.n_now,
                                  v.df or 1.0, alpha / (c_looks * m))
                 out[i] = dataclasses.replace(v, mde=mde)
-    by_test: dict[str, list[Verdict]] = {}
+    by_test: dict[str, Adjusted] = {}
     start = 0
     for n, c in order:
-        by_test.setdefault(n, out[start:start + len(c.raw)])
-        start += len(c.raw)
+        raw, size = len(c.raw), len(members(c))
+        by_test.setdefault(n, Adjusted(tuple(out[start:start + raw]), tuple(out[start + raw:start + size])))
+        start += size
     return by_test
 
 

@@ -15,6 +15,7 @@ from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE, REGRESSED, Status
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
     from pytest_specdec.gate.crossover_gate import SweepOutcome
+    from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.measure.explain import Split
@@ -32,6 +33,8 @@ class Row:
     checked: bool = True  # False: NEW's test opted out (check=False): its verdicts are shown, never failed
     dead: bool = False  # NEW has an arm without a valid run: the plugin fails the test for it
     split: Split | None = None  # the speedup's change OLD → NEW in acceptance and step time (`measure.explain`)
+    #: NEW's drift within its session (`gate.drift`), its gated verdicts adjusted with the comparison's gated family
+    drift: Drift | None = None
 
     def failed(self, strict: bool = False) -> bool:
         """Whether this test fails the comparison: the session's rule (`gate.check.FailRule`) over NEW's verdicts;
@@ -41,11 +44,21 @@ class Row:
         status: Status = ("compared" if self.status == "compared" else NOT_COMPARABLE
                           if self.status == NOT_COMPARABLE else "missing")
         return FailRule(strict=strict).decide(checked=self.checked, status=status, verdicts=self.verdicts,
-                                              dead=self.dead).fails
+                                              dead=self.dead, drift=self.drift_gated).fails_test
 
     @property
     def gated(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.family == GATED]
+
+    @property
+    def drift_gated(self) -> tuple[Verdict, ...]:
+        """NEW's gated drift verdicts as they stand (none without a drift)."""
+        return self.drift.gated if self.drift is not None else ()
+
+    @property
+    def drifted(self) -> bool:
+        """Whether a gated drift of NEW regressed (the session failed the test for it, whatever its check)."""
+        return any(v.verdict == REGRESSED for v in self.drift_gated)
 
     @property
     def regressed(self) -> bool:
@@ -96,7 +109,9 @@ class ABRow:
         from pytest_specdec.gate.check import FailRule
 
         return self.check is not None and FailRule().decide(checked=self.check.checked, status="compared",
-                                                            verdicts=self.check.shown()).fails
+                                                            verdicts=self.check.shown(),
+                                                            drift=self.check.drift.gated if self.check.drift
+                                                            else ()).fails_test
 
 
 @dataclass

@@ -13,23 +13,32 @@ Two metrics, each a figure per run the plugin already defines:
   raises it; the machine's speed that hour, which both arms share, cancels, as it does in the speedup.
 
 The statistic is Welch's t-test of the late half of the runs against the early half (on the log scale for the
-step ratio), with its 1 − 2α interval, decided by the gate's rule (`stats.decision`: significant and beyond the
+step ratio), with its 1 − 2α interval and its p one-sided in the estimate's direction (as every verdict's), decided by
+the gate's rule (`stats.decision`: significant and beyond the
 threshold is regressed; the interval inside the threshold and its mirror is unchanged). Halves rather than a
 Theil-Sen or Spearman slope: the reported failure is a step (a restart restores it) as often as a trend, a test
 has 4 to 20 runs, and a difference of halves reads in the metric's own unit against the same kind of threshold
 as every other verdict. Only runs on one server process count: a restart starts a new segment, and the longest
 segment is judged (the others are left out, and said so), as are invalid runs.
+
+A gated drift verdict is a member of the session's gated family (`check.adjusted_all`): its p is adjusted with the
+other gated verdicts at the test's end and at the session's end, so a suite that gates its drift keeps the suite's
+false-alarm rate; a shown one is judged at the raw α and adjusted with nothing. Whether it fails the test is the one
+failure rule's (`check.FailRule.decide`, its ``drift``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Final
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Final
 
-from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, PERCENT, POINTS, SHOWN, Decision, Family, Unit
+from pytest_specdec.gate.kinds import EXACT, GATED, INCONCLUSIVE, PERCENT, POINTS, SHOWN, Decision, Family, Unit
 from pytest_specdec.measure.record import ArmRun
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.stats import Verdict
 
 ACCEPTANCE_DRIFT: Final = "acceptance_drift"
 STEP_TIME_DRIFT: Final = "step_time_drift"
@@ -71,21 +80,58 @@ class DriftVerdict:
             d[key] = list(d[key])
         return d
 
+    def as_verdict(self) -> Verdict:
+        """This drift as the gate's `stats.Verdict` (early as the baseline, late as now): the form in which it is a
+        member of the session's gated family, adjusted and failed as every gated verdict is."""
+        from pytest_specdec.gate.stats import Verdict
+
+        lo, hi = self.ci if self.ci is not None else (None, None)
+        method = "welch" if self.p is not None else EXACT if self.note.startswith(EXACT) else "none"
+        return Verdict(self.metric, self.verdict, self.early, self.late, self.delta, lo, hi, self.p,
+                       len(self.early_runs), len(self.late_runs), self.unit, method, self.threshold, self.note,
+                       family=self.family)
+
 
 @dataclass(frozen=True)
 class Drift:
-    """A test's drift verdicts (one per metric its runs have) and the α they were judged at."""
+    """A test's drift verdicts (one per metric its runs have) as judged at the α they were judged at, and, once the
+    session's gated family has adjusted them (at the test's end, then at the session's end), as they stand."""
 
     verdicts: tuple[DriftVerdict, ...]
     alpha: float
+    #: every verdict after the gated family's adjustment (a shown one as judged); None: not adjusted yet
+    adjusted: tuple[DriftVerdict, ...] | None = None
 
     @property
-    def failing(self) -> tuple[DriftVerdict, ...]:
-        """The gated drift verdicts that regressed: each fails the test."""
-        return tuple(v for v in self.verdicts if v.family == GATED and v.verdict == "regressed")
+    def shown(self) -> tuple[DriftVerdict, ...]:
+        """The verdicts as they stand: adjusted over the family when they have been, else as judged."""
+        return self.adjusted if self.adjusted is not None else self.verdicts
+
+    @property
+    def members(self) -> tuple[Verdict, ...]:
+        """The gated drift verdicts as judged (before any adjustment): the test's members of the gated family."""
+        return tuple(v.as_verdict() for v in self.verdicts if v.family == GATED)
+
+    @property
+    def gated(self) -> tuple[Verdict, ...]:
+        """The gated drift verdicts as they stand: what the failure rule reads (`check.FailRule.decide`)."""
+        return tuple(v.as_verdict() for v in self.shown if v.family == GATED)
+
+    def with_family(self, adjusted: Sequence[Verdict]) -> Drift:
+        """The drift with its members as the family's adjustment left them (their word, p and note)."""
+        by = {v.metric: v for v in adjusted}
+        return replace(self, adjusted=tuple(
+            replace(v, verdict=a.verdict, p=a.p, note=a.note) if (a := by.get(v.metric)) is not None else v
+            for v in self.verdicts))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"alpha": self.alpha, "verdicts": {v.metric: v.to_dict() for v in self.verdicts}}
+        """The results' `drift`: each verdict as it stands, a gated one with its ``unadjusted`` word, p and note
+        beside it (None: not adjusted, as a shown one never is), as the baseline's verdicts keep theirs."""
+        raw = {v.metric: v for v in self.verdicts}
+        return {"alpha": self.alpha, "verdicts": {v.metric: {
+            **v.to_dict(), "unadjusted": None if self.adjusted is None or v.family != GATED else {
+                "verdict": raw[v.metric].verdict, "p": raw[v.metric].p, "note": raw[v.metric].note}}
+            for v in self.shown}}
 
 
 def _segment(instances: Sequence[str | None]) -> tuple[set[int], dict[int, str]]:
@@ -106,7 +152,9 @@ def _segment(instances: Sequence[str | None]) -> tuple[set[int], dict[int, str]]
 
 
 def _welch(early: Sequence[float], late: Sequence[float], alpha: float) -> tuple[float, float, float, float]:
-    """Late minus early: the difference of means, its 1 − 2α Welch interval and the two-sided p."""
+    """Late minus early: the difference of means, its 1 − 2α Welch interval and the p one-sided in the estimate's
+    direction (half the two-sided: the t is symmetric), as every verdict's p is, so it sits in one family with
+    theirs and p < α exactly when the interval excludes 0."""
     import warnings
 
     from scipy import stats as sps
@@ -116,7 +164,7 @@ def _welch(early: Sequence[float], late: Sequence[float], alpha: float) -> tuple
         res = sps.ttest_ind(late, early, equal_var=False)
     ci = res.confidence_interval(1.0 - 2.0 * alpha)
     d = float(sum(late) / len(late) - sum(early) / len(early))
-    return d, float(ci.low), float(ci.high), float(res.pvalue)
+    return d, float(ci.low), float(ci.high), float(res.pvalue) / 2.0
 
 
 def judge_drift(metric: str, indexed: Sequence[tuple[int, float | None, str, str | None]], alpha: float,

@@ -232,15 +232,19 @@ class Judge:
         from pytest_specdec.gate.verdicts import gated_per_test, metrics_per_test
 
         c = dict(family)[nodeid]
-        verdicts = self.pipeline.test_end(
-            family, nodeid, gated_size=sum(gated_per_test(p.method, self.gate(p.options.gate)) for p in planned),
-            family_size=sum(metrics_per_test(p.method, p.k, p.goodput) for p in planned))
-        end = replace(self.fail_rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=verdicts,
-                                            portable_only=bool(c.plan.machines)),
+        drifts = sum(gated_per_test(p.method, p.drift) for p in planned)  # gated drift metrics: gated members too
+        adjusted = self.pipeline.test_end(
+            family, nodeid, gated_size=drifts + sum(gated_per_test(p.method, self.gate(p.options.gate))
+                                                    for p in planned),
+            family_size=drifts + sum(metrics_per_test(p.method, p.k, p.goodput) for p in planned))
+        drift = adjusted.drift_of(c)
+        end = replace(self.fail_rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=adjusted.verdicts,
+                                            portable_only=bool(c.plan.machines),
+                                            drift=drift.gated if drift is not None else ()),
                       where=self.rel(c.plan.path))
         if end.outcome in ("missing", REGRESSED):  # the command that creates or accepts the baseline
             end = replace(end, command=self.create_command(nodeid, "missing" if end.outcome == "missing" else "all"))
-        return replace(c, verdicts=verdicts, end=end), end
+        return replace(c, verdicts=adjusted.verdicts, drift=drift, end=end), end
 
     @property
     def fail_rule(self) -> FailRule:
@@ -349,6 +353,7 @@ class Judge:
         (`Pipeline.finish`); beyond its threshold the factor fails the session (--specdec-fail-machine), else
         `machine_warns` asks the wiring to warn. Then the tests that regress only once the whole family is
         known, and the queued baseline writes. ``tests``: the session's, in its order."""
+        from pytest_specdec.gate.check import late_drift
         from pytest_specdec.gate.machine import state_summary
         from pytest_specdec.gate.protocol import Finished
 
@@ -359,8 +364,8 @@ class Judge:
         late = []
         for nodeid, c in family:
             end = rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=c.final or [],
-                              portable_only=bool(c.plan.machines))
-            if end.outcome == REGRESSED and not c.failed:
+                              portable_only=bool(c.plan.machines), drift=c.drift.gated if c.drift else ())
+            if (end.outcome == REGRESSED and not c.failed) or late_drift(c.end, end):
                 late.append((nodeid, replace(end, where=self.rel(c.plan.path),
                                              command=self.create_command(nodeid, "all"))))
         # their speed judged against nothing: no baseline, or other machines' nights (acceptance judged alone)

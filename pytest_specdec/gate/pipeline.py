@@ -19,7 +19,7 @@ from pytest_specdec.gate.check import Look
 from pytest_specdec.gate.kinds import NOT_COMPARABLE
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.check import Judgement
+    from pytest_specdec.gate.check import Adjusted, Judgement
     from pytest_specdec.gate.machine import MachineFactor, StateTolerance
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.gate.protocol import StopRule
@@ -111,14 +111,13 @@ class Pipeline:
         return c, self.raw(c, look=look, tonight_log=tonight_log(deviation))
 
     def test_end(self, family: Sequence[tuple[str, Judgement]], nodeid: str, *, gated_size: int,
-                 family_size: int) -> tuple[Verdict, ...]:
-        """A test's verdicts at its end: adjusted over the family so far, padded with p = 1 to the sizes the
-        collected tests can reach (the later tests' p-values are not known yet)."""
+                 family_size: int) -> Adjusted:
+        """A test's verdicts and gated drift verdicts at its end: adjusted over the family so far, padded with p = 1
+        to the sizes the collected tests can reach (the later tests' p-values are not known yet)."""
         from pytest_specdec.gate.check import adjusted
 
-        return tuple(adjusted(family, nodeid, final=False, multiplicity=self.multiplicity, alpha=self.alpha,
-                              gated_size=gated_size,
-                              family_size=family_size))
+        return adjusted(family, nodeid, final=False, multiplicity=self.multiplicity, alpha=self.alpha,
+                        gated_size=gated_size, family_size=family_size)
 
     def machine(self, checks: Iterable[Judgement], thresholds: Thresholds) -> MachineFactor | None:
         """The session's machine factor from every compared test's deviation (None without one); it warns
@@ -141,7 +140,7 @@ class Pipeline:
         and every test's final judgement. ``thresholds``: the session's (not a marker's). With ``errors``, a test
         whose verdicts raise is left without verdicts and its (nodeid, why) goes there: one test's fault never
         loses the others' verdicts."""
-        from pytest_specdec.gate.check import adjusted_all
+        from pytest_specdec.gate.check import Adjusted, adjusted_all
 
         machine = self.machine([c for _, c in family], thresholds)
         judged = list(family)
@@ -158,7 +157,11 @@ class Pipeline:
                                                f"{exc})"))
         final = adjusted_all(judged, final=True, multiplicity=self.multiplicity, alpha=self.alpha, gated_size=0,
                              family_size=0)
-        return machine, [(n, replace(c, final=tuple(final.get(n, [])) if c.raw else ())) for n, c in judged]
+        out = []
+        for n, c in judged:
+            a = final.get(n, Adjusted())
+            out.append((n, replace(c, final=a.verdicts if c.raw else (), drift=a.drift_of(c))))
+        return machine, out
 
 
 def judge_all(pipeline: Pipeline, family: Sequence[tuple[str, Judgement]], thresholds: Thresholds

@@ -71,6 +71,8 @@ class Planned:
     options: TestOptions
     goodput: bool = False  # it has goodput SLOs: one more verdict (the goodput ratio)
     engine: str = DEFAULT_ENGINE  # its engine mode's name (`profiles.engines`)
+    #: the drift metrics it gates (its marker's and the ini's, `gate.drift`): members of the gated family too
+    drift: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

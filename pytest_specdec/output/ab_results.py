@@ -34,6 +34,11 @@ def ab_table_lines(cmp: ABComparison, old_name: str, new_name: str) -> list[str]
             out += [f"  {v.metric}: Δ {format_delta(before[v.metric].delta, v.unit)} {before[v.metric].verdict} in "
                     f"{old_name} ({ab_sides(r.old)}) → Δ {format_delta(v.delta, v.unit)} {v.verdict} in {new_name}"
                     for v in r.check.shown() if v.metric in before]
+        if r.check.drift is not None:
+            from pytest_specdec.output.drift import verdict_lines
+
+            out.append(f"  drift within {new_name}'s session (the candidate's runs, early vs late half on one server):")
+            out += verdict_lines(r.check.drift, "    ")
         out.append("")
     return out
 
@@ -43,15 +48,25 @@ def ab_summary_lines(cmp: ABComparison, new_name: str) -> list[str]:
     from pytest_specdec.output.wording import MULTIPLICITY_NAMES
 
     judged = [r for r in cmp.rows if r.check is not None]
-    bad = cmp.failed()
+    bad = [r for r in cmp.failed() if r.check is not None and r.check.regressed()]
+    drifted = drifted_rows(cmp)
     return [f"specdec compare: {len(judged)} A/B test(s) of {new_name} judged again, candidate vs base pair by pair "
             f"({MULTIPLICITY_NAMES[cmp.multiplicity]} over the A/B family, alpha {cmp.alpha:g})",
             f"specdec compare: {len(bad)} A/B test(s) regressed against their base"
-            + (": " + ", ".join(r.nodeid for r in bad) if bad else "")]
+            + (": " + ", ".join(r.nodeid for r in bad) if bad else ""),
+            *([f"specdec compare: {len(drifted)} A/B test(s) whose gated drift regressed within {new_name}'s session, "
+               f"failed as the session fails them: {', '.join(drifted)}"] if drifted else [])]
+
+
+def drifted_rows(cmp: ABComparison) -> list[str]:
+    """The tests whose gated drift regressed (as it stands after the comparison's adjustment)."""
+    return [r.nodeid for r in cmp.rows if r.check is not None and r.check.drift is not None
+            and any(v.verdict == REGRESSED for v in r.check.drift.gated)]
 
 
 def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
-    """The A/B comparison as data (`--json`): per test its status and both sides' verdicts in the results' format."""
+    """The A/B comparison as data (`--json`): per test its status, both sides' verdicts and NEW's drift in the
+    results' format; `drifted` names the tests whose gated drift regressed."""
     from pytest_specdec.output.results import verdict_entry
 
     def verdicts(c: ABJudgement | None) -> dict[str, Any] | None:
@@ -60,6 +75,9 @@ def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
     return {"alpha": cmp.alpha, "multiplicity": cmp.multiplicity, "ab": True,
             "failed": [r.nodeid for r in cmp.failed()],
             REGRESSED: [r.nodeid for r in cmp.rows if r.check is not None and r.check.regressed()],
+            "drifted": drifted_rows(cmp),
             "tests": [{"nodeid": r.nodeid, "status": r.status, "reason": r.reason, "failed": r.failed,
                        "checked": None if r.check is None else r.check.checked, "verdicts": verdicts(r.check),
-                       "old_verdicts": verdicts(r.old)} for r in cmp.rows]}
+                       "old_verdicts": verdicts(r.old),
+                       "drift": None if r.check is None or r.check.drift is None else r.check.drift.to_dict()}
+                      for r in cmp.rows]}

@@ -162,10 +162,15 @@ def ab_session_lines(checks: Sequence[tuple[str, ABJudgement]], end: SessionEnd,
                      ) -> tuple[list[str], list[str]]:
     """The A/B session's end (`gate.ab_session.ABGate.finish`): its closing line (tests judged, how many regressed
     and at what, the verdicts' counts), and the tests that regressed only once the whole family was known."""
+    from pytest_specdec.output.drift import drift_failure
+
     by = dict(checks)
     late = [f"specdec: {n}: after the whole session's A/B family was known, "
             + ab_failure(by[n], multiplicity=multiplicity).removeprefix("specdec A/B: ")
-            for n, _ in end.late_regressions]
+            for n, e in end.late_regressions if e.outcome == REGRESSED and not by[n].failed]
+    late += [str(drift_failure(n, drift, e.drifted)).replace(
+                 f"specdec: {n}:", f"specdec: {n}: after the whole session's A/B family was known,", 1)
+             for n, e in end.late_regressions if e.drifted and (drift := by[n].drift) is not None]
     if not checks:
         return [], late
 

@@ -38,7 +38,8 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
 
     level = f"{100 * (1 - 2 * cmp.alpha):.4g}% CI"
     order = {"compared": 1, NOT_COMPARABLE: 2, "no runs": 3}
-    rows = sorted(cmp.rows, key=lambda r: (0 if r.failed() else 1 if r.regressed else order.get(r.status, 4)))
+    rows = sorted(cmp.rows, key=lambda r: (0 if r.failed() else 1 if r.regressed or r.drifted
+                                           else order.get(r.status, 4)))
     out: list[str] = []
     for r in rows:
         if r.status == "compared" or (r.status == "no runs" and r.verdicts):  # a dead arm in NEW is judged too
@@ -52,6 +53,11 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
             out += [f"  {k}: {a!r} → {b!r}" for k, (a, b) in r.fields.items()]
         else:
             out.append(f"{r.nodeid}: {r.status}" + (f": {r.reason}" if r.reason else ""))
+        if r.drift is not None:
+            from pytest_specdec.output.drift import verdict_lines
+
+            out.append("  drift within NEW's session (early vs late half of one server's runs):")
+            out += verdict_lines(r.drift, "    ")
         out.append("")
     return out
 
@@ -83,6 +89,11 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     if opted:
         lines.append(f"specdec compare: {len(opted)} test(s) regressed but opted out (check=False), shown and not "
                      f"failed: {', '.join(opted)}")
+    drifted = [r.nodeid for r in cmp.rows if r.drifted]
+    if drifted:
+        lines.append(f"specdec compare: {len(drifted)} test(s) whose gated drift regressed within {new_name}'s session "
+                     f"(late runs against early runs on one server), failed as the session fails them: "
+                     f"{', '.join(drifted)}")
     lines += [crossover_line(x) for x in cmp.crossovers]
     dead = [r.nodeid for r in cmp.rows if r.dead]
     if dead:
@@ -92,8 +103,9 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
 
 
 def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
-    """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format;
-    `regressed` lists every test with a regressed gated metric, `failed` those that make the exit status 1."""
+    """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format, and its
+    drift within NEW's session in the results' drift format; `regressed` lists every test with a regressed gated
+    metric, `drifted` every test whose gated drift regressed, `failed` those that make the exit status 1."""
     from pytest_specdec.output.results import machine_factor_entry, split_entry
     from pytest_specdec.output.results import verdict_entry as verdict_json
 
@@ -102,6 +114,7 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
         "baselines": [{"folder": folder, "hardware": name} for folder, name in cmp.machines],
         "machine_factor": machine_factor_entry(cmp.machine) if cmp.machine else None,
         REGRESSED: [r.nodeid for r in cmp.regressed],
+        "drifted": [r.nodeid for r in cmp.rows if r.drifted],
         "crossovers": {x.sweep: {**(verdict_json(x.verdict) if x.verdict else {"verdict": None}), "line": x.line,
                                  "family": x.family, "error": x.error, "failed": x.failed, "why_none": x.note or None}
                        for x in cmp.crossovers},
@@ -111,7 +124,8 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
                    "failed": r.failed(strict), "reason": r.reason,
                    "not_comparable_fields": {k: [a, b] for k, (a, b) in r.fields.items()},
                    "verdicts": {v.metric: verdict_json(v) for v in r.verdicts},
-                   "split": None if r.split is None else split_entry(r.split)} for r in cmp.rows],
+                   "split": None if r.split is None else split_entry(r.split),
+                   "drift": None if r.drift is None else r.drift.to_dict()} for r in cmp.rows],
     }
 
 

@@ -3,11 +3,14 @@ regressed drift, and the report's short text. Words only: the gate decided."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.gate.drift import LABELS, Drift, DriftVerdict
 from pytest_specdec.gate.kinds import POINTS, unit_mark
+
+if TYPE_CHECKING:
+    from pytest_specdec.gate.stats import Verdict
 
 
 def _figure(v: DriftVerdict | Mapping[str, Any], which: str) -> str:
@@ -19,8 +22,8 @@ def _figure(v: DriftVerdict | Mapping[str, Any], which: str) -> str:
 
 
 def verdict_text(v: DriftVerdict | Mapping[str, Any], alpha: float) -> str:
-    """One drift verdict: its metric, word, early → late figures, change, interval and p (a results file's entry
-    or the verdict itself)."""
+    """One drift verdict: its metric, word, early → late figures, change, interval and p, and its note (how it was
+    decided; a gated one's adjustment over the session's family) (a results file's entry or the verdict itself)."""
     d = dict(v) if isinstance(v, Mapping) else v.to_dict()
     mark = unit_mark(d["unit"])
     head = f"{LABELS.get(d['metric'], d['metric'])} {d['verdict']}"
@@ -31,29 +34,46 @@ def verdict_text(v: DriftVerdict | Mapping[str, Any], alpha: float) -> str:
         return f"{head}: {d['note'] or 'not judged'} ({n})"
     lo, hi = d["ci"]
     p = "exact" if d["p"] is None else f"p {d['p']:.2g}"
+    note = str(d.get("note") or "").lstrip("; ")
     return (f"{head}: early {_figure(d, 'early')} → late {_figure(d, 'late')}, Δ {d['delta']:+.2f}{mark} "
             f"({100 * (1 - 2 * alpha):.0f}% CI {lo:+.2f}{mark} .. {hi:+.2f}{mark}, {p}, threshold "
-            f"{d['threshold']:+g}{mark}, {n})")
+            f"{d['threshold']:+g}{mark}, {n})" + (f"; {note}" if note else ""))
+
+
+def cell_text(v: DriftVerdict) -> str:
+    """One drift verdict in a few words, for a table's cell (`pytest-specdec history`): its word and change, and
+    whether it was gated."""
+    mark = unit_mark(v.unit)
+    change = "" if v.delta is None else f" {v.delta:+.2f}{mark}"
+    return f"{v.verdict}{change}" + (" (gated)" if v.family == "gated" else "")
 
 
 def drift_lines(nodeid: str, drift: Drift) -> list[str]:
-    """The terminal's lines for the test: one per metric, and the runs left out once."""
-    lines = [f"specdec: drift {nodeid} (early vs late half of one server's runs):"]
-    lines += [f"  {verdict_text(v, drift.alpha)}" for v in drift.verdicts]
-    left = sorted({x for v in drift.verdicts for x in v.left_out}, key=lambda x: int(x.split()[1].rstrip(":")))
+    """The terminal's lines for the test: one per metric, and the runs left out once. Printed as the test is
+    measured, before its end adjusts a gated one over the session's family (the failure says the adjusted one)."""
+    raw = drift.adjusted is None and any(v.family == "gated" for v in drift.verdicts)
+    return [f"specdec: drift {nodeid} (early vs late half of one server's runs"
+            + ("; gated ones before the family's adjustment" if raw else "") + "):", *verdict_lines(drift)]
+
+
+def verdict_lines(drift: Drift, indent: str = "  ") -> list[str]:
+    """Each drift verdict as it stands, a line each, and the runs left out once (the terminal's, `compare`'s)."""
+    lines = [f"{indent}{verdict_text(v, drift.alpha)}" for v in drift.shown]
+    left = sorted({x for v in drift.shown for x in v.left_out}, key=lambda x: int(x.split()[1].rstrip(":")))
     if left:
-        lines.append(f"  left out: {'; '.join(left)}")
+        lines.append(f"{indent}left out: {'; '.join(left)}")
     return lines
 
 
-def drift_failure(nodeid: str, drift: Drift) -> str | None:
-    """The failure message of a test whose gated drift regressed; None when none did."""
-    failing = drift.failing
-    if not failing:
+def drift_failure(nodeid: str, drift: Drift, drifted: Sequence[Verdict]) -> str | None:
+    """The failure message of a test whose gated drift regressed (``drifted``: as the failure rule named them,
+    `check.TestEnd.drifted`); None when none did."""
+    names = [v.metric for v in drifted]
+    if not names:
         return None
-    names = ", ".join(v.metric for v in failing)
-    return "\n".join([f"specdec: {nodeid}: drift within the session regressed: {names} (late runs against early "
-                      "runs on one server, judged within tonight)",
+    failing = [v for v in drift.shown if v.metric in names]
+    return "\n".join([f"specdec: {nodeid}: drift within the session regressed: {', '.join(names)} (late runs "
+                      "against early runs on one server, judged within tonight)",
                       *(f"  {v.metric}: {verdict_text(v, drift.alpha)}" for v in failing)])
 
 

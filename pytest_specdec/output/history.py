@@ -1,6 +1,6 @@
 """Results across nights rendered: per test and gated metric its nightly levels and change points (built by
 `app/history.py`, decided by `gate.trend`) as a table, JSON and a self-contained HTML page with one small chart per
-metric, and the speedup explained night by night.
+metric, and the speedup explained and each test's drift within the session night by night (table and JSON).
 
 A night is one results file (`NightFile`); a series (`NightSeries`) is one test's metric across the ordered nights, its
 levels (`Point`, a gap saying why) and its change points. Nights measured on several machines give one series per
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec.output.schema import Results
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.drift import DriftVerdict
     from pytest_specdec.gate.trend import Trend
 
 #: How the history names the base of an A/B night's test, after the test's id (the test's own series is the
@@ -108,7 +109,7 @@ def table_lines(nights: Sequence[NightFile], rows: Sequence[NightSeries]) -> lis
         gaps = [f"{p.night + 1}: {p.gap}" for p in s.points if p.value is None]
         if gaps and len(gaps) < len(s.points):
             out.append(f"    gaps: {'; '.join(gaps)}")
-    return out + explained_lines(nights)
+    return out + explained_lines(nights) + drift_lines(nights)
 
 
 #: The figures of the speedup explained (`measure.explain.Explained`) that the history follows, with their labels.
@@ -144,6 +145,37 @@ def explained_lines(nights: Sequence[NightFile]) -> list[str]:
     return out
 
 
+def drifts(nights: Sequence[NightFile]) -> dict[str, dict[str, list[DriftVerdict | None]]]:
+    """Per test (first seen first) and drift metric, night by night, its drift within that night's session as the
+    session left it (`schema.drift_of`, the reading `compare` shares; JUnit and the report word the same entry):
+    None where the night lacks the test or its drift (no spec arm, a file from before drift)."""
+    out: dict[str, dict[str, list[DriftVerdict | None]]] = {}
+    for k, night in enumerate(nights):
+        for i, t in enumerate(night.results.tests):
+            d = t.drift_judged(f"{night.path}: tests[{i}]")
+            for v in d.shown if d is not None else ():
+                out.setdefault(t.nodeid, {}).setdefault(v.metric, [None] * len(nights))[k] = v
+    return out
+
+
+def drift_lines(nights: Sequence[NightFile]) -> list[str]:
+    """The drift table: per test, one line per drift metric, night by night its verdict and change."""
+    from pytest_specdec.gate.drift import LABELS
+    from pytest_specdec.output.drift import cell_text
+
+    per_test = drifts(nights)
+    if not per_test:
+        return []
+    out = ["", "drift within each night's session (early vs late half of one server's runs: docs/gate.md), night by "
+                "night:"]
+    for nodeid, metrics in per_test.items():
+        out.append(nodeid)
+        for metric, per_night in metrics.items():
+            cells = ["—" if v is None else cell_text(v) for v in per_night]
+            out.append(f"  {LABELS.get(metric, metric):<17} {'  '.join(cells)}")
+    return out
+
+
 def _noise(s: NightSeries) -> str:
     from pytest_specdec.gate.scale import kind_of, to_natural
 
@@ -161,7 +193,8 @@ def to_json(nights: Sequence[NightFile], rows: Sequence[NightSeries],
     as no results files (with why), and per test and metric the levels (null for a gap, with why), the noise
     sd on the comparison scale and the change points, each with its p (the confirming t-test, Bonferroni over
     the split's positions; the adjustment over all series is in which change points are kept); and per test the
-    speedup explained night by night (`explained`)."""
+    speedup explained night by night (`explained`) and its drift within each night's session (`drifts`, each
+    verdict in the results' drift format; null where the night has none)."""
     tests: dict[str, dict[str, Any]] = {}
     for s in rows:
         tr = s.trend
@@ -183,6 +216,8 @@ def to_json(nights: Sequence[NightFile], rows: Sequence[NightSeries],
         "skipped": [{"file": str(path), "why": why} for path, why in skipped],
         "tests": tests,
         "explained": explained(nights),
+        "drift": {nodeid: {metric: [None if v is None else v.to_dict() for v in per_night]
+                           for metric, per_night in metrics.items()} for nodeid, metrics in drifts(nights).items()},
     }
 
 

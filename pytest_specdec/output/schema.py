@@ -47,6 +47,7 @@ from pytest_specdec.gate.nights import Night, RecordError
 from pytest_specdec.output.fields import number
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.machine import StateSummary
     from pytest_specdec.gate.store import BaselineWrites, Hardware, Machine
     from pytest_specdec.gate.variance import NightVariance
@@ -338,6 +339,10 @@ class TestEntry:
     def failed(self) -> bool:
         return self.outcome == "failed"
 
+    def drift_judged(self, where: str) -> Drift | None:
+        """Its `drift` as the gate's typed value (`drift_of`); None without one."""
+        return drift_of(self.drift, f"{where}.drift")
+
     @property
     def explained(self) -> dict[str, Any] | None:
         """The speedup explained (τ, step times, efficiency: `gate.verdicts.explained`, the one definition) from the
@@ -378,6 +383,42 @@ class TestEntry:
             acceptance_source=str(summary.get("acceptance_source") or "counters"),
             request_acceptance=(None if requests is None
                                 else RequestAcceptanceEntry.from_dict(requests, f"{where}.summary.request_acceptance")))
+
+
+def drift_of(entry: Mapping[str, Any] | None, where: str) -> Drift | None:
+    """A test's `drift` entry (`gate.drift.Drift.to_dict`) read back as the gate's typed value: its verdicts as judged
+    (a gated one's `unadjusted` word, p and note, where the session adjusted it) and as the session left them
+    (`Drift.adjusted`; None in a file from before drift was adjusted). None without an entry; ResultsError names a
+    malformed one."""
+    from dataclasses import replace
+
+    from pytest_specdec.gate.drift import Drift, DriftVerdict
+    from pytest_specdec.gate.kinds import FAMILIES, UNITS, check_decision, check_word
+
+    if entry is None:
+        return None
+    stood, raw, adjusted = [], [], False
+    try:
+        alpha = float(entry["alpha"])
+        for metric, d in (entry.get("verdicts") or {}).items():
+            at = f"{where}.verdicts.{metric}"
+            ci = d.get("ci")
+            v = DriftVerdict(
+                str(d.get("metric", metric)), check_decision(d["verdict"], f"{at}.verdict"),
+                check_word(d["family"], FAMILIES, "family", f"{at}.family"),
+                check_word(d["unit"], UNITS, "unit", f"{at}.unit"), float(d["threshold"]), number(d.get("early")),
+                number(d.get("late")), number(d.get("delta")), None if ci is None else (float(ci[0]), float(ci[1])),
+                number(d.get("p")), _ints(d.get("early_runs")), _ints(d.get("late_runs")),
+                tuple(str(x) for x in d.get("left_out") or ()), str(d.get("note") or ""))
+            stood.append(v)
+            before = d.get("unadjusted")
+            adjusted = adjusted or isinstance(before, Mapping)
+            raw.append(v if not isinstance(before, Mapping) else replace(
+                v, verdict=check_decision(before.get("verdict"), f"{at}.unadjusted.verdict"),
+                p=number(before.get("p")), note=str(before.get("note") or "")))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ResultsError(f"{where}: a malformed drift entry ({type(exc).__name__}: {exc})") from None
+    return Drift(tuple(raw), alpha, tuple(stood) if adjusted else None)
 
 
 @dataclass(frozen=True)

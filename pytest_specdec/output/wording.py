@@ -475,7 +475,13 @@ def session_end_lines(end: Any, checks: Mapping[str, Judgement], results: Sequen
             lines.append("specdec: the session fails on the machine factor (--specdec-fail-machine)")
     for nodeid, late in end.late_regressions:
         c = checks[nodeid]
-        lines.append(regression_message(c, c.final or [], alpha=alpha, multiplicity=multiplicity, where=late.where,
-                                        accept=late.command).replace(
-            "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
+        if late.outcome == REGRESSED and not c.failed:
+            lines.append(regression_message(c, c.final or [], alpha=alpha, multiplicity=multiplicity,
+                                            where=late.where, accept=late.command).replace(
+                "specdec:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
+        if late.drifted and c.drift is not None:
+            from pytest_specdec.output.drift import drift_failure
+
+            lines.append(str(drift_failure(nodeid, c.drift, late.drifted)).replace(
+                f"specdec: {nodeid}:", f"specdec: {nodeid}: after the whole session's family was known,", 1))
     return [*lines, *coalesced_summary(results), *end.written]

@@ -7,6 +7,9 @@ first night's, so the baseline gate passes either way)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,11 @@ SERVERS: dict[str, dict[str, Any]] = {"ngram": {"k": 3, "acceptance": [1.0, 1.0,
                                       "none": {"step_s": 0.005, "output_tokens": 16}}
 #: The spec server's first request of the first late run (warm-up requests count: the stand-in counts every POST).
 FIRST_LATE = warmup_requests(PROMPTS, CONCURRENCY) + PAIRS // 2 * PROMPTS + 1
+SCRIPT = Path(sys.executable).with_name("pytest-specdec")
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 def session(pytester: pytest.Pytester, make_suite: Callable[..., str], make_profile: Callable[..., Path],
@@ -43,7 +51,8 @@ def test_a_server_slower_late_fails_where_gated(pytester: pytest.Pytester, fake_
     run = session(pytester, make_suite, make_profile, 'check=False, gate=["step_time_drift"]')
     run.result.assert_outcomes(failed=1)
     run.result.stdout.fnmatch_lines([
-        "specdec: drift *test_ngram* (early vs late half of one server's runs):",
+        "specdec: drift *test_ngram* (early vs late half of one server's runs; gated ones before the family's "
+        "adjustment):",
         "  acceptance unchanged: early 1.000 → late 1.000, *",
         "  step time regressed (gated): early * ref steps → late * ref steps, Δ +*CI*threshold +10 %, 4+4 runs)",
         "*drift within the session regressed: step_time_drift*"])
@@ -53,6 +62,12 @@ def test_a_server_slower_late_fails_where_gated(pytester: pytest.Pytester, fake_
     assert step["early_runs"] == [0, 1, 2, 3] and step["late_runs"] == [4, 5, 6, 7], step
     assert 40 < step["delta"] < 80 and step["ci"][0] > 10, step  # 1.6x slower steps, the step ratio +60 %
     assert "drift" in test["error"], test["error"]
+    # a member of the gated family: at the test's end padded to what the collected test can add (its 3 gated
+    # metrics, unmeasured without a baseline, and its gated drift), at the session's end over the members measured
+    assert "Benjamini-Hochberg over 4 tests (3 without a p-value" in test["error"], test["error"]
+    assert "Benjamini-Hochberg over 1 tests" in step["note"], step
+    assert step["unadjusted"]["verdict"] == "regressed" and step["unadjusted"]["p"] <= step["p"], step
+    assert test["drift"]["verdicts"]["acceptance_drift"]["unadjusted"] is None  # shown: adjusted with nothing
     assert not undocumented(run.results)
     assert "drift within the session" in run.html and "step time regressed" in run.html
 
@@ -88,3 +103,55 @@ def test_a_restart_mid_test_starts_a_new_segment(pytester: pytest.Pytester, fake
         assert v["left_out"][:2] == [f"run 1: {restarted}", f"run 2: {restarted}"], v["left_out"]
         assert v["left_out"][2].startswith("run 3: spec run invalid (server hung"), v["left_out"]
     run.result.stdout.fnmatch_lines(["  left out: run 1: another server start*; run 3: spec run invalid (server hung*"])
+
+
+def test_compare_shows_the_files_drift_and_fails_as_the_session_did(
+        pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        make_profile: Callable[..., Path]) -> None:
+    """`pytest-specdec compare` of the results file (against itself, so no baseline verdict moves): its drift verdicts
+    in the terminal and in --json, and exit 1 for the gated drift that regressed, as the session failed the test."""
+    fake_vllm.configure({**SERVERS, "ngram": {**SERVERS["ngram"], "slow_posts": [FIRST_LATE, 10**6],
+                                              "slow_factor": 1.6}})
+    run = session(pytester, make_suite, make_profile, 'check=False, gate=["step_time_drift"]')
+    run.result.assert_outcomes(failed=1)
+    results = run.reports / "latest.json"
+    nodeid = run.test["nodeid"]
+    text = cli("compare", results, results)
+    assert text.returncode == 1, text.stdout + text.stderr
+    assert "  drift within NEW's session (early vs late half of one server's runs):" in text.stdout, text.stdout
+    assert "    step time regressed (gated): early " in text.stdout, text.stdout
+    assert f"test(s) whose gated drift regressed within NEW's session (late runs against early runs on one server), " \
+           f"failed as the session fails them: {nodeid}" in text.stdout, text.stdout
+    data = json.loads(cli("compare", results, results, "--json").stdout)
+    assert data["drifted"] == [nodeid] and data["failed"] == [nodeid], data
+    step = data["tests"][0]["drift"]["verdicts"]["step_time_drift"]
+    recorded = run.test["drift"]["verdicts"]["step_time_drift"]
+    # its raw p adjusted again, with the comparison's gated family: the file's verdicts against itself join it here
+    assert (step["verdict"], step["unadjusted"]) == ("regressed", recorded["unadjusted"]), step
+    gated = [v for v in data["tests"][0]["verdicts"].values() if v["family"] == "gated" and v["p"] is not None]
+    assert f"Benjamini-Hochberg over {1 + len(gated)} tests" in step["note"] and step["p"] >= recorded["p"], step
+
+
+def test_an_ab_sessions_candidate_drift_is_gated_and_compare_fails_it_again(
+        pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        make_profile: Callable[..., Path]) -> None:
+    """An A/B session judges the candidate's runs: its late runs slower, its gated step time drift regressed (its p
+    in the A/B family), failing the test though check=False; `compare` of the file fails it again and shows it."""
+    late = warmup_requests(PROMPTS, CONCURRENCY) + PAIRS // 2 * PROMPTS + 1
+    fake_vllm.configure({"eagle3": SERVERS["ngram"], "none": SERVERS["none"],
+                         "eagle3:/heads/b": {**SERVERS["ngram"], "slow_posts": [late, 10**6], "slow_factor": 1.6}})
+    pytester.makepyfile(test_suite=make_suite(method="eagle3", num_prompts=PROMPTS, concurrency=CONCURRENCY,
+                                              max_tokens=16, verdicts='check=False, gate=["step_time_drift"]'))
+    run = specdec_session(pytester, make_profile("fakeabdrift", methods=("eagle3",)), None,
+                          "--specdec-settle-timeout=0", "--specdec-base-draft=eagle3=/heads/a",
+                          "--specdec-draft=eagle3=/heads/b", runs=PAIRS, max_runs=PAIRS, subprocess=True)
+    run.result.assert_outcomes(failed=1)
+    step = run.test["drift"]["verdicts"]["step_time_drift"]
+    assert step["verdict"] == "regressed" and "Benjamini-Hochberg over" in step["note"], step
+    assert "drift within the session regressed: step_time_drift" in run.test["error"], run.test["error"]
+    results = run.reports / "latest.json"
+    text = cli("compare", results)
+    assert text.returncode == 1, text.stdout + text.stderr
+    assert "    step time regressed (gated): early " in text.stdout, text.stdout
+    data = json.loads(cli("compare", results, "--json").stdout)
+    assert data["drifted"] == [run.test["nodeid"]] == data["failed"], data

@@ -3,13 +3,18 @@ runs left out and said so, and the drift metrics accepted by `gate=[...]` but ke
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from factories import arm_run
 
 from pytest_specdec.errors import ConfigError
-from pytest_specdec.gate.drift import ACCEPTANCE_DRIFT, STEP_TIME_DRIFT, Drift, drift
+from pytest_specdec.gate.check import FailRule, Judgement, Look, Plan, adjusted_all
+from pytest_specdec.gate.drift import ACCEPTANCE_DRIFT, STEP_TIME_DRIFT, Drift, DriftVerdict, drift
+from pytest_specdec.gate.kinds import Family
+from pytest_specdec.gate.stats import Verdict
 from pytest_specdec.gate.thresholds import check_gate
 from pytest_specdec.markers import VerdictOptions
 from pytest_specdec.measure.record import ArmRun
@@ -38,6 +43,11 @@ def judged(spec: list[ArmRun], ref: list[ArmRun], servers: Sequence[str] | None 
     return d
 
 
+def drifted(d: Drift) -> tuple[Verdict, ...]:
+    """What the one failure rule says of the drift alone (no baseline, opted out of it): its regressed gated ones."""
+    return FailRule().decide(checked=False, status="missing", verdicts=(), drift=d.gated).drifted
+
+
 def by_metric(d: Drift) -> dict[str, str]:
     return {v.metric: v.verdict for v in d.verdicts}
 
@@ -50,10 +60,10 @@ def test_a_spec_server_slower_late_is_regressed_and_fails_where_gated() -> None:
     assert step.verdict == "regressed" and step.family == "gated", step
     assert step.delta is not None and 40 < step.delta < 60, step
     assert step.early_runs == (0, 1, 2, 3, 4) and step.late_runs == (5, 6, 7, 8, 9)
-    message = drift_failure("t::x", d)
+    message = drift_failure("t::x", d, drifted(d))
     assert message is not None and "step_time_drift" in message and "early" in message and "CI" in message
     # shown where not gated: the same verdict, no failure
-    assert drift_failure("t::x", judged(spec, ref)) is None
+    assert not drifted(judged(spec, ref))
 
 
 def test_nothing_changes_is_never_regressed() -> None:
@@ -63,7 +73,7 @@ def test_nothing_changes_is_never_regressed() -> None:
     words = by_metric(d)
     assert words[ACCEPTANCE_DRIFT] == "unchanged"  # the same counters every run: exact, no t
     assert words[STEP_TIME_DRIFT] in ("unchanged", "inconclusive"), d
-    assert drift_failure("t::x", d) is None
+    assert not drifted(d) and drift_failure("t::x", d, drifted(d)) is None
 
 
 def test_acceptance_falling_late_is_regressed() -> None:
@@ -100,3 +110,64 @@ def test_gate_takes_drift_names_but_the_baseline_gate_does_not_see_them() -> Non
         check_gate(["step_drift"], "m")
     options = VerdictOptions(gate=("step_time_drift", "output_tok_s")).for_gate()
     assert options.gate == ("output_tok_s",)
+
+
+def _step(verdict: str, p: float, family: Family = "gated") -> DriftVerdict:
+    return DriftVerdict(STEP_TIME_DRIFT, verdict, family, "%", 10.0, 1.0, 1.6, 60.0, (40.0, 80.0), p,
+                        (0, 1, 2, 3), (4, 5, 6, 7), ())
+
+
+def _judged(raw: Sequence[Verdict], drift: Drift | None) -> Judgement:
+    plan = Plan(Path("b.json"), "compared" if raw else "missing", True, {}, {})
+    return Judgement(plan, looks_taken=(Look(4, tuple(raw)),), drift=drift)
+
+
+def test_a_gated_drift_is_adjusted_with_the_sessions_gated_family() -> None:
+    """Its p joins BH with the gated verdicts of every test (a test without a baseline too): p 0.01 regressed
+    alone is inconclusive among ten gated p-values; a shown drift is left as judged; the results keep the raw."""
+    others = [Verdict("speedup", "unchanged", 1.0, 1.0, 0.0, -1.0, 1.0, 0.5, 4, 4, "%", "welch", -5.0, "")] * 9
+    drift = Drift((_step("regressed", 0.01), dataclasses.replace(_step("regressed", 0.01, "shown"),
+                                                                 metric=ACCEPTANCE_DRIFT, unit="points")), 0.05)
+    assert FailRule().decide(checked=True, status="missing", verdicts=(), drift=drift.gated).fails_test  # raw α
+    family = [("t::a", _judged(others, None)), ("t::b", _judged((), drift))]
+    for final, size in ((True, 0), (False, 10)):
+        out = adjusted_all(family, final=final, multiplicity="bh", alpha=0.05, gated_size=size, family_size=size)
+        adjusted = out["t::b"].drift_of(family[1][1])
+        assert adjusted is not None
+        step, shown = adjusted.shown
+        assert (step.verdict, step.p) == ("inconclusive", pytest.approx(0.1)), step
+        assert "Benjamini-Hochberg over 10 tests: p 0.01 -> 0.1, regressed -> inconclusive" in step.note, step.note
+        assert shown.verdict == "regressed" and shown.p == 0.01 and shown.note == "", shown
+        assert not FailRule().decide(checked=True, status="missing", verdicts=(), drift=adjusted.gated).fails_test
+        entry = adjusted.to_dict()["verdicts"]
+        assert entry[STEP_TIME_DRIFT]["unadjusted"] == {"verdict": "regressed", "p": 0.01, "note": ""}
+        assert entry[STEP_TIME_DRIFT]["p"] == pytest.approx(0.1) and entry[ACCEPTANCE_DRIFT]["unadjusted"] is None
+    # at a test's end the family is padded to what the collected tests can add: 20 gated p-values, p 0.01 -> 0.2
+    padded = adjusted_all(family, final=False, multiplicity="bh", alpha=0.05, gated_size=20, family_size=20)
+    assert padded["t::b"].drift[0].p == pytest.approx(0.2)
+    assert len(padded["t::a"].verdicts) == 9 and padded["t::a"].drift == ()
+
+
+def test_a_drift_that_regresses_only_once_the_family_is_known_is_a_late_regression() -> None:
+    """At its test's end the family is padded with p = 1 for the tests still to come (one of them skipped, say), so
+    p 0.01 among 10 is inconclusive; at the session's end the family is the members measured: regressed, news the
+    session's end must fail on (`late_drift`), never twice for a test that failed at its end already."""
+    from pytest_specdec.gate.check import late_drift
+    from pytest_specdec.gate.pipeline import Pipeline, Stored
+    from pytest_specdec.gate.stats import Thresholds
+
+    c = _judged((), Drift((_step("regressed", 0.01),), 0.05))
+    rule = FailRule()
+    at_end = adjusted_all([("t::b", c)], final=False, multiplicity="bh", alpha=0.05, gated_size=10, family_size=10)
+    drift = at_end["t::b"].drift_of(c)
+    assert drift is not None
+    end = rule.decide(checked=True, status="missing", verdicts=(), drift=drift.gated)
+    assert not end.fails_test
+    _, [(_, final)] = Pipeline(Stored(()), 0.05, "bh").finish([("t::b", dataclasses.replace(c, end=end))],
+                                                              Thresholds())
+    assert final.drift is not None and final.drift.adjusted is not None
+    (step,) = final.drift.shown
+    assert step.verdict == "regressed" and "Benjamini-Hochberg over 1 tests: p 0.01 -> 0.01" in step.note, step
+    now = rule.decide(checked=True, status="missing", verdicts=(), drift=final.drift.gated)
+    assert now.drifted and late_drift(end, now)
+    assert not late_drift(now, now)  # failed at its end already: not news

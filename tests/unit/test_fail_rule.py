@@ -38,3 +38,25 @@ def test_one_rule_decides_every_test_end(rule: FailRule, status: Status, verdict
     end = rule.decide(checked=checked, status=status, verdicts=verdicts, dead=dead)
     assert (end.outcome, end.fails) == (outcome, fails)
     assert end.open == ((OPEN,) if outcome == "inconclusive" else ())
+
+
+def _drift(verdict: str, family: str = "gated") -> Verdict:
+    return Verdict("step_time_drift", verdict, 1.0, 1.6, 60.0, 40.0, 80.0, 0.001, 4, 4, "%", "welch", 10.0, "",
+                   family=family)
+
+
+@pytest.mark.parametrize(("status", "checked", "verdicts", "outcome", "fails"), [
+    ("compared", True, [FINE], "pass", False),
+    ("compared", False, [REGRESSED], "pass", False),  # check=False opts out of the baseline only
+    ("missing", True, [], "pass", False),  # drift needs no baseline
+    ("not-comparable", True, [], "not-comparable", False),
+    ("compared", True, [REGRESSED], "regressed", True),
+])
+def test_a_gated_drift_that_regressed_fails_the_test_whatever_its_baseline_says(
+        status: Status, checked: bool, verdicts: list[Verdict], outcome: str, fails: bool) -> None:
+    drifted = _drift("regressed")
+    end = FailRule().decide(checked=checked, status=status, verdicts=verdicts, drift=[drifted, _drift("unchanged")])
+    assert (end.outcome, end.fails) == (outcome, fails)  # the outcome and its words stay the baseline's
+    assert end.drifted == (drifted,) and end.fails_test
+    shown = FailRule().decide(checked=checked, status=status, verdicts=verdicts, drift=[_drift("regressed", "shown")])
+    assert shown.drifted == () and shown.fails_test == fails  # a shown drift never fails a test

@@ -250,3 +250,34 @@ def test_many_series_hold_the_false_discovery_rate() -> None:
     stepped = {**flat, "step": ("speedup", [1.80, 1.78, 1.82, 0.9, 0.91, 0.89])}
     found = {k: [c.index for c in t.change_points] for k, t in trends(stepped).items() if t.change_points}
     assert found == {"step": [3]}
+
+
+def test_history_shows_each_nights_drift_per_test(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each night's drift verdicts as its session recorded them (the results' `drift`, read as `compare` reads it),
+    per test and drift metric night by night in the table and the JSON; a night without the test's drift is a gap."""
+    from pytest_specdec.gate.drift import Drift, DriftVerdict
+
+    def step(verdict: str, delta: float) -> DriftVerdict:
+        return DriftVerdict("step_time_drift", verdict, "gated", "%", 10.0, 1.0, 1.0 + delta / 100, delta,
+                            (delta - 3, delta + 3), 0.001, (0, 1), (2, 3), ())
+
+    accept = DriftVerdict("acceptance_drift", "unchanged", "shown", "points", -5.0, 0.6, 0.6, 0.0, (0.0, 0.0), None,
+                          (0, 1), (2, 3), (), "exact: |0| <= tolerance 1e-06")
+    paths = nights(tmp_path, n=3)
+    for k, path in enumerate(paths):
+        data = json.loads(path.read_text())
+        test = next(t for t in data["tests"] if t["nodeid"] == STEPPED)
+        if k:  # night 1 from before drift: a gap
+            test["drift"] = Drift((accept, step("unchanged", 1.0) if k == 1 else step("regressed", 57.0)), 0.05
+                                  ).to_dict()
+        path.write_text(json.dumps(data))
+    assert main(["history", *map(str, paths)]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("drift within each night's session"):]
+    assert (f"{STEPPED}\n  acceptance        —  unchanged +0.00 pt  unchanged +0.00 pt\n"
+            f"  step time         —  unchanged +1.00 % (gated)  regressed +57.00 % (gated)\n") in table, table
+    assert main(["history", *map(str, paths), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["drift"]
+    assert list(doc) == [STEPPED]
+    assert [None if v is None else (v["verdict"], v["delta"]) for v in doc[STEPPED]["step_time_drift"]] == [
+        None, ("unchanged", 1.0), ("regressed", 57.0)]
