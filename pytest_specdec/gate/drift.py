@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Final
 
 from pytest_specdec.gate.kinds import EXACT, GATED, INCONCLUSIVE, PERCENT, POINTS, SHOWN, Decision, Family, Unit
 from pytest_specdec.measure.record import ArmRun
@@ -72,13 +72,6 @@ class DriftVerdict:
     late_runs: tuple[int, ...]
     left_out: tuple[str, ...]  # the runs not judged, each with why
     note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ci"] = list(self.ci) if self.ci is not None else None
-        for key in ("early_runs", "late_runs", "left_out"):
-            d[key] = list(d[key])
-        return d
 
     def as_verdict(self) -> Verdict:
         """This drift as the gate's `stats.Verdict` (early as the baseline, late as now): the form in which it is a
@@ -123,15 +116,6 @@ class Drift:
         return replace(self, adjusted=tuple(
             replace(v, verdict=a.verdict, p=a.p, note=a.note) if (a := by.get(v.metric)) is not None else v
             for v in self.verdicts))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The results' `drift`: each verdict as it stands, a gated one with its ``unadjusted`` word, p and note
-        beside it (None: not adjusted, as a shown one never is), as the baseline's verdicts keep theirs."""
-        raw = {v.metric: v for v in self.verdicts}
-        return {"alpha": self.alpha, "verdicts": {v.metric: {
-            **v.to_dict(), "unadjusted": None if self.adjusted is None or v.family != GATED else {
-                "verdict": raw[v.metric].verdict, "p": raw[v.metric].p, "note": raw[v.metric].note}}
-            for v in self.shown}}
 
 
 def _segment(instances: Sequence[str | None]) -> tuple[set[int], dict[int, str]]:

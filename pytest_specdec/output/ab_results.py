@@ -67,7 +67,7 @@ def drifted_rows(cmp: ABComparison) -> list[str]:
 def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
     """The A/B comparison as data (`--json`): per test its status, both sides' verdicts and NEW's drift in the
     results' format; `drifted` names the tests whose gated drift regressed."""
-    from pytest_specdec.output.results import verdict_entry
+    from pytest_specdec.output.results import drift_entry, verdict_entry
 
     def verdicts(c: ABJudgement | None) -> dict[str, Any] | None:
         return None if c is None else {v.metric: verdict_entry(v) for v in c.shown()}
@@ -79,5 +79,5 @@ def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
             "tests": [{"nodeid": r.nodeid, "status": r.status, "reason": r.reason, "failed": r.failed,
                        "checked": None if r.check is None else r.check.checked, "verdicts": verdicts(r.check),
                        "old_verdicts": verdicts(r.old),
-                       "drift": None if r.check is None or r.check.drift is None else r.check.drift.to_dict()}
+                       "drift": None if r.check is None or r.check.drift is None else drift_entry(r.check.drift)}
                       for r in cmp.rows]}

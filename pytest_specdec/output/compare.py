@@ -106,7 +106,7 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
     """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format, and its
     drift within NEW's session in the results' drift format; `regressed` lists every test with a regressed gated
     metric, `drifted` every test whose gated drift regressed, `failed` those that make the exit status 1."""
-    from pytest_specdec.output.results import machine_factor_entry, split_entry
+    from pytest_specdec.output.results import drift_entry, machine_factor_entry, split_entry
     from pytest_specdec.output.results import verdict_entry as verdict_json
 
     return {
@@ -125,7 +125,7 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
                    "not_comparable_fields": {k: [a, b] for k, (a, b) in r.fields.items()},
                    "verdicts": {v.metric: verdict_json(v) for v in r.verdicts},
                    "split": None if r.split is None else split_entry(r.split),
-                   "drift": None if r.drift is None else r.drift.to_dict()} for r in cmp.rows],
+                   "drift": None if r.drift is None else drift_entry(r.drift)} for r in cmp.rows],
     }
 
 

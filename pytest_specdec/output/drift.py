@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.gate.drift import LABELS, Drift, DriftVerdict
 from pytest_specdec.gate.kinds import POINTS, unit_mark
+from pytest_specdec.output.schema import drift_verdict_entry
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.stats import Verdict
@@ -24,7 +25,7 @@ def _figure(v: DriftVerdict | Mapping[str, Any], which: str) -> str:
 def verdict_text(v: DriftVerdict | Mapping[str, Any], alpha: float) -> str:
     """One drift verdict: its metric, word, early → late figures, change, interval and p, and its note (how it was
     decided; a gated one's adjustment over the session's family) (a results file's entry or the verdict itself)."""
-    d = dict(v) if isinstance(v, Mapping) else v.to_dict()
+    d = dict(v) if isinstance(v, Mapping) else drift_verdict_entry(v)
     mark = unit_mark(d["unit"])
     head = f"{LABELS.get(d['metric'], d['metric'])} {d['verdict']}"
     if d.get("family") == "gated":

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.output.schema import Results
+from pytest_specdec.output.schema import Results, drift_verdict_entry
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.drift import DriftVerdict
@@ -216,7 +216,7 @@ def to_json(nights: Sequence[NightFile], rows: Sequence[NightSeries],
         "skipped": [{"file": str(path), "why": why} for path, why in skipped],
         "tests": tests,
         "explained": explained(nights),
-        "drift": {nodeid: {metric: [None if v is None else v.to_dict() for v in per_night]
+        "drift": {nodeid: {metric: [None if v is None else drift_verdict_entry(v) for v in per_night]
                            for metric, per_night in metrics.items()} for nodeid, metrics in drifts(nights).items()},
     }
 

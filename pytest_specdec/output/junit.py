@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_specdec.gate.kinds import GATED
+from pytest_specdec.output.schema import drift_entry
 from pytest_specdec.output.wording import VerdictFields
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
         out += baseline_properties(check.plan.status, str(check.plan.path), check.shown(), check.deviation,
                                    check.plan.machines)
     if record.drift is not None:
-        out += drift_properties(record.drift.to_dict())
+        out += drift_properties(drift_entry(record.drift))
     ab = record.ab
     if ab is not None:  # an A/B session: the candidate against the base, and what a regression points at
         out.append((PREFIX + "ab", ab_sides(ab)))
@@ -91,7 +92,7 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
 
 
 def drift_properties(drift: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Each drift verdict (`gate.drift.Drift.to_dict`: early against late runs on one server), worded as the
+    """Each drift verdict (`output.schema.drift_entry`: early against late runs on one server), worded as the
     terminal's drift lines."""
     from pytest_specdec.output.drift import verdict_text as drift_text
 

@@ -27,6 +27,7 @@ from pytest_specdec.output.commit import commit_info
 from pytest_specdec.output.schema import (
     baseline_writes_entry,
     chunking_entry,
+    drift_entry,
     endpoint_entry,
     hardware_entry,
     install_entry,
@@ -140,7 +141,7 @@ class TestRecord:
                 out["output_match"] = match
             out["cost_per_1m_output_usd"] = cost_entry(self.result.summary, usd_per_hour)
             if self.drift is not None:
-                out["drift"] = self.drift.to_dict()
+                out["drift"] = drift_entry(self.drift)
         if self.error:
             out["error"] = self.error
         if self.server_logs:

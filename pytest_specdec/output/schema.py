@@ -47,7 +47,7 @@ from pytest_specdec.gate.nights import Night, RecordError
 from pytest_specdec.output.fields import number
 
 if TYPE_CHECKING:
-    from pytest_specdec.gate.drift import Drift
+    from pytest_specdec.gate.drift import Drift, DriftVerdict
     from pytest_specdec.gate.machine import StateSummary
     from pytest_specdec.gate.store import BaselineWrites, Hardware, Machine
     from pytest_specdec.gate.variance import NightVariance
@@ -328,7 +328,7 @@ class TestEntry:
     callspec: Mapping[str, Any] = field(default_factory=dict)
     #: a rate sweep's point: its fraction, the saturation it is a fraction of and the request rate used
     rate_sweep: Mapping[str, Any] | None = None
-    #: its drift within the session (`gate.drift.Drift.to_dict`); None: no spec arm, or a file from before it
+    #: its drift within the session (`drift_entry`); None: no spec arm, or a file from before it
     drift: Mapping[str, Any] | None = None
     #: where its acceptance comes from: "per-request" (its requests' own figures) or "counters"
     acceptance_source: str = "counters"
@@ -386,7 +386,7 @@ class TestEntry:
 
 
 def drift_of(entry: Mapping[str, Any] | None, where: str) -> Drift | None:
-    """A test's `drift` entry (`gate.drift.Drift.to_dict`) read back as the gate's typed value: its verdicts as judged
+    """A test's `drift` entry (`drift_entry`) read back as the gate's typed value: its verdicts as judged
     (a gated one's `unadjusted` word, p and note, where the session adjusted it) and as the session left them
     (`Drift.adjusted`; None in a file from before drift was adjusted). None without an entry; ResultsError names a
     malformed one."""
@@ -937,3 +937,22 @@ def run_acceptance_entry(r: RunAcceptance) -> dict[str, Any]:
     """A run's ``per_request_acceptance``: its requests' acceptance table (as the summary's `request_acceptance`
     gives a test's), and the requests that carried no figures or failed."""
     return {**r.table.to_dict(), "missing": r.missing, "failed": r.failed}
+
+
+def drift_verdict_entry(v: DriftVerdict) -> dict[str, Any]:
+    """One drift verdict: every field, its interval and run lists as lists (`drift_of` reads it back)."""
+    d = dataclasses.asdict(v)
+    d["ci"] = list(v.ci) if v.ci is not None else None
+    for key in ("early_runs", "late_runs", "left_out"):
+        d[key] = list(d[key])
+    return d
+
+
+def drift_entry(d: Drift) -> dict[str, Any]:
+    """A test's ``drift``: each verdict as it stands, a gated one with its ``unadjusted`` word, p and note beside
+    it (None: not adjusted, as a shown one never is), as the baseline's verdicts keep theirs."""
+    raw = {v.metric: v for v in d.verdicts}
+    return {"alpha": d.alpha, "verdicts": {v.metric: {
+        **drift_verdict_entry(v), "unadjusted": None if d.adjusted is None or v.family != GATED else {
+            "verdict": raw[v.metric].verdict, "p": raw[v.metric].p, "note": raw[v.metric].note}}
+        for v in d.shown}}

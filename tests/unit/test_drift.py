@@ -19,6 +19,7 @@ from pytest_specdec.gate.thresholds import check_gate
 from pytest_specdec.markers import VerdictOptions
 from pytest_specdec.measure.record import ArmRun
 from pytest_specdec.output.drift import drift_failure
+from pytest_specdec.output.schema import drift_entry
 
 JITTER = (1.0, 1.03, 0.98, 1.02, 0.99, 1.01, 0.97, 1.02, 1.0, 0.98)
 
@@ -139,7 +140,7 @@ def test_a_gated_drift_is_adjusted_with_the_sessions_gated_family() -> None:
         assert "Benjamini-Hochberg over 10 tests: p 0.01 -> 0.1, regressed -> inconclusive" in step.note, step.note
         assert shown.verdict == "regressed" and shown.p == 0.01 and shown.note == "", shown
         assert not FailRule().decide(checked=True, status="missing", verdicts=(), drift=adjusted.gated).fails_test
-        entry = adjusted.to_dict()["verdicts"]
+        entry = drift_entry(adjusted)["verdicts"]
         assert entry[STEP_TIME_DRIFT]["unadjusted"] == {"verdict": "regressed", "p": 0.01, "note": ""}
         assert entry[STEP_TIME_DRIFT]["p"] == pytest.approx(0.1) and entry[ACCEPTANCE_DRIFT]["unadjusted"] is None
     # at a test's end the family is padded to what the collected tests can add: 20 gated p-values, p 0.01 -> 0.2

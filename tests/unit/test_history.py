@@ -22,7 +22,7 @@ from pytest_specdec.cli import main
 from pytest_specdec.formats import RESULTS_SCHEMA
 from pytest_specdec.gate.trend import noise_sd, trend
 from pytest_specdec.output.history import NightFile, render_html, table_lines, to_json
-from pytest_specdec.output.schema import load
+from pytest_specdec.output.schema import drift_entry, load
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "report_results.json"
 STEPPED = "test_nightly.py::test_k[ngram-k3-t0.0-c2]"
@@ -268,8 +268,8 @@ def test_history_shows_each_nights_drift_per_test(tmp_path: Path, capsys: pytest
         data = json.loads(path.read_text())
         test = next(t for t in data["tests"] if t["nodeid"] == STEPPED)
         if k:  # night 1 from before drift: a gap
-            test["drift"] = Drift((accept, step("unchanged", 1.0) if k == 1 else step("regressed", 57.0)), 0.05
-                                  ).to_dict()
+            test["drift"] = drift_entry(Drift((accept, step("unchanged", 1.0) if k == 1 else step("regressed", 57.0)),
+                                              0.05))
         path.write_text(json.dumps(data))
     assert main(["history", *map(str, paths)]) == 0
     out = capsys.readouterr().out
