@@ -27,6 +27,7 @@ from pytest_specdec.gate.kinds import INCONCLUSIVE, REGRESSED
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.check import FailRule
+    from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.output.schema import Results, TestEntry, VerdictEntry
 
@@ -69,8 +70,8 @@ class Recorded:
 
     raw: tuple[Verdict, ...]
     max_looks: int
-    #: its drift's gated verdicts keep their shard's adjustment: a merge does not adjust them again
-    drift: None = None
+    #: its drift within its shard's session, as judged there: its gated verdicts are members of the merged family
+    drift: Drift | None = None
 
 
 @dataclass(frozen=True)
@@ -173,20 +174,23 @@ def as_verdict(entry: VerdictEntry, where: str, *, unadjusted: bool) -> Verdict:
                    per=entry.per)
 
 
-def fails_on_verdicts(rule: FailRule, test: TestEntry, verdicts: Sequence[Verdict]) -> bool:
+def fails_on_verdicts(rule: FailRule, test: TestEntry, verdicts: Sequence[Verdict], drift: Sequence[Verdict] = ()
+                      ) -> bool:
     """Whether the plugin's rule fails the test on these verdicts (a regression, or inconclusive under
-    --specdec-fail-inconclusive), as its test's end would (judged against other machines' nights where its
-    baseline names them: acceptance alone)."""
+    --specdec-fail-inconclusive) or on its gated ``drift`` (one regressed), as its test's end would (judged against
+    other machines' nights where its baseline names them: acceptance alone)."""
     from typing import get_args
 
     from pytest_specdec.gate.kinds import Status
 
     b = test.baseline
     status = next((s for s in get_args(Status) if b is not None and s == b.status), None)
-    if b is None or status is None:
-        return False
-    end = rule.decide(checked=b.checked, status=status, verdicts=verdicts, portable_only=bool(b.machines))
-    return end.fails and end.outcome in (REGRESSED, INCONCLUSIVE)
+    if b is None or status is None:  # no baseline judged it: only a drift can fail it here
+        end = rule.decide(checked=True, status="missing", verdicts=(), drift=drift)
+        return bool(end.drifted)
+    end = rule.decide(checked=b.checked, status=status, verdicts=verdicts, portable_only=bool(b.machines),
+                      drift=drift)
+    return (end.fails and end.outcome in (REGRESSED, INCONCLUSIVE)) or bool(end.drifted)
 
 
 def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Merged:
@@ -196,7 +200,7 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
     from pytest_specdec.gate.check import FailRule, adjusted_all
     from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE
     from pytest_specdec.gate.verdicts import gated_with
-    from pytest_specdec.output.results import verdict_entry
+    from pytest_specdec.output.results import drift_entry, verdict_entry
 
     if not shards:
         raise MergeError("no shard results files given")
@@ -213,13 +217,15 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
     for shard in shards:
         for i, t in enumerate(shard.results.tests):
             where_of[t.nodeid] = (shard, i, t)
-            if t.verdicts:
+            drift = t.drift_judged(f"{shard.path}: tests[{i}]")
+            if t.verdicts or (drift is not None and drift.members):
                 raw = tuple(as_verdict(v, f"{shard.path}: tests[{i}].verdicts.{m}", unadjusted=True)
                             for m, v in t.verdicts.items())
-                family.append((t.nodeid, Recorded(raw, t.baseline.max_looks if t.baseline else 1)))
+                family.append((t.nodeid, Recorded(raw, t.baseline.max_looks if t.baseline else 1, drift)))
     final = adjusted_all(family, final=True, multiplicity=multiplicity, alpha=alpha, gated_size=0, family_size=0)
-    size = sum(1 for _, c in family for v in c.raw if v.family == GATED and v.p is not None
-               and v.verdict != NOT_COMPARABLE)
+    recorded = dict(family)
+    size = sum(1 for _, c in family for v in (*c.raw, *(c.drift.members if c.drift else ()))
+               if v.family == GATED and v.p is not None and v.verdict != NOT_COMPARABLE)
 
     tests, failed, changed = [], [], []
     for nodeid, (shard, i, t) in where_of.items():
@@ -228,15 +234,22 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
         outcome = t.outcome
         if nodeid in final:
             verdicts = list(final[nodeid].verdicts)
-            entry["verdicts"] = {v.metric: {**verdict_entry(v), "unadjusted": t.verdicts[v.metric].unadjusted}
-                                 for v in verdicts}
+            drift = final[nodeid].drift_of(recorded[nodeid])
+            if t.verdicts:
+                entry["verdicts"] = {v.metric: {**verdict_entry(v), "unadjusted": t.verdicts[v.metric].unadjusted}
+                                     for v in verdicts}
+            if drift is not None:
+                entry["drift"] = drift_entry(drift)
             if isinstance(entry.get("baseline"), dict):
                 entry["baseline"] = {**entry["baseline"], "adjusted": "merged",
                                      "inconclusive_gated": [v.metric for v in gated_with(verdicts, INCONCLUSIVE)],
                                      "attribution": attribution(verdicts, entry["baseline"].get("split"))}
             before = [as_verdict(v, f"{shard.path}: tests[{i}]", unadjusted=False) for v in t.verdicts.values()]
-            if outcome in ("passed", "failed") and (outcome == "passed" or fails_on_verdicts(rule, t, before)):
-                outcome = "failed" if fails_on_verdicts(rule, t, verdicts) else "passed"
+            drift_before = recorded[nodeid].drift
+            was = () if drift_before is None else drift_before.gated  # as its shard left it
+            now = () if drift is None else drift.gated
+            if outcome in ("passed", "failed") and (outcome == "passed" or fails_on_verdicts(rule, t, before, was)):
+                outcome = "failed" if fails_on_verdicts(rule, t, verdicts, now) else "passed"
             if outcome != t.outcome:
                 changed.append((nodeid, t.outcome, outcome))
                 why = (f"{'fails' if outcome == 'failed' else 'passes'} once the night's family is adjusted "

@@ -23,6 +23,8 @@ from scipy import stats as sps
 from session import SessionRun, specdec_session, undocumented
 
 from fakes import FakeServer
+from pytest_specdec.gate.drift import ACCEPTANCE_DRIFT, Drift, DriftVerdict
+from pytest_specdec.output.schema import drift_entry
 
 THRESHOLDS = ("rate=40", "latency=150", "acceptance=15")  # wide: the fake servers share 2 busy cores
 CONCURRENCY = [1, 2, 3]
@@ -106,6 +108,30 @@ def test_merging_shards_is_judging_the_suite_as_one_session(
         assert {m: v["verdict"] for m, v in mine["verdicts"].items()} == {
             m: v["verdict"] for m, v in theirs["verdicts"].items()}, mine["nodeid"]
         assert {m: v["p"] for m, v in mine["verdicts"].items()} == {m: v["p"] for m, v in theirs["verdicts"].items()}
+    # A gated drift is a member of the merged family too: a shard's test that failed on its drift alone (p 0.01,
+    # regressed at its shard's level) is judged again with every shard's gated p-values, and passes once BH over
+    # the union leaves it inconclusive; its merged entry keeps the p it had before any adjustment.
+    drift = DriftVerdict(ACCEPTANCE_DRIFT, "regressed", "gated", "points", -5.0, 0.8, 0.6, -20.0, (-30.0, -10.0), 0.01,
+                         (0, 1), (2, 3), ())
+    drifted = json.loads(pieces[0].read_text())
+    first_test = drifted["tests"][0]
+    first_test["drift"] = drift_entry(Drift((drift,), 0.05, adjusted=(drift,)))
+    first_test["outcome"] = "failed"
+    pieces_drift = [pytester.path / "cut-drift.json", *pieces[1:]]
+    pieces_drift[0].write_text(json.dumps(drifted))
+    out = pytester.path / "merged-drift.json"
+    r = cli("merge", *pieces_drift, "-o", out)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    mine = json.loads(out.read_text())["tests"][0]["drift"]["verdicts"][ACCEPTANCE_DRIFT]
+    union = sorted([*gated_p(whole, "unadjusted").values(), 0.01])
+    bh = sps.false_discovery_control(np.array(union), method="bh")
+    assert mine["p"] == pytest.approx(bh[union.index(0.01)], rel=1e-12) and mine["unadjusted"]["p"] == 0.01, mine
+    assert (mine["verdict"] == "regressed") is (mine["p"] < 0.05), mine
+    merged_first = json.loads(out.read_text())["tests"][0]
+    fails = mine["verdict"] == "regressed" or any(v["verdict"] == "regressed" and v["family"] == "gated"
+                                                  for v in merged_first["verdicts"].values())
+    assert (merged_first["outcome"] == "failed") is fails, merged_first["outcome"]
+
     # Each shard alone adjusts over its own tests: the merged family is not the shards'.
     alone = cli("merge", pieces[0], "-o", pytester.path / "alone.json")
     assert alone.returncode in (0, 1), alone.stderr
