@@ -70,7 +70,7 @@ def planned_gpus(placement: Placement, gpus: str | None, workers: int = 1) -> tu
     """The GPUs a dry run plans this process's starts on: its share of the host's (--specdec-gpus,
     CUDA_VISIBLE_DEVICES or nvidia-smi's), else of the host the profile is for (its top-level ``gpus``); none on
     the CPU, in endpoint mode or where neither says."""
-    from pytest_specdec.servers.gpus import GpuLeaseError
+    from pytest_specdec.servers.gpus import GpuLeaseError, worker_share
 
     if placement.profile.device == "cpu" or placement.endpoint:
         return ()
@@ -79,7 +79,7 @@ def planned_gpus(placement: Placement, gpus: str | None, workers: int = 1) -> tu
     except GpuLeaseError:
         n = placement.profile.raw.get("gpus")
         ids = tuple(str(i) for i in range(n)) if isinstance(n, int) and not isinstance(n, bool) else ()
-    return ids[:max(1, len(ids) // max(1, workers))] if ids else ()
+    return worker_share(ids, workers)
 
 
 def host_gpus(gpus: str | None) -> tuple[str, ...]:

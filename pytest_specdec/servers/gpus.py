@@ -166,6 +166,12 @@ def choose_gpus(n: int, fraction: float, gpus: Sequence[str], used: Mapping[str,
     return tuple(best[:n])
 
 
+def worker_share(gpus: Sequence[str], workers: int) -> tuple[str, ...]:
+    """The GPUs one of ``workers`` xdist workers may count on for servers alive at once: an even share of the host's
+    (`profiles.pool.lease_plan` checks that a share holds a test's servers). What a start plan reasons about."""
+    return tuple(gpus[:max(1, len(gpus) // max(1, workers))]) if gpus else ()
+
+
 def plan_leases(servers: Sequence[tuple[str, int, float]], gpus: Sequence[str], numa: Mapping[str, int]
                 ) -> dict[str, tuple[str, ...]]:
     """Where one process's servers, alive at once, would land on an idle host: (name, GPUs, memory fraction) each,

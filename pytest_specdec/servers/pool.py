@@ -259,9 +259,9 @@ class ServerPool:
         """The GPUs this process may count on leasing for servers alive at once: its even share of the host's when
         ``workers`` xdist workers lease from it (`profiles.pool.lease_plan` checked that the share holds a test's
         servers); none without leasing (the cpu profile)."""
-        if self.gpus is None:
-            return ()
-        return self.gpus.gpus[:max(1, len(self.gpus.gpus) // max(1, workers))]
+        from pytest_specdec.servers.gpus import worker_share
+
+        return () if self.gpus is None else worker_share(self.gpus.gpus, workers)
 
     def start_together(self, specs: list[ServerSpec], stop: list[str], test: str | None = None) -> None:
         """Start `specs` at once (`servers.together`) after stopping the live servers keyed in `stop`: the
