@@ -240,7 +240,8 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
                                      for v in verdicts}
             if drift is not None:
                 entry["drift"] = drift_entry(drift)
-            if isinstance(entry.get("baseline"), dict):
+            if t.verdicts and isinstance(entry.get("baseline"), dict):  # a test in the family by its drift alone
+                # keeps its baseline section as its shard wrote it
                 entry["baseline"] = {**entry["baseline"], "adjusted": "merged",
                                      "inconclusive_gated": [v.metric for v in gated_with(verdicts, INCONCLUSIVE)],
                                      "attribution": attribution(verdicts, entry["baseline"].get("split"))}
