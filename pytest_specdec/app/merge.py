@@ -198,6 +198,7 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
     every shard's verdicts together at the shards' level and rule, each test's outcome by the plugin's rule on its
     merged verdicts, and ``expected`` tests in no shard as `insufficient-data`."""
     from pytest_specdec.gate.check import FailRule, adjusted_all
+    from pytest_specdec.gate.drift import gated_drift
     from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE
     from pytest_specdec.gate.verdicts import gated_with
     from pytest_specdec.output.results import drift_entry, verdict_entry
@@ -246,9 +247,7 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
                                      "inconclusive_gated": [v.metric for v in gated_with(verdicts, INCONCLUSIVE)],
                                      "attribution": attribution(verdicts, entry["baseline"].get("split"))}
             before = [as_verdict(v, f"{shard.path}: tests[{i}]", unadjusted=False) for v in t.verdicts.values()]
-            drift_before = recorded[nodeid].drift
-            was = () if drift_before is None else drift_before.gated  # as its shard left it
-            now = () if drift is None else drift.gated
+            was, now = gated_drift(recorded[nodeid].drift), gated_drift(drift)  # as its shard left it, merged
             if outcome in ("passed", "failed") and (outcome == "passed" or fails_on_verdicts(rule, t, before, was)):
                 outcome = "failed" if fails_on_verdicts(rule, t, verdicts, now) else "passed"
             if outcome != t.outcome:

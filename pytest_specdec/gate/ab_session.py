@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_specdec.gate.check import Looked
 from pytest_specdec.gate.crossover import NAME as CROSSOVER
+from pytest_specdec.gate.drift import gated_drift
 from pytest_specdec.gate.kinds import GATED, REGRESSED, SHOWN, UNCHANGED, Stop
 from pytest_specdec.gate.registry import GOODPUT
 from pytest_specdec.profiles.engines import DEFAULT_ENGINE, EngineMode
@@ -478,7 +479,7 @@ class ABGate:
         c = dict(adjust(family, final=False, multiplicity=self.options.multiplicity, alpha=self.options.alpha,
                         gated_size=gated, family_size=gated + shown))[nodeid]
         end = self.fail_rule.decide(checked=c.checked, status="compared", verdicts=c.shown(),
-                                    drift=c.drift.gated if c.drift else ())
+                                    drift=gated_drift(c.drift))
         return dataclasses.replace(c, end=end), end
 
     @property
@@ -499,6 +500,6 @@ class ABGate:
         from pytest_specdec.gate.check import late_drift
 
         ends = [(n, c, rule.decide(checked=c.checked, status="compared", verdicts=c.shown(),
-                                   drift=c.drift.gated if c.drift else ())) for n, c in family]
+                                   drift=gated_drift(c.drift))) for n, c in family]
         return SessionEnd(None, tuple(family), late_regressions=tuple(
             (n, end) for n, c, end in ends if (end.outcome == REGRESSED and not c.failed) or late_drift(c.end, end)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec.gate.drift import gated_drift
 from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE, REGRESSED, Status
 
 if TYPE_CHECKING:
@@ -44,21 +45,16 @@ class Row:
         status: Status = ("compared" if self.status == "compared" else NOT_COMPARABLE
                           if self.status == NOT_COMPARABLE else "missing")
         return FailRule(strict=strict).decide(checked=self.checked, status=status, verdicts=self.verdicts,
-                                              dead=self.dead, drift=self.drift_gated).fails_test
+                                              dead=self.dead, drift=gated_drift(self.drift)).fails_test
 
     @property
     def gated(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.family == GATED]
 
     @property
-    def drift_gated(self) -> tuple[Verdict, ...]:
-        """NEW's gated drift verdicts as they stand (none without a drift)."""
-        return self.drift.gated if self.drift is not None else ()
-
-    @property
     def drifted(self) -> bool:
         """Whether a gated drift of NEW regressed (the session failed the test for it, whatever its check)."""
-        return any(v.verdict == REGRESSED for v in self.drift_gated)
+        return any(v.verdict == REGRESSED for v in gated_drift(self.drift))
 
     @property
     def regressed(self) -> bool:
@@ -110,8 +106,7 @@ class ABRow:
 
         return self.check is not None and FailRule().decide(checked=self.check.checked, status="compared",
                                                             verdicts=self.check.shown(),
-                                                            drift=self.check.drift.gated if self.check.drift
-                                                            else ()).fails_test
+                                                            drift=gated_drift(self.check.drift)).fails_test
 
 
 @dataclass

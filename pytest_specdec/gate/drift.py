@@ -118,6 +118,12 @@ class Drift:
             for v in self.verdicts))
 
 
+def gated_drift(drift: Drift | None) -> tuple[Verdict, ...]:
+    """A test's gated drift verdicts as they stand (`Drift.gated`), none without a drift: what every caller of the
+    failure rule passes as its ``drift``."""
+    return () if drift is None else drift.gated
+
+
 def _segment(instances: Sequence[str | None]) -> tuple[set[int], dict[int, str]]:
     """The positions on the longest stretch of one server identity (the later one on a tie), and why each other
     was left out."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.gate.check import Judgement, Plan
+from pytest_specdec.gate.drift import gated_drift
 from pytest_specdec.gate.kinds import GATED as GATED_FAMILY
 from pytest_specdec.gate.kinds import MOVED, NOT_COMPARABLE, REGRESSED
 from pytest_specdec.gate.protocol import SessionEnd
@@ -240,7 +241,7 @@ class Judge:
         drift = adjusted.drift_of(c)
         end = replace(self.fail_rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=adjusted.verdicts,
                                             portable_only=bool(c.plan.machines),
-                                            drift=drift.gated if drift is not None else ()),
+                                            drift=gated_drift(drift)),
                       where=self.rel(c.plan.path))
         if end.outcome in ("missing", REGRESSED):  # the command that creates or accepts the baseline
             end = replace(end, command=self.create_command(nodeid, "missing" if end.outcome == "missing" else "all"))
@@ -364,7 +365,7 @@ class Judge:
         late = []
         for nodeid, c in family:
             end = rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=c.final or [],
-                              portable_only=bool(c.plan.machines), drift=c.drift.gated if c.drift else ())
+                              portable_only=bool(c.plan.machines), drift=gated_drift(c.drift))
             if (end.outcome == REGRESSED and not c.failed) or late_drift(c.end, end):
                 late.append((nodeid, replace(end, where=self.rel(c.plan.path),
                                              command=self.create_command(nodeid, "all"))))
