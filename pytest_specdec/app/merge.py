@@ -201,7 +201,8 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
     from pytest_specdec.gate.drift import gated_drift
     from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE
     from pytest_specdec.gate.verdicts import gated_with
-    from pytest_specdec.output.results import drift_entry, verdict_entry
+    from pytest_specdec.output.results import verdict_entry
+    from pytest_specdec.output.schema import drift_entry
 
     if not shards:
         raise MergeError("no shard results files given")

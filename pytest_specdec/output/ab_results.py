@@ -67,7 +67,8 @@ def drifted_rows(cmp: ABComparison) -> list[str]:
 def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
     """The A/B comparison as data (`--json`): per test its status, both sides' verdicts and NEW's drift in the
     results' format; `drifted` names the tests whose gated drift regressed."""
-    from pytest_specdec.output.results import drift_entry, verdict_entry
+    from pytest_specdec.output.results import verdict_entry
+    from pytest_specdec.output.schema import drift_entry
 
     def verdicts(c: ABJudgement | None) -> dict[str, Any] | None:
         return None if c is None else {v.metric: verdict_entry(v) for v in c.shown()}

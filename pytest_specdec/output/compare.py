@@ -106,8 +106,8 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
     """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format, and its
     drift within NEW's session in the results' drift format; `regressed` lists every test with a regressed gated
     metric, `drifted` every test whose gated drift regressed, `failed` those that make the exit status 1."""
-    from pytest_specdec.output.results import drift_entry, machine_factor_entry, split_entry
     from pytest_specdec.output.results import verdict_entry as verdict_json
+    from pytest_specdec.output.schema import drift_entry, machine_factor_entry, split_entry
 
     return {
         "alpha": cmp.alpha, "multiplicity": cmp.multiplicity,
