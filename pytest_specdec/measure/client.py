@@ -10,9 +10,11 @@ one chunk carries 1 + accepted tokens, so chunk counts undercount output and ove
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import aiohttp
@@ -310,13 +312,14 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
         stop = asyncio.Event()
         lags: list[float] = []
         ticking = asyncio.create_task(ticker(stop, lags))
-        t_start = time.perf_counter()
-        if rate is None:
-            samples = await closed_loop(run, jobs, concurrency)
-        else:
-            assert arrivals is not None
-            samples = await open_loop(run, jobs, concurrency, arrivals, lambda: halt.reason is not None)
-        t_end = time.perf_counter()
+        with gc_held_off():
+            t_start = time.perf_counter()
+            if rate is None:
+                samples = await closed_loop(run, jobs, concurrency)
+            else:
+                assert arrivals is not None
+                samples = await open_loop(run, jobs, concurrency, arrivals, lambda: halt.reason is not None)
+            t_end = time.perf_counter()
         stop.set()
         await ticking
 
@@ -333,6 +336,24 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], sampling: S
                       rate=rate, seed=seed, cache_salt=cache_salt, warmup=warmup, timeout_s=timeout_s,
                       warmup_failed=warmup_failed, metrics_before=metrics_before, metrics_after=metrics_after,
                       metrics_error=metrics_error, burstiness=burstiness, arrivals_s=arrivals)
+
+
+@contextlib.contextmanager
+def gc_held_off() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a run is timed, as ``timeit`` does, and back on after it.
+
+    Why: a full collection in a pytest process that holds a session's objects pauses every thread for ~100 ms
+    (measured in tests/functional/test_speed_gate.py's process), which a short run reads as the server's
+    slowness: one such pause cost a 0.38 s run 30 % of its tok/s. Reference counting still frees what a run
+    drops; what only the collector can free waits until the run ends.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def event_loop_name() -> str:

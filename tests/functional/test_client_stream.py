@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
 import time
@@ -115,6 +116,28 @@ def test_concurrency_reached_and_capped(server: FakeServer) -> None:
     assert server.state.peak_active == 8
     assert res.duration_s > 0 and res.t_start < res.t_end
     assert res.loop_lag_max_s < 0.5
+
+
+def test_no_garbage_collection_while_a_run_is_timed(server: FakeServer) -> None:
+    """A collection on every allocation outside the run (threshold 1): none starts between its start and end,
+    where it would pause the client (and in-process servers) and be read as the server's slowness."""
+    starts: list[float] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            starts.append(time.perf_counter())
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(note)
+    gc.set_threshold(1)
+    try:
+        res = run_load_sync(server.base_url, MODEL, chat_prompts(16), Sampling(temperature=0.0), concurrency=4)
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(note)
+    assert res.n_failed == 0 and gc.isenabled()
+    assert any(t < res.t_start for t in starts) and any(t > res.t_end for t in starts)  # it ran around the run
+    assert not [t for t in starts if res.t_start <= t <= res.t_end]
 
 
 @pytest.mark.parametrize("server", [FakeConfig(step_s=0.005, output_tokens=4)], indirect=True)
