@@ -84,6 +84,32 @@ def test_nothing_changes_is_never_regressed(pytester: pytest.Pytester, fake_vllm
     assert all(v["family"] == "gated" and v["left_out"] == [] for v in verdicts.values()), verdicts
 
 
+def test_an_inconclusive_gated_drift_fails_under_fail_inconclusive(
+        pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        make_profile: Callable[..., Path]) -> None:
+    """Two runs on one server are too few to split in halves: the gated step time drift is `inconclusive`. Under
+    --specdec-fail-inconclusive it fails the test as any gated metric still inconclusive does, its reason naming the
+    drift verdict in the terminal and the results; without the option the test passes."""
+    fake_vllm.configure(SERVERS)
+    pytester.makepyfile(test_suite=make_suite(num_prompts=PROMPTS, concurrency=CONCURRENCY, max_tokens=16,
+                                              verdicts='gate=["step_time_drift"]'))
+    profile = make_profile("fakedrift", methods=("ngram",))
+
+    def run(*extra: str) -> Any:
+        return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", "--update-baselines", *extra,
+                               runs=2, max_runs=2, subprocess=True)
+
+    failing = run("--specdec-fail-inconclusive")
+    failing.result.assert_outcomes(failed=1)
+    reason = "drift within the session inconclusive (--specdec-fail-inconclusive): step_time_drift"
+    failing.result.stdout.fnmatch_lines([f"*{reason}*", "*step_time_drift: step time inconclusive (gated): "
+                                         "2 run(s) on one server: fewer than 4 to split in halves*"])
+    step = failing.test["drift"]["verdicts"]["step_time_drift"]
+    assert (step["verdict"], step["family"]) == ("inconclusive", "gated"), step
+    assert reason in failing.test["error"], failing.test["error"]
+    run().result.assert_outcomes(passed=1)
+
+
 def test_a_restart_mid_test_starts_a_new_segment(pytester: pytest.Pytester, fake_vllm: FakeVllm,
                                                  monkeypatch: pytest.MonkeyPatch, make_suite: Callable[..., str],
                                                  make_profile: Callable[..., Path]) -> None:
