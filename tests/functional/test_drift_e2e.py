@@ -158,6 +158,35 @@ def test_compare_shows_the_files_drift_and_fails_as_the_session_did(
     assert f"Benjamini-Hochberg over {1 + len(gated)} tests" in step["note"] and step["p"] >= recorded["p"], step
 
 
+def test_compare_against_another_results_file_adjusts_drift_with_its_gated_verdicts(
+        pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        make_profile: Callable[..., Path]) -> None:
+    """`pytest-specdec compare OLD.json NEW.json` of two sessions' files: NEW's gated drift is a member of the one
+    gated family the comparison adjusts NEW's gated verdicts against OLD's in, as against stored baselines: each
+    gated verdict with a p and the drift are adjusted over the same number of tests, and the drift's raw p is NEW's
+    session's."""
+    fake_vllm.configure(SERVERS)
+    session(pytester, make_suite, make_profile, 'check=False, gate=["step_time_drift"]').result.assert_outcomes(
+        passed=1)
+    old = pytester.path / "old.json"
+    old.write_bytes((pytester.path / "reports" / "latest.json").read_bytes())
+    fake_vllm.configure({**SERVERS, "ngram": {**SERVERS["ngram"], "slow_posts": [FIRST_LATE, 10**6],
+                                              "slow_factor": 1.6}})
+    run = session(pytester, make_suite, make_profile, 'check=False, gate=["step_time_drift"]')
+    run.result.assert_outcomes(failed=1)
+    data = json.loads(cli("compare", old, run.reports / "latest.json", "--json").stdout)
+    [test] = data["tests"]
+    assert test["status"] == "compared", test
+    gated = [v for v in test["verdicts"].values() if v["family"] == "gated" and v["p"] is not None]
+    assert gated, test["verdicts"]  # NEW's gated verdicts against OLD's runs, each with its p
+    family = f"Benjamini-Hochberg over {1 + len(gated)} tests"
+    assert all(family in v["note"] for v in gated), [v["note"] for v in gated]
+    step = test["drift"]["verdicts"]["step_time_drift"]
+    recorded = run.test["drift"]["verdicts"]["step_time_drift"]
+    assert family in step["note"] and step["unadjusted"] == recorded["unadjusted"], step
+    assert data["drifted"] == [run.test["nodeid"]] == data["failed"], data
+
+
 def test_an_ab_sessions_candidate_drift_is_gated_and_compare_fails_it_again(
         pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
         make_profile: Callable[..., Path]) -> None:
