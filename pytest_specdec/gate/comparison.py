@@ -106,13 +106,23 @@ class ABRow:
     reason: str = ""
 
     @property
-    def failed(self) -> bool:
-        """As the plugin fails it (`gate.check.FailRule`): a gated regression of a test that did not opt out."""
+    def end(self) -> TestEnd | None:
+        """As the plugin decides it (`gate.check.FailRule`), None for a test in OLD only."""
         from pytest_specdec.gate.check import FailRule
 
-        return self.check is not None and FailRule().decide(checked=self.check.checked, status="compared",
-                                                            verdicts=self.check.shown(),
-                                                            drift=gated_drift(self.check.drift)).fails_test
+        return None if self.check is None else FailRule().decide(
+            checked=self.check.checked, status="compared", verdicts=self.check.shown(),
+            drift=gated_drift(self.check.drift))
+
+    @property
+    def failed(self) -> bool:
+        """As the plugin fails it: a gated regression of a test that did not opt out, or its gated drift."""
+        return self.end is not None and self.end.fails_test
+
+    @property
+    def drifted(self) -> bool:
+        """Whether NEW's gated drift fails the test by the same rule (`TestEnd.drifted`)."""
+        return self.end is not None and bool(self.end.drifted)
 
 
 @dataclass
