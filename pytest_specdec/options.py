@@ -216,7 +216,8 @@ OPTIONS: tuple[Option, ...] = (
                 "(Benjamini-Hochberg: the false discovery rate) or holm (the family-wise error rate)."),
     _fail_flag("fail-inconclusive",
                "fail a test whose gated metric (speedup, acceptance, P95 E2E ratio, or what `gate` adds) stays "
-               "inconclusive after its last look; by default it passes with a warning"),
+               "inconclusive after its last look (by default it passes with a warning), or whose gated drift "
+               "within the session is inconclusive"),
     _fail_flag("fail-machine",
                "fail the session when the machine factor (tonight's reference speed against the baseline nights) "
                "is beyond the reference_tok_s threshold; by default it warns"),

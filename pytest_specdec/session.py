@@ -515,7 +515,8 @@ class SpecDecSession:
                 return None
             from pytest_specdec.gate.check import FailRule
 
-            alone = FailRule().decide(checked=False, status="missing", verdicts=(), drift=record.drift.gated)
+            alone = FailRule(fail_inconclusive=self.settings.fail_inconclusive).decide(
+                checked=False, status="missing", verdicts=(), drift=record.drift.gated)
             return drift_failure(nodeid, record.drift, alone.drifted)
         family = [(n, c) for n, r in self.records.items() if (c := r.ab or r.baseline) is not None]
         judged, end = self.verdict_gate.test_end(nodeid, family, self.planned)

@@ -177,8 +177,9 @@ def as_verdict(entry: VerdictEntry, where: str, *, unadjusted: bool) -> Verdict:
 def fails_on_verdicts(rule: FailRule, test: TestEntry, verdicts: Sequence[Verdict], drift: Sequence[Verdict] = ()
                       ) -> bool:
     """Whether the plugin's rule fails the test on these verdicts (a regression, or inconclusive under
-    --specdec-fail-inconclusive) or on its gated ``drift`` (one regressed), as its test's end would (judged against
-    other machines' nights where its baseline names them: acceptance alone)."""
+    --specdec-fail-inconclusive) or on its gated ``drift`` (`TestEnd.drifted`: regressed, or inconclusive under the
+    same option), as its test's end would (judged against other machines' nights where its baseline names them:
+    acceptance alone)."""
     from typing import get_args
 
     from pytest_specdec.gate.kinds import Status

@@ -156,8 +156,8 @@ class TestEnd:
     where: str = ""  # the baseline file, as the checkout names it
     command: str = ""  # the command that creates (missing) or accepts (regressed) the baseline
     open: tuple[Verdict, ...] = ()  # the gated verdicts still inconclusive
-    #: the gated drift verdicts that regressed (`gate.drift`, judged within tonight): each fails the test, whatever
-    #: the outcome against the baseline says
+    #: the gated drift verdicts that fail the test (`gate.drift`, judged within tonight): each regressed one, and each
+    #: inconclusive one under --specdec-fail-inconclusive, whatever the outcome against the baseline says
     drifted: tuple[Verdict, ...] = ()
 
     @property
@@ -176,9 +176,10 @@ class FailRule:
     and the A/B's `compare` all ask it, so a file judged again fails exactly the tests the session failed.
 
     A test that opted out (``check=False``) never fails on its verdicts; a shown metric never fails a test. A gated
-    drift (``drift``: judged within tonight, no baseline needed) that regressed fails it whatever its baseline and
-    its ``check`` say: the end's outcome (and ``fails``) stays the baseline's, the drift in ``drifted``
-    (`TestEnd.fails_test`: either fails the test)."""
+    drift (``drift``: judged within tonight, no baseline needed) that regressed, or that is still inconclusive under
+    ``fail_inconclusive`` (as every other gated metric), fails it whatever its baseline and its ``check`` say: the
+    end's outcome (and ``fails``) stays the baseline's, the drift in ``drifted`` (`TestEnd.fails_test`: either fails
+    the test)."""
 
     strict: bool = False  # --specdec-strict: a test not comparable with its baseline fails
     fail_inconclusive: bool = False  # --specdec-fail-inconclusive: a gated verdict still inconclusive fails
@@ -195,7 +196,8 @@ class FailRule:
         baseline is missing as for a test without one. ``drift``: its drift verdicts (`drift.Drift.gated`)."""
         end = self._against_baseline(checked=checked, status=status, verdicts=verdicts, dead=dead,
                                      portable_only=portable_only)
-        drifted = tuple(v for v in drift if v.family == GATED and v.verdict == REGRESSED)
+        failing = (REGRESSED, INCONCLUSIVE) if self.fail_inconclusive else (REGRESSED,)
+        drifted = tuple(v for v in drift if v.family == GATED and v.verdict in failing)
         return dataclasses.replace(end, drifted=drifted) if drifted else end
 
     def _against_baseline(self, *, checked: bool, status: Status, verdicts: Sequence[Verdict], dead: bool,
@@ -237,8 +239,8 @@ class Adjusted:
 
 
 def late_drift(at_end: TestEnd | None, now: TestEnd) -> bool:
-    """Whether a gated drift regressed only once the whole family was known: news at the session's end, which fails
-    the session as a late regression does."""
+    """Whether a gated drift failed the test only once the whole family was known: news at the session's end, which
+    fails the session as a late regression does."""
     return bool(now.drifted) and not (at_end is not None and at_end.drifted)
 
 

@@ -15,6 +15,7 @@ from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE, REGRESSED, Status
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
+    from pytest_specdec.gate.check import TestEnd
     from pytest_specdec.gate.crossover_gate import SweepOutcome
     from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.machine import MachineFactor
@@ -37,15 +38,19 @@ class Row:
     #: NEW's drift within its session (`gate.drift`), its gated verdicts adjusted with the comparison's gated family
     drift: Drift | None = None
 
-    def failed(self, strict: bool = False) -> bool:
-        """Whether this test fails the comparison: the session's rule (`gate.check.FailRule`) over NEW's verdicts;
-        a test with no baseline to compare with (only in NEW, no runs) fails only for a dead arm."""
+    def end(self, strict: bool = False) -> TestEnd:
+        """The session's rule (`gate.check.FailRule`) over NEW's verdicts and gated drift; a test with no baseline to
+        compare with (only in NEW, no runs) is judged as missing, which fails it only for a dead arm or its drift."""
         from pytest_specdec.gate.check import FailRule
 
         status: Status = ("compared" if self.status == "compared" else NOT_COMPARABLE
                           if self.status == NOT_COMPARABLE else "missing")
         return FailRule(strict=strict).decide(checked=self.checked, status=status, verdicts=self.verdicts,
-                                              dead=self.dead, drift=gated_drift(self.drift)).fails_test
+                                              dead=self.dead, drift=gated_drift(self.drift))
+
+    def failed(self, strict: bool = False) -> bool:
+        """Whether this test fails the comparison, as `end` decides."""
+        return self.end(strict).fails_test
 
     @property
     def gated(self) -> list[Verdict]:
@@ -53,8 +58,9 @@ class Row:
 
     @property
     def drifted(self) -> bool:
-        """Whether a gated drift of NEW regressed (the session failed the test for it, whatever its check)."""
-        return any(v.verdict == REGRESSED for v in gated_drift(self.drift))
+        """Whether a gated drift of NEW fails the test by the same rule (`TestEnd.drifted`: the session failed the
+        test for it, whatever its check)."""
+        return bool(self.end().drifted)
 
     @property
     def regressed(self) -> bool:
@@ -100,13 +106,23 @@ class ABRow:
     reason: str = ""
 
     @property
-    def failed(self) -> bool:
-        """As the plugin fails it (`gate.check.FailRule`): a gated regression of a test that did not opt out."""
+    def end(self) -> TestEnd | None:
+        """As the plugin decides it (`gate.check.FailRule`), None for a test in OLD only."""
         from pytest_specdec.gate.check import FailRule
 
-        return self.check is not None and FailRule().decide(checked=self.check.checked, status="compared",
-                                                            verdicts=self.check.shown(),
-                                                            drift=gated_drift(self.check.drift)).fails_test
+        return None if self.check is None else FailRule().decide(
+            checked=self.check.checked, status="compared", verdicts=self.check.shown(),
+            drift=gated_drift(self.check.drift))
+
+    @property
+    def failed(self) -> bool:
+        """As the plugin fails it: a gated regression of a test that did not opt out, or its gated drift."""
+        return self.end is not None and self.end.fails_test
+
+    @property
+    def drifted(self) -> bool:
+        """Whether NEW's gated drift fails the test by the same rule (`TestEnd.drifted`)."""
+        return self.end is not None and bool(self.end.drifted)
 
 
 @dataclass

@@ -59,9 +59,9 @@ def ab_summary_lines(cmp: ABComparison, new_name: str) -> list[str]:
 
 
 def drifted_rows(cmp: ABComparison) -> list[str]:
-    """The tests whose gated drift regressed (as it stands after the comparison's adjustment)."""
-    return [r.nodeid for r in cmp.rows if r.check is not None and r.check.drift is not None
-            and any(v.verdict == REGRESSED for v in r.check.drift.gated)]
+    """The tests whose gated drift fails them (as it stands after the comparison's adjustment), by the failure rule
+    (`ABRow.drifted`)."""
+    return [r.nodeid for r in cmp.rows if r.drifted]
 
 
 def ab_to_json(cmp: ABComparison) -> dict[str, Any]:

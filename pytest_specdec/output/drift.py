@@ -1,5 +1,5 @@
 """A test's drift within the session (`gate.drift`) in words: the terminal's line, the failure message of a gated
-regressed drift, and the report's short text. Words only: the gate decided."""
+drift that fails its test, and the report's short text. Words only: the gate decided."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.gate.drift import LABELS, Drift, DriftVerdict
-from pytest_specdec.gate.kinds import POINTS, unit_mark
+from pytest_specdec.gate.kinds import INCONCLUSIVE, POINTS, unit_mark
 from pytest_specdec.output.schema import drift_verdict_entry
 
 if TYPE_CHECKING:
@@ -67,14 +67,20 @@ def verdict_lines(drift: Drift, indent: str = "  ") -> list[str]:
 
 
 def drift_failure(nodeid: str, drift: Drift, drifted: Sequence[Verdict]) -> str | None:
-    """The failure message of a test whose gated drift regressed (``drifted``: as the failure rule named them,
-    `check.TestEnd.drifted`); None when none did."""
+    """The failure message of a test that its gated drift fails (``drifted``: as the failure rule named them,
+    `check.TestEnd.drifted`: regressed, or inconclusive under --specdec-fail-inconclusive), each named with its
+    verdict; None when none does."""
     names = [v.metric for v in drifted]
     if not names:
         return None
+    by_word: dict[str, list[str]] = {}
+    for v in drifted:
+        by_word.setdefault(v.verdict, []).append(v.metric)
+    said = "; ".join(f"{word}{' (--specdec-fail-inconclusive)' if word == INCONCLUSIVE else ''}: {', '.join(ms)}"
+                     for word, ms in by_word.items())
     failing = [v for v in drift.shown if v.metric in names]
-    return "\n".join([f"specdec: {nodeid}: drift within the session regressed: {', '.join(names)} (late runs "
-                      "against early runs on one server, judged within tonight)",
+    return "\n".join([f"specdec: {nodeid}: drift within the session {said} (late runs against early runs on one "
+                      "server, judged within tonight)",
                       *(f"  {v.metric}: {verdict_text(v, drift.alpha)}" for v in failing)])
 
 

@@ -158,21 +158,30 @@ def drifts(nights: Sequence[NightFile]) -> dict[str, dict[str, list[DriftVerdict
     return out
 
 
-def drift_lines(nights: Sequence[NightFile]) -> list[str]:
-    """The drift table: per test, one line per drift metric, night by night its verdict and change."""
+#: The drift table's heading, in the text history and on the page alike.
+DRIFT_HEADING = ("drift within each night's session (early vs late half of one server's runs: docs/gate.md), night "
+                 "by night")
+
+
+def drift_cells(nights: Sequence[NightFile]) -> dict[str, list[tuple[str, list[str]]]]:
+    """Per test, each drift metric's label and, night by night, its cell (`output.drift.cell_text`: its verdict and
+    change; "—" where the night has none): the one wording of the text table and the page."""
     from pytest_specdec.gate.drift import LABELS
     from pytest_specdec.output.drift import cell_text
 
-    per_test = drifts(nights)
+    return {nodeid: [(LABELS.get(metric, metric), ["—" if v is None else cell_text(v) for v in per_night])
+                     for metric, per_night in metrics.items()] for nodeid, metrics in drifts(nights).items()}
+
+
+def drift_lines(nights: Sequence[NightFile]) -> list[str]:
+    """The drift table: per test, one line per drift metric, night by night its verdict and change."""
+    per_test = drift_cells(nights)
     if not per_test:
         return []
-    out = ["", "drift within each night's session (early vs late half of one server's runs: docs/gate.md), night by "
-                "night:"]
+    out = ["", f"{DRIFT_HEADING}:"]
     for nodeid, metrics in per_test.items():
         out.append(nodeid)
-        for metric, per_night in metrics.items():
-            cells = ["—" if v is None else cell_text(v) for v in per_night]
-            out.append(f"  {LABELS.get(metric, metric):<17} {'  '.join(cells)}")
+        out += [f"  {name:<17} {'  '.join(cells)}" for name, cells in metrics]
     return out
 
 
@@ -271,7 +280,8 @@ def rule(alpha: float | None, per_series: bool, rows: Sequence[NightSeries]) -> 
 
 def render_html(nights: Sequence[NightFile], rows: Sequence[NightSeries],
                 duplicates: Sequence[tuple[NightFile, NightFile]] = (), how: str = "") -> str:
-    """The self-contained history page (inline CSS and SVG, autoescaped jinja2 template); ``how`` is `rule`."""
+    """The self-contained history page (inline CSS and SVG, autoescaped jinja2 template): the charts, and each test's
+    drift within each night's session as the text table words it (`drift_cells`); ``how`` is `rule`."""
     from markupsafe import Markup
 
     from pytest_specdec.gate.registry import label
@@ -296,4 +306,5 @@ def render_html(nights: Sequence[NightFile], rows: Sequence[NightSeries],
                  "vllm": n.results.environment.get("vllm_version") or "—",
                  "commit": ((n.results.environment.get("commit") or {}).get("id") or "—")[:10]}
                 for k, n in enumerate(nights)],
-        duplicates=[(str(d.path), str(k.path)) for d, k in duplicates], tests=tests, changed=changes, how=how)
+        duplicates=[(str(d.path), str(k.path)) for d, k in duplicates], tests=tests, changed=changes, how=how,
+        drift=drift_cells(nights), drift_heading=DRIFT_HEADING)

@@ -84,6 +84,32 @@ def test_nothing_changes_is_never_regressed(pytester: pytest.Pytester, fake_vllm
     assert all(v["family"] == "gated" and v["left_out"] == [] for v in verdicts.values()), verdicts
 
 
+def test_an_inconclusive_gated_drift_fails_under_fail_inconclusive(
+        pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        make_profile: Callable[..., Path]) -> None:
+    """Two runs on one server are too few to split in halves: the gated step time drift is `inconclusive`. Under
+    --specdec-fail-inconclusive it fails the test as any gated metric still inconclusive does, its reason naming the
+    drift verdict in the terminal and the results; without the option the test passes."""
+    fake_vllm.configure(SERVERS)
+    pytester.makepyfile(test_suite=make_suite(num_prompts=PROMPTS, concurrency=CONCURRENCY, max_tokens=16,
+                                              verdicts='gate=["step_time_drift"]'))
+    profile = make_profile("fakedrift", methods=("ngram",))
+
+    def run(*extra: str) -> Any:
+        return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", "--update-baselines", *extra,
+                               runs=2, max_runs=2, subprocess=True)
+
+    failing = run("--specdec-fail-inconclusive")
+    failing.result.assert_outcomes(failed=1)
+    reason = "drift within the session inconclusive (--specdec-fail-inconclusive): step_time_drift"
+    failing.result.stdout.fnmatch_lines([f"*{reason}*", "*step_time_drift: step time inconclusive (gated): "
+                                         "2 run(s) on one server: fewer than 4 to split in halves*"])
+    step = failing.test["drift"]["verdicts"]["step_time_drift"]
+    assert (step["verdict"], step["family"]) == ("inconclusive", "gated"), step
+    assert reason in failing.test["error"], failing.test["error"]
+    run().result.assert_outcomes(passed=1)
+
+
 def test_a_restart_mid_test_starts_a_new_segment(pytester: pytest.Pytester, fake_vllm: FakeVllm,
                                                  monkeypatch: pytest.MonkeyPatch, make_suite: Callable[..., str],
                                                  make_profile: Callable[..., Path]) -> None:
@@ -130,6 +156,35 @@ def test_compare_shows_the_files_drift_and_fails_as_the_session_did(
     assert (step["verdict"], step["unadjusted"]) == ("regressed", recorded["unadjusted"]), step
     gated = [v for v in data["tests"][0]["verdicts"].values() if v["family"] == "gated" and v["p"] is not None]
     assert f"Benjamini-Hochberg over {1 + len(gated)} tests" in step["note"] and step["p"] >= recorded["p"], step
+
+
+def test_compare_against_another_results_file_adjusts_drift_with_its_gated_verdicts(
+        pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        make_profile: Callable[..., Path]) -> None:
+    """`pytest-specdec compare OLD.json NEW.json` of two sessions' files: NEW's gated drift is a member of the one
+    gated family the comparison adjusts NEW's gated verdicts against OLD's in, as against stored baselines: each
+    gated verdict with a p and the drift are adjusted over the same number of tests, and the drift's raw p is NEW's
+    session's."""
+    fake_vllm.configure(SERVERS)
+    session(pytester, make_suite, make_profile, 'check=False, gate=["step_time_drift"]').result.assert_outcomes(
+        passed=1)
+    old = pytester.path / "old.json"
+    old.write_bytes((pytester.path / "reports" / "latest.json").read_bytes())
+    fake_vllm.configure({**SERVERS, "ngram": {**SERVERS["ngram"], "slow_posts": [FIRST_LATE, 10**6],
+                                              "slow_factor": 1.6}})
+    run = session(pytester, make_suite, make_profile, 'check=False, gate=["step_time_drift"]')
+    data = json.loads(cli("compare", old, run.reports / "latest.json", "--json").stdout)
+    [test] = data["tests"]
+    assert test["status"] == "compared", test
+    gated = [v for v in test["verdicts"].values() if v["family"] == "gated" and v["p"] is not None]
+    assert gated, test["verdicts"]  # NEW's gated verdicts against OLD's runs, each with its p
+    family = f"Benjamini-Hochberg over {1 + len(gated)} tests"
+    assert all(family in v["note"] for v in gated), [v["note"] for v in gated]
+    step = test["drift"]["verdicts"]["step_time_drift"]
+    recorded = run.test["drift"]["verdicts"]["step_time_drift"]
+    assert family in step["note"] and step["unadjusted"] == recorded["unadjusted"], step
+    # it fails the comparison exactly when the rule fails NEW's test on it (`TestEnd.drifted`)
+    assert data["drifted"] == data["failed"] == ([run.test["nodeid"]] if step["verdict"] == "regressed" else []), data
 
 
 def test_an_ab_sessions_candidate_drift_is_gated_and_compare_fails_it_again(

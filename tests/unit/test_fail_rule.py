@@ -60,3 +60,17 @@ def test_a_gated_drift_that_regressed_fails_the_test_whatever_its_baseline_says(
     assert end.drifted == (drifted,) and end.fails_test
     shown = FailRule().decide(checked=checked, status=status, verdicts=verdicts, drift=[_drift("regressed", "shown")])
     assert shown.drifted == () and shown.fails_test == fails  # a shown drift never fails a test
+
+
+@pytest.mark.parametrize(("status", "checked", "verdicts"), [
+    ("compared", True, [FINE]),
+    ("compared", False, [FINE]),  # check=False opts out of the baseline only
+    ("missing", True, []),  # drift needs no baseline
+])
+def test_a_gated_drift_still_inconclusive_fails_under_fail_inconclusive_as_any_gated_metric(
+        status: Status, checked: bool, verdicts: list[Verdict]) -> None:
+    open_ = _drift("inconclusive")
+    end = FailRule(fail_inconclusive=True).decide(checked=checked, status=status, verdicts=verdicts,
+                                                  drift=[open_, _drift("inconclusive", "shown")])
+    assert end.outcome == "pass" and end.drifted == (open_,) and end.fails_test  # named as the rule failed it
+    assert not FailRule().decide(checked=checked, status=status, verdicts=verdicts, drift=[open_]).fails_test

@@ -271,11 +271,20 @@ def test_history_shows_each_nights_drift_per_test(tmp_path: Path, capsys: pytest
             test["drift"] = drift_entry(Drift((accept, step("unchanged", 1.0) if k == 1 else step("regressed", 57.0)),
                                               0.05))
         path.write_text(json.dumps(data))
-    assert main(["history", *map(str, paths)]) == 0
+    html = tmp_path / "out" / "history.html"
+    assert main(["history", *map(str, paths), "--html", str(html)]) == 0
     out = capsys.readouterr().out
     table = out[out.index("drift within each night's session"):]
     assert (f"{STEPPED}\n  acceptance        —  unchanged +0.00 pt  unchanged +0.00 pt\n"
             f"  step time         —  unchanged +1.00 % (gated)  regressed +57.00 % (gated)\n") in table, table
+    # the page: the same table, in the text's words, a column per night
+    page = html.read_text()
+    drift = page[page.index("<h2>Drift within each night&#39;s session (early vs late half of one server&#39;s runs"):]
+    assert ("<th>night 1</th><th>night 2</th><th>night 3</th></tr>" in drift
+            and f'<td class="file" rowspan="2">{STEPPED}</td><td>acceptance</td><td>—</td><td>unchanged +0.00 pt</td>'
+            "<td>unchanged +0.00 pt</td></tr>" in drift
+            and "<td>step time</td><td>—</td><td>unchanged +1.00 % (gated)</td>"
+            '<td class="changed">regressed +57.00 % (gated)</td></tr>' in drift), drift
     assert main(["history", *map(str, paths), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)["drift"]
     assert list(doc) == [STEPPED]
