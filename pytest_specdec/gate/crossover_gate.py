@@ -400,10 +400,13 @@ class CrossoverGate:
                       else f"no stored night ({self.rel(path)}: `pytest --update-baselines` writes it)")
 
     def _write(self, sweep: Sweep, path: Path, crossover: Crossover) -> SweepWrite:
+        from pytest_specdec.gate.baselines import crossover_value_entry
+
         stamp = dt.datetime.fromtimestamp(self.started, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         state = sweep_state(sweep.points)
         night = {"started": stamp, "points": [{sweep.axis: c, "speedups": v} for c, v in sweep.grid()],
-                 "crossover": crossover.to_dict(), **({"machine_state": state} if state is not None else {}),
+                 "crossover": crossover_value_entry(crossover),
+                 **({"machine_state": state} if state is not None else {}),
                  **({"saturation_req_s": sweep.saturation} if sweep.saturation is not None else {})}
         record = {"sweep": sweep.sweep, "profile": self.profile, "tests": [p.nodeid for p in sweep.points],
                   "axis": sweep.axis}

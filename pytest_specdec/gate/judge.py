@@ -318,6 +318,7 @@ class Judge:
         """--update-baselines: queue each passed test with valid runs, then
         write them all at once; returns the terminal's lines, the same as data (what was written and what
         was not, and why), and whether a file could not be written (the session then fails)."""
+        from pytest_specdec.gate.baselines import night_entry
         from pytest_specdec.gate.nights import Night
         from pytest_specdec.gate.store import Pending
 
@@ -338,7 +339,7 @@ class Judge:
                                 if v.verdict in MOVED and v.family == GATED_FAMILY)
             assert t.result is not None  # unwritable() names a test that measured nothing
             under = dict(plan.under_test)
-            entry = Night.from_result(t.result, stamp, under).to_entry()  # tonight as a baseline stores it
+            entry = night_entry(Night.from_result(t.result, stamp, under))  # tonight as a baseline stores it
             self.store.queue(Pending(nodeid, plan.path, dict(plan.comparability), under, entry, changed))
         summary = self.store.flush()
         rel = self.rel

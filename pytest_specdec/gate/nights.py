@@ -1,7 +1,8 @@
-"""One session's runs of one test (`Night`), typed, with its one stored shape (`to_entry`/`from_entry`). Its
-runs are the one run record (`measure.record.ArmRun`, below the gate). A baseline file's `sessions` are `Night`
-entries; a results file's runs are `ArmRun` entries with more beside them, read by `Night.from_test`; tonight's
-runs come from `Night.from_result`, as the runner built them (no dict between). All of them feed the one
+"""One session's runs of one test (`Night`), typed, read from its one stored shape (`from_entry`; the baseline
+file's module writes it, `gate.baselines.night_entry`). Its runs are the one run record (`measure.record.ArmRun`,
+below the gate). A baseline file's `sessions` are `Night` entries; a results file's runs are `ArmRun` entries with
+more beside them, read by `Night.from_test`; tonight's runs come from `Night.from_result`, as the runner built them
+(no dict between). All of them feed the one
 definition of every verdict metric's per-run values (`Night.metric_values`), so a stored night and tonight can
 never be measured by two rules.
 """
@@ -113,15 +114,6 @@ class Night:
             raise RecordError(f"{where}.machine_state{problem}")
         return cls(tuple(map(ArmRun.from_entry, lists["reference_runs"])), tuple(map(ArmRun.from_entry, lists["runs"])),
                    tuple(lists["speedup_per_pair"]), started, machine_state=state_figures(test.get("machine_state")))
-
-    def to_entry(self) -> dict[str, Any]:
-        """The night as a baseline file stores it in `sessions`: every run, invalid ones too (flagged)."""
-        return {
-            "started": self.started, "under_test": dict(self.under_test),
-            "runs": {"reference": [r.to_entry() for r in self.reference], "spec": [r.to_entry() for r in self.spec]},
-            "speedup_per_pair": list(self.speedup_per_pair),
-            **({"machine_state": dict(self.machine_state)} if self.machine_state is not None else {}),
-        }
 
     def arms_without_valid_run(self, *, spec: bool) -> list[str]:
         """The arms with no valid run (`dead_arms`); ``spec``: the test serves a spec arm."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec import __version__, redact
 from pytest_specdec.files import write_atomic
 from pytest_specdec.formats import RESULTS_SCHEMA
+from pytest_specdec.gate.baselines import crossover_value_entry
 from pytest_specdec.gate.kinds import INCONCLUSIVE, REGRESSED
 from pytest_specdec.output.commit import commit_info
 from pytest_specdec.output.schema import (
@@ -330,7 +331,7 @@ def crossover_entry(x: SweepOutcome) -> dict[str, Any]:
     return {"sweep": x.sweep, "line": x.line, "tests": list(x.tests), "axis": x.axis,
             **({"saturation_req_s": x.saturation} if x.saturation is not None else {}),
             "points": [{x.axis: c, "n": len(v), "speedups": v} for c, v in x.points],
-            "crossover": x.crossover.to_dict() if x.crossover else None,
+            "crossover": crossover_value_entry(x.crossover) if x.crossover else None,
             "verdict": verdict_entry(x.verdict) if x.verdict else None, "path": x.path, "family": x.family,
             "stored": {"started": x.stored.started, "text": x.stored.text} if x.stored and x.verdict else None,
             "note": x.note or None, "error": x.error, "failed": x.failed}

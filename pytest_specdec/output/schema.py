@@ -624,7 +624,7 @@ class CrossoverEntry:
     axis: str  # concurrency, or rate_fraction
     saturation_req_s: float | None
     points: tuple[SweepPointEntry, ...]
-    #: the statistic's own fields (`gate.crossover.Crossover.to_dict`): side, value, ci, text, ...
+    #: the statistic's own fields (`gate.baselines.crossover_value_entry`): side, value, ci, text, ...
     crossover: Mapping[str, Any] | None
     verdict: VerdictEntry | None
     family: str

@@ -13,6 +13,7 @@ from factories import night_entry, run_entry
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.ab_session import pair_verdicts
+from pytest_specdec.gate.baselines import arm_run_entry
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.stats import DEFAULT_THRESHOLDS
 from pytest_specdec.gate.verdicts import evaluate
@@ -110,7 +111,7 @@ def test_a_test_without_slos_shows_nothing_new() -> None:
     ref, spec = [arm(i, None) for i in range(3)], [arm(i, None, tok_s=150.0) for i in range(3)]
     assert goodput_summary(ref, spec, pairs(ref, spec)) == {} and goodput_text({"speedup": 1.5}) == ""
     assert "goodput" not in Night(tuple(ref), tuple(spec), (1.5, 1.5, 1.5)).metric_values()
-    assert "goodput_req_s" not in spec[0].to_entry()
+    assert "goodput_req_s" not in arm_run_entry(spec[0])
     assert "goodput" not in {v.metric for v in pair_verdicts(ref, spec, DEFAULT_THRESHOLDS, 0.05, reference=ref)}
 
 
@@ -122,7 +123,7 @@ def test_a_stored_run_may_lack_goodput_but_never_hold_a_bad_one() -> None:
     del run["goodput_req_s"]
     assert run_problem(run) == ""
     assert run_problem({**run, "goodput_req_s": -1.0}) == ".goodput_req_s is -1.0, not a finite number >= 0"
-    assert ArmRun.from_entry({**run, "goodput_req_s": 2.5}).to_entry()["goodput_req_s"] == 2.5
+    assert arm_run_entry(ArmRun.from_entry({**run, "goodput_req_s": 2.5}))["goodput_req_s"] == 2.5
 
 
 def night(spec_goodput: float, n: int = 4) -> dict[str, Any]:

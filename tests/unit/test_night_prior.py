@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from factories import night, run_entry
 
+from pytest_specdec.gate.baselines import night_entry
 from pytest_specdec.gate.calibration import (
     CALIBRATION_FILE,
     CalibrationError,
@@ -257,7 +258,7 @@ def test_each_kind_is_judged_against_the_nights_within_its_own_state_tolerance()
 
     stored = _state_sessions(0.0, (1.1,), n_tests=1)[0]["t0"]
     now = _state_sessions(0.0, (2.0,), n_tests=1, seed=2)[0]["t0"]
-    baseline = {"sessions": [stored.to_entry()]}
+    baseline = {"sessions": [night_entry(stored)]}
     kw = {"thresholds": Thresholds(), "alpha": 0.05}
     by = {v.metric: v for v in evaluate(baseline, now, state_tolerance=StateTolerance(90.0, 15.0, "cal"), **kw)}
     assert by["speedup"].verdict != "not-comparable" and by["output_tok_s"].verdict == "not-comparable"
