@@ -173,13 +173,11 @@ class StateTolerance:
             return f"±{self.ratio:g} %"
         return f"±{self.ratio:.3g} % for ratios, ±{self.absolute:.3g} % for absolute figures"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"ratio": self.ratio, "absolute": self.absolute, "source": self.source}
-
     @classmethod
     def from_setting(cls, value: Any, where: str) -> StateTolerance:
         """A results file's ``machine_state_tolerance``: a number (one for both kinds, as before calibrations
-        measured them) or `to_dict`'s mapping; anything else is an error naming ``where``."""
+        measured them) or the mapping `output.schema.state_tolerance_entry` writes; anything else is an error naming
+        ``where``."""
         from pytest_specdec.errors import ConfigError
 
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:

@@ -22,6 +22,7 @@ from pytest_specdec.measure.record import ArmRun, goodput_ratio, goodput_undefin
 from pytest_specdec.measure.summary import goodput_summary
 from pytest_specdec.measure.types import LoadResult, RequestSample, Sampling
 from pytest_specdec.output.progress import goodput_text
+from pytest_specdec.output.schema import run_metrics_entry
 
 BENCH_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_serve_detailed_eagle3.json"
 
@@ -54,9 +55,9 @@ def test_goodput_divides_by_the_duration_request_throughput_divides_by_and_recor
     m = compute_run_metrics(load([sample(0.1, 0.5, 5), sample(0.3, 0.6, 5), sample(0.1, 0.2, 2, "x")]), None,
                             {"ttft": 200})
     assert (m.good_requests, m.goodput_req_s, m.request_s) == (1, 0.5, 1.0)
-    assert m.to_dict()["goodput_slos_ms"] == {"ttft": 200} and m.to_dict()["goodput_req_s"] == 0.5
+    assert run_metrics_entry(m)["goodput_slos_ms"] == {"ttft": 200} and run_metrics_entry(m)["goodput_req_s"] == 0.5
     # no SLOs: no goodput, and nothing new in the results' run
-    plain = compute_run_metrics(load([sample(0.1, 0.5, 5)]), None).to_dict()
+    plain = run_metrics_entry(compute_run_metrics(load([sample(0.1, 0.5, 5)]), None))
     assert not {"goodput_req_s", "good_requests", "goodput_slos_ms"} & set(plain)
 
 
