@@ -239,13 +239,13 @@ def group(points: Iterable[SweepPoint]) -> tuple[list[Sweep], list[SweepOutcome]
 
 def sweep_state(points: Sequence[SweepPoint]) -> dict[str, float] | None:
     """The sweep's machine state: the geometric mean of its tests' states (None when one was not probed)."""
-    from pytest_specdec.measure.probe import MachineState, mean_state
+    from pytest_specdec.measure.probe import MachineState, mean_state, state_entry
 
     states = [p.machine_state for p in points]
     if not states or any(s is None for s in states):
         return None
     mean = mean_state([MachineState.from_dict(s) for s in states if s is not None])
-    return None if mean is None else mean.to_dict()
+    return None if mean is None else state_entry(mean)
 
 
 def judge_sweep(sweep: Sweep, stored: SweepNight | None, *, alpha: float, tolerance: float | None, gated: bool,

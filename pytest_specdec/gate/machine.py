@@ -289,10 +289,10 @@ def state_summary(tonight: Sequence[Night | None],
     for i, (_, baseline, _) in enumerate(compared):
         for e in baseline["sessions"]:
             seen.setdefault(f"{e.get('started', '')}#{i}", e.get("machine_state"))
-    from pytest_specdec.measure.probe import MachineState, mean_state
+    from pytest_specdec.measure.probe import MachineState, mean_state, state_entry
 
     bad = tuple((n, tuple(v.metric for v in verdicts if v.method == MACHINE_STATE and v.family == GATED))
                 for n, _, verdicts in compared)
     mean = mean_state([MachineState(**s) for s in states])
-    return StateSummary(None if mean is None else mean.to_dict(), tuple(seen.values()), tolerance,
+    return StateSummary(None if mean is None else state_entry(mean), tuple(seen.values()), tolerance,
                         tuple((n, m) for n, m in bad if m), len(compared))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.gate.registry import GOODPUT, METRICS, TAIL_RATIOS
-from pytest_specdec.measure.probe import COMPONENTS, state_problem
+from pytest_specdec.measure.probe import COMPONENTS, state_entry, state_problem
 from pytest_specdec.measure.record import ArmRun, dead_arms, goodput_ratio, numbers_problem, pairs, runs_problem
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class Night:
         state = result.machine_state
         return cls(tuple(r.record for r in result.reference_runs), tuple(r.record for r in result.runs),
                    tuple(result.speedup_per_pair), started, dict(under_test or {}),
-                   None if state is None else state.to_dict())
+                   None if state is None else state_entry(state))
 
     @classmethod
     def base_from_result(cls, result: CaseResult, started: str = "") -> Night:
@@ -81,7 +81,7 @@ class Night:
         base = tuple(r.record for r in result.base_runs)
         state = result.machine_state
         return cls(refs, base, tuple(speedup_per_pair(refs, base)), started, {},
-                   None if state is None else state.to_dict())
+                   None if state is None else state_entry(state))
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> Night:

@@ -24,6 +24,7 @@ from pytest_specdec.files import write_atomic
 from pytest_specdec.formats import RESULTS_SCHEMA
 from pytest_specdec.gate.baselines import crossover_value_entry
 from pytest_specdec.gate.kinds import INCONCLUSIVE, REGRESSED
+from pytest_specdec.measure.probe import state_entry
 from pytest_specdec.output.commit import commit_info
 from pytest_specdec.output.schema import (
     baseline_writes_entry,
@@ -314,7 +315,7 @@ def case_entry(result: CaseResult) -> dict[str, Any]:
         "speedup_per_pair": result.speedup_per_pair,
         "alternation": result.alternation,
         "machine_state": None if result.machine_state is None else {
-            **result.machine_state.to_dict(), "probes": [s.to_dict() for s in result.machine_states]},
+            **state_entry(result.machine_state), "probes": [state_entry(s) for s in result.machine_states]},
         "summary": result.summary,
         "validity": {
             "valid": not result.invalid_runs,
