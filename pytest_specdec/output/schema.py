@@ -1,7 +1,10 @@
 """The results file as a format (`RESULTS_FILE`): read back as typed data, written in its one text form
 (`render_results`), brought from each older schema to the next (the steps near the end), and the typed values the
 gate, measurement and server layers hand over written in the form this file stores them (the ``*_entry`` functions
-at the end, which `output.results` assembles; those classes write no JSON of their own).
+at the end, which `output.results` assembles; those classes write no JSON of their own). A value that another
+format holds too is written once, in the lower module both can import: a crossover statistic by the crossover
+record's (`gate.baselines.crossover_value_entry`), a test summary's acceptance and explained speedup by the
+summary's (`measure.summary`), a machine state by the probe's (`measure.probe.state_entry`).
 
 `load` takes a parsed `reports/*.json` of this plugin's schema: what the HTML report, the pytest-benchmark
 export, compare, history and any tool render from. An older file is an error naming the command that converts
@@ -233,7 +236,7 @@ class ABEntry:
 
 @dataclass(frozen=True)
 class AcceptanceEntry:
-    """Acceptance from the requests' own figures over some units (`measure.acceptance.Acceptance.to_dict`)."""
+    """Acceptance from the requests' own figures over some units (`measure.summary.acceptance_entry`)."""
 
     units: int
     drafts: int
@@ -270,7 +273,7 @@ class AcceptanceEntry:
 @dataclass(frozen=True)
 class RequestAcceptanceEntry:
     """A test's acceptance from its requests' own figures (its summary's `request_acceptance`,
-    `measure.acceptance.AcceptanceTable.to_dict`): overall, per dataset category, and the histogram of verify steps
+    `measure.summary.request_acceptance_entry`): overall, per dataset category, and the histogram of verify steps
     by the draft tokens they accepted; the intervals over `unit`s at `ci_level`."""
 
     unit: str
@@ -353,7 +356,9 @@ class TestEntry:
         from pytest_specdec.gate.verdicts import explained
 
         e = explained([self.night])
-        return None if e is None else e.to_dict()
+        from pytest_specdec.measure.summary import explained_entry
+
+        return None if e is None else explained_entry(e)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str, started: str = "") -> TestEntry:
@@ -825,7 +830,8 @@ RESULTS_FILE = FileFormat(kind="results", version=RESULTS_SCHEMA, detect=lambda 
 
 # ---- the layers' typed values, as this file stores them ------------------------------------------------------
 # The gate, the measurement and the server layers hand these over as frozen values; their JSON shape is written
-# here, beside the rest of the document, and read back here.
+# here, beside the rest of the document, and read back here (or by the class's own reader where the layer keeps one:
+# `StateTolerance.from_setting`, `NightPrior.from_dict`, `gate.thresholds.from_dict`).
 
 
 def machine_factor_entry(m: MachineFactor) -> dict[str, Any]:
@@ -1000,7 +1006,9 @@ def split_of(d: Mapping[str, Any]) -> Split:
 def run_acceptance_entry(r: RunAcceptance) -> dict[str, Any]:
     """A run's ``per_request_acceptance``: its requests' acceptance table (as the summary's `request_acceptance`
     gives a test's), and the requests that carried no figures or failed."""
-    return {**r.table.to_dict(), "missing": r.missing, "failed": r.failed}
+    from pytest_specdec.measure.summary import request_acceptance_entry
+
+    return {**request_acceptance_entry(r.table), "missing": r.missing, "failed": r.failed}
 
 
 def drift_verdict_entry(v: DriftVerdict) -> dict[str, Any]:
