@@ -13,12 +13,13 @@ machine's folder; the full fingerprint is the file's ``comparability``. It holds
 * ``sessions`` — raw per-run values grouped by measurement session (one server start each), the last
   ``keep`` of them, so the file learns the night-to-night variance.
 
-Each session is a `gate.nights.Night` entry, each run a `measure.record.ArmRun` entry: the one run record,
-whose names are the metric registry's. Files are deterministic and diff-friendly: sorted keys, one value per line,
-floats rounded to 6 significant digits, a schema version. A file of an older schema is an error naming
-the command that converts it (``pytest-specdec convert-schema``); nothing reinterprets it silently. Nothing
-is written unless ``--update-baselines`` asks for it (`store.py`: the queue and the writes at the
-session's end).
+Each session is a `gate.nights.Night` entry (`night_entry`), each run a `measure.record.ArmRun` entry
+(`arm_run_entry`): the one run record, whose names are the metric registry's; both written here, beside their reader
+(`read`). A sweep's crossover record keeps each night's crossover as `crossover_value_entry` writes it. Files are
+deterministic and diff-friendly: sorted keys, one value per line, floats rounded to 6 significant digits, a schema
+version. A file of an older schema is an error naming the command that converts it
+(``pytest-specdec convert-schema``); nothing reinterprets it silently. Nothing is written unless
+``--update-baselines`` asks for it (`store.py`: the queue and the writes at the session's end).
 """
 
 from __future__ import annotations
