@@ -1,8 +1,9 @@
 """Practical thresholds: parsed and checked where they are given (profile, ini, command line, marker), then
 layered into one `Thresholds` (later layers win). Errors name where the bad value came from.
 
-`to_dict`/`from_dict` let a results file record the thresholds each test was judged with, so that
-`pytest-specdec compare` re-judges it with the same ones.
+A results file records the thresholds each test was judged with (written by its module,
+`output.schema.thresholds_entry`; read back by `from_dict`), so that `pytest-specdec compare` re-judges it with the
+same ones.
 """
 
 from __future__ import annotations
