@@ -90,12 +90,14 @@ def end_summary(session: SpecDecSession, end: SessionEnd[Any]) -> list[str]:
         from pytest_specdec.output.ab_wording import ab_session_lines
 
         return ab_session_lines(ab_judged(session), end, multiplicity=st.multiplicity)[0]
+    from pytest_specdec.output.schema import calibration_used_entry
     from pytest_specdec.output.wording import gate_lines
 
     judge = session.judge
     return gate_lines([(n, r.baseline, r.result) for n, r in session.records.items() if r.baseline is not None],
                       end.machine, multiplicity=st.multiplicity, alpha=st.alpha, fail_inconclusive=st.fail_inconclusive,
-                      nights=judge.pooled_variances, calibration=judge.calibration_used)
+                      nights=judge.pooled_variances,
+                      calibration=None if (used := judge.calibration_used) is None else calibration_used_entry(used))
 
 
 def end_lines(session: SpecDecSession, end: SessionEnd[Any]) -> list[str]:

@@ -125,7 +125,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     NEW's). Each test is judged at the look it ended on, with the thresholds it recorded (``override``, the
     command line's, on top; ``thresholds`` where it recorded none); the machine factor comes from every
     compared test's reference arm."""
-    from pytest_specdec.gate.baselines import BaselineError, diff
+    from pytest_specdec.gate.baselines import BaselineError, diff, night_entry
     from pytest_specdec.gate.check import Judgement, Look, Plan
     from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
     from pytest_specdec.gate.registry import GATED
@@ -190,7 +190,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
                                 f"{'s' if len(gone) > 1 else ''} in {old_name} ({outcomes})"
                                 + (f"; and {reason}" if reason else ""), checked=checked, dead=bool(dead)))
                 continue
-            baseline = {"sessions": [then.night.to_entry()]}
+            baseline = {"sessions": [night_entry(then.night)]}
             stored.append(baseline)
             sets = datasets or ({}, {})
             plan = replace(plan, baseline=baseline, differs=diff(*same_footing(conditions(old, then, sets[0]),

@@ -13,12 +13,13 @@ machine's folder; the full fingerprint is the file's ``comparability``. It holds
 * ``sessions`` — raw per-run values grouped by measurement session (one server start each), the last
   ``keep`` of them, so the file learns the night-to-night variance.
 
-Each session is a `gate.nights.Night` entry, each run a `measure.record.ArmRun` entry: the one run record,
-whose names are the metric registry's. Files are deterministic and diff-friendly: sorted keys, one value per line,
-floats rounded to 6 significant digits, a schema version. A file of an older schema is an error naming
-the command that converts it (``pytest-specdec convert-schema``); nothing reinterprets it silently. Nothing
-is written unless ``--update-baselines`` asks for it (`store.py`: the queue and the writes at the
-session's end).
+Each session is a `gate.nights.Night` entry (`night_entry`), each run a `measure.record.ArmRun` entry
+(`arm_run_entry`): the one run record, whose names are the metric registry's; both written here, beside their reader
+(`read`). A sweep's crossover record keeps each night's crossover as `crossover_value_entry` writes it. Files are
+deterministic and diff-friendly: sorted keys, one value per line, floats rounded to 6 significant digits, a schema
+version. A file of an older schema is an error naming the command that converts it
+(``pytest-specdec convert-schema``); nothing reinterprets it silently. Nothing is written unless
+``--update-baselines`` asks for it (`store.py`: the queue and the writes at the session's end).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from pytest_specdec.errors import SpecDecError, field_problem, json_object
 from pytest_specdec.formats import BASELINE_SCHEMA, SWEEP_SCHEMA, FileFormat
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.crossover import Crossover
     from pytest_specdec.gate.nights import Night
+    from pytest_specdec.measure.record import ArmRun
 
 SIGNIFICANT = 6
 
@@ -300,6 +303,38 @@ def read(data: dict[str, Any], name: str, fix: str = "fix or delete it") -> dict
     return data
 
 
+# ---- writing: a night and its runs as a file stores them --------------------------------------------------
+
+
+def night_entry(night: Night) -> dict[str, Any]:
+    """A night as a baseline file stores it in `sessions` (`read` checks it, `gate.nights.Night.from_entry` reads it
+    back): every run, invalid ones too (flagged)."""
+    return {
+        "started": night.started, "under_test": dict(night.under_test),
+        "runs": {"reference": [arm_run_entry(r) for r in night.reference],
+                 "spec": [arm_run_entry(r) for r in night.spec]},
+        "speedup_per_pair": list(night.speedup_per_pair),
+        **({"machine_state": dict(night.machine_state)} if night.machine_state is not None else {}),
+    }
+
+
+def arm_run_entry(r: ArmRun) -> dict[str, Any]:
+    """A run as a baseline night stores it: every `measure.record.RUN_FIELDS` key (`measure.record.run_problem`
+    checks it, `ArmRun.from_entry` reads it back)."""
+    return {
+        "index": r.index, "valid": r.valid, "invalid_reasons": list(r.invalid_reasons),
+        "latency_untrusted": list(r.latency_untrusted), "output_tok_s": r.output_tok_s,
+        "n_requests": r.n_requests, "total_output_tokens": r.total_output_tokens, "drafts": r.drafts,
+        "draft_tokens": r.draft_tokens, "accepted_tokens": r.accepted_tokens,
+        "accepted_per_pos": None if r.accepted_per_pos is None else list(r.accepted_per_pos),
+        "acceptance_rate": r.acceptance_rate, "draft_coverage": r.draft_coverage,
+        **{name: None if v is None else dict(v) for name, v in r.latencies_ms.items()},
+        "hd_p95_ms": dict(r.hd_p95_ms),
+        # only where measured: a test without SLOs stores what it stored before
+        **({"goodput_req_s": r.goodput_req_s} if r.goodput_req_s is not None else {}),
+    }
+
+
 # ---- a sweep's crossover record -------------------------------------------------------------------
 
 #: A sweep's record beside its tests' files: its own extension, so no reader of per-test files takes it for one.
@@ -343,6 +378,21 @@ def read_sweep(data: dict[str, Any], name: str) -> dict[str, Any]:
         if problem:
             raise BaselineError(f"crossover record {name}: nights[{i}].machine_state{problem}; {SWEEP_FIX}")
     return data
+
+
+def crossover_value_entry(c: Crossover) -> dict[str, Any]:
+    """A crossover statistic (`gate.crossover.Crossover`) as a crossover record's night keeps it under `crossover`
+    (its `text` is what `gate.crossover_gate.stored_night` reads back), and as the results' `crossovers` entries
+    hold it (`output.results.crossover_entry`): side, value, CI, level, swept range, words, pairs per point, axis,
+    and a rate sweep's figures in req/s beside the fractions it is gated on."""
+    out = {"side": c.side, "value": c.value, "ci": list(c.ci) if c.ci else None,
+           "level": c.level, "c_min": c.c_min, "c_max": c.c_max, "text": c.text(),
+           "pairs": [{c.axis: at, "n": n} for at, n in c.pairs], "axis": c.axis}
+    if c.saturation is not None:  # the stop-paying rate in req/s beside the fraction it is gated on
+        sat = c.saturation
+        out.update(saturation_req_s=sat, value_req_s=None if c.value is None else c.value * sat,
+                   ci_req_s=[x * sat for x in c.ci] if c.ci else None)
+    return out
 
 
 # ---- the formats: older baseline files, step by step ---------------------------------------------

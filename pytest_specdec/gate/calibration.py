@@ -126,6 +126,7 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     measure how it follows the state (`follows_state`), not how far its nights move."""
     import numpy as np
 
+    from pytest_specdec.gate.baselines import night_entry
     from pytest_specdec.gate.machine import night_factors, ref_log
     from pytest_specdec.gate.registry import ABSOLUTE
     from pytest_specdec.gate.scale import kind_of
@@ -143,7 +144,7 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
     ids = sorted(per)
     if not ids:
         raise CalibrationError("no test ran in 2 or more of the sessions: calibrate with sessions of the same tests")
-    files = [{"sessions": [n.to_entry() for n in per[i]]} for i in ids]
+    files = [{"sessions": [night_entry(n) for n in per[i]]} for i in ids]
     factors = night_factors(files)
     nights = night_variances(files, factors)
     grouped = {}
@@ -151,7 +152,7 @@ def calibrate(sessions: Sequence[Mapping[str, Night]], *, alpha: float = 0.05, r
         from pytest_specdec.gate.machine import STATE_BOUND
 
         groups = {i: state_groups(per[i], state_tolerance) for i in ids}
-        same_state = [{"sessions": [per[i][j].to_entry() for j in g]} for i in ids for g in groups[i] if len(g) >= 2]
+        same_state = [{"sessions": [night_entry(per[i][j]) for j in g]} for i in ids for g in groups[i] if len(g) >= 2]
         grouped = {name: nv for name, nv in night_variances(same_state, factors).items()
                    if name.split("[", 1)[0] in STATE_BOUND}
         nights = {**nights, **grouped}

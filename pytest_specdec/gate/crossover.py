@@ -93,16 +93,6 @@ class Crossover:
         hi_s = f"≥ {hi:g}" if hi >= self.c_max else f"{hi:.3g}"
         return f"{head} ({self.level:.3g}% CI {lo_s} – {hi_s})"
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {"side": self.side, "value": self.value, "ci": list(self.ci) if self.ci else None,
-               "level": self.level, "c_min": self.c_min, "c_max": self.c_max, "text": self.text(),
-               "pairs": [{self.axis: c, "n": n} for c, n in self.pairs], "axis": self.axis}
-        if self.saturation is not None:  # the stop-paying rate in req/s beside the fraction it is gated on
-            sat = self.saturation
-            out.update(saturation_req_s=sat, value_req_s=None if self.value is None else self.value * sat,
-                       ci_req_s=[x * sat for x in self.ci] if self.ci else None)
-        return out
-
 
 def checked_points(points: Points, where: str, axis: str = CONCURRENCY) -> list[tuple[float, list[float]]]:
     """The points sorted by the axis's value, each with its finite positive speedups; a point with fewer than two

@@ -239,13 +239,13 @@ def group(points: Iterable[SweepPoint]) -> tuple[list[Sweep], list[SweepOutcome]
 
 def sweep_state(points: Sequence[SweepPoint]) -> dict[str, float] | None:
     """The sweep's machine state: the geometric mean of its tests' states (None when one was not probed)."""
-    from pytest_specdec.measure.probe import MachineState, mean_state
+    from pytest_specdec.measure.probe import MachineState, mean_state, state_entry
 
     states = [p.machine_state for p in points]
     if not states or any(s is None for s in states):
         return None
     mean = mean_state([MachineState.from_dict(s) for s in states if s is not None])
-    return None if mean is None else mean.to_dict()
+    return None if mean is None else state_entry(mean)
 
 
 def judge_sweep(sweep: Sweep, stored: SweepNight | None, *, alpha: float, tolerance: float | None, gated: bool,
@@ -400,10 +400,13 @@ class CrossoverGate:
                       else f"no stored night ({self.rel(path)}: `pytest --update-baselines` writes it)")
 
     def _write(self, sweep: Sweep, path: Path, crossover: Crossover) -> SweepWrite:
+        from pytest_specdec.gate.baselines import crossover_value_entry
+
         stamp = dt.datetime.fromtimestamp(self.started, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         state = sweep_state(sweep.points)
         night = {"started": stamp, "points": [{sweep.axis: c, "speedups": v} for c, v in sweep.grid()],
-                 "crossover": crossover.to_dict(), **({"machine_state": state} if state is not None else {}),
+                 "crossover": crossover_value_entry(crossover),
+                 **({"machine_state": state} if state is not None else {}),
                  **({"saturation_req_s": sweep.saturation} if sweep.saturation is not None else {})}
         record = {"sweep": sweep.sweep, "profile": self.profile, "tests": [p.nodeid for p in sweep.points],
                   "axis": sweep.axis}

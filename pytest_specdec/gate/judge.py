@@ -36,6 +36,20 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class CalibrationUsed:
+    """The calibration the verdicts were judged with (`Judge.calibration_used`): where its record is, its sessions,
+    what a lone test catches, the thresholds it raised (metric: (before, after)), and the state tolerance it
+    measured where it saw the machine's state move (None: the profile's). The results keep it in
+    `gate.settings.calibration` (`output.schema.calibration_used_entry`)."""
+
+    path: str
+    sessions: int
+    catches: str
+    raised_thresholds: dict[str, tuple[float, float]]
+    state_tolerance: StateTolerance | None
+
+
+@dataclass(frozen=True)
 class GateConfig:
     """Where the stored nights' gate reads and writes, and how it judges (the session's `GateOptions`)."""
 
@@ -176,9 +190,9 @@ class Judge:
         return load_calibration(self.store.base / CALIBRATION_NAME)
 
     @property
-    def calibration_used(self) -> dict[str, Any] | None:
-        """The calibration the verdicts were judged with, as the results keep it (where, its sessions, what a lone
-        test catches); None when none was (no compared test, or no record)."""
+    def calibration_used(self) -> CalibrationUsed | None:
+        """The calibration the verdicts were judged with (where, its sessions, what a lone test catches); None when
+        none was (no compared test, or no record)."""
         from pytest_specdec.gate.calibration import CALIBRATION_NAME, catch_phrase
 
         if "pipeline" not in self.__dict__ or self.calibration is None:
@@ -186,11 +200,10 @@ class Judge:
         from pytest_specdec.gate.thresholds import build_thresholds
 
         raised = self.raised(build_thresholds(*self._base_thresholds))
-        return {"path": self.rel(self.store.base / CALIBRATION_NAME), "sessions": len(self.calibration["sessions"]),
-                "catches": catch_phrase(self.judged_calibration or self.calibration),
-                "raised_thresholds": {name: list(pair) for name, pair in raised.items()},
-                # where the record saw the state move and measured a tolerance of its own
-                **({"state_tolerance": self.state_tolerance.to_dict()} if not self.state_tolerance.profiles else {})}
+        return CalibrationUsed(self.rel(self.store.base / CALIBRATION_NAME), len(self.calibration["sessions"]),
+                               catch_phrase(self.judged_calibration or self.calibration), raised,
+                               # where the record saw the state move and measured a tolerance of its own
+                               None if self.state_tolerance.profiles else self.state_tolerance)
 
     @cached_property
     def night_prior(self) -> NightPrior:
@@ -318,6 +331,7 @@ class Judge:
         """--update-baselines: queue each passed test with valid runs, then
         write them all at once; returns the terminal's lines, the same as data (what was written and what
         was not, and why), and whether a file could not be written (the session then fails)."""
+        from pytest_specdec.gate.baselines import night_entry
         from pytest_specdec.gate.nights import Night
         from pytest_specdec.gate.store import Pending
 
@@ -338,7 +352,7 @@ class Judge:
                                 if v.verdict in MOVED and v.family == GATED_FAMILY)
             assert t.result is not None  # unwritable() names a test that measured nothing
             under = dict(plan.under_test)
-            entry = Night.from_result(t.result, stamp, under).to_entry()  # tonight as a baseline stores it
+            entry = night_entry(Night.from_result(t.result, stamp, under))  # tonight as a baseline stores it
             self.store.queue(Pending(nodeid, plan.path, dict(plan.comparability), under, entry, changed))
         summary = self.store.flush()
         rel = self.rel

@@ -173,13 +173,11 @@ class StateTolerance:
             return f"±{self.ratio:g} %"
         return f"±{self.ratio:.3g} % for ratios, ±{self.absolute:.3g} % for absolute figures"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"ratio": self.ratio, "absolute": self.absolute, "source": self.source}
-
     @classmethod
     def from_setting(cls, value: Any, where: str) -> StateTolerance:
         """A results file's ``machine_state_tolerance``: a number (one for both kinds, as before calibrations
-        measured them) or `to_dict`'s mapping; anything else is an error naming ``where``."""
+        measured them) or the mapping `output.schema.state_tolerance_entry` writes; anything else is an error naming
+        ``where``."""
         from pytest_specdec.errors import ConfigError
 
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
@@ -291,10 +289,10 @@ def state_summary(tonight: Sequence[Night | None],
     for i, (_, baseline, _) in enumerate(compared):
         for e in baseline["sessions"]:
             seen.setdefault(f"{e.get('started', '')}#{i}", e.get("machine_state"))
-    from pytest_specdec.measure.probe import MachineState, mean_state
+    from pytest_specdec.measure.probe import MachineState, mean_state, state_entry
 
     bad = tuple((n, tuple(v.metric for v in verdicts if v.method == MACHINE_STATE and v.family == GATED))
                 for n, _, verdicts in compared)
     mean = mean_state([MachineState(**s) for s in states])
-    return StateSummary(None if mean is None else mean.to_dict(), tuple(seen.values()), tolerance,
+    return StateSummary(None if mean is None else state_entry(mean), tuple(seen.values()), tolerance,
                         tuple((n, m) for n, m in bad if m), len(compared))

@@ -1,7 +1,8 @@
-"""One session's runs of one test (`Night`), typed, with its one stored shape (`to_entry`/`from_entry`). Its
-runs are the one run record (`measure.record.ArmRun`, below the gate). A baseline file's `sessions` are `Night`
-entries; a results file's runs are `ArmRun` entries with more beside them, read by `Night.from_test`; tonight's
-runs come from `Night.from_result`, as the runner built them (no dict between). All of them feed the one
+"""One session's runs of one test (`Night`), typed, read from its one stored shape (`from_entry`; the baseline
+file's module writes it, `gate.baselines.night_entry`). Its runs are the one run record (`measure.record.ArmRun`,
+below the gate). A baseline file's `sessions` are `Night` entries; a results file's runs are `ArmRun` entries with
+more beside them, read by `Night.from_test`; tonight's runs come from `Night.from_result`, as the runner built them
+(no dict between). All of them feed the one
 definition of every verdict metric's per-run values (`Night.metric_values`), so a stored night and tonight can
 never be measured by two rules.
 """
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.gate.registry import GOODPUT, METRICS, TAIL_RATIOS
-from pytest_specdec.measure.probe import COMPONENTS, state_problem
+from pytest_specdec.measure.probe import COMPONENTS, state_entry, state_problem
 from pytest_specdec.measure.record import ArmRun, dead_arms, goodput_ratio, numbers_problem, pairs, runs_problem
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class Night:
         state = result.machine_state
         return cls(tuple(r.record for r in result.reference_runs), tuple(r.record for r in result.runs),
                    tuple(result.speedup_per_pair), started, dict(under_test or {}),
-                   None if state is None else state.to_dict())
+                   None if state is None else state_entry(state))
 
     @classmethod
     def base_from_result(cls, result: CaseResult, started: str = "") -> Night:
@@ -80,7 +81,7 @@ class Night:
         base = tuple(r.record for r in result.base_runs)
         state = result.machine_state
         return cls(refs, base, tuple(speedup_per_pair(refs, base)), started, {},
-                   None if state is None else state.to_dict())
+                   None if state is None else state_entry(state))
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> Night:
@@ -113,15 +114,6 @@ class Night:
             raise RecordError(f"{where}.machine_state{problem}")
         return cls(tuple(map(ArmRun.from_entry, lists["reference_runs"])), tuple(map(ArmRun.from_entry, lists["runs"])),
                    tuple(lists["speedup_per_pair"]), started, machine_state=state_figures(test.get("machine_state")))
-
-    def to_entry(self) -> dict[str, Any]:
-        """The night as a baseline file stores it in `sessions`: every run, invalid ones too (flagged)."""
-        return {
-            "started": self.started, "under_test": dict(self.under_test),
-            "runs": {"reference": [r.to_entry() for r in self.reference], "spec": [r.to_entry() for r in self.spec]},
-            "speedup_per_pair": list(self.speedup_per_pair),
-            **({"machine_state": dict(self.machine_state)} if self.machine_state is not None else {}),
-        }
 
     def arms_without_valid_run(self, *, spec: bool) -> list[str]:
         """The arms with no valid run (`dead_arms`); ``spec``: the test serves a spec arm."""

@@ -1,8 +1,9 @@
 """Practical thresholds: parsed and checked where they are given (profile, ini, command line, marker), then
 layered into one `Thresholds` (later layers win). Errors name where the bad value came from.
 
-`to_dict`/`from_dict` let a results file record the thresholds each test was judged with, so that
-`pytest-specdec compare` re-judges it with the same ones.
+A results file records the thresholds each test was judged with (written by its module,
+`output.schema.thresholds_entry`; read back by `from_dict`), so that `pytest-specdec compare` re-judges it with the
+same ones.
 """
 
 from __future__ import annotations
@@ -123,15 +124,9 @@ def build_thresholds(*layers: Mapping[str, float]) -> Thresholds:
 
 
 
-def to_dict(t: Thresholds) -> dict[str, Any]:
-    """A `Thresholds` as JSON: the kinds' magnitudes and the per-metric ones."""
-    from pytest_specdec.gate.scale import THRESHOLD_FIELD
-
-    return {**{kind: getattr(t, THRESHOLD_FIELD[kind]) for kind in KINDS}, "per_metric": dict(t.per_metric)}
-
-
 def from_dict(d: Any, where: str) -> Thresholds:
-    """`to_dict`'s inverse, every value checked as a threshold given on the command line would be."""
+    """A results file's thresholds as `output.schema.thresholds_entry` wrote them (the kinds' magnitudes and
+    `per_metric`), every value checked as a threshold given on the command line would be."""
     if not isinstance(d, Mapping) or not isinstance(d.get("per_metric", {}), Mapping):
         raise ConfigError(f"{where}: thresholds must be a mapping of kinds and `per_metric`, got {d!r}")
     kinds = check_mapping({k: v for k, v in d.items() if k != "per_metric"}, where)
@@ -140,5 +135,7 @@ def from_dict(d: Any, where: str) -> Thresholds:
 
 def on_top(base: Thresholds, layer: Mapping[str, float]) -> Thresholds:
     """``base`` with one more layer over it (a later layer wins, as in `build_thresholds`)."""
-    d = to_dict(base)
-    return build_thresholds({k: v for k, v in d.items() if k != "per_metric"}, d["per_metric"], layer)
+    from pytest_specdec.gate.scale import THRESHOLD_FIELD
+
+    return build_thresholds({kind: getattr(base, THRESHOLD_FIELD[kind]) for kind in KINDS}, dict(base.per_metric),
+                            layer)

@@ -176,12 +176,9 @@ class NightPrior:
     #: A metric's own df where it differs from ``df`` (a calibration measures each metric with its own).
     dfs: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """As a results file's gate settings keep it, for `compare` to judge with the same prior."""
-        return {"sd": dict(self.sd), "df": self.df, "dfs": dict(self.dfs), "source": self.source}
-
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str) -> NightPrior:
+        """A results file's ``gate.settings.night_prior`` as `output.schema.night_prior_entry` wrote it."""
         try:
             return cls(dict(d["sd"]), float(d["df"]), str(d["source"]), dict(d.get("dfs") or {}))
         except (KeyError, TypeError, ValueError) as exc:

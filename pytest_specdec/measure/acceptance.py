@@ -20,9 +20,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from pytest_specdec.measure.figures import tau
 from pytest_specdec.vllm.request_metrics import WHERE, RequestSpecDecode
 
 if TYPE_CHECKING:
@@ -92,12 +91,6 @@ class Acceptance:
                    accepted_tokens=total.accepted_tokens,
                    ci=ratio_ci([u.accepted_tokens for u in units], [u.draft_tokens for u in units], level))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"units": self.units, "drafts": self.drafts, "draft_tokens": self.draft_tokens,
-                "accepted_tokens": self.accepted_tokens, "acceptance_rate": self.rate,
-                "acceptance_length": tau(self.drafts, self.accepted_tokens),
-                "ci": None if self.ci is None else list(self.ci)}
-
 
 @dataclass(frozen=True)
 class AcceptanceTable:
@@ -121,11 +114,6 @@ class AcceptanceTable:
         return cls(unit=unit, overall=Acceptance.of(every, level),
                    by_category={c: Acceptance.of(items, level) for c, items in sorted(categories.items())},
                    histogram=_merged(every).histogram, ci_level=level)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"unit": self.unit, "ci_level": self.ci_level, **self.overall.to_dict(),
-                "acceptance_histogram": list(self.histogram),
-                "by_category": {c: a.to_dict() for c, a in self.by_category.items()}}
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from pytest_specdec.measure.figures import geomean, tau
 from pytest_specdec.measure.record import ArmRun, pair_speedups
@@ -90,9 +90,6 @@ class Explained:
     spec_step_rel: float | None  # 1 ÷ efficiency: a spec step in reference steps, as throughput sees it
     draft_overhead: float | None  # (spec_step_rel − 1) ÷ k: per draft token, in target steps
     pairs: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def explain(reference: Sequence[ArmRun], spec: Sequence[ArmRun], speedups: Sequence[float] | None = None

@@ -10,7 +10,6 @@ token). Where a figure is undefined this module gives None, where vLLM's bench g
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import os
@@ -114,7 +113,8 @@ class RunMetrics:
     """The figures of one run; every value is plain (JSON-able) and None where undefined.
 
     ``spec`` and ``engine`` are None where no counter delta was taken (``engine``) or the run had no
-    speculation (``spec``); ``to_dict`` flattens them, with None for each of their fields."""
+    speculation (``spec``); a run's entry (`output.schema.run_metrics_entry`) flattens them, with None for each of
+    their fields."""
 
     n_requests: int
     n_failed: int
@@ -140,28 +140,6 @@ class RunMetrics:
     engine: EngineFigures | None = None
     errors: dict[str, int] = field(default_factory=dict)
     finish_reasons: dict[str, int] = field(default_factory=dict)  # "stop" (EOS) vs "length" (max_tokens)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A flat JSON-able dict (for baselines and reports): the counter figures sit beside the rest; the goodput
-        fields only for a run counted against SLOs (a test without them writes what it wrote before)."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value, kind = getattr(self, f.name), _NESTED.get(f.name)
-            if f.name in _GOODPUT_FIELDS and self.goodput_slos_ms is None:
-                continue
-            if kind is None:
-                out[f.name] = copy.deepcopy(value)
-            elif value is None:
-                out.update(dict.fromkeys(g.name for g in dataclasses.fields(kind)))
-            else:
-                out.update(dataclasses.asdict(value))
-        return out
-
-
-#: The RunMetrics fields that ``to_dict`` flattens, with their types.
-_NESTED: dict[str, type] = {"spec": SpecFigures, "engine": EngineFigures}
-#: The RunMetrics fields of goodput, left out of ``to_dict`` where no SLOs were given.
-_GOODPUT_FIELDS: frozenset[str] = frozenset({"goodput_req_s", "good_requests", "goodput_slos_ms"})
 
 
 def good_requests(samples: Iterable[RequestSample], slos_ms: Mapping[str, float]) -> int:
@@ -386,12 +364,13 @@ def bench_parity(result: dict[str, Any]) -> dict[str, dict[str, float]]:
     Why: the plugin claims ``vllm bench serve``'s definitions; this is the check (relative difference
     per figure), run on real files by ``python -m scripts.vs_bench_serve ab`` and in tests/functional/test_metrics.py.
     """
-    ours = bench_run_metrics(result).to_dict()
+    ours = bench_run_metrics(result)
     out: dict[str, dict[str, float]] = {}
     for name, (attr, stat) in BENCH_FIELDS.items():
-        if name not in result or ours.get(attr) is None:
+        figure = getattr(ours, attr)
+        if name not in result or figure is None:
             continue
-        value = float(ours[attr][stat] if stat else ours[attr])
+        value = float(figure[stat] if stat else figure)
         theirs = float(result[name])
         rel = abs(value - theirs) / abs(theirs) if theirs else abs(value)
         out[name] = {"bench": theirs, "plugin": value, "rel_diff": rel}

@@ -44,12 +44,10 @@ class MachineState:
     cores: float
     hash: float
 
-    def to_dict(self) -> dict[str, float]:
-        return {name: round(getattr(self, name), 4) for name in COMPONENTS}
-
     @classmethod
     def from_dict(cls, d: Mapping[str, object], where: str = "machine state") -> MachineState:
-        """A stored or printed state; a missing or non-positive figure is an error naming it (`state_problem`)."""
+        """A stored or printed state (as `state_entry` writes it); a missing or non-positive figure is an error naming
+        it (`state_problem`)."""
         problem = state_problem(d)
         if problem:
             raise ConfigError(f"{where}{problem} (figures as `python -m pytest_specdec.measure.probe` prints them)")
@@ -62,6 +60,15 @@ def _figure(value: object) -> float:
     if not isinstance(value, (int, float)):
         raise TypeError(f"a machine state's figure is {value!r}: state_problem lets no such figure through")
     return float(value)
+
+
+def state_entry(state: MachineState) -> dict[str, float]:
+    """A state's figures as every file and the probe command keep them, rounded to 4 decimals: a baseline night's
+    and a crossover record's ``machine_state``, a results test's ``machine_state`` and its ``probes``, and the
+    one JSON object ``python -m pytest_specdec.measure.probe`` prints. One writer below the gate, beside the one
+    check all of their readers go through (`state_problem`) and `MachineState.from_dict`, so each format can take
+    it; the gate also holds tonight's state as these figures (`gate.nights.Night.machine_state`)."""
+    return {name: round(getattr(state, name), 4) for name in COMPONENTS}
 
 
 def state_problem(state: object) -> str:
@@ -146,4 +153,4 @@ def mean_state(states: list[MachineState]) -> MachineState | None:
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe().to_dict()))
+    print(json.dumps(state_entry(probe())))

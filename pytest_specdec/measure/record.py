@@ -1,7 +1,8 @@
 """The one run record: one run of one arm (`ArmRun`), typed, built once per run by the runner and read as it
-is by the summary, the explain split, the gate and the baselines; its one stored shape (`to_entry`/`from_entry`,
-`RUN_FIELDS`) is a baseline night's run and the core of a results file's run. And the one pairing rule
-(`pairs`): which runs of two interleaved arms are compared with each other.
+is by the summary, the explain split, the gate and the baselines; its one stored shape (`RUN_FIELDS`, read by
+`from_entry`, written by the baseline file's module, `gate.baselines.arm_run_entry`) is a baseline night's run and
+the core of a results file's run. And the one pairing rule (`pairs`): which runs of two interleaved arms are
+compared with each other.
 
 It sits in `measure/`, below the gate, so a run measured tonight never goes through a dict to reach the
 gate: only what is written (the results file, a baseline) and what is read back from a file is converted.
@@ -172,21 +173,6 @@ class ArmRun:
                    latencies_ms={name: _percentiles(d.get(name)) for name in DISTRIBUTIONS},
                    hd_p95_ms=dict(d.get("hd_p95_ms") or {}), goodput_req_s=d.get("goodput_req_s"),
                    block=d.get("block"))
-
-    def to_entry(self) -> dict[str, Any]:
-        """The run as a baseline file stores it (every `RUN_FIELDS` key)."""
-        return {
-            "index": self.index, "valid": self.valid, "invalid_reasons": list(self.invalid_reasons),
-            "latency_untrusted": list(self.latency_untrusted), "output_tok_s": self.output_tok_s,
-            "n_requests": self.n_requests, "total_output_tokens": self.total_output_tokens, "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens, "accepted_tokens": self.accepted_tokens,
-            "accepted_per_pos": None if self.accepted_per_pos is None else list(self.accepted_per_pos),
-            "acceptance_rate": self.acceptance_rate, "draft_coverage": self.draft_coverage,
-            **{name: None if v is None else dict(v) for name, v in self.latencies_ms.items()},
-            "hd_p95_ms": dict(self.hd_p95_ms),
-            # only where measured: a test without SLOs stores what it stored before
-            **({"goodput_req_s": self.goodput_req_s} if self.goodput_req_s is not None else {}),
-        }
 
 
 # ---- pairs -----------------------------------------------------------------------------------------

@@ -2,10 +2,15 @@
 acceptance (and the requests' own figures, by prompt and category, where every valid spec run has them), medians
 of per-run percentiles for latencies, the speedup explained (`explain.py`); and each run's Harrell-Davis P95s. It
 reads the runs as the one run record (`record.ArmRun`), pairs them by the one rule (`record.pairs`) and derives τ
-and the means as `figures.py` defines them."""
+and the means as `figures.py` defines them.
+
+The summary is one mapping, the test's `specdec.result.summary` and its `summary` in the results file alike; the
+typed values in it are written here, once, for both (`request_acceptance_entry`, `explained_entry`: the results
+file's module reads them back and writes a run's acceptance with the same shape)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -14,7 +19,8 @@ from pytest_specdec.measure.figures import geomean, tau
 from pytest_specdec.measure.record import dropped, goodput_ratio, goodput_undefined, pairs, speedup_per_pair
 
 if TYPE_CHECKING:
-    from pytest_specdec.measure.acceptance import RunAcceptance
+    from pytest_specdec.measure.acceptance import Acceptance, AcceptanceTable, RunAcceptance
+    from pytest_specdec.measure.explain import Explained
     from pytest_specdec.measure.metrics import RunMetrics
     from pytest_specdec.measure.record import ArmRun
     from pytest_specdec.measure.types import LoadResult
@@ -96,15 +102,40 @@ def summarize(reference: Sequence[SummaryRun], spec: Sequence[SummaryRun]) -> di
         "per_position_acceptance": per_pos,
         "draft_coverage": min(1.0, drafts / steps) if steps and spec else None,
         "acceptance_source": COUNTERS if requests is None else PER_REQUEST,
-        "request_acceptance": None if requests is None else requests.to_dict(),
+        "request_acceptance": None if requests is None else request_acceptance_entry(requests),
         "ttft_ms": latency("ttft_ms"),
         "tpot_ms": latency("tpot_ms"),
         "itl_token_ms": latency("itl_token_ms"),
         "itl_chunk_ms": latency("itl_chunk_ms"),
         "e2e_ms": latency("e2e_ms"),
         # τ, step times, predicted speedup, verification efficiency, draft overhead (measure/explain.py)
-        "explain": None if explained is None else explained.to_dict(),
+        "explain": None if explained is None else explained_entry(explained),
     }
+
+
+def acceptance_entry(a: Acceptance) -> dict[str, Any]:
+    """Acceptance over some units as the summary holds it: the counts, the rate, τ and the interval over the units
+    (`output.schema.AcceptanceEntry` reads it back)."""
+    return {"units": a.units, "drafts": a.drafts, "draft_tokens": a.draft_tokens,
+            "accepted_tokens": a.accepted_tokens, "acceptance_rate": a.rate,
+            "acceptance_length": tau(a.drafts, a.accepted_tokens),
+            "ci": None if a.ci is None else list(a.ci)}
+
+
+def request_acceptance_entry(t: AcceptanceTable) -> dict[str, Any]:
+    """The summary's ``request_acceptance``: what the intervals are over and their level, the overall figures,
+    the histogram of verify steps by accepted draft tokens, and the figures per dataset category
+    (`output.schema.RequestAcceptanceEntry` reads it back; a results run's ``per_request_acceptance`` has the same
+    shape, `output.schema.run_acceptance_entry`)."""
+    return {"unit": t.unit, "ci_level": t.ci_level, **acceptance_entry(t.overall),
+            "acceptance_histogram": list(t.histogram),
+            "by_category": {c: acceptance_entry(a) for c, a in t.by_category.items()}}
+
+
+def explained_entry(e: Explained) -> dict[str, Any]:
+    """The summary's ``explain``: every figure of the speedup explained (`measure.explain.Explained`), by its
+    field's name (what the terminal, the report and `history` read, from a session or a file)."""
+    return dataclasses.asdict(e)
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -122,12 +122,13 @@ def explained(nights: Sequence[NightFile]) -> dict[str, list[dict[str, Any] | No
     """Per test (first seen first), night by night, its speedup explained (`gate.verdicts.explained`, the one
     definition): None where the night lacks the test or a spec arm that drafted."""
     from pytest_specdec.gate.verdicts import explained as of
+    from pytest_specdec.measure.summary import explained_entry
 
     out: dict[str, list[dict[str, Any] | None]] = {}
     for k, night in enumerate(nights):
         for t in night.results.tests:
             e = of([t.night])
-            out.setdefault(t.nodeid, [None] * len(nights))[k] = None if e is None else e.to_dict()
+            out.setdefault(t.nodeid, [None] * len(nights))[k] = None if e is None else explained_entry(e)
     return {n: v for n, v in out.items() if any(v)}
 
 

@@ -22,24 +22,31 @@ from typing import TYPE_CHECKING, Any
 from pytest_specdec import __version__, redact
 from pytest_specdec.files import write_atomic
 from pytest_specdec.formats import RESULTS_SCHEMA
+from pytest_specdec.gate.baselines import crossover_value_entry
 from pytest_specdec.gate.kinds import INCONCLUSIVE, REGRESSED
+from pytest_specdec.measure.probe import state_entry
 from pytest_specdec.output.commit import commit_info
 from pytest_specdec.output.schema import (
     baseline_writes_entry,
+    calibration_used_entry,
     chunking_entry,
     drift_entry,
     endpoint_entry,
     hardware_entry,
     install_entry,
     machine_factor_entry,
+    night_prior_entry,
     night_variance_entry,
     quiet_entry,
     rate_point_entry,
     render_results,
     run_acceptance_entry,
+    run_metrics_entry,
     session_time_entry,
     split_entry,
     state_summary_entry,
+    state_tolerance_entry,
+    thresholds_entry,
 )
 
 if TYPE_CHECKING:
@@ -194,7 +201,6 @@ def ab_entry(c: ABJudgement, result: CaseResult | None) -> dict[str, Any]:
     regression points at, each side's install and what differs between them (versions, engine configs), how it was
     judged (its looks, gated metrics and level), and every run of the three or four arms in the results' run shape,
     each with its arm's name (the candidate's are the test's own `runs`, there named `spec`)."""
-    from pytest_specdec.gate.thresholds import to_dict
     from pytest_specdec.output.ab_wording import ab_attribution
 
     cause = c.cause()
@@ -214,7 +220,8 @@ def ab_entry(c: ABJudgement, result: CaseResult | None) -> dict[str, Any]:
             "verdicts": {v.metric: verdict_entry(v) for v in c.shown()}, REGRESSED: [v.metric for v in c.regressed()],
             "attribution": cause, "attribution_text": ab_attribution(c),
             "split": None if c.split is None else split_entry(c.split),
-            "adjusted": "session" if c.final is not None else "test-end", "thresholds": to_dict(plan.thresholds),
+            "adjusted": "session" if c.final is not None else "test-end",
+            "thresholds": thresholds_entry(plan.thresholds),
             "checked": plan.checked, "gate": list(plan.metrics), "looks": c.looks,
             "max_looks": plan.max_looks, "planned_looks": list(plan.looks), "unspent_runs": c.unspent,
             "pairs": c.looks[-1] if c.looks else 0, "max_pairs": plan.looks[-1] if plan.looks else 0,
@@ -225,7 +232,6 @@ def ab_entry(c: ABJudgement, result: CaseResult | None) -> dict[str, Any]:
 def baseline_entry(j: Judgement) -> dict[str, Any]:
     """A test's `baseline` section: how it met its stored baseline and how it was judged (its looks, gated
     metrics, level, the machine deviation, what changed under test)."""
-    from pytest_specdec.gate.thresholds import to_dict as thresholds_dict
     from pytest_specdec.gate.verdicts import gated_with
 
     plan, shown = j.plan, j.shown()
@@ -242,7 +248,7 @@ def baseline_entry(j: Judgement) -> dict[str, Any]:
         "under_test": plan.under_test,
         "under_test_diff": j.under_test_diff(),
         "comparability": plan.comparability,
-        "thresholds": None if plan.thresholds is None else thresholds_dict(plan.thresholds),
+        "thresholds": None if plan.thresholds is None else thresholds_entry(plan.thresholds),
         **({"error": plan.error} if plan.error else {}),
         # other machines whose nights judged its acceptance (this machine has no baseline of the test)
         **({"machines": list(plan.machines)} if plan.machines else {}),
@@ -252,14 +258,12 @@ def baseline_entry(j: Judgement) -> dict[str, Any]:
 def gate_settings(judge: Judge) -> dict[str, Any]:
     """The results' ``gate.settings``: how this session judged, what `pytest-specdec compare` needs to judge it
     again (level, multiplicity rule, night sd floor and prior, calibration, state tolerance, thresholds, machine)."""
-    from pytest_specdec.gate.thresholds import to_dict
-
     cfg, options = judge.cfg, judge.cfg.options
     return {"alpha": options.alpha, "multiplicity": options.multiplicity, "min_night_sd": cfg.profile.min_night_sd,
-            "night_prior": judge.night_prior.to_dict(),
-            **({"calibration": used} if (used := judge.calibration_used) is not None else {}),
-            "machine_state_tolerance": judge.state_tolerance.to_dict(),
-            "thresholds": to_dict(judge.thresholds()), "hardware": hardware_entry(judge.hardware),
+            "night_prior": night_prior_entry(judge.night_prior),
+            **({"calibration": calibration_used_entry(used)} if (used := judge.calibration_used) is not None else {}),
+            "machine_state_tolerance": state_tolerance_entry(judge.state_tolerance),
+            "thresholds": thresholds_entry(judge.thresholds()), "hardware": hardware_entry(judge.hardware),
             **({"calibration_session": True} if options.calibrate else {})}
 
 
@@ -288,7 +292,7 @@ def run_entry(r: RunRecord) -> dict[str, Any]:
     per_pos = r.record.accepted_per_pos
     return {
         "arm": r.arm, "index": r.index, "valid": r.valid, "invalid_reasons": r.invalid,
-        "cache_salt": r.cache_salt, **r.metrics.to_dict(), "hd_p95_ms": r.hd_p95_ms,
+        "cache_salt": r.cache_salt, **run_metrics_entry(r.metrics), "hd_p95_ms": r.hd_p95_ms,
         "accepted_per_pos": None if per_pos is None else list(per_pos),
         "settle": None if r.settle is None else quiet_entry(r.settle),
         **({"prompt_ids": r.prompt_ids} if r.prompt_ids is not None else {}),
@@ -311,7 +315,7 @@ def case_entry(result: CaseResult) -> dict[str, Any]:
         "speedup_per_pair": result.speedup_per_pair,
         "alternation": result.alternation,
         "machine_state": None if result.machine_state is None else {
-            **result.machine_state.to_dict(), "probes": [s.to_dict() for s in result.machine_states]},
+            **state_entry(result.machine_state), "probes": [state_entry(s) for s in result.machine_states]},
         "summary": result.summary,
         "validity": {
             "valid": not result.invalid_runs,
@@ -330,7 +334,7 @@ def crossover_entry(x: SweepOutcome) -> dict[str, Any]:
     return {"sweep": x.sweep, "line": x.line, "tests": list(x.tests), "axis": x.axis,
             **({"saturation_req_s": x.saturation} if x.saturation is not None else {}),
             "points": [{x.axis: c, "n": len(v), "speedups": v} for c, v in x.points],
-            "crossover": x.crossover.to_dict() if x.crossover else None,
+            "crossover": crossover_value_entry(x.crossover) if x.crossover else None,
             "verdict": verdict_entry(x.verdict) if x.verdict else None, "path": x.path, "family": x.family,
             "stored": {"started": x.stored.started, "text": x.stored.text} if x.stored and x.verdict else None,
             "note": x.note or None, "error": x.error, "failed": x.failed}

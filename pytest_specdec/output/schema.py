@@ -1,7 +1,10 @@
 """The results file as a format (`RESULTS_FILE`): read back as typed data, written in its one text form
 (`render_results`), brought from each older schema to the next (the steps near the end), and the typed values the
 gate, measurement and server layers hand over written in the form this file stores them (the ``*_entry`` functions
-at the end, which `output.results` assembles; those classes write no JSON of their own).
+at the end, which `output.results` assembles; those classes write no JSON of their own). A value that another
+format holds too is written once, in the lower module both can import: a crossover statistic by the crossover
+record's (`gate.baselines.crossover_value_entry`), a test summary's acceptance and explained speedup by the
+summary's (`measure.summary`), a machine state by the probe's (`measure.probe.state_entry`).
 
 `load` takes a parsed `reports/*.json` of this plugin's schema: what the HTML report, the pytest-benchmark
 export, compare, history and any tool render from. An older file is an error naming the command that converts
@@ -14,6 +17,7 @@ The per-run figures and a test's summary stay mappings keyed by the metric regis
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -48,12 +52,14 @@ from pytest_specdec.output.fields import number
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.drift import Drift, DriftVerdict
-    from pytest_specdec.gate.machine import StateSummary
+    from pytest_specdec.gate.judge import CalibrationUsed
+    from pytest_specdec.gate.machine import StateSummary, StateTolerance
+    from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.store import BaselineWrites, Hardware, Machine
-    from pytest_specdec.gate.variance import NightVariance
+    from pytest_specdec.gate.variance import NightPrior, NightVariance
     from pytest_specdec.measure.acceptance import RunAcceptance
     from pytest_specdec.measure.explain import Split
-    from pytest_specdec.measure.metrics import Chunking
+    from pytest_specdec.measure.metrics import Chunking, RunMetrics
     from pytest_specdec.measure.saturation import RatePoint, Saturation
     from pytest_specdec.output.timing import SessionTime
     from pytest_specdec.servers.endpoints import EndpointFacts
@@ -154,7 +160,7 @@ class BaselineEntry:
     error: str | None
     max_looks: int = 1
     comparability: Mapping[str, Any] | None = None  # tonight's conditions, as the baseline file records its own
-    thresholds: Mapping[str, Any] | None = None  # the thresholds the test was judged with (`gate.thresholds.to_dict`)
+    thresholds: Mapping[str, Any] | None = None  # the thresholds the test was judged with (`thresholds_entry`)
     split: Mapping[str, Any] | None = None  # the speedup's change baseline → now split (`measure.explain.Split`)
     #: other machines whose nights judged the test's acceptance, this machine having no baseline of it
     machines: tuple[str, ...] = ()
@@ -230,7 +236,7 @@ class ABEntry:
 
 @dataclass(frozen=True)
 class AcceptanceEntry:
-    """Acceptance from the requests' own figures over some units (`measure.acceptance.Acceptance.to_dict`)."""
+    """Acceptance from the requests' own figures over some units (`measure.summary.acceptance_entry`)."""
 
     units: int
     drafts: int
@@ -267,7 +273,7 @@ class AcceptanceEntry:
 @dataclass(frozen=True)
 class RequestAcceptanceEntry:
     """A test's acceptance from its requests' own figures (its summary's `request_acceptance`,
-    `measure.acceptance.AcceptanceTable.to_dict`): overall, per dataset category, and the histogram of verify steps
+    `measure.summary.request_acceptance_entry`): overall, per dataset category, and the histogram of verify steps
     by the draft tokens they accepted; the intervals over `unit`s at `ci_level`."""
 
     unit: str
@@ -350,7 +356,9 @@ class TestEntry:
         from pytest_specdec.gate.verdicts import explained
 
         e = explained([self.night])
-        return None if e is None else e.to_dict()
+        from pytest_specdec.measure.summary import explained_entry
+
+        return None if e is None else explained_entry(e)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str, started: str = "") -> TestEntry:
@@ -581,8 +589,9 @@ class SweepPointEntry:
 
 @dataclass(frozen=True)
 class MachineStateEntry:
-    """The session's machine state against its stored nights as the results hold it (`gate.machine.StateSummary`'s
-    `to_dict`): the one block at the session's end, read back for the terminal and the report alike."""
+    """The session's machine state against its stored nights as the results hold it (`gate.machine.StateSummary`, as
+    `state_summary_entry` writes it): the one block at the session's end, read back for the terminal and the report
+    alike."""
 
     tonight: Mapping[str, float] | None  # the probe's figures, the geometric mean over the session's tests
     stored: str  # the stored nights' states, as a range
@@ -624,7 +633,7 @@ class CrossoverEntry:
     axis: str  # concurrency, or rate_fraction
     saturation_req_s: float | None
     points: tuple[SweepPointEntry, ...]
-    #: the statistic's own fields (`gate.crossover.Crossover.to_dict`): side, value, ci, text, ...
+    #: the statistic's own fields (`gate.baselines.crossover_value_entry`): side, value, ci, text, ...
     crossover: Mapping[str, Any] | None
     verdict: VerdictEntry | None
     family: str
@@ -821,7 +830,8 @@ RESULTS_FILE = FileFormat(kind="results", version=RESULTS_SCHEMA, detect=lambda 
 
 # ---- the layers' typed values, as this file stores them ------------------------------------------------------
 # The gate, the measurement and the server layers hand these over as frozen values; their JSON shape is written
-# here, beside the rest of the document, and read back here.
+# here, beside the rest of the document, and read back here (or by the class's own reader where the layer keeps one:
+# `StateTolerance.from_setting`, `NightPrior.from_dict`, `gate.thresholds.from_dict`).
 
 
 def machine_factor_entry(m: MachineFactor) -> dict[str, Any]:
@@ -838,8 +848,68 @@ def state_summary_entry(s: StateSummary) -> dict[str, Any]:
 
     return {"tonight": None if s.tonight is None else dict(s.tonight),
             "stored": describe_range(s.stored), "stored_nights": len(s.stored),
-            "tolerance_pct": s.tolerance.ratio, "tolerance": s.tolerance.to_dict(), "n_compared": s.n_compared,
+            "tolerance_pct": s.tolerance.ratio, "tolerance": state_tolerance_entry(s.tolerance),
+            "n_compared": s.n_compared,
             "not_comparable": [{"nodeid": n, "metrics": list(m)} for n, m in s.not_comparable]}
+
+
+def state_tolerance_entry(t: StateTolerance) -> dict[str, Any]:
+    """A state tolerance per kind and its source: ``gate.settings.machine_state_tolerance``, the calibration's
+    ``state_tolerance`` and the ``machine_state``'s ``tolerance`` (`gate.machine.StateTolerance.from_setting` reads
+    it back)."""
+    return {"ratio": t.ratio, "absolute": t.absolute, "source": t.source}
+
+
+def night_prior_entry(p: NightPrior) -> dict[str, Any]:
+    """``gate.settings.night_prior``: the night prior the session judged with, for `compare` to judge with the same
+    (`gate.variance.NightPrior.from_dict` reads it back)."""
+    return {"sd": dict(p.sd), "df": p.df, "dfs": dict(p.dfs), "source": p.source}
+
+
+def thresholds_entry(t: Thresholds) -> dict[str, Any]:
+    """Thresholds as the results keep them (``gate.settings.thresholds``, a test's ``baseline.thresholds`` and
+    ``ab.thresholds``): the kinds' magnitudes and the per-metric ones (`gate.thresholds.from_dict` reads them
+    back)."""
+    from pytest_specdec.gate.registry import KINDS
+    from pytest_specdec.gate.scale import THRESHOLD_FIELD
+
+    return {**{kind: getattr(t, THRESHOLD_FIELD[kind]) for kind in KINDS}, "per_metric": dict(t.per_metric)}
+
+
+def calibration_used_entry(c: CalibrationUsed) -> dict[str, Any]:
+    """``gate.settings.calibration``: where the calibration is, its sessions, what a lone test catches, the
+    thresholds it raised, and a state tolerance of its own where it measured one (what `output.wording.night_lines`
+    words, from the session and from a file alike)."""
+    return {"path": c.path, "sessions": c.sessions, "catches": c.catches,
+            "raised_thresholds": {name: list(pair) for name, pair in c.raised_thresholds.items()},
+            **({"state_tolerance": state_tolerance_entry(c.state_tolerance)} if c.state_tolerance is not None
+               else {})}
+
+
+#: The `RunMetrics` fields of goodput, left out of a run's figures where no SLOs were given.
+_GOODPUT_FIELDS: frozenset[str] = frozenset({"goodput_req_s", "good_requests", "goodput_slos_ms"})
+
+
+def run_metrics_entry(m: RunMetrics) -> dict[str, Any]:
+    """A run's figures (`measure.metrics.RunMetrics`) flat, as a results run holds them (and the zoo's measurement
+    its runs): the counter figures (``spec``, ``engine``) beside the rest, None for each of their fields where there
+    are none; the goodput fields only for a run counted against SLOs (a test without them writes what it wrote
+    before)."""
+    from pytest_specdec.measure.metrics import EngineFigures, SpecFigures
+
+    nested: dict[str, type] = {"spec": SpecFigures, "engine": EngineFigures}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(m):
+        value, kind = getattr(m, f.name), nested.get(f.name)
+        if f.name in _GOODPUT_FIELDS and m.goodput_slos_ms is None:
+            continue
+        if kind is None:
+            out[f.name] = copy.deepcopy(value)
+        elif value is None:
+            out.update(dict.fromkeys(g.name for g in dataclasses.fields(kind)))
+        else:
+            out.update(dataclasses.asdict(value))
+    return out
 
 
 def machine_entry(m: Machine) -> dict[str, Any]:
@@ -936,7 +1006,9 @@ def split_of(d: Mapping[str, Any]) -> Split:
 def run_acceptance_entry(r: RunAcceptance) -> dict[str, Any]:
     """A run's ``per_request_acceptance``: its requests' acceptance table (as the summary's `request_acceptance`
     gives a test's), and the requests that carried no figures or failed."""
-    return {**r.table.to_dict(), "missing": r.missing, "failed": r.failed}
+    from pytest_specdec.measure.summary import request_acceptance_entry
+
+    return {**request_acceptance_entry(r.table), "missing": r.missing, "failed": r.failed}
 
 
 def drift_verdict_entry(v: DriftVerdict) -> dict[str, Any]:

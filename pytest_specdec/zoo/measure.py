@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec import redact
+from pytest_specdec.output.schema import run_metrics_entry
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.runner import RunRecord, ValidityRules
@@ -165,7 +166,8 @@ def _measure_points(server: Any, model: str, result: MethodResult, prompts: list
             run, earlier = _greedy_run(server, model, prompts, concurrency, rules, result.method, progress)
         else:
             run, earlier = _run(server, model, prompts, temperature, concurrency, rules), []
-        result.runs[key] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid, "earlier_attempts": earlier}
+        result.runs[key] = {**run_metrics_entry(run.metrics), "invalid_reasons": run.invalid,
+                            "earlier_attempts": earlier}
         if temperature == 0.0 and concurrency == 1:
             result.texts_t0 = run.texts
         m = result.runs[key]
@@ -178,7 +180,7 @@ def _measure_points(server: Any, model: str, result: MethodResult, prompts: list
         for name, cats in (("prose", PROSE), ("code_editing", CODE_EDIT)):
             subset = [p for p in prompts if p.category in cats]
             run = _run(server, model, subset, 0.0, 1, rules)
-            result.runs[f"t0.0-c1-{name}"] = {**run.metrics.to_dict(), "invalid_reasons": run.invalid}
+            result.runs[f"t0.0-c1-{name}"] = {**run_metrics_entry(run.metrics), "invalid_reasons": run.invalid}
 
 
 def measure_method(

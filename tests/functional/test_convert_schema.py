@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_specdec.formats import BASELINE_SCHEMA, CALIBRATION_SCHEMA, RESULTS_SCHEMA, SWEEP_SCHEMA
-from pytest_specdec.gate.baselines import BaselineError, load
+from pytest_specdec.gate.baselines import BaselineError, load, night_entry
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.output import report
 from pytest_specdec.output.schema import ResultsError
@@ -78,7 +78,7 @@ def test_a_baseline_keeps_its_nights_and_gives_the_same_values(tmp_path: Path) -
     run = new["sessions"][0]["runs"]["spec"][0]
     assert "itl_ms" not in run and run["itl_token_ms"] == {"p50": 1.2, "p95": 4.5, "p99": 4.9}
     assert run["latency_untrusted"] == [] and run["itl_chunk_ms"] is None
-    assert [Night.from_entry(s).to_entry() for s in new["sessions"]] == new["sessions"]  # the record holds it all
+    assert [night_entry(Night.from_entry(s)) for s in new["sessions"]] == new["sessions"]  # the record holds it all
     values = Night.from_entry(new["sessions"][1]).metric_values()
     assert values["per_position_acceptance[0]"] == [0.8] * 3 and values["tpot_p95_ms"] == [1.9, 2.9, 3.9]
     assert values["e2e_p95_ratio"] == [1.0] * 3 and values["output_tok_s"] == [601.0] * 3

@@ -21,6 +21,7 @@ from pytest_specdec.measure.metrics import (
     summarize,
 )
 from pytest_specdec.measure.types import LoadResult, Prompt, RequestSample, Sampling
+from pytest_specdec.output.schema import run_metrics_entry
 from pytest_specdec.vllm.counters import Counters, delta, parse_counters
 
 # Shaped like a real vLLM /metrics body: two engines, `_total` samples, `_created` gauges, and look-alike
@@ -151,7 +152,7 @@ def test_acceptance_figures_match_fake_server(engines: int) -> None:
     assert e.prefix_cache_hits == 0 and e.prefix_cache_queries > 0
     assert m.output_tok_s is not None and m.output_tok_s > 0
     assert m.ttft_ms is not None and set(m.ttft_ms) == {"p50", "p95", "p99", "mean"}
-    flat = m.to_dict()
+    flat = run_metrics_entry(m)
     json.dumps(flat)
     # stored runs stay flat: the counter figures sit beside the rest, under their own names
     assert flat["drafts"] == spec.drafts and flat["preemptions"] == e.preemptions
@@ -163,7 +164,7 @@ def test_no_speculation_gives_none_not_zero() -> None:
         load = run_load_sync(url, "fake-model", _prompts(8, 10), Sampling(temperature=0.0), concurrency=4)
     m = compute_run_metrics(load, counters_delta(load))
     assert m.spec is None and m.engine is not None
-    flat = m.to_dict()
+    flat = run_metrics_entry(m)
     assert all(flat[name] is None for name in ("drafts", "acceptance_rate", "acceptance_length",
                                                 "per_position_acceptance", "draft_coverage"))
     assert m.engine.token_counter_mismatch == 0 and m.itl_chunk_ms is not None

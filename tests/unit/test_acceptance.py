@@ -18,6 +18,7 @@ from pytest_specdec.measure.acceptance import (
     ratio_ci,
     run_acceptance,
 )
+from pytest_specdec.measure.summary import request_acceptance_entry
 from pytest_specdec.measure.types import RequestSample
 from pytest_specdec.output.schema import run_acceptance_entry
 from pytest_specdec.vllm import request_metrics as rm
@@ -223,7 +224,7 @@ def test_this_install_knows_the_flag_as_its_source_says() -> None:
 def test_the_results_reader_types_a_tests_request_acceptance_and_names_a_bad_field() -> None:
     from pytest_specdec.output.schema import ResultsError, TestEntry
 
-    table = run_acceptance(RUN).table.to_dict()  # type: ignore[union-attr]
+    table = request_acceptance_entry(run_acceptance(RUN).table)  # type: ignore[union-attr]
     entry = TestEntry.from_dict({"nodeid": "t", "outcome": "passed",
                                  "summary": {"acceptance_source": "per-request", "request_acceptance": table}}, "t")
     read = entry.request_acceptance

@@ -13,6 +13,7 @@ from factories import night_entry, run_entry
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.ab_session import pair_verdicts
+from pytest_specdec.gate.baselines import arm_run_entry
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.stats import DEFAULT_THRESHOLDS
 from pytest_specdec.gate.verdicts import evaluate
@@ -21,6 +22,7 @@ from pytest_specdec.measure.record import ArmRun, goodput_ratio, goodput_undefin
 from pytest_specdec.measure.summary import goodput_summary
 from pytest_specdec.measure.types import LoadResult, RequestSample, Sampling
 from pytest_specdec.output.progress import goodput_text
+from pytest_specdec.output.schema import run_metrics_entry
 
 BENCH_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_serve_detailed_eagle3.json"
 
@@ -53,9 +55,9 @@ def test_goodput_divides_by_the_duration_request_throughput_divides_by_and_recor
     m = compute_run_metrics(load([sample(0.1, 0.5, 5), sample(0.3, 0.6, 5), sample(0.1, 0.2, 2, "x")]), None,
                             {"ttft": 200})
     assert (m.good_requests, m.goodput_req_s, m.request_s) == (1, 0.5, 1.0)
-    assert m.to_dict()["goodput_slos_ms"] == {"ttft": 200} and m.to_dict()["goodput_req_s"] == 0.5
+    assert run_metrics_entry(m)["goodput_slos_ms"] == {"ttft": 200} and run_metrics_entry(m)["goodput_req_s"] == 0.5
     # no SLOs: no goodput, and nothing new in the results' run
-    plain = compute_run_metrics(load([sample(0.1, 0.5, 5)]), None).to_dict()
+    plain = run_metrics_entry(compute_run_metrics(load([sample(0.1, 0.5, 5)]), None))
     assert not {"goodput_req_s", "good_requests", "goodput_slos_ms"} & set(plain)
 
 
@@ -110,7 +112,7 @@ def test_a_test_without_slos_shows_nothing_new() -> None:
     ref, spec = [arm(i, None) for i in range(3)], [arm(i, None, tok_s=150.0) for i in range(3)]
     assert goodput_summary(ref, spec, pairs(ref, spec)) == {} and goodput_text({"speedup": 1.5}) == ""
     assert "goodput" not in Night(tuple(ref), tuple(spec), (1.5, 1.5, 1.5)).metric_values()
-    assert "goodput_req_s" not in spec[0].to_entry()
+    assert "goodput_req_s" not in arm_run_entry(spec[0])
     assert "goodput" not in {v.metric for v in pair_verdicts(ref, spec, DEFAULT_THRESHOLDS, 0.05, reference=ref)}
 
 
@@ -122,7 +124,7 @@ def test_a_stored_run_may_lack_goodput_but_never_hold_a_bad_one() -> None:
     del run["goodput_req_s"]
     assert run_problem(run) == ""
     assert run_problem({**run, "goodput_req_s": -1.0}) == ".goodput_req_s is -1.0, not a finite number >= 0"
-    assert ArmRun.from_entry({**run, "goodput_req_s": 2.5}).to_entry()["goodput_req_s"] == 2.5
+    assert arm_run_entry(ArmRun.from_entry({**run, "goodput_req_s": 2.5}))["goodput_req_s"] == 2.5
 
 
 def night(spec_goodput: float, n: int = 4) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from factories import night, run_entry
 
+from pytest_specdec.gate.baselines import night_entry
 from pytest_specdec.gate.calibration import (
     CALIBRATION_FILE,
     CalibrationError,
@@ -31,6 +32,7 @@ from pytest_specdec.gate.calibration import (
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.stats import Thresholds, compare
 from pytest_specdec.gate.variance import NightPrior, NightVariance, blend_prior, night_prior_from
+from pytest_specdec.output.schema import night_prior_entry
 from pytest_specdec.profiles import load_profile
 
 RUN_SD = 0.095  # per-pair sd of log speedup on the CPU default
@@ -80,7 +82,7 @@ def test_the_profiles_prior_and_its_default() -> None:
     p = night_prior_from(cpu.night_prior, cpu.night_prior_source)
     assert p.sd_of("speedup", False) == 10.0 and p.sd_of("reference_tok_s", True) == 30.0
     assert p.sd_of("per_position_acceptance[1]", False) == 0.0 and p.df_of("speedup") == 4.0
-    assert NightPrior.from_dict(p.to_dict(), "here") == p
+    assert NightPrior.from_dict(night_prior_entry(p), "here") == p
 
 
 def _night(started: str, speedups: list[float], ref_tok_s: list[float], accept: float, hash_gb: float) -> Night:
@@ -254,10 +256,11 @@ def test_each_kind_is_judged_against_the_nights_within_its_own_state_tolerance()
     from pytest_specdec.errors import ConfigError
     from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.verdicts import evaluate
+    from pytest_specdec.output.schema import state_tolerance_entry
 
     stored = _state_sessions(0.0, (1.1,), n_tests=1)[0]["t0"]
     now = _state_sessions(0.0, (2.0,), n_tests=1, seed=2)[0]["t0"]
-    baseline = {"sessions": [stored.to_entry()]}
+    baseline = {"sessions": [night_entry(stored)]}
     kw = {"thresholds": Thresholds(), "alpha": 0.05}
     by = {v.metric: v for v in evaluate(baseline, now, state_tolerance=StateTolerance(90.0, 15.0, "cal"), **kw)}
     assert by["speedup"].verdict != "not-comparable" and by["output_tok_s"].verdict == "not-comparable"
@@ -265,6 +268,6 @@ def test_each_kind_is_judged_against_the_nights_within_its_own_state_tolerance()
     one = {v.metric: v for v in evaluate(baseline, now, state_tolerance=15.0, **kw)}
     assert one["speedup"].verdict == one["output_tok_s"].verdict == "not-comparable"
     assert StateTolerance.from_setting(15, "x") == StateTolerance(15.0, 15.0, "")
-    assert StateTolerance.from_setting(StateTolerance(90.0, 15.0, "cal").to_dict(), "x").ratio == 90.0
+    assert StateTolerance.from_setting(state_tolerance_entry(StateTolerance(90.0, 15.0, "cal")), "x").ratio == 90.0
     with pytest.raises(ConfigError, match=r"results.json: machine_state_tolerance is 'wide', not a number"):
         StateTolerance.from_setting("wide", "results.json")

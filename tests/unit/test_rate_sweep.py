@@ -15,6 +15,7 @@ from factories import arm_run
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate import crossover as X
 from pytest_specdec.gate import crossover_gate as G
+from pytest_specdec.gate.baselines import crossover_value_entry
 from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE, REGRESSED, UNCHANGED
 from pytest_specdec.markers import expand
 from pytest_specdec.measure.record import ArmRun
@@ -97,7 +98,7 @@ def test_the_crossover_statistic_takes_the_rate_axis() -> None:
     assert est is not None and est.side == "crossed" and est.value == pytest.approx(0.5, rel=0.05)
     est = X.Crossover(**{**vars(est), "saturation": 40.0})
     assert est.text().startswith("rate ≈ 0.5 × saturation (≈ 20 req/s) (90% CI")
-    d = est.to_dict()
+    d = crossover_value_entry(est)
     assert d["axis"] == "rate_fraction" and d["value_req_s"] == pytest.approx(40 * est.value)
     assert [p["rate_fraction"] for p in d["pairs"]] == list(GRID)
     above = X.estimate([(f, pairs(9.0, f)) for f in GRID], axis=X.RATE, resamples=0)

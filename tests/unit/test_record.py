@@ -9,6 +9,7 @@ import math
 import pytest
 
 from pytest_specdec.gate.ab_session import ab_verdicts
+from pytest_specdec.gate.baselines import arm_run_entry
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.registry import METRICS
 from pytest_specdec.gate.stats import Thresholds
@@ -89,7 +90,7 @@ def test_the_runners_record_is_the_stored_shape_read_back() -> None:
     for run in (rec("spec", 3, 180.0, drafts=100, invalid=("hung",)), rec("reference", 0, 90.0)):
         run.untrusted.append("coalesced")
         assert ArmRun.from_entry(run_entry(run)) == run.record
-        assert ArmRun.from_entry(run.record.to_entry()) == run.record
+        assert ArmRun.from_entry(arm_run_entry(run.record)) == run.record
 
 
 def test_the_record_follows_its_runs_validity() -> None:
