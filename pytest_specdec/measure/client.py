@@ -344,7 +344,7 @@ def gc_held_off() -> Iterator[None]:
 
     Why: a full collection in a pytest process that holds a session's objects pauses every thread for ~100 ms
     (measured in tests/functional/test_speed_gate.py's process), which a short run reads as the server's
-    slowness: one such pause cost a 0.38 s run 30 % of its tok/s. Reference counting still frees what a run
+    slowness: one such pause made a 0.38 s run take 0.50 s. Reference counting still frees what a run
     drops; what only the collector can free waits until the run ends.
     """
     enabled = gc.isenabled()
