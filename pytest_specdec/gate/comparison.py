@@ -90,6 +90,11 @@ class Comparison:
         return [r for r in self.rows if r.failed(strict)]
 
     @property
+    def drifted(self) -> list[str]:
+        """The tests whose gated drift fails them, as `Row.drifted` says (the session failed them for it)."""
+        return [r.nodeid for r in self.rows if r.drifted]
+
+    @property
     def failed_sweeps(self) -> list[SweepOutcome]:
         """The sweeps that make the comparison fail (exit 1) as they fail the session: a gated regression, an error."""
         return [x for x in self.crossovers if x.failed]
@@ -117,12 +122,14 @@ class ABRow:
     @property
     def failed(self) -> bool:
         """As the plugin fails it: a gated regression of a test that did not opt out, or its gated drift."""
-        return self.end is not None and self.end.fails_test
+        end = self.end
+        return end is not None and end.fails_test
 
     @property
     def drifted(self) -> bool:
         """Whether NEW's gated drift fails the test by the same rule (`TestEnd.drifted`)."""
-        return self.end is not None and bool(self.end.drifted)
+        end = self.end
+        return end is not None and bool(end.drifted)
 
 
 @dataclass
@@ -136,3 +143,9 @@ class ABComparison:
 
     def failed(self) -> list[ABRow]:
         return [r for r in self.rows if r.failed]
+
+    @property
+    def drifted(self) -> list[str]:
+        """The tests whose gated drift fails them (as it stands after the comparison's adjustment), by the failure
+        rule (`ABRow.drifted`)."""
+        return [r.nodeid for r in self.rows if r.drifted]

@@ -49,19 +49,13 @@ def ab_summary_lines(cmp: ABComparison, new_name: str) -> list[str]:
 
     judged = [r for r in cmp.rows if r.check is not None]
     bad = [r for r in cmp.failed() if r.check is not None and r.check.regressed()]
-    drifted = drifted_rows(cmp)
+    drifted = cmp.drifted
     return [f"specdec compare: {len(judged)} A/B test(s) of {new_name} judged again, candidate vs base pair by pair "
             f"({MULTIPLICITY_NAMES[cmp.multiplicity]} over the A/B family, alpha {cmp.alpha:g})",
             f"specdec compare: {len(bad)} A/B test(s) regressed against their base"
             + (": " + ", ".join(r.nodeid for r in bad) if bad else ""),
             *([f"specdec compare: {len(drifted)} A/B test(s) whose gated drift regressed within {new_name}'s session, "
                f"failed as the session fails them: {', '.join(drifted)}"] if drifted else [])]
-
-
-def drifted_rows(cmp: ABComparison) -> list[str]:
-    """The tests whose gated drift fails them (as it stands after the comparison's adjustment), by the failure rule
-    (`ABRow.drifted`)."""
-    return [r.nodeid for r in cmp.rows if r.drifted]
 
 
 def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
@@ -76,7 +70,7 @@ def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
     return {"alpha": cmp.alpha, "multiplicity": cmp.multiplicity, "ab": True,
             "failed": [r.nodeid for r in cmp.failed()],
             REGRESSED: [r.nodeid for r in cmp.rows if r.check is not None and r.check.regressed()],
-            "drifted": drifted_rows(cmp),
+            "drifted": cmp.drifted,
             "tests": [{"nodeid": r.nodeid, "status": r.status, "reason": r.reason, "failed": r.failed,
                        "checked": None if r.check is None else r.check.checked, "verdicts": verdicts(r.check),
                        "old_verdicts": verdicts(r.old),

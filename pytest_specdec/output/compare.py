@@ -89,7 +89,7 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     if opted:
         lines.append(f"specdec compare: {len(opted)} test(s) regressed but opted out (check=False), shown and not "
                      f"failed: {', '.join(opted)}")
-    drifted = [r.nodeid for r in cmp.rows if r.drifted]
+    drifted = cmp.drifted
     if drifted:
         lines.append(f"specdec compare: {len(drifted)} test(s) whose gated drift regressed within {new_name}'s session "
                      f"(late runs against early runs on one server), failed as the session fails them: "
@@ -114,7 +114,7 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
         "baselines": [{"folder": folder, "hardware": name} for folder, name in cmp.machines],
         "machine_factor": machine_factor_entry(cmp.machine) if cmp.machine else None,
         REGRESSED: [r.nodeid for r in cmp.regressed],
-        "drifted": [r.nodeid for r in cmp.rows if r.drifted],
+        "drifted": cmp.drifted,
         "crossovers": {x.sweep: {**(verdict_json(x.verdict) if x.verdict else {"verdict": None}), "line": x.line,
                                  "family": x.family, "error": x.error, "failed": x.failed, "why_none": x.note or None}
                        for x in cmp.crossovers},
