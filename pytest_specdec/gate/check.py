@@ -152,7 +152,7 @@ class TestEnd:
     __test__ = False  # not a pytest test class
 
     outcome: Outcome
-    fails: bool  # the outcome fails the test (else a warning, or nothing for "pass"); a regressed drift aside
+    fails: bool  # the outcome fails the test (else a warning, or nothing for "pass"); a failing drift aside
     where: str = ""  # the baseline file, as the checkout names it
     command: str = ""  # the command that creates (missing) or accepts (regressed) the baseline
     open: tuple[Verdict, ...] = ()  # the gated verdicts still inconclusive
@@ -162,7 +162,7 @@ class TestEnd:
 
     @property
     def fails_test(self) -> bool:
-        """Whether the test fails: on its outcome, or on a gated drift that regressed."""
+        """Whether the test fails: on its outcome, or on a gated drift (`drifted`)."""
         return self.fails or bool(self.drifted)
 
 
