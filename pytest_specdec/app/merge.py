@@ -198,7 +198,7 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
     """The shards as one night: checked to be one night's and disjoint, the gated and shown families adjusted over
     every shard's verdicts together at the shards' level and rule, each test's outcome by the plugin's rule on its
     merged verdicts, and ``expected`` tests in no shard as `insufficient-data`."""
-    from pytest_specdec.gate.check import FailRule, adjusted_all
+    from pytest_specdec.gate.check import FailRule, adjusted_all, members
     from pytest_specdec.gate.drift import gated_drift
     from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE
     from pytest_specdec.gate.verdicts import gated_with
@@ -227,7 +227,7 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
                 family.append((t.nodeid, Recorded(raw, t.baseline.max_looks if t.baseline else 1, drift)))
     final = adjusted_all(family, final=True, multiplicity=multiplicity, alpha=alpha, gated_size=0, family_size=0)
     recorded = dict(family)
-    size = sum(1 for _, c in family for v in (*c.raw, *(c.drift.members if c.drift else ()))
+    size = sum(1 for _, c in family for v in members(c)
                if v.family == GATED and v.p is not None and v.verdict != NOT_COMPARABLE)
 
     tests, failed, changed = [], [], []
