@@ -561,14 +561,16 @@ class SpecDecSession:
                  for nodeid, case in cases if nodeid not in why]
         from pytest_specdec.profiles.pool import gpus_held, lease_plan_lines, planned_gpus
 
+        planned = planned_gpus(self.placement, s.gpus, self.workers)
         return [*dry_run_lines(profile, tests, skipped=why, hardware_note=self.hardware_note,
                                endpoints=(s.endpoint, str(s.reference_endpoint)) if s.endpoint else None,
                                server_cpus=None if s.endpoint else self.placement.server_cpus(), runs=self.runs(),
                                max_runs=self.max_runs(), max_servers=self.placement.max_alive(),
                                price=price(profile, s.gpu_hourly_usd, gpus_held(self.placement)),
-                               fit_of=(partial(self.placement.fit, gpus=planned_gpus(self.placement, s.gpus,
-                                                                                     self.workers))
-                                       if self.placement.start_together() else None)),
+                               fit_of=(partial(self.placement.fit, gpus=planned)
+                                       if self.placement.start_together() else None),
+                               apart_of=(partial(self.placement.apart, gpus=planned)
+                                         if self.placement.start_together() else None)),
                 *lease_plan_lines(self.placement, s.gpus)]
 
     def server_starts(self) -> list[StartRecord]:

@@ -53,10 +53,11 @@ def command_line(spec: ServerSpec) -> str:
 def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: str, endpoints: tuple[str, str] | None,
                   server_cpus: frozenset[int] | None, runs: int, max_runs: int, max_servers: int,
                   price: dict[str, Any] | None, fit_of: Callable[[Sequence[ServerSpec]], Fit] | None = None,
+                  apart_of: Callable[[Sequence[ServerSpec]], Fit] | None = None,
                   skipped: Mapping[str, str] | None = None) -> list[str]:
     """The dry run's lines: each test's commands, the servers, the leases' CPUs and the estimate per suite.
     ``fit_of``: where servers start together, whether given servers have room at once (`Placement.fit`); None:
-    one at a time."""
+    one at a time. ``apart_of``: whether given servers started at once share no GPU (`Placement.apart`)."""
     from pytest_specdec.measure.runner import warmup_requests
     from pytest_specdec.output.estimate import PlannedTest, Timings, estimate, minutes
 
@@ -98,7 +99,9 @@ def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: s
         lines.append(f"specdec dry run: no run-time estimate: profile {profile.path} has no [timings]")
         return lines
     fits = None if fit_of is None else fit_of(list(specs.values()))
-    modules = estimate(planned, timings, runs=runs, max_runs=max_runs, max_servers=max_servers, fits=fits)
+    apart = None if apart_of is None else apart_of(list(specs.values()))
+    modules = estimate(planned, timings, runs=runs, max_runs=max_runs, max_servers=max_servers, fits=fits,
+                       apart=apart)
     lines.append(
         f"specdec dry run: estimated run time per suite ([timings] of {profile.name}: {timings.server_start_s:g} s "
         f"per server start, {timings.stream_tok_s:g} tok/s per request, {timings.max_tok_s:g} tok/s at most; "

@@ -86,12 +86,13 @@ class ModuleEstimate:
 
 
 def estimate(tests: list[PlannedTest], timings: Timings, *, runs: int, max_runs: int,
-             max_servers: int, fits: Fit | Mapping[str, float] | None = None) -> list[ModuleEstimate]:
+             max_servers: int, fits: Fit | Mapping[str, float] | None = None,
+             apart: Fit | None = None) -> list[ModuleEstimate]:
     """Per module, in first-seen order: server starts, runs and seconds (at `runs` and at `max_runs`). With
     ``fits`` (whether servers have room at once, or each server's memory share, where the placement starts servers
     together) the servers that start together before a test (`profiles.starts.plan_start`, as the session asks it)
-    cost one start."""
-    from pytest_specdec.profiles.starts import plan_start
+    cost one start; ``apart`` says whether servers started at once share no GPU (None: they share one set)."""
+    from pytest_specdec.profiles.starts import one_set_apart, plan_start
 
     alive: OrderedDict[str, None] = OrderedDict()
     modules: dict[str, ModuleEstimate] = {}
@@ -100,7 +101,8 @@ def estimate(tests: list[PlannedTest], timings: Timings, *, runs: int, max_runs:
         m.tests += 1
         m.nodeids.append(t.nodeid)
         plan = None if fits is None else plan_start(
-            t.servers, [key for later in tests[i + 1:] for key in later.servers], list(alive), fits, max_servers)
+            t.servers, [key for later in tests[i + 1:] for key in later.servers], list(alive), fits, max_servers,
+            apart or one_set_apart)
         if plan is not None:
             for key in plan.stop:
                 del alive[key]

@@ -58,20 +58,26 @@ class Placement:
 
         if not self.start_together():
             return None
+        specs = [*now, *upcoming, *alive]
         return plan_start([s.key() for s in now], [s.key() for s in upcoming], [s.key() for s in alive],
-                          self.fit([*now, *upcoming, *alive], gpus), self.max_alive())
+                          self.fit(specs, gpus), self.max_alive(), self.apart(specs, gpus))
 
     def fit(self, specs: Sequence[ServerSpec], gpus: Sequence[str] = ()) -> Fit:
         """Whether servers of ``specs`` (by key) have room together: on ``gpus`` as the leases place them (each
         server's GPUs and memory fraction), else as memory fractions on one set of GPUs. The session and the dry
         run's estimate ask the same."""
         from pytest_specdec.profiles.starts import fraction_fit, lease_fit, memory_fraction
-        from pytest_specdec.servers.gpus import gpus_needed
 
         if gpus:
-            return lease_fit({s.key(): (gpus_needed(s.args, s.speculative_config), memory_fraction(s.args))
-                              for s in specs}, gpus)
+            return lease_fit(_needs(specs), gpus)
         return fraction_fit({s.key(): memory_fraction(s.args) for s in specs})
+
+    def apart(self, specs: Sequence[ServerSpec], gpus: Sequence[str] = ()) -> Fit:
+        """Whether servers of ``specs`` started at once would share no GPU (`starts.lease_apart`); where ``gpus``
+        are not known they share one set, and none start at once. The session and the dry run ask the same."""
+        from pytest_specdec.profiles.starts import lease_apart, one_set_apart
+
+        return lease_apart(_needs(specs), gpus) if gpus else one_set_apart
 
     def block_runs(self) -> int | None:
         """None: interleave pairs; else the block size of the arms' alternation (servers cannot co-reside)."""
@@ -214,3 +220,11 @@ def _whole(profile: Profile, args: Sequence[str], flag: str) -> int:
         return int(value)
     except ValueError:
         raise ConfigError(f"profile {profile.name!r}: [server] args {flag} {value!r} is not a whole number") from None
+
+
+def _needs(specs: Sequence[ServerSpec]) -> dict[str, tuple[int, float]]:
+    """Each server's GPUs (TP x PP x DP) and memory fraction, by key: what the leases place."""
+    from pytest_specdec.profiles.starts import memory_fraction
+    from pytest_specdec.servers.gpus import gpus_needed
+
+    return {s.key(): (gpus_needed(s.args, s.speculative_config), memory_fraction(s.args)) for s in specs}

@@ -8,6 +8,11 @@ lease are known (`lease_fit`), room is what the leases would find: a GPU's serve
 fractions summing to at most 1, so two TP-4 servers at 0.9 on an 8-GPU host start together on disjoint GPUs.
 Where they are not, every server counts as sharing one set of GPUs (`fraction_fit`): fractions summing to at most
 1. A server without the flag counts at vLLM's default, 0.9.
+
+Servers that start together never share a GPU (`lease_apart`): vLLM sizes its KV cache from the memory it sees
+free while it profiles, so a neighbour allocating meanwhile leaves it none. On an H200 with CUDA vLLM 0.26.0,
+the zoo's reference and draft_model servers started at once on one GPU at 0.2 each: the second failed with
+"No available memory for the cache blocks" (docs/versions.md). Servers sharing a GPU start one after another.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ from dataclasses import dataclass
 # The memory fraction is read where the leases read it too (one process's servers share GPUs by it).
 from pytest_specdec.servers.gpus import DEFAULT_GPU_MEMORY_UTILIZATION, memory_fraction
 
-__all__ = ["DEFAULT_GPU_MEMORY_UTILIZATION", "Fit", "StartPlan", "fraction_fit", "lease_fit", "memory_fraction",
-           "plan_start"]
+__all__ = ["DEFAULT_GPU_MEMORY_UTILIZATION", "Fit", "StartPlan", "fraction_fit", "lease_apart", "lease_fit",
+           "memory_fraction", "one_set_apart", "plan_start"]
 
 #: Slack for fractions like 0.2 x 5 that add up to a hair above 1.0 in binary.
 _EPS = 1e-9
@@ -57,18 +62,41 @@ def lease_fit(need: Mapping[str, tuple[int, float]], gpus: Sequence[str]) -> Fit
     return fit
 
 
+def lease_apart(need: Mapping[str, tuple[int, float]], gpus: Sequence[str]) -> Fit:
+    """Whether servers (by key) started at once would each land on GPUs of their own, as the leases on ``gpus``
+    place them (`servers.gpus.plan_leases`: a process's servers share a GPU where their fractions fit)."""
+    from pytest_specdec.servers.gpus import GpuLeaseError, plan_leases
+
+    def apart(keys: Sequence[str]) -> bool:
+        try:
+            placed = plan_leases([(key, *need[key]) for key in keys], gpus, {})
+        except GpuLeaseError:
+            return False
+        held = [g for pick in placed.values() for g in pick]
+        return len(held) == len(set(held))
+
+    return apart
+
+
+def one_set_apart(keys: Sequence[str]) -> bool:
+    """Where the GPUs are not known every server shares one set of them: no two start at once."""
+    return len(keys) < 2
+
+
 def plan_start(now: Sequence[str], upcoming: Sequence[str], alive: Sequence[str], fits: Fit | Mapping[str, float],
-               max_alive: int) -> StartPlan | None:
+               max_alive: int, apart: Fit = one_set_apart) -> StartPlan | None:
     """What to start together before a test that needs ``now`` (its servers), given the servers the next tests
     need in run order (``upcoming``) and those ``alive`` (least recently used first); ``fits`` says whether servers
-    have room together (a mapping of memory fractions: `fraction_fit`'s). None: start as before, one at a time
-    (nothing of ``now`` is missing, fewer than two would start, or ``now`` itself does not fit)."""
+    have room together (a mapping of memory fractions: `fraction_fit`'s), ``apart`` whether the ones started at
+    once share no GPU (`lease_apart`). None: start as before, one at a time (nothing of ``now`` is missing, fewer
+    than two would start, or ``now`` itself does not fit or shares a GPU)."""
     fit = fraction_fit(fits) if isinstance(fits, Mapping) else fits
     if all(key in alive for key in now):
         return None
     wanted: list[str] = []
     for key in dict.fromkeys([*now, *upcoming]):
-        if len(wanted) < max_alive and fit([*wanted, key]):
+        new = [k for k in wanted if k not in alive]
+        if len(wanted) < max_alive and fit([*wanted, key]) and (key in alive or apart([*new, key])):
             wanted.append(key)
         elif key in now:
             return None

@@ -282,12 +282,20 @@ class ServerPool:
         self._groups += 1
         group = f"{self.worker or 'main'}#{self._groups}"
         prepared: list[tuple[ServerSpec, VllmServer]] = []
+        wheres: list[str] = []
         try:
             for spec in specs:
                 server, where = self._prepare(spec, test)
                 prepared.append((spec, server))
+                wheres.append(where)
+            prepared, wheres = self._apart(prepared, wheres)
+            if len(prepared) < 2:
+                for spec, _ in prepared:
+                    self._unprepare(spec.key())
+                return
+            for (spec, _), where in zip(prepared, wheres, strict=True):
                 self.progress(f"specdec: starting vLLM ({spec.method}, {spec.key()}){where} together with "
-                              f"{len(specs) - 1} other(s) ...")
+                              f"{len(prepared) - 1} other(s) ...")
             t0 = time.monotonic()
             errors = start_together([server for _, server in prepared])
         except BaseException:
@@ -309,6 +317,31 @@ class ServerPool:
             self.progress(f"specdec: vLLM ({spec.method}, {key}) ready in {server.startup_s:.0f} s at "
                           f"{server.base_url}")
         self.progress(f"specdec: {len(specs)} vLLM servers started together in {wall:.0f} s")
+
+    def _apart(self, prepared: list[tuple[ServerSpec, VllmServer]], wheres: list[str]
+               ) -> tuple[list[tuple[ServerSpec, VllmServer]], list[str]]:
+        """The prepared servers whose leases share no GPU (first come first kept): vLLM sizes its KV cache from the
+        memory free while it profiles, so two starting at once on one GPU can leave the second none
+        (`profiles/starts.py`). The plan asks for such groups only; this holds where the leases placed otherwise.
+        The rest give their leases back and start one at a time when a test asks for them."""
+        kept: list[tuple[ServerSpec, VllmServer]] = []
+        kept_where: list[str] = []
+        held: set[str] = set()
+        for (spec, server), where in zip(prepared, wheres, strict=True):
+            lease = self._leases.get(spec.key())
+            gpus = set(lease.gpus) if lease is not None else set()
+            if gpus & held:
+                self._unprepare(spec.key())
+                continue
+            held |= gpus
+            kept.append((spec, server))
+            kept_where.append(where)
+        return kept, kept_where
+
+    def _unprepare(self, key: str) -> None:
+        """Undo `_prepare` for a server that will not start now: its lease back, out of the started ones."""
+        self._release(key)
+        self.servers.pop(key, None)
 
     def reap(self, spec: ServerSpec) -> None:
         """If `spec`'s server has exited, record why (its exit code, the exception its engine raised and this

@@ -503,3 +503,33 @@ def test_idle_delay_is_recorded_as_a_delay() -> None:
     q = idle_delay(0.5, sleep=waited.append)
     assert waited == [0.5] and quiet_entry(q) == {"waited_s": 0.5, "quiet": True, "cores": 0.0, "how": "delay",
                                                "requests": None, "after_run_s": None}
+
+
+def test_pool_never_starts_two_servers_at_once_on_one_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan asks only for groups whose leases share no GPU (tests/unit/test_start_plan.py); where the leases
+    place two on one GPU anyway (0.2 each, co-residence first), the pool starts neither at once: vLLM sizes its KV
+    cache from the memory free while it profiles, and on an H200 the second of two such starts found none. Both
+    leases go back, nothing is recorded as started, and each starts alone when a test asks for it."""
+    monkeypatch.setenv("FAKE_VLLM_MODE", "ok")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    from pytest_specdec.servers.gpus import GpuPool
+    from pytest_specdec.servers.pool import ServerPool
+
+    lines: list[str] = []
+    gpus = GpuPool(tmp_path / "leases", ("0", "1"))
+    pool = ServerPool(tmp_path / "logs", max_alive=2, startup_timeout_s=30, launcher=LAUNCHER, progress=lines.append,
+                      gpus=gpus)
+    a = ServerSpec(model="m", args=("--gpu-memory-utilization", "0.2"))
+    b = ServerSpec(model="m", args=("--gpu-memory-utilization", "0.2", "--seed", "1"))
+    try:
+        pool.start_together([a, b], [])
+        assert not [line for line in lines if "together" in line], lines
+        assert pool.servers == {} and pool.starts == []
+        probe = gpus.acquire(1, "probe", 0, fraction=1.0)
+        assert probe.gpus == ("0",)  # both leases were given back
+        gpus.release(probe)
+        pool.get(a)
+        pool.get(b)
+        assert [s.gpus for s in pool.starts] == ["0", "0"] and [s.group for s in pool.starts] == [None, None]
+    finally:
+        pool.stop_all()
