@@ -125,7 +125,8 @@ def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: s
         lines.append(f"  servers that co-reside start together: ~{minutes(saved)} of starts saved "
                      f"(~{minutes(total + saved)} with every server started one after another)")
     elif fits is not None:
-        lines.append("  servers start one after another: no two that a test needs next fit beside each other "
-                     "(their GPUs, with --gpu-memory-utilization summing to at most 1 on each, --specdec-max-servers)")
+        lines.append("  servers start one after another: no two that a test needs next fit beside each other on GPUs "
+                     "of their own (two starting at once on one GPU can leave the second no KV cache; "
+                     "--gpu-memory-utilization summing to at most 1 on each, --specdec-max-servers)")
     lines += [f"  no estimate for {u}" for u in unknown]
     return lines
