@@ -34,6 +34,10 @@ from pytest_specdec.gate.baselines import (
 #: (it `git mv`s tracked files), kept in the project's checkout, not in the package.
 MOVE = "python -m scripts.hardware_layout"
 
+#: Why a baseline file of the session's modules is listed as unused, in the terminal and the report alike: a test
+#: deselected (-k) or stopped before its verdict did not read it either, hence "if the test is gone".
+UNUSED_REASON = "no test of this session read it; delete it if the test is gone"
+
 
 @dataclass
 class Pending:
@@ -76,7 +80,7 @@ class WriteSummary:
         out += [f"  created   {rel(p)}" for p in self.created]
         out += [f"  updated   {rel(p)}: {what}" for p, what in self.updated]
         out += [f"  unchanged {rel(p)}: {why}" for p, why in self.unchanged]
-        out += [f"  unused    {rel(p)} (no test of this session; delete it if the test is gone)" for p in self.unused]
+        out += [f"  unused    {rel(p)} ({UNUSED_REASON})" for p in self.unused]
         return out
 
 

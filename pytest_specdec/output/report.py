@@ -327,7 +327,9 @@ def update_view(update: BaselineUpdate | None) -> dict[str, Any] | None:
     rows += [("updated", p, change) for p, change in update.updated]
     rows += [("not written", p, why) for p, why in update.not_written]
     rows += [("unchanged", p, why) for p, why in update.unchanged]
-    rows += [("unused", p, "no test of this session read it; delete it if the test is gone") for p in update.unused]
+    from pytest_specdec.gate.store import UNUSED_REASON
+
+    rows += [("unused", p, UNUSED_REASON) for p in update.unused]
     return {"root": update.root, "mode": update.mode, "created": update.created, "updated": update.updated,
             "unchanged": update.unchanged, "unused": update.unused, "not_written": update.not_written,
             "rows": rows}

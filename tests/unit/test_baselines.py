@@ -321,3 +321,16 @@ def test_files_without_a_hardware_folder_are_an_error_naming_the_move(tmp_path: 
             f"`python -m scripts.hardware_layout {tmp_path}` from the root of a checkout of pytest-specdec")):
         s.read("suites/test_methods.py::test_a", "c")
     assert s.machines().others == ()
+
+
+def test_an_unused_baseline_file_gets_one_reason_in_the_terminal_and_the_report(tmp_path: Path) -> None:
+    """A file of the session's modules that no test read: deselected, stopped before its verdict (an interrupted
+    session on an H200 listed its running test's file so) or gone. The terminal and the report give one reason."""
+    from pytest_specdec.gate.store import UNUSED_REASON, BaselineWrites, WriteSummary
+    from pytest_specdec.output.report import update_view
+
+    path = tmp_path / "baselines" / "m" / "test_a.json"
+    assert WriteSummary(unused=[path]).lines(tmp_path)[1:] == [f"  unused    baselines/m/test_a.json ({UNUSED_REASON})"]
+    view = update_view(BaselineWrites(root="baselines", mode="all", unused=("baselines/m/test_a.json",)))
+    assert view is not None and ("unused", "baselines/m/test_a.json", UNUSED_REASON) in view["rows"]
+    assert "read it" in UNUSED_REASON and "if the test is gone" in UNUSED_REASON
