@@ -505,7 +505,7 @@ class SpecDecSession:
     def check(self, nodeid: str) -> str | None:
         """At the end of a specdec test: its gate decides (`Gate.test_end`) over the family so far, the output
         layer words it; the failure message, or None when it passes (warnings are shown)."""
-        from pytest_specdec.output.drift import drift_failure
+        from pytest_specdec.output.drift import drift_failure, drift_warning
 
         record = self.records.get(nodeid)
         if record is None:
@@ -517,11 +517,14 @@ class SpecDecSession:
 
             alone = FailRule(fail_inconclusive=self.settings.fail_inconclusive).decide(
                 checked=False, status="missing", verdicts=(), drift=record.drift.gated)
+            if (open_warning := drift_warning(nodeid, record.drift, alone.drift_open)) is not None:
+                warnings.warn(SpecDecWarning(open_warning), stacklevel=1)
             return drift_failure(nodeid, record.drift, alone.drifted)
         family = [(n, c) for n, r in self.records.items() if (c := r.ab or r.baseline) is not None]
         judged, end = self.verdict_gate.test_end(nodeid, family, self.planned)
         record.drift = judged.drift  # its gated drift adjusted over the family so far
         drifted = drift_failure(nodeid, judged.drift, end.drifted) if judged.drift is not None else None
+        open_warning = drift_warning(nodeid, judged.drift, end.drift_open) if judged.drift is not None else None
         st = self.settings
         if record.ab is not None:
             from pytest_specdec.output.ab_wording import ab_test_end_message
@@ -533,8 +536,9 @@ class SpecDecSession:
         else:
             record.baseline = judged
             failure, warning = test_end_message(nodeid, judged, end, alpha=st.alpha, multiplicity=st.multiplicity)
-        if warning:
-            warnings.warn(SpecDecWarning(warning), stacklevel=1)
+        for said in (warning, open_warning):
+            if said:
+                warnings.warn(SpecDecWarning(said), stacklevel=1)
         return "\n".join(m for m in (failure, drifted) if m) or None
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:

@@ -159,6 +159,8 @@ class TestEnd:
     #: the gated drift verdicts that fail the test (`gate.drift`, judged within tonight): each regressed one, and each
     #: inconclusive one under --specdec-fail-inconclusive, whatever the outcome against the baseline says
     drifted: tuple[Verdict, ...] = ()
+    #: the gated drift verdicts still inconclusive that pass the test (no --specdec-fail-inconclusive): a warning
+    drift_open: tuple[Verdict, ...] = ()
 
     @property
     def fails_test(self) -> bool:
@@ -198,7 +200,9 @@ class FailRule:
                                      portable_only=portable_only)
         failing = (REGRESSED, INCONCLUSIVE) if self.fail_inconclusive else (REGRESSED,)
         drifted = tuple(v for v in drift if v.family == GATED and v.verdict in failing)
-        return dataclasses.replace(end, drifted=drifted) if drifted else end
+        open_ = () if self.fail_inconclusive else tuple(v for v in drift
+                                                         if v.family == GATED and v.verdict == INCONCLUSIVE)
+        return dataclasses.replace(end, drifted=drifted, drift_open=open_) if drifted or open_ else end
 
     def _against_baseline(self, *, checked: bool, status: Status, verdicts: Sequence[Verdict], dead: bool,
                           portable_only: bool) -> TestEnd:

@@ -84,6 +84,17 @@ def drift_failure(nodeid: str, drift: Drift, drifted: Sequence[Verdict]) -> str 
                       *(f"  {v.metric}: {verdict_text(v, drift.alpha)}" for v in failing)])
 
 
+def drift_warning(nodeid: str, drift: Drift, still_open: Sequence[Verdict]) -> str | None:
+    """The warning of a test that passes with a gated drift still inconclusive (``still_open``: as the failure rule
+    named them, `check.TestEnd.drift_open`), as a gated metric still inconclusive warns; None when none is."""
+    names = [v.metric for v in still_open]
+    if not names:
+        return None
+    why = "; ".join(verdict_text(v, drift.alpha) for v in drift.shown if v.metric in names)
+    return (f"{nodeid}: gated drift within the session inconclusive: {', '.join(names)} ({why}); the test passes "
+            "(--specdec-fail-inconclusive fails it)")
+
+
 def drift_summary(entry: Mapping[str, Any] | None) -> list[str]:
     """The report's short text: one line per drift metric of a results file's `drift` entry."""
     if not entry:

@@ -73,4 +73,7 @@ def test_a_gated_drift_still_inconclusive_fails_under_fail_inconclusive_as_any_g
     end = FailRule(fail_inconclusive=True).decide(checked=checked, status=status, verdicts=verdicts,
                                                   drift=[open_, _drift("inconclusive", "shown")])
     assert end.outcome == "pass" and end.drifted == (open_,) and end.fails_test  # named as the rule failed it
-    assert not FailRule().decide(checked=checked, status=status, verdicts=verdicts, drift=[open_]).fails_test
+    assert end.drift_open == ()  # it fails: no warning besides
+    passing = FailRule().decide(checked=checked, status=status, verdicts=verdicts,
+                                drift=[open_, _drift("inconclusive", "shown")])
+    assert not passing.fails_test and passing.drift_open == (open_,)  # passes with a warning naming it
