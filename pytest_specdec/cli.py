@@ -152,7 +152,7 @@ def stored_dir(path: Path, profile: str) -> StoredDir:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from pytest_specdec.app.ab_compare import is_ab
-    from pytest_specdec.app.compare import compare
+    from pytest_specdec.app.compare import compare, session_rule
     from pytest_specdec.gate.machine import StateTolerance
     from pytest_specdec.gate.variance import NightPrior, night_prior_from
     from pytest_specdec.output.compare import names, summary_lines, table_lines, to_json
@@ -175,6 +175,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     alpha = args.alpha if args.alpha is not None else float(settings.get("alpha", 0.05))
     multiplicity = args.multiplicity or str(settings.get("multiplicity", "bh"))
     old_name, new_name = names((args.old, args.new))
+    rule = session_rule(new, strict=args.strict, fail_inconclusive=args.fail_inconclusive)
     tolerance = settings.get("machine_state_tolerance")
     if tolerance is None or args.profile:
         tolerance = StateTolerance.of_profile(profile, profile_of(profile, where).machine_state_tolerance)
@@ -192,7 +193,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             floor = profile_of(profile, where).min_night_sd
         result = compare(old, new, thresholds=th, override=override, alpha=alpha, multiplicity=multiplicity,
                          min_night_sd=float(floor), night_prior=prior, state_tolerance=tolerance,
-                         old_name=old_name, new_name=new_name)
+                         old_name=old_name, new_name=new_name, rule=rule)
         started = f"stored baselines of profile {old.profile}"
     else:
         assert old_file is not None
@@ -203,17 +204,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
         result = compare(old, new, thresholds=th, override=override, alpha=alpha, multiplicity=multiplicity,
                          night_prior=prior,
                          state_tolerance=tolerance, old_name=old_name, new_name=new_name,
-                         datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}))
+                         datasets=(old_raw.get("datasets") or {}, new_raw.get("datasets") or {}), rule=rule)
         started = old.started
     if args.json:
-        print(json.dumps(to_json(result, strict=args.strict), indent=1, default=str))
+        print(json.dumps(to_json(result), indent=1, default=str))
     else:
         print(f"specdec compare: {old_name} ({started}) → {new_name} ({new.started}); OLD's runs are the "
               f"baseline; thresholds of profile {profile}")
         print()
         print("\n".join(table_lines(result, shown=args.all)))
         print("\n".join(summary_lines(result, old_name, new_name)))
-    return REGRESSED if result.failed(args.strict) or result.failed_sweeps else OK
+    return REGRESSED if result.failed() or result.failed_sweeps else OK
 
 
 def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results) -> int:
@@ -221,6 +222,7 @@ def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results
     beside OLD's when OLD is an A/B session's results too (`output.ab_results` renders them); exit 1 where the plugin
     fails a test."""
     from pytest_specdec.app.ab_compare import compare_ab, is_ab
+    from pytest_specdec.app.compare import session_rule
     from pytest_specdec.errors import ConfigError
     from pytest_specdec.gate.thresholds import parse_threshold_items
     from pytest_specdec.output.ab_results import ab_summary_lines, ab_table_lines, ab_to_json
@@ -245,7 +247,7 @@ def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results
     old_name, new_name = names((args.old, args.new)) if args.old is not None else ("OLD", str(args.new))
     try:
         result = compare_ab(old, new, override=override, alpha=alpha, multiplicity=multiplicity, old_name=old_name,
-                            new_name=new_name)
+                            new_name=new_name, rule=session_rule(new, fail_inconclusive=args.fail_inconclusive))
     except ResultsError as exc:
         raise InputError(str(exc)) from None
     if args.json:
@@ -492,6 +494,9 @@ def parser() -> argparse.ArgumentParser:
                    help="deprecated spelling of --multiplicity, removed in the next release")
     c.add_argument("--all", action="store_true", help="show every metric's verdict, not only the gated ones")
     c.add_argument("--strict", action="store_true", help="exit 1 also when a test is not comparable")
+    c.add_argument("--fail-inconclusive", action="store_true",
+                   help="exit 1 also for a gated verdict (or gated drift) still inconclusive, as "
+                        "--specdec-fail-inconclusive fails the test (default: as NEW's session ran)")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")
     c.set_defaults(run=cmd_compare)
 

@@ -19,6 +19,7 @@ from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
+    from pytest_specdec.gate.check import FailRule
     from pytest_specdec.gate.nights import Night
     from pytest_specdec.measure.record import ArmRun
 
@@ -105,9 +106,9 @@ def judge_again(results: Results, where: str, *, override: Mapping[str, float], 
 
 
 def compare_ab(old: Results | None, new: Results, *, override: Mapping[str, float], alpha: float, multiplicity: str,
-               old_name: str = "OLD", new_name: str = "NEW") -> ABComparison:
+               old_name: str = "OLD", new_name: str = "NEW", rule: FailRule | None = None) -> ABComparison:
     """NEW's A/B tests judged again (`judge_again`), each beside OLD's same test when OLD is an A/B session's
-    results too (None: NEW alone, its verdicts shown again)."""
+    results too (None: NEW alone, its verdicts shown again); failed by ``rule`` (default: NEW's session's)."""
     now = judge_again(new, new_name, override=override, alpha=alpha, multiplicity=multiplicity)
     then = {} if old is None else judge_again(old, old_name, override=override, alpha=alpha, multiplicity=multiplicity)
     rows = []
@@ -120,4 +121,6 @@ def compare_ab(old: Results | None, new: Results, *, override: Mapping[str, floa
                               reason=f"{new_name} ran it without a base (its method has none, or it ran the "
                                      "reference alone)"))
     rows += [ABRow(n, None, c, f"only in {old_name}") for n, c in then.items() if n not in now]
-    return ABComparison(rows, alpha, multiplicity)
+    from pytest_specdec.app.compare import session_rule
+
+    return ABComparison(rows, alpha, multiplicity, rule=rule or session_rule(new))

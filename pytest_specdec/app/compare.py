@@ -28,6 +28,7 @@ from pytest_specdec.output.fields import number
 from pytest_specdec.output.schema import Results, ResultsError, TestEntry
 
 if TYPE_CHECKING:
+    from pytest_specdec.gate.check import FailRule
     from pytest_specdec.gate.crossover_gate import Reader, SweepNight, SweepOutcome, SweepPoint
     from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.machine import StateTolerance
@@ -117,14 +118,15 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
             | None = None, alpha: float = 0.05, multiplicity: str = "bh", min_night_sd: float = 0.0,
             night_prior: NightPrior | None = None,
             state_tolerance: StateTolerance | None = None, old_name: str = "OLD", new_name: str = "NEW",
-            datasets: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None) -> Comparison:
+            datasets: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
+            rule: FailRule | None = None) -> Comparison:
     """NEW's tests judged through the gate's one pipeline (`gate.pipeline.judge_all`), as the plugin judges a
     session: against a baseline directory (``StoredDir``: each test against its own file, the night variances,
     priors and night factors from every file of the profile, the profile's night sd floor), or against
     another results file (each of OLD's tests a baseline of one night; the priors from OLD's tests, never
     NEW's). Each test is judged at the look it ended on, with the thresholds it recorded (``override``, the
     command line's, on top; ``thresholds`` where it recorded none); the machine factor comes from every
-    compared test's reference arm."""
+    compared test's reference arm. The tests fail by ``rule`` (default: NEW's session's, `session_rule`)."""
     from pytest_specdec.gate.baselines import BaselineError, diff, night_entry
     from pytest_specdec.gate.check import Judgement, Look, Plan
     from pytest_specdec.gate.pipeline import Pipeline, Stored, judge_all
@@ -221,7 +223,7 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())
     sweeps = crossovers(old, new, rows, stores, alpha=alpha,
                         tolerance=None if state_tolerance is None else state_tolerance.ratio, old_name=old_name)
-    return Comparison(rows, machine, alpha, multiplicity, sweeps, machines)
+    return Comparison(rows, machine, alpha, multiplicity, sweeps, machines, rule=rule or session_rule(new))
 
 
 def crossovers(old: Results | StoredDir, new: Results, rows: Sequence[Row], stores: Mapping[str, Any], *,
@@ -305,3 +307,11 @@ def stored_nights(results: Results, alpha: float) -> tuple[dict[str, SweepNight]
             continue
         nights[sw.sweep] = SweepNight(results.started, sw.grid(), est.text() if est else None, sweep_state(sw.points))
     return nights, unread
+
+
+def session_rule(results: Results, *, strict: bool = False, fail_inconclusive: bool = False) -> FailRule:
+    """The failure rule a results file's session ran under (its `gate.fail_inconclusive`), with compare's
+    ``strict`` and ``fail_inconclusive`` on top: judged again, a file fails the tests its session failed."""
+    from pytest_specdec.gate.check import FailRule
+
+    return FailRule(strict=strict, fail_inconclusive=fail_inconclusive or results.gate.fail_inconclusive)

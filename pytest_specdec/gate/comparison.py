@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_specdec.gate.check import FailRule
 from pytest_specdec.gate.drift import gated_drift
 from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE, REGRESSED, Status
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.machine import MachineFactor
     from pytest_specdec.gate.stats import Verdict
     from pytest_specdec.measure.explain import Split
+
+#: The failure rule without options: a session run without --specdec-fail-inconclusive, judged without --strict.
+PLAIN = FailRule()
 
 
 @dataclass
@@ -38,29 +42,27 @@ class Row:
     #: NEW's drift within its session (`gate.drift`), its gated verdicts adjusted with the comparison's gated family
     drift: Drift | None = None
 
-    def end(self, strict: bool = False) -> TestEnd:
-        """The session's rule (`gate.check.FailRule`) over NEW's verdicts and gated drift; a test with no baseline to
-        compare with (only in NEW, no runs) is judged as missing, which fails it only for a dead arm or its drift."""
-        from pytest_specdec.gate.check import FailRule
-
+    def end(self, rule: FailRule = PLAIN) -> TestEnd:
+        """The session's rule (`gate.check.FailRule`: the comparison's, `Comparison.rule`) over NEW's verdicts and
+        gated drift; a test with no baseline to compare with (only in NEW, no runs) is judged as missing, which
+        fails it only for a dead arm or its drift."""
         status: Status = ("compared" if self.status == "compared" else NOT_COMPARABLE
                           if self.status == NOT_COMPARABLE else "missing")
-        return FailRule(strict=strict).decide(checked=self.checked, status=status, verdicts=self.verdicts,
-                                              dead=self.dead, drift=gated_drift(self.drift))
+        return rule.decide(checked=self.checked, status=status, verdicts=self.verdicts, dead=self.dead,
+                           drift=gated_drift(self.drift))
 
-    def failed(self, strict: bool = False) -> bool:
+    def failed(self, rule: FailRule = PLAIN) -> bool:
         """Whether this test fails the comparison, as `end` decides."""
-        return self.end(strict).fails_test
+        return self.end(rule).fails_test
 
     @property
     def gated(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.family == GATED]
 
-    @property
-    def drifted(self) -> bool:
+    def drifted(self, rule: FailRule = PLAIN) -> bool:
         """Whether a gated drift of NEW fails the test by the same rule (`TestEnd.drifted`: the session failed the
         test for it, whatever its check)."""
-        return bool(self.end().drifted)
+        return bool(self.end(rule).drifted)
 
     @property
     def regressed(self) -> bool:
@@ -79,20 +81,23 @@ class Comparison:
     crossovers: list[SweepOutcome] = field(default_factory=list)
     #: against stored baselines: the machines' folders NEW's tests were judged against (their path, their name)
     machines: tuple[tuple[str, str], ...] = ()
+    #: the failure rule the tests are judged by: NEW's session's --specdec-fail-inconclusive (or compare's), and
+    #: compare's --strict
+    rule: FailRule = PLAIN
 
     @property
     def regressed(self) -> list[Row]:
         """Every test with a regressed gated metric, those that opted out included."""
         return [r for r in self.rows if r.regressed]
 
-    def failed(self, strict: bool = False) -> list[Row]:
-        """The tests that make the comparison fail (exit 1), as `Row.failed` says."""
-        return [r for r in self.rows if r.failed(strict)]
+    def failed(self) -> list[Row]:
+        """The tests that make the comparison fail (exit 1), as `Row.failed` says under the comparison's rule."""
+        return [r for r in self.rows if r.failed(self.rule)]
 
     @property
     def drifted(self) -> list[str]:
         """The tests whose gated drift fails them, as `Row.drifted` says (the session failed them for it)."""
-        return [r.nodeid for r in self.rows if r.drifted]
+        return [r.nodeid for r in self.rows if r.drifted(self.rule)]
 
     @property
     def failed_sweeps(self) -> list[SweepOutcome]:
@@ -110,25 +115,21 @@ class ABRow:
     status: str = "judged"  # judged | only in OLD | only in NEW | not an A/B test
     reason: str = ""
 
-    @property
-    def end(self) -> TestEnd | None:
-        """As the plugin decides it (`gate.check.FailRule`), None for a test in OLD only."""
-        from pytest_specdec.gate.check import FailRule
-
-        return None if self.check is None else FailRule().decide(
+    def end(self, rule: FailRule = PLAIN) -> TestEnd | None:
+        """As the plugin decides it (`gate.check.FailRule`: the comparison's), None for a test in OLD only."""
+        return None if self.check is None else rule.decide(
             checked=self.check.checked, status="compared", verdicts=self.check.shown(),
             drift=gated_drift(self.check.drift))
 
-    @property
-    def failed(self) -> bool:
-        """As the plugin fails it: a gated regression of a test that did not opt out, or its gated drift."""
-        end = self.end
+    def failed(self, rule: FailRule = PLAIN) -> bool:
+        """As the plugin fails it: a gated regression of a test that did not opt out, or its gated drift (and under
+        --specdec-fail-inconclusive a gated verdict still inconclusive)."""
+        end = self.end(rule)
         return end is not None and end.fails_test
 
-    @property
-    def drifted(self) -> bool:
+    def drifted(self, rule: FailRule = PLAIN) -> bool:
         """Whether NEW's gated drift fails the test by the same rule (`TestEnd.drifted`)."""
-        end = self.end
+        end = self.end(rule)
         return end is not None and bool(end.drifted)
 
 
@@ -140,12 +141,14 @@ class ABComparison:
     alpha: float
     multiplicity: str
     notes: list[str] = field(default_factory=list)
+    #: the failure rule: NEW's session's --specdec-fail-inconclusive, or compare's
+    rule: FailRule = PLAIN
 
     def failed(self) -> list[ABRow]:
-        return [r for r in self.rows if r.failed]
+        return [r for r in self.rows if r.failed(self.rule)]
 
     @property
     def drifted(self) -> list[str]:
         """The tests whose gated drift fails them (as it stands after the comparison's adjustment), by the failure
         rule (`ABRow.drifted`)."""
-        return [r.nodeid for r in self.rows if r.drifted]
+        return [r.nodeid for r in self.rows if r.drifted(self.rule)]

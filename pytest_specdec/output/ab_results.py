@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.gate.kinds import REGRESSED
+from pytest_specdec.gate.kinds import INCONCLUSIVE, REGRESSED
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
@@ -48,14 +48,16 @@ def ab_summary_lines(cmp: ABComparison, new_name: str) -> list[str]:
     from pytest_specdec.output.wording import MULTIPLICITY_NAMES
 
     judged = [r for r in cmp.rows if r.check is not None]
+    from pytest_specdec.output.compare import failing_lines
+
     bad = [r for r in cmp.failed() if r.check is not None and r.check.regressed()]
-    drifted = cmp.drifted
+    still = [r.nodeid for r in cmp.rows if (end := r.end(cmp.rule)) is not None and end.outcome == INCONCLUSIVE
+             and end.fails]
     return [f"specdec compare: {len(judged)} A/B test(s) of {new_name} judged again, candidate vs base pair by pair "
             f"({MULTIPLICITY_NAMES[cmp.multiplicity]} over the A/B family, alpha {cmp.alpha:g})",
             f"specdec compare: {len(bad)} A/B test(s) regressed against their base"
             + (": " + ", ".join(r.nodeid for r in bad) if bad else ""),
-            *([f"specdec compare: {len(drifted)} A/B test(s) whose gated drift regressed within {new_name}'s session, "
-               f"failed as the session fails them: {', '.join(drifted)}"] if drifted else [])]
+            *failing_lines(still, cmp.drifted, new_name, "A/B test(s)")]
 
 
 def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
@@ -71,7 +73,7 @@ def ab_to_json(cmp: ABComparison) -> dict[str, Any]:
             "failed": [r.nodeid for r in cmp.failed()],
             REGRESSED: [r.nodeid for r in cmp.rows if r.check is not None and r.check.regressed()],
             "drifted": cmp.drifted,
-            "tests": [{"nodeid": r.nodeid, "status": r.status, "reason": r.reason, "failed": r.failed,
+            "tests": [{"nodeid": r.nodeid, "status": r.status, "reason": r.reason, "failed": r.failed(cmp.rule),
                        "checked": None if r.check is None else r.check.checked, "verdicts": verdicts(r.check),
                        "old_verdicts": verdicts(r.old),
                        "drift": None if r.check is None or r.check.drift is None else drift_entry(r.check.drift)}

@@ -38,7 +38,7 @@ def table_lines(cmp: Comparison, *, shown: bool = False) -> list[str]:
 
     level = f"{100 * (1 - 2 * cmp.alpha):.4g}% CI"
     order = {"compared": 1, NOT_COMPARABLE: 2, "no runs": 3}
-    rows = sorted(cmp.rows, key=lambda r: (0 if r.failed() else 1 if r.regressed or r.drifted
+    rows = sorted(cmp.rows, key=lambda r: (0 if r.failed(cmp.rule) else 1 if r.regressed or r.drifted(cmp.rule)
                                            else order.get(r.status, 4)))
     out: list[str] = []
     for r in rows:
@@ -89,11 +89,8 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     if opted:
         lines.append(f"specdec compare: {len(opted)} test(s) regressed but opted out (check=False), shown and not "
                      f"failed: {', '.join(opted)}")
-    drifted = cmp.drifted
-    if drifted:
-        lines.append(f"specdec compare: {len(drifted)} test(s) whose gated drift regressed within {new_name}'s session "
-                     f"(late runs against early runs on one server), failed as the session fails them: "
-                     f"{', '.join(drifted)}")
+    still = [r.nodeid for r in cmp.rows if (end := r.end(cmp.rule)).outcome == INCONCLUSIVE and end.fails]
+    lines += failing_lines(still, cmp.drifted, new_name, "test(s)")
     lines += [crossover_line(x) for x in cmp.crossovers]
     dead = [r.nodeid for r in cmp.rows if r.dead]
     if dead:
@@ -102,7 +99,22 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     return lines
 
 
-def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
+def failing_lines(still: Sequence[str], drifted: Sequence[str], new_name: str, tests: str) -> list[str]:
+    """The lines naming the tests that fail without a regressed gated metric: a gated verdict still inconclusive
+    under --specdec-fail-inconclusive (NEW's session's, or compare's --fail-inconclusive), and a gated drift within
+    NEW's session, for `compare` of nightly and A/B results alike."""
+    lines = []
+    if still:
+        lines.append(f"specdec compare: {len(still)} {tests} with a gated verdict still inconclusive, failed as "
+                     f"--specdec-fail-inconclusive fails them: {', '.join(still)}")
+    if drifted:
+        lines.append(f"specdec compare: {len(drifted)} {tests} whose gated drift within {new_name}'s session (late "
+                     "runs against early runs on one server) regressed, or stayed inconclusive under "
+                     f"--specdec-fail-inconclusive, failed as the session fails them: {', '.join(drifted)}")
+    return lines
+
+
+def to_json(cmp: Comparison) -> dict[str, Any]:
     """The comparison as data (`--json`): per test its status and verdicts in the results' verdict format, and its
     drift within NEW's session in the results' drift format; `regressed` lists every test with a regressed gated
     metric, `drifted` every test whose gated drift regressed, `failed` those that make the exit status 1."""
@@ -118,10 +130,10 @@ def to_json(cmp: Comparison, *, strict: bool = False) -> dict[str, Any]:
         "crossovers": {x.sweep: {**(verdict_json(x.verdict) if x.verdict else {"verdict": None}), "line": x.line,
                                  "family": x.family, "error": x.error, "failed": x.failed, "why_none": x.note or None}
                        for x in cmp.crossovers},
-        "failed": [r.nodeid for r in cmp.failed(strict)],
+        "failed": [r.nodeid for r in cmp.failed()],
         "failed_sweeps": [x.sweep for x in cmp.failed_sweeps],
         "tests": [{"nodeid": r.nodeid, "status": r.status, REGRESSED: r.regressed, "checked": r.checked,
-                   "failed": r.failed(strict), "reason": r.reason,
+                   "failed": r.failed(cmp.rule), "reason": r.reason,
                    "not_comparable_fields": {k: [a, b] for k, (a, b) in r.fields.items()},
                    "verdicts": {v.metric: verdict_json(v) for v in r.verdicts},
                    "split": None if r.split is None else split_entry(r.split),

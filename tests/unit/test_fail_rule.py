@@ -77,3 +77,38 @@ def test_a_gated_drift_still_inconclusive_fails_under_fail_inconclusive_as_any_g
     passing = FailRule().decide(checked=checked, status=status, verdicts=verdicts,
                                 drift=[open_, _drift("inconclusive", "shown")])
     assert not passing.fails_test and passing.drift_open == (open_,)  # passes with a warning naming it
+
+
+def test_compare_fails_a_test_still_inconclusive_where_its_session_did_or_where_told() -> None:
+    """`pytest-specdec compare` judges a file again by the rule its session ran under (its recorded
+    `gate.fail_inconclusive`), or by `--fail-inconclusive`: a gated verdict still inconclusive then fails the
+    comparison as it failed the session; otherwise it passes, as it passed there."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from factories import ab_judgement
+
+    from pytest_specdec.app.compare import session_rule
+    from pytest_specdec.gate.comparison import PLAIN, ABComparison, ABRow, Comparison, Row
+
+    def results(fail_inconclusive: bool) -> Any:
+        return cast(Any, SimpleNamespace(gate=SimpleNamespace(fail_inconclusive=fail_inconclusive)))
+
+    assert session_rule(results(False)) == PLAIN
+    assert session_rule(results(True)) == FailRule(fail_inconclusive=True)
+    assert session_rule(results(False), fail_inconclusive=True, strict=True) == FailRule(True, True)
+
+    row = Row("t", "compared", verdicts=[OPEN])
+    assert Comparison([row], None, 0.05, "bh").failed() == []
+    failing = Comparison([row], None, 0.05, "bh", rule=session_rule(results(True)))
+    assert failing.failed() == [row]
+    from pytest_specdec.output.compare import summary_lines
+
+    said = "1 test(s) with a gated verdict still inconclusive, failed as --specdec-fail-inconclusive fails them: t"
+    assert any(said in line for line in summary_lines(failing, "OLD", "NEW"))
+    assert not any("still inconclusive" in line for line in summary_lines(Comparison([row], None, 0.05, "bh"),
+                                                                           "OLD", "NEW"))
+
+    ab = ABRow("a", ab_judgement(speedup="inconclusive"))
+    assert ABComparison([ab], 0.05, "bh").failed() == []
+    assert ABComparison([ab], 0.05, "bh", rule=FailRule(fail_inconclusive=True)).failed() == [ab]
