@@ -9,8 +9,10 @@ fractions summing to at most 1, so two TP-4 servers at 0.9 on an 8-GPU host star
 Where they are not, every server counts as sharing one set of GPUs (`fraction_fit`): fractions summing to at most
 1. A server without the flag counts at vLLM's default, 0.9.
 
-Servers that start together never share a GPU (`lease_apart`): vLLM sizes its KV cache from the memory it sees
-free while it profiles, so a neighbour allocating meanwhile leaves it none. On an H200 with CUDA vLLM 0.26.0,
+Servers that start together never share a GPU (`lease_apart`): vLLM sizes its KV cache as its requested share
+less the memory its profiling run saw go (vllm/v1/worker/gpu_worker.py, "we assume that the other processes using
+the same GPU did not change their memory usage during the profiling"), so a neighbour allocating its KV cache
+meanwhile counts against it and leaves it none. On an H200 with CUDA vLLM 0.26.0,
 the zoo's reference and draft_model servers started at once on one GPU at 0.2 each: the second failed with
 "No available memory for the cache blocks" (docs/versions.md). Servers sharing a GPU start one after another.
 """
