@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.gate.check import FailRule
 from pytest_specdec.gate.drift import gated_drift
-from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE, REGRESSED, Status
+from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, REGRESSED, Status
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
@@ -100,6 +100,11 @@ class Comparison:
         return [r.nodeid for r in self.rows if r.drifted(self.rule)]
 
     @property
+    def still_open(self) -> list[str]:
+        """The tests a gated verdict still inconclusive fails (the rule's --specdec-fail-inconclusive)."""
+        return [r.nodeid for r in self.rows if _fails_open(r.end(self.rule))]
+
+    @property
     def failed_sweeps(self) -> list[SweepOutcome]:
         """The sweeps that make the comparison fail (exit 1) as they fail the session: a gated regression, an error."""
         return [x for x in self.crossovers if x.failed]
@@ -152,3 +157,14 @@ class ABComparison:
         """The tests whose gated drift fails them (as it stands after the comparison's adjustment), by the failure
         rule (`ABRow.drifted`)."""
         return [r.nodeid for r in self.rows if r.drifted(self.rule)]
+
+    @property
+    def still_open(self) -> list[str]:
+        """The tests a gated verdict still inconclusive fails (the rule's --specdec-fail-inconclusive)."""
+        return [r.nodeid for r in self.rows if _fails_open(r.end(self.rule))]
+
+
+def _fails_open(end: TestEnd | None) -> bool:
+    """Whether a test ends failed on a gated verdict still inconclusive (`TestEnd`: its outcome, under
+    --specdec-fail-inconclusive), not on a regression or a drift."""
+    return end is not None and end.outcome == INCONCLUSIVE and end.fails

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_specdec.gate.kinds import INCONCLUSIVE, REGRESSED
+from pytest_specdec.gate.kinds import REGRESSED
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
@@ -45,19 +45,16 @@ def ab_table_lines(cmp: ABComparison, old_name: str, new_name: str) -> list[str]
 
 def ab_summary_lines(cmp: ABComparison, new_name: str) -> list[str]:
     """The closing lines: the A/B tests judged, and those that fail as the plugin fails them."""
+    from pytest_specdec.output.compare import failing_lines
     from pytest_specdec.output.wording import MULTIPLICITY_NAMES
 
     judged = [r for r in cmp.rows if r.check is not None]
-    from pytest_specdec.output.compare import failing_lines
-
     bad = [r for r in cmp.failed() if r.check is not None and r.check.regressed()]
-    still = [r.nodeid for r in cmp.rows if (end := r.end(cmp.rule)) is not None and end.outcome == INCONCLUSIVE
-             and end.fails]
     return [f"specdec compare: {len(judged)} A/B test(s) of {new_name} judged again, candidate vs base pair by pair "
             f"({MULTIPLICITY_NAMES[cmp.multiplicity]} over the A/B family, alpha {cmp.alpha:g})",
             f"specdec compare: {len(bad)} A/B test(s) regressed against their base"
             + (": " + ", ".join(r.nodeid for r in bad) if bad else ""),
-            *failing_lines(still, cmp.drifted, new_name, "A/B test(s)")]
+            *failing_lines(cmp.still_open, cmp.drifted, new_name, "A/B test(s)")]
 
 
 def ab_to_json(cmp: ABComparison) -> dict[str, Any]:

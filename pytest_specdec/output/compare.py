@@ -89,8 +89,7 @@ def summary_lines(cmp: Comparison, old_name: str, new_name: str) -> list[str]:
     if opted:
         lines.append(f"specdec compare: {len(opted)} test(s) regressed but opted out (check=False), shown and not "
                      f"failed: {', '.join(opted)}")
-    still = [r.nodeid for r in cmp.rows if (end := r.end(cmp.rule)).outcome == INCONCLUSIVE and end.fails]
-    lines += failing_lines(still, cmp.drifted, new_name, "test(s)")
+    lines += failing_lines(cmp.still_open, cmp.drifted, new_name, "test(s)")
     lines += [crossover_line(x) for x in cmp.crossovers]
     dead = [r.nodeid for r in cmp.rows if r.dead]
     if dead:

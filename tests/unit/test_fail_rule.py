@@ -112,3 +112,5 @@ def test_compare_fails_a_test_still_inconclusive_where_its_session_did_or_where_
     ab = ABRow("a", ab_judgement(speedup="inconclusive"))
     assert ABComparison([ab], 0.05, "bh").failed() == []
     assert ABComparison([ab], 0.05, "bh", rule=FailRule(fail_inconclusive=True)).failed() == [ab]
+    assert ABComparison([ab], 0.05, "bh", rule=FailRule(fail_inconclusive=True)).still_open == ["a"]
+    assert failing.still_open == ["t"] and Comparison([row], None, 0.05, "bh").still_open == []
