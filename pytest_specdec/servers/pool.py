@@ -316,7 +316,7 @@ class ServerPool:
             self._started(spec, server, group, wall)
             self.progress(f"specdec: vLLM ({spec.method}, {key}) ready in {server.startup_s:.0f} s at "
                           f"{server.base_url}")
-        self.progress(f"specdec: {len(specs)} vLLM servers started together in {wall:.0f} s")
+        self.progress(f"specdec: {len(prepared)} vLLM servers started together in {wall:.0f} s")
 
     def _apart(self, prepared: list[tuple[ServerSpec, VllmServer]], wheres: list[str]
                ) -> tuple[list[tuple[ServerSpec, VllmServer]], list[str]]:
