@@ -261,11 +261,11 @@ def machine_sentence(m: MachineFactor, now: str = "this machine", against: str =
     pct = 100.0 * (m.factor - 1.0)
     way = "slower" if pct < 0 else "faster"
     ci = (f"{m.level:.3g}% CI {100 * (math.exp(m.ci_low) - 1):+.1f} % to "
-          f"{100 * (math.exp(m.ci_high) - 1):+.1f} %" if m.n_tests > 1 else "one test")
+          f"{100 * (math.exp(m.ci_high) - 1):+.1f} %, {m.n_tests} test(s)" if m.n_tests > 1
+          else "from one test, no CI")
     tail = (f"; beyond ±{m.threshold:.3g} %: absolute figures are compared after dividing it out"
             if m.beyond else f"; within ±{m.threshold:.3g} %")
-    return (f"{now} ran {abs(pct):.1f} % {way} than {against} "
-            f"(reference tok/s, factor {m.factor:.3f}, {ci}, {m.n_tests} test(s)){tail}")
+    return f"{now} ran {abs(pct):.1f} % {way} than {against} (reference tok/s, factor {m.factor:.3f}, {ci}){tail}"
 
 
 #: A verdict's unit of comparison (`stats.Verdict.per`) as the failure message names it.

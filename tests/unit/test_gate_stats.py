@@ -150,3 +150,15 @@ def test_a_zero_change_reads_plus_zero() -> None:
 
     assert [format_delta(x, "%") for x in (-1e-12, 0.0, -0.06)] == ["+0.0 %", "+0.0 %", "-0.1 %"]
     assert format_delta(-1e-9, "points") == "+0.00 pt" and format_delta(None, "%") == "—"
+
+
+def test_the_machine_line_names_a_ci_only_where_several_tests_give_one() -> None:
+    """One test's reference arm gives a factor and no CI: the line says so once (an H200 session printed "one test,
+    1 test(s)"); several give a CI and their count."""
+    from pytest_specdec.gate.machine import MachineFactor
+    from pytest_specdec.output.wording import machine_sentence
+
+    one = machine_sentence(MachineFactor(math.log(0.876), math.log(0.876), math.log(0.876), 1, 5.0, 90.0))
+    assert "(reference tok/s, factor 0.876, from one test, no CI); beyond ±5 %" in one, one
+    three = machine_sentence(MachineFactor(math.log(0.9), math.log(0.85), math.log(0.95), 3, 5.0, 90.0))
+    assert "(reference tok/s, factor 0.900, 90% CI -15.0 % to -5.0 %, 3 test(s)); beyond ±5 %" in three, three
