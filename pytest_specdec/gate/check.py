@@ -232,7 +232,7 @@ class FailRule:
 @dataclass(frozen=True)
 class Adjusted:
     """A test's members of the session's families after BH/Holm: its verdicts (against its baseline, or the base)
-    and its gated drift verdicts (`drift.Drift.members`)."""
+    and its drift verdicts (`drift.Drift.members`)."""
 
     verdicts: tuple[Verdict, ...] = ()
     drift: tuple[Verdict, ...] = ()
@@ -269,7 +269,7 @@ class Judged(Protocol):
 
 
 def members(c: Judged) -> tuple[Verdict, ...]:
-    """A test's members of the session's families: its raw verdicts, then its gated drift verdicts as judged."""
+    """A test's members of the session's families: its raw verdicts, then its drift verdicts as judged."""
     return (*c.raw, *(c.drift.members if c.drift is not None else ()))
 
 

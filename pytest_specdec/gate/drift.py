@@ -21,10 +21,11 @@ has 4 to 20 runs, and a difference of halves reads in the metric's own unit agai
 as every other verdict. Only runs on one server process count: a restart starts a new segment, and the longest
 segment is judged (the others are left out, and said so), as are invalid runs.
 
-A gated drift verdict is a member of the session's gated family (`check.adjusted_all`): its p is adjusted with the
-other gated verdicts at the test's end and at the session's end, so a suite that gates its drift keeps the suite's
-false-alarm rate; a shown one is judged at the raw α and adjusted with nothing. Whether it fails the test is the one
-failure rule's (`check.FailRule.decide`, its ``drift``).
+A drift verdict is a member of the session's family of its kind (`check.adjusted_all`): a gated one's p is adjusted
+with the other gated verdicts at the test's end and at the session's end, so a suite that gates its drift keeps the
+suite's false-alarm rate; a shown one with the shown verdicts, as every shown metric is (at the raw α, 2 of the
+22 step-time drifts of a quiet README session read `regressed` or `improved`). Whether it fails the test is the
+one failure rule's (`check.FailRule.decide`, its ``drift``).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class Drift:
 
     verdicts: tuple[DriftVerdict, ...]
     alpha: float
-    #: every verdict after the gated family's adjustment (a shown one as judged); None: not adjusted yet
+    #: every verdict after its family's adjustment (gated or shown); None: not adjusted yet
     adjusted: tuple[DriftVerdict, ...] | None = None
 
     @property
@@ -102,8 +103,9 @@ class Drift:
 
     @property
     def members(self) -> tuple[Verdict, ...]:
-        """The gated drift verdicts as judged (before any adjustment): the test's members of the gated family."""
-        return tuple(v.as_verdict() for v in self.verdicts if v.family == GATED)
+        """The drift verdicts as judged (before any adjustment): the test's members of the session's families, each
+        of its own (gated or shown), as every other verdict is."""
+        return tuple(v.as_verdict() for v in self.verdicts)
 
     @property
     def gated(self) -> tuple[Verdict, ...]:

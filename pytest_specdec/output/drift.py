@@ -51,10 +51,11 @@ def cell_text(v: DriftVerdict) -> str:
 
 def drift_lines(nodeid: str, drift: Drift) -> list[str]:
     """The terminal's lines for the test: one per metric, and the runs left out once. Printed as the test is
-    measured, before its end adjusts a gated one over the session's family (the failure says the adjusted one)."""
-    raw = drift.adjusted is None and any(v.family == "gated" for v in drift.verdicts)
+    measured, before its end adjusts each over the session's family of its kind (the failure, the results and the
+    report say the adjusted one)."""
+    raw = drift.adjusted is None and bool(drift.verdicts)
     return [f"specdec: drift {nodeid} (early vs late half of one server's runs"
-            + ("; gated ones before the family's adjustment" if raw else "") + "):", *verdict_lines(drift)]
+            + ("; before the family's adjustment" if raw else "") + "):", *verdict_lines(drift)]
 
 
 def verdict_lines(drift: Drift, indent: str = "  ") -> list[str]:

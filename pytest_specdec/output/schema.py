@@ -395,7 +395,7 @@ class TestEntry:
 
 def drift_of(entry: Mapping[str, Any] | None, where: str) -> Drift | None:
     """A test's `drift` entry (`drift_entry`) read back as the gate's typed value: its verdicts as judged
-    (a gated one's `unadjusted` word, p and note, where the session adjusted it) and as the session left them
+    (each one's `unadjusted` word, p and note, where the session adjusted it) and as the session left them
     (`Drift.adjusted`; None in a file from before drift was adjusted). None without an entry; ResultsError names a
     malformed one."""
     from dataclasses import replace
@@ -1021,10 +1021,10 @@ def drift_verdict_entry(v: DriftVerdict) -> dict[str, Any]:
 
 
 def drift_entry(d: Drift) -> dict[str, Any]:
-    """A test's ``drift``: each verdict as it stands, a gated one with its ``unadjusted`` word, p and note beside
-    it (None: not adjusted, as a shown one never is), as the baseline's verdicts keep theirs."""
+    """A test's ``drift``: each verdict as it stands, with its ``unadjusted`` word, p and note beside it (None: not
+    adjusted yet), as the baseline's verdicts keep theirs."""
     raw = {v.metric: v for v in d.verdicts}
     return {"alpha": d.alpha, "verdicts": {v.metric: {
-        **drift_verdict_entry(v), "unadjusted": None if d.adjusted is None or v.family != GATED else {
+        **drift_verdict_entry(v), "unadjusted": None if d.adjusted is None else {
             "verdict": raw[v.metric].verdict, "p": raw[v.metric].p, "note": raw[v.metric].note}}
         for v in d.shown}}

@@ -51,8 +51,7 @@ def test_a_server_slower_late_fails_where_gated(pytester: pytest.Pytester, fake_
     run = session(pytester, make_suite, make_profile, 'check=False, gate=["step_time_drift"]')
     run.result.assert_outcomes(failed=1)
     run.result.stdout.fnmatch_lines([
-        "specdec: drift *test_ngram* (early vs late half of one server's runs; gated ones before the family's "
-        "adjustment):",
+        "specdec: drift *test_ngram* (early vs late half of one server's runs; before the family's adjustment):",
         "  acceptance unchanged: early 1.000 → late 1.000, *",
         "  step time regressed (gated): early * ref steps → late * ref steps, Δ +*CI*threshold +10 %, 4+4 runs)",
         "*drift within the session regressed: step_time_drift*"])
@@ -67,7 +66,8 @@ def test_a_server_slower_late_fails_where_gated(pytester: pytest.Pytester, fake_
     assert "Benjamini-Hochberg over 4 tests (3 without a p-value" in test["error"], test["error"]
     assert "Benjamini-Hochberg over 1 tests" in step["note"], step
     assert step["unadjusted"]["verdict"] == "regressed" and step["unadjusted"]["p"] <= step["p"], step
-    assert test["drift"]["verdicts"]["acceptance_drift"]["unadjusted"] is None  # shown: adjusted with nothing
+    shown = test["drift"]["verdicts"]["acceptance_drift"]  # shown: adjusted with the shown family
+    assert shown["family"] == "shown" and shown["unadjusted"]["verdict"] == shown["verdict"] == "unchanged", shown
     assert not undocumented(run.results)
     assert "drift within the session" in run.html and "step time regressed" in run.html
 
