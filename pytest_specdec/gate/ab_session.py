@@ -473,9 +473,12 @@ class ABGate:
         """At a test's end: every A/B verdict so far adjusted, padded with p=1 to what the ``planned`` tests can
         add; a gated regression fails the test, a gated verdict still inconclusive warns (fails under
         --specdec-fail-inconclusive), unless its marker says check=False."""
+        from pytest_specdec.gate.verdicts import drift_per_test
+
         judged = [p for p in planned if self.skip_reason(p.method, p.speculative_config, p.engine) is None]
         gated = self.gated_size(planned)
-        shown = len(AB_SHOWN) * len(judged) if self.installs else 0
+        shown = (len(AB_SHOWN) * len(judged) if self.installs else 0) + sum(  # the candidate's shown drift too
+            drift_per_test(p.method) - len(p.drift) for p in judged)
         c = dict(adjust(family, final=False, multiplicity=self.options.multiplicity, alpha=self.options.alpha,
                         gated_size=gated, family_size=gated + shown))[nodeid]
         end = self.fail_rule.decide(checked=c.checked, status="compared", verdicts=c.shown(),

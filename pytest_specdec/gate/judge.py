@@ -243,14 +243,14 @@ class Judge:
         baseline warns (fails under --specdec-strict); inconclusive gated verdicts warn (fail under
         --specdec-fail-inconclusive).
         """
-        from pytest_specdec.gate.verdicts import gated_per_test, metrics_per_test
+        from pytest_specdec.gate.verdicts import drift_per_test, gated_per_test, metrics_per_test
 
         c = dict(family)[nodeid]
         drifts = sum(gated_per_test(p.method, p.drift) for p in planned)  # gated drift metrics: gated members too
         adjusted = self.pipeline.test_end(
             family, nodeid, gated_size=drifts + sum(gated_per_test(p.method, self.gate(p.options.gate))
                                                     for p in planned),
-            family_size=drifts + sum(metrics_per_test(p.method, p.k, p.goodput) for p in planned))
+            family_size=sum(metrics_per_test(p.method, p.k, p.goodput) + drift_per_test(p.method) for p in planned))
         drift = adjusted.drift_of(c)
         end = replace(self.fail_rule.decide(checked=c.plan.checked, status=c.plan.status, verdicts=adjusted.verdicts,
                                             portable_only=bool(c.plan.machines),

@@ -42,6 +42,14 @@ def metrics_per_test(method: str, k: int | None, goodput: bool = False) -> int:
     return 4 if method == "none" else 10 + (k or 0) + goodput
 
 
+def drift_per_test(method: str) -> int:
+    """How many drift verdicts one specdec test can add to the session's families, gated and shown (`gate.drift`:
+    a spec arm's acceptance and step time; a reference-only test has none)."""
+    from pytest_specdec.gate.drift import DRIFT_METRICS
+
+    return len(DRIFT_METRICS) if method != "none" else 0
+
+
 def gated_per_test(method: str, gate: Iterable[str] = GATED) -> int:
     """How many gated metric tests one specdec test can add (an upper bound for the family's padding)."""
     return len(list(gate)) if method != "none" else sum(1 for m in gate if m in ABSOLUTE)

@@ -330,3 +330,20 @@ def test_blocks_keep_the_false_alarm_rate_where_pairs_lose_it() -> None:
         alarms["pairs"] += paired("output_tok_s", [100.0] * 12, cand).verdict == "regressed"
         alarms["blocks"] += paired("output_tok_s", [100.0] * 12, cand, blocks=blocks).verdict == "regressed"
     assert alarms["pairs"] / n > 0.10 and alarms["blocks"] / n < 0.05 + 2 * (0.05 * 0.95 / n) ** 0.5, alarms
+
+
+def test_test_end_pads_the_shown_family_with_the_shown_drift_to_come() -> None:
+    """A shown drift joins the shown family (`gate.drift`): at a test's end that family is padded to what the
+    collected tests can add, each A/B test's candidate drift (2 metrics, none gated here) included."""
+    from pytest_specdec.gate.drift import STEP_TIME_DRIFT, Drift, DriftVerdict
+
+    g = gate()
+    step = DriftVerdict(STEP_TIME_DRIFT, "regressed", "shown", "%", 10.0, 1.0, 1.6, 60.0, (40.0, 80.0), 0.01,
+                        (0, 1, 2, 3), (4, 5, 6, 7), ())
+    first = dataclasses.replace(ab_judgement(*ab_verdicts(case(0.9), g.thresholds, 0.05)),
+                                drift=Drift((step,), 0.05))
+    ended, _ = g.test_end("t1", [("t1", first)], [planned()] * 40)
+    assert ended.drift is not None
+    (shown,) = ended.drift.shown
+    assert "Benjamini-Hochberg over 80 tests (79 without a p-value" in shown.note, shown.note
+    assert shown.verdict == "inconclusive", shown  # p 0.01 x 80 at the test's end; judged whole at the session's
