@@ -9,6 +9,7 @@ change shows in the baseline diff. It is read from the cache vLLM downloads into
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,12 +24,14 @@ def is_hub_id(model: str) -> bool:
 
 
 def cache_dir(env: Mapping[str, str]) -> str | None:
-    """The hub cache of a server with environment ``env`` (its own settings over this process's): None leaves
-    it to huggingface_hub, which reads HF_HUB_CACHE / HF_HOME from this process's environment."""
-    if env.get("HF_HUB_CACHE"):
-        return env["HF_HUB_CACHE"]
-    if env.get("HF_HOME"):
-        return str(Path(env["HF_HOME"]) / "hub")
+    """The hub cache of a server with environment ``env`` (its own settings over this process's, as the server gets
+    them), read now: huggingface_hub reads HF_HUB_CACHE / HF_HOME once, when first imported, and a process's
+    environment can change after that. None: neither is set, and huggingface_hub's default is the server's too."""
+    merged = {**os.environ, **env}
+    if merged.get("HF_HUB_CACHE"):
+        return merged["HF_HUB_CACHE"]
+    if merged.get("HF_HOME"):
+        return str(Path(merged["HF_HOME"]) / "hub")
     return None
 
 

@@ -42,6 +42,8 @@ def profile(path: Path, revision: str | None = None) -> Path:
 @pytest.fixture
 def hub(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[..., str],
         monkeypatch: pytest.MonkeyPatch) -> Path:
+    import huggingface_hub.constants  # noqa: F401  # read HF_HUB_CACHE here, before it is set: the plugin reads it anew
+
     cache = pytester.path / "hub-cache"
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))  # the sessions' (and so the servers') hub cache
     snapshot(cache, "org/target", TARGET)
@@ -51,8 +53,8 @@ def hub(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable[...
 
 
 def night(pytester: pytest.Pytester, path: Path, *extra: str) -> dict[str, object]:
-    """One session (a subprocess: the project's conftest replaces the launcher); its one test's results."""
-    session = specdec_session(pytester, path, None, "--specdec-settle-timeout=0", *extra, subprocess=True)
+    """One session; its one test's results."""
+    session = specdec_session(pytester, path, None, "--specdec-settle-timeout=0", *extra)
     session.result.assert_outcomes(passed=1)
     return session.test
 
