@@ -304,11 +304,17 @@ def make_suite() -> Callable[..., str]:
 
 @pytest.fixture
 def fake_vllm(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> FakeVllm:
-    """Make the stand-in the pytester project's ``vllm serve``: a conftest.py replaces
-    ``pytest_specdec.vllm.command.vllm_launcher`` with ``fakes.LAUNCHER``, and every stand-in records itself at exit.
+    """Make the stand-in the pytester project's ``vllm serve``: ``pytest_specdec.vllm.command.vllm_launcher`` gives
+    ``fakes.LAUNCHER``, and every stand-in records itself at exit.
 
-    Run the project with ``pytester.runpytest_subprocess``: in this process the replacement would outlive the
-    run and send later tests' real vLLM servers to the stand-in."""
+    For a session in this process the test's monkeypatch replaces it (undone at the test's end: a later test's real
+    vLLM servers are vLLM's again; the module is imported here, before the session, so pytester keeps it); for one in
+    a child process (``subprocess=True``), the project's conftest.py does. In-process sessions spare a child its
+    imports (pytest, the plugin, scipy; vLLM's parser where engine modes are checked; transformers for a tokenizer),
+    which the worker has already made or keeps for the next."""
+    import pytest_specdec.vllm.command
+
+    monkeypatch.setattr(pytest_specdec.vllm.command, "vllm_launcher", lambda: list(LAUNCHER))
     pytester.makeconftest(f"import pytest_specdec.vllm.command\n\n"
                           f"pytest_specdec.vllm.command.vllm_launcher = lambda: {LAUNCHER!r}\n")
     records = pytester.path / "serve-records"

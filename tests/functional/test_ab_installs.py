@@ -52,8 +52,8 @@ def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable
 
 
 def session(pytester: pytest.Pytester, profile: Path, *extra: str) -> pytest.RunResult:
-    return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", *extra, runs=PAIRS, max_runs=PAIRS,
-                           subprocess=True).result
+    return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", *extra, runs=PAIRS,
+                           max_runs=PAIRS).result
 
 
 def test_a_slower_install_is_told_apart_from_speculation(pytester: pytest.Pytester, project: Path,

@@ -45,10 +45,10 @@ def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable
 
 def session(pytester: pytest.Pytester, profile: Path, *extra: str, runs: tuple[int, int] = (PAIRS, PAIRS)
             ) -> pytest.RunResult:
-    """An A/B session of the suite (a subprocess: the project's conftest replaces vLLM's launcher): ``runs`` pairs
+    """An A/B session of the suite: ``runs`` pairs
     at the first look and at most (by default one look of PAIRS)."""
     return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", *extra, runs=runs[0],
-                           max_runs=runs[1], subprocess=True).result
+                           max_runs=runs[1]).result
 
 
 def ab_sections(pytester: pytest.Pytester) -> dict[str, dict[str, Any]]:
@@ -290,7 +290,7 @@ def test_lower_acceptance_is_attributed_to_acceptance(pytester: pytest.Pytester,
 ])
 def test_usage_errors(pytester: pytest.Pytester, project: Path, fake_vllm: FakeVllm, extra: tuple[str, ...],
                       message: str) -> None:
-    r = pytester.runpytest_subprocess(f"--specdec-profile={project}", f"--specdec-runs={PAIRS}", *extra)
+    r = pytester.runpytest(f"--specdec-profile={project}", f"--specdec-runs={PAIRS}", *extra)
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines([message])
     assert fake_vllm.records() == []  # nothing started

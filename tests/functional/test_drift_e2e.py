@@ -39,7 +39,7 @@ def session(pytester: pytest.Pytester, make_suite: Callable[..., str], make_prof
                                               verdicts=verdicts))
     profile = make_profile("fakedrift", methods=("ngram",))
     return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", "--update-baselines",
-                           runs=PAIRS, max_runs=PAIRS, subprocess=True)
+                           runs=PAIRS, max_runs=PAIRS)
 
 
 def test_a_server_slower_late_fails_where_gated(pytester: pytest.Pytester, fake_vllm: FakeVllm,
@@ -97,7 +97,7 @@ def test_an_inconclusive_gated_drift_fails_under_fail_inconclusive(
 
     def run(*extra: str) -> Any:
         return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", "--update-baselines", *extra,
-                               runs=2, max_runs=2, subprocess=True)
+                               runs=2, max_runs=2)
 
     failing = run("--specdec-fail-inconclusive")
     failing.result.assert_outcomes(failed=1)
@@ -125,8 +125,7 @@ def test_a_restart_mid_test_starts_a_new_segment(pytester: pytest.Pytester, fake
     monkeypatch.setenv("FAKE_VLLM_HANG_ONCE", f"ngram:{hang}:{pytester.path / 'hung-once'}")
     pytester.makepyfile(test_suite=make_suite(num_prompts=PROMPTS, concurrency=CONCURRENCY, max_tokens=16))
     run = specdec_session(pytester, make_profile("fakedrift", methods=("ngram",)), None, "--specdec-settle-timeout=0",
-                          "--specdec-hung-timeout=1", "--update-baselines", runs=PAIRS, max_runs=PAIRS,
-                          subprocess=True)
+                          "--specdec-hung-timeout=1", "--update-baselines", runs=PAIRS, max_runs=PAIRS)
     run.result.assert_outcomes(passed=1)
     for v in run.test["drift"]["verdicts"].values():
         assert v["early_runs"] + v["late_runs"] == [3, 4, 5, 6, 7], v
@@ -205,7 +204,7 @@ def test_an_ab_sessions_candidate_drift_is_gated_and_compare_fails_it_again(
                                               max_tokens=16, verdicts='check=False, gate=["step_time_drift"]'))
     run = specdec_session(pytester, make_profile("fakeabdrift", methods=("eagle3",)), None,
                           "--specdec-settle-timeout=0", "--specdec-base-draft=eagle3=/heads/a",
-                          "--specdec-draft=eagle3=/heads/b", runs=PAIRS, max_runs=PAIRS, subprocess=True)
+                          "--specdec-draft=eagle3=/heads/b", runs=PAIRS, max_runs=PAIRS)
     run.result.assert_outcomes(failed=1)
     step = run.test["drift"]["verdicts"]["step_time_drift"]
     assert step["verdict"] == "regressed" and "Benjamini-Hochberg over" in step["note"], step

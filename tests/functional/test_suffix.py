@@ -38,10 +38,8 @@ def project(pytester: pytest.Pytester, fake_vllm: FakeVllm, make_suite: Callable
 
 def _run(pytester: pytest.Pytester, make_profile: Callable[..., Path], runs: int) -> pytest.RunResult:
     profile = make_profile("fakesuffix", methods=("suffix", "ngram"), runs=runs, validity=STAND_IN_VALIDITY)
-    # A subprocess: the project's conftest replaces server.vllm_launcher (see fake_vllm).
     return specdec_session(pytester, profile, None, "--specdec-settle-timeout=0", "-v",
-                           "--update-baselines=missing",  # no baselines: a first session
-                           subprocess=True).result
+                           "--update-baselines=missing").result  # no baselines: a first session
 
 
 def test_suffix_runs_get_prompts_their_server_never_saw(pytester: pytest.Pytester, project: Path,
