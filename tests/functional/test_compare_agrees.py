@@ -39,10 +39,20 @@ def test_compare_against_the_baselines_gives_the_sessions_verdicts(
     def session(*extra: str) -> dict:
         return specdec_session(pytester, profile, (spec, ref), *extra, runs=2, thresholds=THRESHOLDS).results
 
-    for _ in range(3):  # three stored nights per file: night factors and night variances are in play
+    def nights() -> list[int]:
+        files = sorted((pytester.path / "baselines").rglob("*.json"))
+        return [len(json.loads(f.read_text())["sessions"]) for f in files]
+
+    # Stored nights per file (three, unless one moved): night factors and night variances are in play. A night that a
+    # busy CI machine slowed can read as a change (measured: one run of spec tok/s -47 %, speedup regressed), which
+    # --update-baselines accepts by dropping the older nights, as it should: another session then stores one more.
+    for _ in range(3):
         session("--update-baselines")
-    files = sorted((pytester.path / "baselines").rglob("*.json"))
-    assert len(files) == 2 and all(len(json.loads(f.read_text())["sessions"]) >= 2 for f in files)
+    for _ in range(3):
+        if min(nights()) >= 2:
+            break
+        session("--update-baselines")
+    assert len(nights()) == 2 and min(nights()) >= 2, nights()
     spec.reconfigure(step_s=0.0014)  # a slower spec path tonight: verdicts of several kinds
     tonight = session()
     assert tonight["gate"]["night_variance"], "the session pooled no night variance: nothing is tested"
