@@ -14,8 +14,8 @@ Layout, in tiers (docs/ci.md gives each tier's command and time):
 * ``sims/``: the simulations' models, which the tests check and scripts/ prints full-size figures from;
 * ``data/``: recorded inputs (tests/data/record_report_results.py writes report_results.json).
 
-pytest imports this file in its default ``prepend`` import mode, which puts tests/ on sys.path: that is how the
-test modules import ``fakes``, ``factories``, ``session``, ``sims`` and ``purity``. The test modules have unique
+pytest imports this file in its default ``prepend`` import mode, which puts tests/ on sys.path: that is how the test
+modules import ``fakes``, ``factories``, ``session``, ``command``, ``sims`` and ``purity``. The test modules have unique
 names across the directories (none has an ``__init__.py``).
 """
 

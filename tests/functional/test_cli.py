@@ -4,7 +4,7 @@ the terminal's table, and reproduces the plugin's own verdicts of that night aga
 history over six such nights (the spec path slower from night 4) finds the step there; report re-renders the
 session's HTML; bad input exits 2 naming the file and the field.
 
-The CLI runs as a subprocess of the installed console script, as CI would call it.
+The CLI runs in the test's process (tests/command.py); one test runs the installed console script, as CI calls it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from command import specdec_cli as cli
 from session import specdec_session
 
 from fakes import DISTURBED_RULE_ON, FakeServer
@@ -33,10 +34,15 @@ SCRIPT = Path(sys.executable).with_name("pytest-specdec")
 DATA = Path(__file__).resolve().parent.parent / "data" / "report_results.json"
 
 
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The installed console script (`pip install -e .` puts it beside the interpreter)."""
+def test_the_installed_console_script_runs(tmp_path: Path) -> None:
+    """The console script (`pip install -e .` puts it beside the interpreter) runs `cli.main` with its arguments and
+    exits with its status; the other tests call `cli.main` in this process (tests/command.py)."""
     assert SCRIPT.exists(), f"{SCRIPT} is missing: run `pip install --no-deps -e .`"
-    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([str(SCRIPT), "report", str(DATA), "-o", str(tmp_path / "r.html")], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>"), r.stderr
+    r = subprocess.run([str(SCRIPT), "history", str(tmp_path / "none")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "no such file or directory" in r.stderr
 
 
 @pytest.fixture

@@ -7,22 +7,16 @@ family, because both go through `gate/pipeline.py`. Real plugin sessions against
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from command import specdec_cli as cli
 from session import specdec_session
 
 from fakes import FakeServer
 
-SCRIPT = Path(sys.executable).with_name("pytest-specdec")
 THRESHOLDS = ("rate=40", "latency=150", "acceptance=15")  # wide: the fake servers share 2 busy cores
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 def test_compare_against_the_baselines_gives_the_sessions_verdicts(

@@ -8,13 +8,12 @@ first night's, so the baseline gate passes either way)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from command import specdec_cli as cli
 from session import specdec_session, undocumented
 
 from fakes import FakeVllm
@@ -26,11 +25,6 @@ SERVERS: dict[str, dict[str, Any]] = {"ngram": {"k": 3, "acceptance": [1.0, 1.0,
                                       "none": {"step_s": 0.005, "output_tokens": 16}}
 #: The spec server's first request of the first late run (warm-up requests count: the stand-in counts every POST).
 FIRST_LATE = warmup_requests(PROMPTS, CONCURRENCY) + PAIRS // 2 * PROMPTS + 1
-SCRIPT = Path(sys.executable).with_name("pytest-specdec")
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 def session(pytester: pytest.Pytester, make_suite: Callable[..., str], make_profile: Callable[..., Path],

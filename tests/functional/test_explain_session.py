@@ -7,13 +7,12 @@ and `history` carry τ, the predicted speedup, the efficiency and the split.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from command import specdec_cli as cli
 from session import specdec_session
 
 from fakes import FakeServer
@@ -25,7 +24,6 @@ SUITE = {"concurrency": 4, "num_prompts": 8, "max_tokens": 24, "body": "assert s
 REF_STEP_S, SPEC_STEP_S = 0.01, 0.02
 RUNS = 5
 USD_PER_HOUR = 3.6  # $1 per 1M tokens at 1000 tok/s
-SCRIPT = Path(sys.executable).with_name("pytest-specdec")
 # wide thresholds on what is not injected; the injected changes are far beyond
 THRESHOLDS = ("rate=40", "latency=400", "acceptance=15")
 
@@ -99,6 +97,3 @@ def test_failures_name_the_part_of_the_speedup_that_moved(pytester: pytest.Pytes
     assert per_night[2]["tau"] < 2.0, per_night
 
 
-def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The installed console script (`pip install -e .` puts it beside the interpreter)."""
-    return subprocess.run([str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=300)

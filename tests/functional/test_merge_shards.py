@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from command import specdec_cli as cli
 from scipy import stats as sps
 from session import SessionRun, specdec_session, undocumented
 
@@ -30,29 +30,6 @@ THRESHOLDS = ("rate=40", "latency=150", "acceptance=15")  # wide: the fake serve
 CONCURRENCY = [1, 2, 3]
 SHARDS = {"a": "c1", "b": "c2", "c": "c3"}  # -k: one test each
 
-
-@dataclass(frozen=True)
-class Ran:
-    """A command's exit status and output."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
-    """`pytest-specdec` in this process (`cli.main`, what the console script calls): a subprocess per call would
-    import numpy and scipy again each time; tests/functional/test_cli.py runs the installed script itself."""
-    from pytest_specdec.cli import main
-
-    def run(*args: str | Path) -> Ran:
-        capsys.readouterr()
-        rc = main([str(a) for a in args])
-        out = capsys.readouterr()
-        return Ran(rc, out.out, out.err)
-
-    return run
 
 
 def gated_p(data: dict[str, Any], key: str = "p") -> dict[tuple[str, str], float]:
@@ -70,7 +47,7 @@ def cut(data: dict[str, Any], tests: list[str], path: Path) -> Path:
 
 def test_merging_shards_is_judging_the_suite_as_one_session(
     pytester: pytest.Pytester, make_profile: Callable[..., Path], fake_server: Callable[..., FakeServer],
-    make_suite: Callable[..., str], cli: Callable[..., Ran]
+    make_suite: Callable[..., str]
 ) -> None:
     profile = make_profile()
     pytester.makepyfile(test_suite=make_suite(concurrency=CONCURRENCY, num_prompts=3, max_tokens=12))
