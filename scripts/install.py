@@ -64,6 +64,15 @@ def uv_options(settings: Mapping[str, str]) -> tuple[list[str], dict[str, str]] 
     return options, env
 
 
+def requested(environ: Mapping[str, str]) -> str:
+    """The installer SPECDEC_INSTALLER asks for: ``uv`` (the default, where pip's settings allow) or ``pip``;
+    another value stops the install, naming it, rather than picking one for the user."""
+    value = environ.get("SPECDEC_INSTALLER", "uv")
+    if value not in ("uv", "pip"):
+        raise SystemExit(f"install.py: SPECDEC_INSTALLER={value!r}: use uv (the default) or pip")
+    return value
+
+
 def _uv_ready(python: str) -> bool:
     """uv in this environment, installed with pip (its wheel) when it is not there yet."""
     ran = subprocess.run([python, "-m", "uv", "--version"], capture_output=True)
@@ -83,7 +92,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     python = sys.executable
     pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *argv]
-    if os.environ.get("SPECDEC_INSTALLER", "uv") == "pip":
+    if requested(os.environ) == "pip":
         plan: tuple[list[str], dict[str, str]] | str = "SPECDEC_INSTALLER=pip"
     else:
         listing = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True)

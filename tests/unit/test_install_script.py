@@ -60,3 +60,9 @@ def test_a_setting_uv_would_not_follow_keeps_pip(install: ModuleType) -> None:
     for key in ("proxy", "trusted-host", "client-cert", "no-index"):
         plan = install.uv_options(install.pip_settings(LISTING + f"global.{key}='x'\n"))
         assert plan == f"pip is configured with {key}, which uv would not follow"
+
+
+def test_the_installer_asked_for_is_uv_or_pip_and_nothing_else(install: ModuleType) -> None:
+    assert install.requested({}) == "uv" and install.requested({"SPECDEC_INSTALLER": "pip"}) == "pip"
+    with pytest.raises(SystemExit, match="SPECDEC_INSTALLER='Pip': use uv \\(the default\\) or pip"):
+        install.requested({"SPECDEC_INSTALLER": "Pip"})
