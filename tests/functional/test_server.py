@@ -496,6 +496,56 @@ def test_listening_pgids_finds_the_group_of_a_loopback_server() -> None:
         assert listening_pgids(s.getsockname()[1]) == set()
 
 
+def test_settle_looks_for_an_endpoints_processes_again_only_once_they_are_gone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Endpoint mode's settle step keeps the groups found behind a loopback port while they live (the look reads
+    every TCP socket of the host, each run) and looks again once the server behind it was restarted."""
+    import subprocess
+    import sys
+
+    from pytest_specdec.servers import quiet
+    from pytest_specdec.servers.endpoints import settle
+    from pytest_specdec.servers.process import free_port
+
+    port = free_port()
+    looks: list[set[int]] = []
+
+    def counted(at: int) -> set[int]:
+        looks.append(found := listening(at))
+        return found
+
+    listening = quiet.listening_pgids
+    monkeypatch.setattr(quiet, "listening_pgids", counted)
+
+    def server() -> subprocess.Popen[bytes]:
+        code = (f"import http.server as h; s = h.HTTPServer(('127.0.0.1', {port}), h.BaseHTTPRequestHandler); "
+                "print('up', flush=True); s.serve_forever()")
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        assert p.stdout is not None and p.stdout.readline().strip() == b"up"
+        return p
+
+    def stop(p: subprocess.Popen[bytes]) -> None:
+        p.kill()
+        p.wait()
+        assert p.stdout is not None
+        p.stdout.close()
+
+    wait = settle([f"http://127.0.0.1:{port}/v1"], timeout_s=3.0)
+    first = server()
+    try:
+        assert [wait(None, None).how for _ in range(3)] == ["cpu"] * 3
+        assert looks == [{first.pid}]
+    finally:
+        stop(first)
+    second = server()
+    try:
+        assert wait(None, None).how == "cpu"
+        assert looks == [{first.pid}, {second.pid}]
+    finally:
+        stop(second)
+
+
 def test_idle_delay_is_recorded_as_a_delay() -> None:
     from pytest_specdec.servers.quiet import idle_delay
 
