@@ -54,6 +54,7 @@ import pytest_specdec.measure.client  # noqa: F401
 import pytest_specdec.measure.lossless  # noqa: F401
 import pytest_specdec.measure.metrics  # noqa: F401
 import pytest_specdec.measure.runner  # noqa: F401
+import pytest_specdec.output.report  # noqa: F401  # kept: it compiles the report's template once a process
 import pytest_specdec.servers.gpus  # noqa: F401
 from fakes import IN_PROCESS_VALIDITY, LAUNCHER, FakeConfig, FakeServer, FakeServerProcess, FakeVllm
 
