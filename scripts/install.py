@@ -82,7 +82,8 @@ def _uv_ready(python: str) -> bool:
                           ).returncode == 0
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     if list(argv) in (["-h"], ["--help"]):  # everything else is pip's arguments, passed on as they are
         parser = argparse.ArgumentParser(
             prog="python -m scripts.install", description="`pip install ARGS` into this interpreter's environment, "

@@ -47,8 +47,8 @@ def test_burstiness_shapes_the_requests_sent_and_synthetic_prompts_have_their_le
     spec_srv = FakeServer(FakeConfig(k=3, acceptance=(0.8, 0.6, 0.4)))
     ref_srv = FakeServer(FakeConfig())
     with spec_srv as spec_url, ref_srv as ref_url:
-        result = specdec_session(pytester, profile, (spec_url, ref_url), "-v", "--specdec-served-model=fake-model",
-                                 subprocess=True).result
+        result = specdec_session(pytester, profile, (spec_url, ref_url), "-v",
+                                 "--specdec-served-model=fake-model").result
         sent, last_run = spec_srv.requests + ref_srv.requests, ref_srv.requests[-N:]
     result.assert_outcomes(passed=2)
     # bench's decode-and-re-encode misses its length on a few prompts of the zoo's tiny tokenizer: said, and kept

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from session import specdec_session, undocumented
 
-from fakes import LAUNCHER, FakeServer, FakeVllm
+from fakes import FakeServer, FakeVllm
 from pytest_specdec.measure.acceptance import MISMATCH
 from pytest_specdec.measure.datasets import builtin
 from pytest_specdec.vllm.request_metrics import FLAG
@@ -117,12 +117,13 @@ def test_without_the_flag_the_counters_serve_alone(pytester: pytest.Pytester, fa
     assert "acceptance per request" not in session.html and "(acceptance from vLLM&#39;s counters)" in session.html
 
 
-def stand_in(pytester: pytest.Pytester, knows_flag: bool) -> None:
-    """The `vllm serve` stand-in as the project's vLLM (as `fake_vllm` makes it), whose parser knows the flag or not
-    (vLLM 0.32's does; an older vLLM's would refuse it)."""
-    pytester.makeconftest(f"import pytest_specdec.vllm.command\nimport pytest_specdec.vllm.request_metrics\n\n"
-                          f"pytest_specdec.vllm.command.vllm_launcher = lambda: {LAUNCHER!r}\n"
-                          f"pytest_specdec.vllm.request_metrics.knows_flag = lambda python=None: {knows_flag!r}\n")
+def stand_in(monkeypatch: pytest.MonkeyPatch, knows_flag: bool) -> None:
+    """The `vllm serve` stand-in (`fake_vllm` makes it the project's vLLM) with a parser that knows the flag or not
+    (vLLM 0.32's does; an older vLLM's would refuse it), for a session in this process: the module is imported here,
+    before the session, so pytester keeps it and the test's monkeypatch holds."""
+    import pytest_specdec.vllm.request_metrics
+
+    monkeypatch.setattr(pytest_specdec.vllm.request_metrics, "knows_flag", lambda python=None: knows_flag)
 
 
 def commands(results: dict[str, Any]) -> dict[str, list[str]]:
@@ -130,13 +131,13 @@ def commands(results: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def test_the_plugins_own_spec_server_starts_with_the_flag_and_the_reference_never(
-        pytester: pytest.Pytester, fake_profile: Path, fake_vllm: FakeVllm, make_suite: Callable[..., str]) -> None:
+        pytester: pytest.Pytester, fake_profile: Path, fake_vllm: FakeVllm, make_suite: Callable[..., str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     fake_vllm.configure({"*": {"step_s": 0.001, "output_tokens": 24, "acceptance": [0.8, 0.6, 0.4]},
                          "none": {"step_s": 0.002, "output_tokens": 24}})
     pytester.makepyfile(test_suite=make_suite(**SUITE))
-    stand_in(pytester, knows_flag=True)
-    session = specdec_session(pytester, fake_profile, None, "--update-baselines", runs=2, subprocess=True,
-                              timeout=300)
+    stand_in(monkeypatch, knows_flag=True)
+    session = specdec_session(pytester, fake_profile, None, "--update-baselines", runs=2)
     session.result.assert_outcomes(passed=1)
     cmds = commands(session.results)
     assert cmds["ngram"][cmds["ngram"].index(FLAG) + 1] == "summary" and FLAG not in cmds["none"], cmds
@@ -145,9 +146,8 @@ def test_the_plugins_own_spec_server_starts_with_the_flag_and_the_reference_neve
     assert session.test["summary"]["acceptance_source"] == "per-request"
 
     # an install whose vllm serve does not know the flag: no flag, and the counters serve alone
-    stand_in(pytester, knows_flag=False)
-    session = specdec_session(pytester, fake_profile, None, "--update-baselines", runs=2, subprocess=True,
-                              timeout=300)
+    stand_in(monkeypatch, knows_flag=False)
+    session = specdec_session(pytester, fake_profile, None, "--update-baselines", runs=2)
     session.result.assert_outcomes(passed=1)
     assert all(FLAG not in cmd for cmd in commands(session.results).values())
     assert {r["acceptance_source"] for r in session.test["runs"]} == {"counters"}

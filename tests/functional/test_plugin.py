@@ -198,12 +198,9 @@ def test_completions_api_and_open_loop_rate_from_marker_and_command_line(pyteste
     spec_srv = FakeServer(FakeConfig(k=3, acceptance=(0.8, 0.6, 0.4), output_tokens=8))
     ref_srv = FakeServer(FakeConfig(output_tokens=8))
     with spec_srv as spec_url, ref_srv as ref_url:
-        # A subprocess: rendering loads transformers (torch), which an in-process run would unload
-        # afterwards, and torch cannot be imported twice in one process.
         session = specdec_session(pytester, profile, (spec_url, ref_url), "--specdec-request-rate=40",
                                   "-k", "completions or rate", "-v",
-                                  "--specdec-served-model=fake-model",  # the zoo's template, a fake's name
-                                  subprocess=True)
+                                  "--specdec-served-model=fake-model")  # the zoo's template, a fake's name
         sent = spec_srv.requests
     result = session.result
     result.assert_outcomes(passed=2)
