@@ -271,6 +271,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if session is None or _case(item) is None:
         return report
     record = session.records.get(item.nodeid)
+    if report.when == "call" or (report.when == "setup" and report.failed):  # once: its measurement's last phase
+        session.say_drift(item.nodeid)
     if record is not None and (report.when == "call" or report.failed or report.skipped):
         if record.outcome in ("pending", "passed"):
             record.outcome, record.when = report.outcome, report.when

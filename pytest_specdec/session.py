@@ -370,11 +370,6 @@ class SpecDecSession:
         else:
             record.drift = self._drift(result, verdicts)
         self.progress(measured(nodeid, result.summary))
-        if record.drift is not None:
-            from pytest_specdec.output.drift import drift_lines
-
-            for line in drift_lines(nodeid, record.drift):
-                self.progress(line)
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
         dead = dead_arms(result.reference_runs, result.runs if "spec" in arms else None,
@@ -540,6 +535,18 @@ class SpecDecSession:
             if said:
                 warnings.warn(SpecDecWarning(said), stacklevel=1)
         return "\n".join(m for m in (failure, drifted) if m) or None
+
+    def say_drift(self, nodeid: str) -> None:
+        """The test's drift in the terminal, once its verdicts stand: after its end adjusted them over the family so
+        far (`check`), or as measured where that end never came (no gate, a failed body or setup) and the session's
+        end adjusts them. Said earlier, a drift the family's adjustment leaves inconclusive read `improved` in the
+        terminal while the results and the report said `inconclusive`."""
+        from pytest_specdec.output.drift import drift_lines
+
+        record = self.records.get(nodeid)
+        if record is not None and record.drift is not None:
+            for line in drift_lines(nodeid, record.drift):
+                self.progress(line)
 
     def record_failure(self, nodeid: str, message: str) -> list[tuple[str, str]]:
         """A failed test: keep its failure text and its servers' log tails in the results (the HTML

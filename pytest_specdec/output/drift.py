@@ -50,9 +50,9 @@ def cell_text(v: DriftVerdict) -> str:
 
 
 def drift_lines(nodeid: str, drift: Drift) -> list[str]:
-    """The terminal's lines for the test: one per metric, and the runs left out once. Printed as the test is
-    measured, before its end adjusts each over the session's family of its kind (the failure, the results and the
-    report say the adjusted one)."""
+    """The terminal's lines for the test: one per metric, and the runs left out once. Printed once the test's end
+    has adjusted each over the session's family of its kind so far, as the failure, the results and the report say
+    it; where no such end came (no gate, a failed body or set-up), as measured, and said so."""
     raw = drift.adjusted is None and bool(drift.verdicts)
     return [f"specdec: drift {nodeid} (early vs late half of one server's runs"
             + ("; before the family's adjustment" if raw else "") + "):", *verdict_lines(drift)]
