@@ -69,8 +69,8 @@ def test_every_script_is_listed_here_and_in_the_readme() -> None:
 
 @pytest.mark.parametrize("name", sorted(PYTHON_SCRIPTS))
 def test_script_help(name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Each tool's `main` with ``--help``, in this process (a child paid 2 to 3 CPU-s of imports a tool; the small
-    runs below and test_documented_commands_run_the_tools_as_modules run them as the README does)."""
+    """Each tool's `main` with ``--help``, in this process: a child for each paid its imports (scipy, the plugin) again.
+    The small runs below run tools as the README does (``python -m scripts.NAME``)."""
     monkeypatch.chdir(ROOT)
     monkeypatch.syspath_prepend(str(ROOT))  # what `python -m` from the root gives the tools
     monkeypatch.setattr(sys, "argv", [name, "--help"])
