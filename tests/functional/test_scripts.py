@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from command import in_process
 
 from fakes import LAUNCHER
 from pytest_specdec.gate.baselines import hardware_key
@@ -68,20 +69,16 @@ def test_every_script_is_listed_here_and_in_the_readme() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(PYTHON_SCRIPTS))
-def test_script_help(name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_script_help(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each tool's `main` with ``--help``, in this process: a child for each paid its imports (scipy, the plugin) again.
     The small runs below run tools as the README does (``python -m scripts.NAME``)."""
     monkeypatch.chdir(ROOT)
     monkeypatch.syspath_prepend(str(ROOT))  # what `python -m` from the root gives the tools
     monkeypatch.setattr(sys, "argv", [name, "--help"])
-    try:
-        code = importlib.import_module(f"scripts.{Path(name).stem}").main()
-    except SystemExit as done:  # argparse's exit after printing the help
-        code = done.code
-    out = capsys.readouterr().out
-    assert code in (0, None), out
-    assert out.startswith("usage: "), out
-    assert PYTHON_SCRIPTS[name] in " ".join(out.split()), out
+    out = in_process(importlib.import_module(f"scripts.{Path(name).stem}").main, sys.argv)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("usage: "), out.stdout
+    assert PYTHON_SCRIPTS[name] in " ".join(out.stdout.split()), out.stdout
 
 
 def test_no_tool_edits_the_import_path() -> None:
