@@ -41,7 +41,11 @@ class SpecDec:
 
     @property
     def summary(self) -> dict[str, Any]:
-        return self.result.summary
+        """The test's summary as its results file keeps it (`output.schema.summary_entry`), written anew on each
+        read: changing it changes nothing the session records."""
+        from pytest_specdec.output.schema import summary_entry
+
+        return summary_entry(self.result.summary)
 
     @property
     def runs(self) -> list[RunRecord]:

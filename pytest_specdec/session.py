@@ -22,6 +22,7 @@ from pytest_specdec.measure.serving import Serving
 from pytest_specdec.measure.workload import Workload
 from pytest_specdec.options import Settings
 from pytest_specdec.output.results import TestRecord
+from pytest_specdec.output.schema import summary_entry
 from pytest_specdec.output.wording import coalesced_lines, test_end_message
 
 if TYPE_CHECKING:
@@ -369,7 +370,7 @@ class SpecDecSession:
                 record.baseline = judged
         else:
             record.drift = self._drift(result, verdicts)
-        self.progress(measured(nodeid, result.summary))
+        self.progress(measured(nodeid, summary_entry(result.summary)))
         for line in coalesced_lines(nodeid, result):
             self.progress(line)
         dead = dead_arms(result.reference_runs, result.runs if "spec" in arms else None,

@@ -27,7 +27,7 @@ from pytest_specdec.measure.acceptance import COUNTERS, PER_REQUEST, RunAcceptan
 from pytest_specdec.measure.prompts import FixedPrompts, FreshPrompts, PromptSource
 from pytest_specdec.measure.record import ArmRun, dropped, pairs, speedup_per_pair
 from pytest_specdec.measure.schedule import Arm, schedule, schedule_ab, warmup_requests
-from pytest_specdec.measure.summary import hd_p95s, summarize
+from pytest_specdec.measure.summary import Summary, hd_p95s, summarize
 from pytest_specdec.measure.validity import (
     CLIENT_LAG,
     DEFAULT_RULES,
@@ -131,7 +131,7 @@ class CaseResult:
 
     reference_runs: list[RunRecord]
     runs: list[RunRecord]
-    summary: dict[str, Any]
+    summary: Summary | None  # None: no look has measured yet
     speedup_per_pair: list[float | None]
     #: "interleaved" (pairs alternate), or blocks of N runs per arm when the servers cannot co-reside
     alternation: str = "interleaved"
@@ -232,7 +232,7 @@ def measure_case(
 ) -> CaseResult:
     """`runs` pairs (reference, spec), interleaved or in blocks of `block`; the reference alone when
     `spec` is None. ``options`` are :func:`extend_case`'s (concurrency, api_key, rules, ..., spec_tokens)."""
-    result = CaseResult(reference_runs=[], runs=[], summary={}, speedup_per_pair=[],
+    result = CaseResult(reference_runs=[], runs=[], summary=None, speedup_per_pair=[],
                         alternation="interleaved" if block is None or spec is None else f"blocks of {block}")
     return extend_case(result, reference, spec, prompts, sampling, runs=runs, block=block, **options)
 

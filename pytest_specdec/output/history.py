@@ -122,7 +122,7 @@ def explained(nights: Sequence[NightFile]) -> dict[str, list[dict[str, Any] | No
     """Per test (first seen first), night by night, its speedup explained (`gate.verdicts.explained`, the one
     definition): None where the night lacks the test or a spec arm that drafted."""
     from pytest_specdec.gate.verdicts import explained as of
-    from pytest_specdec.measure.summary import explained_entry
+    from pytest_specdec.output.schema import explained_entry
 
     out: dict[str, list[dict[str, Any] | None]] = {}
     for k, night in enumerate(nights):

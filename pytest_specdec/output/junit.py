@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_specdec.gate.kinds import GATED
-from pytest_specdec.output.schema import drift_entry
+from pytest_specdec.output.schema import drift_entry, summary_entry
 from pytest_specdec.output.wording import VerdictFields
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def test_properties(record: TestRecord) -> list[tuple[str, str]]:
     result = record.result
     if result is not None:
         runs = {arm: (sum(r.valid for r in rs), len(rs)) for arm in ARMS if (rs := result.arm_runs(arm))}
-        out += figure_properties(result.summary, runs)
+        out += figure_properties(summary_entry(result.summary), runs)
     check = record.baseline
     if check is not None:
         out += baseline_properties(check.plan.status, str(check.plan.path), check.shown(), check.deviation,

@@ -46,6 +46,7 @@ from pytest_specdec.output.schema import (
     split_entry,
     state_summary_entry,
     state_tolerance_entry,
+    summary_entry,
     thresholds_entry,
 )
 
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.datasets import Dataset
     from pytest_specdec.measure.runner import CaseResult, RunRecord
     from pytest_specdec.measure.saturation import RatePoint
+    from pytest_specdec.measure.summary import Summary
     from pytest_specdec.output.timing import SessionTime
     from pytest_specdec.profiles import Profile
     from pytest_specdec.servers.endpoints import EndpointFacts
@@ -186,14 +188,14 @@ def clipped(message: str, limit: int = ERROR_CHARS) -> str:
     return head + "…" + message[-(limit - len(head)):]
 
 
-def cost_entry(summary: dict[str, Any], usd_per_hour: float | None) -> dict[str, float | None] | None:
+def cost_entry(summary: Summary | None, usd_per_hour: float | None) -> dict[str, float | None] | None:
     """A test's cost per 1M output tokens, US dollars, each arm at its own throughput; None without a price."""
     if not usd_per_hour:
         return None
     from pytest_specdec.measure.explain import cost_per_million
 
-    return {"spec": cost_per_million(summary.get("output_tok_s"), usd_per_hour),
-            "reference": cost_per_million(summary.get("reference_tok_s"), usd_per_hour)}
+    return {"spec": cost_per_million(None if summary is None else summary.output_tok_s, usd_per_hour),
+            "reference": cost_per_million(None if summary is None else summary.reference_tok_s, usd_per_hour)}
 
 
 def ab_entry(c: ABJudgement, result: CaseResult | None) -> dict[str, Any]:
@@ -316,7 +318,7 @@ def case_entry(result: CaseResult) -> dict[str, Any]:
         "alternation": result.alternation,
         "machine_state": None if result.machine_state is None else {
             **state_entry(result.machine_state), "probes": [state_entry(s) for s in result.machine_states]},
-        "summary": result.summary,
+        "summary": summary_entry(result.summary),
         "validity": {
             "valid": not result.invalid_runs,
             "invalid_runs": [

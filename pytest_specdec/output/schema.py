@@ -3,8 +3,8 @@
 gate, measurement and server layers hand over written in the form this file stores them (the ``*_entry`` functions
 at the end, which `output.results` assembles; those classes write no JSON of their own). A value that another
 format holds too is written once, in the lower module both can import: a crossover statistic by the crossover
-record's (`gate.baselines.crossover_value_entry`), a test summary's acceptance and explained speedup by the
-summary's (`measure.summary`), a machine state by the probe's (`measure.probe.state_entry`).
+record's (`gate.baselines.crossover_value_entry`), a machine state by the probe's, whose command prints it in that
+form (`measure.probe.state_entry`).
 
 `load` takes a parsed `reports/*.json` of this plugin's schema: what the HTML report, the pytest-benchmark
 export, compare, history and any tool render from. An older file is an error naming the command that converts
@@ -57,10 +57,11 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.stats import Thresholds
     from pytest_specdec.gate.store import BaselineWrites, Hardware, Machine
     from pytest_specdec.gate.variance import NightPrior, NightVariance
-    from pytest_specdec.measure.acceptance import RunAcceptance
-    from pytest_specdec.measure.explain import Split
+    from pytest_specdec.measure.acceptance import Acceptance, AcceptanceTable, RunAcceptance
+    from pytest_specdec.measure.explain import Explained, Split
     from pytest_specdec.measure.metrics import Chunking, RunMetrics
     from pytest_specdec.measure.saturation import RatePoint, Saturation
+    from pytest_specdec.measure.summary import GoodputSummary, Summary
     from pytest_specdec.output.timing import SessionTime
     from pytest_specdec.servers.endpoints import EndpointFacts
     from pytest_specdec.servers.quiet import Quiet
@@ -236,7 +237,7 @@ class ABEntry:
 
 @dataclass(frozen=True)
 class AcceptanceEntry:
-    """Acceptance from the requests' own figures over some units (`measure.summary.acceptance_entry`)."""
+    """Acceptance from the requests' own figures over some units (`acceptance_entry`)."""
 
     units: int
     drafts: int
@@ -273,7 +274,7 @@ class AcceptanceEntry:
 @dataclass(frozen=True)
 class RequestAcceptanceEntry:
     """A test's acceptance from its requests' own figures (its summary's `request_acceptance`,
-    `measure.summary.request_acceptance_entry`): overall, per dataset category, and the histogram of verify steps
+    `request_acceptance_entry`): overall, per dataset category, and the histogram of verify steps
     by the draft tokens they accepted; the intervals over `unit`s at `ci_level`."""
 
     unit: str
@@ -356,8 +357,6 @@ class TestEntry:
         from pytest_specdec.gate.verdicts import explained
 
         e = explained([self.night])
-        from pytest_specdec.measure.summary import explained_entry
-
         return None if e is None else explained_entry(e)
 
     @classmethod
@@ -1006,9 +1005,68 @@ def split_of(d: Mapping[str, Any]) -> Split:
 def run_acceptance_entry(r: RunAcceptance) -> dict[str, Any]:
     """A run's ``per_request_acceptance``: its requests' acceptance table (as the summary's `request_acceptance`
     gives a test's), and the requests that carried no figures or failed."""
-    from pytest_specdec.measure.summary import request_acceptance_entry
-
     return {**request_acceptance_entry(r.table), "missing": r.missing, "failed": r.failed}
+
+
+def summary_entry(s: Summary | None) -> dict[str, Any]:
+    """A test's ``summary`` (`measure.summary.Summary`), and the test's `specdec.summary` alike: a test with goodput
+    SLOs starts with its goodput figures; every latency's percentiles by its name; ``{}`` for a test that never
+    measured. `TestEntry.summary` reads it back by name."""
+    if s is None:
+        return {}
+    return {
+        **({} if s.goodput is None else goodput_entry(s.goodput)),
+        "valid_runs": s.valid_runs,
+        "latency_runs": s.latency_runs,
+        "valid_reference_runs": s.valid_reference_runs,
+        "output_tok_s": s.output_tok_s,
+        "reference_tok_s": s.reference_tok_s,
+        "speedup": s.speedup,
+        "pairs": s.pairs,
+        "pairs_dropped": None if s.pairs_dropped is None else [{"index": i, "why": why} for i, why in s.pairs_dropped],
+        "acceptance_rate": s.acceptance_rate,
+        "acceptance_length": s.acceptance_length,
+        "per_position_acceptance": None if s.per_position_acceptance is None else list(s.per_position_acceptance),
+        "draft_coverage": s.draft_coverage,
+        "acceptance_source": s.acceptance_source,
+        "request_acceptance": None if s.request_acceptance is None else request_acceptance_entry(s.request_acceptance),
+        **{name: dataclasses.asdict(p) for name, p in s.latencies.items()},
+        "explain": None if s.explain is None else explained_entry(s.explain),
+    }
+
+
+def goodput_entry(g: GoodputSummary) -> dict[str, Any]:
+    """A test's goodput figures in its summary (`output.progress.goodput_text` words them)."""
+    return {"goodput": g.goodput, "goodput_pairs": g.pairs,
+            "goodput_undefined": [{"index": i, "why": why} for i, why in g.undefined],
+            "goodput_req_s": g.req_s, "reference_goodput_req_s": g.reference_req_s}
+
+
+def acceptance_entry(a: Acceptance) -> dict[str, Any]:
+    """Acceptance over some units: the counts, the rate, τ and the interval over the units (`AcceptanceEntry` reads
+    it back)."""
+    from pytest_specdec.measure.figures import tau
+
+    return {"units": a.units, "drafts": a.drafts, "draft_tokens": a.draft_tokens,
+            "accepted_tokens": a.accepted_tokens, "acceptance_rate": a.rate,
+            "acceptance_length": tau(a.drafts, a.accepted_tokens),
+            "ci": None if a.ci is None else list(a.ci)}
+
+
+def request_acceptance_entry(t: AcceptanceTable) -> dict[str, Any]:
+    """The summary's ``request_acceptance``: what the intervals are over and their level, the overall figures,
+    the histogram of verify steps by accepted draft tokens, and the figures per dataset category
+    (`RequestAcceptanceEntry` reads it back; a run's ``per_request_acceptance`` has the same shape,
+    `run_acceptance_entry`)."""
+    return {"unit": t.unit, "ci_level": t.ci_level, **acceptance_entry(t.overall),
+            "acceptance_histogram": list(t.histogram),
+            "by_category": {c: acceptance_entry(a) for c, a in t.by_category.items()}}
+
+
+def explained_entry(e: Explained) -> dict[str, Any]:
+    """The summary's ``explain``: every figure of the speedup explained (`measure.explain.Explained`), by its
+    field's name (what the terminal, the report and `history` read, from a session or a file)."""
+    return dataclasses.asdict(e)
 
 
 def drift_verdict_entry(v: DriftVerdict) -> dict[str, Any]:

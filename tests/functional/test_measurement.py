@@ -63,7 +63,7 @@ def test_blocks_run_each_arm_in_turn_with_a_warmup_per_block() -> None:
         assert [r.index for r in result.reference_runs] == [0, 1, 2]
         assert [r.index for r in result.runs] == [0, 1, 2]
         assert len(result.speedup_per_pair) == 3 and all(s for s in result.speedup_per_pair)
-        assert result.summary["acceptance_rate"] is not None
+        assert result.summary is not None and result.summary.acceptance_rate is not None
         # 3 blocks (ref 0-1, spec 0-2, ref 2): each starts with a warm-up of 2 x concurrency requests.
         sent = spec_srv.requests + ref_srv.requests
         assert sum(":warmup" in r.get("cache_salt", "") for r in sent) == 3 * 4
@@ -153,7 +153,8 @@ def test_a_run_beside_a_busy_server_is_invalid_and_names_it() -> None:
     # each invalid run drops its own pair, said and counted (`record.pairs`)
     assert lines[-1] == ("specdec:   2 of 4 pair(s) left out of the speedup and the paired verdicts: run 1: the spec "
                          "run is invalid; run 3: the reference run is invalid and the spec run is invalid"), lines[-1]
-    assert result.summary["pairs"] == 2 and [d["index"] for d in result.summary["pairs_dropped"]] == [0, 2]
+    assert result.summary is not None and result.summary.pairs == 2
+    assert [i for i, _ in result.summary.pairs_dropped or ()] == [0, 2]
     assert [s is None for s in result.speedup_per_pair] == [True, False, True, False]
     # The limit at 0 (the default) turns the rule off; the cores are still recorded.
     calls.clear()
@@ -185,14 +186,14 @@ def test_output_match_judges_spec_against_the_reference_control() -> None:
 
     same = {f"p{i}": f"out{i}" for i in range(20)}
     refs = [_rec("reference", i, same) for i in range(3)]
-    ok = CaseResult(reference_runs=refs, runs=[_rec("spec", i, same) for i in range(3)], summary={},
+    ok = CaseResult(reference_runs=refs, runs=[_rec("spec", i, same) for i in range(3)], summary=None,
                     speedup_per_pair=[])
     m = greedy_output_match(ok)
     assert m["spec_match"] == m["control_match"] == 1.0 and m["spec_n"] == 60 and m["control_n"] == 40
     assert m["p"] == 1.0
     # A spec server that changes half the answers is far below the control: a lossless failure.
     broken = {k: (v if int(k[1:]) % 2 else "x") for k, v in same.items()}
-    bad = CaseResult(reference_runs=refs, runs=[_rec("spec", i, broken) for i in range(3)], summary={},
+    bad = CaseResult(reference_runs=refs, runs=[_rec("spec", i, broken) for i in range(3)], summary=None,
                      speedup_per_pair=[])
     m = greedy_output_match(bad)
     assert m["spec_match"] == 0.5 and m["p"] < 1e-6
@@ -200,11 +201,11 @@ def test_output_match_judges_spec_against_the_reference_control() -> None:
     flaky = [_rec("reference", 0, same), _rec("reference", 1, {**same, "p0": "y", "p1": "y"}),
              _rec("reference", 2, same)]
     spec = [_rec("spec", i, {**same, "p2": "z", "p3": "z"}) for i in range(3)]
-    m = greedy_output_match(CaseResult(reference_runs=flaky, runs=spec, summary={}, speedup_per_pair=[]))
+    m = greedy_output_match(CaseResult(reference_runs=flaky, runs=spec, summary=None, speedup_per_pair=[]))
     assert m["control_match"] == 0.9 and m["p"] > 0.05
     # Invalid runs are left out; too few valid runs says why instead of judging.
     m = greedy_output_match(CaseResult(reference_runs=[refs[0], _rec("reference", 1, same, valid=False)],
-                                runs=[_rec("spec", 0, same)], summary={}, speedup_per_pair=[]))
+                                runs=[_rec("spec", 0, same)], summary=None, speedup_per_pair=[]))
     assert m["p"] is None and "two valid reference runs" in m["why"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,7 +49,14 @@ def test_marker_is_registered(pytester: pytest.Pytester) -> None:
 def test_measures_interleaved_runs_and_writes_json(
     pytester: pytest.Pytester, fake_endpoints: tuple[str, str], fake_profile: Path, make_suite: Callable[..., str]
 ) -> None:
-    pytester.makepyfile(test_suite=make_suite(**SUITE))
+    # The test's summary is its results entry's, and changing it changes nothing the session records.
+    body = SUITE["body"] + """
+import json, pathlib
+pathlib.Path(f"summary-c{specdec.params['concurrency']}.json").write_text(json.dumps(s))
+s["speedup"] = -1.0
+assert specdec.summary["speedup"] != -1.0
+"""
+    pytester.makepyfile(test_suite=make_suite(**{**SUITE, "body": body}))
     # No baselines yet: creating them is what makes a first session pass (test_baselines_e2e.py has the rest).
     session = specdec_session(pytester, fake_profile, fake_endpoints, "-v", "--update-baselines=missing")
     result = session.result
@@ -88,6 +96,8 @@ def test_measures_interleaved_runs_and_writes_json(
     assert summary["speedup"] > 1.0
     assert set(summary["tpot_ms"]) == {"p50", "p95", "p99"}
     assert test["validity"]["valid"], test["validity"]
+    for t in data["tests"]:
+        assert json.loads((pytester.path / f"summary-c{t['params']['concurrency']}.json").read_text()) == t["summary"]
 
 
 def test_unknown_marker_key_is_a_collection_error(pytester: pytest.Pytester, fake_profile: Path) -> None:

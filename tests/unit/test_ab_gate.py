@@ -77,7 +77,7 @@ def case(candidate_speed: float, candidate_acceptance: float = 0.8, invalid: int
     base = [run("base", i, 500 * n, e2e=100 / n) for i, n in enumerate(NOISE)]
     cand = [run("spec", i, 500 * n * candidate_speed * (1.01 if i % 2 else 0.99), candidate_acceptance,
                 e2e=100 / (n * candidate_speed), valid=i != invalid) for i, n in enumerate(NOISE)]
-    return CaseResult(reference_runs=[], runs=cand, summary={}, speedup_per_pair=[], base_runs=base)
+    return CaseResult(reference_runs=[], runs=cand, summary=None, speedup_per_pair=[], base_runs=base)
 
 
 def by_metric(verdicts: list[Verdict]) -> dict[str, Verdict]:

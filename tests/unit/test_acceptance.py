@@ -18,9 +18,8 @@ from pytest_specdec.measure.acceptance import (
     ratio_ci,
     run_acceptance,
 )
-from pytest_specdec.measure.summary import request_acceptance_entry
 from pytest_specdec.measure.types import RequestSample
-from pytest_specdec.output.schema import run_acceptance_entry
+from pytest_specdec.output.schema import request_acceptance_entry, run_acceptance_entry
 from pytest_specdec.vllm import request_metrics as rm
 from pytest_specdec.vllm.command import ServerSpec, build_command
 from pytest_specdec.vllm.counters import Counters

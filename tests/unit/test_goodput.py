@@ -22,7 +22,7 @@ from pytest_specdec.measure.record import ArmRun, goodput_ratio, goodput_undefin
 from pytest_specdec.measure.summary import goodput_summary
 from pytest_specdec.measure.types import LoadResult, RequestSample, Sampling
 from pytest_specdec.output.progress import goodput_text
-from pytest_specdec.output.schema import run_metrics_entry
+from pytest_specdec.output.schema import goodput_entry, run_metrics_entry
 
 BENCH_FILE = Path(__file__).resolve().parents[1] / "data" / "bench_serve_detailed_eagle3.json"
 
@@ -101,16 +101,16 @@ def test_the_pair_ratio_and_the_pairs_where_an_arm_met_no_slo() -> None:
                                      (4, "the reference and the spec runs met no SLO (goodput 0)")]
     assert goodput_undefined(pairs([arm(0, None)], [arm(0, 1.0)])) == [(0, "the reference run has no goodput")]
     summary = goodput_summary(ref, spec, ps)
-    assert summary["goodput"] == 1.5 and summary["goodput_pairs"] == 1 and len(summary["goodput_undefined"]) == 3
-    assert summary["goodput_req_s"] == pytest.approx(1.0)  # a run that met no SLO counts 0 in the arm's mean
-    line = goodput_text(summary)
+    assert summary is not None and summary.goodput == 1.5 and summary.pairs == 1 and len(summary.undefined) == 3
+    assert summary.req_s == pytest.approx(1.0)  # a run that met no SLO counts 0 in the arm's mean
+    line = goodput_text(goodput_entry(summary))
     assert line.startswith("goodput 1.50x (1.00 vs reference 1.00 req/s meeting the SLOs) (undefined at 3 pair(s), "
                            "left out of its verdict: run 2: the reference run met no SLO (goodput 0); run 3: ")
 
 
 def test_a_test_without_slos_shows_nothing_new() -> None:
     ref, spec = [arm(i, None) for i in range(3)], [arm(i, None, tok_s=150.0) for i in range(3)]
-    assert goodput_summary(ref, spec, pairs(ref, spec)) == {} and goodput_text({"speedup": 1.5}) == ""
+    assert goodput_summary(ref, spec, pairs(ref, spec)) is None and goodput_text({"speedup": 1.5}) == ""
     assert "goodput" not in Night(tuple(ref), tuple(spec), (1.5, 1.5, 1.5)).metric_values()
     assert "goodput_req_s" not in arm_run_entry(spec[0])
     assert "goodput" not in {v.metric for v in pair_verdicts(ref, spec, DEFAULT_THRESHOLDS, 0.05, reference=ref)}

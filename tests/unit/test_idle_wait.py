@@ -160,9 +160,9 @@ def _run(arm: Any, duration_s: float, waited_s: float | None) -> RunRecord:
 
 
 def test_the_session_time_split_and_its_efficiency() -> None:
-    a = CaseResult(reference_runs=[_run("reference", 2.0, 0.5)], runs=[_run("spec", 1.0, 0.25)], summary={},
+    a = CaseResult(reference_runs=[_run("reference", 2.0, 0.5)], runs=[_run("spec", 1.0, 0.25)], summary=None,
                    speedup_per_pair=[])
-    b = CaseResult(reference_runs=[_run("reference", 3.0, None)], runs=[], summary={}, speedup_per_pair=[],
+    b = CaseResult(reference_runs=[_run("reference", 3.0, None)], runs=[], summary=None, speedup_per_pair=[],
                    base_runs=[_run("base", 4.0, 0.25)])
     t = session_time(20.0, [a, None, b], [3.0, 2.0])
     assert (t.runs_s, t.starts_s, t.waits_s, t.runs, t.efficiency) == (10.0, 5.0, 1.0, 4, 0.5)

@@ -32,7 +32,7 @@ def test_each_differing_prompt_once_cut_and_capped() -> None:
     long = "word " * 400
     spec = [rec("spec", 0, {**same, "p01": long + "SPEC", "p02": "other"}),
             rec("spec", 1, {**{k: "diff" for k in same}, "p01": long + "SPEC"})]
-    n, shown = differing_outputs(CaseResult(reference_runs=refs, runs=spec, summary={}, speedup_per_pair=[]),
+    n, shown = differing_outputs(CaseResult(reference_runs=refs, runs=spec, summary=None, speedup_per_pair=[]),
                                  prompts=5, chars=60)
     assert n == 30 and len(shown) == 5
     first = {d["prompt_id"]: d for d in shown}

@@ -20,6 +20,7 @@ from pytest_specdec.measure.runner import CaseResult, RunRecord
 from pytest_specdec.measure.schedule import Arm
 from pytest_specdec.measure.summary import summarize
 from pytest_specdec.output.results import run_entry
+from pytest_specdec.output.schema import summary_entry
 
 
 def rec(arm: Arm, i: int, tok_s: float, *, invalid: tuple[str, ...] = (), drafts: int | None = None) -> RunRecord:
@@ -50,9 +51,10 @@ def test_an_invalid_run_on_one_arm_drops_exactly_its_pair_and_says_so() -> None:
     assert speedup_per_pair(refs, specs) == [2.0, None, 2.02, 2.03]
     assert dropped(pairs(refs, specs)) == [(1, "the spec run is invalid")]
     summary = summarize(reference, spec)
-    assert summary["pairs"] == 3 and summary["pairs_dropped"] == [{"index": 1, "why": "the spec run is invalid"}]
-    assert summary["speedup"] == pytest.approx(geomean([2.0, 2.02, 2.03]))
-    assert summary["explain"]["pairs"] == 3  # the explain split is over the same pairs
+    assert summary.pairs == 3 and summary.pairs_dropped == ((1, "the spec run is invalid"),)
+    assert summary_entry(summary)["pairs_dropped"] == [{"index": 1, "why": "the spec run is invalid"}]
+    assert summary.speedup == pytest.approx(geomean([2.0, 2.02, 2.03]))
+    assert summary.explain is not None and summary.explain.pairs == 3  # the explain split is over the same pairs
     # the gate's paired latency ratio leaves the same pair out
     e2e = Night.from_result(CaseResult(reference, spec, summary, speedup_per_pair(refs, specs))).metric_values()
     assert len(e2e["e2e_p95_ratio"]) == 3 and len(e2e["speedup"]) == 3
@@ -78,7 +80,7 @@ def test_ab_pairs_base_and_candidate_by_run_index() -> None:
     base = [rec("base", i, 100.0 * (1 + i / 10)) for i in (0, 1, 3, 4, 5)]
     cand = [rec("spec", i, 100.0 * (1 + i / 10) * noise[i]) for i in range(6)]
     base[3].invalid.append("hung")
-    result = CaseResult([rec("reference", i, 50.0) for i in range(6)], cand, {}, [], base_runs=base)
+    result = CaseResult([rec("reference", i, 50.0) for i in range(6)], cand, None, [], base_runs=base)
     tok_s = next(v for v in ab_verdicts(result, Thresholds(), 0.05) if v.metric == "output_tok_s")
     assert tok_s.n_now == tok_s.n_baseline == 4
     kept = [n for i, n in enumerate(noise) if i not in (2, 4)]
@@ -110,7 +112,7 @@ def test_tau_once_for_counters_record_summary_and_explain() -> None:
     assert run.metrics.spec is not None
     assert run.metrics.spec.acceptance_length == run.record.acceptance_length == pytest.approx(3.8)
     summary = summarize([rec("reference", 0, 90.0)], [run])
-    assert summary["acceptance_length"] == summary["explain"]["tau"] == pytest.approx(3.8)
+    assert summary.explain is not None and summary.acceptance_length == summary.explain.tau == pytest.approx(3.8)
 
 
 def test_geomean_and_mean_log() -> None:
