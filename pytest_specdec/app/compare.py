@@ -212,12 +212,8 @@ def compare(old: Results | StoredDir, new: Results, *, thresholds: Thresholds, o
     machine, judged_all = judge_all(pipeline, checks, thresholds)
     by_id = dict(judged_all)
 
-    for row in rows:
-        judged = by_id.get(row.nodeid)
-        if judged is not None:
-            row.verdicts = list(judged.final or [])
-            row.split = judged.split()
-            row.drift = judged.drift
+    rows = [row if (judged := by_id.get(row.nodeid)) is None else
+            replace(row, verdicts=tuple(judged.final or ()), split=judged.split(), drift=judged.drift) for row in rows]
     from pytest_specdec.gate.baselines import hardware_label
 
     machines = tuple((str(s.base), hardware_label(s.fingerprint) + _none_there(s)) for s in stores.values())

@@ -7,6 +7,7 @@ tests and sweeps fail it, by the session's one failure rule (`check.FailRule`); 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,14 +28,15 @@ if TYPE_CHECKING:
 PLAIN = FailRule()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Row:
-    """One test of the comparison: its verdicts (gated and shown), or why it has none."""
+    """One test of the comparison: its verdicts (gated and shown), or why it has none. Built once its test is
+    judged (`app.compare`), and only read after."""
 
     nodeid: str
     status: str  # compared | not-comparable | only in OLD | only in NEW | no runs | not judged
-    verdicts: list[Verdict] = field(default_factory=list)
-    fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs
+    verdicts: tuple[Verdict, ...] = ()
+    fields: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)  # not-comparable: what differs
     reason: str = ""
     checked: bool = True  # False: NEW's test opted out (check=False): its verdicts are shown, never failed
     dead: bool = False  # NEW has an arm without a valid run: the plugin fails the test for it
@@ -110,7 +112,7 @@ class Comparison:
         return [x for x in self.crossovers if x.failed]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ABRow:
     """One A/B test of the comparison: NEW's candidate-vs-base verdicts judged again, OLD's beside them."""
 
