@@ -264,10 +264,10 @@ def compare_ab_files(args: argparse.Namespace, old: Results | None, new: Results
 
 def cmd_merge(args: argparse.Namespace) -> int:
     """`pytest-specdec merge`: one night's shards as one results file, JUnit file and HTML report (`app.merge`)."""
-    from pytest_specdec.app.merge import INSUFFICIENT_DATA, MergeError, Shard, expected_ids, merge, outcome_counts
+    from pytest_specdec.app.merge import MergeError, expected_ids, merge, outcome_counts
     from pytest_specdec.files import write_atomic
     from pytest_specdec.output.junit import junit_xml
-    from pytest_specdec.output.results import write_report
+    from pytest_specdec.output.results import INSUFFICIENT_DATA, Shard, write_report
     from pytest_specdec.output.schema import ResultsError, load, render_results
 
     shards = []

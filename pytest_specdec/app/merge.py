@@ -16,9 +16,8 @@ green night.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,10 +28,8 @@ if TYPE_CHECKING:
     from pytest_specdec.gate.check import FailRule
     from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.stats import Verdict
-    from pytest_specdec.output.schema import Results, TestEntry, VerdictEntry
-
-#: A test expected but in no shard: its outcome in the merged file.
-INSUFFICIENT_DATA = "insufficient-data"
+    from pytest_specdec.output.results import Shard
+    from pytest_specdec.output.schema import TestEntry, VerdictEntry
 
 #: What every shard of one night must share, as (what the error names, how it is read from the parsed file).
 SAME: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -52,15 +49,6 @@ SAME: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 class MergeError(SpecDecError):
     """Shards that cannot be merged into one night; the message names the files and the field to fix."""
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One shard's results file: its path, the file as parsed, and as read."""
-
-    path: Path
-    data: Mapping[str, Any]
-    results: Results
 
 
 @dataclass(frozen=True)
@@ -201,9 +189,7 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
     from pytest_specdec.gate.check import FailRule, adjusted_all, members
     from pytest_specdec.gate.drift import gated_drift
     from pytest_specdec.gate.kinds import GATED, NOT_COMPARABLE
-    from pytest_specdec.gate.verdicts import gated_with
-    from pytest_specdec.output.results import verdict_entry
-    from pytest_specdec.output.schema import drift_entry
+    from pytest_specdec.output.results import MergedTest, merged_results
 
     if not shards:
         raise MergeError("no shard results files given")
@@ -232,93 +218,33 @@ def merge(shards: Sequence[Shard], expected: Sequence[str] | None = None) -> Mer
 
     tests, failed, changed = [], [], []
     for nodeid, (shard, i, t) in where_of.items():
-        entry = copy.deepcopy(shard.data["tests"][i])
-        entry["shard"] = str(shard.path)
-        outcome = t.outcome
+        merged = MergedTest(str(shard.path), shard.data["tests"][i], t, outcome=t.outcome)
         if nodeid in final:
-            verdicts = list(final[nodeid].verdicts)
+            verdicts = tuple(final[nodeid].verdicts)
             drift = final[nodeid].drift_of(recorded[nodeid])
-            if t.verdicts:
-                entry["verdicts"] = {v.metric: {**verdict_entry(v), "unadjusted": t.verdicts[v.metric].unadjusted}
-                                     for v in verdicts}
-            if drift is not None:
-                entry["drift"] = drift_entry(drift)
-            if t.verdicts and isinstance(entry.get("baseline"), dict):  # a test in the family by its drift alone
-                # keeps its baseline section as its shard wrote it
-                entry["baseline"] = {**entry["baseline"], "adjusted": "merged",
-                                     "inconclusive_gated": [v.metric for v in gated_with(verdicts, INCONCLUSIVE)],
-                                     "attribution": attribution(verdicts, entry["baseline"].get("split"))}
+            merged = replace(merged, verdicts=verdicts, drift=drift)
             before = [as_verdict(v, f"{shard.path}: tests[{i}]", unadjusted=False) for v in t.verdicts.values()]
             was, now = gated_drift(recorded[nodeid].drift), gated_drift(drift)  # as its shard left it, merged
+            outcome = t.outcome
             if outcome in ("passed", "failed") and (outcome == "passed" or fails_on_verdicts(rule, t, before, was)):
                 outcome = "failed" if fails_on_verdicts(rule, t, verdicts, now) else "passed"
             if outcome != t.outcome:
                 changed.append((nodeid, t.outcome, outcome))
-                why = (f"{'fails' if outcome == 'failed' else 'passes'} once the night's family is adjusted "
-                       f"together ({multiplicity} over {size} gated p-values of {len(shards)} shards); its shard "
-                       f"{shard.path} said {t.outcome}")
-                entry["error"] = f"{entry['error']}\n{why}" if entry.get("error") else why
-                entry["outcome"] = outcome
-        if outcome == "failed":
+                merged = replace(merged, outcome=outcome, why=(
+                    f"{'fails' if outcome == 'failed' else 'passes'} once the night's family is adjusted together "
+                    f"({multiplicity} over {size} gated p-values of {len(shards)} shards); its shard {shard.path} "
+                    f"said {t.outcome}"))
+        if merged.outcome == "failed":
             failed.append(nodeid)
-        tests.append(entry)
+        tests.append(merged)
 
     missing = [n for n in expected or () if n not in where_of]
-    for nodeid in missing:
-        tests.append({"nodeid": nodeid, "params": {}, "outcome": INSUFFICIENT_DATA, "when": None, "servers": {},
-                      "error": f"expected (--expect) but in none of the {len(shards)} shards' results: the shard "
-                               "that should have run it never ran or never uploaded its results"})
-    data = night_document(shards, tests)
+    data = merged_results(shards, tests, missing)
     sweeps = [f"{x.sweep} ({s.path})" for s in shards for x in s.results.crossovers if x.failed]
     errors = [f"{s.path}: {e['what']}: {e['error']}" for s in shards for e in s.results.errors]
     machine = tuple(str(s.path) for s in shards if s.results.gate.machine_failed)
     return Merged(data, tuple(failed), tuple(changed), tuple(missing), tuple(sweeps), tuple(errors), machine, size,
                   multiplicity, alpha)
-
-
-def attribution(verdicts: Sequence[Verdict], split: Any) -> str | None:
-    """The test's attribution on its merged verdicts, as its results entry words it (`output.wording`)."""
-    from pytest_specdec.output.schema import split_of
-    from pytest_specdec.output.wording import attribution as words
-
-    return words(verdicts, split_of(split) if isinstance(split, Mapping) else None) if verdicts else None
-
-
-def night_document(shards: Sequence[Shard], tests: list[dict[str, Any]]) -> dict[str, Any]:
-    """The merged results document: the first shard's session-level fields (the shards agree on what `SAME`
-    names), the night's start (the earliest shard's) and length (the longest shard's), the servers, datasets,
-    endpoints and sweeps of every shard, no machine factor of its own (each shard's is in `merged_from`, and in its
-    tests' verdicts), and each shard's file, start, machine factor and tests (`merged_from`)."""
-    first = copy.deepcopy(dict(shards[0].data))
-    durations = [d for s in shards if (d := s.results.duration_s) is not None]
-
-    def union(key: str) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for s in shards:
-            out.update({k: v for k, v in (s.data.get(key) or {}).items() if k not in out})
-        return out
-
-    return {
-        **first,
-        "started": min(s.results.started for s in shards),
-        "duration_s": max(durations) if durations else None,
-        "servers": union("servers"),
-        "server_starts": sum(s.results.server_starts or 0 for s in shards),
-        "time": None,
-        "datasets": union("datasets"),
-        "endpoints": union("endpoints"),
-        "machine_factor": None,
-        "machine_state": None,
-        "gate": {**first.get("gate", {}),
-                 "machine_failed": any(s.results.gate.machine_failed for s in shards)},
-        "baseline_update": None,
-        "crossovers": [x for s in shards for x in s.data.get("crossovers") or ()],
-        "errors": [{"what": f"{s.path}: {e['what']}", "error": e["error"]} for s in shards for e in s.results.errors],
-        "merged_from": [{"file": str(s.path), "started": s.results.started, "duration_s": s.results.duration_s,
-                         "machine_factor": s.data.get("machine_factor"),
-                         "tests": [t.nodeid for t in s.results.tests]} for s in shards],
-        "tests": tests,
-    }
 
 
 def outcome_counts(tests: Iterable[Mapping[str, Any]]) -> dict[str, int]:

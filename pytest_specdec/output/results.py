@@ -7,6 +7,7 @@ Files are written to a temporary name and renamed, so a reader (CI, the next ses
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import importlib.metadata as md
 import json
@@ -14,7 +15,7 @@ import math
 import os
 import platform
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from pytest_specdec.measure.runner import CaseResult, RunRecord
     from pytest_specdec.measure.saturation import RatePoint
     from pytest_specdec.measure.summary import Summary
+    from pytest_specdec.output.schema import Results, TestEntry
     from pytest_specdec.output.timing import SessionTime
     from pytest_specdec.profiles import Profile
     from pytest_specdec.servers.endpoints import EndpointFacts
@@ -522,6 +524,112 @@ def stamp(started: float) -> str:
     Every file of the session (results, report, saved outputs) carries the same stamp, which pairs them."""
     t = dt.datetime.fromtimestamp(started, dt.UTC)
     return f"{t:%Y%m%dT%H%M%S}.{t:%f}Z-{os.getpid()}"
+
+
+#: A test expected but in no shard of a merged night (`pytest-specdec merge --expect`): its outcome there.
+INSUFFICIENT_DATA = "insufficient-data"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard's results file for `pytest-specdec merge`: its path, the file as parsed, and as read."""
+
+    path: Path
+    data: Mapping[str, Any]
+    results: Results
+
+
+@dataclass(frozen=True)
+class MergedTest:
+    """One test of a merged night as the merge decided it (`app.merge`): its shard's file and entry, as written
+    (``entry``) and as read (``test``); its verdicts and drift adjusted over the night's one family (``verdicts``
+    None: it is in no family, and its entry stands as its shard wrote it); its outcome, and why where the merged
+    family changed it."""
+
+    shard: str
+    entry: Mapping[str, Any]
+    test: TestEntry
+    outcome: str
+    verdicts: tuple[Verdict, ...] | None = None
+    drift: Drift | None = None
+    why: str = ""
+
+
+def merged_test_entry(m: MergedTest) -> dict[str, Any]:
+    """A merged test's entry: its shard's, with the shard's file, its verdicts as adjusted over the night (each
+    with its shard's `unadjusted` beside it), its drift, its baseline section marked ``adjusted: merged`` with the
+    inconclusive gated metrics and the attribution on the merged verdicts, and its outcome with why where it
+    changed."""
+    from pytest_specdec.gate.verdicts import gated_with
+    from pytest_specdec.output.schema import split_of
+    from pytest_specdec.output.wording import attribution
+
+    entry = copy.deepcopy(dict(m.entry))
+    entry["shard"] = m.shard
+    recorded = m.test.verdicts
+    if m.verdicts is not None:
+        if recorded:
+            entry["verdicts"] = {v.metric: {**verdict_entry(v), "unadjusted": recorded[v.metric].unadjusted}
+                                 for v in m.verdicts}
+        if m.drift is not None:
+            entry["drift"] = drift_entry(m.drift)
+        if recorded and isinstance(entry.get("baseline"), dict):  # a test in the family by its drift alone
+            # keeps its baseline section as its shard wrote it
+            split = entry["baseline"].get("split")
+            entry["baseline"] = {
+                **entry["baseline"], "adjusted": "merged",
+                "inconclusive_gated": [v.metric for v in gated_with(m.verdicts, INCONCLUSIVE)],
+                "attribution": (attribution(m.verdicts, split_of(split) if isinstance(split, Mapping) else None)
+                                if m.verdicts else None)}
+    if m.why:
+        entry["error"] = f"{entry['error']}\n{m.why}" if entry.get("error") else m.why
+        entry["outcome"] = m.outcome
+    return entry
+
+
+def missing_test_entry(nodeid: str, shards: int) -> dict[str, Any]:
+    """A test expected in a merged night but in none of its ``shards``: `INSUFFICIENT_DATA`, and why."""
+    return {"nodeid": nodeid, "params": {}, "outcome": INSUFFICIENT_DATA, "when": None, "servers": {},
+            "error": f"expected (--expect) but in none of the {shards} shards' results: the shard "
+                     "that should have run it never ran or never uploaded its results"}
+
+
+def merged_results(shards: Sequence[Shard], tests: Sequence[MergedTest], missing: Sequence[str]) -> dict[str, Any]:
+    """The merged night's results document: the first shard's session-level fields (the shards agree on what
+    `app.merge.SAME` names), the night's start (the earliest shard's) and length (the longest shard's), the
+    servers, datasets, endpoints and sweeps of every shard, no machine factor of its own (each shard's is in
+    `merged_from`, and in its tests' verdicts), each shard's file, start, machine factor and tests (`merged_from`),
+    and its tests: the merged ones (`merged_test_entry`), then the ``missing`` (`missing_test_entry`)."""
+    first = copy.deepcopy(dict(shards[0].data))
+    durations = [d for s in shards if (d := s.results.duration_s) is not None]
+
+    def union(key: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for s in shards:
+            out.update({k: v for k, v in (s.data.get(key) or {}).items() if k not in out})
+        return out
+
+    return {
+        **first,
+        "started": min(s.results.started for s in shards),
+        "duration_s": max(durations) if durations else None,
+        "servers": union("servers"),
+        "server_starts": sum(s.results.server_starts or 0 for s in shards),
+        "time": None,
+        "datasets": union("datasets"),
+        "endpoints": union("endpoints"),
+        "machine_factor": None,
+        "machine_state": None,
+        "gate": {**first.get("gate", {}),
+                 "machine_failed": any(s.results.gate.machine_failed for s in shards)},
+        "baseline_update": None,
+        "crossovers": [x for s in shards for x in s.data.get("crossovers") or ()],
+        "errors": [{"what": f"{s.path}: {e['what']}", "error": e["error"]} for s in shards for e in s.results.errors],
+        "merged_from": [{"file": str(s.path), "started": s.results.started, "duration_s": s.results.duration_s,
+                         "machine_factor": s.data.get("machine_factor"),
+                         "tests": [t.nodeid for t in s.results.tests]} for s in shards],
+        "tests": [*map(merged_test_entry, tests), *(missing_test_entry(n, len(shards)) for n in missing)],
+    }
 
 
 def write_results(results: dict[str, Any], reports_dir: Path, started: float, json_path: Path | None = None
