@@ -28,7 +28,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -303,7 +303,37 @@ def read(data: dict[str, Any], name: str, fix: str = "fix or delete it") -> dict
     return data
 
 
-# ---- writing: a night and its runs as a file stores them --------------------------------------------------
+# ---- writing: each file, a night and its runs as a file stores them ----------------------------------------
+
+
+def baseline_text(nodeid: str, profile: str, comparability: Mapping[str, Any], under_test: Mapping[str, Any],
+                  sessions: Sequence[Mapping[str, Any]]) -> str:
+    """A baseline file's text: its schema, the test and profile, the conditions its nights are comparable under,
+    what was under test, and the nights kept (`night_entry`), oldest first (`read` reads it back)."""
+    return BASELINE_FILE.render({"schema": BASELINE_FILE.version, "nodeid": nodeid, "profile": profile,
+                                 "comparability": comparability, "under_test": under_test,
+                                 "sessions": list(sessions)})
+
+
+def crossover_text(record: Mapping[str, Any], nights: Sequence[Mapping[str, Any]]) -> str:
+    """A crossover record's text: its sweep (`sweep_entry`) and the nights kept (`sweep_night_entry`), oldest first
+    (`read_sweep` reads it back)."""
+    return CROSSOVER_FILE.render({**record, "schema": CROSSOVER_FILE.version, "nights": list(nights)})
+
+
+def sweep_entry(sweep: str, profile: str, tests: Sequence[str], axis: str) -> dict[str, Any]:
+    """What a crossover record is of: the sweep's id, the profile, its tests and the axis swept."""
+    return {"sweep": sweep, "profile": profile, "tests": list(tests), "axis": axis}
+
+
+def sweep_night_entry(started: str, axis: str, grid: Iterable[tuple[float, Sequence[float]]], crossover: Crossover,
+                      machine_state: Mapping[str, float] | None, saturation: float | None) -> dict[str, Any]:
+    """One night of a crossover record: when it started, each point's speedups, its crossover statistic
+    (`crossover_value_entry`), the machine's state while it ran and a rate sweep's saturation (where there are)."""
+    return {"started": started, "points": [{axis: at, "speedups": list(v)} for at, v in grid],
+            "crossover": crossover_value_entry(crossover),
+            **({"machine_state": dict(machine_state)} if machine_state is not None else {}),
+            **({"saturation_req_s": saturation} if saturation is not None else {})}
 
 
 def night_entry(night: Night) -> dict[str, Any]:

@@ -400,16 +400,12 @@ class CrossoverGate:
                       else f"no stored night ({self.rel(path)}: `pytest --update-baselines` writes it)")
 
     def _write(self, sweep: Sweep, path: Path, crossover: Crossover) -> SweepWrite:
-        from pytest_specdec.gate.baselines import crossover_value_entry
+        from pytest_specdec.gate.baselines import sweep_entry, sweep_night_entry
 
         stamp = dt.datetime.fromtimestamp(self.started, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        state = sweep_state(sweep.points)
-        night = {"started": stamp, "points": [{sweep.axis: c, "speedups": v} for c, v in sweep.grid()],
-                 "crossover": crossover_value_entry(crossover),
-                 **({"machine_state": state} if state is not None else {}),
-                 **({"saturation_req_s": sweep.saturation} if sweep.saturation is not None else {})}
-        record = {"sweep": sweep.sweep, "profile": self.profile, "tests": [p.nodeid for p in sweep.points],
-                  "axis": sweep.axis}
+        night = sweep_night_entry(stamp, sweep.axis, sweep.grid(), crossover, sweep_state(sweep.points),
+                                  sweep.saturation)
+        record = sweep_entry(sweep.sweep, self.profile, [p.nodeid for p in sweep.points], sweep.axis)
         return SweepWrite(sweep.sweep, path, record, night)
 
     def write(self, end: CrossoverEnd, baselines_dir: Path, keep: int) -> list[tuple[str, str]]:

@@ -15,11 +15,11 @@ from typing import Any
 
 from pytest_specdec.files import write_atomic
 from pytest_specdec.gate.baselines import (
-    BASELINE_FILE,
-    CROSSOVER_FILE,
     BaselineError,
     OlderBaseline,
     baseline_path,
+    baseline_text,
+    crossover_text,
     diff,
     hardware_key,
     hardware_label,
@@ -304,12 +304,9 @@ class BaselineStore:
             sessions.append(item.session)
             dropped = max(0, len(sessions) - self.keep)
             sessions = sessions[-self.keep:]
-            data = {
-                "schema": BASELINE_FILE.version, "nodeid": item.nodeid, "profile": self.profile,
-                "comparability": item.comparability, "under_test": item.under_test, "sessions": sessions,
-            }
+            text = baseline_text(item.nodeid, self.profile, item.comparability, item.under_test, sessions)
             try:
-                write_atomic(path, BASELINE_FILE.render(data))
+                write_atomic(path, text)
             except OSError as exc:
                 summary.updated[:] = [(p, what) for p, what in summary.updated if p != path]
                 summary.failed.append((path, str(exc)))
@@ -343,7 +340,7 @@ def write_sweep(root: Path, path: Path, record: dict[str, Any], night: dict[str,
     nights = [*(old["nights"] if old is not None else []), night][-keep:]
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".specdec-baselines.lock"), timeout=600):
-        write_atomic(path, CROSSOVER_FILE.render({**record, "schema": CROSSOVER_FILE.version, "nights": nights}))
+        write_atomic(path, crossover_text(record, nights))
     return ("updated" if old is not None else "created") + f": {len(nights)} night(s) kept{note}"
 
 
