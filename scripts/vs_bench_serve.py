@@ -92,7 +92,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             m = rec.metrics
             return {"output_tok_s": m.output_tok_s, "acceptance_rate": m.spec and m.spec.acceptance_rate,
                     "output_tokens": m.total_output_tokens, "loop_lag_mean_ms": m.loop_lag_mean_ms,
-                    "invalid": rec.invalid}
+                    "invalid": list(rec.invalid)}
 
         def theirs(i: int) -> dict[str, Any]:
             name = f"bench-{i}.json"

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.measure.acceptance import COUNTERS, PER_REQUEST, RunAcceptance, Source, run_acceptance
@@ -56,33 +57,35 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunRecord:
-    """One run of one arm, with its validity, and whether its latency figures can be trusted."""
+    """One run of one arm, with its validity, and whether its latency figures can be trusted. A value: what the
+    loop learns after the run (its neighbours, its server, its block) and a later look's disturbed-run rule give a
+    new record in its place (`dataclasses.replace`), so a record handed on never changes under its reader."""
 
     arm: Arm
     index: int
     metrics: RunMetrics
     cache_salt: str
-    invalid: list[str] = field(default_factory=list)
-    texts: dict[str, str] = field(default_factory=dict, repr=False)
+    invalid: tuple[str, ...] = ()
+    texts: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: Each successful request's output tokens as the server counted them (usage), by prompt id.
-    output_tokens: dict[str, int] = field(default_factory=dict, repr=False)
+    output_tokens: Mapping[str, int] = field(default_factory=dict, repr=False)
     # Per-run P95 by Harrell-Davis (ms) of tpot/ttft/e2e: steadier than the interpolated sample P95 for
     # the few dozen requests of a run; these are what the P95 verdicts compare.
-    hd_p95_ms: dict[str, float | None] = field(default_factory=dict)
+    hd_p95_ms: Mapping[str, float | None] = field(default_factory=dict)
     #: The wait for the servers to go idle before the run (None: not waited).
     settle: Quiet | None = None
     #: The prompt ids of the run when they differ from run to run (FreshPrompts), else None.
-    prompt_ids: list[str] | None = None
+    prompt_ids: tuple[str, ...] | None = None
     #: How the run's tokens arrived per chunk (None: not recorded, e.g. a run built by hand).
     chunking: Chunking | None = None
     #: Why the run's latency figures are left out of verdicts and summary (empty: they are trusted).
-    untrusted: list[str] = field(default_factory=list)
+    untrusted: tuple[str, ...] = ()
     #: The cores each other server of the session used during the run's window (None: not watched).
-    neighbours: dict[str, float] | None = None
+    neighbours: Mapping[str, float] | None = None
     #: Open loop: each request's scheduled arrival and when it was sent (`LoadResult.arrivals`); None: closed.
-    arrivals: dict[str, list[float | None]] | None = None
+    arrivals: Mapping[str, list[float | None]] | None = None
     #: Acceptance from each request's own figures (`measure.acceptance`), checked against the counters; None: the
     #: requests carried none, and the counters serve alone.
     acceptance: RunAcceptance | None = None
@@ -92,19 +95,13 @@ class RunRecord:
     instance: str = ""
     #: The ABBA block of its pair where the arms alternate in blocks (one server at a time); None: interleaved.
     block: int | None = None
-    _record: ArmRun | None = field(default=None, init=False, repr=False, compare=False)
 
-    @property
+    @cached_property
     def record(self) -> ArmRun:
         """The run as the one run record (`measure.record.ArmRun`) that the summary, the gate and the baselines
-        read: its figures built once, when the run is measured (`one_run`), its validity the run's as it is now
-        (the disturbed-run rule is applied anew after every look)."""
-        if self._record is None:
-            self._record = ArmRun.measured(self.index, self.metrics, self.hd_p95_ms, self.invalid, self.untrusted)
-        self._record = self._record.with_validity(self.invalid, self.untrusted)
-        if self._record.block != self.block:
-            self._record = replace(self._record, block=self.block)
-        return self._record
+        read, built once per record (a changed validity is a new record)."""
+        run = ArmRun.measured(self.index, self.metrics, self.hd_p95_ms, self.invalid, self.untrusted)
+        return run if run.block == self.block else replace(run, block=self.block)
 
     @property
     def valid(self) -> bool:
@@ -198,26 +195,25 @@ def one_run(
     )
     delta = counters_delta(load)
     metrics = compute_run_metrics(load, delta, goodput)
-    record = RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt,
-                       texts={s.prompt_id: s.text for s in load.samples if s.error is None},
-                       output_tokens={s.prompt_id: s.output_tokens for s in load.samples if s.error is None},
-                       arrivals=load.arrivals(), acceptance=run_acceptance(load.samples))
-    record.invalid = invalid_reasons(metrics, len(prompts), rules)
-    # The requests' own figures must add up to the counters of the same run; where they do not, something else
-    # drove the server (as a token-count mismatch says) or vLLM counted wrong: the run is invalid, both figures named.
-    disagreement = record.acceptance.disagreement(delta) if record.acceptance is not None else ""
-    if disagreement:
-        record.invalid.append(disagreement)
+    acceptance = run_acceptance(load.samples)
+    invalid = invalid_reasons(metrics, len(prompts), rules)
     silent = sum(1 for x in load.samples if x.error is not None and x.error.startswith(IDLE_TIMEOUT_REASON))
     if silent:
-        record.invalid.insert(0, f"{HUNG}: sent nothing for {rules.hung_timeout_s:g} s on {silent} request(s)")
-    record.hd_p95_ms = hd_p95s(load)
-    if step_limit is not None:
-        record.chunking = chunking(load.samples, step_limit)
-        record.untrusted = latency_untrusted(record.chunking, rules)
+        invalid.insert(0, f"{HUNG}: sent nothing for {rules.hung_timeout_s:g} s on {silent} request(s)")
+    # The requests' own figures must add up to the counters of the same run; where they do not, something else
+    # drove the server (as a token-count mismatch says) or vLLM counted wrong: the run is invalid, both figures named.
+    disagreement = acceptance.disagreement(delta) if acceptance is not None else ""
+    if disagreement:
+        invalid.append(disagreement)
+    chunks = chunking(load.samples, step_limit) if step_limit is not None else None
     if load.metrics_error:
-        record.invalid.append(f"could not read /metrics: {load.metrics_error}")
-    return record
+        invalid.append(f"could not read /metrics: {load.metrics_error}")
+    return RunRecord(arm=arm, index=index, metrics=metrics, cache_salt=salt, invalid=tuple(invalid),
+                     texts={s.prompt_id: s.text for s in load.samples if s.error is None},
+                     output_tokens={s.prompt_id: s.output_tokens for s in load.samples if s.error is None},
+                     hd_p95_ms=hd_p95s(load), chunking=chunks,
+                     untrusted=() if chunks is None else tuple(latency_untrusted(chunks, rules)),
+                     arrivals=load.arrivals(), acceptance=acceptance)
 
 
 def measure_case(
@@ -321,14 +317,12 @@ def extend_case(
         result.ended = time.monotonic()
         if before is not None and neighbours is not None:
             arm_of = {inst: labels.get(a, a) for a, inst in result.instances.items()}
-            rec.neighbours = neighbour_cores(before, (time.monotonic(), neighbours()), endpoint.instance, arm_of)
-            rec.invalid += neighbour_reasons(rec.neighbours, rules.max_neighbour_cores)
-        if quiet is not None:
-            rec.settle = quiet
-        if source.fresh:
-            rec.prompt_ids = [p.id for p in run_prompts]
-        result.instances[arm] = rec.instance = endpoint.instance
-        rec.block = None if block is None else first_block + (i - start) // block
+            cores = neighbour_cores(before, (time.monotonic(), neighbours()), endpoint.instance, arm_of)
+            rec = replace(rec, neighbours=cores,
+                          invalid=(*rec.invalid, *neighbour_reasons(cores, rules.max_neighbour_cores)))
+        rec = replace(rec, settle=quiet, prompt_ids=tuple(p.id for p in run_prompts) if source.fresh else None,
+                      instance=endpoint.instance, block=None if block is None else first_block + (i - start) // block)
+        result.instances[arm] = endpoint.instance
         result.arm_runs(arm).append(rec)
         m = rec.metrics
         rate_ = m.spec.acceptance_rate if m.spec else None
@@ -396,12 +390,12 @@ def mark_disturbed(runs: list[RunRecord], rules: ValidityRules) -> list[RunRecor
     for i, rec in enumerate(runs):
         if any(r.startswith(DISTURBED) for r in rec.invalid):
             before.add(i)
-            rec.invalid = [r for r in rec.invalid if not r.startswith(DISTURBED)]
+            runs[i] = replace(rec, invalid=tuple(r for r in rec.invalid if not r.startswith(DISTURBED)))
     spec = any(r.metrics.spec is not None for r in runs)
     rates = [None if not r.valid else step_rate(r.metrics.output_tok_s,
                                                  r.metrics.spec.acceptance_length if r.metrics.spec else None)
              for r in runs]
     found = disturbed(rates, rules.max_run_slowdown, STEP_RATE if spec else "tok/s")
     for i, reason in found.items():
-        runs[i].invalid.append(reason)
+        runs[i] = replace(runs[i], invalid=(*runs[i].invalid, reason))
     return [runs[i] for i in found if i not in before]

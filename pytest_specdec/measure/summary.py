@@ -29,8 +29,11 @@ if TYPE_CHECKING:
 class SummaryRun(Protocol):
     """What the summary reads of a run (`runner.RunRecord`, which imports this module)."""
 
-    metrics: RunMetrics
-    acceptance: RunAcceptance | None
+    @property
+    def metrics(self) -> RunMetrics: ...
+
+    @property
+    def acceptance(self) -> RunAcceptance | None: ...
 
     @property
     def record(self) -> ArmRun: ...

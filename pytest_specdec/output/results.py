@@ -295,15 +295,15 @@ def run_entry(r: RunRecord) -> dict[str, Any]:
     back), with the same names and values, and what only the results keep beside them."""
     per_pos = r.record.accepted_per_pos
     return {
-        "arm": r.arm, "index": r.index, "valid": r.valid, "invalid_reasons": r.invalid,
-        "cache_salt": r.cache_salt, **run_metrics_entry(r.metrics), "hd_p95_ms": r.hd_p95_ms,
+        "arm": r.arm, "index": r.index, "valid": r.valid, "invalid_reasons": list(r.invalid),
+        "cache_salt": r.cache_salt, **run_metrics_entry(r.metrics), "hd_p95_ms": dict(r.hd_p95_ms),
         "accepted_per_pos": None if per_pos is None else list(per_pos),
         "settle": None if r.settle is None else quiet_entry(r.settle),
-        **({"prompt_ids": r.prompt_ids} if r.prompt_ids is not None else {}),
-        "latency_untrusted": r.untrusted,
+        **({"prompt_ids": list(r.prompt_ids)} if r.prompt_ids is not None else {}),
+        "latency_untrusted": list(r.untrusted),
         "chunking": None if r.chunking is None else chunking_entry(r.chunking),
-        **({"neighbour_cores": r.neighbours} if r.neighbours is not None else {}),
-        **({"arrivals": r.arrivals} if r.arrivals is not None else {}),
+        **({"neighbour_cores": dict(r.neighbours)} if r.neighbours is not None else {}),
+        **({"arrivals": dict(r.arrivals)} if r.arrivals is not None else {}),
         "acceptance_source": r.acceptance_source,
         "per_request_acceptance": None if r.acceptance is None else run_acceptance_entry(r.acceptance),
         **({"block": r.block} if r.block is not None else {}),
@@ -324,10 +324,10 @@ def case_entry(result: CaseResult) -> dict[str, Any]:
         "validity": {
             "valid": not result.invalid_runs,
             "invalid_runs": [
-                {"arm": r.arm, "index": r.index, "reasons": r.invalid} for r in result.invalid_runs
+                {"arm": r.arm, "index": r.index, "reasons": list(r.invalid)} for r in result.invalid_runs
             ],
             "latency_untrusted_runs": [
-                {"arm": r.arm, "index": r.index, "reasons": r.untrusted} for r in result.untrusted_runs
+                {"arm": r.arm, "index": r.index, "reasons": list(r.untrusted)} for r in result.untrusted_runs
             ],
         },
     }
@@ -655,7 +655,7 @@ def write_outputs(records: Iterable[TestRecord], path: Path) -> None:
     what a lossless failure or a changed workload is read against later. A side file, so the results
     stay small enough for the report and for comparing nights."""
     tests = [{"nodeid": r.nodeid, "runs": [{"arm": run.arm, "index": run.index, "valid": run.valid,
-                                            "outputs": run.texts, "output_tokens": run.output_tokens}
+                                            "outputs": dict(run.texts), "output_tokens": dict(run.output_tokens)}
                                            for run in (*r.result.reference_runs, *r.result.runs)]}
              for r in records if r.result is not None]
     write_atomic(path, json.dumps({"schema": 1, "tests": tests}, indent=1, ensure_ascii=False))

@@ -21,7 +21,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +67,7 @@ TWIN_PAIRS = 3
 LAG_ATTEMPTS = 3
 
 
-def _only_client_lag(reasons: list[str]) -> bool:
+def _only_client_lag(reasons: Sequence[str]) -> bool:
     """True when a run is invalid only because the client's event loop lagged (a starved client)."""
     from pytest_specdec.measure.runner import CLIENT_LAG
 
@@ -146,7 +146,7 @@ def _greedy_run(server: Any, model: str, prompts: list[Any], concurrency: int, r
     earlier: list[dict[str, Any]] = []
     run = _run(server, model, prompts, 0.0, concurrency, rules)
     while _only_client_lag(run.invalid) and len(earlier) + 1 < LAG_ATTEMPTS:
-        earlier.append({"output_tok_s": run.metrics.output_tok_s, "invalid_reasons": run.invalid})
+        earlier.append({"output_tok_s": run.metrics.output_tok_s, "invalid_reasons": list(run.invalid)})
         progress(f"[zoo] {label} greedy c={concurrency}: client-bound ({run.invalid[0]}), measuring again")
         run = _run(server, model, prompts, 0.0, concurrency, rules)
     return run, earlier
@@ -166,10 +166,10 @@ def _measure_points(server: Any, model: str, result: MethodResult, prompts: list
             run, earlier = _greedy_run(server, model, prompts, concurrency, rules, result.method, progress)
         else:
             run, earlier = _run(server, model, prompts, temperature, concurrency, rules), []
-        result.runs[key] = {**run_metrics_entry(run.metrics), "invalid_reasons": run.invalid,
+        result.runs[key] = {**run_metrics_entry(run.metrics), "invalid_reasons": list(run.invalid),
                             "earlier_attempts": earlier}
         if temperature == 0.0 and concurrency == 1:
-            result.texts_t0 = run.texts
+            result.texts_t0 = dict(run.texts)
         m = result.runs[key]
         progress(
             f"[zoo] {result.method} {key}: {m['output_tok_s']:.1f} tok/s, acceptance "
@@ -180,7 +180,7 @@ def _measure_points(server: Any, model: str, result: MethodResult, prompts: list
         for name, cats in (("prose", PROSE), ("code_editing", CODE_EDIT)):
             subset = [p for p in prompts if p.category in cats]
             run = _run(server, model, subset, 0.0, 1, rules)
-            result.runs[f"t0.0-c1-{name}"] = {**run_metrics_entry(run.metrics), "invalid_reasons": run.invalid}
+            result.runs[f"t0.0-c1-{name}"] = {**run_metrics_entry(run.metrics), "invalid_reasons": list(run.invalid)}
 
 
 def measure_method(
@@ -223,7 +223,7 @@ def _timing_pairs(base: tuple[Any, str, MethodResult], twin: tuple[Any, str, Met
             other = arms["twin" if arm == "base" else "base"][0]
             quiet = wait_idle({other.proc.pid}, timeout_s=3.0, requests=lambda: requests_held(both))
             run, earlier = _greedy_run(server, model, prompts, 1, rules, result.method, progress)
-            pair[arm] = {"output_tok_s": run.metrics.output_tok_s, "invalid_reasons": run.invalid,
+            pair[arm] = {"output_tok_s": run.metrics.output_tok_s, "invalid_reasons": list(run.invalid),
                          "earlier_attempts": earlier, "quiet": quiet_entry(quiet)}
         progress(f"[zoo] {twin[2].method} vs {base[2].method}, pair {i + 1}/{pairs}: "
                  f"{pair['twin']['output_tok_s']:.1f} vs {pair['base']['output_tok_s']:.1f} tok/s")

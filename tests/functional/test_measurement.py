@@ -174,9 +174,7 @@ def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any
     fields.update(total_output_tokens=0)
     rec = RunRecord(
         arm=arm, index=index, metrics=RunMetrics(**fields),  # type: ignore[arg-type]  # str arm and None metrics
-        cache_salt="s", texts=texts)
-    if not valid:
-        rec.invalid.append("test")
+        cache_salt="s", texts=texts, invalid=() if valid else ("test",))
     return rec
 
 

@@ -67,7 +67,7 @@ def run(arm: Arm, i: int, tok_s: float, acceptance: float | None = 0.8, e2e: flo
                          total_output_tokens=round(tok_s), ttft_ms=None, tpot_ms=None, e2e_ms=None, itl_chunk_ms=None,
                          itl_token_ms=None, spec=spec)
     return RunRecord(arm=arm, index=i, metrics=metrics, cache_salt="s",
-                     invalid=[] if valid else ["broken"], hd_p95_ms={"e2e": e2e})
+                     invalid=() if valid else ("broken",), hd_p95_ms={"e2e": e2e})
 
 
 NOISE = [1.00, 1.03, 0.98, 1.02, 0.99, 1.01, 0.97, 1.02]

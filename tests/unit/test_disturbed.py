@@ -47,7 +47,7 @@ def _record(arm: Any, index: int, tok_s: float, invalid: list[str] | None = None
     metrics: Any = SimpleNamespace(output_tok_s=tok_s, spec=spec, n_requests=8, total_output_tokens=100,
                                    **dict.fromkeys(("tpot_ms", "ttft_ms", "e2e_ms", "itl_token_ms", "itl_chunk_ms",
                                                     "goodput_req_s")))
-    return RunRecord(arm=arm, index=index, metrics=metrics, cache_salt="s", invalid=list(invalid or []))
+    return RunRecord(arm=arm, index=index, metrics=metrics, cache_salt="s", invalid=tuple(invalid or ()))
 
 
 def test_the_rule_is_applied_anew_after_every_look_and_drops_the_pair() -> None:
@@ -63,7 +63,7 @@ def test_the_rule_is_applied_anew_after_every_look_and_drops_the_pair() -> None:
     assert mark_disturbed(runs, rules) == [] and all(r.valid for r in runs)
     # A run invalid for another reason keeps that reason, and is not judged.
     hung = [_record("spec", 0, 10.0, ["server hung"]), *(_record("spec", i, 600.0) for i in (1, 2, 3))]
-    assert mark_disturbed(hung, rules) == [] and hung[0].invalid == ["server hung"]
+    assert mark_disturbed(hung, rules) == [] and hung[0].invalid == ("server hung",)
 
 
 def test_a_spec_run_that_accepted_less_is_slower_not_disturbed() -> None:

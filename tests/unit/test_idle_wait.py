@@ -154,8 +154,7 @@ def test_the_pool_watches_every_server_but_the_next_runs_own(monkeypatch: pytest
 def _run(arm: Any, duration_s: float, waited_s: float | None) -> RunRecord:
     rec = RunRecord(arm=arm, index=0,
                     metrics=SimpleNamespace(duration_s=duration_s),  # type: ignore[arg-type]  # stand-in RunMetrics
-                    cache_salt="s")
-    rec.settle = None if waited_s is None else Quiet(waited_s, True, 0.0)
+                    cache_salt="s", settle=None if waited_s is None else Quiet(waited_s, True, 0.0))
     return rec
 
 

@@ -4,7 +4,9 @@ build of tonight's run agreeing with its stored shape, τ and the geometric mean
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -30,7 +32,7 @@ def rec(arm: Arm, i: int, tok_s: float, *, invalid: tuple[str, ...] = (), drafts
                          total_output_tokens=round(tok_s), ttft_ms=latency, tpot_ms=latency, e2e_ms=latency,
                          itl_chunk_ms=None, itl_token_ms=latency, spec=spec)
     return RunRecord(arm=arm, index=i, metrics=metrics, cache_salt="s",
-                     invalid=list(invalid), hd_p95_ms={"tpot": 1.0, "ttft": 2.0, "e2e": 100.0 + i})
+                     invalid=tuple(invalid), hd_p95_ms={"tpot": 1.0, "ttft": 2.0, "e2e": 100.0 + i})
 
 
 class _Delta:
@@ -46,7 +48,7 @@ class _Delta:
 def test_an_invalid_run_on_one_arm_drops_exactly_its_pair_and_says_so() -> None:
     reference = [rec("reference", i, 100.0) for i in range(4)]
     spec = [rec("spec", i, 200.0 + i, drafts=100) for i in range(4)]
-    spec[1].invalid.append("hung")
+    spec[1] = replace(spec[1], invalid=("hung",))
     refs, specs = [r.record for r in reference], [r.record for r in spec]
     assert speedup_per_pair(refs, specs) == [2.0, None, 2.02, 2.03]
     assert dropped(pairs(refs, specs)) == [(1, "the spec run is invalid")]
@@ -59,7 +61,7 @@ def test_an_invalid_run_on_one_arm_drops_exactly_its_pair_and_says_so() -> None:
     e2e = Night.from_result(CaseResult(reference, spec, summary, speedup_per_pair(refs, specs))).metric_values()
     assert len(e2e["e2e_p95_ratio"]) == 3 and len(e2e["speedup"]) == 3
     # invalid on both arms: one pair dropped, both said
-    reference[1].invalid.append("disturbed")
+    reference[1] = replace(reference[1], invalid=("disturbed",))
     assert dropped(pairs([r.record for r in reference], [r.record for r in spec])) == [
         (1, "the reference run is invalid and the spec run is invalid")]
 
@@ -79,7 +81,7 @@ def test_ab_pairs_base_and_candidate_by_run_index() -> None:
     noise = [1.01, 0.99, 1.02, 0.98, 1.00, 1.03]
     base = [rec("base", i, 100.0 * (1 + i / 10)) for i in (0, 1, 3, 4, 5)]
     cand = [rec("spec", i, 100.0 * (1 + i / 10) * noise[i]) for i in range(6)]
-    base[3].invalid.append("hung")
+    base[3] = replace(base[3], invalid=("hung",))
     result = CaseResult([rec("reference", i, 50.0) for i in range(6)], cand, None, [], base_runs=base)
     tok_s = next(v for v in ab_verdicts(result, Thresholds(), 0.05) if v.metric == "output_tok_s")
     assert tok_s.n_now == tok_s.n_baseline == 4
@@ -89,8 +91,8 @@ def test_ab_pairs_base_and_candidate_by_run_index() -> None:
 
 def test_the_runners_record_is_the_stored_shape_read_back() -> None:
     # what a baseline or a results file stores of tonight's run reads back as the record the gate judged
-    for run in (rec("spec", 3, 180.0, drafts=100, invalid=("hung",)), rec("reference", 0, 90.0)):
-        run.untrusted.append("coalesced")
+    for measured in (rec("spec", 3, 180.0, drafts=100, invalid=("hung",)), rec("reference", 0, 90.0)):
+        run = replace(measured, untrusted=("coalesced",))
         assert ArmRun.from_entry(run_entry(run)) == run.record
         assert ArmRun.from_entry(arm_run_entry(run.record)) == run.record
 
@@ -99,11 +101,12 @@ def test_the_record_follows_its_runs_validity() -> None:
     run = rec("spec", 0, 180.0, drafts=100)
     built = run.record
     assert built.valid and run.record is built  # built once, not again on every read
-    run.invalid.append("disturbed: slow")
-    assert not run.record.valid and run.record.invalid_reasons == ("disturbed: slow",)
-    assert run.record.output_tok_s == built.output_tok_s
-    run.invalid.clear()
-    assert run.record.valid
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.invalid = ("disturbed: slow",)  # type: ignore[misc]  # what the test checks: a run cannot change
+    slow = dataclasses.replace(run, invalid=("disturbed: slow",))  # a later look's rule: a new run in its place
+    assert not slow.record.valid and slow.record.invalid_reasons == ("disturbed: slow",)
+    assert slow.record.output_tok_s == built.output_tok_s and run.record is built
+    assert dataclasses.replace(slow, invalid=()).record.valid
 
 
 def test_tau_once_for_counters_record_summary_and_explain() -> None:
