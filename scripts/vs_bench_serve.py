@@ -58,8 +58,9 @@ def t_interval(xs: list[float], level: float = 0.90) -> tuple[float, float, floa
 def cmd_ab(args: argparse.Namespace) -> int:
     from pytest_specdec.measure.datasets import builtin
     from pytest_specdec.measure.metrics import bench_parity
-    from pytest_specdec.measure.runner import ValidityRules, one_run
+    from pytest_specdec.measure.runner import one_run
     from pytest_specdec.measure.types import Sampling
+    from pytest_specdec.measure.validity import ValidityRules
     from pytest_specdec.profiles import load_profile, server_spec
     from pytest_specdec.servers.http import served_model
     from pytest_specdec.servers.pool import Endpoint

@@ -17,8 +17,8 @@ from scipy import stats as sps
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.kinds import GATED, INCONCLUSIVE, NOT_COMPARABLE, POINTS
-from pytest_specdec.gate.registry import Kind
-from pytest_specdec.gate.scale import LOG_KINDS, to_natural, to_scale
+from pytest_specdec.gate.registry import LOG_KINDS, Kind
+from pytest_specdec.gate.scale import to_natural, to_scale
 from pytest_specdec.gate.stats import Verdict, alpha_for_look, check_alpha, decision
 
 

@@ -43,9 +43,8 @@ from pytest_specdec.gate.kinds import (
     check_word,
     unit_mark,
 )
-from pytest_specdec.gate.registry import Kind
+from pytest_specdec.gate.registry import LOG_KINDS, Kind
 from pytest_specdec.gate.scale import (
-    LOG_KINDS,
     THRESHOLD_FIELD,
     center,
     check_kind,

@@ -362,7 +362,7 @@ def event_loop_name() -> str:
         import uvloop
     except ImportError:
         return "asyncio"
-    return f"uvloop {uvloop.__version__}"
+    return f"uvloop {getattr(uvloop, '__version__', 'unknown version')}"
 
 
 def run_coroutine(coro: Coroutine[Any, Any, _T]) -> _T:

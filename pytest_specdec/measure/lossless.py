@@ -1,5 +1,5 @@
 """Is speculation lossless? At temperature 0 spec and reference outputs are compared token for token
-(``greedy_output_match`` and ``collapsed_positions``, in `outputs.py`, re-exported here), and at temperature > 0:
+(``greedy_output_match`` and ``collapsed_positions``, in `outputs.py`), and here, at temperature > 0:
 do the spec server's samples come from the target's distribution?
 
 At temperature 0 the outputs must match;
@@ -24,22 +24,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.errors import ConfigError, SpecDecError, json_object
-from pytest_specdec.measure.outputs import (
-    EVIDENCE_CHARS,
-    EVIDENCE_PROMPTS,
-    collapsed_positions,
-    differing_outputs,
-    evidence_line,
-    excerpt,
-    first_difference,
-    greedy_output_match,
-)
-
-__all__ = [
-    "ALPHA", "ARMS", "EVIDENCE_CHARS", "EVIDENCE_PROMPTS", "TOLERANCE_NATS", "Collected", "DistributionError", "Sample",
-    "collapsed_positions", "collect", "compare", "differing_outputs", "evidence_line", "excerpt", "first_difference",
-    "min_prompts", "greedy_output_match", "per_prompt", "sample", "score",
-]
 
 if TYPE_CHECKING:
     import aiohttp

@@ -12,7 +12,8 @@ reasons, never averaged into the summary.
 
 This module is the run loop and what it records; the order of the runs (`schedule.py`), the validity
 rules (`validity.py`), the prompt sources (`prompts.py`) and the summary statistics (`summary.py`) are
-their own modules, their names re-exported here.
+their own modules, imported from there. A run is recorded as a frozen value (`RunRecord`): what the loop learns
+after it, and a later look's disturbed-run rule, put a new record in its place.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from pytest_specdec.measure.record import ArmRun, dropped, pairs, speedup_per_pa
 from pytest_specdec.measure.schedule import Arm, schedule, schedule_ab, warmup_requests
 from pytest_specdec.measure.summary import Summary, hd_p95s, summarize
 from pytest_specdec.measure.validity import (
-    CLIENT_LAG,
     DEFAULT_RULES,
     DISTURBED,
     HUNG,
@@ -50,11 +50,7 @@ if TYPE_CHECKING:
     from pytest_specdec.servers.pool import Endpoint
     from pytest_specdec.servers.quiet import Quiet
 
-__all__ = [
-    "CLIENT_LAG", "HUNG", "Arm", "CaseResult", "FixedPrompts", "FreshPrompts", "PromptSource", "RunRecord",
-    "ValidityRules", "extend_case", "hd_p95s", "invalid_reasons", "latency_untrusted", "mark_disturbed",
-    "measure_case", "one_run", "schedule", "summarize", "warmup_requests",
-]
+__all__ = ["CaseResult", "RunRecord", "extend_case", "mark_disturbed", "measure_case", "neighbour_reasons", "one_run"]
 
 
 @dataclass(frozen=True)

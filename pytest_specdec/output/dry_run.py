@@ -58,7 +58,7 @@ def dry_run_lines(profile: Profile, tests: list[DryRunTest], *, hardware_note: s
     """The dry run's lines: each test's commands, the servers, the leases' CPUs and the estimate per suite.
     ``fit_of``: where servers start together, whether given servers have room at once (`Placement.fit`); None:
     one at a time. ``apart_of``: whether given servers started at once share no GPU (`Placement.apart`)."""
-    from pytest_specdec.measure.runner import warmup_requests
+    from pytest_specdec.measure.schedule import warmup_requests
     from pytest_specdec.output.estimate import PlannedTest, Timings, estimate, minutes
 
     lines = [f"specdec dry run: profile {profile.name} ({profile.path}), {len(tests)} test(s)"

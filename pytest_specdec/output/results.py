@@ -121,14 +121,14 @@ class TestRecord:
     def output_match_entry(self) -> dict[str, Any] | None:
         """The test's `output_match` in the results: at temperature 0, spec vs reference outputs against the
         reference-vs-reference control, with the prompts whose outputs differed
-        (`measure.lossless.greedy_output_match`): the evidence a failed lossless check needs the morning
+        (`measure.outputs.greedy_output_match`): the evidence a failed lossless check needs the morning
         after, when the texts themselves are gone. None above temperature 0 (outputs differ by design there)
         and without a spec arm."""
         if self.result is None or not self.result.runs:
             return None
         if (self.sampling or {}).get("temperature", self.params.get("temperature")) != 0:
             return None
-        from pytest_specdec.measure.lossless import greedy_output_match
+        from pytest_specdec.measure.outputs import greedy_output_match
 
         return greedy_output_match(self.result)
 

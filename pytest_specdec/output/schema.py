@@ -327,7 +327,7 @@ class TestEntry:
     server_logs: tuple[Mapping[str, str], ...] = ()
     distribution: Mapping[str, Any] | None = None
     sampling: Mapping[str, Any] | None = None
-    #: temperature 0: spec vs reference outputs, with the prompts that differed (`measure.lossless.greedy_output_match`)
+    #: temperature 0: spec vs reference outputs, with the prompts that differed (`measure.outputs.greedy_output_match`)
     output_match: Mapping[str, Any] | None = None
     #: an A/B session's candidate vs base (`output.results.ab_entry`)
     ab: ABEntry | None = None

@@ -66,7 +66,8 @@ class Placement:
         """Whether servers of ``specs`` (by key) have room together: on ``gpus`` as the leases place them (each
         server's GPUs and memory fraction), else as memory fractions on one set of GPUs. The session and the dry
         run's estimate ask the same."""
-        from pytest_specdec.profiles.starts import fraction_fit, lease_fit, memory_fraction
+        from pytest_specdec.profiles.starts import fraction_fit, lease_fit
+        from pytest_specdec.servers.gpus import memory_fraction
 
         if gpus:
             return lease_fit(_needs(specs), gpus)
@@ -224,7 +225,6 @@ def _whole(profile: Profile, args: Sequence[str], flag: str) -> int:
 
 def _needs(specs: Sequence[ServerSpec]) -> dict[str, tuple[int, float]]:
     """Each server's GPUs (TP x PP x DP) and memory fraction, by key: what the leases place."""
-    from pytest_specdec.profiles.starts import memory_fraction
-    from pytest_specdec.servers.gpus import gpus_needed
+    from pytest_specdec.servers.gpus import gpus_needed, memory_fraction
 
     return {s.key(): (gpus_needed(s.args, s.speculative_config), memory_fraction(s.args)) for s in specs}

@@ -416,7 +416,7 @@ def check_server_args(args: Any, where: str) -> None:
             raise ConfigError(f"{where} sets {flag}, but the plugin chooses each server's host (--specdec-host) and "
                               f"port (a free one per start) and reads the server there; remove {flag}")
     try:  # which servers fit beside each other reads it (profiles/starts.py)
-        from pytest_specdec.profiles.starts import memory_fraction
+        from pytest_specdec.servers.gpus import memory_fraction
 
         memory_fraction([str(arg) for arg in args])
     except ConfigError as exc:

@@ -23,10 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 # The memory fraction is read where the leases read it too (one process's servers share GPUs by it).
-from pytest_specdec.servers.gpus import DEFAULT_GPU_MEMORY_UTILIZATION, memory_fraction
 
-__all__ = ["DEFAULT_GPU_MEMORY_UTILIZATION", "Fit", "StartPlan", "fraction_fit", "lease_apart", "lease_fit",
-           "memory_fraction", "one_set_apart", "plan_start"]
+__all__ = ["Fit", "StartPlan", "fraction_fit", "lease_apart", "lease_fit", "one_set_apart", "plan_start"]
 
 #: Slack for fractions like 0.2 x 5 that add up to a hair above 1.0 in binary.
 _EPS = 1e-9

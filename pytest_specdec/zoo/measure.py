@@ -31,7 +31,8 @@ from pytest_specdec import redact
 from pytest_specdec.output.schema import run_metrics_entry
 
 if TYPE_CHECKING:
-    from pytest_specdec.measure.runner import RunRecord, ValidityRules
+    from pytest_specdec.measure.runner import RunRecord
+    from pytest_specdec.measure.validity import ValidityRules
     from pytest_specdec.profiles import Profile
 
 K = 3
@@ -69,7 +70,7 @@ LAG_ATTEMPTS = 3
 
 def _only_client_lag(reasons: Sequence[str]) -> bool:
     """True when a run is invalid only because the client's event loop lagged (a starved client)."""
-    from pytest_specdec.measure.runner import CLIENT_LAG
+    from pytest_specdec.measure.validity import CLIENT_LAG
 
     return bool(reasons) and all(r.startswith(CLIENT_LAG) for r in reasons)
 

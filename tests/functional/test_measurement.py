@@ -7,8 +7,10 @@ from typing import Any
 import pytest
 
 from fakes import FakeConfig, FakeServer
-from pytest_specdec.measure.runner import ValidityRules, extend_case, measure_case, schedule
+from pytest_specdec.measure.runner import extend_case, measure_case
+from pytest_specdec.measure.schedule import schedule
 from pytest_specdec.measure.types import Prompt, Sampling
+from pytest_specdec.measure.validity import ValidityRules
 from pytest_specdec.output.results import case_entry, run_entry
 from pytest_specdec.servers.pool import Endpoint
 

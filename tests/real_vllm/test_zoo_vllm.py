@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_specdec.measure.runner import CLIENT_LAG
+from pytest_specdec.measure.validity import CLIENT_LAG
 from pytest_specdec.vllm.cli import vllm_distribution
 
 pytestmark = [

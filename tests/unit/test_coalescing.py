@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_specdec.measure.metrics import chunking
-from pytest_specdec.measure.runner import ValidityRules, latency_untrusted
 from pytest_specdec.measure.types import RequestSample
+from pytest_specdec.measure.validity import ValidityRules, latency_untrusted
 
 
 def _sample(chunks: list[tuple[float, int]]) -> RequestSample:

@@ -4,8 +4,8 @@ number of prompts."""
 
 from __future__ import annotations
 
-from pytest_specdec.measure.lossless import differing_outputs, evidence_line, excerpt, first_difference
 from pytest_specdec.measure.metrics import RunMetrics
+from pytest_specdec.measure.outputs import differing_outputs, evidence_line, excerpt, first_difference
 from pytest_specdec.measure.runner import CaseResult, RunRecord
 from pytest_specdec.measure.schedule import Arm
 

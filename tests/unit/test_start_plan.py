@@ -12,7 +12,8 @@ from pytest_specdec.errors import ConfigError
 from pytest_specdec.output.estimate import PlannedTest, Timings, estimate
 from pytest_specdec.profiles import load_profile, server_spec
 from pytest_specdec.profiles.placement import Placement
-from pytest_specdec.profiles.starts import StartPlan, lease_apart, lease_fit, memory_fraction, plan_start
+from pytest_specdec.profiles.starts import StartPlan, lease_apart, lease_fit, plan_start
+from pytest_specdec.servers.gpus import memory_fraction
 
 
 def own_gpus(keys: object) -> bool:

@@ -33,7 +33,6 @@ from pytest_specdec.measure.datasets.formats import (
     _DETECT_HELP,
     _PARSERS,
     ALIASES,
-    CHARS_PER_TOKEN,
     DEFAULT_OUTPUT_TOKENS,
     FORMATS,
     INSTRUCTCODER_SUFFIX,
@@ -48,7 +47,7 @@ from pytest_specdec.measure.datasets.formats import (
     detect_format,
     estimate_tokens,
 )
-from pytest_specdec.measure.tokens import Tokenizer
+from pytest_specdec.measure.tokens import CHARS_PER_TOKEN, Tokenizer
 
 if TYPE_CHECKING:
     from pytest_specdec.measure.types import Prompt
