@@ -1,5 +1,6 @@
-"""The gate's values built for tests: a verdict, a stored run, a stored night and an A/B look's judgement, each
-with sensible defaults that a test overrides by keyword, naming only what it is about.
+"""The gate's values built for tests: a verdict, a stored run, a stored night and an A/B look's judgement, and a run
+as the runner records it (`measured_run`), each with sensible defaults that a test overrides by keyword, naming only
+what it is about.
 
 A stored run and a stored night come as the dicts a baseline file holds (``run_entry``, ``night_entry``), which
 the readers check and `gate.verdicts.evaluate` takes, or as the typed values built from them (``arm_run``,
@@ -16,7 +17,9 @@ from pytest_specdec.gate.check import Look
 from pytest_specdec.gate.kinds import REGRESSED
 from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.stats import Thresholds, Verdict
+from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
 from pytest_specdec.measure.record import DISTRIBUTIONS, ArmRun
+from pytest_specdec.measure.runner import RunRecord
 
 #: A conclusive regressed speedup: 2.0x → 1.5x, -25 % (CI -30 to -20 %), p 0.001, five runs a side.
 VERDICT: dict[str, Any] = dict(metric="speedup", verdict=REGRESSED, baseline=2.0, now=1.5, delta=-25.0, ci_low=-30.0,
@@ -88,3 +91,31 @@ def night_entry(reference: Sequence[Mapping[str, Any]], spec: Sequence[Mapping[s
 def night(reference: Sequence[Mapping[str, Any]], spec: Sequence[Mapping[str, Any]], **kw: Any) -> Night:
     """``night_entry(reference, spec, **kw)`` as the gate reads it."""
     return Night.from_entry(night_entry(reference, spec, **kw))
+
+
+def spec_figures(acceptance: float, drafts: int = 100, k: int = 3) -> SpecFigures:
+    """A spec run's counters: ``drafts`` drafts of ``k`` tokens, ``acceptance`` of them accepted."""
+    accepted = round(drafts * k * acceptance)
+    return SpecFigures(drafts=drafts, draft_tokens=drafts * k, accepted_tokens=accepted, acceptance_rate=acceptance,
+                       acceptance_length=1 + accepted / drafts)
+
+
+def run_metrics(tok_s: float | None = 100.0, *, n_requests: int = 8, duration_s: float = 1.0,
+                latency: Mapping[str, float] | None = None, spec: SpecFigures | None = None,
+                **fields: Any) -> RunMetrics:
+    """One run's figures: ``tok_s`` output tok/s over ``n_requests`` requests in ``duration_s``; every latency
+    distribution ``latency`` (None: not measured); the spec-decode counters ``spec`` (None: a reference run);
+    ``fields`` replace any of these."""
+    dist = None if latency is None else dict(latency)
+    return RunMetrics(**{**dict(n_requests=n_requests, n_failed=0, duration_s=duration_s, output_tok_s=tok_s,
+                                request_s=n_requests / duration_s, total_output_tokens=round(tok_s or 0),
+                                ttft_ms=dist, tpot_ms=dist, e2e_ms=dist, itl_chunk_ms=None, itl_token_ms=dist,
+                                spec=spec), **fields})
+
+
+def measured_run(arm: Any = "spec", index: int = 0, tok_s: float | None = 100.0, *,
+                 metrics: RunMetrics | None = None, **fields: Any) -> RunRecord:
+    """A run as the runner records it: ``metrics`` (default: ``run_metrics(tok_s)``), valid and unwaited; ``fields``
+    are `RunRecord`'s (``invalid``, ``texts``, ``hd_p95_ms``, ``settle``, ...)."""
+    return RunRecord(arm=arm, index=index, metrics=run_metrics(tok_s) if metrics is None else metrics,
+                     cache_salt="s", **fields)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from factories import measured_run
 
 from fakes import FakeConfig, FakeServer
 from pytest_specdec.measure.runner import extend_case, measure_case
@@ -169,15 +170,7 @@ def test_a_run_beside_a_busy_server_is_invalid_and_names_it() -> None:
 
 
 def _rec(arm: str, index: int, texts: dict[str, str], valid: bool = True) -> Any:
-    from pytest_specdec.measure.metrics import RunMetrics
-    from pytest_specdec.measure.runner import RunRecord
-
-    fields = {f: None for f in RunMetrics.__dataclass_fields__}
-    fields.update(total_output_tokens=0)
-    rec = RunRecord(
-        arm=arm, index=index, metrics=RunMetrics(**fields),  # type: ignore[arg-type]  # str arm and None metrics
-        cache_salt="s", texts=texts, invalid=() if valid else ("test",))
-    return rec
+    return measured_run(arm, index, None, texts=texts, invalid=() if valid else ("test",))
 
 
 def test_output_match_judges_spec_against_the_reference_control() -> None:

@@ -10,14 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from factories import ab_judgement
+from factories import ab_judgement, measured_run, run_metrics, spec_figures
 
 from pytest_specdec.errors import ConfigError
 from pytest_specdec.gate.ab import paired, until_pairs_settle
 from pytest_specdec.gate.ab_session import ABGate, ABJudgement, ABPlan, ab_thresholds, ab_verdicts
 from pytest_specdec.gate.protocol import Finished, GateOptions, Planned, TestOptions
 from pytest_specdec.gate.stats import Verdict
-from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
 from pytest_specdec.measure.runner import CaseResult, RunRecord
 from pytest_specdec.measure.schedule import Arm, schedule_ab
 from pytest_specdec.output.results import ab_entry
@@ -61,13 +60,9 @@ def test_pairs_from_the_profile_unless_given() -> None:
 
 def run(arm: Arm, i: int, tok_s: float, acceptance: float | None = 0.8, e2e: float = 100.0,
         valid: bool = True) -> RunRecord:
-    spec = None if acceptance is None else SpecFigures(
-        drafts=100, draft_tokens=300, accepted_tokens=round(300 * acceptance), acceptance_rate=acceptance)
-    metrics = RunMetrics(n_requests=8, n_failed=0, duration_s=1.0, output_tok_s=tok_s, request_s=8.0,
-                         total_output_tokens=round(tok_s), ttft_ms=None, tpot_ms=None, e2e_ms=None, itl_chunk_ms=None,
-                         itl_token_ms=None, spec=spec)
-    return RunRecord(arm=arm, index=i, metrics=metrics, cache_salt="s",
-                     invalid=() if valid else ("broken",), hd_p95_ms={"e2e": e2e})
+    spec = None if acceptance is None else spec_figures(acceptance)
+    return measured_run(arm, i, tok_s, metrics=run_metrics(tok_s, spec=spec), invalid=() if valid else ("broken",),
+                        hd_p95_ms={"e2e": e2e})
 
 
 NOISE = [1.00, 1.03, 0.98, 1.02, 0.99, 1.01, 0.97, 1.02]

@@ -4,10 +4,10 @@ already invalid is not called disturbed."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from factories import measured_run, run_metrics, spec_figures
 
 from pytest_specdec.measure.record import speedup_per_pair
 from pytest_specdec.measure.runner import RunRecord, mark_disturbed
@@ -43,11 +43,8 @@ def test_invalid_runs_neither_count_nor_are_judged() -> None:
 
 def _record(arm: Any, index: int, tok_s: float, invalid: list[str] | None = None,
             acceptance_length: float | None = None) -> RunRecord:
-    spec = None if acceptance_length is None else SimpleNamespace(acceptance_length=acceptance_length)
-    metrics: Any = SimpleNamespace(output_tok_s=tok_s, spec=spec, n_requests=8, total_output_tokens=100,
-                                   **dict.fromkeys(("tpot_ms", "ttft_ms", "e2e_ms", "itl_token_ms", "itl_chunk_ms",
-                                                    "goodput_req_s")))
-    return RunRecord(arm=arm, index=index, metrics=metrics, cache_salt="s", invalid=tuple(invalid or ()))
+    spec = None if acceptance_length is None else spec_figures((acceptance_length - 1) / 3)
+    return measured_run(arm, index, tok_s, metrics=run_metrics(tok_s, spec=spec), invalid=tuple(invalid or ()))
 
 
 def test_the_rule_is_applied_anew_after_every_look_and_drops_the_pair() -> None:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from factories import measured_run, run_metrics
 
 from pytest_specdec.errors import SpecDecError
 from pytest_specdec.measure.runner import CaseResult, RunRecord
@@ -152,10 +153,8 @@ def test_the_pool_watches_every_server_but_the_next_runs_own(monkeypatch: pytest
 
 
 def _run(arm: Any, duration_s: float, waited_s: float | None) -> RunRecord:
-    rec = RunRecord(arm=arm, index=0,
-                    metrics=SimpleNamespace(duration_s=duration_s),  # type: ignore[arg-type]  # stand-in RunMetrics
-                    cache_salt="s", settle=None if waited_s is None else Quiet(waited_s, True, 0.0))
-    return rec
+    return measured_run(arm, 0, metrics=run_metrics(duration_s=duration_s),
+                        settle=None if waited_s is None else Quiet(waited_s, True, 0.0))
 
 
 def test_the_session_time_split_and_its_efficiency() -> None:

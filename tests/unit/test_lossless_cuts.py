@@ -4,17 +4,15 @@ number of prompts."""
 
 from __future__ import annotations
 
-from pytest_specdec.measure.metrics import RunMetrics
+from factories import measured_run, run_metrics
+
 from pytest_specdec.measure.outputs import differing_outputs, evidence_line, excerpt, first_difference
 from pytest_specdec.measure.runner import CaseResult, RunRecord
 from pytest_specdec.measure.schedule import Arm
 
 
 def rec(arm: Arm, index: int, texts: dict[str, str]) -> RunRecord:
-    metrics = RunMetrics(n_requests=len(texts), n_failed=0, duration_s=1.0, output_tok_s=1.0, request_s=1.0,
-                         total_output_tokens=1, ttft_ms=None, tpot_ms=None, e2e_ms=None, itl_chunk_ms=None,
-                         itl_token_ms=None)
-    return RunRecord(arm=arm, index=index, metrics=metrics, cache_salt="s", texts=texts)
+    return measured_run(arm, index, 1.0, metrics=run_metrics(1.0, n_requests=len(texts)), texts=texts)
 
 
 def test_first_difference_and_excerpt() -> None:

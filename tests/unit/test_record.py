@@ -9,6 +9,7 @@ import math
 from dataclasses import replace
 
 import pytest
+from factories import measured_run, run_metrics
 
 from pytest_specdec.gate.ab_session import ab_verdicts
 from pytest_specdec.gate.baselines import arm_run_entry
@@ -16,7 +17,7 @@ from pytest_specdec.gate.nights import Night
 from pytest_specdec.gate.registry import METRICS
 from pytest_specdec.gate.stats import Thresholds
 from pytest_specdec.measure.figures import geomean, mean_log, tau
-from pytest_specdec.measure.metrics import RunMetrics, SpecFigures
+from pytest_specdec.measure.metrics import SpecFigures
 from pytest_specdec.measure.record import DISTRIBUTIONS, ArmRun, dropped, pairs, speedup_per_pair
 from pytest_specdec.measure.runner import CaseResult, RunRecord
 from pytest_specdec.measure.schedule import Arm
@@ -28,11 +29,8 @@ from pytest_specdec.output.schema import summary_entry
 def rec(arm: Arm, i: int, tok_s: float, *, invalid: tuple[str, ...] = (), drafts: int | None = None) -> RunRecord:
     spec = None if drafts is None else SpecFigures.from_delta(_Delta(drafts), 8)
     latency = {"p50": 10.0 + i, "p95": 20.0 + i, "p99": 30.0 + i, "mean": 12.0}
-    metrics = RunMetrics(n_requests=8, n_failed=0, duration_s=1.0, output_tok_s=tok_s, request_s=8.0,
-                         total_output_tokens=round(tok_s), ttft_ms=latency, tpot_ms=latency, e2e_ms=latency,
-                         itl_chunk_ms=None, itl_token_ms=latency, spec=spec)
-    return RunRecord(arm=arm, index=i, metrics=metrics, cache_salt="s",
-                     invalid=tuple(invalid), hd_p95_ms={"tpot": 1.0, "ttft": 2.0, "e2e": 100.0 + i})
+    return measured_run(arm, i, tok_s, metrics=run_metrics(tok_s, latency=latency, spec=spec), invalid=tuple(invalid),
+                        hd_p95_ms={"tpot": 1.0, "ttft": 2.0, "e2e": 100.0 + i})
 
 
 class _Delta:
