@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,7 @@ from pytest_specdec.session import SpecDecWarning
 
 if TYPE_CHECKING:
     from pytest_specdec.gate.ab_session import ABJudgement
+    from pytest_specdec.gate.drift import Drift
     from pytest_specdec.gate.protocol import SessionEnd
     from pytest_specdec.session import SpecDecSession
 
@@ -65,6 +66,7 @@ def finalize(session: SpecDecSession) -> list[str]:
             "the gate's session end (machine factor, BH/Holm over the family, late regressions, baseline writes)")
     end = session.end = step(session, what, lambda: gate.finish(
         [Finished(n, r.ab if ab else r.baseline, r.result, r.outcome) for n, r in started]), SessionEnd(None))
+    said = {n: records[n].drift for n, _ in end.judged}  # as the terminal said it at the test's end
     for n, judged in end.judged:
         if ab:
             records[n].ab = judged
@@ -79,7 +81,18 @@ def finalize(session: SpecDecSession) -> list[str]:
     sweeps = step(session, "the crossovers", lambda: judge_sweeps(session), [])
     session.gate_summary = step(session, "the gate's summary", lambda: end_summary(session, end), [])
     lines = step(session, "the gate's session-end lines", lambda: end_lines(session, end), [])
-    return [*lines, *sweeps, *error_lines(session)]
+    drift = step(session, "the drift's final words", lambda: drift_changes(end, said), [])
+    return [*lines, *drift, *sweeps, *error_lines(session)]
+
+
+def drift_changes(end: SessionEnd[Any], said: Mapping[str, Drift | None]) -> list[str]:
+    """Each test's drift verdicts that the session's final adjustment changed from what the terminal said at the
+    test's end (`output.drift.final_drift_lines`), but those a late failure already names."""
+    from pytest_specdec.output.drift import final_drift_lines
+
+    failing = {n: {v.metric for v in late.drifted} for n, late in end.late_regressions}
+    return [line for n, judged in end.judged
+            for line in final_drift_lines(n, said.get(n), judged.drift, failing.get(n, set()))]
 
 
 def end_summary(session: SpecDecSession, end: SessionEnd[Any]) -> list[str]:

@@ -3,7 +3,7 @@ drift that fails its test, and the report's short text. Words only: the gate dec
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_specdec.gate.drift import LABELS, Drift, DriftVerdict
@@ -56,6 +56,23 @@ def drift_lines(nodeid: str, drift: Drift) -> list[str]:
     raw = drift.adjusted is None and bool(drift.verdicts)
     return [f"specdec: drift {nodeid} (early vs late half of one server's runs"
             + ("; before the family's adjustment" if raw else "") + "):", *verdict_lines(drift)]
+
+
+def final_drift_lines(nodeid: str, said: Drift | None, final: Drift | None, failing: Collection[str] = ()
+                      ) -> list[str]:
+    """The test's drift verdicts whose word the session's final adjustment changed from what the terminal said at the
+    test's end (``said``: adjusted then over the family so far, padded with the tests still to come), each as it
+    stands now, so the terminal ends saying what the results and the report say; those its late failure already
+    names (``failing``) are left to it. Empty when nothing changed."""
+    if final is None:
+        return []
+    before = {} if said is None else {v.metric: v.verdict for v in said.shown}
+    changed = [v for v in final.shown if v.metric not in failing and before.get(v.metric) != v.verdict]
+    if not changed:
+        return []
+    return [f"specdec: drift {nodeid}, after the whole session's family was known"
+            + "".join(f" ({v.metric}: {before[v.metric]} at the test's end)" for v in changed if v.metric in before)
+            + ":", *(f"  {verdict_text(v, final.alpha)}" for v in changed)]
 
 
 def verdict_lines(drift: Drift, indent: str = "  ") -> list[str]:

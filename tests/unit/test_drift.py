@@ -176,3 +176,26 @@ def test_a_drift_that_regresses_only_once_the_family_is_known_is_a_late_regressi
     now = rule.decide(checked=True, status="missing", verdicts=(), drift=final.drift.gated)
     assert now.drifted and late_drift(end, now)
     assert not late_drift(now, now)  # failed at its end already: not news
+
+
+def test_the_terminal_ends_with_each_drift_word_the_sessions_family_changed() -> None:
+    """At the test's end its drift is adjusted over the family so far, padded with the tests still to come (p = 1
+    each); at the session's end over the family as it is: a word that changed is said again, as it stands, unless a
+    late failure already names it."""
+    from types import SimpleNamespace
+
+    from pytest_specdec.output.drift import final_drift_lines
+    from pytest_specdec.session_end import drift_changes
+
+    raw = (_step("regressed", 0.001, "shown"),)
+    said = Drift(raw, 0.05, adjusted=(_step("inconclusive", 0.26, "shown"),))
+    final = Drift(raw, 0.05, adjusted=(_step("regressed", 0.026, "shown"),))
+    lines = final_drift_lines("t", said, final)
+    assert lines[0] == ("specdec: drift t, after the whole session's family was known (step_time_drift: inconclusive "
+                        "at the test's end):"), lines
+    assert lines[1].startswith("  step time regressed: early 1.000 ref steps → late 1.600 ref steps"), lines
+    assert final_drift_lines("t", final, final) == []  # nothing changed: nothing said again
+    assert final_drift_lines("t", said, final, {STEP_TIME_DRIFT}) == []  # its late failure says it
+    end = SimpleNamespace(judged=[("t", SimpleNamespace(drift=final)), ("u", SimpleNamespace(drift=final))],
+                          late_regressions=[("u", SimpleNamespace(drifted=(final.shown[0].as_verdict(),)))])
+    assert drift_changes(end, {"t": said, "u": said}) == lines  # type: ignore[arg-type]  # a session end's fields
