@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from pytest_specdec.errors import field_problem
@@ -134,8 +134,8 @@ class ArmRun:
 
     @classmethod
     def measured(cls, index: int, metrics: RunMetrics, hd_p95_ms: Mapping[str, float | None],
-                 invalid: Sequence[str] = (), untrusted: Sequence[str] = ()) -> ArmRun:
-        """A run measured tonight, from its figures (the runner builds it once per run, `RunRecord.record`)."""
+                 invalid: Sequence[str] = (), untrusted: Sequence[str] = (), block: int | None = None) -> ArmRun:
+        """A run measured tonight, from its figures (the runner builds it once per record, `RunRecord.record`)."""
         spec = metrics.spec
         rates = None if spec is None else spec.per_position_acceptance
         return cls(index=index, valid=not invalid, invalid_reasons=tuple(invalid), latency_untrusted=tuple(untrusted),
@@ -150,14 +150,7 @@ class ArmRun:
                    acceptance_rate=None if spec is None else spec.acceptance_rate,
                    draft_coverage=None if spec is None else spec.draft_coverage,
                    latencies_ms={name: _percentiles(getattr(metrics, name)) for name in DISTRIBUTIONS},
-                   hd_p95_ms=dict(hd_p95_ms), goodput_req_s=metrics.goodput_req_s)
-
-    def with_validity(self, invalid: Sequence[str], untrusted: Sequence[str]) -> ArmRun:
-        """The same run with its validity as now decided (a later look's disturbed-run rule can change it);
-        itself when nothing changed."""
-        if tuple(invalid) == self.invalid_reasons and tuple(untrusted) == self.latency_untrusted:
-            return self
-        return replace(self, valid=not invalid, invalid_reasons=tuple(invalid), latency_untrusted=tuple(untrusted))
+                   hd_p95_ms=dict(hd_p95_ms), goodput_req_s=metrics.goodput_req_s, block=block)
 
     @classmethod
     def from_entry(cls, d: Mapping[str, Any]) -> ArmRun:

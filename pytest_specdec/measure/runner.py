@@ -96,8 +96,7 @@ class RunRecord:
     def record(self) -> ArmRun:
         """The run as the one run record (`measure.record.ArmRun`) that the summary, the gate and the baselines
         read, built once per record (a changed validity is a new record)."""
-        run = ArmRun.measured(self.index, self.metrics, self.hd_p95_ms, self.invalid, self.untrusted)
-        return run if run.block == self.block else replace(run, block=self.block)
+        return ArmRun.measured(self.index, self.metrics, self.hd_p95_ms, self.invalid, self.untrusted, self.block)
 
     @property
     def valid(self) -> bool:
